@@ -1,0 +1,52 @@
+"""One error type for bad input, so the CLI and the service can report it in one line."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+
+class InputError(ValueError):
+    """Input a person must fix: names the file, the field path and what is wrong."""
+
+    def __init__(self, message: str, *, source: str | None = None, path: str | None = None):
+        self.source = source
+        self.path = path
+        self.message = message
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        where = ": ".join(p for p in (self.source, self.path) if p)
+        return f"{where}: {self.message}" if where else self.message
+
+
+def field_path(loc: Sequence[int | str]) -> str:
+    """Render a pydantic location tuple as ``spec.resourceGroups[0].gpusPerGroup``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def from_validation_error(
+    exc: ValidationError, *, source: str | None = None, prefix: str = ""
+) -> InputError:
+    """The first problem of a pydantic error as an :class:`InputError` (one line, one fix)."""
+    err = exc.errors()[0]
+    loc = [p for p in err.get("loc", ()) if not (isinstance(p, str) and p.startswith("function-"))]
+    path = field_path(loc)
+    if prefix:
+        path = f"{prefix}.{path}" if path and not path.startswith("[") else f"{prefix}{path}"
+    msg = err.get("msg", "invalid value")
+    if err.get("type") == "extra_forbidden":
+        msg = "unknown field"
+    elif err.get("type") == "missing":
+        msg = "required field is missing"
+    extra = len(exc.errors()) - 1
+    if extra:
+        msg += f" (and {extra} more problem{'s' if extra > 1 else ''})"
+    return InputError(msg, source=source, path=path or None)
