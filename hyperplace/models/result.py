@@ -1,0 +1,45 @@
+"""The status vocabulary and solve statistics shared by every solver result."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SolveStatus(StrEnum):
+    """What a solve returned.
+
+    ``optimal``: proven optimal. ``feasible``: a valid plan, not proven optimal (time limit).
+    ``fallback``: the exact backend had no plan within the budget, so the greedy plan is
+    returned. ``infeasible``: proven that no valid plan exists. ``no_solution``: the backend
+    stopped without a plan and without a proof. ``error``: the backend failed.
+    """
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    FALLBACK = "fallback"
+    INFEASIBLE = "infeasible"
+    NO_SOLUTION = "no_solution"
+    ERROR = "error"
+
+
+class SolveStats(BaseModel):
+    """Statistics every result carries: which solver, how good, how long."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    status: SolveStatus
+    solver: str
+    objective: float | None = None
+    bound: float | None = Field(default=None, description="best proven bound on the objective")
+    gap: float | None = Field(default=None, description="|objective - bound| / max(1, |objective|)")
+    runtime_s: float = 0.0
+    budget_s: float | None = None
+    message: str = ""
+
+
+def relative_gap(objective: float | None, bound: float | None) -> float | None:
+    if objective is None or bound is None:
+        return None
+    return abs(bound - objective) / max(1.0, abs(objective))

@@ -1,0 +1,1 @@
+"""Solvers: backends that encode a formulation (cpsat, milp), greedy rules, exact special cases."""
