@@ -11,7 +11,9 @@ import csv
 from functools import cache
 from importlib import resources
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from hyperplace.models.base import HPModel
 
 # Per-link NVLink bandwidth (GB/s, bidirectional) by NVLink generation: NV# in
 # ``nvidia-smi topo -m`` counts bonded links, so pair bandwidth = links x this figure.
@@ -21,10 +23,9 @@ NVLINK_GBPS_PER_LINK = {2: 50.0, 3: 50.0, 4: 50.0, 5: 100.0}
 PCIE_GBPS = {3: 32.0, 4: 64.0, 5: 128.0}
 
 
-class GPUType(BaseModel):
+class GPUType(HPModel):
     """One GPU model as the engine sees it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="catalog name, e.g. H100-80")
     family: str = Field(description="what acceptorType/tolerations match, e.g. H100")

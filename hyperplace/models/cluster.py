@@ -1,0 +1,128 @@
+"""Clusters (nodes + fabric), federations of clusters, and the links between clusters."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from hyperplace.models.base import HPModel
+from hyperplace.models.fabric import (
+    Fabric,
+    Link,
+    Switch,
+    fat_tree_three_tier,
+    fat_tree_two_tier,
+    superpod_rail_optimized,
+)
+from hyperplace.models.node import Node
+
+
+class FabricGenerator(HPModel):
+    """A fabric described by its shape instead of every cable (applied to nodes in order)."""
+
+    type: Literal["fat-tree-2", "fat-tree-3", "superpod-rail"]
+    nodes_per_leaf: int = Field(default=16, gt=0)
+    spines: int = Field(default=4, gt=0)
+    leaves_per_pod: int = Field(default=4, gt=0)
+    spines_per_pod: int = Field(default=4, gt=0)
+    cores: int = Field(default=4, gt=0)
+    nodes_per_su: int = Field(default=32, gt=0)
+    sus_per_spine_group: int = Field(default=8, gt=0)
+    node_gbps: float = Field(default=400.0, gt=0)
+    uplink_gbps: float = Field(default=400.0, gt=0)
+
+    def build(self, nodes: list[Node]) -> Fabric:
+        names = [n.name for n in nodes]
+        if self.type == "fat-tree-2":
+            return fat_tree_two_tier(names, self.nodes_per_leaf, self.spines, self.node_gbps,
+                                     self.uplink_gbps)
+        if self.type == "fat-tree-3":
+            return fat_tree_three_tier(names, self.nodes_per_leaf, self.leaves_per_pod,
+                                       self.spines_per_pod, self.cores, self.node_gbps,
+                                       self.uplink_gbps)
+        gpus = max((n.gpu_count for n in nodes), default=8)
+        return superpod_rail_optimized(names, gpus, self.nodes_per_su, self.node_gbps,
+                                       self.sus_per_spine_group)
+
+
+class FabricSpec(HPModel):
+    """Either a generator or explicit switches and links (or both: links are added)."""
+
+    generator: FabricGenerator | None = None
+    switches: list[Switch] = Field(default_factory=list)
+    links: list[Link] = Field(default_factory=list)
+
+
+class Cluster(HPModel):
+    name: str = Field(min_length=1)
+    region: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    nodes: list[Node] = Field(default_factory=list)
+    fabric: FabricSpec = Field(default_factory=FabricSpec)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Cluster":
+        names: set[str] = set()
+        for i, n in enumerate(self.nodes):
+            if n.name in names:
+                raise ValueError(f"nodes[{i}].name: duplicate node {n.name!r}")
+            names.add(n.name)
+        switches = {s.name for s in self.fabric.switches}
+        for i, link in enumerate(self.fabric.links):
+            for end in ("a", "b"):
+                ep = getattr(link, end)
+                if ep not in switches and ep not in names:
+                    raise ValueError(
+                        f"fabric.links[{i}].{end}: {ep!r} is neither a switch nor a node of this cluster"
+                    )
+        return self
+
+    @cached_property
+    def network(self) -> Fabric:
+        """The full fabric (generated part plus explicit switches and links)."""
+        if self.fabric.generator is None:
+            return Fabric(switches=self.fabric.switches, links=self.fabric.links)
+        gen = self.fabric.generator.build(self.nodes)
+        return Fabric(kind=gen.kind, switches=[*gen.switches, *self.fabric.switches],
+                      links=[*gen.links, *self.fabric.links])
+
+    @cached_property
+    def node_by_name(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes}
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(n.gpu_count for n in self.nodes)
+
+
+class InterClusterLink(HPModel):
+    """A WAN (or campus) link between two clusters of a federation."""
+
+    a: str
+    b: str
+    gbps: float = Field(gt=0)
+    latency_ms: float = Field(default=20.0, ge=0)
+
+
+class Federation(HPModel):
+    clusters: list[Cluster] = Field(min_length=1)
+    links: list[InterClusterLink] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _links_known(self) -> "Federation":
+        names = [c.name for c in self.clusters]
+        if len(set(names)) != len(names):
+            raise ValueError("clusters: duplicate cluster name")
+        for i, link in enumerate(self.links):
+            for end in ("a", "b"):
+                if getattr(link, end) not in names:
+                    raise ValueError(f"links[{i}].{end}: unknown cluster {getattr(link, end)!r}")
+        return self
+
+    def link(self, a: str, b: str) -> InterClusterLink | None:
+        for link in self.links:
+            if {link.a, link.b} == {a, b}:
+                return link
+        return None

@@ -1,0 +1,88 @@
+"""An instance: clusters in their current state plus a pending queue (and a model to split)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from hyperplace.models.base import HPModel
+from hyperplace.models.cluster import Cluster, Federation, InterClusterLink
+from hyperplace.models.gpu import GPUCatalog, GPUType
+from hyperplace.models.job import ObjectMeta, TrainingJob
+from hyperplace.models.node import Node
+
+
+class InstanceSpec(HPModel):
+    gpu_types: list[GPUType] = Field(default_factory=list, description="user-declared GPU types")
+    clusters: list[Cluster] = Field(min_length=1)
+    inter_cluster_links: list[InterClusterLink] = Field(default_factory=list)
+    jobs: list[TrainingJob] = Field(default_factory=list, description="the pending queue")
+    model: str | None = Field(default=None, description="model preset for the layer split")
+
+
+class Instance(HPModel):
+    """``hyperplace/v1`` ``Instance``: what one scheduling round sees."""
+
+    api_version: Literal["hyperplace/v1"] = "hyperplace/v1"
+    kind: Literal["Instance"] = "Instance"
+    metadata: ObjectMeta
+    spec: InstanceSpec
+
+    @model_validator(mode="after")
+    def _known_references(self) -> "Instance":
+        catalog = GPUCatalog(self.spec.gpu_types)
+        seen_nodes: set[str] = set()
+        for ci, c in enumerate(self.spec.clusters):
+            for ni, n in enumerate(c.nodes):
+                if n.gpu_type not in catalog:
+                    raise ValueError(
+                        f"spec.clusters[{ci}].nodes[{ni}].gpuType: unknown GPU type {n.gpu_type!r} "
+                        f"(known: {', '.join(catalog.names())}; declare others under spec.gpuTypes)"
+                    )
+                if n.name in seen_nodes:
+                    raise ValueError(f"spec.clusters[{ci}].nodes[{ni}].name: node {n.name!r} appears twice")
+                seen_nodes.add(n.name)
+        names = [j.name for j in self.spec.jobs]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"spec.jobs: duplicate job name {sorted(dup)[0]!r}")
+        Federation(clusters=self.spec.clusters, links=self.spec.inter_cluster_links)
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @cached_property
+    def catalog(self) -> GPUCatalog:
+        return GPUCatalog(self.spec.gpu_types)
+
+    @cached_property
+    def federation(self) -> Federation:
+        return Federation(clusters=self.spec.clusters, links=self.spec.inter_cluster_links)
+
+    @property
+    def clusters(self) -> list[Cluster]:
+        return self.spec.clusters
+
+    @property
+    def jobs(self) -> list[TrainingJob]:
+        return self.spec.jobs
+
+    @cached_property
+    def node_index(self) -> dict[str, tuple[Cluster, Node]]:
+        return {n.name: (c, n) for c in self.spec.clusters for n in c.nodes}
+
+    def running_jobs(self) -> dict[str, int]:
+        """Jobs already holding GPUs (kept where they are) -> GPU count."""
+        out: dict[str, int] = {}
+        for c in self.spec.clusters:
+            for n in c.nodes:
+                for job in n.allocated.values():
+                    out[job] = out.get(job, 0) + 1
+        return out
+
+    def with_jobs(self, jobs: list[TrainingJob]) -> "Instance":
+        return self.model_copy(update={"spec": self.spec.model_copy(update={"jobs": jobs})})

@@ -1,0 +1,206 @@
+"""Training jobs as users write them (the seed's FoundationModelTrainingJob), and their gangs.
+
+Expansion into the units the engine places (``TrainingJob.units()``):
+
+* A **replica** is one copy of the model. ``spec.replicaCount`` replicas run data-parallel.
+* Every group of type ``TensorParallel``, ``PipelineParallel`` or ``ExpertParallel`` is a
+  *model-parallel* group: each replica gets one unit of ``gpusPerGroup`` GPUs per such group.
+  The unit's own ``gpuRequirements`` and ``interNodeConnectivity`` hold among its GPUs.
+* A ``DataParallel`` group describes the data-parallel dimension. If the job has
+  model-parallel groups, it adds no GPUs (its ``gpusPerGroup`` must then be 1: one
+  model-parallel copy per DP rank); its ``gpuRequirements`` apply to every GPU of the job and
+  its ``interNodeConnectivity`` to the links *between* replicas. If the job has no
+  model-parallel group, each replica is one unit of ``gpusPerGroup`` GPUs.
+* An ``Auxiliary`` group is one unit for the whole job (not per replica).
+* The job is a gang: every unit is placed in the same round, or none is.
+
+Worked example, the seed manifest ``llama-3-120b-finetune``: ``replicaCount: 20``, one
+``TensorParallel`` group of 8 and one ``DataParallel`` group of 1 -> 20 units of 8 GPUs
+(160 GPUs). Each unit: type H100 (``acceleratorType``; the toleration ``h100|a100`` allows
+both families, the accelerator narrows it to H100), >= 80 GB, every pair >= 900 (NVLink
+GB/s, the vendor figure the seed's comments refer to), so one 8-GPU NVSwitch node; across
+replicas >= 200 Gb/s fabric bandwidth, no hop limit.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from hyperplace.models.base import HPModel
+
+
+class GroupType(StrEnum):
+    TENSOR_PARALLEL = "TensorParallel"
+    DATA_PARALLEL = "DataParallel"
+    PIPELINE_PARALLEL = "PipelineParallel"
+    EXPERT_PARALLEL = "ExpertParallel"
+    AUXILIARY = "Auxiliary"
+
+
+MODEL_PARALLEL = (GroupType.TENSOR_PARALLEL, GroupType.PIPELINE_PARALLEL, GroupType.EXPERT_PARALLEL)
+
+# Named priorities, as the seed writes them; integers are accepted as they are.
+PRIORITY_LEVELS = {"low": 1, "normal": 2, "medium": 2, "high": 3, "critical": 4}
+
+
+class ObjectMeta(HPModel):
+    name: str = Field(min_length=1)
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class GPURequirements(HPModel):
+    min_memory_gb: float = Field(default=0, ge=0, alias="minMemoryGB")
+    min_nvlink_bandwidth_gbps_per_pair: float = Field(
+        default=0, ge=0, alias="minNVLinkBandwidthGbpsPerPair"
+    )
+    accelerator_type: str | None = None
+
+
+class InterNodeConnectivity(HPModel):
+    min_infiniband_bandwidth_gbps: float = Field(default=0, ge=0, alias="minInfiniBandBandwidthGbps")
+    max_hop_count: int | None = Field(default=None, ge=0)
+
+
+class ResourceGroup(HPModel):
+    name: str = Field(min_length=1)
+    type: GroupType
+    gpus_per_group: int = Field(gt=0)
+    gpu_requirements: GPURequirements = Field(default_factory=GPURequirements)
+    inter_node_connectivity: InterNodeConnectivity = Field(default_factory=InterNodeConnectivity)
+
+
+class Toleration(HPModel):
+    key: str
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = None
+    effect: str | None = None
+
+
+class TrainingJobSpec(HPModel):
+    model: str = Field(min_length=1)
+    replica_count: int = Field(default=1, gt=0)
+    resource_groups: list[ResourceGroup] = Field(min_length=1)
+    checkpoint_strategy: str | None = None
+    priority: str | int = "normal"
+    tolerations: list[Toleration] = Field(default_factory=list)
+
+    @field_validator("priority")
+    @classmethod
+    def _known_priority(cls, v: str | int) -> str | int:
+        if isinstance(v, str) and v.lower() not in PRIORITY_LEVELS:
+            raise ValueError(f"unknown priority {v!r}; use one of {', '.join(PRIORITY_LEVELS)} or an integer")
+        return v
+
+    @model_validator(mode="after")
+    def _groups(self) -> "TrainingJobSpec":
+        names = [g.name for g in self.resource_groups]
+        if len(set(names)) != len(names):
+            raise ValueError("resourceGroups: group names must be unique")
+        has_mp = any(g.type in MODEL_PARALLEL for g in self.resource_groups)
+        for g in self.resource_groups:
+            if g.type == GroupType.DATA_PARALLEL and has_mp and g.gpus_per_group != 1:
+                raise ValueError(
+                    f"resourceGroups[{names.index(g.name)}].gpusPerGroup: a DataParallel group "
+                    "beside model-parallel groups counts model copies per DP rank and must be 1"
+                )
+        if sum(g.type == GroupType.DATA_PARALLEL for g in self.resource_groups) > 1:
+            raise ValueError("resourceGroups: at most one DataParallel group")
+        return self
+
+
+class GangUnit(HPModel):
+    """A set of GPUs placed together: one model-parallel group of one replica (or one DP rank)."""
+
+    job: str
+    name: str = Field(description="<group>/<replica>, unique within the job")
+    group: str
+    group_type: GroupType
+    replica: int | None
+    gpus: int
+    gpu_types: str | None = Field(description="'|'-separated allowed types/families; None = any")
+    min_memory_gb: float = 0
+    min_nvlink_gbps: float = 0
+    min_ib_gbps: float = 0
+    max_hop_count: int | None = None
+
+
+class TrainingJob(HPModel):
+    """``ai.example.com/v1alpha1`` ``FoundationModelTrainingJob``, accepted verbatim."""
+
+    api_version: Literal["ai.example.com/v1alpha1"] = "ai.example.com/v1alpha1"
+    kind: Literal["FoundationModelTrainingJob"] = "FoundationModelTrainingJob"
+    metadata: ObjectMeta
+    spec: TrainingJobSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def priority(self) -> int:
+        p = self.spec.priority
+        return p if isinstance(p, int) else PRIORITY_LEVELS[p.lower()]
+
+    def _dp_group(self) -> ResourceGroup | None:
+        return next((g for g in self.spec.resource_groups if g.type == GroupType.DATA_PARALLEL), None)
+
+    def allowed_types(self, group: ResourceGroup) -> str | None:
+        """The type selector for a group: its acceleratorType, else the gpu-type toleration."""
+        accel = group.gpu_requirements.accelerator_type
+        dp = self._dp_group()
+        if accel is None and dp is not None:
+            accel = dp.gpu_requirements.accelerator_type
+        if accel:
+            return accel
+        for t in self.spec.tolerations:
+            if t.key == "gpu-type" and t.operator == "Equal" and t.value:
+                return t.value
+        return None
+
+    @property
+    def between_replicas(self) -> InterNodeConnectivity:
+        dp = self._dp_group()
+        return dp.inter_node_connectivity if dp else InterNodeConnectivity()
+
+    def units(self) -> list[GangUnit]:
+        dp = self._dp_group()
+        mp = [g for g in self.spec.resource_groups if g.type in MODEL_PARALLEL]
+        aux = [g for g in self.spec.resource_groups if g.type == GroupType.AUXILIARY]
+        per_replica = mp or ([dp] if dp else [])
+        out: list[GangUnit] = []
+        for r in range(self.spec.replica_count):
+            for g in per_replica:
+                out.append(self._unit(g, r, dp))
+        for g in aux:
+            out.append(self._unit(g, None, None))
+        return out
+
+    def _unit(self, g: ResourceGroup, replica: int | None, dp: ResourceGroup | None) -> GangUnit:
+        req = g.gpu_requirements
+        mem = req.min_memory_gb
+        nvl = req.min_nvlink_bandwidth_gbps_per_pair
+        if dp is not None and dp is not g:
+            mem = max(mem, dp.gpu_requirements.min_memory_gb)
+        conn = g.inter_node_connectivity
+        return GangUnit(
+            job=self.name,
+            name=f"{g.name}/{replica}" if replica is not None else g.name,
+            group=g.name,
+            group_type=g.type,
+            replica=replica,
+            gpus=g.gpus_per_group,
+            gpu_types=self.allowed_types(g),
+            min_memory_gb=mem,
+            min_nvlink_gbps=nvl,
+            min_ib_gbps=conn.min_infiniband_bandwidth_gbps,
+            max_hop_count=conn.max_hop_count,
+        )
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(u.gpus for u in self.units())

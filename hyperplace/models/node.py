@@ -1,0 +1,123 @@
+"""Nodes: GPUs of one type, the NVLink graph between them, NICs, labels and GPU state."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import cached_property
+from itertools import combinations
+
+from pydantic import Field, model_validator
+
+from hyperplace.models.base import HPModel
+
+
+class NVLinkTopology(StrEnum):
+    """How a node's GPUs talk to each other.
+
+    ``nvswitch``: every pair gets the GPU's full NVLink bandwidth (DGX A100/H100/B200).
+    ``hybrid_cube_mesh``: the DGX-1 V100 pattern (1 or 2 bonded links per pair, some pairs
+    only PCIe). ``pcie``: no NVLink. ``explicit``: the pairs are listed in ``nvlink_pairs``.
+    """
+
+    NVSWITCH = "nvswitch"
+    HYBRID_CUBE_MESH = "hybrid_cube_mesh"
+    PCIE = "pcie"
+    EXPLICIT = "explicit"
+
+
+# DGX-1 V100 hybrid cube mesh: bonded NVLink count per pair (shared/data/topology/
+# dgx1_v100_nvlink_links.csv, from microsoft/msccl-tools). Pairs not listed are PCIe only.
+DGX1_LINKS: dict[tuple[int, int], int] = {
+    (0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2, (1, 2): 2, (1, 3): 1, (1, 5): 2,
+    (2, 3): 2, (2, 6): 1, (3, 7): 1, (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2,
+    (5, 7): 1, (6, 7): 2,
+}
+
+
+class GPUPair(HPModel):
+
+    a: int = Field(ge=0)
+    b: int = Field(ge=0)
+    gbps: float = Field(ge=0, description="bidirectional GB/s between the pair")
+
+
+class NIC(HPModel):
+
+    name: str
+    gbps: float = Field(gt=0, description="line rate, Gb/s")
+    gpus: list[int] = Field(default_factory=list, description="GPUs closest to this NIC")
+
+
+class Node(HPModel):
+    """A machine. GPU state is kept sparse: every GPU is free unless listed.
+
+    ``allocated`` maps GPU index to the running job that holds it; ``faulty`` lists GPUs
+    that must never be used.
+    """
+
+
+    name: str = Field(min_length=1)
+    gpu_type: str
+    gpu_count: int = Field(gt=0, le=72)
+    nvlink: NVLinkTopology = NVLinkTopology.NVSWITCH
+    nvlink_gbps: float | None = Field(
+        default=None, ge=0, description="per-pair GB/s for nvswitch nodes; default: the GPU's"
+    )
+    nvlink_pairs: list[GPUPair] = Field(default_factory=list)
+    nics: list[NIC] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    allocated: dict[int, str] = Field(default_factory=dict)
+    faulty: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check_indices(self) -> "Node":
+        for field, idxs in (("allocated", list(self.allocated)), ("faulty", self.faulty)):
+            for i in idxs:
+                if not 0 <= i < self.gpu_count:
+                    raise ValueError(f"{field}: GPU index {i} outside 0..{self.gpu_count - 1}")
+        for p in self.nvlink_pairs:
+            if p.a >= self.gpu_count or p.b >= self.gpu_count or p.a == p.b:
+                raise ValueError(f"nvlink_pairs: bad pair ({p.a}, {p.b})")
+        if self.nvlink == NVLinkTopology.HYBRID_CUBE_MESH and self.gpu_count != 8:
+            raise ValueError("hybrid_cube_mesh needs gpu_count 8")
+        return self
+
+    # ---- state -------------------------------------------------------------------
+    @cached_property
+    def free_gpus(self) -> tuple[int, ...]:
+        busy = set(self.allocated) | set(self.faulty)
+        return tuple(i for i in range(self.gpu_count) if i not in busy)
+
+    @property
+    def free_count(self) -> int:
+        return len(self.free_gpus)
+
+    @property
+    def nic_gbps_per_gpu(self) -> float | None:
+        if not self.nics:
+            return None
+        return sum(n.gbps for n in self.nics) / self.gpu_count
+
+    # ---- NVLink graph ------------------------------------------------------------
+    def pair_bandwidths(self, per_link_gbps: float, full_gbps: float, pcie_gbps: float
+                        ) -> dict[tuple[int, int], float]:
+        """GB/s for every unordered pair (i < j), given the GPU type's figures."""
+        out: dict[tuple[int, int], float] = {}
+        n = self.gpu_count
+        if self.nvlink == NVLinkTopology.NVSWITCH:
+            bw = self.nvlink_gbps if self.nvlink_gbps is not None else full_gbps
+            return {(i, j): bw for i, j in combinations(range(n), 2)}
+        for i, j in combinations(range(n), 2):
+            out[(i, j)] = pcie_gbps
+        if self.nvlink == NVLinkTopology.HYBRID_CUBE_MESH:
+            for (i, j), links in DGX1_LINKS.items():
+                out[(i, j)] = links * per_link_gbps
+        elif self.nvlink == NVLinkTopology.EXPLICIT:
+            for p in self.nvlink_pairs:
+                out[(min(p.a, p.b), max(p.a, p.b))] = p.gbps
+        return out
+
+    @property
+    def is_uniform(self) -> bool:
+        """Every pair has the same bandwidth, so any subset of free GPUs is as good as any."""
+        return self.nvlink in (NVLinkTopology.NVSWITCH, NVLinkTopology.PCIE)

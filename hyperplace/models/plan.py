@@ -1,0 +1,90 @@
+"""``PlacementPlan``: what a scheduling round decided, in a form controllers can apply.
+
+Schema (``apiVersion: hyperplace/v1``, ``kind: PlacementPlan``)::
+
+    metadata: {name, instance}
+    status: optimal | feasible | fallback | infeasible | no_solution | error
+    solver, objective, bound, gap, runtimeS, budgetS, message
+    placements: [{job, unit, gpus: [{node, gpu}]}]          # one entry per gang unit
+    jobs: [{job, priority, gpus, gpuTypes, nodeNames,        # per admitted job
+            topologyAssignment: {levels, domains: [{values, count}]}}]
+    pending: [{job, reasons: [...]}]                          # every job not admitted
+    objectiveTerms: {admittedPriorityDemand, communication, fragmentation, policy}
+
+``topologyAssignment`` is Kueue's TopologyAssignment (levels, then domain values -> GPU
+count); ``nodeNames`` is what a Volcano ``nodeAffinity`` needs.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from hyperplace.models.base import HPModel
+from hyperplace.models.result import SolveStatus
+
+
+class GPURef(HPModel):
+    node: str
+    gpu: int = Field(ge=0)
+
+
+class UnitPlacement(HPModel):
+    job: str
+    unit: str
+    gpus: list[GPURef]
+
+
+class TopologyDomain(HPModel):
+    values: list[str]
+    count: int
+
+
+class TopologyAssignment(HPModel):
+    levels: list[str]
+    domains: list[TopologyDomain]
+
+
+class JobSummary(HPModel):
+    job: str
+    priority: int
+    gpus: int
+    gpu_types: dict[str, int] = Field(default_factory=dict)
+    node_names: list[str] = Field(default_factory=list)
+    topology_assignment: TopologyAssignment | None = None
+
+
+class PendingJob(HPModel):
+    job: str
+    reasons: list[str]
+
+
+class PlanMeta(HPModel):
+    name: str = "plan"
+    instance: str | None = None
+
+
+class PlacementPlan(HPModel):
+    api_version: Literal["hyperplace/v1"] = "hyperplace/v1"
+    kind: Literal["PlacementPlan"] = "PlacementPlan"
+    metadata: PlanMeta = Field(default_factory=PlanMeta)
+    status: SolveStatus
+    solver: str
+    objective: float | None = None
+    bound: float | None = None
+    gap: float | None = None
+    runtime_s: float = 0.0
+    budget_s: float | None = None
+    message: str = ""
+    placements: list[UnitPlacement] = Field(default_factory=list)
+    jobs: list[JobSummary] = Field(default_factory=list)
+    pending: list[PendingJob] = Field(default_factory=list)
+    objective_terms: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def admitted(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for p in self.placements:
+            seen.setdefault(p.job, None)
+        return list(seen)
