@@ -1,0 +1,46 @@
+"""The ``hyperplace`` command: a thin shell over the library.
+
+Each command group lives in its own module (``cli_instances``, ``cli_solve``, ``split_cli``)
+and is mounted here. Bad input never shows a traceback: :class:`InputError` becomes one line
+on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from hyperplace.errors import InputError
+
+app = typer.Typer(
+    name="hyperplace",
+    help="Place foundation-model training jobs on heterogeneous GPU clusters and federations.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _mount() -> None:
+    from hyperplace import cli_instances, cli_solve, split_cli
+
+    cli_instances.register(app)
+    cli_solve.register(app)
+    app.add_typer(split_cli.app, name="split")
+
+
+_mount()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except InputError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+"""``hyperplace instances ...`` and ``hyperplace validate`` (being written)."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    pass
