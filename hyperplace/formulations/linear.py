@@ -1,0 +1,90 @@
+"""A backend-independent integer linear model: the one thing every backend encodes.
+
+Formulations (placement, layer split, ...) write their problem once into a
+:class:`LinearModel`; ``solvers.cpsat`` and ``solvers.milp`` translate it to OR-Tools CP-SAT
+and PuLP (HiGHS or CBC). Objectives are *lexicographic*: a list solved in order, each later
+one under the constraint that the earlier ones keep their best value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Constraint:
+    terms: list[tuple[int, int]]  # (variable index, integer coefficient)
+    lo: float  # -inf allowed
+    hi: float  # +inf allowed
+    name: str = ""
+
+
+@dataclass(slots=True)
+class Objective:
+    """Minimise ``sum(coef * var)`` (maximisation is written with negated coefficients)."""
+
+    terms: list[tuple[int, int]]
+    name: str
+    sense: str = "min"  # "min" | "max"
+
+
+@dataclass
+class LinearModel:
+    """Integer variables with bounds, linear constraints, lexicographic objectives."""
+
+    names: list[str] = field(default_factory=list)
+    lbs: list[int] = field(default_factory=list)
+    ubs: list[int] = field(default_factory=list)
+    constraints: list[Constraint] = field(default_factory=list)
+    objectives: list[Objective] = field(default_factory=list)
+
+    def var(self, name: str, lb: int, ub: int) -> int:
+        if ub < lb:
+            raise ValueError(f"variable {name}: empty domain [{lb}, {ub}]")
+        self.names.append(name)
+        self.lbs.append(int(lb))
+        self.ubs.append(int(ub))
+        return len(self.names) - 1
+
+    def bool(self, name: str) -> int:
+        return self.var(name, 0, 1)
+
+    def add(self, terms: list[tuple[int, int]], lo: float = float("-inf"),
+            hi: float = float("inf"), name: str = "") -> None:
+        if terms:
+            self.constraints.append(Constraint(terms, lo, hi, name))
+        elif lo > 0 or hi < 0:
+            raise ValueError(f"constraint {name}: empty and violated")
+
+    def eq(self, terms: list[tuple[int, int]], rhs: float, name: str = "") -> None:
+        self.add(terms, rhs, rhs, name)
+
+    @property
+    def num_vars(self) -> int:
+        return len(self.names)
+
+    def evaluate(self, terms: list[tuple[int, int]], values: list[int]) -> int:
+        return sum(c * values[i] for i, c in terms)
+
+    def violated(self, values: list[int]) -> list[str]:
+        """Constraints a full assignment breaks (used to vet hints and backend answers)."""
+        bad = []
+        for i, (lb, ub) in enumerate(zip(self.lbs, self.ubs)):
+            if not lb <= values[i] <= ub:
+                bad.append(f"bounds of {self.names[i]}")
+        for c in self.constraints:
+            v = self.evaluate(c.terms, values)
+            if v < c.lo - 1e-6 or v > c.hi + 1e-6:
+                bad.append(c.name or "constraint")
+        return bad
+
+
+@dataclass
+class RawSolution:
+    """What a backend returns: values (or None), per-objective values and bounds, status."""
+
+    values: list[int] | None
+    status: str  # "optimal" | "feasible" | "infeasible" | "no_solution" | "error"
+    objective_values: list[float] = field(default_factory=list)
+    objective_bounds: list[float | None] = field(default_factory=list)
+    message: str = ""

@@ -1,0 +1,100 @@
+"""OR-Tools CP-SAT backend for :class:`~hyperplace.formulations.linear.LinearModel`.
+
+Lexicographic objectives are solved in turn; each solved objective is then fixed (``==`` its
+value when proven optimal, no worse than the incumbent otherwise) before the next.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from ortools.sat.python import cp_model
+
+from hyperplace.formulations.linear import LinearModel, RawSolution
+
+CAPABILITIES = {"integer": True, "lexicographic": True, "bound": True, "hints": True}
+
+_STATUS = {
+    cp_model.OPTIMAL: "optimal",
+    cp_model.FEASIBLE: "feasible",
+    cp_model.INFEASIBLE: "infeasible",
+    cp_model.MODEL_INVALID: "error",
+    cp_model.UNKNOWN: "no_solution",
+}
+
+
+def _expr(xs: list, terms: list[tuple[int, int]]):
+    if not terms:
+        return 0
+    return cp_model.LinearExpr.weighted_sum([xs[i] for i, _ in terms], [c for _, c in terms])
+
+
+def solve(model: LinearModel, time_limit_s: float, *, hint: list[int] | None = None,
+          seed: int = 0, workers: int = 2, shares: list[float] | None = None) -> RawSolution:
+    """Solve ``model`` within ``time_limit_s`` seconds (wall clock, all objectives together)."""
+    start = time.perf_counter()
+    cp = cp_model.CpModel()
+    xs = [cp.new_int_var(lb, ub, name) for name, lb, ub in zip(model.names, model.lbs, model.ubs)]
+    for c in model.constraints:
+        expr = _expr(xs, c.terms)
+        if c.lo == c.hi:
+            cp.add(expr == int(round(c.lo)))
+        else:
+            if c.lo != -math.inf:
+                cp.add(expr >= int(math.ceil(c.lo - 1e-9)))
+            if c.hi != math.inf:
+                cp.add(expr <= int(math.floor(c.hi + 1e-9)))
+    if hint is not None:
+        for x, v in zip(xs, hint):
+            cp.add_hint(x, v)
+
+    n = len(model.objectives)
+    shares = shares or ([0.6] + [0.4 / max(1, n - 1)] * (n - 1) if n > 1 else [1.0])
+    values: list[int] | None = None
+    obj_values: list[float] = []
+    obj_bounds: list[float | None] = []
+    overall = "optimal"
+    for k, obj in enumerate(model.objectives):
+        remaining = time_limit_s - (time.perf_counter() - start)
+        if remaining <= 0.01:
+            overall = "feasible" if values is not None else "no_solution"
+            break
+        # later phases inherit the time earlier ones did not use
+        rest_share = sum(shares[k:]) or 1.0
+        limit = remaining * (shares[k] / rest_share) if k < n - 1 else remaining
+        expr = _expr(xs, obj.terms)
+        if obj.sense == "max":
+            cp.maximize(expr)
+        else:
+            cp.minimize(expr)
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.01, limit)
+        solver.parameters.num_workers = workers
+        solver.parameters.random_seed = seed
+        status = solver.solve(cp)
+        st = _STATUS.get(status, "error")
+        if st in ("optimal", "feasible"):
+            values = [int(solver.value(x)) for x in xs]
+            val = solver.objective_value
+            obj_values.append(val)
+            obj_bounds.append(solver.best_objective_bound)
+            if st == "feasible":
+                overall = "feasible"
+            cp.clear_hints()
+            for x, v in zip(xs, values):
+                cp.add_hint(x, v)
+            iv = int(round(val))
+            if st == "optimal":
+                cp.add(expr == iv)
+            elif obj.sense == "max":
+                cp.add(expr >= iv)
+            else:
+                cp.add(expr <= iv)
+            cp.clear_objective()
+        else:
+            if values is None:
+                return RawSolution(None, st, message=f"CP-SAT: {solver.status_name(status)}")
+            overall = "feasible"
+            break
+    return RawSolution(values, overall, obj_values, obj_bounds)

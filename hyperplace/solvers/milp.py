@@ -1,0 +1,137 @@
+"""MILP backend: PuLP with HiGHS (CBC when HiGHS is absent) for a LinearModel.
+
+PuLP reports "Optimal" for some backends when a time limit stops them with an incumbent,
+so the status is read from ``sol_status`` and, with HiGHS, from the solver's own MIP gap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+import pulp
+
+from hyperplace.formulations.linear import LinearModel, RawSolution
+
+CAPABILITIES = {"integer": True, "lexicographic": True, "bound": True, "hints": False}
+
+
+def available_backend() -> str:
+    names = pulp.listSolvers(onlyAvailable=True)
+    return "highs" if "HiGHS" in names else "cbc"
+
+
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """HiGHS prints its banner on fd 1 when created; keep stdout clean for JSON/YAML output."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no real fd 1 (embedded use): nothing to protect
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _make_solver(backend: str, limit: float, msg: bool = False):
+    if backend == "highs":
+        return pulp.HiGHS(msg=msg, timeLimit=max(0.05, limit), gapRel=0.0, gapAbs=0.5, threads=1)
+    return pulp.PULP_CBC_CMD(msg=msg, timeLimit=max(1, int(math.ceil(limit))), gapRel=0.0,
+                             gapAbs=0.5)
+
+
+def _bound(prob: pulp.LpProblem, backend: str) -> float | None:
+    if backend != "highs":
+        return None
+    h = getattr(prob, "solverModel", None)
+    if h is None:
+        return None
+    try:
+        info = h.getInfo()
+        b = info.mip_dual_bound
+        return None if b is None or math.isinf(b) else float(b)
+    except Exception:  # noqa: BLE001 - bound is informative only
+        return None
+
+
+def solve(model: LinearModel, time_limit_s: float, *, backend: str | None = None,
+          shares: list[float] | None = None, **_: object) -> RawSolution:
+    start = time.perf_counter()
+    backend = backend or available_backend()
+    prob = pulp.LpProblem("hyperplace", pulp.LpMinimize)
+    xs = [pulp.LpVariable(f"x{i}", lowBound=lb, upBound=ub, cat=pulp.LpInteger)
+          for i, (lb, ub) in enumerate(zip(model.lbs, model.ubs))]
+    for ci, c in enumerate(model.constraints):
+        expr = pulp.LpAffineExpression([(xs[i], a) for i, a in c.terms])
+        if c.lo == c.hi:
+            prob += expr == c.lo, f"c{ci}"
+        else:
+            if c.lo != -math.inf:
+                prob += expr >= c.lo, f"c{ci}l"
+            if c.hi != math.inf:
+                prob += expr <= c.hi, f"c{ci}u"
+    n = len(model.objectives)
+    shares = shares or ([0.6] + [0.4 / max(1, n - 1)] * (n - 1) if n > 1 else [1.0])
+    values: list[int] | None = None
+    obj_values: list[float] = []
+    obj_bounds: list[float | None] = []
+    overall = "optimal"
+    for k, obj in enumerate(model.objectives):
+        remaining = time_limit_s - (time.perf_counter() - start)
+        if remaining <= 0.05:
+            overall = "feasible" if values is not None else "no_solution"
+            break
+        rest_share = sum(shares[k:]) or 1.0
+        limit = remaining * (shares[k] / rest_share) if k < n - 1 else remaining
+        sign = -1 if obj.sense == "max" else 1
+        expr = pulp.LpAffineExpression([(xs[i], sign * a) for i, a in obj.terms])
+        prob.setObjective(expr)
+        prob.sense = pulp.LpMinimize
+        try:
+            with _quiet_stdout():
+                prob.solve(_make_solver(backend, limit))
+        except pulp.PulpSolverError as exc:
+            return RawSolution(values, "error" if values is None else "feasible",
+                               obj_values, obj_bounds, message=str(exc))
+        sol = prob.sol_status
+        if sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+            values = [int(round(x.value() or 0)) for x in xs]
+            val = float(sum(a * values[i] for i, a in obj.terms))
+            bound = _bound(prob, backend)
+            proven = sol == pulp.LpSolutionOptimal
+            if bound is not None:
+                bound = sign * bound
+                proven = proven and abs(bound - val) < 0.5 + 1e-9
+            elif proven:
+                bound = val
+            obj_values.append(val)
+            obj_bounds.append(bound)
+            if not proven:
+                overall = "feasible"
+            fixed = pulp.LpAffineExpression([(xs[i], a) for i, a in obj.terms])
+            if proven:
+                prob += fixed == val, f"lex{k}"
+            elif obj.sense == "max":
+                prob += fixed >= val, f"lex{k}"
+            else:
+                prob += fixed <= val, f"lex{k}"
+        elif prob.status == pulp.LpStatusInfeasible and values is None:
+            return RawSolution(None, "infeasible", message="MILP: infeasible")
+        else:
+            if values is None:
+                return RawSolution(None, "no_solution",
+                                   message=f"MILP: {pulp.LpStatus[prob.status]} without a solution")
+            overall = "feasible"
+            break
+    return RawSolution(values, overall, obj_values, obj_bounds)
