@@ -28,9 +28,9 @@ class NVLinkTopology(StrEnum):
 # DGX-1 V100 hybrid cube mesh: bonded NVLink count per pair (shared/data/topology/
 # dgx1_v100_nvlink_links.csv, from microsoft/msccl-tools). Pairs not listed are PCIe only.
 DGX1_LINKS: dict[tuple[int, int], int] = {
-    (0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2, (1, 2): 2, (1, 3): 1, (1, 5): 2,
-    (2, 3): 2, (2, 6): 1, (3, 7): 1, (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2,
-    (5, 7): 1, (6, 7): 2,
+    (0, 1): 2, (0, 2): 1, (0, 3): 1, (0, 4): 2, (1, 2): 1, (1, 3): 2, (1, 5): 1,
+    (2, 3): 2, (2, 6): 2, (3, 7): 1, (4, 5): 2, (4, 6): 1, (4, 7): 1, (5, 6): 1,
+    (5, 7): 2, (6, 7): 2,
 }
 
 
