@@ -1,0 +1,577 @@
+"""Layer split: from a model, stages and links to arrays every backend encodes the same way.
+
+Cost model (``shared/design/cost-model.md``), per micro-batch, for a stage in a fixed
+pipeline order with layers ``[a, b)``::
+
+    load_k(a, b) = T[k, b] - T[k, a]          # compute (prefix sums of per-layer times)
+                 + X[k-1, a]  (k > 0)          # boundary with the upstream stage
+                 + X[k, b]    (k < P-1)        # boundary with the downstream stage
+
+``X[k, j]`` is the time to move the activation at cut ``j`` forward and its gradient back
+(``2·(bytes/bandwidth + latency)``) over the link between stages k and k+1. It is charged to
+*both* endpoints because with blocking point-to-point both sides are busy for it; this also
+keeps ``load_k`` a function of ``(a, b)`` alone, which is what makes the exact DP work.
+
+Memory per GPU of stage k at pipeline position k of P (1F1B keeps ``min(P - k, m)``
+micro-batches of activations in flight)::
+
+    M[k, b] - M[k, a] + const_k <= capacity_k
+
+Objective: minimise ``max_k load_k`` (the bottleneck), then the pipeline time
+``(m - 1)·max + Σ_k load_k``, i.e. Σ among bottleneck-optimal splits.
+
+A split is ``cuts = [0, c1, ..., c_{P-1}, L]``; stage k runs layers ``cuts[k] .. cuts[k+1]-1``.
+:func:`evaluate_split` is the one place that prices a split; solvers, baselines and the plan
+mapping all go through it (the checker in ``solvers/split_check.py`` deliberately does not).
+
+Stage order (``fixed_order=False``): the pipeline should cross the WAN as few times as
+possible and put fast links between neighbours. :func:`candidate_orders` enumerates every
+order that keeps each cluster's stages together (which is exactly the set of orders with the
+fewest WAN crossings, ``#clusters - 1``), deduplicating stages that are interchangeable
+(same cluster, GPU type, count, TP). The driver solves each exactly and keeps the best, so
+the order is optimal among minimum-crossing orders for up to ``EXACT_ORDER_MAX_STAGES``
+stages (and while the count stays under ``MAX_ENUMERATED_ORDERS``). Beyond that the order is
+heuristic: clusters chained greedily by the fastest link, stages inside a cluster by
+per-GPU memory, largest first (early positions hold the most in-flight activations), and
+the reverse of that order; both are solved exactly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+
+from hyperplace.errors import InputError
+from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
+from hyperplace.models.model_spec import Layer, param_state_bytes_per_param
+from hyperplace.models.result import SolveStats, SolveStatus
+from hyperplace.models.split import (
+    BaselineSummary,
+    SplitPlan,
+    SplitProblem,
+    Stage,
+    StageAssignment,
+    StageLink,
+)
+
+GB = 1e9
+EXACT_ORDER_MAX_STAGES = 8
+MAX_ENUMERATED_ORDERS = 5040
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class LinkInfo:
+    gbps: float
+    latency_s: float
+    kind: str
+    crosses_clusters: bool
+
+
+@dataclass
+class SplitData:
+    """Backend-independent arrays for one stage order. Times in seconds, memory in bytes."""
+
+    problem: SplitProblem
+    stages: list[Stage]
+    layers: list[Layer]
+    gpus: list[GPUType]
+    time: np.ndarray  # (P, L) compute seconds of layer l on stage k
+    prefix_time: np.ndarray  # (P, L+1)
+    xfer: np.ndarray  # (P-1, L+1) boundary seconds at cut j between k and k+1 (inf at 0, L)
+    mem_layer: np.ndarray  # (P, L) bytes per GPU of layer l on stage k at its position
+    prefix_mem: np.ndarray  # (P, L+1)
+    mem_const: np.ndarray  # (P,) bytes per GPU regardless of layers
+    mem_cap: np.ndarray  # (P,) bytes per GPU
+    inflight: np.ndarray  # (P,) micro-batches in flight at each position
+    dp_sync_layer: np.ndarray  # (P, L) seconds of the stage's gradient all-reduce per layer
+    dp_sync_const: np.ndarray  # (P,) latency part of it
+    links: list[LinkInfo]  # P-1 links between neighbours
+    time_sources: list[str] = field(default_factory=list)  # per stage: measured/scaled/formula
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def load_matrix(self, k: int) -> np.ndarray:
+        """``(L+1, L+1)`` load of stage k for every (a, b); inf where a >= b or memory overflows."""
+        P, L = self.num_stages, self.num_layers
+        pt = self.prefix_time[k]
+        load = pt[None, :] - pt[:, None]
+        if k > 0:
+            load = load + self.xfer[k - 1][:, None]
+        if k < P - 1:
+            load = load + self.xfer[k][None, :]
+        pm = self.prefix_mem[k]
+        mem = pm[None, :] - pm[:, None] + self.mem_const[k]
+        a_idx = np.arange(L + 1)
+        bad = (a_idx[:, None] >= a_idx[None, :]) | (mem > self.mem_cap[k] * (1 + 1e-12))
+        return np.where(bad, INF, load)
+
+    def memory_matrix(self, k: int) -> np.ndarray:
+        """``(L+1, L+1)`` memory per GPU of stage k for every (a, b); inf where a >= b."""
+        L = self.num_layers
+        pm = self.prefix_mem[k]
+        mem = pm[None, :] - pm[:, None] + self.mem_const[k]
+        a_idx = np.arange(L + 1)
+        return np.where(a_idx[:, None] >= a_idx[None, :], INF, mem)
+
+
+@dataclass
+class SplitEvaluation:
+    """A split priced by the cost model."""
+
+    cuts: list[int]
+    compute_s: list[float]
+    transfer_s: list[float]
+    load_s: list[float]
+    memory_bytes: list[float]
+    capacity_bytes: list[float]
+    dp_sync_s: list[float]
+    overflow: list[tuple[int, float]]  # (stage index, bytes over capacity)
+    bottleneck_s: float
+    sum_s: float
+    pipeline_time_s: float
+    step_time_s: float
+
+    @property
+    def feasible(self) -> bool:
+        return not self.overflow
+
+
+@dataclass
+class SplitSolution:
+    """What a backend returns: cuts (or none), how sure it is, how long it took."""
+
+    solver: str
+    status: SolveStatus
+    cuts: list[int] | None = None
+    bound: float | None = None
+    runtime_s: float = 0.0
+    message: str = ""
+
+
+# ------------------------------------------------------------------------------ building
+
+
+def _gpu(catalog: GPUCatalog, stage: Stage) -> GPUType:
+    g = catalog.find(stage.gpu_type)
+    if g is None:
+        raise InputError(
+            f"unknown GPU type {stage.gpu_type!r}; known: {', '.join(catalog.names())}",
+            path=f"stage {stage.name}",
+        )
+    return g
+
+
+def find_link(problem: SplitProblem, a: Stage, b: Stage) -> LinkInfo:
+    """The link between two stages: by stage names, then cluster names, then the defaults."""
+    def match(link: StageLink, x: str, y: str) -> bool:
+        return {link.a, link.b} == {x, y} or (x == y and link.a == link.b == x)
+
+    crosses = a.cluster != b.cluster
+    for x, y in ((a.name, b.name), (a.cluster, b.cluster)):
+        for link in problem.links:
+            if match(link, x, y):
+                return LinkInfo(link.gbps, link.latency_ms / 1e3, link.kind, crosses)
+    if crosses:
+        return LinkInfo(problem.inter_cluster_gbps, problem.inter_cluster_latency_ms / 1e3,
+                        "wan", True)
+    return LinkInfo(problem.intra_cluster_gbps, problem.intra_cluster_latency_ms / 1e3,
+                    "ib", False)
+
+
+def _layer_time(layer: Layer, g: GPUType, stage: Stage, recompute: bool) -> tuple[float, str]:
+    """Seconds per micro-batch of one layer on a stage, and where the figure comes from."""
+    t, d = stage.tensor_parallel, stage.data_parallel
+    m = layer.measured_time(g.name, t)
+    if m is not None:
+        return (m.fwd_s + m.bwd_s + (m.fwd_s if recompute else 0.0)) / d, "measured"
+    same_gpu = [x for x in layer.measured if x.gpu_type == g.name]
+    if same_gpu:
+        ref = min(same_gpu, key=lambda x: abs(math.log(x.tp / t)))
+        base = ref.fwd_s + ref.bwd_s + (ref.fwd_s if recompute else 0.0)
+        return base * ref.tp / t / d, "scaled-tp"
+    flops = layer.flops * (96.0 / 72.0 if recompute else 1.0)
+    compute = flops / (stage.gpu_count * g.bf16_tflops * 1e12 * g.mfu)
+    tp_comm = 0.0
+    if t > 1 and layer.tp_allreduce_bytes > 0:
+        # 4 all-reduces per layer (2 fwd, 2 bwd), ring over NVLink inside a node; a TP group
+        # wider than a node pays the NIC instead (cost-model.md: keep TP inside NVLink).
+        bw = (g.nvlink_gbps / 2 * GB) if (t <= 8 and g.nvlink_gbps > 0) else g.nic_gbps / 8 * GB
+        n_ar = 6 if recompute else 4
+        tp_comm = n_ar * 2 * (t - 1) / t * (layer.tp_allreduce_bytes / d) / bw
+    return compute + tp_comm, ("scaled-gpu" if layer.measured else "formula")
+
+
+@dataclass
+class StageRows:
+    """Per-layer figures of one stage that do not depend on its pipeline position."""
+
+    gpu: GPUType
+    time: np.ndarray
+    state_mem: np.ndarray  # weights, grads, optimizer state per GPU
+    act_mem: np.ndarray  # activations per in-flight micro-batch per GPU
+    dp_sync: np.ndarray
+    dp_const: float
+    mem_const: float
+    cap: float
+    source: str
+
+
+def stage_rows(problem: SplitProblem, stage: Stage, layers: list[Layer],
+               catalog: GPUCatalog) -> StageRows:
+    g = _gpu(catalog, stage)
+    t, d = stage.tensor_parallel, stage.data_parallel
+    bpp = param_state_bytes_per_param(problem.zero, d)
+    L = len(layers)
+    time, state, act, dp = np.zeros(L), np.zeros(L), np.zeros(L), np.zeros(L)
+    kinds = set()
+    for i, layer in enumerate(layers):
+        time[i], src = _layer_time(layer, g, stage, problem.recompute)
+        kinds.add(src)
+        state[i] = layer.params * bpp / t
+        act[i] = layer.activation_bytes(t, problem.recompute) / d
+        if d > 1:
+            # Ring all-reduce of this TP shard's bf16 grads among the d replicas.
+            bw = (g.nvlink_gbps / 2 * GB) if stage.gpu_count <= 8 else g.nic_gbps / 8 * GB
+            dp[i] = 2 * (d - 1) / d * (2 * layer.params / t) / bw
+    const = problem.runtime_overhead_gb * GB
+    if problem.recompute:
+        # Recomputing one layer rebuilds its full activations once (working set).
+        const += max(layer.activation_bytes(t) for layer in layers) / d
+    dp_const = 2 * (d - 1) * problem.intra_cluster_latency_ms / 1e3 if d > 1 else 0.0
+    return StageRows(gpu=g, time=time, state_mem=state, act_mem=act, dp_sync=dp,
+                     dp_const=dp_const, mem_const=const, cap=g.hbm_gb * GB,
+                     source="+".join(sorted(kinds)))
+
+
+def build_split_data(
+    problem: SplitProblem,
+    order: list[Stage] | None = None,
+    catalog: GPUCatalog | None = None,
+    *,
+    layers: list[Layer] | None = None,
+    cache: dict[str, StageRows] | None = None,
+) -> SplitData:
+    """Arrays for the given stage order (default: as listed). Raises InputError on bad input.
+
+    ``layers`` and ``cache`` let the order search price each stage once for all orders.
+    """
+    catalog = catalog or default_catalog()
+    stages = list(order if order is not None else problem.stages)
+    layers = layers if layers is not None else problem.model.build_layers()
+    L, P = len(layers), len(stages)
+    if L == 0:
+        raise InputError("model has zero layers", path="model")
+    if P > L:
+        raise InputError(f"{P} stages but only {L} layers: every stage needs a layer",
+                         path="stages")
+    cache = cache if cache is not None else {}
+    rows = []
+    for s in stages:
+        if s.name not in cache:
+            cache[s.name] = stage_rows(problem, s, layers, catalog)
+        rows.append(cache[s.name])
+    m = problem.microbatches
+    inflight = np.array([min(P - k, m) for k in range(P)], dtype=float)
+    time = np.vstack([r.time for r in rows])
+    mem = np.vstack([r.state_mem + inflight[k] * r.act_mem for k, r in enumerate(rows)])
+    links = [find_link(problem, stages[k], stages[k + 1]) for k in range(P - 1)]
+    xfer = np.full((max(P - 1, 0), L + 1), INF)
+    out_bytes = np.array([layer.output_bytes for layer in layers])
+    for k, link in enumerate(links):
+        bps = link.gbps * 1e9 / 8
+        xfer[k, 1:L] = 2 * (out_bytes[: L - 1] / bps + link.latency_s)
+    zero = np.zeros((P, 1))
+    return SplitData(
+        problem=problem, stages=stages, layers=layers, gpus=[r.gpu for r in rows], time=time,
+        prefix_time=np.hstack([zero, np.cumsum(time, axis=1)]), xfer=xfer, mem_layer=mem,
+        prefix_mem=np.hstack([zero, np.cumsum(mem, axis=1)]),
+        mem_const=np.array([r.mem_const for r in rows]), mem_cap=np.array([r.cap for r in rows]),
+        inflight=inflight, dp_sync_layer=np.vstack([r.dp_sync for r in rows]),
+        dp_sync_const=np.array([r.dp_const for r in rows]), links=links,
+        time_sources=[r.source for r in rows],
+    )
+
+
+# ------------------------------------------------------------------------------ evaluating
+
+
+def validate_cuts(data: SplitData, cuts: list[int]) -> None:
+    P, L = data.num_stages, data.num_layers
+    if len(cuts) != P + 1 or cuts[0] != 0 or cuts[-1] != L:
+        raise ValueError(f"cuts must be [0, ..., {L}] with {P + 1} entries, got {cuts}")
+    if any(cuts[k] >= cuts[k + 1] for k in range(P)):
+        raise ValueError(f"every stage needs at least one layer, got cuts {cuts}")
+
+
+def evaluate_split(data: SplitData, cuts: list[int]) -> SplitEvaluation:
+    """Price a split: per-stage compute, transfer, memory; bottleneck and step time."""
+    validate_cuts(data, cuts)
+    P = data.num_stages
+    compute, transfer, load, memory, dp_sync = [], [], [], [], []
+    overflow: list[tuple[int, float]] = []
+    for k in range(P):
+        a, b = cuts[k], cuts[k + 1]
+        c = float(data.prefix_time[k, b] - data.prefix_time[k, a])
+        x = 0.0
+        if k > 0:
+            x += float(data.xfer[k - 1, a])
+        if k < P - 1:
+            x += float(data.xfer[k, b])
+        mem = float(data.prefix_mem[k, b] - data.prefix_mem[k, a] + data.mem_const[k])
+        compute.append(c)
+        transfer.append(x)
+        load.append(c + x)
+        memory.append(mem)
+        dp = float(data.dp_sync_layer[k, a:b].sum() + data.dp_sync_const[k])
+        dp_sync.append(dp)
+        if mem > data.mem_cap[k] * (1 + 1e-12):
+            overflow.append((k, mem - float(data.mem_cap[k])))
+    bottleneck = max(load)
+    total = sum(load)
+    m = data.problem.microbatches
+    pipeline = (m - 1) * bottleneck + total
+    return SplitEvaluation(
+        cuts=list(cuts), compute_s=compute, transfer_s=transfer, load_s=load,
+        memory_bytes=memory, capacity_bytes=[float(c) for c in data.mem_cap], dp_sync_s=dp_sync,
+        overflow=overflow, bottleneck_s=bottleneck, sum_s=total, pipeline_time_s=pipeline,
+        step_time_s=pipeline + max(dp_sync),
+    )
+
+
+def lower_bound(data: SplitData) -> float:
+    """A fluid lower bound on the bottleneck, valid for every split (and every solver).
+
+    For weights ``w_k >= 0`` summing to 1, ``max_k load_k >= Σ_k w_k·load_k >=
+    Σ_l min_k w_k·time[k, l] + Σ_k w_k·(least transfer stage k can pay)``. With ``w_k``
+    proportional to each stage's speed this is "all layers spread perfectly by speed";
+    it is also never below the slowest single layer on its fastest stage.
+    """
+    P, L = data.num_stages, data.num_layers
+    totals = data.time.sum(axis=1)
+    if np.any(totals <= 0):
+        w = np.full(P, 1.0 / P)
+    else:
+        w = (1.0 / totals) / np.sum(1.0 / totals)
+    min_x = np.zeros(P)
+    for k in range(P):
+        if k > 0:
+            min_x[k] += float(np.min(data.xfer[k - 1, 1:L])) if L > 1 else 0.0
+        if k < P - 1:
+            min_x[k] += float(np.min(data.xfer[k, 1:L])) if L > 1 else 0.0
+    fluid = float(np.sum(np.min(w[:, None] * data.time, axis=0)) + np.dot(w, min_x))
+    single = float(np.max(np.min(data.time, axis=0))) if L else 0.0
+    return max(fluid, single)
+
+
+# ------------------------------------------------------------------------------ plans
+
+
+def wan_crossings(stages: list[Stage]) -> int:
+    return sum(1 for a, b in zip(stages, stages[1:]) if a.cluster != b.cluster)
+
+
+def counts_to_cuts(counts: list[int]) -> list[int]:
+    return [0, *itertools.accumulate(counts)]
+
+
+def summarise_baseline(
+    name: str, data: SplitData, cuts: list[int] | None, optimum: float | None, message: str = ""
+) -> BaselineSummary:
+    """A baseline's numbers under the same cost model, with its ratio to the optimum."""
+    if cuts is None:
+        return BaselineSummary(name=name, layers_per_stage=[], feasible=False, message=message)
+    ev = evaluate_split(data, cuts)
+    counts = [cuts[k + 1] - cuts[k] for k in range(data.num_stages)]
+    if not ev.feasible:
+        k, over = max(ev.overflow, key=lambda x: x[1])
+        message = message or (f"stage {data.stages[k].name} is {over / GB:.1f} GB over its "
+                              f"{data.mem_cap[k] / GB:.0f} GB per GPU")
+    return BaselineSummary(
+        name=name, layers_per_stage=counts, feasible=ev.feasible,
+        bottleneck_s=ev.bottleneck_s, step_time_s=ev.step_time_s,
+        ratio_to_optimal=(ev.bottleneck_s / optimum) if optimum else None,
+        idle_s=[ev.bottleneck_s - x for x in ev.load_s], message=message,
+    )
+
+
+def to_plan(
+    data: SplitData,
+    solution: SplitSolution,
+    *,
+    symmetric: BaselineSummary | None = None,
+    proportional: BaselineSummary | None = None,
+    left_out: list[Stage] | None = None,
+    notes: list[str] | None = None,
+    infeasible_reason: str = "",
+) -> SplitPlan:
+    """Map a backend's cuts back to a :class:`SplitPlan` (every figure from evaluate_split)."""
+    problem = data.problem
+    model = problem.model
+    left_out = left_out or []
+    lb = lower_bound(data)
+    tokens = model.tokens_per_microbatch
+    notes = list(notes or [])
+    sources = sorted(set(data.time_sources))
+    if any("scaled" in s for s in sources):
+        notes.append("some layer times are scaled from measurements on another GPU type or TP "
+                     "degree (peak x MFU ratio, ideal TP scaling)")
+    rows: list[StageAssignment] = []
+    if solution.cuts is None:
+        for s, g in zip(data.stages, data.gpus):
+            rows.append(StageAssignment(name=s.name, cluster=s.cluster, gpu_type=g.name,
+                                        gpu_count=s.gpu_count, tp=s.tensor_parallel,
+                                        dp=s.data_parallel, position=None,
+                                        memory_available_gb=g.hbm_gb))
+        stats = SolveStats(status=solution.status, solver=solution.solver,
+                           runtime_s=solution.runtime_s, message=solution.message)
+        return SplitPlan(model=model.name, feasible=False, stages=rows, order=[],
+                         num_layers=data.num_layers, microbatches=problem.microbatches,
+                         tokens_per_microbatch=tokens, lower_bound_s=lb, stats=stats,
+                         symmetric=symmetric, proportional=proportional, notes=notes,
+                         infeasible_reason=infeasible_reason or solution.message)
+    ev = evaluate_split(data, solution.cuts)
+    for k, (s, g) in enumerate(zip(data.stages, data.gpus)):
+        a, b = solution.cuts[k], solution.cuts[k + 1]
+        rows.append(StageAssignment(
+            name=s.name, cluster=s.cluster, gpu_type=g.name, gpu_count=s.gpu_count,
+            tp=s.tensor_parallel, dp=s.data_parallel, position=k, first_layer=a,
+            last_layer=b - 1, num_layers=b - a, compute_s=ev.compute_s[k],
+            transfer_s=ev.transfer_s[k], load_s=ev.load_s[k],
+            idle_s=ev.bottleneck_s - ev.load_s[k], inflight_microbatches=int(data.inflight[k]),
+            memory_used_gb=ev.memory_bytes[k] / GB, memory_available_gb=g.hbm_gb,
+        ))
+    catalog = default_catalog()
+    for s in left_out:
+        g = catalog.get(s.gpu_type)
+        rows.append(StageAssignment(name=s.name, cluster=s.cluster, gpu_type=g.name,
+                                    gpu_count=s.gpu_count, tp=s.tensor_parallel,
+                                    dp=s.data_parallel, position=None,
+                                    memory_available_gb=g.hbm_gb))
+    bound = solution.bound
+    if solution.status == SolveStatus.OPTIMAL:
+        bound = ev.bottleneck_s if bound is None else min(bound, ev.bottleneck_s)
+    objective = ev.bottleneck_s
+    gap = None if bound is None else abs(objective - bound) / max(abs(objective), 1e-12)
+    stats = SolveStats(status=solution.status, solver=solution.solver, objective=objective,
+                       bound=bound, gap=gap, runtime_s=solution.runtime_s,
+                       message=solution.message)
+    m = problem.microbatches
+    return SplitPlan(
+        model=model.name, feasible=ev.feasible, stages=rows,
+        order=[s.name for s in data.stages], cuts=list(solution.cuts),
+        num_layers=data.num_layers, microbatches=m, tokens_per_microbatch=tokens,
+        bottleneck_s=ev.bottleneck_s, pipeline_time_s=ev.pipeline_time_s,
+        dp_sync_s=max(ev.dp_sync_s), step_time_s=ev.step_time_s,
+        bubble_fraction=(ev.pipeline_time_s - m * ev.bottleneck_s) / ev.pipeline_time_s
+        if ev.pipeline_time_s > 0 else 0.0,
+        throughput_tokens_s=m * tokens / ev.step_time_s if ev.step_time_s > 0 else None,
+        lower_bound_s=min(lb, ev.bottleneck_s) if solution.status == SolveStatus.OPTIMAL else lb,
+        stats=stats, symmetric=symmetric, proportional=proportional,
+        wan_crossings=wan_crossings(data.stages), notes=notes,
+        infeasible_reason=infeasible_reason,
+    )
+
+
+# ------------------------------------------------------------------------------ orders
+
+
+def _signature(s: Stage) -> tuple:
+    return (s.cluster, s.gpu_type, s.gpu_count, s.tensor_parallel)
+
+
+def _unique_perms(items: list[Stage]) -> Iterator[tuple[Stage, ...]]:
+    """Permutations of stages, skipping ones that only swap interchangeable stages."""
+    seen: set[tuple] = set()
+    for perm in itertools.permutations(items):
+        key = tuple(_signature(s) for s in perm)
+        if key not in seen:
+            seen.add(key)
+            yield perm
+
+
+def _named_links(problem: SplitProblem) -> bool:
+    cluster_names = {s.cluster for s in problem.stages}
+    return any(link.a not in cluster_names or link.b not in cluster_names
+               for link in problem.links)
+
+
+def count_grouped_orders(problem: SplitProblem) -> int:
+    clusters: dict[str, list[Stage]] = {}
+    for s in problem.stages:
+        clusters.setdefault(s.cluster, []).append(s)
+    total = math.factorial(len(clusters))
+    for group in clusters.values():
+        total *= math.factorial(len(group))
+    return total
+
+
+def candidate_orders(problem: SplitProblem) -> tuple[list[list[Stage]], bool]:
+    """Orders to solve, and whether they cover every minimum-WAN-crossing order.
+
+    Fixed order: just the given one (exact by definition).
+    """
+    if problem.fixed_order or len(problem.stages) == 1:
+        return [list(problem.stages)], True
+    clusters: dict[str, list[Stage]] = {}
+    for s in problem.stages:
+        clusters.setdefault(s.cluster, []).append(s)
+    exact = (len(problem.stages) <= EXACT_ORDER_MAX_STAGES
+             and count_grouped_orders(problem) <= MAX_ENUMERATED_ORDERS * 8)
+    if exact:
+        # With links named per stage, "interchangeable" stages are not: enumerate them all.
+        named = _named_links(problem)
+        perms = (lambda g: itertools.permutations(g)) if named else _unique_perms
+        per_cluster = {c: [list(p) for p in perms(g)] for c, g in clusters.items()}
+        orders: list[list[Stage]] = []
+        seen: set[tuple] = set()
+        for cperm in itertools.permutations(clusters):
+            for combo in itertools.product(*(per_cluster[c] for c in cperm)):
+                order = [s for part in combo for s in part]
+                key = tuple(s.name if named else _signature(s) for s in order)
+                if key in seen:
+                    continue
+                seen.add(key)
+                orders.append(order)
+                if len(orders) > MAX_ENUMERATED_ORDERS:
+                    exact = False
+                    break
+            if not exact:
+                break
+        if exact:
+            return orders, True
+    return _heuristic_orders(problem, clusters), False
+
+
+def _heuristic_orders(problem: SplitProblem, clusters: dict[str, list[Stage]]) -> list[list[Stage]]:
+    catalog = default_catalog()
+
+    def stage_mem(s: Stage) -> float:
+        g = catalog.find(s.gpu_type)
+        return g.hbm_gb * s.tensor_parallel if g else 0.0
+
+    def bw(c1: str, c2: str) -> float:
+        a = clusters[c1][0]
+        b = clusters[c2][0]
+        return find_link(problem, a, b).gbps
+
+    names = list(clusters)
+    # Start from the cluster with the most memory: it takes the early, activation-heavy end.
+    start = max(names, key=lambda c: sum(stage_mem(s) for s in clusters[c]))
+    chain = [start]
+    while len(chain) < len(names):
+        last = chain[-1]
+        nxt = max((c for c in names if c not in chain), key=lambda c: bw(last, c))
+        chain.append(nxt)
+    order = [s for c in chain for s in sorted(clusters[c], key=stage_mem, reverse=True)]
+    return [order, list(reversed(order))]

@@ -1,0 +1,189 @@
+"""The layer-split driver: stage subsets and orders, one exact backend, baselines, fallback.
+
+``solve_split(problem, solver="auto")``:
+
+1. Stages marked ``optional`` may be left out: every subset is tried (exact up to
+   ``MAX_OPTIONAL_EXACT`` optional stages; beyond that only "all stages" is tried).
+2. For each subset, the candidate orders of ``formulations.layer_split.candidate_orders``
+   (the given order when ``fixed_order``) are ranked by the exact DP, which takes
+   milliseconds per order: lowest bottleneck, then shortest 1F1B pipeline time.
+3. The requested backend (``dp``, ``milp``, ``cpsat`` or ``proportional``) solves the
+   chosen order and its answer is mapped to a plan by ``evaluate_split``. ``auto`` is the
+   DP. If a backend fails or stops without a plan, the proportional split is returned,
+   marked ``fallback``.
+4. The symmetric and proportional splits of the chosen order are reported with their ratio
+   to the optimum. When nothing fits, the plan is infeasible and says which stage runs out
+   of memory by how much in the least-bad split.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+
+from hyperplace.formulations.layer_split import (
+    SplitData,
+    SplitSolution,
+    StageRows,
+    build_split_data,
+    candidate_orders,
+    evaluate_split,
+    stage_rows,
+    summarise_baseline,
+    to_plan,
+)
+from hyperplace.errors import InputError
+from hyperplace.models.gpu import GPUCatalog, default_catalog
+from hyperplace.models.result import SolveStatus
+from hyperplace.models.split import SplitPlan, SplitProblem, Stage
+from hyperplace.solvers.split_baselines import proportional_cuts, solve_proportional, symmetric_cuts
+from hyperplace.solvers.split_cpsat import solve_cpsat
+from hyperplace.solvers.split_dp import memory_diagnosis, minmax_path, solve_dp
+from hyperplace.solvers.split_milp import solve_milp
+
+SOLVERS: dict[str, Callable[..., SplitSolution]] = {
+    "dp": solve_dp,
+    "milp": solve_milp,
+    "cpsat": solve_cpsat,
+    "proportional": solve_proportional,
+}
+SOLVER_NAMES = ("auto", *SOLVERS)
+MAX_OPTIONAL_EXACT = 10
+TIE_RTOL = 1e-9
+
+
+def _subsets(problem: SplitProblem) -> tuple[list[list[Stage]], bool]:
+    optional = [s for s in problem.stages if s.optional]
+    if not optional:
+        return [list(problem.stages)], True
+    if len(optional) > MAX_OPTIONAL_EXACT:
+        return [list(problem.stages)], False
+    out = []
+    for r in range(len(optional) + 1):
+        for dropped in itertools.combinations(optional, r):
+            names = {s.name for s in dropped}
+            keep = [s for s in problem.stages if s.name not in names]
+            if keep:
+                out.append(keep)
+    return out, True
+
+
+def _rank_key(data: SplitData, cuts: list[int]) -> tuple[float, float]:
+    ev = evaluate_split(data, cuts)
+    return ev.bottleneck_s, ev.pipeline_time_s
+
+
+def _better(a: tuple[float, float], b: tuple[float, float] | None) -> bool:
+    if b is None:
+        return True
+    if a[0] < b[0] * (1 - TIE_RTOL):
+        return True
+    return a[0] <= b[0] * (1 + TIE_RTOL) and a[1] < b[1] * (1 - TIE_RTOL)
+
+
+def solve_split(
+    problem: SplitProblem,
+    solver: str = "auto",
+    time_limit: float | None = 10.0,
+    catalog: GPUCatalog | None = None,
+) -> SplitPlan:
+    """Best contiguous layer split of ``problem`` under the cost model, with baselines."""
+    if solver not in SOLVER_NAMES:
+        raise InputError(f"unknown solver {solver!r}; choose from {', '.join(SOLVER_NAMES)}",
+                         path="solver")
+    start = time.perf_counter()
+    catalog = catalog or default_catalog()
+    layers = problem.model.build_layers()
+    if not layers:
+        raise InputError("model has zero layers", path="model")
+    required = [s for s in problem.stages if not s.optional]
+    if len(required) > len(layers):
+        raise InputError(f"{len(required)} stages but only {len(layers)} layers: every stage "
+                         f"needs a layer (mark some stages optional)", path="stages")
+    cache: dict[str, StageRows] = {}
+    for s in problem.stages:  # surfaces unknown GPU types before any search
+        cache[s.name] = stage_rows(problem, s, layers, catalog)
+
+    subsets, subsets_exact = _subsets(problem)
+    best: tuple[tuple[float, float], SplitData, list[int]] | None = None
+    least_bad: tuple[float, SplitData] | None = None
+    n_orders = 0
+    orders_exact = True
+    first_data: SplitData | None = None
+    for subset in subsets:
+        if len(subset) > len(layers):
+            continue
+        sub_problem = problem.model_copy(update={"stages": subset})
+        orders, exact = candidate_orders(sub_problem)
+        orders_exact &= exact
+        for order in orders:
+            n_orders += 1
+            data = build_split_data(problem, order, catalog, layers=layers, cache=cache)
+            first_data = first_data or data
+            sol = solve_dp(data)
+            if sol.cuts is None:
+                mats = [data.memory_matrix(k) - data.mem_cap[k] for k in range(data.num_stages)]
+                worst, _ = minmax_path(mats)
+                if least_bad is None or worst < least_bad[0]:
+                    least_bad = (worst, data)
+                continue
+            key = _rank_key(data, sol.cuts)
+            if best is None or _better(key, best[0]):
+                best = (key, data, sol.cuts)
+
+    notes: list[str] = []
+    if not problem.fixed_order and len(problem.stages) > 1:
+        notes.append(
+            f"stage order chosen among {n_orders} candidate orders "
+            + ("(every order with the fewest WAN crossings: exact)" if orders_exact
+               else "(heuristic order: too many stages to enumerate)")
+        )
+    if not subsets_exact:
+        notes.append("too many optional stages to enumerate: all stages kept")
+
+    if best is None:
+        assert first_data is not None
+        data = least_bad[1] if least_bad else first_data
+        reason = memory_diagnosis(data)
+        sol = SplitSolution(solver=solver if solver != "auto" else "dp",
+                            status=SolveStatus.INFEASIBLE,
+                            runtime_s=time.perf_counter() - start, message=reason)
+        sym = summarise_baseline("symmetric", data, symmetric_cuts(data), None)
+        return to_plan(data, sol, symmetric=sym, notes=notes, infeasible_reason=reason)
+
+    _, data, dp_cuts = best
+    backend_name = "dp" if solver == "auto" else solver
+    try:
+        remaining = None if time_limit is None else max(0.1, time_limit - (time.perf_counter() - start))
+        sol = SOLVERS[backend_name](data, time_limit=remaining)
+    except Exception as exc:  # a backend failure must not lose the user a plan
+        sol = SplitSolution(solver=backend_name, status=SolveStatus.ERROR,
+                            message=f"{backend_name} failed: {exc}")
+    if sol.cuts is None and sol.status != SolveStatus.INFEASIBLE:
+        fallback = proportional_cuts(data)
+        msg = sol.message or f"{backend_name} returned no plan"
+        sol = SplitSolution(solver=f"{backend_name}->proportional",
+                            status=SolveStatus.FALLBACK if fallback else SolveStatus.NO_SOLUTION,
+                            cuts=fallback, message=msg)
+    elif sol.status == SolveStatus.INFEASIBLE:
+        # The DP found a split for this order, so a backend claiming infeasible is wrong.
+        sol = SplitSolution(solver=backend_name, status=SolveStatus.ERROR, cuts=dp_cuts,
+                            message=f"{backend_name} claimed infeasible; DP split returned")
+    sol.runtime_s = time.perf_counter() - start
+
+    optimum = evaluate_split(data, sol.cuts).bottleneck_s if sol.cuts else None
+    if sol.status != SolveStatus.OPTIMAL:
+        optimum = evaluate_split(data, dp_cuts).bottleneck_s
+    # Symmetric is what people run today: every stage, in the order they listed them.
+    given = (build_split_data(problem, list(problem.stages), catalog, layers=layers, cache=cache)
+             if len(problem.stages) <= len(layers) else data)
+    sym = summarise_baseline("symmetric", given, symmetric_cuts(given), optimum)
+    prop_cuts = proportional_cuts(data)
+    prop = summarise_baseline("proportional", data, prop_cuts, optimum,
+                              "" if prop_cuts else "could not be repaired to fit memory")
+    chosen = {s.name for s in data.stages}
+    left_out = [s for s in problem.stages if s.name not in chosen]
+    if left_out:
+        notes.append("left empty: " + ", ".join(s.name for s in left_out))
+    return to_plan(data, sol, symmetric=sym, proportional=prop, left_out=left_out, notes=notes)

@@ -1,0 +1,157 @@
+"""Independent checker for layer-split plans.
+
+Written apart from ``formulations/layer_split.py`` on purpose: it re-derives every figure
+from the model, the GPU catalog and the cost-model formulas with plain loops (no prefix
+sums, no shared helpers beyond the model's own layer list), so a bug in the formulation or a
+backend shows up as a disagreement here instead of being repeated.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hyperplace.models.gpu import default_catalog
+from hyperplace.models.model_spec import param_state_bytes_per_param
+from hyperplace.models.split import SplitPlan, SplitProblem, Stage
+
+RTOL = 1e-6
+
+
+def _close(a: float, b: float, rtol: float = RTOL) -> bool:
+    return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-9)
+
+
+def _link(problem: SplitProblem, a: Stage, b: Stage) -> tuple[float, float]:
+    """(bytes per second, latency seconds) between two neighbouring stages."""
+    for link in problem.links:
+        if {link.a, link.b} == {a.name, b.name}:
+            return link.gbps * 1e9 / 8, link.latency_ms / 1e3
+    for link in problem.links:
+        if {link.a, link.b} == {a.cluster, b.cluster}:
+            return link.gbps * 1e9 / 8, link.latency_ms / 1e3
+    if a.cluster == b.cluster:
+        return problem.intra_cluster_gbps * 1e9 / 8, problem.intra_cluster_latency_ms / 1e3
+    return problem.inter_cluster_gbps * 1e9 / 8, problem.inter_cluster_latency_ms / 1e3
+
+
+def check_split(plan: SplitPlan, problem: SplitProblem) -> list[str]:
+    """Violations of ``plan`` against ``problem``; an empty list means the plan is sound."""
+    out: list[str] = []
+    catalog = default_catalog()
+    layers = problem.model.build_layers()
+    L = len(layers)
+    by_name = {s.name: s for s in problem.stages}
+    if not plan.feasible:
+        if plan.stats.status.value == "optimal":
+            out.append("infeasible plan marked optimal")
+        if not plan.infeasible_reason:
+            out.append("infeasible plan does not say why")
+        return out
+
+    active = [a for a in plan.stages if a.position is not None]
+    active.sort(key=lambda a: a.position or 0)
+    if [a.position for a in active] != list(range(len(active))):
+        out.append(f"positions are not 0..{len(active) - 1}")
+    for a in plan.stages:
+        if a.name not in by_name:
+            out.append(f"stage {a.name} is not in the problem")
+        elif a.position is None and not by_name[a.name].optional:
+            out.append(f"stage {a.name} is empty but not optional")
+    if {a.name for a in plan.stages} != set(by_name):
+        out.append("plan does not list every stage of the problem")
+    if problem.fixed_order:
+        given = [s.name for s in problem.stages if s.name in {a.name for a in active}]
+        if given != [a.name for a in active]:
+            out.append("fixed order not respected")
+    nxt = 0
+    for a in active:
+        if a.first_layer is None or a.last_layer is None or a.num_layers < 1:
+            out.append(f"stage {a.name} has no layers but a pipeline position")
+            return out
+        if a.first_layer != nxt:
+            out.append(f"stage {a.name} starts at layer {a.first_layer}, expected {nxt} "
+                       "(layers missing or overlapping: not contiguous)")
+        if a.last_layer - a.first_layer + 1 != a.num_layers:
+            out.append(f"stage {a.name}: layer range and count disagree")
+        nxt = a.last_layer + 1
+    if nxt != L:
+        out.append(f"layers {nxt}..{L - 1} are assigned to no stage")
+    if out:
+        return out
+
+    P, m = len(active), problem.microbatches
+    loads: list[float] = []
+    for pos, a in enumerate(active):
+        s = by_name[a.name]
+        g = catalog.get(s.gpu_type)
+        t = s.tp or min(s.gpu_count, 8)
+        d = s.gpu_count // t
+        compute = 0.0
+        mem = problem.runtime_overhead_gb * 1e9
+        inflight = min(P - pos, m)
+        bpp = param_state_bytes_per_param(problem.zero, d)
+        for i in range(a.first_layer or 0, (a.last_layer or 0) + 1):
+            layer = layers[i]
+            meas = [x for x in layer.measured if x.gpu_type == g.name]
+            exact = [x for x in meas if x.tp == t]
+            extra_fwd = problem.recompute
+            if exact:
+                x = exact[0]
+                compute += (x.fwd_s + x.bwd_s + (x.fwd_s if extra_fwd else 0)) / d
+            elif meas:
+                x = min(meas, key=lambda y: abs(math.log(y.tp / t)))
+                compute += (x.fwd_s + x.bwd_s + (x.fwd_s if extra_fwd else 0)) * x.tp / t / d
+            else:
+                fl = layer.flops * (96 / 72 if extra_fwd else 1)
+                compute += fl / (s.gpu_count * g.bf16_tflops * 1e12 * g.mfu)
+                if t > 1 and layer.tp_allreduce_bytes > 0:
+                    bw = g.nvlink_gbps / 2 * 1e9 if (t <= 8 and g.nvlink_gbps > 0) \
+                        else g.nic_gbps / 8 * 1e9
+                    compute += (6 if extra_fwd else 4) * 2 * (t - 1) / t \
+                        * layer.tp_allreduce_bytes / d / bw
+            if problem.recompute:
+                act = layer.recompute_bytes
+            else:
+                act = layer.activation_bytes_replicated + layer.activation_bytes_sharded / t
+            mem += layer.params * bpp / t + inflight * act / d
+        if problem.recompute:
+            mem += max(ly.activation_bytes_replicated + ly.activation_bytes_sharded / t
+                       for ly in layers) / d
+        transfer = 0.0
+        for nb_pos, boundary_layer in ((pos - 1, a.first_layer - 1), (pos + 1, a.last_layer)):
+            if 0 <= nb_pos < P:
+                bps, lat = _link(problem, s, by_name[active[nb_pos].name])
+                transfer += 2 * (layers[boundary_layer].output_bytes / bps + lat)
+        load = compute + transfer
+        loads.append(load)
+        cap = g.hbm_gb * 1e9
+        if mem > cap * (1 + 1e-9):
+            out.append(f"stage {a.name}: memory {mem / 1e9:.2f} GB over {cap / 1e9:.0f} GB")
+        if not _close(mem / 1e9, a.memory_used_gb):
+            out.append(f"stage {a.name}: reported memory {a.memory_used_gb:.3f} GB, "
+                       f"recomputed {mem / 1e9:.3f} GB")
+        if not _close(compute, a.compute_s):
+            out.append(f"stage {a.name}: reported compute {a.compute_s:.6g}s, recomputed {compute:.6g}s")
+        if not _close(transfer, a.transfer_s):
+            out.append(f"stage {a.name}: reported transfer {a.transfer_s:.6g}s, "
+                       f"recomputed {transfer:.6g}s")
+        if a.inflight_microbatches != inflight:
+            out.append(f"stage {a.name}: {a.inflight_microbatches} micro-batches in flight "
+                       f"reported, 1F1B keeps {inflight}")
+    bottleneck = max(loads)
+    pipeline = (m - 1) * bottleneck + sum(loads)
+    if plan.bottleneck_s is None or not _close(bottleneck, plan.bottleneck_s):
+        out.append(f"reported bottleneck {plan.bottleneck_s}, recomputed {bottleneck}")
+    if plan.pipeline_time_s is None or not _close(pipeline, plan.pipeline_time_s):
+        out.append(f"reported pipeline time {plan.pipeline_time_s}, recomputed {pipeline}")
+    if plan.stats.objective is not None and not _close(plan.stats.objective, bottleneck):
+        out.append("stats.objective differs from the bottleneck")
+    if plan.lower_bound_s is not None and plan.lower_bound_s > bottleneck * (1 + RTOL):
+        out.append(f"lower bound {plan.lower_bound_s} above the bottleneck {bottleneck}")
+    if plan.stats.bound is not None and plan.stats.bound > bottleneck * (1 + RTOL):
+        out.append(f"solver bound {plan.stats.bound} above the bottleneck {bottleneck}")
+    if plan.step_time_s and plan.throughput_tokens_s:
+        tps = m * problem.model.tokens_per_microbatch / plan.step_time_s
+        if not _close(tps, plan.throughput_tokens_s):
+            out.append("throughput inconsistent with step time")
+    return out

@@ -1,0 +1,245 @@
+"""Exact layer-split solvers: agreement with each other and brute force, memory by position,
+stage order, measured profiles, the seed example, and the checker on every plan."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hyperplace.formulations.layer_split import (
+    build_split_data,
+    counts_to_cuts,
+    evaluate_split,
+    lower_bound,
+)
+from hyperplace.models.model_spec import Layer, ModelSpec, load_profile_model, model_preset
+from hyperplace.models.result import SolveStatus
+from hyperplace.models.split import SplitProblem, Stage, StageLink
+from hyperplace.solvers.split import solve_split
+from hyperplace.solvers.split_check import check_split
+from hyperplace.solvers.split_cpsat import solve_cpsat
+from hyperplace.solvers.split_dp import solve_dp
+from hyperplace.solvers.split_milp import solve_milp
+
+GPU_TYPES = ["V100-32", "A100-40", "A100-80", "H100-80", "H200-141", "B200"]
+
+
+def close(a: float, b: float, rtol: float = 1e-6) -> bool:
+    return abs(a - b) <= rtol * max(abs(a), abs(b)) + 1e-8
+
+
+def brute_force(data) -> tuple[float, float] | None:
+    """(bottleneck, pipeline time) of the best split by enumerating every cut set."""
+    P, L = data.num_stages, data.num_layers
+    best = None
+    for inner in itertools.combinations(range(1, L), P - 1):
+        ev = evaluate_split(data, [0, *inner, L])
+        if not ev.feasible:
+            continue
+        key = (ev.bottleneck_s, ev.pipeline_time_s)
+        if best is None or key[0] < best[0] * (1 - 1e-9) or (
+            key[0] <= best[0] * (1 + 1e-9) and key[1] < best[1]
+        ):
+            best = key
+    return best
+
+
+def custom_model(flops: list[float], params: list[float], act: float, name: str = "rand") -> ModelSpec:
+    layers = [
+        Layer(name=f"l{i}", flops=f, params=p, activation_bytes_sharded=act,
+              recompute_bytes=act / 10, output_bytes=64e6)
+        for i, (f, p) in enumerate(zip(flops, params))
+    ]
+    return ModelSpec(name=name, num_layers=len(layers), hidden_size=4096, num_heads=32,
+                     seq_length=4096, micro_batch_size=1, layers=layers)
+
+
+@st.composite
+def instances(draw, max_layers: int = 9, max_stages: int = 4) -> SplitProblem:
+    L = draw(st.integers(2, max_layers))
+    P = draw(st.integers(1, min(max_stages, L)))
+    flops = [draw(st.floats(1e13, 2e14)) for _ in range(L)]
+    params = [draw(st.floats(1e8, 2e9)) for _ in range(L)]
+    act = draw(st.floats(1e8, 2e10))
+    stages = []
+    for k in range(P):
+        stages.append(Stage(
+            name=f"s{k}", cluster=draw(st.sampled_from(["north", "south"])),
+            gpu_type=draw(st.sampled_from(GPU_TYPES)), gpu_count=draw(st.sampled_from([1, 2, 4, 8])),
+        ))
+    links = [StageLink(a="north", b="south", gbps=draw(st.floats(10, 400)),
+                       latency_ms=draw(st.floats(0, 30)))]
+    return SplitProblem(model=custom_model(flops, params, act), stages=stages, links=links,
+                        microbatches=draw(st.integers(1, 8)), fixed_order=True,
+                        zero=draw(st.integers(0, 3)))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_exact_solvers_agree_with_brute_force(problem: SplitProblem) -> None:
+    data = build_split_data(problem)
+    truth = brute_force(data)
+    for solve in (solve_dp, solve_milp, solve_cpsat):
+        sol = solve(data, time_limit=20)
+        if truth is None:
+            assert sol.status == SolveStatus.INFEASIBLE, sol.solver
+            continue
+        assert sol.status == SolveStatus.OPTIMAL, (sol.solver, sol.message)
+        ev = evaluate_split(data, sol.cuts)
+        assert ev.feasible
+        assert close(ev.bottleneck_s, truth[0]), (sol.solver, ev.bottleneck_s, truth)
+        assert close(ev.pipeline_time_s, truth[1], 1e-5), (sol.solver, ev.pipeline_time_s, truth)
+        assert lower_bound(data) <= ev.bottleneck_s * (1 + 1e-9)
+        assert sol.bound is None or sol.bound <= ev.bottleneck_s * (1 + 1e-6)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(max_layers=40, max_stages=6))
+def test_plans_pass_the_independent_checker(problem: SplitProblem) -> None:
+    plans = {s: solve_split(problem.model_copy(update={"fixed_order": False}), s)
+             for s in ("dp", "milp", "cpsat")}
+    feasible = {s: p.feasible for s, p in plans.items()}
+    assert len(set(feasible.values())) == 1, feasible
+    for s, plan in plans.items():
+        assert check_split(plan, problem.model_copy(update={"fixed_order": False})) == [], s
+    if plans["dp"].feasible:
+        b = plans["dp"].bottleneck_s
+        assert all(close(p.bottleneck_s, b) for p in plans.values())
+        assert plans["dp"].lower_bound_s <= b * (1 + 1e-9)
+        assert plans["dp"].symmetric is not None
+        if plans["dp"].symmetric.feasible:
+            assert plans["dp"].symmetric.bottleneck_s >= b * (1 - 1e-9) or not problem.fixed_order
+
+
+def seed_problem(**kw) -> SplitProblem:
+    return SplitProblem(
+        model=model_preset("seed-8layer"),
+        stages=[Stage(cluster="beijing", gpu_type="B200", gpu_count=8),
+                Stage(cluster="shanghai", gpu_type="H100", gpu_count=8)],
+        links=[StageLink(a="beijing", b="shanghai", gbps=100, latency_ms=20)],
+        microbatches=8, **kw,
+    )
+
+
+@pytest.mark.parametrize("solver", ["auto", "dp", "milp", "cpsat"])
+def test_seed_example_is_six_two(solver: str) -> None:
+    problem = seed_problem()
+    plan = solve_split(problem, solver)
+    counts = {s.gpu_type: s.num_layers for s in plan.stages}
+    assert counts == {"B200": 6, "H100-80": 2}
+    assert plan.stats.status == SolveStatus.OPTIMAL
+    assert plan.symmetric is not None and plan.symmetric.layers_per_stage == [4, 4]
+    assert plan.symmetric.ratio_to_optimal > 1.1
+    # the symmetric split leaves the B200 stage idle while the H100 stage works
+    assert plan.symmetric.idle_s[0] > 0 and plan.symmetric.idle_s[1] == 0
+    assert check_split(plan, problem) == []
+    # memory is not what decides it: every split fits
+    data = build_split_data(problem)
+    assert all(evaluate_split(data, [0, c, 8]).feasible for c in range(1, 8))
+
+
+def test_early_positions_hold_more_activations_and_that_decides() -> None:
+    # Two identical A100-80 stages, four identical layers: compute alone says 2/2. 1F1B keeps
+    # min(2, m) micro-batches in flight on stage 0 and one on stage 1. At 25 GB of
+    # activations per layer per micro-batch (77.5 GB usable after the runtime overhead):
+    # stage 0 fits 2 x 25 (one layer) but not 4 x 25; stage 1 fits 3 x 25.
+    model = custom_model([1e14] * 4, [1e6] * 4, 25e9)
+    stages = [Stage(name="first", cluster="c", gpu_type="A100-80", gpu_count=1),
+              Stage(name="second", cluster="c", gpu_type="A100-80", gpu_count=1)]
+    one = SplitProblem(model=model, stages=stages, microbatches=1, fixed_order=True)
+    assert [s.num_layers for s in solve_split(one, "dp").stages] == [2, 2]
+    many = SplitProblem(model=model, stages=stages, microbatches=8, fixed_order=True)
+    for solver in ("dp", "milp", "cpsat"):
+        plan = solve_split(many, solver)
+        assert plan.feasible and plan.stats.status == SolveStatus.OPTIMAL
+        assert [s.num_layers for s in plan.stages] == [1, 3], solver
+        assert [s.inflight_microbatches for s in plan.stages] == [2, 1]
+        assert check_split(plan, many) == []
+    assert plan.symmetric is not None and not plan.symmetric.feasible
+    assert "first" in plan.symmetric.message
+    # with 30 GB per layer nothing fits; the plan says which stage and by how much
+    tight = many.model_copy(update={"model": custom_model([1e14] * 4, [1e6] * 4, 30e9)})
+    bad = solve_split(tight)
+    assert not bad.feasible and bad.stats.status == SolveStatus.INFEASIBLE
+    assert "GB over" in bad.infeasible_reason
+    assert check_split(bad, tight) == []
+
+
+def test_order_puts_the_middle_cluster_in_the_middle() -> None:
+    model = model_preset("seed-8layer")
+    stages = [Stage(cluster="a", gpu_type="H100", gpu_count=8),
+              Stage(cluster="c", gpu_type="H100", gpu_count=8),
+              Stage(cluster="b", gpu_type="H100", gpu_count=8)]
+    links = [StageLink(a="a", b="b", gbps=400, latency_ms=1),
+             StageLink(a="b", b="c", gbps=400, latency_ms=1),
+             StageLink(a="a", b="c", gbps=10, latency_ms=80)]
+    free = SplitProblem(model=model, stages=stages, links=links, microbatches=8)
+    plan = solve_split(free)
+    clusters = [s.cluster for s in plan.stages]
+    assert clusters[1] == "b", clusters
+    fixed = free.model_copy(update={"fixed_order": True})
+    plan_fixed = solve_split(fixed)
+    assert [s.cluster for s in plan_fixed.stages] == ["a", "c", "b"]
+    assert plan.bottleneck_s < plan_fixed.bottleneck_s
+    assert check_split(plan, free) == [] and check_split(plan_fixed, fixed) == []
+
+
+def test_order_keeps_clusters_together() -> None:
+    model = model_preset("llama3-8b")
+    stages = [Stage(cluster="x", gpu_type="A100-80", gpu_count=8),
+              Stage(cluster="y", gpu_type="H100", gpu_count=8),
+              Stage(cluster="x", gpu_type="A100-80", gpu_count=8),
+              Stage(cluster="y", gpu_type="H100", gpu_count=8)]
+    problem = SplitProblem(model=model, stages=stages, microbatches=16)
+    plan = solve_split(problem)
+    assert plan.wan_crossings == 1
+    fixed = solve_split(problem.model_copy(update={"fixed_order": True}))
+    assert fixed.wan_crossings == 3
+    assert plan.bottleneck_s <= fixed.bottleneck_s
+
+
+def test_optional_stage_left_empty_when_it_only_slows_things() -> None:
+    model = model_preset("seed-8layer")
+    stages = [Stage(name="fast", cluster="a", gpu_type="B200", gpu_count=8),
+              Stage(name="slow", cluster="far", gpu_type="V100-32", gpu_count=8, optional=True)]
+    problem = SplitProblem(model=model, stages=stages, microbatches=8,
+                           links=[StageLink(a="a", b="far", gbps=1, latency_ms=200)])
+    plan = solve_split(problem)
+    assert plan.feasible
+    assert [s.name for s in plan.stages if s.position is not None] == ["fast"]
+    assert check_split(plan, problem) == []
+
+
+def test_profile_model_uses_measured_times_and_solvers_agree() -> None:
+    model = load_profile_model("OPT-350:mb=1")
+    stages = [Stage(cluster="eth", gpu_type="V100-16", gpu_count=1),
+              Stage(cluster="eth", gpu_type="A100-40", gpu_count=1),
+              Stage(cluster="eth", gpu_type="GH200", gpu_count=1)]
+    problem = SplitProblem(model=model, stages=stages, microbatches=4, fixed_order=True)
+    data = build_split_data(problem)
+    assert data.time_sources == ["measured"] * 3
+    # measured per-layer time on the A100 for a middle layer, straight from the CSV
+    mid = model.layers[5].measured_time("A100-40", 1)
+    assert mid is not None and data.time[1, 5] == pytest.approx(mid.fwd_s + mid.bwd_s)
+    plans = [solve_split(problem, s) for s in ("dp", "milp", "cpsat")]
+    assert all(p.feasible and p.stats.status == SolveStatus.OPTIMAL for p in plans)
+    assert all(close(p.bottleneck_s, plans[0].bottleneck_s) for p in plans)
+    assert check_split(plans[0], problem) == []
+    # the V100 is the slowest: it gets the fewest layers
+    counts = [s.num_layers for s in plans[0].stages]
+    assert counts[0] == min(counts)
+
+
+def test_lower_bound_never_above_optimum_on_presets() -> None:
+    for name in ("llama3-8b", "llama3-70b"):
+        problem = SplitProblem(
+            model=model_preset(name),
+            stages=[Stage(cluster="a", gpu_type=g, gpu_count=8) for g in ("H100", "B200", "H200")],
+            microbatches=16, zero=1, recompute=True)
+        plan = solve_split(problem)
+        assert plan.feasible
+        assert plan.lower_bound_s <= plan.bottleneck_s * (1 + 1e-9)
+        assert check_split(plan, problem) == []
