@@ -1,0 +1,246 @@
+"""From solver values to GPUs and back: decode counts to concrete GPUs, encode plans as hints.
+
+One :class:`Assignment` type is what every solver produces (greedy directly, CP-SAT and MILP
+through :func:`decode`), and :func:`to_plan` turns it into the one result type, a
+:class:`~hyperplace.models.plan.PlacementPlan`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from hyperplace.formulations.placement import NodeView, PlacementModel, PlacementProblem
+from hyperplace.models.plan import (
+    GPURef,
+    JobSummary,
+    PendingJob,
+    PlacementPlan,
+    PlanMeta,
+    TopologyAssignment,
+    TopologyDomain,
+    UnitPlacement,
+)
+from hyperplace.models.result import SolveStats
+
+
+@dataclass
+class PlacedUnit:
+    uclass: int
+    unit: str
+    pieces: list[tuple[str, tuple[int, ...]]]  # (node, GPUs) per piece
+
+
+@dataclass
+class Assignment:
+    units: dict[int, list[PlacedUnit]] = field(default_factory=dict)  # job index -> units
+    notes: dict[int, str] = field(default_factory=dict)  # job index -> why it was dropped
+
+    def used(self) -> dict[str, set[int]]:
+        out: dict[str, set[int]] = defaultdict(set)
+        for units in self.units.values():
+            for u in units:
+                for node, gpus in u.pieces:
+                    out[node].update(gpus)
+        return out
+
+
+def decode(pm: PlacementModel, values: list[int]) -> Assignment:
+    """Concrete GPUs from a solution: first-fit decreasing inside each folded node class."""
+    p = pm.problem
+    ncs = p.node_classes
+    admitted = {j for j, v in pm.run.items() if values[v] > 0}
+    remaining: dict[str, list[int]] = {n.name: list(n.free) for n in p.nodes}
+    # pieces per node class, largest first
+    per_class: dict[int, list[tuple[int, int, tuple[int, ...] | None]]] = defaultdict(list)
+    for pv in pm.pieces:
+        x = values[pv.var]
+        if x > 0 and p.classes[pv.uclass].job in admitted:
+            per_class[pv.node_class].extend([(pv.piece, pv.uclass, pv.clique)] * x)
+    placed: dict[int, list[tuple[NodeView, tuple[int, ...]]]] = defaultdict(list)
+    failed: dict[int, str] = {}
+    for nci, items in per_class.items():
+        nodes = ncs[nci].nodes
+        items.sort(key=lambda t: -t[0])
+        for size, uci, clique in items:
+            job = p.classes[uci].job
+            if clique is not None:
+                node = nodes[0]
+                if all(g in remaining[node.name] for g in clique):
+                    for g in clique:
+                        remaining[node.name].remove(g)
+                    placed[uci].append((node, clique))
+                else:
+                    failed[job] = "clique already taken (inconsistent solution)"
+                continue
+            for node in nodes:
+                free = remaining[node.name]
+                if len(free) >= size:
+                    gpus = tuple(free[:size])
+                    del free[:size]
+                    placed[uci].append((node, gpus))
+                    break
+            else:
+                failed[job] = (f"pieces of {size} GPUs did not pack into nodes with "
+                               f"{ncs[nci].free_per_node} free (non-divisible sizes)")
+    out = Assignment()
+    for j in sorted(admitted):
+        if j in failed:
+            out.notes[j] = failed[j]
+            continue
+        jv = p.jobs[j]
+        units: list[PlacedUnit] = []
+        ok = True
+        for uc in jv.classes:
+            pieces = placed.get(uc.index, [])
+            if uc.group == "(whole job)":
+                node, gpus = pieces[0]
+                start = 0
+                for u in uc.units:
+                    units.append(PlacedUnit(uc.index, u.name, [(node.name, gpus[start:start + u.gpus])]))
+                    start += u.gpus
+                continue
+            if not uc.multi_node:
+                if len(pieces) != uc.count:
+                    ok = False
+                    break
+                for u, (node, gpus) in zip(uc.units, pieces):
+                    units.append(PlacedUnit(uc.index, u.name, [(node.name, gpus)]))
+                continue
+            # multi-node units: group pieces by the unit's domain, then cut into units
+            by_dom: dict[str, list[tuple[NodeView, tuple[int, ...]]]] = defaultdict(list)
+            for node, gpus in pieces:
+                key = p.domain(node, uc.hop_limit) if uc.hop_limit is not None else "job"
+                by_dom[key].append((node, gpus))
+            names = iter(u.name for u in uc.units)
+            for plist in by_dom.values():
+                plist.sort(key=lambda t: -len(t[1]))
+                while plist:
+                    unit_pieces = []
+                    for size in uc.pieces:
+                        k = next((i for i, t in enumerate(plist) if len(t[1]) == size), None)
+                        if k is None:
+                            ok = False
+                            break
+                        node, gpus = plist.pop(k)
+                        unit_pieces.append((node.name, gpus))
+                    if not ok:
+                        break
+                    units.append(PlacedUnit(uc.index, next(names), unit_pieces))
+            if not ok:
+                break
+        if ok:
+            out.units[j] = units
+        else:
+            out.notes[j] = "pieces could not be grouped into units"
+    return out
+
+
+def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
+    """A complete hint (auxiliaries too) for the model from an assignment (e.g. greedy's)."""
+    p = pm.problem
+    primary: dict[int, int] = {}
+    uniform_index: dict[tuple[int, int, int], int] = {}
+    clique_index: dict[tuple[int, int, tuple[int, ...]], int] = {}
+    for pv in pm.pieces:
+        if pv.clique is None:
+            uniform_index[(pv.uclass, pv.piece, pv.node_class)] = pv.var
+        else:
+            clique_index[(pv.uclass, pv.node_class, pv.clique)] = pv.var
+    class_of_node = {n.name: nc.index for nc in p.node_classes for n in nc.nodes}
+    for j, units in assignment.units.items():
+        if j not in pm.run:
+            continue
+        primary[pm.run[j]] = 1
+        jv = p.jobs[j]
+        for u in units:
+            uc = p.classes[u.uclass]
+            if uc.group == "(whole job)":
+                continue
+            for node, gpus in u.pieces:
+                nci = class_of_node[node]
+                key = (u.uclass, len(gpus), nci)
+                if key in uniform_index:
+                    v = uniform_index[key]
+                    primary[v] = primary.get(v, 0) + 1
+                else:
+                    v = clique_index.get((u.uclass, nci, tuple(sorted(gpus))))
+                    if v is not None:
+                        primary[v] = 1
+            if uc.multi_node and uc.hop_limit is not None:
+                d = p.domain(p.node_by_name[u.pieces[0][0]], uc.hop_limit)
+                yv = pm.unit_domain.get((u.uclass, d))
+                if yv is not None:
+                    primary[yv] = primary.get(yv, 0) + 1
+        # whole-job piece: all units on one node
+        whole = [u for u in units if p.classes[u.uclass].group == "(whole job)"]
+        if whole:
+            node = whole[0].pieces[0][0]
+            nci = class_of_node[node]
+            gpus = tuple(sorted(g for u in whole for g in u.pieces[0][1]))
+            key = (whole[0].uclass, len(gpus), nci)
+            if key in uniform_index:
+                primary[uniform_index[key]] = 1
+            elif (whole[0].uclass, nci, gpus) in clique_index:
+                primary[clique_index[(whole[0].uclass, nci, gpus)]] = 1
+        first_node = p.node_by_name[units[0].pieces[0][0]]
+        d = p.domain(first_node, jv.hop_limit, job_level=True)
+        zv = pm.job_domain.get((j, d))
+        if zv is not None:
+            primary[zv] = 1
+    return pm.complete(primary)
+
+
+# ---------------------------------------------------------------------------------------
+# Assignment -> PlacementPlan
+# ---------------------------------------------------------------------------------------
+
+LEVELS = ["hyperplace.io/cluster", "hyperplace.io/spine-domain", "hyperplace.io/leaf-domain",
+          "kubernetes.io/hostname"]
+
+
+def _topology(p: PlacementProblem, units: list[PlacedUnit]) -> TopologyAssignment:
+    counts: dict[tuple[str, ...], int] = defaultdict(int)
+    for u in units:
+        for node, gpus in u.pieces:
+            n = p.node_by_name[node]
+            spine = p.domain(n, 3).split("/", 1)[-1] if n.attach_gbps is not None else "-"
+            leaf = n.leaf.split("/", 1)[-1]
+            counts[(n.cluster.name, spine, leaf, node)] += len(gpus)
+    return TopologyAssignment(levels=LEVELS, domains=[
+        TopologyDomain(values=list(k), count=c) for k, c in sorted(counts.items())])
+
+
+def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
+            reasons: dict[int, list[str]], objective_terms: dict[str, float] | None = None
+            ) -> PlacementPlan:
+    placements: list[UnitPlacement] = []
+    jobs: list[JobSummary] = []
+    for j in sorted(assignment.units):
+        jv = p.jobs[j]
+        units = assignment.units[j]
+        types: dict[str, int] = defaultdict(int)
+        nodes: list[str] = []
+        for u in units:
+            refs = [GPURef(node=node, gpu=g) for node, gpus in u.pieces for g in gpus]
+            placements.append(UnitPlacement(job=jv.name, unit=u.unit, gpus=refs))
+            for node, gpus in u.pieces:
+                types[p.node_by_name[node].gpu_type.name] += len(gpus)
+                if node not in nodes:
+                    nodes.append(node)
+        jobs.append(JobSummary(job=jv.name, priority=jv.priority, gpus=jv.gpus,
+                               gpu_types=dict(types), node_names=sorted(nodes),
+                               topology_assignment=_topology(p, units)))
+    pending = [PendingJob(job=jv.name, reasons=reasons.get(jv.index) or ["not admitted"])
+               for jv in p.jobs if jv.index not in assignment.units]
+    return PlacementPlan(
+        metadata=PlanMeta(name=f"{p.instance.name}-plan", instance=p.instance.name),
+        status=stats.status, solver=stats.solver, objective=stats.objective, bound=stats.bound,
+        gap=stats.gap, runtime_s=round(stats.runtime_s, 4), budget_s=stats.budget_s,
+        message=stats.message, placements=placements, jobs=jobs, pending=pending,
+        objective_terms=objective_terms or {},
+    )
+
+
+def objective_terms(pm: PlacementModel, values: list[int]) -> dict[str, float]:
+    return {o.name: float(pm.lm.evaluate(o.terms, values)) for o in pm.lm.objectives}

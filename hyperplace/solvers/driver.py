@@ -1,0 +1,133 @@
+"""The budgeted driver: greedy first, then an exact backend hinted with greedy's plan.
+
+A budget is a promise: whatever happens, a valid plan comes back within it, and its status
+says which one it is (``optimal``/``feasible`` from the exact backend, ``fallback`` when the
+exact backend had nothing better in time, ``feasible`` for ``--solver greedy``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from hyperplace.formulations.explain import explain
+from hyperplace.formulations.mapping import Assignment, decode, encode, objective_terms, to_plan
+from hyperplace.formulations.placement import PlacementModel, PlacementProblem, build_model
+from hyperplace.models.instance import Instance
+from hyperplace.models.plan import PlacementPlan
+from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
+from hyperplace.solvers import cpsat, milp
+from hyperplace.solvers.greedy import solve_greedy
+
+SOLVERS = ("auto", "cpsat", "milp", "greedy")
+BACKENDS = {"cpsat": cpsat.solve, "milp": milp.solve}
+
+# Share of the budget kept back for mapping, explanations and the plan itself.
+RESERVE_FRACTION = 0.08
+RESERVE_S = 0.1
+# Pieces variables a backend is given per second of budget before we judge it hopeless.
+VARS_PER_SECOND = {"cpsat": 60_000, "milp": 8_000}
+
+
+def demand_bound(p: PlacementProblem) -> float:
+    """Upper bound on objective 1 without a solver: the free GPUs filled best-weight first."""
+    left = p.free_gpus
+    total = 0.0
+    for jv in sorted(p.jobs, key=lambda j: -p.weights[j.priority]):
+        if jv.impossible:
+            continue
+        take = min(left, jv.gpus)
+        total += p.weights[jv.priority] * take
+        left -= take
+        if left <= 0:
+            break
+    return total
+
+
+def _estimate_vars(p: PlacementProblem) -> int:
+    ncs = len(p.node_classes)
+    return sum(len(set(c.pieces)) for c in p.classes) * max(1, ncs)
+
+
+def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float = 10.0,
+                    policy: str = "performance", seed: int = 0, workers: int = 2
+                    ) -> PlacementPlan:
+    """Solve one scheduling round of ``instance`` within ``budget_s`` seconds."""
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
+    start = time.perf_counter()
+    deadline = start + budget_s
+
+    def left() -> float:
+        return deadline - time.perf_counter()
+
+    problem = PlacementProblem(instance, policy)
+    greedy = solve_greedy(problem)
+    message = ""
+    pm: PlacementModel | None = None
+    chosen: Assignment = greedy
+    name = "greedy"
+    status = SolveStatus.FEASIBLE
+    bound: float | None = None
+
+    if solver != "greedy":
+        backend = "cpsat" if solver == "auto" else solver
+        reserve = RESERVE_S + RESERVE_FRACTION * budget_s
+        est = _estimate_vars(problem)
+        if est > VARS_PER_SECOND[backend] * max(0.0, left() - reserve):
+            status = SolveStatus.FALLBACK
+            message = (f"{backend}: model of about {est} variables is too large for the "
+                       f"{budget_s:g} s budget; returning greedy's plan")
+        else:
+            pm = build_model(problem)
+            hint = encode(pm, greedy)
+            bad = pm.lm.violated(hint)
+            if bad:
+                message = f"greedy hint rejected ({bad[0]}); "
+                hint = None
+            else:
+                g1 = pm.lm.evaluate(pm.lm.objectives[0].terms, hint)
+                pm.lm.add(pm.lm.objectives[0].terms, lo=g1, name="at-least-greedy")
+            limit = left() - reserve
+            if limit <= 0.02:
+                status = SolveStatus.FALLBACK
+                message += f"{backend}: no time left after building the model; greedy's plan"
+            else:
+                kwargs = {"hint": hint, "seed": seed, "workers": workers} if backend == "cpsat" else {}
+                raw = BACKENDS[backend](pm.lm, limit, **kwargs)
+                if raw.values is None:
+                    status = SolveStatus.FALLBACK
+                    message += f"{backend}: {raw.status} within the budget; greedy's plan. {raw.message}"
+                else:
+                    exact = decode(pm, raw.values)
+                    name = backend
+                    chosen = exact
+                    status = SolveStatus.OPTIMAL if raw.status == "optimal" else SolveStatus.FEASIBLE
+                    if exact.notes:
+                        status = SolveStatus.FEASIBLE
+                        message += "some jobs were dropped when mapping counts to GPUs; "
+                    bound = raw.objective_bounds[0] if raw.objective_bounds else None
+                    message += f"{backend}: phases {raw.status}"
+        if status == SolveStatus.FALLBACK:
+            name = f"greedy (fallback from {backend})"
+    if pm is None:
+        pm = build_model(problem) if solver != "greedy" and status != SolveStatus.FALLBACK else None
+    terms = _terms(problem, pm, chosen)
+    objective = terms.get("admitted_priority_demand", 0.0)
+    if bound is None:
+        bound = demand_bound(problem)
+    if status == SolveStatus.OPTIMAL:
+        bound = objective if bound is None else bound
+    reasons = explain(problem, chosen)
+    stats = SolveStats(status=status, solver=name, objective=objective, bound=bound,
+                       gap=relative_gap(objective, bound),
+                       runtime_s=time.perf_counter() - start, budget_s=budget_s,
+                       message=message.strip())
+    return to_plan(problem, chosen, stats, reasons, terms)
+
+
+def _terms(p: PlacementProblem, pm: PlacementModel | None, a: Assignment) -> dict[str, float]:
+    if pm is not None:
+        return objective_terms(pm, encode(pm, a))
+    # without a model (greedy only, or too large): objective 1 directly
+    return {"admitted_priority_demand": float(sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus
+                                                  for j in a.units))}
