@@ -592,8 +592,12 @@ def build_model(problem: PlacementProblem, jobs: list[int] | None = None) -> Pla
         f, m = nc.free_per_node, nc.multiplicity
         sizes = sorted({s for _, s in terms}, reverse=True)
         for s in sizes:
-            rows = [(v, size) for v, size in terms if size >= s]
-            lm.add(rows, hi=m * s * (f // s), name=f"cap[nc{nci},{s}]")
+            big = [(v, size) for v, size in terms if size >= s]
+            if all(size % s == 0 for _, size in big):
+                # pieces that are multiples of s use at most s*floor(f/s) GPUs of a node
+                lm.add(big, hi=m * s * (f // s), name=f"cap[nc{nci},{s}]")
+            else:
+                lm.add([(v, 1) for v, _ in big], hi=m * (f // s), name=f"cap[nc{nci},#{s}]")
         lm.add(list(terms), hi=m * f, name=f"cap[nc{nci}]")
         if nc.rep.fully_free:
             o = lm.var(f"open[nc{nci}]", 0, m)

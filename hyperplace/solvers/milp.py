@@ -70,8 +70,13 @@ def solve(model: LinearModel, time_limit_s: float, *, backend: str | None = None
     start = time.perf_counter()
     backend = backend or available_backend()
     prob = pulp.LpProblem("hyperplace", pulp.LpMinimize)
-    xs = [pulp.LpVariable(f"x{i}", lowBound=lb, upBound=ub, cat=pulp.LpInteger)
-          for i, (lb, ub) in enumerate(zip(model.lbs, model.ubs))]
+    add_var = getattr(prob, "add_variable", None)  # PuLP >= 3.3; LpVariable() is deprecated
+    if add_var is not None:
+        xs = [add_var(f"x{i}", lowBound=lb, upBound=ub, cat=pulp.LpInteger)
+              for i, (lb, ub) in enumerate(zip(model.lbs, model.ubs))]
+    else:  # pragma: no cover - older PuLP
+        xs = [pulp.LpVariable(f"x{i}", lowBound=lb, upBound=ub, cat=pulp.LpInteger)
+              for i, (lb, ub) in enumerate(zip(model.lbs, model.ubs))]
     for ci, c in enumerate(model.constraints):
         expr = pulp.LpAffineExpression([(xs[i], a) for i, a in c.terms])
         if c.lo == c.hi:
