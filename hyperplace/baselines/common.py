@@ -1,0 +1,226 @@
+"""What the three peer-style baselines share: queue order, pods, topology levels, plan output.
+
+The baselines re-implement the *documented* rules of Volcano, Kueue TAS and Slurm's tree
+plugin (shared/design/peers.md). They see what those systems see, and no more:
+
+* GPU type and memory: yes (node labels / resource flavors / gres types select them).
+* GPU *counts* per node and the switch tree (HyperNode tiers, topology levels, switches).
+* NVLink cliques: no. A pod asking for ``k`` GPUs gets the ``k`` lowest-index free GPUs of
+  its node, as the device plugin hands them out. On NVSwitch nodes that is harmless; on
+  DGX-1 (hybrid cube mesh) nodes it can pick GPUs that are not an NVLink clique.
+* Link bandwidths: no (Slurm documents that ``LinkSpeed`` is unused; tiers are ranks).
+
+Pods (the modelling choice every baseline shares): a gang unit of ``g`` GPUs becomes one pod
+asking for ``g`` GPUs when ``g`` is at most the size of the largest node that suits it
+(type and memory), else ``ceil(g / size)`` pods of ``size`` GPUs (the last one takes the
+remainder). That is how people write these jobs for Kubernetes (one pod per TP group or per
+node, GPUs as an extended resource), and it means a pod never spans nodes.
+
+Queue order is the same for all three: priority descending, then queue (creation) order.
+Volcano's DRF share is not modelled (one queue, one tenant).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hyperplace.models import Cluster, GangUnit, GPUCatalog, Instance, Node, PlacementPlan, TrainingJob
+from hyperplace.models.plan import (
+    GPURef,
+    JobSummary,
+    PendingJob,
+    TopologyAssignment,
+    TopologyDomain,
+    UnitPlacement,
+)
+from hyperplace.models.result import SolveStatus
+
+INF_RADIUS = 10**9
+
+
+def queue_order(instance: Instance) -> list[TrainingJob]:
+    """Priority descending, then the order jobs were queued (stable sort)."""
+    return sorted(instance.jobs, key=lambda j: -j.priority)
+
+
+@dataclass(frozen=True)
+class Pod:
+    """One Kubernetes pod (or Slurm task) of a unit: ``gpus`` GPUs on one node."""
+
+    unit: GangUnit
+    index: int
+    gpus: int
+
+
+def suits(unit: GangUnit, node: Node, catalog: GPUCatalog) -> bool:
+    """Type selector and memory: the part of a unit's request labels can express."""
+    t = catalog.get(node.gpu_type)
+    if unit.gpu_types is not None and not t.matches(unit.gpu_types):
+        return False
+    return t.hbm_gb >= unit.min_memory_gb
+
+
+def pods_for(unit: GangUnit, node_size: int) -> list[Pod]:
+    """The unit as pods: one when it fits a node, else node-sized pods plus a remainder."""
+    if node_size <= 0:
+        return []
+    if unit.gpus <= node_size:
+        return [Pod(unit, 0, unit.gpus)]
+    full, rest = divmod(unit.gpus, node_size)
+    sizes = [node_size] * full + ([rest] if rest else [])
+    return [Pod(unit, i, s) for i, s in enumerate(sizes)]
+
+
+@dataclass
+class Level:
+    """One level of a cluster's topology tree: hop radius and its domains (node lists)."""
+
+    radius: int
+    domains: list[tuple[str, list[str]]]
+
+
+class ClusterView:
+    """A cluster's topology levels (node -> leaf -> ... -> cluster), computed once.
+
+    Level 0 is the node itself (radius 0), then one level per hop radius of the fabric
+    (1 = leaf switch, 3 = spine/pod, ...), and the whole cluster on top. These are Volcano's
+    HyperNode tiers, Kueue's topology levels and Slurm's switch levels alike.
+    """
+
+    def __init__(self, cluster: Cluster, catalog: GPUCatalog):
+        self.cluster = cluster
+        self.catalog = catalog
+        self.nodes = {n.name: n for n in cluster.nodes}
+        order = [n.name for n in cluster.nodes]
+        self.levels: list[Level] = [Level(0, [(n, [n]) for n in order])]
+        network = cluster.network
+        pos = {n: i for i, n in enumerate(order)}
+        for radius in network.radii:
+            found = network.domains(radius)
+            seen = {n for nodes in found.values() for n in nodes}
+            doms = [(name, sorted((n for n in nodes if n in pos), key=pos.__getitem__))
+                    for name, nodes in found.items()]
+            doms += [(f"node:{n}", [n]) for n in order if n not in seen]
+            doms = [d for d in doms if d[1]]
+            doms.sort(key=lambda d: pos[d[1][0]])
+            self.levels.append(Level(radius, doms))
+        if len(self.levels[-1].domains) > 1 or len(self.levels) == 1:
+            self.levels.append(Level(INF_RADIUS, [(f"cluster:{cluster.name}", order)]))
+
+    def level_for_hops(self, max_hops: int | None) -> int:
+        """Highest level whose domains keep every node pair within ``max_hops``."""
+        if max_hops is None:
+            return len(self.levels) - 1
+        best = 0
+        for i, level in enumerate(self.levels):
+            if level.radius <= max_hops:
+                best = i
+        return best
+
+    def leaf_level(self) -> int:
+        return 1 if len(self.levels) > 1 else 0
+
+    def node_size(self, unit: GangUnit) -> int:
+        return max((n.gpu_count for n in self.nodes.values() if suits(unit, n, self.catalog)),
+                   default=0)
+
+
+class FreeState:
+    """Free GPU indices per node, updated as jobs are admitted (ascending order kept)."""
+
+    def __init__(self, instance: Instance):
+        self.free: dict[str, list[int]] = {
+            n.name: list(n.free_gpus) for c in instance.clusters for n in c.nodes}
+        self.used: dict[str, int] = {
+            n.name: len(n.allocated) for c in instance.clusters for n in c.nodes}
+        self.allocatable: dict[str, int] = {
+            n.name: n.gpu_count - len(n.faulty) for c in instance.clusters for n in c.nodes}
+
+    def copy(self, nodes: list[str] | None = None) -> "FreeState":
+        out = FreeState.__new__(FreeState)
+        keys = nodes if nodes is not None else list(self.free)
+        out.free = {n: list(self.free[n]) for n in keys}
+        out.used = {n: self.used[n] for n in keys}
+        out.allocatable = {n: self.allocatable[n] for n in keys}
+        return out
+
+    def count(self, node: str) -> int:
+        return len(self.free[node])
+
+    def take(self, node: str, k: int) -> list[int]:
+        """The ``k`` lowest-index free GPUs: what an NVLink-blind device plugin hands out."""
+        got, self.free[node] = self.free[node][:k], self.free[node][k:]
+        self.used[node] += k
+        return got
+
+    def commit(self, other: "FreeState") -> None:
+        for n in other.free:
+            self.free[n] = other.free[n]
+            self.used[n] = other.used[n]
+
+
+@dataclass
+class JobOutcome:
+    """A baseline's decision for one job: unit name -> GPUs, or the reasons it is pending."""
+
+    units: dict[str, list[GPURef]] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+
+
+def eligible_nodes(view: ClusterView, units: list[GangUnit]) -> set[str]:
+    return {n for n, node in view.nodes.items() if any(suits(u, node, view.catalog) for u in units)}
+
+
+def run_baseline(instance: Instance, solver: str,
+                 place_job: Callable[[TrainingJob, FreeState, list[ClusterView]], JobOutcome]
+                 ) -> PlacementPlan:
+    """Place jobs one at a time in queue order with ``place_job``; never revisit a decision."""
+    start = time.perf_counter()
+    views = [ClusterView(c, instance.catalog) for c in instance.clusters]
+    state = FreeState(instance)
+    outcomes: dict[str, JobOutcome] = {}
+    for job in queue_order(instance):
+        outcomes[job.name] = place_job(job, state, views)
+    return build_plan(instance, solver, outcomes, time.perf_counter() - start)
+
+
+def build_plan(instance: Instance, solver: str, outcomes: dict[str, JobOutcome],
+               runtime_s: float) -> PlacementPlan:
+    """Placements, per-job summaries (with a Kueue-style topology assignment) and reasons."""
+    node_cluster = {n.name: (c, n) for c in instance.clusters for n in c.nodes}
+    placements: list[UnitPlacement] = []
+    jobs: list[JobSummary] = []
+    pending: list[PendingJob] = []
+    for job in instance.jobs:
+        outcome = outcomes.get(job.name)
+        if outcome is None or not outcome.units:
+            reasons = outcome.reasons if outcome and outcome.reasons else ["not considered"]
+            pending.append(PendingJob(job=job.name, reasons=reasons))
+            continue
+        refs: list[GPURef] = []
+        for unit in job.units():
+            gpus = outcome.units[unit.name]
+            placements.append(UnitPlacement(job=job.name, unit=unit.name, gpus=gpus))
+            refs += gpus
+        per_node = Counter(g.node for g in refs)
+        types = Counter(node_cluster[g.node][1].gpu_type for g in refs)
+        types = Counter({instance.catalog.get(t).name: c for t, c in types.items()})
+        cluster = node_cluster[refs[0].node][0]
+        domains = [TopologyDomain(values=[cluster.network.node_domain(n, 1) or f"node:{n}", n],
+                                  count=c) for n, c in per_node.items()]
+        jobs.append(JobSummary(job=job.name, priority=job.priority, gpus=len(refs),
+                               gpu_types=dict(types), node_names=list(per_node),
+                               topology_assignment=TopologyAssignment(levels=["rack", "hostname"],
+                                                                      domains=domains)))
+    return PlacementPlan(status=SolveStatus.FEASIBLE, solver=solver, runtime_s=runtime_s,
+                         placements=placements, jobs=jobs, pending=pending,
+                         metadata={"name": f"{instance.name}-{solver}", "instance": instance.name},
+                         message="one job at a time in queue order; no bound")
+
+
+def ceil_div(a: int, b: int) -> int:
+    return math.ceil(a / b) if b else 0

@@ -1,0 +1,465 @@
+"""An independent checker for placement plans: recomputes every rule from the models.
+
+Why independent: every backend (CP-SAT, MILP, greedy) and every baseline answer goes through
+this one function, so it must not share code with the formulations that produced the
+answers (a bug there would otherwise vouch for itself). It reads only the domain models
+(``Instance``, ``TrainingJob.units()``, ``Node.pair_bandwidths``, ``Fabric.path``) and the
+priority definition.
+
+What is checked (each failure is one :class:`Violation` with a stable ``code``):
+
+* GPUs: every referenced node exists (``unknown-node``), the index is on the node
+  (``unknown-gpu``), the GPU is free in the instance, i.e. neither held by a running job
+  (``gpu-allocated``) nor faulty (``gpu-faulty``), and no GPU is used twice
+  (``gpu-reused``).
+* Units: each placement names a pending job (``unknown-job``) and one of its units
+  (``unknown-unit``), at most once (``duplicate-unit``), with exactly the unit's GPU count
+  (``unit-size``). Gang: an admitted job has all its units placed (``partial-gang``).
+* Per unit: GPU type matches the unit's selector (``gpu-type``), HBM >= ``min_memory_gb``
+  (``gpu-memory``); with ``min_nvlink_gbps > 0`` every same-node pair meets it
+  (``nvlink-bandwidth``) and a unit that fits in one node of its type sits in one node
+  (``nvlink-split``: NVLink does not cross nodes); across nodes the pairwise hop count is
+  <= ``max_hop_count`` (``hop-count``; ``max_hop_count == 0`` means one node,
+  ``unit-span``) and the path bottleneck >= ``min_ib_gbps`` (``ib-bandwidth``); nodes with
+  no path between them (``disconnected``); one cluster only (``cross-cluster-unit``).
+* Per job: all node pairs of the job within the DataParallel group's ``maxHopCount``
+  (``replica-hop-count``) and ``minInfiniBandBandwidthGbps`` (``replica-ib-bandwidth``);
+  one cluster only (``cross-cluster-job``, federation is planned separately).
+* Priority (``priority-inversion``), the simple sufficient case only: for a pending job J
+  whose units each fit in one node, take the GPUs that are free in the instance and not
+  used by admitted jobs of priority >= J's (i.e. J may take everything lower-priority jobs
+  hold); first-fit J's units, one node per unit, in node order, honouring type, memory and
+  NVLink pair bandwidth (a clique search on non-uniform nodes), per cluster. If that
+  produces a placement that also passes J's between-replica hop and bandwidth rules, the
+  plan left J out for lower-priority work: a violation. Not finding such a placement
+  proves nothing (multi-node units and cleverer packings are not tried), so this check
+  has no false positives and may miss inversions.
+* Bookkeeping: every pending job listed with >= 1 reason (``pending-no-reason``), no job
+  both admitted and pending (``pending-and-admitted``), every queued job either admitted
+  or pending (``job-missing``), pending entries name queued jobs (``unknown-pending``),
+  and ``jobs[]`` agrees with the placements (``summary-*``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from itertools import combinations
+from math import comb
+
+from pydantic import BaseModel, ConfigDict
+
+from hyperplace.models import (
+    Cluster,
+    GangUnit,
+    GPUType,
+    Instance,
+    Node,
+    PlacementPlan,
+    TrainingJob,
+)
+
+GPU = tuple[str, int]  # (node name, GPU index)
+
+# Subsets tried per node in the priority check's clique search (C(8, 4) = 70 on DGX-1).
+_MAX_CLIQUE_SEARCH = 5000
+
+
+class Violation(BaseModel):
+    """One broken rule, named by a stable code so tests and tools can match on it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    code: str
+    job: str | None = None
+    unit: str | None = None
+    message: str
+
+    def __str__(self) -> str:
+        where = "/".join(p for p in (self.job, self.unit) if p)
+        return f"[{self.code}] {where + ': ' if where else ''}{self.message}"
+
+
+def format_violations(violations: list[Violation]) -> str:
+    """Human-readable report: one line per violation, or a single OK line."""
+    if not violations:
+        return "OK: no violations"
+    lines = [f"{len(violations)} violation{'s' if len(violations) != 1 else ''}:"]
+    lines += [f"  {v}" for v in violations]
+    return "\n".join(lines)
+
+
+class _Context:
+    """Lookups derived once from the instance (catalog, nodes, pair bandwidths, paths)."""
+
+    def __init__(self, instance: Instance):
+        self.instance = instance
+        self.nodes: dict[str, tuple[Cluster, Node]] = {
+            n.name: (c, n) for c in instance.clusters for n in c.nodes
+        }
+        self.jobs: dict[str, TrainingJob] = {j.name: j for j in instance.jobs}
+        self._units: dict[str, dict[str, GangUnit]] = {}
+        self._types: dict[str, GPUType] = {}
+        self._pairs: dict[str, dict[tuple[int, int], float]] = {}
+        self._paths: dict[tuple[str, str], tuple[int | None, float | None]] = {}
+
+    def units(self, job: str) -> dict[str, GangUnit]:
+        if job not in self._units:
+            self._units[job] = {u.name: u for u in self.jobs[job].units()}
+        return self._units[job]
+
+    def gpu_type(self, node: Node) -> GPUType:
+        if node.gpu_type not in self._types:
+            self._types[node.gpu_type] = self.instance.catalog.get(node.gpu_type)
+        return self._types[node.gpu_type]
+
+    def pair_bw(self, node: Node) -> dict[tuple[int, int], float]:
+        if node.name not in self._pairs:
+            t = self.gpu_type(node)
+            self._pairs[node.name] = node.pair_bandwidths(
+                t.nvlink_per_link_gbps, t.nvlink_gbps, t.pcie_gbps)
+        return self._pairs[node.name]
+
+    def path(self, u: str, v: str) -> tuple[int | None, float | None]:
+        key = (u, v) if u < v else (v, u)
+        if key not in self._paths:
+            cluster = self.nodes[u][0]
+            if cluster is not self.nodes[v][0]:
+                self._paths[key] = (None, None)
+            else:
+                self._paths[key] = cluster.network.path(*key)
+        return self._paths[key]
+
+    def type_ok(self, unit: GangUnit, node: Node) -> bool:
+        t = self.gpu_type(node)
+        return unit.gpu_types is None or t.matches(unit.gpu_types)
+
+    def memory_ok(self, unit: GangUnit, node: Node) -> bool:
+        return self.gpu_type(node).hbm_gb >= unit.min_memory_gb
+
+    def largest_node(self, unit: GangUnit) -> int:
+        """GPUs of the largest node whose type and memory suit the unit (0 if none)."""
+        return max((n.gpu_count for _, n in self.nodes.values()
+                    if self.type_ok(unit, n) and self.memory_ok(unit, n)), default=0)
+
+
+def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
+    """All rules the plan breaks on this instance (empty list = valid plan)."""
+    ctx = _Context(instance)
+    out: list[Violation] = []
+    placed: dict[str, dict[str, list[GPU]]] = defaultdict(dict)
+    used: Counter[GPU] = Counter()
+
+    for p in plan.placements:
+        gpus = [(g.node, g.gpu) for g in p.gpus]
+        out += _check_gpu_refs(ctx, p.job, p.unit, gpus)
+        used.update(set(gpus))
+        if len(set(gpus)) != len(gpus):
+            out.append(Violation(code="gpu-reused", job=p.job, unit=p.unit,
+                                 message="the unit lists the same GPU more than once"))
+        if p.job not in ctx.jobs:
+            out.append(Violation(code="unknown-job", job=p.job, unit=p.unit,
+                                 message="placed job is not in the pending queue"))
+            continue
+        units = ctx.units(p.job)
+        if p.unit not in units:
+            out.append(Violation(code="unknown-unit", job=p.job, unit=p.unit,
+                                 message=f"job has no unit {p.unit!r} (units: "
+                                         f"{', '.join(list(units)[:6])}{'...' if len(units) > 6 else ''})"))
+            continue
+        if p.unit in placed[p.job]:
+            out.append(Violation(code="duplicate-unit", job=p.job, unit=p.unit,
+                                 message="unit placed more than once"))
+            continue
+        placed[p.job][p.unit] = gpus
+
+    for gpu, count in used.items():
+        if count > 1:
+            out.append(Violation(code="gpu-reused",
+                                 message=f"GPU {gpu[0]}:{gpu[1]} is used by {count} units"))
+
+    for job, units in placed.items():
+        out += _check_job(ctx, job, units)
+
+    out += _check_bookkeeping(ctx, plan, placed)
+    out += _check_priority(ctx, placed)
+    return out
+
+
+# ---- GPUs ------------------------------------------------------------------------------
+
+def _check_gpu_refs(ctx: _Context, job: str, unit: str, gpus: list[GPU]) -> list[Violation]:
+    out = []
+    for node_name, idx in gpus:
+        found = ctx.nodes.get(node_name)
+        if found is None:
+            out.append(Violation(code="unknown-node", job=job, unit=unit,
+                                 message=f"node {node_name!r} is not in the instance"))
+            continue
+        node = found[1]
+        if not 0 <= idx < node.gpu_count:
+            out.append(Violation(code="unknown-gpu", job=job, unit=unit,
+                                 message=f"{node_name} has GPUs 0..{node.gpu_count - 1}, not {idx}"))
+        elif idx in node.faulty:
+            out.append(Violation(code="gpu-faulty", job=job, unit=unit,
+                                 message=f"GPU {node_name}:{idx} is faulty"))
+        elif idx in node.allocated:
+            out.append(Violation(code="gpu-allocated", job=job, unit=unit,
+                                 message=f"GPU {node_name}:{idx} is held by running job "
+                                         f"{node.allocated[idx]!r}"))
+    return out
+
+
+# ---- units and jobs ----------------------------------------------------------------------
+
+def _known(ctx: _Context, gpus: list[GPU]) -> list[GPU]:
+    return [(n, i) for n, i in gpus if n in ctx.nodes]
+
+
+def _check_unit(ctx: _Context, unit: GangUnit, gpus: list[GPU]) -> list[Violation]:
+    """Size, type, memory, NVLink, hop count and bandwidth rules of one placed unit."""
+    job, name = unit.job, unit.name
+    out: list[Violation] = []
+
+    def v(code: str, message: str) -> None:
+        out.append(Violation(code=code, job=job, unit=name, message=message))
+
+    if len(gpus) != unit.gpus:
+        v("unit-size", f"unit needs {unit.gpus} GPUs, plan gives {len(gpus)}")
+    gpus = _known(ctx, gpus)
+    by_node: dict[str, list[int]] = defaultdict(list)
+    for n, i in gpus:
+        by_node[n].append(i)
+    for node_name in by_node:
+        node = ctx.nodes[node_name][1]
+        t = ctx.gpu_type(node)
+        if not ctx.type_ok(unit, node):
+            v("gpu-type", f"{node_name} has {t.name}, unit asks for {unit.gpu_types}")
+        if not ctx.memory_ok(unit, node):
+            v("gpu-memory", f"{node_name} has {t.hbm_gb:g} GB GPUs, unit needs "
+                            f">= {unit.min_memory_gb:g} GB")
+    clusters = {ctx.nodes[n][0].name for n in by_node}
+    if len(clusters) > 1:
+        v("cross-cluster-unit", f"unit spans clusters {', '.join(sorted(clusters))}")
+        return out
+
+    if unit.min_nvlink_gbps > 0:
+        for node_name, idxs in by_node.items():
+            bw = ctx.pair_bw(ctx.nodes[node_name][1])
+            low = [(a, b, bw.get((a, b), 0.0)) for a, b in combinations(sorted(set(idxs)), 2)
+                   if bw.get((a, b), 0.0) < unit.min_nvlink_gbps]
+            if low:
+                a, b, g = low[0]
+                v("nvlink-bandwidth", f"GPUs {a} and {b} on {node_name} have {g:g} GB/s, unit "
+                                      f"needs >= {unit.min_nvlink_gbps:g} per pair "
+                                      f"({len(low)} such pair{'s' if len(low) > 1 else ''})")
+        if len(by_node) > 1 and unit.gpus <= ctx.largest_node(unit):
+            v("nvlink-split", f"unit needs NVLink (>= {unit.min_nvlink_gbps:g} GB/s per pair) and "
+                              f"fits in one node, but spans {len(by_node)} nodes")
+
+    if len(by_node) > 1:
+        if unit.max_hop_count == 0:
+            v("unit-span", f"maxHopCount 0 means one node, unit spans {len(by_node)}")
+        else:
+            out += _pairwise(ctx, sorted(by_node), unit.max_hop_count, unit.min_ib_gbps,
+                             job, name, "hop-count", "ib-bandwidth")
+    return out
+
+
+def _pairwise(ctx: _Context, nodes: list[str], max_hops: int | None, min_gbps: float,
+              job: str, unit: str | None, hop_code: str, bw_code: str) -> list[Violation]:
+    """Hop-count and bottleneck rules over every node pair; one violation per rule."""
+    worst_hops: tuple[int, str, str] | None = None
+    worst_bw: tuple[float, str, str] | None = None
+    disconnected: tuple[str, str] | None = None
+    for a, b in combinations(nodes, 2):
+        hops, bw = ctx.path(a, b)
+        if hops is None:
+            disconnected = disconnected or (a, b)
+            continue
+        if max_hops is not None and hops > max_hops and (worst_hops is None or hops > worst_hops[0]):
+            worst_hops = (hops, a, b)
+        if min_gbps > 0 and bw is not None and bw < min_gbps and (worst_bw is None or bw < worst_bw[0]):
+            worst_bw = (bw, a, b)
+    out = []
+    if disconnected:
+        out.append(Violation(code="disconnected", job=job, unit=unit,
+                             message=f"no network path between {disconnected[0]} and {disconnected[1]}"))
+    if worst_hops:
+        out.append(Violation(code=hop_code, job=job, unit=unit,
+                             message=f"{worst_hops[1]} and {worst_hops[2]} are {worst_hops[0]} hops "
+                                     f"apart, limit is {max_hops}"))
+    if worst_bw:
+        out.append(Violation(code=bw_code, job=job, unit=unit,
+                             message=f"path {worst_bw[1]}-{worst_bw[2]} bottleneck is "
+                                     f"{worst_bw[0]:g} Gb/s, needs >= {min_gbps:g}"))
+    return out
+
+
+def _check_job(ctx: _Context, job: str, placed: dict[str, list[GPU]]) -> list[Violation]:
+    out: list[Violation] = []
+    units = ctx.units(job)
+    missing = [u for u in units if u not in placed]
+    if missing:
+        out.append(Violation(code="partial-gang", job=job,
+                             message=f"{len(placed)} of {len(units)} units placed; missing "
+                                     f"{', '.join(missing[:4])}{'...' if len(missing) > 4 else ''}"))
+    for unit_name, gpus in placed.items():
+        out += _check_unit(ctx, units[unit_name], gpus)
+    nodes = sorted({n for gpus in placed.values() for n, _ in _known(ctx, gpus)})
+    clusters = {ctx.nodes[n][0].name for n in nodes}
+    if len(clusters) > 1:
+        out.append(Violation(code="cross-cluster-job", job=job,
+                             message=f"job spans clusters {', '.join(sorted(clusters))}"))
+        return out
+    between = ctx.jobs[job].between_replicas
+    if len(nodes) > 1 and (between.max_hop_count is not None or between.min_infiniband_bandwidth_gbps > 0):
+        out += _pairwise(ctx, nodes, between.max_hop_count, between.min_infiniband_bandwidth_gbps,
+                         job, None, "replica-hop-count", "replica-ib-bandwidth")
+    return out
+
+
+# ---- bookkeeping ---------------------------------------------------------------------------
+
+def _check_bookkeeping(ctx: _Context, plan: PlacementPlan,
+                       placed: dict[str, dict[str, list[GPU]]]) -> list[Violation]:
+    out: list[Violation] = []
+    pending_names = set()
+    for p in plan.pending:
+        pending_names.add(p.job)
+        if p.job not in ctx.jobs:
+            out.append(Violation(code="unknown-pending", job=p.job,
+                                 message="pending entry names a job that is not queued"))
+        if not [r for r in p.reasons if r.strip()]:
+            out.append(Violation(code="pending-no-reason", job=p.job,
+                                 message="pending job has no reason"))
+        if p.job in placed:
+            out.append(Violation(code="pending-and-admitted", job=p.job,
+                                 message="job is both placed and listed as pending"))
+    for job in ctx.jobs:
+        if job not in placed and job not in pending_names:
+            out.append(Violation(code="job-missing", job=job,
+                                 message="queued job is neither placed nor listed as pending"))
+
+    summaries = {}
+    for s in plan.jobs:
+        if s.job in summaries:
+            out.append(Violation(code="summary-duplicate", job=s.job, message="job summarised twice"))
+        summaries[s.job] = s
+    for job, units in placed.items():
+        s = summaries.get(job)
+        if s is None:
+            out.append(Violation(code="summary-missing", job=job,
+                                 message="admitted job has no entry in jobs[]"))
+            continue
+        gpus = [g for us in units.values() for g in _known(ctx, us)]
+        if s.gpus != sum(len(us) for us in units.values()):
+            out.append(Violation(code="summary-gpus", job=job,
+                                 message=f"jobs[] says {s.gpus} GPUs, placements hold "
+                                         f"{sum(len(us) for us in units.values())}"))
+        if s.priority != ctx.jobs[job].priority:
+            out.append(Violation(code="summary-priority", job=job,
+                                 message=f"jobs[] says priority {s.priority}, the job has "
+                                         f"{ctx.jobs[job].priority}"))
+        nodes = sorted({n for n, _ in gpus})
+        if sorted(set(s.node_names)) != nodes:
+            out.append(Violation(code="summary-nodes", job=job,
+                                 message=f"jobs[].nodeNames {sorted(set(s.node_names))} != "
+                                         f"placed nodes {nodes}"))
+        types = Counter(ctx.gpu_type(ctx.nodes[n][1]).name for n, _ in gpus)
+        if s.gpu_types and dict(types) != dict(s.gpu_types):
+            out.append(Violation(code="summary-types", job=job,
+                                 message=f"jobs[].gpuTypes {dict(s.gpu_types)} != placed {dict(types)}"))
+        ta = s.topology_assignment
+        if ta is not None and sum(d.count for d in ta.domains) != s.gpus:
+            out.append(Violation(code="summary-topology", job=job,
+                                 message=f"topologyAssignment counts {sum(d.count for d in ta.domains)}"
+                                         f" GPUs, the job has {s.gpus}"))
+    for job in summaries:
+        if job not in placed:
+            out.append(Violation(code="summary-extra", job=job,
+                                 message="jobs[] lists a job that has no placement"))
+    return out
+
+
+# ---- priority ------------------------------------------------------------------------------
+
+def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]]) -> list[Violation]:
+    """Flag pending jobs that a simple first-fit could place on lower-priority jobs' GPUs."""
+    out: list[Violation] = []
+    pending = [j for j in ctx.instance.jobs if j.name not in placed]
+    if not pending:
+        return out
+    admitted_prio = {job: ctx.jobs[job].priority for job in placed if job in ctx.jobs}
+    instance_free: dict[str, set[int]] = {name: set(n.free_gpus) for name, (_, n) in ctx.nodes.items()}
+    for job in pending:
+        units = job.units()
+        if any(u.gpus > ctx.largest_node(u) for u in units):
+            continue  # multi-node units: not the simple case
+        lower = [j for j, p in admitted_prio.items() if p < job.priority]
+        if not lower:
+            continue
+        free = {n: set(s) for n, s in instance_free.items()}
+        for other, units_placed in placed.items():
+            if admitted_prio.get(other, job.priority) >= job.priority:
+                for gpus in units_placed.values():
+                    for n, i in gpus:
+                        free.get(n, set()).discard(i)
+        fit = _first_fit(ctx, job, units, free)
+        if fit is not None:
+            out.append(Violation(
+                code="priority-inversion", job=job.name,
+                message=f"pending at priority {job.priority}, but it fits on GPUs held by "
+                        f"lower-priority jobs ({', '.join(sorted(lower)[:4])}) plus free GPUs, e.g. "
+                        + "; ".join(f"{u}: {n}" for u, n in list(fit.items())[:3])))
+    return out
+
+
+def _first_fit(ctx: _Context, job: TrainingJob, units: list[GangUnit],
+               free: dict[str, set[int]]) -> dict[str, str] | None:
+    """One-node-per-unit first fit within one cluster, verified against the job's rules."""
+    between = job.between_replicas
+    for cluster in ctx.instance.clusters:
+        avail = {n.name: set(free[n.name]) for n in cluster.nodes}
+        chosen: dict[str, str] = {}
+        for unit in units:
+            for node in cluster.nodes:
+                if len(avail[node.name]) < unit.gpus:
+                    continue
+                if not (ctx.type_ok(unit, node) and ctx.memory_ok(unit, node)):
+                    continue
+                gpus = _pick_gpus(ctx, node, avail[node.name], unit)
+                if gpus is not None:
+                    avail[node.name] -= set(gpus)
+                    chosen[unit.name] = node.name
+                    break
+            else:
+                break
+        if len(chosen) != len(units):
+            continue
+        nodes = sorted(set(chosen.values()))
+        if len(nodes) > 1 and _pairwise(ctx, nodes, between.max_hop_count,
+                                        between.min_infiniband_bandwidth_gbps, job.name, None,
+                                        "h", "b"):
+            continue
+        return chosen
+    return None
+
+
+def _pick_gpus(ctx: _Context, node: Node, avail: set[int], unit: GangUnit) -> list[int] | None:
+    """``unit.gpus`` free GPUs of ``node`` meeting the unit's NVLink pair bandwidth, if any."""
+    free = sorted(avail)
+    if unit.min_nvlink_gbps <= 0 or unit.gpus <= 1:
+        return free[:unit.gpus]
+    bw = ctx.pair_bw(node)
+    if node.is_uniform:
+        any_pair = bw.get((0, 1), 0.0) if node.gpu_count > 1 else 0.0
+        return free[:unit.gpus] if any_pair >= unit.min_nvlink_gbps else None
+    if comb(len(free), unit.gpus) > _MAX_CLIQUE_SEARCH:
+        return None  # too many subsets to try: unknown, and unknown is never flagged
+    for combo in combinations(free, unit.gpus):
+        if all(bw.get(p, 0.0) >= unit.min_nvlink_gbps for p in combinations(combo, 2)):
+            return list(combo)
+    return None
+
+
+__all__ = ["Violation", "check", "format_violations"]
