@@ -1,0 +1,474 @@
+"""Finding, reading and checking instances: bundled names, Instance files, Cluster + job files.
+
+Every reader here turns bad input into one :class:`InputError` that names the file, the
+field path and the problem (``jobs.yaml: document 2: spec.resourceGroups[0].gpusPerGroup:
+Input should be greater than 0``), because the CLI, the service and the benchmarks all
+report through it and a person has to be able to fix the file from that one line.
+
+Documents are told apart by ``kind``:
+
+* ``Instance`` (``hyperplace/v1``): clusters, their state and a pending queue;
+* ``Cluster`` (``hyperplace/v1``): ``metadata.name`` plus ``spec: {region, labels, nodes,
+  fabric, gpuTypes}``, i.e. one cluster without a queue;
+* ``FoundationModelTrainingJob`` (``ai.example.com/v1alpha1``): the seed's job manifest;
+* ``HyperNode`` (``topology.volcano.sh/v1alpha1``): Volcano's topology tiers, checked for
+  shape only (the importer turns them into fabrics).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from hyperplace.errors import InputError, from_validation_error
+from hyperplace.io import dump_yaml, load_documents
+from hyperplace.models import (
+    Cluster,
+    GPUCatalog,
+    GPUType,
+    Instance,
+    TrainingJob,
+)
+from hyperplace.models.base import HPModel
+from hyperplace.models.job import ObjectMeta
+from hyperplace.instances.generator import DESCRIPTION_KEY, SOURCE_KEY
+
+from hyperplace.instances import DEFAULT_INSTANCE  # noqa: F401  (re-exported)
+
+# Bundled instances, in the order `instances list` shows them.
+BUNDLED = (
+    "seed-beijing-shanghai",
+    "mixed-a100-h100",
+    "superpod-h100-4su",
+    "dgx1-v100",
+    "alibaba-2023",
+)
+
+KINDS = ("Instance", "Cluster", "FoundationModelTrainingJob", "HyperNode")
+_JOB_KIND = "FoundationModelTrainingJob"
+_JOB_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class ClusterDocSpec(HPModel):
+    """What a ``Cluster`` document's ``spec`` may hold (the name lives in ``metadata``)."""
+
+    region: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    gpu_types: list[GPUType] = Field(default_factory=list)
+    nodes: list[Any] = Field(default_factory=list)
+    fabric: dict[str, Any] = Field(default_factory=dict)
+
+
+class ClusterDocument(HPModel):
+    """``hyperplace/v1`` ``Cluster``: one cluster and its state, no queue."""
+
+    api_version: Literal["hyperplace/v1"] = "hyperplace/v1"
+    kind: Literal["Cluster"] = "Cluster"
+    metadata: ObjectMeta
+    spec: ClusterDocSpec
+
+
+@dataclass(frozen=True)
+class ParsedCluster:
+    cluster: Cluster
+    gpu_types: list[GPUType]
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """One row of ``instances list``."""
+
+    name: str
+    description: str
+    clusters: int
+    nodes: int
+    gpus: int
+    free_gpus: int
+    pending_jobs: int
+    source: str
+
+
+# ---- errors -----------------------------------------------------------------------
+
+_PATH_PREFIX = re.compile(r"^([A-Za-z_]\w*(?:\[\d+\])*(?:\.[A-Za-z_]\w*(?:\[\d+\])*)*): (.+)$", re.S)
+
+# Model validators of Federation report paths relative to the federation; inside an
+# Instance those fields live under spec.
+_INSTANCE_RELATIVE = {"links": "spec.interClusterLinks", "clusters": "spec.clusters"}
+
+
+def _join(*parts: str | None) -> str | None:
+    out = ""
+    for p in parts:
+        if not p:
+            continue
+        out = p if not out else (f"{out}{p}" if p.startswith("[") else f"{out}.{p}")
+    return out or None
+
+
+def _tidy(err: InputError, *, document: str | None = None) -> InputError:
+    """Move a field path that a model validator put into the message back into the path.
+
+    Pydantic reports ``raise ValueError("fabric.links[3].b: ...")`` from a model validator
+    at the model's own location with the message ``Value error, fabric.links[3].b: ...``;
+    people need ``spec.clusters[0].fabric.links[3].b: ...``.
+    """
+    message = err.message.removeprefix("Value error, ")
+    path = err.path
+    match = _PATH_PREFIX.match(message)
+    if match:
+        sub, message = match.group(1), match.group(2)
+        if not path:
+            head = re.split(r"[.\[]", sub, maxsplit=1)[0]
+            if head in _INSTANCE_RELATIVE and not sub.startswith("spec"):
+                sub = _INSTANCE_RELATIVE[head] + sub[len(head):]
+        path = _join(path, sub)
+    elif not path and message.startswith("clusters: "):
+        path, message = "spec.clusters", message.removeprefix("clusters: ")
+    if document:
+        path = f"{document}: {path}" if path else document
+    return InputError(message.splitlines()[0], source=err.source, path=path)
+
+
+def _validate(model: type[HPModel], doc: Any, source: str, document: str | None = None,
+              prefix: str = "") -> Any:
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        raise _tidy(from_validation_error(exc, source=source, prefix=prefix),
+                    document=document) from None
+
+
+def _doc_label(index: int, total: int) -> str | None:
+    """``document 2`` for multi-document files; nothing when the file holds one document."""
+    return f"document {index + 1}" if total > 1 else None
+
+
+# ---- documents ----------------------------------------------------------------------
+
+def document_kind(doc: dict[str, Any], source: str, document: str | None = None) -> str:
+    kind = doc.get("kind")
+    if kind is None:
+        raise InputError("required field is missing", source=source,
+                         path=f"{document}: kind" if document else "kind")
+    if kind not in KINDS:
+        where = f"{document}: kind" if document else "kind"
+        raise InputError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}",
+                         source=source, path=where)
+    return str(kind)
+
+
+def parse_cluster(doc: dict[str, Any], source: str, document: str | None = None
+                  ) -> ParsedCluster:
+    """A ``Cluster`` document as a :class:`Cluster` (GPU types checked against the catalog)."""
+    parsed: ClusterDocument = _validate(ClusterDocument, doc, source, document)
+    body = {k: v for k, v in doc["spec"].items() if k not in ("gpuTypes", "gpu_types")}
+    body["name"] = parsed.metadata.name
+    cluster: Cluster = _validate(Cluster, body, source, document, prefix="spec")
+    catalog = GPUCatalog(parsed.spec.gpu_types)
+    for i, node in enumerate(cluster.nodes):
+        if node.gpu_type not in catalog:
+            where = f"spec.nodes[{i}].gpuType"
+            raise InputError(
+                f"unknown GPU type {node.gpu_type!r} (known: {', '.join(catalog.names())}; "
+                "declare others under spec.gpuTypes)", source=source,
+                path=f"{document}: {where}" if document else where)
+    return ParsedCluster(cluster, list(parsed.spec.gpu_types))
+
+
+def parse_job(doc: dict[str, Any], source: str, document: str | None = None) -> TrainingJob:
+    return _validate(TrainingJob, doc, source, document)
+
+
+def parse_instance(doc: dict[str, Any], source: str, document: str | None = None) -> Instance:
+    return _validate(Instance, doc, source, document)
+
+
+def check_hypernode(doc: dict[str, Any], source: str, document: str | None = None) -> str:
+    """Shape check of a Volcano HyperNode (the importer reads the topology itself)."""
+    def fail(path: str, problem: str) -> InputError:
+        return InputError(problem, source=source,
+                          path=f"{document}: {path}" if document else path)
+
+    api = doc.get("apiVersion", "")
+    if not str(api).startswith("topology.volcano.sh/"):
+        raise fail("apiVersion", f"expected topology.volcano.sh/v1alpha1, got {api!r}")
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict) or not meta.get("name"):
+        raise fail("metadata.name", "required field is missing")
+    spec = doc.get("spec")
+    if not isinstance(spec, dict):
+        raise fail("spec", "required field is missing")
+    tier = spec.get("tier")
+    if isinstance(tier, str) and tier.isdigit():
+        tier = int(tier)
+    if not isinstance(tier, int) or isinstance(tier, bool) or tier < 1:
+        raise fail("spec.tier", f"expected a tier number >= 1, got {spec.get('tier')!r}")
+    members = spec.get("members", [])
+    if not isinstance(members, list):
+        raise fail("spec.members", "expected a list")
+    for i, m in enumerate(members):
+        if not isinstance(m, dict) or m.get("type") not in ("Node", "HyperNode"):
+            raise fail(f"spec.members[{i}].type", "expected Node or HyperNode")
+        selector = m.get("selector")
+        if not isinstance(selector, dict) or not selector:
+            raise fail(f"spec.members[{i}].selector", "required field is missing")
+    return str(meta["name"])
+
+
+# ---- assembling instances -------------------------------------------------------------
+
+def _build_instance(name: str, clusters: list[ParsedCluster], jobs: list[TrainingJob],
+                    source: str, base: Instance | None = None) -> Instance:
+    if base is not None:
+        doc: dict[str, Any] = {"metadata": base.metadata,
+                               "spec": base.spec.model_copy(update={"jobs": jobs})}
+    else:
+        types: list[GPUType] = []
+        for pc in clusters:
+            types += [t for t in pc.gpu_types if t not in types]
+        doc = {"metadata": {"name": name},
+               "spec": {"gpuTypes": types, "clusters": [pc.cluster for pc in clusters],
+                        "jobs": jobs}}
+    return _validate(Instance, doc, source)
+
+
+def _check_unique_jobs(jobs: list[tuple[TrainingJob, str, str | None]]) -> None:
+    seen: dict[str, str] = {}
+    for job, source, document in jobs:
+        if job.name in seen:
+            where = f"{document}: metadata.name" if document else "metadata.name"
+            raise InputError(f"job {job.name!r} is already defined in {seen[job.name]}",
+                             source=source, path=where)
+        seen[job.name] = source
+
+
+def instance_from_documents(docs: list[dict[str, Any]], source: str) -> Instance:
+    """One Instance document, or Cluster documents followed by job documents."""
+    kinds = [document_kind(d, source, _doc_label(i, len(docs))) for i, d in enumerate(docs)]
+    if kinds[0] == "Instance":
+        if len(docs) > 1:
+            raise InputError("an Instance file holds exactly one document", source=source,
+                             path="document 2")
+        return parse_instance(docs[0], source)
+    clusters: list[ParsedCluster] = []
+    jobs: list[tuple[TrainingJob, str, str | None]] = []
+    for i, (doc, kind) in enumerate(zip(docs, kinds)):
+        label = _doc_label(i, len(docs))
+        if kind == "Cluster":
+            clusters.append(parse_cluster(doc, source, label))
+        elif kind == _JOB_KIND:
+            jobs.append((parse_job(doc, source, label), source, label))
+        else:
+            raise InputError(f"a {kind} cannot be loaded as part of an instance",
+                             source=source, path=f"{label}: kind" if label else "kind")
+    if not clusters:
+        raise InputError("no Cluster or Instance document: nothing to place jobs on",
+                         source=source)
+    _check_unique_jobs(jobs)
+    name = "+".join(pc.cluster.name for pc in clusters)
+    return _build_instance(name, clusters, [j for j, _, _ in jobs], source)
+
+
+def read_jobs(path: str | Path) -> list[tuple[TrainingJob, str, str | None]]:
+    """Jobs of a multi-document file, or of every YAML/JSON file of a directory (by name)."""
+    p = Path(path)
+    files = [p]
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in _JOB_SUFFIXES)
+        if not files:
+            raise InputError("directory holds no .yaml, .yml or .json file", source=str(path))
+    out: list[tuple[TrainingJob, str, str | None]] = []
+    for f in files:
+        source = str(f)
+        docs = load_documents(f)
+        for i, doc in enumerate(docs):
+            label = _doc_label(i, len(docs))
+            kind = document_kind(doc, source, label)
+            if kind != _JOB_KIND:
+                raise InputError(f"expected {_JOB_KIND}, got {kind!r}", source=source,
+                                 path=f"{label}: kind" if label else "kind")
+            out.append((parse_job(doc, source, label), source, label))
+    return out
+
+
+def load_cluster_and_jobs(cluster_file: str | Path, jobs_file_or_dir: str | Path) -> Instance:
+    """Clusters from one file (Cluster documents or an Instance), the queue from another.
+
+    An Instance file's own queue is replaced by the jobs given, so a saved cluster state
+    can be replayed against different queues.
+    """
+    source = str(cluster_file)
+    docs = load_documents(cluster_file)
+    jobs = read_jobs(jobs_file_or_dir)
+    _check_unique_jobs(jobs)
+    job_models = [j for j, _, _ in jobs]
+    first = document_kind(docs[0], source, _doc_label(0, len(docs)))
+    if first == "Instance":
+        base = instance_from_documents(docs, source)
+        return _build_instance(base.name, [], job_models, source, base=base)
+    clusters: list[ParsedCluster] = []
+    for i, doc in enumerate(docs):
+        label = _doc_label(i, len(docs))
+        kind = document_kind(doc, source, label)
+        if kind != "Cluster":
+            raise InputError(f"expected Cluster or Instance, got {kind!r}", source=source,
+                             path=f"{label}: kind" if label else "kind")
+        clusters.append(parse_cluster(doc, source, label))
+    name = "+".join(pc.cluster.name for pc in clusters)
+    return _build_instance(name, clusters, job_models, source)
+
+
+# ---- bundled instances ------------------------------------------------------------------
+
+# Package-data YAML files that are not instances.
+_NOT_INSTANCES = frozenset({"seed_job"})
+
+
+def bundled_path(name: str) -> Any:
+    return resources.files("hyperplace.instances") / "data" / f"{name}.yaml"
+
+
+def bundled_names() -> list[str]:
+    """Bundled instances present here: the catalogue first, then any other instance file
+    dropped into package data (e.g. the peer-scheduler cases), by name."""
+    data = resources.files("hyperplace.instances") / "data"
+    extra = sorted(f.name.removesuffix(".yaml") for f in data.iterdir()
+                   if f.name.endswith(".yaml"))
+    return ([n for n in BUNDLED if bundled_path(n).is_file()]
+            + [n for n in extra if n not in BUNDLED and n not in _NOT_INSTANCES])
+
+
+@cache
+def _load_bundled(name: str) -> Instance:
+    ref = bundled_path(name)
+    with resources.as_file(ref) as path:
+        return instance_from_documents(load_documents(path), f"{name} (bundled)")
+
+
+_file_cache: dict[tuple[str, int, int], Instance] = {}
+
+
+def load_instance(name_or_path: str | Path) -> Instance:
+    """A bundled instance by name, or an Instance (or Cluster + jobs) file; cached."""
+    key = str(name_or_path)
+    if key in BUNDLED or (key and "/" not in key and "\\" not in key
+                          and key not in _NOT_INSTANCES and bundled_path(key).is_file()
+                          and not Path(key).exists()):
+        return _load_bundled(key)
+    p = Path(key)
+    if not p.exists():
+        raise InputError(
+            f"no such file, and not a bundled instance (bundled: {', '.join(bundled_names())})",
+            source=key)
+    if p.is_file():
+        stat = p.stat()
+        cache_key = (str(p.resolve()), stat.st_mtime_ns, stat.st_size)
+        if cache_key not in _file_cache:
+            if len(_file_cache) > 16:
+                _file_cache.clear()
+            _file_cache[cache_key] = instance_from_documents(load_documents(p), key)
+        return _file_cache[cache_key]
+    return instance_from_documents(load_documents(p), key)  # raises: a directory
+
+
+def describe(instance: Instance) -> tuple[str, str]:
+    """(description, source/provenance) from the instance's annotations."""
+    ann = instance.metadata.annotations
+    return ann.get(DESCRIPTION_KEY, ""), ann.get(SOURCE_KEY, "")
+
+
+def instance_info(instance: Instance) -> InstanceInfo:
+    nodes = [n for c in instance.clusters for n in c.nodes]
+    description, source = describe(instance)
+    return InstanceInfo(
+        name=instance.name, description=description, clusters=len(instance.clusters),
+        nodes=len(nodes), gpus=sum(n.gpu_count for n in nodes),
+        free_gpus=sum(n.free_count for n in nodes), pending_jobs=len(instance.jobs),
+        source=source,
+    )
+
+
+def list_instances() -> list[InstanceInfo]:
+    """The bundled instances present in this installation (see :func:`bundled_names`)."""
+    return [instance_info(load_instance(name)) for name in bundled_names()]
+
+
+# ---- validate -----------------------------------------------------------------------------
+
+def validate_file(path: str | Path) -> str:
+    """Check every document of a file; return a one-line summary or raise InputError."""
+    source = str(path)
+    docs = load_documents(path)
+    kinds = [document_kind(d, source, _doc_label(i, len(docs))) for i, d in enumerate(docs)]
+    if "Instance" in kinds:
+        inst = instance_from_documents(docs, source)
+        info = instance_info(inst)
+        return (f"Instance {inst.name}, {info.clusters} cluster(s), {info.nodes} nodes, "
+                f"{info.gpus} GPUs ({info.free_gpus} free), {info.pending_jobs} pending jobs")
+    parts: list[str] = []
+    jobs: list[tuple[TrainingJob, str, str | None]] = []
+    clusters: list[ParsedCluster] = []
+    hypernodes: list[str] = []
+    for i, (doc, kind) in enumerate(zip(docs, kinds)):
+        label = _doc_label(i, len(docs))
+        if kind == "Cluster":
+            clusters.append(parse_cluster(doc, source, label))
+        elif kind == _JOB_KIND:
+            jobs.append((parse_job(doc, source, label), source, label))
+        else:
+            hypernodes.append(check_hypernode(doc, source, label))
+    _check_unique_jobs(jobs)
+    if clusters:
+        instance_from_documents([d for d, k in zip(docs, kinds) if k != "HyperNode"], source)
+        for pc in clusters:
+            c = pc.cluster
+            free = sum(n.free_count for n in c.nodes)
+            parts.append(f"Cluster {c.name}, {len(c.nodes)} nodes, {c.gpu_count} GPUs "
+                         f"({free} free), fabric {c.network.kind}")
+    if jobs:
+        gpus = sum(j.total_gpus for j, _, _ in jobs)
+        parts.append(f"{len(jobs)} {_JOB_KIND}{'s' if len(jobs) > 1 else ''}, "
+                     f"{gpus} GPUs requested")
+    if hypernodes:
+        parts.append(f"{len(hypernodes)} HyperNode{'s' if len(hypernodes) > 1 else ''}")
+    return "; ".join(parts)
+
+
+# ---- writing ------------------------------------------------------------------------------
+
+def _with_kind(model: Instance | TrainingJob) -> dict[str, Any]:
+    return {"apiVersion": model.api_version, "kind": model.kind, **model.to_doc()}
+
+
+def instance_document(instance: Instance) -> dict[str, Any]:
+    """The Instance as a document that loads back equal (kinds spelled out, defaults left out).
+
+    Jobs keep their own apiVersion/kind so one can be cut out of the file and submitted as a
+    manifest as it is.
+    """
+    doc = _with_kind(instance)
+    if instance.jobs:
+        doc["spec"]["jobs"] = [_with_kind(j) for j in instance.jobs]
+    return doc
+
+
+def render_instance(instance: Instance, fmt: str = "yaml") -> str:
+    """YAML (GPU indices as integer keys, as people write them) or JSON text."""
+    doc = instance_document(instance)
+    if fmt == "json":
+        return json.dumps(doc, indent=2) + "\n"
+    if fmt != "yaml":
+        raise InputError(f"unknown format {fmt!r}; use yaml or json", path="format")
+    for cluster in doc["spec"]["clusters"]:
+        for node in cluster.get("nodes", []):
+            if "allocated" in node:
+                node["allocated"] = {int(k): v for k, v in node["allocated"].items()}
+    return dump_yaml(doc)
