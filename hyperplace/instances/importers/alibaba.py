@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import csv
 import io
-from collections import Counter
 from collections.abc import Iterable
 
 from pydantic import ValidationError
@@ -290,10 +289,3 @@ def import_alibaba_gpu2023_pods(source: Source, *, limit: int | None = None,
                              source=src) from None
     return jobs
 
-
-def gpu_totals(cluster: Cluster) -> Counter[str]:
-    """GPUs per type, e.g. for summaries of an imported fleet."""
-    out: Counter[str] = Counter()
-    for n in cluster.nodes:
-        out[n.gpu_type] += n.gpu_count
-    return out

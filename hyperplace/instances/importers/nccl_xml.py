@@ -72,7 +72,6 @@ _GPU_TCLASS = "0x030200"
 @dataclass
 class _Gpu:
     busid: str
-    element: ET.Element
     dev: int | None = None
     sm: int | None = None
     device: str | None = None
@@ -140,7 +139,7 @@ def parse_nccl_xml(text: str, src: str, *,
                 cls = _norm_class(child.get("class"))
                 kids = [c for c in child if isinstance(c.tag, str)]
                 if cls.startswith(_GPU_CLASSES):
-                    g = gpus.setdefault(busid, _Gpu(busid=busid, element=child))
+                    g = gpus.setdefault(busid, _Gpu(busid=busid))
                     g.device = (child.get("device") or "").lower() or None
                     g.path = path  # the GPU's switch/CPU is its enclosing subtree
                     walk(child, here)
@@ -158,8 +157,7 @@ def parse_nccl_xml(text: str, src: str, *,
                 if not parent_bus:
                     raise InputError("<gpu> element outside a <pci busid=...>", source=src)
                 where = f"<gpu> in <pci busid={parent_bus!r}>"
-                g = gpus.setdefault(parent_bus, _Gpu(busid=parent_bus, element=child,
-                                                     path=path[:-1]))
+                g = gpus.setdefault(parent_bus, _Gpu(busid=parent_bus, path=path[:-1]))
                 g.dev = _int_attr(child, "dev", src, where)
                 g.sm = _int_attr(child, "sm", src, where)
                 for link in child.findall("nvlink"):
