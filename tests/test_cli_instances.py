@@ -93,7 +93,8 @@ BAD_INPUTS = [
      "spec.clusters[0].fabric.links[1].gbps: Input should be greater than 0"),
     ("bad-job-document", IMPOSSIBLE_JOB.replace("gpusPerGroup: 8", "gpusPerGroup: 0"),
      "document 2: spec.resourceGroups[0].gpusPerGroup: Input should be greater than 0"),
-    ("bad-hypernode", HYPERNODE.replace("tier: 1", "tier: top"), "spec.tier: expected a tier"),
+    ("bad-hypernode", HYPERNODE.replace("tier: 1", "tier: top"),
+     "documents[0].spec.tier: required, an integer"),
 ]
 
 
@@ -146,7 +147,7 @@ def test_validate_accepts_every_kind_and_impossible_requests(tmp_path: Path,
     assert "Cluster tiny, 2 nodes, 16 GPUs (16 free)" in lines[1]
     assert "2 FoundationModelTrainingJobs, 24 GPUs requested" in lines[2]
     assert "1 FoundationModelTrainingJob, 160 GPUs requested" in lines[3]
-    assert "1 HyperNode" in lines[4]
+    assert "1 HyperNode, tier 1" in lines[4]
 
 
 def test_list_shows_every_bundled_instance() -> None:

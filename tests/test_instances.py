@@ -58,7 +58,7 @@ def test_bundled_instance_validates(name: str) -> None:
 def test_list_instances_agrees_with_the_files() -> None:
     infos = {i.name: i for i in list_instances()}
     assert list(infos) == PRESENT and DEFAULT_INSTANCE in infos
-    assert PRESENT[:4] == list(BUNDLED[:4])  # the catalogue first, in order
+    assert PRESENT[:len(BUNDLED)] == list(BUNDLED)  # the catalogue first, in order
     for name, info in infos.items():
         nodes = _all_nodes(load_instance(name))
         assert info.gpus == sum(n.gpu_count for n in nodes)
@@ -124,6 +124,25 @@ def test_dgx1_has_free_gpus_that_are_not_an_nvlink_clique() -> None:
     jobs = load_instance("dgx1-v100").jobs
     sizes = {u.gpus for j in jobs for u in j.units() if u.min_nvlink_gbps > 0}
     assert {4, 8} <= sizes
+
+
+def test_alibaba_is_the_whole_real_gpu_fleet() -> None:
+    import csv
+
+    from hyperplace.instances.bundled import ALIBABA_QUEUE_CAP
+
+    with (data_dir() / "traces" / "alibaba_gpu2023_nodes.csv").open() as fh:
+        rows = [r for r in csv.DictReader(fh) if int(r["gpu"]) > 0]
+    inst = load_instance("alibaba-2023")
+    nodes = _all_nodes(inst)
+    assert {n.name for n in nodes} == {r["sn"] for r in rows}
+    assert sum(n.gpu_count for n in nodes) == sum(int(r["gpu"]) for r in rows)
+    assert len(inst.jobs) == ALIBABA_QUEUE_CAP
+    declared = {t.name for t in inst.spec.gpu_types}
+    assert {"G2", "T4"} <= declared
+    for job in inst.jobs:
+        selector = job.allowed_types(job.spec.resource_groups[0])
+        assert selector is None or all(part in inst.catalog for part in selector.split("|"))
 
 
 # ---- summary -------------------------------------------------------------------------------

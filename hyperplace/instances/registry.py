@@ -11,8 +11,8 @@ Documents are told apart by ``kind``:
 * ``Cluster`` (``hyperplace/v1``): ``metadata.name`` plus ``spec: {region, labels, nodes,
   fabric, gpuTypes}``, i.e. one cluster without a queue;
 * ``FoundationModelTrainingJob`` (``ai.example.com/v1alpha1``): the seed's job manifest;
-* ``HyperNode`` (``topology.volcano.sh/v1alpha1``): Volcano's topology tiers, checked for
-  shape only (the importer turns them into fabrics).
+* ``HyperNode`` (``topology.volcano.sh/v1alpha1``): Volcano's topology tiers, checked by
+  the HyperNode importer (which turns them into fabrics).
 """
 
 from __future__ import annotations
@@ -191,36 +191,14 @@ def parse_instance(doc: dict[str, Any], source: str, document: str | None = None
     return _validate(Instance, doc, source, document)
 
 
-def check_hypernode(doc: dict[str, Any], source: str, document: str | None = None) -> str:
-    """Shape check of a Volcano HyperNode (the importer reads the topology itself)."""
-    def fail(path: str, problem: str) -> InputError:
-        return InputError(problem, source=source,
-                          path=f"{document}: {path}" if document else path)
+def check_hypernodes(docs: list[dict[str, Any]], source: str) -> str:
+    """HyperNode documents checked by the importer (tiers, members, one parent each)."""
+    from hyperplace.instances.importers.hypernode import hypernodes_to_fabric
 
-    api = doc.get("apiVersion", "")
-    if not str(api).startswith("topology.volcano.sh/"):
-        raise fail("apiVersion", f"expected topology.volcano.sh/v1alpha1, got {api!r}")
-    meta = doc.get("metadata")
-    if not isinstance(meta, dict) or not meta.get("name"):
-        raise fail("metadata.name", "required field is missing")
-    spec = doc.get("spec")
-    if not isinstance(spec, dict):
-        raise fail("spec", "required field is missing")
-    tier = spec.get("tier")
-    if isinstance(tier, str) and tier.isdigit():
-        tier = int(tier)
-    if not isinstance(tier, int) or isinstance(tier, bool) or tier < 1:
-        raise fail("spec.tier", f"expected a tier number >= 1, got {spec.get('tier')!r}")
-    members = spec.get("members", [])
-    if not isinstance(members, list):
-        raise fail("spec.members", "expected a list")
-    for i, m in enumerate(members):
-        if not isinstance(m, dict) or m.get("type") not in ("Node", "HyperNode"):
-            raise fail(f"spec.members[{i}].type", "expected Node or HyperNode")
-        selector = m.get("selector")
-        if not isinstance(selector, dict) or not selector:
-            raise fail(f"spec.members[{i}].selector", "required field is missing")
-    return str(meta["name"])
+    fabric = hypernodes_to_fabric(docs, source=source)
+    tiers = sorted({s.tier for s in fabric.switches})
+    span = f"tier {tiers[0]}" if len(tiers) == 1 else f"tiers {tiers[0]}-{tiers[-1]}"
+    return f"{len(docs)} HyperNode{'s' if len(docs) > 1 else ''}, {span}"
 
 
 # ---- assembling instances -------------------------------------------------------------
@@ -416,7 +394,7 @@ def validate_file(path: str | Path) -> str:
     parts: list[str] = []
     jobs: list[tuple[TrainingJob, str, str | None]] = []
     clusters: list[ParsedCluster] = []
-    hypernodes: list[str] = []
+    hypernodes: list[dict[str, Any]] = []
     for i, (doc, kind) in enumerate(zip(docs, kinds)):
         label = _doc_label(i, len(docs))
         if kind == "Cluster":
@@ -424,7 +402,7 @@ def validate_file(path: str | Path) -> str:
         elif kind == _JOB_KIND:
             jobs.append((parse_job(doc, source, label), source, label))
         else:
-            hypernodes.append(check_hypernode(doc, source, label))
+            hypernodes.append(doc)
     _check_unique_jobs(jobs)
     if clusters:
         instance_from_documents([d for d, k in zip(docs, kinds) if k != "HyperNode"], source)
@@ -438,7 +416,7 @@ def validate_file(path: str | Path) -> str:
         parts.append(f"{len(jobs)} {_JOB_KIND}{'s' if len(jobs) > 1 else ''}, "
                      f"{gpus} GPUs requested")
     if hypernodes:
-        parts.append(f"{len(hypernodes)} HyperNode{'s' if len(hypernodes) > 1 else ''}")
+        parts.append(check_hypernodes(hypernodes, source))
     return "; ".join(parts)
 
 
