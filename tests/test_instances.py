@@ -239,10 +239,11 @@ def test_generator_rejects_bad_arguments(kwargs: dict, path: str) -> None:
 
 
 def test_generator_scale_16k_gpus_5k_jobs() -> None:
-    start = time.perf_counter()
+    # CPU time of this process, so other work on a shared machine does not make it flaky
+    start = time.process_time()
     inst = generate(16384, 5000, seed=0)
     text = render_instance(inst)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert len(_all_nodes(inst)) == 2048 and len(inst.jobs) == 5000
     assert inst.clusters[0].network.radii == [1, 3, 5]
     assert len(text) > 1_000_000

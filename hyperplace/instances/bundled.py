@@ -72,6 +72,10 @@ def _hold(job: str, *gpus: int) -> dict[int, str]:
     return {g: job for g in gpus}
 
 
+def _running(nodes: list[Node]) -> set[str]:
+    return {job for n in nodes for job in n.allocated.values()}
+
+
 def _whole(job: str) -> dict[int, str]:
     return _hold(job, *range(8))
 
@@ -197,7 +201,8 @@ def build_mixed_a100_h100() -> Instance:
         metadata=_meta(
             "mixed-a100-h100",
             "32 nodes (16 DGX H100 + 16 DGX A100-80), fat-tree-2 (8 nodes per leaf), "
-            "fragmented by 16 running jobs; seed-like queue with impossible asks",
+            f"fragmented by {len(_running(nodes))} running jobs; seed-like queue with "
+            "impossible asks",
             "hand-built from DGX A100/H100 node shapes; running jobs and queue designed "
             "for the seed manifest (tests/data/seed_job.yaml)",
             assumptions="one 400 Gb/s fabric port per node for both types (DGX A100 ships "

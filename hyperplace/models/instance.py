@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import cached_property
 from typing import Literal
 
@@ -45,7 +46,7 @@ class Instance(HPModel):
                     raise ValueError(f"spec.clusters[{ci}].nodes[{ni}].name: node {n.name!r} appears twice")
                 seen_nodes.add(n.name)
         names = [j.name for j in self.spec.jobs]
-        dup = {n for n in names if names.count(n) > 1}
+        dup = {n for n, k in Counter(names).items() if k > 1}  # linear: queues reach 5,000
         if dup:
             raise ValueError(f"spec.jobs: duplicate job name {sorted(dup)[0]!r}")
         Federation(clusters=self.spec.clusters, links=self.spec.inter_cluster_links)
