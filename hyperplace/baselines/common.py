@@ -95,6 +95,9 @@ class ClusterView:
         self.cluster = cluster
         self.catalog = catalog
         self.nodes = {n.name: n for n in cluster.nodes}
+        self._suits: dict[tuple[str | None, float, str], bool] = {}
+        self._node_size: dict[tuple[str | None, float], int] = {}
+        self._eligible: dict[frozenset[tuple[str | None, float]], frozenset[str]] = {}
         order = [n.name for n in cluster.nodes]
         self.levels: list[Level] = [Level(0, [(n, [n]) for n in order])]
         network = cluster.network
@@ -111,6 +114,14 @@ class ClusterView:
         if len(self.levels[-1].domains) > 1 or len(self.levels) == 1:
             self.levels.append(Level(INF_RADIUS, [(f"cluster:{cluster.name}", order)]))
 
+    def suits(self, unit: GangUnit, node: Node) -> bool:
+        """:func:`suits`, memoised by (selector, memory, node type): asked millions of times."""
+        key = (unit.gpu_types, unit.min_memory_gb, node.gpu_type)
+        hit = self._suits.get(key)
+        if hit is None:
+            hit = self._suits[key] = suits(unit, node, self.catalog)
+        return hit
+
     def level_for_hops(self, max_hops: int | None) -> int:
         """Highest level whose domains keep every node pair within ``max_hops``."""
         if max_hops is None:
@@ -125,8 +136,12 @@ class ClusterView:
         return 1 if len(self.levels) > 1 else 0
 
     def node_size(self, unit: GangUnit) -> int:
-        return max((n.gpu_count for n in self.nodes.values() if suits(unit, n, self.catalog)),
-                   default=0)
+        """GPUs of the largest node that suits the unit: the biggest pod it can ask for."""
+        key = (unit.gpu_types, unit.min_memory_gb)
+        if key not in self._node_size:
+            self._node_size[key] = max(
+                (n.gpu_count for n in self.nodes.values() if self.suits(unit, n)), default=0)
+        return self._node_size[key]
 
 
 class FreeState:
@@ -172,7 +187,13 @@ class JobOutcome:
 
 
 def eligible_nodes(view: ClusterView, units: list[GangUnit]) -> set[str]:
-    return {n for n, node in view.nodes.items() if any(suits(u, node, view.catalog) for u in units)}
+    """Nodes with a GPU type and memory that at least one of the units accepts."""
+    kinds = {(u.gpu_types, u.min_memory_gb): u for u in units}
+    key = frozenset(kinds)
+    if key not in view._eligible:
+        view._eligible[key] = frozenset(
+            n for n, node in view.nodes.items() if any(view.suits(u, node) for u in kinds.values()))
+    return set(view._eligible[key])
 
 
 def run_baseline(instance: Instance, solver: str,

@@ -31,7 +31,6 @@ from hyperplace.baselines.common import (
     Pod,
     pods_for,
     run_baseline,
-    suits,
 )
 from hyperplace.models import GangUnit, Instance, PlacementPlan, TrainingJob
 from hyperplace.models.plan import GPURef
@@ -121,7 +120,7 @@ def _assign_podset(job: TrainingJob, ps: list[GangUnit], view: ClusterView, stat
     if not pods:
         return f"podset {ps[0].group!r}: no node of an accepted GPU type"
     pod_gpus = max(p.gpus for p in pods)
-    eligible = {n for n, node in view.nodes.items() if suits(ps[0], node, view.catalog)}
+    eligible = {n for n, node in view.nodes.items() if view.suits(ps[0], node)}
     cap = _Capacity(view, state, eligible, pod_gpus)
     hops = _constraint(job, ps, pods)
     what = f"podset {ps[0].group!r} ({len(pods)} pods x {pod_gpus} GPUs)"

@@ -26,8 +26,8 @@ from hyperplace.baselines.common import (
     JobOutcome,
     Pod,
     pods_for,
+    eligible_nodes,
     run_baseline,
-    suits,
 )
 from hyperplace.models import GangUnit, Instance, PlacementPlan, TrainingJob
 from hyperplace.models.plan import GPURef
@@ -56,7 +56,7 @@ def _first_fit(pods: list[Pod], nodes: list[str], view: ClusterView, free: dict[
     out = []
     for pod in pods:
         for n in nodes:
-            if free[n] >= pod.gpus and suits(pod.unit, view.nodes[n], view.catalog):
+            if free[n] >= pod.gpus and view.suits(pod.unit, view.nodes[n]):
                 free[n] -= pod.gpus
                 out.append((pod, n))
                 break
@@ -71,8 +71,9 @@ def _holds(pods: list[Pod], nodes: list[str], view: ClusterView, state: FreeStat
     return len(_first_fit(ordered, nodes, view, free)) == len(pods)
 
 
-def _free_in(nodes: list[str], state: FreeState) -> int:
-    return sum(state.count(n) for n in nodes)
+def _free_in(nodes: list[str], state: FreeState, eligible: set[str]) -> int:
+    """Free GPUs of a type the job accepts: what gres would count for this request."""
+    return sum(state.count(n) for n in nodes if n in eligible)
 
 
 def _place_job(job: TrainingJob, state: FreeState, views: list[ClusterView]) -> JobOutcome:
@@ -91,8 +92,9 @@ def _place_job(job: TrainingJob, state: FreeState, views: list[ClusterView]) -> 
                        if _holds(pods, nodes, view, state)]
             if not fitting:
                 continue
-            switch = min(fitting, key=lambda nodes: _free_in(nodes, state))
-            placed = _allocate(pods, switch, view, state, level)
+            eligible = eligible_nodes(view, units)
+            switch = min(fitting, key=lambda nodes: _free_in(nodes, state, eligible))
+            placed = _allocate(pods, switch, view, state, level, eligible)
             if placed is not None:
                 return JobOutcome(units=placed)
         reasons.append(f"{SOLVER}: {view.cluster.name}: no switch at or below level {top} "
@@ -102,7 +104,7 @@ def _place_job(job: TrainingJob, state: FreeState, views: list[ClusterView]) -> 
 
 
 def _allocate(pods: list[Pod], switch_nodes: list[str], view: ClusterView, state: FreeState,
-              level: int) -> dict[str, list[GPURef]] | None:
+              level: int, eligible: set[str]) -> dict[str, list[GPURef]] | None:
     """Best fit over the switch's leaves, tightest first; first fit on nodes in a leaf."""
     inside = set(switch_nodes)
     leaf_level = min(level, view.leaf_level())
@@ -113,16 +115,14 @@ def _allocate(pods: list[Pod], switch_nodes: list[str], view: ClusterView, state
     while remaining:
         whole = [nodes for nodes in leaves if _holds(remaining, nodes, view, trial)]
         if whole:
-            leaf = min(whole, key=lambda nodes: _free_in(nodes, trial))
+            leaf = min(whole, key=lambda nodes: _free_in(nodes, trial, eligible))
         else:
-            usable = [nodes for nodes in leaves if _free_in(nodes, trial) > 0]
+            usable = [nodes for nodes in leaves if _free_in(nodes, trial, eligible) > 0]
             if not usable:
                 return None
-            leaf = max(usable, key=lambda nodes: _free_in(nodes, trial))
+            leaf = max(usable, key=lambda nodes: _free_in(nodes, trial, eligible))
         free = {n: trial.count(n) for n in leaf}
         got = _first_fit(sorted(remaining, key=lambda p: -p.gpus), leaf, view, free)
-        if not got:
-            return None
         for pod, n in got:
             chosen.append((pod, n))
             trial.take(n, pod.gpus)

@@ -33,8 +33,8 @@ from hyperplace.baselines.common import (
     JobOutcome,
     Pod,
     pods_for,
+    eligible_nodes,
     run_baseline,
-    suits,
 )
 from hyperplace.models import GangUnit, Instance, PlacementPlan, TrainingJob
 from hyperplace.models.plan import GPURef
@@ -121,7 +121,7 @@ def _place_job(job: TrainingJob, state: FreeState, views: list[ClusterView]) -> 
     reasons: list[str] = []
     candidates = []
     for view in views:
-        eligible = {n for n, node in view.nodes.items() if any(suits(u, node, view.catalog) for u in units)}
+        eligible = eligible_nodes(view, units)
         if not eligible:
             continue
 
@@ -151,7 +151,7 @@ def _dry_run_job(units: list[GangUnit], view: ClusterView, trial: FreeState,
         pods = pods_for(unit, view.node_size(unit))
         if not pods:
             return None
-        unit_nodes = [n for n in nodes if suits(unit, view.nodes[n], view.catalog)]
+        unit_nodes = [n for n in nodes if view.suits(unit, view.nodes[n])]
         if len(pods) > 1 and unit.max_hop_count is not None:
             def partition_run(t: FreeState, ns: list[str], pods: list[Pod] = pods
                               ) -> dict[str, list[GPURef]] | None:
