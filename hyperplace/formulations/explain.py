@@ -5,19 +5,73 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hyperplace.formulations.mapping import Assignment
-from hyperplace.formulations.placement import JobView, PlacementProblem
+from hyperplace.formulations.placement import JobView, NodeView, PlacementProblem, UnitClass
+
+# Past this many pending jobs, the "does it fit alone?" probe is skipped (it costs a greedy
+# trial per job); the static reasons are still given.
+MAX_CONTENTION_PROBES = 400
 
 
 def _hop_words(h: int | None) -> str:
     return "anywhere in one cluster" if h is None else f"maxHopCount {h}"
 
 
+class _Facts:
+    """Aggregates of the round's initial free state, computed once."""
+
+    def __init__(self, p: PlacementProblem):
+        self.p = p
+        self.free_by_type: dict[str, int] = defaultdict(int)
+        self.nodes_by_type: dict[str, list[NodeView]] = defaultdict(list)
+        for n in p.nodes:
+            self.free_by_type[n.gpu_type.name] += len(n.free)
+            self.nodes_by_type[n.gpu_type.name].append(n)
+        self._clique: dict[tuple, tuple[int, NodeView | None]] = {}
+        self._domains: dict[tuple, dict[str, int]] = {}
+
+    def largest_clique(self, types: frozenset[str], piece: int, bw: float, multi: bool
+                       ) -> tuple[int, NodeView | None]:
+        key = (types, piece, bw, multi)
+        if key not in self._clique:
+            best, where = 0, None
+            for t in types:
+                for n in self.nodes_by_type[t]:
+                    if multi and bw and n.uniform_gbps is None:
+                        continue
+                    if n.max_disjoint(piece, bw) >= 1:
+                        k = piece
+                    elif n.uniform_gbps is not None:
+                        k = len(n.free) if (n.uniform_gbps >= bw or len(n.free) <= 1) else min(1, len(n.free))
+                    else:
+                        k = next((s for s in range(len(n.free), 0, -1) if n.max_disjoint(s, bw) >= 1), 0)
+                    if k > best:
+                        best, where = k, n
+                    if best >= piece:
+                        break
+                if best >= piece:
+                    break
+            self._clique[key] = (best, where)
+        return self._clique[key]
+
+    def domain_free(self, types: frozenset[str], hop: int | None) -> dict[str, int]:
+        key = (types, hop)
+        if key not in self._domains:
+            out: dict[str, int] = defaultdict(int)
+            for t in types:
+                for n in self.nodes_by_type[t]:
+                    out[self.p.domain(n, hop, job_level=True)] += len(n.free)
+            self._domains[key] = dict(out)
+        return self._domains[key]
+
+
 def explain(p: PlacementProblem, assignment: Assignment) -> dict[int, list[str]]:
     """Reasons for every job the assignment leaves out (job index -> reasons)."""
     from hyperplace.solvers.greedy import State, try_place_job
 
-    used = assignment.used()
+    facts = _Facts(p)
     out: dict[int, list[str]] = {}
+    probe_state: State | None = None
+    probes = 0
     for jv in p.jobs:
         if jv.index in assignment.units:
             continue
@@ -25,20 +79,36 @@ def explain(p: PlacementProblem, assignment: Assignment) -> dict[int, list[str]]
         if jv.index in assignment.notes:
             reasons.append(f"dropped when mapping to GPUs: {assignment.notes[jv.index]}")
         if not reasons:
-            reasons = _static_reasons(p, jv)
+            reasons = _static_reasons(p, facts, jv)
         if not reasons:
-            reasons = _contention(p, jv, assignment, used, State, try_place_job)
+            if probes < MAX_CONTENTION_PROBES:
+                probes += 1
+                probe_state = probe_state or State(p)
+                placed = try_place_job(p, jv, probe_state, max_trials=1000)
+                if placed is not None:
+                    for u in placed:
+                        for node, gpus in u.pieces:
+                            probe_state.give(node, gpus)
+                    reasons = _contention(p, jv, assignment)
+                else:
+                    shape = " + ".join(f"{uc.count}x{uc.size}" for uc in jv.classes)
+                    reasons = [f"fragmented: enough eligible GPUs are free, but not as {shape} "
+                               f"GPUs meeting the NVLink and {_hop_words(jv.hop_limit)} "
+                               "constraints together"]
+            else:
+                reasons = ["not admitted: the GPUs it could use went to other jobs this round "
+                           "(per-job analysis skipped in very large queues)"]
         out[jv.index] = reasons
     return out
 
 
-def _static_reasons(p: PlacementProblem, jv: JobView) -> list[str]:
+def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str]:
     """Reasons that hold on an empty round: the request cannot fit the free GPUs at all."""
     reasons: list[str] = []
     for uc in jv.classes:
-        eligible = [n for n in p.nodes if p.type_ok(uc.gpu_types, uc.min_memory_gb, n)]
+        types = p.eligible_types(uc.gpu_types, uc.min_memory_gb)
         sel = uc.gpu_types or "any"
-        if not eligible:
+        if not types:
             have = defaultdict(int)
             for n in p.nodes:
                 have[n.gpu_type.name] += n.node.gpu_count
@@ -46,32 +116,16 @@ def _static_reasons(p: PlacementProblem, jv: JobView) -> list[str]:
             reasons.append(f"group {uc.group} needs {sel} GPUs with >= {uc.min_memory_gb:g} GB; "
                            f"the cluster has none (it has {kinds})")
             continue
-        free = sum(len(n.free) for n in eligible)
+        free = sum(facts.free_by_type[t] for t in types)
         need = uc.size * uc.count
         if free < need:
             reasons.append(f"group {uc.group} needs {need} {sel} GPUs; {free} are free")
             continue
-        piece = uc.pieces[0]
-        best_n, best = None, 0
-        for n in eligible:
-            if uc.multi_node and uc.min_nvlink_gbps and n.uniform_gbps is None:
-                continue
-            k = n.max_disjoint(piece, uc.min_nvlink_gbps) * piece
-            k = min(k, piece) if k else _largest_clique(n, uc.min_nvlink_gbps)
-            if k > best:
-                best_n, best = n, k
-        if best < piece:
-            where = f" on node {best_n.name}" if best_n else ""
-            bw = f" with >= {uc.min_nvlink_gbps:g} GB/s between every pair" if uc.min_nvlink_gbps else ""
-            reasons.append(f"needs {piece}x{sel} in one NVLink domain{bw}; the largest such free "
-                           f"set is {best} GPUs{where}")
+        reasons.extend(_nvlink_reason(facts, uc, types, sel))
     if reasons:
         return reasons
-    # whole job in one domain of its hop limit
-    by_dom: dict[str, int] = defaultdict(int)
-    for n in p.nodes:
-        if any(p.type_ok(uc.gpu_types, uc.min_memory_gb, n) for uc in jv.classes):
-            by_dom[p.domain(n, jv.hop_limit, job_level=True)] += len(n.free)
+    types = frozenset().union(*(p.eligible_types(uc.gpu_types, uc.min_memory_gb) for uc in jv.classes))
+    by_dom = facts.domain_free(types, jv.hop_limit)
     if by_dom and max(by_dom.values()) < jv.gpus:
         d, f = max(by_dom.items(), key=lambda t: t[1])
         shape = " + ".join(f"{uc.count}x{uc.size}" for uc in jv.classes)
@@ -80,24 +134,22 @@ def _static_reasons(p: PlacementProblem, jv: JobView) -> list[str]:
     return reasons
 
 
-def _largest_clique(n, min_gbps: float) -> int:
-    for size in range(len(n.free), 0, -1):
-        if n.max_disjoint(size, min_gbps) >= 1:
-            return size
-    return 0
+def _nvlink_reason(facts: _Facts, uc: UnitClass, types: frozenset[str], sel: str) -> list[str]:
+    piece = uc.pieces[0]
+    best, where = facts.largest_clique(types, piece, uc.min_nvlink_gbps, uc.multi_node)
+    if best >= piece:
+        return []
+    on = f" on node {where.name}" if where else ""
+    bw = f" with >= {uc.min_nvlink_gbps:g} GB/s between every pair" if uc.min_nvlink_gbps else ""
+    return [f"needs {piece}x{sel} in one NVLink domain{bw}; the largest such free set is "
+            f"{best} GPUs{on}"]
 
 
-def _contention(p, jv, assignment, used, State, try_place_job) -> list[str]:
-    alone = State(p)
-    if try_place_job(p, jv, alone, max_trials=1000) is None:
-        shape = " + ".join(f"{uc.count}x{uc.size}" for uc in jv.classes)
-        return [f"fragmented: enough eligible GPUs are free, but not as {shape} GPUs meeting the "
-                f"NVLink and {_hop_words(jv.hop_limit)} constraints together"]
-    # it fits alone: who holds the GPUs it could have used?
-    mine = {n.name for n in p.nodes if any(p.type_ok(uc.gpu_types, uc.min_memory_gb, n) for uc in jv.classes)}
+def _contention(p: PlacementProblem, jv: JobView, assignment: Assignment) -> list[str]:
+    types = frozenset().union(*(p.eligible_types(uc.gpu_types, uc.min_memory_gb) for uc in jv.classes))
     rivals = []
     for j, units in assignment.units.items():
-        if any(node in mine for u in units for node, _ in u.pieces):
+        if any(p.node_by_name[node].gpu_type.name in types for u in units for node, _ in u.pieces):
             rivals.append(p.jobs[j])
     rivals.sort(key=lambda r: (-r.priority, -r.gpus))
     if not rivals:

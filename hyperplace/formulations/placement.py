@@ -307,14 +307,33 @@ class PlacementProblem:
         jv.classes.append(uc)
 
     def _max_node_gpus_for(self, unit: GangUnit) -> int:
-        sizes = [n.node.gpu_count for n in self.nodes if self.type_ok(unit.gpu_types, unit.min_memory_gb, n)]
-        return max(sizes, default=0)
+        ok = self.eligible_types(unit.gpu_types, unit.min_memory_gb)
+        return max((self.max_gpus_by_type[t] for t in ok), default=0)
 
     # ---- eligibility --------------------------------------------------------------
+    @cached_property
+    def types_present(self) -> dict[str, GPUType]:
+        return {n.gpu_type.name: n.gpu_type for n in self.nodes}
+
+    @cached_property
+    def max_gpus_by_type(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            out[n.gpu_type.name] = max(out.get(n.gpu_type.name, 0), n.node.gpu_count)
+        return out
+
+    def eligible_types(self, selector: str | None, min_mem: float) -> frozenset[str]:
+        """Names of the GPU types present that match a selector and a memory floor."""
+        key = (selector, min_mem)
+        cache = self.__dict__.setdefault("_eligible_cache", {})
+        if key not in cache:
+            cache[key] = frozenset(
+                name for name, t in self.types_present.items()
+                if (not selector or t.matches(selector)) and t.hbm_gb + 1e-9 >= min_mem)
+        return cache[key]
+
     def type_ok(self, selector: str | None, min_mem: float, n: NodeView) -> bool:
-        if selector and not n.gpu_type.matches(selector):
-            return False
-        return n.gpu_type.hbm_gb + 1e-9 >= min_mem
+        return n.gpu_type.name in self.eligible_types(selector, min_mem)
 
     def piece_capacity(self, uc: UnitClass, piece: int, n: NodeView) -> int:
         """How many pieces of this size and class fit on the node's free GPUs."""
@@ -384,14 +403,20 @@ class PlacementProblem:
             state[n.leaf] = state.get(n.leaf, True) and n.fully_free
         return state
 
-    def policy_penalty(self, t: GPUType) -> int:
-        """Per-GPU penalty of objective (4): 0 for the preferred type, up to 10."""
-        types = {n.gpu_type.name: n.gpu_type for n in self.nodes}.values()
+    @cached_property
+    def _penalties(self) -> dict[str, int]:
+        types = self.types_present.values()
+        if not types:
+            return {}
         if self.policy == "performance":
             best = max(x.bf16_tflops * x.mfu for x in types)
-            return round(10 * (1 - (t.bf16_tflops * t.mfu) / best))
+            return {x.name: round(10 * (1 - (x.bf16_tflops * x.mfu) / best)) for x in types}
         worst = max(x.cost_per_hour for x in types) or 1.0
-        return round(10 * t.cost_per_hour / worst)
+        return {x.name: round(10 * x.cost_per_hour / worst) for x in types}
+
+    def policy_penalty(self, t: GPUType) -> int:
+        """Per-GPU penalty of objective (4): 0 for the preferred type, up to 10."""
+        return self._penalties[t.name]
 
 
 # ---------------------------------------------------------------------------------------

@@ -2,8 +2,12 @@
 
 Jobs go in priority order (then larger first, then queue order). For each job the rule tries
 the domains its ``maxHopCount`` allows, tightest first, places multi-node units before single
-ones and every piece on the eligible node it fills best (partly used nodes, then the job's
-own leaf, then the policy's preferred type). A job is admitted only if every unit fits (gang).
+ones and every piece on the eligible node it fills best (fewest free GPUs left), preferring
+the job's own leaf, then partly used nodes, then the policy's preferred type. A job is
+admitted only if every unit fits (gang); otherwise everything it took is given back.
+
+Free GPUs are indexed by (leaf, GPU type, free count) so that a round of 16k GPUs and
+thousands of jobs takes a second or two, not minutes.
 """
 
 from __future__ import annotations
@@ -17,16 +21,38 @@ MAX_DOMAIN_TRIALS = 6
 
 
 class State:
-    """Free GPUs left per node during a greedy pass."""
+    """Free GPUs per node, with an index by leaf, type and free count."""
 
     def __init__(self, problem: PlacementProblem):
-        self.free: dict[str, tuple[int, ...]] = {n.name: n.free for n in problem.nodes}
+        self.p = problem
+        self.free: dict[str, tuple[int, ...]] = {}
+        # leaf -> type -> free count -> {node name: None} (insertion-ordered set)
+        self.index: dict[str, dict[str, dict[int, dict[str, None]]]] = defaultdict(
+            lambda: defaultdict(lambda: defaultdict(dict)))
+        self.leaf_free: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for n in problem.nodes:
+            self.free[n.name] = n.free
+            if n.free:
+                self.index[n.leaf][n.gpu_type.name][len(n.free)][n.name] = None
+                self.leaf_free[n.leaf][n.gpu_type.name] += len(n.free)
+
+    def _set(self, n: NodeView, new: tuple[int, ...]) -> None:
+        old = self.free[n.name]
+        t = n.gpu_type.name
+        if old:
+            del self.index[n.leaf][t][len(old)][n.name]
+        if new:
+            self.index[n.leaf][t][len(new)][n.name] = None
+        self.leaf_free[n.leaf][t] += len(new) - len(old)
+        self.free[n.name] = new
 
     def take(self, node: str, gpus: tuple[int, ...]) -> None:
-        self.free[node] = tuple(g for g in self.free[node] if g not in gpus)
+        n = self.p.node_by_name[node]
+        self._set(n, tuple(g for g in self.free[node] if g not in gpus))
 
     def give(self, node: str, gpus: tuple[int, ...]) -> None:
-        self.free[node] = tuple(sorted(self.free[node] + gpus))
+        n = self.p.node_by_name[node]
+        self._set(n, tuple(sorted(self.free[node] + gpus)))
 
 
 def _pick_gpus(n: NodeView, size: int, min_gbps: float, free: tuple[int, ...]
@@ -44,33 +70,66 @@ def _pick_gpus(n: NodeView, size: int, min_gbps: float, free: tuple[int, ...]
     return best
 
 
-def _place_piece(p: PlacementProblem, uc: UnitClass, size: int, nodes: list[NodeView],
+def _place_piece(p: PlacementProblem, uc: UnitClass, size: int, leaves: list[str],
                  state: State, job_leaves: set[str], spans: bool, min_ib: float
                  ) -> tuple[str, tuple[int, ...]] | None:
-    best = None
-    best_key = None
-    for n in nodes:
-        free = state.free[n.name]
-        if len(free) < size or not p.type_ok(uc.gpu_types, uc.min_memory_gb, n):
-            continue
-        if spans and min_ib and (n.attach_gbps or 0) < min_ib:
-            continue
-        if uc.multi_node and uc.min_nvlink_gbps and n.uniform_gbps is None:
-            continue
-        key = (
-            len(free) - size,  # best fit
-            0 if n.leaf in job_leaves else 1,
-            0 if len(free) < n.node.gpu_count else 1,  # partly used nodes first
-            p.policy_penalty(n.gpu_type),
-            n.index,
-        )
-        if best_key is not None and key >= best_key:
-            continue
-        gpus = _pick_gpus(n, size, uc.min_nvlink_gbps, free)
-        if gpus is None:
-            continue
-        best, best_key = (n.name, gpus), key
-    return best
+    """Best fit among ``leaves``: the smallest free count that fits, the job's leaves first."""
+    types = sorted(p.eligible_types(uc.gpu_types, uc.min_memory_gb),
+                   key=lambda t: p.policy_penalty(p.types_present[t]))
+    ordered = [leaf for leaf in leaves if leaf in job_leaves] + \
+              [leaf for leaf in leaves if leaf not in job_leaves]
+    top = p.max_gpus_per_node
+    for f in range(size, top + 1):
+        for partly in (True, False):
+            for leaf in ordered:
+                by_type = state.index.get(leaf)
+                if not by_type:
+                    continue
+                for t in types:
+                    bucket = by_type.get(t, {}).get(f)
+                    if not bucket:
+                        continue
+                    for name in bucket:
+                        n = p.node_by_name[name]
+                        if spans and min_ib and (n.attach_gbps or 0) < min_ib:
+                            continue
+                        if uc.multi_node and uc.min_nvlink_gbps and n.uniform_gbps is None:
+                            continue
+                        if partly and n.fully_free and f == len(n.free):
+                            continue
+                        if not partly and not (n.fully_free and f == len(n.free)):
+                            continue
+                        gpus = _pick_gpus(n, size, uc.min_nvlink_gbps, state.free[name])
+                        if gpus is not None:
+                            return name, gpus
+    return None
+
+
+def _domain_leaves(p: PlacementProblem, jv: JobView, hop_limit: int | None, job_level: bool
+                   ) -> dict[str, list[str]]:
+    """Domain -> leaves, for a hop limit (cached on the problem)."""
+    cache = p.__dict__.setdefault("_greedy_domain_leaves", {})
+    key = (hop_limit, job_level)
+    if key not in cache:
+        out: dict[str, list[str]] = defaultdict(list)
+        seen: set[str] = set()
+        for n in p.nodes:
+            if n.leaf in seen:
+                continue
+            seen.add(n.leaf)
+            out[p.domain(n, hop_limit, job_level=job_level)].append(n.leaf)
+        cache[key] = dict(out)
+    return cache[key]
+
+
+def _leaf_nodes(p: PlacementProblem) -> dict[str, list[NodeView]]:
+    cache = p.__dict__.get("_greedy_leaf_nodes")
+    if cache is None:
+        cache = defaultdict(list)
+        for n in p.nodes:
+            cache[n.leaf].append(n)
+        p.__dict__["_greedy_leaf_nodes"] = cache
+    return cache
 
 
 def try_place_job(p: PlacementProblem, jv: JobView, state: State,
@@ -79,19 +138,21 @@ def try_place_job(p: PlacementProblem, jv: JobView, state: State,
     if jv.impossible:
         return None
     spans = p.needs_fabric(jv)
-    domains: dict[str, list[NodeView]] = defaultdict(list)
-    for n in p.nodes:
-        if state.free[n.name] and any(p.type_ok(uc.gpu_types, uc.min_memory_gb, n) for uc in jv.classes):
-            domains[p.domain(n, jv.hop_limit, job_level=True)].append(n)
+    types: set[str] = set()
+    for uc in jv.classes:
+        types |= p.eligible_types(uc.gpu_types, uc.min_memory_gb)
     scored = []
-    for d, nodes in domains.items():
-        free = sum(len(state.free[n.name]) for n in nodes)
+    for d, leaves in _domain_leaves(p, jv, jv.hop_limit, True).items():
+        free = sum(state.leaf_free[leaf][t] for leaf in leaves for t in types if leaf in state.leaf_free)
         if free < jv.gpus:
             continue
-        if spans and jv.min_ib_gbps and p.domain_bandwidth(nodes) < jv.min_ib_gbps:
-            continue
+        if spans and jv.min_ib_gbps:
+            nodes = [n for leaf in leaves for n in _leaf_nodes(p)[leaf]]
+            if p.domain_bandwidth(nodes) < jv.min_ib_gbps:
+                continue
         scored.append((free, d))
     scored.sort()
+    domains = _domain_leaves(p, jv, jv.hop_limit, True)
     for _, d in scored[:max_trials]:
         placed = _try_domain(p, jv, domains[d], state)
         if placed is not None:
@@ -99,12 +160,13 @@ def try_place_job(p: PlacementProblem, jv: JobView, state: State,
     return None
 
 
-def _try_domain(p: PlacementProblem, jv: JobView, nodes: list[NodeView], state: State
+def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[str], state: State
                 ) -> list[PlacedUnit] | None:
     taken: list[tuple[str, tuple[int, ...]]] = []
     units: list[PlacedUnit] = []
     job_leaves: set[str] = set()
     spans = p.needs_fabric(jv)
+    leaf_set = set(leaves)
 
     def undo() -> None:
         for node, gpus in taken:
@@ -112,7 +174,7 @@ def _try_domain(p: PlacementProblem, jv: JobView, nodes: list[NodeView], state: 
 
     for uc in sorted(jv.classes, key=lambda c: (-len(c.pieces), -c.size)):
         if uc.group == "(whole job)":
-            got = _place_piece(p, uc, uc.size, nodes, state, job_leaves, spans, jv.min_ib_gbps)
+            got = _place_piece(p, uc, uc.size, leaves, state, job_leaves, spans, jv.min_ib_gbps)
             if got is None:
                 undo()
                 return None
@@ -124,12 +186,13 @@ def _try_domain(p: PlacementProblem, jv: JobView, nodes: list[NodeView], state: 
                 start += u.gpus
             continue
         for u in uc.units:
-            candidates = [nodes]
+            candidates = [leaves]
             if uc.multi_node and uc.hop_limit is not None:
-                sub: dict[str, list[NodeView]] = defaultdict(list)
-                for n in nodes:
-                    sub[p.domain(n, uc.hop_limit)].append(n)
-                candidates = sorted(sub.values(), key=lambda ns: sum(len(state.free[n.name]) for n in ns))
+                sub = [[leaf for leaf in ls if leaf in leaf_set]
+                       for ls in _domain_leaves(p, jv, uc.hop_limit, False).values()]
+                types = p.eligible_types(uc.gpu_types, uc.min_memory_gb)
+                sub = [ls for ls in sub if sum(state.leaf_free[leaf][t] for leaf in ls for t in types) >= uc.size]
+                candidates = sorted(sub, key=lambda ls: sum(state.leaf_free[leaf][t] for leaf in ls for t in types))
             done = None
             for cand in candidates:
                 pieces: list[tuple[str, tuple[int, ...]]] = []
