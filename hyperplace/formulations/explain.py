@@ -154,8 +154,10 @@ def _contention(p: PlacementProblem, jv: JobView, assignment: Assignment) -> lis
     rivals.sort(key=lambda r: (-r.priority, -r.gpus))
     if not rivals:
         return ["not admitted within the time budget (it fits alone; try a larger budget)"]
-    names = ", ".join(f"{r.name} (priority {r.priority}, {r.gpus} GPUs)" for r in rivals[:3])
-    more = f" and {len(rivals) - 3} more" if len(rivals) > 3 else ""
-    lower = [r for r in rivals if r.priority < jv.priority]
-    verb = "outranked by" if not lower else "left out in favour of"
-    return [f"{verb} {names}{more}, which took the GPUs it fits on; it fits alone on the free GPUs"]
+    # name the jobs at the same or a higher priority first: they are the ones that outrank it
+    ranked = [r for r in rivals if r.priority >= jv.priority] or rivals
+    names = ", ".join(f"{r.name} (priority {r.priority}, {r.gpus} GPUs)" for r in ranked[:3])
+    more = f" and {len(ranked) - 3} more" if len(ranked) > 3 else ""
+    verb = "outranked by" if ranked[0].priority >= jv.priority else "left out in favour of"
+    return [f"{verb} {names}{more}, which took the {'/'.join(sorted(types))} GPUs it needs; "
+            "it fits alone on this round's free GPUs"]
