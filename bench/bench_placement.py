@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib.util
+import multiprocessing
 import os
 import platform
 import sys
@@ -37,7 +38,7 @@ ENGINE_SOLVERS = ("auto", "cpsat", "milp", "greedy")
 MILP_MAX_GPUS = 1024  # above this the PuLP model build alone eats the budget
 GENERATED = ((1024, 100), (4096, 400), (16384, 2000))
 GENERATED_TYPES = ["H100-80", "A100-80"]
-GENERATED_FRAGMENTATION = 0.4
+GENERATED_FRAGMENTATION = 0.9  # busy clusters: the queue exceeds the free GPUs, so selection matters
 GENERATED_SEED = 1
 SMALL_GPUS = 1024  # --quick: bundled and peer instances up to this size
 
@@ -91,20 +92,65 @@ def instances(quick: bool) -> list[tuple[str, Callable[[], Instance]]]:
     return out
 
 
-def run_one(solver: str, run: Callable[[], PlacementPlan], inst: Instance) -> Row:
+_CHILD_JOB: Callable[[], PlacementPlan] | None = None
+
+
+def _child(conn: "multiprocessing.connection.Connection") -> None:
+    """Runs in a forked process: solve, send (wall seconds, plan or error text)."""
+    assert _CHILD_JOB is not None
     start = time.perf_counter()
     try:
-        plan = run()
+        plan: PlacementPlan | str = _CHILD_JOB()
     except Exception as exc:  # a crashing solver is a bench result, not a bench crash
-        return Row(solver, None, None, time.perf_counter() - start,
-                   f"error: {type(exc).__name__}: {exc}")
-    wall = time.perf_counter() - start
+        plan = f"error: {type(exc).__name__}: {exc}"
+    conn.send((time.perf_counter() - start, plan))
+    conn.close()
+
+
+def _run_capped(run: Callable[[], PlacementPlan], cap_s: float
+                ) -> tuple[float, PlacementPlan | str]:
+    """Solve in a forked child so an engine that overruns its budget cannot stall the bench."""
+    global _CHILD_JOB
+    _CHILD_JOB = run
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(send,), daemon=True)
+    start = time.perf_counter()
+    proc.start()
+    send.close()
+    try:
+        if recv.poll(cap_s):
+            return recv.recv()
+        return time.perf_counter() - start, f"timeout: no answer after {cap_s:.0f} s"
+    except EOFError:
+        return time.perf_counter() - start, f"error: solver process died (exit {proc.exitcode})"
+    finally:
+        if proc.is_alive():
+            proc.terminate()
+        proc.join(5)
+        recv.close()
+
+
+def run_one(solver: str, run: Callable[[], PlacementPlan], inst: Instance,
+            cap_s: float | None = None) -> Row:
+    """One plan, checked and measured; ``cap_s``: wall-clock cap (engine rows only)."""
+    if cap_s is not None and hasattr(os, "fork"):
+        wall, plan = _run_capped(run, cap_s)
+    else:
+        start = time.perf_counter()
+        try:
+            plan = run()
+        except Exception as exc:  # a crashing baseline is a bench result too
+            plan = f"error: {type(exc).__name__}: {exc}"
+        wall = time.perf_counter() - start
+    if isinstance(plan, str):
+        return Row(solver, None, None, wall, plan)
     violations = check(plan, inst)
     return Row(solver, plan, plan_metrics(plan, inst, violations), wall)
 
 
-def bench_instance(inst: Instance, budget: float, solve: Callable[..., PlacementPlan] | None
-                   ) -> tuple[list[Row], list[str]]:
+def bench_instance(inst: Instance, budget: float, solve: Callable[..., PlacementPlan] | None,
+                   cap_s: float) -> tuple[list[Row], list[str]]:
     rows: list[Row] = []
     notes: list[str] = []
     gpus = sum(n.gpu_count for c in inst.clusters for n in c.nodes)
@@ -117,7 +163,7 @@ def bench_instance(inst: Instance, budget: float, solve: Callable[..., Placement
                              f"fit a {budget:g} s budget)")
                 continue
             rows.append(run_one(solver, lambda s=solver: solve(inst, solver=s, budget_s=budget,
-                                                               seed=0), inst))
+                                                               seed=0), inst, cap_s))
     for name, baseline in BASELINES.items():
         rows.append(run_one(name, lambda b=baseline: b(inst), inst))
     return rows, notes
@@ -144,7 +190,9 @@ def table(rows: list[Row]) -> list[str]:
     lines = [HEADER, "|" + "|".join("---" for _ in range(columns)) + "|"]
     for r in rows:
         if r.plan is None or r.metrics is None:
-            lines.append(f"| {r.solver} | {r.note} |" + " |" * (columns - 2))
+            # solver, note in the status column, blanks up to wall s, then violations, ratio
+            lines.append(f"| {r.solver} | {r.note} |" + " |" * (columns - 5)
+                         + f" {r.wall_s:.2f} | - | - |")
             continue
         m, p = r.metrics, r.plan
         ratio = (f"{m.useful_weighted_demand / baseline_best:.3f}" if baseline_best
@@ -178,12 +226,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small instances only (< 1 min)")
     parser.add_argument("--budget", type=float, default=10.0, help="engine budget per solve, s")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "placement.md")
+    parser.add_argument("--cap", type=float, default=None,
+                        help="hard wall-clock cap per engine solve, s (default: 6 x budget + 30)")
     parser.add_argument("--only", default=None, help="run only instances whose name contains this")
     args = parser.parse_args(argv)
     if args.budget <= 0:
         parser.error("--budget: must be > 0")
 
     solve = engine()
+    cap_s = args.cap if args.cap is not None else 6 * args.budget + 30
     started = dt.datetime.now().astimezone()
     out = [
         "# Placement bench",
@@ -191,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         f"- date: {started:%Y-%m-%d %H:%M %Z}",
         f"- machine: {machine()}",
         f"- command: `bench/bench_placement.py{' --quick' if args.quick else ''} "
-        f"--budget {args.budget:g}`",
+        f"--budget {args.budget:g}`; engine solves are cut off after {cap_s:g} s wall "
+        "(a row says `timeout`)",
         f"- generated instances: types {', '.join(GENERATED_TYPES)}, fragmentation "
         f"{GENERATED_FRAGMENTATION}, seed {GENERATED_SEED}",
         "- useful = admitted jobs with no checker violation of their own; the last column is "
@@ -209,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         title = (f"## {name}: {gpus:,} GPUs ({free:,} free), {len(inst.jobs)} pending jobs "
                  f"(loaded in {load_s:.1f} s)")
         print(title, flush=True)
-        rows, notes = bench_instance(inst, args.budget, solve)
+        rows, notes = bench_instance(inst, args.budget, solve, cap_s)
         lines = table(rows)
         print("\n".join(lines))
         for note in notes:
