@@ -49,13 +49,17 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
     """Concrete GPUs from a solution: first-fit decreasing inside each folded node class."""
     p = pm.problem
     ncs = p.node_classes
-    admitted = {j for j, v in pm.run.items() if values[v] > 0}
+    # bundles: the first x jobs of a bundle (queue order) run; their pieces are the leader's
+    admitted: set[int] = set()
+    for leader, v in pm.run.items():
+        admitted.update(pm.bundles[leader][:values[v]])
+    leaders = {leader for leader, v in pm.run.items() if values[v] > 0}
     remaining: dict[str, list[int]] = {n.name: list(n.free) for n in p.nodes}
     # pieces per node class, largest first
     per_class: dict[int, list[tuple[int, int, tuple[int, ...] | None]]] = defaultdict(list)
     for pv in pm.pieces:
         x = values[pv.var]
-        if x > 0 and p.classes[pv.uclass].job in admitted:
+        if x > 0 and p.classes[pv.uclass].job in leaders:
             per_class[pv.node_class].extend([(pv.piece, pv.uclass, pv.clique)] * x)
     placed: dict[int, list[tuple[NodeView, tuple[int, ...]]]] = defaultdict(list)
     failed: dict[int, str] = {}
@@ -84,6 +88,17 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
                 failed[job] = (f"pieces of {size} GPUs did not pack into nodes with "
                                f"{ncs[nci].free_per_node} free (non-divisible sizes)")
     out = Assignment()
+    # hand the leader's pieces of a bundle to the admitted members, one piece each
+    for leader, members in pm.bundles.items():
+        if len(members) > 1 and leader in leaders:
+            lead_class = p.jobs[leader].classes[0].index
+            pieces = placed.pop(lead_class, [])
+            running = [m for m in members if m in admitted]
+            for m, piece in zip(running, pieces):
+                placed[p.jobs[m].classes[0].index] = [piece]
+            if leader in failed:
+                for m in running:
+                    failed[m] = failed[leader]
     for j in sorted(admitted):
         if j in failed:
             out.notes[j] = failed[j]
@@ -148,23 +163,26 @@ def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
         else:
             clique_index[(pv.uclass, pv.node_class, pv.clique)] = pv.var
     class_of_node = {n.name: nc.index for nc in p.node_classes for n in nc.nodes}
+    leader_of = {m: leader for leader, members in pm.bundles.items() for m in members}
     for j, units in assignment.units.items():
-        if j not in pm.run:
+        if j not in leader_of:
             continue
-        primary[pm.run[j]] = 1
+        rv = pm.run[leader_of[j]]
+        primary[rv] = primary.get(rv, 0) + 1
         jv = p.jobs[j]
         for u in units:
             uc = p.classes[u.uclass]
             if uc.group == "(whole job)":
                 continue
+            model_class = pm.class_alias.get(u.uclass, u.uclass)
             for node, gpus in u.pieces:
                 nci = class_of_node[node]
-                key = (u.uclass, len(gpus), nci)
+                key = (model_class, len(gpus), nci)
                 if key in uniform_index:
                     v = uniform_index[key]
                     primary[v] = primary.get(v, 0) + 1
                 else:
-                    v = clique_index.get((u.uclass, nci, tuple(sorted(gpus))))
+                    v = clique_index.get((model_class, nci, tuple(sorted(gpus))))
                     if v is not None:
                         primary[v] = 1
             if uc.multi_node and uc.hop_limit is not None:

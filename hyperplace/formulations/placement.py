@@ -380,6 +380,30 @@ class PlacementProblem:
         self._domain_bw_cache[key] = worst
         return worst
 
+    # ---- bundles of interchangeable jobs ------------------------------------------------
+    @cached_property
+    def bundles(self) -> list[list[int]]:
+        """Jobs that are one single-node piece with identical requirements, grouped.
+
+        Such jobs are interchangeable for every objective, so the model counts how many of a
+        bundle run instead of deciding each one; the mapping back admits them in queue order.
+        Every other job is a bundle of its own.
+        """
+        groups: dict[tuple, list[int]] = {}
+        out: list[list[int]] = []
+        for jv in self.jobs:
+            if jv.num_pieces == 1 and not jv.impossible:
+                uc = jv.classes[0]
+                key = (jv.priority, uc.size, uc.gpu_types, uc.min_memory_gb, uc.min_nvlink_gbps)
+                if key in groups:
+                    groups[key].append(jv.index)
+                    continue
+                groups[key] = [jv.index]
+                out.append(groups[key])
+            else:
+                out.append([jv.index])
+        return out
+
     # ---- node classes ----------------------------------------------------------------
     @cached_property
     def node_classes(self) -> list[NodeClass]:
@@ -438,7 +462,9 @@ class PlacementModel:
 
     problem: PlacementProblem
     lm: LinearModel
-    run: dict[int, int]  # job -> var
+    run: dict[int, int]  # bundle leader job -> var (how many jobs of the bundle run)
+    bundles: dict[int, list[int]]  # bundle leader -> its jobs in queue order
+    class_alias: dict[int, int]  # unit class of a bundled job -> the leader's unit class
     job_domain: dict[tuple[int, str], int]  # (job, domain) -> var
     unit_domain: dict[tuple[int, str], int]  # (class, domain) -> var
     pieces: list[PieceVar]
@@ -461,12 +487,14 @@ class PlacementModel:
         return values
 
 
-def build_model(problem: PlacementProblem, jobs: list[int] | None = None) -> PlacementModel:
-    """Encode the round. ``jobs`` restricts the model to some jobs (decomposition)."""
+def build_model(problem: PlacementProblem) -> PlacementModel:
+    """Encode the round as a lexicographic integer model."""
     lm = LinearModel()
     p = problem
-    job_ids = list(range(len(p.jobs))) if jobs is None else jobs
     run: dict[int, int] = {}
+    bundles = {b[0]: b for b in p.bundles}
+    class_alias = {p.jobs[j].classes[0].index: p.jobs[b[0]].classes[0].index
+                   for b in p.bundles if len(b) > 1 for j in b}
     job_domain: dict[tuple[int, str], int] = {}
     unit_domain: dict[tuple[int, str], int] = {}
     pieces: list[PieceVar] = []
@@ -483,9 +511,10 @@ def build_model(problem: PlacementProblem, jobs: list[int] | None = None) -> Pla
     obj_frag: list[tuple[int, int]] = []
     obj_policy: list[tuple[int, int]] = []
 
-    for j in job_ids:
+    for j, members in bundles.items():
         jv = p.jobs[j]
-        r = lm.bool(f"run[{jv.name}]")
+        r = lm.var(f"run[{jv.name}]" + (f"+{len(members) - 1}" if len(members) > 1 else ""),
+                   0, len(members))
         run[j] = r
         if jv.impossible:
             lm.eq([(r, 1)], 0, f"impossible[{jv.name}]")
@@ -523,7 +552,7 @@ def build_model(problem: PlacementProblem, jobs: list[int] | None = None) -> Pla
             cand_domains.append(d)
         cand_set = set(cand_domains)
         zvars = {}
-        if len(cand_domains) > 1:
+        if len(cand_domains) > 1 and jv.num_pieces > 1:  # one piece is always in one domain
             for d in sorted(cand_domains):
                 zvars[d] = lm.bool(f"z[{jv.name},{d}]")
                 job_domain[(j, d)] = zvars[d]
@@ -546,7 +575,7 @@ def build_model(problem: PlacementProblem, jobs: list[int] | None = None) -> Pla
                         continue
                     per_unit = uc.pieces.count(size)
                     if nc.uniform:
-                        ub = min(uc.count * per_unit, capn * nc.multiplicity)
+                        ub = min(len(members) * uc.count * per_unit, capn * nc.multiplicity)
                         v = lm.var(f"k[{jv.name},{uc.group},{size},nc{nc.index}]", 0, ub)
                         pv = PieceVar(uc.index, size, nc.index, v)
                         pieces.append(pv)
@@ -601,8 +630,8 @@ def build_model(problem: PlacementProblem, jobs: list[int] | None = None) -> Pla
                            name=f"indomain[{jv.name},{uc.group},{d}]")
         big = jv.num_pieces
         for kind, touched in (("leaf", touched_leaf), ("spine", touched_spine)):
-            if len(touched) <= 1 and kind == "spine":
-                continue
+            if (len(touched) <= 1 and kind == "spine") or jv.num_pieces == 1:
+                continue  # a single piece touches exactly one leaf: a constant
             for d, vs in touched.items():
                 t = lm.bool(f"touch[{jv.name},{d}]")
                 touch[(j, d)] = t
@@ -662,7 +691,8 @@ def build_model(problem: PlacementProblem, jobs: list[int] | None = None) -> Pla
         Objective(obj_frag, names[2], "min"),
         Objective(obj_policy, names[3], "min"),
     ]
-    return PlacementModel(problem=p, lm=lm, run=run, job_domain=job_domain,
+    return PlacementModel(problem=p, lm=lm, run=run, bundles=bundles, class_alias=class_alias,
+                          job_domain=job_domain,
                           unit_domain=unit_domain, pieces=pieces, touch=touch,
                           opened_nodes=opened_nodes, opened_leaf=opened_leaf,
                           objective_names=names, eligible_pieces=dict(per_class_pieces),

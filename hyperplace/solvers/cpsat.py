@@ -13,6 +13,8 @@ from ortools.sat.python import cp_model
 
 from hyperplace.formulations.linear import LinearModel, RawSolution
 
+LARGE_MODEL_VARS = 20_000
+
 CAPABILITIES = {"integer": True, "lexicographic": True, "bound": True, "hints": True}
 
 _STATUS = {
@@ -72,6 +74,12 @@ def solve(model: LinearModel, time_limit_s: float, *, hint: list[int] | None = N
         solver.parameters.max_time_in_seconds = max(0.01, limit)
         solver.parameters.num_workers = workers
         solver.parameters.random_seed = seed
+        if model.num_vars > LARGE_MODEL_VARS:
+            # On large rounds presolve (probing, symmetry) alone can eat the whole budget;
+            # the greedy hint already gives a solution, so spend the time searching.
+            solver.parameters.symmetry_level = 0
+            solver.parameters.cp_model_probing_level = 0
+            solver.parameters.max_presolve_iterations = 1
         status = solver.solve(cp)
         st = _STATUS.get(status, "error")
         if st in ("optimal", "feasible"):

@@ -45,7 +45,8 @@ def demand_bound(p: PlacementProblem) -> float:
 
 def _estimate_vars(p: PlacementProblem) -> int:
     ncs = len(p.node_classes)
-    return sum(len(set(c.pieces)) for c in p.classes) * max(1, ncs)
+    leaders = [p.jobs[b[0]] for b in p.bundles]
+    return sum(len(set(c.pieces)) for jv in leaders for c in jv.classes) * max(1, ncs)
 
 
 def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float = 10.0,
