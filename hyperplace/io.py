@@ -68,12 +68,26 @@ def dump_yaml(data: Any) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
 
 
+def to_document(model: BaseModel) -> dict[str, Any]:
+    """camelCase dict without defaults, but always with ``apiVersion`` and ``kind`` first,
+    so that a written document says what it is and loads back by kind."""
+    data = model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    head = {k: getattr(model, a) for k, a in (("apiVersion", "api_version"), ("kind", "kind"))
+            if isinstance(getattr(model, a, None), str)}
+    return {**head, **{k: v for k, v in data.items() if k not in head}}
+
+
+def _doc(model: BaseModel) -> dict[str, Any]:
+    to_doc = getattr(model, "to_doc", None)
+    return to_doc() if to_doc else model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+
+
 def dump(model: BaseModel | list[BaseModel], fmt: str = "yaml") -> str:
     """A model (or list of models) as YAML or JSON with camelCase keys."""
     if isinstance(model, list):
-        data: Any = [m.model_dump(mode="json", by_alias=True, exclude_defaults=True) for m in model]
+        data: Any = [_doc(m) for m in model]
     else:
-        data = model.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        data = _doc(model)
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
     if fmt == "yaml":

@@ -14,5 +14,10 @@ class HPModel(BaseModel):
     )
 
     def to_doc(self) -> dict:
-        """JSON-ready dict with camelCase keys, defaults left out (round-trips via validate)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        """JSON-ready dict with camelCase keys and defaults left out (round-trips via validate),
+        but always with ``apiVersion`` and ``kind`` first when the object has them, so a
+        written document says what it is."""
+        data = self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        head = {k: getattr(self, a) for k, a in (("apiVersion", "api_version"), ("kind", "kind"))
+                if isinstance(getattr(self, a, None), str)}
+        return {**head, **{k: v for k, v in data.items() if k not in head}}

@@ -1,0 +1,105 @@
+"""`hyperplace solve` and `hyperplace check` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from hyperplace.cli import app
+from hyperplace.check import check
+from hyperplace.instances import load_instance
+from hyperplace.models.plan import PlacementPlan
+
+runner = CliRunner()
+HYPERPLACE = [sys.executable, "-m", "hyperplace.cli"]
+
+
+def test_solve_default_instance_table():
+    result = runner.invoke(app, ["solve", "--budget", "5"])
+    assert result.exit_code == 0, result.output
+    assert "mixed-a100-h100" in result.output
+    assert "pending jobs" in result.output and "admitted jobs" in result.output
+
+
+def test_solve_json_is_a_plan_that_checks(tmp_path: Path):
+    result = runner.invoke(app, ["solve", "-i", "dgx1-v100", "--format", "json", "--solver", "milp"])
+    assert result.exit_code == 0, result.output
+    plan = PlacementPlan.model_validate(json.loads(result.stdout))
+    assert plan.kind == "PlacementPlan" and plan.solver == "milp"
+    assert check(plan, load_instance("dgx1-v100")) == []
+    assert all(j.topology_assignment and j.node_names for j in plan.jobs)
+
+
+def test_solve_writes_yaml_and_check_accepts_it(tmp_path: Path):
+    out = tmp_path / "plan.yaml"
+    result = runner.invoke(app, ["solve", "-i", "mixed-a100-h100", "-o", str(out), "--format", "yaml"])
+    assert result.exit_code == 0, result.output
+    doc = yaml.safe_load(out.read_text())
+    assert doc["apiVersion"] == "hyperplace/v1" and doc["status"] in ("optimal", "feasible")
+    ok = runner.invoke(app, ["check", str(out)])
+    assert ok.exit_code == 0, ok.output
+    assert "no violations" in ok.output
+    # tamper: give two units the same GPU -> exit 1 with the violation named
+    doc["placements"][1]["gpus"][0] = doc["placements"][0]["gpus"][0]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    res = runner.invoke(app, ["check", str(bad)])
+    assert res.exit_code == 1
+    assert "gpu-reused" in res.output
+
+
+def test_impossible_requests_are_pending_not_errors(tmp_path: Path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump({
+        "apiVersion": "hyperplace/v1", "kind": "Cluster", "metadata": {"name": "tiny"},
+        "spec": {"nodes": [{"name": "n0", "gpuType": "H100-80", "gpuCount": 8}]}}))
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(yaml.safe_dump_all([
+        {"apiVersion": "ai.example.com/v1alpha1", "kind": "FoundationModelTrainingJob",
+         "metadata": {"name": "tp16"}, "spec": {"model": "m", "resourceGroups": [
+             {"name": "tp", "type": "TensorParallel", "gpusPerGroup": 16,
+              "interNodeConnectivity": {"maxHopCount": 0}}]}},
+        {"apiVersion": "ai.example.com/v1alpha1", "kind": "FoundationModelTrainingJob",
+         "metadata": {"name": "wants-b200"}, "spec": {"model": "m", "resourceGroups": [
+             {"name": "tp", "type": "TensorParallel", "gpusPerGroup": 8,
+              "gpuRequirements": {"acceleratorType": "B200"}}]}},
+    ]))
+    result = runner.invoke(app, ["solve", "--cluster", str(cluster), "--jobs", str(jobs),
+                                 "--format", "json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    reasons = {p["job"]: " ".join(p["reasons"]) for p in plan["pending"]}
+    assert "maxHopCount 0" in reasons["tp16"]
+    assert "B200" in reasons["wants-b200"] and "none" in reasons["wants-b200"]
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path: Path):
+    bad = tmp_path / "jobs.yaml"
+    bad.write_text("apiVersion: ai.example.com/v1alpha1\nkind: FoundationModelTrainingJob\n"
+                   "metadata: {name: x}\nspec:\n  model: m\n  resourceGroups:\n"
+                   "  - {name: tp, type: TensorParallel, gpusPerGroup: -8}\n")
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(": not yaml: [")
+    for args in (["solve", "--instance", "no-such-instance"],
+                 ["solve", "--cluster", str(cluster), "--jobs", str(bad)],
+                 ["solve", "-i", "mixed-a100-h100", "--cluster", str(cluster), "--jobs", str(bad)],
+                 ["check", str(tmp_path / "missing.yaml")]):
+        proc = subprocess.run([*HYPERPLACE, *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    # the jobs file's field path is named
+    good_cluster = tmp_path / "good.yaml"
+    good_cluster.write_text(yaml.safe_dump({
+        "apiVersion": "hyperplace/v1", "kind": "Cluster", "metadata": {"name": "tiny"},
+        "spec": {"nodes": [{"name": "n0", "gpuType": "H100-80", "gpuCount": 8}]}}))
+    proc = subprocess.run([*HYPERPLACE, "solve", "--cluster", str(good_cluster), "--jobs", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "jobs.yaml" in proc.stderr and "gpusPerGroup" in proc.stderr

@@ -1,0 +1,75 @@
+"""Property tests: on random small rounds every backend's plan passes the independent checker,
+gangs are all-or-nothing, the bound is never on the wrong side, exact backends agree."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hyperplace.check import check
+from hyperplace.instances import load_instance, list_instances
+from hyperplace.models.result import SolveStatus
+from hyperplace.solvers.driver import solve_placement
+from placement_helpers import instance, job, node
+
+NODE_KINDS = [("H100-80", "nvswitch"), ("A100-80", "nvswitch"), ("V100-32", "hybrid_cube_mesh")]
+
+
+@st.composite
+def rounds(draw):
+    n_nodes = draw(st.integers(2, 6))
+    nodes = []
+    for i in range(n_nodes):
+        gpu_type, nvlink = draw(st.sampled_from(NODE_KINDS))
+        busy = draw(st.sets(st.integers(0, 7), max_size=7))
+        faulty = draw(st.sets(st.integers(0, 7), max_size=1)) - busy
+        nodes.append(node(f"n{i}", gpu_type, nvlink=nvlink, allocated={g: "running" for g in busy},
+                          faulty=sorted(faulty)))
+    jobs = []
+    for k in range(draw(st.integers(1, 6))):
+        accel = draw(st.sampled_from([None, "H100", "A100", "V100", "H100|A100"]))
+        nvlink = draw(st.sampled_from([0, 50, 600, 900]))
+        jobs.append(job(
+            f"j{k}", tp=draw(st.sampled_from([1, 2, 3, 4, 8, 16])),
+            replicas=draw(st.integers(1, 3)), accel=accel,
+            priority=draw(st.sampled_from(["low", "normal", "high"])),
+            tp_hop=draw(st.sampled_from([None, 0, 1, 3])),
+            dp_hop=draw(st.sampled_from([None, 1, 3])), nvlink=nvlink, mem=32))
+    return instance(nodes, jobs, nodes_per_leaf=draw(st.integers(1, 3)))
+
+
+def _assert_sound(plan, inst):
+    assert check(plan, inst) == [], plan.status
+    placed = {p.job for p in plan.placements}
+    for j in inst.jobs:  # gang: all units or none
+        units = {p.unit for p in plan.placements if p.job == j.name}
+        assert units in (set(), {u.name for u in j.units()})
+    assert placed == {j.job for j in plan.jobs}
+    assert plan.objective is not None and plan.bound is not None
+    assert plan.objective <= plan.bound + 1e-6  # maximisation: the bound is above
+
+
+@settings(max_examples=int(os.environ.get("HP_EXAMPLES", "25")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rounds())
+def test_every_backend_gives_a_checked_plan(inst):
+    plans = {s: solve_placement(inst, solver=s, budget_s=10) for s in ("greedy", "cpsat", "milp")}
+    for plan in plans.values():
+        _assert_sound(plan, inst)
+    cp, mi, gr = plans["cpsat"], plans["milp"], plans["greedy"]
+    assert cp.objective >= gr.objective  # hinted with greedy, never worse
+    if cp.status == SolveStatus.OPTIMAL and mi.status == SolveStatus.OPTIMAL:
+        assert cp.objective_terms == mi.objective_terms
+        assert mi.objective >= gr.objective
+
+
+def test_bundled_instances_solve_to_checked_plans():
+    for info in list_instances():
+        inst = load_instance(info.name)
+        if sum(c.gpu_count for c in inst.clusters) > 2000:
+            continue  # alibaba-2023: exercised in the bench
+        plan = solve_placement(inst, solver="auto", budget_s=5)
+        assert plan.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE, SolveStatus.FALLBACK)
+        _assert_sound(plan, inst)
+        assert plan.runtime_s <= 5 * 1.1 + 0.2
