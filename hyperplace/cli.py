@@ -34,12 +34,28 @@ _mount()
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: errors are one line on stderr, never a traceback."""
     try:
-        app()
+        code = app(standalone_mode=False)
     except InputError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # click's (or typer's vendored click's) usage errors
+        kind = type(exc).__name__
+        ctx = getattr(exc, "ctx", None)
+        if kind == "NoArgsIsHelpError":  # bare `hyperplace`: show the help
+            print(ctx.get_help() if ctx else "", file=sys.stderr)
+            sys.exit(2)
+        if kind == "Abort":
+            sys.exit(130)
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            where = f"{ctx.command_path}: " if ctx is not None else ""
+            print(f"error: {where}{exc.format_message()}", file=sys.stderr)
+            sys.exit(exc.exit_code or 2)
+        raise
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
