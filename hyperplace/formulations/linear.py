@@ -88,3 +88,16 @@ class RawSolution:
     objective_values: list[float] = field(default_factory=list)
     objective_bounds: list[float | None] = field(default_factory=list)
     message: str = ""
+
+
+def phase_limits(n: int, shares: list[float] | None = None) -> list[float]:
+    """Budget shares of ``n`` lexicographic phases: most to the first, the rest split evenly."""
+    return shares or ([0.6] + [0.4 / max(1, n - 1)] * (n - 1) if n > 1 else [1.0])
+
+
+def phase_time(k: int, shares: list[float], remaining: float) -> float:
+    """Seconds for phase ``k``: its share of what is left (later phases inherit unused time)."""
+    if k == len(shares) - 1:
+        return remaining
+    rest = sum(shares[k:]) or 1.0
+    return remaining * shares[k] / rest

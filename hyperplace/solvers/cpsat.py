@@ -11,7 +11,7 @@ import time
 
 from ortools.sat.python import cp_model
 
-from hyperplace.formulations.linear import LinearModel, RawSolution
+from hyperplace.formulations.linear import LinearModel, RawSolution, phase_limits, phase_time
 
 LARGE_MODEL_VARS = 20_000
 
@@ -52,7 +52,7 @@ def solve(model: LinearModel, time_limit_s: float, *, hint: list[int] | None = N
             cp.add_hint(x, v)
 
     n = len(model.objectives)
-    shares = shares or ([0.6] + [0.4 / max(1, n - 1)] * (n - 1) if n > 1 else [1.0])
+    shares = phase_limits(n, shares)
     values: list[int] | None = None
     obj_values: list[float] = []
     obj_bounds: list[float | None] = []
@@ -62,9 +62,7 @@ def solve(model: LinearModel, time_limit_s: float, *, hint: list[int] | None = N
         if remaining <= 0.01:
             overall = "feasible" if values is not None else "no_solution"
             break
-        # later phases inherit the time earlier ones did not use
-        rest_share = sum(shares[k:]) or 1.0
-        limit = remaining * (shares[k] / rest_share) if k < n - 1 else remaining
+        limit = phase_time(k, shares, remaining)
         expr = _expr(xs, obj.terms)
         if obj.sense == "max":
             cp.maximize(expr)

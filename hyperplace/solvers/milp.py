@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pulp
 
-from hyperplace.formulations.linear import LinearModel, RawSolution
+from hyperplace.formulations.linear import LinearModel, RawSolution, phase_limits, phase_time
 
 CAPABILITIES = {"integer": True, "lexicographic": True, "bound": True, "hints": False}
 
@@ -87,7 +87,7 @@ def solve(model: LinearModel, time_limit_s: float, *, backend: str | None = None
             if c.hi != math.inf:
                 prob += expr <= c.hi, f"c{ci}u"
     n = len(model.objectives)
-    shares = shares or ([0.6] + [0.4 / max(1, n - 1)] * (n - 1) if n > 1 else [1.0])
+    shares = phase_limits(n, shares)
     values: list[int] | None = None
     obj_values: list[float] = []
     obj_bounds: list[float | None] = []
@@ -97,8 +97,7 @@ def solve(model: LinearModel, time_limit_s: float, *, backend: str | None = None
         if remaining <= 0.05:
             overall = "feasible" if values is not None else "no_solution"
             break
-        rest_share = sum(shares[k:]) or 1.0
-        limit = remaining * (shares[k] / rest_share) if k < n - 1 else remaining
+        limit = phase_time(k, shares, remaining)
         sign = -1 if obj.sense == "max" else 1
         expr = pulp.LpAffineExpression([(xs[i], sign * a) for i, a in obj.terms])
         prob.setObjective(expr)
