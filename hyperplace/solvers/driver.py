@@ -108,10 +108,13 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                         message += "some jobs were dropped when mapping counts to GPUs; "
                     bound = raw.objective_bounds[0] if raw.objective_bounds else None
                     message += f"{backend}: phases {raw.status}"
+                    first = pm.lm.objectives[0].terms
+                    if pm.lm.evaluate(first, encode(pm, exact)) < pm.lm.evaluate(first, encode(pm, greedy)):
+                        # possible only when greedy's hint was rejected or a job was dropped
+                        chosen, name, status = greedy, backend, SolveStatus.FALLBACK
+                        message += "; greedy's plan admits more, returning it"
         if status == SolveStatus.FALLBACK:
             name = f"greedy (fallback from {backend})"
-    if pm is None:
-        pm = build_model(problem) if solver != "greedy" and status != SolveStatus.FALLBACK else None
     terms = _terms(problem, pm, chosen)
     objective = terms.get("admitted_priority_demand", 0.0)
     if bound is None:
