@@ -92,7 +92,7 @@ class RawSolution:
 
 def phase_limits(n: int, shares: list[float] | None = None) -> list[float]:
     """Budget shares of ``n`` lexicographic phases: most to the first, the rest split evenly."""
-    return shares or ([0.6] + [0.4 / max(1, n - 1)] * (n - 1) if n > 1 else [1.0])
+    return shares or ([0.5] + [0.5 / max(1, n - 1)] * (n - 1) if n > 1 else [1.0])
 
 
 def phase_time(k: int, shares: list[float], remaining: float) -> float:

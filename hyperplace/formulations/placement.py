@@ -24,6 +24,7 @@ Modelling choices (see ``docs`` in the README):
 
 Objectives, strictly lexicographic:
 1. maximise priority-weighted admitted GPUs (:mod:`~hyperplace.formulations.priority`);
+   then, among plans that tie on it, admit the most jobs (fewer people left waiting);
 2. minimise communication cost: leaf and spine domains each job touches, weighted by its
    traffic (multi-node TP 100, PP 10, DP 1);
 3. minimise fragmentation: whole free nodes opened (x1) and whole free leaf domains opened
@@ -684,12 +685,15 @@ def build_model(problem: PlacementProblem) -> PlacementModel:
         aux_links.append((o, [(v, 1) for v in vs], big_leaf))
         obj_frag.append((o, LEAF_OPEN_WEIGHT))
 
-    names = ["admitted_priority_demand", "communication", "fragmentation", "policy"]
+    names = ["admitted_priority_demand", "admitted_jobs", "communication", "fragmentation",
+             "policy"]
+    obj_jobs = [(r, 1) for j, r in run.items() if not p.jobs[j].impossible]
     lm.objectives = [
         Objective(obj_demand, names[0], "max"),
-        Objective(obj_comm, names[1], "min"),
-        Objective(obj_frag, names[2], "min"),
-        Objective(obj_policy, names[3], "min"),
+        Objective(obj_jobs, names[1], "max"),
+        Objective(obj_comm, names[2], "min"),
+        Objective(obj_frag, names[3], "min"),
+        Objective(obj_policy, names[4], "min"),
     ]
     return PlacementModel(problem=p, lm=lm, run=run, bundles=bundles, class_alias=class_alias,
                           job_domain=job_domain,
