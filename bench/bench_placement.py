@@ -40,6 +40,9 @@ GENERATED = ((1024, 100), (4096, 400), (16384, 2000))
 GENERATED_TYPES = ["H100-80", "A100-80"]
 GENERATED_FRAGMENTATION = 0.9  # busy clusters: the queue exceeds the free GPUs, so selection matters
 GENERATED_SEED = 1
+# multi-node gangs (Philly sizes x 8 GPUs) on a less busy cluster: topology and packing matter
+GENERATED_LLM = ((1024, 40), (4096, 150), (16384, 500))
+GENERATED_LLM_FRAGMENTATION = 0.3
 SMALL_GPUS = 1024  # --quick: bundled and peer instances up to this size
 
 
@@ -89,6 +92,11 @@ def instances(quick: bool) -> list[tuple[str, Callable[[], Instance]]]:
         name = f"generated-{gpus}g-{jobs}j"
         out.append((name, lambda g=gpus, j=jobs: generate(
             g, j, GENERATED_TYPES, GENERATED_FRAGMENTATION, GENERATED_SEED)))
+    # foundation-model mix: Philly's size distribution read in 8-GPU nodes (size_scale=8)
+    for gpus, jobs in GENERATED_LLM:
+        name = f"generated-llm-{gpus}g-{jobs}j"
+        out.append((name, lambda g=gpus, j=jobs: generate(
+            g, j, GENERATED_TYPES, GENERATED_LLM_FRAGMENTATION, GENERATED_SEED, size_scale=8)))
     return out
 
 
@@ -245,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         f"--budget {args.budget:g}`; engine solves are cut off after {cap_s:g} s wall "
         "(a row says `timeout`)",
         f"- generated instances: types {', '.join(GENERATED_TYPES)}, fragmentation "
-        f"{GENERATED_FRAGMENTATION}, seed {GENERATED_SEED}",
+        f"{GENERATED_FRAGMENTATION}, seed {GENERATED_SEED}; generated-llm-*: job sizes x8 "
+        f"(Philly sizes read in 8-GPU nodes), fragmentation {GENERATED_LLM_FRAGMENTATION}",
         "- useful = admitted jobs with no checker violation of their own; the last column is "
         "useful weighted demand / best baseline's useful weighted demand (see bench/README.md)",
         "",

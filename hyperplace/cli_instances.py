@@ -172,6 +172,8 @@ def generate_command(
     fabric: Annotated[str, typer.Option(
         "--fabric", help="auto, fat-tree-2, fat-tree-3 or superpod-rail")] = "auto",
     faulty: Annotated[int, typer.Option("--faulty", help="faulty GPUs to scatter")] = 0,
+    size_scale: Annotated[int, typer.Option(
+        "--size-scale", help="multiply queued job sizes (8: Philly sizes read in 8-GPU nodes)")] = 1,
 ) -> None:
     """A seeded synthetic instance (job sizes from the Philly trace)."""
     from hyperplace.instances import generate
@@ -179,7 +181,7 @@ def generate_command(
 
     types = [t.strip() for t in gpu_types.split(",") if t.strip()]
     instance = generate(gpus, jobs, types, fragmentation=fragmentation, seed=seed,
-                        fabric=fabric, faulty_gpus=faulty)
+                        fabric=fabric, faulty_gpus=faulty, size_scale=size_scale)
     _write(out, render_instance(instance, "json" if out.endswith(".json") else "yaml"))
     nodes = [n for c in instance.clusters for n in c.nodes]
     print(f"wrote {out}: {len(nodes):,} nodes, {sum(n.gpu_count for n in nodes):,} GPUs "

@@ -333,3 +333,14 @@ def test_cluster_document_errors(tmp_path: Path, seed_job_path: Path) -> None:
 def test_unknown_instance_name() -> None:
     with pytest.raises(InputError, match="not a bundled instance"):
         load_instance("no-such-instance")
+
+
+def test_generator_size_scale_reads_philly_in_nodes() -> None:
+    from hyperplace.errors import InputError
+    from hyperplace.instances.generator import generate
+
+    inst = generate(512, 30, seed=3, size_scale=8)
+    assert inst.jobs and all(j.total_gpus % 8 == 0 for j in inst.jobs)
+    assert max(j.total_gpus for j in inst.jobs) >= 16
+    with pytest.raises(InputError, match="size_scale"):
+        generate(64, 1, size_scale=0)

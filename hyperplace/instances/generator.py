@@ -281,14 +281,21 @@ def _resolve_types(gpu_types: list[str] | None) -> list[GPUType]:
 
 def generate(gpus: int, jobs: int, gpu_types: list[str] | None = None,
              fragmentation: float = 0.3, seed: int = 0, fabric: str = "auto",
-             faulty_gpus: int = 0) -> Instance:
-    """A synthetic instance; same arguments give the same instance (and the same file)."""
+             faulty_gpus: int = 0, size_scale: int = 1) -> Instance:
+    """A synthetic instance; same arguments give the same instance (and the same file).
+
+    ``size_scale`` multiplies the Philly job sizes of the *queue*: with 8, Philly's
+    distribution is read in 8-GPU nodes instead of GPUs (1 -> 8, 4 -> 32, 32 -> 256), a
+    foundation-model mix of multi-node gangs (an assumption, not a trace).
+    """
     if gpus < GPUS_PER_NODE:
         raise InputError(f"must be at least {GPUS_PER_NODE} (one node), got {gpus}", path="gpus")
     if jobs < 0:
         raise InputError(f"must be 0 or more, got {jobs}", path="jobs")
     if not 0.0 <= fragmentation <= 1.0:
         raise InputError(f"must be within [0, 1], got {fragmentation}", path="fragmentation")
+    if size_scale < 1:
+        raise InputError(f"must be 1 or more, got {size_scale}", path="size_scale")
     if faulty_gpus < 0:
         raise InputError(f"must be 0 or more, got {faulty_gpus}", path="faulty_gpus")
     types = _resolve_types(gpu_types)
@@ -320,7 +327,8 @@ def generate(gpus: int, jobs: int, gpu_types: list[str] | None = None,
     cluster = Cluster(name="generated", region="synthetic", nodes=nodes,
                       fabric=FabricSpec(generator=fabric_gen))
     width = len(str(max(jobs, 1)))
-    queue = [job_of_size(f"job-{i:0{width}d}", queue_rng.choice(sizes), types, queue_rng)
+    queue = [job_of_size(f"job-{i:0{width}d}", queue_rng.choice(sizes) * size_scale, types,
+                         queue_rng)
              for i in range(1, jobs + 1)]
     type_list = ",".join(t.name for t in types)
     meta = ObjectMeta(
@@ -330,7 +338,8 @@ def generate(gpus: int, jobs: int, gpu_types: list[str] | None = None,
                               f"{fragmentation:.0%} held by running jobs, {jobs} pending jobs"),
             SOURCE_KEY: (f"hyperplace.instances.generate(gpus={gpus}, jobs={jobs}, "
                          f"gpu_types={type_list}, fragmentation={fragmentation}, seed={seed}, "
-                         f"fabric={fabric}, faulty_gpus={faulty_gpus}); job sizes drawn from "
+                         f"fabric={fabric}, faulty_gpus={faulty_gpus}, size_scale={size_scale}); job sizes "
+                         f"drawn from "
                          f"{PHILLY_SOURCE}"),
         },
     )
