@@ -16,17 +16,19 @@ What makes it prove fast (200 layers x 16 stages went from >10 s to ~0.6 s):
   question is settled with little search. ``binary_search_num_conflicts`` makes CP-SAT ask
   those questions by halving ``t``'s domain instead of improving one solution at a time
   (measured: 65 improving solutions without it).
-* Presolve probing and LP linearisation are switched off: probing added a million binary
-  clauses and cost over a second, and the LP relaxation of the element encoding bounds
-  nothing the propagation does not. One worker: the machine this targets has two cores and
+* Presolve probing and LP linearisation are switched off and presolve runs one round:
+  probing added a million binary clauses and cost over a second, repeated presolve rounds
+  cost ~0.4 s each when transfers vary by cut, and the LP relaxation of the element
+  encoding bounds nothing the propagation does not. One worker: the machine this targets has two cores and
   extra workers only competed with the one doing the proof.
 
 Times are integers in picoseconds (fewer for very long models, to stay clear of 2^52) and
-memory integer bytes; prefix sums are rounded once, so an integer load is within
-``ROUNDING_UNITS / 2`` units of the float one. Phase two therefore allows ``t*`` plus the DP's
-relative tie band plus that slack, which keeps float-equal ties (same layers on the same GPU
-type at different positions round differently) in play. The reported objective is
-recomputed from the cuts in floats by ``evaluate_split``.
+memory integer bytes. A load is ``end_k[cut_{k+1}] - begin_k[cut_k]`` over two tables
+rounded once each, so it is within ``ROUNDING_UNITS`` of the float load. Phase two therefore
+allows ``t*`` plus the DP's relative tie band plus twice that slack, which keeps float-equal
+ties (the same layers on the same GPU type at other positions round differently) in play;
+with nanoseconds and no slack it missed the least-Σ split on llama3-120b. The reported
+objective is recomputed from the cuts in floats by ``evaluate_split``.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from hyperplace.solvers.split_milp import known_upper_bound
 
 PICOSECONDS = 1e12
 MAX_MAGNITUDE = 2.0 ** 52  # exact in a double, far from CP-SAT's int64 overflow checks
-ROUNDING_UNITS = 4  # a load adds four rounded table entries: |error| <= 4 x 0.5 units
+ROUNDING_UNITS = 1  # a load is the difference of two rounded table entries: |error| <= 1
 TIE_RTOL = 1e-9  # same tie band as the DP's phase two
 
 
@@ -59,6 +61,27 @@ def time_scale(data: SplitData) -> float:
 
 def _ints(values: np.ndarray, scale: float, fill: int) -> list[int]:
     return [int(round(float(v) * scale)) if np.isfinite(v) else fill for v in values]
+
+
+def load_tables(data: SplitData, scale: float) -> list[tuple[list[int], list[int]]]:
+    """Per stage k, integer tables with ``load_k = end_k[cut_{k+1}] - begin_k[cut_k]``:
+    compute prefix plus the downstream transfer at the end, minus the upstream transfer at
+    the start. Two elements per stage instead of three, and one rounding per side."""
+    P, L = data.num_stages, data.num_layers
+
+    def xfer_row(k: int) -> np.ndarray:
+        # cuts never sit at 0 or L: copy a neighbour there (keeps the element's domain tight)
+        row = data.xfer[k].copy()
+        if L > 1:
+            row[0], row[L] = row[1], row[L - 1]
+        return row
+
+    tables = []
+    for k in range(P):
+        end = data.prefix_time[k] + (xfer_row(k) if k < P - 1 else 0.0)
+        begin = data.prefix_time[k] - (xfer_row(k - 1) if k > 0 else 0.0)
+        tables.append((_ints(end, scale, 0), _ints(begin, scale, 0)))
+    return tables
 
 
 def _model(data: SplitData, scale: float, t_lo: int, t_hi: int, hint_cuts: list[int] | None):
@@ -79,23 +102,13 @@ def _model(data: SplitData, scale: float, t_lo: int, t_hi: int, hint_cuts: list[
         model.add_element(index, table, var)
         return var
 
-    xfer = []
-    for k in range(P - 1):
-        inner = _ints(data.xfer[k, 1:L], scale, 0) if L > 1 else [0]
-        # cuts never sit at 0 or L; any in-range filler keeps the table's domain tight
-        xfer.append(element(cuts[k + 1], [inner[0], *inner, inner[-1]], f"x_{k}"))
     t = model.new_int_var(t_lo, t_hi, "t")
     loads = []
-    for k in range(P):
-        pt = _ints(data.prefix_time[k], scale, 0)
+    for k, (end, begin) in enumerate(load_tables(data, scale)):
+        expr = (element(cuts[k + 1], end, f"end_{k}") - element(cuts[k], begin, f"begin_{k}"))
         pm = [int(round(float(v))) for v in data.prefix_mem[k]]
-        expr = element(cuts[k + 1], pt, f"te_{k}") - element(cuts[k], pt, f"ts_{k}")
-        mem = element(cuts[k + 1], pm, f"me_{k}") - element(cuts[k], pm, f"ms_{k}")
+        mem = element(cuts[k + 1], pm, f"mem_end_{k}") - element(cuts[k], pm, f"mem_begin_{k}")
         model.add(mem <= int(math.floor(data.mem_cap[k] * (1 + 1e-12) - data.mem_const[k])))
-        if k > 0:
-            expr = expr + xfer[k - 1]
-        if k < P - 1:
-            expr = expr + xfer[k]
         model.add(expr <= t)
         loads.append(expr)
     if hint_cuts is not None and len(hint_cuts) == P + 1:
@@ -112,6 +125,7 @@ def _solver(time_limit: float | None) -> cp_model.CpSolver:
     params.cp_model_probing_level = 0
     params.linearization_level = 0
     params.binary_search_num_conflicts = 100
+    params.max_presolve_iterations = 1
     if time_limit is not None:
         params.max_time_in_seconds = max(0.01, float(time_limit))
     return solver
@@ -119,17 +133,8 @@ def _solver(time_limit: float | None) -> cp_model.CpSolver:
 
 def _integer_bottleneck(data: SplitData, scale: float, cuts: list[int]) -> int:
     """The hint's bottleneck in the model's own integer arithmetic (so t_hi admits it)."""
-    P, L = data.num_stages, data.num_layers
-    worst = 0
-    for k in range(P):
-        pt = _ints(data.prefix_time[k], scale, 0)
-        load = pt[cuts[k + 1]] - pt[cuts[k]]
-        if k > 0:
-            load += int(round(float(data.xfer[k - 1, cuts[k]]) * scale))
-        if k < P - 1:
-            load += int(round(float(data.xfer[k, cuts[k + 1]]) * scale))
-        worst = max(worst, load)
-    return worst
+    return max(end[cuts[k + 1]] - begin[cuts[k]]
+               for k, (end, begin) in enumerate(load_tables(data, scale)))
 
 
 def solve_cpsat(data: SplitData, time_limit: float | None = 10.0,
@@ -173,7 +178,7 @@ def solve_cpsat(data: SplitData, time_limit: float | None = 10.0,
     t_star = int(solver.value(t))
     if proven and P > 1:
         remaining = None if time_limit is None else max(1.0, time_limit - (time.perf_counter() - start))
-        cap = int(math.floor(t_star * (1 + TIE_RTOL))) + ROUNDING_UNITS
+        cap = int(math.floor(t_star * (1 + TIE_RTOL))) + 2 * ROUNDING_UNITS
         model2, cuts2, _, loads2 = _model(data, scale, t_lo, cap, result)
         model2.minimize(sum(loads2))
         solver2 = _solver(remaining)
@@ -182,7 +187,7 @@ def solve_cpsat(data: SplitData, time_limit: float | None = 10.0,
             result = read(solver2, cuts2)
     return SplitSolution(
         solver="cpsat", status=SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE,
-        cuts=result, bound=max(0.0, (bound_units - ROUNDING_UNITS / 2) / scale),
+        cuts=result, bound=max(0.0, (bound_units - ROUNDING_UNITS) / scale),
         runtime_s=time.perf_counter() - start,
         message="" if proven else "CP-SAT: time limit reached with an incumbent",
     )
