@@ -1,6 +1,6 @@
 """Topology-aware best fit: the answer that is always there, and the warm start for CP-SAT.
 
-Jobs go in priority order (then larger first, then queue order). For each job the rule tries
+Jobs go in priority order, once larger first and once in queue order; the better pass wins. For each job the rule tries
 the domains its ``maxHopCount`` allows, tightest first, places multi-node units before single
 ones and every piece on the eligible node it fills best (fewest free GPUs left), preferring
 the job's own leaf, then partly used nodes, then the policy's preferred type. A job is
@@ -217,15 +217,28 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[str], state: Stat
     return units
 
 
-def job_order(p: PlacementProblem) -> list[JobView]:
-    return sorted(p.jobs, key=lambda j: (-j.priority, -j.gpus, j.index))
+def job_orders(p: PlacementProblem) -> list[list[JobView]]:
+    """Two passes, both highest priority first: largest jobs first (packs big gangs before
+    small ones fragment the domains), and queue order (what the peers do, which often admits
+    more small jobs). The better of the two is kept."""
+    return [sorted(p.jobs, key=lambda j: (-j.priority, -j.gpus, j.index)),
+            sorted(p.jobs, key=lambda j: (-j.priority, j.index))]
 
 
-def solve_greedy(p: PlacementProblem) -> Assignment:
+def _score(p: PlacementProblem, a: Assignment) -> tuple[int, int]:
+    """Objective (1) and its tie-breaker: priority-weighted admitted GPUs, admitted jobs."""
+    return (sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus for j in a.units), len(a.units))
+
+
+def _one_pass(p: PlacementProblem, order: list[JobView]) -> Assignment:
     state = State(p)
     out = Assignment()
-    for jv in job_order(p):
+    for jv in order:
         placed = try_place_job(p, jv, state)
         if placed is not None:
             out.units[jv.index] = placed
     return out
+
+
+def solve_greedy(p: PlacementProblem) -> Assignment:
+    return max((_one_pass(p, order) for order in job_orders(p)), key=lambda a: _score(p, a))
