@@ -250,7 +250,6 @@ class PlacementProblem:
             self._add_job(job)
         self.weights = priority_weights(((j.priority, j.gpus) for j in self.jobs), self.free_gpus)
         self._domain_cache: dict[tuple[str, int | None], str] = {}
-        self._domain_bw_cache: dict[str, float] = {}
 
     # ---- jobs -------------------------------------------------------------------
     def _add_job(self, job: TrainingJob) -> None:
@@ -361,25 +360,30 @@ class PlacementProblem:
         return d
 
     def domain_bandwidth(self, members: list[NodeView]) -> float:
-        """Slowest fabric path between any two nodes of a domain (leaf representatives)."""
+        """A lower bound on the bottleneck Gb/s between any two nodes of a domain.
+
+        Within one leaf group it is the slowest node link; across leaf groups the slowest
+        switch-to-switch link of the cluster joins in. Conservative (it may turn a domain
+        down that would do, never the reverse) and O(1) per domain instead of a widest-path
+        search per pair; the checker still verifies every pair of a plan.
+        """
         if len(members) <= 1:
             return math.inf
-        key = "|".join(sorted({m.name for m in members}))[:4000] + str(len(members))
-        if key in self._domain_bw_cache:
-            return self._domain_bw_cache[key]
-        reps: dict[str, NodeView] = {}
-        for m in members:
-            reps.setdefault(m.leaf, m)
+        if len({m.cluster.name for m in members}) > 1:
+            return 0.0
         worst = min((m.attach_gbps or 0.0) for m in members)
-        rl = list(reps.values())
-        for a, b in combinations(rl, 2):
-            if a.cluster is not b.cluster:
-                worst = 0.0
-                break
-            hops, bw = a.cluster.network.path(a.name, b.name)
-            worst = min(worst, bw if hops is not None and bw is not None else 0.0)
-        self._domain_bw_cache[key] = worst
+        if len({m.leaf for m in members}) > 1:
+            worst = min(worst, self._slowest_uplink(members[0].cluster))
         return worst
+
+    def _slowest_uplink(self, cluster: Cluster) -> float:
+        cache = self.__dict__.setdefault("_uplink_cache", {})
+        if cluster.name not in cache:
+            net = cluster.network
+            sw = net.switch_names
+            bws = [link.gbps * link.count for link in net.links if link.a in sw and link.b in sw]
+            cache[cluster.name] = min(bws, default=0.0)
+        return cache[cluster.name]
 
     # ---- bundles of interchangeable jobs ------------------------------------------------
     @cached_property

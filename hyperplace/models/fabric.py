@@ -145,16 +145,28 @@ class Fabric(HPModel):
         keys = sorted(members, key=lambda k: sorted(k))
         return keys, members
 
+    def _group_dist(self, a: frozenset[str]) -> dict[str, int]:
+        """Switch distances from the nearest switch of group ``a`` (one multi-source BFS)."""
+        cache = self.__dict__.setdefault("_group_dist_cache", {})
+        if a not in cache:
+            dist = {s: 0 for s in a}
+            queue = deque(a)
+            adj = self._switch_adj
+            while queue:
+                u = queue.popleft()
+                for v in adj[u]:
+                    if v not in dist:
+                        dist[v] = dist[u] + 1
+                        queue.append(v)
+            cache[a] = dist
+        return cache[a]
+
     def _group_hops(self, a: frozenset[str], b: frozenset[str]) -> int | None:
         if a == b:
             return 1
-        best = None
-        for s1 in a:
-            dist, _ = self._from(s1)
-            for s2 in b:
-                if s2 in dist and (best is None or dist[s2] + 1 < best):
-                    best = dist[s2] + 1
-        return best
+        dist = self._group_dist(a)
+        reach = [dist[s] for s in b if s in dist]
+        return min(reach) + 1 if reach else None
 
     @cached_property
     def radii(self) -> list[int]:
@@ -258,39 +270,76 @@ def fat_tree_three_tier(nodes: list[str], nodes_per_leaf: int, leaves_per_pod: i
     return Fabric(kind="fat-tree-3", switches=switches, links=links)
 
 
+def superpod_switch_counts(sus: int) -> tuple[int, int]:
+    """(spine, core) switch counts for ``sus`` scalable units, from the reference table.
+
+    Read from ``superpod_b200_component_counts.csv`` (NVIDIA DGX SuperPOD B200 reference
+    architecture, 2 to 64 SUs): the row with the smallest SU count >= ``sus`` gives the
+    switches per SU, scaled to ``sus`` and rounded up to whole rails.
+    """
+    import csv
+    from importlib import resources
+
+    path = resources.files("hyperplace.instances") / "data" / "topology" / \
+        "superpod_b200_component_counts.csv"
+    with path.open() as fh:
+        rows = sorted((int(r["su_count"]), int(r["spine_switches"]), int(r["core_switches"]))
+                      for r in csv.DictReader(fh))
+    su, spines, cores = next((r for r in rows if r[0] >= sus), rows[-1])
+
+    def scaled(count: int) -> int:
+        return 8 * -(-count * sus // (su * 8)) if count else 0
+
+    return scaled(spines), scaled(cores)
+
+
 def superpod_rail_optimized(nodes: list[str], gpus_per_node: int = 8, nodes_per_su: int = 32,
                             nic_gbps: float = 400.0, sus_per_spine_group: int = 8,
                             prefix: str = "") -> Fabric:
-    """NVIDIA DGX SuperPOD compute fabric: rail-optimised scalable units of 32 nodes.
+    """NVIDIA DGX SuperPOD compute fabric: rail-optimised scalable units (SUs) of 32 nodes.
 
-    Each SU has one leaf per rail (GPU i of every node in the SU -> rail-i leaf). Leaves of
-    rail r join the rail-r spine(s); above 8 SUs a core tier joins spine groups, as in the
-    reference architecture's component counts (shared/data/topology/
-    superpod_b200_component_counts.csv: 16 leaves / 8 spines for 2 SUs, a core from 16 SUs).
+    Each SU has one leaf per rail (GPU i of every node in the SU -> the SU's rail-i leaf),
+    so nodes of one SU are 1 hop apart on every rail. Spine and core counts follow the
+    reference architecture (:func:`superpod_switch_counts`): up to 8 SUs a two-tier fabric
+    whose rail-r leaves join every rail-r spine (3 hops between SUs); from 16 SUs a core tier
+    joins spine groups of ``sus_per_spine_group`` SUs (5 hops between groups).
     """
+    rails = gpus_per_node
     sus = (len(nodes) + nodes_per_su - 1) // nodes_per_su
-    groups = (sus + sus_per_spine_group - 1) // sus_per_spine_group
+    spine_total, core_total = superpod_switch_counts(sus)
+    # a core joins spine groups when the reference table has one, or when the SUs outnumber
+    # one spine group (small custom SUs)
+    three_tier = core_total > 0 or sus > sus_per_spine_group
+    groups = (sus + sus_per_spine_group - 1) // sus_per_spine_group if three_tier else 1
+    spines_per_rail = max(1, spine_total // (rails * groups))
+    cores_per_rail = max(1, core_total // rails) if three_tier else 0  # >= 1 core per rail
     switches: list[Switch] = []
     links: list[Link] = []
     for su in range(sus):
-        for r in range(gpus_per_node):
+        for r in range(rails):
             switches.append(Switch(name=f"{prefix}su{su:02d}-leaf{r}", tier=1))
     for g in range(groups):
-        for r in range(gpus_per_node):
-            switches.append(Switch(name=f"{prefix}g{g}-spine{r}", tier=2))
-    if groups > 1:
-        for r in range(gpus_per_node):
-            switches.append(Switch(name=f"{prefix}core{r}", tier=3))
+        for r in range(rails):
+            for k in range(spines_per_rail):
+                switches.append(Switch(name=f"{prefix}g{g}-spine{r}.{k}", tier=2))
+    for r in range(rails):
+        for c in range(cores_per_rail):
+            switches.append(Switch(name=f"{prefix}core{r}.{c}", tier=3))
     for i, n in enumerate(nodes):
         su = i // nodes_per_su
-        links += [Link(a=n, b=f"{prefix}su{su:02d}-leaf{r}", gbps=nic_gbps) for r in range(gpus_per_node)]
+        links += [Link(a=n, b=f"{prefix}su{su:02d}-leaf{r}", gbps=nic_gbps) for r in range(rails)]
+    uplinks = max(1, nodes_per_su // spines_per_rail)  # non-blocking: one uplink per downlink
     for su in range(sus):
-        g = su // sus_per_spine_group
-        links += [Link(a=f"{prefix}su{su:02d}-leaf{r}", b=f"{prefix}g{g}-spine{r}", gbps=nic_gbps,
-                       count=nodes_per_su) for r in range(gpus_per_node)]
-    if groups > 1:
+        g = su // sus_per_spine_group if three_tier else 0
+        links += [Link(a=f"{prefix}su{su:02d}-leaf{r}", b=f"{prefix}g{g}-spine{r}.{k}",
+                       gbps=nic_gbps, count=uplinks)
+                  for r in range(rails) for k in range(spines_per_rail)]
+    if three_tier:
+        down = nodes_per_su * min(sus, sus_per_spine_group) // spines_per_rail
+        per_core = max(1, down // cores_per_rail)
         for g in range(groups):
-            links += [Link(a=f"{prefix}g{g}-spine{r}", b=f"{prefix}core{r}", gbps=nic_gbps,
-                           count=nodes_per_su * sus_per_spine_group, latency_us=2.0)
-                      for r in range(gpus_per_node)]
+            links += [Link(a=f"{prefix}g{g}-spine{r}.{k}", b=f"{prefix}core{r}.{c}", gbps=nic_gbps,
+                           count=per_core, latency_us=2.0)
+                      for r in range(rails) for k in range(spines_per_rail)
+                      for c in range(cores_per_rail)]
     return Fabric(kind="superpod-rail", switches=switches, links=links)
