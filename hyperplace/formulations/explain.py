@@ -29,16 +29,16 @@ class _Facts:
         self._clique: dict[tuple, tuple[int, NodeView | None]] = {}
         self._domains: dict[tuple, dict[str, int]] = {}
 
-    def largest_clique(self, types: frozenset[str], piece: int, bw: float, multi: bool
-                       ) -> tuple[int, NodeView | None]:
-        key = (types, piece, bw, multi)
+    def largest_clique(self, types: frozenset[str], piece: int, bw: float, multi: bool,
+                       parts: tuple[int, ...] | None = None) -> tuple[int, NodeView | None]:
+        key = (types, piece, bw, multi, parts)
         if key not in self._clique:
             best, where = 0, None
             for t in types:
                 for n in self.nodes_by_type[t]:
                     if multi and bw and n.uniform_gbps is None:
                         continue
-                    if n.max_disjoint(piece, bw) >= 1:
+                    if n.max_disjoint(piece, bw, parts=parts) >= 1:
                         k = piece
                     elif n.uniform_gbps is not None:
                         k = len(n.free) if (n.uniform_gbps >= bw or len(n.free) <= 1) else min(1, len(n.free))
@@ -64,11 +64,20 @@ class _Facts:
         return self._domains[key]
 
 
-def explain(p: PlacementProblem, assignment: Assignment) -> dict[int, list[str]]:
-    """Reasons for every job the assignment leaves out (job index -> reasons)."""
+def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None = None
+            ) -> dict[int, list[str]]:
+    """Reasons for every job the assignment leaves out (job index -> reasons).
+
+    The per-job "does it fit alone?" probe stops at ``deadline`` (a ``time.perf_counter``
+    value) so that explanations never break a solve's budget; later jobs then get the
+    static reasons or a generic one.
+    """
+    import time
+
     from hyperplace.solvers.greedy import State, try_place_job
 
     facts = _Facts(p)
+    rivals_by_types: dict[frozenset[str], list[JobView]] = {}
     out: dict[int, list[str]] = {}
     probe_state: State | None = None
     probes = 0
@@ -81,7 +90,7 @@ def explain(p: PlacementProblem, assignment: Assignment) -> dict[int, list[str]]
         if not reasons:
             reasons = _static_reasons(p, facts, jv)
         if not reasons:
-            if probes < MAX_CONTENTION_PROBES:
+            if probes < MAX_CONTENTION_PROBES and (deadline is None or time.perf_counter() < deadline):
                 probes += 1
                 probe_state = probe_state or State(p)
                 placed = try_place_job(p, jv, probe_state, max_trials=1000)
@@ -89,7 +98,7 @@ def explain(p: PlacementProblem, assignment: Assignment) -> dict[int, list[str]]
                     for u in placed:
                         for node, gpus in u.pieces:
                             probe_state.give(node, gpus)
-                    reasons = _contention(p, jv, assignment)
+                    reasons = _contention(p, jv, assignment, rivals_by_types)
                 else:
                     shape = " + ".join(f"{uc.count}x{uc.size}" for uc in jv.classes)
                     reasons = [f"fragmented: enough eligible GPUs are free, but not as {shape} "
@@ -136,7 +145,7 @@ def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str
 
 def _nvlink_reason(facts: _Facts, uc: UnitClass, types: frozenset[str], sel: str) -> list[str]:
     piece = uc.pieces[0]
-    best, where = facts.largest_clique(types, piece, uc.min_nvlink_gbps, uc.multi_node)
+    best, where = facts.largest_clique(types, piece, uc.min_nvlink_gbps, uc.multi_node, uc.parts)
     if best >= piece:
         return []
     on = f" on node {where.name}" if where else ""
@@ -145,13 +154,15 @@ def _nvlink_reason(facts: _Facts, uc: UnitClass, types: frozenset[str], sel: str
             f"{best} GPUs{on}"]
 
 
-def _contention(p: PlacementProblem, jv: JobView, assignment: Assignment) -> list[str]:
+def _contention(p: PlacementProblem, jv: JobView, assignment: Assignment,
+                cache: dict[frozenset[str], list[JobView]]) -> list[str]:
     types = frozenset().union(*(p.eligible_types(uc.gpu_types, uc.min_memory_gb) for uc in jv.classes))
-    rivals = []
-    for j, units in assignment.units.items():
-        if any(p.node_by_name[node].gpu_type.name in types for u in units for node, _ in u.pieces):
-            rivals.append(p.jobs[j])
-    rivals.sort(key=lambda r: (-r.priority, -r.gpus))
+    if types not in cache:
+        found = [p.jobs[j] for j, units in assignment.units.items()
+                 if any(p.node_by_name[node].gpu_type.name in types
+                        for u in units for node, _ in u.pieces)]
+        cache[types] = sorted(found, key=lambda r: (-r.priority, -r.gpus))
+    rivals = cache[types]
     if not rivals:
         return ["not admitted within the time budget (it fits alone; try a larger budget)"]
     # name the jobs at the same or a higher priority first: they are the ones that outrank it

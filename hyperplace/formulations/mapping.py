@@ -108,12 +108,10 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
         ok = True
         for uc in jv.classes:
             pieces = placed.get(uc.index, [])
-            if uc.group == "(whole job)":
+            if uc.parts:
                 node, gpus = pieces[0]
-                start = 0
-                for u in uc.units:
-                    units.append(PlacedUnit(uc.index, u.name, [(node.name, gpus[start:start + u.gpus])]))
-                    start += u.gpus
+                for u, grp in uc.split_whole(node, gpus):
+                    units.append(PlacedUnit(uc.index, u.name, [(node.name, grp)]))
                 continue
             if not uc.multi_node:
                 if len(pieces) != uc.count:
@@ -196,11 +194,13 @@ def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
             node = whole[0].pieces[0][0]
             nci = class_of_node[node]
             gpus = tuple(sorted(g for u in whole for g in u.pieces[0][1]))
-            key = (whole[0].uclass, len(gpus), nci)
+            model_class = pm.class_alias.get(whole[0].uclass, whole[0].uclass)
+            key = (model_class, len(gpus), nci)
             if key in uniform_index:
-                primary[uniform_index[key]] = 1
-            elif (whole[0].uclass, nci, gpus) in clique_index:
-                primary[clique_index[(whole[0].uclass, nci, gpus)]] = 1
+                v = uniform_index[key]
+                primary[v] = primary.get(v, 0) + 1
+            elif (model_class, nci, gpus) in clique_index:
+                primary[clique_index[(model_class, nci, gpus)]] = 1
         first_node = p.node_by_name[units[0].pieces[0][0]]
         d = p.domain(first_node, jv.hop_limit, job_level=True)
         zv = pm.job_domain.get((j, d))

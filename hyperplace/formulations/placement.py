@@ -23,7 +23,8 @@ Modelling choices (see ``docs`` in the README):
   domain of that tier. No unit or job crosses a cluster boundary in this formulation.
 
 Objectives, strictly lexicographic:
-1. maximise priority-weighted admitted GPUs (:mod:`~hyperplace.formulations.priority`);
+1. maximise priority-weighted admitted GPUs (:mod:`~hyperplace.formulations.priority`; one
+   phase per tier of priority levels, see :attr:`PlacementProblem.priority_tiers`);
    then, among plans that tie on it, admit the most jobs (fewer people left waiting);
 2. minimise communication cost: leaf and spine domains each job touches, weighted by its
    traffic (multi-node TP 100, PP 10, DP 1);
@@ -80,24 +81,58 @@ class NodeView:
     def bw(self, a: int, b: int) -> float:
         return self.pair_gbps[(a, b) if a < b else (b, a)]
 
-    def cliques(self, size: int, min_gbps: float, gpus: tuple[int, ...] | None = None
-                ) -> list[tuple[int, ...]]:
-        """Sets of ``size`` free GPUs whose every pair has at least ``min_gbps``."""
+    def partition(self, combo: tuple[int, ...], parts: tuple[int, ...], min_gbps: float
+                  ) -> list[tuple[int, ...]] | None:
+        """Split ``combo`` into cliques of the sizes in ``parts`` (each pair >= min_gbps)."""
+        if not combo:
+            return [] if not parts else None
+        g, rest = combo[0], combo[1:]
+        for p in sorted(set(parts)):
+            left = list(parts)
+            left.remove(p)
+            for mates in combinations(rest, p - 1):
+                group = (g, *mates)
+                if all(self.bw(a, b) >= min_gbps for a, b in combinations(group, 2)):
+                    remaining = tuple(x for x in rest if x not in mates)
+                    tail = self.partition(remaining, tuple(left), min_gbps)
+                    if tail is not None:
+                        return [group, *tail]
+        return None
+
+    def _partitions(self, combo: tuple[int, ...], parts: tuple[int, ...], min_gbps: float) -> bool:
+        return self.partition(combo, parts, min_gbps) is not None
+
+    def cliques(self, size: int, min_gbps: float, gpus: tuple[int, ...] | None = None,
+                parts: tuple[int, ...] | None = None) -> list[tuple[int, ...]]:
+        """Sets of ``size`` free GPUs whose every pair has at least ``min_gbps``; with
+        ``parts``, sets that split into cliques of those sizes (units sharing one node).
+        Cached per (size, floor, parts, pool): the model, greedy and explanations ask the
+        same questions many times."""
         pool = self.free if gpus is None else gpus
-        if size == 1:
-            return [(g,) for g in pool]
-        out = []
-        for combo in combinations(pool, size):
-            if all(self.bw(a, b) >= min_gbps for a, b in combinations(combo, 2)):
-                out.append(combo)
-                if len(out) >= MAX_CLIQUE_ENUM:
-                    break
+        key = (size, min_gbps, parts, pool)
+        cache = self.__dict__.setdefault("_clique_cache", {})
+        if key in cache:
+            return cache[key]
+        if size == 1 or (min_gbps <= 0 and not parts):
+            out = list(combinations(pool, size))[:MAX_CLIQUE_ENUM]
+        else:
+            out = []
+            for combo in combinations(pool, size):
+                ok = (self._partitions(combo, parts, min_gbps) if parts and len(parts) > 1 else
+                      all(self.bw(a, b) >= min_gbps for a, b in combinations(combo, 2)))
+                if ok:
+                    out.append(combo)
+                    if len(out) >= MAX_CLIQUE_ENUM:
+                        break
+        cache[key] = out
         return out
 
-    def max_disjoint(self, size: int, min_gbps: float, gpus: tuple[int, ...] | None = None) -> int:
+    def max_disjoint(self, size: int, min_gbps: float, gpus: tuple[int, ...] | None = None,
+                     parts: tuple[int, ...] | None = None) -> int:
         pool = self.free if gpus is None else gpus
         if self.uniform_gbps is not None:
-            return len(pool) // size if (size == 1 or self.uniform_gbps >= min_gbps) else 0
+            needs_links = size > 1 and (not parts or max(parts) > 1)
+            return len(pool) // size if (not needs_links or self.uniform_gbps >= min_gbps) else 0
         best = 0
 
         def grow(avail: tuple[int, ...], count: int) -> None:
@@ -105,7 +140,7 @@ class NodeView:
             best = max(best, count)
             if count + len(avail) // size <= best:
                 return
-            cl = self.cliques(size, min_gbps, avail)
+            cl = self.cliques(size, min_gbps, avail, parts)
             if not cl:
                 return
             first = cl[0][0]
@@ -135,14 +170,27 @@ class UnitClass:
     min_memory_gb: float
     min_nvlink_gbps: float
     min_ib_gbps: float
+    parts: tuple[int, ...] | None = None  # whole-job piece: the unit sizes sharing the node
 
     @property
     def count(self) -> int:
-        return len(self.units)
+        """How many times the piece pattern is placed (a whole-job piece: once)."""
+        return 1 if self.parts else len(self.units)
 
     @property
     def multi_node(self) -> bool:
         return len(self.pieces) > 1
+
+    def split_whole(self, node: "NodeView", gpus: tuple[int, ...]
+                    ) -> list[tuple[GangUnit, tuple[int, ...]]]:
+        """The GPUs of a whole-job piece, handed to its units so each unit is a clique."""
+        groups = node.partition(tuple(sorted(gpus)), self.parts or (len(gpus),),
+                                self.min_nvlink_gbps) or []
+        out = []
+        for u in sorted(self.units, key=lambda u: -u.gpus):
+            k = next(i for i, grp in enumerate(groups) if len(grp) == u.gpus)
+            out.append((u, groups.pop(k)))
+        return out
 
 
 @dataclass
@@ -262,13 +310,24 @@ class PlacementProblem:
         for u in units:
             by_group[u.group].append(u)
         g_max = self._max_node_gpus_for(units[0]) if units else 0
-        if jv.hop_limit == 0:
+        # The fabric cannot give the bandwidth asked between nodes: the job can still run if
+        # it all fits on one node (then no fabric link is used).
+        fabric_best = self._best_link_gbps(units)
+        ib_unreachable = jv.min_ib_gbps > fabric_best and len(units) > 1
+        if ib_unreachable and jv.gpus > self.max_gpus_per_node:
+            jv.impossible.append(
+                f"needs >= {jv.min_ib_gbps:g} Gb/s between its nodes "
+                f"(minInfiniBandBandwidthGbps), but the fastest node link of its GPU types is "
+                f"{fabric_best:g} Gb/s, and its {jv.gpus} GPUs do not fit on one node")
+        if jv.hop_limit == 0 or ib_unreachable:
             # the whole job on one node: one piece holding every unit
             strictest = max(units, key=lambda u: (u.min_nvlink_gbps, u.min_memory_gb))
-            if jv.gpus > self.max_gpus_per_node:
+            if jv.gpus > self.max_gpus_per_node and not ib_unreachable:
                 jv.impossible.append(
                     f"all {jv.gpus} GPUs must share one node (maxHopCount 0 between replicas), "
                     f"but nodes have at most {self.max_gpus_per_node} GPUs")
+            jv.hop_limit = 0
+            jv.min_ib_gbps = 0.0
             self._add_class(jv, group="(whole job)", gtype=strictest.group_type, units=units,
                             size=jv.gpus, pieces=[jv.gpus], hop=None, proto=strictest,
                             min_mem=max(u.min_memory_gb for u in units))
@@ -296,15 +355,23 @@ class PlacementProblem:
     def _add_class(self, jv: JobView, *, group: str, gtype: GroupType, units: list[GangUnit],
                    size: int, pieces: list[int], hop: int | None, proto: GangUnit,
                    min_mem: float) -> None:
+        whole = group == "(whole job)"
         uc = UnitClass(index=len(self.classes), job=jv.index, group=group, group_type=gtype,
-                       units=units if group != "(whole job)" else [units[0]],
-                       size=size, pieces=sorted(pieces, reverse=True), hop_limit=hop,
-                       gpu_types=proto.gpu_types, min_memory_gb=min_mem,
-                       min_nvlink_gbps=proto.min_nvlink_gbps, min_ib_gbps=proto.min_ib_gbps)
-        if group == "(whole job)":
-            uc.units = list(units)  # placed together; mapping back splits the piece
+                       units=list(units), size=size, pieces=sorted(pieces, reverse=True),
+                       hop_limit=hop, gpu_types=proto.gpu_types, min_memory_gb=min_mem,
+                       min_nvlink_gbps=proto.min_nvlink_gbps, min_ib_gbps=proto.min_ib_gbps,
+                       parts=tuple(sorted((u.gpus for u in units), reverse=True)) if whole else None)
         self.classes.append(uc)
         jv.classes.append(uc)
+
+    def _best_link_gbps(self, units: list[GangUnit]) -> float:
+        """Fastest node link into the fabric among nodes of the units' GPU types."""
+        ok = frozenset().union(*(self.eligible_types(u.gpu_types, u.min_memory_gb) for u in units))
+        cache = self.__dict__.setdefault("_best_link_cache", {})
+        if ok not in cache:
+            cache[ok] = max((n.attach_gbps or 0.0 for n in self.nodes if n.gpu_type.name in ok),
+                            default=0.0)
+        return cache[ok]
 
     def _max_node_gpus_for(self, unit: GangUnit) -> int:
         ok = self.eligible_types(unit.gpu_types, unit.min_memory_gb)
@@ -339,7 +406,7 @@ class PlacementProblem:
         """How many pieces of this size and class fit on the node's free GPUs."""
         if not self.type_ok(uc.gpu_types, uc.min_memory_gb, n) or piece > len(n.free):
             return 0
-        return n.max_disjoint(piece, uc.min_nvlink_gbps)
+        return n.max_disjoint(piece, uc.min_nvlink_gbps, parts=uc.parts)
 
     def needs_fabric(self, jv: JobView) -> bool:
         return jv.num_pieces > 1
@@ -385,6 +452,39 @@ class PlacementProblem:
             cache[cluster.name] = min(bws, default=0.0)
         return cache[cluster.name]
 
+    # ---- priority tiers ----------------------------------------------------------------
+    @cached_property
+    def priority_tiers(self) -> list[list[int]]:
+        """Priority levels grouped, highest first, into tiers whose weighted objective stays
+        well inside integer and floating-point precision (< 2**40); each tier is one
+        lexicographic phase. Three or four levels are one tier; many levels on a large
+        cluster become several, instead of weights that overflow."""
+        levels = sorted({jv.priority for jv in self.jobs}, reverse=True)
+        demand: dict[int, int] = defaultdict(int)
+        for jv in self.jobs:
+            demand[jv.priority] += jv.gpus
+        tiers: list[list[int]] = []
+        for lvl in levels:
+            if tiers:
+                trial = [*tiers[-1], lvl]
+                w = priority_weights(((q, demand[q]) for q in trial), self.free_gpus)
+                if sum(w[q] * min(demand[q], self.free_gpus) for q in trial) < 2**40:
+                    tiers[-1] = trial
+                    continue
+            tiers.append([lvl])
+        return tiers
+
+    @cached_property
+    def tier_weights(self) -> dict[int, int]:
+        """Weight of a GPU of each level inside its tier (lexicographic within the tier)."""
+        demand: dict[int, int] = defaultdict(int)
+        for jv in self.jobs:
+            demand[jv.priority] += jv.gpus
+        out: dict[int, int] = {}
+        for tier in self.priority_tiers:
+            out.update(priority_weights(((q, demand[q]) for q in tier), self.free_gpus))
+        return out
+
     # ---- bundles of interchangeable jobs ------------------------------------------------
     @cached_property
     def bundles(self) -> list[list[int]]:
@@ -399,7 +499,8 @@ class PlacementProblem:
         for jv in self.jobs:
             if jv.num_pieces == 1 and not jv.impossible:
                 uc = jv.classes[0]
-                key = (jv.priority, uc.size, uc.gpu_types, uc.min_memory_gb, uc.min_nvlink_gbps)
+                key = (jv.priority, uc.size, uc.gpu_types, uc.min_memory_gb, uc.min_nvlink_gbps,
+                       uc.parts)
                 if key in groups:
                     groups[key].append(jv.index)
                     continue
@@ -511,20 +612,20 @@ def build_model(problem: PlacementProblem) -> PlacementModel:
     cap_terms: dict[int, list[tuple[int, int]]] = defaultdict(list)  # (var, piece size)
     gpu_terms: dict[tuple[int, int], list[int]] = defaultdict(list)  # (class, gpu) -> vars
 
-    obj_demand: list[tuple[int, int]] = []
+    obj_demand_by_level: dict[int, list[tuple[int, int]]] = defaultdict(list)
     obj_comm: list[tuple[int, int]] = []
     obj_frag: list[tuple[int, int]] = []
     obj_policy: list[tuple[int, int]] = []
 
-    for j, members in bundles.items():
+    for j, bundle_jobs in bundles.items():
         jv = p.jobs[j]
-        r = lm.var(f"run[{jv.name}]" + (f"+{len(members) - 1}" if len(members) > 1 else ""),
-                   0, len(members))
+        n_jobs = len(bundle_jobs)
+        r = lm.var(f"run[{jv.name}]" + (f"+{n_jobs - 1}" if n_jobs > 1 else ""), 0, n_jobs)
         run[j] = r
         if jv.impossible:
             lm.eq([(r, 1)], 0, f"impossible[{jv.name}]")
             continue
-        obj_demand.append((r, p.weights[jv.priority] * jv.gpus))
+        obj_demand_by_level[jv.priority].append((r, jv.gpus))
         spans = p.needs_fabric(jv)
         # eligible node classes per (class, piece size)
         elig: dict[tuple[int, int], list[tuple[NodeClass, int]]] = {}
@@ -550,8 +651,8 @@ def build_model(problem: PlacementProblem) -> PlacementModel:
                 for n in nc.nodes:
                     dom_members[p.domain(n, jv.hop_limit, job_level=True)].append(n)
         cand_domains = []
-        for d, members in dom_members.items():
-            uniq = {m.name: m for m in members}
+        for d, in_domain in dom_members.items():
+            uniq = {m.name: m for m in in_domain}
             if spans and jv.min_ib_gbps and p.domain_bandwidth(list(uniq.values())) < jv.min_ib_gbps:
                 continue
             cand_domains.append(d)
@@ -580,7 +681,7 @@ def build_model(problem: PlacementProblem) -> PlacementModel:
                         continue
                     per_unit = uc.pieces.count(size)
                     if nc.uniform:
-                        ub = min(len(members) * uc.count * per_unit, capn * nc.multiplicity)
+                        ub = min(n_jobs * uc.count * per_unit, capn * nc.multiplicity)
                         v = lm.var(f"k[{jv.name},{uc.group},{size},nc{nc.index}]", 0, ub)
                         pv = PieceVar(uc.index, size, nc.index, v)
                         pieces.append(pv)
@@ -589,7 +690,7 @@ def build_model(problem: PlacementProblem) -> PlacementModel:
                         by_size_vars[size].append((v, nc))
                     else:
                         rep = nc.rep
-                        for clique in rep.cliques(size, uc.min_nvlink_gbps if size > 1 else 0):
+                        for clique in rep.cliques(size, uc.min_nvlink_gbps, parts=uc.parts):
                             v = lm.bool(f"w[{jv.name},{uc.group},{rep.name},{clique}]")
                             pv = PieceVar(uc.index, size, nc.index, v, clique)
                             pieces.append(pv)
@@ -666,10 +767,13 @@ def build_model(problem: PlacementProblem) -> PlacementModel:
             obj_frag.append((o, 1))
     for (nci, g), vs in gpu_terms.items():
         lm.add([(v, 1) for v in vs], hi=1, name=f"gpu[nc{nci},{g}]")
-    for nci in {pv.node_class for pv in pieces if pv.clique is not None}:
+    clique_vars: dict[int, list[int]] = defaultdict(list)
+    for pv in pieces:
+        if pv.clique is not None:
+            clique_vars[pv.node_class].append(pv.var)
+    for nci, vs in clique_vars.items():
         nc = ncs[nci]
         if nc.rep.fully_free:
-            vs = [pv.var for pv in pieces if pv.node_class == nci]
             o = lm.bool(f"open[nc{nci}]")
             opened_nodes[nci] = o
             lm.add([(v, 1) for v in vs] + [(o, -len(vs))], hi=0, name=f"open[nc{nci}]")
@@ -689,16 +793,18 @@ def build_model(problem: PlacementProblem) -> PlacementModel:
         aux_links.append((o, [(v, 1) for v in vs], big_leaf))
         obj_frag.append((o, LEAF_OPEN_WEIGHT))
 
-    names = ["admitted_priority_demand", "admitted_jobs", "communication", "fragmentation",
-             "policy"]
     obj_jobs = [(r, 1) for j, r in run.items() if not p.jobs[j].impossible]
+    demand = [Objective([(v, w * g) for lvl in tier for v, g in obj_demand_by_level[lvl]
+                         for w in [p.tier_weights[lvl]]], f"demand_tier{i}", "max")
+              for i, tier in enumerate(p.priority_tiers)]
     lm.objectives = [
-        Objective(obj_demand, names[0], "max"),
-        Objective(obj_jobs, names[1], "max"),
-        Objective(obj_comm, names[2], "min"),
-        Objective(obj_frag, names[3], "min"),
-        Objective(obj_policy, names[4], "min"),
+        *demand,
+        Objective(obj_jobs, "admitted_jobs", "max"),
+        Objective(obj_comm, "communication", "min"),
+        Objective(obj_frag, "fragmentation", "min"),
+        Objective(obj_policy, "policy", "min"),
     ]
+    names = [o.name for o in lm.objectives]
     return PlacementModel(problem=p, lm=lm, run=run, bundles=bundles, class_alias=class_alias,
                           job_domain=job_domain,
                           unit_domain=unit_domain, pieces=pieces, touch=touch,

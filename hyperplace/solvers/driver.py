@@ -7,6 +7,7 @@ exact backend had nothing better in time, ``feasible`` for ``--solver greedy``).
 
 from __future__ import annotations
 
+import math
 import time
 
 from hyperplace.formulations.explain import explain
@@ -16,7 +17,7 @@ from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
 from hyperplace.solvers import cpsat, milp
-from hyperplace.solvers.greedy import solve_greedy
+from hyperplace.solvers.greedy import repair_priority, solve_greedy
 
 SOLVERS = ("auto", "cpsat", "milp", "greedy")
 BACKENDS = {"cpsat": cpsat.solve, "milp": milp.solve}
@@ -44,9 +45,16 @@ def demand_bound(p: PlacementProblem) -> float:
 
 
 def _estimate_vars(p: PlacementProblem) -> int:
-    ncs = len(p.node_classes)
-    leaders = [p.jobs[b[0]] for b in p.bundles]
-    return sum(len(set(c.pieces)) for jv in leaders for c in jv.classes) * max(1, ncs)
+    """Piece variables the model would have: one per (class, size, uniform node class), and
+    up to one per candidate GPU set on non-uniform nodes (DGX-1, PCIe)."""
+    uniform = sum(1 for nc in p.node_classes if nc.uniform)
+    odd = [len(nc.rep.free) for nc in p.node_classes if not nc.uniform]
+    total = 0
+    for b in p.bundles:
+        for c in p.jobs[b[0]].classes:
+            for size in set(c.pieces):
+                total += uniform + sum(math.comb(f, size) for f in odd if f >= size)
+    return total
 
 
 def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float = 10.0,
@@ -62,7 +70,9 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         return deadline - time.perf_counter()
 
     problem = PlacementProblem(instance, policy)
+    greedy_start = time.perf_counter()
     greedy = solve_greedy(problem)
+    greedy_s = time.perf_counter() - greedy_start
     message = ""
     pm: PlacementModel | None = None
     chosen: Assignment = greedy
@@ -72,7 +82,8 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
 
     if solver != "greedy":
         backend = "cpsat" if solver == "auto" else solver
-        reserve = RESERVE_S + RESERVE_FRACTION * budget_s
+        # mapping back, the priority repair and the explanations each cost about a greedy pass
+        reserve = RESERVE_S + RESERVE_FRACTION * budget_s + 1.5 * greedy_s
         est = _estimate_vars(problem)
         if est > VARS_PER_SECOND[backend] * max(0.0, left() - reserve):
             status = SolveStatus.FALLBACK
@@ -86,6 +97,7 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                 message = f"greedy hint rejected ({bad[0]}); "
                 hint = None
             else:
+                # the optimum's top tier is at least greedy's (later tiers are conditional)
                 g1 = pm.lm.evaluate(pm.lm.objectives[0].terms, hint)
                 pm.lm.add(pm.lm.objectives[0].terms, lo=g1, name="at-least-greedy")
             limit = left() - reserve
@@ -106,10 +118,12 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                     if exact.notes:
                         status = SolveStatus.FEASIBLE
                         message += "some jobs were dropped when mapping counts to GPUs; "
-                    bound = raw.objective_bounds[0] if raw.objective_bounds else None
+                    bound = _weighted_bound(problem, pm, raw)
                     message += f"{backend}: phases {raw.status}"
-                    first = pm.lm.objectives[0].terms
-                    if pm.lm.evaluate(first, encode(pm, exact)) < pm.lm.evaluate(first, encode(pm, greedy)):
+                    if status != SolveStatus.OPTIMAL:
+                        # an incumbent cut short may still leave a job out for lower ones
+                        chosen = repair_priority(problem, exact)
+                    if _score(problem, chosen) < _score(problem, greedy):
                         # possible only when greedy's hint was rejected or a job was dropped
                         chosen, name, status = greedy, backend, SolveStatus.FALLBACK
                         message += "; greedy's plan admits more, returning it"
@@ -117,11 +131,11 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
             name = f"greedy (fallback from {backend})"
     terms = _terms(problem, pm, chosen)
     objective = terms.get("admitted_priority_demand", 0.0)
-    if bound is None:
-        bound = demand_bound(problem)
     if status == SolveStatus.OPTIMAL:
-        bound = objective if bound is None else bound
-    reasons = explain(problem, chosen)
+        bound = objective
+    elif bound is None:
+        bound = demand_bound(problem)
+    reasons = explain(problem, chosen, deadline=deadline)
     stats = SolveStats(status=status, solver=name, objective=objective, bound=bound,
                        gap=relative_gap(objective, bound),
                        runtime_s=time.perf_counter() - start, budget_s=budget_s,
@@ -129,9 +143,39 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     return to_plan(problem, chosen, stats, reasons, terms)
 
 
+def _weighted(p: PlacementProblem, a: Assignment) -> int:
+    """Objective 1 as reported: priority-weighted admitted GPUs (exact Python integers)."""
+    return sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus for j in a.units)
+
+
+def _score(p: PlacementProblem, a: Assignment) -> tuple[int, int]:
+    return _weighted(p, a), len(a.units)
+
+
+def _weighted_bound(p: PlacementProblem, pm: PlacementModel, raw) -> float | None:
+    """A valid bound on objective 1 from the per-tier phases.
+
+    One tier (the usual case): its bound is the bound. Several tiers: exact when every tier
+    was proven optimal, else the solver-free bound (every tier's bound is conditional on the
+    tiers above it).
+    """
+    tiers = len(p.priority_tiers)
+    if not raw.objective_bounds:
+        return None
+    if tiers == 1:
+        return raw.objective_bounds[0]
+    solved = raw.objective_values[:tiers]
+    bounds = raw.objective_bounds[:tiers]
+    if len(solved) == tiers and all(b is not None and abs(b - v) < 0.5 for v, b in zip(solved, bounds)):
+        return None  # proven: the driver reports the objective itself
+    return demand_bound(p)
+
+
 def _terms(p: PlacementProblem, pm: PlacementModel | None, a: Assignment) -> dict[str, float]:
+    out: dict[str, float] = {"admitted_priority_demand": float(_weighted(p, a))}
     if pm is not None:
-        return objective_terms(pm, encode(pm, a))
-    # without a model (greedy only, or too large): objective 1 directly
-    return {"admitted_priority_demand": float(sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus
-                                                  for j in a.units))}
+        out.update({k: v for k, v in objective_terms(pm, encode(pm, a)).items()
+                    if not k.startswith("demand_tier")})
+    else:
+        out["admitted_jobs"] = float(len(a.units))
+    return out

@@ -17,7 +17,7 @@ from collections import defaultdict
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import JobView, NodeView, PlacementProblem, UnitClass
 
-MAX_DOMAIN_TRIALS = 6
+MAX_DOMAIN_TRIALS = 10_000  # every domain that has room, tightest first
 
 
 class State:
@@ -55,16 +55,16 @@ class State:
         self._set(n, tuple(sorted(self.free[node] + gpus)))
 
 
-def _pick_gpus(n: NodeView, size: int, min_gbps: float, free: tuple[int, ...]
-               ) -> tuple[int, ...] | None:
+def _pick_gpus(n: NodeView, size: int, min_gbps: float, free: tuple[int, ...],
+               parts: tuple[int, ...] | None = None) -> tuple[int, ...] | None:
     if n.uniform_gbps is not None:
-        if size > 1 and n.uniform_gbps < min_gbps:
+        if n.max_disjoint(size, min_gbps, free, parts) < 1:
             return None
-        return free[:size] if len(free) >= size else None
+        return free[:size]
     best, best_left = None, -1
-    for c in n.cliques(size, min_gbps if size > 1 else 0, free):
+    for c in n.cliques(size, min_gbps, free, parts):
         rest = tuple(g for g in free if g not in c)
-        left = n.max_disjoint(size, min_gbps, rest) if rest else 0
+        left = n.max_disjoint(size, min_gbps, rest, parts) if rest else 0
         if left > best_left:
             best, best_left = c, left
     return best
@@ -99,7 +99,7 @@ def _place_piece(p: PlacementProblem, uc: UnitClass, size: int, leaves: list[str
                             continue
                         if not partly and not (n.fully_free and f == len(n.free)):
                             continue
-                        gpus = _pick_gpus(n, size, uc.min_nvlink_gbps, state.free[name])
+                        gpus = _pick_gpus(n, size, uc.min_nvlink_gbps, state.free[name], uc.parts)
                         if gpus is not None:
                             return name, gpus
     return None
@@ -180,10 +180,8 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[str], state: Stat
                 return None
             state.take(*got)
             taken.append(got)
-            start = 0
-            for u in uc.units:
-                units.append(PlacedUnit(uc.index, u.name, [(got[0], got[1][start:start + u.gpus])]))
-                start += u.gpus
+            for u, grp in uc.split_whole(p.node_by_name[got[0]], got[1]):
+                units.append(PlacedUnit(uc.index, u.name, [(got[0], grp)]))
             continue
         for u in uc.units:
             candidates = [leaves]
@@ -241,4 +239,54 @@ def _one_pass(p: PlacementProblem, order: list[JobView]) -> Assignment:
 
 
 def solve_greedy(p: PlacementProblem) -> Assignment:
-    return max((_one_pass(p, order) for order in job_orders(p)), key=lambda a: _score(p, a))
+    best = max((_one_pass(p, order) for order in job_orders(p)), key=lambda a: _score(p, a))
+    return repair_priority(p, best)
+
+
+def repair_priority(p: PlacementProblem, a: Assignment) -> Assignment:
+    """Make the priority rule hold: no pending job fits on the free GPUs plus those of
+    lower-priority admitted jobs.
+
+    For each pending job, highest priority first: place it on the free GPUs if it fits;
+    otherwise release every admitted job of lower priority, place it, and put the released
+    jobs back where they fit (highest priority first). Admitted weighted demand only grows:
+    one GPU of a higher class outweighs all GPUs of the lower ones.
+    """
+    out = Assignment(units=dict(a.units), notes=dict(a.notes))
+    state = State(p)
+    for units in out.units.values():
+        for u in units:
+            for node, gpus in u.pieces:
+                state.take(node, gpus)
+    pending = sorted((jv for jv in p.jobs if jv.index not in out.units and not jv.impossible),
+                     key=lambda j: (-j.priority, -j.gpus, j.index))
+    for jv in pending:
+        if jv.index in out.units:
+            continue
+        placed = try_place_job(p, jv, state)
+        if placed is not None:
+            out.units[jv.index] = placed
+            continue
+        lower = sorted((j for j in out.units if p.jobs[j].priority < jv.priority),
+                       key=lambda j: (-p.jobs[j].priority, -p.jobs[j].gpus, j))
+        if not lower:
+            continue
+        released = {j: out.units.pop(j) for j in lower}
+        for units in released.values():
+            for u in units:
+                for node, gpus in u.pieces:
+                    state.give(node, gpus)
+        placed = try_place_job(p, jv, state)
+        if placed is None:  # no better: put everything back as it was
+            for j, units in released.items():
+                out.units[j] = units
+                for u in units:
+                    for node, gpus in u.pieces:
+                        state.take(node, gpus)
+            continue
+        out.units[jv.index] = placed
+        for j in lower:  # the released jobs return where they still fit
+            again = try_place_job(p, p.jobs[j], state)
+            if again is not None:
+                out.units[j] = again
+    return out
