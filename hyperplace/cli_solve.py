@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -102,36 +103,56 @@ def solve_command(
     """Solve one scheduling round: which pending jobs run, on exactly which GPUs."""
     from hyperplace.solvers.driver import solve_placement
 
+    if not math.isfinite(budget):
+        raise InputError(f"must be a finite number of seconds, got {budget}", path="--budget")
     inst = resolve_instance(instance, cluster, jobs)
     plan = solve_placement(inst, solver=solver.value, budget_s=budget, policy=policy.value, seed=seed)
+    # which instance a later `hyperplace check PLAN` should use without options: a bundled
+    # name or an Instance file, never a cluster/jobs pair it could not find again
+    source = None if cluster is not None else (instance or plan.metadata.instance)
+    if source and Path(source).exists():
+        source = str(Path(source).resolve())
+    plan = plan.model_copy(update={"metadata": plan.metadata.model_copy(update={"instance": source})})
     if output is not None:
         out_fmt = "json" if output.suffix == ".json" else "yaml"
-        output.write_text(dump(plan, out_fmt))
+        try:
+            output.write_text(dump(plan, out_fmt))
+        except OSError as exc:
+            raise InputError(f"cannot write: {exc.strerror or exc}", source=str(output)) from None
+        print(f"wrote {output}: {plan.status.value}, {len(plan.jobs)} admitted, "
+              f"{len(plan.pending)} pending", file=sys.stderr)
     if fmt == Format.table:
         _print_table(plan, inst, Console())
-    else:
+    elif output is None:
         sys.stdout.write(dump(plan, fmt.value))
 
 
 def check_command(
     plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="PlacementPlan YAML/JSON")],
-    instance: Annotated[str | None, typer.Option("--instance", "-i")] = None,
-    cluster: Annotated[Path | None, typer.Option()] = None,
-    jobs: Annotated[Path | None, typer.Option()] = None,
+    instance: Annotated[str | None, typer.Option(
+        "--instance", "-i", help="bundled name or Instance file (default: the one the plan names)")] = None,
+    cluster: Annotated[Path | None, typer.Option(help="Cluster or Instance file the plan was solved on")] = None,
+    jobs: Annotated[Path | None, typer.Option(help="the jobs file or directory it was solved with")] = None,
 ) -> None:
     """Check a plan against an instance with the independent checker (exit 1 on violations)."""
     from hyperplace.check import check, format_violations
 
     docs = load_documents(plan_file)
     plan = parse(PlacementPlan, docs[0], source=str(plan_file))
-    name = instance or (None if cluster or jobs else plan.metadata.instance)
+    name = instance
+    if name is None and cluster is None and jobs is None:
+        name = plan.metadata.instance
+        if not name:
+            raise InputError("the plan does not name its instance (it was solved from "
+                             "--cluster/--jobs); pass the same --cluster and --jobs, or --instance",
+                             source=str(plan_file), path="metadata.instance")
     inst = resolve_instance(name, cluster, jobs)
     violations = check(plan, inst)
     if violations:
         print(format_violations(violations))
         raise typer.Exit(1)
-    print(f"{plan_file}: ok ({len(plan.placements)} units of {len(plan.jobs)} jobs placed, "
-          f"{len(plan.pending)} pending; no violations)")
+    print(f"{plan_file}: ok against {inst.name} ({len(plan.placements)} units of "
+          f"{len(plan.jobs)} jobs placed, {len(plan.pending)} pending; no violations)")
 
 
 def register(app: typer.Typer) -> None:

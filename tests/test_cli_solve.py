@@ -103,3 +103,30 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "jobs.yaml" in proc.stderr and "gpusPerGroup" in proc.stderr
+
+
+def test_output_and_budget_errors_are_one_line(tmp_path: Path):
+    for args in (["solve", "-o", str(tmp_path / "no" / "dir" / "plan.yaml")],
+                 ["solve", "-o", str(tmp_path)],
+                 ["solve", "--budget", "inf"]):
+        proc = subprocess.run([*HYPERPLACE, *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in proc.stderr
+
+
+def test_plan_from_files_must_be_checked_against_the_same_files(tmp_path: Path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump({
+        "apiVersion": "hyperplace/v1", "kind": "Cluster", "metadata": {"name": "mixed"},
+        "spec": {"nodes": [{"name": "n0", "gpuType": "H100-80", "gpuCount": 8}]}}))
+    jobs = Path(__file__).parent / "data" / "seed_job.yaml"
+    out = tmp_path / "plan.json"
+    res = runner.invoke(app, ["solve", "--cluster", str(cluster), "--jobs", str(jobs), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["placements"] == [] and doc["jobs"] == [] and len(doc["pending"]) == 1
+    proc = subprocess.run([*HYPERPLACE, "check", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "metadata.instance" in proc.stderr
+    ok = runner.invoke(app, ["check", str(out), "--cluster", str(cluster), "--jobs", str(jobs)])
+    assert ok.exit_code == 0, ok.output

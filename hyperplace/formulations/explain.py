@@ -122,8 +122,9 @@ def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str
             for n in p.nodes:
                 have[n.gpu_type.name] += n.node.gpu_count
             kinds = ", ".join(f"{t} x{c}" for t, c in sorted(have.items()))
+            has = f"it has {kinds}" if kinds else "it has no GPUs at all"
             reasons.append(f"group {uc.group} needs {sel} GPUs with >= {uc.min_memory_gb:g} GB; "
-                           f"the cluster has none (it has {kinds})")
+                           f"the cluster has none ({has})")
             continue
         free = sum(facts.free_by_type[t] for t in types)
         need = uc.size * uc.count

@@ -82,6 +82,14 @@ class PlacementPlan(HPModel):
     pending: list[PendingJob] = Field(default_factory=list)
     objective_terms: dict[str, float] = Field(default_factory=dict)
 
+    def to_doc(self) -> dict:
+        """Like every document, but ``placements``, ``jobs`` and ``pending`` are always there
+        (empty lists included), so a controller can read them without guarding."""
+        doc = super().to_doc()
+        for key in ("placements", "jobs", "pending"):
+            doc.setdefault(key, [])
+        return doc
+
     @property
     def admitted(self) -> list[str]:
         seen: dict[str, None] = {}
