@@ -223,3 +223,14 @@ def test_real_process_exit_code_and_no_traceback(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stderr.count("\n")) == (2, 1)
     assert "Traceback" not in proc.stderr
+
+
+def test_validate_accepts_hypernodes_with_regex_selectors_alone() -> None:
+    """A HyperNode file is checked on its own: regex/label selectors resolve against a cluster
+    later, so validate must not demand a node list the user cannot give it."""
+    from hyperplace.cli import app as cli_app
+
+    path = Path(__file__).parent / "data" / "hypernodes_two_tier.yaml"
+    result = CliRunner().invoke(cli_app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "HyperNode" in result.output

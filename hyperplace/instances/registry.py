@@ -195,7 +195,7 @@ def check_hypernodes(docs: list[dict[str, Any]], source: str) -> str:
     """HyperNode documents checked by the importer (tiers, members, one parent each)."""
     from hyperplace.instances.importers.hypernode import hypernodes_to_fabric
 
-    fabric = hypernodes_to_fabric(docs, source=source)
+    fabric = hypernodes_to_fabric(docs, source=source, check_only=True)
     tiers = sorted({s.tier for s in fabric.switches})
     span = f"tier {tiers[0]}" if len(tiers) == 1 else f"tiers {tiers[0]}-{tiers[-1]}"
     return f"{len(docs)} HyperNode{'s' if len(docs) > 1 else ''}, {span}"

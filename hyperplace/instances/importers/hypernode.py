@@ -76,7 +76,8 @@ def _labels_match(labels: Mapping[str, str], selector: Mapping[str, Any], src: s
 
 
 def _select(selector: Any, candidates: Sequence[str], labels: Mapping[str, Mapping[str, str]] | None,
-            kind: str, known_names: bool, src: str, path: str) -> list[str]:
+            kind: str, known_names: bool, src: str, path: str, check_only: bool = False
+            ) -> list[str]:
     if not isinstance(selector, dict):
         raise _fail(src, path, "selector is missing (need exactMatch, regexMatch or labelMatch)")
     given = [s for s in SELECTORS if s in selector]
@@ -101,19 +102,25 @@ def _select(selector: Any, candidates: Sequence[str], labels: Mapping[str, Mappi
         pattern = body.get("pattern")
         if not isinstance(pattern, str) or not pattern:
             raise _fail(src, f"{path}.regexMatch.pattern", "required, a non-empty string")
-        if not known_names:
-            raise _fail(src, f"{path}.regexMatch", f"regexMatch needs the list of {kind} names; "
-                                                   "pass nodes")
         try:
             rx = re.compile(pattern)
         except re.error as exc:
             raise _fail(src, f"{path}.regexMatch.pattern", f"bad regular expression: {exc}") from None
+        if not known_names:
+            if check_only:
+                # checking the file alone (hyperplace validate): the pattern is well formed;
+                # which nodes it selects is known only against a cluster's node list
+                return []
+            raise _fail(src, f"{path}.regexMatch", f"regexMatch needs the list of {kind} names; "
+                                                   "give the cluster's nodes")
         return [c for c in candidates if rx.search(c)]
     if kind != "node":
         raise _fail(src, f"{path}.labelMatch", "labelMatch applies to Node members only")
     if labels is None:
-        raise _fail(src, f"{path}.labelMatch", "labelMatch needs the nodes' labels; pass nodes "
-                                               "as Node objects")
+        if check_only and not known_names:
+            return []  # checking the file alone: the selector is resolved against a cluster
+        raise _fail(src, f"{path}.labelMatch", "labelMatch needs the nodes' labels; give the "
+                                               "cluster's nodes with their labels")
     return [c for c in candidates if _labels_match(labels.get(c, {}), body, src,
                                                    f"{path}.labelMatch")]
 
@@ -125,8 +132,13 @@ def hypernodes_to_fabric(
     nodes: Sequence[str] | Sequence[Node] | None = None,
     node_gbps: float = 400.0,
     uplink_gbps: float = 400.0,
+    check_only: bool = False,
 ) -> FabricSpec:
-    """The explicit fabric of a set of HyperNode documents (see the module docstring)."""
+    """The explicit fabric of a set of HyperNode documents (see the module docstring).
+
+    ``check_only``: validate the documents without a node list (regex and label selectors
+    are checked for form but select nothing), as ``hyperplace validate`` does.
+    """
     src = source
     node_names: list[str] = []
     labels: dict[str, Mapping[str, str]] | None = None
@@ -185,7 +197,7 @@ def hypernodes_to_fabric(
                                               "HyperNode)")
             if mtype == "Node":
                 chosen = _select(member.get("selector"), node_names, labels, "node", known_nodes,
-                                 src, f"{p}.selector")
+                                 src, f"{p}.selector", check_only)
             else:
                 chosen = _select(member.get("selector"), hyper_names, None, "HyperNode", True,
                                  src, f"{p}.selector")
