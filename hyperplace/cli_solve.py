@@ -72,7 +72,7 @@ def _print_table(plan: PlacementPlan, instance: Instance, console: Console) -> N
     if plan.jobs:
         t = Table(title="admitted jobs")
         for col in ("job", "priority", "GPUs", "types", "nodes", "domains"):
-            t.add_column(col)
+            t.add_column(col, overflow="fold")
         for j in plan.jobs:
             leaves = sorted({d.values[2] for d in j.topology_assignment.domains}) if j.topology_assignment else []
             nodes = ", ".join(j.node_names[:4]) + (f" +{len(j.node_names) - 4}" if len(j.node_names) > 4 else "")
@@ -82,7 +82,7 @@ def _print_table(plan: PlacementPlan, instance: Instance, console: Console) -> N
         console.print(t)
     if plan.pending:
         t = Table(title="pending jobs")
-        t.add_column("job")
+        t.add_column("job", overflow="fold")
         t.add_column("why")
         for pj in plan.pending:
             t.add_row(pj.job, "\n".join(pj.reasons))

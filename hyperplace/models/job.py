@@ -69,7 +69,7 @@ class InterNodeConnectivity(HPModel):
 class ResourceGroup(HPModel):
     name: str = Field(min_length=1)
     type: GroupType
-    gpus_per_group: int = Field(gt=0, le=4096)
+    gpus_per_group: int = Field(gt=0, le=4096, strict=True)
     gpu_requirements: GPURequirements = Field(default_factory=GPURequirements)
     inter_node_connectivity: InterNodeConnectivity = Field(default_factory=InterNodeConnectivity)
 
@@ -83,7 +83,7 @@ class Toleration(HPModel):
 
 class TrainingJobSpec(HPModel):
     model: str = Field(min_length=1)
-    replica_count: int = Field(default=1, gt=0, le=16384,
+    replica_count: int = Field(default=1, gt=0, le=16384, strict=True,
                                description="at most 16,384 replicas (131,072 GPUs at TP 8)")
     resource_groups: list[ResourceGroup] = Field(min_length=1)
     checkpoint_strategy: str | None = None

@@ -58,7 +58,7 @@ class Node(HPModel):
 
     name: str = Field(min_length=1)
     gpu_type: str
-    gpu_count: int = Field(gt=0, le=72)
+    gpu_count: int = Field(gt=0, le=72, strict=True)
     nvlink: NVLinkTopology = NVLinkTopology.NVSWITCH
     nvlink_gbps: float | None = Field(
         default=None, ge=0, description="per-pair GB/s for nvswitch nodes; default: the GPU's"
