@@ -178,56 +178,50 @@ def _cluster(name: str, entries: list[tuple[str, str, int, str]], skipped: int, 
     return cluster, [TRACE_GPU_TYPES[t] for t in TRACE_GPU_TYPES if t in used]
 
 
-def import_alibaba_gpu2023_nodes(source: Source, *, name: str = "alibaba-gpu2023",
-                                 nodes_per_leaf: int = 32, spines: int = 8
-                                 ) -> tuple[Cluster, list[GPUType]]:
-    """(cluster, GPU types it uses that the catalog lacks) from the 2023 node list."""
-    rows, src = _rows(source, ("sn", "cpu_milli", "memory_mib", "gpu", "model"))
+def _import_fleet(source: Source, *, name: str, nodes_per_leaf: int, spines: int,
+                  columns: tuple[str, ...], node_col: str, gpu_col: str, model_col: str,
+                  what: str) -> tuple[Cluster, list[GPUType]]:
+    """One machine list (a row per machine: its name, GPU count and GPU model) -> cluster."""
+    rows, src = _rows(source, columns)
     entries: list[tuple[str, str, int, str]] = []
     skipped = 0
     for line, row in rows:
-        gpus = _int(row, "gpu", line, src)
-        model = row["model"].strip()
-        sn = row["sn"].strip()
-        if not sn:
-            raise InputError(f"line {line}: sn (node name) is empty", source=src)
+        gpus = _int(row, gpu_col, line, src)
+        model = row[model_col].strip()
+        node = row[node_col].strip()
+        if not node:
+            raise InputError(f"line {line}: {node_col} ({what} name) is empty", source=src)
         if gpus == 0:
             skipped += 1
             continue
         gtype = map_model(model)
         if gtype is None:
-            raise InputError(f"line {line}: node {sn}: unknown GPU model {model!r} (known: "
-                             f"{', '.join([*MODEL_TO_TYPE, *TRACE_GPU_TYPES])})", source=src)
-        entries.append((sn, gtype, gpus, model))
+            raise InputError(f"line {line}: {what} {node}: unknown GPU model {model!r} with "
+                             f"{gpus} GPUs (known: {', '.join([*MODEL_TO_TYPE, *TRACE_GPU_TYPES])})",
+                             source=src)
+        entries.append((node, gtype, gpus, model))
     if not entries:
-        raise InputError("no GPU node in the file", source=src)
+        raise InputError(f"no GPU {what} in the file", source=src)
     return _cluster(name, entries, skipped, src, nodes_per_leaf, spines)
+
+
+def import_alibaba_gpu2023_nodes(source: Source, *, name: str = "alibaba-gpu2023",
+                                 nodes_per_leaf: int = 32, spines: int = 8
+                                 ) -> tuple[Cluster, list[GPUType]]:
+    """(cluster, GPU types it uses that the catalog lacks) from the 2023 node list."""
+    return _import_fleet(source, name=name, nodes_per_leaf=nodes_per_leaf, spines=spines,
+                         columns=("sn", "cpu_milli", "memory_mib", "gpu", "model"),
+                         node_col="sn", gpu_col="gpu", model_col="model", what="node")
 
 
 def import_alibaba_pai2020_machines(source: Source, *, name: str = "alibaba-pai2020",
                                     nodes_per_leaf: int = 32, spines: int = 8
                                     ) -> tuple[Cluster, list[GPUType]]:
     """(cluster, GPU types it uses that the catalog lacks) from the PAI 2020 machine spec."""
-    rows, src = _rows(source, ("machine", "gpu_type", "cap_cpu", "cap_mem", "cap_gpu"))
-    entries: list[tuple[str, str, int, str]] = []
-    skipped = 0
-    for line, row in rows:
-        gpus = _int(row, "cap_gpu", line, src)
-        model = row["gpu_type"].strip()
-        machine = row["machine"].strip()
-        if not machine:
-            raise InputError(f"line {line}: machine (node name) is empty", source=src)
-        if gpus == 0:
-            skipped += 1
-            continue
-        gtype = map_model(model)
-        if gtype is None:
-            raise InputError(f"line {line}: machine {machine}: unknown GPU type {model!r} with "
-                             f"{gpus} GPUs", source=src)
-        entries.append((machine, gtype, gpus, model))
-    if not entries:
-        raise InputError("no GPU machine in the file", source=src)
-    return _cluster(name, entries, skipped, src, nodes_per_leaf, spines)
+    return _import_fleet(source, name=name, nodes_per_leaf=nodes_per_leaf, spines=spines,
+                         columns=("machine", "gpu_type", "cap_cpu", "cap_mem", "cap_gpu"),
+                         node_col="machine", gpu_col="cap_gpu", model_col="gpu_type",
+                         what="machine")
 
 
 def import_alibaba_gpu2023_pods(source: Source, *, limit: int | None = None,
