@@ -147,9 +147,6 @@ class GPUCatalog:
             raise KeyError(f"unknown GPU type {name!r}; known: {', '.join(self._types)}")
         return t
 
-    def with_types(self, extra: list[GPUType]) -> "GPUCatalog":
-        return GPUCatalog([*(t for t in self._types.values() if t.name not in builtin_catalog()), *extra])
-
 
 def default_catalog() -> GPUCatalog:
     return GPUCatalog()
