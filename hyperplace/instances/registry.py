@@ -33,6 +33,7 @@ from hyperplace.models import (
     Cluster,
     GPUCatalog,
     GPUType,
+    HyperJob,
     Instance,
     TrainingJob,
 )
@@ -51,7 +52,7 @@ BUNDLED = (
     "alibaba-2023",
 )
 
-KINDS = ("Instance", "Cluster", "FoundationModelTrainingJob", "HyperNode")
+KINDS = ("Instance", "Cluster", "FoundationModelTrainingJob", "HyperNode", "HyperJob")
 _JOB_KIND = "FoundationModelTrainingJob"
 _JOB_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -401,11 +402,17 @@ def validate_file(path: str | Path) -> str:
             clusters.append(parse_cluster(doc, source, label))
         elif kind == _JOB_KIND:
             jobs.append((parse_job(doc, source, label), source, label))
+        elif kind == "HyperJob":
+            hj = _validate(HyperJob, doc, source, label)
+            parts.append(f"HyperJob {hj.metadata.name}, {len(hj.spec.replicated_jobs)} replicated "
+                         f"job(s), {len(hj.child_job_names())} child Volcano Jobs"
+                         + (f", {len(hj.auto_split)} with splitPolicy auto" if hj.auto_split else ""))
         else:
             hypernodes.append(doc)
     _check_unique_jobs(jobs)
     if clusters:
-        instance_from_documents([d for d, k in zip(docs, kinds) if k != "HyperNode"], source)
+        instance_from_documents([d for d, k in zip(docs, kinds) if k not in ("HyperNode", "HyperJob")],
+                                source)
         for pc in clusters:
             c = pc.cluster
             free = sum(n.free_count for n in c.nodes)

@@ -3,6 +3,7 @@
 from hyperplace.models.cluster import Cluster, Federation, FabricGenerator, FabricSpec, InterClusterLink
 from hyperplace.models.fabric import Fabric, Link, Switch
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
+from hyperplace.models.hyperjob import HyperJob, ReplicatedJob, SplitPolicy
 from hyperplace.models.instance import Instance, InstanceSpec
 from hyperplace.models.job import GangUnit, GroupType, ResourceGroup, TrainingJob
 from hyperplace.models.node import NIC, GPUPair, Node, NVLinkTopology
@@ -11,7 +12,7 @@ from hyperplace.models.result import SolveStats, SolveStatus
 
 __all__ = [
     "Cluster", "Fabric", "FabricGenerator", "FabricSpec", "Federation", "GangUnit", "GPUCatalog",
-    "GPUPair", "GPURef", "GPUType", "GroupType", "Instance", "InstanceSpec", "InterClusterLink",
+    "GPUPair", "GPURef", "GPUType", "GroupType", "HyperJob", "ReplicatedJob", "SplitPolicy", "Instance", "InstanceSpec", "InterClusterLink",
     "Link", "NIC", "Node", "NVLinkTopology", "PendingJob", "PlacementPlan", "ResourceGroup",
     "SolveStats", "SolveStatus", "Switch", "TrainingJob", "UnitPlacement", "default_catalog",
 ]
