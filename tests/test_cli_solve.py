@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from hyperplace.cli import app
 from hyperplace.check import check
+from hyperplace.cli import app
 from hyperplace.instances import load_instance
 from hyperplace.models.plan import PlacementPlan
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from placement_helpers import instance, job, node
 
-from hyperplace.formulations.placement import PlacementProblem, build_model
 from hyperplace.formulations.mapping import encode
+from hyperplace.formulations.placement import PlacementProblem, build_model
 from hyperplace.models.result import SolveStatus
 from hyperplace.solvers.driver import solve_placement
 from hyperplace.solvers.greedy import solve_greedy
-from placement_helpers import instance, job, node
 
 EXACT = ["cpsat", "milp"]
 ALL = ["greedy", *EXACT]

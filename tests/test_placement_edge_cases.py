@@ -4,12 +4,12 @@ time limits, many priority levels, unreachable bandwidth, and budgets on DGX-1 f
 from __future__ import annotations
 
 import pytest
+from placement_helpers import instance, job, node
 
 from hyperplace.check import check
 from hyperplace.models import TrainingJob
 from hyperplace.models.result import SolveStatus
 from hyperplace.solvers.driver import solve_placement
-from placement_helpers import instance, job, node
 
 ALL = ["greedy", "cpsat", "milp"]
 

@@ -7,12 +7,12 @@ import os
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from placement_helpers import instance, job, node
 
 from hyperplace.check import check
-from hyperplace.instances import load_instance, list_instances
+from hyperplace.instances import list_instances, load_instance
 from hyperplace.models.result import SolveStatus
 from hyperplace.solvers.driver import solve_placement
-from placement_helpers import instance, job, node
 
 NODE_KINDS = [("H100-80", "nvswitch"), ("A100-80", "nvswitch"), ("V100-32", "hybrid_cube_mesh")]
 

@@ -28,7 +28,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from hyperplace.models import Cluster, GangUnit, GPUCatalog, Instance, Node, PlacementPlan, TrainingJob
+from hyperplace.models import (
+    Cluster,
+    GangUnit,
+    GPUCatalog,
+    Instance,
+    Node,
+    PlacementPlan,
+    TrainingJob,
+)
 from hyperplace.models.plan import (
     GPURef,
     JobSummary,

@@ -32,8 +32,8 @@ from hyperplace.baselines.common import (
     FreeState,
     JobOutcome,
     Pod,
-    pods_for,
     eligible_nodes,
+    pods_for,
     run_baseline,
 )
 from hyperplace.models import GangUnit, Instance, PlacementPlan, TrainingJob

@@ -28,6 +28,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from hyperplace.errors import InputError, from_validation_error
+from hyperplace.instances import DEFAULT_INSTANCE  # noqa: F401  (re-exported)
+from hyperplace.instances.generator import DESCRIPTION_KEY, SOURCE_KEY
 from hyperplace.io import dump_yaml, load_documents
 from hyperplace.models import (
     Cluster,
@@ -39,9 +41,6 @@ from hyperplace.models import (
 )
 from hyperplace.models.base import HPModel
 from hyperplace.models.job import ObjectMeta
-from hyperplace.instances.generator import DESCRIPTION_KEY, SOURCE_KEY
-
-from hyperplace.instances import DEFAULT_INSTANCE  # noqa: F401  (re-exported)
 
 # Bundled instances, in the order `instances list` shows them.
 BUNDLED = (

@@ -22,10 +22,10 @@ from itertools import combinations
 import networkx as nx
 from pydantic import Field
 
+from hyperplace.instances.registry import describe
 from hyperplace.models import Cluster, Instance, Node, NVLinkTopology
 from hyperplace.models.base import HPModel
 from hyperplace.models.node import DGX1_LINKS
-from hyperplace.instances.registry import describe
 
 
 class GPUStateCount(HPModel):

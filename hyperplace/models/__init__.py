@@ -1,6 +1,12 @@
 """Domain objects (pydantic v2, frozen, unknown fields rejected). No solver imports here."""
 
-from hyperplace.models.cluster import Cluster, Federation, FabricGenerator, FabricSpec, InterClusterLink
+from hyperplace.models.cluster import (
+    Cluster,
+    FabricGenerator,
+    FabricSpec,
+    Federation,
+    InterClusterLink,
+)
 from hyperplace.models.fabric import Fabric, Link, Switch
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
 from hyperplace.models.hyperjob import HyperJob, ReplicatedJob, SplitPolicy

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from hyperplace.errors import InputError, from_validation_error
+from hyperplace.io import load_documents
 from hyperplace.models.base import HPModel
 from hyperplace.models.gpu import GPUCatalog, default_catalog
 
@@ -40,7 +41,7 @@ class MeasuredTime(HPModel):
     """A measured per-micro-batch time of one layer on one TP group of one GPU type."""
 
     gpu_type: str = Field(description="catalog name, e.g. A100-40")
-    tp: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1, strict=True)
     fwd_s: float = Field(ge=0)
     bwd_s: float = Field(ge=0)
 
@@ -89,7 +90,7 @@ LayerProfile = Layer
 class LayerOverride(HPModel):
     """Replace some derived figures of one layer (e.g. a MoE layer or a measured one)."""
 
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, strict=True)
     flops: float | None = Field(default=None, ge=0)
     params: float | None = Field(default=None, ge=0)
     activation_bytes: float | None = Field(
@@ -142,12 +143,13 @@ class ModelSpec(HPModel):
     """
 
     name: str = Field(min_length=1)
-    num_layers: int = Field(gt=0, description="transformer layers")
-    hidden_size: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    seq_length: int = Field(gt=0)
-    vocab_size: int = Field(default=0, ge=0)
-    micro_batch_size: int = Field(default=1, gt=0, description="sequences per micro-batch")
+    num_layers: int = Field(gt=0, strict=True, description="transformer layers")
+    hidden_size: int = Field(gt=0, strict=True)
+    num_heads: int = Field(gt=0, strict=True)
+    seq_length: int = Field(gt=0, strict=True)
+    vocab_size: int = Field(default=0, ge=0, strict=True)
+    micro_batch_size: int = Field(default=1, gt=0, strict=True,
+                                  description="sequences per micro-batch")
     parameters: float | None = Field(default=None, gt=0, description="informational total")
     flash_attention: bool = False
     assumed: str = Field(default="", description="why the dimensions are assumed, if they are")
@@ -160,12 +162,13 @@ class ModelSpec(HPModel):
     def _consistent(self) -> "ModelSpec":
         if self.layers is not None and len(self.layers) != self.num_layers:
             raise ValueError(
-                f"numLayers is {self.num_layers} but {len(self.layers)} explicit layers are given"
+                f"layers: numLayers is {self.num_layers} but {len(self.layers)} explicit "
+                "layers are given"
             )
-        for o in self.layer_overrides:
+        for i, o in enumerate(self.layer_overrides):
             if o.index >= self.num_layers:
                 raise ValueError(
-                    f"layerOverrides: index {o.index} is outside 0..{self.num_layers - 1}"
+                    f"layerOverrides[{i}].index: {o.index} is outside 0..{self.num_layers - 1}"
                 )
         return self
 
@@ -268,11 +271,36 @@ def model_preset(name: str, micro_batch_size: int | None = None) -> ModelSpec:
 
 # --------------------------------------------------------------------------- YAML
 
+# A field path a model validator put at the start of its message ("layerOverrides[2].index: ").
+_PATH_PREFIX = re.compile(r"^([A-Za-z_]\w*(?:\[\d+\])*(?:\.[A-Za-z_]\w*(?:\[\d+\])*)*): (.+)$",
+                          re.S)
 
-def model_from_doc(doc: Any, source: str | None = None) -> ModelSpec:
+
+def input_error_from_validation(exc: ValidationError, *, source: str | None = None,
+                                prefix: str = "") -> InputError:
+    """A pydantic error as one line, with a model validator's field path moved into the path.
+
+    Pydantic reports ``raise ValueError("layerOverrides[2].index: ...")`` from a model
+    validator at the model's own location, as ``Value error, layerOverrides[2].index: ...``;
+    people need ``spec.layerOverrides[2].index: ...`` and no "Value error" noise.
+    """
+    err = from_validation_error(exc, source=source, prefix=prefix)
+    message = err.message.removeprefix("Value error, ")
+    path = err.path
+    match = _PATH_PREFIX.match(message)
+    if match:
+        sub, message = match.group(1), match.group(2)
+        path = sub if not path else (f"{path}{sub}" if sub.startswith("[") else f"{path}.{sub}")
+    return InputError(message.splitlines()[0], source=err.source, path=path)
+
+
+def model_from_doc(doc: Any, source: str | None = None,
+                   catalog: GPUCatalog | None = None) -> ModelSpec:
     """Read ``{apiVersion: hyperplace/v1, kind: ModelSpec, metadata: {name}, spec: {...}}``.
 
-    A bare spec mapping (with ``name``) is accepted too, so quick files stay short.
+    A bare spec mapping (with ``name``) is accepted too, so quick files stay short. Measured
+    times must name GPU types the catalog knows: a time filed under a name no stage can
+    match would otherwise be ignored without a word.
     """
     if not isinstance(doc, dict):
         raise InputError("expected a mapping (apiVersion/kind/metadata/spec)", source=source)
@@ -288,7 +316,8 @@ def model_from_doc(doc: Any, source: str | None = None) -> ModelSpec:
             raise InputError("unknown field", source=source, path=sorted(extra)[0])
         spec = doc.get("spec")
         if not isinstance(spec, dict):
-            raise InputError("required field is missing", source=source, path="spec")
+            raise InputError("required field is missing" if spec is None
+                             else "expected a mapping", source=source, path="spec")
         meta = doc.get("metadata") or {}
         body = dict(spec)
         if "name" not in body and isinstance(meta, dict) and meta.get("name"):
@@ -297,21 +326,46 @@ def model_from_doc(doc: Any, source: str | None = None) -> ModelSpec:
     else:
         body, prefix = doc, ""
     try:
-        return ModelSpec.model_validate(body)
+        model = ModelSpec.model_validate(body)
     except ValidationError as exc:
-        raise from_validation_error(exc, source=source, prefix=prefix) from None
+        raise input_error_from_validation(exc, source=source, prefix=prefix) from None
+    return _canonical_measured_gpu_types(model, catalog or default_catalog(), source, prefix)
+
+
+def _canonical_measured_gpu_types(model: ModelSpec, catalog: GPUCatalog, source: str | None,
+                                  prefix: str) -> ModelSpec:
+    """Measured times filed under catalog names (``H100`` -> ``H100-80``), since stages are
+    matched to measurements by catalog name; an unknown name is an error."""
+    head = f"{prefix}." if prefix else ""
+
+    def canonical(measured: list[MeasuredTime], where: str) -> list[MeasuredTime]:
+        out = []
+        for j, m in enumerate(measured):
+            gpu = catalog.find(m.gpu_type)
+            if gpu is None:
+                raise InputError(
+                    f"unknown GPU type {m.gpu_type!r}; known: {', '.join(catalog.names())}",
+                    source=source, path=f"{head}{where}.measured[{j}].gpuType")
+            out.append(m.model_copy(update={"gpu_type": gpu.name}))
+        return out
+
+    update: dict[str, Any] = {}
+    if model.layers is not None:
+        update["layers"] = [layer.model_copy(update={
+            "measured": canonical(layer.measured, f"layers[{i}]")})
+            for i, layer in enumerate(model.layers)]
+    update["layer_overrides"] = [o if o.measured is None else o.model_copy(update={
+        "measured": canonical(o.measured, f"layerOverrides[{i}]")})
+        for i, o in enumerate(model.layer_overrides)]
+    return model.model_copy(update=update)
 
 
 def load_model_file(path: str | Path) -> ModelSpec:
     """A ModelSpec from a YAML or JSON file, with one-line errors naming the file."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("file not found", source=str(p))
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"not valid YAML: {str(exc).splitlines()[0]}", source=str(p)) from None
-    return model_from_doc(doc, source=str(p))
+    docs = load_documents(path)
+    if len(docs) > 1:
+        raise InputError(f"expected one ModelSpec document, found {len(docs)}", source=str(path))
+    return model_from_doc(docs[0], source=str(path))
 
 
 # --------------------------------------------------------------------------- profiles
