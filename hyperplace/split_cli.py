@@ -31,6 +31,7 @@ Exit codes: 0 a plan, 1 no split fits in memory (the plan says which stage and b
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from enum import Enum
@@ -43,9 +44,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from hyperplace.errors import InputError, from_validation_error
-from hyperplace.models.model_spec import ModelSpec, model_preset, resolve_model
-from hyperplace.models.split import SplitPlan, SplitProblem, Stage, StageLink
+from hyperplace.errors import InputError
+from hyperplace.models.model_spec import (
+    ModelSpec,
+    input_error_from_validation,
+    model_preset,
+    resolve_model,
+)
+from hyperplace.models.split import MAX_STAGE_GPUS, SplitPlan, SplitProblem, Stage, StageLink
 from hyperplace.solvers.split import solve_split
 
 app = typer.Typer(help="Split a model's layers over heterogeneous pipeline stages, exactly.",
@@ -93,10 +99,18 @@ def parse_stage(text: str) -> Stage:
                              "(tp=N, name=NAME or optional)", path="--stage")
     if fields["gpu_count"] <= 0:
         raise InputError(f"stage {text!r} has 0 GPUs", path="--stage")
+    if fields["gpu_count"] > MAX_STAGE_GPUS:
+        raise InputError(f"stage {text!r} has more than {MAX_STAGE_GPUS:,} GPUs", path="--stage")
+    tp = fields.get("tp", min(fields["gpu_count"], 8))
+    if tp > 0 and fields["gpu_count"] % tp:
+        raise InputError(f"stage {text!r}: tp={tp} does not divide its {fields['gpu_count']} "
+                         "GPUs", path="--stage")
     try:
         return Stage(**fields)
     except ValidationError as exc:
-        raise InputError(f"stage {text!r}: {exc.errors()[0]['msg']}", path="--stage") from None
+        err = input_error_from_validation(exc)
+        raise InputError(f"stage {text!r}: {err.path + ': ' if err.path else ''}{err.message}",
+                         path="--stage") from None
 
 
 def _bandwidth_gbps(text: str, whole: str) -> float:
@@ -133,6 +147,11 @@ def parse_link(text: str, names: set[str]) -> StageLink:
     a, b = (known or splits)[0]
     if not a or not b:
         raise InputError(f"malformed link {text!r}; expected A-B=100Gbps,20ms", path="--link")
+    if not known:
+        # A link between names no stage carries would be dropped without a word.
+        unknown = a if a not in names else b
+        raise InputError(f"link {text!r}: {unknown!r} is neither a stage nor a cluster "
+                         f"(known: {', '.join(sorted(names))})", path="--link")
     parts = [p.strip() for p in value.split(",")]
     gbps = _bandwidth_gbps(parts[0], text)
     latency = _latency_ms(parts[1], text) if len(parts) > 1 and parts[1] else 0.0
@@ -194,25 +213,40 @@ def build_problem(
     if not stages:
         raise InputError("no stages: give --stage TYPExCOUNT@CLUSTER (repeatable) or --instance",
                          path="--stage")
+    seen: dict[str, str] = {}
+    for s in stages:
+        if s.name in seen and s.name != f"{s.gpu_type}x{s.gpu_count}@{s.cluster}":
+            raise InputError(f"stage name {s.name!r} is given to two stages", path="--stage")
+        seen[s.name] = s.name
     names = {s.cluster for s in stages} | {s.name for s in stages}
     links = links + [parse_link(x, names) for x in link]
+    if microbatches <= 0:
+        raise InputError(f"must be at least 1, got {microbatches}", path="--microbatches")
+    if zero not in (0, 1, 2, 3):
+        raise InputError(f"must be 0, 1, 2 or 3, got {zero}", path="--zero")
     if model or model_name or profile:
         spec: ModelSpec = resolve_model(path=model, preset=model_name, profile=profile,
                                         micro_batch_size=micro_batch_size)
     elif inst_model:
-        spec = model_preset(inst_model, micro_batch_size)
+        try:
+            spec = model_preset(inst_model, micro_batch_size)
+        except InputError as exc:
+            raise InputError(f"instance {instance} names model {inst_model!r}, which is not a "
+                             "preset; give --model, --model-name or --profile",
+                             path="--instance") from exc
     else:
-        raise InputError("no model: give --model FILE, --model-name PRESET or --profile NAME",
-                         path="--model")
-    if microbatches <= 0:
-        raise InputError("--microbatches must be at least 1", path="--microbatches")
-    if zero not in (0, 1, 2, 3):
-        raise InputError("--zero must be 0, 1, 2 or 3", path="--zero")
+        raise InputError("no model: give --model FILE, --model-name PRESET or --profile NAME")
+    required = sum(1 for s in stages if not s.optional)
+    if required > spec.num_layers:
+        raise InputError(
+            f"{required} stages but the model has only {spec.num_layers} "
+            f"layer{'s' if spec.num_layers != 1 else ''}: every stage needs a layer "
+            "(mark some stages :optional)", path="--stage")
     try:
         problem = SplitProblem(model=spec, stages=stages, links=links, microbatches=microbatches,
                                zero=zero, recompute=recompute, fixed_order=fixed_order)
     except ValidationError as exc:
-        raise from_validation_error(exc, source="split") from None
+        raise input_error_from_validation(exc) from None
     return problem, notes
 
 
@@ -288,6 +322,9 @@ def split_command(
 ) -> None:
     """Find the split that minimises the slowest stage, prove it, compare with baselines."""
     try:
+        if not math.isfinite(time_limit) or time_limit <= 0:
+            raise InputError(f"must be a positive, finite number of seconds, got {time_limit}",
+                             path="--time-limit")
         problem, notes = build_problem(
             model=model, model_name=model_name, profile=profile,
             micro_batch_size=micro_batch_size, stage=stage, link=link,

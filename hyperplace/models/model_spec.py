@@ -479,19 +479,35 @@ def resolve_model(
     micro_batch_size: int | None = None,
 ) -> ModelSpec:
     """Exactly one of a file, a preset name or a profile name -> ModelSpec."""
-    given = [x for x in (path, preset, profile) if x]
+    options = {"--model": path, "--model-name": preset, "--profile": profile}
+    given = [name for name, value in options.items() if value]
     if len(given) != 1:
-        raise InputError("give exactly one of --model, --model-name, --profile", path="model")
+        raise InputError("give exactly one of --model, --model-name or --profile"
+                         + (f" (got {' and '.join(given)})" if given else ""))
     if path:
         m = load_model_file(path)
-        if micro_batch_size is not None and m.layers is None:
+        if micro_batch_size is not None:
+            if m.layers is not None:
+                # Explicit layers were priced at one micro-batch size; rescaling them would
+                # be a guess, and ignoring the option would be silent.
+                raise InputError("the model file gives explicit layers, whose costs hold for "
+                                 "the micro-batch they were measured at; drop "
+                                 "--micro-batch-size", source=path, path="spec.layers")
             m = m.model_copy(update={"micro_batch_size": micro_batch_size})
         return m
-    if preset:
-        return model_preset(preset, micro_batch_size)
-    assert profile is not None
-    if micro_batch_size is not None and ":" not in profile:
-        profile = f"{profile}:mb={micro_batch_size}"
-    return load_profile_model(profile)
+    try:
+        if preset:
+            return model_preset(preset, micro_batch_size)
+        assert profile is not None
+        if micro_batch_size is not None:
+            _, mb = parse_profile_name(profile)
+            if ":" in profile and mb != micro_batch_size:
+                raise InputError(f"profile {profile!r} says micro-batch {mb} but "
+                                 f"--micro-batch-size is {micro_batch_size}")
+            profile = f"{profile.partition(':')[0]}:mb={micro_batch_size}"
+        return load_profile_model(profile)
+    except InputError as exc:
+        # Name the option the person typed, not the library's parameter.
+        raise InputError(exc.message, path="--model-name" if preset else "--profile") from None
 
 

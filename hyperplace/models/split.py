@@ -24,6 +24,8 @@ DEFAULT_INTRA_CLUSTER_GBPS = 400.0  # InfiniBand NDR
 DEFAULT_INTRA_CLUSTER_LATENCY_MS = 0.005
 DEFAULT_INTER_CLUSTER_GBPS = 100.0  # a typical leased WAN wave
 DEFAULT_INTER_CLUSTER_LATENCY_MS = 20.0
+# The largest stage: 16,384 TP-8 replicas, the same ceiling as a training job's replicaCount.
+MAX_STAGE_GPUS = 131072
 
 
 class Stage(HPModel):
@@ -32,7 +34,7 @@ class Stage(HPModel):
     name: str = Field(default="", description="unique; defaults to TYPExCOUNT@CLUSTER")
     cluster: str = Field(min_length=1)
     gpu_type: str = Field(min_length=1)
-    gpu_count: int = Field(gt=0)
+    gpu_count: int = Field(gt=0, le=MAX_STAGE_GPUS, strict=True)
     tp: int | None = Field(default=None, gt=0, description="tensor parallel; default min(count, 8)")
     optional: bool = Field(default=False, description="may stay empty (left out of the pipeline)")
 
@@ -44,7 +46,7 @@ class Stage(HPModel):
             object.__setattr__(self, "tp", min(self.gpu_count, 8))
         if self.gpu_count % self.tensor_parallel:
             raise ValueError(
-                f"stage {self.name}: tp={self.tp} does not divide {self.gpu_count} GPUs"
+                f"tp: {self.tp} does not divide the stage's {self.gpu_count} GPUs"
             )
         return self
 
