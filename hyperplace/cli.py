@@ -52,7 +52,8 @@ def main() -> None:
             sys.exit(130)
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
             where = f"{ctx.command_path}: " if ctx is not None else ""
-            print(f"error: {where}{exc.format_message()}", file=sys.stderr)
+            message = exc.format_message().replace("Value error, ", "")
+            print(f"error: {where}{message}", file=sys.stderr)
             sys.exit(exc.exit_code or 2)
         raise
     sys.exit(code if isinstance(code, int) else 0)

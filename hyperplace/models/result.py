@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from hyperplace.models.base import HPModel
 
 
 class SolveStatus(StrEnum):
@@ -24,10 +26,9 @@ class SolveStatus(StrEnum):
     ERROR = "error"
 
 
-class SolveStats(BaseModel):
-    """Statistics every result carries: which solver, how good, how long."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class SolveStats(HPModel):
+    """Statistics every result carries: which solver, how good, how long (camelCase on the
+    wire, like every other document)."""
 
     status: SolveStatus
     solver: str
