@@ -13,7 +13,7 @@ from hyperplace.cli import app
 from hyperplace.models import HyperJob
 
 DATA = Path(__file__).parent / "data"
-SCHEMA = Path(__file__).parents[2] / "shared" / "schemas" / "training.volcano.sh_hyperjobs.yaml"
+SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "schemas" / "training.volcano.sh_hyperjobs.yaml"
 
 
 def _load() -> dict:

@@ -49,7 +49,8 @@ from hyperplace.models import (
 from hyperplace.models.node import DGX1_LINKS
 
 DATA = Path(__file__).parent / "data"
-SCHEMAS = Path("/work/shared/schemas")
+SHARED = Path(__file__).resolve().parents[2] / "shared"  # shared/ sits beside the checkout
+SCHEMAS = SHARED / "schemas"
 CATALOG = default_catalog()
 
 
@@ -577,7 +578,7 @@ def test_every_bundled_file_has_provenance() -> None:
 
 
 def test_bundled_copies_are_unmodified() -> None:
-    shared = Path("/work/shared/data")
+    shared = SHARED / "data"
     if not shared.exists():
         pytest.skip("shared data not available")
     for category in ("topology", "traces"):
