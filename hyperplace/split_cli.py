@@ -165,34 +165,23 @@ def parse_link(text: str, names: set[str]) -> StageLink:
 
 
 def stages_from_instance(name: str) -> tuple[list[Stage], list[StageLink], str | None, list[str]]:
-    """One stage per cluster (one node's GPUs of that cluster's first GPU type), the
-    federation's links, and the instance's model name. Falls back to a built-in seed when
-    the instance registry is not available."""
-    notes: list[str] = []
-    try:
-        from hyperplace.instances.registry import load_instance
-    except ImportError:  # pragma: no cover - the registry is another module's job
-        load_instance = None  # type: ignore[assignment]
-    if load_instance is None:
-        if name != "seed-beijing-shanghai":
-            raise InputError(f"unknown instance {name!r}", path="--instance")
-        notes.append("instance registry unavailable: built-in seed stages used")
-        return ([Stage(cluster="beijing", gpu_type="B200", gpu_count=8),
-                 Stage(cluster="shanghai", gpu_type="H100-80", gpu_count=8)],
-                [StageLink(a="beijing", b="shanghai", gbps=100, latency_ms=20)],
-                "seed-8layer", notes)
+    """One stage per (cluster, GPU type): one node's GPUs of that type, as a pipeline stage
+    would take them; the federation's links; and the instance's model name."""
+    from hyperplace.instances.registry import load_instance
+
     inst = load_instance(name)
     stages: list[Stage] = []
     for cluster in inst.clusters:
-        if not cluster.nodes:
-            continue
-        node = cluster.nodes[0]
-        stages.append(Stage(cluster=cluster.name, gpu_type=node.gpu_type,
-                            gpu_count=node.gpu_count))
+        seen: set[str] = set()
+        for node in cluster.nodes:
+            if node.gpu_type not in seen:
+                seen.add(node.gpu_type)
+                stages.append(Stage(cluster=cluster.name, gpu_type=node.gpu_type,
+                                    gpu_count=node.gpu_count))
     links = [StageLink(a=link.a, b=link.b, gbps=link.gbps, latency_ms=link.latency_ms)
              for link in inst.federation.links]
-    notes.append(f"stages from instance {name}: one {stages[0].gpu_count}-GPU node per cluster"
-                 if stages else f"instance {name} has no nodes")
+    notes = [f"stages from instance {name}: one node per GPU type per cluster"
+             if stages else f"instance {name} has no nodes"]
     return stages, links, inst.spec.model, notes
 
 
