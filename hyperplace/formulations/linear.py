@@ -8,6 +8,8 @@ one under the constraint that the earlier ones keep their best value.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -101,3 +103,47 @@ def phase_time(k: int, shares: list[float], remaining: float) -> float:
         return remaining
     rest = sum(shares[k:]) or 1.0
     return remaining * shares[k] / rest
+
+
+@dataclass
+class PhaseResult:
+    """One lexicographic phase as a backend solved it."""
+
+    status: str  # "optimal" | "feasible" | "infeasible" | "no_solution" | "error"
+    values: list[int] | None = None
+    value: float | None = None
+    bound: float | None = None
+    message: str = ""
+
+
+def solve_lexicographic(model: LinearModel, time_limit_s: float, start: float,
+                        phase: Callable[[int, Objective, float], PhaseResult],
+                        fix: Callable[[int, Objective, float, bool], None],
+                        min_phase_s: float, shares: list[float] | None = None) -> RawSolution:
+    """The phase loop every backend shares: solve objective k in its share of the time left,
+    then ``fix`` it (to its value when proven, no worse than the incumbent otherwise) before
+    the next. A phase without a new solution ends the loop with the incumbent."""
+    shares = phase_limits(len(model.objectives), shares)
+    values: list[int] | None = None
+    obj_values: list[float] = []
+    obj_bounds: list[float | None] = []
+    overall = "optimal"
+    for k, obj in enumerate(model.objectives):
+        remaining = time_limit_s - (time.perf_counter() - start)
+        if remaining <= min_phase_s:
+            overall = "feasible" if values is not None else "no_solution"
+            break
+        result = phase(k, obj, phase_time(k, shares, remaining))
+        if result.status in ("optimal", "feasible") and result.values is not None:
+            values = result.values
+            obj_values.append(float(result.value or 0.0))
+            obj_bounds.append(result.bound)
+            if result.status != "optimal":
+                overall = "feasible"
+            fix(k, obj, float(result.value or 0.0), result.status == "optimal")
+        elif values is None:
+            return RawSolution(None, result.status, message=result.message)
+        else:
+            overall = "feasible"
+            break
+    return RawSolution(values, overall, obj_values, obj_bounds)

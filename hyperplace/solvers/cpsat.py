@@ -11,7 +11,13 @@ import time
 
 from ortools.sat.python import cp_model
 
-from hyperplace.formulations.linear import LinearModel, RawSolution, phase_limits, phase_time
+from hyperplace.formulations.linear import (
+    LinearModel,
+    Objective,
+    PhaseResult,
+    RawSolution,
+    solve_lexicographic,
+)
 
 LARGE_MODEL_VARS = 20_000
 
@@ -51,18 +57,7 @@ def solve(model: LinearModel, time_limit_s: float, *, hint: list[int] | None = N
         for x, v in zip(xs, hint):
             cp.add_hint(x, v)
 
-    n = len(model.objectives)
-    shares = phase_limits(n, shares)
-    values: list[int] | None = None
-    obj_values: list[float] = []
-    obj_bounds: list[float | None] = []
-    overall = "optimal"
-    for k, obj in enumerate(model.objectives):
-        remaining = time_limit_s - (time.perf_counter() - start)
-        if remaining <= 0.01:
-            overall = "feasible" if values is not None else "no_solution"
-            break
-        limit = phase_time(k, shares, remaining)
+    def phase(k: int, obj: Objective, limit: float) -> PhaseResult:
         expr = _expr(xs, obj.terms)
         if obj.sense == "max":
             cp.maximize(expr)
@@ -80,27 +75,23 @@ def solve(model: LinearModel, time_limit_s: float, *, hint: list[int] | None = N
             solver.parameters.max_presolve_iterations = 1
         status = solver.solve(cp)
         st = _STATUS.get(status, "error")
-        if st in ("optimal", "feasible"):
-            values = [int(solver.value(x)) for x in xs]
-            val = solver.objective_value
-            obj_values.append(val)
-            obj_bounds.append(solver.best_objective_bound)
-            if st == "feasible":
-                overall = "feasible"
-            cp.clear_hints()
-            for x, v in zip(xs, values):
-                cp.add_hint(x, v)
-            iv = int(round(val))
-            if st == "optimal":
-                cp.add(expr == iv)
-            elif obj.sense == "max":
-                cp.add(expr >= iv)
-            else:
-                cp.add(expr <= iv)
-            cp.clear_objective()
+        if st not in ("optimal", "feasible"):
+            return PhaseResult(st, message=f"CP-SAT: {solver.status_name(status)}")
+        values = [int(solver.value(x)) for x in xs]
+        cp.clear_hints()  # the next phase starts from this solution
+        for x, v in zip(xs, values):
+            cp.add_hint(x, v)
+        return PhaseResult(st, values, solver.objective_value, solver.best_objective_bound)
+
+    def fix(k: int, obj: Objective, value: float, proven: bool) -> None:
+        expr = _expr(xs, obj.terms)
+        iv = int(round(value))
+        if proven:
+            cp.add(expr == iv)
+        elif obj.sense == "max":
+            cp.add(expr >= iv)
         else:
-            if values is None:
-                return RawSolution(None, st, message=f"CP-SAT: {solver.status_name(status)}")
-            overall = "feasible"
-            break
-    return RawSolution(values, overall, obj_values, obj_bounds)
+            cp.add(expr <= iv)
+        cp.clear_objective()
+
+    return solve_lexicographic(model, time_limit_s, start, phase, fix, 0.01, shares)

@@ -15,7 +15,13 @@ from collections.abc import Iterator
 
 import pulp
 
-from hyperplace.formulations.linear import LinearModel, RawSolution, phase_limits, phase_time
+from hyperplace.formulations.linear import (
+    LinearModel,
+    Objective,
+    PhaseResult,
+    RawSolution,
+    solve_lexicographic,
+)
 
 CAPABILITIES = {"integer": True, "lexicographic": True, "bound": True, "hints": False}
 
@@ -86,56 +92,40 @@ def solve(model: LinearModel, time_limit_s: float, *, backend: str | None = None
                 prob += expr >= c.lo, f"c{ci}l"
             if c.hi != math.inf:
                 prob += expr <= c.hi, f"c{ci}u"
-    n = len(model.objectives)
-    shares = phase_limits(n, shares)
-    values: list[int] | None = None
-    obj_values: list[float] = []
-    obj_bounds: list[float | None] = []
-    overall = "optimal"
-    for k, obj in enumerate(model.objectives):
-        remaining = time_limit_s - (time.perf_counter() - start)
-        if remaining <= 0.05:
-            overall = "feasible" if values is not None else "no_solution"
-            break
-        limit = phase_time(k, shares, remaining)
+    def phase(k: int, obj: Objective, limit: float) -> PhaseResult:
         sign = -1 if obj.sense == "max" else 1
-        expr = pulp.LpAffineExpression([(xs[i], sign * a) for i, a in obj.terms])
-        prob.setObjective(expr)
+        prob.setObjective(pulp.LpAffineExpression([(xs[i], sign * a) for i, a in obj.terms]))
         prob.sense = pulp.LpMinimize
         try:
             with _quiet_stdout():
                 prob.solve(_make_solver(backend, limit))
         except pulp.PulpSolverError as exc:
-            return RawSolution(values, "error" if values is None else "feasible",
-                               obj_values, obj_bounds, message=str(exc))
+            return PhaseResult("error", message=str(exc))
         sol = prob.sol_status
-        if sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-            values = [int(round(x.value() or 0)) for x in xs]
-            val = float(sum(a * values[i] for i, a in obj.terms))
-            bound = _bound(prob, backend)
-            proven = sol == pulp.LpSolutionOptimal
-            if bound is not None:
-                bound = sign * bound
-                proven = proven and abs(bound - val) < 0.5 + 1e-9
-            elif proven:
-                bound = val
-            obj_values.append(val)
-            obj_bounds.append(bound)
-            if not proven:
-                overall = "feasible"
-            fixed = pulp.LpAffineExpression([(xs[i], a) for i, a in obj.terms])
-            if proven:
-                prob += fixed == val, f"lex{k}"
-            elif obj.sense == "max":
-                prob += fixed >= val, f"lex{k}"
-            else:
-                prob += fixed <= val, f"lex{k}"
-        elif prob.status == pulp.LpStatusInfeasible and values is None:
-            return RawSolution(None, "infeasible", message="MILP: infeasible")
+        if sol not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+            if prob.status == pulp.LpStatusInfeasible:
+                return PhaseResult("infeasible", message="MILP: infeasible")
+            return PhaseResult("no_solution",
+                               message=f"MILP: {pulp.LpStatus[prob.status]} without a solution")
+        values = [int(round(x.value() or 0)) for x in xs]
+        val = float(sum(a * values[i] for i, a in obj.terms))
+        bound = _bound(prob, backend)
+        # PuLP may say Optimal on a time limit: trust HiGHS's own bound where there is one
+        proven = sol == pulp.LpSolutionOptimal
+        if bound is not None:
+            bound = sign * bound
+            proven = proven and abs(bound - val) < 0.5 + 1e-9
+        elif proven:
+            bound = val
+        return PhaseResult("optimal" if proven else "feasible", values, val, bound)
+
+    def fix(k: int, obj: Objective, value: float, proven: bool) -> None:
+        fixed = pulp.LpAffineExpression([(xs[i], a) for i, a in obj.terms])
+        if proven:
+            prob.addConstraint(fixed == value, f"lex{k}")
+        elif obj.sense == "max":
+            prob.addConstraint(fixed >= value, f"lex{k}")
         else:
-            if values is None:
-                return RawSolution(None, "no_solution",
-                                   message=f"MILP: {pulp.LpStatus[prob.status]} without a solution")
-            overall = "feasible"
-            break
-    return RawSolution(values, overall, obj_values, obj_bounds)
+            prob.addConstraint(fixed <= value, f"lex{k}")
+
+    return solve_lexicographic(model, time_limit_s, start, phase, fix, 0.05, shares)
