@@ -410,8 +410,10 @@ def validate_file(path: str | Path) -> str:
             hypernodes.append(doc)
     _check_unique_jobs(jobs)
     if clusters:
-        instance_from_documents([d for d, k in zip(docs, kinds) if k not in ("HyperNode", "HyperJob")],
-                                source)
+        # the cross-document checks (GPU types, node names) of a cluster + jobs instance, on
+        # the documents already parsed above
+        _build_instance("+".join(pc.cluster.name for pc in clusters), clusters,
+                        [j for j, _, _ in jobs], source)
         for pc in clusters:
             c = pc.cluster
             free = sum(n.free_count for n in c.nodes)

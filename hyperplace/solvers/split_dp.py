@@ -38,14 +38,14 @@ def _backtrack(args: list[np.ndarray], end: int) -> list[int]:
     return cuts
 
 
-def minmax_path(mats: list[np.ndarray]) -> tuple[float, list[int] | None]:
-    """Min over contiguous splits of max_k mats[k][a, b]; returns (value, cuts)."""
+def _best_path(mats: list[np.ndarray], combine: np.ufunc) -> tuple[float, list[int] | None]:
+    """Min over contiguous splits of ``combine`` over k of mats[k][a, b]; (value, cuts)."""
     n = mats[0].shape[0]
     f = np.full(n, INF)
     f[0] = 0.0
     args: list[np.ndarray] = []
     for mat in mats:
-        cand = np.maximum(f[:, None], mat)
+        cand = combine(f[:, None], mat)
         arg = np.argmin(cand, axis=0)
         f = cand[arg, np.arange(n)]
         args.append(arg)
@@ -53,23 +53,16 @@ def minmax_path(mats: list[np.ndarray]) -> tuple[float, list[int] | None]:
     if not np.isfinite(value):
         return value, None
     return value, _backtrack(args, n - 1)
+
+
+def minmax_path(mats: list[np.ndarray]) -> tuple[float, list[int] | None]:
+    """Min over contiguous splits of max_k mats[k][a, b] (the bottleneck); returns (value, cuts)."""
+    return _best_path(mats, np.maximum)
 
 
 def minsum_path(mats: list[np.ndarray]) -> tuple[float, list[int] | None]:
     """Min over contiguous splits of Σ_k mats[k][a, b]; returns (value, cuts)."""
-    n = mats[0].shape[0]
-    f = np.full(n, INF)
-    f[0] = 0.0
-    args: list[np.ndarray] = []
-    for mat in mats:
-        cand = f[:, None] + mat
-        arg = np.argmin(cand, axis=0)
-        f = cand[arg, np.arange(n)]
-        args.append(arg)
-    value = float(f[n - 1])
-    if not np.isfinite(value):
-        return value, None
-    return value, _backtrack(args, n - 1)
+    return _best_path(mats, np.add)
 
 
 def solve_dp(data: SplitData, time_limit: float | None = None,
