@@ -32,10 +32,10 @@ from hyperplace.models.model_spec import (  # noqa: E402
 )
 from hyperplace.models.result import SolveStatus  # noqa: E402
 from hyperplace.models.split import SplitProblem, Stage, StageLink  # noqa: E402
-from hyperplace.solvers.split_baselines import proportional_cuts, symmetric_cuts  # noqa: E402
-from hyperplace.solvers.split_cpsat import solve_cpsat  # noqa: E402
-from hyperplace.solvers.split_dp import solve_dp  # noqa: E402
-from hyperplace.solvers.split_milp import solve_milp  # noqa: E402
+from hyperplace.solvers.split.baselines import proportional_cuts, symmetric_cuts  # noqa: E402
+from hyperplace.solvers.split.cpsat import solve_cpsat  # noqa: E402
+from hyperplace.solvers.split.dp import solve_dp  # noqa: E402
+from hyperplace.solvers.split.milp import solve_milp  # noqa: E402
 
 GPUS = ["V100-32", "A100-40", "A100-80", "H100-80", "H200-141", "B200"]
 CLUSTERS = ["beijing", "shanghai", "zurich", "virginia"]

@@ -1,7 +1,7 @@
 """The ``hyperplace`` command: a thin shell over the library.
 
-Each command group lives in its own module (``cli_instances``, ``cli_solve``, ``split_cli``)
-and is mounted here. Bad input never shows a traceback: :class:`InputError` becomes one line
+Each command group lives in its own module under :mod:`hyperplace.commands` and is mounted
+here. Bad input never shows a traceback: :class:`InputError` becomes one line
 on stderr and exit code 2.
 """
 
@@ -23,11 +23,11 @@ app = typer.Typer(
 
 
 def _mount() -> None:
-    from hyperplace import cli_instances, cli_solve, split_cli
+    from hyperplace.commands import instances, solve, split
 
-    cli_instances.register(app)
-    cli_solve.register(app)
-    app.add_typer(split_cli.app, name="split")
+    instances.register(app)
+    solve.register(app)
+    app.add_typer(split.app, name="split")
 
 
 _mount()

@@ -154,7 +154,7 @@ def test_list_shows_every_bundled_instance() -> None:
     result = runner.invoke(app, ["instances", "list"])
     assert result.exit_code == 0, result.output
     for name in BUNDLED:
-        if (ROOT / "hyperplace/instances/data" / f"{name}.yaml").is_file():
+        if (ROOT / "hyperplace/data" / f"{name}.yaml").is_file():
             assert name in result.stdout
 
 

@@ -11,7 +11,7 @@ import pytest
 from hyperplace.models.fabric import superpod_rail_optimized
 
 ROWS = list(csv.DictReader(
-    (resources.files("hyperplace.instances") / "data" / "topology"
+    (resources.files("hyperplace.data") / "topology"
      / "superpod_b200_component_counts.csv").open()))
 
 

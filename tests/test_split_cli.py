@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from hyperplace import split_cli
+from hyperplace.commands import split as split_cli
 
 root = typer.Typer()
 

@@ -20,11 +20,11 @@ from hyperplace.models.model_spec import Layer, ModelSpec, load_profile_model, m
 from hyperplace.models.result import SolveStatus
 from hyperplace.models.split import SplitProblem, Stage, StageLink
 from hyperplace.solvers.split import solve_split
-from hyperplace.solvers.split_baselines import symmetric_cuts
-from hyperplace.solvers.split_check import check_split
-from hyperplace.solvers.split_cpsat import solve_cpsat
-from hyperplace.solvers.split_dp import solve_dp
-from hyperplace.solvers.split_milp import solve_milp
+from hyperplace.solvers.split.baselines import symmetric_cuts
+from hyperplace.check.split import check_split
+from hyperplace.solvers.split.cpsat import solve_cpsat
+from hyperplace.solvers.split.dp import solve_dp
+from hyperplace.solvers.split.milp import solve_milp
 
 GPU_TYPES = ["V100-32", "A100-40", "A100-80", "H100-80", "H200-141", "B200"]
 

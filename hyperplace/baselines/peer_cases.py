@@ -3,7 +3,7 @@
 Each instance is small enough to solve by hand, and built so that deciding the whole pending
 window at once admits strictly more (usefully: without breaking a job's NVLink or hop
 rules) than any of the three one-job-at-a-time baselines. The YAML files in
-``hyperplace/instances/data/peer-*.yaml`` are written by this module
+``hyperplace/data/peer-*.yaml`` are written by this module
 (``python -m hyperplace.baselines.peer_cases``); edit the builders, not the files.
 
 * ``peer-volcano-3373-deadlock`` (volcano-sh/volcano#3373, two large gangs each take part
@@ -191,7 +191,7 @@ def render(instance: Instance) -> str:
 
 
 def data_path(name: str) -> Path:
-    return Path(str(resources.files("hyperplace.instances") / "data" / f"{name}.yaml"))
+    return Path(str(resources.files("hyperplace.data") / f"{name}.yaml"))
 
 
 @cache

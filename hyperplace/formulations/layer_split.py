@@ -22,7 +22,7 @@ Objective: minimise ``max_k load_k`` (the bottleneck), then the pipeline time
 
 A split is ``cuts = [0, c1, ..., c_{P-1}, L]``; stage k runs layers ``cuts[k] .. cuts[k+1]-1``.
 :func:`evaluate_split` is the one place that prices a split; solvers, baselines and the plan
-mapping all go through it (the checker in ``solvers/split_check.py`` deliberately does not).
+mapping all go through it (the checker in ``check/split.py`` deliberately does not).
 
 Stage order (``fixed_order=False``): the pipeline should cross the WAN as few times as
 possible and put fast links between neighbours. :func:`candidate_orders` enumerates every

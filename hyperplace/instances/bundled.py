@@ -1,6 +1,6 @@
 """Builders of the bundled instances; ``python -m hyperplace.instances.bundled`` rewrites them.
 
-The YAML files under ``instances/data`` are what users load, diff and copy, so they are
+The YAML files under ``hyperplace/data`` are what users load, diff and copy, so they are
 committed; this module is what they are made from, so a reviewer can see *why* each GPU is
 busy. ``tests/test_instances.py`` rebuilds every file and compares it byte for byte, so
 the two cannot drift. Every builder is deterministic (fixed tables or a fixed seed).
@@ -82,7 +82,7 @@ def _whole(job: str) -> dict[int, str]:
 
 def seed_job() -> TrainingJob:
     """The seed's manifest, read verbatim from package data."""
-    ref = resources.files("hyperplace.instances") / "data" / "seed_job.yaml"
+    ref = resources.files("hyperplace.data") / "seed_job.yaml"
     with resources.as_file(ref) as path:
         (doc,) = load_documents(path)
     return TrainingJob.model_validate(doc)
@@ -354,7 +354,7 @@ def render(name: str) -> str:
 
 
 def data_dir() -> Path:
-    return Path(__file__).resolve().parent / "data"
+    return Path(__file__).resolve().parent.parent / "data"
 
 
 def main(argv: list[str] | None = None) -> None:

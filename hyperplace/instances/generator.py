@@ -75,7 +75,7 @@ _PACK_PROBABILITY = 0.7
 @cache
 def philly_gpu_counts() -> tuple[int, ...]:
     """GPU count of every job in the bundled Philly sample (the empirical distribution)."""
-    path = resources.files("hyperplace.instances") / "data" / "traces" / "philly_sample.csv"
+    path = resources.files("hyperplace.data") / "traces" / "philly_sample.csv"
     with path.open() as fh:
         counts = tuple(int(row["num_gpus"]) for row in csv.DictReader(fh))
     return tuple(c for c in counts if c > 0)

@@ -311,13 +311,13 @@ _NOT_INSTANCES = frozenset({"seed_job"})
 
 
 def bundled_path(name: str) -> Any:
-    return resources.files("hyperplace.instances") / "data" / f"{name}.yaml"
+    return resources.files("hyperplace.data") / f"{name}.yaml"
 
 
 def bundled_names() -> list[str]:
     """Bundled instances present here: the catalogue first, then any other instance file
     dropped into package data (e.g. the peer-scheduler cases), by name."""
-    data = resources.files("hyperplace.instances") / "data"
+    data = resources.files("hyperplace.data")
     extra = sorted(f.name.removesuffix(".yaml") for f in data.iterdir()
                    if f.name.endswith(".yaml"))
     return ([n for n in BUNDLED if bundled_path(n).is_file()]

@@ -280,7 +280,7 @@ def superpod_switch_counts(sus: int) -> tuple[int, int]:
     import csv
     from importlib import resources
 
-    path = resources.files("hyperplace.instances") / "data" / "topology" / \
+    path = resources.files("hyperplace.data") / "topology" / \
         "superpod_b200_component_counts.csv"
     with path.open() as fh:
         rows = sorted((int(r["su_count"]), int(r["spine_switches"]), int(r["core_switches"]))

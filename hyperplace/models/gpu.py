@@ -1,6 +1,6 @@
 """GPU types: the catalog every placement and cost estimate starts from.
 
-Figures come from ``instances/data/gpu_specs.csv`` (a copy of the shared vendor-datasheet
+Figures come from ``hyperplace/data/gpu_specs.csv`` (a copy of the shared vendor-datasheet
 table, dense BF16, sparse figures not used). NVLink figures are the vendor's per-GPU
 *bidirectional GB/s*; a pair of GPUs joined through an NVSwitch gets that full figure.
 """
@@ -80,7 +80,7 @@ def _num(text: str) -> float:
 @cache
 def builtin_catalog() -> dict[str, GPUType]:
     """The built-in GPU types, read from the bundled spec table (with its provenance)."""
-    path = resources.files("hyperplace.instances") / "data" / "gpu_specs.csv"
+    path = resources.files("hyperplace.data") / "gpu_specs.csv"
     with path.open() as fh:
         rows = {r["gpu"]: r for r in csv.DictReader(fh)}
     out: dict[str, GPUType] = {}

@@ -2,13 +2,13 @@
 
 Per-layer costs come from the formulas in ``shared/design/cost-model.md`` (Narayanan et al.
 SC'21 for FLOPs, Korthikanti et al. 2022 for activation bytes) or from measured per-layer
-times (Sailor's profiles, bundled under ``hyperplace/instances/data``; see
+times (Sailor's profiles, bundled under ``hyperplace/data``; see
 :func:`load_profile_model`). The layer split only needs, per layer: FLOPs, parameters,
 activation bytes and the bytes sent to the next layer, so both sources end up as a list of
 :class:`Layer` and the solvers never know which one they got.
 
 Profile provenance (copied unmodified from ``shared/data/profiles``, see also
-``hyperplace/instances/data/PROFILES_PROVENANCE.txt``):
+``hyperplace/data/PROFILES_PROVENANCE.txt``):
 
 * ``sailor_layer_profiles.csv``: measured forward/backward/update seconds per layer, by model,
   GPU type, micro-batch and tensor-parallel degree. Sailor (eth-easl/sailor, MIT),
@@ -381,7 +381,7 @@ _PROFILE_DIMS: dict[str, dict[str, int]] = {
 
 
 def _data_file(name: str) -> Any:
-    return resources.files("hyperplace.instances") / "data" / name
+    return resources.files("hyperplace.data") / name
 
 
 @cache

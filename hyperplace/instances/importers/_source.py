@@ -18,7 +18,7 @@ Source = str | os.PathLike[str] | Traversable
 
 def bundled(category: str, name: str) -> Traversable:
     """A data file shipped with hyperplace, e.g. ``bundled("topology", "azure_ndv4-topo.xml")``."""
-    return resources.files("hyperplace.instances") / "data" / category / name
+    return resources.files("hyperplace.data") / category / name
 
 
 def source_name(source: Source) -> str:

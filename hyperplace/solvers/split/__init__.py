@@ -37,10 +37,10 @@ from hyperplace.errors import InputError
 from hyperplace.models.gpu import GPUCatalog, default_catalog
 from hyperplace.models.result import SolveStatus
 from hyperplace.models.split import SplitPlan, SplitProblem, Stage
-from hyperplace.solvers.split_baselines import proportional_cuts, solve_proportional, symmetric_cuts
-from hyperplace.solvers.split_cpsat import solve_cpsat
-from hyperplace.solvers.split_dp import memory_diagnosis, minmax_path, solve_dp
-from hyperplace.solvers.split_milp import solve_milp
+from hyperplace.solvers.split.baselines import proportional_cuts, solve_proportional, symmetric_cuts
+from hyperplace.solvers.split.cpsat import solve_cpsat
+from hyperplace.solvers.split.dp import memory_diagnosis, minmax_path, solve_dp
+from hyperplace.solvers.split.milp import solve_milp
 
 SOLVERS: dict[str, Callable[..., SplitSolution]] = {
     "dp": solve_dp,

@@ -1,12 +1,6 @@
 """``hyperplace split``: the best layer split of a model over heterogeneous pipeline stages.
 
-Mounting (in ``hyperplace/cli.py``)::
-
-    from hyperplace import split_cli
-    app.add_typer(split_cli.app, name="split")   # `hyperplace split --stage ... --stage ...`
-
-or register the function directly: ``app.command("split")(split_cli.split_command)``.
-The command is the Typer *callback* of ``app`` (``invoke_without_command=True``), so both
+Mounted by ``hyperplace/cli.py`` as ``app.add_typer(split.app, name="split")``. The command is the Typer *callback* of ``app`` (``invoke_without_command=True``), so both
 ways run it without a sub-command name.
 
 Examples::

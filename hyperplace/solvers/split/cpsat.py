@@ -41,7 +41,7 @@ from ortools.sat.python import cp_model
 
 from hyperplace.formulations.layer_split import SplitData, SplitSolution, lower_bound
 from hyperplace.models.result import SolveStatus
-from hyperplace.solvers.split_milp import known_upper_bound
+from hyperplace.solvers.split.milp import known_upper_bound
 
 PICOSECONDS = 1e12
 MAX_MAGNITUDE = 2.0 ** 52  # exact in a double, far from CP-SAT's int64 overflow checks

@@ -39,7 +39,7 @@ import numpy as np
 
 from hyperplace.formulations.layer_split import SplitData, SplitSolution, evaluate_split
 from hyperplace.models.result import SolveStatus
-from hyperplace.solvers.split_baselines import proportional_cuts
+from hyperplace.solvers.split.baselines import proportional_cuts
 
 NAME = "milp-highs"
 MS = 1e3  # costs in milliseconds keep the LP well scaled
