@@ -1,0 +1,289 @@
+"""Scheduling rounds that are not cold starts: a session carries one cluster from round to round.
+
+A scheduler (the over-time simulator, the service) runs many rounds on one cluster whose state
+changes a little between them: a few jobs arrive, a few finish, a GPU or a node fails. Solving
+every round from the files would rebuild what did not change. A :class:`PlacementSession`
+keeps the current :class:`~hyperplace.models.instance.Instance` (cluster state and pending
+queue) and applies changes to it in place of re-reading it:
+
+* the fabric (switch graph, hop counts, domains of every tier) is built once per cluster and
+  shared by every later round, since nodes keep their names and cables between rounds;
+* unchanged nodes and jobs are the same objects from round to round (nothing is validated
+  again), so caches keyed on them stay warm;
+* the previous round's plan is kept for the next round (:attr:`PlacementSession.last_plan`).
+
+Usage::
+
+    session = PlacementSession(instance, solver="auto")
+    plan = session.solve(budget_s=5)          # round 1 (cold: builds the fabric)
+    session.commit(plan)                       # admitted jobs start: GPUs taken, queue shrinks
+    interrupted = session.apply(RoundDelta(
+        arrivals=[job_a, job_b],               # TrainingJobs joining the queue
+        completions=["job-17"],                # running jobs that finished: GPUs free again
+        failures=[("node-0042", 3), "node-0107"],  # a GPU, or a whole node, fails
+    ))                                         # jobs hit by a failure go back to the queue
+    plan = session.solve(budget_s=5)           # round 2 (warm)
+
+Every plan comes from :func:`~hyperplace.solvers.driver.solve_placement` on the session's
+current instance, so it carries the same promises (checker-valid, status, bound, gap, within
+the budget); :attr:`PlacementSession.instance` is that instance, for the checker.
+
+Running jobs are tracked by the GPUs they hold (``Node.allocated`` maps a GPU to its job),
+so a session can start from any instance: jobs running in it when the session starts can
+complete like the ones the session committed. A job hit by a failure loses all its GPUs; if
+the session committed it (it knows its manifest), it returns to the queue (at the end, as a
+new arrival would) unless ``requeue_interrupted`` is False.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from hyperplace.errors import InputError
+from hyperplace.models.cluster import Cluster
+from hyperplace.models.instance import Instance
+from hyperplace.models.job import TrainingJob
+from hyperplace.models.node import Node
+from hyperplace.models.plan import PlacementPlan
+
+__all__ = ["PlacementSession", "RoundDelta"]
+
+
+@dataclass(frozen=True)
+class RoundDelta:
+    """What changed since the last round.
+
+    Attributes
+    ----------
+    arrivals : list of TrainingJob
+        Jobs joining the end of the pending queue (names must be new).
+    completions : list of str
+        Running jobs that finished; their GPUs become free.
+    failures : list of str or (str, int)
+        A node name (every GPU of it fails) or a (node, GPU index) pair. A failed GPU is
+        marked faulty; a job holding it is interrupted and loses all its GPUs.
+    recoveries : list of str or (str, int)
+        Faulty GPUs (or every faulty GPU of a node) that are back in service.
+    withdrawals : list of str
+        Pending jobs removed from the queue (cancelled by their owner).
+    """
+
+    arrivals: list[TrainingJob] = field(default_factory=list)
+    completions: list[str] = field(default_factory=list)
+    failures: list[str | tuple[str, int]] = field(default_factory=list)
+    recoveries: list[str | tuple[str, int]] = field(default_factory=list)
+    withdrawals: list[str] = field(default_factory=list)
+
+
+class PlacementSession:
+    """One cluster (or federation) across scheduling rounds.
+
+    Parameters
+    ----------
+    instance : Instance
+        The state at the start: clusters (with running jobs in ``allocated``) and the queue.
+    solver, policy, seed, workers :
+        Passed to :func:`~hyperplace.solvers.driver.solve_placement` every round.
+    requeue_interrupted : bool
+        Put a committed job whose GPUs failed back at the end of the queue (default True).
+    """
+
+    def __init__(self, instance: Instance, *, solver: str = "auto", policy: str = "performance",
+                 seed: int = 0, workers: int = 2, requeue_interrupted: bool = True):
+        self._instance = instance
+        self.solver = solver
+        self.policy = policy
+        self.seed = seed
+        self.workers = workers
+        self.requeue_interrupted = requeue_interrupted
+        self.last_plan: PlacementPlan | None = None
+        self.rounds = 0
+        self._manifests: dict[str, TrainingJob] = {}  # committed jobs, for requeueing
+        self._holdings: dict[str, dict[str, list[int]]] | None = None  # job -> node -> GPUs
+
+    # ---- state ------------------------------------------------------------------------
+    @property
+    def instance(self) -> Instance:
+        """The current round's instance (cluster state and pending queue)."""
+        return self._instance
+
+    @property
+    def running(self) -> dict[str, dict[str, list[int]]]:
+        """Running job -> node -> the GPU indices it holds."""
+        if self._holdings is None:
+            held: dict[str, dict[str, list[int]]] = {}
+            for c in self._instance.clusters:
+                for n in c.nodes:
+                    for gpu, job in n.allocated.items():
+                        held.setdefault(job, {}).setdefault(n.name, []).append(gpu)
+            self._holdings = held
+        return self._holdings
+
+    @property
+    def pending(self) -> list[TrainingJob]:
+        return list(self._instance.jobs)
+
+    # ---- rounds -----------------------------------------------------------------------
+    def solve(self, budget_s: float = 10.0, *, deadline: float | None = None) -> PlacementPlan:
+        """Solve the current round within ``budget_s`` seconds (see ``solve_placement``).
+
+        ``deadline`` (a ``time.perf_counter()`` value), when given and earlier, ends the
+        round sooner: the budget becomes what is left of it.
+        """
+        from hyperplace.solvers.driver import solve_placement
+
+        if deadline is not None:
+            budget_s = max(0.0, min(budget_s, deadline - time.perf_counter()))
+        plan = solve_placement(self._instance, solver=self.solver, budget_s=budget_s,
+                               policy=self.policy, seed=self.seed, workers=self.workers)
+        self.last_plan = plan
+        self.rounds += 1
+        return plan
+
+    def commit(self, plan: PlacementPlan) -> None:
+        """Start the plan's admitted jobs: their GPUs become allocated to them and they
+        leave the queue. The plan must come from this session's current instance."""
+        admitted = {j.job for j in plan.jobs}
+        queue = {j.name: j for j in self._instance.jobs}
+        unknown = admitted - queue.keys()
+        if unknown:
+            raise InputError(f"job {sorted(unknown)[0]!r} is not in the pending queue",
+                             path="plan.jobs")
+        take: dict[str, dict[int, str]] = {}
+        for pl in plan.placements:
+            for g in pl.gpus:
+                take.setdefault(g.node, {})[g.gpu] = pl.job
+
+        def change(n: Node) -> Node:
+            got = take.get(n.name)
+            if not got:
+                return n
+            busy = set(n.allocated) | set(n.faulty)
+            clash = busy.intersection(got)
+            if clash:
+                raise InputError(f"GPU {min(clash)} of node {n.name} is not free",
+                                 path="plan.placements")
+            return _copy(n, {"allocated": {**n.allocated, **got}})
+
+        self._replace(change, [j for j in self._instance.jobs if j.name not in admitted])
+        for name in admitted:
+            self._manifests[name] = queue[name]
+            if self._holdings is not None:
+                self._holdings[name] = {}
+        if self._holdings is not None:
+            for node, got in take.items():
+                for gpu, job in got.items():
+                    self._holdings[job].setdefault(node, []).append(gpu)
+
+    def apply(self, delta: RoundDelta) -> list[str]:
+        """Apply what changed since the last round; returns the jobs a failure interrupted."""
+        queue = list(self._instance.jobs)
+        names = {j.name for j in queue}
+        withdrawn = set(delta.withdrawals)
+        missing = withdrawn - names
+        if missing:
+            raise InputError(f"job {sorted(missing)[0]!r} is not pending", path="withdrawals")
+        running = self.running
+        done = set(delta.completions)
+        missing = done - running.keys()
+        if missing:
+            raise InputError(f"job {sorted(missing)[0]!r} is not running", path="completions")
+        failed = _by_node(delta.failures, "failures")
+        healed = _by_node(delta.recoveries, "recoveries")
+        nodes = {n.name: n for c in self._instance.clusters for n in c.nodes}
+        for path, spec in (("failures", failed), ("recoveries", healed)):
+            for node, gpus in spec.items():
+                if node not in nodes:
+                    raise InputError(f"unknown node {node!r}", path=path)
+                bad = [g for g in gpus or () if not 0 <= g < nodes[node].gpu_count]
+                if bad:
+                    raise InputError(f"node {node!r} has no GPU {bad[0]}", path=path)
+        interrupted = sorted({job for node, gpus in failed.items()
+                              for gpu, job in nodes[node].allocated.items()
+                              if gpus is None or gpu in gpus} - done)
+        freed = done | set(interrupted)
+
+        def change(n: Node) -> Node:
+            update: dict = {}
+            if freed and any(job in freed for job in n.allocated.values()):
+                update["allocated"] = {g: j for g, j in n.allocated.items() if j not in freed}
+            if n.name in failed or n.name in healed:
+                faulty = set(n.faulty)
+                gone = failed.get(n.name, ())
+                faulty |= set(range(n.gpu_count)) if gone is None else set(gone)
+                back = healed.get(n.name, ())
+                faulty -= set(range(n.gpu_count)) if back is None else set(back)
+                update["faulty"] = sorted(faulty)
+            return _copy(n, update) if update else n
+
+        new_queue = [j for j in queue if j.name not in withdrawn]
+        for name in interrupted:
+            if self.requeue_interrupted and name in self._manifests and name not in names:
+                new_queue.append(self._manifests[name])
+        for job in delta.arrivals:
+            if job.name in names or any(j.name == job.name for j in new_queue):
+                raise InputError(f"job {job.name!r} is already pending", path="arrivals")
+            if job.name in running and job.name not in freed:
+                raise InputError(f"job {job.name!r} is running", path="arrivals")
+            new_queue.append(job)
+        nodes_touched = set(failed) | set(healed) | {
+            node for job in freed for node in running.get(job, {})}
+        self._replace(change, new_queue, only=nodes_touched)
+        if self._holdings is not None:
+            for job in freed:
+                self._holdings.pop(job, None)
+        return interrupted
+
+    # ---- helpers ----------------------------------------------------------------------
+    def _replace(self, change, jobs: list[TrainingJob], only: set[str] | None = None) -> None:
+        """A new instance with nodes passed through ``change`` and ``jobs`` as the queue.
+
+        Clusters are copied, not rebuilt, so the cached fabric (``Cluster.network``) carries
+        over; unchanged nodes stay the same objects. Nothing is validated again: every change
+        here keeps the instance valid by construction (checked above).
+        """
+        clusters: list[Cluster] = []
+        for c in self._instance.clusters:
+            if only is not None and not any(n.name in only for n in c.nodes):
+                new_nodes = c.nodes
+            else:
+                new_nodes = [change(n) for n in c.nodes]
+            if all(a is b for a, b in zip(new_nodes, c.nodes)):
+                clusters.append(c)
+                continue
+            # node objects changed; the fabric (same names, same cables) did not
+            clusters.append(_copy(c, {"nodes": new_nodes}, keep=("network",)))
+        spec = self._instance.spec.model_copy(update={"clusters": clusters, "jobs": jobs})
+        self._instance = _copy(self._instance, {"spec": spec}, keep=("catalog",))
+
+
+def _copy(model, update: dict, keep: tuple[str, ...] = ()):
+    """``model_copy`` that drops the copied ``cached_property`` values (they describe the
+    old fields), except those in ``keep`` that do not depend on the updated fields."""
+    out = model.model_copy(update=update)
+    for name in [k for k in out.__dict__ if k not in type(out).model_fields and k not in keep]:
+        if isinstance(getattr(type(out), name, None), cached_property):
+            del out.__dict__[name]
+    return out
+
+
+def _by_node(items: Iterable[str | tuple[str, int]], path: str) -> dict[str, set[int] | None]:
+    """node -> GPU indices (None = every GPU of the node)."""
+    out: dict[str, set[int] | None] = {}
+    for item in items:
+        if isinstance(item, str):
+            out[item] = None
+            continue
+        try:
+            node, gpu = item
+            gpu = int(gpu)
+        except (TypeError, ValueError):
+            raise InputError(f"expected a node name or a (node, GPU) pair, got {item!r}",
+                             path=path) from None
+        cur = out.setdefault(node, set())
+        if cur is not None:
+            cur.add(gpu)
+    return out
