@@ -1,19 +1,64 @@
-"""Why a job stayed pending, in words a person can act on."""
+"""Why a job stayed pending, in words a person can act on.
+
+All pending-reason wording lives here: the formulation records *that* a job cannot run as
+:class:`~hyperplace.formulations.placement.PendingReason` codes, and this module renders
+them and the reasons found after solving (not enough GPUs of a type, no NVLink set large
+enough, no domain large enough, outranked by other jobs, fragmented).
+"""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from collections.abc import Callable
 
 from hyperplace.formulations.mapping import Assignment
-from hyperplace.formulations.placement import JobView, NodeView, PlacementProblem, UnitClass
+from hyperplace.formulations.placement import (
+    JobView,
+    NodeView,
+    PendingReason,
+    PlacementProblem,
+    ReasonCode,
+    UnitClass,
+)
 
-# Past this many pending jobs, the "does it fit alone?" probe is skipped (it costs a greedy
-# trial per job); the static reasons are still given.
+#: Past this many pending jobs, the "does it fit alone?" probe is skipped (it costs a greedy
+#: trial per job); the static reasons are still given.
 MAX_CONTENTION_PROBES = 400
+
+#: ``fits_alone(job)``: whether the job could be placed on the round's free GPUs if it were
+#: the only one (the solver that owns the placement rules answers it, e.g. greedy's).
+FitProbe = Callable[[JobView], bool]
 
 
 def _hop_words(h: int | None) -> str:
     return "anywhere in one cluster" if h is None else f"maxHopCount {h}"
+
+
+def render_reason(reason: PendingReason) -> str:
+    """The sentence for a reason code found while building the problem.
+
+    Parameters
+    ----------
+    reason : PendingReason
+        The code and its figures.
+
+    Returns
+    -------
+    str
+        One sentence naming what is missing and how much is there.
+    """
+    if reason.code == ReasonCode.BETWEEN_NODES_UNREACHABLE:
+        return (f"needs >= {reason.required:g} Gb/s between its nodes "
+                f"(minInfiniBandBandwidthGbps), but the fastest node link of its GPU types is "
+                f"{reason.available:g} Gb/s, and its {reason.gpus} GPUs do not fit on one node")
+    if reason.code == ReasonCode.JOB_LARGER_THAN_NODE:
+        return (f"all {reason.gpus} GPUs must share one node (maxHopCount 0 between replicas), "
+                f"but nodes have at most {reason.available:g} GPUs")
+    if reason.code == ReasonCode.GROUP_LARGER_THAN_NODE:
+        return (f"group {reason.group} needs {reason.gpus} GPUs with maxHopCount 0 (one node), "
+                f"but the largest eligible node has {reason.available:g} GPUs")
+    raise ValueError(f"no wording for reason code {reason.code!r}")
 
 
 class _Facts:
@@ -29,21 +74,19 @@ class _Facts:
         self._clique: dict[tuple, tuple[int, NodeView | None]] = {}
         self._domains: dict[tuple, dict[str, int]] = {}
 
-    def largest_clique(self, types: frozenset[str], piece: int, bw: float, multi: bool,
-                       parts: tuple[int, ...] | None = None) -> tuple[int, NodeView | None]:
-        key = (types, piece, bw, multi, parts)
+    def largest_piece(self, uc: UnitClass, types: frozenset[str]) -> tuple[int, NodeView | None]:
+        """The largest free GPU set a piece of ``uc`` could get on one node, and where
+        (``uc``'s first piece size when one fits)."""
+        piece, bw = uc.pieces[0], uc.min_nvlink_gbps
+        key = (types, piece, bw, uc.multi_node, uc.parts)
         if key not in self._clique:
             best, where = 0, None
             for t in types:
                 for n in self.nodes_by_type[t]:
-                    if multi and bw and n.uniform_gbps is None:
+                    if not self.p.gpus_eligible(uc, n):
                         continue
-                    if n.max_disjoint(piece, bw, parts=parts) >= 1:
-                        k = piece
-                    elif n.uniform_gbps is not None:
-                        k = len(n.free) if (n.uniform_gbps >= bw or len(n.free) <= 1) else min(1, len(n.free))
-                    else:
-                        k = next((s for s in range(len(n.free), 0, -1) if n.max_disjoint(s, bw) >= 1), 0)
+                    k = piece if n.max_disjoint(piece, bw, parts=uc.parts) >= 1 \
+                        else n.largest_clique(bw)
                     if k > best:
                         best, where = k, n
                     if best >= piece:
@@ -54,6 +97,7 @@ class _Facts:
         return self._clique[key]
 
     def domain_free(self, types: frozenset[str], hop: int | None) -> dict[str, int]:
+        """Free GPUs of ``types`` per domain of hop limit ``hop``."""
         key = (types, hop)
         if key not in self._domains:
             out: dict[str, int] = defaultdict(int)
@@ -64,40 +108,46 @@ class _Facts:
         return self._domains[key]
 
 
-def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None = None
-            ) -> dict[int, list[str]]:
-    """Reasons for every job the assignment leaves out (job index -> reasons).
+def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None = None,
+            fits_alone: FitProbe | None = None) -> dict[int, list[str]]:
+    """Reasons for every job the assignment leaves out.
 
-    The per-job "does it fit alone?" probe stops at ``deadline`` (a ``time.perf_counter``
-    value) so that explanations never break a solve's budget; later jobs then get the
-    static reasons or a generic one.
+    Parameters
+    ----------
+    p : PlacementProblem
+        The round.
+    assignment : Assignment
+        The plan's placements (job index -> units).
+    deadline : float, optional
+        A ``time.perf_counter()`` value: the per-job "does it fit alone?" probe stops there,
+        so that explanations never break a solve's budget (later jobs get the static
+        reasons or a generic one).
+    fits_alone : FitProbe, optional
+        Whether a job fits alone on the round's free GPUs; without it, contention is not
+        analysed per job.
+
+    Returns
+    -------
+    dict
+        Job index -> reasons, for every job not in ``assignment``.
     """
-    import time
-
-    from hyperplace.solvers.greedy import State, try_place_job
-
     facts = _Facts(p)
     rivals_by_types: dict[frozenset[str], list[JobView]] = {}
     out: dict[int, list[str]] = {}
-    probe_state: State | None = None
     probes = 0
     for jv in p.jobs:
         if jv.index in assignment.units:
             continue
-        reasons = list(jv.impossible)
+        reasons = [render_reason(r) for r in jv.impossible]
         if jv.index in assignment.notes:
             reasons.append(f"dropped when mapping to GPUs: {assignment.notes[jv.index]}")
         if not reasons:
             reasons = _static_reasons(p, facts, jv)
         if not reasons:
-            if probes < MAX_CONTENTION_PROBES and (deadline is None or time.perf_counter() < deadline):
+            if fits_alone is not None and probes < MAX_CONTENTION_PROBES and \
+                    (deadline is None or time.perf_counter() < deadline):
                 probes += 1
-                probe_state = probe_state or State(p)
-                placed = try_place_job(p, jv, probe_state, max_trials=1000)
-                if placed is not None:
-                    for u in placed:
-                        for node, gpus in u.pieces:
-                            probe_state.give(node, gpus)
+                if fits_alone(jv):
                     reasons = _contention(p, jv, assignment, rivals_by_types)
                 else:
                     shape = " + ".join(f"{uc.count}x{uc.size}" for uc in jv.classes)
@@ -118,7 +168,7 @@ def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str
         types = p.eligible_types(uc.gpu_types, uc.min_memory_gb)
         sel = uc.gpu_types or "any"
         if not types:
-            have = defaultdict(int)
+            have: dict[str, int] = defaultdict(int)
             for n in p.nodes:
                 have[n.gpu_type.name] += n.node.gpu_count
             kinds = ", ".join(f"{t} x{c}" for t, c in sorted(have.items()))
@@ -134,7 +184,7 @@ def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str
         reasons.extend(_nvlink_reason(facts, uc, types, sel))
     if reasons:
         return reasons
-    types = frozenset().union(*(p.eligible_types(uc.gpu_types, uc.min_memory_gb) for uc in jv.classes))
+    types = p.types_for(jv.classes)
     by_dom = facts.domain_free(types, jv.hop_limit)
     if by_dom and max(by_dom.values()) < jv.gpus:
         d, f = max(by_dom.items(), key=lambda t: t[1])
@@ -146,7 +196,7 @@ def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str
 
 def _nvlink_reason(facts: _Facts, uc: UnitClass, types: frozenset[str], sel: str) -> list[str]:
     piece = uc.pieces[0]
-    best, where = facts.largest_clique(types, piece, uc.min_nvlink_gbps, uc.multi_node, uc.parts)
+    best, where = facts.largest_piece(uc, types)
     if best >= piece:
         return []
     on = f" on node {where.name}" if where else ""
@@ -157,7 +207,7 @@ def _nvlink_reason(facts: _Facts, uc: UnitClass, types: frozenset[str], sel: str
 
 def _contention(p: PlacementProblem, jv: JobView, assignment: Assignment,
                 cache: dict[frozenset[str], list[JobView]]) -> list[str]:
-    types = frozenset().union(*(p.eligible_types(uc.gpu_types, uc.min_memory_gb) for uc in jv.classes))
+    types = p.types_for(jv.classes)
     if types not in cache:
         found = [p.jobs[j] for j, units in assignment.units.items()
                  if any(p.node_by_name[node].gpu_type.name in types

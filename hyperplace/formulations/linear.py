@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from hyperplace.models.result import SolveStatus
+
 
 @dataclass(slots=True)
 class Constraint:
@@ -41,6 +43,7 @@ class LinearModel:
     objectives: list[Objective] = field(default_factory=list)
 
     def var(self, name: str, lb: int, ub: int) -> int:
+        """A new integer variable in ``[lb, ub]``; returns its index."""
         if ub < lb:
             raise ValueError(f"variable {name}: empty domain [{lb}, {ub}]")
         self.names.append(name)
@@ -49,23 +52,28 @@ class LinearModel:
         return len(self.names) - 1
 
     def bool(self, name: str) -> int:
+        """A new 0/1 variable; returns its index."""
         return self.var(name, 0, 1)
 
     def add(self, terms: list[tuple[int, int]], lo: float = float("-inf"),
             hi: float = float("inf"), name: str = "") -> None:
+        """``lo <= sum(coef * var) <= hi``; an empty row must hold already (else ValueError)."""
         if terms:
             self.constraints.append(Constraint(terms, lo, hi, name))
         elif lo > 0 or hi < 0:
             raise ValueError(f"constraint {name}: empty and violated")
 
     def eq(self, terms: list[tuple[int, int]], rhs: float, name: str = "") -> None:
+        """``sum(coef * var) == rhs``."""
         self.add(terms, rhs, rhs, name)
 
     @property
     def num_vars(self) -> int:
+        """Number of variables."""
         return len(self.names)
 
     def evaluate(self, terms: list[tuple[int, int]], values: list[int]) -> int:
+        """``sum(coef * values[var])`` over ``terms``."""
         return sum(c * values[i] for i, c in terms)
 
     def violated(self, values: list[int]) -> list[str]:
@@ -86,7 +94,7 @@ class RawSolution:
     """What a backend returns: values (or None), per-objective values and bounds, status."""
 
     values: list[int] | None
-    status: str  # "optimal" | "feasible" | "infeasible" | "no_solution" | "error"
+    status: SolveStatus  # optimal | feasible | infeasible | no_solution | error
     objective_values: list[float] = field(default_factory=list)
     objective_bounds: list[float | None] = field(default_factory=list)
     message: str = ""
@@ -109,7 +117,7 @@ def phase_time(k: int, shares: list[float], remaining: float) -> float:
 class PhaseResult:
     """One lexicographic phase as a backend solved it."""
 
-    status: str  # "optimal" | "feasible" | "infeasible" | "no_solution" | "error"
+    status: SolveStatus  # optimal | feasible | infeasible | no_solution | error
     values: list[int] | None = None
     value: float | None = None
     bound: float | None = None
@@ -127,23 +135,23 @@ def solve_lexicographic(model: LinearModel, time_limit_s: float, start: float,
     values: list[int] | None = None
     obj_values: list[float] = []
     obj_bounds: list[float | None] = []
-    overall = "optimal"
+    overall = SolveStatus.OPTIMAL
     for k, obj in enumerate(model.objectives):
         remaining = time_limit_s - (time.perf_counter() - start)
         if remaining <= min_phase_s:
-            overall = "feasible" if values is not None else "no_solution"
+            overall = SolveStatus.FEASIBLE if values is not None else SolveStatus.NO_SOLUTION
             break
         result = phase(k, obj, phase_time(k, shares, remaining))
-        if result.status in ("optimal", "feasible") and result.values is not None:
+        if result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) and result.values is not None:
             values = result.values
             obj_values.append(float(result.value or 0.0))
             obj_bounds.append(result.bound)
-            if result.status != "optimal":
-                overall = "feasible"
-            fix(k, obj, float(result.value or 0.0), result.status == "optimal")
+            if result.status != SolveStatus.OPTIMAL:
+                overall = SolveStatus.FEASIBLE
+            fix(k, obj, float(result.value or 0.0), result.status == SolveStatus.OPTIMAL)
         elif values is None:
             return RawSolution(None, result.status, message=result.message)
         else:
-            overall = "feasible"
+            overall = SolveStatus.FEASIBLE
             break
     return RawSolution(values, overall, obj_values, obj_bounds)

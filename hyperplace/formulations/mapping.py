@@ -26,6 +26,8 @@ from hyperplace.models.result import SolveStats
 
 @dataclass
 class PlacedUnit:
+    """One gang unit placed: its class, its name, and its GPUs per node (one piece each)."""
+
     uclass: int
     unit: str
     pieces: list[tuple[str, tuple[int, ...]]]  # (node, GPUs) per piece
@@ -33,10 +35,14 @@ class PlacedUnit:
 
 @dataclass
 class Assignment:
+    """What every solver produces: placed units per admitted job, and for jobs the mapping
+    back had to drop, why."""
+
     units: dict[int, list[PlacedUnit]] = field(default_factory=dict)  # job index -> units
     notes: dict[int, str] = field(default_factory=dict)  # job index -> why it was dropped
 
     def used(self) -> dict[str, set[int]]:
+        """GPUs in use per node."""
         out: dict[str, set[int]] = defaultdict(set)
         for units in self.units.values():
             for u in units:
@@ -170,7 +176,7 @@ def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
         jv = p.jobs[j]
         for u in units:
             uc = p.classes[u.uclass]
-            if uc.group == "(whole job)":
+            if uc.whole_job:
                 continue
             model_class = pm.class_alias.get(u.uclass, u.uclass)
             for node, gpus in u.pieces:
@@ -189,7 +195,7 @@ def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
                 if yv is not None:
                     primary[yv] = primary.get(yv, 0) + 1
         # whole-job piece: all units on one node
-        whole = [u for u in units if p.classes[u.uclass].group == "(whole job)"]
+        whole = [u for u in units if p.classes[u.uclass].whole_job]
         if whole:
             node = whole[0].pieces[0][0]
             nci = class_of_node[node]
@@ -222,8 +228,8 @@ def _topology(p: PlacementProblem, units: list[PlacedUnit]) -> TopologyAssignmen
     for u in units:
         for node, gpus in u.pieces:
             n = p.node_by_name[node]
-            spine = p.domain(n, 3).split("/", 1)[-1] if n.attach_gbps is not None else "-"
-            leaf = n.leaf.split("/", 1)[-1]
+            spine = p.domain(n, 3).label if n.attach_gbps is not None else "-"
+            leaf = n.leaf.label
             counts[(n.cluster.name, spine, leaf, node)] += len(gpus)
     return TopologyAssignment(levels=LEVELS, domains=[
         TopologyDomain(values=list(k), count=c) for k, c in sorted(counts.items())])
@@ -232,6 +238,7 @@ def _topology(p: PlacementProblem, units: list[PlacedUnit]) -> TopologyAssignmen
 def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
             reasons: dict[int, list[str]], objective_terms: dict[str, float] | None = None
             ) -> PlacementPlan:
+    """The plan document for an assignment, its statistics, reasons and objective terms."""
     placements: list[UnitPlacement] = []
     jobs: list[JobSummary] = []
     for j in sorted(assignment.units):
@@ -261,4 +268,5 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
 
 
 def objective_terms(pm: PlacementModel, values: list[int]) -> dict[str, float]:
+    """Every objective of the model evaluated on a full assignment, by name."""
     return {o.name: float(pm.lm.evaluate(o.terms, values)) for o in pm.lm.objectives}

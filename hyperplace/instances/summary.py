@@ -10,18 +10,19 @@ sits on nodes already partly used or partly broken: 0 = every free GPU is on an 
 1 = no empty node is left. It is 0 when nothing is free (nothing left to fragment).
 
 Largest free NVLink set: the most free GPUs of one node whose every pair is joined by NVLink
-(through an NVSwitch, or a direct link on a DGX-1 hybrid cube mesh). On NVSwitch nodes that
-is the free count; on a hybrid cube mesh it is the largest clique of free GPUs, which is why
-4 free GPUs on a DGX-1 may not host a 4-GPU NVLink group; on PCIe-only nodes it is 1.
+(through an NVSwitch, or a direct link on a DGX-1 hybrid cube mesh), whatever its rate. On
+NVSwitch nodes that is the free count; on a hybrid cube mesh it is the largest clique of free
+GPUs, which is why 4 free GPUs on a DGX-1 may not host a 4-GPU NVLink group; on PCIe-only
+nodes it is 1. The clique search is the placement formulation's
+(:func:`hyperplace.formulations.placement.largest_clique`), which the explanations use with
+a job's NVLink floor.
 """
 
 from __future__ import annotations
 
-from itertools import combinations
-
-import networkx as nx
 from pydantic import Field
 
+from hyperplace.formulations.placement import largest_clique
 from hyperplace.instances.registry import describe
 from hyperplace.models import Cluster, Instance, Node, NVLinkTopology
 from hyperplace.models.base import HPModel
@@ -99,13 +100,11 @@ def largest_free_nvlink_set(node: Node) -> int:
         linked = {pair for pair, links in DGX1_LINKS.items() if links > 0}
     else:
         linked = {(min(p.a, p.b), max(p.a, p.b)) for p in node.nvlink_pairs if p.gbps > 0}
-    graph = nx.Graph()
-    graph.add_nodes_from(free)
-    graph.add_edges_from(pair for pair in combinations(free, 2) if pair in linked)
-    return max(len(c) for c in nx.find_cliques(graph))
+    return largest_clique(free, lambda a, b: (a, b) in linked)
 
 
 def fragmentation(nodes: list[Node]) -> float:
+    """Share of free GPUs not on whole-free nodes (see the module docstring)."""
     free = sum(n.free_count for n in nodes)
     if free == 0:
         return 0.0
@@ -151,6 +150,7 @@ def _tiers(cluster: Cluster) -> list[TierSummary]:
 
 
 def summarize_cluster(cluster: Cluster) -> ClusterSummary:
+    """GPU state, domains per tier, fragmentation and NVLink headroom of one cluster."""
     return ClusterSummary(
         name=cluster.name, region=cluster.region, fabric=cluster.network.kind,
         nodes=len(cluster.nodes), gpus_by_type=_by_type(cluster.nodes), tiers=_tiers(cluster),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import ClassVar
 
 from ortools.sat.python import cp_model
 
@@ -18,80 +19,107 @@ from hyperplace.formulations.linear import (
     RawSolution,
     solve_lexicographic,
 )
+from hyperplace.models.result import SolveStatus
+from hyperplace.solvers.backend import Backend, BackendOptions
+from hyperplace.solvers.params import CpSatParams
 
-LARGE_MODEL_VARS = 20_000
-
-CAPABILITIES = {"integer": True, "lexicographic": True, "bound": True, "hints": True}
-
-_STATUS = {
-    cp_model.OPTIMAL: "optimal",
-    cp_model.FEASIBLE: "feasible",
-    cp_model.INFEASIBLE: "infeasible",
-    cp_model.MODEL_INVALID: "error",
-    cp_model.UNKNOWN: "no_solution",
+STATUS_MAP: dict[int, SolveStatus] = {
+    cp_model.OPTIMAL: SolveStatus.OPTIMAL,
+    cp_model.FEASIBLE: SolveStatus.FEASIBLE,
+    cp_model.INFEASIBLE: SolveStatus.INFEASIBLE,
+    cp_model.MODEL_INVALID: SolveStatus.ERROR,
+    cp_model.UNKNOWN: SolveStatus.NO_SOLUTION,
 }
 
 
-def _expr(xs: list, terms: list[tuple[int, int]]):
+def _expr(xs: list[cp_model.IntVar], terms: list[tuple[int, int]]) -> cp_model.LinearExprT:
     if not terms:
         return 0
     return cp_model.LinearExpr.weighted_sum([xs[i] for i, _ in terms], [c for _, c in terms])
 
 
+class CpSatBackend(Backend):
+    """CP-SAT: hints, seeds and workers; bounds from ``best_objective_bound``.
+
+    Parameters
+    ----------
+    params : CpSatParams, optional
+        When to cut presolve short on large models.
+    """
+
+    name = "cpsat"
+    accepts_hint = True
+    uses_seed = True
+    uses_workers = True
+    status_map: ClassVar[dict[int, SolveStatus]] = STATUS_MAP
+
+    def __init__(self, params: CpSatParams | None = None):
+        self.params = params or CpSatParams()
+
+    def solve(self, model: LinearModel, time_limit_s: float,
+              options: BackendOptions | None = None) -> RawSolution:
+        """See :meth:`Backend.solve`."""
+        options = self._check(options)
+        start = time.perf_counter()
+        cp = cp_model.CpModel()
+        xs = [cp.new_int_var(lb, ub, name)
+              for name, lb, ub in zip(model.names, model.lbs, model.ubs)]
+        for c in model.constraints:
+            expr = _expr(xs, c.terms)
+            if c.lo == c.hi:
+                cp.add(expr == int(round(c.lo)))
+            else:
+                if c.lo != -math.inf:
+                    cp.add(expr >= int(math.ceil(c.lo - 1e-9)))
+                if c.hi != math.inf:
+                    cp.add(expr <= int(math.floor(c.hi + 1e-9)))
+        if options.hint is not None:
+            for x, v in zip(xs, options.hint):
+                cp.add_hint(x, v)
+        large = model.num_vars > self.params.large_model_vars
+
+        def phase(k: int, obj: Objective, limit: float) -> PhaseResult:
+            expr = _expr(xs, obj.terms)
+            if obj.sense == "max":
+                cp.maximize(expr)
+            else:
+                cp.minimize(expr)
+            solver = cp_model.CpSolver()
+            solver.parameters.max_time_in_seconds = max(0.01, limit)
+            solver.parameters.num_workers = options.workers
+            solver.parameters.random_seed = options.seed
+            if large:
+                # On large rounds presolve (probing, symmetry) alone can eat the whole
+                # budget; the greedy hint already gives a solution, so spend it searching.
+                solver.parameters.symmetry_level = 0
+                solver.parameters.cp_model_probing_level = 0
+                solver.parameters.max_presolve_iterations = 1
+            code = solver.solve(cp)
+            status = self.status_map.get(code, SolveStatus.ERROR)
+            if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+                return PhaseResult(status, message=f"CP-SAT: {solver.status_name(code)}")
+            values = [int(solver.value(x)) for x in xs]
+            cp.clear_hints()  # the next phase starts from this solution
+            for x, v in zip(xs, values):
+                cp.add_hint(x, v)
+            return PhaseResult(status, values, solver.objective_value, solver.best_objective_bound)
+
+        def fix(k: int, obj: Objective, value: float, proven: bool) -> None:
+            expr = _expr(xs, obj.terms)
+            iv = int(round(value))
+            if proven:
+                cp.add(expr == iv)
+            elif obj.sense == "max":
+                cp.add(expr >= iv)
+            else:
+                cp.add(expr <= iv)
+            cp.clear_objective()
+
+        return solve_lexicographic(model, time_limit_s, start, phase, fix, 0.01, options.shares)
+
+
 def solve(model: LinearModel, time_limit_s: float, *, hint: list[int] | None = None,
           seed: int = 0, workers: int = 2, shares: list[float] | None = None) -> RawSolution:
-    """Solve ``model`` within ``time_limit_s`` seconds (wall clock, all objectives together)."""
-    start = time.perf_counter()
-    cp = cp_model.CpModel()
-    xs = [cp.new_int_var(lb, ub, name) for name, lb, ub in zip(model.names, model.lbs, model.ubs)]
-    for c in model.constraints:
-        expr = _expr(xs, c.terms)
-        if c.lo == c.hi:
-            cp.add(expr == int(round(c.lo)))
-        else:
-            if c.lo != -math.inf:
-                cp.add(expr >= int(math.ceil(c.lo - 1e-9)))
-            if c.hi != math.inf:
-                cp.add(expr <= int(math.floor(c.hi + 1e-9)))
-    if hint is not None:
-        for x, v in zip(xs, hint):
-            cp.add_hint(x, v)
-
-    def phase(k: int, obj: Objective, limit: float) -> PhaseResult:
-        expr = _expr(xs, obj.terms)
-        if obj.sense == "max":
-            cp.maximize(expr)
-        else:
-            cp.minimize(expr)
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.01, limit)
-        solver.parameters.num_workers = workers
-        solver.parameters.random_seed = seed
-        if model.num_vars > LARGE_MODEL_VARS:
-            # On large rounds presolve (probing, symmetry) alone can eat the whole budget;
-            # the greedy hint already gives a solution, so spend the time searching.
-            solver.parameters.symmetry_level = 0
-            solver.parameters.cp_model_probing_level = 0
-            solver.parameters.max_presolve_iterations = 1
-        status = solver.solve(cp)
-        st = _STATUS.get(status, "error")
-        if st not in ("optimal", "feasible"):
-            return PhaseResult(st, message=f"CP-SAT: {solver.status_name(status)}")
-        values = [int(solver.value(x)) for x in xs]
-        cp.clear_hints()  # the next phase starts from this solution
-        for x, v in zip(xs, values):
-            cp.add_hint(x, v)
-        return PhaseResult(st, values, solver.objective_value, solver.best_objective_bound)
-
-    def fix(k: int, obj: Objective, value: float, proven: bool) -> None:
-        expr = _expr(xs, obj.terms)
-        iv = int(round(value))
-        if proven:
-            cp.add(expr == iv)
-        elif obj.sense == "max":
-            cp.add(expr >= iv)
-        else:
-            cp.add(expr <= iv)
-        cp.clear_objective()
-
-    return solve_lexicographic(model, time_limit_s, start, phase, fix, 0.01, shares)
+    """Solve ``model`` with CP-SAT (see :meth:`CpSatBackend.solve`)."""
+    return CpSatBackend().solve(model, time_limit_s, BackendOptions(
+        hint=hint, seed=seed, workers=workers, shares=shares))

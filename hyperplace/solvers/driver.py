@@ -16,27 +16,30 @@ import math
 import time
 
 from hyperplace.formulations.explain import explain
+from hyperplace.formulations.linear import RawSolution
 from hyperplace.formulations.mapping import Assignment, decode, encode, objective_terms, to_plan
 from hyperplace.formulations.placement import PlacementModel, PlacementProblem, build_model
 from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
-from hyperplace.solvers import cpsat, milp
-from hyperplace.solvers.greedy import repair_priority, solve_greedy
+from hyperplace.solvers.backend import Backend, BackendOptions
+from hyperplace.solvers.cpsat import CpSatBackend
+from hyperplace.solvers.greedy import fit_probe, repair_priority, solve_greedy
+from hyperplace.solvers.milp import MilpBackend
+from hyperplace.solvers.params import SolveParams
 
 SOLVERS = ("auto", "cpsat", "milp", "greedy")
-BACKENDS = {"cpsat": cpsat.solve, "milp": milp.solve}
+EXACT_BACKENDS = ("cpsat", "milp")
 
-# Share of the budget kept back for mapping, explanations and the plan itself.
-RESERVE_FRACTION = 0.08
-RESERVE_S = 0.1
-# Pieces variables a backend is given per second of budget before we judge it hopeless.
-VARS_PER_SECOND = {"cpsat": 60_000, "milp": 40_000}
-# `auto` hands models above this size to HiGHS when every node is NVSwitch-uniform: there the
-# folded count model's LP relaxation is nearly integral and HiGHS proves what CP-SAT cannot
-# in the budget (bench: 16,384 GPUs x 2,000 jobs proven optimal in 3.8 s, CP-SAT feasible).
-# Smaller models, and models with clique variables (DGX-1, PCIe nodes), go to CP-SAT.
-AUTO_MILP_ABOVE_VARS = 3_000
+
+def make_backend(name: str, params: SolveParams | None = None) -> Backend:
+    """The exact backend called ``name`` (``"cpsat"`` or ``"milp"``)."""
+    params = params or SolveParams()
+    if name == "cpsat":
+        return CpSatBackend(params.cpsat)
+    if name == "milp":
+        return MilpBackend()
+    raise ValueError(f"unknown backend {name!r}; use one of {', '.join(EXACT_BACKENDS)}")
 
 
 def demand_bound(p: PlacementProblem) -> float:
@@ -54,12 +57,14 @@ def demand_bound(p: PlacementProblem) -> float:
     return total
 
 
-def _auto_backend(p: PlacementProblem) -> str:
+def auto_backend(p: PlacementProblem, params: SolveParams | None = None) -> str:
+    """The backend ``auto`` uses: HiGHS for large all-NVSwitch models, CP-SAT otherwise."""
+    budget = (params or SolveParams()).budget
     uniform = all(nc.uniform for nc in p.node_classes)
-    return "milp" if uniform and _estimate_vars(p) > AUTO_MILP_ABOVE_VARS else "cpsat"
+    return "milp" if uniform and estimate_vars(p) > budget.auto_milp_above_vars else "cpsat"
 
 
-def _estimate_vars(p: PlacementProblem) -> int:
+def estimate_vars(p: PlacementProblem) -> int:
     """Piece variables the model would have: one per (class, size, uniform node class), and
     up to one per candidate GPU set on non-uniform nodes (DGX-1, PCIe)."""
     uniform = sum(1 for nc in p.node_classes if nc.uniform)
@@ -73,20 +78,42 @@ def _estimate_vars(p: PlacementProblem) -> int:
 
 
 def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float = 10.0,
-                    policy: str = "performance", seed: int = 0, workers: int = 2
-                    ) -> PlacementPlan:
-    """Solve one scheduling round of ``instance`` within ``budget_s`` seconds."""
+                    policy: str = "performance", seed: int = 0, workers: int = 2,
+                    params: SolveParams | None = None) -> PlacementPlan:
+    """Solve one scheduling round of ``instance`` within ``budget_s`` seconds.
+
+    Parameters
+    ----------
+    instance : Instance
+        Clusters with their GPU state and the pending jobs.
+    solver : str
+        ``auto``, ``cpsat``, ``milp`` or ``greedy``.
+    budget_s : float
+        Seconds from the loaded instance to the plan, explanations included.
+    policy : str
+        ``performance`` or ``cost`` (objective 4).
+    seed, workers : int
+        For backends that use them (CP-SAT).
+    params : SolveParams, optional
+        Tunables of the model, the budget split and the solvers.
+
+    Returns
+    -------
+    PlacementPlan
+        A plan that passes the independent checker, with status, bound and gap.
+    """
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
+    params = params or SolveParams()
     start = time.perf_counter()
     deadline = start + budget_s
 
     def left() -> float:
         return deadline - time.perf_counter()
 
-    problem = PlacementProblem(instance, policy)
+    problem = PlacementProblem(instance, policy, params.model)
     greedy_start = time.perf_counter()
-    greedy = solve_greedy(problem)
+    greedy = solve_greedy(problem, params.greedy)
     greedy_s = time.perf_counter() - greedy_start
     message = ""
     pm: PlacementModel | None = None
@@ -96,61 +123,67 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     bound: float | None = None
 
     if solver != "greedy":
-        backend = solver if solver != "auto" else _auto_backend(problem)
+        backend = make_backend(solver if solver != "auto" else auto_backend(problem, params),
+                               params)
+        budget = params.budget
         # mapping back, the priority repair and the explanations each cost about a greedy pass
-        reserve = RESERVE_S + RESERVE_FRACTION * budget_s + 1.5 * greedy_s
-        est = _estimate_vars(problem)
-        if est > VARS_PER_SECOND[backend] * max(0.0, left() - reserve):
+        reserve = budget.reserve_s + budget.reserve_fraction * budget_s + \
+            budget.greedy_reserve_factor * greedy_s
+        est = estimate_vars(problem)
+        if est > budget.vars_per_second(backend.name) * max(0.0, left() - reserve):
             status = SolveStatus.FALLBACK
-            message = (f"{backend}: model of about {est} variables is too large for the "
+            message = (f"{backend.name}: model of about {est} variables is too large for the "
                        f"{budget_s:g} s budget; returning greedy's plan")
         else:
             pm = build_model(problem)
-            hint = encode(pm, greedy)
-            bad = pm.lm.violated(hint)
+            hint: list[int] | None = encode(pm, greedy)
+            bad = pm.lm.violated(hint) if hint is not None else []
             if bad:
                 message = f"greedy hint rejected ({bad[0]}); "
                 hint = None
-            else:
+            elif hint is not None:
                 # the optimum's top tier is at least greedy's (later tiers are conditional)
                 g1 = pm.lm.evaluate(pm.lm.objectives[0].terms, hint)
                 pm.lm.add(pm.lm.objectives[0].terms, lo=g1, name="at-least-greedy")
             limit = left() - reserve
             if limit <= 0.02:
                 status = SolveStatus.FALLBACK
-                message += f"{backend}: no time left after building the model; greedy's plan"
+                message += f"{backend.name}: no time left after building the model; greedy's plan"
             else:
-                kwargs = {"hint": hint, "seed": seed, "workers": workers} if backend == "cpsat" else {}
-                raw = BACKENDS[backend](pm.lm, limit, **kwargs)
+                options = BackendOptions(hint=hint if backend.accepts_hint else None,
+                                         seed=seed, workers=workers)
+                raw = backend.solve(pm.lm, limit, options)
                 if raw.values is None:
                     status = SolveStatus.FALLBACK
-                    message += f"{backend}: {raw.status} within the budget; greedy's plan. {raw.message}"
+                    message += (f"{backend.name}: {raw.status} within the budget; "
+                                f"greedy's plan. {raw.message}")
                 else:
                     exact = decode(pm, raw.values)
-                    name = backend
+                    name = backend.name
                     chosen = exact
-                    status = SolveStatus.OPTIMAL if raw.status == "optimal" else SolveStatus.FEASIBLE
+                    status = raw.status
                     if exact.notes:
                         status = SolveStatus.FEASIBLE
                         message += "some jobs were dropped when mapping counts to GPUs; "
-                    bound = _weighted_bound(problem, pm, raw)
-                    message += f"{backend}: phases {raw.status}"
+                    bound = _weighted_bound(problem, raw)
+                    message += f"{backend.name}: phases {raw.status}"
                     if status != SolveStatus.OPTIMAL:
                         # an incumbent cut short may still leave a job out for lower ones
-                        chosen = repair_priority(problem, exact)
+                        chosen = repair_priority(problem, exact, params.greedy)
                     if _score(problem, chosen) < _score(problem, greedy):
                         # possible only when greedy's hint was rejected or a job was dropped
-                        chosen, name, status = greedy, backend, SolveStatus.FALLBACK
+                        chosen, status = greedy, SolveStatus.FALLBACK
                         message += "; greedy's plan admits more, returning it"
         if status == SolveStatus.FALLBACK:
-            name = f"greedy (fallback from {backend})"
+            name = f"greedy (fallback from {backend.name})"
     terms = _terms(problem, pm, chosen)
     objective = terms.get("admitted_priority_demand", 0.0)
     if status == SolveStatus.OPTIMAL:
         bound = objective
     elif bound is None:
         bound = demand_bound(problem)
-    reasons = explain(problem, chosen, deadline=deadline)
+    reasons = explain(problem, chosen, deadline=deadline,
+                      fits_alone=fit_probe(problem, params.greedy))
     stats = SolveStats(status=status, solver=name, objective=objective, bound=bound,
                        gap=relative_gap(objective, bound),
                        runtime_s=time.perf_counter() - start, budget_s=budget_s,
@@ -167,7 +200,7 @@ def _score(p: PlacementProblem, a: Assignment) -> tuple[int, int]:
     return _weighted(p, a), len(a.units)
 
 
-def _weighted_bound(p: PlacementProblem, pm: PlacementModel, raw) -> float | None:
+def _weighted_bound(p: PlacementProblem, raw: RawSolution) -> float | None:
     """A valid bound on objective 1 from the per-tier phases.
 
     One tier (the usual case): its bound is the bound. Several tiers: exact when every tier
@@ -181,7 +214,8 @@ def _weighted_bound(p: PlacementProblem, pm: PlacementModel, raw) -> float | Non
         return raw.objective_bounds[0]
     solved = raw.objective_values[:tiers]
     bounds = raw.objective_bounds[:tiers]
-    if len(solved) == tiers and all(b is not None and abs(b - v) < 0.5 for v, b in zip(solved, bounds)):
+    if len(solved) == tiers and all(b is not None and abs(b - v) < 0.5
+                                    for v, b in zip(solved, bounds)):
         return None  # proven: the driver reports the objective itself
     return demand_bound(p)
 

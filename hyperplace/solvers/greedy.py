@@ -14,10 +14,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from hyperplace.formulations.explain import FitProbe
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
-from hyperplace.formulations.placement import JobView, NodeView, PlacementProblem, UnitClass
+from hyperplace.formulations.placement import (
+    DomainKey,
+    JobView,
+    NodeView,
+    PlacementProblem,
+    UnitClass,
+)
+from hyperplace.solvers.params import GreedyParams
 
-MAX_DOMAIN_TRIALS = 10_000  # every domain that has room, tightest first
+_DEFAULTS = GreedyParams()
 
 
 class State:
@@ -27,9 +35,9 @@ class State:
         self.p = problem
         self.free: dict[str, tuple[int, ...]] = {}
         # leaf -> type -> free count -> {node name: None} (insertion-ordered set)
-        self.index: dict[str, dict[str, dict[int, dict[str, None]]]] = defaultdict(
+        self.index: dict[DomainKey, dict[str, dict[int, dict[str, None]]]] = defaultdict(
             lambda: defaultdict(lambda: defaultdict(dict)))
-        self.leaf_free: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.leaf_free: dict[DomainKey, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for n in problem.nodes:
             self.free[n.name] = n.free
             if n.free:
@@ -47,10 +55,12 @@ class State:
         self.free[n.name] = new
 
     def take(self, node: str, gpus: tuple[int, ...]) -> None:
+        """Mark ``gpus`` of ``node`` used."""
         n = self.p.node_by_name[node]
         self._set(n, tuple(g for g in self.free[node] if g not in gpus))
 
     def give(self, node: str, gpus: tuple[int, ...]) -> None:
+        """Free ``gpus`` of ``node`` again."""
         n = self.p.node_by_name[node]
         self._set(n, tuple(sorted(self.free[node] + gpus)))
 
@@ -70,8 +80,8 @@ def _pick_gpus(n: NodeView, size: int, min_gbps: float, free: tuple[int, ...],
     return best
 
 
-def _place_piece(p: PlacementProblem, uc: UnitClass, size: int, leaves: list[str],
-                 state: State, job_leaves: set[str], spans: bool, min_ib: float
+def _place_piece(p: PlacementProblem, jv: JobView, uc: UnitClass, size: int,
+                 leaves: list[DomainKey], state: State, job_leaves: set[DomainKey]
                  ) -> tuple[str, tuple[int, ...]] | None:
     """Best fit among ``leaves``: the smallest free count that fits, the job's leaves first."""
     types = sorted(p.eligible_types(uc.gpu_types, uc.min_memory_gb),
@@ -91,9 +101,7 @@ def _place_piece(p: PlacementProblem, uc: UnitClass, size: int, leaves: list[str
                         continue
                     for name in bucket:
                         n = p.node_by_name[name]
-                        if spans and min_ib and (n.attach_gbps or 0) < min_ib:
-                            continue
-                        if uc.multi_node and uc.min_nvlink_gbps and n.uniform_gbps is None:
+                        if not p.node_eligible(jv, uc, n):
                             continue
                         if partly and n.fully_free and f == len(n.free):
                             continue
@@ -105,54 +113,37 @@ def _place_piece(p: PlacementProblem, uc: UnitClass, size: int, leaves: list[str
     return None
 
 
-def _domain_leaves(p: PlacementProblem, jv: JobView, hop_limit: int | None, job_level: bool
-                   ) -> dict[str, list[str]]:
-    """Domain -> leaves, for a hop limit (cached on the problem)."""
-    cache = p.__dict__.setdefault("_greedy_domain_leaves", {})
-    key = (hop_limit, job_level)
-    if key not in cache:
-        out: dict[str, list[str]] = defaultdict(list)
-        seen: set[str] = set()
-        for n in p.nodes:
-            if n.leaf in seen:
-                continue
-            seen.add(n.leaf)
-            out[p.domain(n, hop_limit, job_level=job_level)].append(n.leaf)
-        cache[key] = dict(out)
-    return cache[key]
-
-
-def _leaf_nodes(p: PlacementProblem) -> dict[str, list[NodeView]]:
-    cache = p.__dict__.get("_greedy_leaf_nodes")
-    if cache is None:
-        cache = defaultdict(list)
-        for n in p.nodes:
-            cache[n.leaf].append(n)
-        p.__dict__["_greedy_leaf_nodes"] = cache
-    return cache
-
-
 def try_place_job(p: PlacementProblem, jv: JobView, state: State,
-                  max_trials: int = MAX_DOMAIN_TRIALS) -> list[PlacedUnit] | None:
-    """Place a whole job on ``state`` (mutating it) or return None and leave it unchanged."""
+                  max_trials: int = _DEFAULTS.max_domain_trials) -> list[PlacedUnit] | None:
+    """Place a whole job on ``state`` (mutating it) or return None and leave it unchanged.
+
+    Parameters
+    ----------
+    p : PlacementProblem
+        The round.
+    jv : JobView
+        The job to place (all its units, or none).
+    state : State
+        Free GPUs, updated in place when the job is placed.
+    max_trials : int
+        Domains tried, those with the fewest free eligible GPUs first.
+    """
     if jv.impossible:
         return None
     spans = p.needs_fabric(jv)
-    types: set[str] = set()
-    for uc in jv.classes:
-        types |= p.eligible_types(uc.gpu_types, uc.min_memory_gb)
+    types = p.types_for(jv.classes)
+    domains = p.leaves_by_domain(jv.hop_limit, True)
     scored = []
-    for d, leaves in _domain_leaves(p, jv, jv.hop_limit, True).items():
+    for d, leaves in domains.items():
         free = sum(state.leaf_free[leaf][t] for leaf in leaves for t in types if leaf in state.leaf_free)
         if free < jv.gpus:
             continue
         if spans and jv.min_ib_gbps:
-            nodes = [n for leaf in leaves for n in _leaf_nodes(p)[leaf]]
+            nodes = [n for leaf in leaves for n in p.nodes_by_leaf[leaf]]
             if p.domain_bandwidth(nodes) < jv.min_ib_gbps:
                 continue
         scored.append((free, d))
     scored.sort()
-    domains = _domain_leaves(p, jv, jv.hop_limit, True)
     for _, d in scored[:max_trials]:
         placed = _try_domain(p, jv, domains[d], state)
         if placed is not None:
@@ -160,12 +151,11 @@ def try_place_job(p: PlacementProblem, jv: JobView, state: State,
     return None
 
 
-def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[str], state: State
+def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[DomainKey], state: State
                 ) -> list[PlacedUnit] | None:
     taken: list[tuple[str, tuple[int, ...]]] = []
     units: list[PlacedUnit] = []
-    job_leaves: set[str] = set()
-    spans = p.needs_fabric(jv)
+    job_leaves: set[DomainKey] = set()
     leaf_set = set(leaves)
 
     def undo() -> None:
@@ -173,8 +163,8 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[str], state: Stat
             state.give(node, gpus)
 
     for uc in sorted(jv.classes, key=lambda c: (-len(c.pieces), -c.size)):
-        if uc.group == "(whole job)":
-            got = _place_piece(p, uc, uc.size, leaves, state, job_leaves, spans, jv.min_ib_gbps)
+        if uc.whole_job:
+            got = _place_piece(p, jv, uc, uc.size, leaves, state, job_leaves)
             if got is None:
                 undo()
                 return None
@@ -187,7 +177,7 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[str], state: Stat
             candidates = [leaves]
             if uc.multi_node and uc.hop_limit is not None:
                 sub = [[leaf for leaf in ls if leaf in leaf_set]
-                       for ls in _domain_leaves(p, jv, uc.hop_limit, False).values()]
+                       for ls in p.leaves_by_domain(uc.hop_limit, False).values()]
                 types = p.eligible_types(uc.gpu_types, uc.min_memory_gb)
                 sub = [ls for ls in sub if sum(state.leaf_free[leaf][t] for leaf in ls for t in types) >= uc.size]
                 candidates = sorted(sub, key=lambda ls: sum(state.leaf_free[leaf][t] for leaf in ls for t in types))
@@ -195,7 +185,7 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[str], state: Stat
             for cand in candidates:
                 pieces: list[tuple[str, tuple[int, ...]]] = []
                 for size in uc.pieces:
-                    got = _place_piece(p, uc, size, cand, state, job_leaves, spans, uc.min_ib_gbps)
+                    got = _place_piece(p, jv, uc, size, cand, state, job_leaves)
                     if got is None:
                         break
                     state.take(*got)
@@ -228,22 +218,53 @@ def _score(p: PlacementProblem, a: Assignment) -> tuple[int, int]:
     return (sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus for j in a.units), len(a.units))
 
 
-def _one_pass(p: PlacementProblem, order: list[JobView]) -> Assignment:
+def _one_pass(p: PlacementProblem, order: list[JobView], params: GreedyParams) -> Assignment:
     state = State(p)
     out = Assignment()
     for jv in order:
-        placed = try_place_job(p, jv, state)
+        placed = try_place_job(p, jv, state, params.max_domain_trials)
         if placed is not None:
             out.units[jv.index] = placed
     return out
 
 
-def solve_greedy(p: PlacementProblem) -> Assignment:
-    best = max((_one_pass(p, order) for order in job_orders(p)), key=lambda a: _score(p, a))
-    return repair_priority(p, best)
+def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None) -> Assignment:
+    """Greedy's plan: the better of :func:`job_orders`' two passes, then the priority repair.
+
+    Parameters
+    ----------
+    p : PlacementProblem
+        The round.
+    params : GreedyParams, optional
+        Domains tried per job.
+    """
+    params = params or _DEFAULTS
+    best = max((_one_pass(p, order, params) for order in job_orders(p)), key=lambda a: _score(p, a))
+    return repair_priority(p, best, params)
 
 
-def repair_priority(p: PlacementProblem, a: Assignment) -> Assignment:
+def fit_probe(p: PlacementProblem, params: GreedyParams | None = None) -> FitProbe:
+    """``fits_alone(job)`` for the explanations: whether greedy places the job on the
+    round's free GPUs (nothing else admitted). The probe leaves its state as it found it."""
+    params = params or _DEFAULTS
+    state: State | None = None
+
+    def fits_alone(jv: JobView) -> bool:
+        nonlocal state
+        state = state or State(p)
+        placed = try_place_job(p, jv, state, max_trials=params.probe_domain_trials)
+        if placed is None:
+            return False
+        for u in placed:
+            for node, gpus in u.pieces:
+                state.give(node, gpus)
+        return True
+
+    return fits_alone
+
+
+def repair_priority(p: PlacementProblem, a: Assignment,
+                    params: GreedyParams | None = None) -> Assignment:
     """Make the priority rule hold: no pending job fits on the free GPUs plus those of
     lower-priority admitted jobs.
 
@@ -252,6 +273,7 @@ def repair_priority(p: PlacementProblem, a: Assignment) -> Assignment:
     jobs back where they fit (highest priority first). Admitted weighted demand only grows:
     one GPU of a higher class outweighs all GPUs of the lower ones.
     """
+    trials = (params or _DEFAULTS).max_domain_trials
     out = Assignment(units=dict(a.units), notes=dict(a.notes))
     state = State(p)
     for units in out.units.values():
@@ -263,7 +285,7 @@ def repair_priority(p: PlacementProblem, a: Assignment) -> Assignment:
     for jv in pending:
         if jv.index in out.units:
             continue
-        placed = try_place_job(p, jv, state)
+        placed = try_place_job(p, jv, state, trials)
         if placed is not None:
             out.units[jv.index] = placed
             continue
@@ -276,7 +298,7 @@ def repair_priority(p: PlacementProblem, a: Assignment) -> Assignment:
             for u in units:
                 for node, gpus in u.pieces:
                     state.give(node, gpus)
-        placed = try_place_job(p, jv, state)
+        placed = try_place_job(p, jv, state, trials)
         if placed is None:  # no better: put everything back as it was
             for j, units in released.items():
                 out.units[j] = units
@@ -286,7 +308,7 @@ def repair_priority(p: PlacementProblem, a: Assignment) -> Assignment:
             continue
         out.units[jv.index] = placed
         for j in lower:  # the released jobs return where they still fit
-            again = try_place_job(p, p.jobs[j], state)
+            again = try_place_job(p, p.jobs[j], state, trials)
             if again is not None:
                 out.units[j] = again
     return out

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pulp
 
@@ -22,11 +23,23 @@ from hyperplace.formulations.linear import (
     RawSolution,
     solve_lexicographic,
 )
+from hyperplace.models.result import SolveStatus
+from hyperplace.solvers.backend import Backend, BackendOptions
 
-CAPABILITIES = {"integer": True, "lexicographic": True, "bound": True, "hints": False}
+#: PuLP's solution status (``prob.sol_status``) -> the one vocabulary. "Optimal" is then
+#: confirmed against HiGHS's own MIP bound, because PuLP reports it on time limits too.
+STATUS_MAP: dict[int, SolveStatus] = {
+    pulp.LpSolutionOptimal: SolveStatus.OPTIMAL,
+    pulp.LpSolutionIntegerFeasible: SolveStatus.FEASIBLE,
+    pulp.LpSolutionInfeasible: SolveStatus.INFEASIBLE,
+    pulp.LpSolutionUnbounded: SolveStatus.ERROR,
+    pulp.LpSolutionNoSolutionFound: SolveStatus.NO_SOLUTION,
+}
+
 
 
 def available_backend() -> str:
+    """``"highs"`` when PuLP finds HiGHS, else ``"cbc"``."""
     names = pulp.listSolvers(onlyAvailable=True)
     return "highs" if "HiGHS" in names else "cbc"
 
@@ -50,7 +63,7 @@ def _quiet_stdout() -> Iterator[None]:
         os.close(devnull)
 
 
-def _make_solver(backend: str, limit: float, msg: bool = False):
+def _make_solver(backend: str, limit: float, msg: bool = False) -> pulp.LpSolver:
     if backend == "highs":
         return pulp.HiGHS(msg=msg, timeLimit=max(0.05, limit), gapRel=0.0, gapAbs=0.5, threads=1)
     return pulp.PULP_CBC_CMD(msg=msg, timeLimit=max(1, int(math.ceil(limit))), gapRel=0.0,
@@ -71,61 +84,89 @@ def _bound(prob: pulp.LpProblem, backend: str) -> float | None:
         return None
 
 
+class MilpBackend(Backend):
+    """HiGHS (CBC when HiGHS is absent) through PuLP: no hints, one thread, bounds from
+    HiGHS's MIP dual bound.
+
+    Parameters
+    ----------
+    engine : str, optional
+        ``"highs"`` or ``"cbc"``; default: HiGHS when available.
+    """
+
+    name = "milp"
+    status_map: ClassVar[dict[int, SolveStatus]] = STATUS_MAP
+
+    def __init__(self, engine: str | None = None):
+        if engine not in (None, "highs", "cbc"):
+            raise ValueError(f"unknown MILP engine {engine!r}; use highs or cbc")
+        self.engine = engine
+
+    def solve(self, model: LinearModel, time_limit_s: float,
+              options: BackendOptions | None = None) -> RawSolution:
+        """See :meth:`Backend.solve`."""
+        options = self._check(options)
+        start = time.perf_counter()
+        engine = self.engine or available_backend()
+        prob = pulp.LpProblem("hyperplace", pulp.LpMinimize)
+        add_var = getattr(prob, "add_variable", None)  # PuLP >= 3.3; LpVariable() is deprecated
+        if add_var is not None:
+            xs = [add_var(f"x{i}", lowBound=lb, upBound=ub, cat=pulp.LpInteger)
+                  for i, (lb, ub) in enumerate(zip(model.lbs, model.ubs))]
+        else:  # pragma: no cover - older PuLP
+            xs = [pulp.LpVariable(f"x{i}", lowBound=lb, upBound=ub, cat=pulp.LpInteger)
+                  for i, (lb, ub) in enumerate(zip(model.lbs, model.ubs))]
+        for ci, c in enumerate(model.constraints):
+            expr = pulp.LpAffineExpression([(xs[i], a) for i, a in c.terms])
+            if c.lo == c.hi:
+                prob += expr == c.lo, f"c{ci}"
+            else:
+                if c.lo != -math.inf:
+                    prob += expr >= c.lo, f"c{ci}l"
+                if c.hi != math.inf:
+                    prob += expr <= c.hi, f"c{ci}u"
+
+        def phase(k: int, obj: Objective, limit: float) -> PhaseResult:
+            sign = -1 if obj.sense == "max" else 1
+            prob.setObjective(pulp.LpAffineExpression([(xs[i], sign * a) for i, a in obj.terms]))
+            prob.sense = pulp.LpMinimize
+            try:
+                with _quiet_stdout():
+                    prob.solve(_make_solver(engine, limit))
+            except pulp.PulpSolverError as exc:
+                return PhaseResult(SolveStatus.ERROR, message=str(exc))
+            status = self.status_map.get(prob.sol_status, SolveStatus.NO_SOLUTION)
+            if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+                if prob.status == pulp.LpStatusInfeasible:
+                    return PhaseResult(SolveStatus.INFEASIBLE, message="MILP: infeasible")
+                return PhaseResult(SolveStatus.NO_SOLUTION,
+                                   message=f"MILP: {pulp.LpStatus[prob.status]} without a solution")
+            values = [int(round(x.value() or 0)) for x in xs]
+            val = float(sum(a * values[i] for i, a in obj.terms))
+            bound = _bound(prob, engine)
+            # PuLP may say Optimal on a time limit: trust HiGHS's own bound where there is one
+            proven = status == SolveStatus.OPTIMAL
+            if bound is not None:
+                bound = sign * bound
+                proven = proven and abs(bound - val) < 0.5 + 1e-9
+            elif proven:
+                bound = val
+            return PhaseResult(SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE,
+                               values, val, bound)
+
+        def fix(k: int, obj: Objective, value: float, proven: bool) -> None:
+            fixed = pulp.LpAffineExpression([(xs[i], a) for i, a in obj.terms])
+            if proven:
+                prob.addConstraint(fixed == value, f"lex{k}")
+            elif obj.sense == "max":
+                prob.addConstraint(fixed >= value, f"lex{k}")
+            else:
+                prob.addConstraint(fixed <= value, f"lex{k}")
+
+        return solve_lexicographic(model, time_limit_s, start, phase, fix, 0.05, options.shares)
+
+
 def solve(model: LinearModel, time_limit_s: float, *, backend: str | None = None,
-          shares: list[float] | None = None, **_: object) -> RawSolution:
-    start = time.perf_counter()
-    backend = backend or available_backend()
-    prob = pulp.LpProblem("hyperplace", pulp.LpMinimize)
-    add_var = getattr(prob, "add_variable", None)  # PuLP >= 3.3; LpVariable() is deprecated
-    if add_var is not None:
-        xs = [add_var(f"x{i}", lowBound=lb, upBound=ub, cat=pulp.LpInteger)
-              for i, (lb, ub) in enumerate(zip(model.lbs, model.ubs))]
-    else:  # pragma: no cover - older PuLP
-        xs = [pulp.LpVariable(f"x{i}", lowBound=lb, upBound=ub, cat=pulp.LpInteger)
-              for i, (lb, ub) in enumerate(zip(model.lbs, model.ubs))]
-    for ci, c in enumerate(model.constraints):
-        expr = pulp.LpAffineExpression([(xs[i], a) for i, a in c.terms])
-        if c.lo == c.hi:
-            prob += expr == c.lo, f"c{ci}"
-        else:
-            if c.lo != -math.inf:
-                prob += expr >= c.lo, f"c{ci}l"
-            if c.hi != math.inf:
-                prob += expr <= c.hi, f"c{ci}u"
-    def phase(k: int, obj: Objective, limit: float) -> PhaseResult:
-        sign = -1 if obj.sense == "max" else 1
-        prob.setObjective(pulp.LpAffineExpression([(xs[i], sign * a) for i, a in obj.terms]))
-        prob.sense = pulp.LpMinimize
-        try:
-            with _quiet_stdout():
-                prob.solve(_make_solver(backend, limit))
-        except pulp.PulpSolverError as exc:
-            return PhaseResult("error", message=str(exc))
-        sol = prob.sol_status
-        if sol not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-            if prob.status == pulp.LpStatusInfeasible:
-                return PhaseResult("infeasible", message="MILP: infeasible")
-            return PhaseResult("no_solution",
-                               message=f"MILP: {pulp.LpStatus[prob.status]} without a solution")
-        values = [int(round(x.value() or 0)) for x in xs]
-        val = float(sum(a * values[i] for i, a in obj.terms))
-        bound = _bound(prob, backend)
-        # PuLP may say Optimal on a time limit: trust HiGHS's own bound where there is one
-        proven = sol == pulp.LpSolutionOptimal
-        if bound is not None:
-            bound = sign * bound
-            proven = proven and abs(bound - val) < 0.5 + 1e-9
-        elif proven:
-            bound = val
-        return PhaseResult("optimal" if proven else "feasible", values, val, bound)
-
-    def fix(k: int, obj: Objective, value: float, proven: bool) -> None:
-        fixed = pulp.LpAffineExpression([(xs[i], a) for i, a in obj.terms])
-        if proven:
-            prob.addConstraint(fixed == value, f"lex{k}")
-        elif obj.sense == "max":
-            prob.addConstraint(fixed >= value, f"lex{k}")
-        else:
-            prob.addConstraint(fixed <= value, f"lex{k}")
-
-    return solve_lexicographic(model, time_limit_s, start, phase, fix, 0.05, shares)
+          shares: list[float] | None = None) -> RawSolution:
+    """Solve ``model`` with HiGHS or CBC through PuLP (see :meth:`MilpBackend.solve`)."""
+    return MilpBackend(backend).solve(model, time_limit_s, BackendOptions(shares=shares))

@@ -1,0 +1,397 @@
+"""The lexicographic integer model of a placement round, built one constraint family at a
+time by :class:`PlacementModelBuilder`.
+
+Variables (all integer):
+
+* ``run[b]``: how many jobs of bundle ``b`` run (a bundle is one job, or interchangeable
+  single-piece jobs);
+* ``z[job, domain]``: the job lies in that domain of its between-replica hop limit;
+* ``k[job, group, size, node class]``: pieces of that size on nodes of a uniform class;
+  ``w[job, group, node, GPUs]``: one exact GPU set on a non-uniform node (DGX-1, PCIe);
+* ``y[job, group, domain]``: units of a group in that domain of the group's own hop limit;
+* ``touch[job, domain]``, ``open[node class]``, ``openleaf[leaf]``: what objectives 2 and 3
+  count.
+
+Each family is one method of the builder; families a later feature adds (quotas,
+preemption) go in as methods of their own between :meth:`PlacementModelBuilder._job` and
+:meth:`PlacementModelBuilder._objectives`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from hyperplace.formulations.linear import LinearModel, Objective
+from hyperplace.formulations.placement.domains import DomainKey
+from hyperplace.formulations.placement.problem import PlacementProblem
+from hyperplace.formulations.placement.views import JobView, NodeClass, NodeView, UnitClass
+
+Terms = list[tuple[int, int]]
+
+
+@dataclass
+class PieceVar:
+    """A piece variable: pieces of ``piece`` GPUs of unit class ``uclass`` on ``node_class``
+    (a count), or, on a non-uniform node, whether the exact GPU set ``clique`` is used."""
+
+    uclass: int
+    piece: int
+    node_class: int
+    var: int
+    clique: tuple[int, ...] | None = None
+
+
+@dataclass
+class PlacementModel:
+    """The encoded :class:`LinearModel` and the index maps needed to read a solution."""
+
+    problem: PlacementProblem
+    lm: LinearModel
+    run: dict[int, int]  # bundle leader job -> var (how many jobs of the bundle run)
+    bundles: dict[int, list[int]]  # bundle leader -> its jobs in queue order
+    class_alias: dict[int, int]  # unit class of a bundled job -> the leader's unit class
+    job_domain: dict[tuple[int, DomainKey], int]  # (job, domain) -> var
+    unit_domain: dict[tuple[int, DomainKey], int]  # (class, domain) -> var
+    pieces: list[PieceVar]
+    touch: dict[tuple[int, DomainKey], int]  # (job, leaf or spine domain) -> var
+    opened_nodes: dict[int, int]  # node class -> var
+    opened_leaf: dict[DomainKey, int]
+    objective_names: list[str]
+    eligible_pieces: dict[int, list[PieceVar]] = field(default_factory=dict)
+    # auxiliary = ceil(sum(coef * var) / divisor): how hints complete the auxiliaries
+    aux_links: list[tuple[int, Terms, int]] = field(default_factory=list)
+
+    def complete(self, primary: dict[int, int]) -> list[int]:
+        """A full assignment from primary values (run, domains, pieces), auxiliaries derived."""
+        values = [0] * self.lm.num_vars
+        for v, x in primary.items():
+            values[v] = x
+        for aux, terms, divisor in self.aux_links:
+            total = sum(c * values[v] for v, c in terms)
+            values[aux] = min(self.lm.ubs[aux], -(-total // divisor))
+        return values
+
+
+@dataclass
+class _JobBlock:
+    """What the builder knows about one bundle while it encodes it."""
+
+    job: int
+    view: JobView
+    run: int
+    size: int  # jobs in the bundle
+    spans: bool
+    eligible: dict[tuple[int, int], list[tuple[NodeClass, int]]] = field(default_factory=dict)
+    domains: set[DomainKey] = field(default_factory=set)
+    in_domain: dict[DomainKey, int] = field(default_factory=dict)  # z variables
+    touched_leaf: dict[DomainKey, list[int]] = field(default_factory=lambda: defaultdict(list))
+    touched_spine: dict[DomainKey, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+
+PiecesBySize = dict[int, list[tuple[int, NodeClass]]]
+
+
+class PlacementModelBuilder:
+    """Encodes a :class:`PlacementProblem` as a lexicographic :class:`LinearModel`.
+
+    Parameters
+    ----------
+    problem : PlacementProblem
+        The round to encode.
+    """
+
+    def __init__(self, problem: PlacementProblem):
+        p = problem
+        self.p = p
+        self.params = p.params
+        self.lm = LinearModel()
+        self.run: dict[int, int] = {}
+        self.bundles = {b[0]: b for b in p.bundles}
+        self.class_alias = {p.jobs[j].classes[0].index: p.jobs[b[0]].classes[0].index
+                            for b in p.bundles if len(b) > 1 for j in b}
+        self.job_domain: dict[tuple[int, DomainKey], int] = {}
+        self.unit_domain: dict[tuple[int, DomainKey], int] = {}
+        self.pieces: list[PieceVar] = []
+        self.touch: dict[tuple[int, DomainKey], int] = {}
+        self.per_class_pieces: dict[int, list[PieceVar]] = defaultdict(list)
+        self.aux_links: list[tuple[int, Terms, int]] = []
+        self.cap_terms: dict[int, Terms] = defaultdict(list)  # node class -> (var, piece size)
+        self.gpu_terms: dict[tuple[int, int], list[int]] = defaultdict(list)  # (class, GPU)
+        self.opened_nodes: dict[int, int] = {}
+        self.opened_leaf: dict[DomainKey, int] = {}
+        self.obj_demand_by_level: dict[int, Terms] = defaultdict(list)
+        self.obj_comm: Terms = []
+        self.obj_frag: Terms = []
+        self.obj_policy: Terms = []
+
+    def build(self) -> PlacementModel:
+        """Every constraint family in turn, then the objectives."""
+        for j, members in self.bundles.items():
+            self._job(j, members)
+        self._capacity()
+        self._gpu_exclusive()
+        self._open_clique_nodes()
+        self._open_leaves()
+        self._objectives()
+        return PlacementModel(
+            problem=self.p, lm=self.lm, run=self.run, bundles=self.bundles,
+            class_alias=self.class_alias, job_domain=self.job_domain,
+            unit_domain=self.unit_domain, pieces=self.pieces, touch=self.touch,
+            opened_nodes=self.opened_nodes, opened_leaf=self.opened_leaf,
+            objective_names=[o.name for o in self.lm.objectives],
+            eligible_pieces=dict(self.per_class_pieces), aux_links=self.aux_links)
+
+    # ---- per job --------------------------------------------------------------------
+    def _job(self, j: int, members: list[int]) -> None:
+        """A bundle: its run variable, then (unless impossible) domains, pieces, gangs,
+        unit domains, domain membership and the leaves it touches."""
+        block = self._run_var(j, members)
+        if block is None:
+            return
+        self._eligible_node_classes(block)
+        if not self._job_domains(block):
+            return
+        for uc in block.view.classes:
+            by_size = self._pieces(block, uc)
+            self._gangs(block, uc, by_size)
+            self._unit_domains(block, uc, by_size)
+            self._job_domain_membership(block, uc, by_size)
+        self._touch(block)
+
+    def _run_var(self, j: int, members: list[int]) -> _JobBlock | None:
+        """``run`` in [0, bundle size]; fixed to 0 for a job that cannot run at all. Its
+        demand term goes to objective 1 of its priority level."""
+        jv = self.p.jobs[j]
+        n_jobs = len(members)
+        r = self.lm.var(f"run[{jv.name}]" + (f"+{n_jobs - 1}" if n_jobs > 1 else ""), 0, n_jobs)
+        self.run[j] = r
+        if jv.impossible:
+            self.lm.eq([(r, 1)], 0, f"impossible[{jv.name}]")
+            return None
+        self.obj_demand_by_level[jv.priority].append((r, jv.gpus))
+        return _JobBlock(job=j, view=jv, run=r, size=n_jobs, spans=self.p.needs_fabric(jv))
+
+    def _eligible_node_classes(self, block: _JobBlock) -> None:
+        """Per (unit class, piece size): the node classes a piece may use and how many
+        such pieces fit on one of their nodes (the problem's eligibility rule)."""
+        p, jv = self.p, block.view
+        for uc in jv.classes:
+            for size in sorted(set(uc.pieces)):
+                found = []
+                for nc in p.node_classes:
+                    if not p.node_eligible(jv, uc, nc.rep):
+                        continue
+                    capacity = p.piece_capacity(uc, size, nc.rep)
+                    if capacity > 0:
+                        found.append((nc, capacity))
+                block.eligible[(uc.index, size)] = found
+
+    def _job_domains(self, block: _JobBlock) -> bool:
+        """Candidate domains of the job's hop limit (those with eligible nodes and, when it
+        spans nodes, enough bandwidth); with several, ``z`` picks exactly one when the job
+        runs. Returns False (and fixes ``run`` to 0) when there is none."""
+        p, jv = self.p, block.view
+        members: dict[DomainKey, dict[str, NodeView]] = defaultdict(dict)
+        for found in block.eligible.values():
+            for nc, _ in found:
+                for n in nc.nodes:
+                    members[p.domain(n, jv.hop_limit, job_level=True)].setdefault(n.name, n)
+        for d, nodes in members.items():
+            if block.spans and jv.min_ib_gbps and \
+                    p.domain_bandwidth(list(nodes.values())) < jv.min_ib_gbps:
+                continue
+            block.domains.add(d)
+        if len(block.domains) > 1 and jv.num_pieces > 1:  # one piece is always in one domain
+            for d in sorted(block.domains):
+                block.in_domain[d] = self.lm.bool(f"z[{jv.name},{d}]")
+                self.job_domain[(block.job, d)] = block.in_domain[d]
+            self.lm.eq([(v, 1) for v in block.in_domain.values()] + [(block.run, -1)], 0,
+                       f"onedomain[{jv.name}]")
+        elif not block.domains:
+            self.lm.eq([(block.run, 1)], 0, f"nodomain[{jv.name}]")
+            return False
+        return True
+
+    def _pieces(self, block: _JobBlock, uc: UnitClass) -> PiecesBySize:
+        """Piece variables of a unit class: a count per uniform node class, one boolean per
+        qualifying GPU set on a non-uniform node; only in the job's candidate domains."""
+        p, jv = self.p, block.view
+        by_size: PiecesBySize = defaultdict(list)
+        for size in sorted(set(uc.pieces)):
+            per_unit = uc.pieces.count(size)
+            for nc, capacity in block.eligible[(uc.index, size)]:
+                if p.domain(nc.rep, jv.hop_limit, job_level=True) not in block.domains:
+                    continue
+                if nc.uniform:
+                    ub = min(block.size * uc.count * per_unit, capacity * nc.multiplicity)
+                    v = self.lm.var(f"k[{jv.name},{uc.group},{size},nc{nc.index}]", 0, ub)
+                    self._add_piece(PieceVar(uc.index, size, nc.index, v))
+                    self.cap_terms[nc.index].append((v, size))
+                    by_size[size].append((v, nc))
+                    continue
+                rep = nc.rep
+                for clique in rep.cliques(size, uc.min_nvlink_gbps, parts=uc.parts):
+                    v = self.lm.bool(f"w[{jv.name},{uc.group},{rep.name},{clique}]")
+                    self._add_piece(PieceVar(uc.index, size, nc.index, v, clique))
+                    for g in clique:
+                        self.gpu_terms[(nc.index, g)].append(v)
+                    by_size[size].append((v, nc))
+        return by_size
+
+    def _add_piece(self, pv: PieceVar) -> None:
+        self.pieces.append(pv)
+        self.per_class_pieces[pv.uclass].append(pv)
+
+    def _gangs(self, block: _JobBlock, uc: UnitClass, by_size: PiecesBySize) -> None:
+        """Gang: each piece size is placed exactly ``count x (pieces per unit)`` times per
+        running job, or not at all. Also records the leaves and spines the pieces touch and
+        their policy cost (objective 4)."""
+        p, jv = self.p, block.view
+        for size in sorted(set(uc.pieces)):
+            per_unit = uc.pieces.count(size)
+            placed = by_size.get(size, [])
+            self.lm.eq([(v, 1) for v, _ in placed] + [(block.run, -uc.count * per_unit)], 0,
+                       f"gang[{jv.name},{uc.group},{size}]")
+            for v, nc in placed:
+                n0 = nc.rep
+                block.touched_leaf[n0.leaf].append(v)
+                if n0.attach_gbps is not None and 3 in n0.cluster.network.radii:
+                    block.touched_spine[p.domain(n0, 3)].append(v)
+                self.obj_policy.append((v, size * p.policy_penalty(n0.gpu_type)))
+
+    def _unit_domains(self, block: _JobBlock, uc: UnitClass, by_size: PiecesBySize) -> None:
+        """A multi-node unit with a hop limit tighter than the job's: ``y`` counts its units
+        per domain of that limit, and each unit's pieces lie in one such domain."""
+        p, jv = self.p, block.view
+        if not (uc.multi_node and uc.hop_limit is not None and uc.hop_limit != jv.hop_limit):
+            return
+        ydom: dict[DomainKey, int] = {}
+        for size in sorted(set(uc.pieces)):
+            for _, nc in by_size.get(size, []):
+                ud = p.domain(nc.rep, uc.hop_limit)
+                if ud not in ydom:
+                    ydom[ud] = self.lm.var(f"y[{jv.name},{uc.group},{ud}]", 0, uc.count)
+                    self.unit_domain[(uc.index, ud)] = ydom[ud]
+        self.lm.eq([(v, 1) for v in ydom.values()] + [(block.run, -uc.count)], 0,
+                   f"unitdomains[{jv.name},{uc.group}]")
+        for size in sorted(set(uc.pieces)):
+            per_unit = uc.pieces.count(size)
+            by_dom: dict[DomainKey, list[int]] = defaultdict(list)
+            for v, nc in by_size.get(size, []):
+                by_dom[p.domain(nc.rep, uc.hop_limit)].append(v)
+            for ud, yv in ydom.items():
+                self.lm.eq([(v, 1) for v in by_dom.get(ud, [])] + [(yv, -per_unit)], 0,
+                           f"unitdomain[{jv.name},{uc.group},{ud},{size}]")
+
+    def _job_domain_membership(self, block: _JobBlock, uc: UnitClass,
+                               by_size: PiecesBySize) -> None:
+        """Pieces only in the job's chosen domain: pieces in ``d`` <= total x ``z[d]``."""
+        if not block.in_domain:
+            return
+        p, jv = self.p, block.view
+        per_dom: dict[DomainKey, list[int]] = defaultdict(list)
+        for size in sorted(set(uc.pieces)):
+            for v, nc in by_size.get(size, []):
+                per_dom[p.domain(nc.rep, jv.hop_limit, job_level=True)].append(v)
+        total = uc.count * len(uc.pieces)
+        for d, vs in per_dom.items():
+            self.lm.add([(v, 1) for v in vs] + [(block.in_domain[d], -total)], hi=0,
+                        name=f"indomain[{jv.name},{uc.group},{d}]")
+
+    def _touch(self, block: _JobBlock) -> None:
+        """Objective 2: a boolean per leaf and spine domain the job's pieces touch, weighted
+        by its traffic class (a spine counts ``spine_touch_factor`` leaves)."""
+        jv = block.view
+        if jv.num_pieces == 1:
+            return  # a single piece touches exactly one leaf: a constant
+        big = jv.num_pieces
+        weight = self.params.traffic_weight(jv.traffic_class)
+        for kind, touched in (("leaf", block.touched_leaf), ("spine", block.touched_spine)):
+            if len(touched) <= 1 and kind == "spine":
+                continue
+            factor = self.params.spine_touch_factor if kind == "spine" else 1
+            for d, vs in touched.items():
+                t = self.lm.bool(f"touch[{jv.name},{d}]")
+                self.touch[(block.job, d)] = t
+                self.lm.add([(v, 1) for v in vs] + [(t, -big)], hi=0, name=f"touch[{jv.name},{d}]")
+                self.aux_links.append((t, [(v, 1) for v in vs], big))
+                self.obj_comm.append((t, weight * factor))
+
+    # ---- shared resources -------------------------------------------------------------
+    def _capacity(self) -> None:
+        """Per uniform node class: per-size rows (exact for sizes that divide each other)
+        and the total; whole free nodes opened count for objective 3."""
+        for nci, terms in self.cap_terms.items():
+            nc = self.p.node_classes[nci]
+            f, m = nc.free_per_node, nc.multiplicity
+            for s in sorted({s for _, s in terms}, reverse=True):
+                big = [(v, size) for v, size in terms if size >= s]
+                if all(size % s == 0 for _, size in big):
+                    # pieces that are multiples of s use at most s*floor(f/s) GPUs of a node
+                    self.lm.add(big, hi=m * s * (f // s), name=f"cap[nc{nci},{s}]")
+                else:
+                    self.lm.add([(v, 1) for v, _ in big], hi=m * (f // s), name=f"cap[nc{nci},#{s}]")
+            self.lm.add(list(terms), hi=m * f, name=f"cap[nc{nci}]")
+            if nc.rep.fully_free:
+                o = self.lm.var(f"open[nc{nci}]", 0, m)
+                self.opened_nodes[nci] = o
+                self.lm.add(list(terms) + [(o, -nc.rep.node.gpu_count)], hi=0, name=f"open[nc{nci}]")
+                self.aux_links.append((o, list(terms), nc.rep.node.gpu_count))
+                self.obj_frag.append((o, self.params.node_open_weight))
+
+    def _gpu_exclusive(self) -> None:
+        """On non-uniform nodes: each GPU in at most one chosen GPU set."""
+        for (nci, g), vs in self.gpu_terms.items():
+            self.lm.add([(v, 1) for v in vs], hi=1, name=f"gpu[nc{nci},{g}]")
+
+    def _open_clique_nodes(self) -> None:
+        """Objective 3 on non-uniform whole free nodes: opened when any GPU set is used."""
+        clique_vars: dict[int, list[int]] = defaultdict(list)
+        for pv in self.pieces:
+            if pv.clique is not None:
+                clique_vars[pv.node_class].append(pv.var)
+        for nci, vs in clique_vars.items():
+            if self.p.node_classes[nci].rep.fully_free:
+                o = self.lm.bool(f"open[nc{nci}]")
+                self.opened_nodes[nci] = o
+                self.lm.add([(v, 1) for v in vs] + [(o, -len(vs))], hi=0, name=f"open[nc{nci}]")
+                self.aux_links.append((o, [(v, 1) for v in vs], len(vs)))
+                self.obj_frag.append((o, self.params.node_open_weight))
+
+    def _open_leaves(self) -> None:
+        """Objective 3: a whole free leaf domain opened costs ``leaf_open_weight``."""
+        leaf_vars: dict[DomainKey, list[int]] = defaultdict(list)
+        for pv in self.pieces:
+            leaf = self.p.node_classes[pv.node_class].leaf
+            if self.p.leaf_fully_free.get(leaf) and not leaf.is_single_node:
+                leaf_vars[leaf].append(pv.var)
+        for leaf, vs in leaf_vars.items():
+            o = self.lm.bool(f"openleaf[{leaf}]")
+            self.opened_leaf[leaf] = o
+            big_leaf = max(1, sum(self.lm.ubs[v] for v in vs))
+            self.lm.add([(v, 1) for v in vs] + [(o, -big_leaf)], hi=0, name=f"openleaf[{leaf}]")
+            self.aux_links.append((o, [(v, 1) for v in vs], big_leaf))
+            self.obj_frag.append((o, self.params.leaf_open_weight))
+
+    # ---- objectives -----------------------------------------------------------------
+    def _objectives(self) -> None:
+        """Strictly lexicographic: weighted demand per priority tier, admitted jobs,
+        communication, fragmentation, policy."""
+        p = self.p
+        obj_jobs = [(r, 1) for j, r in self.run.items() if not p.jobs[j].impossible]
+        demand = [Objective([(v, p.tier_weights[lvl] * g) for lvl in tier
+                             for v, g in self.obj_demand_by_level[lvl]], f"demand_tier{i}", "max")
+                  for i, tier in enumerate(p.priority_tiers)]
+        self.lm.objectives = [
+            *demand,
+            Objective(obj_jobs, "admitted_jobs", "max"),
+            Objective(self.obj_comm, "communication", "min"),
+            Objective(self.obj_frag, "fragmentation", "min"),
+            Objective(self.obj_policy, "policy", "min"),
+        ]
+
+
+def build_model(problem: PlacementProblem) -> PlacementModel:
+    """Encode the round as a lexicographic integer model (see :class:`PlacementModelBuilder`)."""
+    return PlacementModelBuilder(problem).build()

@@ -1,0 +1,424 @@
+"""The placement problem: a scheduling round as backend-independent data.
+
+Built once from an :class:`~hyperplace.models.instance.Instance`; the model builder, greedy,
+the mapping back and the explanations all ask it the same questions, and every placement
+rule that decides whether a unit may use a node is a method here (written once):
+
+* :meth:`PlacementProblem.eligible_types` / :meth:`~PlacementProblem.types_for`: GPU type
+  and memory;
+* :meth:`PlacementProblem.gpus_eligible`: type, memory and the NVLink rule for multi-node
+  units;
+* :meth:`PlacementProblem.link_eligible`: the node's link rate against the job's and the
+  unit's between-node rates;
+* :meth:`PlacementProblem.node_eligible`: both;
+* :meth:`PlacementProblem.piece_capacity`: how many pieces fit on the node's free GPUs.
+
+Each building step (nodes, jobs, node classes, bundles, tiers) is a method or a cached
+property of its own, so that a later round can reuse what did not change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from functools import cached_property
+from typing import Protocol
+
+from hyperplace.formulations.placement.domains import DomainKey, radius_for
+from hyperplace.formulations.placement.params import ModelParams
+from hyperplace.formulations.placement.reasons import PendingReason, ReasonCode
+from hyperplace.formulations.placement.tiers import demand_by_level, priority_tiers, tier_weights
+from hyperplace.formulations.placement.views import (
+    WHOLE_JOB_GROUP,
+    JobView,
+    NodeClass,
+    NodeView,
+    UnitClass,
+)
+from hyperplace.formulations.priority import priority_weights
+from hyperplace.models.cluster import Cluster
+from hyperplace.models.gpu import GPUType
+from hyperplace.models.instance import Instance
+from hyperplace.models.job import GangUnit, GroupType, TrainingJob
+
+POLICIES = ("performance", "cost")
+
+
+class TypeRequirement(Protocol):
+    """Anything with a GPU type selector and a memory floor (a unit, a unit class)."""
+
+    @property
+    def gpu_types(self) -> str | None: ...
+
+    @property
+    def min_memory_gb(self) -> float: ...
+
+
+class PlacementProblem:
+    """Everything a backend needs, derived once from an :class:`Instance`.
+
+    Parameters
+    ----------
+    instance : Instance
+        Clusters (with their free GPUs) and the pending jobs of the round.
+    policy : str
+        ``"performance"`` (fastest qualifying GPU type first) or ``"cost"`` (cheapest).
+    params : ModelParams, optional
+        Weights of the lower objectives and the clique cap.
+    """
+
+    def __init__(self, instance: Instance, policy: str = "performance",
+                 params: ModelParams | None = None):
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; use performance or cost")
+        self.instance = instance
+        self.policy = policy
+        self.params = params or ModelParams()
+        self.catalog = instance.catalog
+        self._eligible_types: dict[tuple[str | None, float], frozenset[str]] = {}
+        self._types_for: dict[frozenset[tuple[str | None, float]], frozenset[str]] = {}
+        self._best_link: dict[frozenset[str], float] = {}
+        self._uplink: dict[str, float] = {}
+        self._domains: dict[tuple[str, int | None], DomainKey] = {}
+        self._domain_leaves: dict[tuple[int | None, bool], dict[DomainKey, list[DomainKey]]] = {}
+        self.nodes: list[NodeView] = self._build_nodes()
+        self.node_by_name = {n.name: n for n in self.nodes}
+        self.max_gpus_per_node = max((n.node.gpu_count for n in self.nodes), default=0)
+        self.free_gpus = sum(len(n.free) for n in self.nodes)
+        self.jobs: list[JobView] = []
+        self.classes: list[UnitClass] = []
+        for job in instance.jobs:
+            self._add_job(job)
+        self.weights = priority_weights(((j.priority, j.gpus) for j in self.jobs), self.free_gpus)
+
+    # ---- nodes --------------------------------------------------------------------
+    def _build_nodes(self) -> list[NodeView]:
+        """One view per node: free GPUs, pair bandwidths, link rate, leaf."""
+        nodes: list[NodeView] = []
+        for cluster in self.instance.clusters:
+            net = cluster.network
+            for node in cluster.nodes:
+                t = self.catalog.get(node.gpu_type)
+                pairs = node.pair_bandwidths(t.nvlink_per_link_gbps, t.nvlink_gbps, t.pcie_gbps)
+                values = set(pairs.values())
+                uniform = next(iter(values)) if len(values) == 1 else (
+                    math.inf if not pairs else None)
+                att = net.attachments.get(node.name)
+                leaf = net.node_domain(node.name, 1) if att else None
+                nodes.append(NodeView(
+                    index=len(nodes), node=node, cluster=cluster, gpu_type=t,
+                    free=node.free_gpus, pair_gbps=pairs, uniform_gbps=uniform,
+                    attach_gbps=min(att.values()) if att else None,
+                    leaf=(DomainKey.fabric(cluster.name, leaf) if leaf
+                          else DomainKey.single_node(cluster.name, node.name)),
+                    max_cliques=self.params.max_clique_enum,
+                ))
+        return nodes
+
+    # ---- jobs ---------------------------------------------------------------------
+    def _add_job(self, job: TrainingJob) -> None:
+        """The job's view: unit classes, piece sizes, and reasons it cannot run at all."""
+        units = job.units()
+        between = job.between_replicas
+        jv = JobView(index=len(self.jobs), job=job, priority=job.priority,
+                     gpus=sum(u.gpus for u in units), hop_limit=between.max_hop_count,
+                     min_ib_gbps=between.min_infiniband_bandwidth_gbps)
+        # The fabric cannot give the bandwidth asked between nodes: the job can still run if
+        # it all fits on one node (then no fabric link is used).
+        fabric_best = self.best_link_gbps(units)
+        ib_unreachable = jv.min_ib_gbps > fabric_best and len(units) > 1
+        if ib_unreachable and jv.gpus > self.max_gpus_per_node:
+            jv.impossible.append(PendingReason(
+                ReasonCode.BETWEEN_NODES_UNREACHABLE, gpus=jv.gpus, available=fabric_best,
+                required=jv.min_ib_gbps))
+        if jv.hop_limit == 0 or ib_unreachable:
+            self._add_whole_job_class(jv, units, explain_size=not ib_unreachable)
+        else:
+            self._add_group_classes(jv, units)
+        self.jobs.append(jv)
+
+    def _add_whole_job_class(self, jv: JobView, units: list[GangUnit], explain_size: bool) -> None:
+        """Every unit of the job on one node: one piece holding them all."""
+        strictest = max(units, key=lambda u: (u.min_nvlink_gbps, u.min_memory_gb))
+        if jv.gpus > self.max_gpus_per_node and explain_size:
+            jv.impossible.append(PendingReason(
+                ReasonCode.JOB_LARGER_THAN_NODE, gpus=jv.gpus, available=self.max_gpus_per_node))
+        jv.hop_limit = 0
+        jv.min_ib_gbps = 0.0
+        self._add_class(jv, group=WHOLE_JOB_GROUP, gtype=strictest.group_type, units=units,
+                        size=jv.gpus, pieces=[jv.gpus], hop=None, proto=strictest,
+                        min_mem=max(u.min_memory_gb for u in units),
+                        parts=tuple(sorted((u.gpus for u in units), reverse=True)))
+
+    def _add_group_classes(self, jv: JobView, units: list[GangUnit]) -> None:
+        """One class per resource group; units larger than a node cut into node-sized pieces."""
+        by_group: dict[str, list[GangUnit]] = defaultdict(list)
+        for u in units:
+            by_group[u.group].append(u)
+        g_max = self.max_node_gpus_for(units[0]) if units else 0
+        for group, us in by_group.items():
+            proto = us[0]
+            g_node = self.max_node_gpus_for(proto) or g_max or self.max_gpus_per_node or 1
+            if proto.gpus <= g_node:
+                pieces = [proto.gpus]
+            else:
+                full, rest = divmod(proto.gpus, g_node)
+                pieces = [g_node] * full + ([rest] if rest else [])
+                if proto.max_hop_count == 0:
+                    jv.impossible.append(PendingReason(
+                        ReasonCode.GROUP_LARGER_THAN_NODE, gpus=proto.gpus, available=g_node,
+                        group=group))
+            if any(u.gpus != proto.gpus for u in us):
+                raise AssertionError("units of one group differ in size")
+            self._add_class(jv, group=group, gtype=proto.group_type, units=us,
+                            size=proto.gpus, pieces=pieces, hop=proto.max_hop_count,
+                            proto=proto, min_mem=proto.min_memory_gb)
+
+    def _add_class(self, jv: JobView, *, group: str, gtype: GroupType, units: list[GangUnit],
+                   size: int, pieces: list[int], hop: int | None, proto: GangUnit,
+                   min_mem: float, parts: tuple[int, ...] | None = None) -> None:
+        uc = UnitClass(index=len(self.classes), job=jv.index, group=group, group_type=gtype,
+                       units=list(units), size=size, pieces=sorted(pieces, reverse=True),
+                       hop_limit=hop, gpu_types=proto.gpu_types, min_memory_gb=min_mem,
+                       min_nvlink_gbps=proto.min_nvlink_gbps, min_ib_gbps=proto.min_ib_gbps,
+                       parts=parts)
+        self.classes.append(uc)
+        jv.classes.append(uc)
+
+    # ---- eligibility: the one place each rule is written ---------------------------------
+    @cached_property
+    def types_present(self) -> dict[str, GPUType]:
+        """GPU types of the round's nodes, by name."""
+        return {n.gpu_type.name: n.gpu_type for n in self.nodes}
+
+    @cached_property
+    def max_gpus_by_type(self) -> dict[str, int]:
+        """GPUs of the largest node of each type."""
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            out[n.gpu_type.name] = max(out.get(n.gpu_type.name, 0), n.node.gpu_count)
+        return out
+
+    def eligible_types(self, selector: str | None, min_mem: float) -> frozenset[str]:
+        """Names of the GPU types present that match a selector and a memory floor.
+
+        Parameters
+        ----------
+        selector : str or None
+            ``'|'``-separated types or families (None: any type).
+        min_mem : float
+            HBM floor in GB.
+        """
+        key = (selector, min_mem)
+        found = self._eligible_types.get(key)
+        if found is None:
+            found = frozenset(
+                name for name, t in self.types_present.items()
+                if (not selector or t.matches(selector)) and t.hbm_gb + 1e-9 >= min_mem)
+            self._eligible_types[key] = found
+        return found
+
+    def types_for(self, requirements: Iterable[TypeRequirement]) -> frozenset[str]:
+        """GPU types any of ``requirements`` (units or unit classes of a job) may use."""
+        key = frozenset((r.gpu_types, r.min_memory_gb) for r in requirements)
+        found = self._types_for.get(key)
+        if found is None:
+            found = frozenset().union(*(self.eligible_types(s, m) for s, m in key))
+            self._types_for[key] = found
+        return found
+
+    def type_ok(self, selector: str | None, min_mem: float, n: NodeView) -> bool:
+        """The node's GPU type matches the selector and the memory floor."""
+        return n.gpu_type.name in self.eligible_types(selector, min_mem)
+
+    def gpus_eligible(self, uc: UnitClass, n: NodeView) -> bool:
+        """The node's GPUs suit a piece of ``uc``: type, memory, and, for a unit cut into
+        several pieces with an NVLink floor, an NVSwitch node (NVLink does not cross nodes,
+        so such pieces are only built on nodes whose every pair qualifies alike)."""
+        if not self.type_ok(uc.gpu_types, uc.min_memory_gb, n):
+            return False
+        return not (uc.multi_node and uc.min_nvlink_gbps and n.uniform_gbps is None)
+
+    def link_eligible(self, jv: JobView, uc: UnitClass, n: NodeView) -> bool:
+        """The node's link into the fabric meets the job's between-replica rate (when the
+        job spans nodes) and the unit's own between-node rate (when it spans nodes)."""
+        attach = n.attach_gbps or 0
+        if self.needs_fabric(jv) and jv.min_ib_gbps and attach < jv.min_ib_gbps:
+            return False
+        return not (uc.multi_node and uc.min_ib_gbps and attach < uc.min_ib_gbps)
+
+    def node_eligible(self, jv: JobView, uc: UnitClass, n: NodeView) -> bool:
+        """A piece of ``uc`` (of job ``jv``) may sit on node ``n`` (free GPUs aside)."""
+        return self.gpus_eligible(uc, n) and self.link_eligible(jv, uc, n)
+
+    def piece_capacity(self, uc: UnitClass, piece: int, n: NodeView) -> int:
+        """How many pieces of this size and class fit on the node's free GPUs."""
+        if not self.type_ok(uc.gpu_types, uc.min_memory_gb, n) or piece > len(n.free):
+            return 0
+        return n.max_disjoint(piece, uc.min_nvlink_gbps, parts=uc.parts)
+
+    def best_link_gbps(self, units: Iterable[TypeRequirement]) -> float:
+        """Fastest node link into the fabric among nodes of the units' GPU types."""
+        ok = self.types_for(units)
+        if ok not in self._best_link:
+            self._best_link[ok] = max(
+                (n.attach_gbps or 0.0 for n in self.nodes if n.gpu_type.name in ok), default=0.0)
+        return self._best_link[ok]
+
+    def max_node_gpus_for(self, unit: TypeRequirement) -> int:
+        """GPUs of the largest node whose type suits ``unit`` (0 if none)."""
+        ok = self.eligible_types(unit.gpu_types, unit.min_memory_gb)
+        return max((self.max_gpus_by_type[t] for t in ok), default=0)
+
+    def needs_fabric(self, jv: JobView) -> bool:
+        """The job is placed as several pieces, so it may span nodes."""
+        return jv.num_pieces > 1
+
+    # ---- domains --------------------------------------------------------------------
+    def domain(self, n: NodeView, hop_limit: int | None, *, job_level: bool = False) -> DomainKey:
+        """The domain a node belongs to for a hop limit (cluster-qualified)."""
+        key = (n.name, hop_limit)
+        d = self._domains.get(key)
+        if d is None:
+            r = radius_for(n.cluster, hop_limit)
+            if r is None:
+                d = DomainKey.whole_cluster(n.cluster.name)
+            elif r == 0 or n.attach_gbps is None:
+                d = DomainKey.single_node(n.cluster.name, n.name)
+            else:
+                d = DomainKey.fabric(n.cluster.name, n.cluster.network.node_domain(n.name, r))
+            self._domains[key] = d
+        return d
+
+    def leaves_by_domain(self, hop_limit: int | None, job_level: bool
+                         ) -> dict[DomainKey, list[DomainKey]]:
+        """Domain -> its leaves, for a hop limit (computed once per limit)."""
+        key = (hop_limit, job_level)
+        if key not in self._domain_leaves:
+            out: dict[DomainKey, list[DomainKey]] = defaultdict(list)
+            seen: set[str] = set()
+            for n in self.nodes:
+                if n.leaf in seen:
+                    continue
+                seen.add(n.leaf)
+                out[self.domain(n, hop_limit, job_level=job_level)].append(n.leaf)
+            self._domain_leaves[key] = dict(out)
+        return self._domain_leaves[key]
+
+    @cached_property
+    def nodes_by_leaf(self) -> dict[DomainKey, list[NodeView]]:
+        """Nodes of each leaf."""
+        out: dict[DomainKey, list[NodeView]] = defaultdict(list)
+        for n in self.nodes:
+            out[n.leaf].append(n)
+        return dict(out)
+
+    def domain_bandwidth(self, members: list[NodeView]) -> float:
+        """A lower bound on the bottleneck Gb/s between any two nodes of a domain.
+
+        Within one leaf group it is the slowest node link; across leaf groups the slowest
+        switch-to-switch link of the cluster joins in. Conservative (it may turn a domain
+        down that would do, never the reverse) and O(1) per domain instead of a widest-path
+        search per pair; the checker still verifies every pair of a plan.
+        """
+        if len(members) <= 1:
+            return math.inf
+        if len({m.cluster.name for m in members}) > 1:
+            return 0.0
+        worst = min((m.attach_gbps or 0.0) for m in members)
+        if len({m.leaf for m in members}) > 1:
+            worst = min(worst, self.slowest_uplink(members[0].cluster))
+        return worst
+
+    def slowest_uplink(self, cluster: Cluster) -> float:
+        """Slowest switch-to-switch link of the cluster's fabric (0 without one)."""
+        if cluster.name not in self._uplink:
+            net = cluster.network
+            sw = net.switch_names
+            bws = [link.gbps * link.count for link in net.links if link.a in sw and link.b in sw]
+            self._uplink[cluster.name] = min(bws, default=0.0)
+        return self._uplink[cluster.name]
+
+    # ---- priority tiers ----------------------------------------------------------------
+    @cached_property
+    def priority_tiers(self) -> list[list[int]]:
+        """Priority levels grouped, highest first, into exact lexicographic phases
+        (see :mod:`~hyperplace.formulations.placement.tiers`)."""
+        return priority_tiers(self._demand_by_level, self.free_gpus)
+
+    @cached_property
+    def tier_weights(self) -> dict[int, int]:
+        """Weight of a GPU of each level inside its tier."""
+        return tier_weights(self._demand_by_level, self.priority_tiers, self.free_gpus)
+
+    @cached_property
+    def _demand_by_level(self) -> dict[int, int]:
+        return demand_by_level((jv.priority, jv.gpus) for jv in self.jobs)
+
+    # ---- bundles of interchangeable jobs ------------------------------------------------
+    @cached_property
+    def bundles(self) -> list[list[int]]:
+        """Jobs that are one single-node piece with identical requirements, grouped.
+
+        Such jobs are interchangeable for every objective, so the model counts how many of a
+        bundle run instead of deciding each one; the mapping back admits them in queue order.
+        Every other job is a bundle of its own.
+        """
+        groups: dict[tuple, list[int]] = {}
+        out: list[list[int]] = []
+        for jv in self.jobs:
+            if jv.num_pieces == 1 and not jv.impossible:
+                uc = jv.classes[0]
+                key = (jv.priority, uc.size, uc.gpu_types, uc.min_memory_gb, uc.min_nvlink_gbps,
+                       uc.parts)
+                if key in groups:
+                    groups[key].append(jv.index)
+                    continue
+                groups[key] = [jv.index]
+                out.append(groups[key])
+            else:
+                out.append([jv.index])
+        return out
+
+    # ---- node classes ----------------------------------------------------------------
+    @cached_property
+    def node_classes(self) -> list[NodeClass]:
+        """Nodes with free GPUs folded into classes of interchangeable nodes."""
+        groups: dict[tuple, list[NodeView]] = defaultdict(list)
+        for n in self.nodes:
+            if not n.free:
+                continue
+            if n.uniform_gbps is not None and not n.leaf.is_single_node:
+                key: tuple = ("u", n.cluster.name, n.leaf, n.gpu_type.name, n.node.gpu_count,
+                              len(n.free), n.fully_free, n.uniform_gbps, n.attach_gbps)
+            else:
+                key = ("n", n.name)
+            groups[key].append(n)
+        return [NodeClass(index=i, nodes=ns, leaf=ns[0].leaf)
+                for i, ns in enumerate(groups.values())]
+
+    @cached_property
+    def leaf_fully_free(self) -> dict[DomainKey, bool]:
+        """Per leaf: every GPU of every node is free."""
+        state: dict[DomainKey, bool] = {}
+        for n in self.nodes:
+            state[n.leaf] = state.get(n.leaf, True) and n.fully_free
+        return state
+
+    # ---- policy ---------------------------------------------------------------------
+    @cached_property
+    def _penalties(self) -> dict[str, int]:
+        types = self.types_present.values()
+        if not types:
+            return {}
+        scale = self.params.policy_scale
+        if self.policy == "performance":
+            best = max(x.bf16_tflops * x.mfu for x in types)
+            return {x.name: round(scale * (1 - (x.bf16_tflops * x.mfu) / best)) for x in types}
+        worst = max(x.cost_per_hour for x in types) or 1.0
+        return {x.name: round(scale * x.cost_per_hour / worst) for x in types}
+
+    def policy_penalty(self, t: GPUType) -> int:
+        """Per-GPU penalty of objective 4: 0 for the preferred type, up to ``policy_scale``."""
+        return self._penalties[t.name]

@@ -1,0 +1,278 @@
+"""Views of nodes, jobs and units that the model, greedy and the explanations share.
+
+A view holds what the formulation derives from a domain object once (free GPUs, pair
+bandwidths, the node's domain keys; a job's unit classes and piece sizes) so that no
+backend recomputes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from itertools import combinations, islice
+
+import networkx as nx
+
+from hyperplace.formulations.placement.domains import DomainKey
+from hyperplace.formulations.placement.reasons import PendingReason
+from hyperplace.models.cluster import Cluster
+from hyperplace.models.gpu import GPUType
+from hyperplace.models.job import GangUnit, GroupType, TrainingJob
+from hyperplace.models.node import Node
+
+#: Display name of the unit class that holds a whole job on one node (used in model
+#: variable names only; code asks :attr:`UnitClass.whole_job`).
+WHOLE_JOB_GROUP = "(whole job)"
+
+
+def largest_clique(gpus: Iterable[int], linked: Callable[[int, int], bool]) -> int:
+    """Size of the largest set of ``gpus`` whose every pair is ``linked`` (0 if no GPUs).
+
+    The one definition of "largest NVLink set": exact (networkx's maximal cliques), used by
+    :meth:`NodeView.largest_clique` (with a unit's NVLink floor) and by the instance
+    summary (with "any NVLink").
+
+    Parameters
+    ----------
+    gpus : iterable of int
+        The GPUs to choose from (e.g. a node's free GPUs).
+    linked : callable
+        ``linked(a, b)`` with ``a < b``: whether the pair qualifies.
+    """
+    pool = sorted(gpus)
+    if not pool:
+        return 0
+    graph = nx.Graph()
+    graph.add_nodes_from(pool)
+    graph.add_edges_from((a, b) for a, b in combinations(pool, 2) if linked(a, b))
+    return max(len(c) for c in nx.find_cliques(graph))
+
+
+@dataclass
+class NodeView:
+    """A node as the formulation sees it: free GPUs, pair bandwidths, its leaf.
+
+    ``uniform_gbps`` is the pair bandwidth when every pair has the same one (NVSwitch,
+    PCIe), None otherwise (DGX-1 hybrid cube mesh, explicit pairs); ``attach_gbps`` the
+    slowest link from the node into the fabric (None off the fabric); ``leaf`` its radius-1
+    domain (the node itself when it is not on a fabric).
+    """
+
+    index: int
+    node: Node
+    cluster: Cluster
+    gpu_type: GPUType
+    free: tuple[int, ...]
+    pair_gbps: dict[tuple[int, int], float]
+    uniform_gbps: float | None
+    attach_gbps: float | None
+    leaf: DomainKey
+    max_cliques: int = 5000
+    _cliques: dict[tuple, list[tuple[int, ...]]] = field(default_factory=dict, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The node's name."""
+        return self.node.name
+
+    @property
+    def fully_free(self) -> bool:
+        """Every GPU of the node is free."""
+        return len(self.free) == self.node.gpu_count
+
+    def bw(self, a: int, b: int) -> float:
+        """GB/s between GPUs ``a`` and ``b``."""
+        return self.pair_gbps[(a, b) if a < b else (b, a)]
+
+    def partition(self, combo: tuple[int, ...], parts: tuple[int, ...], min_gbps: float
+                  ) -> list[tuple[int, ...]] | None:
+        """Split ``combo`` into cliques of the sizes in ``parts`` (every pair >= ``min_gbps``).
+
+        Returns
+        -------
+        list of tuple or None
+            One clique per part, or None when no such split exists.
+        """
+        if not combo:
+            return [] if not parts else None
+        g, rest = combo[0], combo[1:]
+        for p in sorted(set(parts)):
+            left = list(parts)
+            left.remove(p)
+            for mates in combinations(rest, p - 1):
+                group = (g, *mates)
+                if all(self.bw(a, b) >= min_gbps for a, b in combinations(group, 2)):
+                    remaining = tuple(x for x in rest if x not in mates)
+                    tail = self.partition(remaining, tuple(left), min_gbps)
+                    if tail is not None:
+                        return [group, *tail]
+        return None
+
+    def cliques(self, size: int, min_gbps: float, gpus: tuple[int, ...] | None = None,
+                parts: tuple[int, ...] | None = None) -> list[tuple[int, ...]]:
+        """Sets of ``size`` GPUs of ``gpus`` (default: the free ones) whose every pair has at
+        least ``min_gbps``; with ``parts``, sets that split into cliques of those sizes
+        (units sharing one node). At most ``max_cliques`` of them.
+
+        Cached per (size, floor, parts, pool): the model, greedy and the explanations ask
+        the same questions many times.
+        """
+        pool = self.free if gpus is None else gpus
+        key = (size, min_gbps, parts, pool)
+        cached = self._cliques.get(key)
+        if cached is not None:
+            return cached
+        if size == 1 or (min_gbps <= 0 and not parts):
+            out = list(islice(combinations(pool, size), self.max_cliques))
+        else:
+            def qualifies(combo: tuple[int, ...]) -> bool:
+                if parts and len(parts) > 1:
+                    return self.partition(combo, parts, min_gbps) is not None
+                return all(self.bw(a, b) >= min_gbps for a, b in combinations(combo, 2))
+
+            out = list(islice(filter(qualifies, combinations(pool, size)), self.max_cliques))
+        self._cliques[key] = out
+        return out
+
+    def max_disjoint(self, size: int, min_gbps: float, gpus: tuple[int, ...] | None = None,
+                     parts: tuple[int, ...] | None = None) -> int:
+        """Most disjoint pieces of ``size`` GPUs (each a clique at ``min_gbps``) in ``gpus``."""
+        pool = self.free if gpus is None else gpus
+        if self.uniform_gbps is not None:
+            needs_links = size > 1 and (not parts or max(parts) > 1)
+            return len(pool) // size if (not needs_links or self.uniform_gbps >= min_gbps) else 0
+        best = 0
+
+        def grow(avail: tuple[int, ...], count: int) -> None:
+            nonlocal best
+            best = max(best, count)
+            if count + len(avail) // size <= best:
+                return
+            found = self.cliques(size, min_gbps, avail, parts)
+            if not found:
+                return
+            first = found[0][0]
+            for c in found:
+                if c[0] != first:
+                    break
+                grow(tuple(g for g in avail if g not in c), count + 1)
+            grow(tuple(g for g in avail if g != first), count)
+
+        grow(pool, 0)
+        return best
+
+    def largest_clique(self, min_gbps: float) -> int:
+        """Most free GPUs whose every pair has at least ``min_gbps`` (see :func:`largest_clique`)."""
+        if self.uniform_gbps is not None:
+            return len(self.free) if (self.uniform_gbps >= min_gbps or len(self.free) <= 1) \
+                else min(1, len(self.free))
+        return largest_clique(self.free, lambda a, b: self.bw(a, b) >= min_gbps)
+
+
+@dataclass
+class UnitClass:
+    """Identical units of one job (one resource group over its replicas), or, with
+    ``parts``, every unit of a job that must share one node (a whole-job piece)."""
+
+    index: int
+    job: int
+    group: str
+    group_type: GroupType
+    units: list[GangUnit]
+    size: int
+    pieces: list[int]  # piece sizes of one unit, largest first
+    hop_limit: int | None  # for multi-piece units; None = the job's domain
+    gpu_types: str | None
+    min_memory_gb: float
+    min_nvlink_gbps: float
+    min_ib_gbps: float
+    parts: tuple[int, ...] | None = None  # whole-job piece: the unit sizes sharing the node
+
+    @property
+    def whole_job(self) -> bool:
+        """This class is one piece holding every unit of the job on one node."""
+        return self.parts is not None
+
+    @property
+    def count(self) -> int:
+        """How many times the piece pattern is placed (a whole-job piece: once)."""
+        return 1 if self.parts else len(self.units)
+
+    @property
+    def multi_node(self) -> bool:
+        """A unit of this class is cut into several pieces (one per node)."""
+        return len(self.pieces) > 1
+
+    def split_whole(self, node: NodeView, gpus: tuple[int, ...]
+                    ) -> list[tuple[GangUnit, tuple[int, ...]]]:
+        """The GPUs of a whole-job piece, handed to its units so each unit is a clique."""
+        groups = node.partition(tuple(sorted(gpus)), self.parts or (len(gpus),),
+                                self.min_nvlink_gbps) or []
+        out = []
+        for u in sorted(self.units, key=lambda u: -u.gpus):
+            k = next(i for i, grp in enumerate(groups) if len(grp) == u.gpus)
+            out.append((u, groups.pop(k)))
+        return out
+
+
+@dataclass
+class JobView:
+    """A pending job: its unit classes, hop limit between replicas, and, when it cannot run
+    at all, why (``impossible``, reason codes found before solving)."""
+
+    index: int
+    job: TrainingJob
+    priority: int
+    gpus: int
+    hop_limit: int | None  # between replicas; None = anywhere in one cluster
+    min_ib_gbps: float
+    classes: list[UnitClass] = field(default_factory=list)
+    impossible: list[PendingReason] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The job's name."""
+        return self.job.name
+
+    @property
+    def num_pieces(self) -> int:
+        """Pieces (node-level parts) the job is placed as."""
+        return sum(len(c.pieces) * c.count for c in self.classes)
+
+    @property
+    def traffic_class(self) -> str:
+        """``"tp"`` with a multi-node TP unit, ``"pp"`` with a PP group, else ``"dp"``."""
+        if any(c.multi_node and c.group_type == GroupType.TENSOR_PARALLEL for c in self.classes):
+            return "tp"
+        if any(c.group_type == GroupType.PIPELINE_PARALLEL for c in self.classes):
+            return "pp"
+        return "dp"
+
+
+@dataclass
+class NodeClass:
+    """Interchangeable nodes (or one node, when its GPU graph is not uniform)."""
+
+    index: int
+    nodes: list[NodeView]
+    leaf: DomainKey
+
+    @property
+    def rep(self) -> NodeView:
+        """The first node, representative of the class."""
+        return self.nodes[0]
+
+    @property
+    def multiplicity(self) -> int:
+        """How many nodes the class holds."""
+        return len(self.nodes)
+
+    @property
+    def free_per_node(self) -> int:
+        """Free GPUs on each node of the class."""
+        return len(self.rep.free)
+
+    @property
+    def uniform(self) -> bool:
+        """Every GPU pair of the class's nodes has the same bandwidth."""
+        return self.rep.uniform_gbps is not None

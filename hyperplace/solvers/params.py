@@ -1,0 +1,125 @@
+"""Tunables of the solvers and the budgeted driver, each with why it has its value.
+
+Override them from the library::
+
+    from hyperplace.solvers.driver import solve_placement
+    from hyperplace.solvers.params import BudgetParams, SolveParams
+    plan = solve_placement(instance, budget_s=5,
+                           params=SolveParams(budget=BudgetParams(reserve_fraction=0.15)))
+
+The defaults were set when the driver was written and are what
+``bench/bench_placement.py --budget 5`` ran with on 2026-11-29 (2 CPUs, AMD EPYC,
+``bench/results/placement.md``): every plan there came back within its budget, and the
+16,384-GPU x 2,000-job round was proven optimal by HiGHS in 3.07 s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hyperplace.formulations.placement.params import ModelParams
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1 (got {value!r})")
+
+
+@dataclass(frozen=True)
+class BudgetParams:
+    """How the driver shares a budget between greedy, the exact backend and the rest.
+
+    Parameters
+    ----------
+    reserve_fraction : float
+        Share of the budget kept back for mapping the solution to GPUs, the priority repair
+        and the explanations. In [0, 1); default 0.08.
+    reserve_s : float
+        Seconds kept back on top (default 0.1: a floor for small budgets, where 8 % is
+        only milliseconds). >= 0.
+    greedy_reserve_factor : float
+        The reserve also holds this many greedy passes, because the priority repair and the
+        explanations' probes each cost up to about one greedy pass (default 1.5, set by
+        hand when the driver was written, not measured separately). >= 0.
+    cpsat_vars_per_second : int
+        Piece variables CP-SAT is given per second of budget before the driver judges the
+        model hopeless and returns greedy's plan (default 60,000, set by hand; the bench
+        rows above run with it).
+    milp_vars_per_second : int
+        The same for HiGHS through PuLP (default 40,000: PuLP's model writing is slower).
+    auto_milp_above_vars : int
+        ``auto`` gives models above this estimated size to HiGHS when every node is
+        NVSwitch-uniform: the folded count model's LP relaxation is nearly integral there
+        and HiGHS proves what CP-SAT cannot in the budget (bench 2026-11-29: 16,384 GPUs x
+        2,000 jobs proven optimal in 3.07 s; CP-SAT stopped at feasible). Default 3,000.
+    """
+
+    reserve_fraction: float = 0.08
+    reserve_s: float = 0.1
+    greedy_reserve_factor: float = 1.5
+    cpsat_vars_per_second: int = 60_000
+    milp_vars_per_second: int = 40_000
+    auto_milp_above_vars: int = 3_000
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.reserve_fraction < 1:
+            raise ValueError(f"reserve_fraction must be in [0, 1) (got {self.reserve_fraction!r})")
+        for name in ("reserve_s", "greedy_reserve_factor"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)!r})")
+        for name in ("cpsat_vars_per_second", "milp_vars_per_second", "auto_milp_above_vars"):
+            _positive_int(name, getattr(self, name))
+
+    def vars_per_second(self, backend: str) -> int:
+        """Variables per second of budget the driver allows ``backend``."""
+        return self.milp_vars_per_second if backend == "milp" else self.cpsat_vars_per_second
+
+
+@dataclass(frozen=True)
+class CpSatParams:
+    """CP-SAT settings.
+
+    Parameters
+    ----------
+    large_model_vars : int
+        Above this many variables presolve is cut short (no symmetry, no probing, one
+        presolve pass): on large rounds presolve alone could eat the budget, and the greedy
+        hint already gives a solution (default 20,000).
+    """
+
+    large_model_vars: int = 20_000
+
+    def __post_init__(self) -> None:
+        _positive_int("large_model_vars", self.large_model_vars)
+
+
+@dataclass(frozen=True)
+class GreedyParams:
+    """Greedy settings.
+
+    Parameters
+    ----------
+    max_domain_trials : int
+        Domains tried per job, tightest first (default 10,000: every domain that has room
+        on the bench's largest fabric).
+    probe_domain_trials : int
+        Domains tried when the explanations ask whether a pending job fits alone (default
+        1,000: the answer is a sentence, not a plan).
+    """
+
+    max_domain_trials: int = 10_000
+    probe_domain_trials: int = 1_000
+
+    def __post_init__(self) -> None:
+        _positive_int("max_domain_trials", self.max_domain_trials)
+        _positive_int("probe_domain_trials", self.probe_domain_trials)
+
+
+@dataclass(frozen=True)
+class SolveParams:
+    """Every tunable of a placement solve: the model's weights and the solvers'."""
+
+    model: ModelParams = field(default_factory=ModelParams)
+    budget: BudgetParams = field(default_factory=BudgetParams)
+    cpsat: CpSatParams = field(default_factory=CpSatParams)
+    greedy: GreedyParams = field(default_factory=GreedyParams)
