@@ -23,11 +23,12 @@ app = typer.Typer(
 
 
 def _mount() -> None:
-    from hyperplace.commands import instances, solve, split
+    from hyperplace.commands import federate, instances, solve, split
 
     instances.register(app)
     solve.register(app)
     app.add_typer(split.app, name="split")
+    federate.register(app)
 
 
 _mount()

@@ -1,0 +1,224 @@
+"""Predicted step time of a job in a given shape, from the layer-split cost model.
+
+Only the cost model's public entry points are used (``solve_split`` for the best split and
+its symmetric baseline, ``evaluate_split`` through them), so a recalibrated cost model
+flows into every federation figure unchanged.
+
+Conventions. A stage that holds ``d`` data-parallel replicas of a ``u``-GPU unit is a split
+``Stage`` of ``u·d`` GPUs with tensor parallelism ``min(u, 8)``, and the model's micro-batch
+is ``b·d`` sequences (the cost model divides a micro-batch over a stage's replicas, so each
+replica sees the job's own ``b``). A step is ``m`` micro-batches per replica, so tokens per
+step are ``m·b·s·D`` whatever the shape, and shapes compare by step time alone.
+
+Data-parallel replicas in several clusters synchronise hierarchically (reduce inside each
+cluster, as the cost model's per-stage DP sync prices it, then a ring across the clusters
+over the WAN, then broadcast inside): the cross-cluster part moves ``2·(k-1)/k`` of the bf16
+gradients, ``2·(k-1)/k · 2·N`` bytes, over the slowest WAN link of the ring, plus
+``2·(k-1)`` latencies (cost-model.md, Communication: "Hierarchical ... cuts WAN bytes by the
+intra-cluster group size").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hyperplace.federation.asplaced import Location
+from hyperplace.federation.problem import FederatedJob
+from hyperplace.models.cluster import Federation
+from hyperplace.models.gpu import GPUCatalog
+from hyperplace.models.split import SplitPlan, SplitProblem, Stage, StageLink
+from hyperplace.solvers.split import solve_split
+
+BF16_BYTES = 2.0
+SPLIT_TIME_LIMIT_S = 2.0
+
+
+@dataclass
+class StagePlace:
+    """Pipeline position -> location and layers, as the split decided."""
+
+    position: int
+    location: Location
+    first_layer: int
+    last_layer: int
+
+
+@dataclass
+class Price:
+    """A priced shape: step time and its parts, per-stage layers, WAN use (Gb/s per link)."""
+
+    feasible: bool
+    step_time_s: float = math.inf
+    tokens_per_step: float = 0.0
+    pipeline_s: float = 0.0
+    bottleneck_s: float = 0.0
+    wan_transfer_s: float = 0.0
+    dp_sync_intra_s: float = 0.0
+    dp_sync_inter_s: float = 0.0
+    stages: list[StagePlace] = field(default_factory=list)
+    layers_per_stage: list[int] = field(default_factory=list)
+    wan_gbps: dict[tuple[str, str], float] = field(default_factory=dict)
+    even_step_time_s: float | None = None
+    reason: str = ""
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s if self.step_time_s > 0 else 0.0
+
+
+def link_key(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a <= b else (b, a)
+
+
+class Pricer:
+    """Prices shapes of jobs on a federation, memoising the layer splits it asks for."""
+
+    def __init__(self, federation: Federation, catalog: GPUCatalog):
+        self.federation = federation
+        self.catalog = catalog
+        self.links = [StageLink(a=link.a, b=link.b, gbps=link.gbps, latency_ms=link.latency_ms,
+                                kind="wan") for link in federation.links]
+        self._cache: dict[tuple, SplitPlan] = {}
+        self.splits = 0
+
+    def _stage(self, job: FederatedJob, position: int, loc: Location, replicas: int) -> Stage:
+        u = job.unit_gpus(position)
+        tp = math.gcd(u, 8) if u > 8 else u
+        return Stage(name=f"s{position}@{loc.cluster}:{loc.gpu_type}", cluster=loc.cluster,
+                     gpu_type=loc.gpu_type, gpu_count=u * replicas, tp=tp)
+
+    def split(self, job: FederatedJob, stages: list[Stage], replicas: int,
+              fixed_order: bool) -> SplitPlan:
+        key = (job.model.name, job.model.micro_batch_size, job.microbatches, replicas,
+               fixed_order, tuple((s.name, s.cluster, s.gpu_type, s.gpu_count, s.tp)
+                                  for s in stages))
+        if key not in self._cache:
+            self.splits += 1
+            model = job.model.model_copy(
+                update={"micro_batch_size": job.model.micro_batch_size * replicas})
+            problem = SplitProblem(model=model, stages=stages, links=self.links,
+                                   microbatches=job.microbatches, fixed_order=fixed_order)
+            self._cache[key] = solve_split(problem, time_limit=SPLIT_TIME_LIMIT_S,
+                                           catalog=self.catalog)
+        return self._cache[key]
+
+    def missing_link(self, clusters: list[str]) -> tuple[str, str] | None:
+        """A pair of consecutive clusters (in the given order) with no WAN link."""
+        for a, b in zip(clusters, clusters[1:]):
+            if a != b and self.federation.link(a, b) is None:
+                return (a, b)
+        return None
+
+    def pipeline(self, job: FederatedJob, parts: list[tuple[Location, int]]) -> Price:
+        """All ``D`` replicas of ``n`` consecutive stages at each location; the split picks
+        the cluster order (fewest WAN crossings) and the exact layer ranges."""
+        stages: list[Stage] = []
+        position = 0
+        for loc, n in parts:
+            for _ in range(n):
+                stages.append(self._stage(job, position, loc, job.replicas))
+                position += 1
+        identical = len({(g.gpus_per_group, g.gpu_requirements) for g in job.stage_groups}) == 1
+        plan = self.split(job, stages, job.replicas, fixed_order=not identical)
+        if not plan.feasible:
+            return Price(False, reason=plan.infeasible_reason or "no split fits in memory")
+        by_name = {s.name: s for s in stages}
+        ordered = [by_name[n] for n in plan.order]
+        missing = self.missing_link([s.cluster for s in ordered])
+        if missing:
+            return Price(False, reason=f"no WAN link between {missing[0]} and {missing[1]}")
+        rows = {r.name: r for r in plan.stages}
+        places = [StagePlace(k, Location(s.cluster, s.gpu_type), rows[s.name].first_layer or 0,
+                             rows[s.name].last_layer or 0) for k, s in enumerate(ordered)]
+        layers = job.model.model_copy(
+            update={"micro_batch_size": job.model.micro_batch_size * job.replicas}).build_layers()
+        wan_s = 0.0
+        wan: dict[tuple[str, str], float] = {}
+        step = plan.step_time_s or math.inf
+        for a, b in zip(places, places[1:]):
+            if a.location.cluster == b.location.cluster:
+                continue
+            link = self.federation.link(a.location.cluster, b.location.cluster)
+            assert link is not None
+            out_bytes = layers[a.last_layer].output_bytes
+            per_mb = 2 * (out_bytes * 8 / (link.gbps * 1e9) + link.latency_ms / 1e3)
+            wan_s += job.microbatches * per_mb
+            key = link_key(a.location.cluster, b.location.cluster)
+            wan[key] = wan.get(key, 0.0) + job.microbatches * 2 * out_bytes * 8 / step / 1e9
+        sym = plan.symmetric
+        return Price(
+            True, step_time_s=step, tokens_per_step=self.tokens_per_step(job),
+            pipeline_s=plan.pipeline_time_s or 0.0, bottleneck_s=plan.bottleneck_s or 0.0,
+            wan_transfer_s=wan_s, dp_sync_intra_s=plan.dp_sync_s or 0.0, stages=places,
+            layers_per_stage=[p.last_layer - p.first_layer + 1 for p in places], wan_gbps=wan,
+            even_step_time_s=sym.step_time_s if sym and sym.feasible else None,
+        )
+
+    def tokens_per_step(self, job: FederatedJob) -> float:
+        return float(job.microbatches * job.model.tokens_per_microbatch * job.replicas)
+
+    def data_parallel(self, job: FederatedJob, parts: list[tuple[Location, int]]) -> Price:
+        """``d`` whole replicas at each location, hierarchical all-reduce across clusters."""
+        clusters = [loc.cluster for loc, _ in parts]
+        k = len(set(clusters))
+        worst: Price | None = None
+        intra = 0.0
+        even: float | None = 0.0
+        places: list[StagePlace] = []
+        for loc, d in parts:
+            stages = [self._stage(job, p, loc, d) for p in range(job.stages)]
+            plan = self.split(job, stages, d, fixed_order=True)
+            if not plan.feasible:
+                return Price(False, reason=f"{loc}: {plan.infeasible_reason}")
+            intra = max(intra, plan.dp_sync_s or 0.0)
+            sym = plan.symmetric
+            if even is not None:
+                even = max(even, sym.step_time_s) if sym and sym.feasible and sym.step_time_s \
+                    else None
+            t = plan.step_time_s or math.inf
+            if worst is None or t > worst.step_time_s:
+                worst = Price(True, step_time_s=t, pipeline_s=plan.pipeline_time_s or 0.0,
+                              bottleneck_s=plan.bottleneck_s or 0.0,
+                              layers_per_stage=[r.num_layers for r in plan.stages
+                                                if r.position is not None])
+                places = [StagePlace(r.position, loc, r.first_layer or 0, r.last_layer or 0)
+                          for r in plan.stages if r.position is not None]
+        assert worst is not None
+        ring = list(dict.fromkeys(clusters))
+        inter, wan, reason = self.cross_cluster_allreduce(job, ring)
+        if reason:
+            return Price(False, reason=reason)
+        step = worst.step_time_s + inter
+        return Price(
+            True, step_time_s=step, tokens_per_step=self.tokens_per_step(job),
+            pipeline_s=worst.pipeline_s, bottleneck_s=worst.bottleneck_s,
+            dp_sync_intra_s=intra, dp_sync_inter_s=inter, stages=places,
+            layers_per_stage=worst.layers_per_stage,
+            wan_gbps={key: bytes_ * 8 / step / 1e9 for key, bytes_ in wan.items()},
+            even_step_time_s=(even + inter) if even else None,
+        ) if k > 1 else Price(
+            True, step_time_s=worst.step_time_s, tokens_per_step=self.tokens_per_step(job),
+            pipeline_s=worst.pipeline_s, bottleneck_s=worst.bottleneck_s, dp_sync_intra_s=intra,
+            stages=places, layers_per_stage=worst.layers_per_stage, even_step_time_s=even)
+
+    def cross_cluster_allreduce(self, job: FederatedJob, ring: list[str]
+                                ) -> tuple[float, dict[tuple[str, str], float], str]:
+        """Seconds of the WAN ring all-reduce among ``ring``'s clusters, bytes per link per
+        step, or a reason it cannot run (a ring hop without a link)."""
+        k = len(ring)
+        if k < 2:
+            return 0.0, {}, ""
+        hops = list(zip(ring, ring[1:])) + ([(ring[-1], ring[0])] if k > 2 else [])
+        grads = BF16_BYTES * job.model.total_params()
+        slowest = math.inf
+        latency = 0.0
+        for a, b in hops:
+            link = self.federation.link(a, b)
+            if link is None:
+                return 0.0, {}, f"no WAN link between {a} and {b} for the all-reduce ring"
+            slowest = min(slowest, link.gbps)
+            latency = max(latency, link.latency_ms / 1e3)
+        volume = 2 * (k - 1) / k * grads
+        seconds = volume * 8 / (slowest * 1e9) + 2 * (k - 1) * latency
+        return seconds, {link_key(a, b): volume for a, b in hops}, ""

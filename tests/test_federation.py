@@ -1,0 +1,254 @@
+"""Federation rounds: shapes, as-placed verification, affinities, maxDomains, priorities.
+
+Every admitted plan is re-checked here, independently of the driver: each cluster's
+sub-jobs are rebuilt as a PlacementPlan from the GPUs the FederationPlan lists and passed
+to the placement checker against that cluster's state; layer ranges must tile the model.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hyperplace.check import check
+from hyperplace.errors import InputError
+from hyperplace.federation import federate, load_problem
+from hyperplace.federation.asplaced import Part, cluster_instance, sub_job
+from hyperplace.federation.generator import federation_instance, member, pipeline_job
+from hyperplace.federation.problem import (
+    AffinityGroup,
+    FederationProblem,
+    from_training_job,
+)
+from hyperplace.models.federation import FederationPlan
+from hyperplace.models.plan import PlacementPlan, UnitPlacement
+
+
+def assert_valid(problem: FederationProblem, plan: FederationPlan) -> None:
+    """Independent re-check of every admitted job of ``plan``."""
+    jobs = {j.name: j for j in problem.jobs}
+    per_cluster: dict[str, tuple[list, list]] = {}
+    for jp in plan.jobs:
+        job = jobs[jp.job]
+        assert jp.verification.checker_violations == 0
+        assert sum(len(s.gpus) for s in jp.sub_jobs) == job.gpus
+        # tensor parallelism never crosses a cluster: every unit's GPUs are in one sub-job
+        positions = sorted({st.position for s in jp.sub_jobs for st in s.stages})
+        assert positions == list(range(job.stages))
+        if jp.shape != "data-parallel":
+            ranges = sorted((st.first_layer, st.last_layer) for s in jp.sub_jobs
+                            for st in s.stages)
+            assert ranges[0][0] == 0 and ranges[-1][1] == job.model.num_layers - 1
+            assert all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:]))
+        for s in jp.sub_jobs:
+            first = min(s.dp_ranks)
+            part = Part(next(loc for loc in _locs(problem, s.cluster, s.gpu_type)),
+                        tuple(st.position for st in s.stages), len(s.dp_ranks), first)
+            tj = sub_job(job, part)
+            placements = []
+            cursor = 0
+            for unit in s.units:
+                group, _, rep = unit.partition("/")
+                pos = next(k for k, g in enumerate(job.stage_groups) if g.name == group)
+                n = job.unit_gpus(pos)
+                placements.append(UnitPlacement(job=tj.name, unit=f"{group}/{int(rep) - first}",
+                                                gpus=s.gpus[cursor:cursor + n]))
+                cursor += n
+            jobs_c, pl_c = per_cluster.setdefault(s.cluster, ([], []))
+            jobs_c.append(tj)
+            pl_c.extend(placements)
+    for cl, (tjobs, placements) in per_cluster.items():
+        inst = cluster_instance(problem.instance, cl, tjobs)
+        pp = PlacementPlan(status="feasible", solver="federation", placements=placements)
+        violations = [v for v in check(pp, inst)
+                      if not v.code.startswith(("summary-", "pending-"))]
+        assert violations == [], f"{cl}: {violations}"
+
+
+def _locs(problem, cluster, gpu_type):
+    from hyperplace.federation.asplaced import Location
+    yield Location(cluster, gpu_type)
+
+
+def _problem(inst, jobs, **kw) -> FederationProblem:
+    return FederationProblem(inst, [from_training_job(j) if not hasattr(j, "stage_groups")
+                                    else j for j in jobs], **kw)
+
+
+# ---------------------------------------------------------------- the seed scenario
+
+
+def test_seed_scenario_splits_6_2_across_beijing_b200_and_shanghai_h100():
+    problem = load_problem()
+    plan = federate(problem, budget_s=10)
+    assert plan.pending == []
+    (jp,) = plan.jobs
+    assert jp.shape == "pipeline"
+    assert set(jp.clusters) == {"beijing", "shanghai"}
+    by_cluster = {s.cluster: s for s in jp.sub_jobs}
+    assert by_cluster["beijing"].gpu_type == "B200"
+    assert by_cluster["shanghai"].gpu_type == "H100-80"
+    layers = {s.cluster: sum(st.last_layer - st.first_layer + 1 for st in s.stages)
+              for s in jp.sub_jobs}
+    assert layers == {"beijing": 6, "shanghai": 2}
+    assert jp.predicted.layers_per_stage == [6, 2]
+    # the exact split beats the even split on the same GPUs, and Karmada's even division
+    assert jp.even_split.step_time_s > jp.predicted.step_time_s
+    assert jp.karmada_aggregated.step_time_s >= jp.predicted.step_time_s
+    assert jp.predicted.penalty_vs_best_monolithic > 1.0  # the WAN costs; best is idle Beijing
+    assert jp.wan and jp.wan[0].gbps_needed < jp.wan[0].gbps_capacity
+    assert_valid(problem, plan)
+
+
+def test_idle_seed_instance_stays_monolithic():
+    """Monolithic is the default: with both clusters idle the job stays in Beijing."""
+    problem = load_problem(instance="seed-beijing-shanghai")
+    plan = federate(problem, budget_s=10)
+    (jp,) = plan.jobs
+    assert jp.shape == "monolithic" and jp.clusters == ["beijing"]
+    assert jp.predicted.penalty_vs_best_monolithic == pytest.approx(1.0)
+    assert_valid(problem, plan)
+
+
+# ---------------------------------------------------------------- shapes
+
+
+def _three_small_clusters(gbps: float = 100.0):
+    clusters = [member(n, "H100-80", 2) for n in ("x", "y", "z")]
+    links = [("x", "y", gbps, 5.0), ("y", "z", gbps, 5.0), ("x", "z", gbps, 5.0)]
+    return federation_instance("three", clusters, links)
+
+
+def test_job_larger_than_any_cluster_is_split_across_several():
+    inst = _three_small_clusters(400.0)
+    job = pipeline_job("big", "seed-8layer", stages=4)  # 32 GPUs; each cluster has 16
+    problem = _problem(inst, [job], max_slowdown=10)
+    plan = federate(problem, budget_s=10)
+    (jp,) = plan.jobs
+    assert jp.shape == "pipeline" and len(jp.clusters) >= 2
+    assert jp.best_monolithic.note.startswith("no member cluster")
+    assert_valid(problem, plan)
+
+
+def _dp_setup(gbps: float):
+    clusters = [member("east", "H100-80", 2), member("west", "H100-80", 2)]
+    inst = federation_instance("dp", clusters, [("east", "west", gbps, 5.0)])
+    job = pipeline_job("dp-job", "llama3-8b", stages=1, replicas=4)  # 4 x 8 GPUs
+    return _problem(inst, [job])
+
+
+def test_hierarchical_dp_across_clusters_on_a_fast_wan():
+    problem = _dp_setup(400.0)
+    plan = federate(problem, budget_s=10)
+    (jp,) = plan.jobs
+    assert jp.shape == "data-parallel"
+    assert sorted(len(s.dp_ranks) for s in jp.sub_jobs) == [2, 2]
+    assert jp.predicted.parts.dp_sync_inter_s > 0
+    assert jp.predicted.penalty_vs_best_monolithic <= problem.max_slowdown
+    assert_valid(problem, plan)
+
+
+def test_hierarchical_dp_refused_on_a_slow_wan():
+    plan = federate(_dp_setup(10.0), budget_s=10)
+    assert plan.jobs == []
+    (pending,) = plan.pending
+    text = " ".join(pending.reasons)
+    assert "data-parallel" in text and "all-reduce" in text and "refused" in text
+
+
+def test_fallback_affinity_group_used_when_the_first_is_full():
+    clusters = [member("primary", "H100-80", 2, busy={0: 8, 1: 8}),
+                member("backup", "H100-80", 2)]
+    inst = federation_instance("aff", clusters, [("primary", "backup", 100.0, 5.0)])
+    job = from_training_job(pipeline_job("j", "seed-8layer", stages=2))
+    job.affinities = [AffinityGroup("prefer", ("primary",)), AffinityGroup("spill", ("backup",))]
+    problem = FederationProblem(inst, [job])
+    plan = federate(problem, budget_s=10)
+    (jp,) = plan.jobs
+    assert jp.affinity_group == "spill" and jp.clusters == ["backup"]
+    assert_valid(problem, plan)
+
+
+def test_first_affinity_group_wins_when_it_can_hold_the_job():
+    clusters = [member("primary", "A100-80", 2), member("backup", "B200", 2)]
+    inst = federation_instance("aff2", clusters, [("primary", "backup", 100.0, 5.0)])
+    job = from_training_job(pipeline_job("j", "seed-8layer", stages=2))
+    job.affinities = [AffinityGroup("prefer", ("primary",)), AffinityGroup("spill", ("backup",))]
+    plan = federate(FederationProblem(inst, [job]), budget_s=10)
+    assert plan.jobs[0].affinity_group == "prefer"  # even though B200 would be faster
+
+
+def _fragmented():
+    """16 free H100s by totals, but 2 per node: no node holds an 8-GPU NVLink unit."""
+    frag = member("frag", "H100-80", 8, busy={i: 6 for i in range(8)})
+    small = member("small", "H100-80", 1)
+    return federation_instance("frag", [frag, small], [("frag", "small", 100.0, 5.0)])
+
+
+def test_cluster_whose_totals_fit_but_domains_do_not_is_rejected():
+    inst = _fragmented()
+    job = pipeline_job("j", "seed-8layer", stages=2, nvlink_gbps=900)
+    plan = federate(_problem(inst, [job]), budget_s=10)
+    assert plan.jobs == []
+    text = " ".join(plan.pending[0].reasons)
+    assert "monolithic on H100-80@frag" in text and "by totals" in text
+
+
+def test_max_domains_bounds_the_clusters_of_a_split():
+    inst = _three_small_clusters(400.0)
+    job = from_training_job(pipeline_job("big", "seed-8layer", stages=4))
+    job.max_domains = 1
+    plan = federate(FederationProblem(inst, [job], max_slowdown=10), budget_s=10)
+    assert plan.jobs == []
+    assert any("maxDomains 1" in r for r in plan.pending[0].reasons)
+    job.max_domains = 2
+    problem = FederationProblem(inst, [job], max_slowdown=10)
+    plan = federate(problem, budget_s=10)
+    assert len(plan.jobs[0].clusters) == 2
+    assert_valid(problem, plan)
+
+
+def test_several_jobs_in_one_round_higher_priority_first():
+    clusters = [member("a", "H100-80", 2), member("b", "H100-80", 1)]
+    inst = federation_instance("prio", clusters, [("a", "b", 100.0, 5.0)])
+    low = pipeline_job("low", "seed-8layer", stages=2, priority="low")
+    high = pipeline_job("high", "seed-8layer", stages=2, priority="high")
+    small = pipeline_job("small", "seed-8layer", stages=1, priority="normal")
+    problem = _problem(inst, [low, high, small])
+    plan = federate(problem, budget_s=10)
+    admitted = {j.job for j in plan.jobs}
+    assert "high" in admitted and "small" in admitted
+    assert [p.job for p in plan.pending] == ["low"]
+    assert "fits beside the jobs admitted" in plan.pending[0].reasons[0]
+    assert_valid(problem, plan)
+
+
+@pytest.mark.parametrize("solver", ["greedy", "cpsat"])
+def test_every_solver_returns_a_verified_plan(solver):
+    problem = load_problem()
+    plan = federate(problem, budget_s=10, solver=solver)
+    assert len(plan.jobs) == 1
+    assert_valid(problem, plan)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_unknown_cluster_in_affinity_is_an_input_error():
+    job = from_training_job(pipeline_job("j", "seed-8layer", stages=2))
+    job.affinities = [AffinityGroup("g", ("mars",))]
+    with pytest.raises(InputError, match="unknown cluster 'mars'"):
+        FederationProblem(_three_small_clusters(), [job])
+
+
+def test_max_domains_zero_is_an_input_error():
+    job = from_training_job(pipeline_job("j", "seed-8layer", stages=2))
+    job.max_domains = 0
+    with pytest.raises(InputError, match="maxDomains must be at least 1"):
+        FederationProblem(_three_small_clusters(), [job])
+
+
+def test_job_no_combination_can_hold_is_pending_with_a_reason():
+    inst = _three_small_clusters()
+    job = pipeline_job("huge", "seed-8layer", stages=8, replicas=2)  # 128 GPUs of 48
+    plan = federate(_problem(inst, [job], max_slowdown=100), budget_s=10)
+    assert plan.jobs == [] and plan.pending[0].reasons
