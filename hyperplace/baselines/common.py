@@ -1,28 +1,34 @@
-"""What the three peer-style baselines share: queue order, pods, topology levels, plan output.
+"""What the peer baselines share: queue order, pods, topology levels, free GPUs, plan output.
 
-The baselines re-implement the *documented* rules of Volcano, Kueue TAS and Slurm's tree
-plugin (shared/design/peers.md). They see what those systems see, and no more:
+The baselines re-implement the rules of Volcano, Kueue TAS and Slurm's tree plugin from
+their source (each module cites file and line). They see what those systems see, and no
+more:
 
 * GPU type and memory: yes (node labels / resource flavors / gres types select them).
 * GPU *counts* per node and the switch tree (HyperNode tiers, topology levels, switches).
-* NVLink cliques: no. A pod asking for ``k`` GPUs gets the ``k`` lowest-index free GPUs of
-  its node, as the device plugin hands them out. On NVSwitch nodes that is harmless; on
-  DGX-1 (hybrid cube mesh) nodes it can pick GPUs that are not an NVLink clique.
+* NVLink cliques: the scheduler does not; the component that hands out device indices on
+  the node decides which GPUs a pod gets (``gpu_choice``: NVIDIA's device plugin for the
+  Kubernetes peers, Slurm's gres selection for Slurm). On NVSwitch nodes any choice is
+  equally good; on DGX-1 (hybrid cube mesh) nodes it decides whether a 4-GPU pod gets an
+  NVLink clique, and no peer can ask for one.
 * Link bandwidths: no (Slurm documents that ``LinkSpeed`` is unused; tiers are ranks).
 
 Pods (the modelling choice every baseline shares): a gang unit of ``g`` GPUs becomes one pod
 asking for ``g`` GPUs when ``g`` is at most the size of the largest node that suits it
 (type and memory), else ``ceil(g / size)`` pods of ``size`` GPUs (the last one takes the
 remainder). That is how people write these jobs for Kubernetes (one pod per TP group or per
-node, GPUs as an extended resource), and it means a pod never spans nodes.
+node, GPUs as an extended resource), and it means a pod never spans nodes. Pods request
+only ``nvidia.com/gpu``: CPU and memory are not modelled, which matters for the scoring
+plugins that weigh only CPU and memory by default (see ``volcano``).
 
-Queue order is the same for all three: priority descending, then queue (creation) order.
+Queue order is the same for all: priority descending, then queue (creation) order.
 Volcano's DRF share is not modelled (one queue, one tenant).
 """
 
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -46,6 +52,8 @@ from hyperplace.models.plan import (
     UnitPlacement,
 )
 from hyperplace.models.result import SolveStatus
+
+from hyperplace.baselines.gpu_choice import CHOOSERS
 
 INF_RADIUS = 10**9
 
@@ -121,6 +129,20 @@ class ClusterView:
             self.levels.append(Level(radius, doms))
         if len(self.levels[-1].domains) > 1 or len(self.levels) == 1:
             self.levels.append(Level(INF_RADIUS, [(f"cluster:{cluster.name}", order)]))
+        # node -> index of its domain, per level
+        self.member: list[dict[str, int]] = [
+            {n: i for i, (_, nodes) in enumerate(level.domains) for n in nodes}
+            for level in self.levels]
+        # HyperNode tiers: the fabric's levels (1 = leaf), not the artificial cluster level
+        self.hypernode_levels: list[int] = [
+            i for i, level in enumerate(self.levels) if 0 < i and level.radius != INF_RADIUS]
+
+    def lca_level(self, a: str, b: str) -> int | None:
+        """Lowest level with one domain holding both nodes (None: none below the cluster)."""
+        for i, member in enumerate(self.member):
+            if member[a] == member[b]:
+                return i
+        return None
 
     def suits(self, unit: GangUnit, node: Node) -> bool:
         """:func:`suits`, memoised by (selector, memory, node type): asked millions of times."""
@@ -153,19 +175,30 @@ class ClusterView:
 
 
 class FreeState:
-    """Free GPU indices per node, updated as jobs are admitted (ascending order kept)."""
+    """Free GPU indices per node (ascending), updated as pods are bound.
 
-    def __init__(self, instance: Instance):
-        self.free: dict[str, list[int]] = {
-            n.name: list(n.free_gpus) for c in instance.clusters for n in c.nodes}
-        self.used: dict[str, int] = {
-            n.name: len(n.allocated) for c in instance.clusters for n in c.nodes}
+    ``chooser`` names the rule that picks a pod's GPU indices on its node
+    (``gpu_choice.CHOOSERS``: ``device-plugin``, ``slurm-gres``, ``lowest-index``). The
+    over-time simulation keeps one of these per cluster state and calls :meth:`release`
+    when a job ends.
+    """
+
+    def __init__(self, instance: Instance, chooser: str = "device-plugin"):
+        self.nodes: dict[str, Node] = {n.name: n for c in instance.clusters for n in c.nodes}
+        self.catalog = instance.catalog
+        self.chooser = chooser
+        self.free: dict[str, list[int]] = {name: list(n.free_gpus) for name, n in self.nodes.items()}
+        self.used: dict[str, int] = {name: len(n.allocated) for name, n in self.nodes.items()}
         self.allocatable: dict[str, int] = {
-            n.name: n.gpu_count - len(n.faulty) for c in instance.clusters for n in c.nodes}
+            name: n.gpu_count - len(n.faulty) for name, n in self.nodes.items()}
 
     def copy(self, nodes: list[str] | None = None) -> "FreeState":
+        """A scratch copy (of ``nodes`` only, when given) for dry runs."""
         out = FreeState.__new__(FreeState)
         keys = nodes if nodes is not None else list(self.free)
+        out.nodes = self.nodes
+        out.catalog = self.catalog
+        out.chooser = self.chooser
         out.free = {n: list(self.free[n]) for n in keys}
         out.used = {n: self.used[n] for n in keys}
         out.allocatable = {n: self.allocatable[n] for n in keys}
@@ -174,13 +207,33 @@ class FreeState:
     def count(self, node: str) -> int:
         return len(self.free[node])
 
+    def choose(self, node: str, k: int) -> list[int]:
+        """The ``k`` GPUs the node's device manager would hand out now (not taken yet)."""
+        return CHOOSERS[self.chooser](self.nodes[node], tuple(self.free[node]), k, self.catalog)
+
     def take(self, node: str, k: int) -> list[int]:
-        """The ``k`` lowest-index free GPUs: what an NVLink-blind device plugin hands out."""
-        got, self.free[node] = self.free[node][:k], self.free[node][k:]
-        self.used[node] += k
+        """Bind ``k`` GPUs of ``node`` to a pod, chosen by :attr:`chooser`; returns them."""
+        got = self.choose(node, k)
+        self.hold(node, got)
         return got
 
+    def hold(self, node: str, gpus: list[int]) -> None:
+        """Mark ``gpus`` of ``node`` busy (they must be free)."""
+        taken = set(gpus)
+        missing = taken - set(self.free[node])
+        if missing:
+            raise ValueError(f"GPUs {sorted(missing)} of {node} are not free")
+        self.free[node] = [g for g in self.free[node] if g not in taken]
+        self.used[node] += len(taken)
+
+    def release(self, node: str, gpus: list[int]) -> None:
+        """Give ``gpus`` of ``node`` back (a job ended)."""
+        back = set(gpus) - set(self.free[node])
+        self.free[node] = sorted(set(self.free[node]) | back)
+        self.used[node] -= len(back)
+
     def commit(self, other: "FreeState") -> None:
+        """Adopt a dry run's state for the nodes it covers."""
         for n in other.free:
             self.free[n] = other.free[n]
             self.used[n] = other.used[n]
@@ -188,10 +241,19 @@ class FreeState:
 
 @dataclass
 class JobOutcome:
-    """A baseline's decision for one job: unit name -> GPUs, or the reasons it is pending."""
+    """A baseline's decision for one job: unit name -> GPUs, or the reasons it is pending.
+
+    ``held``: GPUs bound to pods of a job that is *not* running (a partly bound job whose
+    other pods found no node); they stay busy in the state and serve nobody.
+    """
 
     units: dict[str, list[GPURef]] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
+    held: list[GPURef] = field(default_factory=list)
+
+    @property
+    def placed(self) -> bool:
+        return bool(self.units)
 
 
 def eligible_nodes(view: ClusterView, units: list[GangUnit]) -> set[str]:
@@ -204,17 +266,25 @@ def eligible_nodes(view: ClusterView, units: list[GangUnit]) -> set[str]:
     return set(view._eligible[key])
 
 
-def run_baseline(instance: Instance, solver: str,
-                 place_job: Callable[[TrainingJob, FreeState, list[ClusterView]], JobOutcome]
-                 ) -> PlacementPlan:
-    """Place jobs one at a time in queue order with ``place_job``; never revisit a decision."""
+PlaceJob = Callable[[TrainingJob, FreeState, list[ClusterView], random.Random], JobOutcome]
+
+
+def run_baseline(instance: Instance, solver: str, place_job: PlaceJob, seed: int = 0,
+                 chooser: str = "device-plugin") -> PlacementPlan:
+    """Place jobs one at a time in queue order with ``place_job``; never revisit a decision.
+
+    ``seed`` drives the peer's random tie-breaking (Volcano); rules without randomness
+    ignore it.
+    """
     start = time.perf_counter()
     views = [ClusterView(c, instance.catalog) for c in instance.clusters]
-    state = FreeState(instance)
+    state = FreeState(instance, chooser)
+    rng = random.Random(seed)
     outcomes: dict[str, JobOutcome] = {}
     for job in queue_order(instance):
-        outcomes[job.name] = place_job(job, state, views)
-    return build_plan(instance, solver, outcomes, time.perf_counter() - start)
+        outcomes[job.name] = place_job(job, state, views, rng)
+    plan = build_plan(instance, solver, outcomes, time.perf_counter() - start)
+    return plan.model_copy(update={"message": f"{plan.message}; seed {seed}"})
 
 
 def build_plan(instance: Instance, solver: str, outcomes: dict[str, JobOutcome],

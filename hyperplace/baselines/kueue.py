@@ -1,28 +1,58 @@
-"""Kueue-TAS-style baseline: topology-aware admission with the BestFit algorithm.
+"""Kueue TAS baseline: Topology Aware Scheduling's assignment of each PodSet to domains.
 
-Rules re-implemented (shared/design/peers.md, Kueue Topology Aware Scheduling):
+Re-implemented from kubernetes-sigs/kueue at commit ff69552,
+``pkg/cache/scheduler/tas_flavor_snapshot.go`` (line numbers below are that file's) and
+``pkg/features/kube_features.go``:
 
-* Levels: ``block`` (the hop-3 domain: spine or SuperPOD group), ``rack`` (the hop-1
-  domain: one leaf switch or scalable unit), ``hostname``; above them the cluster.
-* A job's PodSets are its resource groups (all units of one group, as pods). A PodSet asks
-  ``required`` at the level its hop limit gives (the unit's ``maxHopCount`` when a unit has
-  several pods, the DataParallel ``maxHopCount`` when the PodSet has several units:
-  0 -> hostname, 1 -> rack, 3 -> block), else ``preferred: rack``.
-* Capacity is counted in pods: a node holds ``floor(free GPUs / pod GPUs)`` pods of the
-  PodSet (nodes of a type it accepts); domains sum their nodes.
-* BestFit: at the requested level pick one domain that holds the PodSet, the tightest one
-  (smallest capacity that still fits; first in the capacity-descending order on ties).
-  ``preferred`` climbs a level when no single domain fits. Then descend level by level:
-  sort the children by capacity (most first), take the fewest consecutive children that
-  cover the count, choosing the last one by best fit.
-* A job is admitted when all its PodSets fit, in the first cluster (ResourceFlavor) that
-  holds them; jobs are taken one at a time in queue order.
+What a PodSet asks
+    A job's PodSets are its resource groups (all units of one group, as pods). The request
+    is what the user would write for the job's hop limits: ``required`` at the level of the
+    limit that binds the whole PodSet (the DataParallel ``maxHopCount`` when the PodSet has
+    several units, the unit's own when it is one multi-pod unit; 0 -> hostname, 1 -> rack,
+    3 -> block); a unit of several pods with its own tighter limit inside a larger PodSet
+    is a slice (``podset-slice-required-topology`` at the unit's level, slice size = the
+    unit's pods). A PodSet with no limit at all has no topology request: on a TAS flavor
+    it is *implied* (``TASPodSetRequests.Implied``), its level is the lowest one, hostname
+    (``levelKeyWithImpliedFallback`` L1212-1220), and it counts as unconstrained
+    (``isUnconstrained`` L1244-1246); so is a request with only a slice constraint.
 
-Blind spots kept on purpose: pods get the lowest-index free GPUs (no NVLink cliques), and
-levels are ranks (no link bandwidth).
+Algorithm choice (``useLeastFreeCapacityAlgorithm`` L1463-1471)
+    Unconstrained PodSets use LeastFreeCapacity when the ``TASProfileMixed`` feature gate
+    is on (default on since v0.15, kube_features.go L653-656); all others use BestFit.
+    ``TASBalancedPlacement`` is alpha and off (kube_features.go L692-694), so
+    ``findLevelWithFitDomains`` is always used (L1025-1030).
+
+Counting (``fillInCounts`` L1800-)
+    A node holds ``floor(free GPUs / pod GPUs)`` pods of the PodSet (nodes of a type it
+    accepts); a domain sums its nodes; at the slice level a domain holds
+    ``pods // slice size`` slices and above it the sum of its children's slices.
+
+Finding the level (``findLevelWithFitDomains`` L1336-1441)
+    Domains of the requested level are sorted (``sortedDomains`` L1770-1796): BestFit by
+    slice count descending, LeastFreeCapacity ascending; then pod count ascending, then
+    the domain's level values. LeastFreeCapacity takes the first domain that fits, i.e.
+    the *fullest* one (L1360-1373). BestFit: if the first (largest) fits, the fitting
+    domain with the fewest slices, the first such in sort order (``findBestFitDomainBy``
+    L1307-1331). If none fits: ``required`` fails (L1379-1391); otherwise BestFit climbs one
+    level (L1392-1394); at the top level, or when unconstrained, it takes domains in sort
+    order until the count is covered, the last one by best fit (L1422-1438).
+
+Descending (L1031-1079, ``updateCountsToMinimumGeneric`` L1575-1654)
+    Above the slice level the children of all chosen domains are sorted together and take
+    the count greedily in slices (the last by best fit under BestFit); at and below it
+    each chosen domain's pods go to its own children the same way, pod by pod.
+
+A workload is admitted when all its PodSets fit, in order, each seeing the previous ones'
+usage (``addAssumedUsage`` L734-737); quota is assumed not to bind. Multi-cluster
+instances: one TAS flavor per cluster, tried in order (the first that fits wins).
+Kueue only admits and writes node selectors; the kube-scheduler binds each pod to its
+assigned host and NVIDIA's device plugin picks its GPUs (``gpu_choice``).
 """
 
 from __future__ import annotations
+
+import random
+from dataclasses import dataclass
 
 from hyperplace.baselines.common import (
     ClusterView,
@@ -38,9 +68,9 @@ from hyperplace.models.plan import GPURef
 SOLVER = "kueue-tas-style"
 
 
-def kueue_tas_style(instance: Instance) -> PlacementPlan:
-    """Kueue TAS admission, one workload at a time, as a PlacementPlan."""
-    return run_baseline(instance, SOLVER, _place_job)
+def kueue_tas_style(instance: Instance, seed: int = 0) -> PlacementPlan:
+    """Kueue TAS admission, one workload at a time (deterministic: ``seed`` is unused)."""
+    return run_baseline(instance, SOLVER, place_job, seed)
 
 
 def podsets(units: list[GangUnit]) -> list[list[GangUnit]]:
@@ -51,108 +81,199 @@ def podsets(units: list[GangUnit]) -> list[list[GangUnit]]:
     return list(groups.values())
 
 
-def _constraint(job: TrainingJob, ps: list[GangUnit], pods: list[Pod]) -> int | None:
-    """The PodSet's hop limit (None = no requirement, i.e. ``preferred: rack``)."""
-    limits = []
-    if len(ps) > 1 and job.between_replicas.max_hop_count is not None:
-        limits.append(job.between_replicas.max_hop_count)
-    if len(pods) > len(ps):
-        limits += [u.max_hop_count for u in ps if u.max_hop_count is not None]
-    return min(limits) if limits else None
+@dataclass(frozen=True)
+class TopologyRequest:
+    """A PodSet's topology request, in view level indices (0 = hostname)."""
+
+    level: int                 # requested level (hostname for implied)
+    required: bool
+    unconstrained: bool        # implied, explicit unconstrained, or slice-only
+    slice_level: int           # level the slices must fit in (hostname when no slices)
+    slice_size: int            # pods per slice (1 when no slices)
+
+    @property
+    def least_free_capacity(self) -> bool:
+        """TASProfileMixed (on by default): unconstrained -> LeastFreeCapacity."""
+        return self.unconstrained
 
 
-class _Capacity:
-    """Pods of one size each node (and domain) can still take."""
-
-    def __init__(self, view: ClusterView, state: FreeState, eligible: set[str], pod_gpus: int):
-        self.per_node = {n: (state.count(n) // pod_gpus if n in eligible else 0)
-                         for n in view.nodes}
-
-    def of(self, nodes: list[str]) -> int:
-        return sum(self.per_node[n] for n in nodes)
-
-
-def _best_fit_index(caps: list[int], count: int) -> int | None:
-    """Kueue's choice among capacity-sorted domains: tightest that fits, first on ties."""
-    best = None
-    for i, c in enumerate(caps):
-        if c >= count and (best is None or c < caps[best]):
-            best = i
-    return best
-
-
-def _sorted_domains(doms: list[tuple[str, list[str]]], cap: _Capacity
-                    ) -> list[tuple[int, str, list[str]]]:
-    out = [(cap.of(nodes), name, nodes) for name, nodes in doms]
-    out.sort(key=lambda d: -d[0])  # stable: topology order breaks ties
-    return out
+def topology_request(job: TrainingJob, ps: list[GangUnit], pods_per_unit: int,
+                     view: ClusterView) -> TopologyRequest:
+    """The request a user writes for this PodSet's hop limits (see the module docstring)."""
+    if len(ps) > 1:
+        podset_hops = job.between_replicas.max_hop_count
+    else:
+        podset_hops = ps[0].max_hop_count if pods_per_unit > 1 else None
+    unit_hops = ps[0].max_hop_count if (len(ps) > 1 and pods_per_unit > 1) else None
+    slice_level, slice_size = 0, 1
+    if unit_hops is not None:
+        lv = view.level_for_hops(unit_hops)
+        if podset_hops is None or lv < view.level_for_hops(podset_hops):
+            slice_level, slice_size = lv, pods_per_unit
+    if podset_hops is not None:
+        return TopologyRequest(view.level_for_hops(podset_hops), True, False,
+                               slice_level, slice_size)
+    if slice_size > 1:  # slice-only request: highest level, unconstrained (L1231-1232)
+        return TopologyRequest(len(view.levels) - 1, False, True, slice_level, slice_size)
+    return TopologyRequest(0, False, True, 0, 1)  # implied: hostname, unconstrained
 
 
-def _descend(view: ClusterView, level: int, nodes: list[str], count: int, cap: _Capacity
-             ) -> list[tuple[str, int]]:
-    """Pods per node under one chosen domain: fewest children, last one by best fit."""
-    if level == 0:
-        return [(nodes[0], count)]
-    inside = set(nodes)
-    children = [d for d in view.levels[level - 1].domains if d[1][0] in inside]
-    ranked = _sorted_domains(children, cap)
-    out: list[tuple[str, int]] = []
-    remaining = count
-    while remaining > 0 and ranked:
-        idx = _best_fit_index([c for c, _, _ in ranked], remaining)
-        if idx is not None:
-            c, _, child = ranked.pop(idx)
-            out += _descend(view, level - 1, child, remaining, cap)
-            remaining = 0
-        else:
-            c, _, child = ranked.pop(0)
-            if c == 0:
-                break
-            out += _descend(view, level - 1, child, c, cap)
-            remaining -= c
-    return out if remaining == 0 else []
+class _Assign:
+    """One PodSet's domain counts and the BestFit / LeastFreeCapacity steps over them."""
+
+    def __init__(self, view: ClusterView, state: FreeState, eligible: set[str], pod_gpus: int,
+                 req: TopologyRequest):
+        self.view = view
+        self.req = req
+        self.pods: dict[tuple[int, int], int] = {}
+        self.slices: dict[tuple[int, int], int] = {}
+        for level, lv in enumerate(view.levels):
+            for i, (_, nodes) in enumerate(lv.domains):
+                self.pods[(level, i)] = sum(
+                    state.count(n) // pod_gpus for n in nodes if n in eligible)
+        for level, lv in enumerate(view.levels):
+            for i, (_, nodes) in enumerate(lv.domains):
+                if level < req.slice_level:
+                    self.slices[(level, i)] = self.pods[(level, i)]
+                elif level == req.slice_level:
+                    self.slices[(level, i)] = self.pods[(level, i)] // req.slice_size
+                else:
+                    self.slices[(level, i)] = sum(
+                        self.slices[c] for c in self.children((level, i)))
+
+    def children(self, dom: tuple[int, int]) -> list[tuple[int, int]]:
+        level, i = dom
+        if level == 0:
+            return []
+        nodes = set(self.view.levels[level].domains[i][1])
+        below = self.view.levels[level - 1].domains
+        return [(level - 1, j) for j, (_, ns) in enumerate(below) if ns[0] in nodes]
+
+    def name(self, dom: tuple[int, int]) -> str:
+        return self.view.levels[dom[0]].domains[dom[1]][0]
+
+    def cap(self, dom: tuple[int, int], slices: bool) -> int:
+        return self.slices[dom] if slices else self.pods[dom]
+
+    def sort(self, doms: list[tuple[int, int]], slices: bool = True) -> list[tuple[int, int]]:
+        """``sortedDomains`` L1770-1796."""
+        sign = 1 if self.req.least_free_capacity else -1
+        return sorted(doms, key=lambda d: (sign * self.cap(d, slices), self.pods[d], self.name(d)))
+
+    def best_fit(self, doms: list[tuple[int, int]], needed: int, slices: bool) -> tuple[int, int]:
+        """``findBestFitDomainBy`` L1307-1331: fewest that still fits, first on ties."""
+        best, best_count = doms[0], None
+        for d in doms:
+            c = self.cap(d, slices)
+            if c >= needed and (best_count is None or c < best_count):
+                best, best_count = d, c
+        return best
+
+    def find_level(self, level: int, count: int) -> list[tuple[int, int]] | str:
+        """``findLevelWithFitDomains`` L1336-1441."""
+        req = self.req
+        doms = self.sort([(level, i) for i in range(len(self.view.levels[level].domains))])
+        needed = count // req.slice_size
+        top = doms[0]
+        if req.least_free_capacity:
+            for d in doms:  # L1360-1373: the fullest domain that fits
+                if self.slices[d] >= needed:
+                    return [d]
+            if req.required:
+                return f"no domain holds {needed} slices (most: {max(self.slices[d] for d in doms)})"
+        elif self.slices[top] >= needed:
+            return [self.best_fit(doms, needed, True)]
+        if self.slices[top] < needed or req.least_free_capacity:
+            if req.required:
+                return f"the largest domain holds {self.slices[top]} of {needed} slices"
+            if level < len(self.view.levels) - 1 and not req.unconstrained:
+                return self.find_level(level + 1, count)
+            chosen, remaining = [], needed
+            for idx, d in enumerate(doms):
+                if remaining <= 0:
+                    break
+                if not req.least_free_capacity and self.slices[d] >= remaining:
+                    d = self.best_fit(doms[idx:], remaining, True)
+                chosen.append(d)
+                remaining -= self.slices[d]
+            if remaining > 0:
+                return f"all domains together hold {needed - remaining} of {needed} slices"
+            return chosen
+        return [top]
+
+    def to_minimum(self, doms: list[tuple[int, int]], count: int, slices: bool
+                   ) -> list[tuple[int, int]]:
+        """``updateCountsToMinimumGeneric`` without leaders: assign ``count``, last by best fit."""
+        size = self.req.slice_size if slices else 1
+        remaining = count // size if slices else count
+        out = []
+        for i, d in enumerate(doms):
+            if not self.req.least_free_capacity and self.cap(d, slices) >= remaining:
+                d = self.best_fit(doms[i:], remaining, slices)
+            if self.cap(d, slices) >= remaining:
+                self.pods[d] = remaining * size
+                out.append(d)
+                return out
+            self.pods[d] = self.cap(d, slices) * size
+            remaining -= self.cap(d, slices)
+            out.append(d)
+        return out if remaining <= 0 else []
+
+    def descend(self, fit_level: int, chosen: list[tuple[int, int]], count: int
+                ) -> dict[str, int]:
+        """L1031-1079: down to hostnames; pods per node."""
+        current = self.to_minimum(chosen, count, True)
+        level = fit_level
+        while level > 0 and level > self.req.slice_level:  # above the slice level
+            lower = [c for d in current for c in self.children(d)]
+            current = self.to_minimum(self.sort(lower), count, True)
+            level -= 1
+        while level > 0:  # at or below it: each domain's pods to its own children
+            nxt = []
+            for d in current:
+                kids = self.sort(self.children(d), slices=False)
+                nxt += self.to_minimum(kids, self.pods[d], False)
+            current = nxt
+            level -= 1
+        return {self.view.levels[0].domains[d[1]][1][0]: self.pods[d]
+                for d in current if self.pods[d] > 0}
 
 
 def _assign_podset(job: TrainingJob, ps: list[GangUnit], view: ClusterView, state: FreeState
                    ) -> dict[str, list[GPURef]] | str:
     size = view.node_size(ps[0])
-    pods = [p for u in ps for p in pods_for(u, size)]
+    per_unit = [pods_for(u, size) for u in ps]
+    pods: list[Pod] = [p for unit_pods in per_unit for p in unit_pods]
     if not pods:
         return f"podset {ps[0].group!r}: no node of an accepted GPU type"
     pod_gpus = max(p.gpus for p in pods)
     eligible = {n for n, node in view.nodes.items() if view.suits(ps[0], node)}
-    cap = _Capacity(view, state, eligible, pod_gpus)
-    hops = _constraint(job, ps, pods)
+    req = topology_request(job, ps, len(per_unit[0]), view)
     what = f"podset {ps[0].group!r} ({len(pods)} pods x {pod_gpus} GPUs)"
-    if hops is not None:
-        levels = [view.level_for_hops(hops)]
-        mode = f"required within {hops} hops"
-    else:
-        levels = list(range(view.level_for_hops(1), len(view.levels)))
-        mode = "preferred: rack"
-    chosen = None
-    most = 0
-    for level in levels:
-        ranked = _sorted_domains(view.levels[level].domains, cap)
-        most = max([most] + [c for c, _, _ in ranked])
-        idx = _best_fit_index([c for c, _, _ in ranked], len(pods))
-        if idx is not None:
-            chosen = (level, ranked[idx][2])
-            break
-    if chosen is None:
-        return f"{what}, {mode}: the best domain holds {most} pods"
-    slots = _descend(view, chosen[0], chosen[1], len(pods), cap)
-    if not slots:
-        return f"{what}: descent found no assignment"
+    assign = _Assign(view, state, eligible, pod_gpus, req)
+    found = assign.find_level(req.level, len(pods))
+    if isinstance(found, str):
+        mode = ("required at level " + str(req.level)) if req.required else "unconstrained"
+        return f"{what}, {mode}: {found}"
+    fit_level = found[0][0]
+    per_node = assign.descend(fit_level, found, len(pods))
+    if sum(per_node.values()) < len(pods):
+        return f"{what}: the descent found room for {sum(per_node.values())} pods"
+    # pods in index order fill the hosts in the order of their level values, top level first
+    # (``buildAssignment`` L1701-1710 sorts domains by ``compareDomainLevelValues``)
+    path = {n: tuple(view.levels[lv].domains[view.member[lv][n]][0]
+                     for lv in range(len(view.levels) - 1, -1, -1)) for n in per_node}
+    slots = [n for n in sorted(per_node, key=path.__getitem__) for _ in range(per_node[n])]
     out: dict[str, list[GPURef]] = {}
-    flat = [n for n, c in slots for _ in range(c)]
-    for pod, node in zip(pods, flat):
+    for pod, node in zip(pods, slots):
         out.setdefault(pod.unit.name, []).extend(
-            GPURef(node=node, gpu=i) for i in state.take(node, pod.gpus))
+            GPURef(node=node, gpu=g) for g in state.take(node, pod.gpus))
     return out
 
 
-def _place_job(job: TrainingJob, state: FreeState, views: list[ClusterView]) -> JobOutcome:
+def place_job(job: TrainingJob, state: FreeState, views: list[ClusterView],
+              rng: random.Random | None = None) -> JobOutcome:
+    """One workload through TAS; on success its GPUs are taken in ``state``."""
     units = job.units()
     reasons: list[str] = []
     for view in views:
@@ -161,7 +282,7 @@ def _place_job(job: TrainingJob, state: FreeState, views: list[ClusterView]) -> 
         for ps in podsets(units):
             got = _assign_podset(job, ps, view, trial)
             if isinstance(got, str):
-                reasons.append(f"{SOLVER}: {view.cluster.name}: {got}")
+                reasons.append(f"kueue: {view.cluster.name}: {got}")
                 break
             placed.update(got)
         else:

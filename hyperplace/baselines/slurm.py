@@ -1,31 +1,46 @@
-"""Slurm-tree-style baseline: topology/tree switch selection with best fit, GPUs as gres.
+"""Slurm baseline: ``topology/tree`` node selection, GPUs as gres with ``Links=``.
 
-Rules re-implemented (shared/design/peers.md, Slurm ``topology/tree`` + ``select/cons_tres``):
+Re-implemented from SchedMD/slurm at commit 284c3b9,
+``src/plugins/topology/tree/eval_nodes_tree.c`` (``_eval_nodes_topo`` L773-1425):
 
-* Jobs one at a time in queue order (priority, then submit order); no backfill.
-* The job's tasks are its pods (see ``common``), GPUs counted per node (``gres/gpu``).
-* Pick the lowest-level switch whose subtree can hold the whole job (checked by a first-fit
-  of the tasks onto per-node free GPU counts); among switches of that level the tightest
-  one (fewest free GPUs). ``--switches``: a job hop limit caps the level (the DataParallel
-  ``maxHopCount``, or a multi-node unit's own; the smallest applies to the whole job, as
-  one allocation carries one ``--switches`` value: hop 1 -> one leaf switch).
-* Inside that switch, best fit over its leaf switches: if some leaf holds all remaining
-  tasks, the tightest such leaf; otherwise the leaf with the most free GPUs takes what it
-  can, and repeat. Within a leaf, nodes in index order, tasks first-fit.
+* Jobs one at a time in queue order (priority, then submit order); no backfill here (the
+  over-time simulation adds it). The job's tasks are its pods (see ``common``); a node can
+  take a task when it has a GPU type the job accepts and enough free GPUs (the job's
+  node map).
+* The top switch is the highest-level switch with enough usable nodes (L920-972): with one
+  tree per cluster that is its root, so every usable node of the cluster is a candidate.
+* Leaf switches are then chosen one at a time (L1280-1348) by ``_topo_choose_best_switch``
+  (L108-136) and ``_topo_compare_switches`` (L60-106): a leaf closer (switch distance,
+  ``_topo_add_dist`` L43-53) to the leaves already chosen wins if it can hold the rest of
+  the job; at equal distance, of two leaves that both fit the one with **fewer usable
+  nodes** wins (the tightest by node count, not by free GPUs); a fitting leaf beats one
+  that does not; when neither fits their parents are compared the same way, then the
+  leaf with more usable nodes wins, then the lower level; ties keep the first leaf.
+  "Fits" is Slurm's node and CPU count test; with GPU tasks of different sizes we test
+  that the leaf's usable nodes can hold the remaining tasks.
+* Nodes of the chosen leaf are taken in bitmap (index) order, not by free resources
+  (L1302-1306 says so), each node taking as many of the remaining tasks as its free GPUs
+  allow (block distribution).
+* ``--switches=1`` (a hop limit of 1: one leaf switch) makes a job whose allocation spans
+  more leaves wait (L1362-1416): it stays pending. Slurm's tree plugin has no constraint
+  for a spine (hop 3), so such a job may be spread over spines and the checker says so.
+  A hop limit of 0 is ``-N 1``: all tasks on one node.
+* Which GPUs of a node a task gets: ``gpu_choice.slurm_gres_choice`` (cons_tres with the
+  ``Links=`` matrix).
 * Multi-cluster instances: the first cluster that can hold the job (federated submit).
 
-Blind spots kept on purpose: ``LinkSpeed`` is not used, and gres hands out the
-lowest-index free GPUs (no NVLink cliques).
+Blind spots kept on purpose: ``LinkSpeed`` is not used (tiers are ranks).
 """
 
 from __future__ import annotations
+
+import random
 
 from hyperplace.baselines.common import (
     ClusterView,
     FreeState,
     JobOutcome,
     Pod,
-    eligible_nodes,
     pods_for,
     run_baseline,
 )
@@ -35,102 +50,178 @@ from hyperplace.models.plan import GPURef
 SOLVER = "slurm-tree-style"
 
 
-def slurm_tree_style(instance: Instance) -> PlacementPlan:
-    """Slurm's tree topology selection, one job at a time, as a PlacementPlan."""
-    return run_baseline(instance, SOLVER, _place_job)
+def slurm_tree_style(instance: Instance, seed: int = 0) -> PlacementPlan:
+    """Slurm's tree topology selection, one job at a time (deterministic)."""
+    return run_baseline(instance, SOLVER, place_job, seed, chooser="slurm-gres")
 
 
 def job_switch_limit(job: TrainingJob, units: list[GangUnit], pods: list[Pod]) -> int | None:
-    """The hop limit that becomes the whole allocation's ``--switches`` constraint."""
+    """The hop limit that becomes the whole allocation's ``--switches`` / ``-N`` constraint."""
     limits = []
     if len(units) > 1 and job.between_replicas.max_hop_count is not None:
         limits.append(job.between_replicas.max_hop_count)
     multi = {p.unit.name for p in pods if p.index > 0}
     limits += [u.max_hop_count for u in units if u.name in multi and u.max_hop_count is not None]
+    if len(units) == 1 and units[0].max_hop_count is not None:
+        limits.append(units[0].max_hop_count)
     return min(limits) if limits else None
 
 
-def _first_fit(pods: list[Pod], nodes: list[str], view: ClusterView, free: dict[str, int]
-               ) -> list[tuple[Pod, str]]:
-    """Tasks in order onto nodes in index order; returns the tasks that found a node."""
+def _pack(pods: list[Pod], nodes: list[str], free: dict[str, int], view: ClusterView
+          ) -> list[tuple[Pod, str]]:
+    """Block distribution: nodes in index order, each takes the remaining tasks that fit."""
     out = []
-    for pod in pods:
-        for n in nodes:
+    remaining = list(pods)
+    for n in nodes:
+        rest = []
+        for pod in remaining:
             if free[n] >= pod.gpus and view.suits(pod.unit, view.nodes[n]):
                 free[n] -= pod.gpus
                 out.append((pod, n))
-                break
+            else:
+                rest.append(pod)
+        remaining = rest
+        if not remaining:
+            break
     return out
 
 
-def _holds(pods: list[Pod], nodes: list[str], view: ClusterView, state: FreeState) -> bool:
-    free = {n: state.count(n) for n in nodes}
-    if sum(free.values()) < sum(p.gpus for p in pods):
-        return False
-    ordered = sorted(pods, key=lambda p: -p.gpus)
-    return len(_first_fit(ordered, nodes, view, free)) == len(pods)
+def _holds(pods: list[Pod], nodes: list[str], free: dict[str, int], view: ClusterView) -> bool:
+    return len(_pack(pods, nodes, dict(free), view)) == len(pods)
 
 
-def _free_in(nodes: list[str], state: FreeState, eligible: set[str]) -> int:
-    """Free GPUs of a type the job accepts: what gres would count for this request."""
-    return sum(state.count(n) for n in nodes if n in eligible)
+class _Tree:
+    """Leaf switches of one cluster restricted to the job's usable nodes."""
+
+    def __init__(self, view: ClusterView, usable: list[str]):
+        self.view = view
+        self.leaf = view.leaf_level()
+        inside = set(usable)
+        self.leaves = [[n for n in nodes if n in inside] for _, nodes in view.levels[self.leaf].domains]
+        self.first = [nodes[0] for _, nodes in view.levels[self.leaf].domains]
+
+    def distance(self, i: int, j: int) -> int:
+        """Switch distance between two leaves: how far up their common switch sits."""
+        if i == j:
+            return 0
+        lca = self.view.lca_level(self.first[i], self.first[j])
+        return 2 * ((lca if lca is not None else len(self.view.levels)) - self.leaf)
+
+    def parent_nodes(self, i: int, up: int) -> list[str]:
+        """Usable nodes under leaf ``i``'s ancestor ``up`` levels higher."""
+        level = min(self.leaf + up, len(self.view.levels) - 1)
+        dom = self.view.member[level][self.first[i]]
+        inside = set(self.view.levels[level].domains[dom][1])
+        return [n for k, nodes in enumerate(self.leaves) for n in nodes
+                if n in inside]
 
 
-def _place_job(job: TrainingJob, state: FreeState, views: list[ClusterView]) -> JobOutcome:
+def _compare(tree: _Tree, i: int, j: int, pods: list[Pod], free: dict[str, int]
+             ) -> tuple[int, bool]:
+    """``_topo_compare_switches``: (1 if leaf i is the better fit, -1 if j, 0 if equal; i fits)."""
+    up = 0
+    ni, nj = tree.leaves[i], tree.leaves[j]
+    i_fit_leaf = _holds(pods, ni, free, tree.view)
+    while True:
+        i_fit = _holds(pods, ni, free, tree.view)
+        j_fit = _holds(pods, nj, free, tree.view)
+        if i_fit and j_fit:
+            if len(ni) != len(nj):
+                return (1 if len(ni) < len(nj) else -1), i_fit_leaf
+            break
+        if i_fit:
+            return 1, i_fit_leaf
+        if j_fit:
+            return -1, i_fit_leaf
+        top = len(tree.view.levels) - 1
+        if tree.leaf + up >= top:
+            break
+        up += 1
+        lv = tree.leaf + up
+        if tree.view.member[lv][tree.first[i]] == tree.view.member[lv][tree.first[j]]:
+            break  # same parent: stop climbing (L84-91)
+        ni, nj = tree.parent_nodes(i, up), tree.parent_nodes(j, up)
+    if len(ni) != len(nj):
+        return (1 if len(ni) > len(nj) else -1), i_fit_leaf
+    return 0, i_fit_leaf
+
+
+def _choose_leaf(tree: _Tree, candidates: list[int], dist: dict[int, int], pods: list[Pod],
+                 free: dict[str, int]) -> int | None:
+    """``_topo_choose_best_switch`` over the leaves in index order."""
+    best = None
+    for i in candidates:
+        if not tree.leaves[i]:
+            continue
+        if best is None:
+            best = i
+            continue
+        tcs, i_fit = _compare(tree, i, best, pods, free)
+        if (dist[i] < dist[best] and i_fit) or (dist[i] == dist[best] and tcs > 0):
+            best = i
+    return best
+
+
+def _select(pods: list[Pod], view: ClusterView, usable: list[str], free: dict[str, int],
+            hops: int | None) -> list[tuple[Pod, str]] | str:
+    """Nodes for every task, or why the job waits."""
+    if hops == 0:  # -N 1
+        tree = _Tree(view, [n for n in usable if _holds(pods, [n], free, view)])
+        leaf = _choose_leaf(tree, list(range(len(tree.leaves))),
+                            dict.fromkeys(range(len(tree.leaves)), 0), pods, free)
+        if leaf is None:
+            return "-N 1: no node holds every task"
+        return _pack(pods, tree.leaves[leaf][:1], dict(free), view)
+    tree = _Tree(view, usable)
+    dist = dict.fromkeys(range(len(tree.leaves)), 0)
+    remaining = list(pods)
+    chosen: list[tuple[Pod, str]] = []
+    used_leaves: list[int] = []
+    left = set(range(len(tree.leaves)))
+    while remaining:
+        leaf = _choose_leaf(tree, sorted(left), dist, remaining, free)
+        if leaf is None:
+            break
+        left.discard(leaf)
+        used_leaves.append(leaf)
+        for k in dist:
+            dist[k] += tree.distance(leaf, k)
+        got = _pack(remaining, tree.leaves[leaf], free, view)
+        placed = {id(p) for p, _ in got}
+        chosen += got
+        remaining = [p for p in remaining if id(p) not in placed]
+    if remaining:
+        return (f"{len(remaining)} of {len(pods)} tasks found no node with enough free GPUs "
+                "of an accepted type")
+    if hops is not None and hops <= 1 and len({l for l in used_leaves}) > 1:
+        return (f"--switches=1: the allocation needs {len(used_leaves)} leaf switches; the job "
+                "waits for one switch")
+    return chosen
+
+
+def place_job(job: TrainingJob, state: FreeState, views: list[ClusterView],
+              rng: random.Random | None = None) -> JobOutcome:
+    """One job through the tree plugin; on success its GPUs are taken in ``state``."""
     units = job.units()
     reasons = []
     for view in views:
         pods = [p for u in units for p in pods_for(u, view.node_size(u))]
         if len(pods) < len(units):
-            reasons.append(f"{SOLVER}: {view.cluster.name}: no node with an accepted GPU type")
+            reasons.append(f"slurm: {view.cluster.name}: no node with an accepted GPU type")
             continue
+        smallest = min(p.gpus for p in pods)
+        usable = [n for n, node in view.nodes.items()
+                  if state.count(n) >= smallest and any(view.suits(u, node) for u in units)]
+        free = {n: state.count(n) for n in usable}
         hops = job_switch_limit(job, units, pods)
-        top = view.level_for_hops(hops)
-        start = view.leaf_level() if top > 0 else 0
-        for level in range(start, top + 1):
-            fitting = [nodes for _, nodes in view.levels[level].domains
-                       if _holds(pods, nodes, view, state)]
-            if not fitting:
-                continue
-            eligible = eligible_nodes(view, units)
-            switch = min(fitting, key=lambda nodes: _free_in(nodes, state, eligible))
-            placed = _allocate(pods, switch, view, state, level, eligible)
-            if placed is not None:
-                return JobOutcome(units=placed)
-        reasons.append(f"{SOLVER}: {view.cluster.name}: no switch at or below level {top} "
-                       f"(hop limit {hops if hops is not None else 'none'}) can hold "
-                       f"{len(pods)} tasks / {sum(p.gpus for p in pods)} GPUs")
+        got = _select(pods, view, usable, dict(free), hops)
+        if isinstance(got, str):
+            reasons.append(f"slurm: {view.cluster.name}: {got}")
+            continue
+        order = {id(p): i for i, p in enumerate(pods)}
+        out: dict[str, list[GPURef]] = {}
+        for pod, n in sorted(got, key=lambda c: order[id(c[0])]):
+            out.setdefault(pod.unit.name, []).extend(
+                GPURef(node=n, gpu=g) for g in state.take(n, pod.gpus))
+        return JobOutcome(units=out)
     return JobOutcome(reasons=reasons)
-
-
-def _allocate(pods: list[Pod], switch_nodes: list[str], view: ClusterView, state: FreeState,
-              level: int, eligible: set[str]) -> dict[str, list[GPURef]] | None:
-    """Best fit over the switch's leaves, tightest first; first fit on nodes in a leaf."""
-    inside = set(switch_nodes)
-    leaf_level = min(level, view.leaf_level())
-    leaves = [nodes for _, nodes in view.levels[leaf_level].domains if nodes[0] in inside]
-    remaining = list(pods)
-    trial = state.copy(switch_nodes)
-    chosen: list[tuple[Pod, str]] = []
-    while remaining:
-        whole = [nodes for nodes in leaves if _holds(remaining, nodes, view, trial)]
-        if whole:
-            leaf = min(whole, key=lambda nodes: _free_in(nodes, trial, eligible))
-        else:
-            usable = [nodes for nodes in leaves if _free_in(nodes, trial, eligible) > 0]
-            if not usable:
-                return None
-            leaf = max(usable, key=lambda nodes: _free_in(nodes, trial, eligible))
-        free = {n: trial.count(n) for n in leaf}
-        got = _first_fit(sorted(remaining, key=lambda p: -p.gpus), leaf, view, free)
-        for pod, n in got:
-            chosen.append((pod, n))
-            trial.take(n, pod.gpus)
-        placed_ids = {id(p) for p, _ in got}
-        remaining = [p for p in remaining if id(p) not in placed_ids]
-        leaves = [nodes for nodes in leaves if nodes is not leaf]
-    order = {id(p): i for i, p in enumerate(pods)}
-    out: dict[str, list[GPURef]] = {}
-    for pod, n in sorted(chosen, key=lambda c: order[id(c[0])]):
-        out[pod.unit.name] = out.get(pod.unit.name, []) + [GPURef(node=n, gpu=i) for i in state.take(n, pod.gpus)]
-    return out

@@ -1,31 +1,76 @@
-"""Volcano-style baseline: gang scheduling with network-topology-aware allocate (HyperNodes).
+"""Volcano baseline: the allocate action with the network-topology-aware and binpack plugins.
 
-Rules re-implemented (shared/design/peers.md, Volcano allocate + binpack):
+Re-implemented from volcano-sh/volcano at commit ed72c7c (files under ``pkg/scheduler/``):
 
-* Jobs one at a time in queue order; a job (PodGroup) is bound only if every pod fits.
-* HyperNode tiers are the cluster's topology levels (tier 1 = leaf switch, tier 2 = spine
-  or pod, top = the cluster). ``highestTierAllowed`` comes from the job's hop limit: the
-  DataParallel ``maxHopCount`` for multi-unit jobs, the unit's own for one-unit jobs
-  (hop 1 -> tier 1, hop 3 -> tier 2, hop 0 -> one node, unset -> top).
-* Walk tiers from 1 up to that tier. At a tier, every HyperNode whose idle GPUs (of a type
-  the job accepts) cover the job's GPUs gets a dry-run; the best-scoring successful one
-  wins, score = GPU utilisation of the HyperNode after placement (binpack; ties go to the
-  HyperNode seen first, as no job already holds tasks). If no dry-run succeeds the walk
-  climbs to the next tier.
-* Inside the HyperNode each pod goes to the node with the highest binpack score
-  ``(used + request) / allocatable`` among nodes with enough free GPUs (first node on ties).
-  A unit larger than a node (several pods) that has its own ``maxHopCount`` is a partition
-  (``partitionPolicy``): it gets its own tier walk inside the job's HyperNode.
-* Multi-cluster instances: each cluster is walked on its own (each runs its own Volcano)
-  and the cluster whose chosen HyperNode scores best wins; a job never crosses clusters.
+Which path a job takes
+    ``actions/allocate/allocate.go`` L197-202 and L308-341: only a job whose
+    ``networkTopology`` is hard mode *with* ``highestTierAllowed`` set
+    (``api/job_info.go`` L1301-1307 ``IsHardTopologyMode``, L1413-1418) goes through
+    ``allocateForJob`` and walks HyperNode tiers. Every other job, soft mode included, is
+    placed task by task over all nodes (``allocateResourcesForTasks`` on
+    ``ClusterTopHyperNode``). Here a job's hop limit (the DataParallel ``maxHopCount`` for
+    a multi-unit job, the unit's own otherwise) becomes ``networkTopology`` in the mode
+    :attr:`VolcanoConfig.topology_mode` says (``hard`` by default: the user who wrote a hop
+    limit wants it enforced); a job without one has no ``networkTopology``. Hop 1 is tier
+    1 (the leaf HyperNode), hop 3 tier 2, and so on; hop 0 cannot be said with a tier
+    (tier 1 is the lowest), so it becomes tier 1 and the checker reports any breach.
 
-Blind spots kept on purpose: GPU counts per node only, so a pod gets the lowest-index free
-GPUs (not an NVLink clique on DGX-1 nodes); tiers are ranks, so link bandwidth is ignored.
+Hard mode (``allocateForJob``, allocate.go L370-463)
+    ``hyperNodeGradientFn`` (``plugins/network-topology-aware/network_topology_aware.go``
+    L602-671) lists the HyperNodes of tier <= ``highestTierAllowed`` whose idle GPUs cover
+    the job's minimum resources, grouped by tier, lowest tier first. For the first tier
+    with any success, every candidate is dry-run (tasks placed, then discarded, L386-431)
+    and the job goes to the best-scoring one (``selectBestHyperNodeForJob`` L543-558: the
+    highest score, ties broken by Go's random map order). A unit larger than one node with
+    its own ``maxHopCount`` is a sub-job (a partition) with its own hard tier, placed
+    inside the job's HyperNode the same way (``allocateForSubJob`` L465-539).
+
+HyperNode score (``HyperNodeOrderFn``, network_topology_aware.go L359-438)
+    ``(used + request) / allocatable`` summed over the resources that have a HyperNode
+    binpack weight (0 if the request does not fit), then, among the best, the share of the
+    job's tasks already in it; times ``10 x weight`` (L808-813). Ties:
+    ``util/scheduler_helper.go`` L212-228 ``SelectBestHyperNodeAndScore`` picks at random.
+
+Task by task (``allocateResourcesForTasks``, allocate.go L719-867)
+    For each task: the nodes that pass the predicates (GPU type, enough idle GPUs), then
+    the best node by score (``prioritizeNodes`` L882-951, ``util.PrioritizeNodes``
+    scheduler_helper.go L78-142, ``SelectBestNodeAndScore`` L194-210: highest score,
+    **random among equal scores**). A job whose tasks do not all fit is discarded whole
+    (L854-866: the gang is all-or-nothing within one scheduling cycle). Node score:
+
+    * binpack (``plugins/binpack/binpack.go`` L186-261): ``10 x weight x sum_r w_r (used_r
+      + req_r) / allocatable_r / sum_r w_r`` over the resources the task requests *that
+      have a weight*. CPU and memory have weight 1 by default; ``nvidia.com/gpu`` counts
+      only when listed in ``binpack.resources`` (L44-48, L221-224).
+    * network-topology-aware, task of a job without topology (L479-516, on by default:
+      ``hypernode.binpack.normal-pod.enable`` true, fading 0.8): the HyperNode binpack
+      score of the node's HyperNode at each tier, weighted ``fading^(tier-1)``, averaged.
+    * network-topology-aware, task of a job with topology (hard or soft, L559-589): 0 for
+      the first task; then ``(maxTier - tier(LCA)) / (maxTier - minTier)`` of the node's
+      leaf HyperNode and the HyperNode the job's placed tasks span (1 for the same leaf),
+      plus the share of the job's tasks already there when the best scores tie.
+
+Configuration (:class:`VolcanoConfig`)
+    ``volcano-style`` assumes what a GPU cluster operator following Volcano's docs would
+    set: ``binpack.resources: nvidia.com/gpu`` and ``hypernode.binpack.resources:
+    nvidia.com/gpu`` (weight 1 each), with the network-topology-aware plugin enabled.
+    ``volcano-default`` is the shipped ``installer/helm/chart/volcano/config/
+    volcano-scheduler.conf`` (binpack with its default weights) plus the
+    network-topology-aware plugin with default arguments: GPUs carry no weight anywhere,
+    our pods request only GPUs, so every feasible node and HyperNode scores the same and
+    the choice is uniformly random.
+
+Blind spots kept on purpose: the scheduler counts GPUs per node; which GPUs a pod gets is
+the device plugin's choice (``gpu_choice``); tiers are ranks, so bandwidth is ignored.
+Multi-cluster instances: each cluster runs its own Volcano; the job goes to the first
+cluster (instance order) that can run it.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import random
+from dataclasses import dataclass
+from typing import Literal
 
 from hyperplace.baselines.common import (
     ClusterView,
@@ -40,15 +85,54 @@ from hyperplace.models import GangUnit, Instance, PlacementPlan, TrainingJob
 from hyperplace.models.plan import GPURef
 
 SOLVER = "volcano-style"
-
-# A dry run: takes a scratch state for the HyperNode's nodes, fills it, returns the units'
-# GPUs (or None when the gang does not fit).
-DryRun = Callable[[FreeState, list[str]], dict[str, list[GPURef]] | None]
+MAX_NODE_SCORE = 10.0  # k8s.io/kube-scheduler/framework MaxNodeScore
+FULL_SCORE = 1.0
 
 
-def volcano_style(instance: Instance) -> PlacementPlan:
-    """Volcano's allocate action, one job at a time, as a PlacementPlan."""
-    return run_baseline(instance, SOLVER, _place_job)
+@dataclass(frozen=True)
+class VolcanoConfig:
+    """The scheduler configuration a Volcano baseline assumes.
+
+    gpu_binpack
+        ``nvidia.com/gpu`` listed in ``binpack.resources`` and
+        ``hypernode.binpack.resources`` (weight 1). False: the shipped defaults (CPU and
+        memory only), which make every node score the same for GPU-only pods.
+    topology_mode
+        The ``networkTopology.mode`` a job's hop limit becomes: ``hard`` or ``soft``.
+    normal_pod_fading
+        ``hypernode.binpack.normal-pod.fading`` (default 0.8).
+    """
+
+    gpu_binpack: bool = True
+    topology_mode: Literal["hard", "soft"] = "hard"
+    normal_pod_fading: float = 0.8
+
+    def __post_init__(self) -> None:
+        if self.topology_mode not in ("hard", "soft"):
+            raise ValueError("topology_mode must be 'hard' or 'soft'")
+        if self.normal_pod_fading < 0:
+            raise ValueError("normal_pod_fading must be >= 0")
+
+
+GPU_BINPACK = VolcanoConfig()
+DEFAULT_CONFIG = VolcanoConfig(gpu_binpack=False)
+
+
+def volcano_style(instance: Instance, seed: int = 0) -> PlacementPlan:
+    """Volcano with GPU binpack configured (the bench's assumption), one run for ``seed``."""
+    return run_baseline(instance, SOLVER, _placer(GPU_BINPACK), seed)
+
+
+def volcano_default(instance: Instance, seed: int = 0) -> PlacementPlan:
+    """Volcano with the shipped default weights (GPUs unweighted), one run for ``seed``."""
+    return run_baseline(instance, "volcano-default", _placer(DEFAULT_CONFIG), seed)
+
+
+def _placer(config: VolcanoConfig):
+    def place(job: TrainingJob, state: FreeState, views: list[ClusterView],
+              rng: random.Random) -> JobOutcome:
+        return place_job(job, state, views, rng, config)
+    return place
 
 
 def job_hop_limit(job: TrainingJob, units: list[GangUnit]) -> int | None:
@@ -58,116 +142,277 @@ def job_hop_limit(job: TrainingJob, units: list[GangUnit]) -> int | None:
     return job.between_replicas.max_hop_count
 
 
-def _binpack_pods(pods: list[Pod], nodes: list[str], state: FreeState) -> list[GPURef] | None:
-    """Each pod to the fullest node that still has room (Volcano binpack node score)."""
-    out: list[GPURef] = []
+def tier_level(view: ClusterView, hops: int) -> int | None:
+    """The level index of ``highestTierAllowed`` for a hop limit (tier 1 at least)."""
+    if not view.hypernode_levels:
+        return None
+    allowed = [i for i in view.hypernode_levels if view.levels[i].radius <= max(hops, 1)]
+    return allowed[-1] if allowed else view.hypernode_levels[0]
+
+
+# ---- scores -------------------------------------------------------------------------
+
+class _Scorer:
+    """Node and HyperNode scores of the configured plugins, on the current state."""
+
+    def __init__(self, view: ClusterView, state: FreeState, config: VolcanoConfig):
+        self.view = view
+        self.state = state
+        self.config = config
+
+    def hypernode_binpack(self, level: int, dom: int, request: int) -> float:
+        """``getPodHyperNodeBinPackingScore`` / ``getSubJobHyperNodeBinPackingScore``."""
+        if not self.config.gpu_binpack:
+            return 0.0  # no resource with a weight: totalWeight 0 -> ZeroScore
+        nodes = self.view.levels[level].domains[dom][1]
+        alloc = sum(self.state.allocatable[n] for n in nodes)
+        used = sum(self.state.used[n] for n in nodes)
+        if alloc <= 0 or used + request > alloc:
+            return 0.0
+        return (used + request) / alloc
+
+    def binpack(self, node: str, request: int) -> float:
+        """binpack.go ``BinPackingScore`` for a GPU-only task."""
+        if not self.config.gpu_binpack:
+            return 0.0
+        alloc = self.state.allocatable[node]
+        used = self.state.used[node]
+        if alloc <= 0 or used + request > alloc:
+            return 0.0
+        return MAX_NODE_SCORE * (used + request) / alloc
+
+    def normal_pod(self, node: str, request: int) -> float:
+        """``batchNodeOrderFnForNormalPods``: tier-faded HyperNode binpack."""
+        levels = self.view.hypernode_levels
+        if not levels:
+            return 0.0
+        total = weight_sum = 0.0
+        for tier, level in enumerate(levels, start=1):
+            w = self.config.normal_pod_fading ** (tier - 1)
+            weight_sum += w
+            total += w * self.hypernode_binpack(level, self.view.member[level][node], request)
+        return MAX_NODE_SCORE * total / weight_sum if weight_sum > 0 else 0.0
+
+    def topology_pod(self, node: str, placed: list[str], total_tasks: int) -> float:
+        """``batchNodeOrderFnForNetworkAwarePods`` without the task-count tie term."""
+        if not placed or not self.view.hypernode_levels:
+            return 0.0
+        levels = self.view.hypernode_levels
+        lca = max(self.view.lca_level(node, p) or 10**9 for p in placed)
+        leaf = levels[0]
+        if lca <= leaf:
+            return MAX_NODE_SCORE * FULL_SCORE
+        if lca not in levels:
+            return 0.0
+        if len(levels) == 1:
+            return MAX_NODE_SCORE * FULL_SCORE
+        tier = levels.index(lca) + 1
+        return MAX_NODE_SCORE * (len(levels) - tier) / (len(levels) - 1)
+
+
+def _best(scored: list[tuple[float, str]], rng: random.Random) -> str:
+    """``SelectBestNodeAndScore``: the highest score, one of the equal ones at random."""
+    top = max(s for s, _ in scored)
+    return rng.choice([n for s, n in scored if s == top])
+
+
+def _place_tasks(pods: list[Pod], nodes: list[str], view: ClusterView, state: FreeState,
+                 rng: random.Random, config: VolcanoConfig, with_topology: bool
+                 ) -> dict[str, list[GPURef]] | None:
+    """``allocateResourcesForTasks``: pod by pod, best node each; None if one does not fit."""
+    scorer = _Scorer(view, state, config)
+    placed_nodes: list[str] = []
+    out: dict[str, list[GPURef]] = {}
     for pod in pods:
-        best, best_score = None, -1.0
-        for n in nodes:
-            if state.count(n) < pod.gpus:
-                continue
-            score = (state.used[n] + pod.gpus) / max(1, state.allocatable[n])
-            if score > best_score:
-                best, best_score = n, score
-        if best is None:
+        candidates = [n for n in nodes
+                      if state.count(n) >= pod.gpus and view.suits(pod.unit, view.nodes[n])]
+        if not candidates:
             return None
-        out += [GPURef(node=best, gpu=i) for i in state.take(best, pod.gpus)]
+        if len(candidates) == 1:
+            best = candidates[0]
+        else:
+            scored = []
+            for n in candidates:
+                score = scorer.binpack(n, pod.gpus)
+                if with_topology:
+                    score += scorer.topology_pod(n, placed_nodes, len(pods))
+                else:
+                    score += scorer.normal_pod(n, pod.gpus)
+                scored.append((score, n))
+            if with_topology and placed_nodes:
+                scored = _task_share_tiebreak(scored, placed_nodes, view, len(pods))
+            best = _best(scored, rng)
+        out.setdefault(pod.unit.name, []).extend(
+            GPURef(node=best, gpu=g) for g in state.take(best, pod.gpus))
+        placed_nodes.append(best)
     return out
 
 
-def _utilisation(state: FreeState, nodes: list[str]) -> float:
-    alloc = sum(state.allocatable[n] for n in nodes)
-    return sum(state.used[n] for n in nodes) / alloc if alloc else 0.0
+def _task_share_tiebreak(scored: list[tuple[float, str]], placed: list[str], view: ClusterView,
+                         total: int) -> list[tuple[float, str]]:
+    """L578-586: among the best-scoring nodes, add the job's task share of their leaf."""
+    top = max(s for s, _ in scored)
+    best = [n for s, n in scored if s == top]
+    if len(best) < 2 or not view.hypernode_levels:
+        return scored
+    leaf = view.hypernode_levels[0]
+    member = view.member[leaf]
+    out = []
+    for s, n in scored:
+        if s == top:
+            share = sum(1 for p in placed if member[p] == member[n]) / total
+            s += MAX_NODE_SCORE * share
+        out.append((s, n))
+    return out
 
 
-def _tier_walk(view: ClusterView, scope: set[str], max_level: int, demand: int,
-               eligible: set[str], state: FreeState, dry_run: DryRun
-               ) -> tuple[FreeState, dict[str, list[GPURef]]] | str:
-    """Lowest tier first; best binpack HyperNode among successful dry runs; else a reason."""
-    start = view.leaf_level() if max_level > 0 else 0
+def _pods_of(units: list[GangUnit], view: ClusterView) -> list[Pod] | None:
+    pods = [p for u in units for p in pods_for(u, view.node_size(u))]
+    return pods if len(pods) >= len(units) else None
+
+
+def _gradient(view: ClusterView, state: FreeState, top_level: int, demand: int,
+              scope: set[str] | None) -> list[tuple[int, list[int]]]:
+    """``hyperNodeGradientFn``: (level, eligible HyperNodes) per tier, lowest tier first.
+
+    Eligible: tier <= ``highestTierAllowed`` and idle GPUs (all types, as the resource
+    cache sums them) >= the (sub-)job's minimum (L649-671); inside ``scope`` for a sub-job.
+    """
+    out = []
+    for level in view.hypernode_levels:
+        if level > top_level:
+            break
+        tier = []
+        for i, (_, nodes) in enumerate(view.levels[level].domains):
+            if scope is not None and not scope.issuperset(nodes):
+                continue
+            if sum(state.count(n) for n in nodes) >= demand:
+                tier.append(i)
+        if tier:
+            out.append((level, tier))
+    return out
+
+
+def _subjobs(units: list[GangUnit], view: ClusterView, config: VolcanoConfig
+             ) -> list[tuple[list[Pod], int | None]]:
+    """The default sub-job (units without a tier of their own) and one per partitioned unit."""
+    default: list[Pod] = []
+    parts: list[tuple[list[Pod], int | None]] = []
+    for u in units:
+        pods = pods_for(u, view.node_size(u))
+        if len(pods) > 1 and u.max_hop_count is not None and config.topology_mode == "hard":
+            parts.append((pods, tier_level(view, u.max_hop_count)))
+        else:
+            default += pods
+    return ([(default, None)] if default else []) + parts
+
+
+def _dry_run(units: list[GangUnit], level: int, dom: int, view: ClusterView, trial: FreeState,
+             rng: random.Random, config: VolcanoConfig
+             ) -> tuple[dict[str, list[GPURef]], float] | None:
+    """The job's sub-jobs inside one HyperNode (``allocateForJob`` L395-413); their score sum."""
+    nodes = view.levels[level].domains[dom][1]
+    placed: dict[str, list[GPURef]] = {}
+    total = 0.0
+    for pods, sub_level in _subjobs(units, view, config):
+        request = sum(p.gpus for p in pods)
+        if sub_level is None or sub_level >= level:
+            tiers = [[(level, dom)]]  # no tier of its own: the job's HyperNode (L307, L324)
+        else:
+            tiers = [[(lv, d) for d in doms]
+                     for lv, doms in _gradient(view, trial, sub_level, request, set(nodes))]
+        got = None
+        for candidates in tiers:  # the next tier only when none of this one fits (L505-508)
+            got = _best_subjob_hypernode(pods, candidates, view, trial, rng, config)
+            if got is not None:
+                break
+        if got is None:
+            return None
+        sub_placed, score = got
+        for unit, gpus in sub_placed.items():
+            placed.setdefault(unit, []).extend(gpus)
+        total += score
+    return placed, total
+
+
+def _best_subjob_hypernode(pods: list[Pod], candidates: list[tuple[int, int]],
+                           view: ClusterView, trial: FreeState, rng: random.Random,
+                           config: VolcanoConfig
+                           ) -> tuple[dict[str, list[GPURef]], float] | None:
+    """``allocateForSubJob`` for one tier: dry-run each HyperNode, best score, random ties."""
+    scorer = _Scorer(view, trial, config)
+    request = sum(p.gpus for p in pods)
+    results = []
+    for level, dom in candidates:
+        nodes = view.levels[level].domains[dom][1]
+        score = MAX_NODE_SCORE * scorer.hypernode_binpack(level, dom, request)
+        sub = trial.copy(nodes)
+        got = _place_tasks(pods, nodes, view, sub, rng, config, with_topology=True)
+        if got is not None:
+            results.append((score, sub, got))
+    if not results:
+        return None
+    top = max(r[0] for r in results)
+    score, sub, got = rng.choice([r for r in results if r[0] == top])
+    trial.commit(sub)
+    return got, score
+
+
+def _hard_job(units: list[GangUnit], view: ClusterView, state: FreeState, rng: random.Random,
+              config: VolcanoConfig, top_level: int) -> dict[str, list[GPURef]] | str:
+    """``allocateForJob``: tier by tier, dry-run every eligible HyperNode, keep the best."""
+    pods = _pods_of(units, view)
+    if pods is None:
+        return "no node has a GPU type the job accepts"
+    demand = sum(p.gpus for p in pods)
+    gradient = _gradient(view, state, top_level, demand, None)
+    tier_no = view.hypernode_levels.index(top_level) + 1
+    if not gradient:
+        return f"no HyperNode up to tier {tier_no} has {demand} idle GPUs"
     tried = 0
-    largest_idle = 0
-    for level in range(start, max_level + 1):
-        best = None
-        for _, dom_nodes in view.levels[level].domains:
-            nodes = [n for n in dom_nodes if n in scope]
-            if not nodes:
-                continue
-            idle = sum(state.count(n) for n in nodes if n in eligible)
-            largest_idle = max(largest_idle, idle)
-            if idle < demand:
-                continue
+    for level, doms in gradient:
+        results = []
+        for dom in doms:
             tried += 1
-            trial = state.copy(nodes)
-            got = dry_run(trial, nodes)
-            if got is None:
-                continue
-            score = _utilisation(trial, nodes)
-            if best is None or score > best[0]:
-                best = (score, trial, got)
-        if best is not None:
-            return best[1], best[2]
-    if tried == 0:
-        return (f"no HyperNode up to tier {max_level} has {demand} idle GPUs of an accepted "
-                f"type (most: {largest_idle})")
-    return (f"gang did not fit on any of {tried} HyperNodes with enough idle GPUs up to tier "
-            f"{max_level} (per-node GPU counts)")
+            trial = state.copy(view.levels[level].domains[dom][1])
+            got = _dry_run(units, level, dom, view, trial, rng, config)
+            if got is not None:
+                results.append((got[1], trial, got[0]))
+        if results:
+            top = max(r[0] for r in results)
+            _, trial, placed = rng.choice([r for r in results if r[0] == top])
+            state.commit(trial)
+            return placed
+    return (f"hard topology up to tier {tier_no}: the gang fit none of the {tried} HyperNodes "
+            f"with {demand} idle GPUs")
 
 
-def _place_job(job: TrainingJob, state: FreeState, views: list[ClusterView]) -> JobOutcome:
+def place_job(job: TrainingJob, state: FreeState, views: list[ClusterView],
+              rng: random.Random, config: VolcanoConfig = GPU_BINPACK) -> JobOutcome:
+    """One job through Volcano's allocate action; on success its GPUs are taken in ``state``."""
     units = job.units()
-    demand = sum(u.gpus for u in units)
     hops = job_hop_limit(job, units)
     reasons: list[str] = []
-    candidates = []
     for view in views:
-        eligible = eligible_nodes(view, units)
-        if not eligible:
+        if not eligible_nodes(view, units):
+            reasons.append(f"{view.cluster.name}: no node has a GPU type the job accepts")
             continue
-
-        def dry_run(trial: FreeState, nodes: list[str], view: ClusterView = view
-                    ) -> dict[str, list[GPURef]] | None:
-            return _dry_run_job(units, view, trial, nodes)
-
-        result = _tier_walk(view, set(view.nodes), view.level_for_hops(hops), demand, eligible,
-                            state, dry_run)
-        if isinstance(result, str):
-            reasons.append(f"{SOLVER}: {view.cluster.name}: {result}")
+        top = tier_level(view, hops) if hops is not None else None
+        if hops is not None and config.topology_mode == "hard" and top is not None:
+            got = _hard_job(units, view, state, rng, config, top)
         else:
-            trial, got = result
-            nodes = list(trial.free)
-            candidates.append((_utilisation(trial, nodes), trial, got))
-    if not candidates:
-        return JobOutcome(reasons=reasons or [f"{SOLVER}: no node has a GPU type the job accepts"])
-    _, trial, got = max(candidates, key=lambda c: c[0])
-    state.commit(trial)
-    return JobOutcome(units=got)
-
-
-def _dry_run_job(units: list[GangUnit], view: ClusterView, trial: FreeState,
-                 nodes: list[str]) -> dict[str, list[GPURef]] | None:
-    placed: dict[str, list[GPURef]] = {}
-    for unit in units:
-        pods = pods_for(unit, view.node_size(unit))
-        if not pods:
-            return None
-        unit_nodes = [n for n in nodes if view.suits(unit, view.nodes[n])]
-        if len(pods) > 1 and unit.max_hop_count is not None:
-            def partition_run(t: FreeState, ns: list[str], pods: list[Pod] = pods
-                              ) -> dict[str, list[GPURef]] | None:
-                got = _binpack_pods(pods, ns, t)
-                return None if got is None else {"": got}
-
-            result = _tier_walk(view, set(unit_nodes), view.level_for_hops(unit.max_hop_count),
-                                unit.gpus, set(unit_nodes), trial, partition_run)
-            if isinstance(result, str):
-                return None
-            sub, got = result
-            trial.commit(sub)
-            placed[unit.name] = got[""]
-        else:
-            got_pods = _binpack_pods(pods, unit_nodes, trial)
-            if got_pods is None:
-                return None
-            placed[unit.name] = got_pods
-    return placed
+            pods = _pods_of(units, view)
+            trial = state.copy(list(view.nodes))
+            placed = None if pods is None else _place_tasks(
+                pods, list(view.nodes), view, trial, rng, config,
+                with_topology=hops is not None)
+            if placed is None:
+                got = "the gang's tasks do not all fit, one by one over all nodes"
+            else:
+                state.commit(trial)
+                got = placed
+        if isinstance(got, str):
+            reasons.append(f"{view.cluster.name}: {got}")
+            continue
+        return JobOutcome(units=got)
+    return JobOutcome(reasons=[f"volcano: {r}" for r in reasons])
