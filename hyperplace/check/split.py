@@ -2,16 +2,19 @@
 
 Written apart from ``formulations/layer_split.py`` on purpose: it re-derives every figure
 from the model, the GPU catalog and the cost-model formulas with plain loops (no prefix
-sums, no shared helpers beyond the model's own layer list), so a bug in the formulation or a
-backend shows up as a disagreement here instead of being repeated.
+sums, no shared helpers beyond the model's own layer list and the cost model's per-layer
+times), so a bug in the formulation or a backend shows up as a disagreement here instead of
+being repeated. Layer times come from :func:`hyperplace.costmodel.stage_layer_times`, the
+one cost model: the checker verifies the plan against it, not the cost model itself (its
+fidelity is measured in ``bench/bench_fidelity.py``).
 """
 
 from __future__ import annotations
 
-import math
-
+from hyperplace.costmodel.calibration import Calibration
+from hyperplace.costmodel.layers import stage_layer_times
 from hyperplace.models.gpu import default_catalog
-from hyperplace.models.model_spec import param_state_bytes_per_param
+from hyperplace.models.transformer import param_state_bytes_per_param
 from hyperplace.models.split import SplitPlan, SplitProblem, Stage
 
 RTOL = 1e-6
@@ -34,7 +37,8 @@ def _link(problem: SplitProblem, a: Stage, b: Stage) -> tuple[float, float]:
     return problem.inter_cluster_gbps * 1e9 / 8, problem.inter_cluster_latency_ms / 1e3
 
 
-def check_split(plan: SplitPlan, problem: SplitProblem) -> list[str]:
+def check_split(plan: SplitPlan, problem: SplitProblem,
+                calibration: Calibration | None = None) -> list[str]:
     """Violations of ``plan`` against ``problem``; an empty list means the plan is sound."""
     out: list[str] = []
     catalog = default_catalog()
@@ -90,25 +94,11 @@ def check_split(plan: SplitPlan, problem: SplitProblem) -> list[str]:
         mem = problem.runtime_overhead_gb * 1e9
         inflight = min(P - pos, m)
         bpp = param_state_bytes_per_param(problem.zero, d)
+        times = stage_layer_times(problem.model, layers, g, t, d, recompute=problem.recompute,
+                                  precision=problem.precision, calibration=calibration)
         for i in range(a.first_layer or 0, (a.last_layer or 0) + 1):
             layer = layers[i]
-            meas = [x for x in layer.measured if x.gpu_type == g.name]
-            exact = [x for x in meas if x.tp == t]
-            extra_fwd = problem.recompute
-            if exact:
-                x = exact[0]
-                compute += (x.fwd_s + x.bwd_s + (x.fwd_s if extra_fwd else 0)) / d
-            elif meas:
-                x = min(meas, key=lambda y: abs(math.log(y.tp / t)))
-                compute += (x.fwd_s + x.bwd_s + (x.fwd_s if extra_fwd else 0)) * x.tp / t / d
-            else:
-                fl = layer.flops * (96 / 72 if extra_fwd else 1)
-                compute += fl / (s.gpu_count * g.bf16_tflops * 1e12 * g.mfu)
-                if t > 1 and layer.tp_allreduce_bytes > 0:
-                    bw = g.nvlink_gbps / 2 * 1e9 if (t <= 8 and g.nvlink_gbps > 0) \
-                        else g.nic_gbps / 8 * 1e9
-                    compute += (6 if extra_fwd else 4) * 2 * (t - 1) / t \
-                        * layer.tp_allreduce_bytes / d / bw
+            compute += float(times.fwd[i] + times.bwd[i])
             if problem.recompute:
                 act = layer.recompute_bytes
             else:

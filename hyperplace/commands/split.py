@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hyperplace.costmodel.calibration import load_calibration
 from hyperplace.errors import InputError
 from hyperplace.models.model_spec import (
     ModelSpec,
@@ -259,7 +260,8 @@ def render_table(plan: SplitPlan, console: Console) -> None:
     else:
         console.print(
             f"bottleneck {_ms(plan.bottleneck_s)} ms | step {_ms(plan.step_time_s)} ms "
-            f"((m-1)·max + Σ = {_ms(plan.pipeline_time_s)} ms, DP sync {_ms(plan.dp_sync_s)} ms)"
+            f"((m-1)·max + Σ = {_ms(plan.pipeline_time_s)} ms, DP sync {_ms(plan.dp_sync_s)} ms,"
+            f" optimizer {_ms(plan.optimizer_s)} ms)"
             f" | bubble {100 * (plan.bubble_fraction or 0):.1f}% | "
             f"throughput {plan.throughput_tokens_s or 0:,.0f} tokens/s")
         console.print(
@@ -302,6 +304,8 @@ def split_command(
     output_format: Format = typer.Option(Format.table, "--format"),
     instance: str | None = typer.Option(None, "--instance", help="e.g. seed-beijing-shanghai"),
     time_limit: float = typer.Option(10.0, "--time-limit", help="seconds for MILP/CP-SAT"),
+    calibration: str | None = typer.Option(
+        None, "--calibration", help="cost-model calibration file (hyperplace calibrate)"),
 ) -> None:
     """Find the split that minimises the slowest stage, prove it, compare with baselines."""
     try:
@@ -313,7 +317,8 @@ def split_command(
             micro_batch_size=micro_batch_size, stage=stage, link=link,
             microbatches=microbatches, zero=zero, recompute=recompute,
             fixed_order=fixed_order, instance=instance)
-        plan = solve_split(problem, solver.value, time_limit=time_limit)
+        fitted = load_calibration(calibration) if calibration else None
+        plan = solve_split(problem, solver.value, time_limit=time_limit, calibration=fitted)
     except InputError as exc:
         typer.echo(f"error: {exc.one_line()}", err=True)
         raise typer.Exit(2) from None

@@ -45,9 +45,18 @@ from typing import Iterator
 
 import numpy as np
 
+from hyperplace.costmodel.calibration import Calibration
+from hyperplace.costmodel.layers import (
+    GRAD_BYTES,
+    dp_allreduce_time,
+    optimizer_fixed,
+    optimizer_times,
+    stage_layer_times,
+)
 from hyperplace.errors import InputError
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
-from hyperplace.models.model_spec import Layer, param_state_bytes_per_param
+from hyperplace.models.model_spec import Layer
+from hyperplace.models.transformer import param_state_bytes_per_param
 from hyperplace.models.result import SolveStats, SolveStatus
 from hyperplace.models.split import (
     BaselineSummary,
@@ -59,6 +68,10 @@ from hyperplace.models.split import (
 )
 
 GB = 1e9
+# Relative tie band for "the same bottleneck": loads are floats from the same prefix sums,
+# so only rounding separates equal ones. The one definition every backend uses.
+TIE_RTOL = 1e-9
+GRAD_BUCKET_BYTES = 40e6  # Megatron-LM's default gradient bucket (40 M elements) order
 EXACT_ORDER_MAX_STAGES = 8
 MAX_ENUMERATED_ORDERS = 5040
 INF = math.inf
@@ -91,7 +104,24 @@ class SplitData:
     dp_sync_layer: np.ndarray  # (P, L) seconds of the stage's gradient all-reduce per layer
     dp_sync_const: np.ndarray  # (P,) latency part of it
     links: list[LinkInfo]  # P-1 links between neighbours
-    time_sources: list[str] = field(default_factory=list)  # per stage: measured/scaled/formula
+    time_sources: list[str] = field(default_factory=list)  # per stage: measured/scaled/fitted
+    tp_comm: np.ndarray | None = None  # (P, L) part of ``time`` that is TP communication
+    optimizer_layer: np.ndarray | None = None  # (P, L) optimizer update seconds per layer
+    optimizer_const: np.ndarray | None = None  # (P,) fixed part of it
+    cost_notes: list[str] = field(default_factory=list)
+
+    def sync_matrix(self, k: int) -> np.ndarray:
+        """``(L+1, L+1)`` end-of-step time of stage k (DP all-reduce + optimizer) for every
+        (a, b); inf where a >= b. The step time adds the largest over stages."""
+        L = self.num_layers
+        per_layer = self.dp_sync_layer[k] + (self.optimizer_layer[k]
+                                             if self.optimizer_layer is not None else 0.0)
+        prefix = np.concatenate([[0.0], np.cumsum(per_layer)])
+        const = self.dp_sync_const[k] + (self.optimizer_const[k]
+                                         if self.optimizer_const is not None else 0.0)
+        mat = prefix[None, :] - prefix[:, None] + const
+        a_idx = np.arange(L + 1)
+        return np.where(a_idx[:, None] >= a_idx[None, :], INF, mat)
 
     @property
     def num_stages(self) -> int:
@@ -136,6 +166,7 @@ class SplitEvaluation:
     memory_bytes: list[float]
     capacity_bytes: list[float]
     dp_sync_s: list[float]
+    optimizer_s: list[float]
     overflow: list[tuple[int, float]]  # (stage index, bytes over capacity)
     bottleneck_s: float
     sum_s: float
@@ -189,27 +220,21 @@ def find_link(problem: SplitProblem, a: Stage, b: Stage) -> LinkInfo:
                     "ib", False)
 
 
-def _layer_time(layer: Layer, g: GPUType, stage: Stage, recompute: bool) -> tuple[float, str]:
-    """Seconds per micro-batch of one layer on a stage, and where the figure comes from."""
+def _sync_cost(gpu: GPUType, stage: Stage, problem: SplitProblem,
+               catalog: GPUCatalog) -> tuple[float, float]:
+    """(seconds per gradient byte, latency seconds) of the stage's DP all-reduce.
+
+    Gradients go in buckets (``GRAD_BUCKET_BYTES``, as Megatron and DDP do), so the
+    bandwidth is the one a bucket-sized message gets; the time is then linear in the bytes,
+    which keeps a stage's sync a prefix-sum like its compute.
+    """
     t, d = stage.tensor_parallel, stage.data_parallel
-    m = layer.measured_time(g.name, t)
-    if m is not None:
-        return (m.fwd_s + m.bwd_s + (m.fwd_s if recompute else 0.0)) / d, "measured"
-    same_gpu = [x for x in layer.measured if x.gpu_type == g.name]
-    if same_gpu:
-        ref = min(same_gpu, key=lambda x: abs(math.log(x.tp / t)))
-        base = ref.fwd_s + ref.bwd_s + (ref.fwd_s if recompute else 0.0)
-        return base * ref.tp / t / d, "scaled-tp"
-    flops = layer.flops * (96.0 / 72.0 if recompute else 1.0)
-    compute = flops / (stage.gpu_count * g.bf16_tflops * 1e12 * g.mfu)
-    tp_comm = 0.0
-    if t > 1 and layer.tp_allreduce_bytes > 0:
-        # 4 all-reduces per layer (2 fwd, 2 bwd), ring over NVLink inside a node; a TP group
-        # wider than a node pays the NIC instead (cost-model.md: keep TP inside NVLink).
-        bw = (g.nvlink_gbps / 2 * GB) if (t <= 8 and g.nvlink_gbps > 0) else g.nic_gbps / 8 * GB
-        n_ar = 6 if recompute else 4
-        tp_comm = n_ar * 2 * (t - 1) / t * (layer.tp_allreduce_bytes / d) / bw
-    return compute + tp_comm, ("scaled-gpu" if layer.measured else "formula")
+    if d <= 1:
+        return 0.0, 0.0
+    latency = problem.intra_cluster_latency_ms / 1e3
+    tiny = dp_allreduce_time(1.0, gpu, t, d, latency, catalog)
+    full = dp_allreduce_time(GRAD_BUCKET_BYTES, gpu, t, d, latency, catalog)
+    return max(0.0, full - tiny) / GRAD_BUCKET_BYTES, tiny
 
 
 @dataclass
@@ -218,40 +243,44 @@ class StageRows:
 
     gpu: GPUType
     time: np.ndarray
+    tp_comm: np.ndarray  # part of ``time`` that is tensor-parallel communication
     state_mem: np.ndarray  # weights, grads, optimizer state per GPU
     act_mem: np.ndarray  # activations per in-flight micro-batch per GPU
     dp_sync: np.ndarray
     dp_const: float
+    optimizer: np.ndarray  # optimizer update seconds per layer
+    optimizer_const: float
     mem_const: float
     cap: float
     source: str
+    note: str = ""
 
 
 def stage_rows(problem: SplitProblem, stage: Stage, layers: list[Layer],
-               catalog: GPUCatalog) -> StageRows:
+               catalog: GPUCatalog, calibration: Calibration | None = None) -> StageRows:
+    """Times (from :func:`hyperplace.costmodel.stage_layer_times`, the one cost model),
+    memory and synchronisation of every layer on one stage."""
     g = _gpu(catalog, stage)
     t, d = stage.tensor_parallel, stage.data_parallel
     bpp = param_state_bytes_per_param(problem.zero, d)
-    L = len(layers)
-    time, state, act, dp = np.zeros(L), np.zeros(L), np.zeros(L), np.zeros(L)
-    kinds = set()
-    for i, layer in enumerate(layers):
-        time[i], src = _layer_time(layer, g, stage, problem.recompute)
-        kinds.add(src)
-        state[i] = layer.params * bpp / t
-        act[i] = layer.activation_bytes(t, problem.recompute) / d
-        if d > 1:
-            # Ring all-reduce of this TP shard's bf16 grads among the d replicas.
-            bw = (g.nvlink_gbps / 2 * GB) if stage.gpu_count <= 8 else g.nic_gbps / 8 * GB
-            dp[i] = 2 * (d - 1) / d * (2 * layer.params / t) / bw
+    times = stage_layer_times(problem.model, layers, g, t, d, recompute=problem.recompute,
+                              precision=problem.precision, calibration=calibration,
+                              catalog=catalog)
+    params = np.array([layer.params for layer in layers])
+    state = params * bpp / t
+    act = np.array([layer.activation_bytes(t, problem.recompute) for layer in layers]) / d
+    per_byte, latency = _sync_cost(g, stage, problem, catalog)
+    dp = per_byte * GRAD_BYTES * params / t
+    optimizer = optimizer_times(layers, g, t, d, problem.zero, calibration, catalog)
     const = problem.runtime_overhead_gb * GB
     if problem.recompute:
         # Recomputing one layer rebuilds its full activations once (working set).
         const += max(layer.activation_bytes(t) for layer in layers) / d
-    dp_const = 2 * (d - 1) * problem.intra_cluster_latency_ms / 1e3 if d > 1 else 0.0
-    return StageRows(gpu=g, time=time, state_mem=state, act_mem=act, dp_sync=dp,
-                     dp_const=dp_const, mem_const=const, cap=g.hbm_gb * GB,
-                     source="+".join(sorted(kinds)))
+    return StageRows(gpu=g, time=times.total, tp_comm=times.tp_comm, state_mem=state,
+                     act_mem=act, dp_sync=dp, dp_const=latency, optimizer=optimizer,
+                     optimizer_const=optimizer_fixed(g, calibration, catalog),
+                     mem_const=const, cap=g.hbm_gb * GB,
+                     source="+".join(sorted(set(times.sources))), note=times.note)
 
 
 def build_split_data(
@@ -261,6 +290,7 @@ def build_split_data(
     *,
     layers: list[Layer] | None = None,
     cache: dict[str, StageRows] | None = None,
+    calibration: Calibration | None = None,
 ) -> SplitData:
     """Arrays for the given stage order (default: as listed). Raises InputError on bad input.
 
@@ -279,7 +309,7 @@ def build_split_data(
     rows = []
     for s in stages:
         if s.name not in cache:
-            cache[s.name] = stage_rows(problem, s, layers, catalog)
+            cache[s.name] = stage_rows(problem, s, layers, catalog, calibration)
         rows.append(cache[s.name])
     m = problem.microbatches
     inflight = np.array([min(P - k, m) for k in range(P)], dtype=float)
@@ -299,7 +329,10 @@ def build_split_data(
         mem_const=np.array([r.mem_const for r in rows]), mem_cap=np.array([r.cap for r in rows]),
         inflight=inflight, dp_sync_layer=np.vstack([r.dp_sync for r in rows]),
         dp_sync_const=np.array([r.dp_const for r in rows]), links=links,
-        time_sources=[r.source for r in rows],
+        time_sources=[r.source for r in rows], tp_comm=np.vstack([r.tp_comm for r in rows]),
+        optimizer_layer=np.vstack([r.optimizer for r in rows]),
+        optimizer_const=np.array([r.optimizer_const for r in rows]),
+        cost_notes=sorted({r.note for r in rows if r.note}),
     )
 
 
@@ -318,7 +351,7 @@ def evaluate_split(data: SplitData, cuts: list[int]) -> SplitEvaluation:
     """Price a split: per-stage compute, transfer, memory; bottleneck and step time."""
     validate_cuts(data, cuts)
     P = data.num_stages
-    compute, transfer, load, memory, dp_sync = [], [], [], [], []
+    compute, transfer, load, memory, dp_sync, optimizer = [], [], [], [], [], []
     overflow: list[tuple[int, float]] = []
     for k in range(P):
         a, b = cuts[k], cuts[k + 1]
@@ -335,6 +368,10 @@ def evaluate_split(data: SplitData, cuts: list[int]) -> SplitEvaluation:
         memory.append(mem)
         dp = float(data.dp_sync_layer[k, a:b].sum() + data.dp_sync_const[k])
         dp_sync.append(dp)
+        opt = 0.0
+        if data.optimizer_layer is not None and data.optimizer_const is not None:
+            opt = float(data.optimizer_layer[k, a:b].sum() + data.optimizer_const[k])
+        optimizer.append(opt)
         if mem > data.mem_cap[k] * (1 + 1e-12):
             overflow.append((k, mem - float(data.mem_cap[k])))
     bottleneck = max(load)
@@ -344,8 +381,9 @@ def evaluate_split(data: SplitData, cuts: list[int]) -> SplitEvaluation:
     return SplitEvaluation(
         cuts=list(cuts), compute_s=compute, transfer_s=transfer, load_s=load,
         memory_bytes=memory, capacity_bytes=[float(c) for c in data.mem_cap], dp_sync_s=dp_sync,
-        overflow=overflow, bottleneck_s=bottleneck, sum_s=total, pipeline_time_s=pipeline,
-        step_time_s=pipeline + max(dp_sync),
+        optimizer_s=optimizer, overflow=overflow, bottleneck_s=bottleneck, sum_s=total,
+        pipeline_time_s=pipeline,
+        step_time_s=pipeline + max(x + y for x, y in zip(dp_sync, optimizer)),
     )
 
 
@@ -423,9 +461,11 @@ def to_plan(
     tokens = model.tokens_per_microbatch
     notes = list(notes or [])
     sources = sorted(set(data.time_sources))
-    if any("scaled" in s for s in sources):
-        notes.append("some layer times are scaled from measurements on another GPU type or TP "
-                     "degree (peak x MFU ratio, ideal TP scaling)")
+    parts = {part for s in sources for part in s.split("+")}
+    if parts & {"scaled-tp", "scaled-gpu"}:
+        notes.append("some layer times are measurements on another GPU type or TP degree, "
+                     "rescaled by the fitted cost model's ratio between the two")
+    notes.extend(data.cost_notes)
     rows: list[StageAssignment] = []
     if solution.cuts is None:
         for s, g in zip(data.stages, data.gpus):
@@ -449,6 +489,7 @@ def to_plan(
             last_layer=b - 1, num_layers=b - a, compute_s=ev.compute_s[k],
             transfer_s=ev.transfer_s[k], load_s=ev.load_s[k],
             idle_s=ev.bottleneck_s - ev.load_s[k], inflight_microbatches=int(data.inflight[k]),
+            dp_sync_s=ev.dp_sync_s[k], optimizer_s=ev.optimizer_s[k],
             memory_used_gb=ev.memory_bytes[k] / GB, memory_available_gb=g.hbm_gb,
         ))
     catalog = default_catalog()
@@ -472,7 +513,8 @@ def to_plan(
         order=[s.name for s in data.stages], cuts=list(solution.cuts),
         num_layers=data.num_layers, microbatches=m, tokens_per_microbatch=tokens,
         bottleneck_s=ev.bottleneck_s, pipeline_time_s=ev.pipeline_time_s,
-        dp_sync_s=max(ev.dp_sync_s), step_time_s=ev.step_time_s,
+        dp_sync_s=max(ev.dp_sync_s), optimizer_s=max(ev.optimizer_s),
+        step_time_s=ev.step_time_s,
         bubble_fraction=(ev.pipeline_time_s - m * ev.bottleneck_s) / ev.pipeline_time_s
         if ev.pipeline_time_s > 0 else 0.0,
         throughput_tokens_s=m * tokens / ev.step_time_s if ev.step_time_s > 0 else None,

@@ -78,6 +78,8 @@ class SplitProblem(HPModel):
     microbatches: int = Field(default=8, gt=0, description="micro-batches per step (m)")
     zero: int = Field(default=0, ge=0, le=3, description="ZeRO stage, sharded over a stage's DP")
     recompute: bool = Field(default=False, description="full activation recomputation")
+    precision: Literal["bf16", "fp16", "fp32"] = Field(
+        default="bf16", description="training precision (peak FLOPs and bytes per value)")
     fixed_order: bool = Field(default=False, description="keep the stages in the given order")
     runtime_overhead_gb: float = Field(default=2.5, ge=0, description="framework, CUDA context")
     intra_cluster_gbps: float = Field(default=DEFAULT_INTRA_CLUSTER_GBPS, gt=0)
@@ -122,6 +124,8 @@ class StageAssignment(HPModel):
     transfer_s: float = Field(default=0.0, description="boundary sends+receives, both sides")
     load_s: float = Field(default=0.0, description="compute + transfer per micro-batch")
     idle_s: float = Field(default=0.0, description="bottleneck - load: waiting per micro-batch")
+    dp_sync_s: float = Field(default=0.0, description="gradient all-reduce once per step")
+    optimizer_s: float = Field(default=0.0, description="optimizer update once per step")
     inflight_microbatches: int = 0
     memory_used_gb: float = 0.0
     memory_available_gb: float = 0.0
@@ -160,6 +164,7 @@ class SplitPlan(HPModel):
     bottleneck_s: float | None = None
     pipeline_time_s: float | None = Field(default=None, description="(m-1)·max + Σ")
     dp_sync_s: float | None = Field(default=None, description="max over stages of DP all-reduce")
+    optimizer_s: float | None = Field(default=None, description="max over stages of the update")
     step_time_s: float | None = None
     bubble_fraction: float | None = None
     throughput_tokens_s: float | None = None

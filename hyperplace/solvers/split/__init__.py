@@ -6,7 +6,8 @@
    ``MAX_OPTIONAL_EXACT`` optional stages; beyond that only "all stages" is tried).
 2. For each subset, the candidate orders of ``formulations.layer_split.candidate_orders``
    (the given order when ``fixed_order``) are ranked by the exact DP, which takes
-   milliseconds per order: lowest bottleneck, then shortest 1F1B pipeline time.
+   milliseconds per order: lowest bottleneck, then shortest step time (1F1B pipeline plus
+   the DP sync and optimizer update of the slowest stage).
 3. The requested backend (``dp``, ``milp``, ``cpsat`` or ``proportional``) solves the
    chosen order and its answer is mapped to a plan by ``evaluate_split``. ``auto`` is the
    DP. If a backend fails or stops without a plan, the proportional split is returned,
@@ -22,7 +23,9 @@ import itertools
 import time
 from collections.abc import Callable
 
+from hyperplace.costmodel.calibration import Calibration
 from hyperplace.formulations.layer_split import (
+    TIE_RTOL,
     SplitData,
     SplitSolution,
     StageRows,
@@ -50,7 +53,6 @@ SOLVERS: dict[str, Callable[..., SplitSolution]] = {
 }
 SOLVER_NAMES = ("auto", *SOLVERS)
 MAX_OPTIONAL_EXACT = 10
-TIE_RTOL = 1e-9
 
 
 def _subsets(problem: SplitProblem) -> tuple[list[list[Stage]], bool]:
@@ -70,8 +72,9 @@ def _subsets(problem: SplitProblem) -> tuple[list[list[Stage]], bool]:
 
 
 def _rank_key(data: SplitData, cuts: list[int]) -> tuple[float, float]:
+    """Orders and subsets are ranked like splits: bottleneck, then step time."""
     ev = evaluate_split(data, cuts)
-    return ev.bottleneck_s, ev.pipeline_time_s
+    return ev.bottleneck_s, ev.step_time_s
 
 
 def _better(a: tuple[float, float], b: tuple[float, float] | None) -> bool:
@@ -87,8 +90,13 @@ def solve_split(
     solver: str = "auto",
     time_limit: float | None = 10.0,
     catalog: GPUCatalog | None = None,
+    calibration: Calibration | None = None,
 ) -> SplitPlan:
-    """Best contiguous layer split of ``problem`` under the cost model, with baselines."""
+    """Best contiguous layer split of ``problem`` under the cost model, with baselines.
+
+    ``calibration`` (default: the bundled one, fitted on Sailor's profiles) is the fitted
+    cost model that prices every layer (``hyperplace calibrate`` writes others).
+    """
     if solver not in SOLVER_NAMES:
         raise InputError(f"unknown solver {solver!r}; choose from {', '.join(SOLVER_NAMES)}",
                          path="solver")
@@ -103,7 +111,7 @@ def solve_split(
                          f"needs a layer (mark some stages optional)", path="stages")
     cache: dict[str, StageRows] = {}
     for s in problem.stages:  # surfaces unknown GPU types before any search
-        cache[s.name] = stage_rows(problem, s, layers, catalog)
+        cache[s.name] = stage_rows(problem, s, layers, catalog, calibration)
 
     subsets, subsets_exact = _subsets(problem)
     best: tuple[tuple[float, float], SplitData, list[int]] | None = None
@@ -119,7 +127,8 @@ def solve_split(
         orders_exact &= exact
         for order in orders:
             n_orders += 1
-            data = build_split_data(problem, order, catalog, layers=layers, cache=cache)
+            data = build_split_data(problem, order, catalog, layers=layers, cache=cache,
+                                    calibration=calibration)
             first_data = first_data or data
             sol = solve_dp(data)
             if sol.cuts is None:
@@ -176,7 +185,8 @@ def solve_split(
     if sol.status != SolveStatus.OPTIMAL:
         optimum = evaluate_split(data, dp_cuts).bottleneck_s
     # Symmetric is what people run today: every stage, in the order they listed them.
-    given = (build_split_data(problem, list(problem.stages), catalog, layers=layers, cache=cache)
+    given = (build_split_data(problem, list(problem.stages), catalog, layers=layers,
+                               cache=cache, calibration=calibration)
              if len(problem.stages) <= len(layers) else data)
     sym = summarise_baseline("symmetric", given, symmetric_cuts(given), optimum)
     prop_cuts = proportional_cuts(data)

@@ -6,9 +6,10 @@ Because a stage's load depends only on its own layer range ``[a, b)`` (see
     f[k][b] = min_a max(f[k-1][a], load_k(a, b))
 
 which is O(P·L²). Each step is one numpy broadcast over an ``(L+1) x (L+1)`` matrix, so
-200 layers x 16 stages takes a few milliseconds. A second pass with the same recurrence and
-``+`` instead of ``max``, restricted to ranges with ``load <= bottleneck``, picks among the
-bottleneck-optimal splits the one with the least Σ load, i.e. the shortest 1F1B step.
+200 layers x 16 stages takes a few milliseconds. Among the bottleneck-optimal splits it then
+picks the shortest step (Σ load plus the largest DP sync and optimizer update): the same
+recurrence with ``+`` instead of ``max``, restricted to ranges with ``load <= bottleneck``
+and ``sync <= cap``, inside the cap loop of ``tiebreak.best_step_split``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,6 @@ from hyperplace.formulations.layer_split import SplitData, SplitSolution
 from hyperplace.models.result import SolveStatus
 
 INF = np.inf
-
-# Relative slack when restricting phase two to bottleneck-optimal ranges: floats from the
-# same prefix sums, so only rounding separates them.
-TIE_RTOL = 1e-9
 
 
 def _backtrack(args: list[np.ndarray], end: int) -> list[int]:
@@ -77,11 +74,19 @@ def solve_dp(data: SplitData, time_limit: float | None = None,
         return SplitSolution(solver="dp", status=SolveStatus.INFEASIBLE,
                              runtime_s=time.perf_counter() - start,
                              message="no split fits every stage's memory")
-    limit = best * (1 + TIE_RTOL) + 1e-15
-    restricted = [np.where(mat <= limit, mat, INF) for mat in mats]
-    _, cuts2 = minsum_path(restricted)
-    return SplitSolution(solver="dp", status=SolveStatus.OPTIMAL, cuts=cuts2 or cuts, bound=best,
-                         runtime_s=time.perf_counter() - start)
+    syncs = [data.sync_matrix(k) for k in range(data.num_stages)]
+
+    def min_sum_under(threshold: float, cap: float) -> list[int] | None:
+        restricted = [np.where((mat <= threshold) & (sync <= cap), mat, INF)
+                      for mat, sync in zip(mats, syncs)]
+        return minsum_path(restricted)[1]
+
+    from hyperplace.solvers.split.tiebreak import best_step_split
+
+    chosen, exact = best_step_split(data, best, min_sum_under, start=cuts)
+    return SplitSolution(solver="dp", status=SolveStatus.OPTIMAL, cuts=chosen or cuts,
+                         bound=best, runtime_s=time.perf_counter() - start,
+                         message="" if exact else "step-time tie-break stopped early")
 
 
 def memory_diagnosis(data: SplitData) -> str:

@@ -22,8 +22,9 @@ proves the MILP infeasible. The optimum is one of the arcs' loads, so bisection 
 sorted distinct loads needs ``log2(#arcs)`` solves (~7 on 200 x 16: each feasible answer
 also lowers the upper end to the found split's own bottleneck).
 
-Phase two is the same model at ``θ* (1 + 1e-9)`` with cost = load, i.e. the least Σ load
-(shortest 1F1B step) among bottleneck-optimal splits. Every solve minimises Σ load, so the
+Phase two is the same model at ``θ* (1 + 1e-9)`` with cost = load and the arcs whose DP
+sync exceeds a cap switched off, inside the cap loop of ``tiebreak.best_step_split``: the
+shortest step (Σ load + the largest sync) among bottleneck-optimal splits. Every solve minimises Σ load, so the
 solutions found on the way are good splits, not arbitrary ones. A solution that is not
 integral (a numerical accident; the theory says it cannot happen) is re-solved as a MIP.
 """
@@ -37,13 +38,18 @@ import time
 import highspy
 import numpy as np
 
-from hyperplace.formulations.layer_split import SplitData, SplitSolution, evaluate_split
+from hyperplace.formulations.layer_split import (
+    TIE_RTOL,
+    SplitData,
+    SplitSolution,
+    evaluate_split,
+)
 from hyperplace.models.result import SolveStatus
 from hyperplace.solvers.split.baselines import proportional_cuts
+from hyperplace.solvers.split.tiebreak import best_step_split
 
 NAME = "milp-highs"
 MS = 1e3  # costs in milliseconds keep the LP well scaled
-TIE_RTOL = 1e-9  # same tie band as the DP's phase two
 INTEGRAL_TOL = 1e-6
 
 _BANNER_DONE = False
@@ -91,9 +97,10 @@ class ArcFlowModel:
     def __init__(self, data: SplitData, cap_s: float) -> None:
         P, L = data.num_stages, data.num_layers
         self.data = data
-        stage, start, end, load = [], [], [], []
+        stage, start, end, load, sync = [], [], [], [], []
         for k in range(P):
             mat = data.load_matrix(k)  # inf where memory overflows or the range is empty
+            sync_mat = data.sync_matrix(k)
             a_lo, a_hi = (0, 0) if k == 0 else (k, L - (P - k))
             b_lo, b_hi = (L, L) if k == P - 1 else (k + 1, L - (P - 1 - k))
             sub = mat[a_lo:a_hi + 1, b_lo:b_hi + 1]
@@ -102,6 +109,8 @@ class ArcFlowModel:
             start.append(a + a_lo)
             end.append(b + b_lo)
             load.append(sub[a, b])
+            sync.append(sync_mat[a_lo:a_hi + 1, b_lo:b_hi + 1][a, b])
+        self.sync = np.concatenate(sync)
         self.stage = np.concatenate(stage)
         self.start = np.concatenate(start)
         self.end = np.concatenate(end)
@@ -143,15 +152,16 @@ class ArcFlowModel:
         self._all = np.arange(n, dtype=np.int32)
         self._mip = False
 
-    def split_within(self, threshold_s: float,
-                     time_limit: float | None) -> tuple[list[int], float] | None | str:
-        """(cuts, bottleneck) of the least-Σ-load split with every stage load <= threshold;
-        None when there is none (proven), ``"timeout"`` when HiGHS stopped first."""
+    def split_within(self, threshold_s: float, time_limit: float | None,
+                     sync_cap_s: float = np.inf) -> tuple[list[int], float] | None | str:
+        """(cuts, bottleneck) of the least-Σ-load split with every stage load <= threshold
+        (and every stage's sync <= ``sync_cap_s``); None when there is none (proven),
+        ``"timeout"`` when HiGHS stopped first."""
         if self.highs is None:
             return None
         n = self.num_arcs
-        self.highs.changeColsBounds(n, self._all, np.zeros(n),
-                                    (self.load <= threshold_s).astype(float))
+        allowed = (self.load <= threshold_s) & (self.sync <= sync_cap_s)
+        self.highs.changeColsBounds(n, self._all, np.zeros(n), allowed.astype(float))
         if time_limit is not None:
             self.highs.setOptionValue("time_limit", max(0.01, float(time_limit)))
         self.highs.run()
@@ -168,7 +178,7 @@ class ArcFlowModel:
             self._mip = True
             self.highs.changeColsIntegrality(n, self._all,
                                              np.full(n, highspy.HighsVarType.kInteger))
-            return self.split_within(threshold_s, time_limit)
+            return self.split_within(threshold_s, time_limit, sync_cap_s)
         return cuts if cuts is not None else "timeout"
 
     def _path(self, flow: np.ndarray) -> tuple[list[int], float] | None:
@@ -229,18 +239,26 @@ def solve_milp(data: SplitData, time_limit: float | None = 10.0,
         return done(SolveStatus.FEASIBLE, incumbent, bound,
                     "MILP: time limit reached with an incumbent")
     best = float(thresholds[lo])
-    # Phase two at the optimum: least Σ load among splits whose loads tie with it.
-    left = remaining()
-    final = model.split_within(best * (1 + TIE_RTOL) + 1e-15,
-                               None if left is None else max(1.0, left))
-    if isinstance(final, tuple):
-        return done(SolveStatus.OPTIMAL, final[0], best)
-    if incumbent is None:
-        if final is None:
-            return done(SolveStatus.INFEASIBLE, None, None,
-                        "MILP: no split fits every stage's memory")
-        return done(SolveStatus.NO_SOLUTION, None, best, "MILP: time limit, no split yet")
-    # Phase two timed out (or tolerances disagreed): the incumbent is optimal if it ties.
-    proven = evaluate_split(data, incumbent).bottleneck_s <= best * (1 + TIE_RTOL) + 1e-15
-    return done(SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE, incumbent, best,
-                "" if proven else "MILP: stopped before the step-time phase")
+    # Phase two at the optimum: the shortest step among splits whose loads tie with it.
+
+    def min_sum_under(threshold: float, cap: float) -> list[int] | None | str:
+        left = remaining()
+        found = model.split_within(threshold, None if left is None else max(1.0, left), cap)
+        return found[0] if isinstance(found, tuple) else found
+
+    proven_best = incumbent is not None and (
+        evaluate_split(data, incumbent).bottleneck_s <= best * (1 + TIE_RTOL) + 1e-15)
+    chosen, exact = best_step_split(data, best, min_sum_under,
+                                    start=incumbent if proven_best else None)
+    if chosen is None:
+        if incumbent is None:
+            if exact:  # even the least threshold admits no split: proven
+                return done(SolveStatus.INFEASIBLE, None, None,
+                            "MILP: no split fits every stage's memory")
+            return done(SolveStatus.NO_SOLUTION, None, best, "MILP: time limit, no split yet")
+        return done(SolveStatus.FEASIBLE, incumbent, best,
+                    "MILP: stopped before the step-time phase")
+    if not exact:
+        return done(SolveStatus.FEASIBLE, chosen, best,
+                    "MILP: bottleneck proven; the step-time tie-break stopped at the time limit")
+    return done(SolveStatus.OPTIMAL, chosen, best)
