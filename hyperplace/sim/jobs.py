@@ -1,0 +1,54 @@
+"""Jobs of a simulation: a training-job manifest plus the facts a replay needs.
+
+A :class:`SimJob` carries its manifest (what a scheduler sees), its submit time, and its
+*work*: the seconds it runs at reference speed (1.0 = the reference GPU type, all nodes on
+one leaf switch; see :mod:`hyperplace.sim.speed`). Its run time in a simulation is the work
+divided by the speed of the placement it gets, so topology and GPU type show in completion
+times. ``checkpoint_s`` is how often it saves progress (work lost on a failure is the work
+since the last checkpoint); ``limit_s`` is the time limit a user would give Slurm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hyperplace.models import TrainingJob
+
+# Checkpoint every 30 minutes unless a job says otherwise: an assumption (the Llama 3 report
+# gives no interval; hourly or faster checkpoints are the common practice it describes as
+# needed to survive its interruption rate).
+DEFAULT_CHECKPOINT_S = 1800.0
+
+
+@dataclass
+class SimJob:
+    """One job of a replay (mutable run-time bookkeeping lives in :class:`JobRecord`)."""
+
+    name: str
+    submit_s: float
+    work_s: float
+    gpus: int
+    manifest: TrainingJob
+    checkpoint_s: float = DEFAULT_CHECKPOINT_S
+    limit_s: float | None = None
+    source: str = ""
+
+
+@dataclass
+class JobRecord:
+    """What happened to one job in one simulation (filled in by the simulator)."""
+
+    job: SimJob
+    first_start_s: float | None = None
+    end_s: float | None = None
+    done_work_s: float = 0.0          # work completed and safe (checkpointed or finished)
+    queued_s: float = 0.0             # total time spent waiting (all waits, requeues included)
+    run_s: float = 0.0                # wall time spent running (including work later lost)
+    restarts: int = 0
+    lost_gpu_s: float = 0.0           # GPU-seconds of work lost to failures
+    speeds: list[float] = field(default_factory=list)
+    queued_since: float | None = None
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.end_s is None else self.end_s - self.job.submit_s

@@ -1,0 +1,178 @@
+"""The round loop: state across scheduling rounds, independent of any clock.
+
+:class:`RoundLoop` is what a controller would run in production: it is told what happened
+(a job arrived, finished, failed; a GPU, node or switch went down or came back) with the
+time it happened, and asked to run a round at a time of the caller's choosing. It never
+reads a clock itself; the simulator (:mod:`hyperplace.sim.simulator`) is one caller, a
+controller reacting to cluster events would be another.
+
+A round builds the current :class:`~hyperplace.models.Instance` (running jobs hold their
+GPUs, failed hardware is ``faulty``), asks the policy, optionally runs the independent
+checker on the plan (``check=True``: every round's state and plan are checked, as the tests
+do), and starts the chosen jobs. Running jobs keep their GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hyperplace.check import Violation, check
+from hyperplace.models import Instance
+from hyperplace.sim.jobs import JobRecord, SimJob
+from hyperplace.sim.policies import Decision, Policy, Running, RoundView
+from hyperplace.sim.speed import SpeedModel
+from hyperplace.sim.state import GPU, ClusterState
+
+
+@dataclass
+class Started:
+    job: SimJob
+    gpus: list[GPU]
+    speed: float
+    end_s: float
+
+
+@dataclass
+class RoundResult:
+    now: float
+    started: list[Started]
+    decision: Decision
+    violations: list[Violation] = field(default_factory=list)
+
+
+class CheckFailed(AssertionError):
+    """A round's plan broke a rule of the independent checker (``check=True``)."""
+
+
+class RoundLoop:
+    """Cluster state, queue and running jobs across rounds (see the module docstring)."""
+
+    def __init__(self, instance: Instance, policy: Policy, speed: SpeedModel | None = None, *,
+                 check: bool = False):
+        self.state = ClusterState(instance)
+        self.policy = policy
+        self.speed = speed or SpeedModel(self.state.base)
+        self.check = check
+        self.queue: dict[str, SimJob] = {}
+        self.running: dict[str, Running] = {}
+        self.records: dict[str, JobRecord] = {}
+        self.rounds = 0
+
+    # ---- events -----------------------------------------------------------------------
+    def submit(self, job: SimJob, now: float) -> None:
+        rec = self.records.setdefault(job.name, JobRecord(job=job))
+        rec.queued_since = now
+        self.queue[job.name] = job
+
+    def _requeue(self, name: str, now: float) -> None:
+        job = self.records[name].job
+        self.records[name].queued_since = now
+        self.queue[name] = job
+        # keep submit order: a re-queued job goes back to its place, not the tail
+        self.queue = dict(sorted(self.queue.items(), key=lambda kv: kv[1].submit_s))
+
+    def remaining_work(self, name: str, now: float) -> float:
+        rec = self.records[name]
+        r = self.running.get(name)
+        done = rec.done_work_s
+        if r is not None:
+            done += (now - r.start_s) * r.speed
+        return max(0.0, rec.job.work_s - done)
+
+    def finish(self, name: str, now: float) -> None:
+        """The job ended (its work is done): release its GPUs."""
+        r = self.running.pop(name)
+        rec = self.records[name]
+        rec.run_s += now - r.start_s
+        rec.done_work_s = rec.job.work_s
+        rec.end_s = now
+        self.state.release(name)
+
+    def interrupt(self, name: str, now: float) -> float:
+        """A failure stopped the job: keep the work up to its last checkpoint, re-queue it.
+
+        Returns the GPU-seconds of work lost.
+        """
+        r = self.running.pop(name)
+        rec = self.records[name]
+        elapsed = now - r.start_s
+        ckpt = rec.job.checkpoint_s
+        saved_wall = (elapsed // ckpt) * ckpt if ckpt > 0 else 0.0
+        rec.done_work_s = min(rec.job.work_s, rec.done_work_s + saved_wall * r.speed)
+        lost = (elapsed - saved_wall) * len(r.gpus)
+        rec.lost_gpu_s += lost
+        rec.run_s += elapsed
+        rec.restarts += 1
+        self.state.release(name)
+        self._requeue(name, now)
+        return lost
+
+    def fail_gpus(self, gpus: list[GPU], now: float) -> list[str]:
+        """GPUs failed: mark them, interrupt the jobs on them; returns the jobs hit."""
+        hit = sorted(self.state.jobs_on(gpus) & set(self.running))
+        for node, i in gpus:
+            self.state.fail_gpu(node, i)
+        for name in hit:
+            self.interrupt(name, now)
+        return hit
+
+    def fail_nodes(self, nodes: list[str], now: float) -> list[str]:
+        hit = sorted(self.state.jobs_on_nodes(nodes) & set(self.running))
+        for n in nodes:
+            self.state.fail_node(n)
+        for name in hit:
+            self.interrupt(name, now)
+        return hit
+
+    def fail_switch(self, switch: str, now: float) -> list[str]:
+        nodes = self.state.switch_nodes(switch)
+        hit = sorted(self.state.jobs_on_nodes(nodes) & set(self.running))
+        self.state.fail_switch(switch)
+        for name in hit:
+            self.interrupt(name, now)
+        return hit
+
+    def crash_jobs(self, names: list[str], now: float) -> list[str]:
+        """A software fault (no hardware down): the jobs restart from their checkpoints."""
+        hit = [n for n in names if n in self.running]
+        for name in hit:
+            self.interrupt(name, now)
+        return hit
+
+    # ---- a round ----------------------------------------------------------------------
+    def view(self, now: float) -> RoundView:
+        return RoundView(now=now, state=self.state, queue=list(self.queue.values()),
+                         running=self.running, speed=self.speed,
+                         remaining_work={n: self.remaining_work(n, now) for n in self.queue})
+
+    def run_round(self, now: float) -> RoundResult:
+        """Ask the policy, check its plan if asked to, start the jobs it chose."""
+        self.rounds += 1
+        view = self.view(now)
+        decision = self.policy.decide(view)
+        violations: list[Violation] = []
+        if self.check:
+            violations = check(decision.plan, decision.instance)
+            if violations:
+                raise CheckFailed(f"round at t={now:g} ({self.policy.name}): "
+                                  + "; ".join(str(v) for v in violations[:5]))
+        started = []
+        for name, units in decision.starts.items():
+            job = self.queue.pop(name)
+            gpus = [g for unit in units.values() for g in unit]
+            self.state.allocate(name, gpus)
+            speed = self.speed.speed(job.manifest, units)
+            rec = self.records[name]
+            if rec.first_start_s is None:
+                rec.first_start_s = now
+            if rec.queued_since is not None:
+                rec.queued_s += now - rec.queued_since
+                rec.queued_since = None
+            rec.speeds.append(speed)
+            work = self.remaining_work(name, now)
+            end = now + work / speed
+            limit_end = now + getattr(self.policy, "limit", lambda j, s: work / speed)(job, self.speed)
+            self.running[name] = Running(job=job, start_s=now, speed=speed, gpus=gpus,
+                                         predicted_end_s=end, limit_end_s=limit_end)
+            started.append(Started(job=job, gpus=gpus, speed=speed, end_s=end))
+        return RoundResult(now=now, started=started, decision=decision, violations=violations)

@@ -1,0 +1,206 @@
+"""Metrics of a replay, per policy, and their JSON / CSV / PNG output.
+
+* JCT (completion time - submit time): mean, median, p99; queueing delay (all time spent
+  waiting, re-queues included): mean, median, p99.
+* Bounded slowdown: ``max(1, JCT / max(reference run time, 10 s))`` (Feitelson's bounded
+  slowdown, threshold 10 s; the reference run time is the job's work at speed 1.0), mean
+  and p99: mean JCT alone is dominated by the few jobs that run for weeks.
+* Makespan: last completion - first submission.
+* Utilisation within the arrival window: busy GPU-seconds between the first and the last
+  submission over (GPUs x that window). Utilisation until the last job ends is mostly the
+  long tail, so it is not the headline.
+* Free-but-unusable GPUs: GPUs idle (not running, not failed) while jobs wait, time-averaged
+  over the arrival window: capacity the policy could not turn into work (fragmentation,
+  type or topology mismatch, or a policy that chose to wait).
+* GPU-hours lost to failures (work since the last checkpoint) and GPU-hours down.
+* Per-round solve time p50 / p99 / max, rounds, and rounds that fell back to greedy.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hyperplace.sim.simulator import PolicyRun
+
+SLOWDOWN_FLOOR_S = 10.0
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _integral(run: PolicyRun, attr: str, t0: float, t1: float, *, when_queued: bool = False
+              ) -> float:
+    total = 0.0
+    samples = run.samples
+    for a, b in zip(samples, [*samples[1:], None]):
+        start = max(a.time_s, t0)
+        end = min(b.time_s if b is not None else t1, t1)
+        if end <= start:
+            continue
+        value = getattr(a, attr)
+        if when_queued and a.queued == 0:
+            value = 0
+        total += value * (end - start)
+    return total
+
+
+def summarize(run: PolicyRun) -> dict[str, Any]:
+    """The metrics of the module docstring for one policy's replay."""
+    done = [r for r in run.records if r.end_s is not None]
+    jct = [r.jct_s for r in done]
+    wait = [r.queued_s for r in done]
+    slow = [max(1.0, r.jct_s / max(r.job.work_s, SLOWDOWN_FLOOR_S)) for r in done]
+    t0 = min((r.job.submit_s for r in run.records), default=0.0)
+    t1 = run.arrival_end_s
+    window = max(t1 - t0, 1e-9)
+    busy = _integral(run, "busy", t0, t1)
+    idle = _integral(run, "free", t0, t1, when_queued=True)
+    end = max((r.end_s for r in done), default=t0)
+    down = _integral(run, "down", t0, max(end, t1))
+    solve = [r.solve_s for r in run.rounds]
+    return {
+        "policy": run.policy,
+        "jobs": len(run.records),
+        "finished": len(done),
+        "unfinished": run.unfinished,
+        "jct_mean_s": _mean(jct), "jct_median_s": _pct(jct, 0.5), "jct_p99_s": _pct(jct, 0.99),
+        "wait_mean_s": _mean(wait), "wait_median_s": _pct(wait, 0.5),
+        "wait_p99_s": _pct(wait, 0.99),
+        "bounded_slowdown_mean": _mean(slow), "bounded_slowdown_p99": _pct(slow, 0.99),
+        "makespan_s": end - t0 if done else None,
+        "utilisation_in_window": busy / (run.total_gpus * window) if t1 > t0 else None,
+        "free_unusable_gpus_mean": idle / window if t1 > t0 else None,
+        "gpu_hours_lost_to_failures": sum(r.lost_gpu_s for r in run.records) / 3600,
+        "gpu_hours_down": down / 3600,
+        "failures": len(run.failures),
+        "jobs_hit_by_failures": sum(len(h) for _, h in run.failures),
+        "restarts": sum(r.restarts for r in run.records),
+        "rounds": len(run.rounds),
+        "solve_p50_s": _pct(solve, 0.5), "solve_p99_s": _pct(solve, 0.99),
+        "solve_max_s": max(solve, default=None),
+        "fallback_rounds": sum(1 for r in run.rounds if r.fallback),
+        "held_decisions": sum(r.held for r in run.rounds),
+        "mean_speed": _mean([r.speeds[-1] for r in done if r.speeds]),
+    }
+
+
+# ---- output ------------------------------------------------------------------------------
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (temp file + ``os.replace``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    if rows:
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return buf.getvalue()
+
+
+def job_rows(run: PolicyRun) -> list[dict[str, Any]]:
+    return [{"policy": run.policy, "job": r.job.name, "gpus": r.job.gpus,
+             "submit_s": round(r.job.submit_s, 3), "work_s": round(r.job.work_s, 3),
+             "first_start_s": None if r.first_start_s is None else round(r.first_start_s, 3),
+             "end_s": None if r.end_s is None else round(r.end_s, 3),
+             "jct_s": None if r.jct_s is None else round(r.jct_s, 3),
+             "queued_s": round(r.queued_s, 3), "restarts": r.restarts,
+             "lost_gpu_s": round(r.lost_gpu_s, 3),
+             "speed": round(r.speeds[-1], 4) if r.speeds else None}
+            for r in run.records]
+
+
+def write_outputs(out: Path, summary: dict[str, Any], runs: list[PolicyRun],
+                  charts: bool = True) -> list[Path]:
+    """summary.json, policies.csv, jobs.csv, timeline.csv, rounds.csv (+ PNG charts)."""
+    written = []
+    files = {
+        "summary.json": json.dumps(summary, indent=2, default=str) + "\n",
+        "policies.csv": _csv(summary["policies"]),
+        "jobs.csv": _csv([row for run in runs for row in job_rows(run)]),
+        "timeline.csv": _csv([{"policy": run.policy, "time_s": s.time_s, "busy": s.busy,
+                               "free": s.free, "down": s.down, "queued": s.queued}
+                              for run in runs for s in run.samples]),
+        "rounds.csv": _csv([{"policy": run.policy, "time_s": r.time_s,
+                             "solve_s": round(r.solve_s, 5), "started": r.started,
+                             "queued": r.queued, "fallback": r.fallback, "status": r.status,
+                             "held": r.held} for run in runs for r in run.rounds]),
+    }
+    for name, text in files.items():
+        write_atomic(out / name, text)
+        written.append(out / name)
+    if charts:
+        written += draw_charts(out, runs)
+    return written
+
+
+def draw_charts(out: Path, runs: list[PolicyRun]) -> list[Path]:
+    """JCT CDF, utilisation and queue length over time (needs the ``plots`` extra)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written = []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for run in runs:
+        jct = sorted(r.jct_s / 3600 for r in run.records if r.jct_s is not None)
+        if jct:
+            ax.plot(jct, [(i + 1) / len(jct) for i in range(len(jct))], label=run.policy)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (h)")
+    ax.set_ylabel("fraction of jobs")
+    ax.legend(fontsize=7)
+    written.append(_save(fig, out / "jct_cdf.png"))
+    for attr, label, fname in (("busy", "busy GPUs (fraction)", "utilisation.png"),
+                               ("queued", "jobs waiting", "queue_length.png")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for run in runs:
+            xs = [s.time_s / 3600 for s in run.samples]
+            ys = [getattr(s, attr) / (run.total_gpus if attr == "busy" else 1)
+                  for s in run.samples]
+            ax.step(xs, ys, where="post", label=run.policy, linewidth=0.8)
+        ax.set_xlabel("time (h)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+        written.append(_save(fig, out / fname))
+    plt.close("all")
+    return written
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    os.close(fd)
+    fig.tight_layout()
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,396 @@
+"""Scheduling policies for rounds: the engine and the peers' queueing disciplines.
+
+Every policy answers one question per round: given the cluster state, the waiting queue
+(in submit order; a job re-queued after a failure keeps its place) and the running jobs,
+which waiting jobs start now and on which GPUs. Running jobs keep their GPUs.
+
+Peers, each with its own per-job placement rule (:mod:`hyperplace.sim.peers`) and its
+*queueing discipline* re-implemented from source:
+
+* ``fifo``: plain FIFO, head-of-line blocking: jobs start in order until the first that does
+  not fit; placement by Slurm's tree rule (first fit on the lowest switch that holds the job).
+* ``kueue-strict`` (Kueue ``StrictFIFO``): the head blocks; a workload that does not fit is
+  requeued *immediately* into the heap (kubernetes-sigs/kueue
+  ``pkg/cache/queue/cluster_queue.go`` ``RequeueIfNotPresent``, lines 826-830: StrictFIFO
+  requeues with ``immediate``), so it stays the head and nothing behind it is admitted
+  (``apis/kueue/v1beta1/clusterqueue_types.go`` lines 165-170: "Older workloads that can't be
+  admitted will block admitting newer workloads even if they fit").
+* ``kueue`` (Kueue ``BestEffortFIFO``): a workload that does not fit goes to
+  ``inadmissibleWorkloads`` and the next one is tried (``cluster_queue.go``
+  ``requeueIfNotPresent``, line 550 on; types lines 171-175: "older workloads that can't be
+  admitted will not block admitting newer workloads that fit"); inadmissible workloads come
+  back when the cluster changes (``QueueInadmissibleWorkloads``), i.e. the next round here.
+  Placement by Kueue TAS's rule.
+* ``volcano``: the ``allocate`` action pops jobs by priority then creation time
+  (volcano-sh/volcano ``pkg/scheduler/framework/session_plugins.go`` ``JobOrderFn``, lines
+  737-749), places each gang or discards its statement and goes on to the next job
+  (``pkg/scheduler/actions/allocate/allocate.go`` lines 286-330, ``stmt.Discard()`` at 429:
+  no head-of-line blocking, no reservation). The ``backfill`` action then places only
+  BestEffort tasks (``pkg/scheduler/actions/backfill/backfill.go`` line 141: ``if
+  !task.BestEffort { continue }``); a GPU job requests resources, so it is a no-op here.
+  Placement by Volcano's HyperNode tier walk with binpack.
+* ``slurm``: the backfill scheduler (SchedMD/slurm ``src/plugins/sched/backfill/backfill.c``):
+  jobs in priority order; each job that cannot start now gets a reservation at its earliest
+  start time on the nodes it would get then (``_add_reservation`` at line 3851), as long as
+  that time is inside ``bf_window`` (default one day, line 104; later jobs get none, lines
+  3700-3716); a later job starts now only if it fits on what is free *and* not reserved over
+  its whole run (``_test_resv_overlap``, line 3722). Running jobs are expected to end at
+  their start plus their time limit (``_set_slot_time``, lines 1973-1977); at most
+  ``bf_max_job_test`` = 500 jobs are tried per cycle (line 116). The user's time limit is the
+  job's run time on the slowest GPU type it accepts times :data:`SLURM_OVERESTIMATE`
+  (users over-estimate: Tsafrir, Etsion and Feitelson, "Backfilling using system-generated
+  predictions rather than user runtime estimates", IEEE TPDS 2007, report most estimates
+  several times the actual run time; 2.0 is our documented choice). A job that overruns its
+  limit is expected to end one ``bf_resolution`` (60 s, line 103) from now; it is not killed.
+  Placement by Slurm's tree rule.
+
+The engine (``engine``): the pending window (the first ``window`` jobs in queue order)
+solved at once by :func:`~hyperplace.solvers.driver.solve_placement` within the round's
+budget. Queue order enters as priority: a job's priority rises by one for every
+``aging_s`` it has waited, and the engine never leaves a job out so that lower-priority
+(younger) jobs can run in its place. With ``wait=True`` (``engine-wait``) the engine may
+hold a job back when its predicted completion is earlier by waiting for faster GPUs (see
+:func:`hold_for_faster`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from hyperplace.baselines.common import JobOutcome, build_plan
+from hyperplace.models import Instance, PlacementPlan, TrainingJob
+from hyperplace.models.plan import GPURef
+from hyperplace.sim.jobs import SimJob
+from hyperplace.sim.peers import PeerPlacer, free_state
+from hyperplace.sim.speed import SpeedModel
+from hyperplace.sim.state import GPU, ClusterState
+from hyperplace.solvers.driver import solve_placement
+
+SLURM_OVERESTIMATE = 2.0
+BF_RESOLUTION_S = 60.0
+BF_WINDOW_S = 24 * 3600.0
+BF_MAX_JOB_TEST = 500
+
+PEER_POLICIES = ("fifo", "kueue-strict", "kueue", "volcano", "slurm")
+POLICIES = ("engine", "engine-wait", *PEER_POLICIES)
+ALIASES = {"fifo-firstfit": "fifo", "kueue-style": "kueue", "kueue-besteffort": "kueue",
+           "kueue-strictfifo": "kueue-strict", "volcano-style": "volcano",
+           "slurm-style": "slurm", "slurm-backfill": "slurm"}
+
+
+def canonical_policy(name: str) -> str:
+    key = ALIASES.get(name, name)
+    if key not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; use one of "
+                         f"{', '.join([*POLICIES, *ALIASES])}")
+    return key
+
+
+@dataclass
+class Running:
+    job: SimJob
+    start_s: float
+    speed: float
+    gpus: list[GPU]
+    predicted_end_s: float
+    limit_end_s: float
+
+
+@dataclass
+class RoundView:
+    """What a policy sees in a round."""
+
+    now: float
+    state: ClusterState
+    queue: list[SimJob]
+    running: dict[str, Running]
+    speed: SpeedModel
+    remaining_work: dict[str, float]
+
+
+@dataclass
+class Decision:
+    starts: dict[str, dict[str, list[GPU]]]
+    instance: Instance
+    plan: PlacementPlan
+    solve_s: float
+    fallback: bool = False
+    held: list[str] = field(default_factory=list)
+    status: str = ""
+
+
+class Policy:
+    name = "policy"
+
+    def decide(self, view: RoundView) -> Decision:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+# ---- peers -------------------------------------------------------------------------------
+
+def _free_dicts(state: ClusterState) -> tuple[dict[str, list[int]], dict[str, int], dict[str, int]]:
+    free = {n: state.free_gpus(n) for n in state.nodes}
+    used = {n: len(state.owner[n]) for n in state.nodes}
+    alloc = {n: state.nodes[n].gpu_count - len(state.unusable(n)) for n in state.nodes}
+    return free, used, alloc
+
+
+def _plan(view: RoundView, solver: str, jobs: list[SimJob],
+          starts: dict[str, dict[str, list[GPURef]]], runtime: float) -> tuple[Instance, PlacementPlan]:
+    instance = view.state.instance([j.manifest for j in jobs])
+    outcomes = {name: JobOutcome(units=units) for name, units in starts.items()}
+    for j in jobs:
+        outcomes.setdefault(j.name, JobOutcome(reasons=[f"{solver}: waiting in the queue"]))
+    return instance, build_plan(instance, solver, outcomes, runtime)
+
+
+def _as_gpus(units: dict[str, list[GPURef]]) -> dict[str, list[GPU]]:
+    return {u: [(g.node, g.gpu) for g in gpus] for u, gpus in units.items()}
+
+
+class QueuePolicy(Policy):
+    """FIFO, Kueue StrictFIFO / BestEffortFIFO and Volcano allocate: one job at a time."""
+
+    def __init__(self, name: str, instance: Instance, rule: str, blocking: bool):
+        self.name = name
+        self.placer = PeerPlacer(instance, rule)
+        self.blocking = blocking
+
+    def decide(self, view: RoundView) -> Decision:
+        t0 = time.perf_counter()
+        fs = free_state(*_free_dicts(view.state))
+        starts: dict[str, dict[str, list[GPURef]]] = {}
+        for job in view.queue:
+            got = self.placer.place(job.manifest, fs)
+            if got is not None:
+                starts[job.name] = got
+            elif self.blocking:
+                break
+        solve_s = time.perf_counter() - t0
+        inst, plan = _plan(view, self.name, view.queue, starts, solve_s)
+        return Decision({k: _as_gpus(v) for k, v in starts.items()}, inst, plan, solve_s)
+
+
+def user_time_limit(job: SimJob, speed: SpeedModel, factor: float = SLURM_OVERESTIMATE) -> float:
+    """The time limit a user would give Slurm: slowest accepted type's run time x factor."""
+    return factor * job.work_s / max(speed.slowest_speed(job.manifest), 1e-9)
+
+
+class SlurmBackfill(Policy):
+    """Slurm's backfill scheduler over node-level GPU counts (see the module docstring)."""
+
+    name = "slurm"
+
+    def __init__(self, instance: Instance, factor: float = SLURM_OVERESTIMATE,
+                 window_s: float = BF_WINDOW_S, max_job_test: int = BF_MAX_JOB_TEST):
+        self.placer = PeerPlacer(instance, "slurm")
+        self.factor = factor
+        self.window_s = window_s
+        self.max_job_test = max_job_test
+        self._limits: dict[str, float] = {}
+
+    def limit(self, job: SimJob, speed: SpeedModel) -> float:
+        if job.name not in self._limits:
+            self._limits[job.name] = job.limit_s or user_time_limit(job, speed, self.factor)
+        return self._limits[job.name]
+
+    def decide(self, view: RoundView) -> Decision:
+        t0 = time.perf_counter()
+        now = view.now
+        state = view.state
+        free_now, used, alloc = _free_dicts(state)
+        # releases: node -> [(time, GPUs freed)] from running jobs' expected ends
+        releases: dict[str, list[tuple[float, int]]] = {n: [] for n in state.nodes}
+        times: set[float] = set()
+        for r in view.running.values():
+            end = max(r.limit_end_s, now + BF_RESOLUTION_S)
+            per: dict[str, int] = {}
+            for n, _ in r.gpus:
+                per[n] = per.get(n, 0) + 1
+            for n, k in per.items():
+                if not state.node_down(n):
+                    releases[n].append((end, k))
+            times.add(end)
+        reservations: list[tuple[float, float, dict[str, int]]] = []
+        starts: dict[str, dict[str, list[GPURef]]] = {}
+        tried = 0
+        for job in view.queue:
+            if tried >= self.max_job_test:
+                break
+            tried += 1
+            limit = self.limit(job, view.speed)
+            candidates = sorted(t for t in times | {e for _, e, _ in reservations}
+                                if now < t <= now + self.window_s)
+            for t in [now, *candidates]:
+                counts = self._free_over(t, t + limit, free_now, releases, reservations)
+                if t == now:
+                    free = {n: free_now[n][:max(0, counts[n])] for n in free_now}
+                else:
+                    free = {n: list(range(max(0, counts[n]))) for n in free_now}
+                fs = free_state(free, used, alloc)
+                got = self.placer.place(job.manifest, fs)
+                if got is None:
+                    continue
+                per: dict[str, int] = {}
+                for gpus in got.values():
+                    for g in gpus:
+                        per[g.node] = per.get(g.node, 0) + 1
+                if t == now:
+                    starts[job.name] = got
+                    for n in per:
+                        taken = {g.gpu for gpus in got.values() for g in gpus if g.node == n}
+                        free_now[n] = [i for i in free_now[n] if i not in taken]
+                        used[n] += per[n]
+                    for n, k in per.items():
+                        releases[n].append((now + limit, k))
+                    times.add(now + limit)
+                else:
+                    reservations.append((t, t + limit, per))
+                break
+        solve_s = time.perf_counter() - t0
+        inst, plan = _plan(view, self.name, view.queue, starts, solve_s)
+        return Decision({k: _as_gpus(v) for k, v in starts.items()}, inst, plan, solve_s)
+
+    @staticmethod
+    def _free_over(t0: float, t1: float, free_now: dict[str, list[int]],
+                   releases: dict[str, list[tuple[float, int]]],
+                   reservations: list[tuple[float, float, dict[str, int]]]) -> dict[str, int]:
+        """GPUs per node free and unreserved over all of [t0, t1)."""
+        out: dict[str, int] = {}
+        active = [r for r in reservations if r[0] < t1 and r[1] > t0]
+        points = sorted({t0, *(r[0] for r in active if r[0] > t0)})
+        for n, free in free_now.items():
+            base = len(free) + sum(k for t, k in releases[n] if t <= t0)
+            if not active:
+                out[n] = base
+                continue
+            worst = 0
+            for p in points:
+                worst = max(worst, sum(r[2].get(n, 0) for r in active if r[0] <= p < r[1]))
+            out[n] = base - worst
+        return out
+
+
+# ---- the engine ----------------------------------------------------------------------------
+
+def _with_priority(job: TrainingJob, priority: int) -> TrainingJob:
+    if job.priority == priority:
+        return job
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"priority": priority})})
+
+
+class EnginePolicy(Policy):
+    """The placement engine over the pending window, once per round (module docstring)."""
+
+    def __init__(self, *, solver: str = "auto", budget_s: float = 1.0, window: int = 64,
+                 aging_s: float = 3600.0, wait: bool = False, wait_margin: float = 0.05,
+                 seed: int = 0):
+        self.name = "engine-wait" if wait else "engine"
+        self.solver = solver
+        self.budget_s = budget_s
+        self.window = window
+        self.aging_s = aging_s
+        self.wait = wait
+        self.wait_margin = wait_margin
+        self.seed = seed
+
+    def _manifests(self, view: RoundView, jobs: list[SimJob]) -> list[TrainingJob]:
+        out = []
+        for j in jobs:
+            waited = max(0.0, view.now - j.submit_s)
+            bump = min(1000, int(waited // self.aging_s)) if self.aging_s > 0 else 0
+            out.append(_with_priority(j.manifest, j.manifest.priority + bump))
+        return out
+
+    def _solve(self, view: RoundView, jobs: list[SimJob]) -> tuple[Instance, PlacementPlan]:
+        instance = view.state.instance(self._manifests(view, jobs))
+        plan = solve_placement(instance, solver=self.solver, budget_s=self.budget_s,
+                               seed=self.seed, workers=1)
+        return instance, plan
+
+    def decide(self, view: RoundView) -> Decision:
+        t0 = time.perf_counter()
+        jobs = view.queue[:self.window]
+        instance, plan = self._solve(view, jobs)
+        fallback = plan.status.value == "fallback"
+        starts = _starts(plan)
+        held: list[str] = []
+        if self.wait and starts:
+            held = hold_for_faster(view, starts, {j.name: j for j in jobs}, self.wait_margin)
+            if held:
+                keep = [j for j in jobs if j.name not in held]
+                instance, plan = self._solve(view, keep)
+                fallback = fallback or plan.status.value == "fallback"
+                starts = _starts(plan)
+        solve_s = time.perf_counter() - t0
+        return Decision(starts, instance, plan, solve_s, fallback=fallback, held=held,
+                        status=plan.status.value)
+
+
+def _starts(plan: PlacementPlan) -> dict[str, dict[str, list[GPU]]]:
+    out: dict[str, dict[str, list[GPU]]] = {}
+    for p in plan.placements:
+        out.setdefault(p.job, {})[p.unit] = [(g.node, g.gpu) for g in p.gpus]
+    return out
+
+
+def hold_for_faster(view: RoundView, starts: dict[str, dict[str, list[GPU]]],
+                    jobs: dict[str, SimJob], margin: float) -> list[str]:
+    """Jobs whose predicted completion is earlier if they wait for the fastest GPU type.
+
+    For an admitted job on GPUs slower than the fastest type it accepts: completion now =
+    now + remaining work / speed of this placement; completion by waiting = the first time
+    enough GPUs of the fastest accepted type are free (free now plus those running jobs
+    release at their predicted ends; queued jobs ahead are ignored, so the estimate is
+    optimistic) + remaining work / that type's speed. Hold when waiting wins by more than
+    ``margin`` (relative).
+    """
+    held = []
+    state = view.state
+    catalog = state.base.catalog
+    for name, units in starts.items():
+        job = jobs[name]
+        now_speed = view.speed.speed(job.manifest, units)
+        best = view.speed.best_speed(job.manifest)
+        if now_speed >= best * (1 - 1e-9):
+            continue
+        fast = [n for n, node in state.nodes.items()
+                if math.isclose(view.speed.gpu_speed(node.gpu_type), best)
+                and all(u.gpu_types is None or catalog.get(node.gpu_type).matches(u.gpu_types)
+                        for u in job.manifest.units()[:1])]
+        fast_set = set(fast)
+        have = sum(len(state.free_gpus(n)) for n in fast)
+        ends = sorted((r.predicted_end_s, sum(1 for n, _ in r.gpus if n in fast_set))
+                      for r in view.running.values())
+        t_free = view.now if have >= job.gpus else None
+        for end, k in ends:
+            if t_free is not None:
+                break
+            have += k
+            if have >= job.gpus:
+                t_free = end
+        if t_free is None:
+            continue
+        work = view.remaining_work.get(name, job.work_s)
+        finish_now = view.now + work / now_speed
+        finish_wait = t_free + work / best
+        if finish_wait < view.now + (finish_now - view.now) * (1 - margin):
+            held.append(name)
+    return held
+
+
+def make_policy(name: str, instance: Instance, *, budget_s: float = 1.0, solver: str = "auto",
+                window: int = 64, aging_s: float = 3600.0, seed: int = 0,
+                slurm_factor: float = SLURM_OVERESTIMATE) -> Policy:
+    """A policy by name (aliases accepted: ``fifo-firstfit``, ``kueue-style``, ...)."""
+    key = canonical_policy(name)
+    if key in ("engine", "engine-wait"):
+        return EnginePolicy(solver=solver, budget_s=budget_s, window=window, aging_s=aging_s,
+                            wait=key == "engine-wait", seed=seed)
+    if key == "slurm":
+        return SlurmBackfill(instance, factor=slurm_factor)
+    rule, blocking = {"fifo": ("slurm", True), "kueue-strict": ("kueue", True),
+                      "kueue": ("kueue", False), "volcano": ("volcano", False)}[key]
+    return QueuePolicy(key, instance, rule, blocking)

@@ -1,0 +1,106 @@
+"""One call from a trace and an instance to every policy's metrics (used by the CLI and
+what-if sweeps)."""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from hyperplace.errors import InputError
+from hyperplace.models import Instance
+from hyperplace.sim.metrics import summarize
+from hyperplace.sim.policies import canonical_policy
+from hyperplace.sim.simulator import PolicyRun, SimConfig, simulate
+from hyperplace.sim.traces import load_trace
+from hyperplace.sim.workload import (
+    Workload,
+    foundation_model_jobs,
+    offered_load,
+    scale_to_load,
+    trace_jobs,
+)
+
+WORKLOADS = ("trace", "fm")
+
+
+@dataclass
+class SimRequest:
+    """What to replay: trace, window, workload shape and offered load."""
+
+    trace: str = "philly"
+    start_s: float | None = None
+    end_s: float | None = None
+    limit: int | None = None
+    workload: str = "trace"
+    load: float | str = 1.0
+    policies: list[str] = field(default_factory=lambda: ["engine", "fifo"])
+
+
+def build_workload(req: SimRequest, instance: Instance, seed: int) -> tuple[Workload, dict]:
+    """The jobs to replay (mapped, filtered, load-scaled) and facts about them."""
+    trace = load_trace(req.trace, start_s=req.start_s, end_s=req.end_s, limit=req.limit)
+    if req.workload == "fm":
+        wl = foundation_model_jobs(trace, instance, seed)
+    elif req.workload == "trace":
+        wl = trace_jobs(trace, instance)
+    else:
+        raise InputError(f"--workload: unknown workload {req.workload!r}; use one of "
+                         f"{', '.join(WORKLOADS)}")
+    if not wl.jobs:
+        raise InputError("no job of the trace window fits the instance", source=req.trace)
+    gpus = sum(n.gpu_count for c in instance.clusters for n in c.nodes)
+    own = offered_load(wl.jobs, gpus)
+    if req.load != "trace":
+        scale_to_load(wl.jobs, gpus, float(req.load))
+    facts = {"trace": trace.name, "trace_jobs": len(trace.rows), "jobs": len(wl.jobs),
+             "skipped_in_trace": wl.trace_skipped, "dropped_too_large": wl.dropped_too_large,
+             "dropped_type_constraints": wl.dropped_constraints,
+             "trace_offered_load": own, "offered_load": offered_load(wl.jobs, gpus),
+             "arrival_window_s": wl.jobs[-1].submit_s - wl.jobs[0].submit_s,
+             "instance_gpus": gpus}
+    return wl, facts
+
+
+def run_simulation(instance: Instance, req: SimRequest, config: SimConfig,
+                   progress: Callable[[str, int, int], None] | None = None
+                   ) -> tuple[dict[str, Any], list[PolicyRun]]:
+    """Replay the request's workload under each policy; the summary and the raw runs."""
+    policies = [canonical_policy(p) for p in req.policies]
+    wl, facts = build_workload(req, instance, config.seed)
+    runs: list[PolicyRun] = []
+    rows = []
+    for name in policies:
+        jobs = copy.deepcopy(wl.jobs)
+        t0 = time.perf_counter()
+        cb = (lambda done, total, _n=name: progress(_n, done, total)) if progress else None
+        run = simulate(instance, jobs, name, config, progress=cb)
+        row = summarize(run)
+        row["wall_s"] = time.perf_counter() - t0
+        rows.append(row)
+        runs.append(run)
+    summary = {"instance": instance.name, "request": asdict(req), "config": asdict(config),
+               "workload": facts, "policies": rows, "ratios": ratios(rows)}
+    return summary, runs
+
+
+def ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each engine policy's mean JCT, p99 JCT and mean bounded slowdown over the best peer's."""
+    peers = [r for r in rows if not r["policy"].startswith("engine")]
+    out: dict[str, Any] = {}
+    for r in rows:
+        if not r["policy"].startswith("engine") or not peers:
+            continue
+        entry = {}
+        for key in ("jct_mean_s", "jct_p99_s", "bounded_slowdown_mean", "wait_mean_s"):
+            vals = [p[key] for p in peers if p[key] is not None]
+            if vals and r[key] is not None and min(vals) > 0:
+                best = min(vals)
+                entry[key] = {"ratio": r[key] / best,
+                              "best_peer": next(p["policy"] for p in peers if p[key] == best)}
+        util = [p["utilisation_in_window"] for p in peers if p["utilisation_in_window"]]
+        if util and r["utilisation_in_window"]:
+            entry["utilisation_in_window"] = {"ratio": r["utilisation_in_window"] / max(util)}
+        out[r["policy"]] = entry
+    return out

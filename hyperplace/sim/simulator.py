@@ -1,0 +1,216 @@
+"""Event-driven replay: arrivals, rounds, completions, failures and repairs over time.
+
+The simulator owns the clock and drives a :class:`~hyperplace.sim.loop.RoundLoop`. Rounds
+run at multiples of ``round_s`` after something changed (a job arrived or ended, hardware
+failed or came back) while jobs wait; a round with nothing new to decide is skipped (every
+policy here decides the same on the same state). Events at the same instant apply in the
+order repair, completion, failure, arrival, round.
+
+The replay ends when every job has finished, or when it cannot go on (jobs wait, nothing
+runs, nothing is due to arrive or be repaired, and the last round started nothing): those
+jobs are reported as unfinished.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hyperplace.models import Instance
+from hyperplace.sim.failures import Failure, FailureStream
+from hyperplace.sim.jobs import JobRecord, SimJob
+from hyperplace.sim.loop import RoundLoop
+from hyperplace.sim.policies import make_policy
+from hyperplace.sim.speed import SpeedModel
+
+REPAIR, FINISH, FAIL, ARRIVE, ROUND = range(5)
+
+
+@dataclass
+class SimConfig:
+    """Knobs of one replay (every policy of a run shares them)."""
+
+    round_s: float = 60.0
+    budget_s: float = 1.0
+    failures: float = 0.0
+    seed: int = 0
+    network: bool = True
+    check: bool = False
+    solver: str = "auto"
+    window: int = 64
+    aging_s: float = 3600.0
+    slurm_factor: float = 2.0
+    fail_switches: tuple[str, ...] = ()
+
+
+@dataclass
+class RoundStat:
+    time_s: float
+    solve_s: float
+    started: int
+    queued: int
+    fallback: bool
+    status: str
+    held: int
+
+
+@dataclass
+class Sample:
+    time_s: float
+    busy: int
+    free: int
+    down: int
+    queued: int
+
+
+@dataclass
+class PolicyRun:
+    """Everything one policy's replay produced (metrics are computed from it)."""
+
+    policy: str
+    records: list[JobRecord]
+    rounds: list[RoundStat]
+    samples: list[Sample]
+    failures: list[tuple[Failure, list[str]]]
+    total_gpus: int
+    arrival_end_s: float
+    unfinished: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimConfig,
+             progress: Callable[[int, int], None] | None = None) -> PolicyRun:
+    """Replay ``jobs`` on ``instance`` under ``policy`` (see the module docstring)."""
+    pol = make_policy(policy, instance, budget_s=config.budget_s, solver=config.solver,
+                      window=config.window, aging_s=config.aging_s, seed=config.seed,
+                      slurm_factor=config.slurm_factor)
+    loop = RoundLoop(instance, pol, check=config.check)
+    loop.speed = SpeedModel(loop.state.base, network=config.network)
+    for sw in config.fail_switches:
+        loop.fail_switch(sw, 0.0)
+    all_gpus = [(n, i) for n, node in loop.state.nodes.items() for i in range(node.gpu_count)]
+    stream = FailureStream(all_gpus, config.failures, config.seed)
+    events: list[tuple[float, int, int, object]] = []
+    seq = 0
+
+    def push(t: float, kind: int, payload: object) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (t, kind, seq, payload))
+
+    for job in jobs:
+        push(job.submit_s, ARRIVE, job)
+    first = stream.next()
+    if first is not None:
+        push(first.time_s, FAIL, first)
+    arrivals_left = len(jobs)
+    repairs_left = 0
+    round_due: float | None = None
+    dirty = False
+    last_round_started = True
+    rounds: list[RoundStat] = []
+    samples: list[Sample] = []
+    failures: list[tuple[Failure, list[str]]] = []
+    finished = 0
+    total = len(jobs)
+
+    def sample(t: float) -> None:
+        s = Sample(t, loop.state.busy_count(), loop.state.free_count(), loop.state.down_count(),
+                   len(loop.queue))
+        if samples and samples[-1].time_s == t:
+            samples[-1] = s
+        elif not samples or (samples[-1].busy, samples[-1].free, samples[-1].down,
+                             samples[-1].queued) != (s.busy, s.free, s.down, s.queued):
+            samples.append(s)
+
+    while events:
+        t, kind, _, payload = heapq.heappop(events)
+        if finished == total:
+            break
+        if kind == ARRIVE:
+            arrivals_left -= 1
+            loop.submit(payload, t)
+            dirty = True
+        elif kind == FINISH:
+            name, token = payload
+            r = loop.running.get(name)
+            if r is None or id(r) != token:
+                continue  # interrupted since
+            loop.finish(name, t)
+            finished += 1
+            dirty = True
+            if progress:
+                progress(finished, total)
+        elif kind == FAIL:
+            f = payload
+            hit = _apply_failure(loop, f, t)
+            failures.append((f, hit))
+            if f.scope != "software":
+                repairs_left += 1
+                push(t + f.repair_s, REPAIR, f)
+            dirty = dirty or bool(hit) or f.scope != "software"
+            nxt = stream.next()
+            if nxt is not None:
+                push(nxt.time_s, FAIL, nxt)
+        elif kind == REPAIR:
+            _apply_repair(loop, payload)
+            repairs_left -= 1
+            dirty = True
+        elif kind == ROUND:
+            round_due = None
+            if loop.queue:
+                result = loop.run_round(t)
+                d = result.decision
+                rounds.append(RoundStat(t, d.solve_s, len(result.started), len(loop.queue),
+                                        d.fallback, d.status, len(d.held)))
+                for s in result.started:
+                    push(s.end_s, FINISH, (s.job.name, id(loop.running[s.job.name])))
+                last_round_started = bool(result.started)
+            dirty = False
+        sample(t)
+        if dirty and loop.queue and round_due is None:
+            round_due = math.ceil(t / config.round_s) * config.round_s if config.round_s > 0 else t
+            push(round_due, ROUND, None)
+        if (not loop.running and loop.queue and arrivals_left == 0 and repairs_left == 0
+                and round_due is None and not last_round_started):
+            break  # nothing can change any more
+        if finished == total:
+            break
+    records = [loop.records[j.name] for j in jobs if j.name in loop.records]
+    unfinished = sum(1 for r in records if r.end_s is None) + (len(jobs) - len(records))
+    arrival_end = jobs[-1].submit_s if jobs else 0.0
+    return PolicyRun(policy=pol.name, records=records, rounds=rounds, samples=samples,
+                     failures=failures, total_gpus=loop.state.total_gpus,
+                     arrival_end_s=arrival_end, unfinished=unfinished)
+
+
+def _apply_failure(loop: RoundLoop, f: Failure, t: float) -> list[str]:
+    state = loop.state
+    if f.scope == "gpu":
+        if f.gpu in state.failed_gpus.get(f.node, set()) or state.node_down(f.node):
+            return []
+        return loop.fail_gpus([(f.node, f.gpu)], t)
+    if f.scope == "host":
+        if f.node in state.failed_nodes:
+            return []
+        return loop.fail_nodes([f.node], t)
+    if f.scope == "switch":
+        switches = sorted(state._switches.get(f.node, ()))
+        if not switches or switches[0] in state.failed_switches:
+            return []
+        return loop.fail_switch(switches[0], t)
+    return loop.crash_jobs(sorted(state.jobs_on([(f.node, f.gpu)])), t)
+
+
+def _apply_repair(loop: RoundLoop, f: Failure) -> None:
+    state = loop.state
+    if f.scope == "gpu":
+        state.repair_gpu(f.node, f.gpu)
+    elif f.scope == "host":
+        state.repair_node(f.node)
+    elif f.scope == "switch":
+        switches = sorted(state._switches.get(f.node, ()))
+        if switches:
+            state.repair_switch(switches[0])

@@ -1,0 +1,162 @@
+"""Cluster state across rounds: which GPUs run which job, which are down, and why.
+
+:class:`ClusterState` is the mutable state a round loop keeps between rounds (the domain
+models are frozen). It starts from an instance's nodes, fabric and GPU types with every GPU
+free (the instance's own running jobs and queue are not used) and turns into an
+:class:`~hyperplace.models.Instance` for a round on demand: ``allocated`` holds the GPUs of
+running jobs, ``faulty`` every GPU that cannot be used (a failed GPU, every GPU of a failed
+node, every GPU of a node attached to a failed switch).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hyperplace.models import Instance, Node, TrainingJob
+
+GPU = tuple[str, int]
+
+
+def _fresh_node(node: Node, allocated: dict[int, str], faulty: list[int]) -> Node:
+    """A copy of ``node`` with new state (no stale cached properties carried over)."""
+    data = {k: v for k, v in node.__dict__.items() if k in Node.model_fields}
+    data["allocated"] = allocated
+    data["faulty"] = faulty
+    return Node.model_construct(**data)
+
+
+class ClusterState:
+    """GPU ownership and failures of one instance, updated in place between rounds."""
+
+    def __init__(self, instance: Instance):
+        clusters = []
+        for c in instance.clusters:
+            nodes = [_fresh_node(n, {}, []) for n in c.nodes]
+            clusters.append(c.model_copy(update={"nodes": nodes}))
+            # the fabric depends only on node names: keep the cached one if present
+            if "network" in c.__dict__:
+                clusters[-1].__dict__["network"] = c.__dict__["network"]
+            clusters[-1].__dict__.pop("node_by_name", None)
+        self.base = instance.model_copy(update={"spec": instance.spec.model_copy(
+            update={"clusters": clusters, "jobs": []})})
+        for key in ("node_index", "federation"):
+            self.base.__dict__.pop(key, None)
+        self.nodes: dict[str, Node] = {n.name: n for c in self.base.clusters for n in c.nodes}
+        self.cluster_of: dict[str, str] = {n.name: c.name for c in self.base.clusters
+                                           for n in c.nodes}
+        self.owner: dict[str, dict[int, str]] = {n: {} for n in self.nodes}
+        self.failed_gpus: dict[str, set[int]] = defaultdict(set)
+        self.failed_nodes: set[str] = set()
+        self.failed_switches: set[str] = set()
+        self._switches: dict[str, set[str]] = {}
+        for c in self.base.clusters:
+            for node, sw in c.network.attachments.items():
+                self._switches[node] = set(sw)
+        self.jobs: dict[str, list[GPU]] = {}
+        self.version = 0
+        self._cache: tuple[int, tuple[str, ...], Instance] | None = None
+
+    # ---- queries ---------------------------------------------------------------
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpu_count for n in self.nodes.values())
+
+    def node_down(self, node: str) -> bool:
+        return node in self.failed_nodes or bool(self._switches.get(node, set())
+                                                 & self.failed_switches)
+
+    def unusable(self, node: str) -> set[int]:
+        if self.node_down(node):
+            return set(range(self.nodes[node].gpu_count))
+        return set(self.failed_gpus.get(node, ()))
+
+    def free_gpus(self, node: str) -> list[int]:
+        bad = self.unusable(node)
+        own = self.owner[node]
+        return [i for i in range(self.nodes[node].gpu_count) if i not in bad and i not in own]
+
+    def free_count(self) -> int:
+        return sum(len(self.free_gpus(n)) for n in self.nodes)
+
+    def busy_count(self) -> int:
+        return sum(len(o) for o in self.owner.values())
+
+    def down_count(self) -> int:
+        return sum(len(self.unusable(n)) for n in self.nodes)
+
+    def switch_nodes(self, switch: str) -> list[str]:
+        return [n for n, sws in self._switches.items() if switch in sws]
+
+    def switches(self) -> set[str]:
+        return {s for sws in self._switches.values() for s in sws}
+
+    # ---- updates ---------------------------------------------------------------
+    def allocate(self, job: str, gpus: list[GPU]) -> None:
+        for node, i in gpus:
+            if i in self.owner[node] or i in self.unusable(node):
+                raise ValueError(f"GPU {node}:{i} is not free for {job}")
+        for node, i in gpus:
+            self.owner[node][i] = job
+        self.jobs[job] = list(gpus)
+        self.version += 1
+
+    def release(self, job: str) -> list[GPU]:
+        gpus = self.jobs.pop(job, [])
+        for node, i in gpus:
+            if self.owner[node].get(i) == job:
+                del self.owner[node][i]
+        self.version += 1
+        return gpus
+
+    def jobs_on(self, gpus: list[GPU]) -> set[str]:
+        return {self.owner[n][i] for n, i in gpus if i in self.owner.get(n, {})}
+
+    def jobs_on_nodes(self, nodes: list[str]) -> set[str]:
+        return {j for n in nodes for j in self.owner[n].values()}
+
+    def fail_gpu(self, node: str, gpu: int) -> None:
+        self.failed_gpus[node].add(gpu)
+        self.version += 1
+
+    def repair_gpu(self, node: str, gpu: int) -> None:
+        self.failed_gpus[node].discard(gpu)
+        self.version += 1
+
+    def fail_node(self, node: str) -> None:
+        self.failed_nodes.add(node)
+        self.version += 1
+
+    def repair_node(self, node: str) -> None:
+        self.failed_nodes.discard(node)
+        self.version += 1
+
+    def fail_switch(self, switch: str) -> list[str]:
+        self.failed_switches.add(switch)
+        self.version += 1
+        return self.switch_nodes(switch)
+
+    def repair_switch(self, switch: str) -> None:
+        self.failed_switches.discard(switch)
+        self.version += 1
+
+    # ---- the instance a round sees ---------------------------------------------
+    def instance(self, pending: list[TrainingJob]) -> Instance:
+        """The current state with ``pending`` as the queue (cached while nothing changes)."""
+        key = tuple(j.name for j in pending)
+        if self._cache and self._cache[0] == self.version and self._cache[1] == key:
+            return self._cache[2]
+        clusters = []
+        for c in self.base.clusters:
+            nodes = [_fresh_node(n, dict(self.owner[n.name]), sorted(self.unusable(n.name)))
+                     for n in c.nodes]
+            copy = c.model_copy(update={"nodes": nodes})
+            copy.__dict__["network"] = c.network
+            copy.__dict__.pop("node_by_name", None)
+            clusters.append(copy)
+        inst = self.base.model_copy(update={"spec": self.base.spec.model_copy(
+            update={"clusters": clusters, "jobs": list(pending)})})
+        inst.__dict__["catalog"] = self.base.catalog
+        for k in ("node_index", "federation"):
+            inst.__dict__.pop(k, None)
+        self._cache = (self.version, key, inst)
+        return inst
