@@ -23,10 +23,11 @@ app = typer.Typer(
 
 
 def _mount() -> None:
-    from hyperplace.commands import federate, instances, solve, split
+    from hyperplace.commands import federate, instances, simulate, solve, split
 
     instances.register(app)
     solve.register(app)
+    simulate.register(app)
     app.add_typer(split.app, name="split")
     federate.register(app)
 

@@ -371,8 +371,8 @@ def hold_for_faster(view: RoundView, starts: dict[str, dict[str, list[GPU]]],
             have += k
             if have >= job.gpus:
                 t_free = end
-        if t_free is None:
-            continue
+        if t_free is None or t_free <= view.now:
+            continue  # nothing to wait for, or the engine had reasons not to use free ones
         work = view.remaining_work.get(name, job.work_s)
         finish_now = view.now + work / now_speed
         finish_wait = t_free + work / best

@@ -1,7 +1,7 @@
 """Job traces for replay: Philly, Alibaba 2023, or a CSV of your own.
 
 Built-in traces (copied into the package with their provenance in
-``hyperplace/instances/data/PROVENANCE.md``):
+``hyperplace/data/PROVENANCE.md``):
 
 * ``philly``: the Microsoft Philly sample (2,000 jobs from 2017-11-01, 2.4 days): columns
   ``submit_time_s``, ``duration_s``, ``num_gpus``. No GPU type.
@@ -114,7 +114,7 @@ def _read_text(path: Path) -> str:
 
 
 def _bundled(name: str) -> str:
-    ref = resources.files("hyperplace.instances").joinpath("data", "traces", name)
+    ref = resources.files("hyperplace.data").joinpath("traces", name)
     return ref.read_text(encoding="utf-8")
 
 

@@ -1,0 +1,156 @@
+"""``hyperplace simulate``: replay a trace under several policies, side by side."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hyperplace.errors import InputError
+
+
+def parse_load(text: str) -> float | str:
+    """``--load``: a positive number (offered load relative to capacity) or ``trace``."""
+    if text.strip().lower() == "trace":
+        return "trace"
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"must be a positive number or 'trace', got {text!r}",
+                         path="--load") from None
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"must be a positive finite number or 'trace', got {text!r}",
+                         path="--load")
+    return value
+
+
+def parse_window(text: str | None) -> tuple[float | None, float | None]:
+    """``--window START:END`` in seconds from the trace's first job (either side optional)."""
+    if not text:
+        return None, None
+    try:
+        a, b = text.split(":", 1)
+        lo = float(a) if a.strip() else None
+        hi = float(b) if b.strip() else None
+    except ValueError:
+        raise InputError(f"expected START:END in seconds, got {text!r}", path="--window") from None
+    for v in (lo, hi):
+        if v is not None and (not math.isfinite(v) or v < 0):
+            raise InputError(f"bounds must be finite and >= 0, got {text!r}", path="--window")
+    if lo is not None and hi is not None and hi <= lo:
+        raise InputError(f"END must be after START, got {text!r}", path="--window")
+    return lo, hi
+
+
+def _finite(name: str, value: float, lo: float = 0.0) -> None:
+    if not math.isfinite(value) or value < lo:
+        raise InputError(f"must be a finite number >= {lo:g}, got {value}", path=name)
+
+
+def _fmt(v: float | None, scale: float = 1.0, digits: int = 2) -> str:
+    return "-" if v is None else f"{v / scale:,.{digits}f}"
+
+
+def print_summary(summary: dict, console: Console) -> None:
+    w = summary["workload"]
+    console.print(f"[bold]{summary['instance']}[/bold]: {w['jobs']} jobs of {w['trace']} "
+                  f"over {w['arrival_window_s'] / 3600:.1f} h, offered load "
+                  f"{w['offered_load']:.2f} (trace's own {w['trace_offered_load']:.2f}), "
+                  f"{w['instance_gpus']} GPUs")
+    t = Table(title="policies (times in hours)")
+    for col in ("policy", "done", "JCT mean", "JCT p50", "JCT p99", "wait mean", "wait p99",
+                "slowdown", "makespan", "util (window)", "idle while waiting", "lost GPU-h",
+                "solve p50/p99/max s", "fallbacks"):
+        t.add_column(col, justify="right" if col != "policy" else "left")
+    for r in summary["policies"]:
+        t.add_row(r["policy"], f"{r['finished']}/{r['jobs']}", _fmt(r["jct_mean_s"], 3600),
+                  _fmt(r["jct_median_s"], 3600), _fmt(r["jct_p99_s"], 3600),
+                  _fmt(r["wait_mean_s"], 3600), _fmt(r["wait_p99_s"], 3600),
+                  _fmt(r["bounded_slowdown_mean"]), _fmt(r["makespan_s"], 3600),
+                  _fmt(r["utilisation_in_window"], 0.01, 1) + "%",
+                  _fmt(r["free_unusable_gpus_mean"], 1, 1),
+                  _fmt(r["gpu_hours_lost_to_failures"], 1, 1),
+                  f"{_fmt(r['solve_p50_s'], 1, 3)}/{_fmt(r['solve_p99_s'], 1, 3)}/"
+                  f"{_fmt(r['solve_max_s'], 1, 3)}", str(r["fallback_rounds"]))
+    console.print(t)
+    for name, entry in summary["ratios"].items():
+        parts = [f"{k.removesuffix('_s')} x{v['ratio']:.3f}" + (f" (vs {v['best_peer']})"
+                 if "best_peer" in v else "") for k, v in entry.items()]
+        console.print(f"{name} vs best peer: " + ", ".join(parts))
+
+
+def simulate_command(
+    trace: Annotated[str, typer.Option(help="philly | alibaba-2023 | a CSV file (submit_time_s, duration_s, num_gpus[, gpu_type, name])")] = "philly",
+    instance: Annotated[str, typer.Option("--instance", "-i", help="bundled instance name or Instance file")] = "mixed-a100-h100",
+    policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="engine, engine-wait, fifo (fifo-firstfit), kueue (BestEffortFIFO), kueue-strict, volcano, slurm (backfill); repeat for several")] = None,
+    round_s: Annotated[float, typer.Option("--round", help="seconds between scheduling rounds")] = 60.0,
+    budget: Annotated[float, typer.Option(help="engine time budget per round, seconds")] = 1.0,
+    load: Annotated[str, typer.Option(help="offered load relative to the instance's capacity, or 'trace' for the trace's own rate")] = "1.0",
+    failures: Annotated[float, typer.Option(help="failure rate as a multiple of Meta's Llama 3 rate (419 per 54 days on 16,384 GPUs); 0 = none")] = 0.0,
+    seed: Annotated[int, typer.Option(help="seed for failures, the fm workload and the solver")] = 0,
+    window: Annotated[str | None, typer.Option(help="START:END seconds of the trace to replay (from its first job)")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", help="replay at most this many jobs of the window")] = None,
+    workload: Annotated[str, typer.Option(help="trace (the trace's own jobs) or fm (foundation-model-shaped sizes on the trace's timing)")] = "trace",
+    network: Annotated[bool, typer.Option("--network-model/--no-network-model", help="slow down jobs spread over more switch tiers")] = True,
+    solver: Annotated[str, typer.Option(help="engine solver: auto, cpsat, milp, greedy")] = "auto",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="write summary.json, CSVs and PNG charts here")] = None,
+    charts: Annotated[bool, typer.Option("--charts/--no-charts", help="PNG charts (needs matplotlib: the 'plots' extra)")] = True,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+) -> None:
+    """Replay a trace on an instance under several policies; metrics side by side."""
+    from hyperplace.instances import load_instance
+    from hyperplace.sim.metrics import write_outputs
+    from hyperplace.sim.policies import canonical_policy
+    from hyperplace.sim.run import SimRequest, run_simulation
+    from hyperplace.sim.simulator import SimConfig
+
+    _finite("--round", round_s)
+    _finite("--budget", budget, 0.01)
+    _finite("--failures", failures)
+    if solver not in ("auto", "cpsat", "milp", "greedy"):
+        raise InputError(f"unknown solver {solver!r}; use auto, cpsat, milp or greedy",
+                         path="--solver")
+    names = policy or ["engine", "fifo", "kueue", "kueue-strict", "volcano", "slurm"]
+    for p in names:
+        try:
+            canonical_policy(p)
+        except ValueError as exc:
+            raise InputError(str(exc), path="--policy") from None
+    lo, hi = parse_window(window)
+    if jobs is not None and jobs < 1:
+        raise InputError(f"must be >= 1, got {jobs}", path="--jobs")
+    inst = load_instance(instance)
+    req = SimRequest(trace=trace, start_s=lo, end_s=hi, limit=jobs, workload=workload,
+                     load=parse_load(load), policies=names)
+    config = SimConfig(round_s=round_s, budget_s=budget, failures=failures, seed=seed,
+                       network=network, solver=solver)
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create: {exc.strerror or exc}", source=str(out)) from None
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, disable=not progress,
+                  transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def tick(name: str, done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(f"{name:>12}", total=total)
+            bar.update(tasks[name], completed=done)
+
+        summary, runs = run_simulation(inst, req, config, progress=tick)
+    print_summary(summary, Console())
+    if out is not None:
+        written = write_outputs(out, summary, runs, charts=charts)
+        console.print(f"wrote {len(written)} files to {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate_command)
