@@ -1,52 +1,47 @@
-"""The peers' per-job placement rules on the current state, behind one small adapter.
+"""The peers' per-job placement rules on the current state (``hyperplace.baselines`` API).
 
-Each peer baseline in :mod:`hyperplace.baselines` decides one job at a time
-(``_place_job(job, free_state, views)``). The queueing disciplines in
-:mod:`hyperplace.sim.policies` call :class:`PeerPlacer` to place *one* job on the free GPUs
-of the current round, so a change in how a peer places a job shows up here without touching
-the disciplines. (When ``hyperplace.baselines`` exposes a public per-job function, this
-module is the one place to switch over.)
+The queueing disciplines in :mod:`hyperplace.sim.policies` place *one* job at a time on the
+free GPUs of the current round with a peer's rule: :data:`hyperplace.baselines.RULES`
+(``PeerRule.place``), on a :class:`~hyperplace.baselines.FreeState` built for that rule's
+GPU chooser. Volcano breaks ties at random: each policy run carries one seeded stream.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import random
 
-from hyperplace.baselines import kueue, slurm, volcano
-from hyperplace.baselines.common import ClusterView, FreeState, JobOutcome
+from hyperplace.baselines import RULES, FreeState, cluster_views, new_state
 from hyperplace.models import Instance, TrainingJob
 from hyperplace.models.plan import GPURef
 
-PlaceJob = Callable[[TrainingJob, FreeState, list[ClusterView]], JobOutcome]
-
-RULES: dict[str, PlaceJob] = {
-    "volcano": volcano._place_job,
-    "kueue": kueue._place_job,
-    "slurm": slurm._place_job,
-}
-
-
-def free_state(free: dict[str, list[int]], used: dict[str, int],
-               allocatable: dict[str, int]) -> FreeState:
-    """A baseline :class:`FreeState` from plain dicts (node -> free GPU indices, ...)."""
-    fs = FreeState.__new__(FreeState)
-    fs.free = {n: list(v) for n, v in free.items()}
-    fs.used = dict(used)
-    fs.allocatable = dict(allocatable)
-    return fs
+# the simulation's short rule names -> hyperplace.baselines.RULES keys
+RULE_NAMES = {"volcano": "volcano-style", "kueue": "kueue-tas-style",
+              "slurm": "slurm-tree-style"}
 
 
 class PeerPlacer:
     """One peer's placement rule over an instance's topology (views built once)."""
 
-    def __init__(self, instance: Instance, rule: str):
-        if rule not in RULES:
-            raise ValueError(f"unknown peer rule {rule!r}; use one of {', '.join(RULES)}")
-        self.rule = rule
-        self._place = RULES[rule]
-        self.views = [ClusterView(c, instance.catalog) for c in instance.clusters]
+    def __init__(self, instance: Instance, rule: str, seed: int = 0):
+        key = RULE_NAMES.get(rule, rule)
+        if key not in RULES:
+            raise ValueError(f"unknown peer rule {rule!r}; use one of {', '.join(RULE_NAMES)}")
+        self.rule = key
+        self.peer = RULES[key]
+        self.views = cluster_views(instance)
+        self.rng = random.Random(f"{key}-{seed}")
+
+    def state(self, round_instance: Instance,
+              free: dict[str, list[int]] | None = None) -> FreeState:
+        """The round's free GPUs for this rule (``free`` overrides the per-node lists)."""
+        fs = new_state(round_instance, self.rule)
+        if free is not None:
+            for n, gpus in free.items():
+                fs.used[n] += len(fs.free[n]) - len(gpus)
+                fs.free[n] = list(gpus)
+        return fs
 
     def place(self, job: TrainingJob, state: FreeState) -> dict[str, list[GPURef]] | None:
-        """Unit name -> GPUs if the rule places ``job`` on ``state`` (which it then updates)."""
-        outcome = self._place(job, state, self.views)
+        """Unit name -> GPUs if the rule places ``job`` (``state`` then holds them)."""
+        outcome = self.peer.place(job, state, self.views, self.rng)
         return outcome.units or None

@@ -63,7 +63,7 @@ from hyperplace.baselines.common import JobOutcome, build_plan
 from hyperplace.models import Instance, PlacementPlan, TrainingJob
 from hyperplace.models.plan import GPURef
 from hyperplace.sim.jobs import SimJob
-from hyperplace.sim.peers import PeerPlacer, free_state
+from hyperplace.sim.peers import PeerPlacer
 from hyperplace.sim.speed import SpeedModel
 from hyperplace.sim.state import GPU, ClusterState
 from hyperplace.solvers.driver import solve_placement
@@ -130,13 +130,6 @@ class Policy:
 
 # ---- peers -------------------------------------------------------------------------------
 
-def _free_dicts(state: ClusterState) -> tuple[dict[str, list[int]], dict[str, int], dict[str, int]]:
-    free = {n: state.free_gpus(n) for n in state.nodes}
-    used = {n: len(state.owner[n]) for n in state.nodes}
-    alloc = {n: state.nodes[n].gpu_count - len(state.unusable(n)) for n in state.nodes}
-    return free, used, alloc
-
-
 def _plan(view: RoundView, solver: str, jobs: list[SimJob],
           starts: dict[str, dict[str, list[GPURef]]], runtime: float) -> tuple[Instance, PlacementPlan]:
     instance = view.state.instance([j.manifest for j in jobs])
@@ -153,14 +146,14 @@ def _as_gpus(units: dict[str, list[GPURef]]) -> dict[str, list[GPU]]:
 class QueuePolicy(Policy):
     """FIFO, Kueue StrictFIFO / BestEffortFIFO and Volcano allocate: one job at a time."""
 
-    def __init__(self, name: str, instance: Instance, rule: str, blocking: bool):
+    def __init__(self, name: str, instance: Instance, rule: str, blocking: bool, seed: int = 0):
         self.name = name
-        self.placer = PeerPlacer(instance, rule)
+        self.placer = PeerPlacer(instance, rule, seed)
         self.blocking = blocking
 
     def decide(self, view: RoundView) -> Decision:
         t0 = time.perf_counter()
-        fs = free_state(*_free_dicts(view.state))
+        fs = self.placer.state(view.state.instance([j.manifest for j in view.queue]))
         starts: dict[str, dict[str, list[GPURef]]] = {}
         for job in view.queue:
             got = self.placer.place(job.manifest, fs)
@@ -184,8 +177,9 @@ class SlurmBackfill(Policy):
     name = "slurm"
 
     def __init__(self, instance: Instance, factor: float = SLURM_OVERESTIMATE,
-                 window_s: float = BF_WINDOW_S, max_job_test: int = BF_MAX_JOB_TEST):
-        self.placer = PeerPlacer(instance, "slurm")
+                 window_s: float = BF_WINDOW_S, max_job_test: int = BF_MAX_JOB_TEST,
+                 seed: int = 0):
+        self.placer = PeerPlacer(instance, "slurm", seed)
         self.factor = factor
         self.window_s = window_s
         self.max_job_test = max_job_test
@@ -200,7 +194,8 @@ class SlurmBackfill(Policy):
         t0 = time.perf_counter()
         now = view.now
         state = view.state
-        free_now, used, alloc = _free_dicts(state)
+        round_instance = state.instance([j.manifest for j in view.queue])
+        free_now = {n: state.free_gpus(n) for n in state.nodes}
         # releases: node -> [(time, GPUs freed)] from running jobs' expected ends
         releases: dict[str, list[tuple[float, int]]] = {n: [] for n in state.nodes}
         times: set[float] = set()
@@ -229,7 +224,7 @@ class SlurmBackfill(Policy):
                     free = {n: free_now[n][:max(0, counts[n])] for n in free_now}
                 else:
                     free = {n: list(range(max(0, counts[n]))) for n in free_now}
-                fs = free_state(free, used, alloc)
+                fs = self.placer.state(round_instance, free)
                 got = self.placer.place(job.manifest, fs)
                 if got is None:
                     continue
@@ -242,7 +237,6 @@ class SlurmBackfill(Policy):
                     for n in per:
                         taken = {g.gpu for gpus in got.values() for g in gpus if g.node == n}
                         free_now[n] = [i for i in free_now[n] if i not in taken]
-                        used[n] += per[n]
                     for n, k in per.items():
                         releases[n].append((now + limit, k))
                     times.add(now + limit)
@@ -390,7 +384,7 @@ def make_policy(name: str, instance: Instance, *, budget_s: float = 1.0, solver:
         return EnginePolicy(solver=solver, budget_s=budget_s, window=window, aging_s=aging_s,
                             wait=key == "engine-wait", seed=seed)
     if key == "slurm":
-        return SlurmBackfill(instance, factor=slurm_factor)
+        return SlurmBackfill(instance, factor=slurm_factor, seed=seed)
     rule, blocking = {"fifo": ("slurm", True), "kueue-strict": ("kueue", True),
                       "kueue": ("kueue", False), "volcano": ("volcano", False)}[key]
-    return QueuePolicy(key, instance, rule, blocking)
+    return QueuePolicy(key, instance, rule, blocking, seed)
