@@ -13,9 +13,13 @@ Rules (``RULES``; the names are stable)
     ``kueue-tas-style``    Kueue Topology Aware Scheduling (BestFit for required requests,
                            LeastFreeCapacity for implied ones).
     ``slurm-tree-style``   Slurm ``topology/tree`` with gres ``Links=`` GPU choice.
+    ``kueue-quota-style``  Kueue without TAS: quota-only admission, then the kube-scheduler
+                           binds pods one by one (random among feasible nodes); a partly
+                           bound job holds its GPUs (``plan.objective_terms["held_gpus"]``).
 
-Volcano breaks ties at random (Go's ``rand`` and map order): run it over several seeds.
-The others are deterministic and ignore the seed.
+Volcano and the kube-scheduler break ties at random (Go's ``rand`` and map order): run
+those over several seeds (:data:`RANDOMISED`). The others are deterministic and ignore
+the seed.
 
 Stable API (the over-time simulation builds on it)
     ``RULES[name]``
@@ -42,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from hyperplace.baselines import kueue, slurm, volcano
+from hyperplace.baselines import kueue, kueue_quota, slurm, volcano
 from hyperplace.baselines.common import (
     ClusterView,
     FreeState,
@@ -78,6 +82,8 @@ RULES: dict[str, PeerRule] = {
         "device-plugin", True),
     "kueue-tas-style": PeerRule("kueue-tas-style", kueue.place_job, "device-plugin", False),
     "slurm-tree-style": PeerRule("slurm-tree-style", slurm.place_job, "slurm-gres", False),
+    "kueue-quota-style": PeerRule("kueue-quota-style", kueue_quota.place_job, "device-plugin",
+                                  True),
 }
 
 RANDOMISED: frozenset[str] = frozenset(n for n, r in RULES.items() if r.randomised)

@@ -191,6 +191,8 @@ class FreeState:
         self.used: dict[str, int] = {name: len(n.allocated) for name, n in self.nodes.items()}
         self.allocatable: dict[str, int] = {
             name: n.gpu_count - len(n.faulty) for name, n in self.nodes.items()}
+        # quota (GPUs) reserved per cluster by admitted jobs whose pods are not bound
+        self.reserved: dict[str, int] = {}
 
     def copy(self, nodes: list[str] | None = None) -> "FreeState":
         """A scratch copy (of ``nodes`` only, when given) for dry runs."""
@@ -202,6 +204,7 @@ class FreeState:
         out.free = {n: list(self.free[n]) for n in keys}
         out.used = {n: self.used[n] for n in keys}
         out.allocatable = {n: self.allocatable[n] for n in keys}
+        out.reserved = dict(self.reserved)
         return out
 
     def count(self, node: str) -> int:
@@ -237,6 +240,7 @@ class FreeState:
         for n in other.free:
             self.free[n] = other.free[n]
             self.used[n] = other.used[n]
+        self.reserved = dict(other.reserved)
 
 
 @dataclass
@@ -294,6 +298,7 @@ def build_plan(instance: Instance, solver: str, outcomes: dict[str, JobOutcome],
     placements: list[UnitPlacement] = []
     jobs: list[JobSummary] = []
     pending: list[PendingJob] = []
+    held = sum(len(o.held) for o in outcomes.values())
     for job in instance.jobs:
         outcome = outcomes.get(job.name)
         if outcome is None or not outcome.units:
@@ -317,6 +322,7 @@ def build_plan(instance: Instance, solver: str, outcomes: dict[str, JobOutcome],
                                                                       domains=domains)))
     return PlacementPlan(status=SolveStatus.FEASIBLE, solver=solver, runtime_s=runtime_s,
                          placements=placements, jobs=jobs, pending=pending,
+                         objective_terms={"held_gpus": held} if held else {},
                          metadata={"name": f"{instance.name}-{solver}", "instance": instance.name},
                          message="one job at a time in queue order; no bound")
 
