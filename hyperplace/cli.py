@@ -11,6 +11,7 @@ import sys
 
 import typer
 
+from hyperplace import deadline
 from hyperplace.errors import InputError
 
 app = typer.Typer(
@@ -37,6 +38,7 @@ _mount()
 
 def main() -> None:
     """Console-script entry point: errors are one line on stderr, never a traceback."""
+    deadline.started_as_command()  # budgets run from process start (reading counts)
     try:
         code = app(standalone_mode=False)
     except InputError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 
 import networkx as nx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,8 +55,14 @@ def _assert_exact(fabric: Fabric) -> None:
             for n in members:
                 assert name in fabric.node_domains(n, radius)
         for n in nodes:
-            assert fabric.node_domain(n, radius) == fabric.node_domains(n, radius)[0]
+            assert fabric.node_domain(n, radius) in fabric.node_domains(n, radius)
         assert fabric.is_partition(radius) == (sum(map(len, got)) == len(nodes))
+    # canonical labels nest: nodes sharing one at a radius share it at every larger radius
+    radii = sorted(hops | {1})
+    for low, high in zip(radii, radii[1:]):
+        for a, b in itertools.combinations(nodes, 2):
+            if fabric.node_domain(a, low) == fabric.node_domain(b, low):
+                assert fabric.node_domain(a, high) == fabric.node_domain(b, high)
 
 
 def test_line_of_leaves_has_overlapping_true_domains():
@@ -118,3 +125,64 @@ def random_fabrics(draw) -> Fabric:
 @given(random_fabrics())
 def test_random_graphs_give_all_maximal_sets_within_each_radius(fabric):
     _assert_exact(fabric)
+
+
+# ---- every backend on a fabric that is not a tree (issue #8, case 1) ------------------
+
+def _line_instance(jobs, dual_homed: bool):
+    from placement_helpers import node
+
+    from hyperplace.models import Cluster, FabricSpec, Instance, InstanceSpec
+    from hyperplace.models.job import ObjectMeta
+
+    nodes = [node(f"n{i}") for i in range(1, 5)] + ([node("x")] if dual_homed else [])
+    links = [Link(a=f"L{i}", b=f"L{i + 1}", gbps=400) for i in range(1, 4)]
+    links += [Link(a=f"n{i}", b=f"L{i}", gbps=400) for i in range(1, 5)]
+    if dual_homed:
+        links += [Link(a="x", b="L1", gbps=400), Link(a="x", b="L2", gbps=400)]
+    cluster = Cluster(name="c", nodes=nodes, fabric=FabricSpec(
+        switches=[Switch(name=f"L{i}") for i in range(1, 5)], links=links))
+    return Instance(metadata=ObjectMeta(name="line"),
+                    spec=InstanceSpec(clusters=[cluster], jobs=jobs))
+
+
+SOLVERS = ["greedy", "cpsat", "milp", "auto"]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("hops", [1, 2])
+def test_line_of_leaves_plans_keep_the_hop_limit(solver, hops):
+    from placement_helpers import job
+
+    from hyperplace.check import check
+    from hyperplace.solvers.driver import solve_placement
+
+    jobs = [job("hi", tp=8, replicas=2, dp_hop=hops, priority="high"),
+            job("mid", tp=8, replicas=2, dp_hop=hops), job("lo", tp=8, priority="low")]
+    inst = _line_instance(jobs, dual_homed=True)
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    assert "hi" in {j.job for j in plan.jobs}
+    fabric = inst.clusters[0].network
+    by_label: dict[tuple[int, str], set[str]] = {}
+    for j in plan.jobs:  # the plan's domain labels are true: same label, within the radius
+        for d in j.topology_assignment.domains:
+            by_label.setdefault((3, d.values[1]), set()).add(d.values[3])
+            by_label.setdefault((1, d.values[2]), set()).add(d.values[3])
+    for (radius, _), nodes in by_label.items():
+        for a, b in itertools.combinations(sorted(nodes), 2):
+            assert fabric.hop_count(a, b) <= radius
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_line_of_leaves_uses_overlapping_domains(solver):
+    from placement_helpers import job
+
+    from hyperplace.check import check
+    from hyperplace.solvers.driver import solve_placement
+
+    jobs = [job("a", tp=8, replicas=2, dp_hop=2), job("b", tp=8, replicas=2, dp_hop=2)]
+    inst = _line_instance(jobs, dual_homed=False)
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    assert {j.job for j in plan.jobs} == {"a", "b"}

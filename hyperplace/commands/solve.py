@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -101,12 +102,18 @@ def solve_command(
     fmt: Annotated[Format, typer.Option("--format", "-f")] = Format.table,
 ) -> None:
     """Solve one scheduling round: which pending jobs run, on exactly which GPUs."""
+    from hyperplace.deadline import command_deadline, write_reserve_s
     from hyperplace.solvers.driver import solve_placement
+
+    began = time.perf_counter()
 
     if not math.isfinite(budget):
         raise InputError(f"must be a finite number of seconds, got {budget}", path="--budget")
     inst = resolve_instance(instance, cluster, jobs)
-    plan = solve_placement(inst, solver=solver.value, budget_s=budget, policy=policy.value, seed=seed)
+    # the budget runs from process start: reading the files counts, and writing keeps a share
+    deadline = command_deadline(budget, write_reserve_s(inst), since=began)
+    plan = solve_placement(inst, solver=solver.value, budget_s=budget, policy=policy.value,
+                           seed=seed, deadline=deadline)
     # which instance a later `hyperplace check PLAN` should use without options: a bundled
     # name or an Instance file, never a cluster/jobs pair it could not find again
     source = None if cluster is not None else (instance or plan.metadata.instance)

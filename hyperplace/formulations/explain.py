@@ -103,7 +103,8 @@ class _Facts:
             out: dict[str, int] = defaultdict(int)
             for t in types:
                 for n in self.nodes_by_type[t]:
-                    out[self.p.domain(n, hop, job_level=True)] += len(n.free)
+                    for d in self.p.domains_of(n, hop, job_level=True):
+                        out[d] += len(n.free)
             self._domains[key] = dict(out)
         return self._domains[key]
 

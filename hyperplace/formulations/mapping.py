@@ -207,11 +207,16 @@ def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
                 primary[v] = primary.get(v, 0) + 1
             elif (model_class, nci, gpus) in clique_index:
                 primary[clique_index[(model_class, nci, gpus)]] = 1
-        first_node = p.node_by_name[units[0].pieces[0][0]]
-        d = p.domain(first_node, jv.hop_limit, job_level=True)
-        zv = pm.job_domain.get((j, d))
-        if zv is not None:
-            primary[zv] = 1
+        # the job's domain: one that holds all its nodes (several may, on non-tree fabrics)
+        common: set | None = None
+        for node in {nd for u in units for nd, _ in u.pieces}:
+            ds = set(p.domains_of(p.node_by_name[node], jv.hop_limit, job_level=True))
+            common = ds if common is None else common & ds
+        for d in sorted(common or ()):
+            zv = pm.job_domain.get((j, d))
+            if zv is not None:
+                primary[zv] = 1
+                break
     return pm.complete(primary)
 
 

@@ -333,6 +333,20 @@ class Fabric(HPModel):
         """True when the domains of ``radius`` do not overlap (always so on trees)."""
         return all(len(names) == 1 for names in self._domain_index(radius)[1].values())
 
+    @cached_property
+    def is_tree(self) -> bool:
+        """True when the domains of every radius partition the nodes (trees, SuperPODs)."""
+        return all(self.is_partition(r) for r in self.radii)
+
+    def node_group_label(self, node: str) -> str | None:
+        """``t1:<switches>``: the nodes cabled to exactly the same switches as ``node``.
+
+        They are pairwise one hop apart and every domain holds them all or none, so on
+        non-tree fabrics the placement model uses them where trees use leaf domains.
+        """
+        g = self._node_group.get(node)
+        return None if g is None else "t1:" + "+".join(sorted(self._groups[0][g]))
+
     def domains(self, radius: int) -> dict[str, list[str]]:
         """Domain name -> nodes, for sets of nodes pairwise within ``radius`` hops.
 
@@ -344,31 +358,61 @@ class Fabric(HPModel):
         return dict(self._domain_index(radius)[0])
 
     def _domain_index(self, radius: int
-                      ) -> tuple[dict[str, list[str]], dict[int, list[str]]]:
-        """(domain name -> sorted nodes, group -> names of the domains holding it)."""
+                      ) -> tuple[dict[str, list[str]], dict[int, list[str]], list[str], int]:
+        """(domain name -> sorted nodes, group -> names of the domains holding it,
+        names in table order, the table's radius (0: single groups))."""
         cache = self.__dict__.setdefault("_dom_cache", {})
         if radius in cache:
             return cache[radius]
         radii, tables = self._domain_tables
         fitting = [r for r in radii if r <= radius]
         keys, members = self._groups
-        if not fitting:
-            doms = [[g] for g in range(len(keys))]
-        else:
-            doms = tables[fitting[-1]]
+        table = fitting[-1] if fitting else 0
+        doms = tables[table] if fitting else [[g] for g in range(len(keys))]
         prefix = f"t{(radius + 1) // 2}:" if radius % 2 else f"h{radius}:"
         out: dict[str, list[str]] = {}
         of_group: dict[int, list[str]] = {}
+        names: list[str] = []
         for idxs in doms:
             base = prefix + min(s for i in idxs for s in keys[i])
             name, k = base, 2
             while name in out:
                 name, k = f"{base}~{k}", k + 1
             out[name] = sorted(n for i in idxs for n in members[keys[i]])
+            names.append(name)
             for i in idxs:
                 of_group.setdefault(i, []).append(name)
-        cache[radius] = (out, of_group)
+        cache[radius] = (out, of_group, names, table)
         return cache[radius]
+
+    @cached_property
+    def _canonical(self) -> dict[int, list[int]]:
+        """Table radius -> for each group, the index of its canonical domain.
+
+        Nested by construction: a group's canonical domain holds the whole of its canonical
+        domain of the radius below, so nodes that share a label at one tier share it at every
+        tier above (the model and greedy rely on this; on trees it is the only domain).
+        """
+        radii, tables = self._domain_tables
+        groups = len(self._groups[0])
+        out: dict[int, list[int]] = {}
+        below: list[frozenset[int]] = [frozenset({g}) for g in range(groups)]
+        for r in radii:
+            doms = [frozenset(d) for d in tables[r]]
+            holding: dict[int, list[int]] = {}
+            for i, d in enumerate(doms):
+                for g in d:
+                    holding.setdefault(g, []).append(i)
+            memo: dict[frozenset[int], int] = {}
+            pick = []
+            for g in range(groups):
+                lower = below[g]
+                if lower not in memo:
+                    memo[lower] = next(i for i in holding[g] if lower <= doms[i])
+                pick.append(memo[lower])
+            out[r] = pick
+            below = [doms[i] for i in pick]
+        return out
 
     @cached_property
     def _node_group(self) -> dict[str, int]:
@@ -381,16 +425,17 @@ class Fabric(HPModel):
         return [] if g is None else list(self._domain_index(radius)[1].get(g, []))
 
     def node_domain(self, node: str, radius: int) -> str | None:
-        """The node's domain of ``radius``: on non-tree fabrics the first of several.
+        """The node's canonical domain of ``radius``: on non-tree fabrics one of several.
 
         Nodes given the same name are pairwise within the radius, so a label built from it
-        is true; a placement may still use any of :meth:`node_domains`.
+        is true, and canonical domains nest across radii; a placement may still use any of
+        :meth:`node_domains`.
         """
         g = self._node_group.get(node)
         if g is None:
             return None
-        names = self._domain_index(radius)[1].get(g)
-        return names[0] if names else None
+        _, _, names, table = self._domain_index(radius)
+        return names[self._canonical[table][g]] if table else names[g]
 
 
 # ---- generators ------------------------------------------------------------------

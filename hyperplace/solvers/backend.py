@@ -6,13 +6,21 @@ The driver asks a backend's capabilities (``accepts_hint``), never its name.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from hyperplace.formulations.linear import LinearModel, RawSolution
 from hyperplace.models.result import SolveStatus
+
+T = TypeVar("T")
+
+#: How long Ctrl-C waits for a native solve to honour the stop request before giving up.
+STOP_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -82,3 +90,46 @@ class Backend(ABC):
         if options.hint is not None and not self.accepts_hint:
             raise ValueError(f"{self.name} does not accept a hint")
         return options
+
+
+def run_interruptibly(call: Callable[[], T], stop: Callable[[], object]) -> T:
+    """Run a blocking native solve so that Ctrl-C stops it.
+
+    Python runs a signal handler only between bytecodes of the main thread, so SIGINT
+    during a solve inside C++ (CP-SAT, HiGHS) waited for the solve to end. Here the solve
+    runs in a worker thread while the main thread waits in short joins; on Ctrl-C the main
+    thread asks the solver to stop (``stop``: CP-SAT's ``stop_search``, HiGHS's
+    ``cancelSolve``) until it ends (at most :data:`STOP_WAIT_S`), and raises ``KeyboardInterrupt`` (the
+    worker is a daemon thread, so a solver that ignores the request cannot hold the process).
+    Off the main thread (a service worker) the call simply runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return call()
+    box: dict[str, Any] = {}
+    done = threading.Event()  # not Thread.join/is_alive: Ctrl-C during join can leave
+    # is_alive() False for a thread that still runs (CPython 3.11)
+
+    def work() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the caller below
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="hyperplace-solve", daemon=True).start()
+    try:
+        while not done.wait(0.05):
+            pass
+    except KeyboardInterrupt:
+        # ask again until the solve ends: a request made before the native solve started
+        # (while it copies the model) or during presolve may be missed or answered late
+        give_up = time.perf_counter() + STOP_WAIT_S
+        while not done.is_set() and time.perf_counter() < give_up:
+            with contextlib.suppress(Exception):
+                stop()
+            done.wait(0.05)
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

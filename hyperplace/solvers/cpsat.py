@@ -20,7 +20,7 @@ from hyperplace.formulations.linear import (
     solve_lexicographic,
 )
 from hyperplace.models.result import SolveStatus
-from hyperplace.solvers.backend import Backend, BackendOptions
+from hyperplace.solvers.backend import Backend, BackendOptions, run_interruptibly
 from hyperplace.solvers.params import CpSatParams
 
 STATUS_MAP: dict[int, SolveStatus] = {
@@ -88,13 +88,16 @@ class CpSatBackend(Backend):
             solver.parameters.max_time_in_seconds = max(0.01, limit)
             solver.parameters.num_workers = options.workers
             solver.parameters.random_seed = options.seed
+            # Ctrl-C is Python's to handle (run_interruptibly stops the search); CP-SAT's own
+            # SIGINT handler, installed from the solve thread, aborted the process instead
+            solver.parameters.catch_sigint_signal = False
             if large:
                 # On large rounds presolve (probing, symmetry) alone can eat the whole
                 # budget; the greedy hint already gives a solution, so spend it searching.
                 solver.parameters.symmetry_level = 0
                 solver.parameters.cp_model_probing_level = 0
                 solver.parameters.max_presolve_iterations = 1
-            code = solver.solve(cp)
+            code = run_interruptibly(lambda: solver.solve(cp), solver.stop_search)
             status = self.status_map.get(code, SolveStatus.ERROR)
             if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
                 return PhaseResult(status, message=f"CP-SAT: {solver.status_name(code)}")

@@ -79,7 +79,8 @@ def estimate_vars(p: PlacementProblem) -> int:
 
 def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float = 10.0,
                     policy: str = "performance", seed: int = 0, workers: int = 2,
-                    params: SolveParams | None = None) -> PlacementPlan:
+                    params: SolveParams | None = None, deadline: float | None = None
+                    ) -> PlacementPlan:
     """Solve one scheduling round of ``instance`` within ``budget_s`` seconds.
 
     Parameters
@@ -96,6 +97,10 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         For backends that use them (CP-SAT).
     params : SolveParams, optional
         Tunables of the model, the budget split and the solvers.
+    deadline : float, optional
+        A ``time.perf_counter()`` value the plan must be ready by, when that is sooner than
+        ``budget_s`` from now: the CLI passes process start + budget - the time it keeps
+        for writing, so that the budget covers reading the files too.
 
     Returns
     -------
@@ -106,14 +111,14 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
     params = params or SolveParams()
     start = time.perf_counter()
-    deadline = start + budget_s
+    deadline = start + budget_s if deadline is None else min(deadline, start + budget_s)
 
     def left() -> float:
         return deadline - time.perf_counter()
 
     problem = PlacementProblem(instance, policy, params.model)
     greedy_start = time.perf_counter()
-    greedy = solve_greedy(problem, params.greedy)
+    greedy = solve_greedy(problem, params.greedy, deadline=deadline)
     greedy_s = time.perf_counter() - greedy_start
     message = ""
     pm: PlacementModel | None = None
@@ -169,7 +174,7 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                     message += f"{backend.name}: phases {raw.status}"
                     if status != SolveStatus.OPTIMAL:
                         # an incumbent cut short may still leave a job out for lower ones
-                        chosen = repair_priority(problem, exact, params.greedy)
+                        chosen = repair_priority(problem, exact, params.greedy, deadline)
                     if _score(problem, chosen) < _score(problem, greedy):
                         # possible only when greedy's hint was rejected or a job was dropped
                         chosen, status = greedy, SolveStatus.FALLBACK

@@ -12,6 +12,7 @@ thousands of jobs takes a second or two, not minutes.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 from hyperplace.formulations.explain import FitProbe
@@ -218,17 +219,21 @@ def _score(p: PlacementProblem, a: Assignment) -> tuple[int, int]:
     return (sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus for j in a.units), len(a.units))
 
 
-def _one_pass(p: PlacementProblem, order: list[JobView], params: GreedyParams) -> Assignment:
+def _one_pass(p: PlacementProblem, order: list[JobView], params: GreedyParams,
+              deadline: float | None = None) -> Assignment:
     state = State(p)
     out = Assignment()
     for jv in order:
+        if deadline is not None and time.perf_counter() > deadline:
+            break  # out of time: the jobs not reached stay pending (all of lower priority)
         placed = try_place_job(p, jv, state, params.max_domain_trials)
         if placed is not None:
             out.units[jv.index] = placed
     return out
 
 
-def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None) -> Assignment:
+def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
+                 deadline: float | None = None) -> Assignment:
     """Greedy's plan: the better of :func:`job_orders`' two passes, then the priority repair.
 
     Parameters
@@ -237,10 +242,23 @@ def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None) -> Ass
         The round.
     params : GreedyParams, optional
         Domains tried per job.
+    deadline : float, optional
+        A ``time.perf_counter()`` value: a pass stops placing jobs there (the plan stays
+        valid; jobs not reached stay pending), and the second pass is skipped when the
+        first one's time no longer fits before it.
     """
     params = params or _DEFAULTS
-    best = max((_one_pass(p, order, params) for order in job_orders(p)), key=lambda a: _score(p, a))
-    return repair_priority(p, best, params)
+    passes = []
+    for order in job_orders(p):
+        begun = time.perf_counter()
+        if passes and deadline is not None and \
+                deadline - begun < (begun - passes_started) * 1.2:
+            break
+        if not passes:
+            passes_started = begun
+        passes.append(_one_pass(p, order, params, deadline))
+    best = max(passes, key=lambda a: _score(p, a))
+    return repair_priority(p, best, params, deadline)
 
 
 def fit_probe(p: PlacementProblem, params: GreedyParams | None = None) -> FitProbe:
@@ -264,7 +282,8 @@ def fit_probe(p: PlacementProblem, params: GreedyParams | None = None) -> FitPro
 
 
 def repair_priority(p: PlacementProblem, a: Assignment,
-                    params: GreedyParams | None = None) -> Assignment:
+                    params: GreedyParams | None = None,
+                    deadline: float | None = None) -> Assignment:
     """Make the priority rule hold: no pending job fits on the free GPUs plus those of
     lower-priority admitted jobs.
 
@@ -283,6 +302,8 @@ def repair_priority(p: PlacementProblem, a: Assignment,
     pending = sorted((jv for jv in p.jobs if jv.index not in out.units and not jv.impossible),
                      key=lambda j: (-j.priority, -j.gpus, j.index))
     for jv in pending:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
         if jv.index in out.units:
             continue
         placed = try_place_job(p, jv, state, trials)

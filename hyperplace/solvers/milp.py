@@ -24,7 +24,7 @@ from hyperplace.formulations.linear import (
     solve_lexicographic,
 )
 from hyperplace.models.result import SolveStatus
-from hyperplace.solvers.backend import Backend, BackendOptions
+from hyperplace.solvers.backend import Backend, BackendOptions, run_interruptibly
 
 #: PuLP's solution status (``prob.sol_status``) -> the one vocabulary. "Optimal" is then
 #: confirmed against HiGHS's own MIP bound, because PuLP reports it on time limits too.
@@ -61,6 +61,14 @@ def _quiet_stdout() -> Iterator[None]:
         os.dup2(saved, 1)
         os.close(saved)
         os.close(devnull)
+
+
+def _cancel(prob: pulp.LpProblem) -> None:
+    """Ask a running HiGHS solve to stop (Ctrl-C); CBC runs as a child process that
+    receives the same SIGINT from the terminal."""
+    model = getattr(prob, "solverModel", None)
+    if model is not None and hasattr(model, "cancelSolve"):
+        model.cancelSolve()
 
 
 def _make_solver(backend: str, limit: float, msg: bool = False) -> pulp.LpSolver:
@@ -132,7 +140,8 @@ class MilpBackend(Backend):
             prob.sense = pulp.LpMinimize
             try:
                 with _quiet_stdout():
-                    prob.solve(_make_solver(engine, limit))
+                    run_interruptibly(lambda: prob.solve(_make_solver(engine, limit)),
+                                      lambda: _cancel(prob))
             except pulp.PulpSolverError as exc:
                 return PhaseResult(SolveStatus.ERROR, message=str(exc))
             status = self.status_map.get(prob.sol_status, SolveStatus.NO_SOLUTION)

@@ -196,7 +196,8 @@ class PlacementModelBuilder:
         for found in block.eligible.values():
             for nc, _ in found:
                 for n in nc.nodes:
-                    members[p.domain(n, jv.hop_limit, job_level=True)].setdefault(n.name, n)
+                    for d in p.domains_of(n, jv.hop_limit, job_level=True):
+                        members[d].setdefault(n.name, n)
         for d, nodes in members.items():
             if block.spans and jv.min_ib_gbps and \
                     p.domain_bandwidth(list(nodes.values())) < jv.min_ib_gbps:
@@ -221,7 +222,8 @@ class PlacementModelBuilder:
         for size in sorted(set(uc.pieces)):
             per_unit = uc.pieces.count(size)
             for nc, capacity in block.eligible[(uc.index, size)]:
-                if p.domain(nc.rep, jv.hop_limit, job_level=True) not in block.domains:
+                if not any(d in block.domains
+                           for d in p.domains_of(nc.rep, jv.hop_limit, job_level=True)):
                     continue
                 if nc.uniform:
                     ub = min(block.size * uc.count * per_unit, capacity * nc.multiplicity)
@@ -286,18 +288,24 @@ class PlacementModelBuilder:
 
     def _job_domain_membership(self, block: _JobBlock, uc: UnitClass,
                                by_size: PiecesBySize) -> None:
-        """Pieces only in the job's chosen domain: pieces in ``d`` <= total x ``z[d]``."""
+        """Pieces only in the job's chosen domain: pieces in ``d`` <= total x ``z[d]``.
+
+        On non-tree fabrics a node class may lie in several (overlapping) domains: its
+        pieces then need one of them chosen, pieces <= total x (sum of their ``z``).
+        """
         if not block.in_domain:
             return
         p, jv = self.p, block.view
-        per_dom: dict[DomainKey, list[int]] = defaultdict(list)
+        per_dom: dict[tuple[DomainKey, ...], list[int]] = defaultdict(list)
         for size in sorted(set(uc.pieces)):
             for v, nc in by_size.get(size, []):
-                per_dom[p.domain(nc.rep, jv.hop_limit, job_level=True)].append(v)
+                ds = tuple(d for d in p.domains_of(nc.rep, jv.hop_limit, job_level=True)
+                           if d in block.in_domain)
+                per_dom[ds].append(v)
         total = uc.count * len(uc.pieces)
-        for d, vs in per_dom.items():
-            self.lm.add([(v, 1) for v in vs] + [(block.in_domain[d], -total)], hi=0,
-                        name=f"indomain[{jv.name},{uc.group},{d}]")
+        for ds, vs in per_dom.items():
+            self.lm.add([(v, 1) for v in vs] + [(block.in_domain[d], -total) for d in ds], hi=0,
+                        name=f"indomain[{jv.name},{uc.group},{'|'.join(ds)}]")
 
     def _touch(self, block: _JobBlock) -> None:
         """Objective 2: a boolean per leaf and spine domain the job's pieces touch, weighted

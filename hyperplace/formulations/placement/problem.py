@@ -81,6 +81,7 @@ class PlacementProblem:
         self._best_link: dict[frozenset[str], float] = {}
         self._uplink: dict[str, float] = {}
         self._domains: dict[tuple[str, int | None], DomainKey] = {}
+        self._domains_of: dict[tuple[str, int | None], tuple[DomainKey, ...]] = {}
         self._domain_leaves: dict[tuple[int | None, bool], dict[DomainKey, list[DomainKey]]] = {}
         self.nodes: list[NodeView] = self._build_nodes()
         self.node_by_name = {n.name: n for n in self.nodes}
@@ -105,7 +106,10 @@ class PlacementProblem:
                 uniform = next(iter(values)) if len(values) == 1 else (
                     math.inf if not pairs else None)
                 att = net.attachments.get(node.name)
-                leaf = net.node_domain(node.name, 1) if att else None
+                # on non-tree fabrics a node's switch group plays the leaf: every domain
+                # holds a group whole, while a leaf domain may be cut by a larger one
+                leaf = (net.node_domain(node.name, 1) if net.is_tree
+                        else net.node_group_label(node.name)) if att else None
                 nodes.append(NodeView(
                     index=len(nodes), node=node, cluster=cluster, gpu_type=t,
                     free=node.free_gpus, pair_gbps=pairs, uniform_gbps=uniform,
@@ -291,6 +295,24 @@ class PlacementProblem:
             self._domains[key] = d
         return d
 
+    def domains_of(self, n: NodeView, hop_limit: int | None, *, job_level: bool = False
+                   ) -> tuple[DomainKey, ...]:
+        """Every domain of a hop limit that holds the node: :meth:`domain` alone on trees;
+        on other fabrics the overlapping maximal sets pairwise within the limit."""
+        key = (n.name, hop_limit)
+        ds = self._domains_of.get(key)
+        if ds is None:
+            d = self.domain(n, hop_limit, job_level=job_level)
+            r = radius_for(n.cluster, hop_limit)
+            net = n.cluster.network
+            if d.fabric_domain is None or net.is_tree or r is None or r == 0:
+                ds = (d,)
+            else:
+                ds = tuple(DomainKey.fabric(n.cluster.name, name)
+                           for name in net.node_domains(n.name, r))
+            self._domains_of[key] = ds
+        return ds
+
     def leaves_by_domain(self, hop_limit: int | None, job_level: bool
                          ) -> dict[DomainKey, list[DomainKey]]:
         """Domain -> its leaves, for a hop limit (computed once per limit)."""
@@ -302,7 +324,8 @@ class PlacementProblem:
                 if n.leaf in seen:
                     continue
                 seen.add(n.leaf)
-                out[self.domain(n, hop_limit, job_level=job_level)].append(n.leaf)
+                for d in self.domains_of(n, hop_limit, job_level=job_level):
+                    out[d].append(n.leaf)
             self._domain_leaves[key] = dict(out)
         return self._domain_leaves[key]
 
