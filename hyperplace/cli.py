@@ -24,13 +24,14 @@ app = typer.Typer(
 
 
 def _mount() -> None:
-    from hyperplace.commands import federate, instances, simulate, solve, split
+    from hyperplace.commands import estimate, federate, instances, simulate, solve, split
 
     instances.register(app)
     solve.register(app)
     simulate.register(app)
     app.add_typer(split.app, name="split")
     federate.register(app)
+    estimate.register(app)
 
 
 _mount()

@@ -179,12 +179,14 @@ class Prober:
         return self._cache[key]
 
     def max_replicas(self, job: FederatedJob, location: Location,
-                     positions: tuple[int, ...] | None = None) -> int:
+                     positions: tuple[int, ...] | None = None, cap: int | None = None) -> int:
         """Most replicas of ``positions`` (default: the whole pipeline) that fit as placed,
-        by bisection over engine probes (fits is monotone in the replica count)."""
+        at most ``cap`` (default: the job's replicas), by bisection over engine probes
+        (fitting is monotone in the replica count)."""
         positions = positions if positions is not None else tuple(range(job.stages))
         per = sum(job.unit_gpus(p) for p in positions)
-        hi = min(job.replicas, free_gpus(self.clusters[location.cluster], location.gpu_type) // per)
+        cap = job.replicas if cap is None else cap
+        hi = min(cap, free_gpus(self.clusters[location.cluster], location.gpu_type) // per)
         lo = 0
         while lo < hi:
             mid = (lo + hi + 1) // 2

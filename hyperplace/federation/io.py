@@ -255,7 +255,17 @@ def load_problem(*, instance: str | None = None, cluster: str | Path | None = No
         fjobs = load_jobs(list(jobs))
     else:
         inst = seed_instance() if instance is None else load_instance(instance)
-        fjobs = [from_training_job(j) for j in inst.jobs]
+        fjobs = []
+        unpriced: dict[str, str] = {}
+        for j in inst.jobs:
+            # a queued job the round cannot price stays pending with the reason, rather
+            # than failing the whole round
+            try:
+                fjobs.append(from_training_job(j))
+            except InputError as exc:
+                unpriced[j.name] = f"not federated: {exc.one_line()}"
         inst = inst.with_jobs([])
+        return FederationProblem(inst, fjobs, policy=policy, unpriced=unpriced,
+                                 max_slowdown=max_slowdown or DEFAULT_MAX_SLOWDOWN)
     return FederationProblem(inst, fjobs, policy=policy,
                              max_slowdown=max_slowdown or DEFAULT_MAX_SLOWDOWN)

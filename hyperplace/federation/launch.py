@@ -86,6 +86,10 @@ def launch_config(job: FederatedJob, plan: FederatedJobPlan) -> dict[str, Any]:
         "--global-batch-size", str(job.model.micro_batch_size * job.microbatches * dp),
         "--seq-length", str(job.model.seq_length),
     ]
+    if job.zero >= 1:
+        megatron.append("--use-distributed-optimizer")
+    if job.recompute:
+        megatron += ["--recompute-granularity", "full", "--recompute-method", "uniform"]
     if pp > 1 and len(set(layers_per_stage)) > 1:
         megatron += ["--decoder-first-pipeline-num-layers", str(layers_per_stage[0]),
                      "--decoder-last-pipeline-num-layers", str(layers_per_stage[-1])]

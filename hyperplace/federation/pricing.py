@@ -90,7 +90,8 @@ class Pricer:
 
     def split(self, job: FederatedJob, stages: list[Stage], replicas: int,
               fixed_order: bool) -> SplitPlan:
-        key = (job.model.name, job.model.micro_batch_size, job.microbatches, replicas,
+        key = (job.model.name, job.model.micro_batch_size, job.microbatches, job.zero,
+               job.recompute, replicas,
                fixed_order, tuple((s.name, s.cluster, s.gpu_type, s.gpu_count, s.tp)
                                   for s in stages))
         if key not in self._cache:
@@ -98,7 +99,8 @@ class Pricer:
             model = job.model.model_copy(
                 update={"micro_batch_size": job.model.micro_batch_size * replicas})
             problem = SplitProblem(model=model, stages=stages, links=self.links,
-                                   microbatches=job.microbatches, fixed_order=fixed_order)
+                                   microbatches=job.microbatches, zero=job.zero,
+                                   recompute=job.recompute, fixed_order=fixed_order)
             self._cache[key] = solve_split(problem, time_limit=SPLIT_TIME_LIMIT_S,
                                            catalog=self.catalog)
         return self._cache[key]

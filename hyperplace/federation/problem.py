@@ -48,6 +48,11 @@ ANNOTATION_STAGES = "hyperplace.io/pipeline-stages"
 ANNOTATION_PRIORITY = "hyperplace.io/priority"
 ANNOTATION_MICROBATCHES = "hyperplace.io/microbatches"
 ANNOTATION_AFFINITIES = "hyperplace.io/cluster-affinities"
+ANNOTATION_ZERO = "hyperplace.io/zero"
+ANNOTATION_RECOMPUTE = "hyperplace.io/recompute"
+# Megatron-LM's distributed optimizer (ZeRO-1 over the data-parallel group) is the usual
+# setting for large runs; an annotation overrides it per job.
+DEFAULT_ZERO = 1
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -72,6 +77,8 @@ class FederatedJob:
     dp_group: ResourceGroup | None
     replicas: int
     microbatches: int = DEFAULT_MICROBATCHES
+    zero: int = DEFAULT_ZERO
+    recompute: bool = False
     max_domains: int | None = None
     cluster_names: tuple[str, ...] = ()
     affinities: list[AffinityGroup] = field(default_factory=list)
@@ -156,6 +163,7 @@ def from_training_job(job: TrainingJob) -> FederatedJob:
         stage_groups=list(stages), dp_group=dp if mp else None,
         replicas=job.spec.replica_count, microbatches=_microbatches(ann, job.name),
         affinities=affinities, namespace=job.metadata.namespace,
+        **_memory_options(ann, job.name),
     )
 
 
@@ -167,6 +175,18 @@ def _microbatches(ann: dict[str, str], name: str) -> int:
         raise InputError(f"must be a positive integer, got {raw!r}",
                          path=f"{name}: metadata.annotations.{ANNOTATION_MICROBATCHES}")
     return int(raw)
+
+
+def _memory_options(ann: dict[str, str], name: str) -> dict:
+    zero = ann.get(ANNOTATION_ZERO, str(DEFAULT_ZERO))
+    if zero not in ("0", "1", "2", "3"):
+        raise InputError(f"must be 0, 1, 2 or 3, got {zero!r}",
+                         path=f"{name}: metadata.annotations.{ANNOTATION_ZERO}")
+    rec = ann.get(ANNOTATION_RECOMPUTE, "false").lower()
+    if rec not in ("true", "false"):
+        raise InputError(f"must be true or false, got {rec!r}",
+                         path=f"{name}: metadata.annotations.{ANNOTATION_RECOMPUTE}")
+    return {"zero": int(zero), "recompute": rec == "true"}
 
 
 def _pod_gpus(rj: ReplicatedJob, where: str) -> int:
@@ -241,6 +261,7 @@ def from_hyperjob(hj: HyperJob) -> list[FederatedJob]:
             name=name, kind="HyperJob", priority=priority, model=model, job=job,
             stage_groups=groups, dp_group=dp, replicas=units // stages,
             microbatches=_microbatches(ann, hj.metadata.name),
+            **_memory_options(ann, hj.metadata.name),
             max_domains=hj.spec.max_domains, cluster_names=tuple(rj.cluster_names),
             affinities=affinities, hyperjob=hj, replicated_job=rj.name,
             namespace=hj.metadata.namespace,
@@ -259,6 +280,7 @@ class FederationProblem:
     jobs: list[FederatedJob]
     policy: str = "throughput"
     max_slowdown: float = DEFAULT_MAX_SLOWDOWN
+    unpriced: dict[str, str] = field(default_factory=dict)  # queued job -> why it cannot be
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

@@ -200,6 +200,8 @@ def federate(problem: FederationProblem, *, budget_s: float = 10.0, solver: str 
     admitted = {data.candidates[i].job.name for i in chosen}
     pending = [_pending(job, all_shapes[job.name], data, chosen) for job in ordered
                if job.name not in admitted]
+    pending += [PendingFederatedJob(job=name, reasons=[why])
+                for name, why in problem.unpriced.items()]
     stats_msg = "; ".join(x for x in [message, *notes] if x)
     return FederationPlan(
         metadata=FederationMeta(name=f"{instance.name}-federation", instance=instance.name),

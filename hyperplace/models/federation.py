@@ -159,3 +159,36 @@ class FederationPlan(HPModel):
 
     def job(self, name: str) -> FederatedJobPlan | None:
         return next((j for j in self.jobs if j.job == name), None)
+
+
+class TemplateEstimate(HPModel):
+    """One component template (a resource group) of a job in one cluster."""
+
+    template: str
+    gpus_per_unit: int
+    units_per_set: int
+    totals_units: int = Field(description="floor(free GPUs / GPUs per unit), Karmada-style")
+    placed_units: int = Field(description="units the placement engine places now, alone")
+
+
+class ClusterEstimate(HPModel):
+    """Karmada's estimator question for one member cluster, answered two ways."""
+
+    cluster: str
+    gpu_types: list[str]
+    free_gpus: int
+    totals_replicas: int = Field(description="Karmada general estimator: cluster totals only")
+    placed_replicas: int = Field(description="complete replicas (component sets) the placement "
+                                             "engine places now, verified by the checker")
+    templates: list[TemplateEstimate]
+    reason: str = ""
+
+
+class EstimateReport(HPModel):
+    api_version: Literal["hyperplace/v1"] = "hyperplace/v1"
+    kind: Literal["EstimateReport"] = "EstimateReport"
+    instance: str
+    job: str
+    replica_gpus: int
+    replicas_wanted: int
+    clusters: list[ClusterEstimate]
