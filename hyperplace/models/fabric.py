@@ -303,9 +303,12 @@ class Fabric(HPModel):
             return [], {}
         radii = sorted({1} | {w + 1 for w, _, _ in self._spanning_edges})
         loose: set[int] = set()
+        certified: set[tuple[int, tuple[int, ...]]] = set()
         for r in radii:
             for comp in self._components(r):
-                if not self._certified(comp, r):
+                if self._certified(comp, r):
+                    certified.add((r, tuple(sorted(comp))))
+                else:
                     loose.update(comp)
         exact = self._group_hops_exact(sorted(loose)) if loose else {}
         radii = sorted(set(radii) | set(exact.values()))
@@ -313,7 +316,9 @@ class Fabric(HPModel):
         for r in radii:
             doms: list[list[int]] = []
             for comp in self._components(r):
-                if not loose.intersection(comp):
+                # A certified component is one domain even when some of its groups were
+                # loose at a smaller radius (their exact hops cover only loose pairs).
+                if (r, tuple(sorted(comp))) in certified or not loose.intersection(comp):
                     doms.append(sorted(comp))
                     continue
                 graph = nx.Graph()
