@@ -1,4 +1,9 @@
-"""Shared fixtures: kept small on purpose (each test module owns its helpers)."""
+"""Shared fixtures: kept small on purpose (each test module owns its helpers).
+
+``solver`` and ``exact_solver``: every placement test that takes one runs once per backend,
+so that a failure names its backend (``test_x[cpsat]``). ``--solvers greedy,cpsat`` narrows
+the set; tests that parametrise ``solver`` themselves (baselines, the split) are left alone.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,30 @@ if os.environ.get("CI", "").lower() == "true":
     settings.load_profile("ci")
 
 DATA = Path(__file__).parent / "data"
+PLACEMENT_SOLVERS = ("greedy", "cpsat", "milp")
+EXACT_SOLVERS = ("cpsat", "milp")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--solvers", default=",".join(PLACEMENT_SOLVERS),
+                     help="placement solvers the solver-parametrised tests run against")
+
+
+def _explicit(metafunc: pytest.Metafunc) -> set[str]:
+    names: set[str] = set()
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        args = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+        names.update(a.strip() for a in (args.split(",") if isinstance(args, str) else args))
+    return names
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    chosen = [s for s in metafunc.config.getoption("solvers").split(",") if s]
+    explicit = _explicit(metafunc)
+    if "solver" in metafunc.fixturenames and "solver" not in explicit:
+        metafunc.parametrize("solver", chosen)
+    if "exact_solver" in metafunc.fixturenames and "exact_solver" not in explicit:
+        metafunc.parametrize("exact_solver", [s for s in chosen if s in EXACT_SOLVERS])
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -239,15 +238,12 @@ def test_generator_rejects_bad_arguments(kwargs: dict, path: str) -> None:
 
 
 def test_generator_scale_16k_gpus_5k_jobs() -> None:
-    # CPU time of this process, so other work on a shared machine does not make it flaky
-    start = time.process_time()
+    # how long it takes is measured in bench/, not asserted here
     inst = generate(16384, 5000, seed=0)
     text = render_instance(inst)
-    elapsed = time.process_time() - start
     assert len(_all_nodes(inst)) == 2048 and len(inst.jobs) == 5000
     assert inst.clusters[0].network.radii == [1, 3, 5]
     assert len(text) > 1_000_000
-    assert elapsed < 10, f"generate + render took {elapsed:.1f} s"
 
 
 # ---- Cluster + jobs files ------------------------------------------------------------------

@@ -57,6 +57,7 @@ from hyperplace.models import (
     PlacementPlan,
     TrainingJob,
 )
+from hyperplace.models.plan import JobSummary
 
 GPU = tuple[str, int]  # (node name, GPU index)
 
@@ -160,11 +161,11 @@ def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
             out.append(Violation(code="unknown-job", job=p.job, unit=p.unit,
                                  message="placed job is not in the pending queue"))
             continue
-        units = ctx.units(p.job)
-        if p.unit not in units:
+        known = ctx.units(p.job)
+        if p.unit not in known:
             out.append(Violation(code="unknown-unit", job=p.job, unit=p.unit,
                                  message=f"job has no unit {p.unit!r} (units: "
-                                         f"{', '.join(list(units)[:6])}{'...' if len(units) > 6 else ''})"))
+                                         f"{', '.join(list(known)[:6])}{'...' if len(known) > 6 else ''})"))
             continue
         if p.unit in placed[p.job]:
             out.append(Violation(code="duplicate-unit", job=p.job, unit=p.unit,
@@ -340,17 +341,18 @@ def _check_bookkeeping(ctx: _Context, plan: PlacementPlan,
             out.append(Violation(code="job-missing", job=job,
                                  message="queued job is neither placed nor listed as pending"))
 
-    summaries = {}
+    summaries: dict[str, JobSummary] = {}
     for s in plan.jobs:
         if s.job in summaries:
             out.append(Violation(code="summary-duplicate", job=s.job, message="job summarised twice"))
         summaries[s.job] = s
     for job, units in placed.items():
-        s = summaries.get(job)
-        if s is None:
+        summary = summaries.get(job)
+        if summary is None:
             out.append(Violation(code="summary-missing", job=job,
                                  message="admitted job has no entry in jobs[]"))
             continue
+        s = summary
         gpus = [g for us in units.values() for g in _known(ctx, us)]
         if s.gpus != sum(len(us) for us in units.values()):
             out.append(Violation(code="summary-gpus", job=job,

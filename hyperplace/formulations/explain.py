@@ -71,8 +71,8 @@ class _Facts:
         for n in p.nodes:
             self.free_by_type[n.gpu_type.name] += len(n.free)
             self.nodes_by_type[n.gpu_type.name].append(n)
-        self._clique: dict[tuple, tuple[int, NodeView | None]] = {}
-        self._domains: dict[tuple, dict[str, int]] = {}
+        self._clique: dict[tuple[object, ...], tuple[int, NodeView | None]] = {}
+        self._domains: dict[tuple[object, ...], dict[str, int]] = {}
 
     def largest_piece(self, uc: UnitClass, types: frozenset[str]) -> tuple[int, NodeView | None]:
         """The largest free GPU set a piece of ``uc`` could get on one node, and where

@@ -186,9 +186,9 @@ def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
                     v = uniform_index[key]
                     primary[v] = primary.get(v, 0) + 1
                 else:
-                    v = clique_index.get((model_class, nci, tuple(sorted(gpus))))
-                    if v is not None:
-                        primary[v] = 1
+                    cv = clique_index.get((model_class, nci, tuple(sorted(gpus))))
+                    if cv is not None:
+                        primary[cv] = 1
             if uc.multi_node and uc.hop_limit is not None:
                 d = p.domain(p.node_by_name[u.pieces[0][0]], uc.hop_limit)
                 yv = pm.unit_domain.get((u.uclass, d))

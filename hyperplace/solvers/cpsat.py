@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ortools.sat.python import cp_model
 
@@ -23,7 +23,7 @@ from hyperplace.models.result import SolveStatus
 from hyperplace.solvers.backend import Backend, BackendOptions, run_interruptibly
 from hyperplace.solvers.params import CpSatParams
 
-STATUS_MAP: dict[int, SolveStatus] = {
+STATUS_MAP: dict[Any, SolveStatus] = {
     cp_model.OPTIMAL: SolveStatus.OPTIMAL,
     cp_model.FEASIBLE: SolveStatus.FEASIBLE,
     cp_model.INFEASIBLE: SolveStatus.INFEASIBLE,
@@ -51,7 +51,7 @@ class CpSatBackend(Backend):
     accepts_hint = True
     uses_seed = True
     uses_workers = True
-    status_map: ClassVar[dict[int, SolveStatus]] = STATUS_MAP
+    status_map: ClassVar[dict[Any, SolveStatus]] = STATUS_MAP
 
     def __init__(self, params: CpSatParams | None = None):
         self.params = params or CpSatParams()
@@ -102,7 +102,7 @@ class CpSatBackend(Backend):
             if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
                 return PhaseResult(status, message=f"CP-SAT: {solver.status_name(code)}")
             values = [int(solver.value(x)) for x in xs]
-            cp.clear_hints()  # the next phase starts from this solution
+            cp.clear_hints()  # type: ignore[no-untyped-call]  # next phase starts here
             for x, v in zip(xs, values):
                 cp.add_hint(x, v)
             return PhaseResult(status, values, solver.objective_value, solver.best_objective_bound)
@@ -116,7 +116,7 @@ class CpSatBackend(Backend):
                 cp.add(expr >= iv)
             else:
                 cp.add(expr <= iv)
-            cp.clear_objective()
+            cp.clear_objective()  # type: ignore[no-untyped-call]
 
         return solve_lexicographic(model, time_limit_s, start, phase, fix, 0.01, options.shares)
 

@@ -286,12 +286,14 @@ class PlacementProblem:
         d = self._domains.get(key)
         if d is None:
             r = radius_for(n.cluster, hop_limit)
+            fabric = None if (r is None or r == 0 or n.attach_gbps is None) else \
+                n.cluster.network.node_domain(n.name, r)
             if r is None:
                 d = DomainKey.whole_cluster(n.cluster.name)
-            elif r == 0 or n.attach_gbps is None:
+            elif fabric is None:
                 d = DomainKey.single_node(n.cluster.name, n.name)
             else:
-                d = DomainKey.fabric(n.cluster.name, n.cluster.network.node_domain(n.name, r))
+                d = DomainKey.fabric(n.cluster.name, fabric)
             self._domains[key] = d
         return d
 
@@ -388,7 +390,7 @@ class PlacementProblem:
         bundle run instead of deciding each one; the mapping back admits them in queue order.
         Every other job is a bundle of its own.
         """
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[tuple[object, ...], list[int]] = {}
         out: list[list[int]] = []
         for jv in self.jobs:
             if jv.num_pieces == 1 and not jv.impossible:
@@ -408,12 +410,12 @@ class PlacementProblem:
     @cached_property
     def node_classes(self) -> list[NodeClass]:
         """Nodes with free GPUs folded into classes of interchangeable nodes."""
-        groups: dict[tuple, list[NodeView]] = defaultdict(list)
+        groups: dict[tuple[object, ...], list[NodeView]] = defaultdict(list)
         for n in self.nodes:
             if not n.free:
                 continue
             if n.uniform_gbps is not None and not n.leaf.is_single_node:
-                key: tuple = ("u", n.cluster.name, n.leaf, n.gpu_type.name, n.node.gpu_count,
+                key: tuple[object, ...] = ("u", n.cluster.name, n.leaf, n.gpu_type.name, n.node.gpu_count,
                               len(n.free), n.fully_free, n.uniform_gbps, n.attach_gbps)
             else:
                 key = ("n", n.name)

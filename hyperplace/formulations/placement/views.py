@@ -68,7 +68,7 @@ class NodeView:
     attach_gbps: float | None
     leaf: DomainKey
     max_cliques: int = 5000
-    _cliques: dict[tuple, list[tuple[int, ...]]] = field(default_factory=dict, repr=False)
+    _cliques: dict[tuple[object, ...], list[tuple[int, ...]]] = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:

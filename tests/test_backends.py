@@ -1,0 +1,69 @@
+"""The exact backends: declared capabilities, status maps, the same answers on small models."""
+
+from __future__ import annotations
+
+import pytest
+
+from hyperplace.formulations.linear import LinearModel, Objective
+from hyperplace.models.result import SolveStatus
+from hyperplace.solvers.backend import BackendOptions
+from hyperplace.solvers.driver import make_backend
+from hyperplace.solvers.params import BudgetParams, CpSatParams, GreedyParams, SolveParams
+
+
+def _knapsack() -> LinearModel:
+    # max 5a + 4b + 3c  s.t. 2a + 3b + c <= 4 (binary): a + c = 8, then fewest items
+    lm = LinearModel()
+    a, b, c = lm.bool("a"), lm.bool("b"), lm.bool("c")
+    lm.add([(a, 2), (b, 3), (c, 1)], hi=4, name="cap")
+    lm.objectives = [Objective([(a, 5), (b, 4), (c, 3)], "value", "max"),
+                     Objective([(a, 1), (b, 1), (c, 1)], "items", "min")]
+    return lm
+
+
+def test_backend_solves_and_proves(exact_solver):
+    raw = make_backend(exact_solver).solve(_knapsack(), 10.0, BackendOptions(workers=1))
+    assert raw.status == SolveStatus.OPTIMAL
+    assert raw.values == [1, 0, 1]
+    assert raw.objective_values == [8.0, 2.0]
+    assert raw.objective_bounds[0] == pytest.approx(8.0)
+
+
+def test_backend_reports_infeasible(exact_solver):
+    lm = LinearModel()
+    x = lm.bool("x")
+    lm.add([(x, 1)], lo=2, name="impossible")
+    lm.objectives = [Objective([(x, 1)], "x", "max")]
+    raw = make_backend(exact_solver).solve(lm, 5.0)
+    assert raw.values is None and raw.status == SolveStatus.INFEASIBLE
+
+
+def test_capabilities_are_declared_and_statuses_mapped(exact_solver):
+    backend = make_backend(exact_solver)
+    assert backend.name == exact_solver
+    assert backend.integer and backend.lexicographic and backend.proves_bound
+    assert set(backend.status_map.values()) <= set(SolveStatus)
+    assert SolveStatus.OPTIMAL in backend.status_map.values()
+    assert SolveStatus.INFEASIBLE in backend.status_map.values()
+
+
+def test_hints_only_where_accepted(exact_solver):
+    backend = make_backend(exact_solver)
+    options = BackendOptions(hint=[1, 0, 1], workers=1)
+    if backend.accepts_hint:
+        assert backend.solve(_knapsack(), 5.0, options).status == SolveStatus.OPTIMAL
+    else:
+        with pytest.raises(ValueError, match="does not accept a hint"):
+            backend.solve(_knapsack(), 5.0, options)
+
+
+def test_unknown_backend_and_bad_parameters_are_refused():
+    with pytest.raises(ValueError, match="unknown backend"):
+        make_backend("gurobi")
+    with pytest.raises(ValueError, match="reserve_fraction"):
+        BudgetParams(reserve_fraction=1.0)
+    with pytest.raises(ValueError, match="large_model_vars"):
+        CpSatParams(large_model_vars=0)
+    with pytest.raises(ValueError, match="max_domain_trials"):
+        GreedyParams(max_domain_trials=True)
+    assert SolveParams().budget.vars_per_second("milp") == 40_000
