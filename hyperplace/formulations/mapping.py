@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from hyperplace.formulations.placement import NodeView, PlacementModel, PlacementProblem
+from hyperplace.formulations.placement import DomainKey, NodeView, PlacementModel, PlacementProblem
 from hyperplace.models.plan import (
     GPURef,
     JobSummary,
@@ -208,7 +208,7 @@ def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
             elif (model_class, nci, gpus) in clique_index:
                 primary[clique_index[(model_class, nci, gpus)]] = 1
         # the job's domain: one that holds all its nodes (several may, on non-tree fabrics)
-        common: set | None = None
+        common: set[DomainKey] | None = None
         for node in {nd for u in units for nd, _ in u.pieces}:
             ds = set(p.domains_of(p.node_by_name[node], jv.hop_limit, job_level=True))
             common = ds if common is None else common & ds

@@ -12,7 +12,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from hyperplace.formulations.linear import LinearModel, RawSolution
 from hyperplace.models.result import SolveStatus
@@ -132,4 +132,4 @@ def run_interruptibly(call: Callable[[], T], stop: Callable[[], object]) -> T:
         raise
     if "error" in box:
         raise box["error"]
-    return box["value"]
+    return cast(T, box["value"])

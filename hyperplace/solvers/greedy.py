@@ -248,7 +248,8 @@ def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
         first one's time no longer fits before it.
     """
     params = params or _DEFAULTS
-    passes = []
+    passes: list[Assignment] = []
+    passes_started = 0.0  # set when the first pass begins
     for order in job_orders(p):
         begun = time.perf_counter()
         if passes and deadline is not None and \
