@@ -24,11 +24,12 @@ app = typer.Typer(
 
 
 def _mount() -> None:
-    from hyperplace.commands import estimate, federate, instances, simulate, solve, split
+    from hyperplace.commands import estimate, federate, instances, simulate, solve, split, whatif
 
     instances.register(app)
     solve.register(app)
     simulate.register(app)
+    whatif.register(app)
     app.add_typer(split.app, name="split")
     federate.register(app)
     estimate.register(app)

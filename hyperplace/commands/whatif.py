@@ -1,0 +1,57 @@
+"""``hyperplace whatif``: a grid of scenario changes, each result kept in SQLite as it ends."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from hyperplace.errors import InputError
+
+
+class Backend(StrEnum):
+    local = "local"
+    ray = "ray"
+
+
+def whatif_command(
+    sweep_file: Annotated[Path, typer.Argument(metavar="SWEEP.yaml", help="base scenario and grid of changes")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="directory for sweep.sqlite and the report (default: SWEEP-whatif/)")] = None,
+    backend: Annotated[Backend, typer.Option(help="local process pool, or ray")] = Backend.local,
+    workers: Annotated[int, typer.Option(min=1, max=256, help="scenarios run at once")] = 2,
+    ray_address: Annotated[str | None, typer.Option(help="an existing Ray cluster (default: start a local one)")] = None,
+    charts: Annotated[bool, typer.Option("--charts/--no-charts")] = True,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+) -> None:
+    """Run a what-if sweep; a killed sweep started again skips finished scenarios."""
+    from hyperplace.sim.whatif import load_sweep, report, run_sweep
+
+    sweep = load_sweep(sweep_file)
+    target = out or sweep_file.with_name(f"{sweep_file.stem}-whatif")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create: {exc.strerror or exc}", source=str(target)) from None
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, disable=not progress) as bar:
+        task = bar.add_task("scenarios", total=len(sweep.scenarios))
+
+        def tick(done: int, total: int, last: str) -> None:
+            bar.update(task, completed=done, description=f"scenarios {last[:40]}")
+
+        rows = run_sweep(sweep, target, backend=backend.value, workers=workers,
+                         ray_address=ray_address, progress=tick)
+    written = report(rows, target, charts=charts)
+    failed = [r for r in rows if r["status"] != "done"]
+    print((target / "report.md").read_text())
+    console.print(f"{len(rows)} scenarios in {target / 'sweep.sqlite'} ({len(failed)} failed); "
+                  f"report: {', '.join(str(p) for p in written)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("whatif")(whatif_command)

@@ -1,0 +1,487 @@
+"""What-if sweeps: a grid of changes to a base scenario, each result kept in SQLite.
+
+A sweep file (YAML)::
+
+    base:                       # one simulation: the same keys as `hyperplace simulate`
+      instance: mixed-a100-h100
+      trace: philly             # philly | alibaba-2023 | a CSV path (relative to the file)
+      window: [0, 7200]         # seconds of the trace (optional)
+      workload: trace           # trace | fm
+      load: 1.0                 # or "trace"
+      policy: engine
+      round: 60
+      budget: 1.0
+      failures: 0
+      seed: 0
+    grid:                       # every combination is one scenario; the base always runs
+      addNodes: [{type: H100-80, count: 4}, {type: A100-80, count: -4}]  # add / remove nodes
+      failSwitch: [leaf001]     # a switch down for the whole run
+      oversubscription: [2, 4]  # leaf downlink : uplink capacity (fat-tree fabrics)
+      budget: [0.2, 5]
+      policy: [fifo, slurm]
+      load: [0.8, 1.2]
+      failures: [1.0]
+
+Each scenario is one simulation under one policy. Its result (the metrics of
+:func:`hyperplace.sim.metrics.summarize`, or its error) is written to ``sweep.sqlite`` in the
+output directory the moment it finishes, in its own transaction: a sweep killed with
+``kill -9`` and started again skips every scenario already recorded and loses none. A
+scenario that fails is recorded with its error and the sweep goes on (a restart does not
+retry it; delete its row to do so). ``report.md`` / ``report.csv`` compare every scenario
+with the base.
+
+Backends: ``local`` (a process pool of ``workers``) and ``ray`` (``ray.init`` on an existing
+cluster by address, or a local one); both run :func:`run_scenario` on the same inputs.
+Limits: at most :data:`MAX_SCENARIOS` scenarios per sweep.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import sqlite3
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from hyperplace.errors import InputError
+from hyperplace.models import Instance, Node
+from hyperplace.sim.metrics import write_atomic
+
+MAX_SCENARIOS = 2000
+BASE_KEYS = {"instance", "trace", "window", "workload", "load", "policy", "round", "budget",
+             "failures", "seed", "jobs", "network", "solver"}
+GRID_KEYS = {"addNodes", "failSwitch", "oversubscription", "budget", "policy", "load",
+             "failures", "seed", "round"}
+TIMING_KEYS = {"solve_p50_s", "solve_p99_s", "solve_max_s", "wall_s", "fallback_rounds",
+               "seconds"}
+
+
+@dataclass
+class Sweep:
+    source: str
+    base: dict[str, Any]
+    scenarios: list[dict[str, Any]]   # [{"id", "changes"}], the base first
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps([self.base, self.scenarios], sort_keys=True)
+                              .encode()).hexdigest()[:16]
+
+
+def scenario_id(changes: dict[str, Any]) -> str:
+    if not changes:
+        return "base"
+    parts = []
+    for k, v in sorted(changes.items()):
+        if k == "addNodes":
+            v = f"{v['type']}{'+' if v['count'] >= 0 else ''}{v['count']}"
+        parts.append(f"{k}={v}")
+    return ",".join(parts)
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and validate a sweep file (unknown keys, instances, GPU types, switches, ...)."""
+    from hyperplace.io import load_documents
+    from hyperplace.sim.policies import canonical_policy
+
+    src = str(path)
+    docs = load_documents(path)
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise InputError("a sweep file is one mapping with 'base' and 'grid'", source=src)
+    doc = docs[0]
+    extra = set(doc) - {"base", "grid"}
+    if extra:
+        raise InputError("unknown field", source=src, path=sorted(extra)[0])
+    base = dict(doc.get("base") or {})
+    for k in base:
+        if k not in BASE_KEYS:
+            raise InputError(f"unknown field (known: {', '.join(sorted(BASE_KEYS))})",
+                             source=src, path=f"base.{k}")
+    base.setdefault("instance", "mixed-a100-h100")
+    base.setdefault("trace", "philly")
+    base.setdefault("policy", "engine")
+    trace = str(base["trace"])
+    if trace not in ("philly", "alibaba-2023") and not Path(trace).is_absolute():
+        base["trace"] = str(Path(src).resolve().parent / trace)
+    instance = _instance(base["instance"], src, "base.instance")
+    grid = doc.get("grid") or {}
+    if not isinstance(grid, dict):
+        raise InputError("must be a mapping of change -> list of values", source=src, path="grid")
+    axes: list[tuple[str, list[Any]]] = []
+    for key, values in grid.items():
+        if key not in GRID_KEYS:
+            raise InputError(f"unknown change (known: {', '.join(sorted(GRID_KEYS))})",
+                             source=src, path=f"grid.{key}")
+        if not isinstance(values, list) or not values:
+            raise InputError("must be a non-empty list", source=src, path=f"grid.{key}")
+        for i, v in enumerate(values):
+            _check_value(key, v, instance, src, f"grid.{key}[{i}]", canonical_policy)
+        axes.append((key, values))
+    _check_value("policy", base["policy"], instance, src, "base.policy", canonical_policy)
+    for key in ("budget", "load", "failures", "round"):
+        if key in base:
+            _check_value(key, base[key], instance, src, f"base.{key}", canonical_policy)
+    scenarios = [{"id": "base", "changes": {}}]
+    names = [k for k, _ in axes]
+    count = math.prod(len(v) for _, v in axes) if axes else 0
+    if count + 1 > MAX_SCENARIOS:
+        raise InputError(f"{count} scenarios; the limit is {MAX_SCENARIOS}", source=src,
+                         path="grid")
+    for combo in itertools.product(*(v for _, v in axes)) if axes else []:
+        changes = dict(zip(names, combo))
+        scenarios.append({"id": scenario_id(changes), "changes": changes})
+    return Sweep(source=src, base=base, scenarios=scenarios)
+
+
+def _instance(name: str, src: str, path: str) -> Instance:
+    from hyperplace.instances import load_instance
+
+    try:
+        return load_instance(str(name))
+    except InputError as exc:
+        raise InputError(exc.message if exc.source in (None, name) else exc.one_line(),
+                         source=src, path=path) from None
+
+
+def _check_value(key: str, v: Any, instance: Instance, src: str, path: str,
+                 canonical_policy: Callable[[str], str]) -> None:
+    def bad(msg: str) -> InputError:
+        return InputError(msg, source=src, path=path)
+
+    if key == "policy":
+        try:
+            canonical_policy(str(v))
+        except ValueError as exc:
+            raise bad(str(exc)) from None
+    elif key == "addNodes":
+        if not isinstance(v, dict) or set(v) != {"type", "count"}:
+            raise bad("expected {type: GPU type, count: +N to add or -N to remove}")
+        if str(v["type"]) not in instance.catalog:
+            raise bad(f"unknown GPU type {v['type']!r} (known: "
+                      f"{', '.join(instance.catalog.names())})")
+        if not isinstance(v["count"], int) or isinstance(v["count"], bool) or v["count"] == 0:
+            raise bad("count must be a non-zero integer")
+    elif key == "failSwitch":
+        switches = {s for c in instance.clusters for s in c.network.switch_names}
+        if str(v) not in switches:
+            raise bad(f"unknown switch {v!r} (e.g. {', '.join(sorted(switches)[:4])})")
+    elif key == "load":
+        if v != "trace" and not (_is_num(v) and 0 < float(v) < math.inf):
+            raise bad("must be a positive number or 'trace'")
+    elif key in ("budget", "oversubscription"):
+        if not (_is_num(v) and 0 < float(v) < math.inf):
+            raise bad("must be a positive number")
+    elif key in ("failures", "round"):
+        if not (_is_num(v) and 0 <= float(v) < math.inf):
+            raise bad("must be a number >= 0")
+    elif key == "seed":
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise bad("must be an integer")
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# ---- one scenario -------------------------------------------------------------------------
+
+def apply_changes(instance: Instance, changes: dict[str, Any]) -> Instance:
+    """The instance with nodes added or removed and the leaf oversubscription changed."""
+    clusters = list(instance.clusters)
+    add = changes.get("addNodes")
+    if add:
+        c = clusters[0]
+        if c.fabric.generator is None:
+            raise ValueError("addNodes needs a cluster whose fabric is a generator")
+        gpu_type, count = add["type"], add["count"]
+        nodes = list(c.nodes)
+        like = [n for n in nodes if instance.catalog.get(n.gpu_type).name
+                == instance.catalog.get(gpu_type).name]
+        if count > 0:
+            proto = like[0] if like else Node(name="x", gpu_type=gpu_type, gpu_count=8)
+            names = {n.name for n in nodes}
+            for i in range(count):
+                k = i
+                while f"whatif-{gpu_type.lower()}-{k:03d}" in names:
+                    k += 1
+                name = f"whatif-{gpu_type.lower()}-{k:03d}"
+                names.add(name)
+                nodes.append(proto.model_copy(update={"name": name, "allocated": {},
+                                                      "faulty": []}))
+        else:
+            if len(like) < -count:
+                raise ValueError(f"cannot remove {-count} {gpu_type} nodes: only {len(like)}")
+            drop = {n.name for n in like[count:]}
+            nodes = [n for n in nodes if n.name not in drop]
+        clusters[0] = Instance_cluster(c, nodes)
+    over = changes.get("oversubscription")
+    if over:
+        out = []
+        for c in clusters:
+            g = c.fabric.generator
+            if g is None or g.type not in ("fat-tree-2", "fat-tree-3"):
+                raise ValueError("oversubscription applies to fat-tree fabric generators only")
+            spines = g.spines if g.type == "fat-tree-2" else g.spines_per_pod
+            up = g.nodes_per_leaf * g.node_gbps / (spines * float(over))
+            fabric = c.fabric.model_copy(update={"generator": g.model_copy(
+                update={"uplink_gbps": up})})
+            out.append(Instance_cluster(c, list(c.nodes), fabric))
+        clusters = out
+    if clusters == list(instance.clusters):
+        return instance
+    return Instance.model_validate(instance.model_copy(update={"spec": instance.spec.model_copy(
+        update={"clusters": clusters})}).model_dump(by_alias=True))
+
+
+def Instance_cluster(c, nodes, fabric=None):  # noqa: N802 - a small constructor helper
+    data = c.model_dump(by_alias=True)
+    data["nodes"] = [n.model_dump(by_alias=True) for n in nodes]
+    if fabric is not None:
+        data["fabric"] = fabric.model_dump(by_alias=True)
+    return type(c).model_validate(data)
+
+
+def run_scenario(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """One scenario's metrics (one simulation under one policy); raises on failure."""
+    from hyperplace.instances import load_instance
+    from hyperplace.sim.run import SimRequest, run_simulation
+    from hyperplace.sim.simulator import SimConfig
+
+    t0 = time.perf_counter()
+    p = dict(base, **{k: v for k, v in changes.items() if k not in ("addNodes", "failSwitch",
+                                                                     "oversubscription")})
+    instance = apply_changes(load_instance(str(base["instance"])), changes)
+    window = p.get("window") or [None, None]
+    req = SimRequest(trace=str(p.get("trace", "philly")), start_s=window[0], end_s=window[1],
+                     limit=p.get("jobs"), workload=p.get("workload", "trace"),
+                     load=p.get("load", 1.0), policies=[str(p.get("policy", "engine"))])
+    config = SimConfig(round_s=float(p.get("round", 60)), budget_s=float(p.get("budget", 1.0)),
+                       failures=float(p.get("failures", 0.0)), seed=int(p.get("seed", 0)),
+                       network=bool(p.get("network", True)), solver=str(p.get("solver", "auto")),
+                       fail_switches=(str(changes["failSwitch"]),) if "failSwitch" in changes
+                       else ())
+    summary, _ = run_simulation(instance, req, config)
+    row = dict(summary["policies"][0])
+    row["workload"] = summary["workload"]
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+# ---- the store ----------------------------------------------------------------------------
+
+class Store:
+    """``sweep.sqlite``: one row per finished scenario, committed as it finishes."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.db = sqlite3.connect(path)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS scenarios (id TEXT PRIMARY KEY, "
+                        "changes TEXT NOT NULL, status TEXT NOT NULL, result TEXT, error TEXT, "
+                        "seconds REAL, finished_at REAL NOT NULL)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        self.db.commit()
+
+    def check_sweep(self, sweep: Sweep) -> None:
+        row = self.db.execute("SELECT value FROM meta WHERE key='base'").fetchone()
+        base = json.dumps(sweep.base, sort_keys=True)
+        if row is None:
+            with self.db:
+                self.db.execute("INSERT INTO meta VALUES ('base', ?)", (base,))
+        elif row[0] != base:
+            raise InputError(f"{self.path} holds a sweep with a different base; use another "
+                             "--out directory or delete it", source=sweep.source, path="base")
+
+    def done(self) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT id FROM scenarios")}
+
+    def record(self, sid: str, changes: dict[str, Any], result: dict[str, Any] | None,
+               error: str | None, seconds: float) -> None:
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO scenarios VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            (sid, json.dumps(changes, sort_keys=True),
+                             "done" if error is None else "failed",
+                             json.dumps(result, default=str) if result is not None else None,
+                             error, seconds, time.time()))
+
+    def rows(self) -> list[dict[str, Any]]:
+        out = []
+        for sid, changes, status, result, error, seconds, finished in self.db.execute(
+                "SELECT * FROM scenarios ORDER BY rowid"):
+            out.append({"id": sid, "changes": json.loads(changes), "status": status,
+                        "result": json.loads(result) if result else None, "error": error,
+                        "seconds": seconds, "finished_at": finished})
+        return out
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# ---- running a sweep ----------------------------------------------------------------------
+
+def _run_safe(base: dict[str, Any], changes: dict[str, Any]) -> tuple[dict | None, str | None]:
+    try:
+        return run_scenario(base, changes), None
+    except Exception as exc:  # a failed scenario is recorded; the sweep goes on
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def run_sweep(sweep: Sweep, out: Path, *, backend: str = "local", workers: int = 2,
+              ray_address: str | None = None,
+              progress: Callable[[int, int, str], None] | None = None) -> list[dict[str, Any]]:
+    """Run every scenario not yet in ``out/sweep.sqlite``; returns all rows."""
+    out.mkdir(parents=True, exist_ok=True)
+    store = Store(out / "sweep.sqlite")
+    try:
+        store.check_sweep(sweep)
+        done = store.done()
+        todo = [s for s in sweep.scenarios if s["id"] not in done]
+        total = len(sweep.scenarios)
+        finished = total - len(todo)
+        if progress:
+            progress(finished, total, "")
+
+        def record(s: dict[str, Any], result: dict | None, error: str | None, secs: float):
+            nonlocal finished
+            store.record(s["id"], s["changes"], result, error, secs)
+            finished += 1
+            if progress:
+                progress(finished, total, s["id"])
+
+        if backend == "ray":
+            _run_ray(sweep, todo, workers, ray_address, record)
+        elif backend == "local":
+            _run_local(sweep, todo, workers, record)
+        else:
+            raise InputError(f"unknown backend {backend!r}; use local or ray", path="--backend")
+        return store.rows()
+    finally:
+        store.close()
+
+
+def _run_local(sweep: Sweep, todo: list[dict[str, Any]], workers: int, record) -> None:
+    if not todo:
+        return
+    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = {}
+        queue = list(todo)
+        while queue or futures:
+            while queue and len(futures) < max(1, workers):
+                s = queue.pop(0)
+                futures[pool.submit(_run_safe, sweep.base, s["changes"])] = (s, time.time())
+            ready, _ = wait(list(futures), return_when=FIRST_COMPLETED)
+            for f in ready:
+                s, t0 = futures.pop(f)
+                try:
+                    result, error = f.result()
+                except Exception as exc:  # the worker process died
+                    result, error = None, f"{type(exc).__name__}: {exc}"
+                record(s, result, error, time.time() - t0)
+
+
+def _run_ray(sweep: Sweep, todo: list[dict[str, Any]], workers: int, address: str | None,
+             record) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise InputError("the ray backend needs ray: pip install 'hyperplace[ray]'",
+                         path="--backend") from None
+    if not todo:
+        return
+    started_here = not ray.is_initialized()
+    if started_here:
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                  "ignore_reinit_error": True}
+        if address:
+            kwargs["address"] = address
+        else:
+            kwargs["num_cpus"] = max(1, workers)
+        ray.init(**kwargs)
+    try:
+        remote = ray.remote(num_cpus=1)(_run_safe)
+        pending = {remote.remote(sweep.base, s["changes"]): (s, time.time()) for s in todo}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                s, t0 = pending.pop(ref)
+                try:
+                    result, error = ray.get(ref)
+                except Exception as exc:
+                    result, error = None, f"{type(exc).__name__}: {exc}"
+                record(s, result, error, time.time() - t0)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+# ---- the report ---------------------------------------------------------------------------
+
+REPORT_METRICS = ("jct_mean_s", "jct_p99_s", "wait_mean_s", "bounded_slowdown_mean",
+                  "makespan_s", "utilisation_in_window", "gpu_hours_lost_to_failures")
+
+
+def report(rows: list[dict[str, Any]], out: Path, charts: bool = True) -> list[Path]:
+    """report.md and report.csv: every scenario against the base (ratios)."""
+    base = next((r for r in rows if r["id"] == "base" and r["status"] == "done"), None)
+    lines = ["| scenario | status | " + " | ".join(REPORT_METRICS) + " |",
+             "|---" * (len(REPORT_METRICS) + 2) + "|"]
+    csv_rows = []
+    for r in rows:
+        res = r["result"] or {}
+        cells = []
+        row = {"scenario": r["id"], "status": r["status"], "error": r["error"] or ""}
+        for m in REPORT_METRICS:
+            v = res.get(m)
+            b = base["result"].get(m) if base else None
+            row[m] = v
+            row[f"{m}_vs_base"] = (v / b) if (v is not None and b) else None
+            if v is None:
+                cells.append("-")
+            elif b and r["id"] != "base":
+                cells.append(f"{v:,.4g} (x{v / b:.3f})")
+            else:
+                cells.append(f"{v:,.4g}")
+        status = r["status"] if r["status"] == "done" else f"failed: {r['error']}"
+        lines.append(f"| {r['id']} | {status} | " + " | ".join(cells) + " |")
+        csv_rows.append(row)
+    from hyperplace.sim.metrics import _csv
+
+    written = [out / "report.md", out / "report.csv"]
+    write_atomic(out / "report.md", "# what-if sweep: scenarios vs base\n\n"
+                 + "\n".join(lines) + "\n")
+    write_atomic(out / "report.csv", _csv(csv_rows))
+    if charts and base:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return written
+        done = [r for r in rows if r["status"] == "done" and r["id"] != "base"
+                and r["result"].get("jct_mean_s")]
+        if done and base["result"].get("jct_mean_s"):
+            fig, ax = plt.subplots(figsize=(7, 0.35 * len(done) + 1.5))
+            ax.barh([r["id"] for r in done],
+                    [r["result"]["jct_mean_s"] / base["result"]["jct_mean_s"] for r in done])
+            ax.axvline(1.0, color="k", linewidth=0.8)
+            ax.set_xlabel("mean JCT vs base")
+            fig.tight_layout()
+            fig.savefig(out / "report_jct.png", dpi=110)
+            plt.close(fig)
+            written.append(out / "report_jct.png")
+    return written
+
+
+def comparable(row: dict[str, Any]) -> dict[str, Any]:
+    """A result without wall-clock fields (for comparing backends)."""
+    res = copy.deepcopy(row.get("result") or {})
+    for k in TIMING_KEYS:
+        res.pop(k, None)
+    return {"id": row["id"], "status": row["status"], "result": res}

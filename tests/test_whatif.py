@@ -1,0 +1,116 @@
+"""What-if sweeps: SQLite results, resume after kill -9, Ray equals local, bad sweep files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hyperplace.errors import InputError
+from hyperplace.sim.whatif import comparable, load_sweep, run_sweep
+
+SWEEP = {
+    "base": {"instance": "mixed-a100-h100", "trace": "philly", "window": [0, 5400],
+             "policy": "fifo", "load": 1.2, "round": 60},
+    "grid": {"addNodes": [{"type": "H100-80", "count": 2}, {"type": "A100-80", "count": -2}],
+             "policy": ["fifo", "kueue", "slurm"], "load": [0.8, 1.5]},
+}
+
+
+def write(tmp_path: Path, doc: dict, name: str = "sweep.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def done_count(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=1) as con:
+            return con.execute("SELECT COUNT(*) FROM scenarios").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_sweep_resumes_after_kill_9_and_loses_nothing(tmp_path: Path):
+    sweep = write(tmp_path, SWEEP)
+    out = tmp_path / "out"
+    db = out / "sweep.sqlite"
+    total = len(load_sweep(sweep).scenarios)
+    cmd = [sys.executable, "-m", "hyperplace.cli", "whatif", str(sweep), "-o", str(out),
+           "--workers", "1", "--no-progress", "--no-charts"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 120
+    while done_count(db) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # kill -9 the sweep and its workers
+    proc.wait()
+    before = done_count(db)
+    assert 2 <= before < total, "the kill should land mid-sweep"
+    with sqlite3.connect(db) as con:
+        first = dict(con.execute("SELECT id, finished_at FROM scenarios").fetchall())
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    with sqlite3.connect(db) as con:
+        rows = dict(con.execute("SELECT id, finished_at FROM scenarios").fetchall())
+        statuses = {s for (s,) in con.execute("SELECT status FROM scenarios")}
+    assert len(rows) == total and statuses == {"done"}
+    assert all(rows[k] == v for k, v in first.items())  # finished ones were not run again
+    assert (out / "report.md").read_text().count("\n| ") == total + 1  # header + rows
+
+
+def test_failed_scenario_is_recorded_and_the_sweep_goes_on(tmp_path: Path):
+    doc = {"base": dict(SWEEP["base"], window=[0, 1800]),
+           "grid": {"addNodes": [{"type": "H100-80", "count": -99}, {"type": "H100-80", "count": 1}]}}
+    rows = run_sweep(load_sweep(write(tmp_path, doc)), tmp_path / "o", workers=1)
+    status = {r["id"]: r["status"] for r in rows}
+    assert status == {"base": "done", "addNodes=H100-80-99": "failed",
+                      "addNodes=H100-80+1": "done"}
+    assert "cannot remove 99" in next(r["error"] for r in rows if r["status"] == "failed")
+
+
+def test_ray_backend_equals_local(tmp_path: Path):
+    pytest.importorskip("ray")
+    doc = {"base": dict(SWEEP["base"], window=[0, 1800]),
+           "grid": {"policy": ["kueue", "slurm"], "failures": [50000]}}
+    sweep = load_sweep(write(tmp_path, doc))
+    local = run_sweep(sweep, tmp_path / "local", backend="local", workers=2)
+    ray_rows = run_sweep(sweep, tmp_path / "ray", backend="ray", workers=2)
+    key = lambda r: r["id"]  # noqa: E731
+    assert [comparable(r) for r in sorted(local, key=key)] == \
+        [comparable(r) for r in sorted(ray_rows, key=key)]
+    assert all(r["status"] == "done" for r in local) and len(local) == 3
+
+
+@pytest.mark.parametrize("doc, where", [
+    ({"base": {"instance": "nope"}}, "base.instance"),
+    ({"base": {}, "grid": {"addNodes": [{"type": "Z900", "count": 2}]}}, "grid.addNodes[0]"),
+    ({"base": {}, "grid": {"failSwitch": ["leaf999"]}}, "grid.failSwitch[0]: unknown switch"),
+    ({"base": {}, "grid": {"policy": ["magic"]}}, "grid.policy[0]: unknown policy"),
+    ({"base": {}, "grid": {"load": [-1]}}, "grid.load[0]"),
+    ({"base": {"colour": 1}}, "base.colour: unknown field"),
+    ({"base": {}, "grid": {"warp": [1]}}, "grid.warp: unknown change"),
+])
+def test_bad_sweep_file_names_file_and_field(tmp_path: Path, doc: dict, where: str):
+    path = write(tmp_path, doc)
+    with pytest.raises(InputError) as err:
+        load_sweep(path)
+    assert where in err.value.one_line() and err.value.source == str(path)
+
+
+def test_bad_sweep_on_the_command_line(tmp_path: Path):
+    path = write(tmp_path, {"base": {}, "grid": {"failSwitch": ["leaf999"]}})
+    where = "grid.failSwitch[0]: unknown switch"
+    proc = subprocess.run([sys.executable, "-m", "hyperplace.cli", "whatif", str(path),
+                           "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"error: {path}: ")
+    assert where in proc.stderr
