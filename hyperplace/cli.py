@@ -14,13 +14,37 @@ import typer
 from hyperplace import deadline
 from hyperplace.errors import InputError
 
+from hyperplace.commands.common import EXIT_CODES_HELP
+
 app = typer.Typer(
     name="hyperplace",
-    help="Place foundation-model training jobs on heterogeneous GPU clusters and federations.",
+    help="Place foundation-model training jobs on heterogeneous GPU clusters and federations. "
+    + EXIT_CODES_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"hyperplace {version('hyperplace')}")
+        except PackageNotFoundError:  # pragma: no cover - run from a source tree
+            from hyperplace import __version__
+            print(f"hyperplace {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="print the version and exit"),
+) -> None:
+    pass
 
 
 def _mount() -> None:

@@ -1,8 +1,22 @@
-"""Reading and writing documents (YAML or JSON) with one-line errors for bad input."""
+"""Reading and writing documents (YAML or JSON) with one-line errors for bad input.
+
+Inputs have documented limits, refused at once with the limit named (see ``README.md``,
+"Limits"): a file holds at most :data:`MAX_INPUT_BYTES` bytes, YAML aliases expand to at
+most :data:`MAX_ALIASES` references and :data:`MAX_EXPANDED_NODES` values in all, text is
+UTF-8, and a mapping never repeats a key (YAML would keep the last one without a word).
+
+Outputs are written whole or not at all: :func:`write_atomic` writes a temporary file in the
+target's directory and renames it into place, so a full disk or Ctrl-C leaves the previous
+file as it was.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -12,14 +26,168 @@ from pydantic import BaseModel, ValidationError
 
 from hyperplace.errors import InputError, from_validation_error
 
-try:  # the C loader is ~10x faster on large generated instances
-    _Loader: Any = yaml.CSafeLoader
+try:  # the C parser is ~10x faster on large generated instances
+    _BaseLoader: Any = yaml.CSafeLoader
     _Dumper: Any = yaml.CSafeDumper
 except AttributeError:  # pragma: no cover - pyyaml without libyaml
-    _Loader = yaml.SafeLoader
+    _BaseLoader = yaml.SafeLoader
     _Dumper = yaml.SafeDumper
 
 M = TypeVar("M", bound=BaseModel)
+
+#: Largest input file read (bytes). A 131,072-GPU generated instance is about 10 MB.
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+#: Most YAML alias references (``*name``) in one file.
+MAX_ALIASES = 10_000
+#: Most values (mappings, lists and scalars) a file may hold once its aliases are expanded.
+MAX_EXPANDED_NODES = 5_000_000
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """The safe loader (C parser where available) that refuses a key repeated in a mapping.
+
+    Only the constructor is Python in ``CSafeLoader``, so overriding ``construct_mapping``
+    works with either parser. Keys brought in by a ``<<`` merge may be overridden, as YAML
+    intends; a key written twice in the same mapping may not.
+    """
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue
+                if isinstance(key_node, yaml.ScalarNode):  # cheap: no second construction
+                    key: Any = (key_node.tag, key_node.value)
+                else:
+                    key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                except TypeError:  # unhashable key: the base class reports it
+                    continue
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {_key_text(key)!r} (YAML would keep only the last)",
+                        key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader = _StrictLoader
+
+
+def _key_text(key: Any) -> Any:
+    return key[1] if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) \
+        and key[0].startswith("tag:") else key
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)  # in C; the Python loop below runs only when a key repeats
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r} (JSON would keep only the last)")
+            seen.add(key)
+    return out
+
+
+def _json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def loads_json(text: str) -> Any:
+    """``json.loads`` that refuses duplicate keys and NaN/Infinity (ValueError)."""
+    return json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_json_constant)
+
+
+def read_text_limited(path: str | Path, source: str | None = None) -> str:
+    """A file's text, refusing more than :data:`MAX_INPUT_BYTES` bytes and invalid UTF-8.
+
+    Reads at most one byte past the limit, so ``/dev/zero`` or a fifo is refused at once.
+    """
+    src = source or str(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_INPUT_BYTES + 1)
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a file", source=src) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", source=src) from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"file is larger than the input limit of {MAX_INPUT_BYTES:,} bytes",
+                         source=src)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"not UTF-8 text: byte {exc.start} (line {line}) is invalid",
+                         source=src) from None
+
+
+_ALIAS_TOKEN = re.compile(r"\*[^\s,\[\]{}]+")
+
+
+def _check_aliases(text: str, src: str) -> bool:
+    """Refuse more than :data:`MAX_ALIASES` alias references; True when the file has any.
+
+    The regex over-counts (a ``*`` inside a string), so a high count is confirmed on the
+    parser's events, which stop at the first alias past the limit.
+    """
+    if "&" not in text or "*" not in text:
+        return False
+    rough = len(_ALIAS_TOKEN.findall(text))
+    if rough == 0:
+        return False
+    if rough <= MAX_ALIASES:
+        return True
+    count = 0
+    try:
+        for event in yaml.parse(text, Loader=_BaseLoader):
+            if isinstance(event, yaml.AliasEvent):
+                count += 1
+                if count > MAX_ALIASES:
+                    raise InputError(f"more than {MAX_ALIASES:,} YAML alias references "
+                                     "(the input limit)", source=src)
+    except yaml.YAMLError:
+        pass  # reported with its line and column by the loader below
+    return count > 0
+
+
+def _check_expanded_size(docs: list[Any], src: str) -> None:
+    """Refuse documents whose aliases expand past :data:`MAX_EXPANDED_NODES` values.
+
+    Shared (aliased) objects are sized once and counted at every reference, which is what
+    validating or writing them out costs; so an alias bomb is refused without expanding it.
+    """
+    sizes: dict[int, int] = {}
+    limit = MAX_EXPANDED_NODES
+    stack: list[tuple[Any, bool]] = [(d, False) for d in docs]
+    while stack:
+        obj, done = stack.pop()
+        if not isinstance(obj, (dict, list)):
+            continue
+        key = id(obj)
+        if key in sizes:
+            continue
+        children = list(obj.values()) if isinstance(obj, dict) else obj
+        if not done:
+            stack.append((obj, True))
+            stack.extend((c, False) for c in children if isinstance(c, (dict, list))
+                         and id(c) not in sizes)
+            continue
+        total = 1 + sum(sizes.get(id(c), 1) for c in children)
+        if isinstance(obj, dict):
+            total += len(obj)  # the keys
+        if total > limit:
+            raise InputError(f"YAML aliases expand to more than {limit:,} values "
+                             "(the input limit)", source=src)
+        sizes[key] = total
+    if sum(sizes.get(id(d), 1) for d in docs) > limit:
+        raise InputError(f"YAML aliases expand to more than {limit:,} values (the input limit)",
+                         source=src)
 
 
 def _json_fast_path(text: str) -> Any:
@@ -27,12 +195,12 @@ def _json_fast_path(text: str) -> Any:
 
     Even with libyaml, YAML construction runs in Python: a 131,072-GPU instance takes
     seconds as YAML and a quarter of a second as JSON. Anything that is not valid JSON goes
-    to the YAML loader as before (errors are reported as YAML's).
+    to the YAML loader as before (errors, duplicate keys included, are reported as YAML's).
     """
     if text.lstrip()[:1] not in ("{", "["):
         return None
     try:
-        return json.loads(text)
+        return loads_json(text)
     except ValueError:
         return None
 
@@ -45,15 +213,18 @@ def load_documents(path: str | Path) -> list[dict[str, Any]]:
         raise InputError("no such file", source=src)
     if p.is_dir():
         raise InputError("is a directory, expected a file", source=src)
-    text = p.read_text(encoding="utf-8", errors="replace")
+    text = read_text_limited(p, src)
     if not text.strip():
         raise InputError("file is empty", source=src)
     try:
-        data = _json_fast_path(text) if p.suffix != ".json" else json.loads(text)
+        data = _json_fast_path(text) if p.suffix != ".json" else loads_json(text)
         if data is not None:
             docs = data if isinstance(data, list) else [data]
         else:
+            has_aliases = _check_aliases(text, src)
             docs = [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
+            if has_aliases:
+                _check_expanded_size(docs, src)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -62,6 +233,12 @@ def load_documents(path: str | Path) -> list[dict[str, Any]]:
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}",
                          source=src) from None
+    except InputError:
+        raise
+    except ValueError as exc:  # duplicate JSON key, NaN
+        raise InputError(f"malformed JSON: {exc}", source=src) from None
+    except RecursionError:
+        raise InputError("nested too deeply", source=src) from None
     if not docs:
         raise InputError("file holds no document", source=src)
     for i, d in enumerate(docs):
@@ -78,6 +255,48 @@ def parse(model: type[M], doc: dict[str, Any], *, source: str | None = None,
         return model.model_validate(doc)
     except ValidationError as exc:
         raise from_validation_error(exc, source=source, prefix=prefix) from None
+    except RecursionError:
+        raise InputError("nested too deeply", source=source) from None
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all.
+
+    The text goes to a temporary file in the same directory (same filesystem), is flushed
+    to disk, then renamed over ``path``; on any failure, Ctrl-C included, the temporary
+    file is removed and a previous ``path`` is left as it was.
+    """
+    target = Path(path)
+    src = str(path)
+    if target.is_dir():
+        raise InputError("is a directory, expected a file to write", source=src)
+    directory = target.parent if str(target.parent) else Path(".")
+    if not directory.is_dir():
+        raise InputError(f"cannot write: no such directory {str(directory)!r}", source=src)
+    tmp_name: str | None = None
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                        dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if target.exists():
+            with contextlib.suppress(OSError):
+                os.chmod(tmp_name, target.stat().st_mode & 0o7777)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            with contextlib.suppress(OSError):
+                os.chmod(tmp_name, 0o666 & ~umask)
+        os.replace(tmp_name, target)
+        tmp_name = None
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror or exc}", source=src) from None
+    finally:
+        if tmp_name is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
 
 
 def dump_yaml(data: Any) -> str:

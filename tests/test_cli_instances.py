@@ -183,15 +183,15 @@ def test_export_loads_back_identically(tmp_path: Path, fmt: str) -> None:
 
 def test_export_unknown_format() -> None:
     result = runner.invoke(app, ["instances", "export", "dgx1-v100", "--format", "xml"])
-    assert result.exit_code == 2 and result.stderr.startswith("error: format: unknown format")
+    assert result.exit_code == 2 and "'xml' is not one of" in result.stderr
 
 
 def test_generate_writes_the_same_file_for_the_same_seed(tmp_path: Path) -> None:
     paths = [tmp_path / "a.yaml", tmp_path / "b.yaml"]
     for path in paths:
         result = runner.invoke(app, ["instances", "generate", "--gpus", "128", "--jobs", "20",
-                                     "--gpu-types", "H100,A100-80", "--fragmentation", "0.4",
-                                     "--seed", "5", "--out", str(path)])
+                                     "--gpu-types", "H100,A100-80", "--load", "0.4",
+                                     "--seed", "5", "-o", str(path)])
         assert result.exit_code == 0, result.output
         assert "16 nodes, 128 GPUs" in result.stdout
     assert paths[0].read_bytes() == paths[1].read_bytes()
@@ -202,7 +202,7 @@ def test_generate_writes_the_same_file_for_the_same_seed(tmp_path: Path) -> None
 
 def test_generate_rejects_an_unknown_gpu_type(tmp_path: Path) -> None:
     result = runner.invoke(app, ["instances", "generate", "--gpus", "64", "--jobs", "1",
-                                 "--gpu-types", "H100,TPUv5", "--out", str(tmp_path / "x.yaml")])
+                                 "--gpu-types", "H100,TPUv5", "-o", str(tmp_path / "x.yaml")])
     assert result.exit_code == 2
     assert result.stderr.startswith("error: gpu_types[1]: unknown GPU type 'TPUv5'")
 

@@ -8,47 +8,53 @@ one ``error: FILE: field.path: problem`` line with exit code 2 here as well as i
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from functools import wraps
-from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from enum import StrEnum
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from hyperplace.commands.common import (
+    EXIT_CODES_HELP,
+    console,
+    fail,
+    file_format,
+    interruptible,
+    one_line_errors,
+    pick_output,
+    write_output,
+)
 from hyperplace.errors import InputError
+from hyperplace.io import write_atomic
+from hyperplace.models.limits import MAX_GPUS, MAX_JOBS
 
-F = TypeVar("F", bound=Callable[..., Any])
+#: Largest ``--size-scale``: the biggest Philly job (32 GPUs) becomes 32,768 GPUs.
+MAX_SIZE_SCALE = 1024
+
+
+class DocFormat(StrEnum):
+    yaml = "yaml"
+    json = "json"
+
+
+class ImportFormat(StrEnum):
+    nvidia_smi = "nvidia-smi"
+    nccl_xml = "nccl-xml"
+    dgx1 = "dgx1"
+    hypernode = "hypernode"
+    alibaba = "alibaba"
 
 instances_app = typer.Typer(
-    help="Bundled and generated instances: list, show, export, generate.",
+    help="Instances: list and show the bundled ones, export, generate, import your own. "
+    + EXIT_CODES_HELP,
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
 def _console() -> Console:
-    # A fresh console per command so CliRunner's captured stdout is used, and wide enough
-    # that tables are not squeezed when the output is a pipe.
-    return Console(file=sys.stdout, width=max(120, Console().width), highlight=False)
-
-
-def _fail(exc: InputError) -> None:
-    print(f"error: {exc.one_line()}", file=sys.stderr)
-    raise typer.Exit(2)
-
-
-def one_line_errors(func: F) -> F:
-    """Report :class:`InputError` as one line and exit 2 (no traceback, even under tests)."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except InputError as exc:
-            _fail(exc)
-
-    return wrapper  # type: ignore[return-value]
+    return console()
 
 
 @instances_app.command("list")
@@ -76,11 +82,24 @@ def show_command(
     = False,
     top: Annotated[int, typer.Option("--top", help="domains per tier to list")] = 8,
     as_json: Annotated[bool, typer.Option("--json", help="the summary as JSON")] = False,
+    draw: Annotated[str | None, typer.Option(
+        "--draw", help="also draw the cluster as an SVG picture (leaves, nodes, GPU states)")]
+    = None,
 ) -> None:
     """GPUs by type and state, domains per tier, free GPUs per domain, fragmentation."""
     from hyperplace.instances import load_instance, summarize
 
-    summary = summarize(load_instance(name_or_file))
+    if draw is not None and not draw.lower().endswith(".svg"):
+        raise InputError(f"pictures are SVG: give a .svg file name, got {draw!r}",
+                         path="--draw")
+    instance = load_instance(name_or_file)
+    if draw is not None:
+        from hyperplace.draw import draw_svg
+
+        with interruptible():
+            picture = draw_svg(instance)
+        write_output(draw, picture, "picture of the cluster")
+    summary = summarize(instance)
     if as_json:
         print(summary.model_dump_json(by_alias=True, indent=2))
         return
@@ -135,7 +154,9 @@ def show_command(
 @one_line_errors
 def export_command(
     name_or_file: Annotated[str, typer.Argument(help="bundled name or Instance file")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="yaml or json")] = "yaml",
+    fmt: Annotated[DocFormat | None, typer.Option(
+        "--format", "-f", help="yaml or json (default: from the output suffix, else yaml)")]
+    = None,
     output: Annotated[str | None, typer.Option("--output", "-o", help="file (default: stdout)")]
     = None,
 ) -> None:
@@ -143,49 +164,125 @@ def export_command(
     from hyperplace.instances import load_instance
     from hyperplace.instances.registry import render_instance
 
-    text = render_instance(load_instance(name_or_file), fmt)
+    out_fmt = file_format(fmt.value if fmt else None, output)
+    instance = load_instance(name_or_file)
+    with interruptible():
+        text = render_instance(instance, out_fmt)
     if output is None:
         sys.stdout.write(text)
         return
-    _write(output, text)
-    print(f"wrote {output}", file=sys.stderr)
-
-
-def _write(path: str, text: str) -> None:
-    try:
-        Path(path).write_text(text)
-    except OSError as exc:
-        raise InputError(f"cannot write: {exc.strerror or exc}", source=path) from None
+    write_output(output, text)
 
 
 @instances_app.command("generate")
 @one_line_errors
 def generate_command(
-    gpus: Annotated[int, typer.Option("--gpus", help="GPUs (8 per node)")],
-    jobs: Annotated[int, typer.Option("--jobs", help="pending jobs")],
-    out: Annotated[str, typer.Option("--out", "-o", help="file to write (.yaml or .json)")],
+    gpus: Annotated[int, typer.Option(
+        "--gpus", help=f"GPUs, 8 per node (8..{MAX_GPUS:,})")],
+    jobs: Annotated[int, typer.Option("--jobs", help=f"pending jobs (0..{MAX_JOBS:,})")],
+    output: Annotated[str | None, typer.Option(
+        "--output", "-o", help="file to write (.yaml or .json)")] = None,
     gpu_types: Annotated[str, typer.Option("--gpu-types", help="comma-separated GPU types")]
     = "H100-80,A100-80",
-    fragmentation: Annotated[float, typer.Option(
-        "--fragmentation", help="share of GPUs held by running jobs, 0..1")] = 0.3,
+    load: Annotated[float | None, typer.Option(
+        "--load", help="share of GPUs held by running jobs, 0..1 (default 0.3); how "
+        "fragmented the free GPUs end up is printed, as `instances show` defines it")] = None,
     seed: Annotated[int, typer.Option("--seed", help="same seed, same file")] = 0,
     fabric: Annotated[str, typer.Option(
         "--fabric", help="auto, fat-tree-2, fat-tree-3 or superpod-rail")] = "auto",
-    faulty: Annotated[int, typer.Option("--faulty", help="faulty GPUs to scatter")] = 0,
+    faulty: Annotated[int, typer.Option(
+        "--faulty", help="faulty GPUs to scatter (at most the GPUs generated)")] = 0,
     size_scale: Annotated[int, typer.Option(
-        "--size-scale", help="multiply queued job sizes (8: Philly sizes read in 8-GPU nodes)")] = 1,
+        "--size-scale", help=f"multiply queued job sizes, 1..{MAX_SIZE_SCALE} (8: Philly "
+        "sizes read in 8-GPU nodes)")] = 1,
+    fmt: Annotated[DocFormat | None, typer.Option(
+        "--format", "-f", help="yaml or json (default: from the output suffix)")] = None,
+    out_old: Annotated[str | None, typer.Option("--out", hidden=True)] = None,
+    fragmentation_old: Annotated[float | None, typer.Option("--fragmentation", hidden=True)]
+    = None,
 ) -> None:
     """A seeded synthetic instance (job sizes from the Philly trace)."""
     from hyperplace.instances import generate
     from hyperplace.instances.registry import render_instance
+    from hyperplace.instances.summary import fragmentation as free_fragmentation
 
+    out = pick_output(output, out_old)
+    if out is None:
+        raise InputError("give the file to write with -o/--output FILE", path="--output")
+    if load is not None and fragmentation_old is not None:
+        raise InputError("give --load once (--fragmentation is its old name)", path="--load")
+    share = load if load is not None else fragmentation_old if fragmentation_old is not None \
+        else 0.3
+    if not 8 <= gpus <= MAX_GPUS:
+        raise InputError(f"must be within 8..{MAX_GPUS:,} (the GPU limit), got {gpus:,}",
+                         path="--gpus")
+    if not 0 <= jobs <= MAX_JOBS:
+        raise InputError(f"must be within 0..{MAX_JOBS:,} (the job limit), got {jobs:,}",
+                         path="--jobs")
+    if not 1 <= size_scale <= MAX_SIZE_SCALE:
+        raise InputError(f"must be within 1..{MAX_SIZE_SCALE}, got {size_scale:,}",
+                         path="--size-scale")
+    total = -(-gpus // 8) * 8
+    if not 0 <= faulty <= total:
+        raise InputError(f"must be within 0..{total:,} (the GPUs generated), got {faulty:,}",
+                         path="--faulty")
+    if not 0.0 <= share <= 1.0:
+        raise InputError(f"must be within [0, 1], got {share}", path="--load")
+    out_fmt = file_format(fmt.value if fmt else None, out)
     types = [t.strip() for t in gpu_types.split(",") if t.strip()]
-    instance = generate(gpus, jobs, types, fragmentation=fragmentation, seed=seed,
-                        fabric=fabric, faulty_gpus=faulty, size_scale=size_scale)
-    _write(out, render_instance(instance, "json" if out.endswith(".json") else "yaml"))
+    with interruptible():
+        instance = generate(gpus, jobs, types, fragmentation=share, seed=seed, fabric=fabric,
+                            faulty_gpus=faulty, size_scale=size_scale)
+        text = render_instance(instance, out_fmt)
+    write_atomic(out, text)
     nodes = [n for c in instance.clusters for n in c.nodes]
     print(f"wrote {out}: {len(nodes):,} nodes, {sum(n.gpu_count for n in nodes):,} GPUs "
-          f"({sum(n.free_count for n in nodes):,} free), {len(instance.jobs):,} pending jobs")
+          f"({sum(n.free_count for n in nodes):,} free, fragmentation "
+          f"{free_fragmentation(nodes):.2f}), {len(instance.jobs):,} pending jobs")
+
+
+@instances_app.command("import")
+@one_line_errors
+def import_command(
+    files: Annotated[list[str], typer.Argument(
+        metavar="FILE...", help="one node per file (nvidia-smi, nccl-xml, dgx1), HyperNode "
+        "YAML, or an Alibaba machine list (CSV)")],
+    source: Annotated[ImportFormat, typer.Option(
+        "--from", help="what the files are", case_sensitive=False)],
+    output: Annotated[str | None, typer.Option(
+        "--output", "-o", help="Cluster file to write (default: stdout)")] = None,
+    name: Annotated[str | None, typer.Option(
+        "--name", help="cluster name (default: from the first file)")] = None,
+    count: Annotated[int, typer.Option(
+        "--count", help="nodes made from each node file (nvidia-smi, nccl-xml, dgx1)")] = 1,
+    gpu_type: Annotated[str | None, typer.Option(
+        "--gpu-type", help="GPU type when the file does not say it (nvidia-smi guesses from "
+        "NVLink counts; HyperNode files need it for the nodes they name)")] = None,
+    gpus_per_node: Annotated[int, typer.Option(
+        "--gpus-per-node", help="GPUs of each node a HyperNode file names")] = 8,
+    nodes_from: Annotated[str | None, typer.Option(
+        "--nodes-from", help="HyperNode import: take the nodes (and labels) from this Cluster "
+        "or Instance file instead")] = None,
+    nodes_per_leaf: Annotated[int, typer.Option(
+        "--nodes-per-leaf", help="node files: nodes per leaf switch of the fat-tree")] = 8,
+    node_gbps: Annotated[float, typer.Option(
+        "--node-gbps", help="node-to-leaf and uplink Gb/s where the files do not say")] = 400.0,
+    fmt: Annotated[DocFormat | None, typer.Option(
+        "--format", "-f", help="yaml or json (default: from the output suffix)")] = None,
+) -> None:
+    """Build a Cluster file from the formats real clusters are described in."""
+    from hyperplace.instances.importing import import_cluster
+
+    out_fmt = file_format(fmt.value if fmt else None, output)
+    text, summary = import_cluster(
+        source.value, files, name=name, count=count, gpu_type=gpu_type,
+        gpus_per_node=gpus_per_node, nodes_from=nodes_from, nodes_per_leaf=nodes_per_leaf,
+        node_gbps=node_gbps, fmt=out_fmt)
+    if output is None:
+        sys.stdout.write(text)
+        print(summary, file=sys.stderr)
+        return
+    write_output(output, text, summary)
 
 
 def validate_command(
@@ -198,7 +295,7 @@ def validate_command(
         try:
             summary = validate_file(f)
         except InputError as exc:
-            _fail(exc)
+            fail(exc)
         print(f"{f}: ok ({summary})")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from enum import StrEnum
@@ -11,12 +10,24 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from hyperplace.commands.common import (
+    check_budget,
+    console,
+    file_format,
+    interruptible,
+    write_output,
+)
 from hyperplace.errors import InputError
 from hyperplace.io import dump, load_documents, parse
 from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
+
+
+#: CP-SAT's random seed is a 32-bit signed integer.
+MAX_SEED = 2**31 - 1
 
 
 class Solver(StrEnum):
@@ -50,99 +61,181 @@ def resolve_instance(instance: str | None, cluster: Path | None, jobs: Path | No
     return inst.load_instance(instance or inst.DEFAULT_INSTANCE)
 
 
-def _print_table(plan: PlacementPlan, instance: Instance, console: Console) -> None:
-    head = Table(title=f"hyperplace solve: {instance.name}", show_header=False)
+# What each objective term counts (README "Placement"), shown under the solve table.
+TERM_LEGEND = {
+    "admitted_priority_demand": "priority-weighted admitted GPUs (objective 1, maximised)",
+    "admitted_jobs": "admitted jobs (tie-break of objective 1, maximised)",
+    "communication": "leaf and spine domains each job spans, weighted by traffic "
+                     "(multi-node TP 100, PP 10, DP 1); lower is better",
+    "fragmentation": "whole free nodes and leaf domains the plan breaks into; lower is better",
+    "policy": "--policy performance: slower GPUs used; cost: price of the GPUs used; "
+              "lower is better",
+}
+
+
+def _ranges(indices: list[int]) -> str:
+    """``[0, 1, 2, 3, 6]`` -> ``0-3,6``."""
+    out: list[str] = []
+    start = prev = None
+    for i in sorted(indices):
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:  # type: ignore[operator]
+            prev = i
+        else:
+            out.append(f"{start}-{prev}" if prev != start else f"{start}")
+            start = prev = i
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ",".join(out)
+
+
+def gpus_by_node(plan: PlacementPlan) -> dict[str, dict[str, list[int]]]:
+    """job -> node -> GPU indices, in placement order."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for p in plan.placements:
+        per_node = out.setdefault(p.job, {})
+        for g in p.gpus:
+            per_node.setdefault(g.node, []).append(g.gpu)
+    return out
+
+
+def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
+                 explain: bool = False) -> None:
+    head = Table(title=f"hyperplace solve: {escape(instance.name)}", show_header=False,
+                 title_justify="left")
+    head.add_column(no_wrap=True)
+    head.add_column(overflow="fold")
     head.add_row("status", str(plan.status.value))
-    head.add_row("solver", plan.solver)
-    head.add_row("objective (priority-weighted GPUs)", f"{plan.objective:g}" if plan.objective is not None else "-")
-    head.add_row("bound", f"{plan.bound:g}" if plan.bound is not None else "-")
-    head.add_row("gap", f"{plan.gap:.2%}" if plan.gap is not None else "-")
-    head.add_row("time", f"{plan.runtime_s:.2f} s of {plan.budget_s:g} s budget" if plan.budget_s else f"{plan.runtime_s:.2f} s")
-    for k, v in plan.objective_terms.items():
-        if k != "admitted_priority_demand":
-            head.add_row(f"  {k}", f"{v:g}")
+    head.add_row("solver", escape(plan.solver))
+    head.add_row("objective", (f"{plan.objective:g}" if plan.objective is not None else "-")
+                 + " priority-weighted GPUs")
+    head.add_row("bound / gap", (f"{plan.bound:g}" if plan.bound is not None else "-") + " / "
+                 + (f"{plan.gap:.2%}" if plan.gap is not None else "-"))
+    head.add_row("time", f"{plan.runtime_s:.2f} s of {plan.budget_s:g} s budget"
+                 if plan.budget_s else f"{plan.runtime_s:.2f} s")
+    terms = [f"{k} {v:g}" for k, v in plan.objective_terms.items()
+             if k != "admitted_priority_demand"]
+    if terms:
+        head.add_row("terms", ", ".join(terms) + ("" if explain else " (--explain)"))
     used: dict[str, int] = {}
     for j in plan.jobs:
         for t, c in j.gpu_types.items():
             used[t] = used.get(t, 0) + c
-    head.add_row("GPUs used by type", ", ".join(f"{t}: {c}" for t, c in sorted(used.items())) or "-")
+    head.add_row("GPUs used", ", ".join(f"{t}: {c}" for t, c in sorted(used.items())) or "-")
     head.add_row("admitted / pending", f"{len(plan.jobs)} / {len(plan.pending)}")
     if plan.message:
-        head.add_row("note", plan.message)
+        head.add_row("note", escape(plan.message))
     console.print(head)
+    if explain:
+        console.print("objective terms, in order of precedence:")
+        for key, text in TERM_LEGEND.items():
+            if key in plan.objective_terms:
+                console.print(f"  {key}: {text}")
     if plan.jobs:
-        t = Table(title="admitted jobs")
-        for col in ("job", "priority", "GPUs", "types", "nodes", "domains"):
-            t.add_column(col, overflow="fold")
+        where = gpus_by_node(plan)
+        t = Table(title="admitted jobs (node[GPU indices])", title_justify="left")
+        t.add_column("job", no_wrap=True, overflow="ellipsis", max_width=30)
+        t.add_column("pri", justify="right", no_wrap=True)
+        t.add_column("GPUs", no_wrap=True)
+        t.add_column("where")
         for j in plan.jobs:
-            leaves = sorted({d.values[2] for d in j.topology_assignment.domains}) if j.topology_assignment else []
-            nodes = ", ".join(j.node_names[:4]) + (f" +{len(j.node_names) - 4}" if len(j.node_names) > 4 else "")
-            t.add_row(j.job, str(j.priority), str(j.gpus),
-                      ", ".join(f"{k}x{v}" for k, v in j.gpu_types.items()), nodes,
-                      ", ".join(leaves[:3]) + (" ..." if len(leaves) > 3 else ""))
+            nodes = [f"{n}[{_ranges(g)}]" for n, g in where.get(j.job, {}).items()]
+            shown = " ".join(nodes[:6]) + (f" +{len(nodes) - 6} nodes" if len(nodes) > 6 else "")
+            types = " ".join(f"{v} {k}" for k, v in j.gpu_types.items())
+            t.add_row(escape(j.job), str(j.priority), types or str(j.gpus), escape(shown))
         console.print(t)
     if plan.pending:
-        t = Table(title="pending jobs")
-        t.add_column("job", overflow="fold")
+        t = Table(title="pending jobs", title_justify="left")
+        t.add_column("job", no_wrap=True, overflow="ellipsis", max_width=30)
         t.add_column("why")
         for pj in plan.pending:
-            t.add_row(pj.job, "\n".join(pj.reasons))
+            t.add_row(escape(pj.job), escape("\n".join(pj.reasons)))
         console.print(t)
 
 
 def solve_command(
-    instance: Annotated[str | None, typer.Option("--instance", "-i", help="bundled instance name or Instance file (default: the bundled default)")] = None,
-    cluster: Annotated[Path | None, typer.Option(help="Cluster or Instance file")] = None,
-    jobs: Annotated[Path | None, typer.Option(help="jobs file (multi-document YAML) or directory")] = None,
-    budget: Annotated[float, typer.Option(min=0.05, help="time budget in seconds")] = 10.0,
-    solver: Annotated[Solver, typer.Option(help="auto = greedy, then CP-SAT hinted with it")] = Solver.auto,
-    policy: Annotated[Policy, typer.Option(help="prefer the fastest or the cheapest qualifying GPU")] = Policy.performance,
-    seed: Annotated[int, typer.Option(help="solver random seed")] = 0,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="write the plan here")] = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f")] = Format.table,
+    instance: Annotated[str | None, typer.Option(
+        "--instance", "-i", help="bundled instance name or Instance file (default: "
+        "the bundled mixed-a100-h100)")] = None,
+    cluster: Annotated[Path | None, typer.Option(
+        help="Cluster or Instance file (with --jobs)")] = None,
+    jobs: Annotated[Path | None, typer.Option(
+        help="jobs file (multi-document YAML) or directory of them (with --cluster)")] = None,
+    budget: Annotated[float, typer.Option(
+        min=0.05, help="time budget in seconds for the solve (greedy's plan if nothing better in time)")]
+    = 10.0,
+    solver: Annotated[Solver, typer.Option(
+        help="auto = greedy, then an exact backend started from it (CP-SAT for small or "
+        "NVLink-clique models, HiGHS for large all-NVSwitch ones)")] = Solver.auto,
+    policy: Annotated[Policy, typer.Option(
+        help="prefer the fastest or the cheapest qualifying GPU")] = Policy.performance,
+    seed: Annotated[int, typer.Option(
+        min=0, max=MAX_SEED, help=f"solver random seed, 0..{MAX_SEED}")] = 0,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="write the plan here (.yaml or .json)")] = None,
+    fmt: Annotated[Format | None, typer.Option(
+        "--format", "-f", help="stdout as table, json or yaml; with -o, the file's format "
+        "(must agree with its suffix)")] = None,
+    draw: Annotated[Path | None, typer.Option(
+        "--draw", help="also draw the plan as an SVG picture (leaves, nodes, GPUs by job)")]
+    = None,
+    explain: Annotated[bool, typer.Option(
+        "--explain", help="explain the objective terms under the table")] = False,
 ) -> None:
     """Solve one scheduling round: which pending jobs run, on exactly which GPUs."""
     from hyperplace.deadline import command_deadline, write_reserve_s
     from hyperplace.solvers.driver import solve_placement
 
     began = time.perf_counter()
-
-    if not math.isfinite(budget):
-        raise InputError(f"must be a finite number of seconds, got {budget}", path="--budget")
+    check_budget(budget)
+    file_fmt = file_format(fmt.value if fmt is not None else None, output) if output else None
+    if draw is not None and draw.suffix.lower() != ".svg":
+        raise InputError(f"pictures are SVG: give a .svg file name, got {str(draw)!r}",
+                         path="--draw")
     inst = resolve_instance(instance, cluster, jobs)
     # the budget runs from process start: reading the files counts, and writing keeps a share
     deadline = command_deadline(budget, write_reserve_s(inst), since=began)
-    plan = solve_placement(inst, solver=solver.value, budget_s=budget, policy=policy.value,
-                           seed=seed, deadline=deadline)
-    # which instance a later `hyperplace check PLAN` should use without options: a bundled
-    # name or an Instance file, never a cluster/jobs pair it could not find again
-    source = None if cluster is not None else (instance or plan.metadata.instance)
-    if source and Path(source).exists():
-        source = str(Path(source).resolve())
-    plan = plan.model_copy(update={"metadata": plan.metadata.model_copy(update={"instance": source})})
-    if output is not None:
-        out_fmt = "json" if output.suffix == ".json" else "yaml"
-        try:
-            output.write_text(dump(plan, out_fmt))
-        except OSError as exc:
-            raise InputError(f"cannot write: {exc.strerror or exc}", source=str(output)) from None
-        print(f"wrote {output}: {plan.status.value}, {len(plan.jobs)} admitted, "
-              f"{len(plan.pending)} pending", file=sys.stderr)
-    if fmt == Format.table:
-        _print_table(plan, inst, Console())
-    elif output is None:
-        sys.stdout.write(dump(plan, fmt.value))
+    with interruptible():
+        plan = solve_placement(inst, solver=solver.value, budget_s=budget, policy=policy.value,
+                               seed=seed, deadline=deadline)
+        # which instance a later `hyperplace check PLAN` may use without options: a bundled
+        # name only; a file is named for the record, and check reads it only when asked
+        source = None if cluster is not None else (instance or plan.metadata.instance)
+        if source and Path(source).exists():
+            source = str(Path(source).resolve())
+        plan = plan.model_copy(
+            update={"metadata": plan.metadata.model_copy(update={"instance": source})})
+        text = dump(plan, file_fmt) if output is not None and file_fmt else None
+        picture = None
+        if draw is not None:
+            from hyperplace.draw import draw_svg
+            picture = draw_svg(inst, plan)
+    if output is not None and text is not None:
+        write_output(output, text, f"{plan.status.value}, {len(plan.jobs)} admitted, "
+                     f"{len(plan.pending)} pending")
+    if draw is not None and picture is not None:
+        write_output(draw, picture, "picture of the plan")
+    shown = fmt or Format.table
+    if shown == Format.table:
+        _print_table(plan, inst, console(), explain)
+    elif shown is not None and output is None:
+        sys.stdout.write(dump(plan, shown.value))
 
 
 def check_command(
     plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="PlacementPlan YAML/JSON")],
     instance: Annotated[str | None, typer.Option(
-        "--instance", "-i", help="bundled name or Instance file (default: the one the plan names)")] = None,
-    cluster: Annotated[Path | None, typer.Option(help="Cluster or Instance file the plan was solved on")] = None,
-    jobs: Annotated[Path | None, typer.Option(help="the jobs file or directory it was solved with")] = None,
+        "--instance", "-i", help="bundled name or Instance file (default: the bundled "
+        "instance the plan names)")] = None,
+    cluster: Annotated[Path | None, typer.Option(
+        help="Cluster or Instance file the plan was solved on")] = None,
+    jobs: Annotated[Path | None, typer.Option(
+        help="the jobs file or directory it was solved with")] = None,
 ) -> None:
     """Check a plan against an instance with the independent checker (exit 1 on violations)."""
     from hyperplace.check import check, format_violations
+    from hyperplace.instances.registry import bundled_names
 
     docs = load_documents(plan_file)
     plan = parse(PlacementPlan, docs[0], source=str(plan_file))
@@ -152,6 +245,12 @@ def check_command(
         if not name:
             raise InputError("the plan does not name its instance (it was solved from "
                              "--cluster/--jobs); pass the same --cluster and --jobs, or --instance",
+                             source=str(plan_file), path="metadata.instance")
+        if name not in bundled_names():
+            # a plan is data: it may name a bundled instance, but never make check open a
+            # local path on its own (a tampered plan could name any file)
+            raise InputError(f"names {name!r}, which is not a bundled instance; to check "
+                             f"against a file, pass it: --instance FILE",
                              source=str(plan_file), path="metadata.instance")
     inst = resolve_instance(name, cluster, jobs)
     violations = check(plan, inst)

@@ -25,7 +25,6 @@ Exit codes: 0 a plan, 1 no split fits in memory (the plan says which stage and b
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 from enum import Enum
@@ -49,8 +48,10 @@ from hyperplace.models.model_spec import (
 from hyperplace.models.split import MAX_STAGE_GPUS, SplitPlan, SplitProblem, Stage, StageLink
 from hyperplace.solvers.split import solve_split
 
-app = typer.Typer(help="Split a model's layers over heterogeneous pipeline stages, exactly.",
-                  add_completion=False)
+app = typer.Typer(help="Split a model's layers over heterogeneous pipeline stages, exactly. "
+                  "Exit codes: 0 a plan; 1 no split fits in memory; 2 bad input.",
+                  add_completion=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
 
 
 class Solver(str, Enum):
@@ -142,6 +143,9 @@ def parse_link(text: str, names: set[str]) -> StageLink:
     a, b = (known or splits)[0]
     if not a or not b:
         raise InputError(f"malformed link {text!r}; expected A-B=100Gbps,20ms", path="--link")
+    if a == b:
+        raise InputError(f"link {text!r}: both ends are {a!r}; a link joins two different "
+                         "clusters or stages", path="--link")
     if not known:
         # A link between names no stage carries would be dropped without a word.
         unknown = a if a not in names else b
@@ -180,6 +184,28 @@ def stages_from_instance(name: str) -> tuple[list[Stage], list[StageLink], str |
     return stages, links, inst.spec.model, notes
 
 
+def _assumed_links(stages: list[Stage], links: list[StageLink]) -> list[str]:
+    """Say which cluster pairs the split prices with the default WAN (no --link given)."""
+    from hyperplace.models.split import (
+        DEFAULT_INTER_CLUSTER_GBPS,
+        DEFAULT_INTER_CLUSTER_LATENCY_MS,
+    )
+
+    clusters = list(dict.fromkeys(s.cluster for s in stages))
+    stage_cluster = {s.name: s.cluster for s in stages}
+    given = {frozenset((stage_cluster.get(x.a, x.a), stage_cluster.get(x.b, x.b)))
+             for x in links}
+    out = []
+    for i, a in enumerate(clusters):
+        for b in clusters[i + 1:]:
+            if frozenset((a, b)) not in given:
+                out.append(f"no --link between {a} and {b}: assumed a WAN of "
+                           f"{DEFAULT_INTER_CLUSTER_GBPS:g} Gb/s, "
+                           f"{DEFAULT_INTER_CLUSTER_LATENCY_MS:g} ms (give --link "
+                           f"{a}-{b}=BANDWIDTH,LATENCY)")
+    return out
+
+
 def build_problem(
     *, model: str | None, model_name: str | None, profile: str | None,
     micro_batch_size: int | None, stage: list[str], link: list[str], microbatches: int,
@@ -194,6 +220,9 @@ def build_problem(
         inst_stages, links, inst_model, notes = stages_from_instance(instance)
         if not stages:
             stages = inst_stages
+        else:
+            notes = [f"stages: the {len(stages)} given with --stage, not the instance's; "
+                     f"instance {instance} gives the links and model only"]
     if not stages:
         raise InputError("no stages: give --stage TYPExCOUNT@CLUSTER (repeatable) or --instance",
                          path="--stage")
@@ -204,6 +233,7 @@ def build_problem(
         seen[s.name] = s.name
     names = {s.cluster for s in stages} | {s.name for s in stages}
     links = links + [parse_link(x, names) for x in link]
+    notes += _assumed_links(stages, links)
     if microbatches <= 0:
         raise InputError(f"must be at least 1, got {microbatches}", path="--microbatches")
     if zero not in (0, 1, 2, 3):
@@ -297,21 +327,41 @@ def split_command(
     stage: list[str] = typer.Option([], "--stage", help="TYPExCOUNT@CLUSTER[:tp=N] (repeat)"),
     link: list[str] = typer.Option([], "--link", help="A-B=100Gbps,20ms (repeat)"),
     microbatches: int = typer.Option(8, "--microbatches", help="micro-batches per step (m)"),
-    solver: Solver = typer.Option(Solver.auto, "--solver"),
+    solver: Solver = typer.Option(
+        Solver.auto, "--solver", help="auto = the exact dynamic program; milp and cpsat prove "
+        "the same optimum; proportional is the Metis-style baseline"),
     zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3"),
-    recompute: bool = typer.Option(False, "--recompute/--no-recompute"),
-    fixed_order: bool = typer.Option(False, "--fixed-order/--free-order"),
-    output_format: Format = typer.Option(Format.table, "--format"),
-    instance: str | None = typer.Option(None, "--instance", help="e.g. seed-beijing-shanghai"),
-    time_limit: float = typer.Option(10.0, "--time-limit", help="seconds for MILP/CP-SAT"),
+    recompute: bool = typer.Option(False, "--recompute/--no-recompute",
+                                   help="full activation recomputation"),
+    fixed_order: bool = typer.Option(False, "--fixed-order/--free-order",
+                                     help="keep the stages in the order given, or let the "
+                                     "solver order them (fewest WAN crossings)"),
+    output_format: Format | None = typer.Option(
+        None, "--format", "-f", help="table, json or yaml (default: table, or the output "
+        "file's suffix)"),
+    instance: str | None = typer.Option(
+        None, "--instance", "-i", help="bundled name or Instance file: one stage per GPU type "
+        "per cluster, its links and model (--stage replaces its stages)"),
+    budget: float | None = typer.Option(None, "--budget", help="seconds for MILP/CP-SAT "
+                                        "(default 10)"),
+    output: str | None = typer.Option(None, "--output", "-o",
+                                      help="write the split plan here (.yaml or .json)"),
+    time_limit: float | None = typer.Option(None, "--time-limit", hidden=True),
     calibration: str | None = typer.Option(
         None, "--calibration", help="cost-model calibration file (hyperplace calibrate)"),
 ) -> None:
     """Find the split that minimises the slowest stage, prove it, compare with baselines."""
+    from hyperplace.commands.common import check_budget, file_format, write_output
+
     try:
-        if not math.isfinite(time_limit) or time_limit <= 0:
-            raise InputError(f"must be a positive, finite number of seconds, got {time_limit}",
-                             path="--time-limit")
+        if budget is not None and time_limit is not None:
+            raise InputError("give --budget once (--time-limit is its old name)",
+                             path="--budget")
+        time_limit = check_budget(
+            budget if budget is not None else time_limit if time_limit is not None else 10.0,
+            "--time-limit" if time_limit is not None else "--budget")
+        shown = output_format.value if output_format is not None else None
+        file_fmt = file_format(shown, output) if output is not None else None
         problem, notes = build_problem(
             model=model, model_name=model_name, profile=profile,
             micro_batch_size=micro_batch_size, stage=stage, link=link,
@@ -324,12 +374,24 @@ def split_command(
         raise typer.Exit(2) from None
     if notes:
         plan = plan.model_copy(update={"notes": [*notes, *plan.notes]})
+    if output is not None and file_fmt is not None:
+        data = plan.model_dump(mode="json", by_alias=True)
+        text = (json.dumps(data, indent=2) + "\n" if file_fmt == "json"
+                else yaml.safe_dump(data, sort_keys=False))
+        try:
+            write_output(output, text, "split plan")
+        except InputError as exc:
+            typer.echo(f"error: {exc.one_line()}", err=True)
+            raise typer.Exit(2) from None
+        if output_format is None:
+            output_format = Format.table
+    output_format = output_format or Format.table
     if output_format == Format.json:
         typer.echo(json.dumps(plan.model_dump(mode="json", by_alias=True), indent=2))
     elif output_format == Format.yaml:
         typer.echo(yaml.safe_dump(plan.model_dump(mode="json", by_alias=True), sort_keys=False))
     else:
-        render_table(plan, Console(width=None if sys.stdout.isatty() else 160))
+        render_table(plan, Console(width=None if sys.stdout.isatty() else 80))
     if not plan.feasible:
         if output_format != Format.table:
             typer.echo(f"infeasible: {plan.infeasible_reason}", err=True)

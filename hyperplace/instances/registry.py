@@ -40,6 +40,7 @@ from hyperplace.models import (
     TrainingJob,
 )
 from hyperplace.models.base import HPModel
+from hyperplace.models.gpu import unknown_alternative
 from hyperplace.models.job import ObjectMeta
 
 # Bundled instances, in the order `instances list` shows them.
@@ -228,6 +229,34 @@ def _check_unique_jobs(jobs: list[tuple[TrainingJob, str, str | None]]) -> None:
         seen[job.name] = source
 
 
+def _check_jobs_against(jobs: list[tuple[TrainingJob, str, str | None]],
+                         types: list[GPUType], clusters: list[Cluster]) -> None:
+    """Each job, in its own file and document: its ``acceleratorType`` names a known GPU
+    type (built in or declared beside the clusters), and its name is not a running job's."""
+    catalog = GPUCatalog(types)
+    running = {job: n.name for c in clusters for n in c.nodes for job in n.allocated.values()}
+    for job, source, document in jobs:
+        def where(path: str, document: str | None = document) -> str:
+            return f"{document}: {path}" if document else path
+        if job.name in running:
+            raise InputError(f"{job.name!r} is already running (it holds GPUs on node "
+                             f"{running[job.name]!r}); a pending job needs its own name",
+                             source=source, path=where("metadata.name"))
+        for gi, group in enumerate(job.spec.resource_groups):
+            selector = group.gpu_requirements.accelerator_type
+            bad = unknown_alternative(selector, catalog) if selector else None
+            if bad is not None:
+                known = sorted({t.family for t in catalog} | set(catalog.names()))
+                raise InputError(
+                    f"unknown GPU type {bad!r} (known: {', '.join(known)}; a cluster file "
+                    "declares others under spec.gpuTypes)", source=source,
+                    path=where(f"spec.resourceGroups[{gi}].gpuRequirements.acceleratorType"))
+
+
+def _declared_types(clusters: list[ParsedCluster]) -> list[GPUType]:
+    return [t for pc in clusters for t in pc.gpu_types]
+
+
 def instance_from_documents(docs: list[dict[str, Any]], source: str) -> Instance:
     """One Instance document, or Cluster documents followed by job documents."""
     kinds = [document_kind(d, source, _doc_label(i, len(docs))) for i, d in enumerate(docs)]
@@ -251,6 +280,7 @@ def instance_from_documents(docs: list[dict[str, Any]], source: str) -> Instance
         raise InputError("no Cluster or Instance document: nothing to place jobs on",
                          source=source)
     _check_unique_jobs(jobs)
+    _check_jobs_against(jobs, _declared_types(clusters), [pc.cluster for pc in clusters])
     name = "+".join(pc.cluster.name for pc in clusters)
     return _build_instance(name, clusters, [j for j, _, _ in jobs], source)
 
@@ -291,6 +321,7 @@ def load_cluster_and_jobs(cluster_file: str | Path, jobs_file_or_dir: str | Path
     first = document_kind(docs[0], source, _doc_label(0, len(docs)))
     if first == "Instance":
         base = instance_from_documents(docs, source)
+        _check_jobs_against(jobs, base.spec.gpu_types, base.clusters)
         return _build_instance(base.name, [], job_models, source, base=base)
     clusters: list[ParsedCluster] = []
     for i, doc in enumerate(docs):
@@ -300,6 +331,7 @@ def load_cluster_and_jobs(cluster_file: str | Path, jobs_file_or_dir: str | Path
             raise InputError(f"expected Cluster or Instance, got {kind!r}", source=source,
                              path=f"{label}: kind" if label else "kind")
         clusters.append(parse_cluster(doc, source, label))
+    _check_jobs_against(jobs, _declared_types(clusters), [pc.cluster for pc in clusters])
     name = "+".join(pc.cluster.name for pc in clusters)
     return _build_instance(name, clusters, job_models, source)
 
@@ -409,6 +441,7 @@ def validate_file(path: str | Path) -> str:
         else:
             hypernodes.append(doc)
     _check_unique_jobs(jobs)
+    _check_jobs_against(jobs, _declared_types(clusters), [pc.cluster for pc in clusters])
     if clusters:
         # the cross-document checks (GPU types, node names) of a cluster + jobs instance, on
         # the documents already parsed above

@@ -5,12 +5,16 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from hyperplace.models.limits import MAX_STRING_LENGTH
+
 
 class HPModel(BaseModel):
     """Frozen, strict about unknown fields, camelCase on the wire like Kubernetes objects."""
 
     model_config = ConfigDict(
-        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True,
+        allow_inf_nan=False,  # .inf or NaN in any number is an input error, not a crash later
+        str_max_length=MAX_STRING_LENGTH,
     )
 
     def to_doc(self) -> dict:

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from hyperplace.models.base import HPModel
+from hyperplace.models.limits import Name
 from hyperplace.models.fabric import (
     Fabric,
     Link,
@@ -56,7 +57,7 @@ class FabricSpec(HPModel):
 
 
 class Cluster(HPModel):
-    name: str = Field(min_length=1)
+    name: Name
     region: str = ""
     labels: dict[str, str] = Field(default_factory=dict)
     nodes: list[Node] = Field(default_factory=list)
@@ -71,6 +72,8 @@ class Cluster(HPModel):
             names.add(n.name)
         switches = {s.name for s in self.fabric.switches}
         for i, link in enumerate(self.fabric.links):
+            if link.a == link.b:
+                raise ValueError(f"fabric.links[{i}]: both ends are {link.a!r}")
             for end in ("a", "b"):
                 ep = getattr(link, end)
                 if ep not in switches and ep not in names:
@@ -116,6 +119,8 @@ class Federation(HPModel):
         if len(set(names)) != len(names):
             raise ValueError("clusters: duplicate cluster name")
         for i, link in enumerate(self.links):
+            if link.a == link.b:
+                raise ValueError(f"links[{i}]: both ends are cluster {link.a!r}")
             for end in ("a", "b"):
                 if getattr(link, end) not in names:
                     raise ValueError(f"links[{i}].{end}: unknown cluster {getattr(link, end)!r}")

@@ -24,11 +24,12 @@ from networkx.utils import UnionFind
 from pydantic import Field, model_validator
 
 from hyperplace.models.base import HPModel
+from hyperplace.models.limits import Name
 
 
 class Switch(HPModel):
 
-    name: str = Field(min_length=1)
+    name: Name
     tier: int = Field(default=1, ge=1, le=4, description="1 = leaf, 2 = spine, 3 = core")
 
 
@@ -36,8 +37,8 @@ class Link(HPModel):
     """A cable bundle between two endpoints (a node or a switch)."""
 
 
-    a: str
-    b: str
+    a: Name
+    b: Name
     gbps: float = Field(gt=0, description="per-link line rate, Gb/s")
     count: int = Field(default=1, ge=1, description="parallel links (rails, bonded cables)")
     latency_us: float = Field(default=1.0, ge=0)

@@ -14,6 +14,7 @@ from importlib import resources
 from pydantic import Field
 
 from hyperplace.models.base import HPModel
+from hyperplace.models.limits import MAX_GPU_FIGURE, Name
 
 # Per-link NVLink bandwidth (GB/s, bidirectional) by NVLink generation: NV# in
 # ``nvidia-smi topo -m`` counts bonded links, so pair bandwidth = links x this figure.
@@ -27,18 +28,18 @@ class GPUType(HPModel):
     """One GPU model as the engine sees it."""
 
 
-    name: str = Field(description="catalog name, e.g. H100-80")
-    family: str = Field(description="what acceptorType/tolerations match, e.g. H100")
+    name: Name = Field(description="catalog name, e.g. H100-80")
+    family: Name = Field(description="what acceptorType/tolerations match, e.g. H100")
     vendor: str = "nvidia"
-    bf16_tflops: float = Field(gt=0, description="dense BF16 (FP16 for V100) peak TFLOPS")
-    hbm_gb: float = Field(gt=0)
-    hbm_tb_s: float = Field(gt=0)
-    nvlink_gbps: float = Field(ge=0, description="per-GPU NVLink, bidirectional GB/s")
+    bf16_tflops: float = Field(gt=0, le=MAX_GPU_FIGURE, description="dense BF16 (FP16 for V100) peak TFLOPS")
+    hbm_gb: float = Field(gt=0, le=MAX_GPU_FIGURE)
+    hbm_tb_s: float = Field(gt=0, le=MAX_GPU_FIGURE)
+    nvlink_gbps: float = Field(ge=0, le=MAX_GPU_FIGURE, description="per-GPU NVLink, bidirectional GB/s")
     nvlink_generation: int | None = Field(default=None, ge=1)
     pcie_generation: int = Field(default=4, ge=3, le=6)
-    nic_gbps: float = Field(gt=0, description="typical NIC Gb/s per GPU")
+    nic_gbps: float = Field(gt=0, le=MAX_GPU_FIGURE, description="typical NIC Gb/s per GPU")
     mfu: float = Field(default=0.40, gt=0, le=1, description="model-FLOPs utilisation to plan with")
-    cost_per_hour: float = Field(default=1.0, ge=0, description="relative price, for --policy cost")
+    cost_per_hour: float = Field(default=1.0, ge=0, le=MAX_GPU_FIGURE, description="relative price, for --policy cost")
     source: str = ""
 
     @property
@@ -56,6 +57,16 @@ class GPUType(HPModel):
             if key and key in (self.name.lower(), self.family.lower()):
                 return True
         return False
+
+
+def unknown_alternative(selector: str, types: "GPUCatalog | list[GPUType]") -> str | None:
+    """The first ``|``-alternative of ``selector`` that names none of ``types`` by the
+    engine's rule (:meth:`GPUType.matches`), or None: a typo told apart from a known type
+    that a cluster merely lacks."""
+    for alt in selector.split("|"):
+        if alt.strip() and not any(t.matches(alt) for t in types):
+            return alt.strip()
+    return None
 
 
 _SRC = "NVIDIA/AMD datasheets via shared/data/hardware/gpu_specs.csv"

@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from hyperplace.models.base import HPModel
 from hyperplace.models.job import ObjectMeta
+from hyperplace.models.limits import MAX_HYPERJOB_REPLICAS
 
 
 class SplitPolicy(HPModel):
@@ -28,7 +29,7 @@ class SplitPolicy(HPModel):
 
 class ReplicatedJob(HPModel):
     name: str = Field(min_length=1)
-    replicas: int = Field(default=1, ge=0, le=2**31 - 1, strict=True)
+    replicas: int = Field(default=1, ge=0, le=MAX_HYPERJOB_REPLICAS, strict=True)
     cluster_names: list[str] = Field(default_factory=list)
     split_policy: SplitPolicy | None = None
     template_spec: dict[str, Any] = Field(description="a Volcano Job spec (batch.volcano.sh)")

@@ -10,8 +10,9 @@ from pydantic import Field, model_validator
 
 from hyperplace.models.base import HPModel
 from hyperplace.models.cluster import Cluster, Federation, InterClusterLink
-from hyperplace.models.gpu import GPUCatalog, GPUType
+from hyperplace.models.gpu import GPUCatalog, GPUType, unknown_alternative
 from hyperplace.models.job import ObjectMeta, TrainingJob
+from hyperplace.models.limits import MAX_GPUS, MAX_JOBS
 from hyperplace.models.node import Node
 
 
@@ -19,7 +20,8 @@ class InstanceSpec(HPModel):
     gpu_types: list[GPUType] = Field(default_factory=list, description="user-declared GPU types")
     clusters: list[Cluster] = Field(min_length=1)
     inter_cluster_links: list[InterClusterLink] = Field(default_factory=list)
-    jobs: list[TrainingJob] = Field(default_factory=list, description="the pending queue")
+    jobs: list[TrainingJob] = Field(default_factory=list, max_length=MAX_JOBS,
+                                    description="the pending queue")
     model: str | None = Field(default=None, description="model preset for the layer split")
 
 
@@ -34,6 +36,10 @@ class Instance(HPModel):
     @model_validator(mode="after")
     def _known_references(self) -> "Instance":
         catalog = GPUCatalog(self.spec.gpu_types)
+        gpus = sum(n.gpu_count for c in self.spec.clusters for n in c.nodes)
+        if gpus > MAX_GPUS:
+            raise ValueError(f"spec.clusters: {gpus:,} GPUs, more than the limit of "
+                             f"{MAX_GPUS:,} per instance")
         seen_nodes: set[str] = set()
         for ci, c in enumerate(self.spec.clusters):
             for ni, n in enumerate(c.nodes):
@@ -49,8 +55,33 @@ class Instance(HPModel):
         dup = {n for n, k in Counter(names).items() if k > 1}  # linear: queues reach 5,000
         if dup:
             raise ValueError(f"spec.jobs: duplicate job name {sorted(dup)[0]!r}")
+        self._check_queue(catalog)
         Federation(clusters=self.spec.clusters, links=self.spec.inter_cluster_links)
         return self
+
+    def _check_queue(self, catalog: GPUCatalog) -> None:
+        """A pending job may not carry a running job's name (the plan could not tell them
+        apart), and an ``acceleratorType`` must name a known GPU type: a typo is an error,
+        a known type that no cluster has leaves the job pending with its reason."""
+        running: dict[str, str] = {}
+        for c in self.spec.clusters:
+            for n in c.nodes:
+                for job in n.allocated.values():
+                    running.setdefault(job, n.name)
+        for ji, job in enumerate(self.spec.jobs):
+            if job.name in running:
+                raise ValueError(
+                    f"spec.jobs[{ji}].metadata.name: {job.name!r} is already running (it holds "
+                    f"GPUs on node {running[job.name]!r}); a pending job needs its own name")
+            for gi, group in enumerate(job.spec.resource_groups):
+                selector = group.gpu_requirements.accelerator_type
+                bad = unknown_alternative(selector, catalog) if selector else None
+                if bad is not None:
+                    known = sorted({t.family for t in catalog} | set(catalog.names()))
+                    raise ValueError(
+                        f"spec.jobs[{ji}].spec.resourceGroups[{gi}].gpuRequirements."
+                        f"acceleratorType: unknown GPU type {bad!r} (known: {', '.join(known)}; "
+                        "declare others under spec.gpuTypes)")
 
     @property
     def name(self) -> str:

@@ -30,6 +30,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from hyperplace.models.base import HPModel
+from hyperplace.models.limits import Name
 
 
 class GroupType(StrEnum):
@@ -47,7 +48,7 @@ PRIORITY_LEVELS = {"low": 1, "normal": 2, "medium": 2, "high": 3, "critical": 4}
 
 
 class ObjectMeta(HPModel):
-    name: str = Field(min_length=1)
+    name: Name
     namespace: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)

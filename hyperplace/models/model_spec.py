@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from hyperplace.models.base import HPModel
+from hyperplace.models.limits import MAX_LAYERS
 from hyperplace.models.transformer import (
     BF16_BYTES,
     activation_bytes,
@@ -24,6 +25,7 @@ from hyperplace.models.transformer import (
     param_state_bytes_per_param,
     transformer_layer_flops,
 )
+
 LayerKind = Literal["transformer", "embedding", "head", "norm"]
 
 
@@ -101,7 +103,7 @@ class ModelSpec(HPModel):
     """
 
     name: str = Field(min_length=1)
-    num_layers: int = Field(gt=0, strict=True, description="transformer layers")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS, strict=True, description="transformer layers")
     hidden_size: int = Field(gt=0, strict=True)
     num_heads: int = Field(gt=0, strict=True)
     seq_length: int = Field(gt=0, strict=True)

@@ -9,6 +9,7 @@ from itertools import combinations
 from pydantic import Field, model_validator
 
 from hyperplace.models.base import HPModel
+from hyperplace.models.limits import Name
 
 
 class NVLinkTopology(StrEnum):
@@ -43,7 +44,7 @@ class GPUPair(HPModel):
 
 class NIC(HPModel):
 
-    name: str
+    name: Name
     gbps: float = Field(gt=0, description="line rate, Gb/s")
     gpus: list[int] = Field(default_factory=list, description="GPUs closest to this NIC")
 
@@ -56,17 +57,18 @@ class Node(HPModel):
     """
 
 
-    name: str = Field(min_length=1)
-    gpu_type: str
+    name: Name
+    gpu_type: Name
     gpu_count: int = Field(gt=0, le=72, strict=True)
     nvlink: NVLinkTopology = NVLinkTopology.NVSWITCH
     nvlink_gbps: float | None = Field(
         default=None, ge=0, description="per-pair GB/s for nvswitch nodes; default: the GPU's"
     )
-    nvlink_pairs: list[GPUPair] = Field(default_factory=list)
+    nvlink_pairs: list[GPUPair] = Field(default_factory=list, max_length=72 * 71 // 2,
+                                        description="at most one entry per GPU pair")
     nics: list[NIC] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
-    allocated: dict[int, str] = Field(default_factory=dict)
+    allocated: dict[int, Name] = Field(default_factory=dict)
     faulty: list[int] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -75,9 +77,25 @@ class Node(HPModel):
             for i in idxs:
                 if not 0 <= i < self.gpu_count:
                     raise ValueError(f"{field}: GPU index {i} outside 0..{self.gpu_count - 1}")
-        for p in self.nvlink_pairs:
+        if len(set(self.faulty)) != len(self.faulty):
+            dup = next(i for i in self.faulty if self.faulty.count(i) > 1)
+            raise ValueError(f"faulty: GPU {dup} is listed twice")
+        both = sorted(set(self.faulty) & set(self.allocated))
+        if both:
+            raise ValueError(f"faulty: GPU {both[0]} is also allocated to "
+                             f"{self.allocated[both[0]]!r}; a GPU is faulty or allocated, not both")
+        if len(self.nvlink_pairs) > self.gpu_count * (self.gpu_count - 1) // 2:
+            raise ValueError(f"nvlinkPairs: {len(self.nvlink_pairs)} pairs, but {self.gpu_count} "
+                             f"GPUs have only {self.gpu_count * (self.gpu_count - 1) // 2}")
+        seen_pairs: set[tuple[int, int]] = set()
+        for k, p in enumerate(self.nvlink_pairs):
             if p.a >= self.gpu_count or p.b >= self.gpu_count or p.a == p.b:
-                raise ValueError(f"nvlink_pairs: bad pair ({p.a}, {p.b})")
+                raise ValueError(f"nvlinkPairs[{k}]: bad pair ({p.a}, {p.b}) for GPUs "
+                                 f"0..{self.gpu_count - 1}")
+            key = (min(p.a, p.b), max(p.a, p.b))
+            if key in seen_pairs:
+                raise ValueError(f"nvlinkPairs[{k}]: pair ({p.a}, {p.b}) is listed twice")
+            seen_pairs.add(key)
         if self.nvlink == NVLinkTopology.HYBRID_CUBE_MESH and self.gpu_count != 8:
             raise ValueError("hybrid_cube_mesh needs gpu_count 8")
         return self

@@ -1,0 +1,128 @@
+"""What every command shares: one-line errors, output files, formats, interruption.
+
+The vocabulary an operator meets is the same everywhere: ``-o/--output FILE`` writes a
+file (whole or not at all, see :func:`hyperplace.io.write_atomic`), ``--format`` says
+yaml or json and must agree with the file's suffix, ``--budget SECONDS`` bounds a solve.
+
+Exit codes: 0 done, 1 violations found or no feasible split, 2 bad input, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from hyperplace.errors import InputError
+from hyperplace.io import write_atomic
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+EXIT_CODES_HELP = ("Exit codes: 0 done; 1 check found violations or no split fits; "
+                   "2 bad input (one line on stderr); 130 interrupted (nothing written).")
+
+_SUFFIX_FORMATS = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}
+
+
+def fail(exc: InputError) -> None:
+    """Print ``error: FILE: field.path: problem`` on stderr and exit 2."""
+    print(f"error: {exc.one_line()}", file=sys.stderr)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def one_line_errors(func: F) -> F:
+    """Report :class:`InputError` as one line and exit 2 (no traceback, even under tests)."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except InputError as exc:
+            fail(exc)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def file_format(fmt: str | None, output: str | Path | None, *, option: str = "--format",
+                default: str = "yaml") -> str:
+    """The document format of an output file: ``--format`` and the suffix must agree.
+
+    No ``--format``: the suffix decides (``.json`` json, otherwise yaml). A ``--format``
+    that contradicts a ``.json``/``.yaml``/``.yml`` suffix is an error, never a silent choice.
+    """
+    by_suffix = _SUFFIX_FORMATS.get(Path(output).suffix.lower()) if output is not None else None
+    if fmt is None or fmt == "table":
+        return by_suffix or default
+    if by_suffix is not None and by_suffix != fmt:
+        raise InputError(f"{fmt} does not match the file name {str(output)!r} "
+                         f"(a {Path(str(output)).suffix} file is {by_suffix}); change one",
+                         path=option)
+    return fmt
+
+
+def pick_output(output: str | Path | None, deprecated: str | Path | None,
+                old: str = "--out") -> str | None:
+    """``-o/--output``, or the old spelling kept as a hidden alias (not both)."""
+    if output is not None and deprecated is not None:
+        raise InputError(f"give -o/--output once ({old} is its old spelling)", path=old)
+    value = output if output is not None else deprecated
+    return None if value is None else str(value)
+
+
+def write_output(path: str | Path, text: str, what: str = "") -> None:
+    """Write ``text`` whole or not at all and say so on stderr."""
+    write_atomic(path, text)
+    print(f"wrote {path}{': ' + what if what else ''}", file=sys.stderr)
+
+
+def check_budget(budget: float, option: str = "--budget") -> float:
+    if not math.isfinite(budget) or budget <= 0:
+        raise InputError(f"must be a positive, finite number of seconds, got {budget}",
+                         path=option)
+    return budget
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Ctrl-C during the block ends the command with exit 130 and nothing written.
+
+    A native solver may swallow SIGINT and return normally (with whatever it had); the
+    handler records the signal so the command stops before it writes anything anyway.
+    """
+    interrupted = False
+    previous = None
+
+    def handler(signum: int, frame: Any) -> None:
+        nonlocal interrupted
+        interrupted = True
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread (e.g. a test runner's worker): no handler
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise KeyboardInterrupt
+
+
+def console() -> Console:
+    """A console for tables: the terminal's width, or 80 columns when piped, so tables
+    read in a terminal, a log or a pager alike (a fresh one per command, so test runners'
+    captured stdout is used)."""
+    width = Console().width if sys.stdout.isatty() else 80
+    return Console(file=sys.stdout, width=width, highlight=False)

@@ -1,0 +1,211 @@
+"""``hyperplace instances import``: a Cluster file from the formats real clusters use.
+
+The importers (:mod:`hyperplace.instances.importers`) each read one format into domain
+objects; this module assembles their output into one ``Cluster`` document:
+
+* ``nvidia-smi``, ``nccl-xml``, ``dgx1``: every file describes one node (its GPUs, NVLink
+  pairs, NICs); ``count`` nodes are made from each, named ``<node>-<k>``, and joined by a
+  two-tier fat-tree of ``nodes_per_leaf`` nodes per leaf at ``node_gbps``.
+* ``hypernode``: Volcano HyperNode files give the fabric (leaf and spine tiers); the nodes
+  come from a Cluster/Instance file (``nodes_from``), or are made, ``gpus_per_node`` GPUs of
+  ``gpu_type`` each, for every node a HyperNode names with ``exactMatch``.
+* ``alibaba``: an Alibaba GPU machine list (2023 ``sn,...,gpu,model`` or PAI 2020
+  ``machine,gpu_type,...,cap_gpu``), one cluster per file on an assumed fat-tree.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from hyperplace.errors import InputError, from_validation_error
+from hyperplace.io import dump_yaml, read_text_limited
+from hyperplace.models import Cluster, FabricGenerator, FabricSpec, GPUCatalog, GPUType, Node
+from hyperplace.models.limits import MAX_GPUS
+
+FORMATS = ("nvidia-smi", "nccl-xml", "dgx1", "hypernode", "alibaba")
+
+
+def cluster_document(cluster: Cluster, gpu_types: list[GPUType]) -> dict[str, Any]:
+    """A ``hyperplace/v1`` ``Cluster`` document that :func:`parse_cluster` reads back."""
+    body = cluster.to_doc()
+    name = body.pop("name")
+    spec: dict[str, Any] = {}
+    if gpu_types:
+        spec["gpuTypes"] = [t.to_doc() for t in gpu_types]
+    spec.update(body)
+    for node in spec.get("nodes", []):
+        if "allocated" in node:
+            node["allocated"] = {int(k): v for k, v in node["allocated"].items()}
+    return {"apiVersion": "hyperplace/v1", "kind": "Cluster", "metadata": {"name": name},
+            "spec": spec}
+
+
+def _cluster(name: str, nodes: list[Node], fabric: FabricSpec, source: str,
+             labels: dict[str, str] | None = None) -> Cluster:
+    gpus = sum(n.gpu_count for n in nodes)
+    if gpus > MAX_GPUS:
+        raise InputError(f"{gpus:,} GPUs, more than the limit of {MAX_GPUS:,}", source=source)
+    try:
+        return Cluster(name=name, nodes=nodes, fabric=fabric, labels=labels or {})
+    except ValidationError as exc:
+        raise from_validation_error(exc, source=source) from None
+
+
+def _node_files(kind: str, files: list[str], *, count: int, gpu_type: str | None,
+                nodes_per_leaf: int, node_gbps: float, name: str | None) -> Cluster:
+    from hyperplace.instances import importers as imp
+
+    if count < 1 or count * len(files) * 8 > MAX_GPUS * 8:
+        raise InputError(f"must be at least 1 and make at most {MAX_GPUS:,} GPUs, got {count}",
+                         path="--count")
+    if nodes_per_leaf < 1:
+        raise InputError(f"must be at least 1, got {nodes_per_leaf}", path="--nodes-per-leaf")
+    templates: list[Node] = []
+    for f in files:
+        read_text_limited(f)  # size and encoding limits, before any importer reads it
+        try:
+            if kind == "nvidia-smi":
+                node = imp.import_nvidia_smi_topo(f, gpu_type=gpu_type)
+            elif kind == "nccl-xml":
+                node = imp.import_nccl_topology(f, gpu_type=gpu_type)
+            else:
+                node = imp.import_nvlink_link_matrix(f, gpu_type=gpu_type or "V100-32",
+                                                     name=Path(f).stem)
+        except InputError as exc:  # the library says "pass gpu_type"; the CLI has an option
+            exc.message = exc.message.replace("pass gpu_type", "give --gpu-type")
+            raise InputError(exc.message, source=exc.source or f, path=exc.path) from None
+        templates.append(node)
+    nodes: list[Node] = []
+    for t in templates:
+        base = t.name
+        for k in range(count):
+            node_name = base if count == 1 else f"{base}-{k:0{len(str(count - 1))}d}"
+            nodes.append(t.model_copy(update={"name": node_name}))
+    names = [n.name for n in nodes]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise InputError(f"two files make a node named {dup!r}; give each file a distinct "
+                         "name", source=files[0])
+    fabric = FabricSpec(generator=FabricGenerator(
+        type="fat-tree-2", nodes_per_leaf=nodes_per_leaf, spines=max(1, min(8, nodes_per_leaf)),
+        node_gbps=node_gbps, uplink_gbps=node_gbps))
+    return _cluster(name or Path(files[0]).stem, nodes, fabric, files[0])
+
+
+def _hypernode_files(files: list[str], *, gpu_type: str | None, gpus_per_node: int,
+                     nodes_from: str | None, node_gbps: float, name: str | None) -> Cluster:
+    from hyperplace.instances.importers.hypernode import hypernodes_to_fabric
+    from hyperplace.instances.registry import document_kind, instance_from_documents
+    from hyperplace.io import load_documents
+
+    docs: list[dict[str, Any]] = []
+    for f in files:
+        for i, d in enumerate(load_documents(f)):
+            if d.get("kind") in ("List", "HyperNodeList"):
+                docs.extend(d.get("items") or [])
+            else:
+                label = f"document {i + 1}"
+                if document_kind(d, f, label) != "HyperNode":
+                    raise InputError(f"expected HyperNode, got {d.get('kind')!r}", source=f,
+                                     path=f"{label}: kind")
+                docs.append(d)
+    source = files[0]
+    if nodes_from is not None:
+        inst = instance_from_documents(load_documents(nodes_from), nodes_from)
+        base_nodes = [n for c in inst.clusters for n in c.nodes]
+        fabric = hypernodes_to_fabric(docs, source=source, nodes=base_nodes,
+                                      node_gbps=node_gbps, uplink_gbps=node_gbps)
+        return _cluster(name or inst.clusters[0].name, base_nodes, fabric, source)
+    if gpu_type is None:
+        raise InputError("a HyperNode file names nodes but not their GPUs: give --gpu-type "
+                         "(and --gpus-per-node), or --nodes-from a Cluster file",
+                         path="--gpu-type")
+    hypernodes_to_fabric(docs, source=source, check_only=True)  # well formed first
+    named: list[str] = []
+    for d in docs:
+        for m in d["spec"]["members"]:
+            if m.get("type") != "Node":
+                continue
+            how = next(iter(m["selector"]))
+            if how != "exactMatch":
+                raise InputError(
+                    f"HyperNode {d['metadata']['name']!r} selects nodes by {how}, which needs "
+                    "the nodes themselves: give --nodes-from a Cluster file", source=source)
+            if m["selector"]["exactMatch"]["name"] not in named:
+                named.append(m["selector"]["exactMatch"]["name"])
+    if not named:
+        raise InputError("the HyperNodes name no node with exactMatch, so the nodes are "
+                         "unknown: give --nodes-from a Cluster file", source=source)
+    if not 1 <= gpus_per_node <= 72:
+        raise InputError(f"must be within 1..72, got {gpus_per_node}", path="--gpus-per-node")
+    known = GPUCatalog().find(gpu_type)
+    if known is None:
+        raise InputError(f"unknown GPU type {gpu_type!r} (known: "
+                         f"{', '.join(GPUCatalog().names())})", path="--gpu-type")
+    nodes = [Node(name=n, gpu_type=known.name, gpu_count=gpus_per_node) for n in named]
+    fabric = hypernodes_to_fabric(docs, source=source, nodes=nodes, node_gbps=node_gbps,
+                                  uplink_gbps=node_gbps)
+    return _cluster(name or Path(source).stem, nodes, fabric, source)
+
+
+def _alibaba(files: list[str], name: str | None) -> list[tuple[Cluster, list[GPUType]]]:
+    from hyperplace.instances import importers as imp
+
+    out = []
+    for i, f in enumerate(files):
+        text = read_text_limited(f)
+        header = text.split("\n", 1)[0].strip().split(",")
+        cluster_name = (name if len(files) == 1 else f"{name}-{i}") if name else Path(f).stem
+        if "sn" in header:
+            out.append(imp.import_alibaba_gpu2023_nodes(f, name=cluster_name))
+        elif "machine" in header:
+            out.append(imp.import_alibaba_pai2020_machines(f, name=cluster_name))
+        else:
+            raise InputError("line 1: not an Alibaba machine list (expected the 2023 columns "
+                             "sn,cpu_milli,memory_mib,gpu,model or the PAI 2020 columns "
+                             "machine,gpu_type,cap_cpu,cap_mem,cap_gpu)", source=f)
+    return out
+
+
+def import_cluster(kind: str, files: list[str], *, name: str | None = None, count: int = 1,
+                   gpu_type: str | None = None, gpus_per_node: int = 8,
+                   nodes_from: str | None = None, nodes_per_leaf: int = 8,
+                   node_gbps: float = 400.0, fmt: str = "yaml") -> tuple[str, str]:
+    """(Cluster file text, one-line summary) from ``files`` of format ``kind``."""
+    if kind not in FORMATS:
+        raise InputError(f"unknown format {kind!r} (one of {', '.join(FORMATS)})", path="--from")
+    if not files:
+        raise InputError("give at least one FILE", path="FILE")
+    for f in files:
+        if not Path(f).is_file():
+            raise InputError("no such file" if not Path(f).is_dir()
+                             else "is a directory, expected a file", source=f)
+    if not 0 < node_gbps <= 1e7:
+        raise InputError(f"must be a positive number of Gb/s, got {node_gbps}",
+                         path="--node-gbps")
+    if name is not None and (not name or len(name) > 253 or not name.isprintable()):
+        raise InputError("must be 1 to 253 printable characters", path="--name")
+    if kind == "alibaba":
+        clusters = _alibaba(files, name)
+    elif kind == "hypernode":
+        clusters = [(_hypernode_files(files, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
+                                      nodes_from=nodes_from, node_gbps=node_gbps, name=name),
+                     [])]
+    else:
+        clusters = [(_node_files(kind, files, count=count, gpu_type=gpu_type,
+                                 nodes_per_leaf=nodes_per_leaf, node_gbps=node_gbps,
+                                 name=name), [])]
+    docs = [cluster_document(c, types) for c, types in clusters]
+    if fmt == "json":
+        text = json.dumps(docs[0] if len(docs) == 1 else docs, indent=2) + "\n"
+    else:
+        text = "---\n".join(dump_yaml(d) for d in docs)
+    summary = "; ".join(
+        f"Cluster {c.name}: {len(c.nodes):,} nodes, {c.gpu_count:,} GPUs "
+        f"({', '.join(sorted({n.gpu_type for n in c.nodes}))}), fabric {c.network.kind}"
+        for c, _ in clusters)
+    return text, summary

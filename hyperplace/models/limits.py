@@ -1,0 +1,33 @@
+"""Documented input limits, refused at once with the limit named (README "Limits").
+
+Each limit is far above what a real cluster or queue needs (the largest instance the
+placement engine is benchmarked on has 131,072 GPUs and 16,000 pending jobs) and low enough
+that a typo or a hostile file is refused in milliseconds instead of exhausting memory.
+The input-file limits (bytes, YAML aliases) are in :mod:`hyperplace.io`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import StringConstraints
+
+#: Longest name (node, switch, cluster, job, group): a Kubernetes object name's limit.
+MAX_NAME_LENGTH = 253
+#: Longest string of any kind in a document (annotations, descriptions, reasons).
+MAX_STRING_LENGTH = 65_536
+#: Most GPUs in one instance (all clusters), and in one generated instance.
+MAX_GPUS = 262_144
+#: Most pending jobs in one instance.
+MAX_JOBS = 50_000
+#: Most replicas of one HyperJob replicated job (child Volcano Jobs are named one by one).
+MAX_HYPERJOB_REPLICAS = 16_384
+#: Most layers of a model to split.
+MAX_LAYERS = 10_000
+#: Largest figure a GPU type may declare for a rate or price (TFLOPS, GB, GB/s, price).
+MAX_GPU_FIGURE = 1e7
+
+#: A name as people write them: 1 to 253 characters, no control characters (a newline in a
+#: node name would split every table and log line it is printed in).
+Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_LENGTH,
+                                        pattern=r"^[^\x00-\x1f\x7f]+$")]

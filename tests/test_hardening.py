@@ -1,0 +1,316 @@
+"""Operator-proof edges (issue 10): every bad input is one line and exit 2, never a traceback,
+a hang or a lost file; documented limits are refused at once with the limit named."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hyperplace import cli
+from hyperplace.io import MAX_ALIASES, load_documents, write_atomic
+from hyperplace.models.limits import MAX_GPUS, MAX_JOBS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+NODE = "{name: n0, gpuType: H100-80, gpuCount: 8}"
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``hyperplace ARGS`` through the console-script entry point, in this process."""
+    old = sys.argv
+    sys.argv = ["hyperplace", *args]
+    try:
+        cli.main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = old
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(code: int, err: str, *needles: str) -> None:
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+def instance(nodes: str = NODE, jobs: str = "[]", extra_spec: str = "") -> str:
+    return (f"apiVersion: hyperplace/v1\nkind: Instance\nmetadata: {{name: t}}\nspec:\n"
+            f"{extra_spec}  clusters:\n  - name: c\n    nodes: [{nodes}]\n"
+            f"    fabric:\n      switches: [{{name: leaf0}}]\n"
+            f"      links: [{{a: n0, b: leaf0, gbps: 400}}]\n  jobs: {jobs}\n")
+
+
+def job(name: str = "j", accel: str = "H100", gpus: int = 8) -> str:
+    return (f"{{apiVersion: ai.example.com/v1alpha1, kind: FoundationModelTrainingJob, "
+            f"metadata: {{name: {name}}}, spec: {{model: m, resourceGroups: [{{name: tp, "
+            f"type: TensorParallel, gpusPerGroup: {gpus}, gpuRequirements: "
+            f"{{acceleratorType: {accel}}}}}]}}}}")
+
+
+# ---- input files ---------------------------------------------------------------------------
+
+BAD_FILES = [
+    ("dup-key.yaml", "a: 1\nb: 2\na: 3\n", ["duplicate key 'a'", "line 3"]),
+    ("dup-key.json", '{"kind": "Instance", "kind": "Cluster"}', ["duplicate key 'kind'"]),
+    ("nan.json", '{"kind": NaN}', ["NaN"]),
+    ("bad-utf8.yaml", b"kind: Instance\nmetadata: {name: \xff\xfe}\n", ["not UTF-8", "line 2"]),
+    ("inf-cost.yaml", instance(extra_spec="  gpuTypes: [{name: X1, family: X1, bf16Tflops: 1, "
+     "hbmGb: 80, hbmTbS: 2, nvlinkGbps: 900, nicGbps: 400, costPerHour: .inf}]\n"),
+     ["spec.gpuTypes[0].costPerHour", "finite"]),
+    ("huge-cost.yaml", instance(extra_spec="  gpuTypes: [{name: X1, family: X1, bf16Tflops: 1, "
+     "hbmGb: 80, hbmTbS: 2, nvlinkGbps: 900, nicGbps: 400, costPerHour: 1e308}]\n"),
+     ["spec.gpuTypes[0].costPerHour", "less than or equal"]),
+    ("inf-tflops.yaml", instance(extra_spec="  gpuTypes: [{name: X1, family: X1, "
+     "bf16Tflops: .inf, hbmGb: 80, hbmTbS: 2, nvlinkGbps: 900, nicGbps: 400}]\n"),
+     ["bf16Tflops", "finite"]),
+    ("faulty-and-allocated.yaml",
+     instance("{name: n0, gpuType: H100-80, gpuCount: 8, allocated: {0: r}, faulty: [0]}"),
+     ["nodes[0]", "faulty: GPU 0 is also allocated"]),
+    ("faulty-twice.yaml", instance("{name: n0, gpuType: H100-80, gpuCount: 8, faulty: [1, 1]}"),
+     ["GPU 1 is listed twice"]),
+    ("pairs-twice.yaml", instance("{name: n0, gpuType: H100-80, gpuCount: 8, nvlink: explicit, "
+                                  "nvlinkPairs: [{a: 0, b: 1, gbps: 1}, {a: 1, b: 0, gbps: 1}]}"),
+     ["nvlinkPairs[1]", "listed twice"]),
+    ("newline-name.yaml", instance('{name: "n0\\nx", gpuType: H100-80, gpuCount: 8}'),
+     ["nodes[0].name", "should match pattern"]),
+    ("long-name.yaml", instance("{name: " + "n" * 300 + ", gpuType: H100-80, gpuCount: 8}"),
+     ["nodes[0].name", "at most 253"]),
+    ("running-name.yaml",
+     instance("{name: n0, gpuType: H100-80, gpuCount: 8, allocated: {0: busy}}",
+              "[" + job("busy", gpus=1) + "]"),
+     ["spec.jobs[0].metadata.name", "'busy' is already running"]),
+    ("accel-typo.yaml", instance(jobs="[" + job("j", "Z9000") + "]"),
+     ["acceleratorType", "unknown GPU type 'Z9000'", "H100"]),
+    ("self-link.yaml", instance().replace("links: [{a: n0, b: leaf0, gbps: 400}]",
+                                          "links: [{a: leaf0, b: leaf0, gbps: 400}]"),
+     ["both ends are 'leaf0'"]),
+    ("replicas.yaml", "apiVersion: training.volcano.sh/v1alpha1\nkind: HyperJob\nmetadata: "
+     "{name: h}\nspec:\n  replicatedJobs: [{name: r, replicas: 2147483647, templateSpec: {}}]\n",
+     ["spec.replicatedJobs[0].replicas", "16384"]),
+]
+
+
+@pytest.mark.parametrize("name,text,needles", BAD_FILES, ids=[b[0] for b in BAD_FILES])
+def test_bad_file_is_one_line_for_validate_and_solve(tmp_path: Path, capsys, name: str,
+                                                     text: str | bytes,
+                                                     needles: list[str]) -> None:
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    code, _, err = run(["validate", str(path)], capsys)
+    one_line_error(code, err, str(path), *needles)
+    if "HyperJob" not in str(text):
+        code, _, err = run(["solve", "--instance", str(path), "--budget", "1"], capsys)
+        one_line_error(code, err, str(path), *needles)
+
+
+def test_known_type_a_cluster_lacks_is_accepted_and_pending(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "mi300x.yaml"
+    path.write_text(instance(jobs="[" + job("j", "MI300X") + "]"))
+    code, out, err = run(["validate", str(path)], capsys)
+    assert code == 0, err
+    code, out, err = run(["solve", "-i", str(path), "--budget", "1", "-f", "json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["pending"][0]["job"] == "j"
+
+
+def test_accelerator_typo_in_a_job_file_alone(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(yaml.safe_load(job("j", "H1OO"))))
+    code, _, err = run(["validate", str(path)], capsys)
+    one_line_error(code, err, "spec.resourceGroups[0].gpuRequirements.acceleratorType",
+                   "'H1OO'", "known:")
+
+
+def test_dev_zero_is_refused_at_once(capsys) -> None:
+    start = time.monotonic()
+    code, _, err = run(["validate", "/dev/zero"], capsys)
+    one_line_error(code, err, "/dev/zero", "input limit")
+    assert time.monotonic() - start < 20
+
+
+def test_alias_references_past_the_limit(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "aliases.yaml"
+    refs = "\n".join(["        - *p"] * (MAX_ALIASES + 1))
+    path.write_text("apiVersion: hyperplace/v1\nkind: Instance\nmetadata: {name: t}\nspec:\n"
+                    "  clusters:\n  - name: c\n    nodes:\n    - name: n0\n      gpuType: H100\n"
+                    "      gpuCount: 8\n      nvlink: explicit\n      anchor: &p {a: 0, b: 1, "
+                    f"gbps: 1}}\n      nvlinkPairs:\n{refs}\n")
+    code, _, err = run(["validate", str(path)], capsys)
+    one_line_error(code, err, f"more than {MAX_ALIASES:,} YAML alias references")
+
+
+def test_alias_bomb_is_refused_without_expanding(tmp_path: Path, capsys) -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    code, _, err = run(["validate", str(path)], capsys)
+    one_line_error(code, err, "aliases expand to more than")
+
+
+def test_few_aliases_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "ok.yaml"
+    path.write_text("x: &r {a: 1}\ny: *r\n")
+    assert load_documents(path) == [{"x": {"a": 1}, "y": {"a": 1}}]
+
+
+def test_model_with_too_many_layers(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "model.yaml"
+    path.write_text("name: huge\nnumLayers: 100000000\nhiddenSize: 4096\nnumHeads: 32\n"
+                    "seqLength: 2048\n")
+    code, _, err = run(["split", "--model", str(path), "--stage", "H100x8@a"], capsys)
+    one_line_error(code, err, "numLayers", "10000")
+
+
+# ---- options ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,needles", [
+    (["solve", "--seed", "2147483648"], ["--seed", "2147483647"]),
+    (["solve", "--budget", "inf"], ["--budget", "finite"]),
+    (["instances", "generate", "--gpus", "10000000", "--jobs", "1", "-o", "x.yaml"],
+     ["--gpus", f"{MAX_GPUS:,}"]),
+    (["instances", "generate", "--gpus", "64", "--jobs", "10000000", "-o", "x.yaml"],
+     ["--jobs", f"{MAX_JOBS:,}"]),
+    (["instances", "generate", "--gpus", "64", "--jobs", "5", "--size-scale", "1000000",
+      "-o", "x.yaml"], ["--size-scale", "1024"]),
+    (["instances", "generate", "--gpus", "64", "--jobs", "5", "--faulty", "1000", "-o",
+      "x.yaml"], ["--faulty", "0..64"]),
+    (["instances", "generate", "--gpus", "64", "--jobs", "5", "-o", "x.json", "--format",
+      "yaml"], ["--format", "does not match"]),
+    (["split", "--model-name", "seed-8layer", "--stage", "B200x8@beijing", "--stage",
+      "H100x8@shanghai", "--link", "beijing-beijing=100Gbps"], ["--link", "both ends"]),
+    (["solve", "--draw", "plan.png"], ["--draw", ".svg"]),
+], ids=["seed", "budget", "gpus", "jobs", "size-scale", "faulty", "format", "self-link", "draw"])
+def test_bad_options_are_one_line(tmp_path: Path, capsys, monkeypatch, args: list[str],
+                                  needles: list[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    start = time.monotonic()
+    code, _, err = run(args, capsys)
+    one_line_error(code, err, *needles)
+    assert time.monotonic() - start < 20
+    assert not (tmp_path / "x.yaml").exists() and not (tmp_path / "x.json").exists()
+
+
+def test_help_and_version(capsys) -> None:
+    code, out, _ = run(["-h"], capsys)
+    assert code == 0 and "Exit codes" in out and "130 interrupted" in out
+    code, out, _ = run(["--version"], capsys)
+    assert code == 0 and out.startswith("hyperplace ")
+    for group in (["solve"], ["check"], ["split"], ["instances"], ["instances", "import"],
+                  ["validate"]):
+        code, out, _ = run([*group, "-h"], capsys)
+        assert code == 0 and "Usage" in out, group
+
+
+# ---- plans that name an instance --------------------------------------------------------------
+
+def test_check_never_opens_a_path_a_plan_names(tmp_path: Path, capsys) -> None:
+    plan = tmp_path / "plan.yaml"
+    code, _, err = run(["solve", "-i", "seed-beijing-shanghai", "--budget", "2", "-o",
+                        str(plan), "-f", "yaml"], capsys)
+    assert code == 0, err
+    doc = yaml.safe_load(plan.read_text())
+    doc["metadata"]["instance"] = "/dev/zero"
+    plan.write_text(yaml.safe_dump(doc))
+    code, _, err = run(["check", str(plan)], capsys)
+    one_line_error(code, err, "metadata.instance", "not a bundled instance", "--instance FILE")
+
+
+def test_check_uses_a_bundled_name_and_an_explicit_file(tmp_path: Path, capsys) -> None:
+    inst = tmp_path / "inst.yaml"
+    run(["instances", "export", "seed-beijing-shanghai", "-o", str(inst)], capsys)
+    plan = tmp_path / "plan.json"
+    code, _, err = run(["solve", "-i", str(inst), "--budget", "2", "-o", str(plan)], capsys)
+    assert code == 0, err
+    code, _, err = run(["check", str(plan)], capsys)  # names a file: not read on its own
+    one_line_error(code, err, "not a bundled instance")
+    code, out, err = run(["check", str(plan), "--instance", str(inst)], capsys)
+    assert code == 0 and "no violations" in out, err
+
+
+# ---- files written whole or not at all --------------------------------------------------------
+
+def test_write_atomic_keeps_the_old_file_on_failure(tmp_path: Path, monkeypatch) -> None:
+    target = tmp_path / "plan.yaml"
+    target.write_text("old: plan\n")
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(Exception, match="No space left"):
+        write_atomic(target, "new: plan\n")
+    assert target.read_text() == "old: plan\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.yaml"]  # no temporary left
+
+
+@pytest.mark.parametrize("args", [
+    ["solve", "-i", "seed-beijing-shanghai", "--budget", "1", "-o", "{out}"],
+    ["instances", "export", "seed-beijing-shanghai", "-o", "{out}"],
+    ["instances", "generate", "--gpus", "64", "--jobs", "3", "-o", "{out}"],
+], ids=["solve", "export", "generate"])
+def test_writers_keep_the_old_file_on_a_full_disk(tmp_path: Path, capsys, monkeypatch,
+                                                   args: list[str]) -> None:
+    target = tmp_path / "out.yaml"
+    target.write_text("old: file\n")
+    real_fsync = os.fsync
+
+    def full_disk(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    code, _, err = run([a.replace("{out}", str(target)) for a in args], capsys)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    one_line_error(code, err, str(target), "No space left on device")
+    assert target.read_text() == "old: file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.yaml"]
+
+
+def test_interrupted_solve_writes_nothing_and_exits_130(tmp_path: Path, capsys,
+                                                        monkeypatch) -> None:
+    import hyperplace.solvers.driver as driver
+
+    target = tmp_path / "plan.yaml"
+    target.write_text("old: plan\n")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver, "solve_placement", interrupted)
+    code, _, _ = run(["solve", "-o", str(target), "--budget", "1"], capsys)
+    assert code == 130
+    assert target.read_text() == "old: plan\n"
+
+
+def test_ctrl_c_in_a_real_process(tmp_path: Path) -> None:
+    """SIGINT while a real solve runs: exit 130, the previous plan intact."""
+    gen = tmp_path / "g.yaml"
+    subprocess.run([sys.executable, "-m", "hyperplace.cli", "instances", "generate", "--gpus",
+                    "4096", "--jobs", "400", "--seed", "1", "-o", str(gen)], check=True,
+                   capture_output=True, cwd=ROOT)
+    target = tmp_path / "plan.yaml"
+    target.write_text("old: plan\n")
+    proc = subprocess.Popen([sys.executable, "-m", "hyperplace.cli", "solve", "-i", str(gen),
+                             "--budget", "30", "-o", str(target)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (130, 0), err  # 0 only if it had finished before the signal
+    assert "Traceback" not in err
+    if proc.returncode == 130:
+        assert target.read_text() == "old: plan\n"
