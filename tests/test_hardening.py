@@ -304,10 +304,14 @@ def test_ctrl_c_in_a_real_process(tmp_path: Path) -> None:
                    capture_output=True, cwd=ROOT)
     target = tmp_path / "plan.yaml"
     target.write_text("old: plan\n")
-    proc = subprocess.Popen([sys.executable, "-m", "hyperplace.cli", "solve", "-i", str(gen),
+    # signal once the command runs (Ctrl-C during Python's own start-up is Python's to report)
+    starter = ("import sys; import hyperplace.cli as c; print('ready', file=sys.stderr, "
+               "flush=True); sys.argv = ['hyperplace'] + sys.argv[1:]; c.main()")
+    proc = subprocess.Popen([sys.executable, "-c", starter, "solve", "-i", str(gen),
                              "--budget", "30", "-o", str(target)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(4)
+    assert proc.stderr is not None and proc.stderr.readline().strip() == "ready"
+    time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode in (130, 0), err  # 0 only if it had finished before the signal
