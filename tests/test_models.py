@@ -15,6 +15,7 @@ from hyperplace.models.fabric import (
     fat_tree_two_tier,
     superpod_rail_optimized,
 )
+from hyperplace.models.gpu import GPUCatalog
 
 
 def _seed(path: Path) -> TrainingJob:
@@ -46,7 +47,10 @@ def test_seed_expands_into_20_units_of_8_h100(seed_job_path: Path) -> None:
     assert len(units) == 20
     assert {u.gpus for u in units} == {8}
     assert sum(u.gpus for u in units) == 160
-    assert {u.gpu_types for u in units} == {"H100"}  # acceleratorType narrows the toleration
+    # acceleratorType and the toleration both hold: their intersection is H100
+    (selector,) = {u.gpu_types for u in units}
+    allowed = {t.family for t in GPUCatalog() if t.matches(selector)}
+    assert allowed == {"H100"}
     assert {u.min_memory_gb for u in units} == {80}
     assert {u.min_nvlink_gbps for u in units} == {900}
     assert {u.max_hop_count for u in units} == {1}

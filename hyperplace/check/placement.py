@@ -20,7 +20,8 @@ What is checked (each failure is one :class:`Violation` with a stable ``code``):
   (``nvlink-bandwidth``) and a unit that fits in one node of its type sits in one node
   (``nvlink-split``: NVLink does not cross nodes); across nodes the pairwise hop count is
   <= ``max_hop_count`` (``hop-count``; ``max_hop_count == 0`` means one node,
-  ``unit-span``) and the path bottleneck >= ``min_ib_gbps`` (``ib-bandwidth``); nodes with
+  ``unit-span``) and the path bottleneck >= ``min_ib_gbps`` (``ib-bandwidth``; a node that
+  declares NICs is no faster than their total rate); nodes with
   no path between them (``disconnected``); one cluster only (``cross-cluster-unit``).
 * Per job: all node pairs of the job within the DataParallel group's ``maxHopCount``
   (``replica-hop-count``) and ``minInfiniBandBandwidthGbps`` (``replica-ib-bandwidth``);
@@ -121,13 +122,20 @@ class _Context:
         return self._pairs[node.name]
 
     def path(self, u: str, v: str) -> tuple[int | None, float | None]:
+        """Hops and bottleneck Gb/s between two nodes: the fabric path, and the NICs at both
+        ends when the nodes declare them (the slower of NIC and link counts)."""
         key = (u, v) if u < v else (v, u)
         if key not in self._paths:
             cluster = self.nodes[u][0]
             if cluster is not self.nodes[v][0]:
                 self._paths[key] = (None, None)
             else:
-                self._paths[key] = cluster.network.path(*key)
+                hops, bw = cluster.network.path(*key)
+                for end in key:
+                    nics = self.nodes[end][1].nics
+                    if bw is not None and nics:
+                        bw = min(bw, sum(n.gbps for n in nics))
+                self._paths[key] = (hops, bw)
         return self._paths[key]
 
     def type_ok(self, unit: GangUnit, node: Node) -> bool:

@@ -167,15 +167,9 @@ def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str
     reasons: list[str] = []
     for uc in jv.classes:
         types = p.eligible_types(uc.gpu_types, uc.min_memory_gb)
-        sel = uc.gpu_types or "any"
+        sel = _selector_words(uc.gpu_types)
         if not types:
-            have: dict[str, int] = defaultdict(int)
-            for n in p.nodes:
-                have[n.gpu_type.name] += n.node.gpu_count
-            kinds = ", ".join(f"{t} x{c}" for t, c in sorted(have.items()))
-            has = f"it has {kinds}" if kinds else "it has no GPUs at all"
-            reasons.append(f"group {uc.group} needs {sel} GPUs with >= {uc.min_memory_gb:g} GB; "
-                           f"the cluster has none ({has})")
+            reasons.append(_missing_gpus(p, uc, sel))
             continue
         free = sum(facts.free_by_type[t] for t in types)
         need = uc.size * uc.count
@@ -195,7 +189,31 @@ def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str
     return reasons
 
 
+def _selector_words(selector: str | None) -> str:
+    """``H100&h100|a100`` -> ``H100 and h100|a100``; None -> ``any``."""
+    return selector.replace("&", " and ") if selector else "any"
+
+
+def _missing_gpus(p: PlacementProblem, uc: UnitClass, sel: str) -> str:
+    """What is missing when no GPU type of the round suits a group: the nodes, the type
+    (with the types there are), or the memory (with the most there is)."""
+    if not p.nodes:
+        return f"group {uc.group} needs {sel} GPUs; the cluster has no nodes"
+    have: dict[str, int] = defaultdict(int)
+    for n in p.nodes:
+        have[n.gpu_type.name] += n.node.gpu_count
+    kinds = ", ".join(f"{t} x{c}" for t, c in sorted(have.items()))
+    of_type = p.eligible_types(uc.gpu_types, 0.0)
+    if not of_type:
+        return (f"group {uc.group} needs {sel} GPUs; the cluster has none of that type "
+                f"(it has {kinds})")
+    largest = max(of_type, key=lambda t: p.types_present[t].hbm_gb)
+    return (f"group {uc.group} needs {sel} GPUs with >= {uc.min_memory_gb:g} GB; the cluster "
+            f"has none (the most is {p.types_present[largest].hbm_gb:g} GB on {largest})")
+
+
 def _nvlink_reason(facts: _Facts, uc: UnitClass, types: frozenset[str], sel: str) -> list[str]:
+    """The largest free NVLink set when it is too small for the group's first piece."""
     piece = uc.pieces[0]
     best, where = facts.largest_piece(uc, types)
     if best >= piece:

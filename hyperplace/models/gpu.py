@@ -51,7 +51,12 @@ class GPUType(HPModel):
         return PCIE_GBPS.get(self.pcie_generation, 64.0)
 
     def matches(self, selector: str) -> bool:
-        """True when ``selector`` (``H100``, ``h100-80``, ``a100|h100``) names this type."""
+        """True when ``selector`` names this type: ``H100``, ``h100-80``, ``a100|h100`` (any
+        of), ``a100|h100&h100`` (every ``&``-part must match: the intersection a job's
+        acceleratorType and gpu-type toleration make together)."""
+        return all(self._matches_any(part) for part in selector.split("&"))
+
+    def _matches_any(self, selector: str) -> bool:
         for alt in selector.split("|"):
             key = alt.strip().lower()
             if key and key in (self.name.lower(), self.family.lower()):

@@ -8,8 +8,9 @@ Expansion into the units the engine places (``TrainingJob.units()``):
   The unit's own ``gpuRequirements`` and ``interNodeConnectivity`` hold among its GPUs.
 * A ``DataParallel`` group describes the data-parallel dimension. If the job has
   model-parallel groups, it adds no GPUs (its ``gpusPerGroup`` must then be 1: one
-  model-parallel copy per DP rank); its ``gpuRequirements`` apply to every GPU of the job and
-  its ``interNodeConnectivity`` to the links *between* replicas. If the job has no
+  model-parallel copy per DP rank); its ``gpuRequirements`` (type, memory and NVLink floors)
+  apply to every GPU of the job, Auxiliary units included, and its ``interNodeConnectivity``
+  to the links *between* replicas. If the job has no
   model-parallel group, each replica is one unit of ``gpusPerGroup`` GPUs.
 * An ``Auxiliary`` group is one unit for the whole job (not per replica).
 * The job is a gang: every unit is placed in the same round, or none is.
@@ -17,7 +18,7 @@ Expansion into the units the engine places (``TrainingJob.units()``):
 Worked example, the seed manifest ``llama-3-120b-finetune``: ``replicaCount: 20``, one
 ``TensorParallel`` group of 8 and one ``DataParallel`` group of 1 -> 20 units of 8 GPUs
 (160 GPUs). Each unit: type H100 (``acceleratorType``; the toleration ``h100|a100`` allows
-both families, the accelerator narrows it to H100), >= 80 GB, every pair >= 900 (NVLink
+both families, and a GPU must satisfy both: the selector is ``H100&h100|a100``), >= 80 GB, every pair >= 900 (NVLink
 GB/s, the vendor figure the seed's comments refer to), so one 8-GPU NVSwitch node; across
 replicas >= 200 Gb/s fabric bandwidth, no hop limit.
 """
@@ -152,17 +153,23 @@ class TrainingJob(HPModel):
         return next((g for g in self.spec.resource_groups if g.type == GroupType.DATA_PARALLEL), None)
 
     def allowed_types(self, group: ResourceGroup) -> str | None:
-        """The type selector for a group: its acceleratorType, else the gpu-type toleration."""
-        accel = group.gpu_requirements.accelerator_type
+        """The type selector for a group's GPUs: every selector that applies, intersected.
+
+        The group's ``acceleratorType``, the DataParallel group's ``acceleratorType`` (its
+        requirements hold for every GPU of the job) and the value of a ``gpu-type``
+        toleration (operator ``Equal``) each restrict the types; a GPU must satisfy all of
+        them (``&`` in the selector, see :meth:`GPUType.matches`). None: any type.
+        """
+        parts: list[str] = []
         dp = self._dp_group()
-        if accel is None and dp is not None:
-            accel = dp.gpu_requirements.accelerator_type
-        if accel:
-            return accel
+        for accel in (group.gpu_requirements.accelerator_type,
+                      dp.gpu_requirements.accelerator_type if dp is not None else None):
+            if accel and accel not in parts:
+                parts.append(accel)
         for t in self.spec.tolerations:
-            if t.key == "gpu-type" and t.operator == "Equal" and t.value:
-                return t.value
-        return None
+            if t.key == "gpu-type" and t.operator == "Equal" and t.value and t.value not in parts:
+                parts.append(t.value)
+        return "&".join(parts) or None
 
     @property
     def between_replicas(self) -> InterNodeConnectivity:
@@ -179,15 +186,16 @@ class TrainingJob(HPModel):
             for g in per_replica:
                 out.append(self._unit(g, r, dp))
         for g in aux:
-            out.append(self._unit(g, None, None))
+            out.append(self._unit(g, None, dp))
         return out
 
     def _unit(self, g: ResourceGroup, replica: int | None, dp: ResourceGroup | None) -> GangUnit:
         req = g.gpu_requirements
         mem = req.min_memory_gb
         nvl = req.min_nvlink_bandwidth_gbps_per_pair
-        if dp is not None and dp is not g:
+        if dp is not None and dp is not g:  # the DataParallel group's floors hold on every GPU
             mem = max(mem, dp.gpu_requirements.min_memory_gb)
+            nvl = max(nvl, dp.gpu_requirements.min_nvlink_bandwidth_gbps_per_pair)
         conn = g.inter_node_connectivity
         return GangUnit(
             job=self.name,

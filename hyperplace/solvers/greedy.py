@@ -140,7 +140,9 @@ def try_place_job(p: PlacementProblem, jv: JobView, state: State,
         if free < jv.gpus:
             continue
         if spans and jv.min_ib_gbps:
-            nodes = [n for leaf in leaves for n in p.nodes_by_leaf[leaf]]
+            # slower nodes are not eligible (link_eligible); the rest must be joined fast enough
+            nodes = [n for leaf in leaves for n in p.nodes_by_leaf[leaf]
+                     if (n.attach_gbps or 0) >= jv.min_ib_gbps]
             if p.domain_bandwidth(nodes) < jv.min_ib_gbps:
                 continue
         scored.append((free, d))

@@ -106,6 +106,10 @@ class PlacementProblem:
                 uniform = next(iter(values)) if len(values) == 1 else (
                     math.inf if not pairs else None)
                 att = net.attachments.get(node.name)
+                link = min(att.values()) if att else None
+                nic = sum(x.gbps for x in node.nics) if node.nics else None
+                if link is not None and nic is not None:
+                    link = min(link, nic)  # the slower of the node's NICs and its cabling
                 # on non-tree fabrics a node's switch group plays the leaf: every domain
                 # holds a group whole, while a leaf domain may be cut by a larger one
                 leaf = (net.node_domain(node.name, 1) if net.is_tree
@@ -113,7 +117,7 @@ class PlacementProblem:
                 nodes.append(NodeView(
                     index=len(nodes), node=node, cluster=cluster, gpu_type=t,
                     free=node.free_gpus, pair_gbps=pairs, uniform_gbps=uniform,
-                    attach_gbps=min(att.values()) if att else None,
+                    attach_gbps=link,
                     leaf=(DomainKey.fabric(cluster.name, leaf) if leaf
                           else DomainKey.single_node(cluster.name, node.name)),
                     max_cliques=self.params.max_clique_enum,
@@ -131,7 +135,10 @@ class PlacementProblem:
         # The fabric cannot give the bandwidth asked between nodes: the job can still run if
         # it all fits on one node (then no fabric link is used).
         fabric_best = self.best_link_gbps(units)
-        ib_unreachable = jv.min_ib_gbps > fabric_best and len(units) > 1
+        # only a job whose GPUs exist can be short of links (else the missing type, memory
+        # or nodes is the reason, and explain says so)
+        types_exist = all(self.eligible_types(u.gpu_types, u.min_memory_gb) for u in units)
+        ib_unreachable = types_exist and jv.min_ib_gbps > fabric_best and len(units) > 1
         if ib_unreachable and jv.gpus > self.max_gpus_per_node:
             jv.impossible.append(PendingReason(
                 ReasonCode.BETWEEN_NODES_UNREACHABLE, gpus=jv.gpus, available=fabric_best,

@@ -1,0 +1,137 @@
+"""Correctness cases of the placement issue (#8) and misleading reasons (#10), on every backend.
+
+Each builds the smallest round that failed before and asserts what a valid, optimal plan
+must do; every plan also goes through the independent checker.
+"""
+
+from __future__ import annotations
+
+from placement_helpers import instance, job, node
+
+from hyperplace.check import check
+from hyperplace.models import NIC, TrainingJob
+from hyperplace.models.result import SolveStatus
+from hyperplace.solvers.driver import solve_placement
+
+
+def admitted(plan) -> set[str]:
+    return {j.job for j in plan.jobs}
+
+
+def _doc(j: TrainingJob) -> dict:
+    return j.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def _with(j: TrainingJob, **changes) -> TrainingJob:
+    """A copy of ``j`` with spec-level and per-group changes applied."""
+    doc = _doc(j)
+    for key, value in changes.pop("spec", {}).items():
+        doc["spec"][key] = value
+    for group_type, req in changes.pop("groups", {}).items():
+        for g in doc["spec"]["resourceGroups"]:
+            if g["type"] == group_type:
+                for section, values in req.items():
+                    g.setdefault(section, {}).update(values)
+    assert not changes
+    return TrainingJob.model_validate(doc)
+
+
+def _aux_job(name: str, dp_mem: float) -> TrainingJob:
+    doc = _doc(job(name, tp=2, accel=None, nvlink=0, mem=0))
+    doc["spec"]["resourceGroups"][1]["gpuRequirements"] = {"minMemoryGB": dp_mem}
+    doc["spec"]["resourceGroups"].append({"name": "aux", "type": "Auxiliary", "gpusPerGroup": 1,
+                                          "gpuRequirements": {"minMemoryGB": 0}})
+    return TrainingJob.model_validate(doc)
+
+
+def test_declared_nic_rate_limits_the_node(solver):
+    # case 4: links are 400 Gb/s, but n0/n1 declare one 100 Gb/s NIC; the job needs 200
+    # between replicas, so its two 8-GPU replicas must use n2 and n3
+    slow = [NIC(name="mlx0", gbps=100)]
+    nodes = [node("n0").model_copy(update={"nics": slow}), node("n1").model_copy(update={"nics": slow}),
+             node("n2"), node("n3")]
+    j = _with(job("ib200", tp=8, replicas=2), groups={"DataParallel": {
+        "interNodeConnectivity": {"minInfiniBandBandwidthGbps": 200}}})
+    inst = instance(nodes, [j], nodes_per_leaf=4)
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    assert {g.node for p in plan.placements for g in p.gpus} == {"n2", "n3"}
+
+
+def test_checker_sees_the_nic(solver):
+    # the same job forced onto the slow nodes: the checker must object
+    slow = [NIC(name="mlx0", gbps=100)]
+    nodes = [node("n0").model_copy(update={"nics": slow}), node("n1").model_copy(update={"nics": slow})]
+    j = _with(job("ib200", tp=8, replicas=2), groups={"DataParallel": {
+        "interNodeConnectivity": {"minInfiniBandBandwidthGbps": 200}}})
+    inst = instance(nodes, [j], nodes_per_leaf=2)
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert plan.jobs == []  # nothing fast enough
+    forced = solve_placement(instance([node("n0"), node("n1")], [j], nodes_per_leaf=2),
+                             solver=solver, budget_s=10)
+    assert "replica-ib-bandwidth" in {v.code for v in check(forced, inst)}
+
+
+def test_data_parallel_memory_floor_holds_for_auxiliary_units(solver):
+    # case 5: DP asks >= 80 GB; the Auxiliary unit must not get the 40 GB A100
+    nodes = [node("small", "A100-40", gpus=1), node("big", "H100-80", gpus=4)]
+    inst = instance(nodes, [_aux_job("j", dp_mem=80)], nodes_per_leaf=2)
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    assert admitted(plan) == {"j"}
+    assert {g.node for p in plan.placements for g in p.gpus} == {"big"}
+
+
+def test_data_parallel_accelerator_type_and_nvlink_floor_hold_for_every_group(solver):
+    # case 5: TP says H100, DP says A100: no GPU is both, so the job cannot run; with DP
+    # asking NVLink >= 900 an A100 node (600) cannot host the TP unit either
+    nodes = [node("h", "H100-80"), node("a", "A100-80")]
+    both = _with(job("both", tp=8, accel="H100", nvlink=0),
+                 groups={"DataParallel": {"gpuRequirements": {"acceleratorType": "A100"}}})
+    fast = _with(job("fast", tp=8, accel="A100", nvlink=0),
+                 groups={"DataParallel": {"gpuRequirements": {"minNVLinkBandwidthGbpsPerPair": 900}}})
+    inst = instance(nodes, [both, fast], nodes_per_leaf=2)
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    assert plan.jobs == []
+    reasons = {p.job: " ".join(p.reasons) for p in plan.pending}
+    assert "H100 and A100" in reasons["both"] and "none of that type" in reasons["both"]
+    assert "900" in reasons["fast"]
+
+
+def test_toleration_and_accelerator_type_intersect(solver):
+    # case 6: acceleratorType any H100|A100, toleration a100: only A100 qualifies
+    nodes = [node("h", "H100-80"), node("a", "A100-80")]
+    j = _with(job("j", tp=8, accel="H100|A100", nvlink=0),
+              spec={"tolerations": [{"key": "gpu-type", "operator": "Equal", "value": "a100"}]})
+    inst = instance(nodes, [j], nodes_per_leaf=2)
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    assert {g.node for p in plan.placements for g in p.gpus} == {"a"}
+
+
+def test_unknown_type_is_explained_by_the_type(solver):
+    # #10: not "the fastest node link is 0 Gb/s"
+    j = _with(job("z", tp=8, replicas=2, accel="Z9000"), groups={"DataParallel": {
+        "interNodeConnectivity": {"minInfiniBandBandwidthGbps": 200}}})
+    plan = solve_placement(instance([node("n0"), node("n1")], [j]), solver=solver, budget_s=5)
+    (reason,) = plan.pending[0].reasons
+    assert "Z9000" in reason and "H100-80 x16" in reason and "Gb/s" not in reason
+
+
+def test_infinite_memory_is_explained_by_the_memory(solver):
+    j = _with(job("huge", tp=8, replicas=2, accel=None, mem=0), groups={
+        "TensorParallel": {"gpuRequirements": {"minMemoryGB": float("inf")}},
+        "DataParallel": {"interNodeConnectivity": {"minInfiniBandBandwidthGbps": 200}}})
+    plan = solve_placement(instance([node("n0"), node("n1")], [j]), solver=solver, budget_s=5)
+    (reason,) = plan.pending[0].reasons
+    assert "inf GB" in reason and "80 GB on H100-80" in reason and "Gb/s" not in reason
+
+
+def test_cluster_without_nodes_is_explained_by_the_nodes(solver):
+    j = _with(job("j", tp=8, replicas=2), groups={"DataParallel": {
+        "interNodeConnectivity": {"minInfiniBandBandwidthGbps": 200}}})
+    plan = solve_placement(instance([], [j]), solver=solver, budget_s=5)
+    assert plan.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE, SolveStatus.FALLBACK)
+    (reason,) = plan.pending[0].reasons
+    assert "no nodes" in reason and "Gb/s" not in reason
