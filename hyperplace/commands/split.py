@@ -46,7 +46,6 @@ from hyperplace.models.model_spec import (
     resolve_model,
 )
 from hyperplace.models.split import MAX_STAGE_GPUS, SplitPlan, SplitProblem, Stage, StageLink
-from hyperplace.solvers.split import solve_split
 
 app = typer.Typer(help="Split a model's layers over heterogeneous pipeline stages, exactly. "
                   "Exit codes: 0 a plan; 1 no split fits in memory; 2 bad input.",
@@ -368,6 +367,8 @@ def split_command(
             microbatches=microbatches, zero=zero, recompute=recompute,
             fixed_order=fixed_order, instance=instance)
         fitted = load_calibration(calibration) if calibration else None
+        from hyperplace.solvers.split import solve_split  # OR-Tools: loaded when used (start-up)
+
         plan = solve_split(problem, solver.value, time_limit=time_limit, calibration=fitted)
     except InputError as exc:
         typer.echo(f"error: {exc.one_line()}", err=True)

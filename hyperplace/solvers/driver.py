@@ -23,9 +23,7 @@ from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
 from hyperplace.solvers.backend import Backend, BackendOptions
-from hyperplace.solvers.cpsat import CpSatBackend
 from hyperplace.solvers.greedy import fit_probe, repair_priority, solve_greedy
-from hyperplace.solvers.milp import MilpBackend
 from hyperplace.solvers.params import SolveParams
 
 SOLVERS = ("auto", "cpsat", "milp", "greedy")
@@ -36,8 +34,13 @@ def make_backend(name: str, params: SolveParams | None = None) -> Backend:
     """The exact backend called ``name`` (``"cpsat"`` or ``"milp"``)."""
     params = params or SolveParams()
     if name == "cpsat":
+        from hyperplace.solvers.cpsat import CpSatBackend  # loaded when used: OR-Tools and
+        # the pandas it imports cost a second of start-up that --solver milp/greedy never use
+
         return CpSatBackend(params.cpsat)
     if name == "milp":
+        from hyperplace.solvers.milp import MilpBackend
+
         return MilpBackend()
     raise ValueError(f"unknown backend {name!r}; use one of {', '.join(EXACT_BACKENDS)}")
 

@@ -1,0 +1,267 @@
+"""Scale bench: the whole `hyperplace solve` command from 1,024 to 131,072 GPUs, cold and warm.
+
+Usage::
+
+    .venv/bin/python bench/bench_scale.py [--sizes 1k,4k,16k,32k,64k,131k] [--busy]
+    .venv/bin/python bench/bench_placement.py --scale [same options]
+
+For every size, a generated instance (``hyperplace.instances.generator.generate``: H100-80 +
+A100-80 SuperPOD, 90 % of GPUs held by running jobs so the queue exceeds the free GPUs, seed
+1) is written as JSON once, then:
+
+* **cold**: ``hyperplace solve --instance FILE --budget B --format json -o PLAN`` in a fresh
+  process; wall time of the whole command (start-up, reading, solving, writing), the plan's
+  ``runtimeS``, status, solver, objective 1 and its gap, the other objectives' values, and
+  the process's peak RSS (``wait4``). The plan goes through the independent checker (sizes
+  up to ``--check-up-to`` GPUs; the checker is not part of the command).
+* **warm**: in a fresh process, a :class:`~hyperplace.solvers.session.PlacementSession`
+  solves the instance (cold, fabric built), commits the plan, applies a small change (5
+  arrivals, 5 completions, a GPU and a node failing) and solves again; both solve times,
+  and warm / cold.
+
+Then the growth exponent ``k`` of ``time ~ GPUs^k`` (least squares on logs) for the
+command's wall time and for ``runtimeS``. The machine's load average is recorded per row:
+the bench machine is shared, so timings are noisy. Results go to ``bench/results/scale.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SIZES = {  # label -> (GPUs, pending jobs, budget s)
+    "1k": (1_024, 100, 5.0),
+    "4k": (4_096, 400, 5.0),
+    "16k": (16_384, 2_000, 5.0),
+    "32k": (32_768, 4_000, 10.0),
+    "64k": (65_536, 8_000, 10.0),
+    "131k": (131_072, 16_000, 10.0),
+}
+TYPES = ["H100-80", "A100-80"]
+FRAGMENTATION = 0.9
+SEED = 1
+CACHE = Path(os.environ.get("HYPERPLACE_BENCH_CACHE", "/tmp/hyperplace-bench-scale"))
+HYPERPLACE = str(Path(sys.executable).with_name("hyperplace"))
+
+
+def instance_file(gpus: int, jobs: int) -> tuple[Path, float]:
+    """The generated instance as JSON (made once), and how long generating it took."""
+    from hyperplace.instances.generator import generate
+    from hyperplace.instances.registry import render_instance
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / f"gen-{gpus}g-{jobs}j-f{FRAGMENTATION}-s{SEED}.json"
+    if path.exists():
+        return path, float("nan")
+    start = time.perf_counter()
+    inst = generate(gpus, jobs, TYPES, FRAGMENTATION, SEED)
+    text = render_instance(inst, "json")
+    took = time.perf_counter() - start
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path, took
+
+
+def run_command(path: Path, budget: float, solver: str) -> dict:
+    """`hyperplace solve` in a fresh process: wall time, peak RSS, the plan."""
+    plan_path = path.with_name(path.stem + f"-plan-{solver}.json")
+    if plan_path.exists():
+        plan_path.unlink()
+    cmd = [HYPERPLACE, "solve", "--instance", str(path), "--budget", str(budget),
+           "--solver", solver, "--format", "json", "-o", str(plan_path)]
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    row = {"wall": wall, "rss_mb": usage.ru_maxrss / 1024, "load": load,
+           "exit": proc.returncode, "plan": None, "error": err.strip()[-300:]}
+    if proc.returncode == 0 and plan_path.exists():
+        row["plan"] = json.loads(plan_path.read_text())
+        row["plan_path"] = str(plan_path)
+    return row
+
+
+def check_plan(path: Path, plan_path: str) -> int:
+    from hyperplace.check import check
+    from hyperplace.instances import load_instance
+    from hyperplace.io import load_documents, parse
+    from hyperplace.models.plan import PlacementPlan
+
+    plan = parse(PlacementPlan, load_documents(plan_path)[0])
+    return len(check(plan, load_instance(str(path))))
+
+
+def warm_child(path: str, budget: float) -> None:
+    """Child process: a cold and a warm round through PlacementSession (prints JSON)."""
+    import random
+
+    from hyperplace.instances import load_instance
+    from hyperplace.instances.generator import generate
+    from hyperplace.solvers.session import PlacementSession, RoundDelta
+
+    inst = load_instance(path)
+    session = PlacementSession(inst)
+    start = time.perf_counter()
+    plan = session.solve(budget)
+    cold = time.perf_counter() - start
+    session.commit(plan)
+    rng = random.Random(SEED)
+    extra = generate(64, 40, TYPES, 0.0, 7).jobs
+    arrivals = [j.model_copy(update={"metadata": j.metadata.model_copy(
+        update={"name": f"warm-{j.name}"})}) for j in rng.sample(extra, 5)]
+    nodes = [n.name for c in session.instance.clusters for n in c.nodes]
+    delta = RoundDelta(arrivals=arrivals, completions=rng.sample(sorted(session.running), 5),
+                       failures=[(rng.choice(nodes), 0), rng.choice(nodes)])
+    start = time.perf_counter()
+    session.apply(delta)
+    plan2 = session.solve(budget)
+    warm = time.perf_counter() - start
+    print(json.dumps({"cold": cold, "cold_status": plan.status.value, "warm": warm,
+                      "warm_status": plan2.status.value, "warm_solver": plan2.solver}))
+
+
+def run_warm(path: Path, budget: float) -> dict | None:
+    out = subprocess.run([sys.executable, __file__, "--warm-child", str(path), str(budget)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def exponent(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of log(time) on log(GPUs)."""
+    pts = [(math.log(x), math.log(y)) for x, y in points if y and y > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else None
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} CPUs ({model}), Python {sys.version.split()[0]}"
+
+
+def _f(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:,.{digits}f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(SIZES), help="comma-separated: " + ", ".join(SIZES))
+    parser.add_argument("--budget", type=float, default=None, help="override every size's budget")
+    parser.add_argument("--solver", default="auto")
+    parser.add_argument("--warm-up-to", type=int, default=16_384, help="warm rounds up to this many GPUs")
+    parser.add_argument("--check-up-to", type=int, default=32_768, help="checker up to this many GPUs")
+    parser.add_argument("--busy", action="store_true",
+                        help="keep both cores busy with another process during the runs")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scale.md")
+    parser.add_argument("--warm-child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.warm_child:
+        warm_child(args.warm_child[0], float(args.warm_child[1]))
+        return 0
+    burner = None
+    if args.busy:
+        burner = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                  for _ in range(os.cpu_count() or 2)]
+    rows = []
+    try:
+        for label in args.sizes.split(","):
+            gpus, jobs, budget = SIZES[label]
+            budget = args.budget or budget
+            path, gen_s = instance_file(gpus, jobs)
+            r = run_command(path, budget, args.solver)
+            r.update(label=label, gpus=gpus, jobs=jobs, budget=budget, gen_s=gen_s)
+            if r["plan"] is not None and gpus <= args.check_up_to:
+                r["violations"] = check_plan(path, r["plan_path"])
+            if gpus <= args.warm_up_to:
+                r["warm"] = run_warm(path, budget)
+            rows.append(r)
+            plan = r["plan"] or {}
+            print(f"{label}: wall {r['wall']:.2f} s (budget {budget:g}), runtimeS "
+                  f"{plan.get('runtimeS', float('nan')):.2f}, {plan.get('status')}, "
+                  f"{plan.get('solver')}, gap {plan.get('gap')}, {r['rss_mb']:.0f} MB, "
+                  f"load {r['load']:.1f}, warm {r.get('warm')}", flush=True)
+    finally:
+        for b in burner or []:
+            b.kill()
+            b.wait()
+    write(rows, args, argv)
+    return 0
+
+
+def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None) -> None:
+    cmd = "bench/bench_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    lines = [
+        "# Placement at scale: the whole command, cold and warm",
+        "",
+        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- machine: {machine()}; shared with up to 8 engineers' jobs, so the load average "
+        "(1 min, at the start of each run) is in every row"
+        + ("; `--busy`: one extra CPU-bound process per core during the runs" if args.busy else ""),
+        f"- command: `{cmd.strip()}`",
+        f"- instances: `generate(gpus, jobs, {TYPES}, fragmentation={FRAGMENTATION}, "
+        f"seed={SEED})` written as JSON; solver `{args.solver}`",
+        "- wall = the whole `hyperplace solve ... --format json -o plan.json` process "
+        "(start-up, reading, solving, writing); runtimeS = the plan's own solve time; peak "
+        "RSS of that process; violations = independent checker on the written plan",
+        "- gap = objective 1 (priority-weighted admitted GPUs) against the plan's bound; the "
+        "lower objectives carry no bound in the plan yet, their values are listed",
+        "",
+        "| size | GPUs / jobs | budget s | wall s | runtimeS | status (solver) | obj 1 gap | "
+        "admitted | comm / frag / policy | peak RSS MB | violations | warm: cold s / warm s "
+        "(ratio) | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        plan = r["plan"] or {}
+        terms = plan.get("objectiveTerms", {})
+        warm = r.get("warm")
+        warm_txt = (f"{warm['cold']:.2f} / {warm['warm']:.2f} ({warm['warm'] / warm['cold']:.2f})"
+                    if warm else "-")
+        status = (f"{plan.get('status')} ({plan.get('solver')})" if plan
+                  else f"exit {r['exit']}: {r['error'][:80]}")
+        lines.append(
+            f"| {r['label']} | {r['gpus']:,} / {r['jobs']:,} | {r['budget']:g} | "
+            f"{r['wall']:.2f} | {_f(plan.get('runtimeS'))} | {status} | "
+            f"{_f(plan.get('gap'), 4) if plan else '-'} | {len(plan.get('jobs', []))} | "
+            f"{_f(terms.get('communication'), 0)} / {_f(terms.get('fragmentation'), 0)} / "
+            f"{_f(terms.get('policy'), 0)} | {r['rss_mb']:.0f} | {r.get('violations', '-')} | "
+            f"{warm_txt} | {r['load']:.1f} |")
+    k_wall = exponent([(r["gpus"], r["wall"]) for r in rows])
+    k_run = exponent([(r["gpus"], (r["plan"] or {}).get("runtimeS")) for r in rows])
+    lines += ["", f"Growth exponent k in time ~ GPUs^k (least squares over the rows): "
+              f"wall {_f(k_wall)}, runtimeS {_f(k_run)}.", ""]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
