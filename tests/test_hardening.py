@@ -24,8 +24,14 @@ NODE = "{name: n0, gpuType: H100-80, gpuCount: 8}"
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """``hyperplace ARGS`` through the console-script entry point, in this process."""
-    old = sys.argv
+    """``hyperplace ARGS`` through the console-script entry point, in this process.
+
+    The entry point declares the process a command, whose budgets run from process start;
+    here the process is pytest, so that declaration is undone after each call.
+    """
+    from hyperplace import deadline
+
+    old, as_command = sys.argv, deadline._AS_COMMAND
     sys.argv = ["hyperplace", *args]
     try:
         cli.main()
@@ -34,6 +40,7 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
         sys.argv = old
+        deadline._AS_COMMAND = as_command
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -455,7 +455,7 @@ def validate_file(path: str | Path) -> str:
     if jobs:
         gpus = sum(j.total_gpus for j, _, _ in jobs)
         parts.append(f"{len(jobs)} {_JOB_KIND}{'s' if len(jobs) > 1 else ''}, "
-                     f"{gpus} GPUs requested")
+                     f"{gpus} GPU{'s' if gpus != 1 else ''} requested")
     if hypernodes:
         parts.append(check_hypernodes(hypernodes, source))
     return "; ".join(parts)
