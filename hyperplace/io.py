@@ -45,7 +45,7 @@ MAX_EXPANDED_NODES = 5_000_000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-class _StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
+class _StrictLoader(_BaseLoader):
     """The safe loader (C parser where available) that refuses a key repeated in a mapping.
 
     Only the constructor is Python in ``CSafeLoader``, so overriding ``construct_mapping``

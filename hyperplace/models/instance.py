@@ -66,8 +66,8 @@ class Instance(HPModel):
         running: dict[str, str] = {}
         for c in self.spec.clusters:
             for n in c.nodes:
-                for job in n.allocated.values():
-                    running.setdefault(job, n.name)
+                for holder in n.allocated.values():
+                    running.setdefault(holder, n.name)
         for ji, job in enumerate(self.spec.jobs):
             if job.name in running:
                 raise ValueError(
