@@ -134,24 +134,24 @@ def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
                 console.print(f"  {key}: {text}")
     if plan.jobs:
         where = gpus_by_node(plan)
-        t = Table(title="admitted jobs (node[GPU indices])", title_justify="left")
-        t.add_column("job", no_wrap=True, overflow="ellipsis", max_width=30)
-        t.add_column("pri", justify="right", no_wrap=True)
-        t.add_column("GPUs", no_wrap=True)
-        t.add_column("where")
+        table = Table(title="admitted jobs (node[GPU indices])", title_justify="left")
+        table.add_column("job", no_wrap=True, overflow="ellipsis", max_width=30)
+        table.add_column("pri", justify="right", no_wrap=True)
+        table.add_column("GPUs", no_wrap=True)
+        table.add_column("where")
         for j in plan.jobs:
             nodes = [f"{n}[{_ranges(g)}]" for n, g in where.get(j.job, {}).items()]
             shown = " ".join(nodes[:6]) + (f" +{len(nodes) - 6} nodes" if len(nodes) > 6 else "")
             types = " ".join(f"{v} {k}" for k, v in j.gpu_types.items())
-            t.add_row(escape(j.job), str(j.priority), types or str(j.gpus), escape(shown))
-        console.print(t)
+            table.add_row(escape(j.job), str(j.priority), types or str(j.gpus), escape(shown))
+        console.print(table)
     if plan.pending:
-        t = Table(title="pending jobs", title_justify="left")
-        t.add_column("job", no_wrap=True, overflow="ellipsis", max_width=30)
-        t.add_column("why")
+        table = Table(title="pending jobs", title_justify="left")
+        table.add_column("job", no_wrap=True, overflow="ellipsis", max_width=30)
+        table.add_column("why")
         for pj in plan.pending:
-            t.add_row(escape(pj.job), escape("\n".join(pj.reasons)))
-        console.print(t)
+            table.add_row(escape(pj.job), escape("\n".join(pj.reasons)))
+        console.print(table)
 
 
 def solve_command(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -189,7 +190,10 @@ def parse_job(doc: dict[str, Any], source: str, document: str | None = None) -> 
 
 
 def parse_instance(doc: dict[str, Any], source: str, document: str | None = None) -> Instance:
-    return _validate(Instance, doc, source, document)
+    inst: Instance = _validate(Instance, doc, source, document)
+    _check_jobs_against([(j, source, document) for j in inst.jobs], inst.spec.gpu_types,
+                        inst.clusters, prefix=lambda i: f"spec.jobs[{i}].")
+    return inst
 
 
 def check_hypernodes(docs: list[dict[str, Any]], source: str) -> str:
@@ -230,14 +234,15 @@ def _check_unique_jobs(jobs: list[tuple[TrainingJob, str, str | None]]) -> None:
 
 
 def _check_jobs_against(jobs: list[tuple[TrainingJob, str, str | None]],
-                         types: list[GPUType], clusters: list[Cluster]) -> None:
+                         types: list[GPUType], clusters: list[Cluster],
+                         prefix: Callable[[int], str] = lambda i: "") -> None:
     """Each job, in its own file and document: its ``acceleratorType`` names a known GPU
     type (built in or declared beside the clusters), and its name is not a running job's."""
     catalog = GPUCatalog(types)
     running = {job: n.name for c in clusters for n in c.nodes for job in n.allocated.values()}
-    for job, source, document in jobs:
-        def where(path: str, document: str | None = document) -> str:
-            return f"{document}: {path}" if document else path
+    for index, (job, source, document) in enumerate(jobs):
+        def where(path: str, document: str | None = document, index: int = index) -> str:
+            return f"{document}: {prefix(index)}{path}" if document else prefix(index) + path
         if job.name in running:
             raise InputError(f"{job.name!r} is already running (it holds GPUs on node "
                              f"{running[job.name]!r}); a pending job needs its own name",

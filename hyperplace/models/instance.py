@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 
 from hyperplace.models.base import HPModel
 from hyperplace.models.cluster import Cluster, Federation, InterClusterLink
-from hyperplace.models.gpu import GPUCatalog, GPUType, unknown_alternative
+from hyperplace.models.gpu import GPUCatalog, GPUType
 from hyperplace.models.job import ObjectMeta, TrainingJob
 from hyperplace.models.limits import MAX_GPUS, MAX_JOBS
 from hyperplace.models.node import Node
@@ -61,8 +61,9 @@ class Instance(HPModel):
 
     def _check_queue(self, catalog: GPUCatalog) -> None:
         """A pending job may not carry a running job's name (the plan could not tell them
-        apart), and an ``acceleratorType`` must name a known GPU type: a typo is an error,
-        a known type that no cluster has leaves the job pending with its reason."""
+        apart). Whether an ``acceleratorType`` names a known GPU type is checked where
+        documents are read (``instances.registry``): a typo in a file is an input error,
+        while an Instance built in code keeps it and the plan explains it."""
         running: dict[str, str] = {}
         for c in self.spec.clusters:
             for n in c.nodes:
@@ -73,15 +74,6 @@ class Instance(HPModel):
                 raise ValueError(
                     f"spec.jobs[{ji}].metadata.name: {job.name!r} is already running (it holds "
                     f"GPUs on node {running[job.name]!r}); a pending job needs its own name")
-            for gi, group in enumerate(job.spec.resource_groups):
-                selector = group.gpu_requirements.accelerator_type
-                bad = unknown_alternative(selector, catalog) if selector else None
-                if bad is not None:
-                    known = sorted({t.family for t in catalog} | set(catalog.names()))
-                    raise ValueError(
-                        f"spec.jobs[{ji}].spec.resourceGroups[{gi}].gpuRequirements."
-                        f"acceleratorType: unknown GPU type {bad!r} (known: {', '.join(known)}; "
-                        "declare others under spec.gpuTypes)")
 
     @property
     def name(self) -> str:
