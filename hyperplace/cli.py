@@ -48,7 +48,17 @@ def _root(
 
 
 def _mount() -> None:
-    from hyperplace.commands import estimate, federate, instances, simulate, solve, split, whatif
+    from hyperplace.commands import (
+        calibrate,
+        estimate,
+        federate,
+        instances,
+        predict,
+        simulate,
+        solve,
+        split,
+        whatif,
+    )
 
     instances.register(app)
     solve.register(app)
@@ -57,6 +67,8 @@ def _mount() -> None:
     app.add_typer(split.app, name="split")
     federate.register(app)
     estimate.register(app)
+    predict.register(app)
+    calibrate.register(app)
 
 
 _mount()

@@ -106,6 +106,7 @@ class SplitData:
     links: list[LinkInfo]  # P-1 links between neighbours
     time_sources: list[str] = field(default_factory=list)  # per stage: measured/scaled/fitted
     tp_comm: np.ndarray | None = None  # (P, L) part of ``time`` that is TP communication
+    fwd: np.ndarray | None = None  # (P, L) forward part of ``time``
     optimizer_layer: np.ndarray | None = None  # (P, L) optimizer update seconds per layer
     optimizer_const: np.ndarray | None = None  # (P,) fixed part of it
     cost_notes: list[str] = field(default_factory=list)
@@ -243,6 +244,7 @@ class StageRows:
 
     gpu: GPUType
     time: np.ndarray
+    fwd: np.ndarray  # forward part of ``time``
     tp_comm: np.ndarray  # part of ``time`` that is tensor-parallel communication
     state_mem: np.ndarray  # weights, grads, optimizer state per GPU
     act_mem: np.ndarray  # activations per in-flight micro-batch per GPU
@@ -276,7 +278,7 @@ def stage_rows(problem: SplitProblem, stage: Stage, layers: list[Layer],
     if problem.recompute:
         # Recomputing one layer rebuilds its full activations once (working set).
         const += max(layer.activation_bytes(t) for layer in layers) / d
-    return StageRows(gpu=g, time=times.total, tp_comm=times.tp_comm, state_mem=state,
+    return StageRows(gpu=g, time=times.total, fwd=times.fwd, tp_comm=times.tp_comm, state_mem=state,
                      act_mem=act, dp_sync=dp, dp_const=latency, optimizer=optimizer,
                      optimizer_const=optimizer_fixed(g, calibration, catalog),
                      mem_const=const, cap=g.hbm_gb * GB,
@@ -330,6 +332,7 @@ def build_split_data(
         inflight=inflight, dp_sync_layer=np.vstack([r.dp_sync for r in rows]),
         dp_sync_const=np.array([r.dp_const for r in rows]), links=links,
         time_sources=[r.source for r in rows], tp_comm=np.vstack([r.tp_comm for r in rows]),
+        fwd=np.vstack([r.fwd for r in rows]),
         optimizer_layer=np.vstack([r.optimizer for r in rows]),
         optimizer_const=np.array([r.optimizer_const for r in rows]),
         cost_notes=sorted({r.note for r in rows if r.note}),

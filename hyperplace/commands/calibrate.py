@@ -1,0 +1,80 @@
+"""``hyperplace calibrate``: refit the cost model to profiles and observed step times.
+
+Examples::
+
+    hyperplace calibrate --profiles ../shared/data/profiles -o calibration.json
+    hyperplace calibrate --observations steps.csv -o calibration.json
+    hyperplace predict --model-name llama3-8b --gpu H100 --tp 4 --calibration calibration.json
+
+Prints the error before (the calibration given with ``--calibration``, default the bundled
+one) and after the refit per (model, GPU type), and writes the file whole or not at all.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hyperplace.costmodel.calibration import load_calibration, write_calibration
+from hyperplace.costmodel.fit import fit_profiles, predict_row
+from hyperplace.costmodel.observations import fit_step_scales, read_observations, step_errors
+from hyperplace.errors import InputError
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def calibrate_command(
+    profiles: list[str] = typer.Option([], "--profiles",
+                                       help="Sailor-format profile CSV or folder (repeat); "
+                                            "default: the bundled Sailor profiles"),
+    observations: str | None = typer.Option(None, "--observations",
+                                            help="observed step times CSV"),
+    calibration: str | None = typer.Option(None, "--calibration",
+                                           help="calibration to compare against (default: "
+                                                "bundled)"),
+    output: str = typer.Option(..., "-o", "--output", help="calibration file to write"),
+) -> None:
+    """Refit per-layer efficiencies (and step scales) and write a calibration file."""
+    try:
+        before = load_calibration(calibration)
+        after, rows = fit_profiles(profiles or None)
+        obs = read_observations(observations) if observations else []
+        if obs:
+            after = fit_step_scales(after, obs, observations or "")
+        after.created_by = "hyperplace calibrate" + "".join(
+            f" --profiles {p}" for p in profiles) + (
+            f" --observations {observations}" if observations else "")
+        table = Table(title="median absolute error per (model, GPU): before -> after")
+        for col in ("model", "GPU", "what", "rows", "before", "after"):
+            table.add_column(col, justify="right" if col in ("rows", "before", "after")
+                             else "left")
+        for model, gpu in sorted({(r.model, r.gpu) for r in rows}):
+            mine = [r for r in rows if (r.model, r.gpu) == (model, gpu)
+                    and r.kind == "transformer"]
+            if not mine:
+                continue
+            err_b = statistics.median(abs(predict_row(before, r) / r.time_s - 1) for r in mine)
+            err_a = statistics.median(abs(predict_row(after, r) / r.time_s - 1) for r in mine)
+            table.add_row(model, gpu, "layer time", str(len(mine)), _pct(err_b), _pct(err_a))
+        if obs:
+            eb = step_errors(before, obs, observations or "")
+            ea = step_errors(after, obs, observations or "")
+            for (model, gpu), err in eb.items():
+                n = sum(1 for o in obs if (o.model, o.gpu) == (model, gpu))
+                table.add_row(model, gpu, "step time", str(n), _pct(err),
+                              _pct(ea.get((model, gpu))))
+        write_calibration(after, output)
+    except InputError as exc:
+        typer.echo(f"error: {exc.one_line()}", err=True)
+        raise typer.Exit(2) from None
+    Console(width=140).print(table)
+    typer.echo(f"wrote {output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate_command)

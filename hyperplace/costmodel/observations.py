@@ -1,0 +1,137 @@
+"""Observed step times (what a cluster's monitoring exports) and the feedback they give.
+
+A CSV with one row per observed job configuration::
+
+    job,model,gpu_type,tp,pp,dp,micro_batch,global_batch,seq,step_time_s[,precision]
+
+``model`` is a preset name (``hyperplace split --help`` lists them). Rows are read whole or
+refused with one line naming the file, row and column. The feedback is a multiplicative
+step-time scale per (model, GPU type), and per GPU type over all its models, fitted as the
+geometric mean of measured / predicted and applied to the layer times, so ``split``,
+``predict`` and ``solve`` all see it.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from hyperplace.costmodel.calibration import Calibration
+from hyperplace.costmodel.predict import predict
+from hyperplace.errors import InputError
+from hyperplace.models.gpu import default_catalog
+from hyperplace.models.presets import model_preset
+
+COLUMNS = ("job", "model", "gpu_type", "tp", "pp", "dp", "micro_batch", "global_batch", "seq",
+           "step_time_s")
+MAX_ROWS = 100_000
+ROUNDS = 3  # re-predict after scaling: the scale acts on layer times, not on the whole step
+
+
+@dataclass(frozen=True)
+class Observation:
+    job: str
+    model: str
+    gpu: str
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    global_batch: int
+    seq: int
+    step_time_s: float
+    precision: str = "bf16"
+
+
+def read_observations(path: str | Path) -> list[Observation]:
+    """Rows of an observations CSV; InputError naming the file, row and column."""
+    source = str(path)
+    try:
+        fh = Path(path).open(newline="")
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", source=source) from None
+    catalog = default_catalog()
+    out: list[Observation] = []
+    with fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InputError(f"missing columns: {', '.join(missing)}", source=source,
+                             path="header")
+        for line, row in enumerate(reader, start=2):
+            if len(out) >= MAX_ROWS:
+                raise InputError(f"more than {MAX_ROWS:,} rows", source=source)
+            where = f"row {line}"
+            ints = {}
+            for col in ("tp", "pp", "dp", "micro_batch", "global_batch", "seq"):
+                text = (row.get(col) or "").strip()
+                if not text.isdigit() or int(text) <= 0:
+                    raise InputError(f"{col}: expected a positive integer, got {text!r}",
+                                     source=source, path=where)
+                ints[col] = int(text)
+            try:
+                step = float(row.get("step_time_s") or "")
+            except ValueError:
+                raise InputError(f"step_time_s: expected a number, got "
+                                 f"{row.get('step_time_s')!r}", source=source,
+                                 path=where) from None
+            if not math.isfinite(step) or step <= 0:
+                raise InputError(f"step_time_s: expected a positive, finite time, got {step}",
+                                 source=source, path=where)
+            gpu = catalog.find((row.get("gpu_type") or "").strip())
+            if gpu is None:
+                raise InputError(f"gpu_type: unknown GPU type {row.get('gpu_type')!r}",
+                                 source=source, path=where)
+            try:
+                model = model_preset(row.get("model") or "").name
+            except InputError as exc:
+                raise InputError(f"model: {exc.message}", source=source, path=where) from None
+            precision = (row.get("precision") or "bf16").strip() or "bf16"
+            if precision not in ("bf16", "fp16", "fp32"):
+                raise InputError(f"precision: expected bf16, fp16 or fp32, got {precision!r}",
+                                 source=source, path=where)
+            out.append(Observation(job=(row.get("job") or "").strip(), model=model,
+                                   gpu=gpu.name, step_time_s=step, precision=precision,
+                                   **ints))
+    if not out:
+        raise InputError("no observations", source=source)
+    return out
+
+
+def predicted_step(calibration: Calibration, obs: Observation, source: str = "") -> float:
+    try:
+        return predict(model_preset(obs.model), obs.gpu, tp=obs.tp, pp=obs.pp, dp=obs.dp,
+                       micro_batch=obs.micro_batch, global_batch=obs.global_batch, seq=obs.seq,
+                       precision=obs.precision, calibration=calibration).step_time_s
+    except InputError as exc:
+        raise InputError(f"job {obs.job!r}: {exc.one_line()}", source=source or None) from None
+
+
+def fit_step_scales(calibration: Calibration, observations: list[Observation],
+                    source: str = "") -> Calibration:
+    """A copy of ``calibration`` with step scales fitted to the observations."""
+    scales: dict[str, float] = {}
+    for _ in range(ROUNDS):
+        current = Calibration(**{**calibration.__dict__, "step_scale": dict(scales)})
+        ratios: dict[str, list[float]] = {}
+        for obs in observations:
+            ratio = obs.step_time_s / predicted_step(current, obs, source)
+            ratios.setdefault(f"{obs.model}|{obs.gpu}", []).append(math.log(ratio))
+            ratios.setdefault(f"*|{obs.gpu}", []).append(math.log(ratio))
+        for key, logs in ratios.items():
+            scales[key] = scales.get(key, 1.0) * math.exp(statistics.fmean(logs))
+    return Calibration(**{**calibration.__dict__, "step_scale": scales,
+                          "fitted_on": [*calibration.fitted_on, f"observations {source}"]})
+
+
+def step_errors(calibration: Calibration, observations: list[Observation],
+                source: str = "") -> dict[tuple[str, str], float]:
+    """Median absolute relative step-time error per (model, GPU type)."""
+    errors: dict[tuple[str, str], list[float]] = {}
+    for obs in observations:
+        pred = predicted_step(calibration, obs, source)
+        errors.setdefault((obs.model, obs.gpu), []).append(abs(pred / obs.step_time_s - 1))
+    return {k: statistics.median(v) for k, v in sorted(errors.items())}

@@ -1,0 +1,215 @@
+"""``hyperplace predict``: step time, throughput and memory of one training configuration.
+
+A configuration is a model on ``pp`` pipeline stages of ``tp × dp`` GPUs of one type,
+``micro_batch`` sequences per replica per micro-batch and ``global_batch`` sequences per
+step (so ``m = global_batch / (micro_batch · dp)`` micro-batches). It is priced by the layer
+split's own machinery, so ``split`` and ``predict`` agree by construction: the same
+:func:`hyperplace.costmodel.stage_layer_times`, memory, point-to-point, DP all-reduce and
+optimizer terms, the layers divided evenly over the stages as Megatron-LM does by default
+(the first stage also holds the embedding, the last the final norm and LM head).
+
+The step time is the 1F1B pipeline time ``(m−1)·max_k load_k + Σ_k load_k`` plus the slowest
+stage's DP all-reduce and optimizer update, reported as parts that add up to it: compute,
+TP communication and point-to-point of the slowest stage (×m), the pipeline bubble (the
+rest of the pipeline time), DP sync and optimizer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from hyperplace.costmodel.calibration import Calibration, default_calibration
+from hyperplace.costmodel.hardware import peak_flops
+from hyperplace.errors import InputError
+from hyperplace.models.gpu import GPUCatalog, default_catalog
+from hyperplace.models.model_spec import ModelSpec
+from hyperplace.models.split import SplitProblem, Stage, StageLink
+
+GB = 1e9
+INTRA_CLUSTER_LATENCY_MS = 0.005
+
+
+@dataclass
+class Prediction:
+    """What ``predict`` answers; ``to_doc`` gives the JSON keys of ``--format json``."""
+
+    model: str
+    gpu: str
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    global_batch: int
+    seq: int
+    microbatches: int
+    step_time_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    memory_per_gpu_gb: float
+    memory_capacity_gb: float
+    parts: dict[str, float]
+    layers: list[dict[str, Any]]
+    layers_per_stage: list[int]
+    sources: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_per_gpu_gb <= self.memory_capacity_gb * (1 + 1e-9)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp, "dp": self.dp,
+            "microBatchSize": self.micro_batch, "globalBatch": self.global_batch,
+            "seq": self.seq, "microbatches": self.microbatches,
+            "stepTimeS": self.step_time_s, "tokensPerS": self.tokens_per_s,
+            "tflopsPerGpu": self.model_tflops_per_gpu,
+            "hardwareTflopsPerGpu": self.hardware_tflops_per_gpu, "mfu": self.mfu,
+            "memoryPerGpuGb": self.memory_per_gpu_gb,
+            "memoryCapacityGb": self.memory_capacity_gb, "fits": self.fits,
+            "parts": self.parts, "layersPerStage": self.layers_per_stage,
+            "layers": self.layers, "timeSources": self.sources, "notes": self.notes,
+        }
+
+
+def _positive(value: int, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(f"must be a positive integer, got {value!r}", path=option)
+
+
+def validate_configuration(spec: ModelSpec, tp: int, pp: int, dp: int, micro_batch: int,
+                           global_batch: int) -> int:
+    """Micro-batches per step; InputError naming the option for a configuration that
+    cannot run."""
+    for value, option in ((tp, "--tp"), (pp, "--pp"), (dp, "--dp"),
+                          (micro_batch, "--microbatch-size"), (global_batch, "--global-batch")):
+        _positive(value, option)
+    if spec.num_heads % tp:
+        raise InputError(f"TP {tp} does not divide the model's {spec.num_heads} attention "
+                         "heads", path="--tp")
+    if pp > spec.num_layers:
+        raise InputError(f"PP {pp} is more than the model's {spec.num_layers} layers: every "
+                         "stage needs a layer", path="--pp")
+    per_step = micro_batch * dp
+    if global_batch % per_step:
+        raise InputError(f"global batch {global_batch} does not divide into micro-batches of "
+                         f"{micro_batch} on {dp} data-parallel replicas ({per_step} sequences "
+                         "per micro-batch step)", path="--global-batch")
+    return global_batch // per_step
+
+
+def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int = 1,
+            micro_batch: int = 1, global_batch: int | None = None, seq: int | None = None,
+            recompute: bool = False, zero: int = 0, flash: bool | None = None,
+            sequence_parallel: bool | None = None, precision: str = "bf16",
+            calibration: Calibration | None = None,
+            catalog: GPUCatalog | None = None) -> Prediction:
+    """Price one configuration (see the module docstring); InputError on bad input."""
+    from hyperplace.formulations.layer_split import build_split_data, evaluate_split, stage_rows
+    from hyperplace.solvers.split.baselines import symmetric_cuts
+
+    catalog = catalog or default_catalog()
+    calibration = calibration or default_calibration()
+    gpu = catalog.find(gpu_name)
+    if gpu is None:
+        raise InputError(f"unknown GPU type {gpu_name!r}; known: {', '.join(catalog.names())}",
+                         path="--gpu")
+    if zero not in (0, 1, 2, 3):
+        raise InputError(f"must be 0, 1, 2 or 3, got {zero}", path="--zero")
+    if precision not in ("bf16", "fp16", "fp32"):
+        raise InputError(f"must be bf16, fp16 or fp32, got {precision!r}", path="--precision")
+    global_batch = global_batch if global_batch is not None else micro_batch * dp
+    m = validate_configuration(spec, tp, pp, dp, micro_batch, global_batch)
+    update: dict[str, Any] = {"micro_batch_size": micro_batch * dp}
+    if seq is not None:
+        _positive(seq, "--seq")
+        if not spec.has_dimensions and seq != spec.seq_length:
+            raise InputError(f"the model's layers were measured at sequence length "
+                             f"{spec.seq_length}; drop --seq", path="--seq")
+        update["seq_length"] = seq
+    if not spec.has_dimensions and micro_batch * dp != spec.micro_batch_size:
+        raise InputError(f"the model's layers were measured at micro-batch "
+                         f"{spec.micro_batch_size}; use --microbatch-size "
+                         f"{spec.micro_batch_size} with --dp 1", path="--microbatch-size")
+    if flash is not None:
+        update["flash_attention"] = flash
+    if sequence_parallel is not None:
+        update["sequence_parallel"] = sequence_parallel
+    model = spec.model_copy(update=update)
+    stages = [Stage(name=f"stage{i}", cluster="cluster", gpu_type=gpu.name,
+                    gpu_count=tp * dp, tp=tp) for i in range(pp)]
+    # Megatron's scatter-gather P2P: every TP rank of every replica sends its own share over
+    # its own NIC, so a boundary moves at tp·dp NICs' bandwidth.
+    links = [StageLink(a=a.name, b=b.name, gbps=gpu.nic_gbps * tp * dp,
+                       latency_ms=INTRA_CLUSTER_LATENCY_MS, kind="ib")
+             for a, b in zip(stages, stages[1:])]
+    problem = SplitProblem(model=model, stages=stages, links=links, microbatches=m, zero=zero,
+                           recompute=recompute, fixed_order=True, precision=precision)
+    layer_list = model.build_layers()
+    # Every stage is the same GPUs: price the layers once for all of them.
+    rows = stage_rows(problem, stages[0], layer_list, catalog, calibration)
+    data = build_split_data(problem, catalog=catalog, calibration=calibration,
+                            layers=layer_list, cache={s.name: rows for s in stages})
+    cuts = symmetric_cuts(data)
+    ev = evaluate_split(data, cuts)
+
+    k = max(range(pp), key=lambda i: ev.load_s[i])
+    assert data.tp_comm is not None and data.fwd is not None
+    tp_part = float(data.tp_comm[k, cuts[k]:cuts[k + 1]].sum())
+    j = max(range(pp), key=lambda i: ev.dp_sync_s[i] + ev.optimizer_s[i])
+    parts = {
+        "compute": m * (ev.compute_s[k] - tp_part),
+        "tpComm": m * tp_part,
+        "p2p": m * ev.transfer_s[k],
+        "bubble": ev.pipeline_time_s - m * ev.load_s[k],
+        "dpSync": ev.dp_sync_s[j],
+        "optimizer": ev.optimizer_s[j],
+    }
+    step = ev.step_time_s
+    flops_per_sequence = sum(layer.flops for layer in layer_list) / model.micro_batch_size
+    model_flops = flops_per_sequence * global_batch
+    gpus = tp * pp * dp
+    model_tflops = model_flops / step / gpus / 1e12
+    hardware_tflops = model_tflops * (4 / 3 if recompute else 1.0)
+    layers = []
+    for i, layer in enumerate(layer_list):
+        stage = next(s for s in range(pp) if cuts[s] <= i < cuts[s + 1])
+        kind = layer.kind
+        if model.has_dimensions and model.vocab_size:
+            if i == 0:
+                kind = "embedding+transformer"
+            if i == model.num_layers - 1:
+                kind = "transformer+head" if i else "embedding+transformer+head"
+        total = float(data.time[stage, i])
+        fwd = float(data.fwd[stage, i])
+        layers.append({"index": i, "kind": kind, "stage": stage, "fwdS": fwd,
+                       "bwdS": total - fwd})
+    notes = list(data.cost_notes)
+    if pp > 1:
+        notes.append("layers divided evenly over the stages (Megatron's default); "
+                     "hyperplace split finds the best uneven split")
+    memory = max(ev.memory_bytes) / GB
+    capacity = gpu.hbm_gb
+    if memory > capacity:
+        notes.append(f"does not fit: {memory:.1f} GB per GPU needed, {capacity:g} GB available"
+                     " (try --recompute, --zero, more TP or PP)")
+    scale = calibration.scale_for(model.name, gpu.name)
+    if scale != 1.0:
+        notes.append(f"layer times scaled by {scale:.3f} from observed step times")
+    return Prediction(
+        model=spec.name, gpu=gpu.name, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
+        global_batch=global_batch, seq=model.seq_length, microbatches=m, step_time_s=step,
+        tokens_per_s=global_batch * model.seq_length / step,
+        model_tflops_per_gpu=model_tflops, hardware_tflops_per_gpu=hardware_tflops,
+        mfu=model_tflops * 1e12 / peak_flops(gpu, precision), memory_per_gpu_gb=memory,
+        memory_capacity_gb=capacity, parts=parts, layers=layers,
+        layers_per_stage=[cuts[i + 1] - cuts[i] for i in range(pp)],
+        sources=sorted(set(data.time_sources)), notes=notes)
+
+
+def finite(value: float) -> bool:
+    return math.isfinite(value)

@@ -1,0 +1,81 @@
+"""``hyperplace calibrate``: refit, error before/after, atomic write, observations, refusal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hyperplace.cli import app
+from hyperplace.costmodel.calibration import load_calibration
+from hyperplace.costmodel.observations import step_errors
+
+runner = CliRunner()
+OBS_HEADER = "job,model,gpu_type,tp,pp,dp,micro_batch,global_batch,seq,step_time_s\n"
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def test_observations_refine_predictions_and_the_file_is_accepted(tmp_path: Path) -> None:
+    obs = write(tmp_path / "steps.csv", OBS_HEADER
+                + "a,llama3-8b,H100,4,1,2,1,16,8192,3.1\n"
+                + "b,llama3-8b,H100,2,1,4,1,16,8192,3.4\n")
+    out = tmp_path / "cal.json"
+    res = runner.invoke(app, ["calibrate", "--observations", obs, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "step time" in res.stdout and "before" in res.stdout
+    calibration = load_calibration(out)
+    assert calibration.step_scale
+    from hyperplace.costmodel.observations import read_observations
+
+    rows = read_observations(obs)
+    after = step_errors(calibration, rows)[("llama3-8b", "H100-80")]
+    before = step_errors(load_calibration(None), rows)[("llama3-8b", "H100-80")]
+    assert after < before
+    res = runner.invoke(app, ["predict", "--model-name", "llama3-8b", "--gpu", "H100",
+                              "--tp", "4", "--dp", "2", "--global-batch", "16",
+                              "--calibration", str(out), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["stepTimeS"] == pytest.approx(3.1, rel=0.1)
+    res = runner.invoke(app, ["split", "--model-name", "llama3-8b", "--stage", "H100x8@a",
+                              "--stage", "A100-80x8@a", "--calibration", str(out)])
+    assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("job,model\nx,y\n", "missing columns"),
+    (OBS_HEADER + "a,llama3-8b,H100,4,1,2,1,16,8192,0\n", "row 2"),
+    (OBS_HEADER + "a,llama3-8b,H100,4,1,2,1,16,8192,nan\n", "step_time_s"),
+    (OBS_HEADER + "a,llama3-8b,H100,4,1,2,1,16,8192,-1\n", "positive"),
+    (OBS_HEADER + "a,gpt-9,H100,4,1,2,1,16,8192,1\n", "model"),
+])
+def test_bad_observations_are_one_line_exit_2(tmp_path: Path, text: str, message: str) -> None:
+    obs = write(tmp_path / "steps.csv", text)
+    out = tmp_path / "cal.json"
+    res = runner.invoke(app, ["calibrate", "--observations", obs, "-o", str(out)])
+    assert res.exit_code == 2
+    assert message in res.stderr and str(obs) in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert not out.exists()  # nothing half-written
+
+
+def test_calibration_of_another_version_is_refused_by_predict(tmp_path: Path) -> None:
+    doc = json.loads((Path(__file__).parents[1] / "hyperplace" / "data"
+                      / "costmodel_calibration.json").read_text())
+    doc["schemaVersion"] = 7
+    path = write(tmp_path / "old.json", json.dumps(doc))
+    res = runner.invoke(app, ["predict", "--model-name", "llama3-8b", "--gpu", "H100",
+                              "--calibration", path])
+    assert res.exit_code == 2
+    assert "version 7" in res.stderr
+
+
+def test_profiles_file_with_missing_columns_is_refused(tmp_path: Path) -> None:
+    prof = write(tmp_path / "p.csv", "model,gpu_type\nOPT-350,A100-40\n")
+    res = runner.invoke(app, ["calibrate", "--profiles", prof, "-o", str(tmp_path / "c.json")])
+    assert res.exit_code == 2 and "missing columns" in res.stderr
