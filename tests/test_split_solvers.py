@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from hyperplace.formulations.layer_split import (
     build_split_data,
-    counts_to_cuts,
     evaluate_split,
     lower_bound,
 )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
 from hyperplace.costmodel.calibration import Calibration, default_calibration
 from hyperplace.costmodel.hardware import peak_flops
@@ -28,6 +28,7 @@ from hyperplace.models.model_spec import ModelSpec
 from hyperplace.models.split import SplitProblem, Stage, StageLink
 
 GB = 1e9
+Precision = Literal["bf16", "fp16", "fp32"]
 INTRA_CLUSTER_LATENCY_MS = 0.005
 
 
@@ -148,7 +149,8 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
                        latency_ms=INTRA_CLUSTER_LATENCY_MS, kind="ib")
              for a, b in zip(stages, stages[1:])]
     problem = SplitProblem(model=model, stages=stages, links=links, microbatches=m, zero=zero,
-                           recompute=recompute, fixed_order=True, precision=precision)
+                           recompute=recompute, fixed_order=True,
+                           precision=cast(Precision, precision))
     layer_list = model.build_layers()
     # Every stage is the same GPUs: price the layers once for all of them.
     rows = stage_rows(problem, stages[0], layer_list, catalog, calibration)
@@ -178,7 +180,7 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
     layers = []
     for i, layer in enumerate(layer_list):
         stage = next(s for s in range(pp) if cuts[s] <= i < cuts[s + 1])
-        kind = layer.kind
+        kind: str = layer.kind
         if model.has_dimensions and model.vocab_size:
             if i == 0:
                 kind = "embedding+transformer"
