@@ -74,6 +74,15 @@ def _mount() -> None:
 _mount()
 
 
+def _mount_service() -> None:
+    from hyperplace.commands import serve  # the solver service (#15)
+
+    serve.register(app)
+
+
+_mount_service()
+
+
 def main() -> None:
     """Console-script entry point: errors are one line on stderr, never a traceback."""
     deadline.started_as_command()  # budgets run from process start (reading counts)

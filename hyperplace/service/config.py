@@ -1,0 +1,96 @@
+"""The service's settings: one validated object, built by ``hyperplace serve`` or by tests."""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hyperplace.errors import InputError
+
+# What the service adds to a request's budget before the answer arrives, measured with
+# bench/bench_service.py (see bench/results/service.md): reading and validating the request,
+# the hop to a worker process, building the JSON answer. Documented, and asserted by the load
+# test as the allowance on top of every budget.
+OVERHEAD_S = 0.5
+# Above this size a request body is refused with 413 (a 16,384-GPU, 2,000-job instance is
+# about 0.9 MB of JSON; 131,072 GPUs about 7 MB).
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+def default_db_path() -> str:
+    """``$XDG_STATE_HOME/hyperplace/service.sqlite`` (``~/.local/state/...`` by default)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(base) / "hyperplace" / "service.sqlite")
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Settings of one service process.
+
+    workers: solver worker processes (each solve runs in one; the event loop never solves).
+    queue_limit: requests waiting for a worker beyond which new ones get 429 + Retry-After.
+    max_budget_s: the largest ``budgetS`` honoured; larger requests are cut to it (and say so).
+    default_budget_s: the budget of a request that names none.
+    token: the Bearer token every endpoint but ``/healthz`` requires (None: no token).
+    db_path: SQLite file that keeps stored clusters, runs and the latest plan per job across
+    restarts (``:memory:`` keeps nothing).
+    max_body_bytes: larger request bodies get 413.
+    hard_timeout_s: a worker still busy this long past a request's deadline is killed (the
+    driver keeps its budget, so this only catches a hung native solver).
+    test_hooks: enables ``/v1/debug/*`` (crash a worker, sleep in one) for the service tests.
+    """
+
+    workers: int = 2
+    queue_limit: int = 64
+    max_budget_s: float = 60.0
+    default_budget_s: float = 10.0
+    token: str | None = None
+    db_path: str = ":memory:"
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    hard_timeout_s: float = 30.0
+    shutdown_grace_s: float = 10.0
+    test_hooks: bool = False
+    job_labels: tuple[str, ...] = field(default=(
+        "hyperplace.io/job", "volcano.sh/job-name", "training.kubeflow.org/job-name",
+        "batch.kubernetes.io/job-name", "job-name"))
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise InputError(f"must be at least 1, got {self.workers}", path="--workers")
+        if self.queue_limit < 1:
+            raise InputError(f"must be at least 1, got {self.queue_limit}", path="--queue-limit")
+        if not (math.isfinite(self.max_budget_s) and self.max_budget_s > 0):
+            raise InputError(f"must be a positive, finite number of seconds, got "
+                             f"{self.max_budget_s}", path="--max-budget")
+        if self.token is not None and not self.token:
+            raise InputError("the token file is empty", path="--token-file")
+        if self.max_body_bytes < 1024:
+            raise InputError("must be at least 1 KiB", path="--max-body-mb")
+
+
+def read_token(path: str | Path) -> str:
+    """The token in a file (surrounding whitespace ignored); errors are one line."""
+    p = Path(path)
+    try:
+        token = p.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
+    if not token:
+        raise InputError("the token file is empty", source=str(path))
+    if any(c.isspace() for c in token):
+        raise InputError("the token must be one word (no spaces or newlines inside)",
+                         source=str(path))
+    return token

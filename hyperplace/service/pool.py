@@ -1,0 +1,281 @@
+"""A pool of solver worker processes that the event loop drives without ever blocking.
+
+Why not ``concurrent.futures.ProcessPoolExecutor``: it cannot stop a task that is running
+(a cancelled run would keep its worker busy to the end of its budget) and one dead worker
+breaks the whole pool (every request in flight would fail). Here each worker is one process
+with one pipe; the event loop waits on the pipe with ``add_reader``; cancelling a running task
+kills its process and starts a fresh one; a process that dies fails only its own task.
+
+Workers come from a ``forkserver`` whose preloaded imports (the solvers, OR-Tools) make a
+replacement start in milliseconds. Requests wait in one bounded FIFO queue: when it is full,
+:class:`Saturated` says how long to wait (the HTTP layer answers 429 with ``Retry-After``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import math
+import multiprocessing
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hyperplace.service.worker import Reply, worker_main
+
+PRELOAD = ["hyperplace.service.worker", "hyperplace.solvers.driver", "hyperplace.check",
+           "hyperplace.solvers.split", "hyperplace.instances.registry"]
+
+
+class PoolError(Exception):
+    """Work that did not produce an answer (the HTTP layer maps each kind to a status)."""
+
+
+class Saturated(PoolError):
+    def __init__(self, retry_after_s: float):
+        self.retry_after_s = retry_after_s
+        super().__init__(f"all workers busy and the queue is full; retry in {retry_after_s:.0f} s")
+
+
+class Unavailable(PoolError):
+    """The pool is starting or shutting down."""
+
+
+class WorkerCrashed(PoolError):
+    pass
+
+
+class WorkerTimedOut(PoolError):
+    pass
+
+
+class Cancelled(PoolError):
+    pass
+
+
+@dataclass
+class Task:
+    id: str
+    kind: str
+    payload: dict[str, Any]
+    deadline: float
+    fetch: Callable[[str, int], Any] | None = None  # stored cluster doc by (name, version)
+    future: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    state: str = "queued"
+    started: float | None = None
+    cancelled: bool = False
+
+
+@dataclass
+class Slot:
+    index: int
+    process: Any = None
+    conn: Any = None
+    task: Task | None = None
+    started_tasks: int = 0
+
+
+class WorkerPool:
+    """``size`` worker processes, a FIFO of at most ``queue_limit`` waiting tasks."""
+
+    def __init__(self, size: int, queue_limit: int, hard_timeout_s: float = 30.0,
+                 on_event: Callable[[str], None] | None = None):
+        self.size = size
+        self.queue_limit = queue_limit
+        self.hard_timeout_s = hard_timeout_s
+        self.on_event = on_event or (lambda _name: None)
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._ctx.set_forkserver_preload(PRELOAD)
+        self._slots = [Slot(i) for i in range(size)]
+        self._queue: collections.deque[Task] = collections.deque()
+        self._wakeup: asyncio.Event | None = None
+        self._runners: list[asyncio.Task] = []
+        self._tasks: dict[str, Task] = {}
+        self._ids = itertools.count(1)
+        self._recent: collections.deque[float] = collections.deque(maxlen=50)
+        self.ready = False
+        self.closing = False
+        self.replaced = 0
+
+    # ---- lifecycle --------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start every worker (the first one also starts the fork server: a second or two)."""
+        self._wakeup = asyncio.Event()
+        for slot in self._slots:
+            await asyncio.to_thread(self._spawn, slot)
+        self._runners = [asyncio.create_task(self._run(slot)) for slot in self._slots]
+        self.ready = True
+
+    def _spawn(self, slot: Slot) -> None:
+        parent, child = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(target=worker_main, args=(child,), daemon=True,
+                                 name=f"hyperplace-worker-{slot.index}")
+        proc.start()
+        child.close()
+        slot.process, slot.conn = proc, parent
+
+    def _kill(self, slot: Slot) -> None:
+        if slot.process is not None and slot.process.is_alive():
+            slot.process.kill()
+
+    async def close(self, grace_s: float) -> None:
+        """Stop taking work, let running tasks finish for up to ``grace_s``, then stop."""
+        self.closing = True
+        self.ready = False
+        for task in list(self._queue):
+            self._fail(task, Unavailable("the server is shutting down"))
+        self._queue.clear()
+        end = time.monotonic() + grace_s
+        while any(s.task is not None for s in self._slots) and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+        for r in self._runners:
+            r.cancel()
+        for slot in self._slots:
+            if slot.task is not None:
+                self._fail(slot.task, Unavailable("the server is shutting down"))
+            if slot.conn is not None:
+                slot.conn.close()
+            self._kill(slot)
+        for slot in self._slots:
+            if slot.process is not None:
+                await asyncio.to_thread(slot.process.join, 2.0)
+
+    # ---- submitting ---------------------------------------------------------------------
+    @property
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    @property
+    def busy(self) -> int:
+        return sum(1 for s in self._slots if s.task is not None)
+
+    def worker_pids(self) -> list[int | None]:
+        return [s.process.pid if s.process is not None else None for s in self._slots]
+
+    def retry_after(self) -> float:
+        """Seconds until a queue place is likely free: queued work over the workers, at the
+        recent mean task time (1 s before anything finished)."""
+        mean = sum(self._recent) / len(self._recent) if self._recent else 1.0
+        return max(1.0, math.ceil(mean * (len(self._queue) + 1) / self.size))
+
+    def submit(self, kind: str, payload: dict[str, Any], deadline: float, *,
+               task_id: str | None = None, fetch: Callable[[str, int], Any] | None = None
+               ) -> Task:
+        """Queue a task; raises :class:`Saturated` or :class:`Unavailable` at once."""
+        if self.closing or not self.ready:
+            raise Unavailable("the server is starting or shutting down")
+        if len(self._queue) >= self.queue_limit:
+            raise Saturated(self.retry_after())
+        task = Task(id=task_id or f"t{next(self._ids)}", kind=kind, payload=payload,
+                    deadline=deadline, fetch=fetch)
+        self._tasks[task.id] = task
+        self._queue.append(task)
+        assert self._wakeup is not None
+        self._wakeup.set()
+        return task
+
+    async def run(self, kind: str, payload: dict[str, Any], deadline: float, **kw: Any) -> Reply:
+        task = self.submit(kind, payload, deadline, **kw)
+        return await task.future
+
+    def cancel(self, task_id: str) -> bool:
+        """Cancel a queued task, or stop a running one by killing its worker (a fresh worker
+        takes its place). False when the task is unknown or already finished."""
+        task = self._tasks.get(task_id)
+        if task is None or task.future.done():
+            return False
+        task.cancelled = True
+        if task.state == "queued":
+            try:
+                self._queue.remove(task)
+            except ValueError:
+                pass
+            self._fail(task, Cancelled("cancelled before it started"))
+            return True
+        for slot in self._slots:
+            if slot.task is task:
+                self._kill(slot)  # the runner sees EOF, fails the task, replaces the worker
+        return True
+
+    def _fail(self, task: Task, exc: Exception) -> None:
+        self._tasks.pop(task.id, None)
+        if not task.future.done():
+            task.future.set_exception(exc)
+
+    # ---- running -----------------------------------------------------------------------
+    async def _next(self) -> Task:
+        assert self._wakeup is not None
+        while True:
+            while self._queue:
+                task = self._queue.popleft()
+                if not task.cancelled:
+                    return task
+            self._wakeup.clear()
+            await self._wakeup.wait()
+
+    async def _run(self, slot: Slot) -> None:
+        while not self.closing:
+            task = await self._next()
+            if self._queue:
+                self._wakeup.set()  # let another idle runner take the next one
+            task.state, task.started = "running", time.monotonic()
+            slot.task = task
+            try:
+                reply = await self._exchange(slot, task)
+            except (EOFError, OSError, BrokenPipeError):
+                code = slot.process.exitcode if slot.process is not None else None
+                await self._replace(slot)
+                if task.cancelled:
+                    self._fail(task, Cancelled("cancelled while running; its worker was stopped"))
+                else:
+                    self.on_event("crash")
+                    self._fail(task, WorkerCrashed(f"the worker process died (exit code {code}); "
+                                                   "it has been replaced"))
+            except asyncio.TimeoutError:
+                self._kill(slot)
+                await self._replace(slot)
+                self.on_event("timeout")
+                self._fail(task, WorkerTimedOut("the solve overran its budget by more than "
+                                                f"{self.hard_timeout_s:g} s and was stopped"))
+            else:
+                self._recent.append(time.monotonic() - task.started)
+                self._tasks.pop(task.id, None)
+                if not task.future.done():
+                    task.future.set_result(reply)
+            finally:
+                slot.task = None
+
+    async def _replace(self, slot: Slot) -> None:
+        if slot.conn is not None:
+            slot.conn.close()
+        if slot.process is not None:
+            await asyncio.to_thread(slot.process.join, 5.0)
+        self.replaced += 1
+        if not self.closing:
+            await asyncio.to_thread(self._spawn, slot)
+
+    async def _exchange(self, slot: Slot, task: Task) -> Reply:
+        conn = slot.conn
+        conn.send((task.kind, task.payload, task.deadline))
+        limit = max(0.0, task.deadline - time.monotonic()) + self.hard_timeout_s
+        while True:
+            msg = await asyncio.wait_for(self._recv(conn), timeout=limit)
+            if msg[0] == "need":  # a stored cluster this worker has not cached
+                _, name, version = msg
+                conn.send(task.fetch(name, version) if task.fetch else None)
+                continue
+            _, status, body, info = msg
+            return Reply(status, body, info)
+
+    async def _recv(self, conn: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        readable = loop.create_future()
+        fd = conn.fileno()
+        loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+        try:
+            await readable
+        finally:
+            loop.remove_reader(fd)
+        return conn.recv()

@@ -1,0 +1,233 @@
+"""Request and response bodies of the service.
+
+The documents inside them are the library's own models, with the same schemas as the files
+the CLI reads and writes (``Instance``, ``FoundationModelTrainingJob``, ``PlacementPlan``,
+``SplitProblem``, ``SplitPlan``). Those are declared with ``SkipValidation`` here: the
+OpenAPI document shows their full schema, but they are validated in a worker process, not
+in the event loop, so a 16,384-GPU instance never stalls the server; their errors still come
+back as 422 with the field path (``instance.spec.clusters[0].nodes[3].gpuType``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation, model_validator
+from pydantic.alias_generators import to_camel
+
+from hyperplace.models.instance import Instance
+from hyperplace.models.job import TrainingJob
+from hyperplace.models.plan import GPURef, PlacementPlan
+from hyperplace.models.split import SplitProblem
+
+# A budget in seconds: positive and finite (NaN and infinities are refused with 422).
+Budget = Annotated[float, Field(gt=0, allow_inf_nan=False,
+                                description="seconds; cut to the server's --max-budget")]
+Name = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+
+class Body(BaseModel):
+    """camelCase on the wire like every document; snake_case accepted; unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class InstanceSource(Body):
+    """Where the instance comes from: exactly one of ``instance`` (inline), ``bundled`` (a
+    bundled instance's name, never a path) or ``cluster`` (a cluster stored with
+    ``PUT /v1/clusters/{name}``). ``jobs``, if given, replaces the instance's pending queue."""
+
+    instance: Annotated[Instance, SkipValidation] | None = None
+    bundled: Name | None = None
+    cluster: Name | None = None
+    jobs: list[Annotated[TrainingJob, SkipValidation]] | None = Field(
+        default=None, description="pending queue to solve instead of the instance's own")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "InstanceSource":
+        given = [k for k in ("instance", "bundled", "cluster") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of instance, bundled or cluster"
+                             + (f" (got {' and '.join(given)})" if given else ""))
+        return self
+
+    def source_payload(self) -> dict[str, Any]:
+        return {"instance": self.instance, "bundled": self.bundled, "cluster": self.cluster,
+                "jobs": self.jobs}
+
+
+class PlacementRequest(InstanceSource):
+    """One scheduling round, as ``hyperplace solve``."""
+
+    budget_s: Budget | None = None
+    solver: Literal["auto", "cpsat", "milp", "greedy"] = "auto"
+    policy: Literal["performance", "cost"] = "performance"
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    apply: bool = Field(default=False, description=(
+        "with cluster: record the admitted jobs as running on their GPUs in the stored "
+        "cluster and drop them from its queue, so the next round starts from there"))
+
+
+class CheckRequest(InstanceSource):
+    """A plan (ours or another scheduler's) against the instance it was solved on."""
+
+    plan: Annotated[PlacementPlan, SkipValidation]
+
+
+class ViolationOut(Body):
+    code: str
+    job: str | None = None
+    unit: str | None = None
+    message: str
+
+
+class CheckResponse(Body):
+    ok: bool
+    violations: list[ViolationOut]
+
+
+class LayerSplitRequest(Body):
+    """The layer split, as ``hyperplace split``: a ``SplitProblem`` whose ``model`` may be
+    left out when ``modelName`` (a preset) or ``profile`` (a bundled measured profile) names
+    it."""
+
+    problem: Annotated[SplitProblem, SkipValidation] | dict[str, Any]
+    model_name: str | None = Field(default=None, max_length=100)
+    profile: str | None = Field(default=None, max_length=100)
+    micro_batch_size: int | None = Field(default=None, gt=0, le=4096)
+    solver: Literal["auto", "dp", "milp", "cpsat", "proportional"] = "auto"
+    budget_s: Budget | None = None
+
+
+class RunRequest(Body):
+    """Work too long to wait for: submitted, then polled by id (and cancelled by id)."""
+
+    kind: Literal["placement"] = "placement"
+    request: PlacementRequest
+
+
+RunState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class RunStatus(Body):
+    id: str
+    kind: str
+    state: RunState
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    progress: float = Field(default=0.0, description="0..1: share of the budget used so far")
+    budget_s: float | None = None
+    result: dict[str, Any] | None = Field(default=None, description="the answer, when succeeded")
+    error: dict[str, Any] | None = Field(default=None, description="why, when failed")
+
+
+class NodeGPUs(Body):
+    node: Name
+    gpus: list[Annotated[int, Field(ge=0, le=71)]] | None = Field(
+        default=None, description="GPU indices; all of the node's GPUs when left out")
+
+
+class Allocation(Body):
+    job: Name
+    gpus: list[GPURef] = Field(min_length=1)
+
+
+class ClusterPatch(Body):
+    """Deltas to a stored cluster since the last round (applied in this order)."""
+
+    completions: list[Name] = Field(default_factory=list, description=(
+        "jobs that finished: their GPUs are freed and they leave the queue"))
+    failures: list[NodeGPUs] = Field(default_factory=list, description="GPUs marked faulty")
+    repairs: list[NodeGPUs] = Field(default_factory=list, description="faulty GPUs back in service")
+    allocations: list[Allocation] = Field(default_factory=list, description=(
+        "jobs started elsewhere (or as planned): their GPUs become allocated"))
+    arrivals: list[Annotated[TrainingJob, SkipValidation]] = Field(
+        default_factory=list, description="jobs that joined the pending queue")
+
+
+class ClusterInfo(Body):
+    name: str
+    version: int
+    gpus: int
+    free_gpus: int
+    pending_jobs: int
+    updated_at: float
+
+
+class ErrorBody(Body):
+    """Every error answer: the status, one line saying what to fix, and the field path."""
+
+    status: int
+    error: str
+    path: str | None = None
+    problems: list[dict[str, Any]] = Field(default_factory=list)
+
+
+# ---- scheduler extenders -------------------------------------------------------------------
+
+class K8sExtenderArgs(BaseModel):
+    """``ExtenderArgs`` of ``k8s.io/kube-scheduler/extender/v1`` (types.go lines 73-82 at
+    kubernetes/kube-scheduler e87dbddd): ``Pod``, and ``Nodes`` (a NodeList) or ``NodeNames``.
+    Go field names without JSON tags, so the keys are capitalised as in Go."""
+
+    model_config = ConfigDict(extra="allow")
+
+    Pod: dict[str, Any] | None = None
+    Nodes: dict[str, Any] | None = None
+    NodeNames: list[str] | None = None
+
+
+class K8sFilterResult(BaseModel):
+    """``ExtenderFilterResult`` (types.go lines 87-103): the nodes that pass, ``FailedNodes``
+    (name -> reason), ``FailedAndUnresolvableNodes`` and ``Error``."""
+
+    Nodes: dict[str, Any] | None = None
+    NodeNames: list[str] | None = None
+    FailedNodes: dict[str, str] = Field(default_factory=dict)
+    FailedAndUnresolvableNodes: dict[str, str] = Field(default_factory=dict)
+    Error: str = ""
+
+
+class K8sHostPriority(BaseModel):
+    """``HostPriority`` (types.go lines 123-129): ``Host`` and ``Score`` in
+    [MinExtenderPriority 0, MaxExtenderPriority 10] (lines 25-29)."""
+
+    Host: str
+    Score: int
+
+
+class VolcanoPredicateRequest(BaseModel):
+    """Volcano extender plugin ``PredicateRequest`` (volcano-sh/volcano ed72c7c8,
+    pkg/scheduler/plugins/extender/argument.go lines 35-38): ``task`` is an ``api.TaskInfo``
+    (pkg/scheduler/api/job_info.go line 118: ``Name``, ``Namespace``, ``Job``, ``Pod`` ...),
+    ``node`` an ``api.NodeInfo`` (node_info.go line 52: ``Name``, ``Node`` ...)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    task: dict[str, Any] | None = None
+    node: dict[str, Any] | None = None
+
+
+class VolcanoPredicateResponse(BaseModel):
+    """argument.go lines 40-43: the reason under JSON key ``status`` and a ``code`` (api
+    types.go lines 139-153: 0 Success, 1 Error, 2 Unschedulable, 3 UnschedulableAndUnresolvable)."""
+
+    status: str = ""
+    code: int = 0
+
+
+class VolcanoPrioritizeRequest(BaseModel):
+    """argument.go lines 45-48: ``task`` and ``nodes`` (a list of ``api.NodeInfo``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    task: dict[str, Any] | None = None
+    nodes: list[dict[str, Any]] | None = None
+
+
+class VolcanoPrioritizeResponse(BaseModel):
+    """argument.go lines 50-53: ``nodeScore`` (node -> score) and ``errorMessage``."""
+
+    nodeScore: dict[str, float] = Field(default_factory=dict)
+    errorMessage: str = ""

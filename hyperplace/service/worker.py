@@ -1,0 +1,352 @@
+"""What runs inside a worker process: one handler per kind of work, and the process's loop.
+
+Every handler gets the request's payload (plain JSON-ready data, validated here and not in
+the event loop) and the request's deadline on the shared monotonic clock, and returns a
+:class:`Reply`: the HTTP status, the JSON body as bytes (encoded here, so the event loop only
+forwards it) and a small ``info`` dict for the metrics, the run store and the extender index.
+
+Adding an endpoint over another library call is one handler here plus one
+:class:`~hyperplace.service.app.Endpoint` line in ``app.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
+
+from hyperplace.errors import InputError, field_path
+
+Handler = Callable[[dict[str, Any], float, "WorkerContext"], "Reply"]
+HANDLERS: dict[str, Handler] = {}
+# Handlers only reachable when the server runs with test hooks (the service tests).
+DEBUG_KINDS = frozenset({"debug-crash", "debug-sleep"})
+
+# Kept back from the remaining budget for writing the answer and the hop back.
+ENCODE_RESERVE_S = 0.02
+# Cached parsed instances of stored clusters, per worker (LRU).
+CACHE_SIZE = 4
+
+_PATH_PREFIX = re.compile(r"^([A-Za-z_]\w*(?:\[\d+\])*(?:\.[A-Za-z_]\w*(?:\[\d+\])*)*): (.+)$",
+                          re.S)
+
+
+class Reply(NamedTuple):
+    status: int
+    body: bytes
+    info: dict[str, Any]
+
+
+class WorkerContext:
+    """A worker's link back to the server (to fetch a stored cluster it has not cached)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.cache: OrderedDict[tuple[str, int], Any] = OrderedDict()
+
+    def stored_instance(self, name: str, version: int) -> Any:
+        """The parsed instance of a stored cluster at ``version``: from this worker's cache
+        (a warm round skips sending and validating it), else asked of the server."""
+        key = (name, version)
+        if key in self.cache:
+            self.cache.move_to_end(key)
+            return self.cache[key]
+        self.conn.send(("need", name, version))
+        doc = self.conn.recv()
+        if doc is None:
+            raise InputError(f"no stored cluster {name!r}", path="cluster")
+        from hyperplace.models.instance import Instance
+
+        inst = validate(Instance, doc, "")
+        self.remember(name, version, inst)
+        return inst
+
+    def remember(self, name: str, version: int, inst: Any) -> None:
+        self.cache[(name, version)] = inst
+        self.cache.move_to_end((name, version))
+        while len(self.cache) > CACHE_SIZE:
+            self.cache.popitem(last=False)
+
+
+class RequestProblem(Exception):
+    """Bad input found in a worker: becomes a 4xx with the field path."""
+
+    def __init__(self, status: int, problems: list[dict[str, Any]]):
+        self.status = status
+        self.problems = problems
+        super().__init__(problems[0]["message"] if problems else "bad request")
+
+
+def handler(kind: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        HANDLERS[kind] = fn
+        return fn
+    return register
+
+
+# ---- validation with field paths -------------------------------------------------------
+
+def _join(prefix: str, path: str) -> str:
+    if not prefix:
+        return path
+    if not path:
+        return prefix
+    return f"{prefix}{path}" if path.startswith("[") else f"{prefix}.{path}"
+
+
+def problems_of(exc: ValidationError, prefix: str = "") -> list[dict[str, Any]]:
+    """Every problem of a pydantic error as ``{path, message}``; a path a model validator put
+    at the start of its message (``spec.clusters[0].nodes[3].gpuType: unknown ...``) is
+    moved into the path."""
+    out = []
+    for err in exc.errors()[:20]:
+        loc = [p for p in err.get("loc", ())
+               if not (isinstance(p, str) and p.startswith("function-"))]
+        path = field_path(loc)
+        msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field"
+        elif err.get("type") == "missing":
+            msg = "required field is missing"
+        match = _PATH_PREFIX.match(msg)
+        if match:
+            path, msg = _join(path, match.group(1)), match.group(2)
+        out.append({"path": _join(prefix, path) or None, "message": msg.splitlines()[0]})
+    return out
+
+
+def validate(model: Any, data: Any, prefix: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestProblem(422, problems_of(exc, prefix)) from None
+
+
+def input_problem(exc: InputError, prefix: str = "") -> RequestProblem:
+    path = exc.path or ""
+    if path.startswith("--"):  # a CLI option name from the library: the request field instead
+        path = ""
+    return RequestProblem(422, [{"path": _join(prefix, path) or prefix or None,
+                                 "message": exc.message}])
+
+
+def error_body(status: int, problems: list[dict[str, Any]]) -> bytes:
+    first = problems[0] if problems else {"path": None, "message": "bad request"}
+    where = f"{first['path']}: " if first.get("path") else ""
+    return json.dumps({"status": status, "error": f"{where}{first['message']}",
+                       "path": first.get("path"), "problems": problems}).encode()
+
+
+def dumps(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+
+
+def remaining(deadline: float) -> float:
+    return deadline - time.monotonic() - ENCODE_RESERVE_S
+
+
+# ---- the instance a request names --------------------------------------------------------
+
+def resolve_instance(src: dict[str, Any], ctx: WorkerContext) -> tuple[Any, str]:
+    """The instance of an :class:`~hyperplace.service.schemas.InstanceSource` payload, and the
+    name a plan should record. Bundled instances are looked up by name among the bundled
+    ones only: no request can make the server read a path."""
+    from hyperplace.instances.registry import bundled_names, load_instance
+    from hyperplace.models.instance import Instance
+    from hyperplace.models.job import TrainingJob
+
+    if src.get("instance") is not None:
+        inst = validate(Instance, src["instance"], "instance")
+        label = inst.name
+    elif src.get("bundled") is not None:
+        name = src["bundled"]
+        known = bundled_names()
+        if name not in known:
+            raise RequestProblem(422, [{"path": "bundled", "message":
+                                        f"unknown bundled instance {name!r}; known: "
+                                        f"{', '.join(known)}"}])
+        inst = load_instance(name)
+        label = name
+    else:
+        name, version = src["cluster"], src["cluster_version"]
+        inst = ctx.stored_instance(name, version)
+        label = name
+    if src.get("jobs") is not None:
+        jobs = [validate(TrainingJob, j, f"jobs[{i}]") for i, j in enumerate(src["jobs"])]
+        seen: set[str] = set()
+        for i, j in enumerate(jobs):
+            if j.name in seen:
+                raise RequestProblem(422, [{"path": f"jobs[{i}].metadata.name",
+                                            "message": f"duplicate job name {j.name!r}"}])
+            seen.add(j.name)
+        inst = inst.with_jobs(jobs)
+    return inst, label
+
+
+# ---- handlers -------------------------------------------------------------------------------
+
+def extender_index(plan: Any) -> dict[str, Any]:
+    """What the extender endpoints need from a plan: per admitted job the GPUs it gets on
+    each node, per pending job its first reason."""
+    jobs: dict[str, dict[str, int]] = {}
+    for p in plan.placements:
+        per = jobs.setdefault(p.job, {})
+        for g in p.gpus:
+            per[g.node] = per.get(g.node, 0) + 1
+    pending = {pj.job: (pj.reasons[0] if pj.reasons else "pending") for pj in plan.pending}
+    return {"jobs": jobs, "pending": pending}
+
+
+@handler("placement")
+def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
+    from hyperplace.solvers.driver import solve_placement
+
+    inst, label = resolve_instance(payload, ctx)
+    budget = max(0.01, remaining(deadline))
+    plan = solve_placement(inst, solver=payload["solver"], budget_s=budget,
+                           policy=payload["policy"], seed=payload["seed"])
+    plan = plan.model_copy(update={
+        "metadata": plan.metadata.model_copy(update={"instance": label}),
+        "budget_s": payload["budget_s"]})
+    info = {"status": plan.status.value, "solve_s": plan.runtime_s,
+            "fallback": plan.status.value == "fallback", "instance": label,
+            "extender": extender_index(plan)}
+    if payload.get("apply"):
+        info["allocations"] = [[p.job, [[g.node, g.gpu] for g in p.gpus]]
+                               for p in plan.placements]
+        info["admitted"] = plan.admitted
+    return Reply(200, dumps(plan.to_doc()), info)
+
+
+@handler("check")
+def check_plan(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
+    from hyperplace.check import check
+    from hyperplace.models.plan import PlacementPlan
+
+    plan = validate(PlacementPlan, payload["plan"], "plan")
+    inst, _ = resolve_instance(payload, ctx)
+    violations = check(plan, inst)
+    body = {"ok": not violations,
+            "violations": [v.model_dump(mode="json") for v in violations]}
+    return Reply(200, dumps(body), {"violations": len(violations)})
+
+
+@handler("layer-split")
+def layer_split(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
+    from hyperplace.models.model_spec import resolve_model
+    from hyperplace.models.split import SplitProblem
+    from hyperplace.solvers.split import solve_split
+
+    problem = payload["problem"]
+    if not isinstance(problem, dict):
+        raise RequestProblem(422, [{"path": "problem", "message": "must be an object"}])
+    problem = dict(problem)
+    named = [k for k in ("model_name", "profile") if payload.get(k)]
+    if len(named) > 1:
+        raise RequestProblem(422, [{"path": "profile",
+                                    "message": "give modelName or profile, not both"}])
+    if named:
+        if "model" in problem:
+            raise RequestProblem(422, [{"path": "problem.model", "message":
+                                        f"give the model inline or as {named[0]}, not both"}])
+        field = "modelName" if named[0] == "model_name" else "profile"
+        try:
+            problem["model"] = resolve_model(preset=payload.get("model_name"),
+                                             profile=payload.get("profile"),
+                                             micro_batch_size=payload.get("micro_batch_size"))
+        except InputError as exc:
+            raise RequestProblem(422, [{"path": field, "message": exc.message}]) from None
+    parsed = validate(SplitProblem, problem, "problem")
+    limit = max(0.05, remaining(deadline))
+    try:
+        plan = solve_split(parsed, payload["solver"], time_limit=limit)
+    except InputError as exc:
+        raise input_problem(exc, "problem") from None
+    info = {"status": plan.stats.status.value, "solve_s": plan.stats.runtime_s,
+            "fallback": plan.stats.status.value == "fallback"}
+    return Reply(200, dumps(plan.model_dump(mode="json", by_alias=True)), info)
+
+
+@handler("validate-instance")
+def validate_instance(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
+    """A cluster to store (PUT) or a patched one (PATCH): validated, normalised, cached."""
+    from hyperplace.instances.registry import instance_document
+    from hyperplace.models.instance import Instance
+
+    try:
+        inst = validate(Instance, payload["instance"], payload.get("prefix", ""))
+    except RequestProblem as exc:
+        first = payload.get("arrivals_from")
+        if first is not None:  # a PATCH: name the arrival, not its place in the queue
+            for prob in exc.problems:
+                m = re.match(r"^spec\.jobs\[(\d+)\](.*)$", prob["path"] or "")
+                if m and int(m.group(1)) >= first:
+                    prob["path"] = f"arrivals[{int(m.group(1)) - first}]{m.group(2)}"
+        raise
+    doc = instance_document(inst)
+    if payload.get("name") is not None:
+        ctx.remember(payload["name"], payload["version"], inst)
+    gpus = sum(n.gpu_count for c in inst.clusters for n in c.nodes)
+    free = sum(n.free_count for c in inst.clusters for n in c.nodes)
+    info = {"gpus": gpus, "free_gpus": free, "pending_jobs": len(inst.jobs)}
+    return Reply(200, dumps(doc), info)
+
+
+@handler("debug-crash")
+def debug_crash(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
+    os.kill(os.getpid(), signal.SIGKILL)  # as a native solver's segfault would end it
+    raise AssertionError("unreachable")
+
+
+@handler("debug-sleep")
+def debug_sleep(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
+    time.sleep(float(payload.get("seconds", 1.0)))
+    return Reply(200, dumps({"slept": payload.get("seconds", 1.0)}), {})
+
+
+# ---- the process ------------------------------------------------------------------------
+
+def run_task(kind: str, payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
+    """One task, with every failure turned into an answer (the process survives them)."""
+    fn = HANDLERS.get(kind)
+    if fn is None:
+        return Reply(404, error_body(404, [{"path": None, "message": f"no such work {kind!r}"}]),
+                     {})
+    try:
+        return fn(payload, deadline, ctx)
+    except RequestProblem as exc:
+        return Reply(exc.status, error_body(exc.status, exc.problems), {"rejected": True})
+    except InputError as exc:
+        prob = input_problem(exc)
+        return Reply(422, error_body(422, prob.problems), {"rejected": True})
+    except MemoryError:
+        return Reply(500, error_body(500, [{"path": None, "message": "out of memory"}]),
+                     {"error": "MemoryError"})
+    except Exception as exc:  # a library bug: 500 for this request only
+        msg = f"internal error: {type(exc).__name__}: {exc}".splitlines()[0][:500]
+        return Reply(500, error_body(500, [{"path": None, "message": msg}]),
+                     {"error": type(exc).__name__})
+
+
+def worker_main(conn: Any) -> None:
+    """Serve tasks from the server until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    ctx = WorkerContext(conn)
+    while True:
+        try:
+            kind, payload, deadline = conn.recv()
+        except (EOFError, OSError):
+            return
+        reply = run_task(kind, payload, deadline, ctx)
+        try:
+            conn.send(("done", reply.status, reply.body, reply.info))
+        except (BrokenPipeError, OSError):
+            return
