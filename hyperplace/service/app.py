@@ -25,7 +25,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -78,7 +78,8 @@ API_VERSION = "v1"
 KNOWN_PATHS = frozenset({"/openapi.json", "/docs", "/redoc"})
 ClusterName = Annotated[str, Path(min_length=1, max_length=253,
                                   pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
-ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 413, 422, 429, 500, 503)}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (400, 401, 413, 422, 429, 500, 503)}
 
 
 class BodyTooLarge(Exception):
@@ -395,7 +396,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
     service = Service(config)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await service.pool.start()
         await service.resume_runs()
         try:
@@ -426,7 +427,8 @@ def create_app(config: ServiceConfig) -> FastAPI:
         if isinstance(exc.__cause__, BodyTooLarge):  # FastAPI wraps body-reading failures
             return json_error(413, f"request body over the limit of {config.max_body_bytes} "
                               "bytes")
-        return json_error(exc.status_code, str(exc.detail), headers=exc.headers)
+        return json_error(exc.status_code, str(exc.detail),
+                          headers=dict(exc.headers) if exc.headers else None)
 
     @app.exception_handler(RequestProblem)
     async def _problem(request: Request, exc: RequestProblem) -> Response:
@@ -444,7 +446,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
     _add_operations(app, service)
     if config.test_hooks:
         _add_debug(app, service)
-    app.add_middleware(Guard, service=service)  # type: ignore[arg-type]
+    app.add_middleware(Guard, service=service)
     return app
 
 

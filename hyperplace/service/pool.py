@@ -218,7 +218,7 @@ class WorkerPool:
     async def _run(self, slot: Slot) -> None:
         while not self.closing:
             task = await self._next()
-            if self._queue:
+            if self._queue and self._wakeup is not None:
                 self._wakeup.set()  # let another idle runner take the next one
             task.state, task.started = "running", time.monotonic()
             slot.task = task
@@ -271,9 +271,14 @@ class WorkerPool:
 
     async def _recv(self, conn: Any) -> Any:
         loop = asyncio.get_running_loop()
-        readable = loop.create_future()
+        readable: asyncio.Future[None] = loop.create_future()
         fd = conn.fileno()
-        loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+
+        def wake() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(fd, wake)
         try:
             await readable
         finally:

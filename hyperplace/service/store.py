@@ -136,7 +136,8 @@ class Store:
     def record_plan(self, cluster: str | None, index: dict[str, Any]) -> None:
         """Remember the plan's word on each of its jobs (admitted: where; pending: why)."""
         now = time.time()
-        rows = [(job, cluster, json.dumps(nodes), None, now)
+        rows: list[tuple[str, str | None, str | None, str | None, float]] = [
+            (job, cluster, json.dumps(nodes), None, now)
                 for job, nodes in index.get("jobs", {}).items()]
         rows += [(job, cluster, None, reason, now)
                  for job, reason in index.get("pending", {}).items()]

@@ -215,7 +215,8 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
     plan = plan.model_copy(update={
         "metadata": plan.metadata.model_copy(update={"instance": label}),
         "budget_s": payload["budget_s"]})
-    info = {"status": plan.status.value, "solve_s": plan.runtime_s,
+    info: dict[str, Any] = {
+            "status": plan.status.value, "solve_s": plan.runtime_s,
             "fallback": plan.status.value == "fallback", "instance": label,
             "extender": extender_index(plan)}
     if payload.get("apply"):
