@@ -334,15 +334,18 @@ def test_stored_cluster_rounds_and_extenders(http: httpx.Client) -> None:
     arrival = json.loads(json.dumps(doc["spec"]["jobs"][0]))
     arrival["metadata"]["name"] = "new-arrival"
     failed_node = inst.clusters[0].nodes[-1].name
+    before = stored["instance"]["spec"]["clusters"][0]["nodes"][-1]
+    hit = set((before.get("allocated") or {}).values())
     r = http.patch("/v1/clusters/prod", json={
         "completions": [job.job], "failures": [{"node": failed_node}], "arrivals": [arrival]})
     assert r.status_code == 200, r.text
     assert r.json()["version"] == 3 and r.json()["pendingJobs"] == len(plan.pending) + 1
+    assert set(r.json()["interruptedJobs"]) == hit - {job.job}
     state, version = Client(http.base_url.__str__()).get_cluster("prod")
     node = next(n for n in state.clusters[0].nodes if n.name == failed_node)
     assert version == 3 and node.faulty == list(range(node.gpu_count))
-    assert job.job not in {j for c in state.clusters for n in c.nodes
-                           for j in n.allocated.values()}
+    running = {j for c in state.clusters for n in c.nodes for j in n.allocated.values()}
+    assert job.job not in running and not (hit & running)  # interrupted jobs hold nothing
     r = http.patch("/v1/clusters/prod", json={"repairs": [{"node": failed_node, "gpus": [0, 1]}]})
     assert r.json()["version"] == 4
     # the next (warm) round on the stored state passes the checker against that state

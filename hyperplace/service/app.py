@@ -557,10 +557,14 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
         rec = service.store.clusters.get(name)
         if rec is None:
             return json_error(404, f"no stored cluster {name!r}", path="name")
-        doc = apply_patch(rec.doc, patch)
+        interrupted: list[str] = []
+        doc = apply_patch(rec.doc, patch, interrupted)
         after = len(doc["spec"].get("jobs") or [])
         first_arrival = after - len(patch.arrivals) if patch.arrivals else None
-        return await store_doc(name, doc, rec.version + 1, arrivals_from=first_arrival)
+        resp = await store_doc(name, doc, rec.version + 1, arrivals_from=first_arrival)
+        if resp.status_code != 200:
+            return resp
+        return JSONResponse({**json.loads(bytes(resp.body)), "interruptedJobs": interrupted})
 
     @app.get("/v1/clusters/{name}", tags=["clusters"], responses=ERRORS,
              summary="A stored cluster: its summary and its Instance document")

@@ -153,6 +153,8 @@ class ClusterInfo(Body):
     free_gpus: int
     pending_jobs: int
     updated_at: float
+    interrupted_jobs: list[str] | None = Field(default=None, description=(
+        "PATCH only: running jobs a failure hit; all their GPUs were freed"))
 
 
 class ErrorBody(Body):

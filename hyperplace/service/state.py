@@ -38,8 +38,14 @@ def _gpu_list(node: dict[str, Any], gpus: list[int] | None, path: str) -> list[i
     return list(gpus)
 
 
-def apply_patch(doc: dict[str, Any], patch: ClusterPatch) -> dict[str, Any]:
-    """The document after ``patch``: completions, failures, repairs, allocations, arrivals."""
+def apply_patch(doc: dict[str, Any], patch: ClusterPatch,
+                interrupted: list[str] | None = None) -> dict[str, Any]:
+    """The document after ``patch``: completions, failures, repairs, allocations, arrivals.
+
+    A GPU is faulty or allocated, never both: a failure under a running job interrupts that
+    job, whose GPUs are all freed (a gang runs whole or not at all); its name is appended to
+    ``interrupted`` so the caller can say so (and resubmit it as an arrival if it wants).
+    """
     doc = copy.deepcopy(doc)
     nodes = _nodes(doc)
     spec = doc["spec"]
@@ -57,6 +63,15 @@ def apply_patch(doc: dict[str, Any], patch: ClusterPatch) -> dict[str, Any]:
                 raise _bad(f"{path}.node", f"no node {item.node!r} in this cluster")
             node = nodes[item.node][1]
             gpus = set(_gpu_list(node, item.gpus, path))
+            if field_name == "failures":
+                alloc = node.get("allocated") or {}
+                hit = {alloc[str(g)] for g in gpus if str(g) in alloc}
+                if hit:
+                    for _, other in nodes.values():
+                        held = other.get("allocated") or {}
+                        other["allocated"] = {k: v for k, v in held.items() if v not in hit}
+                    if interrupted is not None:
+                        interrupted.extend(sorted(hit - set(interrupted)))
             faulty = set(node.get("faulty") or [])
             node["faulty"] = sorted(faulty | gpus if field_name == "failures" else faulty - gpus)
     for i, alloc in enumerate(patch.allocations):
