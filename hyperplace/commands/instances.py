@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from hyperplace.commands.common import (
@@ -64,13 +65,15 @@ def list_command() -> None:
     from hyperplace.instances import DEFAULT_INSTANCE, list_instances
 
     table = Table(title="Bundled instances", title_justify="left")
-    for col in ("name", "clusters", "nodes", "GPUs", "free", "pending jobs"):
-        table.add_column(col, justify="left" if col == "name" else "right", no_wrap=True)
-    table.add_column("description")
+    table.add_column("name and description", ratio=1)
+    for col in ("clusters", "nodes", "GPUs", "free", "pending"):
+        table.add_column(col, justify="right", no_wrap=True)
     for info in list_instances():
-        name = info.name + (" (default)" if info.name == DEFAULT_INSTANCE else "")
-        table.add_row(name, str(info.clusters), f"{info.nodes:,}", f"{info.gpus:,}",
-                      f"{info.free_gpus:,}", str(info.pending_jobs), info.description)
+        name = f"[bold]{escape(info.name)}[/bold]" + (" (default)" if info.name == DEFAULT_INSTANCE
+                                                       else "")
+        table.add_row(f"{name}\n[dim]{escape(info.description)}[/dim]", str(info.clusters),
+                      f"{info.nodes:,}", f"{info.gpus:,}", f"{info.free_gpus:,}",
+                      str(info.pending_jobs))
     _console().print(table)
 
 
@@ -104,19 +107,20 @@ def show_command(
         print(summary.model_dump_json(by_alias=True, indent=2))
         return
     console = _console()
-    console.print(f"[bold]{summary.name}[/bold]: {summary.description}")
+    console.print(f"[bold]{escape(summary.name)}[/bold]: {escape(summary.description)}")
     if summary.source:
-        console.print(f"source: {summary.source}")
-    model = f", model {summary.model}" if summary.model else ""
+        console.print(f"source: {escape(summary.source)}")
+    model = f", model {escape(summary.model)}" if summary.model else ""
     console.print(f"{summary.running_jobs} running jobs, {summary.pending_jobs} pending jobs "
                   f"asking for {summary.pending_gpus:,} GPUs{model}")
     console.print(f"fragmentation {summary.fragmentation:.2f} (share of free GPUs on nodes "
                   "that are not wholly free)")
     for link in summary.inter_cluster_links:
-        console.print(f"link {link.a} <-> {link.b}: {link.gbps:g} Gb/s, {link.latency_ms:g} ms")
+        console.print(f"link {escape(link.a)} <-> {escape(link.b)}: {link.gbps:g} Gb/s, {link.latency_ms:g} ms")
     for cluster in summary.clusters:
         console.print()
-        console.print(f"[bold]cluster {cluster.name}[/bold] ({cluster.region or 'no region'}): "
+        console.print(f"[bold]cluster {escape(cluster.name)}[/bold] "
+                      f"({escape(cluster.region or 'no region')}): "
                       f"{cluster.nodes} nodes, fabric {cluster.fabric}, fragmentation "
                       f"{cluster.fragmentation:.2f}")
         console.print("GPUs by type and state")
@@ -145,7 +149,7 @@ def show_command(
             for col in ("domain", "nodes", "GPUs", "free", "whole-free nodes"):
                 table.add_column(col, justify="left" if col == "domain" else "right")
             for d in shown:
-                table.add_row(d.name, str(d.nodes), f"{d.gpus:,}", f"{d.free_gpus:,}",
+                table.add_row(escape(d.name), str(d.nodes), f"{d.gpus:,}", f"{d.free_gpus:,}",
                               str(d.whole_free_nodes))
             console.print(table)
 

@@ -153,6 +153,11 @@ def _doc_label(index: int, total: int) -> str | None:
     return f"document {index + 1}" if total > 1 else None
 
 
+_HYPERNODE_HINT = ("a HyperNode file describes the network only, not the nodes' GPUs: make a "
+                   "Cluster file with `hyperplace instances import --from hypernode FILE "
+                   "--gpu-type TYPE -o cluster.yaml` and solve that")
+
+
 # ---- documents ----------------------------------------------------------------------
 
 def document_kind(doc: dict[str, Any], source: str, document: str | None = None) -> str:
@@ -279,11 +284,12 @@ def instance_from_documents(docs: list[dict[str, Any]], source: str) -> Instance
         elif kind == _JOB_KIND:
             jobs.append((parse_job(doc, source, label), source, label))
         else:
-            raise InputError(f"a {kind} cannot be loaded as part of an instance",
-                             source=source, path=f"{label}: kind" if label else "kind")
+            why = _HYPERNODE_HINT if kind == "HyperNode" else \
+                f"a {kind} cannot be loaded as part of an instance"
+            raise InputError(why, source=source, path=f"{label}: kind" if label else "kind")
     if not clusters:
-        raise InputError("no Cluster or Instance document: nothing to place jobs on",
-                         source=source)
+        raise InputError("no Cluster or Instance document: nothing to place jobs on (a jobs "
+                         "file goes with --jobs, beside --cluster)", source=source)
     _check_unique_jobs(jobs)
     _check_jobs_against(jobs, _declared_types(clusters), [pc.cluster for pc in clusters])
     name = "+".join(pc.cluster.name for pc in clusters)
@@ -333,8 +339,9 @@ def load_cluster_and_jobs(cluster_file: str | Path, jobs_file_or_dir: str | Path
         label = _doc_label(i, len(docs))
         kind = document_kind(doc, source, label)
         if kind != "Cluster":
-            raise InputError(f"expected Cluster or Instance, got {kind!r}", source=source,
-                             path=f"{label}: kind" if label else "kind")
+            why = _HYPERNODE_HINT if kind == "HyperNode" else \
+                f"expected Cluster or Instance, got {kind!r}"
+            raise InputError(why, source=source, path=f"{label}: kind" if label else "kind")
         clusters.append(parse_cluster(doc, source, label))
     _check_jobs_against(jobs, _declared_types(clusters), [pc.cluster for pc in clusters])
     name = "+".join(pc.cluster.name for pc in clusters)
