@@ -27,7 +27,7 @@ def test_no_arguments_runs_the_seed_scenario():
 
 def test_yaml_plan_and_out_dir(tmp_path):
     out = tmp_path / "out"
-    result = runner.invoke(app, ["federate", "--format", "yaml", "--out", str(out),
+    result = runner.invoke(app, ["federate", "--format", "yaml", "--output", str(out),
                                  "--budget", "5"])
     assert result.exit_code == 0, result.output
     plan = FederationPlan.model_validate(yaml.safe_load(result.stdout))

@@ -48,7 +48,7 @@ def estimate_command(
         "--instance", "-i", help="bundled instance, Instance/federation file, or "
                                  "seed-beijing-shanghai-bubbles")],
     job: Annotated[str, typer.Option("--job", "-j", help="job name in the queue, or a job file")],
-    fmt: Annotated[Format, typer.Option("--format", "-f")] = Format.table,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, json or yaml")] = Format.table,
 ) -> None:
     """How many complete replicas of a job fit in each cluster now: totals vs as placed."""
     from hyperplace.federation.estimate import estimate

@@ -121,8 +121,8 @@ def federate_command(
     solver: Annotated[Solver, typer.Option(help="auto = greedy, then CP-SAT hinted with it")] = Solver.auto,
     max_slowdown: Annotated[float, typer.Option(
         help="refuse splits slower than this x the best single-cluster step")] = 3.0,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="write plan + manifests here")] = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f")] = Format.table,
+    out: Annotated[Path | None, typer.Option("--output", "-o", help="write plan + manifests here")] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, json or yaml")] = Format.table,
 ) -> None:
     """Split jobs across member clusters (pipeline stages / DP replicas), verified as placed."""
     from hyperplace.federation import federate, load_problem

@@ -81,14 +81,19 @@ def predict_command(
     global_batch: int | None = typer.Option(None, "--global-batch",
                                             help="sequences per step (default mb x dp)"),
     seq: int | None = typer.Option(None, "--seq", help="sequence length (default: model's)"),
-    recompute: bool = typer.Option(False, "--recompute/--no-recompute"),
+    recompute: bool = typer.Option(False, "--recompute/--no-recompute",
+                                   help="full activation recomputation"),
     zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3"),
     flash: bool = typer.Option(True, "--flash/--no-flash", help="FlashAttention (default on)"),
-    sequence_parallel: bool = typer.Option(False, "--sequence-parallel/--no-sequence-parallel"),
-    precision: Precision = typer.Option(Precision.bf16, "--precision"),
+    sequence_parallel: bool = typer.Option(
+        False, "--sequence-parallel/--no-sequence-parallel",
+        help="Megatron sequence parallelism (activations sharded over TP)"),
+    precision: Precision = typer.Option(Precision.bf16, "--precision",
+                                         help="training precision"),
     calibration: str | None = typer.Option(None, "--calibration",
                                            help="calibration file (hyperplace calibrate)"),
-    output_format: Format = typer.Option(Format.table, "--format"),
+    output_format: Format = typer.Option(Format.table, "--format",
+                                         help="table, json or yaml"),
 ) -> None:
     """Predict step time, tokens/s, TFLOP/s per GPU, MFU and memory of one configuration."""
     try:

@@ -98,9 +98,9 @@ def simulate_command(
     workload: Annotated[str, typer.Option(help="trace (the trace's own jobs) or fm (foundation-model-shaped sizes on the trace's timing)")] = "trace",
     network: Annotated[bool, typer.Option("--network-model/--no-network-model", help="slow down jobs spread over more switch tiers")] = True,
     solver: Annotated[str, typer.Option(help="engine solver: auto, cpsat, milp, greedy")] = "auto",
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="write summary.json, CSVs and PNG charts here")] = None,
+    out: Annotated[Path | None, typer.Option("--output", "-o", help="write summary.json, CSVs and PNG charts here")] = None,
     charts: Annotated[bool, typer.Option("--charts/--no-charts", help="PNG charts (needs matplotlib: the 'plots' extra)")] = True,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar on stderr")] = True,
 ) -> None:
     """Replay a trace on an instance under several policies; metrics side by side."""
     from hyperplace.instances import load_instance

@@ -322,7 +322,9 @@ def split_command(
         help="preset: llama3-8b, llama3-70b, llama3-120b (assumed), gpt3-175b, seed-8layer"),
     profile: str | None = typer.Option(
         None, "--profile", help="measured profile MODEL[:mb=B], e.g. LLAMA-3-8:mb=1"),
-    micro_batch_size: int | None = typer.Option(None, "--micro-batch-size", min=1),
+    micro_batch_size: int | None = typer.Option(
+        None, "--micro-batch-size", min=1, help="sequences per micro-batch (default: the "
+        "model's, or the profile's mb=)"),
     stage: list[str] = typer.Option([], "--stage", help="TYPExCOUNT@CLUSTER[:tp=N] (repeat)"),
     link: list[str] = typer.Option([], "--link", help="A-B=100Gbps,20ms (repeat)"),
     microbatches: int = typer.Option(8, "--microbatches", help="micro-batches per step (m)"),

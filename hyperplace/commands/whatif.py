@@ -20,12 +20,12 @@ class Backend(StrEnum):
 
 def whatif_command(
     sweep_file: Annotated[Path, typer.Argument(metavar="SWEEP.yaml", help="base scenario and grid of changes")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="directory for sweep.sqlite and the report (default: SWEEP-whatif/)")] = None,
+    out: Annotated[Path | None, typer.Option("--output", "-o", help="directory for sweep.sqlite and the report (default: SWEEP-whatif/)")] = None,
     backend: Annotated[Backend, typer.Option(help="local process pool, or ray")] = Backend.local,
     workers: Annotated[int, typer.Option(min=1, max=256, help="scenarios run at once")] = 2,
     ray_address: Annotated[str | None, typer.Option(help="an existing Ray cluster (default: start a local one)")] = None,
-    charts: Annotated[bool, typer.Option("--charts/--no-charts")] = True,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    charts: Annotated[bool, typer.Option("--charts/--no-charts", help="PNG charts (needs matplotlib: the 'plots' extra)")] = True,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar on stderr")] = True,
 ) -> None:
     """Run a what-if sweep; a killed sweep started again skips finished scenarios."""
     from hyperplace.sim.whatif import load_sweep, report, run_sweep

@@ -261,7 +261,7 @@ def write_manifests(problem: FederationProblem, plan: FederationPlan, out_dir: s
     """Write every manifest under ``out_dir`` (created); returns the paths written."""
     root = Path(out_dir)
     if root.exists() and not root.is_dir():
-        raise InputError("exists and is not a directory", source=str(out_dir), path="--out")
+        raise InputError("exists and is not a directory", source=str(out_dir), path="--output")
     try:
         root.mkdir(parents=True, exist_ok=True)
         written = []
@@ -271,5 +271,5 @@ def write_manifests(problem: FederationProblem, plan: FederationPlan, out_dir: s
             written.append(p)
     except OSError as exc:
         raise InputError(f"cannot write: {exc.strerror or exc}", source=str(out_dir),
-                         path="--out") from None
+                         path="--output") from None
     return written
