@@ -296,3 +296,31 @@ def test_a_bad_hint_does_not_change_the_proven_optimum() -> None:
         sol = solve(data, time_limit=5, hint_cuts=symmetric_cuts(data))
         assert sol.status == SolveStatus.OPTIMAL
         assert close(evaluate_split(data, sol.cuts).bottleneck_s, best.bottleneck_s, 1e-9)
+
+
+def test_cpsat_is_not_optimal_when_its_step_time_phase_hits_the_limit(monkeypatch) -> None:
+    """Phase two (the step-time tie-break) cut off by the time limit: the bottleneck is
+    proven but the split is not, so the result is 'feasible', never 'optimal'."""
+    import hyperplace.solvers.split.cpsat as cpsat_module
+
+    real = cpsat_module._solver
+    calls = []
+
+    def starved(time_limit):
+        solver = real(time_limit)
+        calls.append(solver)
+        if len(calls) == 2:  # phase two
+            solver.parameters.max_deterministic_time = 0.0
+            solver.parameters.max_time_in_seconds = 1e-9
+        return solver
+
+    monkeypatch.setattr(cpsat_module, "_solver", starved)
+    problem = SplitProblem(model=model_preset("llama3-8b"), microbatches=4, fixed_order=True,
+                           stages=[Stage(name=f"s{i}", cluster="c", gpu_type=g, gpu_count=16)
+                                   for i, g in enumerate(["A100-80", "H100-80", "A100-40"])])
+    data = build_split_data(problem)
+    sol = solve_cpsat(data, time_limit=10)
+    assert len(calls) == 2
+    assert sol.status == SolveStatus.FEASIBLE
+    assert "step-time phase" in sol.message
+    assert sol.cuts is not None

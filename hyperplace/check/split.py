@@ -95,7 +95,8 @@ def check_split(plan: SplitPlan, problem: SplitProblem,
         inflight = min(P - pos, m)
         bpp = param_state_bytes_per_param(problem.zero, d)
         times = stage_layer_times(problem.model, layers, g, t, d, recompute=problem.recompute,
-                                  precision=problem.precision, calibration=calibration)
+                                  precision=s.precision or problem.precision,
+                                  calibration=calibration)
         for i in range(a.first_layer or 0, (a.last_layer or 0) + 1):
             layer = layers[i]
             compute += float(times.fwd[i] + times.bwd[i])

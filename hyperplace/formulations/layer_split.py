@@ -266,8 +266,8 @@ def stage_rows(problem: SplitProblem, stage: Stage, layers: list[Layer],
     t, d = stage.tensor_parallel, stage.data_parallel
     bpp = param_state_bytes_per_param(problem.zero, d)
     times = stage_layer_times(problem.model, layers, g, t, d, recompute=problem.recompute,
-                              precision=problem.precision, calibration=calibration,
-                              catalog=catalog)
+                              precision=stage.precision or problem.precision,
+                              calibration=calibration, catalog=catalog)
     params = np.array([layer.params for layer in layers])
     state = params * bpp / t
     act = np.array([layer.activation_bytes(t, problem.recompute) for layer in layers]) / d

@@ -37,6 +37,8 @@ class Stage(HPModel):
     gpu_count: int = Field(gt=0, le=MAX_STAGE_GPUS, strict=True)
     tp: int | None = Field(default=None, gt=0, description="tensor parallel; default min(count, 8)")
     optional: bool = Field(default=False, description="may stay empty (left out of the pipeline)")
+    precision: Literal["bf16", "fp16", "fp32"] | None = Field(
+        default=None, description="this stage's training precision; default the problem's")
 
     @model_validator(mode="after")
     def _fill(self) -> "Stage":
