@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import random
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -160,8 +162,17 @@ def main() -> None:
     out = Path(__file__).resolve().parent / "results" / "split.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     title = "quick" if args.quick else "full"
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+               "") if Path("/proc/cpuinfo").exists() else ""
     out.write_text(
         f"# Layer split benchmark ({title}, seed {args.seed})\n\n"
+        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC\n"
+        f"- machine: {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, shared "
+        "by up to 8 engineers (timings are noisy)\n"
+        f"- command: `.venv/bin/python bench/bench_split.py{' --quick' if args.quick else ''}`\n"
+        "- layer times: the fitted cost model (hyperplace/costmodel, bundled calibration) or "
+        "Sailor's measurements for profile rows\n\n"
         "Fixed stage order; each exact backend solves from scratch and proves optimality. "
         "x = bottleneck / optimal bottleneck; OOM = the baseline split does not fit memory.\n"
         "Times are wall-clock of one solve (MILP/CP-SAT include building the model), "
