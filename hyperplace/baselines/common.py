@@ -34,6 +34,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from hyperplace.models import (
     Cluster,
     GangUnit,
@@ -129,10 +131,22 @@ class ClusterView:
             self.levels.append(Level(radius, doms))
         if len(self.levels[-1].domains) > 1 or len(self.levels) == 1:
             self.levels.append(Level(INF_RADIUS, [(f"cluster:{cluster.name}", order)]))
-        # node -> index of its domain, per level
+        # node -> index of its domain, per level (and as arrays in node order)
+        self.order = order
+        self.index = {n: i for i, n in enumerate(order)}
         self.member: list[dict[str, int]] = [
             {n: i for i, (_, nodes) in enumerate(level.domains) for n in nodes}
             for level in self.levels]
+        self.member_idx = [np.array([m[n] for n in order], dtype=np.int64) for m in self.member]
+        self.allocatable = np.array(
+            [self.nodes[n].gpu_count - len(self.nodes[n].faulty) for n in order], dtype=float)
+        # level -> domain -> its child domains one level down
+        self.children: list[list[list[int]]] = [[[] for _ in self.levels[0].domains]]
+        for lv in range(1, len(self.levels)):
+            kids: list[list[int]] = [[] for _ in self.levels[lv].domains]
+            for j, (_, nodes) in enumerate(self.levels[lv - 1].domains):
+                kids[self.member[lv][nodes[0]]].append(j)
+            self.children.append(kids)
         # HyperNode tiers: the fabric's levels (1 = leaf), not the artificial cluster level
         self.hypernode_levels: list[int] = [
             i for i, level in enumerate(self.levels) if 0 < i and level.radius != INF_RADIUS]

@@ -54,11 +54,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import numpy as np
+
 from hyperplace.baselines.common import (
     ClusterView,
     FreeState,
     JobOutcome,
     Pod,
+    eligible_nodes,
     pods_for,
     run_baseline,
 )
@@ -119,46 +122,79 @@ def topology_request(job: TrainingJob, ps: list[GangUnit], pods_per_unit: int,
 
 
 class _Assign:
-    """One PodSet's domain counts and the BestFit / LeastFreeCapacity steps over them."""
+    """One PodSet's domain counts and the BestFit / LeastFreeCapacity steps over them.
+
+    Counts live in one array per level (``pods[level][i]``, ``slices[level][i]``); a
+    domain is ``(level, i)``.
+    """
 
     def __init__(self, view: ClusterView, state: FreeState, eligible: set[str], pod_gpus: int,
                  req: TopologyRequest):
         self.view = view
         self.req = req
-        self.pods: dict[tuple[int, int], int] = {}
-        self.slices: dict[tuple[int, int], int] = {}
-        for level, lv in enumerate(view.levels):
-            for i, (_, nodes) in enumerate(lv.domains):
-                self.pods[(level, i)] = sum(
-                    state.count(n) // pod_gpus for n in nodes if n in eligible)
-        for level, lv in enumerate(view.levels):
-            for i, (_, nodes) in enumerate(lv.domains):
-                if level < req.slice_level:
-                    self.slices[(level, i)] = self.pods[(level, i)]
-                elif level == req.slice_level:
-                    self.slices[(level, i)] = self.pods[(level, i)] // req.slice_size
-                else:
-                    self.slices[(level, i)] = sum(
-                        self.slices[c] for c in self.children((level, i)))
+        free = np.fromiter((state.count(n) if n in eligible else 0 for n in view.order),
+                           dtype=np.int64, count=len(view.order))
+        per_node = free // pod_gpus
+        self.pods: list[np.ndarray] = [
+            np.bincount(view.member_idx[lv], weights=per_node,
+                        minlength=len(view.levels[lv].domains)).astype(np.int64)
+            for lv in range(len(view.levels))]
+        self.slices: list[np.ndarray] = []
+        for lv in range(len(view.levels)):
+            if lv < req.slice_level:
+                self.slices.append(self.pods[lv].copy())
+            elif lv == req.slice_level:
+                self.slices.append(self.pods[lv] // req.slice_size)
+            else:
+                below = self.slices[lv - 1]
+                self.slices.append(np.array([int(below[kids].sum()) if kids else 0
+                                             for kids in view.children[lv]], dtype=np.int64))
+        ranks = getattr(view, "_kueue_name_rank", None)  # computed once per view
+        if ranks is None:
+            ranks = []
+            for lv in view.levels:
+                order = sorted(range(len(lv.domains)), key=lambda i: lv.domains[i][0])
+                rank = np.empty(len(order), dtype=np.int64)
+                rank[order] = np.arange(len(order))
+                ranks.append(rank)
+            view._kueue_name_rank = ranks  # type: ignore[attr-defined]
+        self.rank = ranks
 
     def children(self, dom: tuple[int, int]) -> list[tuple[int, int]]:
         level, i = dom
         if level == 0:
             return []
-        nodes = set(self.view.levels[level].domains[i][1])
-        below = self.view.levels[level - 1].domains
-        return [(level - 1, j) for j, (_, ns) in enumerate(below) if ns[0] in nodes]
+        return [(level - 1, j) for j in self.view.children[level][i]]
 
-    def name(self, dom: tuple[int, int]) -> str:
-        return self.view.levels[dom[0]].domains[dom[1]][0]
+    def pod_count(self, dom: tuple[int, int]) -> int:
+        return int(self.pods[dom[0]][dom[1]])
 
     def cap(self, dom: tuple[int, int], slices: bool) -> int:
-        return self.slices[dom] if slices else self.pods[dom]
+        arr = self.slices if slices else self.pods
+        return int(arr[dom[0]][dom[1]])
+
+    def set_pods(self, dom: tuple[int, int], value: int) -> None:
+        self.pods[dom[0]][dom[1]] = value
 
     def sort(self, doms: list[tuple[int, int]], slices: bool = True) -> list[tuple[int, int]]:
-        """``sortedDomains`` L1770-1796."""
+        """``sortedDomains`` L1770-1796: capacity (BestFit descending, LeastFreeCapacity
+        ascending), then pods ascending, then the domain's level values (its name)."""
+        if not doms:
+            return []
         sign = 1 if self.req.least_free_capacity else -1
-        return sorted(doms, key=lambda d: (sign * self.cap(d, slices), self.pods[d], self.name(d)))
+        lv = np.fromiter((d[0] for d in doms), dtype=np.int64, count=len(doms))
+        ix = np.fromiter((d[1] for d in doms), dtype=np.int64, count=len(doms))
+        arr = self.slices if slices else self.pods
+        cap = np.empty(len(doms), dtype=np.int64)
+        pods = np.empty(len(doms), dtype=np.int64)
+        rank = np.empty(len(doms), dtype=np.int64)
+        for level in np.unique(lv):
+            m = lv == level
+            cap[m] = arr[level][ix[m]]
+            pods[m] = self.pods[level][ix[m]]
+            rank[m] = self.rank[level][ix[m]]
+        order = np.lexsort((rank, pods, sign * cap))
+        return [doms[k] for k in order]
 
     def best_fit(self, doms: list[tuple[int, int]], needed: int, slices: bool) -> tuple[int, int]:
         """``findBestFitDomainBy`` L1307-1331: fewest that still fits, first on ties."""
@@ -172,30 +208,35 @@ class _Assign:
     def find_level(self, level: int, count: int) -> list[tuple[int, int]] | str:
         """``findLevelWithFitDomains`` L1336-1441."""
         req = self.req
-        doms = self.sort([(level, i) for i in range(len(self.view.levels[level].domains))])
         needed = count // req.slice_size
+        caps = self.slices[level]
+        if req.least_free_capacity:  # L1360-1373: the fullest domain that fits
+            fitting = np.flatnonzero(caps >= needed)
+            if len(fitting):
+                order = np.lexsort((self.rank[level][fitting], self.pods[level][fitting],
+                                    caps[fitting]))
+                return [(level, int(fitting[order[0]]))]
+            if req.required:
+                return f"no domain holds {needed} slices (most: {int(caps.max())})"
+        doms = self.sort([(level, i) for i in range(len(caps))])
         top = doms[0]
         if req.least_free_capacity:
-            for d in doms:  # L1360-1373: the fullest domain that fits
-                if self.slices[d] >= needed:
-                    return [d]
-            if req.required:
-                return f"no domain holds {needed} slices (most: {max(self.slices[d] for d in doms)})"
-        elif self.slices[top] >= needed:
+            pass
+        elif self.cap(top, True) >= needed:
             return [self.best_fit(doms, needed, True)]
-        if self.slices[top] < needed or req.least_free_capacity:
+        if self.cap(top, True) < needed or req.least_free_capacity:
             if req.required:
-                return f"the largest domain holds {self.slices[top]} of {needed} slices"
+                return f"the largest domain holds {self.cap(top, True)} of {needed} slices"
             if level < len(self.view.levels) - 1 and not req.unconstrained:
                 return self.find_level(level + 1, count)
             chosen, remaining = [], needed
             for idx, d in enumerate(doms):
                 if remaining <= 0:
                     break
-                if not req.least_free_capacity and self.slices[d] >= remaining:
+                if not req.least_free_capacity and self.cap(d, True) >= remaining:
                     d = self.best_fit(doms[idx:], remaining, True)
                 chosen.append(d)
-                remaining -= self.slices[d]
+                remaining -= self.cap(d, True)
             if remaining > 0:
                 return f"all domains together hold {needed - remaining} of {needed} slices"
             return chosen
@@ -210,12 +251,13 @@ class _Assign:
         for i, d in enumerate(doms):
             if not self.req.least_free_capacity and self.cap(d, slices) >= remaining:
                 d = self.best_fit(doms[i:], remaining, slices)
-            if self.cap(d, slices) >= remaining:
-                self.pods[d] = remaining * size
+            have = self.cap(d, slices)
+            if have >= remaining:
+                self.set_pods(d, remaining * size)
                 out.append(d)
                 return out
-            self.pods[d] = self.cap(d, slices) * size
-            remaining -= self.cap(d, slices)
+            self.set_pods(d, have * size)
+            remaining -= have
             out.append(d)
         return out if remaining <= 0 else []
 
@@ -232,11 +274,11 @@ class _Assign:
             nxt = []
             for d in current:
                 kids = self.sort(self.children(d), slices=False)
-                nxt += self.to_minimum(kids, self.pods[d], False)
+                nxt += self.to_minimum(kids, self.pod_count(d), False)
             current = nxt
             level -= 1
-        return {self.view.levels[0].domains[d[1]][1][0]: self.pods[d]
-                for d in current if self.pods[d] > 0}
+        return {self.view.levels[0].domains[d[1]][1][0]: self.pod_count(d)
+                for d in current if self.pod_count(d) > 0}
 
 
 def _assign_podset(job: TrainingJob, ps: list[GangUnit], view: ClusterView, state: FreeState
@@ -247,7 +289,7 @@ def _assign_podset(job: TrainingJob, ps: list[GangUnit], view: ClusterView, stat
     if not pods:
         return f"podset {ps[0].group!r}: no node of an accepted GPU type"
     pod_gpus = max(p.gpus for p in pods)
-    eligible = {n for n, node in view.nodes.items() if view.suits(ps[0], node)}
+    eligible = eligible_nodes(view, ps[:1])
     req = topology_request(job, ps, len(per_unit[0]), view)
     what = f"podset {ps[0].group!r} ({len(pods)} pods x {pod_gpus} GPUs)"
     assign = _Assign(view, state, eligible, pod_gpus, req)
@@ -277,15 +319,16 @@ def place_job(job: TrainingJob, state: FreeState, views: list[ClusterView],
     units = job.units()
     reasons: list[str] = []
     for view in views:
-        trial = state.copy(list(view.nodes))
         placed: dict[str, list[GPURef]] = {}
-        for ps in podsets(units):
-            got = _assign_podset(job, ps, view, trial)
+        for ps in podsets(units):  # each PodSet sees the ones before it (assumed usage)
+            got = _assign_podset(job, ps, view, state)
             if isinstance(got, str):
                 reasons.append(f"kueue: {view.cluster.name}: {got}")
+                for gpus in placed.values():  # not admitted: give the earlier PodSets' GPUs back
+                    for g in gpus:
+                        state.release(g.node, [g.gpu])
                 break
             placed.update(got)
         else:
-            state.commit(trial)
             return JobOutcome(units=placed)
     return JobOutcome(reasons=reasons)

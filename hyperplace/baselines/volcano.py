@@ -72,6 +72,8 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from hyperplace.baselines.common import (
     ClusterView,
     FreeState,
@@ -150,10 +152,14 @@ def tier_level(view: ClusterView, hops: int) -> int | None:
     return allowed[-1] if allowed else view.hypernode_levels[0]
 
 
-# ---- scores -------------------------------------------------------------------------
+# ---- scores ----------------------------------------------------------------------------
 
 class _Scorer:
-    """Node and HyperNode scores of the configured plugins, on the current state."""
+    """Node and HyperNode scores of the configured plugins on the current state (vectorised).
+
+    Scores are computed for a list of candidate nodes at once, in the node order given;
+    equal inputs give bit-equal floats, so ties are exact, as they are in Go.
+    """
 
     def __init__(self, view: ClusterView, state: FreeState, config: VolcanoConfig):
         self.view = view
@@ -161,7 +167,7 @@ class _Scorer:
         self.config = config
 
     def hypernode_binpack(self, level: int, dom: int, request: int) -> float:
-        """``getPodHyperNodeBinPackingScore`` / ``getSubJobHyperNodeBinPackingScore``."""
+        """``getSubJobHyperNodeBinPackingScore`` for one HyperNode (0 when GPUs are unweighted)."""
         if not self.config.gpu_binpack:
             return 0.0  # no resource with a weight: totalWeight 0 -> ZeroScore
         nodes = self.view.levels[level].domains[dom][1]
@@ -171,98 +177,119 @@ class _Scorer:
             return 0.0
         return (used + request) / alloc
 
-    def binpack(self, node: str, request: int) -> float:
-        """binpack.go ``BinPackingScore`` for a GPU-only task."""
-        if not self.config.gpu_binpack:
-            return 0.0
-        alloc = self.state.allocatable[node]
-        used = self.state.used[node]
-        if alloc <= 0 or used + request > alloc:
-            return 0.0
-        return MAX_NODE_SCORE * (used + request) / alloc
+    def node_scores(self, cands: list[str], request: int, placed: list[str] | None,
+                    total_tasks: int) -> np.ndarray:
+        """binpack + network-topology-aware score per candidate (``placed`` None: no topology)."""
+        view = self.view
+        idx = np.fromiter((view.index[n] for n in cands), dtype=np.int64, count=len(cands))
+        score = np.zeros(len(cands))
+        if self.config.gpu_binpack:
+            used = np.fromiter((self.state.used[n] for n in cands), dtype=float, count=len(cands))
+            alloc = view.allocatable[idx]
+            fits = (alloc > 0) & (used + request <= alloc)
+            score += np.where(fits, MAX_NODE_SCORE * (used + request) / np.maximum(alloc, 1), 0.0)
+        if placed is None:
+            score += self._normal_pod(idx, request)
+        elif placed:
+            score += self._topology_pod(idx, placed)
+            score = self._task_share(score, idx, placed, total_tasks)
+        return score
 
-    def normal_pod(self, node: str, request: int) -> float:
-        """``batchNodeOrderFnForNormalPods``: tier-faded HyperNode binpack."""
+    def _normal_pod(self, idx: np.ndarray, request: int) -> np.ndarray:
+        """``batchNodeOrderFnForNormalPods``: tier-faded HyperNode binpack (L479-516)."""
         levels = self.view.hypernode_levels
-        if not levels:
-            return 0.0
-        total = weight_sum = 0.0
+        if not levels or not self.config.gpu_binpack:
+            return np.zeros(len(idx))  # every HyperNode scores ZeroScore: no weighted resource
+        view = self.view
+        used_all = np.fromiter((self.state.used[n] for n in view.order), dtype=float,
+                               count=len(view.order))
+        total = np.zeros(len(idx))
+        weight_sum = 0.0
         for tier, level in enumerate(levels, start=1):
             w = self.config.normal_pod_fading ** (tier - 1)
             weight_sum += w
-            total += w * self.hypernode_binpack(level, self.view.member[level][node], request)
-        return MAX_NODE_SCORE * total / weight_sum if weight_sum > 0 else 0.0
+            member = view.member_idx[level]
+            ndom = len(view.levels[level].domains)
+            dom_used = np.bincount(member, weights=used_all, minlength=ndom)
+            dom_alloc = np.bincount(member, weights=view.allocatable, minlength=ndom)
+            fits = (dom_alloc > 0) & (dom_used + request <= dom_alloc)
+            dom_score = np.where(fits, (dom_used + request) / np.maximum(dom_alloc, 1), 0.0)
+            total += w * dom_score[member[idx]]
+        return MAX_NODE_SCORE * total / weight_sum if weight_sum > 0 else np.zeros(len(idx))
 
-    def topology_pod(self, node: str, placed: list[str], total_tasks: int) -> float:
-        """``batchNodeOrderFnForNetworkAwarePods`` without the task-count tie term."""
-        if not placed or not self.view.hypernode_levels:
-            return 0.0
+    def _lca(self, idx: np.ndarray, placed: list[str]) -> np.ndarray:
+        """Per candidate, the lowest level whose domain holds it and every placed node."""
+        view = self.view
+        top = len(view.levels)
+        out = np.zeros(len(idx), dtype=np.int64)
+        for p in set(placed):
+            pi = view.index[p]
+            lca = np.full(len(idx), top, dtype=np.int64)
+            for level in range(top - 1, -1, -1):
+                member = view.member_idx[level]
+                lca = np.where(member[idx] == member[pi], level, lca)
+            out = np.maximum(out, lca)
+        return out
+
+    def _topology_pod(self, idx: np.ndarray, placed: list[str]) -> np.ndarray:
+        """``batchNodeOrderFnForNetworkAwarePods`` (L559-577) with ``networkTopologyAwareScore``
+        (L760-798): full score in the same leaf HyperNode, else by the LCA's tier."""
         levels = self.view.hypernode_levels
-        lca = max(self.view.lca_level(node, p) or 10**9 for p in placed)
-        leaf = levels[0]
-        if lca <= leaf:
-            return MAX_NODE_SCORE * FULL_SCORE
-        if lca not in levels:
-            return 0.0
-        if len(levels) == 1:
-            return MAX_NODE_SCORE * FULL_SCORE
-        tier = levels.index(lca) + 1
-        return MAX_NODE_SCORE * (len(levels) - tier) / (len(levels) - 1)
+        if not levels:
+            return np.zeros(len(idx))
+        lca = self._lca(idx, placed)
+        score = np.zeros(len(idx))
+        score[lca <= levels[0]] = FULL_SCORE
+        if len(levels) > 1:
+            for tier, level in enumerate(levels[1:], start=2):
+                score[lca == level] = (len(levels) - tier) / (len(levels) - 1)
+        return MAX_NODE_SCORE * score
 
-
-def _best(scored: list[tuple[float, str]], rng: random.Random) -> str:
-    """``SelectBestNodeAndScore``: the highest score, one of the equal ones at random."""
-    top = max(s for s, _ in scored)
-    return rng.choice([n for s, n in scored if s == top])
+    def _task_share(self, score: np.ndarray, idx: np.ndarray, placed: list[str],
+                    total: int) -> np.ndarray:
+        """L578-586: among the best-scoring nodes, add the job's task share of their leaf."""
+        levels = self.view.hypernode_levels
+        if not levels or len(score) == 0:
+            return score
+        best = score == score.max()
+        if best.sum() < 2:
+            return score
+        member = self.view.member_idx[levels[0]]
+        counts = np.bincount(member[[self.view.index[p] for p in placed]],
+                             minlength=len(self.view.levels[levels[0]].domains))
+        share = counts[member[idx]] / total
+        return np.where(best, score + MAX_NODE_SCORE * share, score)
 
 
 def _place_tasks(pods: list[Pod], nodes: list[str], view: ClusterView, state: FreeState,
                  rng: random.Random, config: VolcanoConfig, with_topology: bool
                  ) -> dict[str, list[GPURef]] | None:
-    """``allocateResourcesForTasks``: pod by pod, best node each; None if one does not fit."""
+    """``allocateResourcesForTasks``: pod by pod, best node each; None if one does not fit.
+
+    ``SelectBestNodeAndScore``: the highest score, one of the equal ones at random (nodes
+    in cluster order, so a seed reproduces the run).
+    """
     scorer = _Scorer(view, state, config)
     placed_nodes: list[str] = []
     out: dict[str, list[GPURef]] = {}
     for pod in pods:
         candidates = [n for n in nodes
                       if state.count(n) >= pod.gpus and view.suits(pod.unit, view.nodes[n])]
-        if not candidates:
+        if not candidates:  # the gang does not fit: discard what this job took (L865)
+            for gpus in out.values():
+                for g in gpus:
+                    state.release(g.node, [g.gpu])
             return None
-        if len(candidates) == 1:
+        if len(candidates) == 1:  # allocate.go L934-935: a single node is used as is
             best = candidates[0]
         else:
-            scored = []
-            for n in candidates:
-                score = scorer.binpack(n, pod.gpus)
-                if with_topology:
-                    score += scorer.topology_pod(n, placed_nodes, len(pods))
-                else:
-                    score += scorer.normal_pod(n, pod.gpus)
-                scored.append((score, n))
-            if with_topology and placed_nodes:
-                scored = _task_share_tiebreak(scored, placed_nodes, view, len(pods))
-            best = _best(scored, rng)
+            scores = scorer.node_scores(candidates, pod.gpus,
+                                        placed_nodes if with_topology else None, len(pods))
+            top = np.flatnonzero(scores == scores.max())
+            best = candidates[int(top[rng.randrange(len(top))])]
         out.setdefault(pod.unit.name, []).extend(
             GPURef(node=best, gpu=g) for g in state.take(best, pod.gpus))
         placed_nodes.append(best)
-    return out
-
-
-def _task_share_tiebreak(scored: list[tuple[float, str]], placed: list[str], view: ClusterView,
-                         total: int) -> list[tuple[float, str]]:
-    """L578-586: among the best-scoring nodes, add the job's task share of their leaf."""
-    top = max(s for s, _ in scored)
-    best = [n for s, n in scored if s == top]
-    if len(best) < 2 or not view.hypernode_levels:
-        return scored
-    leaf = view.hypernode_levels[0]
-    member = view.member[leaf]
-    out = []
-    for s, n in scored:
-        if s == top:
-            share = sum(1 for p in placed if member[p] == member[n]) / total
-            s += MAX_NODE_SCORE * share
-        out.append((s, n))
     return out
 
 
@@ -402,15 +429,10 @@ def place_job(job: TrainingJob, state: FreeState, views: list[ClusterView],
             got = _hard_job(units, view, state, rng, config, top)
         else:
             pods = _pods_of(units, view)
-            trial = state.copy(list(view.nodes))
             placed = None if pods is None else _place_tasks(
-                pods, list(view.nodes), view, trial, rng, config,
-                with_topology=hops is not None)
-            if placed is None:
-                got = "the gang's tasks do not all fit, one by one over all nodes"
-            else:
-                state.commit(trial)
-                got = placed
+                pods, view.order, view, state, rng, config, with_topology=hops is not None)
+            got = placed if placed is not None else (
+                "the gang's tasks do not all fit, one by one over all nodes")
         if isinstance(got, str):
             reasons.append(f"{view.cluster.name}: {got}")
             continue
