@@ -1,14 +1,15 @@
-"""Placement bench: the engine's solvers against Volcano-, Kueue-TAS- and Slurm-style rules.
+"""Placement bench: the engine's solvers against the peers' rules (Volcano, Kueue, Slurm).
 
 Usage::
 
-    .venv/bin/python bench/bench_placement.py [--quick] [--budget S] [--out bench/results/placement.md]
+    .venv/bin/python bench/bench_placement.py [--quick] [--budget S] [--seeds N] [--only NAME]
 
-Every plan (engine or baseline) goes through the independent checker and the same metrics
-(``hyperplace.metrics``). Baselines are NVLink- and link-speed-blind on purpose, so their
-plans may break constraints; a job with any violation of its own is not *usefully*
-admitted, and the ratio column compares usefully admitted priority-weighted demand with
-the best baseline's. See bench/README.md for what each column means.
+Every plan (engine or peer) goes through the independent checker and the same metrics
+(``hyperplace.metrics``). The peer rules (``hyperplace.baselines``) are re-implemented from
+their source; Volcano and the kube-scheduler break ties at random, so those rules run over
+``--seeds`` seeds and every peer figure is a mean with its range. Jobs that no placement
+can satisfy (each solved alone on the emptied cluster) are removed before anyone is
+measured and listed per instance: nobody is charged for them. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -19,20 +20,22 @@ import importlib.util
 import multiprocessing
 import os
 import platform
+import statistics
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hyperplace.baselines import BASELINES  # noqa: E402
-from hyperplace.baselines.peer_cases import PEER_CASES, load_peer_case  # noqa: E402
-from hyperplace.check import check  # noqa: E402
-from hyperplace.metrics import PlanMetrics, plan_metrics  # noqa: E402
-from hyperplace.models import Instance, PlacementPlan  # noqa: E402
+from hyperplace.baselines import BASELINES, RANDOMISED
+from hyperplace.baselines.peer_cases import PEER_CASES, load_peer_case
+from hyperplace.check import Violation, check
+from hyperplace.metrics import PlanMetrics, plan_metrics
+from hyperplace.models import Instance, PlacementPlan
 
 ENGINE_SOLVERS = ("auto", "cpsat", "milp", "greedy")
 MILP_MAX_GPUS = 1 << 30  # no cap: the driver itself falls back when a model is too large for the budget
@@ -53,6 +56,32 @@ class Row:
     metrics: PlanMetrics | None
     wall_s: float
     note: str = ""
+    violations: list[Violation] | None = None
+    seed: int | None = None
+
+    @property
+    def useful_gpus(self) -> int:
+        """Admitted GPUs of jobs with no violation of their own requirements."""
+        if self.plan is None:
+            return 0
+        bad = bad_jobs(self.violations or [])
+        return sum(len(p.gpus) for p in self.plan.placements if p.job not in bad)
+
+    @property
+    def held_gpus(self) -> int:
+        return int(self.plan.objective_terms.get("held_gpus", 0)) if self.plan else 0
+
+
+def bad_jobs(violations: list[Violation]) -> set[str]:
+    """Jobs placed in violation of their own requirements (priority inversion is not one)."""
+    return {v.job for v in violations if v.job is not None and v.code != "priority-inversion"}
+
+
+def violated(violations: list[Violation]) -> Counter[str]:
+    """Requirement broken -> number of jobs placed breaking it."""
+    seen = {(v.code, v.job) for v in violations
+            if v.job is not None and v.code != "priority-inversion"}
+    return Counter(code for code, _ in seen)
 
 
 def engine() -> Callable[..., PlacementPlan] | None:
@@ -103,7 +132,7 @@ def instances(quick: bool) -> list[tuple[str, Callable[[], Instance]]]:
 _CHILD_JOB: Callable[[], PlacementPlan] | None = None
 
 
-def _child(conn: "multiprocessing.connection.Connection") -> None:
+def _child(conn: multiprocessing.connection.Connection) -> None:
     """Runs in a forked process: solve, send (wall seconds, plan or error text)."""
     assert _CHILD_JOB is not None
     start = time.perf_counter()
@@ -154,11 +183,48 @@ def run_one(solver: str, run: Callable[[], PlacementPlan], inst: Instance,
     if isinstance(plan, str):
         return Row(solver, None, None, wall, plan)
     violations = check(plan, inst)
-    return Row(solver, plan, plan_metrics(plan, inst, violations), wall)
+    return Row(solver, plan, plan_metrics(plan, inst, violations), wall, violations=violations)
+
+
+def _doc(instance: Instance) -> dict:
+    doc = {"apiVersion": instance.api_version, "kind": instance.kind, **instance.to_doc()}
+    doc["spec"]["jobs"] = [{"apiVersion": j.api_version, "kind": j.kind, **j.to_doc()}
+                           for j in instance.jobs]
+    return doc
+
+
+def _with(instance: Instance, jobs: list[str], empty: bool = False) -> Instance:
+    """The instance with only ``jobs`` pending (and every GPU freed when ``empty``)."""
+    doc = _doc(instance)
+    doc["spec"]["jobs"] = [j for j in doc["spec"]["jobs"] if j["metadata"]["name"] in jobs]
+    if empty:
+        for cluster in doc["spec"]["clusters"]:
+            for node in cluster.get("nodes", []):
+                node.pop("allocated", None)
+    return Instance.model_validate(doc)
+
+
+def impossible_jobs(inst: Instance, solve: Callable[..., PlacementPlan] | None,
+                    pending: list[str], limit: int = 40) -> dict[str, str] | None:
+    """Jobs no placement can satisfy: pending even alone on the emptied cluster.
+
+    Checked for the engine's pending jobs only (a job the engine placed is possible), and
+    only when there are at most ``limit`` of them (None: not checked).
+    """
+    if solve is None or len(pending) > limit:
+        return None
+    out = {}
+    for name in pending:
+        alone = _with(inst, [name], empty=True)
+        plan = solve(alone, solver="auto", budget_s=5.0, seed=0)
+        if not plan.admitted and plan.status == "optimal":
+            out[name] = plan.pending[0].reasons[0] if plan.pending else "no placement"
+    return out
 
 
 def bench_instance(inst: Instance, budget: float, solve: Callable[..., PlacementPlan] | None,
-                   cap_s: float) -> tuple[list[Row], list[str]]:
+                   cap_s: float, seeds: int) -> tuple[list[Row], dict[str, list[Row]], list[str]]:
+    """Engine rows (one run each) and, per peer rule, one row per seed."""
     rows: list[Row] = []
     notes: list[str] = []
     gpus = sum(n.gpu_count for c in inst.clusters for n in c.nodes)
@@ -167,17 +233,21 @@ def bench_instance(inst: Instance, budget: float, solve: Callable[..., Placement
     else:
         for solver in ENGINE_SOLVERS:
             if solver == "milp" and gpus > MILP_MAX_GPUS:
-                notes.append(f"milp skipped: {gpus} GPUs > {MILP_MAX_GPUS} (model build does not "
-                             f"fit a {budget:g} s budget)")
                 continue
             rows.append(run_one(solver, lambda s=solver: solve(inst, solver=s, budget_s=budget,
                                                                seed=0), inst, cap_s))
+    peers: dict[str, list[Row]] = {}
     for name, baseline in BASELINES.items():
-        rows.append(run_one(name, lambda b=baseline: b(inst), inst))
-    return rows, notes
+        runs = []
+        for seed in (range(seeds) if name in RANDOMISED else range(1)):
+            row = run_one(name, lambda b=baseline, sd=seed: b(inst, seed=sd), inst)
+            row.seed = seed
+            runs.append(row)
+        peers[name] = runs
+    return rows, peers, notes
 
 
-def _num(x: float | int | None, digits: int = 2) -> str:
+def _num(x: float | None, digits: int = 2) -> str:
     if x is None:
         return "-"
     if isinstance(x, int) or float(x).is_integer():
@@ -186,35 +256,121 @@ def _num(x: float | int | None, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
-HEADER = ("| solver | status | adm. weighted demand | useful weighted demand | jobs adm. | "
-          "usefully adm. | GPUs | unit hops mean/max | job hops mean/max | free nodes / leaves "
-          "| objective | bound | gap | wall s | violations | useful vs best baseline |")
+def spread(values: list[float], digits: int = 1) -> str:
+    """Mean, and the range over seeds when it is not a single value."""
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    lo, hi = min(values), max(values)
+    if lo == hi:
+        return _num(lo, digits)
+    return f"{_num(mean, digits)} ({_num(lo, digits)}-{_num(hi, digits)})"
 
 
-def table(rows: list[Row]) -> list[str]:
-    baseline_best = max((r.metrics.useful_weighted_demand for r in rows
-                         if r.metrics and r.solver in BASELINES), default=0)
+def ratio_text(engine: float | None, other: float) -> str:
+    """engine / other to 3 decimals; ``(+)``/``(-)`` when it differs from 1 below that."""
+    if engine is None:
+        return "-"
+    if other == 0:
+        return "inf" if engine else "-"
+    x = engine / other
+    text = f"{x:.3f}"
+    if text == "1.000" and engine != other:
+        text += " (+)" if engine > other else " (-)"
+    return text
+
+
+def _weighted(r: Row) -> float:
+    return float(r.metrics.useful_weighted_demand) if r.metrics else 0.0
+
+
+def _violations_text(runs: list[Row]) -> str:
+    """Requirement: jobs placed breaking it (mean over seeds when they differ)."""
+    total: Counter[str] = Counter()
+    for r in runs:
+        total.update(violated(r.violations or []))
+    if not total:
+        return "none"
+    n = len(runs)
+    return ", ".join(f"{code} {_num(c / n, 1)}" for code, c in sorted(total.items()))
+
+
+HEADER = ("| solver | seeds | status | useful weighted demand | engine `auto` / this (weighted) "
+          "| admitted GPUs | useful GPUs | admitted jobs | useful jobs | jobs placed breaking "
+          "their own requirements | GPUs held by partly bound jobs | gap | wall s |")
+
+
+def table(rows: list[Row], peers: dict[str, list[Row]]) -> list[str]:
+    """One line per engine solver and per peer rule (peer figures: mean (min-max) over seeds)."""
+    auto = next((r for r in rows if r.solver == "auto" and r.metrics), None)
     columns = HEADER.count("|") - 1
     lines = [HEADER, "|" + "|".join("---" for _ in range(columns)) + "|"]
+
+    def ratio(value: float) -> str:
+        return ratio_text(_weighted(auto) if auto else None, value)
+
     for r in rows:
         if r.plan is None or r.metrics is None:
-            # solver, note in the status column, blanks up to wall s, then violations, ratio
-            lines.append(f"| {r.solver} | {r.note} |" + " |" * (columns - 5)
-                         + f" {r.wall_s:.2f} | - | - |")
+            lines.append(f"| {r.solver} | - | {r.note} |" + " - |" * (columns - 4)
+                         + f" {r.wall_s:.2f} |")
             continue
         m, p = r.metrics, r.plan
-        ratio = (f"{m.useful_weighted_demand / baseline_best:.3f}" if baseline_best
-                 else ("inf" if m.useful_weighted_demand else "-"))
         lines.append("| " + " | ".join([
-            p.solver if p.solver == r.solver else f"{r.solver} ({p.solver})",
-            str(p.status), _num(m.admitted_weighted_demand), _num(m.useful_weighted_demand),
-            str(m.admitted_jobs), str(m.usefully_admitted_jobs), str(m.admitted_gpus),
-            f"{_num(m.unit_hops_mean)}/{_num(m.unit_hops_max)}",
-            f"{_num(m.job_hops_mean)}/{_num(m.job_hops_max)}",
-            f"{m.whole_free_nodes} / {m.whole_free_leaf_domains}",
-            _num(p.objective), _num(p.bound), _num(p.gap, 4), f"{r.wall_s:.2f}",
-            str(m.violations), ratio]) + " |")
+            p.solver if p.solver == r.solver else f"{r.solver} ({p.solver})", "-",
+            str(p.status), _num(m.useful_weighted_demand), ratio(_weighted(r)),
+            str(m.admitted_gpus), str(r.useful_gpus), str(m.admitted_jobs),
+            str(m.usefully_admitted_jobs), _violations_text([r]), str(r.held_gpus),
+            _num(p.gap, 4), f"{r.wall_s:.2f}"]) + " |")
+    for name, runs in peers.items():
+        ok = [r for r in runs if r.metrics]
+        if not ok:
+            lines.append(f"| {name} | {len(runs)} | {runs[0].note} |" + " - |" * (columns - 4)
+                         + f" {runs[0].wall_s:.2f} |")
+            continue
+        weighted = [_weighted(r) for r in ok]
+        lines.append("| " + " | ".join([
+            name, str(len(ok)), "feasible", spread(weighted, 0),
+            ratio(statistics.fmean(weighted)),
+            spread([r.metrics.admitted_gpus for r in ok]), spread([r.useful_gpus for r in ok]),
+            spread([r.metrics.admitted_jobs for r in ok]),
+            spread([r.metrics.usefully_admitted_jobs for r in ok]), _violations_text(ok),
+            spread([r.held_gpus for r in ok]), "-",
+            f"{statistics.fmean(r.wall_s for r in ok):.2f}"]) + " |")
     return lines
+
+
+SUMMARY_HEADER = (
+    "| instance | GPUs (free) / jobs | removed as impossible | engine `auto`: status, gap, "
+    "wall s | engine useful GPUs / jobs | best peer rule (by mean useful weighted demand) | "
+    "its useful GPUs | its useful jobs | its jobs breaking their requirements | weighted: "
+    "engine / best peer mean |")
+
+
+def summary_line(name: str, inst: Instance, removed: dict[str, str] | None, rows: list[Row],
+                 peers: dict[str, list[Row]]) -> str:
+    gpus = sum(n.gpu_count for c in inst.clusters for n in c.nodes)
+    free = sum(n.free_count for c in inst.clusters for n in c.nodes)
+    auto = next((r for r in rows if r.solver == "auto"), None)
+    if auto is None or auto.metrics is None or auto.plan is None:
+        engine, eng_useful, eng_w = (auto.note if auto else "-"), "-", None
+    else:
+        p = auto.plan
+        engine = f"{p.status} ({p.solver}), {_num(p.gap, 4)}, {auto.wall_s:.2f}"
+        eng_useful = f"{auto.useful_gpus} / {auto.metrics.usefully_admitted_jobs}"
+        eng_w = _weighted(auto)
+    scored = [(statistics.fmean(_weighted(r) for r in runs), name_, runs)
+              for name_, runs in peers.items() if runs and all(r.metrics for r in runs)]
+    if not scored:
+        return f"| {name} | {gpus:,} ({free:,}) / {len(inst.jobs)} | - | {engine} | {eng_useful} | - | - | - | - | - |"
+    best_w, best, runs = max(scored, key=lambda t: t[0])
+    ratio = ratio_text(eng_w, best_w)
+    gone = ("not checked" if removed is None else
+            (", ".join(sorted(removed)) if removed else "none"))
+    return (f"| {name} | {gpus:,} ({free:,}) / {len(inst.jobs)} | {gone} | {engine} | "
+            f"{eng_useful} | {best} ({len(runs)} seed{'s' if len(runs) > 1 else ''}) | "
+            f"{spread([r.useful_gpus for r in runs])} | "
+            f"{spread([r.metrics.usefully_admitted_jobs for r in runs])} | "
+            f"{_violations_text(runs)} | {ratio} |")
 
 
 def machine() -> str:
@@ -229,10 +385,35 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs ({model}), Python {platform.python_version()}"
 
 
+CONFIG_NOTES = [
+    "- peer rules (`hyperplace/baselines/`, each rule cited to upstream file and line): "
+    "`volcano-style` = Volcano allocate + network-topology-aware + binpack with "
+    "`binpack.resources: nvidia.com/gpu` and `hypernode.binpack.resources: nvidia.com/gpu` "
+    "(weight 1): the configuration this bench assumes for Volcano; `volcano-default` = the "
+    "shipped volcano-scheduler.conf weights (GPUs unweighted, so every feasible node ties and "
+    "the choice is random); `kueue-tas-style` = Kueue TAS (implied PodSets LeastFreeCapacity, "
+    "required BestFit; TASProfileMixed on); `kueue-quota-style` = Kueue without TAS (quota "
+    "only, pods bound one by one); `slurm-tree-style` = Slurm topology/tree with gres Links=. "
+    "GPUs inside a node: NVIDIA's device plugin BestEffortPolicy for the Kubernetes rules, "
+    "Slurm's gres selection for Slurm",
+    "- weighted = priority-weighted admitted GPUs, sum of W[priority] x GPUs over admitted "
+    "jobs with no violation of their own, W = the engine's lexicographic priority weights "
+    "(`hyperplace/formulations/priority.py`: one GPU at a priority outweighs all lower-priority "
+    "demand); the ratio column divides the engine's `auto` figure by the rule's mean; "
+    "`1.000 (+)` / `(-)`: higher / lower by less than 0.05 % (e.g. more GPUs at a higher "
+    "priority and fewer in total)",
+    "- useful GPUs / jobs: admitted GPUs / jobs of jobs placed with no violation of their own "
+    "requirements (the checker's codes are listed in the violations column: e.g. "
+    "`nvlink-bandwidth` = GPUs of a unit not NVLink-connected as asked)",
+]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small instances only (< 1 min)")
     parser.add_argument("--budget", type=float, default=10.0, help="engine budget per solve, s")
+    parser.add_argument("--seeds", type=int, default=5,
+                        help="seeds per randomised peer rule (Volcano, kube-scheduler)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "placement.md")
     parser.add_argument("--cap", type=float, default=None,
                         help="hard wall-clock cap per engine solve, s (default: 6 x budget + 30)")
@@ -240,45 +421,69 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.budget <= 0:
         parser.error("--budget: must be > 0")
+    if args.seeds < 1:
+        parser.error("--seeds: must be >= 1")
 
     solve = engine()
     cap_s = args.cap if args.cap is not None else 6 * args.budget + 30
     started = dt.datetime.now().astimezone()
-    out = [
+    command = (f"bench/bench_placement.py{' --quick' if args.quick else ''} --budget "
+               f"{args.budget:g} --seeds {args.seeds}" + (f" --only {args.only}" if args.only else ""))
+    head = [
         "# Placement bench",
         "",
         f"- date: {started:%Y-%m-%d %H:%M %Z}",
-        f"- machine: {machine()}",
-        f"- command: `bench/bench_placement.py{' --quick' if args.quick else ''} "
-        f"--budget {args.budget:g}`; engine solves are cut off after {cap_s:g} s wall "
+        f"- machine: {machine()}; shared with other work while it ran, so wall times are noisy",
+        f"- command: `{command}`; engine solves are cut off after {cap_s:g} s wall "
         "(a row says `timeout`)",
         f"- generated instances: types {', '.join(GENERATED_TYPES)}, fragmentation "
         f"{GENERATED_FRAGMENTATION}, seed {GENERATED_SEED}; generated-llm-*: job sizes x8 "
         f"(Philly sizes read in 8-GPU nodes), fragmentation {GENERATED_LLM_FRAGMENTATION}",
-        "- useful = admitted jobs with no checker violation of their own; the last column is "
-        "useful weighted demand / best baseline's useful weighted demand (see bench/README.md)",
+        f"- randomised peer rules ({', '.join(sorted(RANDOMISED))}) run with seeds 0..{args.seeds - 1}; "
+        "their figures are mean (min-max) over the seeds; the others are deterministic (1 run)",
+        *CONFIG_NOTES,
+        "- jobs no placement can satisfy (pending in the engine's proven-optimal plan of the job "
+        "alone on the emptied cluster) are removed before anyone is measured and listed",
         "",
     ]
+    summary = ["## Summary", "", SUMMARY_HEADER,
+               "|" + "|".join("---" for _ in range(SUMMARY_HEADER.count("|") - 1)) + "|"]
+    body: list[str] = []
     for name, load in instances(args.quick):
         if args.only and args.only not in name:
             continue
         t0 = time.perf_counter()
         inst = load()
         load_s = time.perf_counter() - t0
+        removed: dict[str, str] | None = None
+        if solve is not None and len(inst.jobs) <= 200:
+            first = solve(inst, solver="auto", budget_s=args.budget, seed=0)
+            removed = impossible_jobs(inst, solve, [p.job for p in first.pending])
+        measured = inst
+        if removed:
+            measured = _with(inst, [j.name for j in inst.jobs if j.name not in removed])
         free = sum(n.free_count for c in inst.clusters for n in c.nodes)
         gpus = sum(n.gpu_count for c in inst.clusters for n in c.nodes)
         title = (f"## {name}: {gpus:,} GPUs ({free:,} free), {len(inst.jobs)} pending jobs "
                  f"(loaded in {load_s:.1f} s)")
         print(title, flush=True)
-        rows, notes = bench_instance(inst, args.budget, solve, cap_s)
-        lines = table(rows)
+        rows, peers, notes = bench_instance(measured, args.budget, solve, cap_s, args.seeds)
+        lines = table(rows, peers)
+        if removed:
+            notes.insert(0, "removed as impossible for everyone (not counted for any row): "
+                         + "; ".join(f"`{j}`: {why}" for j, why in sorted(removed.items())))
         print("\n".join(lines))
         for note in notes:
             print(f"note: {note}")
         print(flush=True)
-        out += [title, "", *lines, "", *(f"- {n}" for n in notes), ""]
+        body += [title, "", *lines, "", *(f"- {n}" for n in notes), ""]
+        summary.append(summary_line(name, measured, removed, rows, peers))
+    text = "\n".join(head + summary + [""] + body) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(out) + "\n", encoding="utf-8")
+    tmp = args.out.with_suffix(args.out.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, args.out)
+    print("\n".join(summary))
     print(f"wrote {args.out}")
     return 0
 

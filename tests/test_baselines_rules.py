@@ -17,8 +17,8 @@ from hyperplace.baselines import (
     new_state,
     place_one,
     run_peer,
+    volcano,
 )
-from hyperplace.baselines import volcano
 from hyperplace.baselines.common import FreeState
 from hyperplace.baselines.gpu_choice import device_plugin_choice, slurm_gres_choice
 from hyperplace.baselines.peer_cases import _dp, _job, _node, _tp

@@ -31,11 +31,12 @@ import math
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
+from hyperplace.baselines.gpu_choice import CHOOSERS
 from hyperplace.models import (
     Cluster,
     GangUnit,
@@ -54,8 +55,6 @@ from hyperplace.models.plan import (
     UnitPlacement,
 )
 from hyperplace.models.result import SolveStatus
-
-from hyperplace.baselines.gpu_choice import CHOOSERS
 
 INF_RADIUS = 10**9
 
@@ -208,7 +207,7 @@ class FreeState:
         # quota (GPUs) reserved per cluster by admitted jobs whose pods are not bound
         self.reserved: dict[str, int] = {}
 
-    def copy(self, nodes: list[str] | None = None) -> "FreeState":
+    def copy(self, nodes: list[str] | None = None) -> FreeState:
         """A scratch copy (of ``nodes`` only, when given) for dry runs."""
         out = FreeState.__new__(FreeState)
         keys = nodes if nodes is not None else list(self.free)
@@ -249,7 +248,7 @@ class FreeState:
         self.free[node] = sorted(set(self.free[node]) | back)
         self.used[node] -= len(back)
 
-    def commit(self, other: "FreeState") -> None:
+    def commit(self, other: FreeState) -> None:
         """Adopt a dry run's state for the nodes it covers."""
         for n in other.free:
             self.free[n] = other.free[n]
