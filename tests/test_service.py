@@ -51,7 +51,8 @@ def test_health_ready_openapi_metrics(http: httpx.Client) -> None:
     ready = http.get("/readyz").json()
     assert ready["status"] == "ready" and ready["workers"] == 2
     spec = http.get("/openapi.json").json()
-    for path in ("/v1/placement", "/v1/layer-split", "/v1/check", "/v1/runs",
+    for path in ("/v1/placement", "/v1/layer-split", "/v1/check", "/v1/runs", "/v1/predict",
+                 "/v1/federation", "/v1/estimate",
                  "/v1/runs/{run_id}", "/v1/clusters/{name}", "/v1/extender/filter",
                  "/v1/extender/prioritize", "/v1/volcano/predicate", "/v1/volcano/prioritize",
                  "/healthz", "/readyz", "/metrics"):
@@ -131,6 +132,36 @@ def test_layer_split_endpoint(http: httpx.Client) -> None:
     assert check_split(plan, problem) == []
 
 
+def test_predict_federation_estimate_endpoints(http: httpx.Client) -> None:
+    from hyperplace.costmodel.predict import predict
+    from hyperplace.federation.estimate import estimate
+    from hyperplace.federation.problem import from_training_job
+    from hyperplace.models.federation import EstimateReport, FederationPlan
+    from hyperplace.models.profiles import resolve_model
+
+    r = http.post("/v1/predict", json={"modelName": "llama3-8b", "gpu": "H100", "tp": 2,
+                                       "pp": 2, "dp": 2, "globalBatch": 16})
+    assert r.status_code == 200, r.text
+    local = predict(resolve_model(preset="llama3-8b"), "H100", tp=2, pp=2, dp=2,
+                    global_batch=16, flash=True, sequence_parallel=False)
+    assert r.json()["stepTimeS"] == pytest.approx(local.step_time_s)  # same library, same answer
+    name = "seed-beijing-shanghai"
+    r = http.post("/v1/federation", json={"bundled": name, "budgetS": 5})
+    assert r.status_code == 200, r.text
+    plan = FederationPlan.model_validate(r.json())
+    assert plan.status.value in ("optimal", "feasible", "fallback")
+    assert {j.job for j in plan.jobs} | {p.job for p in plan.pending} == \
+        {j.name for j in load_instance(name).jobs}
+    job = load_instance(name).jobs[0]
+    r = http.post("/v1/estimate", json={"bundled": name, "job": job.name})
+    assert r.status_code == 200, r.text
+    report = EstimateReport.model_validate(r.json())
+    assert report == estimate(load_instance(name), from_training_job(job))
+    r = http.post("/v1/estimate", json={"bundled": name,
+                                        "trainingJob": json.loads(job.model_dump_json(by_alias=True))})
+    assert EstimateReport.model_validate(r.json()) == report
+
+
 # ---- bad input ------------------------------------------------------------------------------
 
 def _instance_with_unknown_gpu() -> dict:
@@ -170,6 +201,11 @@ BAD = [
     ("/v1/layer-split", {"problem": {"stages": [{"cluster": "a", "gpuType": "Z9000",
                                                  "gpuCount": 8}]},
                          "modelName": "seed-8layer"}, 422, None),
+    ("/v1/predict", {"modelName": "llama3-8b", "gpu": "Z9000"}, 422, "gpu"),
+    ("/v1/predict", {"modelName": "llama3-8b", "gpu": "H100", "tp": 0}, 422, "tp"),
+    ("/v1/predict", {"gpu": "H100"}, 422, None),
+    ("/v1/federation", {"bundled": SMALL, "budgetS": 0}, 422, "budgetS"),
+    ("/v1/estimate", {"bundled": SMALL, "job": "no-such-job"}, 422, "job"),
     ("/v1/runs", {"kind": "placement", "request": {"bundled": SMALL, "budgetS": -3}}, 422,
      "request.budgetS"),
     ("/v1/extender/filter", b"[", 400, None),

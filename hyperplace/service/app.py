@@ -38,6 +38,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hyperplace.errors import field_path
 from hyperplace.models.instance import Instance
+from hyperplace.models.federation import EstimateReport, FederationPlan
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.models.split import SplitPlan
 from hyperplace.service import extender
@@ -55,6 +56,9 @@ from hyperplace.service.pool import (
 from hyperplace.service.schemas import (
     CheckRequest,
     CheckResponse,
+    EstimateRequest,
+    FederationRequest,
+    PredictRequest,
     ClusterInfo,
     ClusterPatch,
     ErrorBody,
@@ -101,8 +105,8 @@ class Endpoint:
     """One ``POST`` endpoint that runs a worker handler of the same ``kind``.
 
     ``payload`` turns the validated envelope into the worker's payload; ``budget`` says
-    whether the request carries ``budgetS``. Adding ``/v1/predict``, ``/v1/federation`` or
-    ``/v1/estimate`` is one line here and one handler in ``worker.py``.
+    whether the request carries ``budgetS``. An endpoint over another library call is one
+    line here, one handler in ``worker.py`` and (for a new envelope) one request model.
     """
 
     path: str
@@ -120,6 +124,14 @@ ENDPOINTS = [
              "The best layer split over heterogeneous stages (as `hyperplace split`)"),
     Endpoint("/v1/check", "check", CheckRequest, CheckResponse,
              "Check a plan with the independent checker (as `hyperplace check`)", False),
+    Endpoint("/v1/predict", "predict", PredictRequest, dict[str, Any],
+             "Step time, tokens/s, MFU and memory of one configuration (as `hyperplace "
+             "predict`)", False),
+    Endpoint("/v1/federation", "federation", FederationRequest, FederationPlan,
+             "One federation round across member clusters (as `hyperplace federate`)"),
+    Endpoint("/v1/estimate", "estimate", EstimateRequest, EstimateReport,
+             "Karmada's estimator question per member cluster, as placed (as `hyperplace "
+             "estimate`)", False),
 ]
 
 
@@ -160,6 +172,15 @@ class Service:
                     "apply": body.apply}
         if ep.kind == "check":
             return {**self.instance_payload(body), "plan": body.plan}
+        if ep.kind == "federation":
+            return {**self.instance_payload(body), "solver": body.solver,
+                    "policy": body.policy, "max_slowdown": body.max_slowdown,
+                    "budget_s": budget}
+        if ep.kind == "estimate":
+            return {**self.instance_payload(body), "job": body.job,
+                    "training_job": body.training_job}
+        if ep.kind == "predict":
+            return {**body.model_dump(exclude={"model"}), "model": body.model}
         if ep.kind == "layer-split":
             return {"problem": body.problem, "model_name": body.model_name,
                     "profile": body.profile, "micro_batch_size": body.micro_batch_size,

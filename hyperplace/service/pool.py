@@ -25,8 +25,11 @@ from typing import Any
 
 from hyperplace.service.worker import Reply, worker_main
 
+# Imported once in the fork server, so every worker (and every replacement) starts warm;
+# the fork server skips a module that fails to import.
 PRELOAD = ["hyperplace.service.worker", "hyperplace.solvers.driver", "hyperplace.check",
-           "hyperplace.solvers.split", "hyperplace.instances.registry"]
+           "hyperplace.solvers.split", "hyperplace.instances.registry",
+           "hyperplace.costmodel.predict", "hyperplace.federation"]
 
 
 class PoolError(Exception):

@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
+from hyperplace.models.model_spec import ModelSpec
 from hyperplace.models.plan import GPURef, PlacementPlan
 from hyperplace.models.split import SplitProblem
 
@@ -97,6 +98,57 @@ class LayerSplitRequest(Body):
     micro_batch_size: int | None = Field(default=None, gt=0, le=4096)
     solver: Literal["auto", "dp", "milp", "cpsat", "proportional"] = "auto"
     budget_s: Budget | None = None
+
+
+class PredictRequest(Body):
+    """One configuration priced by the cost model (as ``hyperplace predict``): the model by
+    preset name (``modelName``) or inline (``model``, a ModelSpec)."""
+
+    model_name: str | None = Field(default=None, max_length=100)
+    model: Annotated[ModelSpec, SkipValidation] | None = None
+    gpu: str = Field(min_length=1, max_length=100)
+    tp: int = Field(default=1, ge=1, le=1024)
+    pp: int = Field(default=1, ge=1, le=1024)
+    dp: int = Field(default=1, ge=1, le=131072)
+    microbatch_size: int = Field(default=1, ge=1, le=4096)
+    global_batch: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    seq: int | None = Field(default=None, ge=1, le=2**22)
+    recompute: bool = False
+    zero: int = Field(default=0, ge=0, le=3)
+    flash: bool = True
+    sequence_parallel: bool = False
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+
+    @model_validator(mode="after")
+    def _one_model(self) -> "PredictRequest":
+        if (self.model_name is None) == (self.model is None):
+            raise ValueError("give exactly one of modelName or model")
+        return self
+
+
+class FederationRequest(InstanceSource):
+    """One federation round (as ``hyperplace federate``): the queue's jobs split across the
+    instance's member clusters where one cluster cannot hold them, verified as placed."""
+
+    budget_s: Budget | None = None
+    solver: Literal["auto", "cpsat", "greedy"] = "auto"
+    policy: Literal["throughput", "cost", "binpack"] = "throughput"
+    max_slowdown: float = Field(default=3.0, ge=1, allow_inf_nan=False)
+
+
+class EstimateRequest(InstanceSource):
+    """Karmada's estimator question (as ``hyperplace estimate``): how many complete replicas
+    of one job fit in each member cluster now, by totals and as placed. ``job`` names a job
+    of the instance's queue, or ``trainingJob`` gives one inline."""
+
+    job: str | None = Field(default=None, min_length=1, max_length=253)
+    training_job: Annotated[TrainingJob, SkipValidation] | None = None
+
+    @model_validator(mode="after")
+    def _one_job(self) -> "EstimateRequest":
+        if (self.job is None) == (self.training_job is None):
+            raise ValueError("give exactly one of job or trainingJob")
+        return self
 
 
 class RunRequest(Body):

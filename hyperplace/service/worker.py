@@ -275,6 +275,79 @@ def layer_split(payload: dict[str, Any], deadline: float, ctx: WorkerContext) ->
     return Reply(200, dumps(plan.model_dump(mode="json", by_alias=True)), info)
 
 
+@handler("predict")
+def predict_config(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
+    from hyperplace.costmodel.predict import predict
+    from hyperplace.models.model_spec import ModelSpec
+    from hyperplace.models.profiles import resolve_model
+
+    if payload.get("model") is not None:
+        spec = validate(ModelSpec, payload["model"], "model")
+    else:
+        try:
+            spec = resolve_model(preset=payload["model_name"])
+        except InputError as exc:
+            raise RequestProblem(422, [{"path": "modelName", "message": exc.message}]) from None
+    try:
+        pred = predict(spec, payload["gpu"], tp=payload["tp"], pp=payload["pp"],
+                       dp=payload["dp"], micro_batch=payload["microbatch_size"],
+                       global_batch=payload["global_batch"], seq=payload["seq"],
+                       recompute=payload["recompute"], zero=payload["zero"],
+                       flash=payload["flash"], sequence_parallel=payload["sequence_parallel"],
+                       precision=payload["precision"])
+    except InputError as exc:
+        path = (exc.path or "").lstrip("-").replace("microbatch-size", "microbatchSize")
+        raise RequestProblem(422, [{"path": path or None, "message": exc.message}]) from None
+    return Reply(200, dumps(pred.to_doc()), {})
+
+
+@handler("federation")
+def federation_round(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
+    from hyperplace.federation import federate
+    from hyperplace.federation.problem import FederationProblem, from_training_job
+
+    inst, label = resolve_instance(payload, ctx)
+    fjobs, unpriced = [], {}
+    for j in inst.jobs:  # a job the round cannot price stays pending with the reason
+        try:
+            fjobs.append(from_training_job(j))
+        except InputError as exc:
+            unpriced[j.name] = f"not federated: {exc.one_line()}"
+    problem = FederationProblem(inst.with_jobs([]), fjobs, policy=payload["policy"],
+                                unpriced=unpriced, max_slowdown=payload["max_slowdown"])
+    plan = federate(problem, budget_s=max(0.05, remaining(deadline)), solver=payload["solver"])
+    plan = plan.model_copy(update={
+        "metadata": plan.metadata.model_copy(update={"instance": label}),
+        "budget_s": payload["budget_s"]})
+    info = {"status": plan.status.value, "solve_s": plan.runtime_s,
+            "fallback": plan.status.value == "fallback"}
+    return Reply(200, dumps(plan.to_doc()), info)
+
+
+@handler("estimate")
+def estimate_job(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
+    from hyperplace.federation.estimate import estimate
+    from hyperplace.federation.problem import from_training_job
+    from hyperplace.models.job import TrainingJob
+
+    inst, _ = resolve_instance(payload, ctx)
+    if payload.get("training_job") is not None:
+        job = validate(TrainingJob, payload["training_job"], "trainingJob")
+        where = "trainingJob"
+    else:
+        match = [j for j in inst.jobs if j.name == payload["job"]]
+        if not match:
+            names = ", ".join(j.name for j in inst.jobs) or "none"
+            raise RequestProblem(422, [{"path": "job", "message":
+                                        f"no job {payload['job']!r} in the queue (jobs: {names})"}])
+        job, where = match[0], "job"
+    try:
+        report = estimate(inst, from_training_job(job))
+    except InputError as exc:
+        raise RequestProblem(422, [{"path": where, "message": exc.message}]) from None
+    return Reply(200, dumps(report.to_doc()), {})
+
+
 @handler("validate-instance")
 def validate_instance(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
     """A cluster to store (PUT) or a patched one (PATCH): validated, normalised, cached."""
