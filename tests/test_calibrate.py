@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from hyperplace.cli import app
 from hyperplace.costmodel.calibration import load_calibration
 from hyperplace.costmodel.observations import step_errors
+from hyperplace.errors import InputError
 
 runner = CliRunner()
 OBS_HEADER = "job,model,gpu_type,tp,pp,dp,micro_batch,global_batch,seq,step_time_s\n"
@@ -79,3 +80,29 @@ def test_profiles_file_with_missing_columns_is_refused(tmp_path: Path) -> None:
     prof = write(tmp_path / "p.csv", "model,gpu_type\nOPT-350,A100-40\n")
     res = runner.invoke(app, ["calibrate", "--profiles", prof, "-o", str(tmp_path / "c.json")])
     assert res.exit_code == 2 and "missing columns" in res.stderr
+
+
+def test_performance_policy_ranks_by_the_calibrated_speed() -> None:
+    from hyperplace.costmodel.speeds import with_calibrated_speeds
+    from hyperplace.instances import load_instance
+
+    inst = load_instance("mixed-a100-h100")
+    tuned = with_calibrated_speeds(inst, load_calibration(None))
+    speeds = {t.name: t.bf16_tflops * t.mfu for t in tuned.catalog}
+    assert all(0 < t.mfu <= 1 for t in tuned.catalog)
+    assert speeds["H100-80"] > speeds["A100-80"] > speeds["V100-32"]
+    assert tuned.spec.clusters == inst.spec.clusters
+
+
+def test_solve_accepts_a_calibration(tmp_path: Path) -> None:
+    from hyperplace.costmodel.calibration import write_calibration
+
+    path = tmp_path / "cal.json"
+    write_calibration(load_calibration(None), path)
+    res = runner.invoke(app, ["solve", "--instance", "seed-beijing-shanghai", "--budget", "5",
+                              "--calibration", str(path), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["solve", "--instance", "seed-beijing-shanghai",
+                              "--calibration", str(tmp_path / "missing.json")])
+    # solve lets InputError reach cli.main, which prints it in one line and exits 2
+    assert isinstance(res.exception, InputError) and "missing.json" in str(res.exception)

@@ -182,6 +182,9 @@ def solve_command(
     = None,
     explain: Annotated[bool, typer.Option(
         "--explain", help="explain the objective terms under the table")] = False,
+    calibration: Annotated[Path | None, typer.Option(
+        "--calibration", help="cost-model calibration (hyperplace calibrate): --policy "
+        "performance ranks GPU types by its predicted speed")] = None,
 ) -> None:
     """Solve one scheduling round: which pending jobs run, on exactly which GPUs."""
     from hyperplace.deadline import command_deadline, write_reserve_s
@@ -194,6 +197,11 @@ def solve_command(
         raise InputError(f"pictures are SVG: give a .svg file name, got {str(draw)!r}",
                          path="--draw")
     inst = resolve_instance(instance, cluster, jobs)
+    if calibration is not None:
+        from hyperplace.costmodel.calibration import load_calibration
+        from hyperplace.costmodel.speeds import with_calibrated_speeds
+
+        inst = with_calibrated_speeds(inst, load_calibration(calibration))
     # the budget runs from process start: reading the files counts, and writing keeps a share
     deadline = command_deadline(budget, write_reserve_s(inst), since=began)
     with interruptible():

@@ -39,6 +39,7 @@ class GpuFit:
     fwd_share: dict[str, float]
     rows: int = 0
     models: list[str] = field(default_factory=list)
+    precisions: list[str] = field(default_factory=list)  # what the fitted rows ran at
 
 
 @dataclass
@@ -93,7 +94,7 @@ class Calibration:
             "columns": {k: list(v) for k, v in COLUMNS.items()},
             "pooled": {"coefficients": self.pooled, "fwdShare": self.pooled_fwd_share},
             "gpus": {name: {"coefficients": f.coefficients, "fwdShare": f.fwd_share,
-                            "rows": f.rows, "models": f.models}
+                            "rows": f.rows, "models": f.models, "precisions": f.precisions}
                      for name, f in sorted(self.gpus.items())},
             "precision": dict(sorted(self.precision.items())),
             "stepScale": dict(sorted(self.step_scale.items())),
@@ -149,7 +150,8 @@ class Calibration:
             gpus[catalog.get(name).name] = GpuFit(
                 coefficients=kinds(g.get("coefficients"), f"gpus.{name}.coefficients"),
                 fwd_share=shares(g.get("fwdShare", {}), f"gpus.{name}.fwdShare"),
-                rows=int(g.get("rows", 0)), models=list(g.get("models", [])))
+                rows=int(g.get("rows", 0)), models=list(g.get("models", [])),
+                precisions=[str(x) for x in g.get("precisions", [])])
         pooled = doc.get("pooled") or {}
         scale = doc.get("stepScale", {}) or {}
         for key, value in scale.items():

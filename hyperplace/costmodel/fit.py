@@ -283,7 +283,8 @@ def fit(rows: list[Row], catalog: GPUCatalog | None = None, ridge: float = RIDGE
                     shares[kind] = pooled_share[kind]
         gpu_rows = [r for r in rows if r.gpu == gpu]
         gpus[gpu] = GpuFit(coefficients=coefficients, fwd_share=shares, rows=len(gpu_rows),
-                           models=sorted({r.model for r in gpu_rows}))
+                           models=sorted({r.model for r in gpu_rows}),
+                           precisions=sorted({r.shape.precision for r in gpu_rows}))
     return Calibration(gpus=gpus, pooled=pooled, pooled_fwd_share=pooled_share,
                        fitted_on=fitted_on or [], precision=precision or {},
                        notes=notes or [])

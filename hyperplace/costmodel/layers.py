@@ -130,6 +130,13 @@ def stage_layer_times(spec: ModelSpec, layers: list[Layer], gpu: GPUType, tp: in
         fwd[i], bwd[i], tp_comm[i] = f * scale, b * scale, t_part * scale
         sources.append(source)
     note = "" if gpu.name in calibration.gpus else fit_note
+    fit, _ = calibration.fit_for(gpu, catalog)
+    if fit.precisions and precision not in fit.precisions and not any(
+            s.startswith("measured") for s in sources):
+        measured_at = "/".join(fit.precisions)
+        note = (note + "; " if note else "") + (
+            f"{gpu.name}'s efficiencies were fitted on {measured_at} runs only: at "
+            f"{precision} they are assumed the same relative to the {precision} peak")
     return LayerTimes(fwd=fwd, bwd=bwd, tp_comm=tp_comm, sources=sources, note=note)
 
 
