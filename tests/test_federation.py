@@ -252,3 +252,74 @@ def test_job_no_combination_can_hold_is_pending_with_a_reason():
     job = pipeline_job("huge", "seed-8layer", stages=8, replicas=2)  # 128 GPUs of 48
     plan = federate(_problem(inst, [job], max_slowdown=100), budget_s=10)
     assert plan.jobs == [] and plan.pending[0].reasons
+
+
+# ---------------------------------------------------------------- policies and budget
+
+
+def _two_equal_clusters():
+    clusters = [member("a", "B200", 2), member("b", "B200", 2)]
+    return federation_instance("eq", clusters, [("a", "b", 100.0, 5.0)])
+
+
+def test_binpack_packs_jobs_into_fewer_clusters():
+    jobs = [pipeline_job(f"j{k}", "seed-8layer", stages=1) for k in range(2)]
+    problem = _problem(_two_equal_clusters(), jobs, policy="binpack")
+    plan = federate(problem, budget_s=10)
+    assert len(plan.jobs) == 2
+    assert len({c for j in plan.jobs for c in j.clusters}) == 1  # one cluster stays whole
+    assert_valid(problem, plan)
+
+
+def test_cost_policy_picks_the_cheapest_per_token_shape():
+    clusters = [member("cheap", "A100-80", 2), member("fast", "B200", 2)]
+    inst = federation_instance("cost", clusters, [("cheap", "fast", 100.0, 5.0)])
+    problem = _problem(inst, [pipeline_job("j", "seed-8layer", stages=2)], policy="cost")
+    plan = federate(problem, budget_s=10)
+    (jp,) = plan.jobs
+    catalog = inst.catalog
+
+    def cost(shape_cluster: str, gpu_type: str, step: float) -> float:
+        return 16 * catalog.get(gpu_type).cost_per_hour * step
+
+    from hyperplace.federation.asplaced import Location
+    from hyperplace.federation.pricing import Pricer
+    pricer = Pricer(inst.federation, catalog)
+    job = problem.jobs[0]
+    options = {loc.cluster: cost(loc.cluster, loc.gpu_type,
+                                 pricer.pipeline(job, [(loc, 2)]).step_time_s)
+               for loc in (Location("cheap", "A100-80"), Location("fast", "B200"))}
+    assert jp.clusters == [min(options, key=options.get)]
+
+
+def test_a_tiny_budget_still_returns_a_verified_plan_and_says_which():
+    problem = load_problem()
+    plan = federate(problem, budget_s=0.01)
+    assert plan.status.value in ("optimal", "feasible", "fallback")
+    assert plan.jobs and plan.solver
+    assert_valid(problem, plan)
+
+
+def test_wan_capacity_is_shared_by_the_jobs_of_a_round():
+    """Each candidate's average WAN use (Mb/s) counts against the link for the whole round,
+    in the greedy's check and in the CP-SAT model alike."""
+    from types import SimpleNamespace
+
+    from hyperplace.federation.asplaced import Location
+    from hyperplace.federation.formulation import FederationData, fits_totals, solve_cpsat
+
+    loc_a, loc_b = Location("a", "H100-80"), Location("b", "H100-80")
+    jobs = [SimpleNamespace(name=f"j{k}", priority=2, gpus=8) for k in range(2)]
+    cands = [SimpleNamespace(index=k, job=jobs[k], gpus={loc_a: 4, loc_b: 4},
+                             wan_mbps={("a", "b"): 60_000}, clusters=("a", "b"), slowdown=1000,
+                             cost=1, shape=SimpleNamespace(affinity_index=0))
+             for k in range(2)]
+    data = FederationData(candidates=cands, by_job={"j0": [0], "j1": [1]},
+                          free={loc_a: 16, loc_b: 16}, wan_capacity={("a", "b"): 100_000},
+                          cluster_free={"a": 16, "b": 16}, weights={2: 1}, policy="throughput")
+    assert fits_totals(data, [], 0) and not fits_totals(data, [0], 1)
+    chosen, status, _, _ = solve_cpsat(data, 5.0)
+    assert status == "optimal" and len(chosen) == 1
+    data.wan_capacity[("a", "b")] = 120_000
+    chosen, _, _, _ = solve_cpsat(data, 5.0)
+    assert len(chosen) == 2

@@ -20,6 +20,7 @@ intra-cluster group size").
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -80,6 +81,7 @@ class Pricer:
         self.links = [StageLink(a=link.a, b=link.b, gbps=link.gbps, latency_ms=link.latency_ms,
                                 kind="wan") for link in federation.links]
         self._cache: dict[tuple, SplitPlan] = {}
+        self._mono: dict[tuple, Price] = {}
         self.splits = 0
 
     def _stage(self, job: FederatedJob, position: int, loc: Location, replicas: int) -> Stage:
@@ -98,12 +100,24 @@ class Pricer:
             self.splits += 1
             model = job.model.model_copy(
                 update={"micro_batch_size": job.model.micro_batch_size * replicas})
-            problem = SplitProblem(model=model, stages=stages, links=self.links,
+            clusters = {st.cluster for st in stages}
+            links = [link for link in self.links if link.a in clusters and link.b in clusters]
+            problem = SplitProblem(model=model, stages=stages, links=links,
                                    microbatches=job.microbatches, zero=job.zero,
                                    recompute=job.recompute, fixed_order=fixed_order)
             self._cache[key] = solve_split(problem, time_limit=SPLIT_TIME_LIMIT_S,
                                            catalog=self.catalog)
         return self._cache[key]
+
+    def monolithic(self, job: FederatedJob, loc: Location) -> Price:
+        """The whole job at one location. Its price depends on the GPU type only (no link
+        between clusters is involved), so it is computed once per type."""
+        key = (job.name, loc.gpu_type)
+        cached = self._mono.get(key)
+        if cached is None:
+            cached = self._mono[key] = self.pipeline(job, [(loc, job.stages)])
+        return dataclasses.replace(cached, stages=[
+            dataclasses.replace(sp, location=loc) for sp in cached.stages])
 
     def missing_link(self, clusters: list[str]) -> tuple[str, str] | None:
         """A pair of consecutive clusters (in the given order) with no WAN link."""

@@ -34,6 +34,8 @@ MAX_DP_CLUSTERS = 4
 # Locations considered for splits, best first (by free GPUs x speed): keeps enumeration small.
 MAX_SPLIT_LOCATIONS = 6
 MAX_COMPOSITIONS = 64
+# Stage-count vectors tried per cluster combination (nearest to speed-proportional first).
+COMPOSITIONS_PER_COMBO = 3
 
 
 @dataclass
@@ -76,7 +78,9 @@ class JobShapes:
     truncated: bool = False
 
     def out_of_time(self) -> bool:
-        if time.perf_counter() > self.deadline:
+        """Past the deadline, once the job has an admissible shape: the floor of any
+        budget is enumerating until each job has one (as one greedy pass is in placement)."""
+        if self.shapes and time.perf_counter() > self.deadline:
             self.truncated = True
         return self.truncated
 
@@ -97,7 +101,7 @@ def best_monolithic(job: FederatedJob, instance: Instance, pricer: Pricer,
     for loc in locs:
         if total_gpus(clusters[loc.cluster], loc.gpu_type) < job.gpus:
             continue
-        price = pricer.pipeline(job, [(loc, job.stages)])
+        price = pricer.monolithic(job, loc)
         if price.feasible and (best is None or price.step_time_s < best[1].step_time_s):
             best = (str(loc), price)
     if best is not None:
@@ -105,7 +109,7 @@ def best_monolithic(job: FederatedJob, instance: Instance, pricer: Pricer,
     if not locs:
         return None, ""
     fastest = max(locs, key=lambda loc: _speed(catalog, loc))
-    price = pricer.pipeline(job, [(fastest, job.stages)])
+    price = pricer.monolithic(job, fastest)
     if not price.feasible:
         return None, ""
     return ((f"hypothetical {fastest.gpu_type}", price),
@@ -192,7 +196,7 @@ def _group_shapes(job: FederatedJob, instance: Instance, prober: Prober, pricer:
             out.refused.append(f"monolithic on {loc}: {why}")
             continue
         mono_fit.append(loc)
-        keep("monolithic", [part], pricer.pipeline(job, [(loc, job.stages)]))
+        keep("monolithic", [part], pricer.monolithic(job, loc))
     if max_domains < 2:
         if not mono_fit:
             out.refused.append(f"maxDomains {max_domains} allows no split across clusters")
@@ -220,9 +224,14 @@ def _pipeline_shapes(job, prober, pricer, ranked, max_domains, keep, out) -> Non
         for combo in itertools.combinations(ranked, k):
             if sum(min(room[c], job.stages) for c in combo) < job.stages:
                 continue  # the totals alone cannot hold the pipeline here
-            for counts in _compositions(job.stages, k):
-                if any(n > room[c] for c, n in zip(combo, counts)):
-                    continue
+            speed = [_speed(pricer.catalog, c) for c in combo]
+            target = [job.stages * v / sum(speed) for v in speed]
+            counts_list = [cs for cs in _compositions(job.stages, k)
+                           if all(n <= room[c] for c, n in zip(combo, cs))]
+            # stage counts closest to proportional-to-speed first; the exact layer split
+            # then balances within them
+            counts_list.sort(key=lambda cs: sum(abs(n - t) for n, t in zip(cs, target)))
+            for counts in counts_list[:COMPOSITIONS_PER_COMBO]:
                 if out.out_of_time():
                     return
                 price = pricer.pipeline(job, list(zip(combo, counts)))

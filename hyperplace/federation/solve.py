@@ -142,10 +142,12 @@ def federate(problem: FederationProblem, *, budget_s: float = 10.0, solver: str 
     notes: list[str] = []
     all_shapes: dict[str, JobShapes] = {}
     ordered = sorted(problem.jobs, key=lambda j: (-j.priority, -j.gpus, j.name))
-    enum_end = start + ENUMERATION_SHARE * budget_s
-    for job in ordered:
+    # each job gets a fair slice of the enumeration time (unused time carries over),
+    # higher priorities first
+    for k, job in enumerate(ordered):
+        slice_end = start + ENUMERATION_SHARE * budget_s * (k + 1) / len(ordered)
         js = enumerate_shapes(job, instance, prober, pricer, catalog, problem.max_slowdown,
-                              deadline=enum_end)
+                              deadline=slice_end)
         if js.truncated:
             notes.append(f"{job.name}: split shapes only partly enumerated (budget)")
         all_shapes[job.name] = js
@@ -194,7 +196,9 @@ def federate(problem: FederationProblem, *, budget_s: float = 10.0, solver: str 
     if bound is None:
         bound = float(sum(data.weights[j.priority] * j.gpus for j in problem.jobs
                           if data.by_job.get(j.name)))
-    plan_jobs = [_job_plan(problem, data.candidates[i], placements, all_shapes, prober, pricer)
+    karmada_alts = karmada_round(problem, prober, pricer)
+    plan_jobs = [_job_plan(problem, data.candidates[i], placements, all_shapes,
+                           karmada_alts[data.candidates[i].job.name])
                  for i in sorted(chosen, key=lambda i: (-data.candidates[i].job.priority,
                                                         data.candidates[i].job.name))]
     admitted = {data.candidates[i].job.name for i in chosen}
@@ -259,62 +263,81 @@ def _sub_jobs(job: FederatedJob, shape: Shape, placements: dict[str, ClusterPlac
     return out
 
 
-def _karmada_aggregated(job: FederatedJob, problem: FederationProblem, prober: Prober,
-                        pricer: Pricer, engine_step: float) -> Alternative:
-    """Karmada Aggregated over the job's first affinity group, priced by the same model
-    (even layer split: Karmada divides pods, not layers)."""
+def karmada_round(problem: FederationProblem, prober: Prober, pricer: Pricer,
+                  rule: str = "aggregated") -> dict[str, Alternative]:
+    """Karmada's division applied job by job in priority order (as its scheduler takes
+    bindings one at a time) on cluster totals, each job's GPUs then taken from the totals;
+    every division priced by the same cost model with an even layer split (Karmada divides
+    pods, not layers) and probed as placed. ``rule``: ``aggregated`` or ``static-weight``
+    (equal weights, karmada.static_weight)."""
     inst = problem.instance
-    group = job.affinity_groups(problem.cluster_names)[0]
     catalog = inst.catalog
-    locs = locations(inst, job, group.clusters, catalog)
     clusters = {c.name: c for c in inst.clusters}
-    best_loc: dict[str, Location] = {}
-    for loc in locs:
-        g = catalog.get(loc.gpu_type)
-        cur = best_loc.get(loc.cluster)
-        if cur is None or free_gpus(clusters[loc.cluster], loc.gpu_type) > free_gpus(
-                clusters[cur.cluster], cur.gpu_type):
-            best_loc[loc.cluster] = loc
-        del g
-    by_replica = job.replicas > 1
-    unit = job.replica_gpus if by_replica else job.unit_gpus(0)
-    want = job.replicas if by_replica else job.stages
-    avail = {cl: karmada.totals_estimate(free_gpus(clusters[cl], loc.gpu_type), unit)
-             for cl, loc in best_loc.items()}
-    division = karmada.aggregated(want, avail)
-    if division is None:
-        return Alternative(name="karmada-aggregated", feasible=False,
-                           note=f"totals-based estimate holds {sum(avail.values())} of {want} "
-                                f"{'replicas' if by_replica else 'stages'}")
-    ordered = [(best_loc[cl], n) for cl, n in division.items()]
-    if by_replica:
-        price = pricer.data_parallel(job, ordered)
-        parts, first = [], 0
-        for loc, n in ordered:
-            parts.append(Part(loc, tuple(range(job.stages)), n, first))
-            first += n
-    else:
-        price = pricer.pipeline(job, ordered)
-        parts = []
-        pos = 0
-        for loc, n in ordered:
-            parts.append(Part(loc, tuple(range(pos, pos + n)), job.replicas))
-            pos += n
-    if not price.feasible:
-        return Alternative(name="karmada-aggregated", feasible=False, division=division,
-                           note=price.reason)
-    step = price.even_step_time_s or price.step_time_s
-    placeable = all(prober.fits(job, p) for p in parts)
-    note = ("" if placeable else "the totals-based estimate picked a cluster where the "
-            "placement engine cannot place the units (domains, NVLink cliques or hop limits)")
-    return Alternative(name="karmada-aggregated", feasible=True, step_time_s=step,
-                       tokens_per_s=price.tokens_per_step / step, division=division,
-                       ratio_to_engine=step / engine_step, placeable_as_placed=placeable,
-                       layers_per_stage=[], note=note or "even layer split over the division")
+    free: dict[Location, int] = {}
+    for c in inst.clusters:
+        for n in c.nodes:
+            loc = Location(c.name, catalog.get(n.gpu_type).name)
+            free[loc] = free.get(loc, 0) + n.free_count
+    out: dict[str, Alternative] = {}
+    name = f"karmada-{rule}"
+    for job in sorted(problem.jobs, key=lambda j: (-j.priority, j.name)):
+        group = job.affinity_groups(problem.cluster_names)[0]
+        best_loc: dict[str, Location] = {}
+        for loc in locations(inst, job, group.clusters, catalog):
+            cur = best_loc.get(loc.cluster)
+            if cur is None or free[loc] > free[cur]:
+                best_loc[loc.cluster] = loc
+        by_replica = job.replicas > 1
+        unit = job.replica_gpus if by_replica else job.unit_gpus(0)
+        want = job.replicas if by_replica else job.stages
+        avail = {cl: karmada.totals_estimate(free[loc], unit) for cl, loc in best_loc.items()}
+        if rule == "aggregated":
+            division = karmada.aggregated(want, avail)
+        else:
+            division = karmada.static_weight(want, {cl: 1 for cl in best_loc})
+            if any(n > avail[cl] for cl, n in division.items()):
+                division = None
+        if not division:
+            out[job.name] = Alternative(
+                name=name, feasible=False,
+                note=f"cluster totals hold {sum(avail.values())} of {want} "
+                     f"{'replicas' if by_replica else 'stages'}" if rule == "aggregated" else
+                     "the equal-weight division exceeds some cluster's free GPUs")
+            continue
+        ordered = [(best_loc[cl], n) for cl, n in division.items()]
+        parts: list[Part] = []
+        if by_replica:
+            price = pricer.data_parallel(job, ordered)
+            first = 0
+            for loc, n in ordered:
+                parts.append(Part(loc, tuple(range(job.stages)), n, first))
+                first += n
+        else:
+            price = pricer.pipeline(job, ordered)
+            pos = 0
+            for loc, n in ordered:
+                parts.append(Part(loc, tuple(range(pos, pos + n)), job.replicas))
+                pos += n
+        for loc, n in ordered:  # Karmada books the replicas against the totals
+            free[loc] -= n * unit
+        if not price.feasible:
+            out[job.name] = Alternative(name=name, feasible=False, division=division,
+                                        note=price.reason)
+            continue
+        step = price.even_step_time_s or price.step_time_s
+        placeable = all(prober.fits(job, p) for p in parts)
+        note = "even layer split over the division" if placeable else (
+            "the totals-based estimate picked a cluster where the placement engine cannot "
+            "place the units (domains, NVLink cliques or hop limits)")
+        out[job.name] = Alternative(name=name, feasible=True, step_time_s=step,
+                                    tokens_per_s=price.tokens_per_step / step,
+                                    division=division, placeable_as_placed=placeable,
+                                    note=note)
+    return out
 
 
-def _job_plan(problem: FederationProblem, cand, placements, all_shapes, prober, pricer
-              ) -> FederatedJobPlan:
+def _job_plan(problem: FederationProblem, cand, placements, all_shapes,
+              karmada_alt: Alternative) -> FederatedJobPlan:
     job: FederatedJob = cand.job
     shape: Shape = cand.shape
     price = shape.price
@@ -346,7 +369,9 @@ def _job_plan(problem: FederationProblem, cand, placements, all_shapes, prober, 
         gpus=job.gpus, pipeline_stages=job.stages, replicas=job.replicas, sub_jobs=subs,
         predicted=_prediction(price, shape.penalty), best_monolithic=best_alt,
         even_split=even_alt,
-        karmada_aggregated=_karmada_aggregated(job, problem, prober, pricer, price.step_time_s),
+        karmada_aggregated=karmada_alt.model_copy(update={
+            "ratio_to_engine": karmada_alt.step_time_s / price.step_time_s
+            if karmada_alt.step_time_s else None}),
         wan=wan,
         verification=Verification(
             placement_status={cl: placements[cl].plan.status.value for cl in shape.clusters},
