@@ -9,6 +9,9 @@
    greedy answer; its answer is verified per cluster by the placement engine and the
    checker, and any combination the engine cannot place is cut off and the model re-solved
    while the budget lasts;
+   ``optimal`` means proven over the enumerated shapes (``shapes.py`` says which shapes
+   are enumerated and where the enumeration is capped); when the budget cut the
+   enumeration short the status is at best ``feasible`` and the bound counts every job;
 4. the verified answer (or greedy's, marked ``fallback``) becomes a :class:`FederationPlan`
    with, per job, the even split and Karmada's Aggregated division priced by the same cost
    model for comparison, and every pending job's reasons.
@@ -191,11 +194,15 @@ def federate(problem: FederationProblem, *, budget_s: float = 10.0, solver: str 
     ok, _, placements = state.verify(data, chosen)
     assert ok, "a chosen combination must have been verified"
     objective = float(sum(data.demand(data.candidates[i]) for i in chosen))
+    truncated = any(js.truncated for js in all_shapes.values())
+    if status == SolveStatus.OPTIMAL and truncated:
+        # proven over the shapes enumerated, but the budget cut the enumeration short
+        status = SolveStatus.FEASIBLE
     if status == SolveStatus.OPTIMAL:
         bound = objective
-    if bound is None:
-        bound = float(sum(data.weights[j.priority] * j.gpus for j in problem.jobs
-                          if data.by_job.get(j.name)))
+    if bound is None or truncated:
+        # valid whatever was enumerated: every job admitted
+        bound = float(sum(data.weights[j.priority] * j.gpus for j in problem.jobs))
     karmada_alts = karmada_round(problem, prober, pricer)
     plan_jobs = [_job_plan(problem, data.candidates[i], placements, all_shapes,
                            karmada_alts[data.candidates[i].job.name])
