@@ -34,7 +34,14 @@ def assert_valid(problem: FederationProblem, plan: FederationPlan) -> None:
         # tensor parallelism never crosses a cluster: every unit's GPUs are in one sub-job
         positions = sorted({st.position for s in jp.sub_jobs for st in s.stages})
         assert positions == list(range(job.stages))
-        if jp.shape != "data-parallel":
+        if jp.shape == "data-parallel":
+            # every replica holds the same layers at the same position (one split for all)
+            per_pos = {}
+            for s in jp.sub_jobs:
+                for st in s.stages:
+                    per_pos.setdefault(st.position, set()).add((st.first_layer, st.last_layer))
+            assert all(len(v) == 1 for v in per_pos.values())
+        else:
             ranges = sorted((st.first_layer, st.last_layer) for s in jp.sub_jobs
                             for st in s.stages)
             assert ranges[0][0] == 0 and ranges[-1][1] == job.model.num_layers - 1
@@ -145,6 +152,18 @@ def test_hierarchical_dp_across_clusters_on_a_fast_wan():
     assert jp.predicted.parts.dp_sync_inter_s > 0
     assert jp.predicted.penalty_vs_best_monolithic <= problem.max_slowdown
     assert_valid(problem, plan)
+
+
+def test_dp_across_generations_shares_one_layer_split():
+    clusters = [member("old", "A100-80", 2), member("new", "H100-80", 2)]
+    inst = federation_instance("gen", clusters, [("old", "new", 400.0, 5.0)])
+    job = from_training_job(pipeline_job("dp2", "llama3-8b", stages=2, replicas=2))
+    job.max_domains = 2
+    problem = FederationProblem(inst, [job], max_slowdown=10)
+    plan = federate(problem, budget_s=10)
+    (jp,) = plan.jobs
+    assert jp.shape in ("data-parallel", "pipeline")
+    assert_valid(problem, plan)  # checks the common split for data-parallel shapes
 
 
 def test_hierarchical_dp_refused_on_a_slow_wan():

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from hyperplace.federation.asplaced import Location
 from hyperplace.federation.problem import FederatedJob
+from hyperplace.formulations.layer_split import build_split_data, evaluate_split
 from hyperplace.models.cluster import Federation
 from hyperplace.models.gpu import GPUCatalog
 from hyperplace.models.split import SplitPlan, SplitProblem, Stage, StageLink
@@ -43,6 +44,9 @@ class StagePlace:
     location: Location
     first_layer: int
     last_layer: int
+    compute_s: float = 0.0  # per micro-batch, from the split plan
+    transfer_s: float = 0.0
+    load_s: float = 0.0
 
 
 @dataclass
@@ -90,6 +94,16 @@ class Pricer:
         return Stage(name=f"s{position}@{loc.cluster}:{loc.gpu_type}", cluster=loc.cluster,
                      gpu_type=loc.gpu_type, gpu_count=u * replicas, tp=tp)
 
+    def problem(self, job: FederatedJob, stages: list[Stage], replicas: int,
+                fixed_order: bool) -> SplitProblem:
+        model = job.model.model_copy(
+            update={"micro_batch_size": job.model.micro_batch_size * replicas})
+        clusters = {st.cluster for st in stages}
+        links = [link for link in self.links if link.a in clusters and link.b in clusters]
+        return SplitProblem(model=model, stages=stages, links=links,
+                            microbatches=job.microbatches, zero=job.zero,
+                            recompute=job.recompute, fixed_order=fixed_order)
+
     def split(self, job: FederatedJob, stages: list[Stage], replicas: int,
               fixed_order: bool) -> SplitPlan:
         key = (job.model.name, job.model.micro_batch_size, job.microbatches, job.zero,
@@ -98,16 +112,15 @@ class Pricer:
                                   for s in stages))
         if key not in self._cache:
             self.splits += 1
-            model = job.model.model_copy(
-                update={"micro_batch_size": job.model.micro_batch_size * replicas})
-            clusters = {st.cluster for st in stages}
-            links = [link for link in self.links if link.a in clusters and link.b in clusters]
-            problem = SplitProblem(model=model, stages=stages, links=links,
-                                   microbatches=job.microbatches, zero=job.zero,
-                                   recompute=job.recompute, fixed_order=fixed_order)
-            self._cache[key] = solve_split(problem, time_limit=SPLIT_TIME_LIMIT_S,
-                                           catalog=self.catalog)
+            self._cache[key] = solve_split(self.problem(job, stages, replicas, fixed_order),
+                                           time_limit=SPLIT_TIME_LIMIT_S, catalog=self.catalog)
         return self._cache[key]
+
+    def evaluate(self, job: FederatedJob, stages: list[Stage], replicas: int,
+                 cuts: list[int]):
+        """The cost model's figures for a given split (``evaluate_split``)."""
+        problem = self.problem(job, stages, replicas, fixed_order=True)
+        return evaluate_split(build_split_data(problem, catalog=self.catalog), cuts)
 
     def monolithic(self, job: FederatedJob, loc: Location) -> Price:
         """The whole job at one location. Its price depends on the GPU type only (no link
@@ -146,7 +159,9 @@ class Pricer:
             return Price(False, reason=f"no WAN link between {missing[0]} and {missing[1]}")
         rows = {r.name: r for r in plan.stages}
         places = [StagePlace(k, Location(s.cluster, s.gpu_type), rows[s.name].first_layer or 0,
-                             rows[s.name].last_layer or 0) for k, s in enumerate(ordered)]
+                             rows[s.name].last_layer or 0, rows[s.name].compute_s,
+                             rows[s.name].transfer_s, rows[s.name].load_s)
+                  for k, s in enumerate(ordered)]
         layers = job.model.model_copy(
             update={"micro_batch_size": job.model.micro_batch_size * job.replicas}).build_layers()
         wan_s = 0.0
@@ -175,48 +190,64 @@ class Pricer:
         return float(job.microbatches * job.model.tokens_per_microbatch * job.replicas)
 
     def data_parallel(self, job: FederatedJob, parts: list[tuple[Location, int]]) -> Price:
-        """``d`` whole replicas at each location, hierarchical all-reduce across clusters."""
+        """``d`` whole replicas at each location, hierarchical all-reduce across clusters.
+
+        Every replica must hold the same layers at the same pipeline position (a stage's
+        gradients are all-reduced across replicas), so one split serves all clusters: the
+        exact split of the slowest cluster, evaluated on every other one with
+        ``evaluate_split``; the step is the slowest cluster's, plus the WAN all-reduce.
+        """
         clusters = [loc.cluster for loc, _ in parts]
         k = len(set(clusters))
-        worst: Price | None = None
-        intra = 0.0
-        even: float | None = 0.0
-        places: list[StagePlace] = []
+        per: list[tuple[Location, int, list[Stage], SplitPlan]] = []
         for loc, d in parts:
             stages = [self._stage(job, p, loc, d) for p in range(job.stages)]
             plan = self.split(job, stages, d, fixed_order=True)
             if not plan.feasible:
                 return Price(False, reason=f"{loc}: {plan.infeasible_reason}")
-            intra = max(intra, plan.dp_sync_s or 0.0)
-            sym = plan.symmetric
-            if even is not None:
-                even = max(even, sym.step_time_s) if sym and sym.feasible and sym.step_time_s \
-                    else None
-            t = plan.step_time_s or math.inf
-            if worst is None or t > worst.step_time_s:
-                worst = Price(True, step_time_s=t, pipeline_s=plan.pipeline_time_s or 0.0,
-                              bottleneck_s=plan.bottleneck_s or 0.0,
-                              layers_per_stage=[r.num_layers for r in plan.stages
-                                                if r.position is not None])
-                places = [StagePlace(r.position, loc, r.first_layer or 0, r.last_layer or 0)
-                          for r in plan.stages if r.position is not None]
-        assert worst is not None
+            per.append((loc, d, stages, plan))
+        slow = max(per, key=lambda x: x[3].step_time_s or math.inf)
+        cuts = slow[3].cuts
+        worst_step, worst_loc, worst_ev = 0.0, slow[0], None
+        intra = 0.0
+        for loc, d, stages, plan in per:
+            ev = self.evaluate(job, stages, d, cuts)
+            if not ev.feasible:
+                return Price(False, reason=f"{loc}: the common layer split {cuts} does not fit "
+                                           "in memory there")
+            intra = max(intra, max(ev.dp_sync_s))
+            if ev.step_time_s >= worst_step:
+                worst_step, worst_loc, worst_ev = ev.step_time_s, loc, ev
+        assert worst_ev is not None
+        places = [StagePlace(p, worst_loc, cuts[p], cuts[p + 1] - 1, worst_ev.compute_s[p],
+                             worst_ev.transfer_s[p], worst_ev.load_s[p])
+                  for p in range(job.stages)]
+        layers = [cuts[p + 1] - cuts[p] for p in range(job.stages)]
+        even = None
+        sym = slow[3].symmetric
+        if job.stages == 1:
+            even = worst_step
+        elif sym and sym.feasible:
+            sym_cuts = [0]
+            for n in sym.layers_per_stage:
+                sym_cuts.append(sym_cuts[-1] + n)
+            evs = [self.evaluate(job, stages, d, sym_cuts) for _, d, stages, _ in per]
+            if all(e.feasible for e in evs):
+                even = max(e.step_time_s for e in evs)
         ring = list(dict.fromkeys(clusters))
         inter, wan, reason = self.cross_cluster_allreduce(job, ring)
         if reason:
             return Price(False, reason=reason)
-        step = worst.step_time_s + inter
+        step = worst_step + inter
         return Price(
             True, step_time_s=step, tokens_per_step=self.tokens_per_step(job),
-            pipeline_s=worst.pipeline_s, bottleneck_s=worst.bottleneck_s,
+            pipeline_s=worst_ev.pipeline_time_s, bottleneck_s=worst_ev.bottleneck_s,
             dp_sync_intra_s=intra, dp_sync_inter_s=inter, stages=places,
-            layers_per_stage=worst.layers_per_stage,
-            wan_gbps={key: bytes_ * 8 / step / 1e9 for key, bytes_ in wan.items()},
+            layers_per_stage=layers,
+            wan_gbps={key: bytes_ * 8 / step / 1e9 for key, bytes_ in wan.items()} if k > 1
+            else {},
             even_step_time_s=(even + inter) if even else None,
-        ) if k > 1 else Price(
-            True, step_time_s=worst.step_time_s, tokens_per_step=self.tokens_per_step(job),
-            pipeline_s=worst.pipeline_s, bottleneck_s=worst.bottleneck_s, dp_sync_intra_s=intra,
-            stages=places, layers_per_stage=worst.layers_per_stage, even_step_time_s=even)
+        )
 
     def cross_cluster_allreduce(self, job: FederatedJob, ring: list[str]
                                 ) -> tuple[float, dict[tuple[str, str], float], str]:

@@ -29,7 +29,6 @@ from hyperplace.federation.asplaced import (
     Location,
     Part,
     Prober,
-    free_gpus,
     locations,
     place,
     sub_job,
@@ -261,7 +260,10 @@ def _sub_jobs(job: FederatedJob, shape: Shape, placements: dict[str, ClusterPlac
                 sp = next((s for s in shape.price.stages if s.position == pos), None)
             first, last = (sp.first_layer, sp.last_layer) if sp else (0, job.model.num_layers - 1)
             stages.append(StageRange(position=pos, first_layer=first, last_layer=last,
-                                     group=job.stage_groups[pos].name))
+                                     group=job.stage_groups[pos].name,
+                                     compute_s=sp.compute_s if sp else 0.0,
+                                     transfer_s=sp.transfer_s if sp else 0.0,
+                                     load_s=sp.load_s if sp else 0.0))
         out.append(SubJob(
             name=name, cluster=cl, gpu_type=part.location.gpu_type, gpus=gpus, stages=stages,
             dp_ranks=list(range(part.first_replica, part.first_replica + part.replicas)),
@@ -279,7 +281,6 @@ def karmada_round(problem: FederationProblem, prober: Prober, pricer: Pricer,
     (equal weights, karmada.static_weight)."""
     inst = problem.instance
     catalog = inst.catalog
-    clusters = {c.name: c for c in inst.clusters}
     free: dict[Location, int] = {}
     for c in inst.clusters:
         for n in c.nodes:

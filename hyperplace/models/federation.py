@@ -40,6 +40,9 @@ class StageRange(HPModel):
     first_layer: int = Field(ge=0)
     last_layer: int = Field(ge=0, description="inclusive")
     group: str = Field(description="the job's resource group this stage came from")
+    compute_s: float = Field(default=0.0, description="per micro-batch")
+    transfer_s: float = Field(default=0.0, description="boundary sends+receives per micro-batch")
+    load_s: float = Field(default=0.0, description="compute + transfer per micro-batch")
 
 
 class SubJob(HPModel):
