@@ -1,4 +1,4 @@
-"""`hyperplace federate` as a user runs it: the seed scenario, files, --out, bad input."""
+"""`hyperplace federate` as a user runs it: the seed scenario, files, --output, bad input."""
 
 from __future__ import annotations
 

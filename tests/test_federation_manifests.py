@@ -1,4 +1,4 @@
-"""Every manifest ``federate --out`` writes validates against the upstream CRD schemas
+"""Every manifest ``federate --output`` writes validates against the upstream CRD schemas
 (copied to tests/data/schemas with their provenance), and the launch files agree with the
 plan."""
 

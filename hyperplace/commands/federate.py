@@ -5,9 +5,9 @@ Examples::
     hyperplace federate                                   # the seed scenario
     hyperplace federate --instance seed-beijing-shanghai --format yaml
     hyperplace federate --cluster fed.yaml --jobs queue/ --jobs policies.yaml \\
-        --policy cost --budget 5 --out manifests/
+        --policy cost --budget 5 --output manifests/
 
-``--out DIR`` writes the plan (``plan.yaml``) and, per admitted job, the Volcano Jobs,
+``-o/--output DIR`` writes the plan (``plan.yaml``) and, per admitted job, the Volcano Jobs,
 Karmada PropagationPolicies, the HyperJob with the split filled in and the launch
 configuration (see :mod:`hyperplace.federation.manifests`). Exit codes: 0 a plan (pending
 jobs say why in the plan), 2 bad input (one line on stderr).
