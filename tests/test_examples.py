@@ -11,12 +11,11 @@ import glob
 import re
 import shlex
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from hyperplace import cli, deadline
+from cli_run import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,15 +51,7 @@ def _run(command: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, st
     args: list[str] = []
     for word in shlex.split(command)[1:]:
         args += sorted(glob.glob(word)) if any(ch in word for ch in "*?[") else [word]
-    old, as_command = sys.argv, deadline._AS_COMMAND
-    sys.argv = ["hyperplace", *args]
-    try:
-        cli.main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv, deadline._AS_COMMAND = old, as_command  # budgets from the call, not pytest
+    code = run_main(args)
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hyperplace import cli
+from cli_run import run_main
 from hyperplace.io import MAX_ALIASES, load_documents, write_atomic
 from hyperplace.models.limits import MAX_GPUS, MAX_JOBS
 
@@ -24,23 +24,8 @@ NODE = "{name: n0, gpuType: H100-80, gpuCount: 8}"
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """``hyperplace ARGS`` through the console-script entry point, in this process.
-
-    The entry point declares the process a command, whose budgets run from process start;
-    here the process is pytest, so that declaration is undone after each call.
-    """
-    from hyperplace import deadline
-
-    old, as_command = sys.argv, deadline._AS_COMMAND
-    sys.argv = ["hyperplace", *args]
-    try:
-        cli.main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv = old
-        deadline._AS_COMMAND = as_command
+    """``hyperplace ARGS`` through the console-script entry point, in this process."""
+    code = run_main(args)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -325,3 +310,130 @@ def test_ctrl_c_in_a_real_process(tmp_path: Path) -> None:
     assert "Traceback" not in err
     if proc.returncode == 130:
         assert target.read_text() == "old: plan\n"
+
+
+# ---- every command that reads a file, with each kind of bad file ------------------------------
+
+BAD_KINDS = {
+    "malformed": b"kind: Instance\nspec: [unclosed\n",
+    "duplicate-key": b"kind: Instance\nkind: Cluster\n",
+    "not-utf8": b"kind: \xff\xfe\n",
+    "empty": b"  \n",
+    "a-list": b"- 1\n- 2\n",
+}
+
+READERS = [
+    ["validate", "{f}"],
+    ["solve", "-i", "{f}", "--budget", "1"],
+    ["solve", "--cluster", "{f}", "--jobs", str(ROOT / "examples" / "queue"), "--budget", "1"],
+    ["solve", "--cluster", str(ROOT / "examples" / "my-cluster.yaml"), "--jobs", "{f}",
+     "--budget", "1"],
+    ["check", "{f}", "--instance", "mixed-a100-h100"],
+    ["instances", "show", "{f}"],
+    ["instances", "export", "{f}"],
+    ["instances", "import", "--from", "nvidia-smi", "{f}"],
+    ["instances", "import", "--from", "hypernode", "{f}", "--gpu-type", "H100"],
+    ["instances", "import", "--from", "alibaba", "{f}"],
+    ["split", "--model", "{f}", "--stage", "H100x8@a"],
+    ["split", "--instance", "{f}", "--model-name", "seed-8layer"],
+]
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_KINDS))
+@pytest.mark.parametrize("args", READERS, ids=[" ".join(a[:3]) for a in READERS])
+def test_every_reader_answers_bad_files_in_one_line(tmp_path: Path, capsys, kind: str,
+                                                    args: list[str]) -> None:
+    path = tmp_path / f"{kind}.yaml"
+    path.write_bytes(BAD_KINDS[kind])
+    code, _, err = run([a.replace("{f}", str(path)) for a in args], capsys)
+    one_line_error(code, err, str(path))
+
+
+@pytest.mark.parametrize("args", READERS, ids=[" ".join(a[:3]) for a in READERS])
+def test_every_reader_answers_a_missing_file_and_dev_zero(tmp_path: Path, capsys,
+                                                          args: list[str]) -> None:
+    for path in (tmp_path / "missing.yaml", Path("/dev/zero"), tmp_path):
+        code, _, err = run([a.replace("{f}", str(path)) for a in args], capsys)
+        one_line_error(code, err, str(path))
+
+
+def test_hypernode_file_as_a_cluster_says_how_to_import_it(capsys) -> None:
+    code, _, err = run(["solve", "-i", str(ROOT / "examples" / "hypernodes.yaml")], capsys)
+    one_line_error(code, err, "instances import --from hypernode")
+
+
+def test_imported_hypernode_cluster_is_solvable(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "hn.yaml"
+    code, _, err = run(["instances", "import", "--from", "hypernode",
+                        str(ROOT / "examples" / "hypernodes.yaml"), "--gpu-type", "H100",
+                        "-o", str(out)], capsys)
+    assert code == 0, err
+    plan = tmp_path / "plan.json"
+    code, _, err = run(["solve", "--cluster", str(out), "--jobs",
+                        str(ROOT / "examples" / "queue" / "llama3-70b-pretrain.yaml"),
+                        "--budget", "2", "-o", str(plan)], capsys)
+    assert code == 0, err
+    code, out_text, err = run(["check", str(plan), "--cluster", str(out), "--jobs",
+                               str(ROOT / "examples" / "queue" / "llama3-70b-pretrain.yaml")],
+                              capsys)
+    assert code == 0 and "no violations" in out_text, err
+    assert json.loads(plan.read_text())["jobs"][0]["job"] == "llama3-70b-pretrain"
+
+
+def test_split_states_its_link_assumption_and_the_stages_used(capsys) -> None:
+    code, out, err = run(["split", "--model-name", "seed-8layer", "--stage", "B200x8@beijing",
+                          "--stage", "H100x8@shanghai"], capsys)
+    assert code == 0, err
+    assert "no --link between beijing and shanghai: assumed" in " ".join(out.split())
+    code, out, err = run(["split", "--instance", "seed-beijing-shanghai", "--stage",
+                          "B200x8@beijing", "--stage", "H100x8@shanghai"], capsys)
+    assert code == 0, err
+    assert "the 2 given with --stage, not the instance's" in " ".join(out.split())
+
+
+def test_solve_table_fits_80_columns_with_gpu_indices(capsys) -> None:
+    code, out, err = run(["solve", "--budget", "2", "--explain"], capsys)
+    assert code == 0, err
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "]" in out and "[0-" in out  # node[GPU indices]
+    assert "communication:" in out and "fragmentation:" in out  # the legend
+
+
+def test_drawings_are_svg_for_32_and_2048_nodes(tmp_path: Path, capsys) -> None:
+    from xml.etree import ElementTree
+
+    from hyperplace.draw import draw_svg
+    from hyperplace.instances import generate, load_instance
+    from hyperplace.solvers.driver import solve_placement
+
+    small = load_instance("mixed-a100-h100")
+    svg = draw_svg(small, solve_placement(small, solver="greedy", budget_s=2))
+    root = ElementTree.fromstring(svg)
+    cells = [e for e in root.iter("{http://www.w3.org/2000/svg}rect")
+             if e.get("width") == e.get("height") == "11.0"]
+    assert len(cells) >= 256  # every GPU of the 32 nodes, plus the legend's swatches
+    assert "pending (" in svg and "faulty" in svg
+    big = generate(16384, 20, seed=1)
+    svg = draw_svg(big)
+    ElementTree.fromstring(svg)
+    assert "one bar per leaf domain" in svg and len(svg) < 2_000_000
+    out = tmp_path / "cluster.svg"
+    code, _, err = run(["instances", "show", "mixed-a100-h100", "--draw", str(out)], capsys)
+    assert code == 0 and out.read_text().startswith("<svg"), err
+
+
+@pytest.mark.parametrize("fabric,needles", [
+    ("switches: [{name: leaf0}, {name: leaf0}]\n      links: [{a: n0, b: leaf0, gbps: 400}]",
+     ["fabric.switches[1].name", "duplicate switch"]),
+    ("switches: [{name: n0}]\n      links: []", ["is also a node's name"]),
+    ("generator: {type: fat-tree-2}\n      switches: [{name: leaf000}]",
+     ["fabric.switches[0].name", "the generator makes"]),
+])
+def test_fabric_name_clashes(tmp_path: Path, capsys, fabric: str, needles: list[str]) -> None:
+    """Found by the property test: a repeated switch name escaped as a traceback."""
+    path = tmp_path / "fabric.yaml"
+    path.write_text("apiVersion: hyperplace/v1\nkind: Instance\nmetadata: {name: t}\nspec:\n"
+                    f"  clusters:\n  - name: c\n    nodes: [{NODE}]\n    fabric:\n      {fabric}\n")
+    for args in (["validate", str(path)], ["solve", "-i", str(path), "--budget", "1"]):
+        code, _, err = run(args, capsys)
+        one_line_error(code, err, *needles)

@@ -70,7 +70,13 @@ class Cluster(HPModel):
             if n.name in names:
                 raise ValueError(f"nodes[{i}].name: duplicate node {n.name!r}")
             names.add(n.name)
-        switches = {s.name for s in self.fabric.switches}
+        switches: set[str] = set()
+        for i, sw in enumerate(self.fabric.switches):
+            if sw.name in switches:
+                raise ValueError(f"fabric.switches[{i}].name: duplicate switch {sw.name!r}")
+            if sw.name in names:
+                raise ValueError(f"fabric.switches[{i}].name: {sw.name!r} is also a node's name")
+            switches.add(sw.name)
         for i, link in enumerate(self.fabric.links):
             if link.a == link.b:
                 raise ValueError(f"fabric.links[{i}]: both ends are {link.a!r}")
@@ -80,6 +86,12 @@ class Cluster(HPModel):
                     raise ValueError(
                         f"fabric.links[{i}].{end}: {ep!r} is neither a switch nor a node of this cluster"
                     )
+        if self.fabric.generator is not None and self.fabric.switches:
+            generated = {sw.name for sw in self.fabric.generator.build(self.nodes).switches}
+            for i, sw in enumerate(self.fabric.switches):
+                if sw.name in generated:
+                    raise ValueError(f"fabric.switches[{i}].name: {sw.name!r} is also a switch "
+                                     "the generator makes; give the added switch another name")
         return self
 
     @cached_property
