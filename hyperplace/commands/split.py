@@ -319,7 +319,8 @@ def split_command(
     model: str | None = typer.Option(None, "--model", help="ModelSpec YAML/JSON file"),
     model_name: str | None = typer.Option(
         None, "--model-name",
-        help="preset: llama3-8b, llama3-70b, llama3-120b (assumed), gpt3-175b, seed-8layer"),
+        help="preset: llama3-8b/70b/405b, gpt3-175b, mixtral-8x7b, deepseek-moe-16b, "
+             "opt-350m, gpt-neo-2.7b, opt-30b, llama3-120b (assumed), seed-8layer"),
     profile: str | None = typer.Option(
         None, "--profile", help="measured profile MODEL[:mb=B], e.g. LLAMA-3-8:mb=1"),
     micro_batch_size: int | None = typer.Option(
