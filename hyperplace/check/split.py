@@ -109,7 +109,8 @@ def check_split(plan: SplitPlan, problem: SplitProblem,
             mem += max(ly.activation_bytes_replicated + ly.activation_bytes_sharded / t
                        for ly in layers) / d
         transfer = 0.0
-        for nb_pos, boundary_layer in ((pos - 1, a.first_layer - 1), (pos + 1, a.last_layer)):
+        first, last = a.first_layer or 0, a.last_layer or 0  # set: checked above
+        for nb_pos, boundary_layer in ((pos - 1, first - 1), (pos + 1, last)):
             if 0 <= nb_pos < P:
                 bps, lat = _link(problem, s, by_name[active[nb_pos].name])
                 transfer += 2 * (layers[boundary_layer].output_bytes / bps + lat)

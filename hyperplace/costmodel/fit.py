@@ -101,12 +101,12 @@ def _check_profile_row(row: dict[str, str], source: str, line: int) -> None:
                              source=source, path=f"row {line}")
     for col in ("fwd_s", "bwd_s", "update_s"):
         try:
-            value = float(row.get(col) or "")
+            number = float(row.get(col) or "")
         except ValueError:
             raise InputError(f"{col}: expected a number, got {row.get(col)!r}",
                              source=source, path=f"row {line}") from None
-        if not math.isfinite(value) or value < 0:
-            raise InputError(f"{col}: expected a finite, non-negative time, got {value}",
+        if not math.isfinite(number) or number < 0:
+            raise InputError(f"{col}: expected a finite, non-negative time, got {number}",
                              source=source, path=f"row {line}")
     if float(row["fwd_s"]) + float(row["bwd_s"]) <= 0:
         raise InputError("fwd_s + bwd_s must be positive", source=source, path=f"row {line}")
@@ -166,11 +166,11 @@ def profile_rows_to_fit_rows(rows: list[dict[str, str]], catalog: GPUCatalog | N
         if model not in PROFILE_DIMS:
             raise InputError(f"unknown profiled model {model!r}; the fit knows "
                              f"{', '.join(sorted(PROFILE_DIMS))}", path="model")
-        gpu = catalog.find(SAILOR_GPU.get(row["gpu_type"], row["gpu_type"]))
-        if gpu is None:
+        gpu_type = catalog.find(SAILOR_GPU.get(row["gpu_type"], row["gpu_type"]))
+        if gpu_type is None:
             skipped_gpus.add(row["gpu_type"])
             continue
-        groups[(model, gpu.name, int(row["micro_batch_size"]),
+        groups[(model, gpu_type.name, int(row["micro_batch_size"]),
                 int(row["tensor_parallel"]))].append(row)
     if skipped_gpus:
         notes.append(f"skipped GPU types not in the catalog: {', '.join(sorted(skipped_gpus))}")
@@ -196,11 +196,11 @@ def profile_rows_to_fit_rows(rows: list[dict[str, str]], catalog: GPUCatalog | N
         update = []
         for r in rs:
             idx = int(r["layer"])
-            kind = layer_kind(model, idx, n)
+            layer = layer_kind(model, idx, n)
             fwd, bwd = float(r["fwd_s"]), float(r["bwd_s"])
             params = float(llm_info()[model]["1"][str(idx)]["params_floats"])
-            by_kind[kind].append((fwd + bwd, fwd / (fwd + bwd), params))
-            if float(r["update_s"]) > 0 and kind == "transformer":
+            by_kind[layer].append((fwd + bwd, fwd / (fwd + bwd), params))
+            if float(r["update_s"]) > 0 and layer == "transformer":
                 update.append((float(r["update_s"]), params))
         for kind, values in by_kind.items():
             time_s = statistics.median(v[0] for v in values)

@@ -23,7 +23,7 @@ import numpy as np
 
 from hyperplace.costmodel.calibration import Calibration, default_calibration
 from hyperplace.costmodel.collectives import allreduce, hierarchical_allreduce
-from hyperplace.costmodel.features import LayerShape
+from hyperplace.costmodel.features import ADAM_BYTES_PER_PARAM, MS, LayerShape
 from hyperplace.costmodel.hardware import intra_node_bandwidth
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
 from hyperplace.models.model_spec import Layer, ModelSpec
@@ -167,16 +167,12 @@ def optimizer_times(layers: list[Layer], gpu: GPUType, tp: int, dp: int, zero: i
     coef = fit.coefficients["optimizer"]
     shard = tp * (dp if zero >= 1 else 1)
     bw = gpu.hbm_tb_s * 1e12
-    from hyperplace.costmodel.features import ADAM_BYTES_PER_PARAM
-
     return np.array([coef[0] * layer.params * ADAM_BYTES_PER_PARAM / (shard * bw)
                      for layer in layers])
 
 
 def optimizer_fixed(gpu: GPUType, calibration: Calibration | None = None,
                     catalog: GPUCatalog | None = None) -> float:
-    from hyperplace.costmodel.features import MS
-
     calibration = calibration or default_calibration()
     fit, _ = calibration.fit_for(gpu, catalog)
     return fit.coefficients["optimizer"][1] * MS

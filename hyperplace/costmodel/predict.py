@@ -16,7 +16,6 @@ rest of the pipeline time), DP sync and optimizer.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -212,6 +211,3 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
         layers_per_stage=[cuts[i + 1] - cuts[i] for i in range(pp)],
         sources=sorted(set(data.time_sources)), notes=notes)
 
-
-def finite(value: float) -> bool:
-    return math.isfinite(value)

@@ -25,7 +25,7 @@ from typing import Any
 from hyperplace.errors import InputError
 from hyperplace.models.gpu import GPUCatalog, default_catalog
 from hyperplace.models.model_file import load_model_file
-from hyperplace.models.model_spec import Layer, MeasuredTime, ModelSpec
+from hyperplace.models.model_spec import Layer, LayerKind, MeasuredTime, ModelSpec
 from hyperplace.models.presets import model_preset
 from hyperplace.models.transformer import BF16_BYTES
 
@@ -92,7 +92,7 @@ def parse_profile_name(name: str) -> tuple[str, int]:
                      path="profile")
 
 
-def layer_kind(model: str, index: int, num_entries: int) -> str:
+def layer_kind(model: str, index: int, num_entries: int) -> LayerKind:
     """Sailor's layers: the embedding first, the transformer layers, then a final norm
     (LLaMA) and the LM head (the last entry; for the tied GPT-Neo, the final norm only)."""
     transformer = PROFILE_TRANSFORMER_LAYERS[model]
@@ -182,8 +182,9 @@ def load_profile_model(name: str, catalog: GPUCatalog | None = None) -> ModelSpe
             measured=sorted(measured[i], key=lambda m: (m.tp, m.gpu_type)),
         ))
     return ModelSpec(name=f"{model}:mb={mb}", num_layers=n, seq_length=seq,
-                     micro_batch_size=mb, layers=layers,
-                     source=f"Sailor profile {model}, micro-batch {mb}", **dims)
+                     micro_batch_size=mb, layers=layers, hidden_size=h,
+                     num_heads=dims["num_heads"], vocab_size=vocab,
+                     source=f"Sailor profile {model}, micro-batch {mb}")
 
 
 def resolve_model(

@@ -132,7 +132,9 @@ def _model(data: SplitData, scale: float, t_lo: int, t_hi: int, hint_cuts: list[
         loads.append(expr)
     if hint_cuts is not None and len(hint_cuts) == P + 1:
         for k in range(1, P):
-            model.add_hint(cuts[k], hint_cuts[k])
+            cut = cuts[k]
+            if not isinstance(cut, int):
+                model.add_hint(cut, hint_cuts[k])
     return model, cuts, t, loads
 
 

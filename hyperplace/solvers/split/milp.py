@@ -229,7 +229,7 @@ def solve_milp(data: SplitData, time_limit: float | None = 10.0,
             break
         if found is None:
             lo = mid + 1
-        else:
+        elif isinstance(found, tuple):
             incumbent, bottleneck = found
             hi = int(np.searchsorted(thresholds, bottleneck))
     if lo < hi:
