@@ -14,8 +14,10 @@ unaffected); 503 starting or shutting down (``Retry-After``).
 
 Budgets: ``budgetS`` (default ``default_budget_s``) is cut to ``max_budget_s``; the deadline
 starts when the request arrives, so time spent queued comes out of the budget, and the answer
-arrives within the budget plus :data:`~hyperplace.service.config.OVERHEAD_S` (the greedy pass
-is the floor of any budget, as for the CLI).
+arrives within the budget plus :data:`~hyperplace.service.config.OVERHEAD_S`, or within one
+greedy pass plus that overhead when the budget is shorter than the greedy pass (the floor of
+any budget, as for the CLI). A request that could not start within its budget is refused
+(429 at arrival, 503 if its deadline passes in the queue) instead of being answered late.
 """
 
 import asyncio
@@ -46,6 +48,7 @@ from hyperplace.service.config import OVERHEAD_S, ServiceConfig
 from hyperplace.service.metrics import Metrics
 from hyperplace.service.pool import (
     Cancelled,
+    Expired,
     PoolError,
     Saturated,
     Unavailable,
@@ -203,6 +206,10 @@ class Service:
         except Unavailable as exc:
             return 503, error_body(503, [{"path": None, "message": str(exc)}]), {
                 "headers": {"Retry-After": "1"}}
+        except Expired as exc:
+            retry = str(int(self.pool.retry_after()))
+            return 503, error_body(503, [{"path": "budgetS", "message": str(exc)}]), {
+                "headers": {"Retry-After": retry}}
         except Cancelled as exc:
             return 409, error_body(409, [{"path": None, "message": str(exc)}]), {"cancelled": True}
         except (WorkerCrashed, WorkerTimedOut) as exc:
@@ -668,7 +675,7 @@ def _add_debug(app: FastAPI, service: Service) -> None:
         if not math.isfinite(seconds) or not 0 <= seconds <= 30:
             return json_error(422, "seconds in [0, 30]", path="seconds")
         status, data, info = await service.execute("debug-sleep", {"seconds": seconds},
-                                                   time.monotonic() + seconds)
+                                                   time.monotonic() + 30)
         return Response(data, status_code=status, media_type="application/json",
                         headers=info.get("headers") or {})
 

@@ -46,6 +46,10 @@ class Unavailable(PoolError):
     """The pool is starting or shutting down."""
 
 
+class Expired(PoolError):
+    """The request's deadline passed while it waited for a worker."""
+
+
 class WorkerCrashed(PoolError):
     pass
 
@@ -163,6 +167,15 @@ class WorkerPool:
         mean = sum(self._recent) / len(self._recent) if self._recent else 1.0
         return max(1.0, math.ceil(mean * (len(self._queue) + 1) / self.size))
 
+    def expected_wait(self) -> float:
+        """Seconds a task queued now would wait for a worker: the work queued and running,
+        at the recent mean task time, spread over the workers (0 while a worker is idle)."""
+        ahead = len(self._queue) + self.busy
+        if ahead < self.size or not self._recent:
+            return 0.0
+        mean = sum(self._recent) / len(self._recent)
+        return mean * (ahead - self.size + 1) / self.size
+
     def submit(self, kind: str, payload: dict[str, Any], deadline: float, *,
                task_id: str | None = None, fetch: Callable[[str, int], Any] | None = None
                ) -> Task:
@@ -170,6 +183,9 @@ class WorkerPool:
         if self.closing or not self.ready:
             raise Unavailable("the server is starting or shutting down")
         if len(self._queue) >= self.queue_limit:
+            raise Saturated(self.retry_after())
+        if self.expected_wait() > deadline - time.monotonic():
+            # it would wait past its whole budget: refuse now rather than answer late
             raise Saturated(self.retry_after())
         task = Task(id=task_id or f"t{next(self._ids)}", kind=kind, payload=payload,
                     deadline=deadline, fetch=fetch)
@@ -223,6 +239,10 @@ class WorkerPool:
             task = await self._next()
             if self._queue and self._wakeup is not None:
                 self._wakeup.set()  # let another idle runner take the next one
+            if task.deadline <= time.monotonic():
+                self._fail(task, Expired("its budget ran out while it waited for a worker; "
+                                         "retry, with a larger budget or later"))
+                continue
             task.state, task.started = "running", time.monotonic()
             slot.task = task
             try:

@@ -409,11 +409,22 @@ def run_task(kind: str, payload: dict[str, Any], deadline: float, ctx: WorkerCon
                      {"error": type(exc).__name__})
 
 
+def _warm_up(ctx: WorkerContext) -> None:
+    """One tiny round before taking work, so the first request does not pay for loading the
+    catalog, the bundled instances and the solvers' first calls (about a second)."""
+    try:
+        placement({"bundled": "seed-beijing-shanghai", "solver": "auto", "policy": "performance",
+                   "seed": 0, "budget_s": 1.0}, time.monotonic() + 1.0, ctx)
+    except Exception:  # noqa: BLE001 - a warm-up failure only costs the first request time
+        pass
+
+
 def worker_main(conn: Any) -> None:
     """Serve tasks from the server until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     ctx = WorkerContext(conn)
+    _warm_up(ctx)
     while True:
         try:
             kind, payload, deadline = conn.recv()
