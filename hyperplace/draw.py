@@ -119,7 +119,8 @@ def _legend(svg: _Svg, x: float, y: float, plan: PlacementPlan | None,
     svg.text(x, y, f"admitted by this plan ({len(plan.jobs)})", 12, "bold")
     y += 16
     gpus = {j.job: j.gpus for j in plan.jobs}
-    for job, colour in list(colours.items())[:40]:
+    biggest = sorted(colours, key=lambda j: -gpus.get(j, 0))[:40]  # the largest jobs first
+    for job, colour in ((j, colours[j]) for j in biggest):
         svg.rect(x, y - 9, CELL, CELL, colour)
         svg.text(x + CELL + 6, y, f"{_short(job, 34)} ({gpus.get(job, 0)} GPUs)")
         y += 15

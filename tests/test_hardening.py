@@ -371,7 +371,7 @@ def test_imported_hypernode_cluster_is_solvable(tmp_path: Path, capsys) -> None:
     plan = tmp_path / "plan.json"
     code, _, err = run(["solve", "--cluster", str(out), "--jobs",
                         str(ROOT / "examples" / "queue" / "llama3-70b-pretrain.yaml"),
-                        "--budget", "2", "-o", str(plan)], capsys)
+                        "--budget", "10", "-o", str(plan)], capsys)
     assert code == 0, err
     code, out_text, err = run(["check", str(plan), "--cluster", str(out), "--jobs",
                                str(ROOT / "examples" / "queue" / "llama3-70b-pretrain.yaml")],
@@ -392,7 +392,7 @@ def test_split_states_its_link_assumption_and_the_stages_used(capsys) -> None:
 
 
 def test_solve_table_fits_80_columns_with_gpu_indices(capsys) -> None:
-    code, out, err = run(["solve", "--budget", "2", "--explain"], capsys)
+    code, out, err = run(["solve", "--budget", "10", "--explain"], capsys)
     assert code == 0, err
     assert max(len(line) for line in out.splitlines()) <= 80
     assert "]" in out and "[0-" in out  # node[GPU indices]
@@ -437,3 +437,16 @@ def test_fabric_name_clashes(tmp_path: Path, capsys, fabric: str, needles: list[
     for args in (["validate", str(path)], ["solve", "-i", str(path), "--budget", "1"]):
         code, _, err = run(args, capsys)
         one_line_error(code, err, *needles)
+
+
+@pytest.mark.parametrize("args", [
+    ["split", "--instance", "seed-beijing-shanghai"],
+    ["split", "--model-name", "llama3-70b", "--stage", "B200x8@beijing", "--stage",
+     "H100-80x8@shanghai", "--link", "beijing-shanghai=100Gbps,20ms"],
+    ["instances", "list"],
+    ["instances", "show", "mixed-a100-h100"],
+], ids=["split-instance", "split-stages", "list", "show"])
+def test_tables_fit_80_columns(capsys, args: list[str]) -> None:
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    assert max(len(line) for line in out.splitlines()) <= 80

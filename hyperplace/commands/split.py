@@ -269,21 +269,30 @@ def _ms(x: float | None) -> str:
 
 def render_table(plan: SplitPlan, console: Console) -> None:
     """Per-stage table, totals, and the baselines with the symmetric split's idle time."""
-    t = Table(title=f"layer split of {plan.model} ({plan.num_layers} layers, "
-                    f"{plan.microbatches} micro-batches)")
-    for col in ("pos", "stage", "cluster", "GPUs", "layers", "n", "compute ms", "transfer ms",
-                "load ms", "idle ms", "in flight", "memory GB (used/avail)"):
-        t.add_column(col, justify="left" if col in ("stage", "cluster", "GPUs") else "right")
+    # two tables of at most 7 columns, so that both fit an 80-column terminal
+    t = Table(title=f"layer split of {escape(plan.model)} ({plan.num_layers} layers, "
+                    f"{plan.microbatches} micro-batches)", title_justify="left")
+    # a default stage name (TYPExCOUNT@CLUSTER) already says the cluster
+    named = any(not s.name.endswith(f"@{s.cluster}") for s in plan.stages)
+    cols = ("pos", "stage", *(("cluster",) if named else ()), "GPUs", "layers", "n",
+            "memory GB")
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("stage", "cluster", "GPUs") else "right",
+                     overflow="fold")
     for s in plan.stages:
-        t.add_row("-" if s.position is None else str(s.position), s.name, s.cluster,
-                  f"{s.gpu_count}x {s.gpu_type} tp{s.tp}", s.layer_range, str(s.num_layers),
-                  _ms(s.compute_s) if s.position is not None else "-",
-                  _ms(s.transfer_s) if s.position is not None else "-",
-                  _ms(s.load_s) if s.position is not None else "-",
-                  _ms(s.idle_s) if s.position is not None else "-",
-                  str(s.inflight_microbatches) if s.position is not None else "-",
-                  f"{s.memory_used_gb:.1f}/{s.memory_available_gb:.0f}")
+        t.add_row("-" if s.position is None else str(s.position), escape(s.name),
+                  *((escape(s.cluster),) if named else ()),
+                  f"{s.gpu_count}x {s.gpu_type} tp{s.tp}", s.layer_range,
+                  str(s.num_layers), f"{s.memory_used_gb:.1f} of {s.memory_available_gb:.0f}")
     console.print(t)
+    per = Table(title="per micro-batch, in pipeline order (ms)", title_justify="left")
+    for col in ("pos", "compute", "transfer", "load", "idle", "in flight"):
+        per.add_column(col, justify="right")
+    for s in plan.stages:
+        if s.position is not None:
+            per.add_row(str(s.position), _ms(s.compute_s), _ms(s.transfer_s), _ms(s.load_s),
+                        _ms(s.idle_s), str(s.inflight_microbatches))
+    console.print(per)
     if not plan.feasible:
         console.print(f"[bold red]infeasible[/]: {escape(plan.infeasible_reason)}")
     else:
