@@ -409,6 +409,11 @@ CONFIG_NOTES = [
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--scale" in argv:  # the scale bench lives in bench_scale.py (its options follow)
+        from bench_scale import main as scale_main
+
+        return scale_main([a for a in argv if a != "--scale"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small instances only (< 1 min)")
     parser.add_argument("--budget", type=float, default=10.0, help="engine budget per solve, s")

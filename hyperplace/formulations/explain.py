@@ -120,9 +120,9 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
     assignment : Assignment
         The plan's placements (job index -> units).
     deadline : float, optional
-        A ``time.perf_counter()`` value: the per-job "does it fit alone?" probe stops there,
-        so that explanations never break a solve's budget (later jobs get the static
-        reasons or a generic one).
+        A ``time.perf_counter()`` value: the per-job "does it fit alone?" probe and the
+        per-job requirement analysis stop there, so that explanations never break a solve's
+        budget (later jobs get the static reasons, then a generic one).
     fits_alone : FitProbe, optional
         Whether a job fits alone on the round's free GPUs; without it, contention is not
         analysed per job.
@@ -142,7 +142,8 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
         reasons = [render_reason(r) for r in jv.impossible]
         if jv.index in assignment.notes:
             reasons.append(f"dropped when mapping to GPUs: {assignment.notes[jv.index]}")
-        if not reasons:
+        late = deadline is not None and time.perf_counter() >= deadline
+        if not reasons and not late:  # past the deadline: the generic reason below
             reasons = _static_reasons(p, facts, jv)
         if not reasons:
             if fits_alone is not None and probes < MAX_CONTENTION_PROBES and \
@@ -157,7 +158,7 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
                                "constraints together"]
             else:
                 reasons = ["not admitted: the GPUs it could use went to other jobs this round "
-                           "(per-job analysis skipped in very large queues)"]
+                           "(per-job analysis skipped: very large queue, or the budget was spent)"]
         out[jv.index] = reasons
     return out
 

@@ -28,6 +28,9 @@ from hyperplace.solvers.params import SolveParams
 
 SOLVERS = ("auto", "cpsat", "milp", "greedy")
 EXACT_BACKENDS = ("cpsat", "milp")
+#: Budgets from this size up stop greedy at the deadline (a valid plan of the jobs placed so
+#: far); smaller ones get one whole greedy pass however long it takes (the budget's floor).
+MIN_CUT_BUDGET_S = 0.2
 
 
 def make_backend(name: str, params: SolveParams | None = None) -> Backend:
@@ -121,7 +124,13 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
 
     problem = PlacementProblem(instance, policy, params.model)
     greedy_start = time.perf_counter()
-    greedy = solve_greedy(problem, params.greedy, deadline=deadline)
+    # greedy stops in time for what follows it: explanations and the plan (~0.1 ms a job);
+    # below MIN_CUT_BUDGET_S the budget's floor is one whole greedy pass, as documented
+    after_greedy = params.budget.reserve_s + params.budget.reserve_fraction * budget_s + \
+        1e-4 * len(problem.jobs)
+    greedy = solve_greedy(problem, params.greedy,
+                          deadline=deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S
+                          else None)
     greedy_s = time.perf_counter() - greedy_start
     message = ""
     pm: PlacementModel | None = None
@@ -131,18 +140,18 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     bound: float | None = None
 
     if solver != "greedy":
-        backend = make_backend(solver if solver != "auto" else auto_backend(problem, params),
-                               params)
+        backend_name = solver if solver != "auto" else auto_backend(problem, params)
         budget = params.budget
         # mapping back, the priority repair and the explanations each cost about a greedy pass
         reserve = budget.reserve_s + budget.reserve_fraction * budget_s + \
             budget.greedy_reserve_factor * greedy_s
         est = estimate_vars(problem)
-        if est > budget.vars_per_second(backend.name) * max(0.0, left() - reserve):
+        if est > budget.vars_per_second(backend_name) * max(0.0, left() - reserve):
             status = SolveStatus.FALLBACK
-            message = (f"{backend.name}: model of about {est} variables is too large for the "
+            message = (f"{backend_name}: model of about {est} variables is too large for the "
                        f"{budget_s:g} s budget; returning greedy's plan")
         else:
+            backend = make_backend(backend_name, params)  # imported only when it will run
             pm = build_model(problem)
             hint: list[int] | None = encode(pm, greedy)
             bad = pm.lm.violated(hint) if hint is not None else []
@@ -183,7 +192,7 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                         chosen, status = greedy, SolveStatus.FALLBACK
                         message += "; greedy's plan admits more, returning it"
         if status == SolveStatus.FALLBACK:
-            name = f"greedy (fallback from {backend.name})"
+            name = f"greedy (fallback from {backend_name})"
     terms = _terms(problem, pm, chosen)
     objective = terms.get("admitted_priority_demand", 0.0)
     if status == SolveStatus.OPTIMAL:
