@@ -90,6 +90,17 @@ BAD_FILES = [
     ("self-link.yaml", instance().replace("links: [{a: n0, b: leaf0, gbps: 400}]",
                                           "links: [{a: leaf0, b: leaf0, gbps: 400}]"),
      ["both ends are 'leaf0'"]),
+    ("nic-gpu.yaml", instance("{name: n0, gpuType: H100-80, gpuCount: 8, "
+                              "nics: [{name: ib0, gbps: 400, gpus: [9]}]}"),
+     ["nics[0].gpus", "GPU index 9 outside 0..7"]),
+    ("types-twice.yaml", instance(extra_spec="  gpuTypes: [{name: X1, family: X1, bf16Tflops: 1, "
+     "hbmGb: 80, hbmTbS: 2, nvlinkGbps: 900, nicGbps: 400}, {name: X1, family: X1, "
+     "bf16Tflops: 2, hbmGb: 80, hbmTbS: 2, nvlinkGbps: 900, nicGbps: 400}]\n"),
+     ["spec.gpuTypes[1].name", "declared twice"]),
+    ("links-twice.yaml", instance(extra_spec="  interClusterLinks: [{a: c, b: d, gbps: 100}, "
+     "{a: d, b: c, gbps: 400}]\n").replace(
+         "  jobs: []", "  - name: d\n    nodes: []\n  jobs: []"),
+     ["interClusterLinks[1]", "already linked"]),
     ("replicas.yaml", "apiVersion: training.volcano.sh/v1alpha1\nkind: HyperJob\nmetadata: "
      "{name: h}\nspec:\n  replicatedJobs: [{name: r, replicas: 2147483647, templateSpec: {}}]\n",
      ["spec.replicatedJobs[0].replicas", "16384"]),

@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from hyperplace.errors import InputError, from_validation_error
 from hyperplace.instances import DEFAULT_INSTANCE  # noqa: F401  (re-exported)
@@ -66,6 +66,14 @@ class ClusterDocSpec(HPModel):
     gpu_types: list[GPUType] = Field(default_factory=list)
     nodes: list[Any] = Field(default_factory=list)
     fabric: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _types_once(self) -> "ClusterDocSpec":
+        names = [t.name for t in self.gpu_types]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise ValueError(f"gpuTypes[{i}].name: GPU type {name!r} is declared twice")
+        return self
 
 
 class ClusterDocument(HPModel):

@@ -130,9 +130,14 @@ class Federation(HPModel):
         names = [c.name for c in self.clusters]
         if len(set(names)) != len(names):
             raise ValueError("clusters: duplicate cluster name")
+        pairs: list[frozenset[str]] = []
         for i, link in enumerate(self.links):
             if link.a == link.b:
                 raise ValueError(f"links[{i}]: both ends are cluster {link.a!r}")
+            if frozenset((link.a, link.b)) in pairs:
+                raise ValueError(f"links[{i}]: clusters {link.a!r} and {link.b!r} are already "
+                                 f"linked by links[{pairs.index(frozenset((link.a, link.b)))}]")
+            pairs.append(frozenset((link.a, link.b)))
             for end in ("a", "b"):
                 if getattr(link, end) not in names:
                     raise ValueError(f"links[{i}].{end}: unknown cluster {getattr(link, end)!r}")

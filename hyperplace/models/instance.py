@@ -35,6 +35,11 @@ class Instance(HPModel):
 
     @model_validator(mode="after")
     def _known_references(self) -> "Instance":
+        declared = [t.name for t in self.spec.gpu_types]
+        for i, name in enumerate(declared):
+            if name in declared[:i]:
+                raise ValueError(f"spec.gpuTypes[{i}].name: GPU type {name!r} is declared twice "
+                                 "(with different figures)")
         catalog = GPUCatalog(self.spec.gpu_types)
         gpus = sum(n.gpu_count for c in self.spec.clusters for n in c.nodes)
         if gpus > MAX_GPUS:

@@ -87,6 +87,15 @@ class Node(HPModel):
         if len(self.nvlink_pairs) > self.gpu_count * (self.gpu_count - 1) // 2:
             raise ValueError(f"nvlinkPairs: {len(self.nvlink_pairs)} pairs, but {self.gpu_count} "
                              f"GPUs have only {self.gpu_count * (self.gpu_count - 1) // 2}")
+        nic_names: set[str] = set()
+        for k, nic in enumerate(self.nics):
+            if nic.name in nic_names:
+                raise ValueError(f"nics[{k}].name: NIC {nic.name!r} is listed twice")
+            nic_names.add(nic.name)
+            bad = [g for g in nic.gpus if not 0 <= g < self.gpu_count]
+            if bad:
+                raise ValueError(f"nics[{k}].gpus: GPU index {bad[0]} outside "
+                                 f"0..{self.gpu_count - 1}")
         seen_pairs: set[tuple[int, int]] = set()
         for k, p in enumerate(self.nvlink_pairs):
             if p.a >= self.gpu_count or p.b >= self.gpu_count or p.a == p.b:
