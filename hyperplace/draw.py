@@ -26,7 +26,7 @@ from hyperplace.models.plan import PlacementPlan
 #: Most nodes drawn GPU by GPU; larger clusters are drawn one bar per leaf domain.
 DETAIL_NODES = 256
 
-CELL, GAP, ROW_LABEL = 11, 2, 78
+CELL, GAP = 11, 2
 FREE, RUNNING, FAULTY, FRAME = "#ffffff", "#9e9e9e", "#e53935", "#455a64"
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd",
@@ -70,6 +70,11 @@ class _Svg:
 
 def _short(s: str, n: int) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _tail(s: str, n: int) -> str:
+    """Node names differ at the end (``dgx-b200-0``, ``dgx-b200-1``): keep the end."""
+    return s if len(s) <= n else "…" + s[-(n - 1):]
 
 
 def _job_colours(plan: PlacementPlan | None) -> dict[str, str]:
@@ -152,9 +157,11 @@ def _detailed(svg: _Svg, instance: Instance, plan: PlacementPlan | None,
         svg.text(8, y + 12, f"cluster {cluster.name}: {len(cluster.nodes)} nodes, "
                  f"{cluster.gpu_count} GPUs, fabric {cluster.network.kind}", 13, "bold")
         y += 24
+        label_chars = min(24, max((len(n.name) for n in cluster.nodes), default=8))
+        row_label = 10 + label_chars * 5.6
         for spine, leaves in _domains(cluster):
             gpus = max((n.gpu_count for n in cluster.nodes), default=8)
-            leaf_w = ROW_LABEL + gpus * (CELL + GAP) + 12
+            leaf_w = row_label + gpus * (CELL + GAP) + 12
             per_row = max(1, min(len(leaves), 6))
             rows = [leaves[i:i + per_row] for i in range(0, len(leaves), per_row)]
             band_top = y
@@ -169,9 +176,9 @@ def _detailed(svg: _Svg, instance: Instance, plan: PlacementPlan | None,
                     for r, name in enumerate(nodes):
                         node = cluster.node_by_name[name]
                         ny = y + 18 + r * (CELL + GAP)
-                        svg.text(x + 4, ny + CELL - 2, _short(name, 12), 9)
+                        svg.text(x + 4, ny + CELL - 2, _tail(name, label_chars), 9)
                         for g in range(node.gpu_count):
-                            gx = x + ROW_LABEL + g * (CELL + GAP)
+                            gx = x + row_label + g * (CELL + GAP)
                             job = placed.get((name, g))
                             if g in node.faulty:
                                 fill, tip = FAULTY, f"{name} GPU {g}: faulty"

@@ -418,7 +418,12 @@ def test_drawings_are_svg_for_32_and_2048_nodes(tmp_path: Path, capsys) -> None:
     from hyperplace.solvers.driver import solve_placement
 
     small = load_instance("mixed-a100-h100")
-    svg = draw_svg(small, solve_placement(small, solver="greedy", budget_s=2))
+    plan = solve_placement(small, solver="greedy", budget_s=10)
+    svg = draw_svg(small, plan)
+    placed = sum(len(p.gpus) for p in plan.placements)
+    assert svg.count("(this plan)</title>") == placed > 0  # every placed GPU, in its job's colour
+    running = sum(len(n.allocated) for c in small.clusters for n in c.nodes)
+    assert svg.count(": running ") == running
     root = ElementTree.fromstring(svg)
     cells = [e for e in root.iter("{http://www.w3.org/2000/svg}rect")
              if e.get("width") == e.get("height") == "11.0"]
