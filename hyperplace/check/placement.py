@@ -49,6 +49,7 @@ from math import comb
 
 from pydantic import BaseModel, ConfigDict
 
+from hyperplace.check.quotas import Usage, quota_problems
 from hyperplace.models import (
     Cluster,
     GangUnit,
@@ -191,7 +192,25 @@ def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
 
     out += _check_bookkeeping(ctx, plan, placed)
     out += _check_priority(ctx, placed)
+    out += [Violation(code="quota", message=m)
+            for m in quota_problems(instance, _queue_usage(ctx, placed))]
     return out
+
+
+def _queue_usage(ctx: _Context, placed: dict[str, dict[str, list[GPU]]]) -> Usage:
+    """GPUs admitted per (queue, GPU type) by the placed jobs (quota accounting)."""
+    usage: Usage = defaultdict(int)
+    if ctx.instance.queue_set is None:
+        return usage
+    for job, units in placed.items():
+        if job not in ctx.jobs:
+            continue
+        queue = ctx.instance.queue_of(ctx.jobs[job])
+        for gpus in units.values():
+            for node, _ in gpus:
+                if node in ctx.nodes:
+                    usage[(queue, ctx.nodes[node][1].gpu_type)] += 1
+    return usage
 
 
 # ---- GPUs ------------------------------------------------------------------------------
@@ -415,6 +434,15 @@ def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]]) -> l
                     for n, i in gpus:
                         free.get(n, set()).discard(i)
         fit = _first_fit(ctx, job, units, free)
+        if fit is not None and ctx.instance.queue_set is not None:
+            # with quotas, it is an inversion only if its queue's quotas would allow it too
+            kept = {j: u for j, u in placed.items() if admitted_prio.get(j, job.priority) >= job.priority}
+            usage = _queue_usage(ctx, kept)
+            queue = ctx.instance.queue_of(job)
+            for unit in units:
+                usage[(queue, ctx.nodes[fit[unit.name]][1].gpu_type)] += unit.gpus
+            if quota_problems(ctx.instance, usage):
+                fit = None
         if fit is not None:
             out.append(Violation(
                 code="priority-inversion", job=job.name,

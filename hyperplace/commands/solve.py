@@ -64,6 +64,8 @@ def resolve_instance(instance: str | None, cluster: Path | None, jobs: Path | No
 # What each objective term counts (README "Placement"), shown under the solve table.
 TERM_LEGEND = {
     "admitted_priority_demand": "priority-weighted admitted GPUs (objective 1, maximised)",
+    "fair_share": "GPUs admitted within each queue's weighted max-min fair share (with "
+                  "--queues; after priority, maximised)",
     "admitted_jobs": "admitted jobs (tie-break of objective 1, maximised)",
     "communication": "leaf and spine domains each job spans, weighted by traffic "
                      "(multi-node TP 100, PP 10, DP 1); lower is better",
@@ -71,6 +73,27 @@ TERM_LEGEND = {
     "policy": "--policy performance: slower GPUs used; cost: price of the GPUs used; "
               "lower is better",
 }
+
+
+def with_queue_files(inst: Instance, paths: list[Path]) -> Instance:
+    """The instance with the queue documents of ``paths`` (errors name file and field)."""
+    if not paths:
+        return inst
+    from hyperplace.models.queue import QueueError, parse_queues
+
+    docs: list[tuple[str, dict]] = []
+    for path in paths:
+        for i, doc in enumerate(load_documents(path)):
+            if not isinstance(doc, dict):
+                raise InputError("expected a mapping (a queue document)", source=str(path),
+                                 path=f"document {i + 1}")
+            docs.append((f"{path}: document {i + 1}", doc))
+    types = {n.gpu_type for c in inst.clusters for n in c.nodes}
+    try:
+        parse_queues(docs, known_types=types)
+        return inst.with_queues([d for _, d in docs])
+    except (QueueError, ValueError) as exc:
+        raise InputError(str(exc)) from None
 
 
 def _ranges(indices: list[int]) -> str:
@@ -185,6 +208,9 @@ def solve_command(
     calibration: Annotated[Path | None, typer.Option(
         "--calibration", help="cost-model calibration (hyperplace calibrate): --policy "
         "performance ranks GPU types by its predicted speed")] = None,
+    queues: Annotated[list[Path] | None, typer.Option(
+        "--queues", help="Kueue ClusterQueue/LocalQueue/ResourceFlavor/Cohort or Volcano "
+        "Queue documents: quotas as hard limits, fair share after priority (repeatable)")] = None,
 ) -> None:
     """Solve one scheduling round: which pending jobs run, on exactly which GPUs."""
     from hyperplace.deadline import command_deadline, write_reserve_s
@@ -196,7 +222,7 @@ def solve_command(
     if draw is not None and draw.suffix.lower() != ".svg":
         raise InputError(f"pictures are SVG: give a .svg file name, got {str(draw)!r}",
                          path="--draw")
-    inst = resolve_instance(instance, cluster, jobs)
+    inst = with_queue_files(resolve_instance(instance, cluster, jobs), queues or [])
     if calibration is not None:
         from hyperplace.costmodel.calibration import load_calibration
         from hyperplace.costmodel.speeds import with_calibrated_speeds
@@ -240,6 +266,8 @@ def check_command(
         help="Cluster or Instance file the plan was solved on")] = None,
     jobs: Annotated[Path | None, typer.Option(
         help="the jobs file or directory it was solved with")] = None,
+    queues: Annotated[list[Path] | None, typer.Option(
+        "--queues", help="the queue documents it was solved with (quotas are checked)")] = None,
 ) -> None:
     """Check a plan against an instance with the independent checker (exit 1 on violations)."""
     from hyperplace.check import check, format_violations
@@ -260,7 +288,7 @@ def check_command(
             raise InputError(f"names {name!r}, which is not a bundled instance; to check "
                              f"against a file, pass it: --instance FILE",
                              source=str(plan_file), path="metadata.instance")
-    inst = resolve_instance(name, cluster, jobs)
+    inst = with_queue_files(resolve_instance(name, cluster, jobs), queues or [])
     violations = check(plan, inst)
     if violations:
         print(format_violations(violations))

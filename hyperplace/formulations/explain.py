@@ -136,6 +136,7 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
     rivals_by_types: dict[frozenset[str], list[JobView]] = {}
     out: dict[int, list[str]] = {}
     probes = 0
+    quota_use = _admitted_quota_use(p, assignment) if p.quotas.active else {}
     for jv in p.jobs:
         if jv.index in assignment.units:
             continue
@@ -145,6 +146,8 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
         late = deadline is not None and time.perf_counter() >= deadline
         if not reasons and not late:  # past the deadline: the generic reason below
             reasons = _static_reasons(p, facts, jv)
+        if not reasons and p.quotas.active:
+            reasons = _quota_reasons(p, jv, assignment, quota_use)
         if not reasons:
             if fits_alone is not None and probes < MAX_CONTENTION_PROBES and \
                     (deadline is None or time.perf_counter() < deadline):
@@ -223,6 +226,57 @@ def _nvlink_reason(facts: _Facts, uc: UnitClass, types: frozenset[str], sel: str
     bw = f" with >= {uc.min_nvlink_gbps:g} GB/s between every pair" if uc.min_nvlink_gbps else ""
     return [f"needs {piece}x{sel} in one NVLink domain{bw}; the largest such free set is "
             f"{best} GPUs{on}"]
+
+
+def _admitted_quota_use(p: PlacementProblem, assignment: Assignment
+                        ) -> dict[tuple[str, str], float]:
+    """GPUs the assignment admits per (queue, quota key)."""
+    use: dict[tuple[str, str], float] = {}
+    for j, units in assignment.units.items():
+        for u in units:
+            for node, gpus in u.pieces:
+                for key, n in p.quotas.usage(p.jobs[j].queue, p.node_by_name[node].gpu_type.name,
+                                             len(gpus)).items():
+                    use[key] = use.get(key, 0) + n
+    return use
+
+
+def _quota_reasons(p: PlacementProblem, jv: JobView, assignment: Assignment,
+                   use: dict[tuple[str, str], float]) -> list[str]:
+    """The queue's quota (or its cohort's lending) holds the job back on every GPU type it
+    could use: name the queue, the key, what is in use and what the cohort can lend."""
+    book = p.quotas
+    blocked: list[str] = []
+    for t in sorted(p.types_for(jv.classes)):
+        trial = dict(use)
+        for key, n in book.usage(jv.queue, t, jv.gpus).items():
+            trial[key] = trial.get(key, 0) + n
+        if book.allows(trial):
+            return []  # some type has room: not the quota
+        blocked.append(t)
+    if not blocked or book.queues is None or jv.queue not in book.queues.queues:
+        return []
+    queue = book.queues.queues[jv.queue]
+    key = book.keys_for(jv.queue, blocked[0])[0]
+    if key not in queue.quotas:
+        return [f"queue {jv.queue}: no quota covers {'/'.join(blocked)} GPUs"]
+    quota = queue.quotas[key]
+    in_use = book.running.get((jv.queue, key), 0) + use.get((jv.queue, key), 0)
+    words = (f"queue {jv.queue}: {in_use:g} of {quota.nominal:g} {key} nominal in use, "
+             f"needs {jv.gpus} more")
+    if queue.cohort is None:
+        return [words + " and has no cohort to borrow from"]
+    lend = 0.0
+    for row in book.cohort_rows:
+        if row.key == key and any(q.name == jv.queue for q in row.members):
+            for q in row.members:
+                qq = q.quotas[key]
+                u = row.running.get(q.name, 0) + use.get((q.name, key), 0)
+                if q.name != jv.queue:
+                    lend += min(qq.lendable, max(0.0, qq.nominal - u))
+    limit = "" if quota.borrowing_limit == float("inf") else \
+        f", borrowing limit {quota.borrowing_limit:g}"
+    return [words + f"; cohort {queue.cohort} has {lend:g} to lend{limit}"]
 
 
 def _contention(p: PlacementProblem, jv: JobView, assignment: Assignment,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -14,6 +14,19 @@ from hyperplace.models.gpu import GPUCatalog, GPUType
 from hyperplace.models.job import ObjectMeta, TrainingJob
 from hyperplace.models.limits import MAX_GPUS, MAX_JOBS
 from hyperplace.models.node import Node
+from hyperplace.models.queue import DEFAULT_QUEUE, QueueError, QueueSet, parse_queues
+
+
+class RunningJob(HPModel):
+    """A job already holding GPUs (``node.allocated`` names it): what sharing decisions need
+    to know about it. A running job not listed here belongs to the ``default`` queue."""
+
+    name: str = Field(min_length=1, max_length=253)
+    queue: str = Field(default=DEFAULT_QUEUE, min_length=1, max_length=253,
+                       description="the queue its GPUs count against")
+    priority: int = Field(default=2, ge=0, le=1_000_000)
+    checkpoint_age_s: float = Field(default=0, ge=0, le=10**9, allow_inf_nan=False,
+                                    description="seconds of work since its last checkpoint")
 
 
 class InstanceSpec(HPModel):
@@ -23,6 +36,13 @@ class InstanceSpec(HPModel):
     jobs: list[TrainingJob] = Field(default_factory=list, max_length=MAX_JOBS,
                                     description="the pending queue")
     model: str | None = Field(default=None, description="model preset for the layer split")
+    queues: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=1000,
+        description="Kueue ResourceFlavor/ClusterQueue/LocalQueue/Cohort and Volcano Queue "
+                    "documents (see hyperplace.models.queue); none: no quotas")
+    running_jobs: list[RunningJob] = Field(default_factory=list, max_length=MAX_JOBS,
+                                           description="queue, priority and checkpoint age of "
+                                                       "the jobs holding GPUs")
 
 
 class Instance(HPModel):
@@ -61,8 +81,59 @@ class Instance(HPModel):
         if dup:
             raise ValueError(f"spec.jobs: duplicate job name {sorted(dup)[0]!r}")
         self._check_queue(catalog)
+        self._check_queues(catalog)
         Federation(clusters=self.spec.clusters, links=self.spec.inter_cluster_links)
         return self
+
+    def _check_queues(self, catalog: GPUCatalog) -> None:
+        """Queue documents parse, and every job (pending or running) names a known queue."""
+        if not self.spec.queues:
+            return
+        types = {n.gpu_type for c in self.spec.clusters for n in c.nodes}
+        try:
+            qs = parse_queues(((f"spec.queues[{i}]", d) for i, d in enumerate(self.spec.queues)),
+                              known_types=types)
+        except QueueError as exc:
+            raise ValueError(str(exc)) from None
+        for ji, job in enumerate(self.spec.jobs):
+            name = qs.queue_of(job.metadata.labels, job.metadata.annotations)
+            if not qs.known(name):
+                raise ValueError(f"spec.jobs[{ji}].metadata.labels: job {job.name!r} names queue "
+                                 f"{name!r}, which is not declared (queues: {', '.join(sorted(qs.queues))})")
+        for ri, run in enumerate(self.spec.running_jobs):
+            if not qs.known(run.queue):
+                raise ValueError(f"spec.runningJobs[{ri}].queue: unknown queue {run.queue!r} "
+                                 f"(queues: {', '.join(sorted(qs.queues))})")
+
+    def with_queues(self, docs: list[dict[str, Any]]) -> "Instance":
+        """This round with queue documents (Kueue/Volcano) added; checked like a file's."""
+        spec = self.spec.model_copy(update={"queues": [*self.spec.queues, *docs]})
+        out = self.model_copy(update={"spec": spec})
+        for cached in ("queue_set", "running_job_info"):
+            out.__dict__.pop(cached, None)
+        out._check_queues(out.catalog)
+        return out
+
+    @cached_property
+    def queue_set(self) -> QueueSet | None:
+        """The declared queues (None when the instance declares none: no quotas)."""
+        if not self.spec.queues:
+            return None
+        return parse_queues((f"spec.queues[{i}]", d) for i, d in enumerate(self.spec.queues))
+
+    def queue_of(self, job: TrainingJob) -> str:
+        """The queue a pending job belongs to (``default`` without declared queues)."""
+        qs = self.queue_set
+        return DEFAULT_QUEUE if qs is None else qs.queue_of(job.metadata.labels,
+                                                            job.metadata.annotations)
+
+    @cached_property
+    def running_job_info(self) -> dict[str, RunningJob]:
+        """Running jobs by name; those holding GPUs but not listed get the defaults."""
+        out = {r.name: r for r in self.spec.running_jobs}
+        for job in self.running_jobs():
+            out.setdefault(job, RunningJob(name=job))
+        return out
 
     def _check_queue(self, catalog: GPUCatalog) -> None:
         """A pending job may not carry a running job's name (the plan could not tell them

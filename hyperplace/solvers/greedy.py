@@ -283,6 +283,60 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[DomainKey], state
     return units
 
 
+class QuotaLedger:
+    """GPUs admitted so far per (queue, quota key); a job is admitted only if its queue's
+    quotas and its cohort's lending still hold (``PlacementProblem.quotas``)."""
+
+    def __init__(self, p: PlacementProblem):
+        self.p = p
+        self.used: dict[tuple[str, str], float] = defaultdict(float)
+
+    def _delta(self, jv: JobView, placed: list[PlacedUnit]) -> dict[tuple[str, str], float]:
+        delta: dict[tuple[str, str], float] = defaultdict(float)
+        for u in placed:
+            for node, gpus in u.pieces:
+                gpu_type = self.p.node_by_name[node].gpu_type.name
+                for key, n in self.p.quotas.usage(jv.queue, gpu_type, len(gpus)).items():
+                    delta[key] += n
+        return delta
+
+    def admit(self, jv: JobView, placed: list[PlacedUnit]) -> bool:
+        """Count the job's GPUs if every limit still holds; else change nothing."""
+        if not self.p.quotas.active:
+            return True
+        delta = self._delta(jv, placed)
+        trial = dict(self.used)
+        for key, n in delta.items():
+            trial[key] = trial.get(key, 0) + n
+        if not self.p.quotas.allows(trial):
+            return False
+        self.used.update(trial)
+        return True
+
+    def release(self, jv: JobView, placed: list[PlacedUnit]) -> None:
+        """Give back a job's GPUs (it was released by the priority repair)."""
+        if self.p.quotas.active:
+            for key, n in self._delta(jv, placed).items():
+                self.used[key] -= n
+
+
+def _give_back(state: State, placed: list[PlacedUnit]) -> None:
+    for u in placed:
+        for node, gpus in u.pieces:
+            state.give(node, gpus)
+
+
+def _place_within_quota(p: PlacementProblem, jv: JobView, state: State, ledger: QuotaLedger,
+                        trials: int) -> list[PlacedUnit] | None:
+    """:func:`try_place_job`, then the quota check: a job over its queue's quota gives its
+    GPUs back and stays pending."""
+    placed = try_place_job(p, jv, state, trials)
+    if placed is not None and not ledger.admit(jv, placed):
+        _give_back(state, placed)
+        return None
+    return placed
+
+
 def job_orders(p: PlacementProblem) -> list[list[JobView]]:
     """Two passes, both highest priority first: largest jobs first (packs big gangs before
     small ones fragment the domains), and queue order (what the peers do, which often admits
@@ -299,11 +353,12 @@ def _score(p: PlacementProblem, a: Assignment) -> tuple[int, int]:
 def _one_pass(p: PlacementProblem, order: list[JobView], params: GreedyParams,
               deadline: float | None = None) -> Assignment:
     state = State(p)
+    ledger = QuotaLedger(p)
     out = Assignment()
     for jv in order:
         if deadline is not None and time.perf_counter() > deadline:
             break  # out of time: the jobs not reached stay pending (all of lower priority)
-        placed = try_place_job(p, jv, state, params.max_domain_trials)
+        placed = _place_within_quota(p, jv, state, ledger, params.max_domain_trials)
         if placed is not None:
             out.units[jv.index] = placed
     return out
@@ -373,7 +428,9 @@ def repair_priority(p: PlacementProblem, a: Assignment,
     trials = (params or _DEFAULTS).max_domain_trials
     out = Assignment(units=dict(a.units), notes=dict(a.notes))
     state = State(p)
-    for units in out.units.values():
+    ledger = QuotaLedger(p)
+    for j, units in out.units.items():
+        ledger.admit(p.jobs[j], units)
         for u in units:
             for node, gpus in u.pieces:
                 state.take(node, gpus)
@@ -384,7 +441,7 @@ def repair_priority(p: PlacementProblem, a: Assignment,
             break
         if jv.index in out.units:
             continue
-        placed = try_place_job(p, jv, state, trials)
+        placed = _place_within_quota(p, jv, state, ledger, trials)
         if placed is not None:
             out.units[jv.index] = placed
             continue
@@ -393,21 +450,21 @@ def repair_priority(p: PlacementProblem, a: Assignment,
         if not lower:
             continue
         released = {j: out.units.pop(j) for j in lower}
-        for units in released.values():
-            for u in units:
-                for node, gpus in u.pieces:
-                    state.give(node, gpus)
-        placed = try_place_job(p, jv, state, trials)
+        for j, units in released.items():
+            _give_back(state, units)
+            ledger.release(p.jobs[j], units)
+        placed = _place_within_quota(p, jv, state, ledger, trials)
         if placed is None:  # no better: put everything back as it was
             for j, units in released.items():
                 out.units[j] = units
+                ledger.admit(p.jobs[j], units)
                 for u in units:
                     for node, gpus in u.pieces:
                         state.take(node, gpus)
             continue
         out.units[jv.index] = placed
         for j in lower:  # the released jobs return where they still fit
-            again = try_place_job(p, p.jobs[j], state, trials)
+            again = _place_within_quota(p, p.jobs[j], state, ledger, trials)
             if again is not None:
                 out.units[j] = again
     return out

@@ -19,7 +19,9 @@ preemption) go in as methods of their own between :meth:`PlacementModelBuilder._
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hyperplace.formulations.linear import LinearModel, Objective
@@ -61,6 +63,8 @@ class PlacementModel:
     eligible_pieces: dict[int, list[PieceVar]] = field(default_factory=dict)
     # auxiliary = ceil(sum(coef * var) / divisor): how hints complete the auxiliaries
     aux_links: list[tuple[int, Terms, int]] = field(default_factory=list)
+    # auxiliaries with other rules (quota borrowing and lending, fair share), run after those
+    derived: list[Callable[[list[int]], None]] = field(default_factory=list)
 
     def complete(self, primary: dict[int, int]) -> list[int]:
         """A full assignment from primary values (run, domains, pieces), auxiliaries derived."""
@@ -70,6 +74,8 @@ class PlacementModel:
         for aux, terms, divisor in self.aux_links:
             total = sum(c * values[v] for v, c in terms)
             values[aux] = min(self.lm.ubs[aux], -(-total // divisor))
+        for rule in self.derived:
+            rule(values)
         return values
 
 
@@ -124,6 +130,10 @@ class PlacementModelBuilder:
         self.obj_comm: Terms = []
         self.obj_frag: Terms = []
         self.obj_policy: Terms = []
+        self.obj_fair: Terms = []
+        self.derived: list[Callable[[list[int]], None]] = []
+        # job -> (var, GPUs per unit of the var, GPU type name): what quotas count
+        self.job_gpu_terms: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
 
     def build(self) -> PlacementModel:
         """Every constraint family in turn, then the objectives."""
@@ -133,6 +143,8 @@ class PlacementModelBuilder:
         self._gpu_exclusive()
         self._open_clique_nodes()
         self._open_leaves()
+        self._quotas()
+        self._fair_share()
         self._objectives()
         return PlacementModel(
             problem=self.p, lm=self.lm, run=self.run, bundles=self.bundles,
@@ -140,7 +152,8 @@ class PlacementModelBuilder:
             unit_domain=self.unit_domain, pieces=self.pieces, touch=self.touch,
             opened_nodes=self.opened_nodes, opened_leaf=self.opened_leaf,
             objective_names=[o.name for o in self.lm.objectives],
-            eligible_pieces=dict(self.per_class_pieces), aux_links=self.aux_links)
+            eligible_pieces=dict(self.per_class_pieces), aux_links=self.aux_links,
+            derived=self.derived)
 
     # ---- per job --------------------------------------------------------------------
     def _job(self, j: int, members: list[int]) -> None:
@@ -229,6 +242,7 @@ class PlacementModelBuilder:
                     ub = min(block.size * uc.count * per_unit, capacity * nc.multiplicity)
                     v = self.lm.var(f"k[{jv.name},{uc.group},{size},nc{nc.index}]", 0, ub)
                     self._add_piece(PieceVar(uc.index, size, nc.index, v))
+                    self.job_gpu_terms[block.job].append((v, size, nc.rep.gpu_type.name))
                     self.cap_terms[nc.index].append((v, size))
                     by_size[size].append((v, nc))
                     continue
@@ -236,6 +250,7 @@ class PlacementModelBuilder:
                 for clique in rep.cliques(size, uc.min_nvlink_gbps, parts=uc.parts):
                     v = self.lm.bool(f"w[{jv.name},{uc.group},{rep.name},{clique}]")
                     self._add_piece(PieceVar(uc.index, size, nc.index, v, clique))
+                    self.job_gpu_terms[block.job].append((v, size, rep.gpu_type.name))
                     for g in clique:
                         self.gpu_terms[(nc.index, g)].append(v)
                     by_size[size].append((v, nc))
@@ -382,6 +397,71 @@ class PlacementModelBuilder:
             self.aux_links.append((o, [(v, 1) for v in vs], big_leaf))
             self.obj_frag.append((o, self.params.leaf_open_weight))
 
+    # ---- sharing: quotas and fair share ----------------------------------------------------
+    def _queue_terms(self) -> dict[tuple[str, str], Terms]:
+        """GPUs admitted now per (queue, quota key), as terms over the piece variables."""
+        book = self.p.quotas
+        terms: dict[tuple[str, str], Terms] = defaultdict(list)
+        for j, vs in self.job_gpu_terms.items():
+            queue = self.p.jobs[j].queue
+            for v, gpus, gpu_type in vs:
+                for key in book.keys_for(queue, gpu_type):
+                    terms[(queue, key)].append((v, gpus))
+        return terms
+
+    def _quotas(self) -> None:
+        """Per queue and key: admitted now <= headroom. Per cohort and key: borrowing
+        ``b >= use - nominal`` is covered by lending ``l <= min(lendable, nominal - use + b)``
+        (``sum b - sum l <= overdraft the running jobs already have``); see ``quotas.py``."""
+        book = self.p.quotas
+        if not book.active:
+            return
+        terms = self._queue_terms()
+        for row in book.rows:
+            t = terms.get((row.queue, row.key), [])
+            if t:
+                self.lm.add(list(t), hi=int(math.floor(row.headroom + 1e-9)),
+                            name=f"quota[{row.queue},{row.key}]")
+        big = max(1, self.p.free_gpus + sum(book.running.values()))
+        for c in book.cohort_rows:
+            pool: Terms = []
+            rules: list[tuple[int, int, Terms, float, float, float]] = []
+            for q in c.members:
+                quota = q.quotas[c.key]
+                t = terms.get((q.name, c.key), [])
+                run = c.running.get(q.name, 0)
+                b_lo = int(max(0, math.ceil(run - quota.nominal)))
+                b = self.lm.var(f"borrow[{q.name},{c.key}]", b_lo, max(b_lo, _cap(quota.borrowing_limit, big)))
+                lend = self.lm.var(f"lend[{q.name},{c.key}]", 0, _cap(quota.lendable, big))
+                nominal_left = int(math.floor(quota.nominal - run))
+                # use - b <= nominal  and  l + use - b <= nominal
+                self.lm.add(list(t) + [(b, -1)], hi=nominal_left, name=f"own[{q.name},{c.key}]")
+                self.lm.add(list(t) + [(b, -1), (lend, 1)], hi=nominal_left,
+                            name=f"lendable[{q.name},{c.key}]")
+                pool += [(b, 1), (lend, -1)]
+                rules.append((b, lend, list(t), run, quota.nominal, quota.lendable))
+            self.lm.add(pool, hi=int(math.floor(c.slack + 1e-9)), name=f"cohort[{c.cohort},{c.key}]")
+            self.derived.append(_borrow_rule(rules, self.lm.ubs))
+
+    def _fair_share(self) -> None:
+        """Objective after priority: GPUs admitted within each queue's remaining fair share,
+        ``g[q] <= admitted now`` and ``g[q] <= max(0, share - running)``."""
+        book = self.p.quotas
+        if not book.active or len(book.shares) < 2:
+            return
+        per_queue: dict[str, Terms] = defaultdict(list)
+        for j, vs in self.job_gpu_terms.items():
+            per_queue[self.p.jobs[j].queue] += [(v, gpus) for v, gpus, _ in vs]
+        for queue, share in sorted(book.shares.items()):
+            room = int(math.floor(share - book.running_total.get(queue, 0)))
+            if room <= 0 or not per_queue.get(queue):
+                continue
+            g = self.lm.var(f"fair[{queue}]", 0, room)
+            self.lm.add([(g, 1)] + [(v, -c) for v, c in per_queue[queue]], hi=0,
+                        name=f"fair[{queue}]")
+            self.aux_links.append((g, per_queue[queue], 1))
+            self.obj_fair.append((g, 1))
+
     # ---- objectives -----------------------------------------------------------------
     def _objectives(self) -> None:
         """Strictly lexicographic: weighted demand per priority tier, admitted jobs,
@@ -391,13 +471,31 @@ class PlacementModelBuilder:
         demand = [Objective([(v, p.tier_weights[lvl] * g) for lvl in tier
                              for v, g in self.obj_demand_by_level[lvl]], f"demand_tier{i}", "max")
                   for i, tier in enumerate(p.priority_tiers)]
+        fair = [Objective(self.obj_fair, "fair_share", "max")] if self.obj_fair else []
         self.lm.objectives = [
             *demand,
+            *fair,
             Objective(obj_jobs, "admitted_jobs", "max"),
             Objective(self.obj_comm, "communication", "min"),
             Objective(self.obj_frag, "fragmentation", "min"),
             Objective(self.obj_policy, "policy", "min"),
         ]
+
+
+def _cap(limit: float, big: int) -> int:
+    return big if not math.isfinite(limit) else int(math.floor(limit))
+
+
+def _borrow_rule(rules: list[tuple[int, int, Terms, float, float, float]], ubs: list[int]
+                 ) -> Callable[[list[int]], None]:
+    """Hint completion for a cohort: each queue borrows what it uses above its nominal quota
+    and lends what it leaves unused (up to its lending limit)."""
+    def rule(values: list[int]) -> None:
+        for b, lend, terms, run, nominal, lendable in rules:
+            use = run + sum(c * values[v] for v, c in terms)
+            values[b] = min(ubs[b], max(0, int(math.ceil(run - nominal)), int(math.ceil(use - nominal))))
+            values[lend] = max(0, min(ubs[lend], int(math.floor(min(lendable, nominal - use + values[b])))))
+    return rule
 
 
 def build_model(problem: PlacementProblem) -> PlacementModel:

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from hyperplace.formulations.placement.domains import DomainKey, radius_for
 from hyperplace.formulations.placement.params import ModelParams
+from hyperplace.formulations.placement.quotas import UNCOVERED, QuotaBook, build_quota_book
 from hyperplace.formulations.placement.reasons import PendingReason, ReasonCode
 from hyperplace.formulations.placement.tiers import demand_by_level, priority_tiers, tier_weights
 from hyperplace.formulations.placement.views import (
@@ -131,7 +132,8 @@ class PlacementProblem:
         between = job.between_replicas
         jv = JobView(index=len(self.jobs), job=job, priority=job.priority,
                      gpus=sum(u.gpus for u in units), hop_limit=between.max_hop_count,
-                     min_ib_gbps=between.min_infiniband_bandwidth_gbps)
+                     min_ib_gbps=between.min_infiniband_bandwidth_gbps,
+                     queue=self.instance.queue_of(job))
         # The fabric cannot give the bandwidth asked between nodes: the job can still run if
         # it all fits on one node (then no fabric link is used).
         fabric_best = self.best_link_gbps(units)
@@ -260,8 +262,20 @@ class PlacementProblem:
         return not (uc.multi_node and uc.min_ib_gbps and attach < uc.min_ib_gbps)
 
     def node_eligible(self, jv: JobView, uc: UnitClass, n: NodeView) -> bool:
-        """A piece of ``uc`` (of job ``jv``) may sit on node ``n`` (free GPUs aside)."""
-        return self.gpus_eligible(uc, n) and self.link_eligible(jv, uc, n)
+        """A piece of ``uc`` (of job ``jv``) may sit on node ``n`` (free GPUs aside): GPUs,
+        links, and a quota of the job's queue that covers the node's GPU type."""
+        return self.gpus_eligible(uc, n) and self.link_eligible(jv, uc, n) and \
+            self.queue_covers(jv, n)
+
+    def queue_covers(self, jv: JobView, n: NodeView) -> bool:
+        """The job's queue may use the node's GPU type (always, without declared queues)."""
+        return UNCOVERED not in self.quotas.keys_for(jv.queue, n.gpu_type.name)
+
+    @cached_property
+    def quotas(self) -> QuotaBook:
+        """Quota rows and fair shares of the round (inactive without declared queues)."""
+        return build_quota_book(self.instance, [jv.name for jv in self.jobs],
+                                {jv.name: jv.gpus for jv in self.jobs if not jv.impossible})
 
     def piece_capacity(self, uc: UnitClass, piece: int, n: NodeView) -> int:
         """How many pieces of this size and class fit on the node's free GPUs."""
@@ -402,8 +416,8 @@ class PlacementProblem:
         for jv in self.jobs:
             if jv.num_pieces == 1 and not jv.impossible:
                 uc = jv.classes[0]
-                key = (jv.priority, uc.size, uc.gpu_types, uc.min_memory_gb, uc.min_nvlink_gbps,
-                       uc.parts)
+                key = (jv.priority, jv.queue, uc.size, uc.gpu_types, uc.min_memory_gb,
+                       uc.min_nvlink_gbps, uc.parts)
                 if key in groups:
                     groups[key].append(jv.index)
                     continue

@@ -228,6 +228,7 @@ class JobView:
     min_ib_gbps: float
     classes: list[UnitClass] = field(default_factory=list)
     impossible: list[PendingReason] = field(default_factory=list)
+    queue: str = "default"  # the queue whose quotas its GPUs count against
 
     @property
     def name(self) -> str:

@@ -1,0 +1,190 @@
+"""Quotas and fair share of a round, as the model, greedy and the explanations see them.
+
+The rules (documented in the README; the checker re-derives them independently):
+
+* A GPU of type ``T`` admitted for a job of queue ``q`` counts against every quota key of
+  ``q`` that covers ``T`` (the key equals ``T`` or its family, e.g. ``H100`` covers
+  ``H100-80``; ``*`` covers every type). A type no key of a declared queue covers cannot be
+  used by that queue (Kueue admits only onto flavors its ClusterQueue lists). The
+  ``default`` queue, when not declared, has no quotas.
+* **Per queue**: usage (running + admitted now) <= nominal + borrowing limit; a queue with no
+  cohort cannot borrow (usage <= nominal).
+* **Per cohort and key** (Kueue): what its queues borrow, ``sum max(0, usage - nominal)``,
+  is at most what they lend, ``sum min(lendingLimit, max(0, nominal - usage))``. Volcano
+  queues borrow from the cluster itself: their ``capability`` and the free GPUs limit them.
+* Running jobs keep their GPUs, so a round never makes these worse than they already are:
+  where the running jobs alone already exceed a limit (a quota was lowered), the limit
+  becomes "no further use" instead of an infeasible round.
+* **Fair share** (an objective after priority): each queue's share of the GPUs is its
+  weighted max-min fair share given its demand (running + pending), by water-filling; the
+  objective maximises the GPUs admitted *within* each queue's remaining share, so among
+  plans of equal priority-weighted demand the one that serves under-served queues first wins.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hyperplace.models.instance import Instance
+from hyperplace.models.queue import ANY_TYPE, Queue, QueueSet
+
+UNCOVERED = "~uncovered"
+
+
+def covers(key: str, gpu_type: str) -> bool:
+    """True when quota key ``key`` (a type, a family or ``*``) covers GPU type ``gpu_type``."""
+    t = gpu_type.upper()
+    return key == ANY_TYPE or t == key or t.startswith(key + "-")
+
+
+@dataclass(frozen=True)
+class QuotaRow:
+    """One limit on a (queue, key): admitted-now GPUs <= ``headroom``."""
+
+    queue: str
+    key: str
+    headroom: float
+
+
+@dataclass
+class CohortRow:
+    """One cohort and key: what its queues borrow <= what they lend (plus any overdraft the
+    running jobs already have, which a round may not increase)."""
+
+    cohort: str
+    key: str
+    members: list[Queue]
+    running: dict[str, float]  # queue -> running GPUs counted against the key
+    slack: float  # right-hand side: max(0, overdraft with nothing admitted)
+
+
+@dataclass
+class QuotaBook:
+    """Quota rows and fair shares of one round (inactive when no queues are declared)."""
+
+    queues: QueueSet | None
+    job_queue: list[str]
+    running: dict[tuple[str, str], float] = field(default_factory=dict)
+    rows: list[QuotaRow] = field(default_factory=list)
+    cohort_rows: list[CohortRow] = field(default_factory=list)
+    shares: dict[str, float] = field(default_factory=dict)
+    running_total: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.queues is not None
+
+    def keys_for(self, queue: str, gpu_type: str) -> list[str]:
+        """The quota keys a GPU of ``gpu_type`` used by ``queue`` counts against
+        (``[UNCOVERED]`` when the queue is declared but covers no such type)."""
+        if self.queues is None or queue not in self.queues.queues:
+            return []
+        keys = [k for k in self.queues.queues[queue].quotas if covers(k, gpu_type)]
+        return keys or [UNCOVERED]
+
+    def allows(self, new: Mapping[tuple[str, str], float]) -> bool:
+        """Whether admitting ``new`` GPUs per (queue, key) keeps every limit (greedy)."""
+        if not self.active:
+            return True
+        for row in self.rows:
+            if new.get((row.queue, row.key), 0) > row.headroom + 1e-9:
+                return False
+        for c in self.cohort_rows:
+            if _overdraft(c, new) > c.slack + 1e-9:
+                return False
+        return True
+
+    def usage(self, queue: str, gpu_type: str, gpus: int) -> dict[tuple[str, str], float]:
+        """``gpus`` GPUs of ``gpu_type`` for ``queue``, as per-key usage."""
+        return {(queue, k): gpus for k in self.keys_for(queue, gpu_type)}
+
+
+def _overdraft(c: CohortRow, new: Mapping[tuple[str, str], float]) -> float:
+    borrowed = lent = 0.0
+    for q in c.members:
+        quota = q.quotas[c.key]
+        use = c.running.get(q.name, 0) + new.get((q.name, c.key), 0)
+        borrowed += max(0.0, use - quota.nominal)
+        lent += min(quota.lendable, max(0.0, quota.nominal - use))
+    return borrowed - lent
+
+
+def water_fill(capacity: float, demand: Mapping[str, float], weight: Mapping[str, float]
+               ) -> dict[str, float]:
+    """Weighted max-min fair shares of ``capacity`` among queues with ``demand``: the level
+    ``L`` with ``sum min(demand_q, L * weight_q) = capacity`` (everyone's demand if it fits)."""
+    active = {q: d for q, d in demand.items() if d > 0}
+    if sum(active.values()) <= capacity:
+        return dict(active)
+    shares: dict[str, float] = {}
+    left = capacity
+    order = sorted(active, key=lambda q: active[q] / weight[q])
+    wsum = sum(weight[q] for q in order)
+    for q in order:
+        fair = left * weight[q] / wsum
+        shares[q] = min(active[q], fair)
+        left -= shares[q]
+        wsum -= weight[q]
+    return shares
+
+
+def build_quota_book(instance: Instance, job_names: list[str],
+                     pending_gpus: Mapping[str, int]) -> QuotaBook:
+    """Rows for every declared queue and cohort, and the fair shares.
+
+    Parameters
+    ----------
+    instance : Instance
+        The round; its ``spec.queues`` and ``spec.runningJobs``.
+    job_names : list of str
+        Pending jobs in the problem's order (their queues are looked up once).
+    pending_gpus : mapping
+        GPUs each pending job asks for (jobs that cannot run at all left out), for the
+        fair-share demand.
+    """
+    qs = instance.queue_set
+    by_name = {j.name: j for j in instance.jobs}
+    job_queue = [instance.queue_of(by_name[n]) for n in job_names]
+    book = QuotaBook(queues=qs, job_queue=job_queue)
+    if qs is None:
+        return book
+    info = instance.running_job_info
+    total_gpus = 0
+    for c in instance.clusters:
+        for n in c.nodes:
+            total_gpus += n.gpu_count - len(n.faulty)
+            for holder in n.allocated.values():
+                queue = info[holder].queue if holder in info else "default"
+                book.running_total[queue] = book.running_total.get(queue, 0) + 1
+                for k in book.keys_for(queue, n.gpu_type):
+                    book.running[(queue, k)] = book.running.get((queue, k), 0) + 1
+    cohorts: dict[tuple[str, str], list[Queue]] = defaultdict(list)
+    for q in qs.queues.values():
+        for key, quota in [*q.quotas.items(), (UNCOVERED, None)]:
+            run = book.running.get((q.name, key), 0)
+            if quota is None:
+                book.rows.append(QuotaRow(q.name, key, 0.0))
+                continue
+            cap = quota.cap if q.cohort is not None else quota.nominal
+            if math.isfinite(cap):
+                book.rows.append(QuotaRow(q.name, key, max(0.0, cap - run)))
+            if q.cohort is not None and q.source != "volcano":
+                # Volcano queues borrow from the cluster, not from each other's guarantees:
+                # their cap (capability) and the free GPUs are the limits
+                cohorts[(qs.root_cohort(q.cohort), key)].append(q)
+    for (cohort, key), members in sorted(cohorts.items()):
+        running = {q.name: book.running.get((q.name, key), 0) for q in members}
+        row = CohortRow(cohort, key, members, running, 0.0)
+        row.slack = max(0.0, _overdraft(row, {}))
+        book.cohort_rows.append(row)
+    demand: dict[str, float] = defaultdict(float)
+    for q, run in book.running_total.items():
+        demand[q] += run
+    for name, queue in zip(job_names, job_queue):
+        demand[queue] += pending_gpus.get(name, 0)
+    weight = {q: (qs.queues[q].weight if q in qs.queues else 1.0) for q in demand}
+    book.shares = water_fill(total_gpus, demand, weight)
+    return book

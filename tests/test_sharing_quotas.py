@@ -1,0 +1,147 @@
+"""Queues with quotas and fair share inside the placement formulation (#14), every backend.
+
+Optima by hand: nodes of 8 H100 on one leaf; jobs of one 8-GPU unit each.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from hyperplace.check import check
+from hyperplace.cli import app
+from hyperplace.models.instance import RunningJob
+from hyperplace.models.job import TrainingJob
+from hyperplace.solvers.driver import solve_placement
+from placement_helpers import instance, job, node
+
+
+def _in_queue(j: TrainingJob, queue: str, *, volcano: bool = False) -> TrainingJob:
+    label = "volcano.sh/queue-name" if volcano else "kueue.x-k8s.io/queue-name"
+    meta = j.metadata.model_copy(update={"labels": {label: queue}})
+    return j.model_copy(update={"metadata": meta})
+
+
+def _cq(name: str, nominal: int, *, cohort: str | None = None, weight: float = 1,
+        borrow: int | None = None, lend: int | None = None, flavor: str = "h100") -> dict:
+    res: dict = {"name": "nvidia.com/gpu", "nominalQuota": nominal}
+    if borrow is not None:
+        res["borrowingLimit"] = borrow
+    if lend is not None:
+        res["lendingLimit"] = lend
+    spec: dict = {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
+                                      "flavors": [{"name": flavor, "resources": [res]}]}],
+                  "fairSharing": {"weight": weight}}
+    if cohort:
+        spec["cohort"] = cohort
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+            "metadata": {"name": name}, "spec": spec}
+
+
+def _solve(inst, solver):
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == [], solver
+    return plan, {j.job for j in plan.jobs}
+
+
+def test_a_queue_stays_within_its_nominal_quota(solver):
+    jobs = [_in_queue(job(f"a{i}"), "a") for i in range(3)]
+    inst = instance([node(f"n{i}") for i in range(4)], jobs).with_queues([_cq("a", 8)])
+    plan, admitted = _solve(inst, solver)
+    assert len(admitted) == 1  # 32 GPUs free, but the queue may hold 8
+    reason = " ".join(plan.pending[0].reasons)
+    assert "queue a: 8 of 8 H100 nominal in use" in reason and "no cohort" in reason
+
+
+def test_running_jobs_count_against_the_quota(solver):
+    nodes = [node("n0", allocated={g: "old" for g in range(8)}), node("n1"), node("n2")]
+    base = instance(nodes, [_in_queue(job("new"), "a")])
+    spec = base.spec.model_copy(update={"running_jobs": [RunningJob(name="old", queue="a")]})
+    inst = base.model_copy(update={"spec": spec}).with_queues([_cq("a", 8)])
+    _, admitted = _solve(inst, solver)
+    assert admitted == set()
+
+
+def test_borrowing_within_a_cohort_up_to_what_others_lend(solver):
+    jobs = [_in_queue(job(f"a{i}"), "a") for i in range(4)]
+    queues = [_cq("a", 8, cohort="org"), _cq("b", 16, cohort="org", lend=8)]
+    inst = instance([node(f"n{i}") for i in range(4)], jobs).with_queues(queues)
+    _, admitted = _solve(inst, solver)
+    assert len(admitted) == 2  # 8 own + 8 lent by b (its lending limit)
+    queues = [_cq("a", 8, cohort="org", borrow=0), _cq("b", 16, cohort="org")]
+    _, admitted = _solve(instance([node(f"n{i}") for i in range(4)], jobs).with_queues(queues), solver)
+    assert len(admitted) == 1  # borrowingLimit 0
+
+
+def test_fair_share_by_weight_across_three_queues(solver):
+    # 32 GPUs, 12 jobs of 8 in three queues weighted 2:1:1 -> shares 16/8/8 GPUs
+    jobs = [_in_queue(job(f"{q}{i}"), q) for i in range(4) for q in "abc"]
+    queues = [_cq("a", 32, weight=2), _cq("b", 32), _cq("c", 32)]
+    inst = instance([node(f"n{i}") for i in range(4)], jobs).with_queues(queues)
+    plan, admitted = _solve(inst, solver)
+    per_queue = {q: sum(1 for j in admitted if j.startswith(q)) for q in "abc"}
+    if plan.status.value == "fallback" or solver == "greedy":
+        assert sum(per_queue.values()) == 4  # greedy keeps quotas, not fairness
+    else:
+        assert per_queue == {"a": 2, "b": 1, "c": 1}
+
+
+def test_fair_share_across_two_queues_prefers_the_underserved_one(exact_solver):
+    # queue a already runs 8 GPUs; 16 free; both queues ask for 16 more -> b gets 16
+    nodes = [node("n0", allocated={g: "old" for g in range(8)}), node("n1"), node("n2")]
+    jobs = [_in_queue(job(f"{q}{i}"), q) for q in "ab" for i in range(2)]
+    base = instance(nodes, jobs)
+    spec = base.spec.model_copy(update={"running_jobs": [RunningJob(name="old", queue="a")]})
+    inst = base.model_copy(update={"spec": spec}).with_queues([_cq("a", 24), _cq("b", 24)])
+    _, admitted = _solve(inst, exact_solver)
+    assert admitted == {"b0", "b1"}
+
+
+def test_volcano_queue_capability_caps_usage(solver):
+    jobs = [_in_queue(job(f"v{i}"), "v", volcano=True) for i in range(3)]
+    vq = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+          "metadata": {"name": "v"}, "spec": {"weight": 1, "capability": {"nvidia.com/gpu": 16}}}
+    inst = instance([node(f"n{i}") for i in range(4)], jobs).with_queues([vq])
+    _, admitted = _solve(inst, solver)
+    assert len(admitted) == 2
+
+
+def test_a_queue_without_a_quota_for_a_type_cannot_use_it(solver):
+    jobs = [_in_queue(job("a0", accel=None, mem=0, nvlink=0), "a")]
+    nodes = [node("h0"), node("x0", gpu_type="A100-80")]
+    inst = instance(nodes, jobs).with_queues([_cq("a", 8, flavor="a100")])
+    plan, admitted = _solve(inst, solver)
+    assert admitted == {"a0"}
+    assert {g.node for p in plan.placements for g in p.gpus} == {"x0"}
+
+
+def test_checker_flags_a_plan_over_quota():
+    jobs = [_in_queue(job(f"a{i}"), "a") for i in range(2)]
+    free = instance([node("n0"), node("n1")], jobs)
+    plan = solve_placement(free, solver="greedy", budget_s=5)  # no quotas: both admitted
+    assert len(plan.jobs) == 2
+    codes = {v.code for v in check(plan, free.with_queues([_cq("a", 8)]))}
+    assert "quota" in codes
+
+
+def test_cli_solve_with_queue_file_and_bad_ones(tmp_path: Path):
+    runner = CliRunner()
+    good = tmp_path / "queues.yaml"
+    good.write_text(yaml.safe_dump_all([_cq("research", 8)]))
+    out = runner.invoke(app, ["solve", "--queues", str(good), "--budget", "5"])
+    assert out.exit_code == 0, out.output  # bundled jobs name no queue: the default queue
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump_all([_cq("research", -1)]))
+    out = runner.invoke(app, ["solve", "--queues", str(bad)])
+    assert out.exit_code != 0
+    assert isinstance(out.exception, Exception)
+    assert "nominalQuota" in str(out.exception) and "non-negative" in str(out.exception)
+
+
+def test_a_job_naming_an_unknown_queue_is_refused():
+    inst = instance([node("n0")], [_in_queue(job("x"), "nope")])
+    with pytest.raises(ValueError, match="names queue 'nope', which is not declared"):
+        inst.with_queues([_cq("a", 8)])
