@@ -235,9 +235,9 @@ def _admitted_quota_use(p: PlacementProblem, assignment: Assignment
     for j, units in assignment.units.items():
         for u in units:
             for node, gpus in u.pieces:
-                for key, n in p.quotas.usage(p.jobs[j].queue, p.node_by_name[node].gpu_type.name,
-                                             len(gpus)).items():
-                    use[key] = use.get(key, 0) + n
+                for qkey, n in p.quotas.usage(p.jobs[j].queue, p.node_by_name[node].gpu_type.name,
+                                              len(gpus)).items():
+                    use[qkey] = use.get(qkey, 0) + n
     return use
 
 
@@ -249,8 +249,8 @@ def _quota_reasons(p: PlacementProblem, jv: JobView, assignment: Assignment,
     blocked: list[str] = []
     for t in sorted(p.types_for(jv.classes)):
         trial = dict(use)
-        for key, n in book.usage(jv.queue, t, jv.gpus).items():
-            trial[key] = trial.get(key, 0) + n
+        for qkey, n in book.usage(jv.queue, t, jv.gpus).items():
+            trial[qkey] = trial.get(qkey, 0) + n
         if book.allows(trial):
             return []  # some type has room: not the quota
         blocked.append(t)

@@ -422,7 +422,7 @@ class PlacementModelBuilder:
             if t:
                 self.lm.add(list(t), hi=int(math.floor(row.headroom + 1e-9)),
                             name=f"quota[{row.queue},{row.key}]")
-        big = max(1, self.p.free_gpus + sum(book.running.values()))
+        big = int(max(1, self.p.free_gpus + sum(book.running.values())))
         for c in book.cohort_rows:
             pool: Terms = []
             rules: list[tuple[int, int, Terms, float, float, float]] = []

@@ -181,8 +181,8 @@ def build_quota_book(instance: Instance, job_names: list[str],
         row.slack = max(0.0, _overdraft(row, {}))
         book.cohort_rows.append(row)
     demand: dict[str, float] = defaultdict(float)
-    for q, run in book.running_total.items():
-        demand[q] += run
+    for name_q, run in book.running_total.items():
+        demand[name_q] += run
     for name, queue in zip(job_names, job_queue):
         demand[queue] += pending_gpus.get(name, 0)
     weight = {q: (qs.queues[q].weight if q in qs.queues else 1.0) for q in demand}
