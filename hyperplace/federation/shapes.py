@@ -3,9 +3,16 @@
 * **monolithic**: every unit in one location (one GPU type of one cluster);
 * **pipeline**: ``n_c`` consecutive pipeline stages (all replicas of them) per cluster, over
   2..``MAX_PIPELINE_CLUSTERS`` clusters, with the exact layer split and cluster order of
-  ``solve_split``;
-* **data-parallel**: ``d_c`` whole replicas per cluster over 2..``MAX_DP_CLUSTERS``
-  clusters, hierarchical all-reduce (``pricing.Pricer.data_parallel``).
+  ``solve_split``; two-cluster pipelines over the ``MAX_SPLIT_LOCATIONS`` best-ranked
+  locations (free GPUs x speed), three-cluster ones over the ``MAX_THREE_WAY_LOCATIONS``
+  best, fewest clusters and tightest fit first (splits fill fragments and leave large free
+  clusters to jobs that fit them whole), stage counts nearest speed-proportional first;
+* **data-parallel**: ``d_c`` whole replicas per cluster over 2..``MAX_DP_CLUSTERS`` of the
+  ``MAX_THREE_WAY_LOCATIONS`` best-ranked clusters, hierarchical all-reduce
+  (``pricing.Pricer.data_parallel``).
+
+The enumeration is capped (these constants, and each job's slice of the budget), so
+``optimal`` in a plan means optimal over the shapes enumerated.
 
 Tensor parallelism never crosses a cluster: a unit (one model-parallel group of one
 replica) always lies in one location. ``maxDomains`` bounds the clusters of a shape,
@@ -32,7 +39,9 @@ from hyperplace.models.instance import Instance
 MAX_PIPELINE_CLUSTERS = 3
 MAX_DP_CLUSTERS = 4
 # Locations considered for splits, best first (by free GPUs x speed): keeps enumeration small.
-MAX_SPLIT_LOCATIONS = 6
+MAX_SPLIT_LOCATIONS = 12
+# Three-cluster pipelines are drawn from the best-ranked this many locations only.
+MAX_THREE_WAY_LOCATIONS = 6
 MAX_COMPOSITIONS = 64
 # Stage-count vectors tried per cluster combination (nearest to speed-proportional first).
 COMPOSITIONS_PER_COMBO = 3
@@ -211,7 +220,8 @@ def _group_shapes(job: FederatedJob, instance: Instance, prober: Prober, pricer:
                     key=lambda lc: -free_gpus(clusters[lc.cluster], lc.gpu_type)
                     * _speed(catalog, lc))[:MAX_SPLIT_LOCATIONS]
     _pipeline_shapes(job, prober, pricer, ranked, max_domains, keep, out)
-    _dp_shapes(job, prober, pricer, catalog, ranked, max_domains, keep, out)
+    _dp_shapes(job, prober, pricer, catalog, ranked[:MAX_THREE_WAY_LOCATIONS], max_domains,
+               keep, out)
 
 
 def _pipeline_shapes(job, prober, pricer, ranked, max_domains, keep, out) -> None:
@@ -220,26 +230,34 @@ def _pipeline_shapes(job, prober, pricer, ranked, max_domains, keep, out) -> Non
     top = min(MAX_PIPELINE_CLUSTERS, max_domains, job.stages, len(ranked))
     stage_gpus = max(job.unit_gpus(p) for p in range(job.stages)) * job.replicas
     room = {loc: prober_free(prober, loc) // stage_gpus for loc in ranked}
+    combos = []
     for k in range(2, top + 1):
-        for combo in itertools.combinations(ranked, k):
-            if sum(min(room[c], job.stages) for c in combo) < job.stages:
+        pool = ranked if k == 2 else ranked[:MAX_THREE_WAY_LOCATIONS]
+        for combo in itertools.combinations(pool, k):
+            slack = sum(min(room[c], job.stages) for c in combo) - job.stages
+            if slack < 0:
                 continue  # the totals alone cannot hold the pipeline here
-            speed = [_speed(pricer.catalog, c) for c in combo]
-            target = [job.stages * v / sum(speed) for v in speed]
-            counts_list = [cs for cs in _compositions(job.stages, k)
-                           if all(n <= room[c] for c, n in zip(combo, cs))]
-            # stage counts closest to proportional-to-speed first; the exact layer split
-            # then balances within them
-            counts_list.sort(key=lambda cs: sum(abs(n - t) for n, t in zip(cs, target)))
-            for counts in counts_list[:COMPOSITIONS_PER_COMBO]:
-                if out.out_of_time():
-                    return
-                price = pricer.pipeline(job, list(zip(combo, counts)))
-                if not price.feasible:
-                    continue
-                parts = _parts_from_stages(job, price)
-                if all(prober.fits(job, p) for p in parts):
-                    keep("pipeline", parts, price)
+            combos.append((k, slack, combo))
+    # fewest clusters first, then the tightest fit: splits fill the fragments ("bubbles")
+    # and leave large free clusters to jobs that fit them whole
+    combos.sort(key=lambda x: (x[0], x[1]))
+    for k, _, combo in combos:
+        speed = [_speed(pricer.catalog, c) for c in combo]
+        target = [job.stages * v / sum(speed) for v in speed]
+        counts_list = [cs for cs in _compositions(job.stages, k)
+                       if all(n <= room[c] for c, n in zip(combo, cs))]
+        # stage counts closest to proportional-to-speed first; the exact layer split
+        # then balances within them
+        counts_list.sort(key=lambda cs: sum(abs(n - t) for n, t in zip(cs, target)))
+        for counts in counts_list[:COMPOSITIONS_PER_COMBO]:
+            if out.out_of_time():
+                return
+            price = pricer.pipeline(job, list(zip(combo, counts)))
+            if not price.feasible:
+                continue
+            parts = _parts_from_stages(job, price)
+            if all(prober.fits(job, p) for p in parts):
+                keep("pipeline", parts, price)
 
 
 def prober_free(prober: Prober, loc: Location) -> int:
