@@ -86,7 +86,8 @@ def build_data(instance: Instance, jobs: list[FederatedJob], shapes: dict[str, l
     for job in jobs:
         for shape in shapes.get(job.name, []):
             gpus = shape.gpus_at(job)
-            price_per_h = sum(n * catalog.get(loc.gpu_type).cost_per_hour for loc, n in gpus.items())
+            price_per_h = sum(n * catalog.get(loc.gpu_type).cost_per_hour
+                              for loc, n in gpus.items())
             tokens = shape.price.tokens_per_step or 1.0
             cost = price_per_h * shape.price.step_time_s / tokens * 1e6  # per Mtoken, relative
             c = Candidate(

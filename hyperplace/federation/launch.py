@@ -118,7 +118,8 @@ def hostfile(rows: list[dict[str, Any]]) -> str:
     return "".join(f"{node} slots={n}\n" for node, n in slots.items())
 
 
-def nics_for(instance: Instance, node: Node, gpus: list[int]) -> tuple[list[tuple[str, float]], bool]:
+def nics_for(instance: Instance, node: Node, gpus: list[int]
+             ) -> tuple[list[tuple[str, float]], bool]:
     """(name, Gb/s) of the NICs nearest the allocated GPUs; when the node lists no NIC, one
     NIC per GPU at the catalog's per-GPU rate (the DGX/HGX layout), flagged as assumed."""
     chosen = [nic for nic in node.nics if set(nic.gpus) & set(gpus)] or list(node.nics)
@@ -138,7 +139,8 @@ def nccl_topology(instance: Instance, node_name: str, gpus: list[int]) -> str:
     nics, assumed = nics_for(instance, node, gpus)
     lines = ['<system version="1">']
     if assumed:
-        lines.append("  <!-- NICs assumed: the node lists none; one per GPU at the catalog rate -->")
+        lines.append("  <!-- NICs assumed: the node lists none; "
+                     "one per GPU at the catalog rate -->")
     lines.append('  <cpu numaid="0" arch="x86_64" vendor="GenuineIntel">')
     for k, g in enumerate(sorted(gpus)):
         bus = f"{0x10 + g:04x}:00:00.0"

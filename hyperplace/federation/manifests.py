@@ -114,10 +114,11 @@ def volcano_spec(problem: FederationProblem, job: FederatedJob, plan: FederatedJ
                                         "hyperplace.io/stage": str(stage.position)}},
                 "spec": {
                     "restartPolicy": "OnFailure",
-                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [{
-                            "key": "kubernetes.io/hostname", "operator": "In",
-                            "values": nodes}]}]}}},
+                    "affinity": {"nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [{
+                                "key": "kubernetes.io/hostname", "operator": "In",
+                                "values": nodes}]}]}}},
                     "containers": [c],
                 },
             },

@@ -288,7 +288,8 @@ class FederationProblem:
                              path="--policy")
         names = [c.name for c in self.instance.clusters]
         if not names or not any(c.nodes for c in self.instance.clusters):
-            raise InputError("the federation has no member cluster with nodes", path="spec.clusters")
+            raise InputError("the federation has no member cluster with nodes",
+                             path="spec.clusters")
         seen: set[str] = set()
         for job in self.jobs:
             if job.name in seen:

@@ -177,7 +177,8 @@ def federate(problem: FederationProblem, *, budget_s: float = 10.0, solver: str 
                 g_score = sum(data.demand(data.candidates[i]) for i in greedy)
                 p_score = sum(data.demand(data.candidates[i]) for i in picked)
                 if p_score < g_score:  # cannot happen unless a cut removed greedy's answer
-                    status, name, chosen = SolveStatus.FALLBACK, "greedy (fallback from cpsat)", greedy
+                    status, chosen = SolveStatus.FALLBACK, greedy
+                    name = "greedy (fallback from cpsat)"
                     message = "cpsat's verified answer admits less than greedy's"
                 else:
                     chosen, name = picked, "cpsat"
@@ -367,7 +368,8 @@ def _job_plan(problem: FederationProblem, cand, placements, all_shapes,
         division={cl: sum(1 for s in price.stages if s.location.cluster == cl)
                   for cl in shape.clusters},
         note="the same clusters and GPUs with layers split evenly across stages")
-    wan = [WanUse(a=a, b=b, gbps_needed=g, gbps_capacity=problem.instance.federation.link(a, b).gbps)
+    fed = problem.instance.federation
+    wan = [WanUse(a=a, b=b, gbps_needed=g, gbps_capacity=fed.link(a, b).gbps)
            for (a, b), g in price.wan_gbps.items()]
     subs = _sub_jobs(job, shape, placements)
     violations = sum(len(placements[cl].violations) for cl in shape.clusters)
