@@ -130,3 +130,15 @@ def test_plan_from_files_must_be_checked_against_the_same_files(tmp_path: Path):
     assert proc.returncode == 2 and "metadata.instance" in proc.stderr
     ok = runner.invoke(app, ["check", str(out), "--cluster", str(cluster), "--jobs", str(jobs)])
     assert ok.exit_code == 0, ok.output
+
+
+def test_a_budget_spent_before_solving_is_named_as_such():
+    import time
+
+    from hyperplace.solvers.driver import solve_placement
+
+    inst = load_instance("mixed-a100-h100")
+    plan = solve_placement(inst, solver="auto", budget_s=2, deadline=time.perf_counter() - 1)
+    assert plan.status.value == "fallback"
+    assert check(plan, inst) == []
+    assert "start-up and reading used" in plan.model_dump_json()

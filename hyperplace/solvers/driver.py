@@ -148,8 +148,16 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         est = estimate_vars(problem)
         if est > budget.vars_per_second(backend_name) * max(0.0, left() - reserve):
             status = SolveStatus.FALLBACK
-            message = (f"{backend_name}: model of about {est} variables is too large for the "
-                       f"{budget_s:g} s budget; returning greedy's plan")
+            spent = budget_s - (deadline - start)
+            if left() - reserve <= 0 and spent > 0.5:
+                # the command's start-up and reading used the budget (a cold start on a busy
+                # machine): say so, rather than blame the model's size
+                message = (f"{backend_name}: start-up and reading used {spent:.1f} s of the "
+                           f"{budget_s:g} s budget, leaving no time to solve; returning "
+                           "greedy's plan (give a larger --budget)")
+            else:
+                message = (f"{backend_name}: model of about {est} variables is too large for "
+                           f"the {budget_s:g} s budget; returning greedy's plan")
         else:
             backend = make_backend(backend_name, params)  # imported only when it will run
             pm = build_model(problem)
