@@ -466,3 +466,25 @@ def test_tables_fit_80_columns(capsys, args: list[str]) -> None:
     code, out, err = run(args, capsys)
     assert code == 0, err
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_generators_and_gangs_past_the_limits_are_refused_at_once(tmp_path: Path,
+                                                                  capsys) -> None:
+    """Found after the issue: a fabric generator asking for 10^8 spines passed validate and
+    hung `instances show`; a job of 16,384 replicas x 300 groups hung validate."""
+    spines = tmp_path / "spines.yaml"
+    spines.write_text(instance().replace(
+        "fabric:\n      switches: [{name: leaf0}]\n      links: [{a: n0, b: leaf0, gbps: 400}]",
+        "fabric: {generator: {type: fat-tree-2, spines: 100000000}}"))
+    groups = "".join(f"  - {{name: g{i}, type: TensorParallel, gpusPerGroup: 8}}\n"
+                     for i in range(300))
+    gangs = tmp_path / "gangs.yaml"
+    gangs.write_text("apiVersion: ai.example.com/v1alpha1\nkind: FoundationModelTrainingJob\n"
+                     "metadata: {name: huge}\nspec:\n  model: m\n  replicaCount: 16384\n"
+                     "  resourceGroups:\n" + groups)
+    for path, needles in ((spines, ["fabric.generator", "65,536"]),
+                          (gangs, ["spec.resourceGroups", "65,536 per job"])):
+        start = time.monotonic()
+        code, _, err = run(["validate", str(path)], capsys)
+        one_line_error(code, err, *needles)
+        assert time.monotonic() - start < 20

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from hyperplace.models.base import HPModel
-from hyperplace.models.limits import Name
+from hyperplace.models.limits import MAX_FABRIC_LINKS, MAX_FABRIC_SWITCHES, Name
 from hyperplace.models.fabric import (
     Fabric,
     Link,
@@ -33,6 +33,20 @@ class FabricGenerator(HPModel):
     sus_per_spine_group: int = Field(default=8, gt=0)
     node_gbps: float = Field(default=400.0, gt=0)
     uplink_gbps: float = Field(default=400.0, gt=0)
+
+    def size(self, node_count: int) -> tuple[int, int]:
+        """(switches, links) the generator makes for ``node_count`` nodes, without making
+        them, so that a generator asking for millions is refused before it runs."""
+        if self.type == "fat-tree-2":
+            leaves = -(-node_count // self.nodes_per_leaf)
+            return leaves + self.spines, node_count + leaves * self.spines
+        if self.type == "fat-tree-3":
+            leaves = -(-node_count // self.nodes_per_leaf)
+            pods = -(-leaves // self.leaves_per_pod)
+            spines = pods * self.spines_per_pod
+            return (leaves + spines + self.cores,
+                    node_count + leaves * self.spines_per_pod + spines * self.cores)
+        return 0, 0  # superpod-rail: sized by NVIDIA's reference table, bounded by the nodes
 
     def build(self, nodes: list[Node]) -> Fabric:
         names = [n.name for n in nodes]
@@ -86,6 +100,13 @@ class Cluster(HPModel):
                     raise ValueError(
                         f"fabric.links[{i}].{end}: {ep!r} is neither a switch nor a node of this cluster"
                     )
+        if self.fabric.generator is not None:
+            switch_count, link_count = self.fabric.generator.size(len(self.nodes))
+            if switch_count > MAX_FABRIC_SWITCHES or link_count > MAX_FABRIC_LINKS:
+                raise ValueError(
+                    f"fabric.generator: makes {switch_count:,} switches and {link_count:,} "
+                    f"links, more than the limits of {MAX_FABRIC_SWITCHES:,} and "
+                    f"{MAX_FABRIC_LINKS:,}")
         if self.fabric.generator is not None and self.fabric.switches:
             generated = {sw.name for sw in self.fabric.generator.build(self.nodes).switches}
             for i, sw in enumerate(self.fabric.switches):

@@ -11,8 +11,8 @@ from pydantic import Field, model_validator
 from hyperplace.models.base import HPModel
 from hyperplace.models.cluster import Cluster, Federation, InterClusterLink
 from hyperplace.models.gpu import GPUCatalog, GPUType
-from hyperplace.models.job import ObjectMeta, TrainingJob
-from hyperplace.models.limits import MAX_GPUS, MAX_JOBS
+from hyperplace.models.job import MODEL_PARALLEL, ObjectMeta, TrainingJob
+from hyperplace.models.limits import MAX_GPUS, MAX_JOBS, MAX_UNITS
 from hyperplace.models.node import Node
 from hyperplace.models.queue import DEFAULT_QUEUE, QueueError, QueueSet, parse_queues
 
@@ -140,6 +140,12 @@ class Instance(HPModel):
         apart). Whether an ``acceleratorType`` names a known GPU type is checked where
         documents are read (``instances.registry``): a typo in a file is an input error,
         while an Instance built in code keeps it and the plan explains it."""
+        units = sum(j.spec.replica_count * (sum(g.type in MODEL_PARALLEL
+                                                for g in j.spec.resource_groups) or 1)
+                    for j in self.spec.jobs)
+        if units > MAX_UNITS:
+            raise ValueError(f"spec.jobs: the queue expands into {units:,} gang units, more "
+                             f"than the limit of {MAX_UNITS:,}")
         running: dict[str, str] = {}
         for c in self.spec.clusters:
             for n in c.nodes:

@@ -31,7 +31,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from hyperplace.models.base import HPModel
-from hyperplace.models.limits import Name
+from hyperplace.models.limits import MAX_UNITS_PER_JOB, Name
 
 
 class GroupType(StrEnum):
@@ -113,6 +113,13 @@ class TrainingJobSpec(HPModel):
                 )
         if sum(g.type == GroupType.DATA_PARALLEL for g in self.resource_groups) > 1:
             raise ValueError("resourceGroups: at most one DataParallel group")
+        per_replica = sum(g.type in MODEL_PARALLEL for g in self.resource_groups) or 1
+        units = self.replica_count * per_replica + sum(
+            g.type == GroupType.AUXILIARY for g in self.resource_groups)
+        if units > MAX_UNITS_PER_JOB:
+            raise ValueError(f"resourceGroups: {units:,} gang units ({self.replica_count:,} "
+                             f"replicas x {per_replica} groups), more than the limit of "
+                             f"{MAX_UNITS_PER_JOB:,} per job")
         return self
 
 

@@ -22,8 +22,15 @@ MAX_GPUS = 262_144
 MAX_JOBS = 50_000
 #: Most replicas of one HyperJob replicated job (child Volcano Jobs are named one by one).
 MAX_HYPERJOB_REPLICAS = 16_384
+#: Most gang units one job expands into (replicas x model-parallel groups, plus auxiliaries).
+MAX_UNITS_PER_JOB = 65_536
+#: Most gang units a whole queue expands into.
+MAX_UNITS = 1_048_576
 #: Most layers of a model to split.
 MAX_LAYERS = 10_000
+#: Most switches and cables (links) a fabric generator may make for one cluster.
+MAX_FABRIC_SWITCHES = 65_536
+MAX_FABRIC_LINKS = 4_000_000
 #: Largest figure a GPU type may declare for a rate or price (TFLOPS, GB, GB/s, price).
 MAX_GPU_FIGURE = 1e7
 
