@@ -28,6 +28,9 @@ from hyperplace.models.limits import MAX_GPUS
 
 FORMATS = ("nvidia-smi", "nccl-xml", "dgx1", "hypernode", "alibaba")
 
+#: Node label the importers set to what they assumed (e.g. ``gpu-type,nic-speed``).
+ASSUMED_LABEL = "hyperplace.io/assumed"
+
 
 def cluster_document(cluster: Cluster, gpu_types: list[GPUType]) -> dict[str, Any]:
     """A ``hyperplace/v1`` ``Cluster`` document that :func:`parse_cluster` reads back."""
@@ -59,9 +62,8 @@ def _node_files(kind: str, files: list[str], *, count: int, gpu_type: str | None
                 nodes_per_leaf: int, node_gbps: float, name: str | None) -> Cluster:
     from hyperplace.instances import importers as imp
 
-    if count < 1 or count * len(files) * 8 > MAX_GPUS * 8:
-        raise InputError(f"must be at least 1 and make at most {MAX_GPUS:,} GPUs, got {count}",
-                         path="--count")
+    if count < 1:
+        raise InputError(f"must be at least 1, got {count}", path="--count")
     if nodes_per_leaf < 1:
         raise InputError(f"must be at least 1, got {nodes_per_leaf}", path="--nodes-per-leaf")
     templates: list[Node] = []
@@ -79,6 +81,10 @@ def _node_files(kind: str, files: list[str], *, count: int, gpu_type: str | None
             exc.message = exc.message.replace("pass gpu_type", "give --gpu-type")
             raise InputError(exc.message, source=exc.source or f, path=exc.path) from None
         templates.append(node)
+    gpus = count * sum(t.gpu_count for t in templates)
+    if gpus > MAX_GPUS:
+        raise InputError(f"{count:,} copies make {gpus:,} GPUs, more than the limit of "
+                         f"{MAX_GPUS:,}", path="--count")
     nodes: list[Node] = []
     for t in templates:
         base = t.name
@@ -208,4 +214,9 @@ def import_cluster(kind: str, files: list[str], *, name: str | None = None, coun
         f"Cluster {c.name}: {len(c.nodes):,} nodes, {c.gpu_count:,} GPUs "
         f"({', '.join(sorted({n.gpu_type for n in c.nodes}))}), fabric {c.network.kind}"
         for c, _ in clusters)
+    assumed = sorted({a for c, _ in clusters for n in c.nodes
+                      for a in n.labels.get(ASSUMED_LABEL, "").split(",") if a})
+    if assumed:
+        summary += (f" (assumed, not in the file: {', '.join(assumed)}; give --gpu-type to "
+                    "set the type; the labels say what was assumed)")
     return text, summary
