@@ -149,3 +149,28 @@ def test_engine_admits_at_least_every_baseline_and_more_than_the_best_mean(name)
     means = [sum(useful_gpus(BASELINES[r](inst, seed=s), inst) for s in range(3)) / 3
              for r in rules]
     assert engine_gpus > max(means), dict(zip(rules, means))
+
+
+@pytest.mark.skipif(not ENGINE, reason="the placement engine (hyperplace.solvers.driver) is not there yet")
+def test_dgx1_all_nvlink_job_is_impossible_for_everyone():
+    # a DGX-1 hybrid cube mesh has no 8-GPU NVLink clique: the engine leaves the job pending
+    # alone on the emptied cluster (what the bench uses to remove it), and any peer that
+    # places it breaks its NVLink requirement
+    from hyperplace.instances.registry import load_instance
+    from hyperplace.solvers.driver import solve_placement
+
+    inst = load_instance("dgx1-v100")
+    job = next(j for j in inst.jobs if j.name == "gpt2-8gpu-all-nvlink")
+    doc = {"apiVersion": inst.api_version, "kind": inst.kind, **inst.to_doc()}
+    doc["spec"]["jobs"] = [{"apiVersion": job.api_version, "kind": job.kind, **job.to_doc()}]
+    for cluster in doc["spec"]["clusters"]:
+        for node in cluster.get("nodes", []):
+            node.pop("allocated", None)
+    alone = Instance.model_validate(doc)
+    plan = solve_placement(alone, solver="auto", budget_s=5.0, seed=0)
+    assert plan.admitted == [] and plan.status == "optimal"
+    for solver, run in BASELINES.items():
+        placed = run(alone, seed=0)
+        if placed.admitted:
+            codes = {(v.code, v.job) for v in check(placed, alone)}
+            assert ("nvlink-bandwidth", job.name) in codes, solver
