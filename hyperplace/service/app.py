@@ -192,12 +192,17 @@ class Service:
 
     # ---- running work -----------------------------------------------------------------------
     async def execute(self, kind: str, payload: dict[str, Any], deadline: float,
-                      task_id: str | None = None) -> tuple[int, bytes, dict[str, Any]]:
-        """Run one task in the pool; every failure becomes (status, error body, info)."""
+                      task_id: str | None = None, grace_s: float | None = OVERHEAD_S
+                      ) -> tuple[int, bytes, dict[str, Any]]:
+        """Run one task in the pool; every failure becomes (status, error body, info).
+
+        A request someone waits for is answered by its deadline plus ``grace_s`` (the
+        documented overhead): a worker still busy then is stopped and the answer is 503 with
+        ``Retry-After``, so latency stays bounded on an overloaded machine."""
         headers: dict[str, Any] = {}
         try:
             task = self.pool.submit(kind, payload, deadline, task_id=task_id,
-                                    fetch=self.fetch_cluster)
+                                    fetch=self.fetch_cluster, grace_s=grace_s)
             reply = await task.future
         except Saturated as exc:
             retry = str(int(exc.retry_after_s))
@@ -212,7 +217,11 @@ class Service:
                 "headers": {"Retry-After": retry}}
         except Cancelled as exc:
             return 409, error_body(409, [{"path": None, "message": str(exc)}]), {"cancelled": True}
-        except (WorkerCrashed, WorkerTimedOut) as exc:
+        except WorkerTimedOut as exc:
+            retry = str(int(self.pool.retry_after()))
+            return 503, error_body(503, [{"path": "budgetS", "message": str(exc)}]), {
+                "headers": {"Retry-After": retry}}
+        except WorkerCrashed as exc:
             return 500, error_body(500, [{"path": None, "message": str(exc)}]), {}
         except PoolError as exc:  # pragma: no cover - every kind is listed above
             return 500, error_body(500, [{"path": None, "message": str(exc)}]), {}
@@ -560,7 +569,8 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
         payload = {"instance": doc, "name": name, "version": version, "prefix": prefix,
                    "arrivals_from": arrivals_from}
         status, data, info = await service.execute(
-            "validate-instance", payload, time.monotonic() + service.config.max_budget_s)
+            "validate-instance", payload, time.monotonic() + service.config.max_budget_s,
+            grace_s=None)
         if status != 200:
             return Response(data, status_code=status, media_type="application/json",
                             headers=info.get("headers") or {})
@@ -667,7 +677,8 @@ def _add_operations(app: FastAPI, service: Service) -> None:
 def _add_debug(app: FastAPI, service: Service) -> None:
     @app.post("/v1/debug/crash", include_in_schema=False)
     async def crash() -> Response:
-        status, data, info = await service.execute("debug-crash", {}, time.monotonic() + 5)
+        status, data, info = await service.execute("debug-crash", {}, time.monotonic() + 5,
+                                                   grace_s=None)
         return Response(data, status_code=status, media_type="application/json")
 
     @app.post("/v1/debug/sleep", include_in_schema=False)
@@ -675,7 +686,7 @@ def _add_debug(app: FastAPI, service: Service) -> None:
         if not math.isfinite(seconds) or not 0 <= seconds <= 30:
             return json_error(422, "seconds in [0, 30]", path="seconds")
         status, data, info = await service.execute("debug-sleep", {"seconds": seconds},
-                                                   time.monotonic() + 30)
+                                                   time.monotonic() + 30, grace_s=None)
         return Response(data, status_code=status, media_type="application/json",
                         headers=info.get("headers") or {})
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 from hyperplace.errors import InputError
 
-# What the service adds to a request's budget before the answer arrives, measured with
-# bench/bench_service.py (see bench/results/service.md): reading and validating the request,
-# the hop to a worker process, building the JSON answer. Documented, and asserted by the load
-# test as the allowance on top of every budget.
+# What the service may add to a request's budget before the answer arrives: reading the
+# request, the hop to a worker and back, writing the JSON answer (validating the documents
+# happens in the worker and comes out of the budget). Enforced: a worker still busy at the
+# deadline plus this is stopped and the request answered 503 with Retry-After. Measured
+# with bench/bench_service.py (bench/results/service.md); the load test asserts it.
 OVERHEAD_S = 0.5
 # Above this size a request body is refused with 413 (a 16,384-GPU, 2,000-job instance is
 # about 0.9 MB of JSON; 131,072 GPUs about 7 MB).

@@ -69,6 +69,7 @@ class Task:
     payload: dict[str, Any]
     deadline: float
     fetch: Callable[[str, int], Any] | None = None  # stored cluster doc by (name, version)
+    grace_s: float | None = None  # answer by deadline + grace, else the worker is stopped
     future: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     state: str = "queued"
     started: float | None = None
@@ -177,8 +178,8 @@ class WorkerPool:
         return mean * (ahead - self.size + 1) / self.size
 
     def submit(self, kind: str, payload: dict[str, Any], deadline: float, *,
-               task_id: str | None = None, fetch: Callable[[str, int], Any] | None = None
-               ) -> Task:
+               task_id: str | None = None, fetch: Callable[[str, int], Any] | None = None,
+               grace_s: float | None = None) -> Task:
         """Queue a task; raises :class:`Saturated` or :class:`Unavailable` at once."""
         if self.closing or not self.ready:
             raise Unavailable("the server is starting or shutting down")
@@ -188,7 +189,7 @@ class WorkerPool:
             # it would wait past its whole budget: refuse now rather than answer late
             raise Saturated(self.retry_after())
         task = Task(id=task_id or f"t{next(self._ids)}", kind=kind, payload=payload,
-                    deadline=deadline, fetch=fetch)
+                    deadline=deadline, fetch=fetch, grace_s=grace_s)
         self._tasks[task.id] = task
         self._queue.append(task)
         assert self._wakeup is not None
@@ -260,8 +261,10 @@ class WorkerPool:
                 self._kill(slot)
                 await self._replace(slot)
                 self.on_event("timeout")
-                self._fail(task, WorkerTimedOut("the solve overran its budget by more than "
-                                                f"{self.hard_timeout_s:g} s and was stopped"))
+                grace = self.hard_timeout_s if task.grace_s is None else task.grace_s
+                self._fail(task, WorkerTimedOut(f"no answer within the budget plus {grace:g} s "
+                                                "(the machine is busier than the budget "
+                                                "allows); the solve was stopped"))
             else:
                 self._recent.append(time.monotonic() - task.started)
                 self._tasks.pop(task.id, None)
@@ -282,7 +285,8 @@ class WorkerPool:
     async def _exchange(self, slot: Slot, task: Task) -> Reply:
         conn = slot.conn
         conn.send((task.kind, task.payload, task.deadline))
-        limit = max(0.0, task.deadline - time.monotonic()) + self.hard_timeout_s
+        grace = self.hard_timeout_s if task.grace_s is None else task.grace_s
+        limit = max(0.0, task.deadline - time.monotonic()) + grace
         while True:
             msg = await asyncio.wait_for(self._recv(conn), timeout=limit)
             if msg[0] == "need":  # a stored cluster this worker has not cached
