@@ -560,7 +560,7 @@ def _add_runs(app: FastAPI, service: Service) -> None:
 def _cluster_info(rec: ClusterRecord) -> dict[str, Any]:
     return ClusterInfo(name=rec.name, version=rec.version, gpus=rec.gpus,
                        free_gpus=rec.free_gpus, pending_jobs=rec.pending_jobs,
-                       updated_at=rec.updated).model_dump(by_alias=True)
+                       updated_at=rec.updated).model_dump(by_alias=True, exclude_none=True)
 
 
 def _add_clusters(app: FastAPI, service: Service) -> None:

@@ -249,22 +249,23 @@ class WorkerPool:
             try:
                 reply = await self._exchange(slot, task)
             except (EOFError, OSError, BrokenPipeError):
+                # answer first, then replace the worker (a fork can take seconds when busy)
                 code = slot.process.exitcode if slot.process is not None else None
-                await self._replace(slot)
                 if task.cancelled:
                     self._fail(task, Cancelled("cancelled while running; its worker was stopped"))
                 else:
                     self.on_event("crash")
                     self._fail(task, WorkerCrashed(f"the worker process died (exit code {code}); "
                                                    "it has been replaced"))
-            except asyncio.TimeoutError:
-                self._kill(slot)
                 await self._replace(slot)
+            except TimeoutError:
+                self._kill(slot)
                 self.on_event("timeout")
                 grace = self.hard_timeout_s if task.grace_s is None else task.grace_s
                 self._fail(task, WorkerTimedOut(f"no answer within the budget plus {grace:g} s "
                                                 "(the machine is busier than the budget "
                                                 "allows); the solve was stopped"))
+                await self._replace(slot)
             else:
                 self._recent.append(time.monotonic() - task.started)
                 self._tasks.pop(task.id, None)
