@@ -342,3 +342,19 @@ def test_wan_capacity_is_shared_by_the_jobs_of_a_round():
     data.wan_capacity[("a", "b")] = 120_000
     chosen, _, _, _ = solve_cpsat(data, 5.0)
     assert len(chosen) == 2
+
+
+def test_karmada_divisions_are_placed_together_not_just_booked():
+    """Totals say two 8-GPU units fit (8 + 6 + 2 free); either fits alone, not both."""
+    from hyperplace.federation.asplaced import Prober
+    from hyperplace.federation.pricing import Pricer
+    from hyperplace.federation.solve import karmada_round
+
+    inst = federation_instance("k", [member("c", "H100-80", 3, busy={1: 2, 2: 6})], [])
+    jobs = [pipeline_job(f"j{k}", "seed-8layer", stages=1, nvlink_gbps=900) for k in range(2)]
+    problem = _problem(inst, jobs)
+    alts = karmada_round(problem, Prober(inst), Pricer(inst.federation, inst.catalog))
+    assert all(a.feasible and a.division == {"c": 1} for a in alts.values())
+    assert sorted(a.placeable_as_placed for a in alts.values()) == [False, True]
+    plan = federate(problem, budget_s=10)
+    assert len(plan.jobs) == 1 and len(plan.pending) == 1  # the engine admits what fits

@@ -288,6 +288,7 @@ def karmada_round(problem: FederationProblem, prober: Prober, pricer: Pricer,
             loc = Location(c.name, catalog.get(n.gpu_type).name)
             free[loc] = free.get(loc, 0) + n.free_count
     out: dict[str, Alternative] = {}
+    divided: dict[str, tuple[FederatedJob, list[Part]]] = {}
     name = f"karmada-{rule}"
     for job in sorted(problem.jobs, key=lambda j: (-j.priority, j.name)):
         group = job.affinity_groups(problem.cluster_names)[0]
@@ -338,10 +339,29 @@ def karmada_round(problem: FederationProblem, prober: Prober, pricer: Pricer,
         note = "even layer split over the division" if placeable else (
             "the totals-based estimate picked a cluster where the placement engine cannot "
             "place the units (domains, NVLink cliques or hop limits)")
+        if placeable:
+            divided[job.name] = (job, parts)
         out[job.name] = Alternative(name=name, feasible=True, step_time_s=step,
                                     tokens_per_s=price.tokens_per_step / step,
                                     division=division, placeable_as_placed=placeable,
                                     note=note)
+    # Karmada books divisions against totals only: place every cluster's share of all
+    # divisions together, as the member clusters would have to
+    by_cluster: dict[str, list[tuple[FederatedJob, Part]]] = {}
+    for job, parts in divided.values():
+        for part in parts:
+            by_cluster.setdefault(part.location.cluster, []).append((job, part))
+    for cl, items in by_cluster.items():
+        if len(items) < 2:
+            continue
+        placed = place(inst, cl, [sub_job(j, part) for j, part in items],
+                       budget_s=VERIFY_BUDGET_S)
+        for job, _ in items:
+            if not placed.ok_for([sub_job_name(job, cl)]) and out[job.name].placeable_as_placed:
+                out[job.name] = out[job.name].model_copy(update={
+                    "placeable_as_placed": False,
+                    "note": f"each part fits alone, but {cl} cannot place it beside the other "
+                            "jobs Karmada divided onto it (totals booked, not placements)"})
     return out
 
 
