@@ -135,3 +135,50 @@ def test_cluster_without_nodes_is_explained_by_the_nodes(solver):
     assert plan.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE, SolveStatus.FALLBACK)
     (reason,) = plan.pending[0].reasons
     assert "no nodes" in reason and "Gb/s" not in reason
+
+
+def test_all_admitted_means_objective_one_is_proven(solver):
+    # case 7: every job admitted, whatever the backend (greedy, or greedy's plan after a
+    # fallback under a tiny budget): bound = objective, gap 0 on objective 1 and jobs
+    inst = instance([node(f"n{i}") for i in range(8)], [job(f"j{i}", tp=4) for i in range(6)])
+    for budget in (0.01, 10):
+        plan = solve_placement(inst, solver=solver, budget_s=budget)
+        assert check(plan, inst) == []
+        assert len(plan.jobs) == 6
+        assert plan.bound == plan.objective and plan.gap == 0
+        assert plan.objective_gaps["admitted_priority_demand"] == 0
+        assert plan.objective_gaps["admitted_jobs"] == 0
+        if plan.status == SolveStatus.OPTIMAL:
+            assert set(plan.objective_gaps.values()) == {0.0}
+
+
+def test_bound_is_the_tighter_one_and_gaps_are_per_objective(exact_solver):
+    # case 7: one free node, three 8-GPU jobs: only one fits, so the bound is one job's weight
+    inst = instance([node("n0"), node("n1", allocated={i: "r" for i in range(8)})],
+                    [job(f"j{i}", tp=8) for i in range(3)])
+    plan = solve_placement(inst, solver=exact_solver, budget_s=10)
+    assert plan.status == SolveStatus.OPTIMAL and plan.gap == 0
+    assert set(plan.objective_gaps) == {"admitted_priority_demand", "admitted_jobs",
+                                        "communication", "fragmentation", "policy"}
+    greedy = solve_placement(inst, solver="greedy")
+    assert greedy.bound == greedy.objective  # the demand bound: 8 free GPUs, one job
+
+
+def _tampered(plan, **changes):
+    return plan.model_copy(update=changes)
+
+
+def test_check_verifies_what_a_plan_claims(solver):
+    # case 8: objective and bound of 1e9 must not pass; neither a wrong gap or status
+    inst = instance([node("n0")], [job("a", tp=4), job("b", tp=4), job("c", tp=8)])
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    codes = lambda p: {v.code for v in check(p, inst)}  # noqa: E731
+    assert "claim-objective" in codes(_tampered(plan, objective=1e9, bound=1e9, gap=0.0))
+    assert "claim-bound" in codes(_tampered(plan, bound=plan.objective - 1))
+    assert "claim-gap" in codes(_tampered(plan, gap=0.5))
+    assert "claim-status" in codes(_tampered(plan, status=SolveStatus.OPTIMAL,
+                                             bound=plan.objective + 4, gap=4 / plan.objective))
+    assert "claim-status" in codes(_tampered(plan, status=SolveStatus.INFEASIBLE))
+    terms = {**plan.objective_terms, "admitted_jobs": 3.0}
+    assert "claim-admitted-jobs" in codes(_tampered(plan, objective_terms=terms))

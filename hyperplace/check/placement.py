@@ -35,6 +35,10 @@ What is checked (each failure is one :class:`Violation` with a stable ``code``):
   plan left J out for lower-priority work: a violation. Not finding such a placement
   proves nothing (multi-node units and cleverer packings are not tried), so this check
   has no false positives and may miss inversions.
+* Claims (``claim-*``): the plan's objective and ``objectiveTerms`` recomputed from its
+  placements, bound >= objective, gap consistent with them, ``optimal`` only with gap 0, no
+  placements under a status that has no plan. (Runtime against budget is not judged: it
+  depends on the machine the plan was made on.)
 * Bookkeeping: every pending job listed with >= 1 reason (``pending-no-reason``), no job
   both admitted and pending (``pending-and-admitted``), every queued job either admitted
   or pending (``job-missing``), pending entries name queued jobs (``unknown-pending``),
@@ -50,6 +54,7 @@ from math import comb
 from pydantic import BaseModel, ConfigDict
 
 from hyperplace.check.quotas import Usage, quota_problems
+from hyperplace.formulations.priority import priority_weights
 from hyperplace.models import (
     Cluster,
     GangUnit,
@@ -60,6 +65,7 @@ from hyperplace.models import (
     TrainingJob,
 )
 from hyperplace.models.plan import JobSummary
+from hyperplace.models.result import SolveStatus
 
 GPU = tuple[str, int]  # (node name, GPU index)
 
@@ -194,6 +200,54 @@ def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
     out += _check_priority(ctx, placed)
     out += [Violation(code="quota", message=m)
             for m in quota_problems(instance, _queue_usage(ctx, placed))]
+    out += _check_claims(ctx, plan, placed)
+    return out
+
+
+def _check_claims(ctx: _Context, plan: PlacementPlan,
+                  placed: dict[str, dict[str, list[GPU]]]) -> list[Violation]:
+    """What the plan says about itself, recomputed: objective 1 from the placements (the
+    priority definition over the instance's queue and free GPUs), the admitted-jobs term,
+    bound >= objective, the gap from objective and bound, and a status that agrees with
+    them (``optimal`` means gap 0; a status without a plan has no placements)."""
+    out: list[Violation] = []
+    free = sum(n.free_count for _, n in ctx.nodes.values())
+    weights = priority_weights(((j.priority, j.total_gpus) for j in ctx.instance.jobs), free)
+    admitted = [ctx.jobs[j] for j, units in placed.items()
+                if j in ctx.jobs and set(units) == set(ctx.units(j))]
+    objective = sum(weights[j.priority] * j.total_gpus for j in admitted)
+    tol = 0.5
+    if plan.objective is not None and abs(plan.objective - objective) > tol:
+        out.append(Violation(code="claim-objective", message=(
+            f"plan claims objective {plan.objective:g}; its placements give {objective:g}")))
+    claimed = plan.objective_terms.get("admitted_priority_demand")
+    if claimed is not None and abs(claimed - objective) > tol:
+        out.append(Violation(code="claim-objective", message=(
+            f"objectiveTerms.admittedPriorityDemand is {claimed:g}; the placements give "
+            f"{objective:g}")))
+    jobs = plan.objective_terms.get("admitted_jobs")
+    if jobs is not None and jobs != len(admitted):
+        out.append(Violation(code="claim-admitted-jobs", message=(
+            f"objectiveTerms.admittedJobs is {jobs:g}; {len(admitted)} jobs are placed")))
+    if plan.objective is None:
+        return out
+    if plan.bound is not None and plan.bound < objective - tol:
+        out.append(Violation(code="claim-bound", message=(
+            f"bound {plan.bound:g} is below the objective {objective:g} (a maximisation "
+            "bound is never below a valid plan's value)")))
+    if plan.bound is not None and plan.gap is not None:
+        expected = abs(plan.bound - objective) / max(1.0, abs(objective))
+        if abs(plan.gap - expected) > 1e-6:
+            out.append(Violation(code="claim-gap", message=(
+                f"gap {plan.gap:g} does not follow from objective {objective:g} and bound "
+                f"{plan.bound:g} ({expected:g})")))
+        if plan.status == SolveStatus.OPTIMAL and expected > 1e-9:
+            out.append(Violation(code="claim-status", message=(
+                f"status optimal with a gap of {expected:g}")))
+    if plan.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION, SolveStatus.ERROR) \
+            and plan.placements:
+        out.append(Violation(code="claim-status", message=(
+            f"status {plan.status} but the plan places {len(plan.placements)} units")))
     return out
 
 

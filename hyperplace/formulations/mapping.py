@@ -266,7 +266,8 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
     return PlacementPlan(
         metadata=PlanMeta(name=f"{p.instance.name}-plan", instance=p.instance.name),
         status=stats.status, solver=stats.solver, objective=stats.objective, bound=stats.bound,
-        gap=stats.gap, runtime_s=round(stats.runtime_s, 4), budget_s=stats.budget_s,
+        gap=stats.gap, objective_gaps=stats.objective_gaps,
+        runtime_s=round(stats.runtime_s, 4), budget_s=stats.budget_s,
         message=stats.message, placements=placements, jobs=jobs, pending=pending,
         objective_terms=objective_terms or {},
     )

@@ -4,7 +4,7 @@ Schema (``apiVersion: hyperplace/v1``, ``kind: PlacementPlan``)::
 
     metadata: {name, instance}
     status: optimal | feasible | fallback | infeasible | no_solution | error
-    solver, objective, bound, gap, runtimeS, budgetS, message
+    solver, objective, bound, gap, objectiveGaps, runtimeS, budgetS, message
     placements: [{job, unit, gpus: [{node, gpu}]}]          # one entry per gang unit
     jobs: [{job, priority, gpus, gpuTypes, nodeNames,        # per admitted job
             topologyAssignment: {levels, domains: [{values, count}]}}]
@@ -74,6 +74,7 @@ class PlacementPlan(HPModel):
     objective: float | None = None
     bound: float | None = None
     gap: float | None = None
+    objective_gaps: dict[str, float | None] = Field(default_factory=dict)
     runtime_s: float = 0.0
     budget_s: float | None = None
     message: str = ""

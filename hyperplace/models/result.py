@@ -35,12 +35,16 @@ class SolveStats(HPModel):
     objective: float | None = None
     bound: float | None = Field(default=None, description="best proven bound on the objective")
     gap: float | None = Field(default=None, description="|objective - bound| / max(1, |objective|)")
+    objective_gaps: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="relative gap per lexicographic objective (None: no valid bound)")
     runtime_s: float = 0.0
     budget_s: float | None = None
     message: str = ""
 
 
 def relative_gap(objective: float | None, bound: float | None) -> float | None:
+    """``|bound - objective| / max(1, |objective|)``; None when either is missing."""
     if objective is None or bound is None:
         return None
     return abs(bound - objective) / max(1.0, abs(objective))

@@ -138,6 +138,7 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     name = "greedy"
     status = SolveStatus.FEASIBLE
     bound: float | None = None
+    raw_used: RawSolution | None = None  # the exact solution the plan is, when it is one
 
     if solver != "greedy":
         backend_name = solver if solver != "auto" else auto_backend(problem, params)
@@ -192,12 +193,15 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                         message += "some jobs were dropped when mapping counts to GPUs; "
                     bound = _weighted_bound(problem, raw)
                     message += f"{backend.name}: phases {raw.status}"
+                    raw_used = None if exact.notes else raw
                     if status != SolveStatus.OPTIMAL:
                         # an incumbent cut short may still leave a job out for lower ones
                         chosen = repair_priority(problem, exact, params.greedy, deadline)
+                        if chosen is not exact and chosen.units != exact.units:
+                            raw_used = None
                     if _score(problem, chosen) < _score(problem, greedy):
                         # possible only when greedy's hint was rejected or a job was dropped
-                        chosen, status = greedy, SolveStatus.FALLBACK
+                        chosen, status, raw_used = greedy, SolveStatus.FALLBACK, None
                         message += "; greedy's plan admits more, returning it"
         if status == SolveStatus.FALLBACK:
             name = f"greedy (fallback from {backend_name})"
@@ -205,15 +209,51 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     objective = terms.get("admitted_priority_demand", 0.0)
     if status == SolveStatus.OPTIMAL:
         bound = objective
-    elif bound is None:
-        bound = demand_bound(problem)
+    else:
+        # the best valid bound: the solver's, or the demand bound when it is tighter (it
+        # equals the objective when every job that can run is admitted)
+        bound = min(demand_bound(problem), bound if bound is not None else math.inf)
+        if bound <= objective + 1e-9 and status == SolveStatus.FALLBACK:
+            message += ("; every job that can run is admitted, so objective 1 is optimal "
+                        "(lower objectives not proven)")
+    gaps = _objective_gaps(problem, pm, raw_used, terms, objective, bound, status)
     reasons = explain(problem, chosen, deadline=deadline,
                       fits_alone=fit_probe(problem, params.greedy))
     stats = SolveStats(status=status, solver=name, objective=objective, bound=bound,
-                       gap=relative_gap(objective, bound),
+                       gap=relative_gap(objective, bound), objective_gaps=gaps,
                        runtime_s=time.perf_counter() - start, budget_s=budget_s,
                        message=message.strip())
     return to_plan(problem, chosen, stats, reasons, terms)
+
+
+def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolution | None,
+                    terms: dict[str, float], objective: float, bound: float,
+                    status: SolveStatus) -> dict[str, float | None]:
+    """Relative gap of every objective the plan reports: objective 1 against the best valid
+    bound; the lower ones against their phase's bound when the plan is the exact backend's
+    solution and every phase above was proven (a lower phase's bound is conditional on the
+    ones above), else None (no valid bound). Proven optimal: all 0."""
+    names = ["admitted_priority_demand", "admitted_jobs", "communication", "fragmentation",
+             "policy"]
+    gaps: dict[str, float | None] = {name: None for name in names if name in terms}
+    gaps["admitted_priority_demand"] = relative_gap(objective, bound)
+    if terms.get("admitted_jobs") == sum(1 for jv in p.jobs if not jv.impossible):
+        gaps["admitted_jobs"] = 0.0  # every job that can run is admitted
+    if status == SolveStatus.OPTIMAL:
+        return {name: 0.0 for name in gaps}
+    if pm is None or raw is None:
+        return gaps
+    tiers = len(p.priority_tiers)
+    proven_above = True
+    for k, obj in enumerate(pm.lm.objectives):
+        if k >= len(raw.objective_values):
+            break
+        value, phase_bound = raw.objective_values[k], raw.objective_bounds[k]
+        if k >= tiers and obj.name in gaps and proven_above and phase_bound is not None:
+            gaps[obj.name] = relative_gap(value, phase_bound)
+        proven_above = proven_above and phase_bound is not None and \
+            abs(phase_bound - value) < 0.5
+    return gaps
 
 
 def _weighted(p: PlacementProblem, a: Assignment) -> int:
