@@ -89,6 +89,10 @@ def engine() -> Callable[..., PlacementPlan] | None:
     if importlib.util.find_spec("hyperplace.solvers.driver") is None:
         return None
     from hyperplace.solvers.driver import solve_placement
+    # the backends load lazily (CLI start-up); load them here, before the forked solves, so
+    # that every engine row times the solve and not the import of OR-Tools or PuLP
+    import hyperplace.solvers.cpsat  # noqa: F401
+    import hyperplace.solvers.milp  # noqa: F401
 
     return solve_placement
 
