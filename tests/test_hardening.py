@@ -87,6 +87,11 @@ BAD_FILES = [
      ["spec.jobs[0].metadata.name", "'busy' is already running"]),
     ("accel-typo.yaml", instance(jobs="[" + job("j", "Z9000") + "]"),
      ["acceleratorType", "unknown GPU type 'Z9000'", "H100"]),
+    ("toleration-typo.yaml", instance(jobs="[" + job("j", "H100").replace(
+        "{acceleratorType: H100}", "{}").replace(
+        "resourceGroups:", "tolerations: [{key: gpu-type, operator: Equal, value: h100|a1OO}], "
+        "resourceGroups:") + "]"),
+     ["spec.jobs[0].spec.tolerations[0].value", "unknown GPU type 'a1OO'"]),
     ("self-link.yaml", instance().replace("links: [{a: n0, b: leaf0, gbps: 400}]",
                                           "links: [{a: leaf0, b: leaf0, gbps: 400}]"),
      ["both ends are 'leaf0'"]),

@@ -260,15 +260,21 @@ def _check_jobs_against(jobs: list[tuple[TrainingJob, str, str | None]],
             raise InputError(f"{job.name!r} is already running (it holds GPUs on node "
                              f"{running[job.name]!r}); a pending job needs its own name",
                              source=source, path=where("metadata.name"))
-        for gi, group in enumerate(job.spec.resource_groups):
-            selector = group.gpu_requirements.accelerator_type
+        selectors = [(f"spec.resourceGroups[{gi}].gpuRequirements.acceleratorType",
+                      group.gpu_requirements.accelerator_type)
+                     for gi, group in enumerate(job.spec.resource_groups)]
+        # the gpu-type toleration selects types too when no acceleratorType is given
+        selectors += [(f"spec.tolerations[{ti}].value", t.value)
+                      for ti, t in enumerate(job.spec.tolerations)
+                      if t.key == "gpu-type" and t.operator == "Equal"]
+        for field, selector in selectors:
             bad = unknown_alternative(selector, catalog) if selector else None
             if bad is not None:
                 known = sorted({t.family for t in catalog} | set(catalog.names()))
                 raise InputError(
                     f"unknown GPU type {bad!r} (known: {', '.join(known)}; a cluster file "
                     "declares others under spec.gpuTypes)", source=source,
-                    path=where(f"spec.resourceGroups[{gi}].gpuRequirements.acceleratorType"))
+                    path=where(field))
 
 
 def _declared_types(clusters: list[ParsedCluster]) -> list[GPUType]:
