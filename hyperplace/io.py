@@ -138,7 +138,11 @@ def _check_aliases(text: str, src: str) -> bool:
     """
     if "&" not in text or "*" not in text:
         return False
-    rough = len(_ALIAS_TOKEN.findall(text))
+    rough = 0
+    for _ in _ALIAS_TOKEN.finditer(text):  # stops counting past the limit
+        rough += 1
+        if rough > MAX_ALIASES:
+            break
     if rough == 0:
         return False
     if rough <= MAX_ALIASES:
