@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import platform
+import socket
 import sys
 import time
 from datetime import datetime, timezone
@@ -33,6 +34,9 @@ from hyperplace.instances import generate, load_instance
 from hyperplace.instances.registry import instance_document
 from hyperplace.service.config import OVERHEAD_S
 from hyperplace.service.launch import LocalServer
+
+
+NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -47,7 +51,10 @@ async def drive(url: str, requests: list[tuple[str, str, dict]], concurrency: in
     """Send ``(method, path, body)`` requests with at most ``concurrency`` in flight."""
     sem = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+    # TCP_NODELAY, as Go's net/http (kube-scheduler, Volcano) sets it: without it, httpx's
+    # separate header and body writes meet delayed ACKs and every request pays ~40 ms
+    transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=NODELAY)
+    async with httpx.AsyncClient(base_url=url, timeout=600, transport=transport) as client:
         async def one(method: str, path: str, body: dict) -> dict:
             async with sem:
                 start = time.perf_counter()
@@ -158,7 +165,8 @@ def main() -> None:
             rounds = 3 if args.quick or "16,384" in label else 8
             cold, e_cold = run(url, [("POST", "/v1/placement",
                                       {"instance": doc, "budgetS": budget})] * rounds, 1)
-            with httpx.Client(base_url=url, timeout=600) as client:
+            with httpx.Client(base_url=url, timeout=600,
+                              transport=httpx.HTTPTransport(socket_options=NODELAY)) as client:
                 assert client.put("/v1/clusters/warm", json=doc).status_code == 200
                 plan = client.post("/v1/placement", json={"cluster": "warm", "budgetS": budget,
                                                           "apply": True}).json()

@@ -56,7 +56,9 @@ def serve_command(
         db_path=db or default_db_path(), max_body_bytes=int(max_body_mb * 1024 * 1024),
         test_hooks=os.environ.get("HYPERPLACE_SERVICE_TEST_HOOKS") == "1")
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY on accepted connections only when the
+    # listening socket says TCP (with proto 0, every answer waited ~40 ms for a delayed ACK)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))
