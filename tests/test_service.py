@@ -610,3 +610,14 @@ def test_fuzz_from_openapi_finds_no_500(http: httpx.Client) -> None:
     fuzz()
     assert len(seen) == 100 and any(c == 200 for c in seen) and any(c == 422 for c in seen)
     _still_serving(http)
+
+
+def test_readme_client_session_runs(server: LocalServer) -> None:
+    """The README's client session, as written, against the test server."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    session = text.split("A client session", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert '"http://127.0.0.1:8080"' in session
+    code = session.replace('"http://127.0.0.1:8080"', repr(server.url))
+    exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - our own README
