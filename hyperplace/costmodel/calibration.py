@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -200,18 +198,7 @@ def default_calibration() -> Calibration:
 
 
 def write_calibration(calibration: Calibration, path: str | Path) -> None:
-    """Write whole or not at all: a temporary file in the same folder, then ``os.replace``."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    text = json.dumps(calibration.to_doc(), indent=1) + "\n"
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise InputError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise InputError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
+    """Write whole or not at all (:func:`hyperplace.io.write_atomic`)."""
+    from hyperplace.io import write_atomic
+
+    write_atomic(path, json.dumps(calibration.to_doc(), indent=1) + "\n")

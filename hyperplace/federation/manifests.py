@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ from hyperplace.federation import launch
 from hyperplace.federation.problem import FederatedJob, FederationProblem
 from hyperplace.io import dump_yaml
 from hyperplace.models.federation import FederatedJobPlan, FederationPlan, SubJob
+from hyperplace import io
 
 DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -245,16 +244,9 @@ def manifests(problem: FederationProblem, plan: FederationPlan) -> dict[str, str
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Write one manifest whole or not at all, making its folder first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    io.write_atomic(path, text)
 
 
 def write_manifests(problem: FederationProblem, plan: FederationPlan, out_dir: str | Path
