@@ -28,12 +28,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hyperplace import io
 from hyperplace.errors import InputError
 from hyperplace.federation import launch
 from hyperplace.federation.problem import FederatedJob, FederationProblem
 from hyperplace.io import dump_yaml
 from hyperplace.models.federation import FederatedJobPlan, FederationPlan, SubJob
-from hyperplace import io
 
 DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
 GPU_RESOURCE = "nvidia.com/gpu"
