@@ -27,7 +27,8 @@ def test_solve_default_instance_table():
 
 
 def test_solve_json_is_a_plan_that_checks(tmp_path: Path):
-    result = runner.invoke(app, ["solve", "-i", "dgx1-v100", "--format", "json", "--solver", "milp"])
+    result = runner.invoke(app, ["solve", "-i", "dgx1-v100", "--format", "json", "--solver", "milp",
+                                 "--budget", "60"])  # ample, so a busy machine still gets milp's plan
     assert result.exit_code == 0, result.output
     plan = PlacementPlan.model_validate(json.loads(result.stdout))
     assert plan.kind == "PlacementPlan" and plan.solver == "milp"
@@ -142,3 +143,4 @@ def test_a_budget_spent_before_solving_is_named_as_such():
     assert plan.status.value == "fallback"
     assert check(plan, inst) == []
     assert "start-up and reading used" in plan.model_dump_json()
+    assert plan.jobs  # late, but not empty: one whole greedy pass

@@ -377,12 +377,20 @@ def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
     deadline : float, optional
         A ``time.perf_counter()`` value: a pass stops placing jobs there (the plan stays
         valid; jobs not reached stay pending), and the second pass is skipped when the
-        first one's time no longer fits before it.
+        first one's time no longer fits before it. A deadline already past when greedy
+        starts gets one whole pass: an empty plan would answer nothing.
     """
     params = params or _DEFAULTS
+    if deadline is not None and time.perf_counter() >= deadline:
+        # the budget was gone before solving began (a cold start on a busy machine): one
+        # whole pass is still the answer, late but not empty (the plan reports its runtime)
+        deadline = None
+        orders = job_orders(p)[:1]
+    else:
+        orders = job_orders(p)
     passes: list[Assignment] = []
     passes_started = 0.0  # set when the first pass begins
-    for order in job_orders(p):
+    for order in orders:
         begun = time.perf_counter()
         if passes and deadline is not None and \
                 deadline - begun < (begun - passes_started) * 1.2:
