@@ -302,7 +302,12 @@ def test_worker_crash_is_500_for_that_request_only(http: httpx.Client) -> None:
     before = http.get("/v1/debug/workers").json()
     r = http.post("/v1/debug/crash")
     assert r.status_code == 500 and "replaced" in r.json()["error"]
-    after = http.get("/v1/debug/workers").json()
+    end = time.monotonic() + 30  # the answer comes first, the replacement right after
+    while time.monotonic() < end:
+        after = http.get("/v1/debug/workers").json()
+        if after["replaced"] == before["replaced"] + 1 and None not in after["pids"]:
+            break
+        time.sleep(0.05)
     assert after["replaced"] == before["replaced"] + 1 and None not in after["pids"]
     _still_serving(http)
     assert 'hyperplace_worker_events_total{event="crash"}' in http.get("/metrics").text
@@ -399,6 +404,13 @@ def test_stored_cluster_rounds_and_extenders(http: httpx.Client) -> None:
     assert dup.status_code == 409
     assert http.get("/v1/clusters/prod").json()["version"] == 4
     assert [c["name"] for c in http.get("/v1/clusters").json()] == ["prod"]
+    assert http.delete("/v1/clusters/prod").status_code == 204
+    # stored again under the same name: version 1 again, but not the workers' cached one
+    other = load_instance("seed-beijing-shanghai")
+    assert http.put("/v1/clusters/prod", json=instance_document(other)).json()["version"] == 1
+    for _ in range(2):  # both workers
+        again = http.post("/v1/placement", json={"cluster": "prod", "budgetS": 3})
+        assert check(PlacementPlan.model_validate(again.json()), other) == []
     assert http.delete("/v1/clusters/prod").status_code == 204
 
 

@@ -161,7 +161,9 @@ class Service:
             if rec is None:
                 raise RequestProblem(404, [{"path": "cluster",
                                             "message": f"no stored cluster {body.cluster!r}"}])
-            payload["cluster_version"] = rec.version
+            # the version and the time it was stored: a cluster deleted and stored again
+            # restarts at version 1, and a worker must not mistake it for its cached one
+            payload["cluster_version"] = [rec.version, rec.updated]
         return payload
 
     def fetch_cluster(self, name: str, version: int) -> dict[str, Any] | None:
@@ -246,7 +248,7 @@ class Service:
         rec = self.store.clusters.get(name)
         if rec is None:
             return {"X-Hyperplace-Applied": "no: the cluster was deleted"}
-        if rec.version != payload["cluster_version"]:
+        if [rec.version, rec.updated] != payload["cluster_version"]:
             return {"X-Hyperplace-Applied": f"no: the cluster changed (version {rec.version})"}
         try:
             doc = apply_plan(rec.doc, info["allocations"])
@@ -566,8 +568,9 @@ def _cluster_info(rec: ClusterRecord) -> dict[str, Any]:
 def _add_clusters(app: FastAPI, service: Service) -> None:
     async def store_doc(name: str, doc: Any, version: int, prefix: str = "",
                         arrivals_from: int | None = None) -> Response:
-        payload = {"instance": doc, "name": name, "version": version, "prefix": prefix,
-                   "arrivals_from": arrivals_from}
+        updated = time.time()
+        payload = {"instance": doc, "name": name, "version": [version, updated],
+                   "prefix": prefix, "arrivals_from": arrivals_from}
         status, data, info = await service.execute(
             "validate-instance", payload, time.monotonic() + service.config.max_budget_s,
             grace_s=None)
@@ -576,7 +579,7 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
                             headers=info.get("headers") or {})
         text = data.decode()
         rec = ClusterRecord(name, version, json.loads(text), info["gpus"], info["free_gpus"],
-                            info["pending_jobs"], time.time())
+                            info["pending_jobs"], updated)
         await asyncio.to_thread(service.store.put_cluster, rec, text)
         return JSONResponse(_cluster_info(rec))
 

@@ -49,12 +49,12 @@ class WorkerContext:
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
-        self.cache: OrderedDict[tuple[str, int], Any] = OrderedDict()
+        self.cache: OrderedDict[tuple[str, tuple[Any, ...]], Any] = OrderedDict()
 
-    def stored_instance(self, name: str, version: int) -> Any:
+    def stored_instance(self, name: str, version: list[Any]) -> Any:
         """The parsed instance of a stored cluster at ``version``: from this worker's cache
         (a warm round skips sending and validating it), else asked of the server."""
-        key = (name, version)
+        key = (name, tuple(version))
         if key in self.cache:
             self.cache.move_to_end(key)
             return self.cache[key]
@@ -68,9 +68,11 @@ class WorkerContext:
         self.remember(name, version, inst)
         return inst
 
-    def remember(self, name: str, version: int, inst: Any) -> None:
-        self.cache[(name, version)] = inst
-        self.cache.move_to_end((name, version))
+    def remember(self, name: str, version: list[Any], inst: Any) -> None:
+        """Cache under (name, [version, stored-at]): never reused across a delete."""
+        key = (name, tuple(version))
+        self.cache[key] = inst
+        self.cache.move_to_end(key)
         while len(self.cache) > CACHE_SIZE:
             self.cache.popitem(last=False)
 
