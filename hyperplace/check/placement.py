@@ -53,6 +53,7 @@ from math import comb
 
 from pydantic import BaseModel, ConfigDict
 
+from hyperplace.check.preemption import preemption_problems
 from hyperplace.check.quotas import Usage, quota_problems
 from hyperplace.formulations.priority import priority_weights
 from hyperplace.models import (
@@ -160,8 +161,11 @@ class _Context:
 
 def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
     """All rules the plan breaks on this instance (empty list = valid plan)."""
-    ctx = _Context(instance)
     out: list[Violation] = []
+    if plan.preemptions:  # the rest of the plan is checked with the victims released
+        problems, instance = preemption_problems(plan, instance)
+        out += [Violation(code=code, job=job, message=msg) for code, job, msg in problems]
+    ctx = _Context(instance)
     placed: dict[str, dict[str, list[GPU]]] = defaultdict(dict)
     used: Counter[GPU] = Counter()
 

@@ -42,6 +42,12 @@ class Policy(StrEnum):
     cost = "cost"
 
 
+class Preemption(StrEnum):
+    never = "never"
+    lower_priority = "lower-priority"
+    reclaim_within_cohort = "reclaim-within-cohort"
+
+
 class Format(StrEnum):
     table = "table"
     json = "json"
@@ -168,6 +174,17 @@ def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
             types = " ".join(f"{v} {k}" for k, v in j.gpu_types.items())
             table.add_row(escape(j.job), str(j.priority), types or str(j.gpus), escape(shown))
         console.print(table)
+    if plan.preemptions:
+        table = Table(title="preempted running jobs", title_justify="left")
+        table.add_column("job", no_wrap=True, overflow="ellipsis", max_width=30)
+        table.add_column("why")
+        table.add_column("for", no_wrap=True, overflow="ellipsis", max_width=30)
+        table.add_column("GPUs", justify="right")
+        table.add_column("lost GPU-s", justify="right")
+        for pe in plan.preemptions:
+            table.add_row(escape(pe.job), pe.why, escape(pe.preemptor), str(pe.gpus),
+                          f"{pe.lost_gpu_seconds:g}")
+        console.print(table)
     if plan.pending:
         table = Table(title="pending jobs", title_justify="left")
         table.add_column("job", no_wrap=True, overflow="ellipsis", max_width=30)
@@ -211,6 +228,11 @@ def solve_command(
     queues: Annotated[list[Path] | None, typer.Option(
         "--queues", help="Kueue ClusterQueue/LocalQueue/ResourceFlavor/Cohort or Volcano "
         "Queue documents: quotas as hard limits, fair share after priority (repeatable)")] = None,
+    preemption: Annotated[Preemption, typer.Option(
+        "--preemption", help="may running jobs (spec.runningJobs: priority, queue, "
+        "checkpointAgeS) be stopped: never, for a higher-priority job, or also for a queue "
+        "reclaiming its nominal quota from borrowers in its cohort; victims with the least "
+        "lost work, only when the preemptor is then placed whole")] = Preemption.never,
 ) -> None:
     """Solve one scheduling round: which pending jobs run, on exactly which GPUs."""
     from hyperplace.deadline import command_deadline, write_reserve_s
@@ -231,8 +253,15 @@ def solve_command(
     # the budget runs from process start: reading the files counts, and writing keeps a share
     deadline = command_deadline(budget, write_reserve_s(inst), since=began)
     with interruptible():
-        plan = solve_placement(inst, solver=solver.value, budget_s=budget, policy=policy.value,
-                               seed=seed, deadline=deadline)
+        if preemption != Preemption.never:
+            from hyperplace.solvers.preemption import solve_with_preemption
+
+            plan = solve_with_preemption(
+                inst, preemption=preemption.value, solver=solver.value,
+                budget_s=max(0.05, deadline - time.perf_counter()), policy=policy.value, seed=seed)
+        else:
+            plan = solve_placement(inst, solver=solver.value, budget_s=budget, policy=policy.value,
+                                   seed=seed, deadline=deadline)
         # which instance a later `hyperplace check PLAN` may use without options: a bundled
         # name only; a file is named for the record, and check reads it only when asked
         source = None if cluster is not None else (instance or plan.metadata.instance)

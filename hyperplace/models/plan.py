@@ -9,6 +9,7 @@ Schema (``apiVersion: hyperplace/v1``, ``kind: PlacementPlan``)::
     jobs: [{job, priority, gpus, gpuTypes, nodeNames,        # per admitted job
             topologyAssignment: {levels, domains: [{values, count}]}}]
     pending: [{job, reasons: [...]}]                          # every job not admitted
+    preemptions: [{job, why, preemptor, gpus, lostGpuSeconds}] # running jobs stopped
     objectiveTerms: {admittedPriorityDemand, communication, fragmentation, policy}
 
 ``topologyAssignment`` is Kueue's TopologyAssignment (levels, then domain values -> GPU
@@ -60,6 +61,17 @@ class PendingJob(HPModel):
     reasons: list[str]
 
 
+class Preemption(HPModel):
+    """A running job stopped so that a higher-priority (or reclaiming) job fits."""
+
+    job: str
+    why: str = Field(description="lower-priority | reclaim-within-cohort")
+    preemptor: str = ""
+    gpus: int = Field(default=0, ge=0)
+    lost_gpu_seconds: float = Field(default=0.0, ge=0,
+                                    description="GPUs x seconds since its last checkpoint")
+
+
 class PlanMeta(HPModel):
     name: str = "plan"
     instance: str | None = None
@@ -82,6 +94,7 @@ class PlacementPlan(HPModel):
     jobs: list[JobSummary] = Field(default_factory=list)
     pending: list[PendingJob] = Field(default_factory=list)
     objective_terms: dict[str, float] = Field(default_factory=dict)
+    preemptions: list[Preemption] = Field(default_factory=list)
 
     def to_doc(self) -> dict:
         """Like every document, but ``placements``, ``jobs`` and ``pending`` are always there

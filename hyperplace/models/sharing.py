@@ -1,0 +1,62 @@
+"""What decisions that stop running work change in an Instance: a released copy.
+
+Preemption frees every GPU of a victim (gang); the plan is then a plan for the *released*
+instance, and both the solver and the independent checker build that instance the same
+way, from the instance and the plan's ``preemptions[]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hyperplace.models.cluster import Cluster
+from hyperplace.models.instance import Instance
+from hyperplace.models.node import Node
+
+
+def running_gpus(instance: Instance) -> dict[str, list[tuple[str, int]]]:
+    """Running job -> the (node, GPU) pairs it holds, in node order."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for c in instance.clusters:
+        for n in c.nodes:
+            for g, holder in sorted(n.allocated.items()):
+                out.setdefault(holder, []).append((n.name, g))
+    return out
+
+
+def released(instance: Instance, victims: Iterable[str],
+             hold: dict[tuple[str, int], str] | None = None,
+             reserve: Iterable[tuple[str, int]] = ()) -> Instance:
+    """A copy of ``instance`` in which the ``victims`` hold no GPUs.
+
+    Parameters
+    ----------
+    instance : Instance
+        The round as it was.
+    victims : iterable of str
+        Running jobs whose GPUs are all freed.
+    hold : dict, optional
+        (node, GPU) -> job now holding it (a preemptor placed earlier in the round).
+    reserve : iterable of (node, GPU)
+        GPUs freed by a preemption but not used by its preemptor: kept out of reach of the
+        rest of the round (marked unusable) so that only the preemptor profits.
+    """
+    gone = set(victims)
+    hold = hold or {}
+    reserved = set(reserve)
+    clusters = []
+    for c in instance.clusters:
+        nodes = []
+        for n in c.nodes:
+            alloc = {g: j for g, j in n.allocated.items() if j not in gone}
+            alloc.update({g: j for (name, g), j in hold.items() if name == n.name})
+            faulty = sorted({*n.faulty, *(g for name, g in reserved if name == n.name)} - set(alloc))
+            if alloc != n.allocated or faulty != list(n.faulty):
+                # rebuilt, not model_copy: a copy would keep cached views of the old state
+                n = Node(**{**{k: getattr(n, k) for k in Node.model_fields},
+                            "allocated": alloc, "faulty": faulty})
+            nodes.append(n)
+        fields = {k: getattr(c, k) for k in Cluster.model_fields}
+        clusters.append(Cluster(**{**fields, "nodes": nodes}))
+    spec = instance.spec.model_copy(update={"clusters": clusters})
+    return Instance(metadata=instance.metadata, spec=spec)

@@ -1,0 +1,248 @@
+"""Preemption: stop running jobs so that a higher-priority job, or a queue reclaiming its
+guaranteed share, is placed whole (``solve --preemption``).
+
+Policies, as Kueue names them (``ClusterQueue.spec.preemption``):
+
+``never``
+    Running jobs are never stopped (the plain round).
+``lower-priority``
+    A pending job may stop running jobs of strictly lower priority.
+``reclaim-within-cohort``
+    As ``lower-priority``, and a job whose queue is within its nominal (guaranteed) quota
+    may also stop jobs of any priority in other queues of its cohort that use more than their
+    own nominal quota (they run on borrowed GPUs).
+
+How victims are chosen. The pending jobs the plain round leaves out are taken in priority
+order. For each, the candidates (at most ``MAX_CANDIDATES``, least lost work first) are
+searched as victim sets in order of (lost work, number of victims): lost work is a victim's
+GPUs x seconds since its last checkpoint (``spec.runningJobs[].checkpointAgeS``). Each set
+is tried by solving the preemptor alone on the instance with the set released, with the
+same placement formulation and backend as the round; the first set with which it is placed
+*whole*, using GPUs of every victim, is taken. So a victim set is minimal in lost work, then
+in count, among the sets searched; a job that outranks nobody has no candidates; a set with
+which the gang still does not fit (freed GPUs in the wrong NVLink or hop domain) is never
+taken. GPUs freed but not used by the preemptor are kept from the rest of the round, which
+is then solved as usual. Status is at best ``feasible``: the victim search is exact within
+its limits, the combined round is not one proven optimum.
+
+When the search stops early (candidate cap, ``MAX_TRIALS`` or the budget) the plan says so
+in its message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass
+
+from hyperplace.models.instance import Instance
+from hyperplace.models.job import TrainingJob
+from hyperplace.models.plan import PlacementPlan, Preemption
+from hyperplace.models.result import SolveStatus
+from hyperplace.models.sharing import released, running_gpus
+from hyperplace.solvers.driver import solve_placement
+
+POLICIES = ("never", "lower-priority", "reclaim-within-cohort")
+MAX_CANDIDATES = 12
+MAX_TRIALS = 64
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A running job that a given preemptor may stop."""
+
+    name: str
+    priority: int
+    queue: str
+    gpus: tuple[tuple[str, int], ...]
+    lost: float  # GPU-seconds since its last checkpoint
+    why: str
+
+
+def _nominal_total(instance: Instance, queue: str) -> float:
+    qs = instance.queue_set
+    if qs is None or queue not in qs.queues:
+        return math.inf
+    return sum(q.nominal for q in qs.queues[queue].quotas.values())
+
+
+def _queue_use(instance: Instance) -> dict[str, int]:
+    info = instance.running_job_info
+    use: dict[str, int] = {}
+    for name, gpus in running_gpus(instance).items():
+        q = info[name].queue if name in info else "default"
+        use[q] = use.get(q, 0) + len(gpus)
+    return use
+
+
+def candidates(instance: Instance, job: TrainingJob, policy: str) -> list[Candidate]:
+    """Running jobs ``job`` may stop under ``policy`` (empty for ``never``).
+
+    Parameters
+    ----------
+    instance : Instance
+        The round (running jobs from ``node.allocated`` and ``spec.runningJobs``).
+    job : TrainingJob
+        The pending job that would preempt.
+    policy : str
+        One of :data:`POLICIES`.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"unknown preemption policy {policy!r}; use one of {', '.join(POLICIES)}")
+    if policy == "never":
+        return []
+    info = instance.running_job_info
+    held = running_gpus(instance)
+    out: dict[str, Candidate] = {}
+    for name, gpus in held.items():
+        r = info[name]
+        if r.priority < job.priority:
+            out[name] = Candidate(name, r.priority, r.queue, tuple(gpus),
+                                  len(gpus) * r.checkpoint_age_s, "lower-priority")
+    qs = instance.queue_set
+    if policy == "reclaim-within-cohort" and qs is not None:
+        mine = instance.queue_of(job)
+        cohort = qs.queues[mine].cohort if mine in qs.queues else None
+        use = _queue_use(instance)
+        if cohort is not None and use.get(mine, 0) + job.total_gpus <= _nominal_total(instance, mine):
+            peers = {q.name for q in qs.cohort_members(cohort)} - {mine}
+            for name, gpus in held.items():
+                r = info[name]
+                if name in out or r.queue not in peers:
+                    continue
+                if use.get(r.queue, 0) > _nominal_total(instance, r.queue):
+                    out[name] = Candidate(name, r.priority, r.queue, tuple(gpus),
+                                          len(gpus) * r.checkpoint_age_s, "reclaim-within-cohort")
+    return sorted(out.values(), key=lambda c: (c.lost, c.priority, c.name))
+
+
+def victim_sets(cands: list[Candidate], need: int, free: int):
+    """Non-empty subsets of ``cands`` in order of (lost work, count, names), skipping those
+    that cannot free enough GPUs for ``need`` beside the ``free`` ones."""
+    sets = []
+    for k in range(1, len(cands) + 1):
+        for combo in itertools.combinations(cands, k):
+            if free + sum(len(c.gpus) for c in combo) >= need:
+                sets.append(combo)
+    sets.sort(key=lambda s: (sum(c.lost for c in s), len(s), [c.name for c in s]))
+    return sets
+
+
+@dataclass
+class _Found:
+    victims: tuple[Candidate, ...]
+    plan: PlacementPlan
+
+
+def _search(state: Instance, job: TrainingJob, cands: list[Candidate], *, solver: str,
+            deadline: float, notes: list[str]) -> _Found | None:
+    if len(cands) > MAX_CANDIDATES:
+        notes.append(f"{job.name}: {len(cands)} candidates, searched the {MAX_CANDIDATES} "
+                     f"with least lost work")
+        cands = cands[:MAX_CANDIDATES]
+    free = sum(n.free_count for c in state.clusters for n in c.nodes)
+    for trials, combo in enumerate(victim_sets(cands, job.total_gpus, free)):
+        left = deadline - time.perf_counter()
+        if trials >= MAX_TRIALS or left < 0.05:
+            notes.append(f"{job.name}: victim search stopped after {trials} sets "
+                         f"({'trial limit' if trials >= MAX_TRIALS else 'budget'})")
+            return None
+        trial = released(state, [c.name for c in combo]).with_jobs([job])
+        plan = solve_placement(trial, solver=solver, budget_s=max(0.05, min(left, 5.0)))
+        if job.name not in plan.admitted:
+            continue
+        used = {(g.node, g.gpu) for u in plan.placements for g in u.gpus}
+        if all(used & set(c.gpus) for c in combo):
+            return _Found(combo, plan)
+    return None
+
+
+def solve_with_preemption(instance: Instance, *, preemption: str = "never",
+                          solver: str = "auto", budget_s: float = 10.0,
+                          **kwargs) -> PlacementPlan:
+    """Solve a round in which running jobs may be preempted under ``preemption``.
+
+    Parameters
+    ----------
+    instance : Instance
+        The round.
+    preemption : str
+        ``never``, ``lower-priority`` or ``reclaim-within-cohort``.
+    solver, budget_s, kwargs
+        As for :func:`hyperplace.solvers.driver.solve_placement` (the whole call keeps
+        ``budget_s``: the plain round gets a third, the victim search and the final round
+        the rest).
+
+    Returns
+    -------
+    PlacementPlan
+        With ``preemptions[]``; it is a plan for the instance with the victims released, and
+        :func:`hyperplace.check.check` verifies it against the original instance.
+    """
+    if preemption not in POLICIES:
+        raise ValueError(f"unknown preemption policy {preemption!r}; use one of {', '.join(POLICIES)}")
+    start = time.perf_counter()
+    deadline = start + budget_s
+    base = solve_placement(instance, solver=solver, budget_s=budget_s / (1 if preemption == "never" else 3),
+                           **kwargs)
+    if preemption == "never" or not base.pending:
+        return base
+    by_name = {j.name: j for j in instance.jobs}
+    order = sorted((by_name[p.job] for p in base.pending if p.job in by_name),
+                   key=lambda j: (-j.priority, instance.jobs.index(j)))
+    state = instance
+    hold: dict[tuple[str, int], str] = {}
+    reserve: set[tuple[str, int]] = set()
+    victims: set[str] = set()
+    preemptions: list[Preemption] = []
+    early: list[PlacementPlan] = []
+    notes: list[str] = []
+    for job in order:
+        if deadline - time.perf_counter() < 0.1 * budget_s:
+            notes.append("preemption search stopped: budget")
+            break
+        cands = [c for c in candidates(state, job, preemption) if c.name not in victims]
+        if not cands:
+            continue
+        found = _search(state, job, cands, solver=solver,
+                        deadline=start + budget_s * 0.8, notes=notes)
+        if found is None:
+            continue
+        used = {(g.node, g.gpu) for u in found.plan.placements for g in u.gpus}
+        for c in found.victims:
+            victims.add(c.name)
+            reserve |= set(c.gpus) - used
+            preemptions.append(Preemption(job=c.name, why=c.why, preemptor=job.name,
+                                          gpus=len(c.gpus), lost_gpu_seconds=c.lost))
+        hold.update({gpu: job.name for gpu in used})
+        early.append(found.plan)
+        placed = set(hold.values())
+        state = released(instance.with_jobs([j for j in instance.jobs if j.name not in placed]),
+                         victims, hold=hold)
+    if not preemptions:
+        return base
+    placed_early = {j for p in early for j in p.admitted}
+    rest = [j for j in instance.jobs if j.name not in placed_early]
+    final_inst = released(instance.with_jobs(rest), victims, hold=hold, reserve=reserve - set(hold))
+    left = max(0.05, deadline - time.perf_counter())
+    final = solve_placement(final_inst, solver=solver, budget_s=left, **kwargs)
+    lost = sum(p.lost_gpu_seconds for p in preemptions)
+    msg = (f"preempted {len(preemptions)} running job(s) ({preemption}), "
+           f"{lost:g} GPU-seconds of work lost")
+    if notes:
+        msg += "; " + "; ".join(notes)
+    if final.message:
+        msg += "; " + final.message
+    terms = dict(final.objective_terms)
+    terms["preempted_lost_gpu_seconds"] = lost
+    status = final.status
+    if status == SolveStatus.OPTIMAL:
+        status = SolveStatus.FEASIBLE
+    return final.model_copy(update={
+        "status": status, "bound": None, "gap": None, "objective": None,
+        "runtime_s": time.perf_counter() - start, "budget_s": budget_s,
+        "placements": [u for p in early for u in p.placements] + list(final.placements),
+        "jobs": [j for p in early for j in p.jobs] + list(final.jobs),
+        "preemptions": preemptions, "message": msg, "objective_terms": terms,
+        "metadata": base.metadata})
