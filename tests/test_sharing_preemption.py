@@ -123,3 +123,63 @@ def test_cli_solve_with_preemption_shows_the_victims(tmp_path):
     assert runner.invoke(app, ["check", str(plan_path), "--instance", str(path)]).exit_code == 0
     bad = runner.invoke(app, ["solve", "--instance", str(path), "--preemption", "sometimes"])
     assert bad.exit_code == 2
+
+
+# ---- the two peer failures ---------------------------------------------------------------
+
+def _several_small_or_one_big():
+    # n0: four 2-GPU low jobs, admitted last (newest), 100 s since checkpoint each;
+    # n1: one 8-GPU low job admitted first, 10 s since its checkpoint
+    alloc = {g: f"s{g // 2}" for g in range(8)}
+    nodes = [node("n0", allocated=alloc), node("n1", allocated={g: "big" for g in range(8)})]
+    running = [RunningJob(name="big", priority=1, checkpoint_age_s=10)] + \
+              [RunningJob(name=f"s{i}", priority=1, checkpoint_age_s=100) for i in range(4)]
+    return _with_running(instance(nodes, [job("hi", priority="high")]), running)
+
+
+def test_kueue_style_stops_four_jobs_where_one_frees_the_node(solver):
+    from hyperplace.baselines.preemption import kueue_style
+
+    inst = _several_small_or_one_big()
+    peer = kueue_style(inst, inst.jobs[0])
+    assert sorted(peer.victims) == ["s0", "s1", "s2", "s3"] and peer.lost_gpu_seconds == 800
+    assert peer.fits
+    ours = _solve(inst, solver)
+    assert [p.job for p in ours.preemptions] == ["big"]
+    assert ours.objective_terms["preempted_lost_gpu_seconds"] == 80 < peer.lost_gpu_seconds
+
+
+def _wrong_domains():
+    # four nodes, two per leaf; the pending job needs 2 x 8 GPUs within one leaf (hop 2).
+    # Low jobs hold n0 (leaf 0) and n2 (leaf 1); n1 and n3 are held by critical jobs, so no
+    # leaf can give it 16 GPUs: stopping lowA and lowB frees 16 GPUs in the wrong domains.
+    nodes = [node("n0", allocated={g: "lowA" for g in range(8)}),
+             node("n1", allocated={g: "top1" for g in range(8)}),
+             node("n2", allocated={g: "lowB" for g in range(8)}),
+             node("n3", allocated={g: "top3" for g in range(8)})]
+    running = [RunningJob(name="lowB", priority=1, checkpoint_age_s=30),
+               RunningJob(name="lowA", priority=1, checkpoint_age_s=30),
+               RunningJob(name="top1", priority=4), RunningJob(name="top3", priority=4)]
+    return _with_running(instance(nodes, [job("hi", replicas=2, dp_hop=2, priority="high")]),
+                         running)
+
+
+def test_peers_preempt_and_still_do_not_fit_the_gang(solver):
+    from hyperplace.baselines.preemption import kueue_style, volcano_style
+
+    inst = _wrong_domains()
+    for peer in (kueue_style(inst, inst.jobs[0]), volcano_style(inst, inst.jobs[0])):
+        assert sorted(peer.victims) == ["lowA", "lowB"], peer
+        assert not peer.fits and peer.lost_gpu_seconds == 480
+    ours = _solve(inst, solver)
+    assert ours.preemptions == [] and ours.admitted == []  # refused: it would not fit
+
+
+def test_volcano_style_evicts_node_by_node_lowest_priority_first():
+    from hyperplace.baselines.preemption import volcano_style
+
+    inst = _several_small_or_one_big()
+    peer = volcano_style(inst, inst.jobs[0])
+    # n0 comes first by name (both nodes full): four victims, 800 GPU-s, where one had 80
+    assert peer.fits and sorted(peer.victims) == ["s0", "s1", "s2", "s3"]
+    assert peer.lost_gpu_seconds == 800
