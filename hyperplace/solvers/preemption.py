@@ -14,8 +14,9 @@ Policies, as Kueue names them (``ClusterQueue.spec.preemption``):
 
 How victims are chosen. The pending jobs the plain round leaves out are taken in priority
 order. For each, the candidates (at most ``MAX_CANDIDATES``, least lost work first) are
-searched as victim sets in order of (lost work, number of victims): lost work is a victim's
+searched lazily as victim sets in order of (lost work, number of victims): lost work is a victim's
 GPUs x seconds since its last checkpoint (``spec.runningJobs[].checkpointAgeS``). Each set
+that passes a cheap capacity test (enough GPUs, node-sized units fit node by node)
 is tried by solving the preemptor alone on the instance with the set released, with the
 same placement formulation and backend as the round; the first set with which it is placed
 *whole*, using GPUs of every victim, is taken. So a victim set is minimal in lost work, then
@@ -25,15 +26,16 @@ taken. GPUs freed but not used by the preemptor are kept from the rest of the ro
 is then solved as usual. Status is at best ``feasible``: the victim search is exact within
 its limits, the combined round is not one proven optimum.
 
-When the search stops early (candidate cap, ``MAX_TRIALS`` or the budget) the plan says so
+When the search stops early (``MAX_CANDIDATES``, ``MAX_TRIALS`` solves, ``MAX_SETS`` sets or the budget) the plan says so
 in its message.
 """
 
 from __future__ import annotations
 
-import itertools
+import heapq
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hyperplace.models.instance import Instance
@@ -44,8 +46,9 @@ from hyperplace.models.sharing import released, running_gpus
 from hyperplace.solvers.driver import solve_placement
 
 POLICIES = ("never", "lower-priority", "reclaim-within-cohort")
-MAX_CANDIDATES = 12
+MAX_CANDIDATES = 24
 MAX_TRIALS = 64
+MAX_SETS = 200_000
 
 
 @dataclass(frozen=True)
@@ -117,16 +120,61 @@ def candidates(instance: Instance, job: TrainingJob, policy: str) -> list[Candid
     return sorted(out.values(), key=lambda c: (c.lost, c.priority, c.name))
 
 
-def victim_sets(cands: list[Candidate], need: int, free: int):
-    """Non-empty subsets of ``cands`` in order of (lost work, count, names), skipping those
-    that cannot free enough GPUs for ``need`` beside the ``free`` ones."""
-    sets = []
-    for k in range(1, len(cands) + 1):
-        for combo in itertools.combinations(cands, k):
-            if free + sum(len(c.gpus) for c in combo) >= need:
-                sets.append(combo)
-    sets.sort(key=lambda s: (sum(c.lost for c in s), len(s), [c.name for c in s]))
-    return sets
+def victim_sets(cands: list[Candidate]) -> Iterator[tuple[Candidate, ...]]:
+    """Non-empty subsets of ``cands`` (sorted by lost work) lazily, in order of (lost work,
+    count): a heap of subsets whose successors are "add the next candidate" and "swap the
+    last for the next", both of which never lower the key."""
+    if not cands:
+        return
+    heap: list[tuple[float, int, tuple[int, ...]]] = [(cands[0].lost, 1, (0,))]
+    while heap:
+        lost, size, idx = heapq.heappop(heap)
+        yield tuple(cands[i] for i in idx)
+        last = idx[-1]
+        if last + 1 < len(cands):
+            nxt = cands[last + 1].lost
+            heapq.heappush(heap, (lost + nxt, size + 1, (*idx, last + 1)))
+            heapq.heappush(heap, (lost - cands[last].lost + nxt, size, (*idx[:-1], last + 1)))
+
+
+def _neighbourhoods(state: Instance, job: TrainingJob) -> list[list[str]] | None:
+    """For a job whose replicas must lie within ``maxHopCount`` of each other: per node, the
+    nodes within that many hops of it (itself included). None when it has no such limit."""
+    dp = next((g for g in job.spec.resource_groups if g.type.value == "DataParallel"), None)
+    hop = dp.inter_node_connectivity.max_hop_count if dp and dp.inter_node_connectivity else None
+    if hop is None:
+        return None
+    out = []
+    for c in state.clusters:
+        net = c.network
+        names = [n.name for n in c.nodes]
+        for a in names:
+            out.append([b for b in names if b == a or (net.hop_count(a, b) or hop + 1) <= hop])
+    return out
+
+
+def _could_fit(state: Instance, job: TrainingJob, combo: tuple[Candidate, ...],
+               near: list[list[str]] | None = None) -> bool:
+    """A cheap necessary condition before a solve: enough GPUs in total, and for node-sized
+    units enough room for them node by node (within the replicas' hop limit of one node
+    when there is one), once the set is released."""
+    free = {n.name: n.free_count for c in state.clusters for n in c.nodes}
+    for c in combo:
+        for name, _ in c.gpus:
+            free[name] += 1
+    units = job.units()
+    if sum(free.values()) < sum(u.gpus for u in units):
+        return False
+    largest = max((n.gpu_count for c in state.clusters for n in c.nodes), default=0)
+    small = [u.gpus for u in units if u.gpus <= largest]
+    if small:
+        size = min(small)
+        if sum(f // size for f in free.values()) < len(small):
+            return False
+        if near is not None and len(small) > 1 and not any(
+                sum(free[b] // size for b in group) >= len(small) for group in near):
+            return False
+    return True
 
 
 @dataclass
@@ -141,13 +189,19 @@ def _search(state: Instance, job: TrainingJob, cands: list[Candidate], *, solver
         notes.append(f"{job.name}: {len(cands)} candidates, searched the {MAX_CANDIDATES} "
                      f"with least lost work")
         cands = cands[:MAX_CANDIDATES]
-    free = sum(n.free_count for c in state.clusters for n in c.nodes)
-    for trials, combo in enumerate(victim_sets(cands, job.total_gpus, free)):
+    trials = 0
+    near = _neighbourhoods(state, job)
+    for seen, combo in enumerate(victim_sets(cands)):
         left = deadline - time.perf_counter()
-        if trials >= MAX_TRIALS or left < 0.05:
-            notes.append(f"{job.name}: victim search stopped after {trials} sets "
-                         f"({'trial limit' if trials >= MAX_TRIALS else 'budget'})")
-            return None
+        if trials >= MAX_TRIALS or seen >= MAX_SETS or left < 0.05:
+            why = "trial limit" if trials >= MAX_TRIALS else "set limit" if seen >= MAX_SETS \
+                else "budget"
+            notes.append(f"{job.name}: victim search in order of lost work stopped after "
+                         f"{trials} solves ({why}); tried a node-by-node set instead")
+            return _node_by_node(state, job, cands, solver=solver, deadline=deadline, near=near)
+        if not _could_fit(state, job, combo, near):
+            continue
+        trials += 1
         trial = released(state, [c.name for c in combo]).with_jobs([job])
         plan = solve_placement(trial, solver=solver, budget_s=max(0.05, min(left, 5.0)))
         if job.name not in plan.admitted:
@@ -155,6 +209,57 @@ def _search(state: Instance, job: TrainingJob, cands: list[Candidate], *, solver
         used = {(g.node, g.gpu) for u in plan.placements for g in u.gpus}
         if all(used & set(c.gpus) for c in combo):
             return _Found(combo, plan)
+    return None
+
+
+def _node_by_node(state: Instance, job: TrainingJob, cands: list[Candidate], *, solver: str,
+                  deadline: float, near: list[list[str]] | None) -> _Found | None:
+    """Fallback when the ordered search stops early: per group of nodes (within the
+    replicas' hop limit of one node, or all), free node after node the cheapest way (least
+    lost work first on each node) until the node-sized units fit, cheapest nodes first;
+    the set with the least lost work that then places the job is taken (verified by a
+    solve, not proven minimal)."""
+    units = job.units()
+    size = min(u.gpus for u in units)
+    free = {n.name: n.free_count for c in state.clusters for n in c.nodes}
+    on_node: dict[str, list[Candidate]] = {}
+    for c in cands:
+        for name in {n for n, _ in c.gpus}:
+            on_node.setdefault(name, []).append(c)
+    groups = near or [list(free)]
+    options: list[tuple[float, tuple[Candidate, ...]]] = []
+    for group in groups:
+        costs = []
+        for name in group:
+            chosen: list[Candidate] = []
+            room = free[name]
+            for c in sorted(on_node.get(name, []), key=lambda c: (c.lost, c.name)):
+                if room >= size:
+                    break
+                chosen.append(c)
+                room += sum(1 for n, _ in c.gpus if n == name)
+            if room >= size:
+                costs.append((sum(c.lost for c in chosen), name, chosen))
+        costs.sort(key=lambda t: (t[0], t[1]))
+        if len(costs) < len(units):
+            continue
+        picked: dict[str, Candidate] = {}
+        for _, _, chosen in costs[:len(units)]:
+            picked.update({c.name: c for c in chosen})
+        combo = tuple(picked.values())
+        if combo:
+            options.append((sum(c.lost for c in combo), combo))
+    for _, combo in sorted(options, key=lambda o: (o[0], len(o[1]))):
+        left = deadline - time.perf_counter()
+        if left < 0.05:
+            return None
+        trial = released(state, [c.name for c in combo]).with_jobs([job])
+        plan = solve_placement(trial, solver=solver, budget_s=max(0.05, min(left, 5.0)))
+        if job.name in plan.admitted:
+            used = {(g.node, g.gpu) for u in plan.placements for g in u.gpus}
+            kept = tuple(c for c in combo if used & set(c.gpus))
+            if len(kept) == len(combo):
+                return _Found(combo, plan)
     return None
 
 
