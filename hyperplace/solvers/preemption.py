@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from hyperplace.formulations.priority import priority_weights
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.plan import PlacementPlan, Preemption
@@ -340,6 +341,15 @@ def solve_with_preemption(instance: Instance, *, preemption: str = "never",
     if final.message:
         msg += "; " + final.message
     terms = dict(final.objective_terms)
+    # objective 1 and the admitted count over the whole round, on the released instance
+    # (victims' GPUs free except those kept from the rest of the round), as the checker sees it
+    admitted = {j for p in early for j in p.admitted} | set(final.admitted)
+    seen = released(instance, victims, reserve=reserve - set(hold))
+    weights = priority_weights(((j.priority, j.total_gpus) for j in instance.jobs),
+                               sum(n.free_count for c in seen.clusters for n in c.nodes))
+    terms["admitted_priority_demand"] = sum(weights[j.priority] * j.total_gpus
+                                            for j in instance.jobs if j.name in admitted)
+    terms["admitted_jobs"] = len(admitted)
     terms["preempted_lost_gpu_seconds"] = lost
     status = final.status
     if status == SolveStatus.OPTIMAL:
