@@ -277,7 +277,7 @@ def solve_with_preemption(instance: Instance, *, preemption: str = "never",
         ``never``, ``lower-priority`` or ``reclaim-within-cohort``.
     solver, budget_s, kwargs
         As for :func:`hyperplace.solvers.driver.solve_placement` (the whole call keeps
-        ``budget_s``: the plain round gets a third, the victim search and the final round
+        ``budget_s``: the plain round gets half, the victim search and the final round
         the rest).
 
     Returns
@@ -290,10 +290,10 @@ def solve_with_preemption(instance: Instance, *, preemption: str = "never",
         raise ValueError(f"unknown preemption policy {preemption!r}; use one of {', '.join(POLICIES)}")
     start = time.perf_counter()
     deadline = start + budget_s
-    base = solve_placement(instance, solver=solver, budget_s=budget_s / (1 if preemption == "never" else 3),
+    base = solve_placement(instance, solver=solver, budget_s=budget_s / (1 if preemption == "never" else 2),
                            **kwargs)
     if preemption == "never" or not base.pending:
-        return base
+        return base.model_copy(update={"budget_s": budget_s})
     by_name = {j.name: j for j in instance.jobs}
     order = sorted((by_name[p.job] for p in base.pending if p.job in by_name),
                    key=lambda j: (-j.priority, instance.jobs.index(j)))
@@ -327,7 +327,11 @@ def solve_with_preemption(instance: Instance, *, preemption: str = "never",
         state = released(instance.with_jobs([j for j in instance.jobs if j.name not in placed]),
                          victims, hold=hold)
     if not preemptions:
-        return base
+        # optimal only when the victim search was complete (no preemption could do better)
+        status = SolveStatus.FEASIBLE if notes and base.status == SolveStatus.OPTIMAL else base.status
+        return base.model_copy(update={"budget_s": budget_s, "runtime_s": time.perf_counter() - start,
+                                       "status": status, "gap": None if notes else base.gap,
+                                       "message": "; ".join([base.message, *notes]).strip("; ")})
     placed_early = {j for p in early for j in p.admitted}
     rest = [j for j in instance.jobs if j.name not in placed_early]
     final_inst = released(instance.with_jobs(rest), victims, hold=hold, reserve=reserve - set(hold))
