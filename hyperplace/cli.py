@@ -50,6 +50,7 @@ def _root(
 def _mount() -> None:
     from hyperplace.commands import (
         calibrate,
+        defrag,
         estimate,
         federate,
         instances,
@@ -69,6 +70,7 @@ def _mount() -> None:
     estimate.register(app)
     predict.register(app)
     calibrate.register(app)
+    defrag.register(app)
 
 
 _mount()
