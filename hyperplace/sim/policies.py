@@ -44,13 +44,16 @@ Peers, each with its own per-job placement rule (:mod:`hyperplace.sim.peers`) an
   limit is expected to end one ``bf_resolution`` (60 s, line 103) from now; it is not killed.
   Placement by Slurm's tree rule.
 
-The engine (``engine``): the pending window (the first ``window`` jobs in queue order)
-solved at once by :func:`~hyperplace.solvers.driver.solve_placement` within the round's
-budget. Queue order enters as priority: a job's priority rises by one for every
-``aging_s`` it has waited, and the engine never leaves a job out so that lower-priority
-(younger) jobs can run in its place. With ``wait=True`` (``engine-wait``) the engine may
-hold a job back when its predicted completion is earlier by waiting for faster GPUs (see
-:func:`hold_for_faster`).
+The engine (``engine``): the pending window (the ``window`` highest-priority jobs) solved at
+once by :func:`~hyperplace.solvers.driver.solve_placement` within the round's budget. The
+queue discipline enters as priorities, which the engine honours strictly (it never leaves a
+job out so that lower-priority jobs can run in its place): one level per ``aging_s``
+waited, plus a short-job bonus from the predicted run time (shortest predicted job first,
+:class:`EnginePolicy`), and an EASY-style reservation for a job that has waited
+``drain_after_s`` (:func:`drain_for_head`). Predicted run times are the simulation's speed
+model applied to the job's work, the figure a controller would take from the cost model or
+the user. With ``wait=True`` (``engine-wait``) the engine may also hold a job back when its
+predicted completion is earlier by waiting for faster GPUs (:func:`hold_for_faster`).
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ SLURM_OVERESTIMATE = 2.0
 BF_RESOLUTION_S = 60.0
 BF_WINDOW_S = 24 * 3600.0
 BF_MAX_JOB_TEST = 500
+# predicted run times under which the engine's short-job bonus adds one priority level each
+SHORT_THRESHOLDS_S = (3600.0, 6 * 3600.0, 24 * 3600.0)
 
 PEER_POLICIES = ("fifo", "kueue-strict", "kueue", "volcano", "slurm")
 POLICIES = ("engine", "engine-wait", *PEER_POLICIES)
@@ -276,11 +281,22 @@ def _with_priority(job: TrainingJob, priority: int) -> TrainingJob:
 
 
 class EnginePolicy(Policy):
-    """The placement engine over the pending window, once per round (module docstring)."""
+    """The placement engine over the pending window, once per round (module docstring).
+
+    Queue discipline, expressed as the priorities the engine honours strictly:
+    ``priority = manifest priority + one per aging_s waited + short-job bonus`` where the
+    bonus (``order="sjf"``) is one per threshold in :data:`SHORT_THRESHOLDS_S` the job's
+    predicted remaining run time (remaining work / its fastest type's speed) is under:
+    shortest predicted job first, with aging so no job waits for ever. ``order="fifo"``
+    drops the bonus. With ``drain_after_s``, a job that has waited that long and still does
+    not fit gets an EASY-style reservation: jobs admitted this round that would end after
+    its predicted start (from running jobs' predicted ends) and use GPUs it needs, beyond
+    the spare ones, are held back and the round is solved again without them.
+    """
 
     def __init__(self, *, solver: str = "auto", budget_s: float = 1.0, window: int = 64,
                  aging_s: float = 3600.0, wait: bool = False, wait_margin: float = 0.05,
-                 seed: int = 0):
+                 seed: int = 0, order: str = "sjf", drain_after_s: float | None = 4 * 3600.0):
         self.name = "engine-wait" if wait else "engine"
         self.solver = solver
         self.budget_s = budget_s
@@ -289,38 +305,114 @@ class EnginePolicy(Policy):
         self.wait = wait
         self.wait_margin = wait_margin
         self.seed = seed
+        self.order = order
+        self.drain_after_s = drain_after_s
 
-    def _manifests(self, view: RoundView, jobs: list[SimJob]) -> list[TrainingJob]:
-        out = []
-        for j in jobs:
-            waited = max(0.0, view.now - j.submit_s)
-            bump = min(1000, int(waited // self.aging_s)) if self.aging_s > 0 else 0
-            out.append(_with_priority(j.manifest, j.manifest.priority + bump))
-        return out
+    def _priority(self, view: RoundView, j: SimJob) -> int:
+        waited = max(0.0, view.now - j.submit_s)
+        bump = min(1000, int(waited // self.aging_s)) if self.aging_s > 0 else 0
+        bonus = 0
+        if self.order == "sjf":
+            run = view.remaining_work.get(j.name, j.work_s) / view.speed.best_speed(j.manifest)
+            bonus = sum(run < t for t in SHORT_THRESHOLDS_S)
+        return j.manifest.priority + bump + bonus
+
+    def _ordered(self, view: RoundView) -> list[SimJob]:
+        """The pending window: the highest-priority jobs first (queue order on ties)."""
+        ranked = sorted(view.queue, key=lambda j: -self._priority(view, j))
+        return ranked[:self.window]
 
     def _solve(self, view: RoundView, jobs: list[SimJob]) -> tuple[Instance, PlacementPlan]:
-        instance = view.state.instance(self._manifests(view, jobs))
+        manifests = [_with_priority(j.manifest, self._priority(view, j)) for j in jobs]
+        instance = view.state.instance(manifests)
         plan = solve_placement(instance, solver=self.solver, budget_s=self.budget_s,
                                seed=self.seed, workers=1)
         return instance, plan
 
     def decide(self, view: RoundView) -> Decision:
         t0 = time.perf_counter()
-        jobs = view.queue[:self.window]
+        jobs = self._ordered(view)
+        by_name = {j.name: j for j in jobs}
         instance, plan = self._solve(view, jobs)
+        first = (instance, plan)
         fallback = plan.status.value == "fallback"
         starts = _starts(plan)
         held: list[str] = []
-        if self.wait and starts:
-            held = hold_for_faster(view, starts, {j.name: j for j in jobs}, self.wait_margin)
-            if held:
-                keep = [j for j in jobs if j.name not in held]
-                instance, plan = self._solve(view, keep)
-                fallback = fallback or plan.status.value == "fallback"
-                starts = _starts(plan)
+        for _ in range(2):
+            more: list[str] = []
+            if self.wait and starts:
+                more += hold_for_faster(view, starts, by_name, self.wait_margin)
+            if self.drain_after_s is not None:
+                more += [n for n in drain_for_head(view, starts, by_name, self.drain_after_s)
+                         if n not in more]
+            if not more:
+                break
+            held += more
+            keep = [j for j in jobs if j.name not in held]
+            instance, plan = self._solve(view, keep)
+            fallback = fallback or plan.status.value == "fallback"
+            starts = _starts(plan)
+        if held and not starts and not view.running:
+            # holding everything with nothing running would wait for nothing
+            instance, plan = first
+            starts, held = _starts(plan), []
         solve_s = time.perf_counter() - t0
         return Decision(starts, instance, plan, solve_s, fallback=fallback, held=held,
                         status=plan.status.value)
+
+
+def _eligible_nodes(view: RoundView, job: TrainingJob) -> list[str]:
+    catalog = view.state.base.catalog
+    selectors = {u.gpu_types for u in job.units()}
+    return [n for n, node in view.state.nodes.items()
+            if not view.state.node_down(n)
+            and all(sel is None or catalog.get(node.gpu_type).matches(sel) for sel in selectors)]
+
+
+def drain_for_head(view: RoundView, starts: dict[str, dict[str, list[GPU]]],
+                   jobs: dict[str, SimJob], after_s: float) -> list[str]:
+    """Admitted jobs that would delay the longest-waiting job (EASY reservation).
+
+    The head is the job waiting longest, if at least ``after_s``, that is not admitted. Its
+    shadow time is when enough GPUs it accepts are free (free now plus running jobs'
+    releases at their predicted ends); spare GPUs at that time may be used by anyone.
+    An admitted job is held when it ends after the shadow time and needs more of the
+    head's GPUs than are spare.
+    """
+    waiting = [j for j in view.queue if j.name not in starts
+               and view.now - j.submit_s >= after_s]
+    if not waiting:
+        return []
+    head = min(waiting, key=lambda j: j.submit_s)
+    nodes = set(_eligible_nodes(view, head.manifest))
+    have = sum(len(view.state.free_gpus(n)) for n in nodes)
+    ends = sorted((r.predicted_end_s, sum(1 for n, _ in r.gpus if n in nodes))
+                  for r in view.running.values())
+    shadow = view.now if have >= head.gpus else None
+    for end, k in ends:
+        if shadow is not None:
+            break
+        have += k
+        if have >= head.gpus:
+            shadow = end
+    if shadow is None or shadow <= view.now:
+        return []  # no release to wait for, or the head is blocked by more than counts
+    spare = have - head.gpus
+    out = []
+    for name, units in starts.items():
+        job = jobs[name]
+        used = sum(1 for gpus in units.values() for n, _ in gpus if n in nodes)
+        if not used:
+            continue
+        speed = view.speed.speed(job.manifest, units)
+        end = view.now + view.remaining_work.get(name, job.work_s) / speed
+        if end <= shadow:
+            continue
+        if used <= spare:
+            spare -= used
+            continue
+        out.append(name)
+    return out
 
 
 def _starts(plan: PlacementPlan) -> dict[str, dict[str, list[GPU]]]:

@@ -79,16 +79,33 @@ class SpeedModel:
     def gpu_speed(self, gpu_type: str) -> float:
         return type_speed(self.instance.catalog.get(gpu_type), self._ref)
 
+    @cached_property
+    def _selector_speeds(self) -> dict[str | None, tuple[float, float]]:
+        return {}
+
+    def _speeds(self, job: TrainingJob) -> tuple[float, float]:
+        """(slowest, fastest) type speed the job's type selector allows (memoised)."""
+        units = job.units() if job.name not in self._units else self._units[job.name]
+        self._units[job.name] = units
+        sel = units[0].gpu_types if units else None
+        hit = self._selector_speeds.get(sel)
+        if hit is None:
+            types = {t.name: t for _, t in self._node.values()
+                     if sel is None or t.matches(sel)}
+            speeds = [type_speed(t, self._ref) for t in types.values()] or [1.0]
+            hit = self._selector_speeds[sel] = (min(speeds), max(speeds))
+        return hit
+
+    @cached_property
+    def _units(self) -> dict[str, list]:
+        return {}
+
     def best_speed(self, job: TrainingJob) -> float:
         """The fastest type speed the job could get (its type selector allowing)."""
-        speeds = [type_speed(t, self._ref) for _, t in self._node.values()
-                  if all(u.gpu_types is None or t.matches(u.gpu_types) for u in job.units()[:1])]
-        return max(speeds, default=1.0)
+        return self._speeds(job)[1]
 
     def slowest_speed(self, job: TrainingJob) -> float:
-        speeds = [type_speed(t, self._ref) for _, t in self._node.values()
-                  if all(u.gpu_types is None or t.matches(u.gpu_types) for u in job.units()[:1])]
-        return min(speeds, default=1.0)
+        return self._speeds(job)[0]
 
     def crossings(self, nodes: list[str]) -> int:
         """Switch tiers the node set crosses beyond one leaf (0: one node or one leaf)."""

@@ -160,3 +160,28 @@ class ClusterState:
             inst.__dict__.pop(k, None)
         self._cache = (self.version, key, inst)
         return inst
+
+
+def reorder_nodes(instance: Instance, fast_first: bool) -> Instance:
+    """The same clusters with nodes listed fastest GPU type first (or last).
+
+    Peer rules walk nodes in list order, so the order decides which GPU type they fill
+    first. The fabric is materialised (switches and links listed) so that reordering the
+    nodes does not rewire it.
+    """
+    from hyperplace.models import FabricSpec
+
+    clusters = []
+    for c in instance.clusters:
+        net = c.network
+        speed = {n.name: instance.catalog.get(n.gpu_type).bf16_tflops for n in c.nodes}
+        nodes = sorted(c.nodes, key=lambda n: -speed[n.name] if fast_first else speed[n.name])
+        fabric = FabricSpec(switches=list(net.switches), links=list(net.links))
+        clusters.append(c.model_copy(update={"nodes": nodes, "fabric": fabric}))
+        for k in ("network", "node_by_name"):
+            clusters[-1].__dict__.pop(k, None)
+    out = instance.model_copy(update={"spec": instance.spec.model_copy(
+        update={"clusters": clusters})})
+    for k in ("node_index", "federation"):
+        out.__dict__.pop(k, None)
+    return out
