@@ -126,12 +126,13 @@ def test_strict_fifo_blocks_and_best_effort_does_not():
     assert end_b["small"] < end_b["big"]  # admitted past the blocked head
 
 
-def test_slurm_backfill_respects_the_reservation():
+@pytest.mark.parametrize("policy", ["slurm", "engine"])
+def test_backfill_respects_the_reservation(policy):
     inst = tiny_instance()
     # a running 24-GPU job, a 32-GPU head that must wait for it, a short and a long small job
     jobs = [job("run", 24, 0, 1000), job("head", 32, 1, 1000), job("short", 8, 2, 100),
             job("long", 8, 3, 100_000)]
-    run = simulate(inst, jobs, "slurm", SimConfig(round_s=10, slurm_factor=1.0))
+    run = simulate(inst, jobs, policy, SimConfig(round_s=10, slurm_factor=1.0, check=True))
     rec = {r.job.name: r for r in run.records}
     assert rec["short"].first_start_s < rec["head"].first_start_s  # backfilled
     assert rec["long"].first_start_s >= rec["head"].first_start_s  # would delay the head

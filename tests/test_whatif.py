@@ -82,8 +82,8 @@ def test_ray_backend_equals_local(tmp_path: Path):
     doc = {"base": dict(SWEEP["base"], window=[0, 1800]),
            "grid": {"policy": ["kueue", "slurm"], "failures": [50000]}}
     sweep = load_sweep(write(tmp_path, doc))
-    local = run_sweep(sweep, tmp_path / "local", backend="local", workers=2)
-    ray_rows = run_sweep(sweep, tmp_path / "ray", backend="ray", workers=2)
+    local = run_sweep(sweep, tmp_path / "local", backend="local", workers=1)
+    ray_rows = run_sweep(sweep, tmp_path / "ray", backend="ray", workers=1)
     key = lambda r: r["id"]  # noqa: E731
     assert [comparable(r) for r in sorted(local, key=key)] == \
         [comparable(r) for r in sorted(ray_rows, key=key)]
