@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -46,6 +45,7 @@ from hyperplace.federation.pricing import Pricer
 from hyperplace.federation.problem import FederationProblem, from_training_job
 from hyperplace.federation.shapes import best_monolithic
 from hyperplace.federation.solve import karmada_round
+from benchlib import machine
 
 RESULTS = Path(__file__).parent / "results" / "federation.md"
 TRAIN_HOURS = 12.0
@@ -207,16 +207,6 @@ def wan_sweep(budget: float) -> list[dict]:
     return out
 
 
-def machine() -> str:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}"
 
 
 def fmt(x, spec=",.0f", none="-"):

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -51,6 +49,7 @@ from hyperplace.models.profiles import (  # noqa: E402
 from hyperplace.models.split import SplitProblem, Stage  # noqa: E402
 from hyperplace.solvers.split.baselines import proportional_cuts, symmetric_cuts  # noqa: E402
 from hyperplace.solvers.split.dp import solve_dp  # noqa: E402
+from benchlib import machine  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "fidelity.md"
 SAILOR_TO_CATALOG = {"V100-16": "V100-16", "A100-40": "A100-40", "A100-80": "A100-80",
@@ -332,16 +331,6 @@ def predict_latency(lines: list[str]) -> None:
               "calls (target < 50 ms).", ""]
 
 
-def machine() -> str:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}"
 
 
 def main() -> None:

@@ -19,7 +19,6 @@ import datetime as dt
 import importlib.util
 import multiprocessing
 import os
-import platform
 import statistics
 import sys
 import time
@@ -36,6 +35,7 @@ from hyperplace.baselines.peer_cases import PEER_CASES, load_peer_case
 from hyperplace.check import Violation, check
 from hyperplace.metrics import PlanMetrics, plan_metrics
 from hyperplace.models import Instance, PlacementPlan
+from benchlib import machine
 
 ENGINE_SOLVERS = ("auto", "cpsat", "milp", "greedy")
 MILP_MAX_GPUS = 1 << 30  # no cap: the driver itself falls back when a model is too large for the budget
@@ -377,16 +377,6 @@ def summary_line(name: str, inst: Instance, removed: dict[str, str] | None, rows
             f"{_violations_text(runs)} | {ratio} |")
 
 
-def machine() -> str:
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} CPUs ({model}), Python {platform.python_version()}"
 
 
 CONFIG_NOTES = [

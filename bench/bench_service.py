@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import socket
 import sys
 import time
@@ -34,6 +33,7 @@ from hyperplace.instances import generate, load_instance
 from hyperplace.instances.registry import instance_document
 from hyperplace.service.config import OVERHEAD_S
 from hyperplace.service.launch import LocalServer
+from benchlib import machine
 
 
 NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
@@ -100,16 +100,6 @@ def run(url: str, requests: list[tuple[str, str, dict]], concurrency: int
     return results, time.perf_counter() - start
 
 
-def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}"
 
 
 def main() -> None:
