@@ -87,7 +87,8 @@ def run_command(path: Path, budget: float, solver: str) -> dict:
     wall = time.perf_counter() - start
     err = proc.stderr.read().decode() if proc.stderr else ""
     proc.returncode = os.waitstatus_to_exitcode(status)
-    row = {"wall": wall, "rss_mb": usage.ru_maxrss / 1024, "load": load,
+    row = {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime,
+           "rss_mb": usage.ru_maxrss / 1024, "load": load,
            "exit": proc.returncode, "plan": None, "error": err.strip()[-300:]}
     if proc.returncode == 0 and plan_path.exists():
         row["plan"] = json.loads(plan_path.read_text())
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 r["warm"] = run_warm(path, budget)
             rows.append(r)
             plan = r["plan"] or {}
-            print(f"{label}: wall {r['wall']:.2f} s (budget {budget:g}), runtimeS "
+            print(f"{label}: wall {r['wall']:.2f} s, CPU {r['cpu']:.2f} s (budget {budget:g}), runtimeS "
                   f"{plan.get('runtimeS', float('nan')):.2f}, {plan.get('status')}, "
                   f"{plan.get('solver')}, gap {plan.get('gap')}, {r['rss_mb']:.0f} MB, "
                   f"load {r['load']:.1f}, warm {r.get('warm')}", flush=True)
@@ -227,15 +228,17 @@ def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None) ->
         f"- instances: `generate(gpus, jobs, {TYPES}, fragmentation={FRAGMENTATION}, "
         f"seed={SEED})` written as JSON; solver `{args.solver}`",
         "- wall = the whole `hyperplace solve ... --format json -o plan.json` process "
-        "(start-up, reading, solving, writing); runtimeS = the plan's own solve time; peak "
+        "(start-up, reading, solving, writing); CPU = that process's user + system CPU time "
+        "(what the command costs whatever the load; CP-SAT's two workers count twice); "
+        "runtimeS = the plan's own solve time; peak "
         "RSS of that process; violations = independent checker on the written plan",
         "- gap = objective 1 (priority-weighted admitted GPUs) against the plan's bound; the "
         "lower objectives carry no bound in the plan yet, their values are listed",
         "",
-        "| size | GPUs / jobs | budget s | wall s | runtimeS | status (solver) | obj 1 gap | "
+        "| size | GPUs / jobs | budget s | wall s | CPU s | runtimeS | status (solver) | obj 1 gap | "
         "admitted | comm / frag / policy | peak RSS MB | violations | warm: cold s / warm s "
         "(ratio) | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         plan = r["plan"] or {}
@@ -247,15 +250,16 @@ def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None) ->
                   else f"exit {r['exit']}: {r['error'][:80]}")
         lines.append(
             f"| {r['label']} | {r['gpus']:,} / {r['jobs']:,} | {r['budget']:g} | "
-            f"{r['wall']:.2f} | {_f(plan.get('runtimeS'))} | {status} | "
+            f"{r['wall']:.2f} | {r['cpu']:.2f} | {_f(plan.get('runtimeS'))} | {status} | "
             f"{_f(plan.get('gap'), 4) if plan else '-'} | {len(plan.get('jobs', []))} | "
             f"{_f(terms.get('communication'), 0)} / {_f(terms.get('fragmentation'), 0)} / "
             f"{_f(terms.get('policy'), 0)} | {r['rss_mb']:.0f} | {r.get('violations', '-')} | "
             f"{warm_txt} | {r['load']:.1f} |")
     k_wall = exponent([(r["gpus"], r["wall"]) for r in rows])
     k_run = exponent([(r["gpus"], (r["plan"] or {}).get("runtimeS")) for r in rows])
+    k_cpu = exponent([(r["gpus"], r["cpu"]) for r in rows])
     lines += ["", f"Growth exponent k in time ~ GPUs^k (least squares over the rows): "
-              f"wall {_f(k_wall)}, runtimeS {_f(k_run)}.", ""]
+              f"wall {_f(k_wall)}, CPU {_f(k_cpu)}, runtimeS {_f(k_run)}.", ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text("\n".join(lines))
