@@ -12,6 +12,11 @@ import time
 
 _IMPORTED = time.perf_counter()
 _AS_COMMAND = False
+# The most start-up counted before this module's import. A process can be forked long before
+# it execs hyperplace: `bash -c 'pip install ... && hyperplace solve'` execs its last command
+# in the shell's own process, whose start time is the shell's. Interpreter start-up and the
+# imports before this module take well under this on a cold cache (measured ~0.3 s warm).
+MAX_STARTUP_S = 2.0
 
 
 def started_as_command() -> None:
@@ -26,8 +31,10 @@ def process_start() -> float:
     """``time.perf_counter()`` value at which this process started.
 
     On Linux the start time is read from ``/proc/self/stat`` (clock ticks since boot,
-    10 ms resolution) against ``CLOCK_BOOTTIME``; elsewhere it is the moment this module was
-    first imported (the interpreter's own start-up, ~50 ms, is then not counted).
+    10 ms resolution) against ``CLOCK_BOOTTIME``, but never more than ``MAX_STARTUP_S``
+    before this module was imported (the process may have been forked long before it
+    exec'd hyperplace); elsewhere it is the moment this module was first imported (the
+    interpreter's own start-up, ~50 ms, is then not counted).
     """
     try:
         with open("/proc/self/stat", "rb") as fh:
@@ -39,7 +46,7 @@ def process_start() -> float:
         return _IMPORTED
     if not 0 <= elapsed < 86_400:
         return _IMPORTED
-    return time.perf_counter() - elapsed
+    return max(time.perf_counter() - elapsed, _IMPORTED - MAX_STARTUP_S)
 
 
 def command_deadline(budget_s: float, write_reserve_s: float, since: float | None = None

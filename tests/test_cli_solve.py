@@ -144,3 +144,17 @@ def test_a_budget_spent_before_solving_is_named_as_such():
     assert check(plan, inst) == []
     assert "start-up and reading used" in plan.model_dump_json()
     assert plan.jobs  # late, but not empty: one whole greedy pass
+
+
+def test_budget_counts_from_exec_not_from_a_shell_that_ran_other_work_first():
+    # `bash -c 'install && hyperplace solve'` execs hyperplace in the shell's own process:
+    # the seconds the shell spent before must not be charged to the solve's budget
+    import subprocess
+    import sys
+
+    probe = ("import time; from hyperplace import deadline; "
+             "print(time.perf_counter() - deadline.process_start())")
+    out = subprocess.run(["bash", "-c", f"sleep 3 && exec {sys.executable} -c '{probe}'"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    counted = float(out.stdout.strip())
+    assert 0 <= counted < 2.9  # at most MAX_STARTUP_S before import, not the 3 s of sleep
