@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from enum import StrEnum
@@ -99,7 +100,8 @@ def with_queue_files(inst: Instance, paths: list[Path]) -> Instance:
         parse_queues(docs, known_types=types)
         return inst.with_queues([d for _, d in docs])
     except (QueueError, ValueError) as exc:
-        raise InputError(str(exc)) from None
+        # "queues.yaml: document 2.spec.cohort" reads better as "document 2: spec.cohort"
+        raise InputError(re.sub(r"(document \d+)\.", r"\1: ", str(exc))) from None
 
 
 def _ranges(indices: list[int]) -> str:
