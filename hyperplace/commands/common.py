@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +26,14 @@ from hyperplace.errors import InputError
 from hyperplace.io import write_atomic
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Format(StrEnum):
+    """``--format`` of commands that print a table or write a document."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 

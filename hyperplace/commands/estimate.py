@@ -12,7 +12,6 @@ FoundationModelTrainingJob or HyperJob (``splitPolicy.mode: auto``). Exit 2 on b
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -21,14 +20,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hyperplace.commands.common import Format
 from hyperplace.errors import InputError
 from hyperplace.io import dump
-
-
-class Format(StrEnum):
-    table = "table"
-    json = "json"
-    yaml = "yaml"
 
 
 def _instance(name: str):

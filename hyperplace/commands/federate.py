@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hyperplace.commands.common import Format
 from hyperplace.errors import InputError
 from hyperplace.io import dump
 from hyperplace.models.federation import FederationPlan
@@ -41,12 +42,6 @@ class Solver(StrEnum):
     auto = "auto"
     cpsat = "cpsat"
     greedy = "greedy"
-
-
-class Format(StrEnum):
-    table = "table"
-    json = "json"
-    yaml = "yaml"
 
 
 def _ms(x: float | None) -> str:

@@ -20,6 +20,7 @@ from hyperplace.commands.common import (
     file_format,
     interruptible,
     write_output,
+    Format,
 )
 from hyperplace.errors import InputError
 from hyperplace.io import dump, load_documents, parse
@@ -47,12 +48,6 @@ class Preemption(StrEnum):
     never = "never"
     lower_priority = "lower-priority"
     reclaim_within_cohort = "reclaim-within-cohort"
-
-
-class Format(StrEnum):
-    table = "table"
-    json = "json"
-    yaml = "yaml"
 
 
 def resolve_instance(instance: str | None, cluster: Path | None, jobs: Path | None) -> Instance:
