@@ -85,6 +85,18 @@ def _mount_service() -> None:
 _mount_service()
 
 
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    """True when a KeyboardInterrupt is somewhere in the exception's cause chain."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def main() -> None:
     """Console-script entry point: errors are one line on stderr, never a traceback."""
     deadline.started_as_command()  # budgets run from process start (reading counts)
@@ -96,6 +108,10 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # click's (or typer's vendored click's) usage errors
+        if _caused_by_interrupt(exc):
+            # Ctrl-C inside a native module's import (OR-Tools is loaded when a solve needs
+            # it) surfaces as "ImportError: initialization failed" caused by the interrupt
+            sys.exit(130)
         kind = type(exc).__name__
         ctx = getattr(exc, "ctx", None)
         if kind == "NoArgsIsHelpError":  # bare `hyperplace`: show the help

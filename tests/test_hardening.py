@@ -493,3 +493,20 @@ def test_generators_and_gangs_past_the_limits_are_refused_at_once(tmp_path: Path
         code, _, err = run(["validate", str(path)], capsys)
         one_line_error(code, err, *needles)
         assert time.monotonic() - start < 20
+
+
+def test_interrupt_during_a_native_import_exits_130(monkeypatch) -> None:
+    """Ctrl-C while OR-Tools' extension initialises arrives as an ImportError caused by the
+    interrupt: still exit 130 and no traceback (seen once in the real-process test)."""
+    import hyperplace.cli as cli
+
+    def interrupted_import(**_: object) -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise ImportError("initialization failed") from exc
+
+    monkeypatch.setattr(cli, "app", interrupted_import)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    assert exit_info.value.code == 130
