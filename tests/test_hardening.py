@@ -507,6 +507,8 @@ def test_interrupt_during_a_native_import_exits_130(monkeypatch) -> None:
             raise ImportError("initialization failed") from exc
 
     monkeypatch.setattr(cli, "app", interrupted_import)
+    # main() declares the process a command (budgets from process start): undo that after
+    monkeypatch.setattr(cli.deadline, "_AS_COMMAND", False)
     with pytest.raises(SystemExit) as exit_info:
         cli.main()
     assert exit_info.value.code == 130
