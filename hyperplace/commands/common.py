@@ -94,6 +94,15 @@ def write_output(path: str | Path, text: str, what: str = "") -> None:
     print(f"wrote {path}{': ' + what if what else ''}", file=sys.stderr)
 
 
+def output_dir(path: Path) -> Path:
+    """Create an output folder (and its parents); a failure is one line naming it."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create: {exc.strerror or exc}", source=str(path)) from None
+    return path
+
+
 def check_budget(budget: float, option: str = "--budget") -> float:
     if not math.isfinite(budget) or budget <= 0:
         raise InputError(f"must be a positive, finite number of seconds, got {budget}",

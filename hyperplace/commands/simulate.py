@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from hyperplace.commands.common import output_dir
 from hyperplace.errors import InputError
 
 
@@ -130,10 +131,7 @@ def simulate_command(
     config = SimConfig(round_s=round_s, budget_s=budget, failures=failures, seed=seed,
                        network=network, solver=solver)
     if out is not None:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InputError(f"cannot create: {exc.strerror or exc}", source=str(out)) from None
+        output_dir(out)
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, disable=not progress,

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from hyperplace.errors import InputError
+from hyperplace.commands.common import output_dir
 
 
 class Backend(StrEnum):
@@ -31,11 +31,7 @@ def whatif_command(
     from hyperplace.sim.whatif import load_sweep, report, run_sweep
 
     sweep = load_sweep(sweep_file)
-    target = out or sweep_file.with_name(f"{sweep_file.stem}-whatif")
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create: {exc.strerror or exc}", source=str(target)) from None
+    target = output_dir(out or sweep_file.with_name(f"{sweep_file.stem}-whatif"))
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, disable=not progress) as bar:
