@@ -86,7 +86,7 @@ def print_summary(summary: dict, console: Console) -> None:
 
 
 def simulate_command(
-    trace: Annotated[str, typer.Option(help="philly | alibaba-2023 | a CSV file (submit_time_s, duration_s, num_gpus[, gpu_type, name])")] = "philly",
+    trace: Annotated[str, typer.Option(help="philly | alibaba-2023 | a CSV file (submit_time_s, duration_s, num_gpus[, gpu_type, name, queue])")] = "philly",
     instance: Annotated[str, typer.Option("--instance", "-i", help="bundled instance name or Instance file")] = "mixed-a100-h100",
     policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="engine, engine-wait, fifo (fifo-firstfit), kueue (BestEffortFIFO), kueue-strict, volcano, slurm (backfill); repeat for several")] = None,
     round_s: Annotated[float, typer.Option("--round", help="seconds between scheduling rounds")] = 60.0,
@@ -102,8 +102,11 @@ def simulate_command(
     out: Annotated[Path | None, typer.Option("--output", "-o", help="write summary.json, CSVs and PNG charts here")] = None,
     charts: Annotated[bool, typer.Option("--charts/--no-charts", help="PNG charts (needs matplotlib: the 'plots' extra)")] = True,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar on stderr")] = True,
+    queues: Annotated[list[Path] | None, typer.Option("--queues", help="Kueue ClusterQueue/LocalQueue/ResourceFlavor/Cohort or Volcano Queue documents (as solve --queues); a trace's queue column names them")] = None,
+    half_life: Annotated[float, typer.Option("--half-life", help="fair-share history: hours for a queue's past GPU-hours to count half (Slurm's PriorityDecayHalfLife); 0 = per-round fair share only")] = 0.0,
 ) -> None:
     """Replay a trace on an instance under several policies; metrics side by side."""
+    from hyperplace.commands.solve import with_queue_files
     from hyperplace.instances import load_instance
     from hyperplace.sim.metrics import write_outputs
     from hyperplace.sim.policies import canonical_policy
@@ -113,6 +116,7 @@ def simulate_command(
     _finite("--round", round_s)
     _finite("--budget", budget, 0.01)
     _finite("--failures", failures)
+    _finite("--half-life", half_life)
     if solver not in ("auto", "cpsat", "milp", "greedy"):
         raise InputError(f"unknown solver {solver!r}; use auto, cpsat, milp or greedy",
                          path="--solver")
@@ -125,11 +129,12 @@ def simulate_command(
     lo, hi = parse_window(window)
     if jobs is not None and jobs < 1:
         raise InputError(f"must be >= 1, got {jobs}", path="--jobs")
-    inst = load_instance(instance)
+    inst = with_queue_files(load_instance(instance), queues or [])
     req = SimRequest(trace=trace, start_s=lo, end_s=hi, limit=jobs, workload=workload,
                      load=parse_load(load), policies=names)
     config = SimConfig(round_s=round_s, budget_s=budget, failures=failures, seed=seed,
-                       network=network, solver=solver)
+                       network=network, solver=solver,
+                       half_life_s=half_life * 3600.0 if half_life > 0 else None)
     if out is not None:
         output_dir(out)
     console = Console(stderr=True)

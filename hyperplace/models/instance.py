@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import cached_property
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -43,6 +43,11 @@ class InstanceSpec(HPModel):
     running_jobs: list[RunningJob] = Field(default_factory=list, max_length=MAX_JOBS,
                                            description="queue, priority and checkpoint age of "
                                                        "the jobs holding GPUs")
+    queue_usage: dict[str, Annotated[float, Field(ge=0, le=1e15)]] = Field(
+        default_factory=dict, max_length=1000,
+        description="decayed GPU-hours each queue used over earlier rounds (Slurm-style "
+                    "fair-share history, hyperplace.formulations.placement.usage); a queue "
+                    "that got less is preferred by the fair-share objective; none: no history")
 
 
 class Instance(HPModel):
@@ -86,8 +91,13 @@ class Instance(HPModel):
         return self
 
     def _check_queues(self, catalog: GPUCatalog) -> None:
-        """Queue documents parse, and every job (pending or running) names a known queue."""
+        """Queue documents parse, and every job (pending or running) and every queue with
+        usage history names a known queue."""
         if not self.spec.queues:
+            for name in self.spec.queue_usage:
+                if name != DEFAULT_QUEUE:
+                    raise ValueError(f"spec.queueUsage.{name}: unknown queue {name!r} (no queues "
+                                     "are declared: every job is in 'default')")
             return
         types = {n.gpu_type for c in self.spec.clusters for n in c.nodes}
         try:
@@ -103,6 +113,10 @@ class Instance(HPModel):
         for ri, run in enumerate(self.spec.running_jobs):
             if not qs.known(run.queue):
                 raise ValueError(f"spec.runningJobs[{ri}].queue: unknown queue {run.queue!r} "
+                                 f"(queues: {', '.join(sorted(qs.queues))})")
+        for name in self.spec.queue_usage:
+            if not qs.known(name):
+                raise ValueError(f"spec.queueUsage.{name}: unknown queue {name!r} "
                                  f"(queues: {', '.join(sorted(qs.queues))})")
 
     def with_queues(self, docs: list[dict[str, Any]]) -> "Instance":

@@ -32,6 +32,7 @@ class SimJob:
     checkpoint_s: float = DEFAULT_CHECKPOINT_S
     limit_s: float | None = None
     source: str = ""
+    queue: str = "default"  # the queue its GPUs count against (its manifest's label says so)
 
 
 @dataclass

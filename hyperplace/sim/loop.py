@@ -10,6 +10,13 @@ A round builds the current :class:`~hyperplace.models.Instance` (running jobs ho
 GPUs, failed hardware is ``faulty``), asks the policy, optionally runs the independent
 checker on the plan (``check=True``: every round's state and plan are checked, as the tests
 do), and starts the chosen jobs. Running jobs keep their GPUs.
+
+With declared queues (the instance's ``spec.queues``), every round's instance lists the
+running jobs with their queues (``spec.runningJobs``: quotas and fair share count them) and,
+with a ``half_life_s``, each queue's decayed GPU-hours so far (``spec.queueUsage``; see
+:mod:`hyperplace.formulations.placement.usage`): GPUs held between two events accrue to
+their job's queue, and the history decays with the half-life, so a queue that got less over
+recent rounds is preferred by the fair-share objective.
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hyperplace.check import Violation, check
+from hyperplace.formulations.placement.usage import QueueUsage
 from hyperplace.models import Instance
+from hyperplace.models.instance import RunningJob
 from hyperplace.sim.jobs import JobRecord, SimJob
 from hyperplace.sim.policies import Decision, Policy, Running, RoundView
 from hyperplace.sim.speed import SpeedModel
@@ -48,8 +57,11 @@ class RoundLoop:
     """Cluster state, queue and running jobs across rounds (see the module docstring)."""
 
     def __init__(self, instance: Instance, policy: Policy, speed: SpeedModel | None = None, *,
-                 check: bool = False):
+                 check: bool = False, half_life_s: float | None = None):
         self.state = ClusterState(instance)
+        self.usage = QueueUsage(half_life_s)
+        # GPU-seconds each queue held (no decay): what the metrics report per queue
+        self.gpu_seconds: dict[str, float] = {}
         self.policy = policy
         self.speed = speed or SpeedModel(self.state.base)
         self.check = check
@@ -58,8 +70,27 @@ class RoundLoop:
         self.records: dict[str, JobRecord] = {}
         self.rounds = 0
 
+    # ---- usage ------------------------------------------------------------------------
+    def queue_of(self, job: SimJob) -> str:
+        """The queue the round sees for ``job`` (its manifest's label; ``default`` without
+        declared queues)."""
+        return self.state.base.queue_of(job.manifest)
+
+    def accrue(self, now: float) -> None:
+        """GPUs held since the last event count towards their queues (called before
+        anything changes who holds what)."""
+        held: dict[str, float] = {}
+        for r in self.running.values():
+            held[r.job.queue] = held.get(r.job.queue, 0) + len(r.gpus)
+        last = self.usage.time_s
+        if last is not None and now > last:
+            for q, g in held.items():
+                self.gpu_seconds[q] = self.gpu_seconds.get(q, 0.0) + g * (now - last)
+        self.usage.advance(now, held)
+
     # ---- events -----------------------------------------------------------------------
     def submit(self, job: SimJob, now: float) -> None:
+        job.queue = self.queue_of(job)
         rec = self.records.setdefault(job.name, JobRecord(job=job))
         rec.queued_since = now
         self.queue[job.name] = job
@@ -81,6 +112,7 @@ class RoundLoop:
 
     def finish(self, name: str, now: float) -> None:
         """The job ended (its work is done): release its GPUs."""
+        self.accrue(now)
         r = self.running.pop(name)
         rec = self.records[name]
         rec.run_s += now - r.start_s
@@ -93,6 +125,7 @@ class RoundLoop:
 
         Returns the GPU-seconds of work lost.
         """
+        self.accrue(now)
         r = self.running.pop(name)
         rec = self.records[name]
         elapsed = now - r.start_s
@@ -148,6 +181,8 @@ class RoundLoop:
     def run_round(self, now: float) -> RoundResult:
         """Ask the policy, check its plan if asked to, start the jobs it chose."""
         self.rounds += 1
+        self.accrue(now)
+        self.state.set_queue_usage(self.usage.snapshot())
         view = self.view(now)
         decision = self.policy.decide(view)
         violations: list[Violation] = []
@@ -161,6 +196,9 @@ class RoundLoop:
             job = self.queue.pop(name)
             gpus = [g for unit in units.values() for g in unit]
             self.state.allocate(name, gpus)
+            if self.state.base.spec.queues:
+                self.state.set_running_info(RunningJob(name=name, queue=job.queue,
+                                                       priority=job.manifest.priority))
             speed = self.speed.speed(job.manifest, units)
             rec = self.records[name]
             if rec.first_start_s is None:

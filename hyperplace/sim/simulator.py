@@ -43,6 +43,9 @@ class SimConfig:
     aging_s: float = 3600.0
     slurm_factor: float = 2.0
     fail_switches: tuple[str, ...] = ()
+    # fair-share history: per-queue GPU-hours decay with this half-life (None: no history,
+    # the plain per-round fair share); matters only with declared queues
+    half_life_s: float | None = None
 
 
 @dataclass
@@ -78,6 +81,8 @@ class PolicyRun:
     arrival_end_s: float
     unfinished: int = 0
     notes: list[str] = field(default_factory=list)
+    queue_gpu_s: dict[str, float] = field(default_factory=dict)  # GPU-seconds held per queue
+    queue_weights: dict[str, float] = field(default_factory=dict)  # declared fair-share weights
 
 
 def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimConfig,
@@ -86,7 +91,7 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
     pol = make_policy(policy, instance, budget_s=config.budget_s, solver=config.solver,
                       window=config.window, aging_s=config.aging_s, seed=config.seed,
                       slurm_factor=config.slurm_factor)
-    loop = RoundLoop(instance, pol, check=config.check)
+    loop = RoundLoop(instance, pol, check=config.check, half_life_s=config.half_life_s)
     loop.speed = SpeedModel(loop.state.base, network=config.network)
     for sw in config.fail_switches:
         loop.fail_switch(sw, 0.0)
@@ -181,9 +186,14 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
     records = [loop.records[j.name] for j in jobs if j.name in loop.records]
     unfinished = sum(1 for r in records if r.end_s is None) + (len(jobs) - len(records))
     arrival_end = jobs[-1].submit_s if jobs else 0.0
+    qs = instance.queue_set
+    weights = {q.name: q.weight for q in qs.queues.values()} if qs is not None else {}
+    for rec in records:
+        weights.setdefault(rec.job.queue, 1.0)
     return PolicyRun(policy=pol.name, records=records, rounds=rounds, samples=samples,
                      failures=failures, total_gpus=loop.state.total_gpus,
-                     arrival_end_s=arrival_end, unfinished=unfinished)
+                     arrival_end_s=arrival_end, unfinished=unfinished,
+                     queue_gpu_s=dict(loop.gpu_seconds), queue_weights=weights)
 
 
 def _apply_failure(loop: RoundLoop, f: Failure, t: float) -> list[str]:

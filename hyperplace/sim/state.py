@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hyperplace.models import Instance, Node, TrainingJob
+from hyperplace.models.instance import RunningJob
 
 GPU = tuple[str, int]
 
@@ -53,6 +54,10 @@ class ClusterState:
             for node, sw in c.network.attachments.items():
                 self._switches[node] = set(sw)
         self.jobs: dict[str, list[GPU]] = {}
+        # with declared queues: what each running job's round entry says (queue, priority),
+        # and the queues' decayed usage history (spec.runningJobs, spec.queueUsage)
+        self.running_info: dict[str, RunningJob] = {}
+        self.queue_usage: dict[str, float] = {}
         self.version = 0
         self._cache: tuple[int, tuple[str, ...], Instance] | None = None
 
@@ -100,7 +105,18 @@ class ClusterState:
         self.jobs[job] = list(gpus)
         self.version += 1
 
+    def set_running_info(self, info: RunningJob) -> None:
+        """Queue and priority of a running job, for the rounds' quotas and fair share."""
+        self.running_info[info.name] = info
+        self.version += 1
+
+    def set_queue_usage(self, usage: dict[str, float]) -> None:
+        if usage != self.queue_usage:
+            self.queue_usage = dict(usage)
+            self.version += 1
+
     def release(self, job: str) -> list[GPU]:
+        self.running_info.pop(job, None)
         gpus = self.jobs.pop(job, [])
         for node, i in gpus:
             if self.owner[node].get(i) == job:
@@ -153,10 +169,14 @@ class ClusterState:
             copy.__dict__["network"] = c.network
             copy.__dict__.pop("node_by_name", None)
             clusters.append(copy)
-        inst = self.base.model_copy(update={"spec": self.base.spec.model_copy(
-            update={"clusters": clusters, "jobs": list(pending)})})
+        update: dict = {"clusters": clusters, "jobs": list(pending)}
+        if self.base.spec.queues:
+            update["running_jobs"] = [self.running_info[j] for j in sorted(self.jobs)
+                                      if j in self.running_info]
+            update["queue_usage"] = dict(self.queue_usage)
+        inst = self.base.model_copy(update={"spec": self.base.spec.model_copy(update=update)})
         inst.__dict__["catalog"] = self.base.catalog
-        for k in ("node_index", "federation"):
+        for k in ("node_index", "federation", "running_job_info"):
             inst.__dict__.pop(k, None)
         self._cache = (self.version, key, inst)
         return inst

@@ -11,8 +11,10 @@ Built-in traces (copied into the package with their provenance in
   does not model) are skipped and counted; ``gpu_spec`` is the pod's GPU-type constraint.
 
 A CSV ``FILE`` needs the columns ``submit_time_s``, ``duration_s`` and ``num_gpus``; it may
-add ``name`` and ``gpu_type`` (``|``-separated allowed types). Rows must be in submit
-order. Limits: at most :data:`MAX_ROWS` rows and :data:`MAX_BYTES` bytes.
+add ``name``, ``gpu_type`` (``|``-separated allowed types) and ``queue`` (the Kueue
+ClusterQueue/LocalQueue or Volcano Queue the job is submitted to; the instance's
+``spec.queues`` or ``simulate --queues`` must declare it; empty: ``default``). Rows must be
+in submit order. Limits: at most :data:`MAX_ROWS` rows and :data:`MAX_BYTES` bytes.
 
 Bad input (missing columns, a non-numeric, negative or non-finite duration or submit time,
 a GPU count that is not a positive integer, rows out of submit order) raises
@@ -44,6 +46,7 @@ class TraceRow:
     gpus: int
     gpu_types: tuple[str, ...] = ()
     line: int = 0
+    queue: str = ""
 
 
 @dataclass
@@ -132,10 +135,14 @@ def parse_csv_trace(text: str, src: str) -> Trace:
         if gpus < 1:
             raise InputError(f"line {line}: num_gpus: must be >= 1, got {gpus}", source=src)
         types = tuple(t.strip() for t in (rec.get("gpu_type") or "").split("|") if t.strip())
+        queue = (rec.get("queue") or "").strip()
+        if len(queue) > 253 or any(not ch.isprintable() for ch in queue):
+            raise InputError(f"line {line}: queue: a queue name is 1 to 253 printable "
+                             "characters", source=src)
         rows.append(TraceRow(name=(rec.get("name") or "").strip() or f"job-{i:05d}",
                              submit_s=_number(rec["submit_time_s"], "submit_time_s", line, src),
                              duration_s=_number(rec["duration_s"], "duration_s", line, src),
-                             gpus=gpus, gpu_types=types, line=line))
+                             gpus=gpus, gpu_types=types, line=line, queue=queue))
     _check_order(rows, src)
     return Trace(name=Path(src).stem, source=src, rows=rows)
 
@@ -214,6 +221,6 @@ def load_trace(name_or_path: str, *, start_s: float | None = None, end_s: float 
         raise InputError(f"no jobs submitted in the window [{start_s or 0:g}, "
                          f"{'end' if end_s is None else f'{end_s:g}'}) s", source=trace.source)
     base = kept[0].submit_s
-    trace.rows = [TraceRow(r.name, r.submit_s - base, r.duration_s, r.gpus, r.gpu_types, r.line)
-                  for r in kept]
+    trace.rows = [TraceRow(r.name, r.submit_s - base, r.duration_s, r.gpus, r.gpu_types, r.line,
+                           r.queue) for r in kept]
     return trace

@@ -15,6 +15,10 @@
 * Jobs that cannot fit the empty instance (more GPUs than it has of an accepted type) are
   dropped before the replay and counted, for every policy alike: otherwise a strict FIFO
   would wait for them forever.
+* A ``queue`` column names the queue: the manifest gets the ``volcano.sh/queue-name`` label
+  for a Volcano queue, else ``kueue.x-k8s.io/queue-name`` (a LocalQueue or ClusterQueue
+  name), so the round sees the queue exactly as it would see a submitted job's; a queue the
+  instance does not declare is refused with the line.
 * Priorities are not taken from traces (Philly has none; Alibaba's QoS is a latency class):
   every job is ``normal``.
 
@@ -42,10 +46,12 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
+from hyperplace.errors import InputError
 from hyperplace.instances.generator import model_parallel_job, small_job
 from hyperplace.models import Instance, TrainingJob
+from hyperplace.models.queue import KUEUE_QUEUE_LABEL, VOLCANO_QUEUE_KEYS
 from hyperplace.sim.jobs import SimJob
-from hyperplace.sim.traces import Trace
+from hyperplace.sim.traces import Trace, TraceRow
 
 GPUS_PER_NODE = 8
 
@@ -108,6 +114,33 @@ def manifest_for(name: str, gpus: int, tolerate: str | None) -> TrainingJob:
                               tolerate=tolerate, memory_gb=None, dp_ib_gbps=None)
 
 
+def in_queue(manifest: TrainingJob, queue: str, instance: Instance) -> tuple[TrainingJob, str]:
+    """``manifest`` labelled for ``queue`` (see the mapping rule) and the queue it lands in."""
+    if not queue:
+        return manifest, instance.queue_of(manifest)
+    qs = instance.queue_set
+    if qs is None:
+        raise ValueError(f"names queue {queue!r}, but the instance declares no queues "
+                         "(give --queues or spec.queues)")
+    volcano = queue in qs.queues and qs.queues[queue].source == "volcano"
+    key = VOLCANO_QUEUE_KEYS[0] if volcano else KUEUE_QUEUE_LABEL
+    labels = {**manifest.metadata.labels, key: queue}
+    out = manifest.model_copy(update={"metadata": manifest.metadata.model_copy(
+        update={"labels": labels})})
+    name = qs.queue_of(labels, out.metadata.annotations)
+    if not qs.known(name):
+        raise ValueError(f"unknown queue {queue!r} (queues: {', '.join(sorted(qs.queues))})")
+    return out, name
+
+
+def _queued(manifest: TrainingJob, trace: Trace, row: TraceRow, instance: Instance
+            ) -> tuple[TrainingJob, str]:
+    try:
+        return in_queue(manifest, row.queue, instance)
+    except ValueError as exc:
+        raise InputError(f"line {row.line}: queue: {exc}", source=trace.source) from None
+
+
 def trace_jobs(trace: Trace, instance: Instance) -> Workload:
     """The trace's rows as jobs on ``instance`` (the mapping rule above)."""
     out = Workload(jobs=[], trace_skipped=trace.skipped)
@@ -119,8 +152,10 @@ def trace_jobs(trace: Trace, instance: Instance) -> Workload:
         if gpus > _eligible_gpus(manifest, instance):
             out.dropped_too_large += 1
             continue
+        manifest, queue = _queued(manifest, trace, row, instance)
         out.jobs.append(SimJob(name=row.name, submit_s=row.submit_s, work_s=row.duration_s,
-                               gpus=gpus, manifest=manifest, source=f"{trace.source}:{row.line}"))
+                               gpus=gpus, manifest=manifest, source=f"{trace.source}:{row.line}",
+                               queue=queue))
     return out
 
 
@@ -159,9 +194,10 @@ def foundation_model_jobs(trace: Trace, instance: Instance, seed: int = 0) -> Wo
         if manifest.total_gpus > _eligible_gpus(manifest, instance):
             out.dropped_too_large += 1
             continue
+        manifest, queue = _queued(manifest, trace, row, instance)
         out.jobs.append(SimJob(name=name, submit_s=row.submit_s, work_s=row.duration_s,
                                gpus=manifest.total_gpus, manifest=manifest,
-                               source=f"{trace.source}:{row.line}"))
+                               source=f"{trace.source}:{row.line}", queue=queue))
     return out
 
 

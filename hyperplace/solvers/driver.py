@@ -199,7 +199,7 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                         chosen = repair_priority(problem, exact, params.greedy, deadline)
                         if chosen is not exact and chosen.units != exact.units:
                             raw_used = None
-                    if _score(problem, chosen) < _score(problem, greedy):
+                    if _score(problem, chosen, pm) < _score(problem, greedy, pm):
                         # possible only when greedy's hint was rejected or a job was dropped
                         chosen, status, raw_used = greedy, SolveStatus.FALLBACK, None
                         message += "; greedy's plan admits more, returning it"
@@ -261,8 +261,16 @@ def _weighted(p: PlacementProblem, a: Assignment) -> int:
     return sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus for j in a.units)
 
 
-def _score(p: PlacementProblem, a: Assignment) -> tuple[int, int]:
-    return _weighted(p, a), len(a.units)
+def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
+           ) -> tuple[int, float, int]:
+    """Objective 1, then the fair-share objective (it ranks above admitted jobs: a plan that
+    serves an under-served queue with fewer, larger jobs is the better one), then jobs."""
+    fair = 0.0
+    if pm is not None and any(o.name == "fair_share" for o in pm.lm.objectives):
+        values = encode(pm, a)
+        if values is not None:
+            fair = objective_terms(pm, values).get("fair_share", 0.0)
+    return _weighted(p, a), fair, len(a.units)
 
 
 def _weighted_bound(p: PlacementProblem, raw: RawSolution) -> float | None:

@@ -19,6 +19,9 @@ The rules (documented in the README; the checker re-derives them independently):
   weighted max-min fair share given its demand (running + pending), by water-filling; the
   objective maximises the GPUs admitted *within* each queue's remaining share, so among
   plans of equal priority-weighted demand the one that serves under-served queues first wins.
+  With usage history (``spec.queueUsage``, decayed GPU-hours of earlier rounds) each queue's
+  weight is multiplied by Slurm's fair-share factor ``2 ** (-usage share / weight share)``
+  (``usage.py``), so a queue that got less over recent rounds is preferred.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from hyperplace.formulations.placement.usage import fair_share_factors
 from hyperplace.models.instance import Instance
 from hyperplace.models.queue import ANY_TYPE, Queue, QueueSet
 
@@ -186,5 +190,20 @@ def build_quota_book(instance: Instance, job_names: list[str],
     for name, queue in zip(job_names, job_queue):
         demand[queue] += pending_gpus.get(name, 0)
     weight = {q: (qs.queues[q].weight if q in qs.queues else 1.0) for q in demand}
-    book.shares = water_fill(total_gpus, demand, weight)
+    book.shares = water_fill(total_gpus, demand, _with_history(weight, qs, instance))
     return book
+
+
+def _with_history(weight: dict[str, float], qs: QueueSet, instance: Instance
+                  ) -> dict[str, float]:
+    """Fair-share weights of the round: ``weight * F`` with Slurm's fair-share factor ``F`` of
+    the queues' decayed usage (``spec.queueUsage``; see ``usage.py``), so a queue that got
+    less over recent rounds gets a larger share. Unchanged without usage history."""
+    usage = instance.spec.queue_usage
+    if not usage or not weight:
+        return weight
+    every = {q.name: q.weight for q in qs.queues.values()}
+    for q in (*weight, *usage):
+        every.setdefault(q, 1.0)
+    factor = fair_share_factors(usage, every)
+    return {q: w * factor[q] for q, w in weight.items()}

@@ -1,0 +1,175 @@
+"""Queues over rounds (#14): decayed usage history (Slurm's fair-share factor) prevents a queue
+from starving, queues reach every simulated round, and the decay math matches a hand
+computation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hyperplace.formulations.placement.usage import QueueUsage, decay_factor, fair_share_factors
+from hyperplace.instances.generator import small_job
+from hyperplace.models import (
+    Cluster,
+    FabricGenerator,
+    FabricSpec,
+    Instance,
+    InstanceSpec,
+    Node,
+)
+from hyperplace.models.job import ObjectMeta
+from hyperplace.sim.jobs import SimJob
+from hyperplace.sim.simulator import SimConfig, simulate
+from hyperplace.sim.workload import in_queue
+from hyperplace.solvers.driver import solve_placement
+from hyperplace.check import check
+
+
+def cluster_queue(name: str, nominal: int = 64, weight: float = 1) -> dict:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": nominal}]}]}],
+                "fairSharing": {"weight": weight}}}
+
+
+def one_node(queues: list[dict]) -> Instance:
+    node = Node(name="n0", gpu_type="H100-80", gpu_count=8)
+    gen = FabricGenerator(type="fat-tree-2", nodes_per_leaf=2, spines=2)
+    cluster = Cluster(name="c", nodes=[node], fabric=FabricSpec(generator=gen))
+    return Instance(metadata=ObjectMeta(name="one"),
+                    spec=InstanceSpec(clusters=[cluster])).with_queues(queues)
+
+
+def sim_job(inst: Instance, name: str, gpus: int, queue: str, work: float = 30.0) -> SimJob:
+    manifest, q = in_queue(small_job(name, "m", gpus), queue, inst)
+    return SimJob(name=name, submit_s=0.0, work_s=work, gpus=gpus, manifest=manifest, queue=q)
+
+
+# ---- the decay factor and Slurm's fair-share factor, by hand ---------------------------------
+
+def test_decay_follows_slurms_order_with_the_exact_half_life():
+    # U <- (U + G * dt) * 2^(-dt / h): 8 GPUs for one hour with a one-hour half-life from 10 GPU-h
+    u = QueueUsage(half_life_s=3600.0)
+    u.advance(0.0, {})
+    u.gpu_hours["a"] = 10.0
+    u.advance(3600.0, {"a": 8})
+    assert u.gpu_hours["a"] == pytest.approx((10 + 8) * 0.5)
+    u.advance(3600.0 + 1800.0, {})  # half an hour idle: x 2^-0.5
+    assert u.gpu_hours["a"] == pytest.approx(9 / math.sqrt(2))
+    assert decay_factor(7200, 3600) == pytest.approx(0.25)
+    assert decay_factor(7200, None) == 1.0
+    off = QueueUsage(half_life_s=None)
+    off.advance(0, {})
+    off.advance(100, {"a": 8})
+    assert off.snapshot() == {}
+
+
+def test_fair_share_factor_is_two_to_minus_usage_share_over_weight_share():
+    # weights 3:1 -> S = 0.75 / 0.25; usage 1:1 -> U = 0.5 / 0.5
+    f = fair_share_factors({"a": 5.0, "b": 5.0}, {"a": 3, "b": 1})
+    assert f["a"] == pytest.approx(2 ** (-0.5 / 0.75))
+    assert f["b"] == pytest.approx(2 ** (-0.5 / 0.25))
+    # a queue that used exactly its share gets 1/2; no usage at all: 1 for everyone
+    assert fair_share_factors({"a": 3.0, "b": 1.0}, {"a": 3, "b": 1}) == pytest.approx(
+        {"a": 0.5, "b": 0.5})
+    assert fair_share_factors({}, {"a": 1, "b": 2}) == {"a": 1.0, "b": 1.0}
+
+
+# ---- the formulation: history decides between equal plans ----------------------------------
+
+def test_usage_history_turns_the_fair_share_towards_the_queue_that_got_less(exact_solver):
+    # 8 free GPUs; queue a offers two 4-GPU jobs, queue b one 8-GPU job: equal priority-weighted
+    # demand. Per round, both queues are at their share (4 each), and a's plan admits more
+    # jobs, so a wins. With a's past usage, b's fair share is larger and b wins.
+    inst = one_node([cluster_queue("a"), cluster_queue("b")])
+    jobs = [sim_job(inst, "a0", 4, "a").manifest, sim_job(inst, "a1", 4, "a").manifest,
+            sim_job(inst, "b0", 8, "b").manifest]
+    plain = inst.with_jobs(jobs)
+    plan = solve_placement(plain, solver=exact_solver, budget_s=10)
+    assert check(plan, plain) == [] and {j.job for j in plan.jobs} == {"a0", "a1"}
+    doc = plain.to_doc()
+    doc["spec"]["queueUsage"] = {"a": 8.0}
+    hist = Instance.model_validate(doc)
+    plan = solve_placement(hist, solver=exact_solver, budget_s=10)
+    assert check(plan, hist) == [] and {j.job for j in plan.jobs} == {"b0"}
+    assert plan.status.value == "optimal"
+
+
+def test_queue_usage_naming_an_unknown_queue_or_negative_is_refused():
+    doc = one_node([cluster_queue("a")]).to_doc()
+    doc["spec"]["queueUsage"] = {"nope": 1.0}
+    with pytest.raises(ValueError, match=r"spec.queueUsage.nope: unknown queue"):
+        Instance.model_validate(doc)
+    doc["spec"]["queueUsage"] = {"a": -1.0}
+    with pytest.raises(ValueError, match=r"queueUsage"):
+        Instance.model_validate(doc)
+
+
+# ---- over rounds: starvation without history, served within K rounds with it ---------------
+
+def _replay(half_life_s: float | None):
+    inst = one_node([cluster_queue("a"), cluster_queue("b")])
+    jobs = [sim_job(inst, f"a{i:02d}", 4, "a") for i in range(12)]
+    jobs += [sim_job(inst, f"b{i}", 8, "b") for i in range(2)]
+    # no aging: the queue discipline alone decides (aging would rescue b by priority)
+    config = SimConfig(round_s=60.0, budget_s=5.0, solver="cpsat", aging_s=0.0, check=True,
+                       half_life_s=half_life_s)
+    run = simulate(inst, jobs, "engine", config)
+    starts = sorted({r.first_start_s for r in run.records})
+    round_of = {r.job.name: starts.index(r.first_start_s) for r in run.records}
+    return run, round_of
+
+
+def test_a_queue_starved_per_round_is_served_within_two_rounds_with_decay():
+    run, round_of = _replay(None)
+    assert run.unfinished == 0
+    # per round only: a's 12 jobs go two by two for 6 rounds before b's first job
+    assert min(round_of[n] for n in ("b0", "b1")) == 6
+    run, round_of = _replay(3600.0)
+    assert run.unfinished == 0
+    assert round_of["b0"] <= 1 or round_of["b1"] <= 1  # K = 2 rounds: the first with history
+    # the history then alternates: b's second job does not wait for all of a's
+    assert max(round_of["b0"], round_of["b1"]) <= 3
+    assert set(run.queue_gpu_s) == {"a", "b"}
+
+
+# ---- queues reach the simulator from a trace and a queue file --------------------------------
+
+def test_simulate_reads_queues_from_the_trace_and_a_queue_file(tmp_path, capsys):
+    from cli_run import run_main
+    from hyperplace.sim.traces import load_trace
+    from hyperplace.sim.workload import trace_jobs
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_time_s,duration_s,num_gpus,name,queue\n"
+                     "0,600,8,x0,research\n0,600,8,y0,prod\n10,600,4,z0,\n")
+    qfile = tmp_path / "q.yaml"
+    qfile.write_text("\n---\n".join(yaml_doc(q) for q in (cluster_queue("research"),
+                                                        cluster_queue("prod", weight=2))))
+    inst = one_node([cluster_queue("research"), cluster_queue("prod", weight=2)])
+    wl = trace_jobs(load_trace(str(trace)), inst)
+    assert [j.queue for j in wl.jobs] == ["research", "prod", "default"]
+    assert wl.jobs[0].manifest.metadata.labels["kueue.x-k8s.io/queue-name"] == "research"
+    run = simulate(inst, wl.jobs, "engine", SimConfig(budget_s=2, check=True, half_life_s=3600))
+    assert run.unfinished == 0 and set(run.queue_gpu_s) == {"research", "prod", "default"}
+    out = tmp_path / "out"
+    assert run_main(["simulate", "--trace", str(trace), "--instance", "mixed-a100-h100",
+                     "--queues", str(qfile), "--half-life", "2", "--policy", "engine",
+                     "--load", "trace", "--budget", "0.5", "--no-progress", "-o", str(out),
+                     "--no-charts"]) == 0
+    assert (out / "summary.json").exists()
+    assert run_main(["simulate", "--trace", str(trace), "--instance", "mixed-a100-h100",
+                     "--policy", "engine", "--no-progress"]) == 2
+    assert "line 2: queue: names queue 'research'" in capsys.readouterr().err
+    trace.write_text("submit_time_s,duration_s,num_gpus,queue\n0,600,8,nope\n")
+    assert run_main(["simulate", "--trace", str(trace), "--instance", "mixed-a100-h100",
+                     "--queues", str(qfile), "--policy", "engine", "--no-progress"]) == 2
+    assert "line 2: queue: unknown queue 'nope'" in capsys.readouterr().err
+
+
+def yaml_doc(doc: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(doc)
