@@ -49,7 +49,7 @@ def decay_factor(elapsed_s: float, half_life_s: float | None) -> float:
     (1 without a half-life: usage is then kept whole)."""
     if half_life_s is None or not math.isfinite(half_life_s) or half_life_s <= 0:
         return 1.0
-    return 2.0 ** (-max(0.0, elapsed_s) / half_life_s)
+    return float(2.0 ** (-max(0.0, elapsed_s) / half_life_s))
 
 
 def fair_share_factors(usage: Mapping[str, float], weights: Mapping[str, float]
