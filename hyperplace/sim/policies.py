@@ -70,6 +70,8 @@ from hyperplace.sim.peers import PeerPlacer
 from hyperplace.sim.speed import SpeedModel
 from hyperplace.sim.state import GPU, ClusterState
 from hyperplace.solvers.driver import solve_placement
+from hyperplace.solvers.session import preload_backends
+from hyperplace.solvers.warm import WarmStart
 
 SLURM_OVERESTIMATE = 2.0
 BF_RESOLUTION_S = 60.0
@@ -310,6 +312,10 @@ class EnginePolicy(Policy):
         self.seed = seed
         self.order = order
         self.drain_after_s = drain_after_s
+        # rounds are not cold starts: each solve reuses the previous one's problem views and
+        # starts from its placements that still hold (hyperplace.solvers.warm)
+        self._warm = WarmStart()
+        preload_backends(solver)
 
     def _priority(self, view: RoundView, j: SimJob) -> int:
         waited = max(0.0, view.now - j.submit_s)
@@ -329,7 +335,7 @@ class EnginePolicy(Policy):
         manifests = [_with_priority(j.manifest, self._priority(view, j)) for j in jobs]
         instance = view.state.instance(manifests)
         plan = solve_placement(instance, solver=self.solver, budget_s=self.budget_s,
-                               seed=self.seed, workers=1)
+                               seed=self.seed, workers=1, warm=self._warm)
         return instance, plan
 
     def decide(self, view: RoundView) -> Decision:

@@ -60,6 +60,7 @@ class ClusterState:
         self.queue_usage: dict[str, float] = {}
         self.version = 0
         self._cache: tuple[int, tuple[str, ...], Instance] | None = None
+        self._nodes: dict[str, Node] = {}  # the last round's node objects
 
     # ---- queries ---------------------------------------------------------------
     @property
@@ -156,6 +157,17 @@ class ClusterState:
         self.version += 1
 
     # ---- the instance a round sees ---------------------------------------------
+    def _round_node(self, base: Node) -> Node:
+        """The node as a round sees it: the previous round's object when its GPU state did
+        not change (so the next round's problem reuses its view), else a fresh copy."""
+        owner, down = self.owner[base.name], sorted(self.unusable(base.name))
+        last = self._nodes.get(base.name)
+        if last is not None and last.allocated == owner and last.faulty == down:
+            return last
+        node = _fresh_node(base, dict(owner), down)
+        self._nodes[base.name] = node
+        return node
+
     def instance(self, pending: list[TrainingJob]) -> Instance:
         """The current state with ``pending`` as the queue (cached while nothing changes)."""
         key = tuple(j.name for j in pending)
@@ -163,8 +175,7 @@ class ClusterState:
             return self._cache[2]
         clusters = []
         for c in self.base.clusters:
-            nodes = [_fresh_node(n, dict(self.owner[n.name]), sorted(self.unusable(n.name)))
-                     for n in c.nodes]
+            nodes = [self._round_node(n) for n in c.nodes]
             copy = c.model_copy(update={"nodes": nodes})
             copy.__dict__["network"] = c.network
             copy.__dict__.pop("node_by_name", None)

@@ -25,6 +25,7 @@ from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
 from hyperplace.solvers.backend import Backend, BackendOptions
 from hyperplace.solvers.greedy import fit_probe, repair_priority, solve_greedy
 from hyperplace.solvers.params import SolveParams
+from hyperplace.solvers.warm import WarmStart
 
 SOLVERS = ("auto", "cpsat", "milp", "greedy")
 EXACT_BACKENDS = ("cpsat", "milp")
@@ -85,8 +86,8 @@ def estimate_vars(p: PlacementProblem) -> int:
 
 def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float = 10.0,
                     policy: str = "performance", seed: int = 0, workers: int = 2,
-                    params: SolveParams | None = None, deadline: float | None = None
-                    ) -> PlacementPlan:
+                    params: SolveParams | None = None, deadline: float | None = None,
+                    warm: WarmStart | None = None) -> PlacementPlan:
     """Solve one scheduling round of ``instance`` within ``budget_s`` seconds.
 
     Parameters
@@ -107,6 +108,11 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         A ``time.perf_counter()`` value the plan must be ready by, when that is sooner than
         ``budget_s`` from now: the CLI passes process start + budget - the time it keeps
         for writing, so that the budget covers reading the files too.
+    warm : WarmStart, optional
+        What the previous round of the same clusters left (``PlacementSession`` and the
+        simulator pass one): unchanged node and job views are reused, and the previous
+        placements still valid start the round when they score at least as well as greedy
+        (see :mod:`~hyperplace.solvers.warm`). Updated with this round's problem and plan.
 
     Returns
     -------
@@ -122,7 +128,8 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     def left() -> float:
         return deadline - time.perf_counter()
 
-    problem = PlacementProblem(instance, policy, params.model)
+    problem = (warm.build(instance, policy, params.model) if warm is not None
+               else PlacementProblem(instance, policy, params.model))
     greedy_start = time.perf_counter()
     # greedy stops in time for what follows it: explanations and the plan (~0.1 ms a job);
     # below MIN_CUT_BUDGET_S the budget's floor is one whole greedy pass, as documented
@@ -131,6 +138,9 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     greedy = solve_greedy(problem, params.greedy,
                           deadline=deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S
                           else None)
+    if warm is not None:  # the previous round's placements that still hold, when better
+        greedy = warm.start(problem, greedy, params.greedy,
+                            deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S else None)
     greedy_s = time.perf_counter() - greedy_start
     message = ""
     pm: PlacementModel | None = None
@@ -223,6 +233,8 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                        gap=relative_gap(objective, bound), objective_gaps=gaps,
                        runtime_s=time.perf_counter() - start, budget_s=budget_s,
                        message=message.strip())
+    if warm is not None:
+        warm.remember(problem, chosen)
     return to_plan(problem, chosen, stats, reasons, terms)
 
 

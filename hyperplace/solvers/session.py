@@ -10,6 +10,14 @@ queue) and applies changes to it in place of re-reading it:
   shared by every later round, since nodes keep their names and cables between rounds;
 * unchanged nodes and jobs are the same objects from round to round (nothing is validated
   again), so caches keyed on them stay warm;
+* the previous round's problem and plan are handed to the next round
+  (:class:`~hyperplace.solvers.warm.WarmStart`): views of unchanged nodes (pair bandwidths,
+  link rates, leaves, NVLink cliques) and jobs (unit classes, reasons) are reused rather than
+  derived again, and the previous placements still valid (a round solved again without a
+  commit) start the next round: its fallback and the exact backend's hint;
+* the exact backends' libraries (OR-Tools, HiGHS) are imported when the session is created,
+  not inside the first round that picks each (importing OR-Tools costs about 0.5 s, which a
+  round's budget should not pay);
 * the previous round's plan is kept for the next round (:attr:`PlacementSession.last_plan`).
 
 Usage::
@@ -48,6 +56,7 @@ from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.node import Node
 from hyperplace.models.plan import PlacementPlan
+from hyperplace.solvers.warm import WarmStart
 
 __all__ = ["PlacementSession", "RoundDelta"]
 
@@ -103,6 +112,8 @@ class PlacementSession:
         self.rounds = 0
         self._manifests: dict[str, TrainingJob] = {}  # committed jobs, for requeueing
         self._holdings: dict[str, dict[str, list[int]]] | None = None  # job -> node -> GPUs
+        self.warm = WarmStart()
+        preload_backends(solver)
 
     # ---- state ------------------------------------------------------------------------
     @property
@@ -138,7 +149,8 @@ class PlacementSession:
         if deadline is not None:
             budget_s = max(0.0, min(budget_s, deadline - time.perf_counter()))
         plan = solve_placement(self._instance, solver=self.solver, budget_s=budget_s,
-                               policy=self.policy, seed=self.seed, workers=self.workers)
+                               policy=self.policy, seed=self.seed, workers=self.workers,
+                               warm=self.warm)
         self.last_plan = plan
         self.rounds += 1
         return plan
@@ -258,6 +270,15 @@ class PlacementSession:
             clusters.append(_copy(c, {"nodes": new_nodes}, keep=("network",)))
         spec = self._instance.spec.model_copy(update={"clusters": clusters, "jobs": jobs})
         self._instance = _copy(self._instance, {"spec": spec}, keep=("catalog",))
+
+
+def preload_backends(solver: str) -> None:
+    """Import the exact backends ``solver`` may use, once per process (a long-lived caller
+    such as a session or a simulation, so that no round's budget pays for the import)."""
+    if solver in ("auto", "cpsat"):
+        import hyperplace.solvers.cpsat  # noqa: F401
+    if solver in ("auto", "milp"):
+        import hyperplace.solvers.milp  # noqa: F401
 
 
 def _copy(model, update: dict, keep: tuple[str, ...] = ()):

@@ -14,11 +14,16 @@ rule that decides whether a unit may use a node is a method here (written once):
 * :meth:`PlacementProblem.piece_capacity`: how many pieces fit on the node's free GPUs.
 
 Each building step (nodes, jobs, node classes, bundles, tiers) is a method or a cached
-property of its own, so that a later round can reuse what did not change.
+property of its own, so that a later round can reuse what did not change: given the previous
+round's problem (``previous=``), a node whose hardware and fabric are unchanged keeps its pair
+bandwidths, link rate, leaf and clique cache (only its free GPUs are read again), and a job
+whose manifest is unchanged keeps its unit classes and reasons, when every node's hardware,
+the GPU catalog and the queues are the same (what a job view depends on besides the job).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -42,6 +47,7 @@ from hyperplace.models.cluster import Cluster
 from hyperplace.models.gpu import GPUType
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import GangUnit, GroupType, TrainingJob
+from hyperplace.models.node import Node
 
 POLICIES = ("performance", "cost")
 
@@ -67,10 +73,14 @@ class PlacementProblem:
         ``"performance"`` (fastest qualifying GPU type first) or ``"cost"`` (cheapest).
     params : ModelParams, optional
         Weights of the lower objectives and the clique cap.
+    previous : PlacementProblem, optional
+        The previous round's problem on the same clusters: views of unchanged nodes and
+        jobs are reused (see the module docstring); it is not kept.
     """
 
     def __init__(self, instance: Instance, policy: str = "performance",
-                 params: ModelParams | None = None):
+                 params: ModelParams | None = None,
+                 previous: PlacementProblem | None = None):
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; use performance or cost")
         self.instance = instance
@@ -84,23 +94,48 @@ class PlacementProblem:
         self._domains: dict[tuple[str, int | None], DomainKey] = {}
         self._domains_of: dict[tuple[str, int | None], tuple[DomainKey, ...]] = {}
         self._domain_leaves: dict[tuple[int | None, bool], dict[DomainKey, list[DomainKey]]] = {}
-        self.nodes: list[NodeView] = self._build_nodes()
+        #: nodes and jobs whose views came from the previous round (names)
+        self.reused_nodes: set[str] = set()
+        self.reused_jobs: set[str] = set()
+        prev = previous if previous is not None and _compatible(previous, self) else None
+        self.nodes: list[NodeView] = self._build_nodes(prev)
         self.node_by_name = {n.name: n for n in self.nodes}
         self.max_gpus_per_node = max((n.node.gpu_count for n in self.nodes), default=0)
         self.free_gpus = sum(len(n.free) for n in self.nodes)
         self.jobs: list[JobView] = []
         self.classes: list[UnitClass] = []
+        # a job view depends on the job and on every node's hardware (types present, largest
+        # nodes, best links) and the queues: reuse job views only when all of those held
+        old_jobs = {jv.name: jv for jv in prev.jobs} if prev is not None and \
+            len(self.reused_nodes) == len(self.nodes) == len(prev.nodes) and \
+            _same_queues(prev.instance, instance) else {}
         for job in instance.jobs:
-            self._add_job(job)
+            old = old_jobs.get(job.name)
+            if old is not None and (old.job is job or old.job == job):
+                self._adopt_job(old)
+            else:
+                self._add_job(job)
         self.weights = priority_weights(((j.priority, j.gpus) for j in self.jobs), self.free_gpus)
 
     # ---- nodes --------------------------------------------------------------------
-    def _build_nodes(self) -> list[NodeView]:
-        """One view per node: free GPUs, pair bandwidths, link rate, leaf."""
+    def _build_nodes(self, prev: PlacementProblem | None = None) -> list[NodeView]:
+        """One view per node: free GPUs, pair bandwidths, link rate, leaf (reused from
+        ``prev`` for a node with the same hardware on the same fabric)."""
         nodes: list[NodeView] = []
         for cluster in self.instance.clusters:
             net = cluster.network
             for node in cluster.nodes:
+                old = prev.node_by_name.get(node.name) if prev is not None else None
+                if old is not None and old.cluster.network is net and \
+                        _same_hardware(old.node, node):
+                    view = copy.copy(old)  # shares the clique cache (same hardware)
+                    view.index, view.node, view.cluster = len(nodes), node, cluster
+                    view.free = node.free_gpus
+                    if len(view._cliques) > 512:
+                        view._cliques = {}
+                    nodes.append(view)
+                    self.reused_nodes.add(node.name)
+                    continue
                 t = self.catalog.get(node.gpu_type)
                 pairs = node.pair_bandwidths(t.nvlink_per_link_gbps, t.nvlink_gbps, t.pcie_gbps)
                 values = set(pairs.values())
@@ -150,6 +185,18 @@ class PlacementProblem:
         else:
             self._add_group_classes(jv, units)
         self.jobs.append(jv)
+
+    def _adopt_job(self, old: JobView) -> None:
+        """The previous round's view of an unchanged job, renumbered for this round."""
+        jv = copy.copy(old)
+        jv.index, jv.classes, jv.impossible = len(self.jobs), [], list(old.impossible)
+        for uc in old.classes:
+            new = copy.copy(uc)
+            new.index, new.job = len(self.classes), jv.index
+            self.classes.append(new)
+            jv.classes.append(new)
+        self.jobs.append(jv)
+        self.reused_jobs.add(jv.name)
 
     def _add_whole_job_class(self, jv: JobView, units: list[GangUnit], explain_size: bool) -> None:
         """Every unit of the job on one node: one piece holding them all."""
@@ -468,3 +515,23 @@ class PlacementProblem:
     def policy_penalty(self, t: GPUType) -> int:
         """Per-GPU penalty of objective 4: 0 for the preferred type, up to ``policy_scale``."""
         return self._penalties[t.name]
+
+
+#: Node fields the problem's views read besides the GPU state (``allocated``, ``faulty``).
+_HARDWARE_FIELDS = ("name", "gpu_type", "gpu_count", "nvlink", "nvlink_gbps", "nvlink_pairs",
+                    "nics")
+
+
+def _same_hardware(a: Node, b: Node) -> bool:
+    """The two node objects describe the same hardware (their GPU state may differ)."""
+    return a is b or all(getattr(a, f) == getattr(b, f) for f in _HARDWARE_FIELDS)
+
+
+def _same_queues(a: Instance, b: Instance) -> bool:
+    return a.spec.queues is b.spec.queues or a.spec.queues == b.spec.queues
+
+
+def _compatible(prev: PlacementProblem, new: PlacementProblem) -> bool:
+    """Views of ``prev`` may serve ``new``: same policy, model parameters and GPU catalog."""
+    return prev.policy == new.policy and prev.params == new.params and \
+        (prev.catalog is new.catalog or prev.catalog == new.catalog)

@@ -1,0 +1,133 @@
+"""What one scheduling round leaves for the next: its problem and its plan.
+
+A round after small changes (a few arrivals, completions, failures) is not a cold start.
+:class:`WarmStart` carries two things from round to round, and
+:func:`~hyperplace.solvers.driver.solve_placement` uses both when it is given one
+(``warm=``), as :class:`~hyperplace.solvers.session.PlacementSession` and the simulator's
+engine policy do:
+
+* the previous :class:`~hyperplace.formulations.placement.PlacementProblem`: views of nodes
+  whose hardware and fabric did not change and of jobs whose manifest did not change are
+  reused (``PlacementProblem(previous=...)``), so only what changed is derived again;
+* the previous round's assignment: placements of jobs that are still pending, unchanged and
+  whose GPUs are all still free (and within their queue's quota) are kept, the rest of the
+  queue is filled greedily around them (:func:`~hyperplace.solvers.greedy.repair_priority`),
+  and when that scores at least as well as greedy's own plan it becomes the round's starting
+  plan: the fallback, the lower-bound cut, and the hint of a backend that accepts one
+  (CP-SAT's solution hint, HiGHS's starting solution). A round re-solved with nothing
+  changed thus starts from the previous optimum.
+
+Nothing here decides validity on its own: the starting plan is built by the same greedy
+rules, and the exact backend's hint is vetted against the model like greedy's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hyperplace.formulations.mapping import Assignment, PlacedUnit
+from hyperplace.formulations.placement import PlacementProblem
+from hyperplace.formulations.placement.params import ModelParams
+from hyperplace.models.instance import Instance
+from hyperplace.solvers.greedy import QuotaLedger, repair_priority
+from hyperplace.solvers.params import GreedyParams
+
+__all__ = ["WarmStart", "carried_placements"]
+
+
+@dataclass
+class WarmStart:
+    """The previous round's problem and assignment (empty before the first round).
+
+    Attributes
+    ----------
+    problem : PlacementProblem or None
+        The previous round's problem (its views are reused).
+    assignment : Assignment or None
+        The previous round's chosen assignment (its job indices refer to ``problem``).
+    carried : int
+        Jobs whose placement the last round took over from the one before (for tests and
+        reports).
+    """
+
+    problem: PlacementProblem | None = None
+    assignment: Assignment | None = None
+    carried: int = 0
+
+    def build(self, instance: Instance, policy: str, params: ModelParams) -> PlacementProblem:
+        """This round's problem, reusing the previous round's views where they still hold."""
+        return PlacementProblem(instance, policy, params, previous=self.problem)
+
+    def start(self, p: PlacementProblem, greedy: Assignment, params: GreedyParams | None = None,
+              deadline: float | None = None) -> Assignment:
+        """The round's starting plan: greedy's, or the previous placements still valid here
+        filled greedily around, when that admits at least as much (objective 1, then jobs).
+        """
+        self.carried = 0
+        if self.problem is None or self.assignment is None:
+            return greedy
+        kept = carried_placements(p, self.problem, self.assignment)
+        if not kept.units:
+            return greedy
+        candidate = repair_priority(p, kept, params, deadline)
+        if _score(p, candidate) >= _score(p, greedy):
+            self.carried = len(kept.units)
+            return candidate
+        return greedy
+
+    def remember(self, p: PlacementProblem, chosen: Assignment) -> None:
+        """Keep this round's problem and plan for the next round."""
+        self.problem = p
+        self.assignment = chosen
+
+
+def carried_placements(p: PlacementProblem, prev: PlacementProblem, a: Assignment
+                       ) -> Assignment:
+    """The placements of ``a`` (an assignment of ``prev``) that are still valid in ``p``.
+
+    A job's placement is kept when the job is still pending with the same manifest (its view
+    was reused, so its unit classes are the same), every node it uses has the same hardware
+    on the same fabric (reused views), every GPU it uses is free now and not taken by a job
+    kept before it, and its queue's quotas still allow it. Jobs are taken highest priority
+    first.
+    """
+    index = {jv.name: jv for jv in p.jobs}
+    out = Assignment()
+    taken: dict[str, set[int]] = {}
+    ledger = QuotaLedger(p)
+    order = sorted(a.units, key=lambda j: (-prev.jobs[j].priority, j))
+    for j in order:
+        old = prev.jobs[j]
+        jv = index.get(old.name)
+        if jv is None or jv.name not in p.reused_jobs or jv.impossible:
+            continue
+        position = {uc.index: k for k, uc in enumerate(old.classes)}
+        units: list[PlacedUnit] = []
+        ok = True
+        claim: dict[str, set[int]] = {}
+        for u in a.units[j]:
+            if u.uclass not in position:
+                ok = False
+                break
+            for node, gpus in u.pieces:
+                view = p.node_by_name.get(node)
+                if view is None or node not in p.reused_nodes or \
+                        not set(gpus) <= set(view.free) or \
+                        set(gpus) & (taken.get(node, set()) | claim.get(node, set())):
+                    ok = False
+                    break
+                claim.setdefault(node, set()).update(gpus)
+            if not ok:
+                break
+            units.append(PlacedUnit(uclass=jv.classes[position[u.uclass]].index,
+                                    unit=u.unit, pieces=list(u.pieces)))
+        if not ok or not ledger.admit(jv, units):
+            continue
+        out.units[jv.index] = units
+        for node, gpus in claim.items():
+            taken.setdefault(node, set()).update(gpus)
+    return out
+
+
+def _score(p: PlacementProblem, a: Assignment) -> tuple[int, int]:
+    return sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus for j in a.units), len(a.units)
