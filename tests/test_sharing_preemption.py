@@ -183,3 +183,97 @@ def test_volcano_style_evicts_node_by_node_lowest_priority_first():
     # n0 comes first by name (both nodes full): four victims, 800 GPU-s, where one had 80
     assert peer.fits and sorted(peer.victims) == ["s0", "s1", "s2", "s3"]
     assert peer.lost_gpu_seconds == 800
+
+
+# ---- decisions inside the one model -------------------------------------------------------
+
+def test_exact_backends_prove_the_victim_choice_optimal(exact_solver):
+    inst = _several_small_or_one_big()
+    plan = _solve(inst, exact_solver)
+    assert plan.status.value == "optimal" and plan.gap == 0
+    assert plan.preemption_policy == "lower-priority"
+    assert plan.objective_terms["preempted_jobs"] == 1
+    # objective 1 counts the running jobs kept: the four small ones (weight 1 each GPU) and
+    # the admitted 8-GPU high job (weight 1 + 16, the capacity of level 1)
+    assert plan.objective == 8 * 17 + 8 * 1
+
+
+def test_one_victim_frees_the_right_nvlink_clique(solver):
+    # DGX-1 hybrid cube mesh: the 4-GPU NVLink cliques are {0,1,2,3} and {4,5,6,7}.
+    # Node a: r0 {0,1} and r1 {4,5} lose 20 GPU-s each, r2 {2,3} and r3 {6,7} 200 each;
+    # stopping r0 + r1 (40) frees four GPUs that are no clique (the count-only choice).
+    # Node b: one 4-GPU job on {0,1,2,3} that loses 200 (a critical job holds the rest):
+    # every set that places the job stops 4 GPUs of level low; this one loses least work.
+    a = {0: "r0", 1: "r0", 4: "r1", 5: "r1", 2: "r2", 3: "r2", 6: "r3", 7: "r3"}
+    b = {**{g: "big" for g in range(4)}, **{g: "top" for g in range(4, 8)}}
+    nodes = [node("a", "V100-32", nvlink="hybrid_cube_mesh", allocated=a),
+             node("b", "V100-32", nvlink="hybrid_cube_mesh", allocated=b)]
+    running = [RunningJob(name="r0", priority=1, checkpoint_age_s=10),
+               RunningJob(name="r1", priority=1, checkpoint_age_s=10),
+               RunningJob(name="r2", priority=1, checkpoint_age_s=100),
+               RunningJob(name="r3", priority=1, checkpoint_age_s=100),
+               RunningJob(name="big", priority=1, checkpoint_age_s=50),
+               RunningJob(name="top", priority=4)]
+    hi = job("hi", tp=4, accel="V100", nvlink=50, mem=32, priority="high")
+    inst = _with_running(instance(nodes, [hi]), running)
+    plan = _solve(inst, solver)
+    assert plan.admitted == ["hi"]
+    if solver != "greedy":  # greedy's best fit is a heuristic: any valid victim set will do
+        assert [p.job for p in plan.preemptions] == ["big"]
+        assert plan.objective_terms["preempted_lost_gpu_seconds"] == 200
+        assert plan.status.value == "optimal"
+
+
+def test_freed_gpus_serve_only_jobs_that_outrank_the_victim(solver):
+    # n0: a low job holds 2 GPUs, 6 free; n1 free. hi (8) goes to n1. lo (8, low) would fit
+    # on n0 only by stopping the low job, which it does not outrank: it stays pending, and
+    # the low job keeps running (objective 1 alone would gain 8 - 2 GPUs of level low).
+    nodes = [node("n0", allocated={0: "v", 1: "v"}), node("n1")]
+    inst = _with_running(instance(nodes, [job("hi", priority="high"), job("lo", priority="low")]),
+                         [RunningJob(name="v", priority=1, checkpoint_age_s=1)])
+    plan = _solve(inst, solver)
+    assert plan.admitted == ["hi"] and plan.preemptions == []
+
+
+def test_lower_priority_victims_go_before_higher_ones(solver):
+    # both free the node; the normal job loses less work, but the low one is stopped first
+    nodes = [node("n0", allocated={g: "low" for g in range(8)}),
+             node("n1", allocated={g: "normal" for g in range(8)})]
+    inst = _with_running(instance(nodes, [job("hi", priority="critical")]), [
+        RunningJob(name="low", priority=1, checkpoint_age_s=500),
+        RunningJob(name="normal", priority=2, checkpoint_age_s=1)])
+    plan = _solve(inst, solver)
+    assert [p.job for p in plan.preemptions] == ["low"]
+
+
+def test_a_gang_over_two_victims_nodes_and_never_policy(solver):
+    # a 2 x 8 job within a leaf: stopping the 16-GPU job on n0+n1 (one victim) beats two
+    # 8-GPU ones on n2 and n3 (the other leaf) when it loses less work
+    nodes = [node("n0", allocated={g: "pair" for g in range(8)}),
+             node("n1", allocated={g: "pair" for g in range(8)}),
+             node("n2", allocated={g: "x" for g in range(8)}),
+             node("n3", allocated={g: "y" for g in range(8)})]
+    running = [RunningJob(name="pair", priority=1, checkpoint_age_s=10),
+               RunningJob(name="x", priority=1, checkpoint_age_s=15),
+               RunningJob(name="y", priority=1, checkpoint_age_s=15)]
+    inst = _with_running(instance(nodes, [job("hi", replicas=2, dp_hop=2, priority="high")]),
+                         running)
+    plan = _solve(inst, solver)
+    assert plan.admitted == ["hi"]
+    assert [(p.job, p.gpus, p.lost_gpu_seconds) for p in plan.preemptions] == [("pair", 16, 160)]
+    never = _solve(inst, solver, policy="never")
+    assert never.preemptions == [] and never.admitted == [] and never.preemption_policy is None
+
+
+def test_checker_refuses_a_preemption_whose_gpus_only_a_lower_job_reuses():
+    nodes = [node("n0", allocated={g: "v" for g in range(8)})]
+    inst = _with_running(instance(nodes, [job("hi", priority="high"), job("lo", priority="low")]),
+                         [RunningJob(name="v", priority=2, checkpoint_age_s=4)])
+    plan = _solve(inst, "cpsat")
+    assert [p.job for p in plan.preemptions] == ["v"] and plan.admitted == ["hi"]
+    # hand the GPUs to the low job instead: a reuse the checker refuses
+    swapped = plan.model_copy(update={
+        "placements": [u.model_copy(update={"job": "lo", "unit": u.unit.replace("hi", "lo")})
+                       for u in plan.placements]})
+    codes = {v.code for v in check(swapped, inst)}
+    assert "preempt-reuse" in codes

@@ -36,7 +36,8 @@ What is checked (each failure is one :class:`Violation` with a stable ``code``):
   proves nothing (multi-node units and cleverer packings are not tried), so this check
   has no false positives and may miss inversions.
 * Claims (``claim-*``): the plan's objective and ``objectiveTerms`` recomputed from its
-  placements, bound >= objective, gap consistent with them, ``optimal`` only with gap 0, no
+  placements (for a plan whose round could preempt, ``preemptionPolicy``, objective 1 also
+  counts the running jobs kept, see :func:`running_demand`), bound >= objective, gap consistent with them, ``optimal`` only with gap 0, no
   placements under a status that has no plan. (Runtime against budget is not judged: it
   depends on the machine the plan was made on.)
 * Bookkeeping: every pending job listed with >= 1 reason (``pending-no-reason``), no job
@@ -162,6 +163,7 @@ class _Context:
 def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
     """All rules the plan breaks on this instance (empty list = valid plan)."""
     out: list[Violation] = []
+    running = running_demand(plan, instance)
     if plan.preemptions:  # the rest of the plan is checked with the victims released
         problems, instance = preemption_problems(plan, instance)
         out += [Violation(code=code, job=job, message=msg) for code, job, msg in problems]
@@ -204,22 +206,63 @@ def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
     out += _check_priority(ctx, placed)
     out += [Violation(code="quota", message=m)
             for m in quota_problems(instance, _queue_usage(ctx, placed))]
-    out += _check_claims(ctx, plan, placed)
+    out += _check_claims(ctx, plan, placed, running)
     return out
 
 
+RunningLevels = tuple[int, dict[str, tuple[float, int]]]
+
+
+def running_demand(plan: PlacementPlan, instance: Instance) -> RunningLevels:
+    """For a plan whose round could preempt (``preemptionPolicy`` set): the GPUs objective 1
+    can count (free + held by running jobs) and, per running job of the instance as it was,
+    (the level it counts in, its GPUs). Objective 1 then counts each running job that keeps
+    running in a level just above its priority (priority + 0.5: above pending jobs of its
+    priority, below those that outrank it); under ``reclaim-within-cohort`` a job of a
+    queue in a cohort whose running jobs hold more than its nominal quota (borrowed GPUs)
+    counts one level below the lowest priority of the round. (0, {}) otherwise."""
+    if plan.preemption_policy in (None, "never"):
+        return 0, {}
+    info = instance.running_job_info
+    held: Counter[str] = Counter()
+    capacity = 0
+    for c in instance.clusters:
+        for n in c.nodes:
+            capacity += n.free_count + len(n.allocated)
+            held.update(n.allocated.values())
+    levels: dict[str, float] = {j: info[j].priority + 0.5 for j in held}
+    qs = instance.queue_set
+    if plan.preemption_policy == "reclaim-within-cohort" and qs is not None:
+        use: Counter[str] = Counter()
+        for j, g in held.items():
+            use[info[j].queue] += g
+        borrowed = {q.name for q in qs.queues.values() if q.cohort is not None
+                    and use[q.name] > sum(x.nominal for x in q.quotas.values())}
+        floor = min([*(info[j].priority for j in held), *(j.priority for j in instance.jobs)],
+                    default=0) - 1
+        levels = {j: floor if info[j].queue in borrowed else lvl for j, lvl in levels.items()}
+    return capacity, {j: (levels[j], g) for j, g in held.items()}
+
+
 def _check_claims(ctx: _Context, plan: PlacementPlan,
-                  placed: dict[str, dict[str, list[GPU]]]) -> list[Violation]:
+                  placed: dict[str, dict[str, list[GPU]]],
+                  running: RunningLevels = (0, {})) -> list[Violation]:
     """What the plan says about itself, recomputed: objective 1 from the placements (the
     priority definition over the instance's queue and free GPUs), the admitted-jobs term,
     bound >= objective, the gap from objective and bound, and a status that agrees with
     them (``optimal`` means gap 0; a status without a plan has no placements)."""
     out: list[Violation] = []
     free = sum(n.free_count for _, n in ctx.nodes.values())
-    weights = priority_weights(((j.priority, j.total_gpus) for j in ctx.instance.jobs), free)
+    capacity, run = running
+    demands = [(j.priority, j.total_gpus) for j in ctx.instance.jobs]
+    weights = priority_weights(demands + list(run.values()), capacity) if run else \
+        priority_weights(demands, free)
     admitted = [ctx.jobs[j] for j, units in placed.items()
                 if j in ctx.jobs and set(units) == set(ctx.units(j))]
     objective = sum(weights[j.priority] * j.total_gpus for j in admitted)
+    if run:  # the running jobs kept (victims released from ctx.instance) count too
+        kept = Counter(holder for _, n in ctx.nodes.values() for holder in n.allocated.values())
+        objective += sum(weights[run[j][0]] * g for j, g in kept.items())
     tol = 0.5
     if plan.objective is not None and abs(plan.objective - objective) > tol:
         out.append(Violation(code="claim-objective", message=(

@@ -4,9 +4,12 @@ Recomputed from the instance, not from the solver's bookkeeping:
 
 * each victim is a running job (``preempt-unknown``), listed once (``preempt-duplicate``),
   with its GPUs and lost work (GPUs x ``checkpointAgeS``) stated right (``preempt-lost-work``);
-* each preemption was needed: the plan uses at least one of the victim's GPUs, so putting
-  the victim back would make the plan invalid (``preempt-unneeded``); with none used, the
-  plan is valid and equal on objective 1 without it;
+* each preemption was needed (``preempt-unneeded``): with that victim put back (running
+  on its GPUs, every other preemption kept), the plan is checked again by the placement
+  rules (:func:`hyperplace.check.check`, on the instance with only the other victims
+  released) and must then break one of them (a GPU of the victim used twice). A plan
+  that stays valid with the victim kept would be higher on objective 1 without the
+  preemption (the running job counts there), so the preemption was not needed;
 * preempted GPUs are reused only by jobs that outrank the victim, or (``why:
   reclaim-within-cohort``) by jobs of another queue in the victim's cohort
   (``preempt-reuse``).
@@ -53,9 +56,6 @@ def preemption_problems(plan: PlacementPlan, instance: Instance
                         f"the plan says {p.gpus} and {p.lost_gpu_seconds:g}"))
         users = {user[g] for g in gpus if g in user}
         reserve |= {g for g in gpus if g not in user}
-        if not users:
-            out.append(("preempt-unneeded", p.job,
-                        "none of its GPUs is used by the plan: it could keep running"))
         victim = info[p.job]
         for name in sorted(users):
             job = jobs.get(name)
@@ -75,4 +75,22 @@ def preemption_problems(plan: PlacementPlan, instance: Instance
                         f"outrank it (priority {victim.priority})"
                         + (" nor reclaims within its cohort" if p.why != "lower-priority" else "")))
     victims = [p.job for p in plan.preemptions if p.job in held]
+    for v in dict.fromkeys(victims):
+        if not _needed(plan, instance, v, victims, reserve - set(held[v])):
+            out.append(("preempt-unneeded", v,
+                        "the plan stays valid with it running: it could keep running"))
     return out, released(instance, victims, reserve=reserve)
+
+
+def _needed(plan: PlacementPlan, instance: Instance, victim: str, victims: list[str],
+            reserve: set[tuple[str, int]]) -> bool:
+    """Whether the plan breaks a placement rule with ``victim`` put back: re-checked with
+    the placement checker on the instance with only the other victims released."""
+    from hyperplace.check.placement import check
+
+    others = [v for v in victims if v != victim]
+    kept = released(instance, others, reserve=reserve)
+    trial = plan.model_copy(update={"preemptions": [], "objective": None, "bound": None,
+                                    "gap": None, "objective_terms": {},
+                                    "preemption_policy": None})
+    return any(v.code in ("gpu-allocated", "gpu-reused") for v in check(trial, kept))

@@ -17,6 +17,7 @@ from hyperplace.models.plan import (
     PendingJob,
     PlacementPlan,
     PlanMeta,
+    Preemption,
     TopologyAssignment,
     TopologyDomain,
     UnitPlacement,
@@ -40,6 +41,7 @@ class Assignment:
 
     units: dict[int, list[PlacedUnit]] = field(default_factory=dict)  # job index -> units
     notes: dict[int, str] = field(default_factory=dict)  # job index -> why it was dropped
+    stopped: set[int] = field(default_factory=set)  # victims preempted (problem.victims)
 
     def used(self) -> dict[str, set[int]]:
         """GPUs in use per node."""
@@ -61,6 +63,11 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
         admitted.update(pm.bundles[leader][:values[v]])
     leaders = {leader for leader, v in pm.run.items() if values[v] > 0}
     remaining: dict[str, list[int]] = {n.name: list(n.free) for n in p.nodes}
+    stopped = {v for v, var in pm.stop.items() if values[var] > 0}
+    for n in p.nodes:  # GPUs of stopped victims are usable (by whom: see _victim_node)
+        if n.stoppable:
+            remaining[n.name] = sorted(remaining[n.name] + [g for g, v in n.stoppable.items()
+                                                            if v in stopped])
     # pieces per node class, largest first
     per_class: dict[int, list[tuple[int, int, tuple[int, ...] | None]]] = defaultdict(list)
     for pv in pm.pieces:
@@ -72,6 +79,9 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
     for nci, items in per_class.items():
         nodes = ncs[nci].nodes
         items.sort(key=lambda t: -t[0])
+        if nodes[0].stoppable and nodes[0].uniform_gbps is not None:
+            _victim_node(p, nodes[0], items, stopped, placed, failed)
+            continue
         for size, uci, clique in items:
             job = p.classes[uci].job
             if clique is not None:
@@ -152,7 +162,66 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
             out.units[j] = units
         else:
             out.notes[j] = "pieces could not be grouped into units"
+    out.stopped = used_victims(p, out)
     return out
+
+
+def used_victims(p: PlacementProblem, a: Assignment) -> set[int]:
+    """Victims whose GPUs the assignment uses: those that must be stopped (a victim
+    stopped by the solver but whose GPUs nobody uses keeps running)."""
+    out: set[int] = set()
+    for units in a.units.values():
+        for u in units:
+            for node, gpus in u.pieces:
+                held = p.node_by_name[node].stoppable
+                out.update(held[g] for g in gpus if g in held)
+    return out
+
+
+def _victim_node(p: PlacementProblem, node: NodeView,
+                 items: list[tuple[int, int, tuple[int, ...] | None]], stopped: set[int],
+                 placed: dict[int, list[tuple[NodeView, tuple[int, ...]]]],
+                 failed: dict[int, str]) -> None:
+    """GPUs for the pieces on a uniform node hosting victims: each piece may use free GPUs
+    and those of the stopped victims its job may stop. A min-cost flow from each job's
+    signature to the pools (free GPUs cost nothing, a victim's cost 1) finds them; the
+    model's Hall rows guarantee it exists."""
+    import networkx as nx
+
+    victims = p.victims
+    pools: dict[int | str, list[int]] = {"free": list(node.free)}
+    for g, v in node.stoppable.items():
+        if v in stopped:
+            pools.setdefault(v, []).append(g)
+    by_sig: dict[frozenset[int], list[tuple[int, int]]] = defaultdict(list)
+    for size, uci, _ in items:
+        job = p.classes[uci].job
+        sig = frozenset(v for v in pools if isinstance(v, int) and job in victims[v].allowed)
+        by_sig[sig].append((size, uci))
+    graph = nx.DiGraph()
+    for i, (sig, pieces) in enumerate(by_sig.items()):
+        graph.add_edge("s", ("sig", i), capacity=sum(size for size, _ in pieces), weight=0)
+        order: list[int | str] = ["free", *sorted(sig)]
+        for pool in order:
+            graph.add_edge(("sig", i), ("pool", pool), capacity=len(pools[pool]),
+                           weight=0 if pool == "free" else 1)
+    for pool, gpus in pools.items():
+        graph.add_edge(("pool", pool), "t", capacity=len(gpus), weight=0)
+    flow = nx.max_flow_min_cost(graph, "s", "t")
+    taken = {pool: 0 for pool in pools}
+    for i, (sig, pieces) in enumerate(by_sig.items()):
+        mine: list[int] = []
+        order = ["free", *sorted(sig)]
+        for pool in order:
+            k = flow[("sig", i)].get(("pool", pool), 0)
+            mine += pools[pool][taken[pool]:taken[pool] + k]
+            taken[pool] += k
+        for size, uci in pieces:
+            if len(mine) < size:
+                failed[p.classes[uci].job] = "GPUs of stopped jobs did not match (inconsistent solution)"
+                continue
+            placed[uci].append((node, tuple(sorted(mine[:size]))))
+            del mine[:size]
 
 
 def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
@@ -167,6 +236,8 @@ def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
         else:
             clique_index[(pv.uclass, pv.node_class, pv.clique)] = pv.var
     class_of_node = {n.name: nc.index for nc in p.node_classes for n in nc.nodes}
+    for v in assignment.stopped:
+        primary[pm.stop[v]] = 1
     leader_of = {m: leader for leader, members in pm.bundles.items() for m in members}
     for j, units in assignment.units.items():
         if j not in leader_of:
@@ -270,7 +341,32 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
         runtime_s=round(stats.runtime_s, 4), budget_s=stats.budget_s,
         message=stats.message, placements=placements, jobs=jobs, pending=pending,
         objective_terms=objective_terms or {},
+        preemptions=preemptions(p, assignment),
+        preemption_policy=p.preemption if p.preempting else None,
     )
+
+
+def preemptions(p: PlacementProblem, a: Assignment) -> list[Preemption]:
+    """One entry per stopped victim: why, for whom (the highest-priority job using its
+    GPUs, then the one using most of them), its GPUs and its lost work."""
+    users: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for j, units in a.units.items():
+        for u in units:
+            for node, gpus in u.pieces:
+                held = p.node_by_name[node].stoppable
+                for g in gpus:
+                    if g in held:
+                        users[held[g]][j] += 1
+    out = []
+    for v in sorted(a.stopped, key=lambda v: p.victims[v].name):
+        victim = p.victims[v]
+        by = users.get(v, {})
+        user = min(by, key=lambda j: (-p.jobs[j].priority, -by[j], p.jobs[j].name)) if by else None
+        out.append(Preemption(job=victim.name,
+                              why=victim.why(user) if user is not None else "lower-priority",
+                              preemptor=p.jobs[user].name if user is not None else "",
+                              gpus=len(victim.gpus), lost_gpu_seconds=victim.lost))
+    return out
 
 
 def objective_terms(pm: PlacementModel, values: list[int]) -> dict[str, float]:

@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 
-def priority_weights(demands: Iterable[tuple[int, int]], free_gpus: int) -> dict[int, int]:
-    """``demands``: (priority level, GPUs) of each pending job -> weight per level."""
-    per_level: dict[int, int] = {}
+def priority_weights(demands: Iterable[tuple[float, int]], free_gpus: int) -> dict[float, int]:
+    """``demands``: (priority level, GPUs) of each pending job -> weight per level (a level
+    may be fractional: with preemption a running job counts at its priority + 0.5)."""
+    per_level: dict[float, int] = {}
     for level, gpus in demands:
         per_level[level] = per_level.get(level, 0) + gpus
-    weights: dict[int, int] = {}
+    weights: dict[float, int] = {}
     below = 0
     for level in sorted(per_level):
         weights[level] = below + 1

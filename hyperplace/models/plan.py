@@ -10,6 +10,7 @@ Schema (``apiVersion: hyperplace/v1``, ``kind: PlacementPlan``)::
             topologyAssignment: {levels, domains: [{values, count}]}}]
     pending: [{job, reasons: [...]}]                          # every job not admitted
     preemptions: [{job, why, preemptor, gpus, lostGpuSeconds}] # running jobs stopped
+    preemptionPolicy: lower-priority | reclaim-within-cohort  # when the round could preempt
     objectiveTerms: {admittedPriorityDemand, communication, fragmentation, policy}
 
 ``topologyAssignment`` is Kueue's TopologyAssignment (levels, then domain values -> GPU
@@ -95,6 +96,10 @@ class PlacementPlan(HPModel):
     pending: list[PendingJob] = Field(default_factory=list)
     objective_terms: dict[str, float] = Field(default_factory=dict)
     preemptions: list[Preemption] = Field(default_factory=list)
+    preemption_policy: str | None = Field(
+        default=None, description="set when the round could preempt (lower-priority | "
+        "reclaim-within-cohort): objective 1 then counts the running jobs kept, each in its "
+        "own priority level")
 
     def to_doc(self) -> dict:
         """Like every document, but ``placements``, ``jobs`` and ``pending`` are always there

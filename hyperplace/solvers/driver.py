@@ -50,14 +50,16 @@ def make_backend(name: str, params: SolveParams | None = None) -> Backend:
 
 
 def demand_bound(p: PlacementProblem) -> float:
-    """Upper bound on objective 1 without a solver: the free GPUs filled best-weight first."""
-    left = p.free_gpus
-    total = 0.0
-    for jv in sorted(p.jobs, key=lambda j: -p.weights[j.priority]):
-        if jv.impossible:
-            continue
-        take = min(left, jv.gpus)
-        total += p.weights[jv.priority] * take
+    """Upper bound on objective 1 without a solver: the free GPUs filled best-weight first
+    (with preemption: the free GPUs and the candidate victims' GPUs, filled by pending jobs
+    and victims kept alike, plus the running jobs that cannot be stopped)."""
+    left = p.free_gpus + sum(len(v.gpus) for v in p.victims)
+    items = [(p.weights[jv.priority], jv.gpus) for jv in p.jobs if not jv.impossible]
+    items += [(p.weights[v.level], len(v.gpus)) for v in p.victims]
+    total = float(p.kept_running_demand(range(len(p.victims))))
+    for weight, gpus in sorted(items, key=lambda t: -t[0]):
+        take = min(left, gpus)
+        total += weight * take
         left -= take
         if left <= 0:
             break
@@ -87,7 +89,8 @@ def estimate_vars(p: PlacementProblem) -> int:
 def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float = 10.0,
                     policy: str = "performance", seed: int = 0, workers: int = 2,
                     params: SolveParams | None = None, deadline: float | None = None,
-                    warm: WarmStart | None = None) -> PlacementPlan:
+                    warm: WarmStart | None = None, preemption: str = "never"
+                    ) -> PlacementPlan:
     """Solve one scheduling round of ``instance`` within ``budget_s`` seconds.
 
     Parameters
@@ -113,6 +116,11 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         simulator pass one): unchanged node and job views are reused, and the previous
         placements still valid start the round when they score at least as well as greedy
         (see :mod:`~hyperplace.solvers.warm`). Updated with this round's problem and plan.
+    preemption : str
+        ``never``, ``lower-priority`` or ``reclaim-within-cohort``: running jobs
+        (``spec.runningJobs``) the round may stop, decided inside the one model
+        (:mod:`~hyperplace.formulations.placement.preemption`); greedy's plan then tries
+        victim sets in order of lost work (:func:`~hyperplace.solvers.greedy_preempt.greedy_preempt`).
 
     Returns
     -------
@@ -128,8 +136,10 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     def left() -> float:
         return deadline - time.perf_counter()
 
+    if warm is not None and preemption != "never":
+        warm = None  # a preempting round is built whole (victims' GPUs marked on its views)
     problem = (warm.build(instance, policy, params.model) if warm is not None
-               else PlacementProblem(instance, policy, params.model))
+               else PlacementProblem(instance, policy, params.model, preemption=preemption))
     greedy_start = time.perf_counter()
     # greedy stops in time for what follows it: explanations and the plan (~0.1 ms a job);
     # below MIN_CUT_BUDGET_S the budget's floor is one whole greedy pass, as documented
@@ -141,6 +151,12 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     if warm is not None:  # the previous round's placements that still hold, when better
         greedy = warm.start(problem, greedy, params.greedy,
                             deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S else None)
+    if problem.victims:
+        from hyperplace.solvers.greedy_preempt import greedy_preempt
+
+        greedy = greedy_preempt(problem, greedy, params.greedy,
+                                deadline=deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S
+                                else None)
     greedy_s = time.perf_counter() - greedy_start
     message = ""
     pm: PlacementModel | None = None
@@ -245,8 +261,8 @@ def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolu
     bound; the lower ones against their phase's bound when the plan is the exact backend's
     solution and every phase above was proven (a lower phase's bound is conditional on the
     ones above), else None (no valid bound). Proven optimal: all 0."""
-    names = ["admitted_priority_demand", "admitted_jobs", "communication", "fragmentation",
-             "policy"]
+    names = ["admitted_priority_demand", "preempted_lost_gpu_seconds", "preempted_jobs",
+             "admitted_jobs", "communication", "fragmentation", "policy"]
     gaps: dict[str, float | None] = {name: None for name in names if name in terms}
     gaps["admitted_priority_demand"] = relative_gap(objective, bound)
     if terms.get("admitted_jobs") == sum(1 for jv in p.jobs if not jv.impossible):
@@ -269,8 +285,10 @@ def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolu
 
 
 def _weighted(p: PlacementProblem, a: Assignment) -> int:
-    """Objective 1 as reported: priority-weighted admitted GPUs (exact Python integers)."""
-    return sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus for j in a.units)
+    """Objective 1 as reported: priority-weighted admitted GPUs (exact Python integers),
+    with preemption those of the running jobs kept too."""
+    return sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus for j in a.units) + \
+        p.kept_running_demand(a.stopped)
 
 
 def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
@@ -296,7 +314,9 @@ def _weighted_bound(p: PlacementProblem, raw: RawSolution) -> float | None:
     if not raw.objective_bounds:
         return None
     if tiers == 1:
-        return raw.objective_bounds[0]
+        # the model leaves out the running jobs' constant (it counts only what stops lose)
+        bound = raw.objective_bounds[0]
+        return None if bound is None else bound + p.kept_running_demand()
     solved = raw.objective_values[:tiers]
     bounds = raw.objective_bounds[:tiers]
     if len(solved) == tiers and all(b is not None and abs(b - v) < 0.5
@@ -312,4 +332,7 @@ def _terms(p: PlacementProblem, pm: PlacementModel | None, a: Assignment) -> dic
                     if not k.startswith("demand_tier")})
     else:
         out["admitted_jobs"] = float(len(a.units))
+    if p.preempting:  # the exact lost work (the model counts whole GPU-seconds)
+        out["preempted_lost_gpu_seconds"] = float(sum(p.victims[v].lost for v in a.stopped))
+        out["preempted_jobs"] = float(len(a.stopped))
     return out

@@ -434,7 +434,10 @@ def repair_priority(p: PlacementProblem, a: Assignment,
     one GPU of a higher class outweighs all GPUs of the lower ones.
     """
     trials = (params or _DEFAULTS).max_domain_trials
-    out = Assignment(units=dict(a.units), notes=dict(a.notes))
+    out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped))
+    # a job on GPUs of a preempted job stays where it is (only it may use them)
+    on_victims = {j for j, units in a.units.items() for u in units for node, gpus in u.pieces
+                  if set(gpus) & set(p.node_by_name[node].stoppable)}
     state = State(p)
     ledger = QuotaLedger(p)
     for j, units in out.units.items():
@@ -453,7 +456,8 @@ def repair_priority(p: PlacementProblem, a: Assignment,
         if placed is not None:
             out.units[jv.index] = placed
             continue
-        lower = sorted((j for j in out.units if p.jobs[j].priority < jv.priority),
+        lower = sorted((j for j in out.units if p.jobs[j].priority < jv.priority
+                        and j not in on_victims),
                        key=lambda j: (-p.jobs[j].priority, -p.jobs[j].gpus, j))
         if not lower:
             continue

@@ -10,7 +10,8 @@ Variables (all integer):
   ``w[job, group, node, GPUs]``: one exact GPU set on a non-uniform node (DGX-1, PCIe);
 * ``y[job, group, domain]``: units of a group in that domain of the group's own hop limit;
 * ``touch[job, domain]``, ``open[node class]``, ``openleaf[leaf]``: what objectives 2 and 3
-  count.
+  count;
+* ``stop[victim]``: a running job the round may preempt is stopped (with ``--preemption``).
 
 Each family is one method of the builder; families a later feature adds (quotas,
 preemption) go in as methods of their own between :meth:`PlacementModelBuilder._job` and
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 
 from hyperplace.formulations.linear import LinearModel, Objective
 from hyperplace.formulations.placement.domains import DomainKey
+from hyperplace.formulations.placement.preemption import signature_unions
 from hyperplace.formulations.placement.problem import PlacementProblem
 from hyperplace.formulations.placement.views import JobView, NodeClass, NodeView, UnitClass
 
@@ -65,6 +67,7 @@ class PlacementModel:
     aux_links: list[tuple[int, Terms, int]] = field(default_factory=list)
     # auxiliaries with other rules (quota borrowing and lending, fair share), run after those
     derived: list[Callable[[list[int]], None]] = field(default_factory=list)
+    stop: dict[int, int] = field(default_factory=dict)  # victim index -> var (1 = stopped)
 
     def complete(self, primary: dict[int, int]) -> list[int]:
         """A full assignment from primary values (run, domains, pieces), auxiliaries derived."""
@@ -126,7 +129,7 @@ class PlacementModelBuilder:
         self.gpu_terms: dict[tuple[int, int], list[int]] = defaultdict(list)  # (class, GPU)
         self.opened_nodes: dict[int, int] = {}
         self.opened_leaf: dict[DomainKey, int] = {}
-        self.obj_demand_by_level: dict[int, Terms] = defaultdict(list)
+        self.obj_demand_by_level: dict[float, Terms] = defaultdict(list)
         self.obj_comm: Terms = []
         self.obj_frag: Terms = []
         self.obj_policy: Terms = []
@@ -134,6 +137,10 @@ class PlacementModelBuilder:
         self.derived: list[Callable[[list[int]], None]] = []
         # job -> (var, GPUs per unit of the var, GPU type name): what quotas count
         self.job_gpu_terms: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+        # preemption: victim -> stop var, and the objectives after objective 1
+        self.stop: dict[int, int] = {v.index: self.lm.bool(f"stop[{v.name}]") for v in p.victims}
+        self.obj_lost: Terms = []
+        self.obj_victims: Terms = []
 
     def build(self) -> PlacementModel:
         """Every constraint family in turn, then the objectives."""
@@ -143,6 +150,7 @@ class PlacementModelBuilder:
         self._gpu_exclusive()
         self._open_clique_nodes()
         self._open_leaves()
+        self._preemption()
         self._quotas()
         self._fair_share()
         self._objectives()
@@ -153,7 +161,7 @@ class PlacementModelBuilder:
             opened_nodes=self.opened_nodes, opened_leaf=self.opened_leaf,
             objective_names=[o.name for o in self.lm.objectives],
             eligible_pieces=dict(self.per_class_pieces), aux_links=self.aux_links,
-            derived=self.derived)
+            derived=self.derived, stop=self.stop)
 
     # ---- per job --------------------------------------------------------------------
     def _job(self, j: int, members: list[int]) -> None:
@@ -247,7 +255,9 @@ class PlacementModelBuilder:
                     by_size[size].append((v, nc))
                     continue
                 rep = nc.rep
-                for clique in rep.cliques(size, uc.min_nvlink_gbps, parts=uc.parts):
+                for clique in rep.cliques(size, uc.min_nvlink_gbps, rep.reachable, parts=uc.parts):
+                    if rep.stoppable and not self._may_use(block.job, rep, clique):
+                        continue
                     v = self.lm.bool(f"w[{jv.name},{uc.group},{rep.name},{clique}]")
                     self._add_piece(PieceVar(uc.index, size, nc.index, v, clique))
                     self.job_gpu_terms[block.job].append((v, size, rep.gpu_type.name))
@@ -347,6 +357,8 @@ class PlacementModelBuilder:
         and the total; whole free nodes opened count for objective 3."""
         for nci, terms in self.cap_terms.items():
             nc = self.p.node_classes[nci]
+            if nc.rep.stoppable:
+                continue  # a node hosting victims: see _preemption
             f, m = nc.free_per_node, nc.multiplicity
             for s in sorted({s for _, s in terms}, reverse=True):
                 big = [(v, size) for v, size in terms if size >= s]
@@ -366,6 +378,8 @@ class PlacementModelBuilder:
     def _gpu_exclusive(self) -> None:
         """On non-uniform nodes: each GPU in at most one chosen GPU set."""
         for (nci, g), vs in self.gpu_terms.items():
+            if g in self.p.node_classes[nci].rep.stoppable:
+                continue  # a victim's GPU: see _preemption
             self.lm.add([(v, 1) for v in vs], hi=1, name=f"gpu[nc{nci},{g}]")
 
     def _open_clique_nodes(self) -> None:
@@ -397,6 +411,68 @@ class PlacementModelBuilder:
             self.aux_links.append((o, [(v, 1) for v in vs], big_leaf))
             self.obj_frag.append((o, self.params.leaf_open_weight))
 
+    # ---- sharing: preemption ---------------------------------------------------------------
+    def _may_use(self, job: int, n: NodeView, gpus: tuple[int, ...]) -> bool:
+        """Job ``job`` may use these GPUs of ``n``: each is free or held by a victim the
+        job may stop."""
+        victims = self.p.victims
+        return all(g not in n.stoppable or job in victims[n.stoppable[g]].allowed for g in gpus)
+
+    def _preemption(self) -> None:
+        """Running jobs the round may stop (``stop[v]``, gang: all their GPUs at once).
+
+        * Objective 1 counts every running job as admitted demand of its own priority level,
+          so stopping ``v`` costs its GPUs there: ``-weight(v) x GPUs(v) x stop[v]`` in
+          ``v``'s tier. A stop therefore pays only when the GPUs it frees admit demand of a
+          higher level; a stop whose GPUs admit nothing only lowers objective 1 and is in
+          no optimal plan.
+        * On a node hosting victims (a class of its own) each piece may use only GPUs that
+          are free or held by a stopped victim it may stop (``Victim.allowed``): for every
+          union ``U`` of the jobs' signatures (the victims on the node each job may stop),
+          GPUs of the pieces whose signature lies in ``U`` <= free + GPUs of ``U``'s
+          victims x ``stop``. That is Hall's condition, exact (the mapping back finds the
+          GPUs by a flow). Under ``lower-priority`` it is what makes freed GPUs serve only
+          jobs that outrank the victim (without it, a stop could admit more GPUs of the
+          victim's own level, which objective 1 alone would reward). On a non-uniform node
+          every GPU set is explicit: a set holding a victim's GPU exists only for jobs that
+          may stop it, and each such GPU is used at most ``stop[v]`` times.
+        * After objective 1: lost work (GPU-seconds since each victim's checkpoint), then
+          the number of victims (see :meth:`_objectives`).
+        """
+        p = self.p
+        if not p.victims:
+            return
+        for victim in p.victims:
+            s = self.stop[victim.index]
+            self.obj_demand_by_level[victim.level].append((s, -len(victim.gpus)))
+            self.obj_lost.append((s, victim.lost_units))
+            self.obj_victims.append((s, 1))
+        job_of = {pv.var: self.p.classes[pv.uclass].job for pv in self.pieces}
+        for nci, terms in self.cap_terms.items():
+            n = p.node_classes[nci].rep
+            if not n.stoppable:
+                continue
+            held: dict[int, int] = defaultdict(int)  # victim -> its GPUs on this node
+            for v in n.stoppable.values():
+                held[v] += 1
+            by_sig: dict[frozenset[int], Terms] = defaultdict(list)
+            for var, size in terms:
+                j = job_of[var]
+                by_sig[frozenset(v for v in held if j in p.victims[v].allowed)].append((var, size))
+            unions = signature_unions(by_sig)
+            if unions is None:  # too many: nobody uses this node's victims' GPUs
+                unions = [frozenset()]
+                by_sig = {frozenset(): [t for ts in by_sig.values() for t in ts]}
+            for u in unions:
+                row = [t for sig, ts in by_sig.items() if sig <= u for t in ts]
+                row += [(self.stop[v], -held[v]) for v in sorted(u)]
+                self.lm.add(row, hi=len(n.free), name=f"cap[nc{nci},{'+'.join(map(str, sorted(u)))}]")
+        for (nci, g), vs in self.gpu_terms.items():
+            n = p.node_classes[nci].rep
+            if g in n.stoppable:
+                self.lm.add([(v, 1) for v in vs] + [(self.stop[n.stoppable[g]], -1)], hi=0,
+                            name=f"gpu[nc{nci},{g}]")
+
     # ---- sharing: quotas and fair share ----------------------------------------------------
     def _queue_terms(self) -> dict[tuple[str, str], Terms]:
         """GPUs admitted now per (queue, quota key), as terms over the piece variables."""
@@ -407,6 +483,11 @@ class PlacementModelBuilder:
             for v, gpus, gpu_type in vs:
                 for key in book.keys_for(queue, gpu_type):
                     terms[(queue, key)].append((v, gpus))
+        for victim in self.p.victims:  # a stopped victim no longer counts against its queue
+            for node, _ in victim.gpus:
+                gpu_type = self.p.node_by_name[node].gpu_type.name
+                for key in book.keys_for(victim.queue, gpu_type):
+                    terms[(victim.queue, key)].append((self.stop[victim.index], -1))
         return terms
 
     def _quotas(self) -> None:
@@ -430,7 +511,9 @@ class PlacementModelBuilder:
                 quota = q.quotas[c.key]
                 t = terms.get((q.name, c.key), [])
                 run = c.running.get(q.name, 0)
-                b_lo = int(max(0, math.ceil(run - quota.nominal)))
+                # a queue with victims may stop borrowing (its own row keeps b >= use - nominal)
+                b_lo = 0 if q.name in self._victim_queues else \
+                    int(max(0, math.ceil(run - quota.nominal)))
                 b = self.lm.var(f"borrow[{q.name},{c.key}]", b_lo, max(b_lo, _cap(quota.borrowing_limit, big)))
                 lend = self.lm.var(f"lend[{q.name},{c.key}]", 0, _cap(quota.lendable, big))
                 nominal_left = int(math.floor(quota.nominal - run))
@@ -442,6 +525,10 @@ class PlacementModelBuilder:
                 rules.append((b, lend, list(t), run, quota.nominal, quota.lendable))
             self.lm.add(pool, hi=int(math.floor(c.slack + 1e-9)), name=f"cohort[{c.cohort},{c.key}]")
             self.derived.append(_borrow_rule(rules, self.lm.ubs))
+
+    @property
+    def _victim_queues(self) -> set[str]:
+        return {v.queue for v in self.p.victims}
 
     def _fair_share(self) -> None:
         """Objective after priority: GPUs admitted within each queue's remaining fair share,
@@ -464,16 +551,26 @@ class PlacementModelBuilder:
 
     # ---- objectives -----------------------------------------------------------------
     def _objectives(self) -> None:
-        """Strictly lexicographic: weighted demand per priority tier, admitted jobs,
-        communication, fragmentation, policy."""
+        """Strictly lexicographic: weighted demand per priority tier (running jobs included
+        when the round may preempt), then, with preemption, lost work and the number of
+        victims, then fair share, admitted jobs, communication, fragmentation, policy.
+
+        Lost work comes right after objective 1 (all its tiers) and before everything else:
+        which victims to stop is decided by priority first (a victim's GPUs count in its own
+        level, so a lower-priority victim is always stopped before a higher one), then by
+        the work it loses, then by how many are stopped; only among plans that stop the
+        same work do fair share and the lower objectives choose."""
         p = self.p
         obj_jobs = [(r, 1) for j, r in self.run.items() if not p.jobs[j].impossible]
         demand = [Objective([(v, p.tier_weights[lvl] * g) for lvl in tier
                              for v, g in self.obj_demand_by_level[lvl]], f"demand_tier{i}", "max")
                   for i, tier in enumerate(p.priority_tiers)]
         fair = [Objective(self.obj_fair, "fair_share", "max")] if self.obj_fair else []
+        preempt = [Objective(self.obj_lost, "preempted_lost_gpu_seconds", "min"),
+                   Objective(self.obj_victims, "preempted_jobs", "min")] if self.stop else []
         self.lm.objectives = [
             *demand,
+            *preempt,
             *fair,
             Objective(obj_jobs, "admitted_jobs", "max"),
             Objective(self.obj_comm, "communication", "min"),

@@ -32,6 +32,13 @@ from typing import Protocol
 
 from hyperplace.formulations.placement.domains import DomainKey, radius_for
 from hyperplace.formulations.placement.params import ModelParams
+from hyperplace.formulations.placement.preemption import (
+    PendingRef,
+    Victim,
+    check_policy,
+    find_victims,
+    running_levels,
+)
 from hyperplace.formulations.placement.quotas import UNCOVERED, QuotaBook, build_quota_book
 from hyperplace.formulations.placement.reasons import PendingReason, ReasonCode
 from hyperplace.formulations.placement.tiers import demand_by_level, priority_tiers, tier_weights
@@ -75,14 +82,20 @@ class PlacementProblem:
         Weights of the lower objectives and the clique cap.
     previous : PlacementProblem, optional
         The previous round's problem on the same clusters: views of unchanged nodes and
-        jobs are reused (see the module docstring); it is not kept.
+        jobs are reused (see the module docstring); it is not kept. Not with preemption
+        (a preempting round marks victims' GPUs on its node views).
+    preemption : str
+        ``never`` (default), ``lower-priority`` or ``reclaim-within-cohort``: which running
+        jobs the round may stop (:mod:`~hyperplace.formulations.placement.preemption`).
     """
 
     def __init__(self, instance: Instance, policy: str = "performance",
                  params: ModelParams | None = None,
-                 previous: PlacementProblem | None = None):
+                 previous: PlacementProblem | None = None, preemption: str = "never"):
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; use performance or cost")
+        check_policy(preemption)
+        self.preemption = preemption
         self.instance = instance
         self.policy = policy
         self.params = params or ModelParams()
@@ -97,7 +110,8 @@ class PlacementProblem:
         #: nodes and jobs whose views came from the previous round (names)
         self.reused_nodes: set[str] = set()
         self.reused_jobs: set[str] = set()
-        prev = previous if previous is not None and _compatible(previous, self) else None
+        prev = previous if previous is not None and _compatible(previous, self) and \
+            not previous.preempting and preemption == "never" else None
         self.nodes: list[NodeView] = self._build_nodes(prev)
         self.node_by_name = {n.name: n for n in self.nodes}
         self.max_gpus_per_node = max((n.node.gpu_count for n in self.nodes), default=0)
@@ -115,7 +129,56 @@ class PlacementProblem:
                 self._adopt_job(old)
             else:
                 self._add_job(job)
-        self.weights = priority_weights(((j.priority, j.gpus) for j in self.jobs), self.free_gpus)
+        self.victims: list[Victim] = self._find_victims()
+        self.weights = priority_weights(self._weighted_demands(), self.weight_capacity)
+
+    # ---- preemption ----------------------------------------------------------------
+    @property
+    def preempting(self) -> bool:
+        """The round may stop running jobs: objective 1 then counts them too."""
+        return self.preemption != "never"
+
+    def _find_victims(self) -> list[Victim]:
+        """Candidate victims, and their GPUs marked reachable on their nodes."""
+        refs = [PendingRef(jv.index, jv.priority, jv.queue, jv.gpus)
+                for jv in self.jobs if not jv.impossible]
+        victims = find_victims(self.instance, refs, self.preemption)
+        for v in victims:
+            for node, g in v.gpus:
+                self.node_by_name[node].stoppable[g] = v.index
+        return victims
+
+    @cached_property
+    def running(self) -> list[tuple[str, float, int]]:
+        """Every running job as (name, level objective 1 counts it in, GPUs held); empty
+        without preemption (see :func:`~.preemption.running_levels`)."""
+        levels = running_levels(self.instance, self.preemption,
+                                (jv.priority for jv in self.jobs))
+        return [(name, lvl, g) for name, (lvl, g) in levels.items()]
+
+    @property
+    def weight_capacity(self) -> int:
+        """GPUs objective 1 can count: the free ones, and with preemption the running jobs'
+        too (each kept running job counts in its own priority level)."""
+        if not self.preempting:
+            return self.free_gpus
+        return self.free_gpus + sum(g for _, _, g in self.running)
+
+    def _weighted_demands(self) -> list[tuple[float, int]]:
+        demands: list[tuple[float, int]] = [(j.priority, j.gpus) for j in self.jobs]
+        if self.preempting:
+            demands += [(prio, g) for _, prio, g in self.running]
+        return demands
+
+    def kept_running_demand(self, stopped: Iterable[int] = ()) -> int:
+        """Objective 1's share of the running jobs that keep running (0 without
+        preemption): priority-weighted GPUs of every running job but the ``stopped``
+        victims."""
+        if not self.preempting:
+            return 0
+        total = sum(self.weights[prio] * g for _, prio, g in self.running)
+        return total - sum(self.weights[self.victims[v].level] * len(self.victims[v].gpus)
+                           for v in stopped)
 
     # ---- nodes --------------------------------------------------------------------
     def _build_nodes(self, prev: PlacementProblem | None = None) -> list[NodeView]:
@@ -325,10 +388,12 @@ class PlacementProblem:
                                 {jv.name: jv.gpus for jv in self.jobs if not jv.impossible})
 
     def piece_capacity(self, uc: UnitClass, piece: int, n: NodeView) -> int:
-        """How many pieces of this size and class fit on the node's free GPUs."""
-        if not self.type_ok(uc.gpu_types, uc.min_memory_gb, n) or piece > len(n.free):
+        """How many pieces of this size and class fit on the node's reachable GPUs (its
+        free ones, and those of running jobs the round may preempt)."""
+        pool = n.reachable
+        if not self.type_ok(uc.gpu_types, uc.min_memory_gb, n) or piece > len(pool):
             return 0
-        return n.max_disjoint(piece, uc.min_nvlink_gbps, parts=uc.parts)
+        return n.max_disjoint(piece, uc.min_nvlink_gbps, pool, parts=uc.parts)
 
     def best_link_gbps(self, units: Iterable[TypeRequirement]) -> float:
         """Fastest node link into the fabric among nodes of the units' GPU types."""
@@ -435,19 +500,19 @@ class PlacementProblem:
 
     # ---- priority tiers ----------------------------------------------------------------
     @cached_property
-    def priority_tiers(self) -> list[list[int]]:
+    def priority_tiers(self) -> list[list[float]]:
         """Priority levels grouped, highest first, into exact lexicographic phases
         (see :mod:`~hyperplace.formulations.placement.tiers`)."""
-        return priority_tiers(self._demand_by_level, self.free_gpus)
+        return priority_tiers(self._demand_by_level, self.weight_capacity)
 
     @cached_property
-    def tier_weights(self) -> dict[int, int]:
+    def tier_weights(self) -> dict[float, int]:
         """Weight of a GPU of each level inside its tier."""
-        return tier_weights(self._demand_by_level, self.priority_tiers, self.free_gpus)
+        return tier_weights(self._demand_by_level, self.priority_tiers, self.weight_capacity)
 
     @cached_property
-    def _demand_by_level(self) -> dict[int, int]:
-        return demand_by_level((jv.priority, jv.gpus) for jv in self.jobs)
+    def _demand_by_level(self) -> dict[float, int]:
+        return demand_by_level(self._weighted_demands())
 
     # ---- bundles of interchangeable jobs ------------------------------------------------
     @cached_property
@@ -477,13 +542,17 @@ class PlacementProblem:
     # ---- node classes ----------------------------------------------------------------
     @cached_property
     def node_classes(self) -> list[NodeClass]:
-        """Nodes with free GPUs folded into classes of interchangeable nodes."""
+        """Nodes with free GPUs folded into classes of interchangeable nodes. A node that
+        hosts a candidate victim is a class of its own (its capacity depends on which of
+        its running jobs are stopped)."""
         groups: dict[tuple[object, ...], list[NodeView]] = defaultdict(list)
         for n in self.nodes:
-            if not n.free:
+            if not n.free and not n.stoppable:
                 continue
-            if n.uniform_gbps is not None and not n.leaf.is_single_node:
-                key: tuple[object, ...] = ("u", n.cluster.name, n.leaf, n.gpu_type.name, n.node.gpu_count,
+            if n.stoppable:
+                key: tuple[object, ...] = ("v", n.name)
+            elif n.uniform_gbps is not None and not n.leaf.is_single_node:
+                key = ("u", n.cluster.name, n.leaf, n.gpu_type.name, n.node.gpu_count,
                               len(n.free), n.fully_free, n.uniform_gbps, n.attach_gbps)
             else:
                 key = ("n", n.name)

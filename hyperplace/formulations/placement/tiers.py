@@ -19,15 +19,15 @@ from hyperplace.formulations.priority import priority_weights
 MAX_TIER_OBJECTIVE = 2**40
 
 
-def demand_by_level(jobs: Iterable[tuple[int, int]]) -> dict[int, int]:
+def demand_by_level(jobs: Iterable[tuple[float, int]]) -> dict[float, int]:
     """GPUs pending per priority level, from (priority, GPUs) per job."""
-    demand: dict[int, int] = defaultdict(int)
+    demand: dict[float, int] = defaultdict(int)
     for level, gpus in jobs:
         demand[level] += gpus
     return dict(demand)
 
 
-def priority_tiers(demand: dict[int, int], free_gpus: int) -> list[list[int]]:
+def priority_tiers(demand: dict[float, int], free_gpus: int) -> list[list[float]]:
     """Priority levels grouped, highest first, into tiers (one lexicographic phase each).
 
     Parameters
@@ -42,7 +42,7 @@ def priority_tiers(demand: dict[int, int], free_gpus: int) -> list[list[int]]:
     list of list of int
         Levels per tier, highest tier first. Three or four levels are usually one tier.
     """
-    tiers: list[list[int]] = []
+    tiers: list[list[float]] = []
     for lvl in sorted(demand, reverse=True):
         if tiers:
             trial = [*tiers[-1], lvl]
@@ -54,9 +54,9 @@ def priority_tiers(demand: dict[int, int], free_gpus: int) -> list[list[int]]:
     return tiers
 
 
-def tier_weights(demand: dict[int, int], tiers: list[list[int]], free_gpus: int) -> dict[int, int]:
+def tier_weights(demand: dict[float, int], tiers: list[list[float]], free_gpus: int) -> dict[float, int]:
     """Weight of one GPU of each level inside its tier (lexicographic within the tier)."""
-    out: dict[int, int] = {}
+    out: dict[float, int] = {}
     for tier in tiers:
         out.update(priority_weights(((q, demand[q]) for q in tier), free_gpus))
     return out

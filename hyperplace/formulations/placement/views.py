@@ -68,6 +68,9 @@ class NodeView:
     attach_gbps: float | None
     leaf: DomainKey
     max_cliques: int = 5000
+    #: GPUs held by running jobs the round may preempt: GPU -> victim index (see
+    #: :mod:`~hyperplace.formulations.placement.preemption`); empty without preemption
+    stoppable: dict[int, int] = field(default_factory=dict)
     _cliques: dict[tuple[object, ...], list[tuple[int, ...]]] = field(default_factory=dict, repr=False)
 
     @property
@@ -79,6 +82,13 @@ class NodeView:
     def fully_free(self) -> bool:
         """Every GPU of the node is free."""
         return len(self.free) == self.node.gpu_count
+
+    @property
+    def reachable(self) -> tuple[int, ...]:
+        """Free GPUs and GPUs of running jobs the round may stop, in order."""
+        if not self.stoppable:
+            return self.free
+        return tuple(sorted((*self.free, *self.stoppable)))
 
     def bw(self, a: int, b: int) -> float:
         """GB/s between GPUs ``a`` and ``b``."""
