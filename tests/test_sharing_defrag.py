@@ -1,5 +1,6 @@
-"""Defragmentation by migration (#14): a move that frees a leaf for a waiting job, every
-backend, every plan through the checker."""
+"""Defragmentation by migration (#14): a move that frees a leaf for a waiting job, a
+whole-cluster defrag, moveable running jobs in a round; every backend, every plan through
+the checker (which also rejects migrations that were not needed or misstate lost work)."""
 
 from __future__ import annotations
 
@@ -7,45 +8,111 @@ import pytest
 
 from hyperplace.check import check
 from hyperplace.models.instance import RunningJob
-from hyperplace.solvers.defrag import defrag, defrag_instance
+from hyperplace.models.plan import Migration
+from hyperplace.models.sharing import largest_free_domains
+from hyperplace.solvers.defrag import defrag, defrag_cluster, solve_with_migration
 from placement_helpers import instance, job, node
 
 
-def _fragmented():
+def _fragmented(pending=None, manifests=("a", "b", "c")):
     # leaf 0: n0 (a: 4 GPUs), n1 (c: 4 GPUs); leaf 1: n2 (b: 4 GPUs), n3 free.
     # "big" needs 2 x 8 GPUs within one leaf: moving b (40 GPU-s lost) frees leaf 1, moving
     # a and c (4,800 GPU-s) would free leaf 0.
     nodes = [node("n0", allocated={g: "a" for g in range(4)}),
              node("n1", allocated={g: "c" for g in range(4)}),
              node("n2", allocated={g: "b" for g in range(4)}), node("n3")]
-    inst = instance(nodes, [job("big", replicas=2, dp_hop=2)])
+    inst = instance(nodes, [job("big", replicas=2, dp_hop=2)] if pending is None else pending)
+    ages = {"a": 600, "b": 10, "c": 600}
     spec = inst.spec.model_copy(update={"running_jobs": [
-        RunningJob(name="a", checkpoint_age_s=600), RunningJob(name="b", checkpoint_age_s=10),
-        RunningJob(name="c", checkpoint_age_s=600)]})
-    specs = [job(n, tp=4) for n in ("a", "b", "c")]
-    return inst.model_copy(update={"spec": spec}), specs
+        RunningJob(name=n, checkpoint_age_s=ages[n],
+                   job=job(n, tp=4) if n in manifests else None) for n in ("a", "b", "c")]})
+    return inst.model_copy(update={"spec": spec})
+
+
+def _nodes(plan, name):
+    return {g.node for p in plan.placements if p.job == name for g in p.gpus}
 
 
 def test_defrag_moves_one_job_to_free_a_leaf_for_the_waiting_job(solver):
-    inst, specs = _fragmented()
-    result = defrag(inst, specs, "big", solver=solver)
-    assert result.plan is not None, result.message
-    assert [(m.job, m.gpus, m.lost_gpu_seconds) for m in result.migrations] == [("b", 4, 40)]
-    moved = [m.job for m in result.migrations]
-    assert check(result.plan, defrag_instance(inst, specs, moved, "big")) == []
-    assert {g.node for p in result.plan.placements if p.job == "big" for g in p.gpus} == {"n2", "n3"}
+    inst = _fragmented()
+    result = defrag(inst, "big", solver=solver)
+    assert [(m.job, m.gpus, m.lost_gpu_seconds, m.why, m.for_job) for m in result.migrations] \
+        == [("b", 4, 40, "admit", "big")]
+    assert check(result.plan, inst) == []
+    assert _nodes(result.plan, "big") == {"n2", "n3"}
+    (m,) = result.migrations
+    assert m.from_nodes == ["n2"] and m.to_nodes[0] in {"n0", "n1"} and m.gpus_moved == 4
 
 
 def test_defrag_proposes_nothing_when_the_job_still_would_not_fit(solver):
-    inst, specs = _fragmented()
-    result = defrag(inst, specs[:1], "big", solver=solver)  # only a may move: no leaf frees
-    assert result.plan is None and result.migrations == []
+    inst = _fragmented(manifests=("a",))  # only a may move: no leaf frees
+    result = defrag(inst, "big", solver=solver)
+    assert result.migrations == [] and "big" not in result.plan.admitted
+    assert check(result.plan, inst) == []
+    assert "no set of at most" in result.plan.pending[0].reasons[0]
+
+
+def test_checker_rejects_migrations_not_needed_or_misstated():
+    inst = _fragmented()
+    plan = defrag(inst, "big", solver="cpsat").plan
+    (m,) = plan.migrations
+    wrong = plan.model_copy(update={"migrations": [m.model_copy(update={"lost_gpu_seconds": 4})]})
+    assert {v.code for v in check(wrong, inst)} == {"migrate-lost-work"}
+    # also move "a" to the free half of n0 or n1 that b left: nobody needed that
+    spot = "n1" if m.to_nodes == ["n0"] else "n0"
+    extra = plan.model_copy(update={
+        "placements": [*plan.placements, _move(inst, "a", spot, range(4, 8))],
+        "migrations": [m, Migration(job="a", why="admit", for_job="big", gpus=4, gpus_moved=4,
+                                    lost_gpu_seconds=2400, from_nodes=["n0"], to_nodes=[spot])]})
+    codes = [v.code for v in check(extra, inst)]
+    assert "migrate-unneeded" in codes
+    # a migrated job must run whole: dropping b's new placement is caught
+    dropped = plan.model_copy(update={"placements": [p for p in plan.placements if p.job != "b"],
+                                      "jobs": [j for j in plan.jobs if j.job != "b"]})
+    assert "migrate-not-placed" in {v.code for v in check(dropped, inst)}
+    # and only jobs with a manifest can be checked
+    bare = _fragmented(manifests=("a", "c"))
+    assert "migrate-no-manifest" in {v.code for v in check(plan, bare)}
+
+
+def _move(inst, name, node_name, gpus):
+    from hyperplace.models.plan import GPURef, UnitPlacement
+
+    (unit,) = inst.running_manifests[name].units()
+    return UnitPlacement(job=name, unit=unit.name,
+                         gpus=[GPURef(node=node_name, gpu=g) for g in gpus])
+
+
+def test_whole_cluster_defrag_grows_the_largest_free_domain_within_max_moves(solver):
+    inst = _fragmented(pending=[])
+    assert largest_free_domains(inst) == {"H100-80": 8}
+    none = defrag_cluster(inst, max_moves=0, solver=solver)
+    assert none.migrations == [] and check(none.plan, inst) == []
+    result = defrag_cluster(inst, max_moves=1, solver=solver)
+    assert [m.job for m in result.migrations] == ["b"]  # the cheapest move that gains a leaf
+    assert [m.why for m in result.migrations] == ["defrag"]
+    assert check(result.plan, inst) == []
+    assert result.plan.objective_terms["largest_free_domain_gpus"] == 16
+    # a defrag migration that frees nothing is rejected by the checker
+    (m,) = result.migrations
+    fake = result.plan.model_copy(update={"migrations": [m.model_copy(update={"why": "admit"})]})
+    assert "migrate-unneeded" in {v.code for v in check(fake, inst)}
+
+
+def test_solve_with_moveable_running_jobs_places_the_waiting_job(solver):
+    inst = _fragmented(pending=[job("big", replicas=2, dp_hop=2), job("small", tp=2)])
+    plan = solve_with_migration(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    assert {"big", "small"} <= set(plan.admitted)
+    assert [(m.job, m.why, m.for_job) for m in plan.migrations] == [("b", "admit", "big")]
 
 
 def test_defrag_refuses_bad_input():
-    inst, specs = _fragmented()
+    inst = _fragmented()
     with pytest.raises(ValueError, match="not a pending job"):
-        defrag(inst, specs, "nope")
+        defrag(inst, "nope")
+    with pytest.raises(ValueError, match="max-moves"):
+        defrag_cluster(inst, max_moves=-1)
 
 
 def test_cli_defrag(tmp_path):
@@ -54,15 +121,57 @@ def test_cli_defrag(tmp_path):
 
     from hyperplace.cli import app
 
-    inst, specs = _fragmented()
+    inst = _fragmented(manifests=())
+    specs = [job(n, tp=4) for n in ("a", "b", "c")]
     path, jobs = tmp_path / "inst.yaml", tmp_path / "running.yaml"
     path.write_text(yaml.safe_dump(inst.to_doc()))
     jobs.write_text(yaml.safe_dump_all([s.to_doc() for s in specs]))
     runner = CliRunner()
     out = runner.invoke(app, ["defrag", "--instance", str(path), "--for", "big",
-                              "--running", str(jobs), "--budget", "10"])
+                              "--running", str(jobs), "--budget", "10", "-o",
+                              str(tmp_path / "plan.yaml")])
     assert out.exit_code == 0, out.output
     assert "migrations" in out.output and "n2" in out.output
-    bad = runner.invoke(app, ["defrag", "--instance", str(path), "--for", "nope",
-                              "--running", str(jobs)])
-    assert bad.exit_code == 2 and "--for" in bad.output
+    doc = yaml.safe_load((tmp_path / "plan.yaml").read_text())
+    assert [m["job"] for m in doc["migrations"]] == ["b"]
+    whole = runner.invoke(app, ["defrag", "--instance", str(path), "--running", str(jobs),
+                                "--max-moves", "1", "--budget", "10"])
+    assert whole.exit_code == 0, whole.output
+    assert "defrag" in whole.output and "b" in whole.output
+    for args, where in ((["--for", "nope"], "--for"), (["--max-moves", "-1"], "max-moves")):
+        bad = runner.invoke(app, ["defrag", "--instance", str(path), "--running", str(jobs),
+                                  *args])
+        assert bad.exit_code == 2, bad.output
+        assert where in bad.output and len(bad.output.strip().splitlines()) == 1, bad.output
+
+
+def test_cli_solve_running_moveable(tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from hyperplace.cli import app
+
+    inst = _fragmented()
+    path = tmp_path / "inst.yaml"
+    path.write_text(yaml.safe_dump(inst.to_doc()))
+    runner = CliRunner()
+    out = runner.invoke(app, ["solve", "--instance", str(path), "--running-moveable",
+                              "--budget", "10", "-o", str(tmp_path / "plan.yaml")])
+    assert out.exit_code == 0, out.output
+    assert "migrations" in out.output
+    from hyperplace.models.plan import PlacementPlan
+
+    plan = PlacementPlan.model_validate(yaml.safe_load((tmp_path / "plan.yaml").read_text()))
+    assert [m.job for m in plan.migrations] == ["b"] and check(plan, inst) == []
+
+
+def test_cli_solve_refuses_moveable_with_preemption(tmp_path, capsys):
+    import yaml
+    from cli_run import run_main
+
+    path = tmp_path / "inst.yaml"
+    path.write_text(yaml.safe_dump(_fragmented().to_doc()))
+    code = run_main(["solve", "--instance", str(path), "--running-moveable",
+                     "--preemption", "lower-priority"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--running-moveable" in err

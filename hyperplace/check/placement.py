@@ -54,6 +54,7 @@ from math import comb
 
 from pydantic import BaseModel, ConfigDict
 
+from hyperplace.check.migration import migration_problems
 from hyperplace.check.preemption import preemption_problems
 from hyperplace.check.quotas import Usage, quota_problems
 from hyperplace.formulations.priority import priority_weights
@@ -102,8 +103,10 @@ def format_violations(violations: list[Violation]) -> str:
 class _Context:
     """Lookups derived once from the instance (catalog, nodes, pair bandwidths, paths)."""
 
-    def __init__(self, instance: Instance):
+    def __init__(self, instance: Instance, moved: frozenset[str] | set[str] = frozenset()):
         self.instance = instance
+        self.moved = moved  # migrated running jobs: placed, but not pending jobs admitted
+        self.pending_jobs = [j for j in instance.jobs if j.name not in moved]
         self.nodes: dict[str, tuple[Cluster, Node]] = {
             n.name: (c, n) for c in instance.clusters for n in c.nodes
         }
@@ -167,7 +170,11 @@ def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
     if plan.preemptions:  # the rest of the plan is checked with the victims released
         problems, instance = preemption_problems(plan, instance)
         out += [Violation(code=code, job=job, message=msg) for code, job, msg in problems]
-    ctx = _Context(instance)
+    moved: set[str] = set()
+    if plan.migrations:  # migrated jobs: released, queued, checked as jobs that must run
+        problems, instance, moved = migration_problems(plan, instance)
+        out += [Violation(code=code, job=job, message=msg) for code, job, msg in problems]
+    ctx = _Context(instance, moved)
     placed: dict[str, dict[str, list[GPU]]] = defaultdict(dict)
     used: Counter[GPU] = Counter()
 
@@ -254,11 +261,11 @@ def _check_claims(ctx: _Context, plan: PlacementPlan,
     out: list[Violation] = []
     free = sum(n.free_count for _, n in ctx.nodes.values())
     capacity, run = running
-    demands = [(j.priority, j.total_gpus) for j in ctx.instance.jobs]
+    demands = [(j.priority, j.total_gpus) for j in ctx.pending_jobs]
     weights = priority_weights(demands + list(run.values()), capacity) if run else \
         priority_weights(demands, free)
     admitted = [ctx.jobs[j] for j, units in placed.items()
-                if j in ctx.jobs and set(units) == set(ctx.units(j))]
+                if j in ctx.jobs and j not in ctx.moved and set(units) == set(ctx.units(j))]
     objective = sum(weights[j.priority] * j.total_gpus for j in admitted)
     if run:  # the running jobs kept (victims released from ctx.instance) count too
         kept = Counter(holder for _, n in ctx.nodes.values() for holder in n.allocated.values())
@@ -306,7 +313,8 @@ def _queue_usage(ctx: _Context, placed: dict[str, dict[str, list[GPU]]]) -> Usag
     for job, units in placed.items():
         if job not in ctx.jobs:
             continue
-        queue = ctx.instance.queue_of(ctx.jobs[job])
+        queue = ctx.instance.running_job_info[job].queue if job in ctx.moved \
+            else ctx.instance.queue_of(ctx.jobs[job])
         for gpus in units.values():
             for node, _ in gpus:
                 if node in ctx.nodes:
@@ -465,7 +473,10 @@ def _check_bookkeeping(ctx: _Context, plan: PlacementPlan,
             out.append(Violation(code="pending-and-admitted", job=p.job,
                                  message="job is both placed and listed as pending"))
     for job in ctx.jobs:
-        if job not in placed and job not in pending_names:
+        if job in ctx.moved and job in pending_names:
+            out.append(Violation(code="pending-and-admitted", job=job,
+                                 message="a migrated running job cannot be pending"))
+        if job not in placed and job not in pending_names and job not in ctx.moved:
             out.append(Violation(code="job-missing", job=job,
                                  message="queued job is neither placed nor listed as pending"))
 
@@ -516,10 +527,11 @@ def _check_bookkeeping(ctx: _Context, plan: PlacementPlan,
 def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]]) -> list[Violation]:
     """Flag pending jobs that a simple first-fit could place on lower-priority jobs' GPUs."""
     out: list[Violation] = []
-    pending = [j for j in ctx.instance.jobs if j.name not in placed]
+    pending = [j for j in ctx.pending_jobs if j.name not in placed]
     if not pending:
         return out
-    admitted_prio = {job: ctx.jobs[job].priority for job in placed if job in ctx.jobs}
+    admitted_prio = {job: (ctx.jobs[job].priority if job not in ctx.moved else 10**9)
+                     for job in placed if job in ctx.jobs}
     instance_free: dict[str, set[int]] = {name: set(n.free_gpus) for name, (_, n) in ctx.nodes.items()}
     for job in pending:
         units = job.units()

@@ -1,56 +1,110 @@
-"""``hyperplace defrag``: migrations of running jobs that let a large pending job fit (#14)."""
+"""``hyperplace defrag``: migrations of running jobs that let a large pending job fit
+(``--for JOB``), or that make the largest free domain per GPU type larger (#14)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from hyperplace.commands.common import check_budget, console, one_line_errors
+from hyperplace.commands.common import (
+    Format,
+    check_budget,
+    console,
+    file_format,
+    interruptible,
+    one_line_errors,
+    write_output,
+)
 from hyperplace.errors import InputError
+from hyperplace.models.plan import PlacementPlan
+
+
+def print_migrations(plan: PlacementPlan, out: Console) -> None:
+    """The plan's ``migrations[]`` as a table (nothing when there are none)."""
+    if not plan.migrations:
+        return
+    table = Table(title="migrations (checkpoint, restart elsewhere)", title_justify="left")
+    for col in ("job", "why", "for", "GPUs", "moved", "lost GPU-s", "from", "to"):
+        table.add_column(col)
+    for m in plan.migrations:
+        table.add_row(escape(m.job), m.why, escape(m.for_job), str(m.gpus), str(m.gpus_moved),
+                      f"{m.lost_gpu_seconds:g}", escape(" ".join(m.from_nodes)),
+                      escape(" ".join(m.to_nodes)))
+    out.print(table)
+
+
+def with_running_files(inst, running: Path | None):
+    """The instance with the manifests of ``--running`` added to ``spec.runningJobs``."""
+    if running is None:
+        return inst
+    from hyperplace.instances.registry import read_jobs
+
+    specs = [j for j, _, _ in read_jobs(running)]
+    try:
+        return inst.with_running_manifests(specs)
+    except ValueError as exc:
+        raise InputError(str(exc), source=str(running)) from None
 
 
 @one_line_errors
 def defrag_command(
     instance: Annotated[str, typer.Option(
         "--instance", "-i", help="bundled instance name or Instance file (running jobs in "
-        "node.allocated and spec.runningJobs, the large job in spec.jobs)")],
-    for_job: Annotated[str, typer.Option(
-        "--for", help="the pending job to make room for")],
-    running: Annotated[Path, typer.Option(
-        "--running", help="manifests of the running jobs that may move (multi-document "
-        "YAML or a directory); a running job without one stays")],
+        "node.allocated and spec.runningJobs, with their manifests in spec.runningJobs[].job "
+        "when they may move)")],
+    for_job: Annotated[str | None, typer.Option(
+        "--for", help="the pending job to make room for (default: make the largest free "
+        "domain per GPU type larger)")] = None,
+    running: Annotated[Path | None, typer.Option(
+        "--running", help="manifests of running jobs that may move (multi-document YAML or a "
+        "directory), added to spec.runningJobs[].job; a running job without one stays")] = None,
     max_moves: Annotated[int, typer.Option(
-        "--max-moves", min=1, max=24, help="most running jobs to migrate")] = 4,
+        "--max-moves", help="most running jobs to migrate (0..24)")] = 4,
     budget: Annotated[float, typer.Option(
-        "--budget", min=0.05, help="seconds for the search")] = 10.0,
+        "--budget", help="seconds for the search")] = 10.0,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="write the plan (with migrations[]) here (.yaml or .json)")] = None,
+    fmt: Annotated[Format | None, typer.Option(
+        "--format", "-f", help="stdout as table, json or yaml; with -o, the file's format")] = None,
 ) -> None:
     """Propose migrations (checkpoint, restart elsewhere) of running jobs, least lost work
-    first, only when the large job then fits."""
+    first: so that one pending job fits (--for), or so that the largest free domain (whole
+    free nodes of one GPU type in one leaf) grows."""
     from hyperplace.commands.solve import resolve_instance
-    from hyperplace.instances.registry import read_jobs
-    from hyperplace.solvers.defrag import defrag
+    from hyperplace.io import dump
+    from hyperplace.solvers.defrag import defrag, defrag_cluster
 
     check_budget(budget)
-    inst = resolve_instance(instance, None, None)
-    if for_job not in {j.name for j in inst.jobs}:
+    if not 0 <= max_moves <= 24:
+        raise InputError(f"must be within 0..24, got {max_moves}", path="--max-moves")
+    file_fmt = file_format(fmt.value if fmt is not None else None, output) if output else None
+    inst = with_running_files(resolve_instance(instance, None, None), running)
+    if for_job is not None and for_job not in {j.name for j in inst.jobs}:
         raise InputError(f"{for_job!r} is not a pending job of the instance (jobs: "
                          f"{', '.join(j.name for j in inst.jobs[:8]) or 'none'})", path="--for")
-    specs = [j for j, _, _ in read_jobs(running)]
-    result = defrag(inst, specs, for_job, max_moves=max_moves, budget_s=budget)
-    out = console()
-    out.print(escape(result.message))
-    if result.migrations:
-        table = Table(title="migrations", title_justify="left")
-        for col in ("job", "GPUs", "lost GPU-s", "from", "to"):
-            table.add_column(col)
-        for m in result.migrations:
-            table.add_row(escape(m.job), str(m.gpus), f"{m.lost_gpu_seconds:g}",
-                          escape(" ".join(m.from_nodes)), escape(" ".join(m.to_nodes)))
-        out.print(table)
+    with interruptible():
+        if for_job is not None:
+            result = defrag(inst, for_job, max_moves=max_moves, budget_s=budget)
+        else:
+            result = defrag_cluster(inst, max_moves=max_moves, budget_s=budget)
+        plan = result.plan.model_copy(update={"metadata": result.plan.metadata.model_copy(
+            update={"instance": instance})})
+    if output is not None and file_fmt:
+        write_output(output, dump(plan, file_fmt),
+                     f"{len(plan.migrations)} migration(s), {len(plan.jobs)} placed")
+    shown = fmt or Format.table
+    if shown == Format.table:
+        out = console()
+        out.print(escape(result.message))
+        print_migrations(plan, out)
+    elif output is None:
+        sys.stdout.write(dump(plan, shown.value))
 
 
 def register(app: typer.Typer) -> None:

@@ -182,6 +182,10 @@ def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
             table.add_row(escape(pe.job), pe.why, escape(pe.preemptor), str(pe.gpus),
                           f"{pe.lost_gpu_seconds:g}")
         console.print(table)
+    if plan.migrations:
+        from hyperplace.commands.defrag import print_migrations
+
+        print_migrations(plan, console)
     if plan.pending:
         table = Table(title="pending jobs", title_justify="left")
         table.add_column("job", no_wrap=True, overflow="ellipsis", max_width=30)
@@ -230,6 +234,11 @@ def solve_command(
         "checkpointAgeS) be stopped: never, for a higher-priority job, or also for a queue "
         "reclaiming its nominal quota from borrowers in its cohort; victims with the least "
         "lost work, only when the preemptor is then placed whole")] = Preemption.never,
+    running_moveable: Annotated[bool, typer.Option(
+        "--running-moveable", help="running jobs with a manifest in spec.runningJobs[].job may "
+        "migrate (checkpoint, restart elsewhere) when that places a pending job the round "
+        "leaves out: least lost work (GPUs x checkpointAgeS) first, at most 4 per job, only "
+        "when the moved jobs are placed whole again; shown as migrations")] = False,
 ) -> None:
     """Solve one scheduling round: which pending jobs run, on exactly which GPUs."""
     from hyperplace.deadline import command_deadline, write_reserve_s
@@ -249,8 +258,17 @@ def solve_command(
         inst = with_calibrated_speeds(inst, load_calibration(calibration))
     # the budget runs from process start: reading the files counts, and writing keeps a share
     deadline = command_deadline(budget, write_reserve_s(inst), since=began)
+    if running_moveable and preemption != Preemption.never:
+        raise InputError("choose one of --running-moveable and --preemption for a round",
+                         path="--running-moveable")
     with interruptible():
-        if preemption != Preemption.never:
+        if running_moveable:
+            from hyperplace.solvers.defrag import solve_with_migration
+
+            plan = solve_with_migration(
+                inst, solver=solver.value, budget_s=max(0.05, deadline - time.perf_counter()),
+                policy=policy.value, seed=seed)
+        elif preemption != Preemption.never:
             from hyperplace.solvers.preemption import solve_with_preemption
 
             plan = solve_with_preemption(

@@ -27,6 +27,16 @@ class RunningJob(HPModel):
     priority: int = Field(default=2, ge=0, le=1_000_000)
     checkpoint_age_s: float = Field(default=0, ge=0, le=10**9, allow_inf_nan=False,
                                     description="seconds of work since its last checkpoint")
+    job: TrainingJob | None = Field(
+        default=None, description="its manifest (units, hop limits): what migration and "
+                                  "repair need to place it elsewhere; without one it stays")
+
+    @model_validator(mode="after")
+    def _same_name(self) -> "RunningJob":
+        if self.job is not None and self.job.name != self.name:
+            raise ValueError(f"job.metadata.name: {self.job.name!r} is not the running job's "
+                             f"name {self.name!r}")
+        return self
 
 
 class InstanceSpec(HPModel):
@@ -202,6 +212,28 @@ class Instance(HPModel):
             for n in c.nodes:
                 for job in n.allocated.values():
                     out[job] = out.get(job, 0) + 1
+        return out
+
+    @property
+    def running_manifests(self) -> dict[str, TrainingJob]:
+        """Running job -> its manifest, for the running jobs that hold GPUs and have one."""
+        held = self.running_jobs()
+        return {r.name: r.job for r in self.spec.running_jobs
+                if r.job is not None and r.name in held}
+
+    def with_running_manifests(self, specs: list[TrainingJob]) -> "Instance":
+        """A copy whose ``spec.runningJobs`` carry these manifests (entries added for running
+        jobs not yet listed; a manifest naming no running job is an error)."""
+        held = self.running_jobs()
+        by_name = {s.name: s for s in specs}
+        for name in by_name:
+            if name not in held:
+                raise ValueError(f"running job manifest {name!r}: no such job holds GPUs")
+        entries = [r.model_copy(update={"job": by_name.pop(r.name, r.job)})
+                   for r in self.spec.running_jobs]
+        entries += [RunningJob(name=n, job=s) for n, s in by_name.items()]
+        out = self.model_copy(update={"spec": self.spec.model_copy(update={"running_jobs": entries})})
+        out.__dict__.pop("running_job_info", None)
         return out
 
     def with_jobs(self, jobs: list[TrainingJob]) -> "Instance":

@@ -11,6 +11,8 @@ Schema (``apiVersion: hyperplace/v1``, ``kind: PlacementPlan``)::
     pending: [{job, reasons: [...]}]                          # every job not admitted
     preemptions: [{job, why, preemptor, gpus, lostGpuSeconds}] # running jobs stopped
     preemptionPolicy: lower-priority | reclaim-within-cohort  # when the round could preempt
+    migrations: [{job, why, forJob, gpus, gpusMoved, lostGpuSeconds,  # running jobs moved
+                  fromNodes, toNodes}]                        # (new GPUs in placements)
     objectiveTerms: {admittedPriorityDemand, communication, fragmentation, policy}
 
 ``topologyAssignment`` is Kueue's TopologyAssignment (levels, then domain values -> GPU
@@ -73,6 +75,23 @@ class Preemption(HPModel):
                                     description="GPUs x seconds since its last checkpoint")
 
 
+class Migration(HPModel):
+    """A running job checkpointed and restarted elsewhere (#14): its new GPUs are its
+    ``placements`` entries (units of the manifest in ``spec.runningJobs[].job``), its old
+    ones are released."""
+
+    job: str
+    why: str = Field(description="admit (so that forJob fits) | defrag (frees a domain) | repair")
+    for_job: str = ""
+    gpus: int = Field(default=0, ge=0, description="GPUs it holds")
+    gpus_moved: int = Field(default=0, ge=0,
+                            description="GPUs it holds afterwards that it did not hold before")
+    lost_gpu_seconds: float = Field(default=0.0, ge=0,
+                                    description="GPUs x seconds since its last checkpoint")
+    from_nodes: list[str] = Field(default_factory=list)
+    to_nodes: list[str] = Field(default_factory=list)
+
+
 class PlanMeta(HPModel):
     name: str = "plan"
     instance: str | None = None
@@ -100,6 +119,7 @@ class PlacementPlan(HPModel):
         default=None, description="set when the round could preempt (lower-priority | "
         "reclaim-within-cohort): objective 1 then counts the running jobs kept, each in its "
         "own priority level")
+    migrations: list[Migration] = Field(default_factory=list)
 
     def to_doc(self) -> dict:
         """Like every document, but ``placements``, ``jobs`` and ``pending`` are always there

@@ -2,12 +2,15 @@
 
 Preemption frees every GPU of a victim (gang); the plan is then a plan for the *released*
 instance, and both the solver and the independent checker build that instance the same
-way, from the instance and the plan's ``preemptions[]``.
+way, from the instance and the plan's ``preemptions[]`` (and ``migrations[]``: a migrated
+job's old GPUs are released likewise). :func:`largest_free_domains` is what defragmentation
+maximises.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Set
 
 from hyperplace.models.cluster import Cluster
 from hyperplace.models.instance import Instance
@@ -22,6 +25,32 @@ def running_gpus(instance: Instance) -> dict[str, list[tuple[str, int]]]:
             for g, holder in sorted(n.allocated.items()):
                 out.setdefault(holder, []).append((n.name, g))
     return out
+
+
+def largest_free_domains(instance: Instance, busy: Set[tuple[str, int]] = frozenset(),
+                         freed: Set[tuple[str, int]] = frozenset()) -> dict[str, int]:
+    """GPU type -> GPUs of whole free nodes of that type in one leaf domain (nodes pairwise
+    within 2 hops), the largest such domain; ``busy`` GPUs count as taken and ``freed``
+    ones (held in the instance) as free. A node is whole free when none of its GPUs is
+    held or faulty."""
+    best: dict[str, int] = defaultdict(int)
+    for c in instance.clusters:
+        by_name = {n.name: n for n in c.nodes}
+        for members in c.network.domains(2).values():
+            per_type: dict[str, int] = defaultdict(int)
+            for name in members:
+                n = by_name.get(name)
+                if n is None or n.faulty:
+                    continue
+                held = {g for g in n.allocated if (name, g) not in freed}
+                if held or any((name, g) in busy for g in range(n.gpu_count)):
+                    continue
+                per_type[n.gpu_type] += n.gpu_count
+            for t, gpus in per_type.items():
+                best[t] = max(best[t], gpus)
+        for n in c.nodes:
+            best.setdefault(n.gpu_type, 0)
+    return dict(best)
 
 
 def released(instance: Instance, victims: Iterable[str],

@@ -1,103 +1,425 @@
-"""Defragmentation by migration (#14): move running jobs (checkpoint, restart elsewhere) so
-that a large pending job fits.
+"""Defragmentation and moveable running jobs: migrations (checkpoint, restart elsewhere) of
+running jobs, in the plan's ``migrations[]`` (#14).
 
-``defrag(instance, specs, for_job)``: the running jobs with manifests in ``specs`` may
-move. Sets of at most ``max_moves`` of them are searched in order of (lost work, GPUs
-moved, count), lost work being GPUs x seconds since the job's checkpoint; each set that
-passes a cheap capacity test is tried by placing the pending job alone with the set
-released, then the moved jobs on what is left, with the same placement formulation. The
-first set with which both succeed is proposed; none is proposed unless the large job then
-fits. The result's plan places the large job and the moved jobs on
-:func:`defrag_instance` (checked in the tests).
+A running job may move only when ``spec.runningJobs[].job`` holds its manifest (what its
+units and hop limits are). Moving it costs its lost work, GPUs x ``checkpointAgeS``.
+
+Three uses, one search. A *migration set* is tried by releasing its jobs' GPUs and
+placing a target and the moved jobs with the same placement formulation and backend as a
+round; a set is accepted only when every moved job is placed whole again (a migrated job
+must run) and the target is met:
+
+``defrag(instance, for_job)`` (``hyperplace defrag --for JOB``)
+    Sets of at most ``max_moves`` movable jobs, searched in order of (lost work, count)
+    (:func:`hyperplace.solvers.preemption.victim_sets`) after a cheap capacity test; each
+    is tried by placing the pending job alone with the set released, then the moved jobs
+    on what is left. The first set with which both succeed is proposed; none is proposed
+    unless the large job then fits.
+``defrag_cluster(instance)`` (``hyperplace defrag`` without ``--for``)
+    Maximise the largest free domain per GPU type
+    (:func:`hyperplace.models.sharing.largest_free_domains`, summed over types) within
+    ``max_moves`` migrations, least lost work second. Per leaf domain and GPU type, the
+    occupied nodes are cleared cheapest first (lost work of the jobs on them); each prefix
+    whose jobs are all movable and within the move limit is a candidate, candidates are
+    tried best gain first, cheapest first, by placing their jobs with the target nodes
+    kept free; the first that places them all is taken, and the search repeats on the new
+    state until nothing gains or the moves are used up.
+``solve_with_migration(instance)`` (``hyperplace solve --running-moveable``)
+    The plain round first; then each pending job it leaves out, in priority order, gets
+    the ``--for`` search on the state so far; the rest of the round is solved on what is
+    left, and the result replaces the plain plan only when it is higher on objective 1.
+
+Not one model: the placement formulation aggregates identical nodes into classes, so a
+"stays where it is" option per running job (its exact GPUs) does not fit it; migrations
+are chosen by this search around it and every candidate is verified by it. Status is at
+best ``feasible``; the search is exact within its limits (``max_moves``,
+``MAX_CANDIDATES``, ``max_trials``, the budget), not a proven optimum.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections import defaultdict
+from dataclasses import dataclass
 
+from hyperplace.formulations.priority import priority_weights
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
-from hyperplace.models.plan import PlacementPlan
-from hyperplace.models.sharing import released, running_gpus
+from hyperplace.models.plan import Migration, PendingJob, PlacementPlan, PlanMeta
+from hyperplace.models.result import SolveStatus
+from hyperplace.models.sharing import largest_free_domains, released, running_gpus
 from hyperplace.solvers.driver import solve_placement
 from hyperplace.solvers.preemption import Candidate, _could_fit, _neighbourhoods, victim_sets
 
-
-@dataclass
-class Migration:
-    job: str
-    gpus: int
-    lost_gpu_seconds: float
-    from_nodes: list[str]
-    to_nodes: list[str]
+MAX_CANDIDATES = 24
+GPU = tuple[str, int]
 
 
 @dataclass
 class DefragResult:
-    plan: PlacementPlan | None
-    migrations: list[Migration] = field(default_factory=list)
+    """A plan valid on the instance (``migrations[]`` included), and what it says."""
+
+    plan: PlacementPlan
     message: str = ""
 
-
-def defrag_instance(instance: Instance, specs: list[TrainingJob], moved: list[str],
-                    for_job: str) -> Instance:
-    """The instance a defrag plan is valid on: the moved jobs released and pending with the
-    large job."""
-    big = [j for j in instance.jobs if j.name == for_job]
-    return released(instance, moved).with_jobs(big + [s for s in specs if s.name in moved])
+    @property
+    def migrations(self) -> list[Migration]:
+        return list(self.plan.migrations)
 
 
-def defrag(instance: Instance, specs: list[TrainingJob], for_job: str, *, max_moves: int = 4,
-           solver: str = "auto", budget_s: float = 10.0, max_trials: int = 64) -> DefragResult:
-    """Migrations that let ``for_job`` fit (see the module docstring)."""
-    start = time.perf_counter()
-    deadline = start + budget_s
-    big = next((j for j in instance.jobs if j.name == for_job), None)
-    if big is None:
-        raise ValueError(f"--for: {for_job!r} is not a pending job of the instance")
+def _prepared(instance: Instance, specs: list[TrainingJob] | None) -> Instance:
+    return instance.with_running_manifests(specs) if specs else instance
+
+
+def _check_moves(max_moves: int) -> None:
     if max_moves < 0:
-        raise ValueError("--max-moves: must be >= 0")
-    plain = solve_placement(instance.with_jobs([big]), solver=solver, budget_s=budget_s / 4)
-    if big.name in plain.admitted:
-        return DefragResult(plain, [], f"{for_job} fits without moving anything")
+        raise ValueError(f"--max-moves: must be >= 0, got {max_moves}")
+
+
+def migration(instance: Instance, name: str, new: set[GPU], why: str,
+              for_job: str = "") -> Migration:
+    """The ``migrations[]`` entry of running job ``name`` moved onto ``new`` GPUs."""
+    old = running_gpus(instance)[name]
+    age = instance.running_job_info[name].checkpoint_age_s
+    return Migration(job=name, why=why, for_job=for_job, gpus=len(old),
+                     gpus_moved=len(new - set(old)), lost_gpu_seconds=len(old) * age,
+                     from_nodes=sorted({n for n, _ in old}), to_nodes=sorted({n for n, _ in new}))
+
+
+def _candidates(instance: Instance, exclude: set[str]) -> list[Candidate]:
     held, info = running_gpus(instance), instance.running_job_info
-    movable = {s.name: s for s in specs if s.name in held}
-    cands = sorted((Candidate(n, info[n].priority, info[n].queue, tuple(held[n]),
-                              len(held[n]) * info[n].checkpoint_age_s, "defrag")
-                    for n in movable), key=lambda c: (c.lost, len(c.gpus), c.name))[:24]
-    near = _neighbourhoods(instance, big)
+    out = [Candidate(n, info[n].priority, info[n].queue, tuple(held[n]),
+                     len(held[n]) * info[n].checkpoint_age_s, "defrag")
+           for n in instance.running_manifests if n in held and n not in exclude]
+    return sorted(out, key=lambda c: (c.lost, len(c.gpus), c.name))[:MAX_CANDIDATES]
+
+
+def _placed_gpus(plan: PlacementPlan, job: str) -> set[GPU]:
+    return {(g.node, g.gpu) for u in plan.placements if u.job == job for g in u.gpus}
+
+
+@dataclass
+class _Moves:
+    names: list[str]
+    plans: list[PlacementPlan]  # the target's plan (if any), then the moved jobs'
+
+
+def _search_for(state: Instance, big: TrainingJob, exclude: set[str], *, max_moves: int,
+                solver: str, deadline: float, max_trials: int) -> _Moves | None:
+    """The cheapest set of at most ``max_moves`` movable jobs (lost work, then count) with
+    which ``big`` and then every moved job is placed (see the module docstring)."""
+    manifests = state.running_manifests
+    near = _neighbourhoods(state, big)
     trials = 0
-    for combo in victim_sets(cands):
+    for combo in victim_sets(_candidates(state, exclude)):
         if len(combo) > max_moves:
             continue
         if trials >= max_trials or time.perf_counter() > deadline - 0.1:
-            return DefragResult(None, [], f"no migration found within {trials} trials or the budget")
-        if not _could_fit(instance, big, combo, near):
+            return None
+        if not _could_fit(state, big, combo, near):
             continue
         trials += 1
         names = [c.name for c in combo]
-        first = solve_placement(released(instance, names).with_jobs([big]), solver=solver,
+        first = solve_placement(released(state, names).with_jobs([big]), solver=solver,
                                 budget_s=max(0.05, min(5.0, deadline - time.perf_counter())))
         if big.name not in first.admitted:
             continue
         hold = {(g.node, g.gpu): big.name for u in first.placements for g in u.gpus}
-        rest = released(instance.with_jobs([]), names, hold=hold).with_jobs(
-            [movable[n] for n in names])
+        rest = released(state.with_jobs([]), names, hold=hold).with_jobs(
+            [manifests[n] for n in names])
         second = solve_placement(rest, solver=solver,
                                  budget_s=max(0.05, min(5.0, deadline - time.perf_counter())))
-        if set(second.admitted) != set(names):
+        if set(second.admitted) == set(names):
+            return _Moves(names, [first, second])
+    return None
+
+
+def _demand(instance: Instance, moved: list[str], placed: set[str]) -> int:
+    """Objective 1 of the placed pending jobs, weights from the GPUs free once the moved
+    jobs are released (as the checker computes it)."""
+    seen = released(instance, moved)
+    free = sum(n.free_count for c in seen.clusters for n in c.nodes)
+    weights = priority_weights(((j.priority, j.total_gpus) for j in instance.jobs), free)
+    return sum(weights[j.priority] * j.total_gpus for j in instance.jobs if j.name in placed)
+
+
+def _compose(instance: Instance, parts: list[PlacementPlan], migrations: list[Migration],
+             reasons: dict[str, list[str]], *, solver: str, start: float, budget_s: float,
+             message: str, status: SolveStatus = SolveStatus.FEASIBLE) -> PlacementPlan:
+    """One plan from the parts' placements: every pending job of the instance placed or
+    listed with its reasons; objective 1 and the admitted count over the pending jobs, on
+    the instance with the migrated jobs released (as the checker sees it)."""
+    placements = [u for p in parts for u in p.placements]
+    summaries = [s for p in parts for s in p.jobs]
+    placed = {u.job for u in placements}
+    pending = [PendingJob(job=j.name, reasons=reasons.get(j.name) or ["not placed"])
+               for j in instance.jobs if j.name not in placed]
+    admitted = [j for j in instance.jobs if j.name in placed]
+    terms = {"admitted_priority_demand": _demand(instance, [m.job for m in migrations], placed),
+             "admitted_jobs": len(admitted),
+             "migrated_lost_gpu_seconds": sum(m.lost_gpu_seconds for m in migrations),
+             "migrated_gpus": sum(m.gpus_moved for m in migrations)}
+    meta = PlanMeta(name=f"{instance.name}-defrag", instance=instance.name)
+    return PlacementPlan(status=status, solver=parts[0].solver if parts else solver,
+                         runtime_s=time.perf_counter() - start, budget_s=budget_s,
+                         message=message, placements=placements, jobs=summaries,
+                         pending=pending, objective_terms=terms, migrations=migrations,
+                         metadata=meta)
+
+
+def defrag(instance: Instance, for_job: str, specs: list[TrainingJob] | None = None, *,
+           max_moves: int = 4, solver: str = "auto", budget_s: float = 10.0,
+           max_trials: int = 64) -> DefragResult:
+    """Migrations that let pending job ``for_job`` fit (see the module docstring).
+
+    Parameters
+    ----------
+    instance : Instance
+        The round; movable running jobs have manifests in ``spec.runningJobs[].job``.
+    for_job : str
+        The pending job to make room for.
+    specs : list of TrainingJob, optional
+        Manifests of running jobs that may move, added to the instance's.
+    max_moves, solver, budget_s, max_trials
+        At most this many migrations; the backend; seconds for the whole search; solves.
+
+    Returns
+    -------
+    DefragResult
+        A plan valid on the instance (with ``specs`` added): ``for_job`` placed with its
+        ``migrations[]``, or pending with the reason; the other pending jobs pending.
+    """
+    start = time.perf_counter()
+    deadline = start + budget_s
+    instance = _prepared(instance, specs)
+    big = next((j for j in instance.jobs if j.name == for_job), None)
+    if big is None:
+        raise ValueError(f"--for: {for_job!r} is not a pending job of the instance")
+    _check_moves(max_moves)
+    others = {j.name: [f"not considered: defrag --for {for_job}"] for j in instance.jobs}
+    plain = solve_placement(instance.with_jobs([big]), solver=solver, budget_s=budget_s / 4)
+    if big.name in plain.admitted:
+        msg = f"{for_job} fits without moving anything"
+        return DefragResult(_compose(instance, [plain], [], others, solver=solver, start=start,
+                                     budget_s=budget_s, message=msg), msg)
+    found = _search_for(instance, big, set(), max_moves=max_moves, solver=solver,
+                        deadline=deadline, max_trials=max_trials)
+    if found is None:
+        msg = f"no set of at most {max_moves} migrations lets {for_job} fit (searched " \
+              f"within {max_trials} solves and {budget_s:g} s)"
+        others[for_job] = [msg]
+        return DefragResult(_compose(instance, [], [], others, solver=solver, start=start,
+                                     budget_s=budget_s, message=msg), msg)
+    migrations = [migration(instance, n, _placed_gpus(found.plans[1], n), "admit", for_job)
+                  for n in found.names]
+    msg = f"{len(migrations)} migration(s) so that {for_job} fits"
+    return DefragResult(_compose(instance, found.plans, migrations, others, solver=solver,
+                                 start=start, budget_s=budget_s, message=msg), msg)
+
+
+# ---- whole-cluster defragmentation -------------------------------------------------------
+
+@dataclass
+class _Target:
+    gain: int
+    lost: float
+    gpus: int
+    cluster: str
+    leaf: str
+    gpu_type: str
+    nodes: list[str]  # nodes of the type in the leaf kept whole free
+    jobs: tuple[str, ...]
+
+
+def _targets(state: Instance, exclude: set[str], moves_left: int) -> list[_Target]:
+    """Candidate (leaf, GPU type, nodes to clear) with their gain in the summed largest
+    free domain, best gain first, then least lost work and GPUs."""
+    best = largest_free_domains(state)
+    info = state.running_job_info
+    held = running_gpus(state)
+    movable = set(state.running_manifests) - exclude
+    out: list[_Target] = []
+    for c in state.clusters:
+        by_name = {n.name: n for n in c.nodes}
+        for leaf, members in sorted(c.network.domains(2).items()):
+            per_type: dict[str, list] = defaultdict(list)
+            for name in members:
+                n = by_name.get(name)
+                if n is not None and not n.faulty:
+                    per_type[n.gpu_type].append(n)
+            for t, nodes in sorted(per_type.items()):
+                free_nodes = [n for n in nodes if not n.allocated]
+                busy = [n for n in nodes if n.allocated]
+                if not busy:
+                    continue
+                chosen: set[str] = set()
+                cleared: list[str] = []
+                remaining = list(busy)
+                while remaining:
+                    def cost(n):
+                        new = set(n.allocated.values()) - chosen
+                        return (sum(len(held[j]) * info[j].checkpoint_age_s for j in new),
+                                sum(len(held[j]) for j in new), n.name)
+                    remaining.sort(key=cost)
+                    n = remaining.pop(0)
+                    jobs = set(n.allocated.values())
+                    if not jobs <= movable or len(chosen | jobs) > moves_left:
+                        break
+                    chosen |= jobs
+                    cleared.append(n.name)
+                    # nodes the chosen jobs also empty come for free
+                    for m in list(remaining):
+                        if set(m.allocated.values()) <= chosen:
+                            remaining.remove(m)
+                            cleared.append(m.name)
+                    whole = sum(by_name[x].gpu_count for x in cleared) + \
+                        sum(f.gpu_count for f in free_nodes)
+                    gain = whole - best.get(t, 0)
+                    if gain > 0:
+                        out.append(_Target(
+                            gain, sum(len(held[j]) * info[j].checkpoint_age_s for j in chosen),
+                            sum(len(held[j]) for j in chosen), c.name, leaf, t,
+                            [f.name for f in free_nodes] + list(cleared), tuple(sorted(chosen))))
+    return sorted(out, key=lambda x: (-x.gain, x.lost, x.gpus, x.leaf, x.gpu_type))
+
+
+def defrag_cluster(instance: Instance, specs: list[TrainingJob] | None = None, *,
+                   max_moves: int = 4, solver: str = "auto", budget_s: float = 10.0
+                   ) -> DefragResult:
+    """Maximise the largest free domain per GPU type within ``max_moves`` migrations, least
+    lost work second (see the module docstring).
+
+    Returns
+    -------
+    DefragResult
+        A plan valid on the instance: the moved jobs' new placements and ``migrations[]``
+        (``why: defrag``); pending jobs are left pending (``solve`` places them).
+    """
+    start = time.perf_counter()
+    deadline = start + budget_s
+    instance = _prepared(instance, specs)
+    _check_moves(max_moves)
+    manifests = instance.running_manifests
+    before = largest_free_domains(instance)
+    state = instance
+    kept_free: set[GPU] = set()
+    moved: dict[str, set[GPU]] = {}
+    parts: list[PlacementPlan] = []
+    notes: list[str] = []
+    while len(moved) < max_moves:
+        improved = False
+        for target in _targets(state, set(moved), max_moves - len(moved)):
+            left = deadline - time.perf_counter()
+            if left < 0.1:
+                notes.append("search stopped: budget")
+                break
+            names = list(target.jobs)
+            keep = {(n, g) for n in target.nodes
+                    for g in range(state.node_index[n][1].gpu_count)}
+            trial = released(state.with_jobs([]), names,
+                             reserve=kept_free | keep).with_jobs([manifests[n] for n in names])
+            plan = solve_placement(trial, solver=solver, budget_s=max(0.05, min(5.0, left)))
+            if set(plan.admitted) != set(names):
+                continue
+            hold = {}
+            for n in names:
+                moved[n] = _placed_gpus(plan, n)
+                hold.update({g: n for g in moved[n]})
+            parts.append(plan)
+            kept_free |= keep
+            state = released(state, names, hold=hold)
+            improved = True
+            break
+        if not improved:
+            break
+    after = largest_free_domains(state)
+    migrations = [migration(instance, n, gpus, "defrag") for n, gpus in moved.items()]
+    gains = ", ".join(f"{t}: {before.get(t, 0)} -> {after[t]} GPUs" for t in sorted(after)
+                      if after[t] != before.get(t, 0))
+    msg = (f"{len(migrations)} migration(s), "
+           f"{sum(m.lost_gpu_seconds for m in migrations):g} GPU-seconds of work lost; "
+           f"largest free domain {gains}" if migrations else
+           "no migration within the move limit makes a free domain larger")
+    if notes:
+        msg += "; " + "; ".join(notes)
+    reasons = {j.name: ["defrag places no pending job (solve does)"] for j in instance.jobs}
+    plan = _compose(instance, parts, migrations, reasons, solver=solver, start=start,
+                    budget_s=budget_s, message=msg)
+    terms = dict(plan.objective_terms)
+    terms["largest_free_domain_gpus"] = sum(after.values())
+    return DefragResult(plan.model_copy(update={"objective_terms": terms}), msg)
+
+
+# ---- a round with moveable running jobs -------------------------------------------------
+
+def solve_with_migration(instance: Instance, *, solver: str = "auto", budget_s: float = 10.0,
+                         max_moves: int = 4, max_trials: int = 32, **kwargs) -> PlacementPlan:
+    """A round in which running jobs with manifests may move so that pending jobs the plain
+    round leaves out are placed (see the module docstring).
+
+    Parameters
+    ----------
+    instance : Instance
+        The round.
+    solver, budget_s, kwargs
+        As for :func:`hyperplace.solvers.driver.solve_placement` (the plain round gets half
+        of ``budget_s``, the search and the final round the rest).
+    max_moves, max_trials
+        Migrations per pending job; solves per pending job.
+
+    Returns
+    -------
+    PlacementPlan
+        With ``migrations[]`` (``why: admit``) when they raise objective 1; otherwise the
+        plain round. Valid on ``instance`` (:func:`hyperplace.check.check`).
+    """
+    start = time.perf_counter()
+    deadline = start + budget_s
+    _check_moves(max_moves)
+    base = solve_placement(instance, solver=solver, budget_s=budget_s / 2, **kwargs)
+    base = base.model_copy(update={"budget_s": budget_s})
+    if not base.pending or not instance.running_manifests or max_moves == 0:
+        return base
+    by_name = {j.name: j for j in instance.jobs}
+    order = sorted((by_name[p.job] for p in base.pending if p.job in by_name),
+                   key=lambda j: (-j.priority, instance.jobs.index(j)))
+    state = instance
+    hold: dict[GPU, str] = {}
+    moved: dict[str, tuple[str, set[GPU]]] = {}
+    early: list[PlacementPlan] = []
+    for job in order:
+        if deadline - time.perf_counter() < 0.3 * budget_s:
+            break
+        found = _search_for(state, job, set(moved), max_moves=max_moves, solver=solver,
+                            deadline=start + budget_s * 0.8, max_trials=max_trials)
+        if found is None:
             continue
-        migrations = []
-        for c in combo:
-            to = sorted({g.node for u in second.placements if u.job == c.name for g in u.gpus})
-            migrations.append(Migration(c.name, len(c.gpus), c.lost,
-                                        sorted({n for n, _ in c.gpus}), to))
-        plan = second.model_copy(update={
-            "placements": [*first.placements, *second.placements],
-            "jobs": [*first.jobs, *second.jobs], "pending": [], "objective": None,
-            "bound": None, "gap": None, "objective_terms": {},
-            "status": "feasible", "runtime_s": time.perf_counter() - start, "budget_s": budget_s,
-            "message": f"{len(combo)} migration(s) so that {for_job} fits"})
-        return DefragResult(plan, migrations, plan.message)
-    return DefragResult(None, [], f"no set of at most {max_moves} migrations lets {for_job} fit")
+        for p in found.plans:
+            hold.update({(g.node, g.gpu): u.job for u in p.placements for g in u.gpus})
+        for n in found.names:
+            moved[n] = (job.name, _placed_gpus(found.plans[1], n))
+        early += found.plans
+        placed = {u.job for p in early for u in p.placements}
+        state = released(instance.with_jobs([j for j in instance.jobs if j.name not in placed]),
+                         moved, hold=hold)
+    if not moved:
+        return base
+    placed = {u.job for p in early for u in p.placements}
+    rest = state.with_jobs([j for j in instance.jobs if j.name not in placed])
+    final = solve_placement(rest, solver=solver,
+                            budget_s=max(0.05, deadline - time.perf_counter()), **kwargs)
+    migrations = [migration(instance, n, gpus, "admit", for_job)
+                  for n, (for_job, gpus) in moved.items()]
+    reasons = {p.job: p.reasons for p in final.pending}
+    lost = sum(m.lost_gpu_seconds for m in migrations)
+    msg = f"migrated {len(migrations)} running job(s), {lost:g} GPU-seconds of work lost"
+    if final.message:
+        msg += "; " + final.message
+    plan = _compose(instance, [*early, final], migrations, reasons, solver=solver,
+                    start=start, budget_s=budget_s, message=msg)
+    plain = _demand(instance, list(moved), set(base.admitted))
+    if plan.objective_terms["admitted_priority_demand"] <= plain:
+        return base.model_copy(update={
+            "message": "; ".join(filter(None, [base.message, "no migration raises objective 1"])),
+            "runtime_s": time.perf_counter() - start})
+    return plan.model_copy(update={"metadata": base.metadata})
