@@ -209,7 +209,52 @@ BAD = [
     ("/v1/runs", {"kind": "placement", "request": {"bundled": SMALL, "budgetS": -3}}, 422,
      "request.budgetS"),
     ("/v1/extender/filter", b"[", 400, None),
+    # queues, as solve --queues: a bad document names its field under queues[i]
+    ("/v1/placement", {"bundled": SMALL, "queues": [5]}, 422, "queues[0]"),
+    ("/v1/placement", {"bundled": SMALL, "queues": [{"kind": "Nope"}]}, 422, "queues[0].kind"),
+    ("/v1/placement", {"bundled": SMALL, "queues": ["_negative_quota"]}, 422,
+     "queues[0].spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"),
+    ("/v1/placement", {"bundled": SMALL, "queues": ["_b200_flavor"]}, 422,
+     "queues[0].spec.resourceGroups[0].flavors[0].name"),
+    ("/v1/placement", {"bundled": SMALL, "queues": ["_research"], "jobs": ["_ghost_queue_job"]},
+     422, "jobs[0].metadata.labels"),
+    ("/v1/check", {"bundled": SMALL, "queues": [{"kind": "Nope"}], "plan": {}}, 422, None),
 ]
+
+
+def _cluster_queue(name: str, nominal: float = 8, flavor: str = "h100") -> dict:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": flavor, "resources": [{"name": "nvidia.com/gpu",
+                                                "nominalQuota": nominal}]}]}]}}
+
+
+def _queued_jobs(queue: str, count: int) -> list[dict]:
+    docs = instance_document(load_instance(SMALL))["spec"]["jobs"][:count]
+    for d in docs:
+        d["metadata"].setdefault("labels", {})["kueue.x-k8s.io/queue-name"] = queue
+    return docs
+
+
+_QUEUE_FIXTURES = {"_negative_quota": lambda: _cluster_queue("q", -1),
+                   "_b200_flavor": lambda: _cluster_queue("q", 8, "b200"),
+                   "_research": lambda: _cluster_queue("research", 8)}
+
+
+def test_placement_with_queues_keeps_their_quota(http: httpx.Client) -> None:
+    jobs = _queued_jobs("research", 6)
+    queues = [_cluster_queue("research", 8), _cluster_queue("research-a100", 0, "a100-80")]
+    r = http.post("/v1/placement", json={"bundled": SMALL, "jobs": jobs, "queues": queues,
+                                         "budgetS": 5})
+    assert r.status_code == 200, r.text
+    plan = PlacementPlan.model_validate(r.json())
+    from hyperplace.models.job import TrainingJob
+    inst = load_instance(SMALL).with_jobs([TrainingJob.model_validate(j) for j in jobs])
+    inst = inst.with_queue_documents([(f"queues[{i}]", q) for i, q in enumerate(queues)])
+    assert check(plan, inst) == []
+    assert sum(j.gpus for j in plan.jobs) <= 8  # the queue's nominal H100 quota
+    assert any("queue research" in " ".join(p.reasons) for p in plan.pending)
 
 
 @pytest.mark.parametrize("endpoint, body, status, path", BAD,
@@ -218,6 +263,11 @@ def test_bad_input_gets_documented_4xx(http: httpx.Client, endpoint: str, body, 
                                        path: str | None) -> None:
     if isinstance(body, dict) and body.get("instance") == "_unknown_gpu":
         body = {**body, "instance": _instance_with_unknown_gpu()}
+    if isinstance(body, dict) and body.get("queues"):
+        body = {**body, "queues": [_QUEUE_FIXTURES[q]() if isinstance(q, str) else q
+                                   for q in body["queues"]]}
+        if body.get("jobs") == ["_ghost_queue_job"]:
+            body["jobs"] = _queued_jobs("ghost", 1)
     if isinstance(body, bytes):
         r = http.post(endpoint, content=body, headers={"content-type": "application/json"})
     else:

@@ -173,3 +173,27 @@ def yaml_doc(doc: dict) -> str:
     import yaml
 
     return yaml.safe_dump(doc)
+
+
+# ---- metrics per queue ---------------------------------------------------------------------
+
+def test_per_queue_metrics_and_jain_index(tmp_path):
+    from hyperplace.sim.metrics import jain_index, summarize, write_outputs
+
+    assert jain_index([1.0, 1.0, 1.0]) == pytest.approx(1.0)
+    assert jain_index([3.0, 0.0, 0.0]) == pytest.approx(1 / 3)
+    assert jain_index([1.0, 3.0]) == pytest.approx(16 / 20)
+    plain, _ = _replay(None)
+    decayed, _ = _replay(3600.0)
+    p, d = summarize(plain), summarize(decayed)
+    assert set(p["queues"]) == {"a", "b"}
+    # b's first job waited 6 rounds per round only, at most 2 with history
+    assert d["queues"]["b"]["wait_max_s"] < p["queues"]["b"]["wait_max_s"]
+    for row in (p, d):
+        held = sum(q["gpu_hours"] for q in row["queues"].values())
+        asked = sum(r.job.gpus * (r.end_s - r.first_start_s) for r in plain.records) / 3600
+        assert held == pytest.approx(asked)  # every GPU-second held is one queue's
+        assert 0 < row["jain_index"] <= 1
+    written = write_outputs(tmp_path / "o", {"policies": [p]}, [plain], charts=False)
+    assert (tmp_path / "o" / "queues.csv") in written
+    assert "wait_max_s" in (tmp_path / "o" / "queues.csv").read_text()

@@ -81,7 +81,7 @@ def with_queue_files(inst: Instance, paths: list[Path]) -> Instance:
     """The instance with the queue documents of ``paths`` (errors name file and field)."""
     if not paths:
         return inst
-    from hyperplace.models.queue import QueueError, parse_queues
+    from hyperplace.models.queue import QueueError
 
     docs: list[tuple[str, dict]] = []
     for path in paths:
@@ -90,10 +90,8 @@ def with_queue_files(inst: Instance, paths: list[Path]) -> Instance:
                 raise InputError("expected a mapping (a queue document)", source=str(path),
                                  path=f"document {i + 1}")
             docs.append((f"{path}: document {i + 1}", doc))
-    types = {n.gpu_type for c in inst.clusters for n in c.nodes}
     try:
-        parse_queues(docs, known_types=types)
-        return inst.with_queues([d for _, d in docs])
+        return inst.with_queue_documents(docs)
     except (QueueError, ValueError) as exc:
         # "queues.yaml: document 2.spec.cohort" reads better as "document 2: spec.cohort"
         raise InputError(re.sub(r"(document \d+)\.", r"\1: ", str(exc))) from None

@@ -129,6 +129,19 @@ class Instance(HPModel):
                 raise ValueError(f"spec.queueUsage.{name}: unknown queue {name!r} "
                                  f"(queues: {', '.join(sorted(qs.queues))})")
 
+    def with_queue_documents(self, docs: list[tuple[str, dict[str, Any]]]) -> "Instance":
+        """This round with queue documents added, each error naming where it came from.
+
+        ``docs`` are ``(where, document)`` pairs (``queues.yaml: document 2``, ``queues[1]``):
+        the documents are parsed against the cluster's GPU types first, so a bad field is
+        reported as ``where.field.path`` (:class:`~hyperplace.models.queue.QueueError`);
+        then jobs naming undeclared queues are refused (``ValueError``, ``spec.jobs[i]...``).
+        ``hyperplace solve --queues``, ``simulate --queues`` and the service use this.
+        """
+        types = {n.gpu_type for c in self.spec.clusters for n in c.nodes}
+        parse_queues(docs, known_types=types)
+        return self.with_queues([d for _, d in docs])
+
     def with_queues(self, docs: list[dict[str, Any]]) -> "Instance":
         """This round with queue documents (Kueue/Volcano) added; checked like a file's."""
         spec = self.spec.model_copy(update={"queues": [*self.spec.queues, *docs]})

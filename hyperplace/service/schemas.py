@@ -36,13 +36,18 @@ class Body(BaseModel):
 class InstanceSource(Body):
     """Where the instance comes from: exactly one of ``instance`` (inline), ``bundled`` (a
     bundled instance's name, never a path) or ``cluster`` (a cluster stored with
-    ``PUT /v1/clusters/{name}``). ``jobs``, if given, replaces the instance's pending queue."""
+    ``PUT /v1/clusters/{name}``). ``jobs``, if given, replaces the instance's pending queue;
+    ``queues``, if given, adds queue documents (a bad field is a 422 naming ``queues[i]...``)."""
 
     instance: Annotated[Instance, SkipValidation] | None = None
     bundled: Name | None = None
     cluster: Name | None = None
     jobs: list[Annotated[TrainingJob, SkipValidation]] | None = Field(
         default=None, description="pending queue to solve instead of the instance's own")
+    queues: list[dict[str, Any]] | None = Field(
+        default=None, max_length=1000,
+        description="Kueue ResourceFlavor/ClusterQueue/LocalQueue/Cohort or Volcano Queue "
+                    "documents added to the instance's own, as `hyperplace solve --queues`")
 
     @model_validator(mode="after")
     def _one_source(self) -> "InstanceSource":
@@ -54,7 +59,7 @@ class InstanceSource(Body):
 
     def source_payload(self) -> dict[str, Any]:
         return {"instance": self.instance, "bundled": self.bundled, "cluster": self.cluster,
-                "jobs": self.jobs}
+                "jobs": self.jobs, "queues": self.queues}
 
 
 class PlacementRequest(InstanceSource):

@@ -189,7 +189,36 @@ def resolve_instance(src: dict[str, Any], ctx: WorkerContext) -> tuple[Any, str]
                                             "message": f"duplicate job name {j.name!r}"}])
             seen.add(j.name)
         inst = inst.with_jobs(jobs)
+    if src.get("queues"):
+        inst = with_queue_payload(inst, src["queues"], jobs_given=src.get("jobs") is not None)
     return inst, label
+
+
+def with_queue_payload(inst: Any, docs: list[Any], *, jobs_given: bool) -> Any:
+    """The instance with a request's ``queues`` documents, through the same library path as
+    ``hyperplace solve --queues`` (:meth:`Instance.with_queue_documents`); a bad document or a
+    job naming an undeclared queue is a 422 with the field path."""
+    from hyperplace.models.queue import QueueError
+
+    pairs = []
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise RequestProblem(422, [{"path": f"queues[{i}]",
+                                        "message": "expected a mapping (a queue document)"}])
+        pairs.append((f"queues[{i}]", doc))
+    try:
+        return inst.with_queue_documents(pairs)
+    except QueueError as exc:
+        raise RequestProblem(422, [{"path": exc.path, "message": exc.message}]) from None
+    except ValueError as exc:
+        msg = str(exc)
+        match = _PATH_PREFIX.match(msg)
+        path, message = (match.group(1), match.group(2)) if match else (None, msg)
+        if path and path.startswith("spec.jobs[") and jobs_given:
+            path = path.removeprefix("spec.")
+        elif path:
+            path = f"instance.{path}"
+        raise RequestProblem(422, [{"path": path, "message": message.splitlines()[0]}]) from None
 
 
 # ---- handlers -------------------------------------------------------------------------------

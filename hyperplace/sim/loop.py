@@ -60,8 +60,11 @@ class RoundLoop:
                  check: bool = False, half_life_s: float | None = None):
         self.state = ClusterState(instance)
         self.usage = QueueUsage(half_life_s)
-        # GPU-seconds each queue held (no decay): what the metrics report per queue
+        # GPU-seconds each queue held (no decay), in all and within ``window`` (the arrival
+        # window, set by the simulator): what the metrics report per queue
         self.gpu_seconds: dict[str, float] = {}
+        self.gpu_seconds_in_window: dict[str, float] = {}
+        self.window: tuple[float, float] | None = None
         self.policy = policy
         self.speed = speed or SpeedModel(self.state.base)
         self.check = check
@@ -84,8 +87,13 @@ class RoundLoop:
             held[r.job.queue] = held.get(r.job.queue, 0) + len(r.gpus)
         last = self.usage.time_s
         if last is not None and now > last:
+            lo, hi = self.window if self.window is not None else (last, now)
+            inside = max(0.0, min(now, hi) - max(last, lo))
             for q, g in held.items():
                 self.gpu_seconds[q] = self.gpu_seconds.get(q, 0.0) + g * (now - last)
+                if inside > 0:
+                    self.gpu_seconds_in_window[q] = \
+                        self.gpu_seconds_in_window.get(q, 0.0) + g * inside
         self.usage.advance(now, held)
 
     # ---- events -----------------------------------------------------------------------

@@ -14,6 +14,18 @@
   type or topology mismatch, or a policy that chose to wait).
 * GPU-hours lost to failures (work since the last checkpoint) and GPU-hours down.
 * Per-round solve time p50 / p99 / max, rounds, and rounds that fell back to greedy.
+
+Per queue (``queues``, when jobs name queues; :func:`queue_metrics`): jobs, finished, GPU-hours
+held (in all, and within the arrival window, while every queue's jobs were still coming),
+the longest wait (a job still waiting when the replay ends counts its wait so far), mean
+JCT, and GPU-hours lost to failures (work since the last checkpoint) and to preemption
+(none: the simulated policies never preempt; the field is there so a policy that does is
+measured alike). **Jain's fairness index** across queues relative to their weights:
+``J = (sum x)^2 / (n * sum x^2)`` with ``x_q`` = GPU-hours of queue ``q`` within the arrival
+window / its weight, over the ``n`` queues that submitted jobs; 1 when every queue got GPU-hours
+in proportion to its weight, ``1/n`` when one queue got everything. It is meaningful while
+every queue has work waiting (the bench's flood); a queue that asks for less than its weighted
+share lowers it without anything being unfair.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from hyperplace.io import write_atomic
 from hyperplace.sim.simulator import PolicyRun
 
 SLOWDOWN_FLOOR_S = 10.0
@@ -99,23 +112,49 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
         "fallback_rounds": sum(1 for r in run.rounds if r.fallback),
         "held_decisions": sum(r.held for r in run.rounds),
         "mean_speed": _mean([r.speeds[-1] for r in done if r.speeds]),
+        **queue_metrics(run),
     }
 
 
+def jain_index(values: list[float]) -> float | None:
+    """Jain's fairness index ``(sum x)^2 / (n * sum x^2)`` (None without values; 1 when all
+    are zero)."""
+    if not values:
+        return None
+    square = sum(x * x for x in values)
+    return 1.0 if square == 0 else sum(values) ** 2 / (len(values) * square)
+
+
+def queue_metrics(run: PolicyRun) -> dict[str, Any]:
+    """Per-queue figures and Jain's index across queues (module docstring); empty when every
+    job is in one queue."""
+    queues = sorted({r.job.queue for r in run.records})
+    if len(queues) < 2:
+        return {}
+    last = max([s.time_s for s in run.samples] + [r.end_s or 0.0 for r in run.records],
+               default=0.0)
+    per: dict[str, dict[str, Any]] = {}
+    for q in queues:
+        recs = [r for r in run.records if r.job.queue == q]
+        done = [r for r in recs if r.end_s is not None]
+        waits = [r.queued_s + (last - r.queued_since if r.queued_since is not None else 0.0)
+                 for r in recs]
+        per[q] = {
+            "weight": run.queue_weights.get(q, 1.0),
+            "jobs": len(recs), "finished": len(done),
+            "gpu_hours": run.queue_gpu_s.get(q, 0.0) / 3600,
+            "gpu_hours_in_window": run.queue_gpu_s_in_window.get(q, 0.0) / 3600,
+            "wait_max_s": max(waits, default=None),
+            "jct_mean_s": _mean([r.jct_s for r in done]),
+            "gpu_hours_lost_to_failures": sum(r.lost_gpu_s for r in recs) / 3600,
+            "gpu_hours_lost_to_preemption": 0.0,
+        }
+    jain = jain_index([per[q]["gpu_hours_in_window"] / max(per[q]["weight"], 1e-9)
+                       for q in queues])
+    return {"queues": per, "jain_index": jain}
+
+
 # ---- output ------------------------------------------------------------------------------
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (temp file + ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
 
 def _csv(rows: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
@@ -133,18 +172,21 @@ def job_rows(run: PolicyRun) -> list[dict[str, Any]]:
              "end_s": None if r.end_s is None else round(r.end_s, 3),
              "jct_s": None if r.jct_s is None else round(r.jct_s, 3),
              "queued_s": round(r.queued_s, 3), "restarts": r.restarts,
-             "lost_gpu_s": round(r.lost_gpu_s, 3),
+             "lost_gpu_s": round(r.lost_gpu_s, 3), "queue": r.job.queue,
              "speed": round(r.speeds[-1], 4) if r.speeds else None}
             for r in run.records]
 
 
 def write_outputs(out: Path, summary: dict[str, Any], runs: list[PolicyRun],
                   charts: bool = True) -> list[Path]:
-    """summary.json, policies.csv, jobs.csv, timeline.csv, rounds.csv (+ PNG charts)."""
+    """summary.json, policies.csv, jobs.csv, timeline.csv, rounds.csv, with queues
+    queues.csv (+ PNG charts)."""
+    out.mkdir(parents=True, exist_ok=True)
     written = []
     files = {
         "summary.json": json.dumps(summary, indent=2, default=str) + "\n",
-        "policies.csv": _csv(summary["policies"]),
+        "policies.csv": _csv([{k: v for k, v in row.items() if k != "queues"}
+                              for row in summary["policies"]]),
         "jobs.csv": _csv([row for run in runs for row in job_rows(run)]),
         "timeline.csv": _csv([{"policy": run.policy, "time_s": s.time_s, "busy": s.busy,
                                "free": s.free, "down": s.down, "queued": s.queued}
@@ -154,6 +196,10 @@ def write_outputs(out: Path, summary: dict[str, Any], runs: list[PolicyRun],
                              "queued": r.queued, "fallback": r.fallback, "status": r.status,
                              "held": r.held} for run in runs for r in run.rounds]),
     }
+    queue_rows = [{"policy": row["policy"], "queue": q, **fig}
+                  for row in summary["policies"] for q, fig in row.get("queues", {}).items()]
+    if queue_rows:
+        files["queues.csv"] = _csv(queue_rows)
     for name, text in files.items():
         write_atomic(out / name, text)
         written.append(out / name)

@@ -82,6 +82,7 @@ class PolicyRun:
     unfinished: int = 0
     notes: list[str] = field(default_factory=list)
     queue_gpu_s: dict[str, float] = field(default_factory=dict)  # GPU-seconds held per queue
+    queue_gpu_s_in_window: dict[str, float] = field(default_factory=dict)  # ... while arriving
     queue_weights: dict[str, float] = field(default_factory=dict)  # declared fair-share weights
 
 
@@ -93,6 +94,8 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
                       slurm_factor=config.slurm_factor)
     loop = RoundLoop(instance, pol, check=config.check, half_life_s=config.half_life_s)
     loop.speed = SpeedModel(loop.state.base, network=config.network)
+    if jobs:
+        loop.window = (min(j.submit_s for j in jobs), max(j.submit_s for j in jobs))
     for sw in config.fail_switches:
         loop.fail_switch(sw, 0.0)
     all_gpus = [(n, i) for n, node in loop.state.nodes.items() for i in range(node.gpu_count)]
@@ -193,7 +196,9 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
     return PolicyRun(policy=pol.name, records=records, rounds=rounds, samples=samples,
                      failures=failures, total_gpus=loop.state.total_gpus,
                      arrival_end_s=arrival_end, unfinished=unfinished,
-                     queue_gpu_s=dict(loop.gpu_seconds), queue_weights=weights)
+                     queue_gpu_s=dict(loop.gpu_seconds),
+                     queue_gpu_s_in_window=dict(loop.gpu_seconds_in_window),
+                     queue_weights=weights)
 
 
 def _apply_failure(loop: RoundLoop, f: Failure, t: float) -> list[str]:

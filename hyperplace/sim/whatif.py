@@ -51,7 +51,7 @@ from typing import Any, Callable
 
 from hyperplace.errors import InputError
 from hyperplace.models import Instance, Node
-from hyperplace.sim.metrics import write_atomic
+from hyperplace.io import write_atomic
 
 MAX_SCENARIOS = 2000
 BASE_KEYS = {"instance", "trace", "window", "workload", "load", "policy", "round", "budget",
