@@ -10,6 +10,11 @@ hyperplace's exact placement of the preemptor alone (CP-SAT) places it after the
 victims are stopped.
 
 Run: ``.venv/bin/python bench/bench_sharing.py`` (writes bench/results/sharing.md).
+
+Over time (``--over-time``, :func:`over_time`): three queues share 32 GPUs while one floods
+them; hyperplace with and without the fair-share history against the peers' queueing rules,
+per queue (Jain's index of weighted GPU-hours, longest wait, mean JCT, GPU-hours lost). It
+writes only its own marked section of bench/results/sharing.md.
 """
 
 from __future__ import annotations
@@ -183,5 +188,150 @@ def main() -> None:
     print("\n".join(out))
 
 
+# ---- over time: queues sharing a cluster while one floods it -----------------------------
+
+OVER_TIME_BEGIN = "<!-- over-time: bench_sharing.py --over-time writes this section -->"
+OVER_TIME_END = "<!-- /over-time -->"
+
+
+def flood_workload(inst):
+    """Three queues on 32 H100 GPUs: ``flood`` (weight 1) submits 48 one-node jobs of 4 GPUs
+    in the first 10 minutes, ``team-b`` (weight 2) an 8-GPU job every 15 minutes, ``team-c``
+    (weight 1) a 16-GPU (two-node) job every 40 minutes, all of one hour's work at reference
+    speed (A100; about 0.4 h on H100), over 2 hours of arrivals."""
+    from hyperplace.instances.generator import model_parallel_job, small_job
+    from hyperplace.sim.jobs import SimJob
+    from hyperplace.sim.workload import in_queue
+
+    rows = [(i * 12.5, f"flood-{i:02d}", 4, "flood") for i in range(48)]
+    rows += [(300 + i * 900, f"b-{i}", 8, "team-b") for i in range(8)]
+    rows += [(600 + i * 2400, f"c-{i}", 16, "team-c") for i in range(3)]
+    jobs = []
+    for t, name, gpus, queue in sorted(rows):
+        manifest = (small_job(name, "m", gpus) if gpus <= 8 else
+                    model_parallel_job(name, "m", replicas=gpus // 8, memory_gb=None,
+                                       dp_ib_gbps=None))
+        manifest, q = in_queue(manifest, queue, inst)
+        jobs.append(SimJob(name=name, submit_s=t, work_s=3600.0, gpus=gpus, manifest=manifest,
+                           queue=q))
+    return jobs
+
+
+def flood_instance():
+    from hyperplace.models import Cluster, FabricGenerator, FabricSpec, Instance, InstanceSpec, Node
+    from hyperplace.models.job import ObjectMeta
+
+    nodes = [Node(name=f"h{i}", gpu_type="H100-80", gpu_count=8) for i in range(4)]
+    cluster = Cluster(name="c", nodes=nodes, fabric=FabricSpec(generator=FabricGenerator(
+        type="fat-tree-2", nodes_per_leaf=2, spines=2)))
+    queues = []
+    for name, weight in (("flood", 1), ("team-b", 2), ("team-c", 1)):
+        queues.append({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+                       "metadata": {"name": name},
+                       "spec": {"cohort": "org", "fairSharing": {"weight": weight},
+                                "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
+                                                    "flavors": [{"name": "h100", "resources": [
+                                                        {"name": "nvidia.com/gpu",
+                                                         "nominalQuota": 32}]}]}]}})
+    inst = Instance(metadata=ObjectMeta(name="flood-32"), spec=InstanceSpec(clusters=[cluster]))
+    return inst.with_queues(queues)
+
+
+def over_time(budget_s: float = 0.5) -> list[str]:
+    """Replay the flood under hyperplace with and without decay and the peers' rules; every
+    round's plan checked. Returns the section's markdown lines."""
+    import copy
+    import resource
+
+    from hyperplace.sim.metrics import summarize
+    from hyperplace.sim.simulator import SimConfig, simulate
+
+    inst = flood_instance()
+    base = flood_workload(inst)
+    runs = [("hyperplace, half-life 1 h", "engine", 3600.0, 3600.0),
+            ("hyperplace, per-round fair share only", "engine", None, 3600.0),
+            ("hyperplace, half-life 1 h, no aging", "engine", 3600.0, 0.0),
+            ("hyperplace, per-round only, no aging", "engine", None, 0.0),
+            ("Volcano-style (proportion)", "volcano-proportion", None, 0.0),
+            ("Kueue-style (BestEffortFIFO, one queue order)", "kueue", None, 0.0),
+            ("Slurm-style (backfill, no fair-share factor)", "slurm", None, 0.0)]
+    rows = []
+    for label, policy, half_life, aging_s in runs:
+        config = SimConfig(round_s=60.0, budget_s=budget_s, solver="auto", check=True,
+                           half_life_s=half_life, aging_s=aging_s)
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+        t0 = time.perf_counter()
+        run = simulate(inst, copy.deepcopy(base), policy, config)
+        wall = time.perf_counter() - t0
+        cpu = resource.getrusage(resource.RUSAGE_SELF).ru_utime - cpu0
+        m = summarize(run)
+        q = m["queues"]
+        order = ("flood", "team-b", "team-c")
+        cell = lambda key, scale: " / ".join(  # noqa: E731
+            "-" if q[x][key] is None else f"{q[x][key] / scale:.2f}" for x in order)
+        lost = sum(q[x]["gpu_hours_lost_to_failures"] + q[x]["gpu_hours_lost_to_preemption"]
+                   for x in order)
+        rows.append(f"| {label} | {m['jain_index']:.3f} | "
+                    + " / ".join(f"{q[x]['gpu_hours_in_window']:.1f}" for x in order)
+                    + f" | {cell('wait_max_s', 3600)} | {cell('jct_mean_s', 3600)} | "
+                    f"{lost:.1f} | {m['finished']}/{m['jobs']} | {wall:.0f} / {cpu:.0f} |")
+        print(rows[-1], flush=True)
+    return [
+        OVER_TIME_BEGIN,
+        "## Over time: three queues, one floods the cluster",
+        "",
+        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {_commit()}",
+        f"- machine: {os.cpu_count()} CPUs ({_cpu()}), Python {platform.python_version()}; "
+        "shared by up to 7 engineers, so wall times are noisy (CPU time given beside them)",
+        "- command: `.venv/bin/python bench/bench_sharing.py --over-time`",
+        "- workload (`flood_workload`): 32 H100 (4 nodes, 2 per leaf); Kueue ClusterQueues in "
+        "one cohort, weights flood 1 / team-b 2 / team-c 1, nominal 32 each (quotas do not "
+        "bind: fair share alone decides); `flood` submits 48 x 4 GPUs in the first 10 min, "
+        "team-b 8 x 8 GPUs every 15 min, team-c 3 x 16 GPUs every 40 min; 1 h of work each at "
+        "reference speed; rounds every 60 s, engine budget "
+        f"{budget_s:g} s per round (solver auto), aging and reservation as shipped; every "
+        "round's state and plan checked (`SimConfig(check=True)`); no failures injected",
+        "- Jain: over GPU-hours within the arrival window divided by weight (1 = GPU-hours in "
+        "proportion to weight); per-queue cells are flood / team-b / team-c",
+        "- defragmentation: not compared (no per-round defrag mode in `solvers/defrag.py` yet)",
+        "",
+        "| policy | Jain (weighted) | GPU-h in window | longest wait h | mean JCT h | "
+        "GPU-h lost (failures + preemption) | finished | wall / CPU s |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        OVER_TIME_END,
+    ]
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def _cpu() -> str:
+    return next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
+                 if ln.startswith("model name")), platform.processor())
+
+
+def write_over_time(lines: list[str]) -> None:
+    """Replace (or append) the over-time section of sharing.md, leaving the rest as it is."""
+    path = ROOT / "bench" / "results" / "sharing.md"
+    text = path.read_text() if path.exists() else ""
+    section = "\n".join(lines) + "\n"
+    if OVER_TIME_BEGIN in text and OVER_TIME_END in text:
+        head, rest = text.split(OVER_TIME_BEGIN, 1)
+        tail = rest.split(OVER_TIME_END, 1)[1].lstrip("\n")
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 if __name__ == "__main__":
-    main()
+    if "--over-time" in sys.argv[1:]:
+        write_over_time(over_time())
+    else:
+        main()

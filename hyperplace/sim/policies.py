@@ -29,6 +29,19 @@ Peers, each with its own per-job placement rule (:mod:`hyperplace.sim.peers`) an
   BestEffort tasks (``pkg/scheduler/actions/backfill/backfill.go`` line 141: ``if
   !task.BestEffort { continue }``); a GPU job requests resources, so it is a no-op here.
   Placement by Volcano's HyperNode tier walk with binpack.
+* ``volcano-proportion``: Volcano's ``allocate`` with the ``proportion`` plugin, the queue-aware
+  discipline (volcano-sh/volcano at commit ed72c7c): each session every queue's *deserved*
+  GPUs are the cluster's GPUs shared by weight among queues, capped by what each requests
+  (allocated + pending) and raised to its guarantee
+  (``pkg/scheduler/plugins/proportion/proportion.go`` lines 199-266: a weighted water-fill);
+  queues are visited lowest ``share = allocated / deserved`` first (``QueueOrderFn``, lines
+  268-286; ``helpers.Share``, ``pkg/scheduler/api/helpers/helpers.go`` line 80), a queue with
+  ``deserved <= allocated`` is skipped (``AddOverusedFn``, lines 321-333; ``allocate.go``
+  line 294), one job is popped per visit (priority, then creation time) and placed only if
+  ``allocated + its GPUs <= deserved`` (``queueAllocatable``, lines 335-357), and the queue
+  goes back with its share updated (``allocate.go`` line 366). Placement by Volcano's
+  HyperNode tier walk with binpack. It has no memory across sessions: the share is of
+  what runs now.
 * ``slurm``: the backfill scheduler (SchedMD/slurm ``src/plugins/sched/backfill/backfill.c``):
   jobs in priority order; each job that cannot start now gets a reservation at its earliest
   start time on the nodes it would get then (``_add_reservation`` at line 3851), as long as
@@ -80,11 +93,11 @@ BF_MAX_JOB_TEST = 500
 # predicted run times under which the engine's short-job bonus adds one priority level each
 SHORT_THRESHOLDS_S = (3600.0, 6 * 3600.0, 24 * 3600.0)
 
-PEER_POLICIES = ("fifo", "kueue-strict", "kueue", "volcano", "slurm")
+PEER_POLICIES = ("fifo", "kueue-strict", "kueue", "volcano", "volcano-proportion", "slurm")
 POLICIES = ("engine", "engine-wait", *PEER_POLICIES)
 ALIASES = {"fifo-firstfit": "fifo", "kueue-style": "kueue", "kueue-besteffort": "kueue",
            "kueue-strictfifo": "kueue-strict", "volcano-style": "volcano",
-           "slurm-style": "slurm", "slurm-backfill": "slurm"}
+           "slurm-style": "slurm", "slurm-backfill": "slurm", "proportion": "volcano-proportion"}
 
 
 def canonical_policy(name: str) -> str:
@@ -168,6 +181,59 @@ class QueuePolicy(Policy):
                 starts[job.name] = got
             elif self.blocking:
                 break
+        solve_s = time.perf_counter() - t0
+        inst, plan = _plan(view, self.name, view.queue, starts, solve_s)
+        return Decision({k: _as_gpus(v) for k, v in starts.items()}, inst, plan, solve_s)
+
+
+class ProportionPolicy(Policy):
+    """Volcano ``allocate`` with the ``proportion`` plugin's queue order (module docstring)."""
+
+    name = "volcano-proportion"
+
+    def __init__(self, instance: Instance, seed: int = 0):
+        self.placer = PeerPlacer(instance, "volcano", seed)
+
+    def decide(self, view: RoundView) -> Decision:
+        from hyperplace.formulations.placement.quotas import water_fill
+
+        t0 = time.perf_counter()
+        fs = self.placer.state(view.state.instance([j.manifest for j in view.queue]))
+        qs = view.state.base.queue_set
+        allocated: dict[str, float] = {}
+        for r in view.running.values():
+            allocated[r.job.queue] = allocated.get(r.job.queue, 0) + len(r.gpus)
+        pending: dict[str, list[SimJob]] = {}
+        for j in sorted(view.queue, key=lambda j: (-j.manifest.priority, j.submit_s)):
+            pending.setdefault(j.queue, []).append(j)
+        names = sorted(set(allocated) | set(pending))
+        weight = {q: (qs.queues[q].weight if qs is not None and q in qs.queues else 1.0)
+                  for q in names}
+        guarantee = {q: (sum(x.nominal for x in qs.queues[q].quotas.values())
+                         if qs is not None and q in qs.queues else 0.0) for q in names}
+        request = {q: allocated.get(q, 0) + sum(j.gpus for j in pending.get(q, []))
+                   for q in names}
+        total = view.state.total_gpus - view.state.down_count()
+        deserved = water_fill(total, request, weight)
+        deserved = {q: max(deserved.get(q, 0.0), min(guarantee[q], request[q])) for q in names}
+
+        def share(q: str) -> float:
+            d, a = deserved[q], allocated.get(q, 0.0)
+            return (0.0 if a == 0 else 1.0) if d == 0 else a / d
+
+        starts: dict[str, dict[str, list[GPURef]]] = {}
+        live = [q for q in names if pending.get(q)]
+        while live:
+            q = min(live, key=lambda x: (share(x), x))
+            if deserved[q] <= allocated.get(q, 0.0) or not pending[q]:
+                live.remove(q)  # overused, or nothing left to try
+                continue
+            job = pending[q].pop(0)
+            if allocated.get(q, 0.0) + job.gpus <= deserved[q] + 1e-9:
+                got = self.placer.place(job.manifest, fs)
+                if got is not None:
+                    starts[job.name] = got
+                    allocated[q] = allocated.get(q, 0.0) + job.gpus
         solve_s = time.perf_counter() - t0
         inst, plan = _plan(view, self.name, view.queue, starts, solve_s)
         return Decision({k: _as_gpus(v) for k, v in starts.items()}, inst, plan, solve_s)
@@ -490,6 +556,8 @@ def make_policy(name: str, instance: Instance, *, budget_s: float = 1.0, solver:
                             wait=key == "engine-wait", seed=seed)
     if key == "slurm":
         return SlurmBackfill(instance, factor=slurm_factor, seed=seed)
+    if key == "volcano-proportion":
+        return ProportionPolicy(instance, seed)
     rule, blocking = {"fifo": ("slurm", True), "kueue-strict": ("kueue", True),
                       "kueue": ("kueue", False), "volcano": ("volcano", False)}[key]
     return QueuePolicy(key, instance, rule, blocking, seed)
