@@ -27,6 +27,11 @@ def started_as_command() -> None:
     _AS_COMMAND = True
 
 
+def is_command() -> bool:
+    """True in a ``hyperplace`` command's own process (see :func:`started_as_command`)."""
+    return _AS_COMMAND
+
+
 def process_start() -> float:
     """``time.perf_counter()`` value at which this process started.
 

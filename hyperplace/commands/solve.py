@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import sys
 import time
@@ -22,6 +23,7 @@ from hyperplace.commands.common import (
     write_output,
     Format,
 )
+from hyperplace.deadline import is_command
 from hyperplace.errors import InputError
 from hyperplace.io import dump, load_documents, parse
 from hyperplace.models.instance import Instance
@@ -48,6 +50,19 @@ class Preemption(StrEnum):
     never = "never"
     lower_priority = "lower-priority"
     reclaim_within_cohort = "reclaim-within-cohort"
+
+
+def pause_collector() -> None:
+    """Turn Python's cyclic garbage collector off for the rest of a command's own process.
+
+    Reading and solving a round allocate millions of long-lived objects (nodes, fabric
+    links, views) and almost no reference cycles; the collector re-walking them was a third
+    of the CPU time of a 131,072-GPU solve (7.1 s -> 4.7 s without it). Reference counting
+    still frees everything else, and the process ends with the command. In-process callers
+    (tests, the service's workers) keep their collector.
+    """
+    if is_command():
+        gc.disable()
 
 
 def resolve_instance(instance: str | None, cluster: Path | None, jobs: Path | None) -> Instance:
@@ -243,6 +258,7 @@ def solve_command(
     from hyperplace.solvers.driver import solve_placement
 
     began = time.perf_counter()
+    pause_collector()
     check_budget(budget)
     file_fmt = file_format(fmt.value if fmt is not None else None, output) if output else None
     if draw is not None and draw.suffix.lower() != ".svg":

@@ -121,6 +121,8 @@ class Cluster(HPModel):
         if self.fabric.generator is None:
             return Fabric(switches=self.fabric.switches, links=self.fabric.links)
         gen = self.fabric.generator.build(self.nodes)
+        if not self.fabric.switches and not self.fabric.links:
+            return gen  # nothing added: the generated fabric itself (not validated twice)
         return Fabric(kind=gen.kind, switches=[*gen.switches, *self.fabric.switches],
                       links=[*gen.links, *self.fabric.links])
 
