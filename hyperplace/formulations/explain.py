@@ -22,8 +22,8 @@ from hyperplace.formulations.placement import (
     UnitClass,
 )
 
-#: Past this many pending jobs, the "does it fit alone?" probe is skipped (it costs a greedy
-#: trial per job); the static reasons are still given.
+#: Past this many job shapes, the "does it fit alone?" probe is skipped (it costs a greedy
+#: trial per shape); the static reasons are still given.
 MAX_CONTENTION_PROBES = 400
 
 #: ``fits_alone(job)``: whether the job could be placed on the round's free GPUs if it were
@@ -113,16 +113,23 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
             fits_alone: FitProbe | None = None) -> dict[int, list[str]]:
     """Reasons for every job the assignment leaves out.
 
+    Jobs of one shape (:meth:`PlacementProblem.job_shape`: the same units, requirements and
+    queue) get the same analysis, done once: the reasons that hold on an empty round and
+    whether the job fits alone on the round's free GPUs depend on nothing else, and whom it
+    lost to depends on its GPU types and priority only. A queue of 16,000 jobs has a few
+    dozen shapes.
+
     Parameters
     ----------
     p : PlacementProblem
         The round.
     assignment : Assignment
-        The plan's placements (job index -> units).
+        The plan's placements (job index -> units); jobs in its ``untried`` were never
+        searched (greedy ran out of time first) and are told so.
     deadline : float, optional
-        A ``time.perf_counter()`` value: the per-job "does it fit alone?" probe and the
-        per-job requirement analysis stop there, so that explanations never break a solve's
-        budget (later jobs get the static reasons, then a generic one).
+        A ``time.perf_counter()`` value: past it the per-shape analysis stops, so that
+        explanations never break a solve's budget; the jobs left get a cheaper reason that
+        is still true and says that the analysis was skipped.
     fits_alone : FitProbe, optional
         Whether a job fits alone on the round's free GPUs; without it, contention is not
         analysed per job.
@@ -134,6 +141,9 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
     """
     facts = _Facts(p)
     rivals_by_types: dict[frozenset[str], list[JobView]] = {}
+    static: dict[tuple[object, ...], list[str]] = {}  # shape -> reasons on an empty round
+    alone: dict[tuple[object, ...], bool] = {}  # shape -> fits alone on the free GPUs
+    lost: dict[tuple[frozenset[str], int], list[str]] = {}  # (types, priority) -> rivals
     out: dict[int, list[str]] = {}
     probes = 0
     quota_use = _admitted_quota_use(p, assignment) if p.quotas.active else {}
@@ -144,24 +154,36 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
         if jv.index in assignment.notes:
             reasons.append(f"dropped when mapping to GPUs: {assignment.notes[jv.index]}")
         late = deadline is not None and time.perf_counter() >= deadline
-        if not reasons and not late:  # past the deadline: the generic reason below
-            reasons = _static_reasons(p, facts, jv)
+        shape = p.job_shape(jv)
+        if not reasons and (shape in static or not late):  # late: a cheaper reason below
+            if shape not in static:
+                static[shape] = _static_reasons(p, facts, jv)
+            reasons = list(static[shape])
         if not reasons and p.quotas.active:
             reasons = _quota_reasons(p, jv, assignment, quota_use)
+        if not reasons and jv.index in assignment.untried:
+            reasons = ["not tried: the time budget ran out before the search reached it "
+                       "(jobs are tried highest priority first); a larger budget would try it"]
         if not reasons:
-            if fits_alone is not None and probes < MAX_CONTENTION_PROBES and \
-                    (deadline is None or time.perf_counter() < deadline):
+            if fits_alone is not None and shape not in alone and \
+                    probes < MAX_CONTENTION_PROBES and not late:
                 probes += 1
-                if fits_alone(jv):
-                    reasons = _contention(p, jv, assignment, rivals_by_types)
-                else:
-                    shape = " + ".join(f"{uc.count}x{uc.size}" for uc in jv.classes)
-                    reasons = [f"fragmented: enough eligible GPUs are free, but not as {shape} "
-                               f"GPUs meeting the NVLink and {_hop_words(jv.hop_limit)} "
-                               "constraints together"]
+                alone[shape] = fits_alone(jv)
+            if shape in alone and alone[shape]:
+                key = (p.types_for(jv.classes), jv.priority)
+                if key not in lost:
+                    lost[key] = _contention(p, jv, assignment, rivals_by_types)
+                reasons = list(lost[key])
+            elif shape in alone:
+                desc = " + ".join(f"{uc.count}x{uc.size}" for uc in jv.classes)
+                reasons = [f"fragmented: enough eligible GPUs are free, but not as {desc} "
+                           f"GPUs meeting the NVLink and {_hop_words(jv.hop_limit)} "
+                           "constraints together"]
             else:
-                reasons = ["not admitted: the GPUs it could use went to other jobs this round "
-                           "(per-job analysis skipped: very large queue, or the budget was spent)"]
+                why = ("the time budget was spent; a larger budget gives the full reason"
+                       if late else "no fit probe was given" if fits_alone is None
+                       else f"more than {MAX_CONTENTION_PROBES} distinct job shapes")
+                reasons = [f"not admitted in this plan (per-job analysis skipped: {why})"]
         out[jv.index] = reasons
     return out
 

@@ -42,6 +42,9 @@ class Assignment:
     units: dict[int, list[PlacedUnit]] = field(default_factory=dict)  # job index -> units
     notes: dict[int, str] = field(default_factory=dict)  # job index -> why it was dropped
     stopped: set[int] = field(default_factory=set)  # victims preempted (problem.victims)
+    #: pending jobs no search tried before the deadline (greedy cut short), so that their
+    #: explanation says so instead of blaming other jobs
+    untried: set[int] = field(default_factory=set)
 
     def used(self) -> dict[str, set[int]]:
         """GPUs in use per node."""

@@ -175,16 +175,10 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         est = estimate_vars(problem)
         if est > budget.vars_per_second(backend_name) * max(0.0, left() - reserve):
             status = SolveStatus.FALLBACK
-            spent = budget_s - (deadline - start)
-            if left() - reserve <= 0 and spent > 0.5:
-                # the command's start-up and reading used the budget (a cold start on a busy
-                # machine): say so, rather than blame the model's size
-                message = (f"{backend_name}: start-up and reading used {spent:.1f} s of the "
-                           f"{budget_s:g} s budget, leaving no time to solve; returning "
-                           "greedy's plan (give a larger --budget)")
-            else:
-                message = (f"{backend_name}: model of about {est} variables is too large for "
-                           f"the {budget_s:g} s budget; returning greedy's plan")
+            message = _not_run(backend_name, est, budget.vars_per_second(backend_name),
+                               budget_s, max(0.0, left() - reserve), reserve,
+                               reading=budget_s - (deadline - start),
+                               building=greedy_start - start, greedy=greedy_s)
         else:
             backend = make_backend(backend_name, params)  # imported only when it will run
             pm = build_model(problem)
@@ -243,7 +237,13 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
             message += ("; every job that can run is admitted, so objective 1 is optimal "
                         "(lower objectives not proven)")
     gaps = _objective_gaps(problem, pm, raw_used, terms, objective, bound, status)
-    reasons = explain(problem, chosen, deadline=deadline,
+    if chosen.untried:
+        message += ("; " if message.strip() else "") + (
+            f"greedy ran out of time: {len(chosen.untried)} pending jobs were not tried "
+            "(their reasons say so)")
+    # the explanations stop in time for the plan to be built (~10 us per job and free GPU)
+    reasons = explain(problem, chosen,
+                      deadline=deadline - 1e-5 * (len(problem.jobs) + problem.free_gpus),
                       fits_alone=fit_probe(problem, params.greedy))
     stats = SolveStats(status=status, solver=name, objective=objective, bound=bound,
                        gap=relative_gap(objective, bound), objective_gaps=gaps,
@@ -252,6 +252,21 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     if warm is not None:
         warm.remember(problem, chosen)
     return to_plan(problem, chosen, stats, reasons, terms)
+
+
+def _not_run(backend: str, est: int, per_second: int, budget_s: float, available: float,
+             reserve: float, *, reading: float, building: float, greedy: float) -> str:
+    """Why the exact backend was not started, with where the budget went."""
+    spent = [f"start-up and reading used {reading:.1f} s" if reading >= 0.05 else "",
+             f"building the problem {building:.1f} s", f"greedy {greedy:.1f} s",
+             f"{reserve:.1f} s kept for the plan and its explanations"]
+    text = (f"{backend}: not run: a model of about {est:,} variables needs about "
+            f"{est / per_second:.1f} s, {available:.1f} s were left ("
+            + ", ".join(x for x in spent if x) + f" of the {budget_s:g} s budget); "
+            "returning greedy's plan")
+    if available <= 0 and reading > 0.5:
+        text += " (give a larger --budget)"
+    return text
 
 
 def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolution | None,

@@ -355,9 +355,11 @@ def _one_pass(p: PlacementProblem, order: list[JobView], params: GreedyParams,
     state = State(p)
     ledger = QuotaLedger(p)
     out = Assignment()
-    for jv in order:
+    for k, jv in enumerate(order):
         if deadline is not None and time.perf_counter() > deadline:
-            break  # out of time: the jobs not reached stay pending (all of lower priority)
+            # out of time: the jobs not reached stay pending (all of lower priority)
+            out.untried = {j.index for j in order[k:] if not j.impossible}
+            break
         placed = _place_within_quota(p, jv, state, ledger, params.max_domain_trials)
         if placed is not None:
             out.units[jv.index] = placed
@@ -378,9 +380,11 @@ def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
         A ``time.perf_counter()`` value: a pass stops placing jobs there (the plan stays
         valid; jobs not reached stay pending), and the second pass is skipped when the
         first one's time no longer fits before it. A deadline already past when greedy
-        starts gets one whole pass: an empty plan would answer nothing.
+        starts gets one whole pass: an empty plan would answer nothing. The priority repair
+        stops at the deadline either way (jobs it did not reach keep greedy's verdict).
     """
     params = params or _DEFAULTS
+    repair_deadline = deadline
     if deadline is not None and time.perf_counter() >= deadline:
         # the budget was gone before solving began (a cold start on a busy machine): one
         # whole pass is still the answer, late but not empty (the plan reports its runtime)
@@ -399,7 +403,7 @@ def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
             passes_started = begun
         passes.append(_one_pass(p, order, params, deadline))
     best = max(passes, key=lambda a: _score(p, a))
-    return repair_priority(p, best, params, deadline)
+    return repair_priority(p, best, params, repair_deadline)
 
 
 def fit_probe(p: PlacementProblem, params: GreedyParams | None = None) -> FitProbe:
@@ -434,7 +438,8 @@ def repair_priority(p: PlacementProblem, a: Assignment,
     one GPU of a higher class outweighs all GPUs of the lower ones.
     """
     trials = (params or _DEFAULTS).max_domain_trials
-    out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped))
+    out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped),
+                     untried=set(a.untried))
     # a job on GPUs of a preempted job stays where it is (only it may use them)
     on_victims = {j for j, units in a.units.items() for u in units for node, gpus in u.pieces
                   if set(gpus) & set(p.node_by_name[node].stoppable)}
@@ -461,6 +466,7 @@ def repair_priority(p: PlacementProblem, a: Assignment,
             break
         if jv.index in out.units:
             continue
+        out.untried.discard(jv.index)
         key = (p.job_shape(jv), jv.priority)
         if failed.get(key) == version:
             continue

@@ -24,6 +24,7 @@ the GPU catalog and the queues are the same (what a job view depends on besides 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -67,6 +68,21 @@ class TypeRequirement(Protocol):
 
     @property
     def min_memory_gb(self) -> float: ...
+
+
+#: View fields that name a job or unit rather than describe what it needs.
+_JOB_IDENTITY = frozenset({"index", "job", "priority", "classes", "impossible"})
+_CLASS_IDENTITY = frozenset({"index", "job", "units"})
+
+
+def _fields_key(view: object, skip: frozenset[str]) -> tuple[object, ...]:
+    """The view's dataclass fields but ``skip``, hashable (lists as tuples)."""
+    out: list[object] = []
+    for f in dataclasses.fields(view):  # type: ignore[arg-type]
+        if f.name not in skip:
+            value = getattr(view, f.name)
+            out.append((f.name, tuple(value) if isinstance(value, list) else value))
+    return tuple(out)
 
 
 class PlacementProblem:
@@ -323,7 +339,8 @@ class PlacementProblem:
         jv.classes.append(uc)
 
     def job_shape(self, jv: JobView) -> tuple[object, ...]:
-        """Everything the placement rules read of a job, names and priority aside.
+        """Everything the placement rules (and the explanations) read of a job, its name and
+        priority aside.
 
         Two jobs of one shape fit exactly the same GPU sets, so a search that failed for one
         (greedy's priority repair) or an explanation found for one (``explain``) holds for the
@@ -331,11 +348,10 @@ class PlacementProblem:
         """
         shape = self._shapes.get(jv.index)
         if shape is None:
-            shape = (jv.gpus, jv.hop_limit, jv.min_ib_gbps, jv.queue,
+            # every field of the views but identity: a field added later is included too
+            shape = (_fields_key(jv, _JOB_IDENTITY),
                      tuple(r.code for r in jv.impossible),
-                     tuple((uc.group_type, uc.count, uc.size, tuple(uc.pieces), uc.hop_limit,
-                            uc.gpu_types, uc.min_memory_gb, uc.min_nvlink_gbps, uc.min_ib_gbps,
-                            uc.parts) for uc in jv.classes))
+                     tuple((uc.count, _fields_key(uc, _CLASS_IDENTITY)) for uc in jv.classes))
             self._shapes[jv.index] = shape
         return shape
 
