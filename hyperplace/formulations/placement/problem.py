@@ -76,12 +76,20 @@ _CLASS_IDENTITY = frozenset({"index", "job", "units"})
 
 
 def _fields_key(view: object, skip: frozenset[str]) -> tuple[object, ...]:
-    """The view's dataclass fields but ``skip``, hashable (lists as tuples)."""
+    """The view's dataclass fields but ``skip``, hashable (lists as tuples; anything else
+    unhashable by its repr, which tells equal values apart from unequal ones or, at worst,
+    equal ones apart: never a false match)."""
     out: list[object] = []
     for f in dataclasses.fields(view):  # type: ignore[arg-type]
         if f.name not in skip:
             value = getattr(view, f.name)
-            out.append((f.name, tuple(value) if isinstance(value, list) else value))
+            if isinstance(value, list):
+                value = tuple(value)
+            try:
+                hash(value)
+            except TypeError:
+                value = repr(value)
+            out.append((f.name, value))
     return tuple(out)
 
 
