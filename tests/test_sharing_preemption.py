@@ -6,6 +6,8 @@ Nodes of 8 H100, two per leaf; optima by hand in each test.
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hyperplace.check import check
 from hyperplace.models.instance import RunningJob
@@ -277,3 +279,63 @@ def test_checker_refuses_a_preemption_whose_gpus_only_a_lower_job_reuses():
                        for u in plan.placements]})
     codes = {v.code for v in check(swapped, inst)}
     assert "preempt-reuse" in codes
+
+
+# ---- random tiny rounds: every backend's plan checked, exact >= greedy on objective 1 ------
+
+@st.composite
+def _rounds(draw):
+    nodes, running, k = [], [], 0
+    for i in range(draw(st.integers(2, 3))):
+        alloc, g = {}, 0
+        while g < 8:
+            size = draw(st.sampled_from([s for s in (1, 2, 4, 8) if s <= 8 - g]))
+            if draw(st.booleans()):  # leave these GPUs free
+                g += size
+                continue
+            name = f"r{k}"
+            k += 1
+            alloc.update({x: name for x in range(g, g + size)})
+            running.append(RunningJob(name=name, priority=draw(st.integers(1, 3)),
+                                      checkpoint_age_s=draw(st.sampled_from([0, 10, 100]))))
+            g += size
+        nodes.append(node(f"n{i}", allocated=alloc))
+    jobs = [job(f"p{i}", tp=draw(st.sampled_from([2, 4, 8])),
+                replicas=draw(st.integers(1, 2)), priority=draw(st.integers(1, 4)))
+            for i in range(draw(st.integers(1, 3)))]
+    return _with_running(instance(nodes, jobs), running)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inst=_rounds())
+def test_random_rounds_are_checked_and_exact_is_at_least_greedy(inst):
+    greedy = _solve(inst, "greedy")
+    exact = _solve(inst, "cpsat")
+    assert exact.objective >= greedy.objective - 1e-9
+    if exact.status.value == "optimal":
+        milp = _solve(inst, "milp")
+        assert abs(milp.objective - exact.objective) < 1e-6
+        assert milp.objective_terms["preempted_lost_gpu_seconds"] == \
+            exact.objective_terms["preempted_lost_gpu_seconds"] or milp.status.value != "optimal"
+
+
+@st.composite
+def _rounds_with_queues(draw):
+    from test_sharing_quotas import _cq, _in_queue
+
+    inst = draw(_rounds())
+    queues = ("a", "b")
+    running = [r.model_copy(update={"queue": draw(st.sampled_from(queues))})
+               for r in inst.spec.running_jobs]
+    jobs = [_in_queue(j, draw(st.sampled_from(queues))) for j in inst.jobs]
+    inst = _with_running(inst.with_jobs(jobs), running)
+    return inst.with_queues([_cq(q, draw(st.sampled_from([0, 4, 8, 16])), cohort="org")
+                             for q in queues])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inst=_rounds_with_queues())
+def test_random_reclaim_rounds_are_checked(inst):
+    greedy = _solve(inst, "greedy", policy="reclaim-within-cohort")
+    exact = _solve(inst, "cpsat", policy="reclaim-within-cohort")
+    assert exact.objective >= greedy.objective - 1e-9

@@ -5,11 +5,13 @@ Recomputed from the instance, not from the solver's bookkeeping:
 * each victim is a running job (``preempt-unknown``), listed once (``preempt-duplicate``),
   with its GPUs and lost work (GPUs x ``checkpointAgeS``) stated right (``preempt-lost-work``);
 * each preemption was needed (``preempt-unneeded``): with that victim put back (running
-  on its GPUs, every other preemption kept), the plan is checked again by the placement
-  rules (:func:`hyperplace.check.check`, on the instance with only the other victims
-  released) and must then break one of them (a GPU of the victim used twice). A plan
-  that stays valid with the victim kept would be higher on objective 1 without the
-  preemption (the running job counts there), so the preemption was not needed;
+  on its GPUs, every other preemption kept), the plan's placements are checked again by
+  the placement rules (:func:`hyperplace.check.check`, on the instance with only the
+  other victims released) and must then break one that they do not break with every
+  victim released: a GPU of the victim used twice, or a quota exceeded (a queue that
+  reclaims its nominal quota may need a borrower stopped wherever it runs). A plan that
+  stays valid with the victim kept would be higher on objective 1 without the preemption
+  (the running job counts there), so the preemption was not needed;
 * preempted GPUs are reused only by jobs that outrank the victim, or (``why:
   reclaim-within-cohort``) by jobs of another queue in the victim's cohort
   (``preempt-reuse``).
@@ -75,22 +77,25 @@ def preemption_problems(plan: PlacementPlan, instance: Instance
                         f"outrank it (priority {victim.priority})"
                         + (" nor reclaims within its cohort" if p.why != "lower-priority" else "")))
     victims = [p.job for p in plan.preemptions if p.job in held]
+    base = _recheck(plan, instance, victims, reserve)
     for v in dict.fromkeys(victims):
-        if not _needed(plan, instance, v, victims, reserve - set(held[v])):
+        if not _recheck(plan, instance, [x for x in victims if x != v],
+                        reserve - set(held[v])) - base:
             out.append(("preempt-unneeded", v,
                         "the plan stays valid with it running: it could keep running"))
     return out, released(instance, victims, reserve=reserve)
 
 
-def _needed(plan: PlacementPlan, instance: Instance, victim: str, victims: list[str],
-            reserve: set[tuple[str, int]]) -> bool:
-    """Whether the plan breaks a placement rule with ``victim`` put back: re-checked with
-    the placement checker on the instance with only the other victims released."""
+def _recheck(plan: PlacementPlan, instance: Instance, victims: list[str],
+             reserve: set[tuple[str, int]]) -> set[tuple[str, str, str]]:
+    """The placement rules the plan's placements break on the instance with only
+    ``victims`` released (the placement checker, claims aside): a preemption is needed
+    when putting its victim back adds a violation (a GPU used twice, a quota exceeded)."""
     from hyperplace.check.placement import check
 
-    others = [v for v in victims if v != victim]
-    kept = released(instance, others, reserve=reserve)
+    kept = released(instance, victims, reserve=reserve)
     trial = plan.model_copy(update={"preemptions": [], "objective": None, "bound": None,
                                     "gap": None, "objective_terms": {},
                                     "preemption_policy": None})
-    return any(v.code in ("gpu-allocated", "gpu-reused") for v in check(trial, kept))
+    return {(v.code, v.job or "", v.message) for v in check(trial, kept)
+            if not v.code.startswith("claim-")}

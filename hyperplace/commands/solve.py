@@ -245,8 +245,9 @@ def solve_command(
     preemption: Annotated[Preemption, typer.Option(
         "--preemption", help="may running jobs (spec.runningJobs: priority, queue, "
         "checkpointAgeS) be stopped: never, for a higher-priority job, or also for a queue "
-        "reclaiming its nominal quota from borrowers in its cohort; victims with the least "
-        "lost work, only when the preemptor is then placed whole")] = Preemption.never,
+        "reclaiming its nominal quota from borrowers in its cohort; decided in the same "
+        "model: lower-priority victims first, then least lost work, then fewest victims, "
+        "only when the preemptor is then placed whole")] = Preemption.never,
     running_moveable: Annotated[bool, typer.Option(
         "--running-moveable", help="running jobs with a manifest in spec.runningJobs[].job may "
         "migrate (checkpoint, restart elsewhere) when that places a pending job the round "
@@ -282,15 +283,11 @@ def solve_command(
             plan = solve_with_migration(
                 inst, solver=solver.value, budget_s=max(0.05, deadline - time.perf_counter()),
                 policy=policy.value, seed=seed)
-        elif preemption != Preemption.never:
-            from hyperplace.solvers.preemption import solve_with_preemption
-
-            plan = solve_with_preemption(
-                inst, preemption=preemption.value, solver=solver.value,
-                budget_s=max(0.05, deadline - time.perf_counter()), policy=policy.value, seed=seed)
         else:
-            plan = solve_placement(inst, solver=solver.value, budget_s=budget, policy=policy.value,
-                                   seed=seed, deadline=deadline)
+            # with --preemption the victims are variables of the same model (one solve)
+            plan = solve_placement(inst, solver=solver.value, budget_s=budget,
+                                   policy=policy.value, seed=seed, deadline=deadline,
+                                   preemption=preemption.value)
         # which instance a later `hyperplace check PLAN` may use without options: a bundled
         # name only; a file is named for the record, and check reads it only when asked
         source = None if cluster is not None else (instance or plan.metadata.instance)

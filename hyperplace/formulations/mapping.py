@@ -165,13 +165,12 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
             out.units[j] = units
         else:
             out.notes[j] = "pieces could not be grouped into units"
-    out.stopped = used_victims(p, out)
+    out.stopped = needed_victims(p, out, stopped)
     return out
 
 
 def used_victims(p: PlacementProblem, a: Assignment) -> set[int]:
-    """Victims whose GPUs the assignment uses: those that must be stopped (a victim
-    stopped by the solver but whose GPUs nobody uses keeps running)."""
+    """Victims whose GPUs the assignment uses."""
     out: set[int] = set()
     for units in a.units.values():
         for u in units:
@@ -179,6 +178,42 @@ def used_victims(p: PlacementProblem, a: Assignment) -> set[int]:
                 held = p.node_by_name[node].stoppable
                 out.update(held[g] for g in gpus if g in held)
     return out
+
+
+def needed_victims(p: PlacementProblem, a: Assignment, stopped: set[int]) -> set[int]:
+    """The victims of ``stopped`` the assignment needs: those whose GPUs it uses, and
+    those whose quota it needs (a stopped job no longer counts against its queue, so a
+    queue reclaiming its nominal quota may need a borrower stopped wherever it runs).
+    Every other one keeps running (tried highest level first, then most lost work)."""
+    keep = used_victims(p, a) & stopped
+    if not p.quotas.active:
+        return keep
+    book = p.quotas
+    use: dict[tuple[str, str], float] = defaultdict(float)
+    for j, units in a.units.items():
+        for u in units:
+            for node, gpus in u.pieces:
+                t = p.node_by_name[node].gpu_type.name
+                for key, n in book.usage(p.jobs[j].queue, t, len(gpus)).items():
+                    use[key] += n
+
+    gone: dict[tuple[str, str], float] = defaultdict(float)  # stopped jobs' usage
+
+    def count(v: int, sign: int) -> None:
+        for node, _ in p.victims[v].gpus:
+            t = p.node_by_name[node].gpu_type.name
+            for key, n in book.usage(p.victims[v].queue, t, 1).items():
+                gone[key] += sign * n
+
+    for v in stopped:
+        count(v, +1)
+    order = sorted(stopped - keep, key=lambda v: (-p.victims[v].level, -p.victims[v].lost))
+    for v in order:
+        count(v, -1)
+        if not book.allows(use, gone):
+            count(v, +1)
+            keep.add(v)
+    return keep
 
 
 def _victim_node(p: PlacementProblem, node: NodeView,
@@ -350,9 +385,13 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
 
 
 def preemptions(p: PlacementProblem, a: Assignment) -> list[Preemption]:
-    """One entry per stopped victim: why, for whom (the highest-priority job using its
+    """One entry per stopped victim: why (``reclaim-within-cohort`` when a job that does
+    not outrank it uses its GPUs or quota), for whom (the highest-priority job using its
     GPUs, then the one using most of them), its GPUs and its lost work."""
     users: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for v in a.stopped:  # a victim stopped for quota: the jobs allowed to stop it that run
+        for j in p.victims[v].allowed & set(a.units):
+            users[v][j] = 0
     for j, units in a.units.items():
         for u in units:
             for node, gpus in u.pieces:
@@ -365,8 +404,9 @@ def preemptions(p: PlacementProblem, a: Assignment) -> list[Preemption]:
         victim = p.victims[v]
         by = users.get(v, {})
         user = min(by, key=lambda j: (-p.jobs[j].priority, -by[j], p.jobs[j].name)) if by else None
-        out.append(Preemption(job=victim.name,
-                              why=victim.why(user) if user is not None else "lower-priority",
+        # reclaim when any job on its GPUs (or needing its quota) reclaims, not outranks
+        why = "reclaim-within-cohort" if set(by) & victim.reclaim_only else "lower-priority"
+        out.append(Preemption(job=victim.name, why=why,
                               preemptor=p.jobs[user].name if user is not None else "",
                               gpus=len(victim.gpus), lost_gpu_seconds=victim.lost))
     return out

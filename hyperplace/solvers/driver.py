@@ -307,15 +307,17 @@ def _weighted(p: PlacementProblem, a: Assignment) -> int:
 
 
 def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
-           ) -> tuple[int, float, int]:
-    """Objective 1, then the fair-share objective (it ranks above admitted jobs: a plan that
-    serves an under-served queue with fewer, larger jobs is the better one), then jobs."""
+           ) -> tuple[int, float, int, float, int]:
+    """Objective 1, then (with preemption) less lost work and fewer victims, then the
+    fair-share objective (it ranks above admitted jobs: a plan that serves an under-served
+    queue with fewer, larger jobs is the better one), then jobs."""
     fair = 0.0
     if pm is not None and any(o.name == "fair_share" for o in pm.lm.objectives):
         values = encode(pm, a)
         if values is not None:
             fair = objective_terms(pm, values).get("fair_share", 0.0)
-    return _weighted(p, a), fair, len(a.units)
+    lost = sum(p.victims[v].lost_units for v in a.stopped)
+    return _weighted(p, a), -lost, -len(a.stopped), fair, len(a.units)
 
 
 def _weighted_bound(p: PlacementProblem, raw: RawSolution) -> float | None:

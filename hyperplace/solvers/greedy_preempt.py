@@ -18,12 +18,13 @@ with ``--preemption`` (``--solver greedy``, or a fallback) and the exact backend
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 
-from hyperplace.formulations.mapping import Assignment
+from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.formulations.placement.preemption import Victim
-from hyperplace.solvers.greedy import QuotaLedger, State, try_place_job
+from hyperplace.solvers.greedy import State, try_place_job
 from hyperplace.solvers.params import GreedyParams
 
 #: Victims tried per pending job (least lost work first), and victim sets tried per job.
@@ -63,12 +64,14 @@ def greedy_preempt(p: PlacementProblem, a: Assignment, params: GreedyParams | No
         return a
     out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped))
     state = State(p)
-    ledger = QuotaLedger(p)
+    quota = _Quota(p)
     for j, units in out.units.items():
-        ledger.admit(p.jobs[j], units)
+        quota.add(p.jobs[j].queue, units, +1)
         for u in units:
             for node, gpus in u.pieces:
                 state.take(node, gpus)
+    for v in out.stopped:
+        quota.stop(p.victims[v], +1)
     pending = sorted((jv for jv in p.jobs if jv.index not in out.units and not jv.impossible),
                      key=lambda j: (-j.priority, -j.gpus, j.index))
     for jv in pending:
@@ -85,37 +88,61 @@ def greedy_preempt(p: PlacementProblem, a: Assignment, params: GreedyParams | No
             freed = [(node, g) for v in combo for node, g in v.gpus]
             for node, g in freed:
                 state.give(node, (g,))
-            _credit(p, ledger, combo, -1)  # stopped victims no longer count against quotas
+            for v in combo:
+                quota.stop(v, +1)
             placed = try_place_job(p, jv, state, params.max_domain_trials)
-            if placed is not None and not ledger.admit(jv, placed):
-                for u in placed:
-                    for node, gpus in u.pieces:
-                        state.give(node, gpus)
-                placed = None
+            if placed is not None:
+                quota.add(jv.queue, placed, +1)
+                if not quota.ok():
+                    quota.add(jv.queue, placed, -1)
+                    for u in placed:
+                        for node, gpus in u.pieces:
+                            state.give(node, gpus)
+                    placed = None
             if placed is None:
                 for node, g in freed:
                     state.take(node, (g,))
-                _credit(p, ledger, combo, +1)
+                for v in combo:
+                    quota.stop(v, -1)
                 continue
             used = {(node, g) for u in placed for node, gpus in u.pieces for g in gpus}
-            _credit(p, ledger, [v for v in combo if not used & set(v.gpus)], +1)
             # every freed GPU the job did not take stays idle (kept from the rest)
             for node, g in freed:
                 if (node, g) not in used:
                     state.take(node, (g,))
             out.units[jv.index] = placed
-            out.stopped |= {v.index for v in combo if used & set(v.gpus)}
+            for v in sorted(combo, key=lambda v: (-v.level, -v.lost)):
+                if used & set(v.gpus):
+                    out.stopped.add(v.index)
+                    continue
+                quota.stop(v, -1)  # keeps running, unless its quota is needed
+                if not quota.ok():
+                    quota.stop(v, +1)
+                    out.stopped.add(v.index)
             break
     return out
 
 
-def _credit(p: PlacementProblem, ledger: QuotaLedger, victims: list[Victim] | tuple[Victim, ...],
-            sign: int) -> None:
-    """Count the victims' GPUs in their queues' usage again (+1) or no longer (-1)."""
-    if not p.quotas.active:
-        return
-    for v in victims:
+class _Quota:
+    """Usage per (queue, quota key) of the jobs admitted and of the victims stopped."""
+
+    def __init__(self, p: PlacementProblem):
+        self.p = p
+        self.used: dict[tuple[str, str], float] = defaultdict(float)
+        self.gone: dict[tuple[str, str], float] = defaultdict(float)
+
+    def add(self, queue: str, units: list[PlacedUnit], sign: int) -> None:
+        for u in units:
+            for node, gpus in u.pieces:
+                t = self.p.node_by_name[node].gpu_type.name
+                for key, n in self.p.quotas.usage(queue, t, len(gpus)).items():
+                    self.used[key] += sign * n
+
+    def stop(self, v: Victim, sign: int) -> None:
         for node, _ in v.gpus:
-            gpu_type = p.node_by_name[node].gpu_type.name
-            for key, n in p.quotas.usage(v.queue, gpu_type, 1).items():
-                ledger.used[key] += sign * n
+            t = self.p.node_by_name[node].gpu_type.name
+            for key, n in self.p.quotas.usage(v.queue, t, 1).items():
+                self.gone[key] += sign * n
+
+    def ok(self) -> bool:
+        return self.p.quotas.allows(self.used, self.gone)

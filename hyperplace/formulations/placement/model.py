@@ -29,6 +29,7 @@ from hyperplace.formulations.linear import LinearModel, Objective
 from hyperplace.formulations.placement.domains import DomainKey
 from hyperplace.formulations.placement.preemption import signature_unions
 from hyperplace.formulations.placement.problem import PlacementProblem
+from hyperplace.formulations.placement.quotas import overdraft
 from hyperplace.formulations.placement.views import JobView, NodeClass, NodeView, UnitClass
 
 Terms = list[tuple[int, int]]
@@ -483,7 +484,14 @@ class PlacementModelBuilder:
             for v, gpus, gpu_type in vs:
                 for key in book.keys_for(queue, gpu_type):
                     terms[(queue, key)].append((v, gpus))
-        for victim in self.p.victims:  # a stopped victim no longer counts against its queue
+        return terms
+
+    def _victim_terms(self) -> dict[tuple[str, str], Terms]:
+        """Per (queue, quota key): ``-stop[v]`` per GPU of each victim (a stopped job no
+        longer counts against its queue)."""
+        book = self.p.quotas
+        terms: dict[tuple[str, str], Terms] = defaultdict(list)
+        for victim in self.p.victims:
             for node, _ in victim.gpus:
                 gpu_type = self.p.node_by_name[node].gpu_type.name
                 for key in book.keys_for(victim.queue, gpu_type):
@@ -498,18 +506,21 @@ class PlacementModelBuilder:
         if not book.active:
             return
         terms = self._queue_terms()
+        freed = self._victim_terms()
         for row in book.rows:
             t = terms.get((row.queue, row.key), [])
+            if t and not row.over:  # a limit the running jobs exceed: no further use at all
+                t = t + freed.get((row.queue, row.key), [])
             if t:
                 self.lm.add(list(t), hi=int(math.floor(row.headroom + 1e-9)),
                             name=f"quota[{row.queue},{row.key}]")
         big = int(max(1, self.p.free_gpus + sum(book.running.values())))
         for c in book.cohort_rows:
             pool: Terms = []
-            rules: list[tuple[int, int, Terms, float, float, float]] = []
+            rules: list[tuple[int, int, Terms, float, float, float, int]] = []
             for q in c.members:
                 quota = q.quotas[c.key]
-                t = terms.get((q.name, c.key), [])
+                t = terms.get((q.name, c.key), []) + freed.get((q.name, c.key), [])
                 run = c.running.get(q.name, 0)
                 # a queue with victims may stop borrowing (its own row keeps b >= use - nominal)
                 b_lo = 0 if q.name in self._victim_queues else \
@@ -522,8 +533,14 @@ class PlacementModelBuilder:
                 self.lm.add(list(t) + [(b, -1), (lend, 1)], hi=nominal_left,
                             name=f"lendable[{q.name},{c.key}]")
                 pool += [(b, 1), (lend, -1)]
-                rules.append((b, lend, list(t), run, quota.nominal, quota.lendable))
-            self.lm.add(pool, hi=int(math.floor(c.slack + 1e-9)), name=f"cohort[{c.cohort},{c.key}]")
+                rules.append((b, lend, list(t), run, quota.nominal, quota.lendable, b_lo))
+            # the overdraft the running jobs already have may stay, not grow: with victims,
+            # the overdraft of the jobs that surely keep running (every victim stopped), a
+            # bound that holds whichever victims are stopped
+            credit = {(q.name, c.key): -float(len(freed[(q.name, c.key)]))
+                      for q in c.members if freed.get((q.name, c.key))}
+            slack = max(0.0, overdraft(c, credit)) if credit else c.slack
+            self.lm.add(pool, hi=int(math.floor(slack + 1e-9)), name=f"cohort[{c.cohort},{c.key}]")
             self.derived.append(_borrow_rule(rules, self.lm.ubs))
 
     @property
@@ -583,14 +600,14 @@ def _cap(limit: float, big: int) -> int:
     return big if not math.isfinite(limit) else int(math.floor(limit))
 
 
-def _borrow_rule(rules: list[tuple[int, int, Terms, float, float, float]], ubs: list[int]
+def _borrow_rule(rules: list[tuple[int, int, Terms, float, float, float, int]], ubs: list[int]
                  ) -> Callable[[list[int]], None]:
     """Hint completion for a cohort: each queue borrows what it uses above its nominal quota
     and lends what it leaves unused (up to its lending limit)."""
     def rule(values: list[int]) -> None:
-        for b, lend, terms, run, nominal, lendable in rules:
+        for b, lend, terms, run, nominal, lendable, b_lo in rules:
             use = run + sum(c * values[v] for v, c in terms)
-            values[b] = min(ubs[b], max(0, int(math.ceil(run - nominal)), int(math.ceil(use - nominal))))
+            values[b] = min(ubs[b], max(b_lo, int(math.ceil(use - nominal))))
             values[lend] = max(0, min(ubs[lend], int(math.floor(min(lendable, nominal - use + values[b])))))
     return rule
 

@@ -51,6 +51,7 @@ class QuotaRow:
     queue: str
     key: str
     headroom: float
+    over: bool = False  # the running jobs alone exceed the limit (no further use at all)
 
 
 @dataclass
@@ -89,21 +90,40 @@ class QuotaBook:
         keys = [k for k in self.queues.queues[queue].quotas if covers(k, gpu_type)]
         return keys or [UNCOVERED]
 
-    def allows(self, new: Mapping[tuple[str, str], float]) -> bool:
-        """Whether admitting ``new`` GPUs per (queue, key) keeps every limit (greedy)."""
+    def allows(self, new: Mapping[tuple[str, str], float],
+               stopped: Mapping[tuple[str, str], float] | None = None) -> bool:
+        """Whether admitting ``new`` GPUs per (queue, key) keeps every limit (greedy).
+
+        ``stopped``: GPUs per (queue, key) of running jobs the round preempts (they no
+        longer count). The limits are then those of the running jobs that keep running: a
+        queue whose running jobs still exceed a limit may not use more of it, and a
+        cohort's overdraft may not grow past what the jobs kept already have.
+        """
         if not self.active:
             return True
+        stopped = stopped or {}
         for row in self.rows:
-            if new.get((row.queue, row.key), 0) > row.headroom + 1e-9:
+            gone = stopped.get((row.queue, row.key), 0)
+            use = new.get((row.queue, row.key), 0)
+            if use - (0 if row.over else gone) > row.headroom + 1e-9 and \
+                    not (row.over and use <= 0):
                 return False
         for c in self.cohort_rows:
-            if _overdraft(c, new) > c.slack + 1e-9:
+            credit = {k: -v for k, v in stopped.items()}
+            total = {k: new.get(k, 0) - stopped.get(k, 0) for k in {*new, *stopped}}
+            if _overdraft(c, total) > max(0.0, _overdraft(c, credit)) + 1e-9:
                 return False
         return True
 
     def usage(self, queue: str, gpu_type: str, gpus: int) -> dict[tuple[str, str], float]:
         """``gpus`` GPUs of ``gpu_type`` for ``queue``, as per-key usage."""
         return {(queue, k): gpus for k in self.keys_for(queue, gpu_type)}
+
+
+def overdraft(c: CohortRow, new: Mapping[tuple[str, str], float]) -> float:
+    """What the cohort's queues borrow beyond what they lend with ``new`` GPUs per
+    (queue, key) on top of the running jobs (negative: GPUs no longer used)."""
+    return _overdraft(c, new)
 
 
 def _overdraft(c: CohortRow, new: Mapping[tuple[str, str], float]) -> float:
@@ -174,7 +194,7 @@ def build_quota_book(instance: Instance, job_names: list[str],
                 continue
             cap = quota.cap if q.cohort is not None else quota.nominal
             if math.isfinite(cap):
-                book.rows.append(QuotaRow(q.name, key, max(0.0, cap - run)))
+                book.rows.append(QuotaRow(q.name, key, max(0.0, cap - run), over=run > cap))
             if q.cohort is not None and q.source != "volcano":
                 # Volcano queues borrow from the cluster, not from each other's guarantees:
                 # their cap (capability) and the free GPUs are the limits
