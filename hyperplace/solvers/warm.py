@@ -124,8 +124,8 @@ def carried_placements(p: PlacementProblem, prev: PlacementProblem, a: Assignmen
         if not ok or not ledger.admit(jv, units):
             continue
         out.units[jv.index] = units
-        for node, gpus in claim.items():
-            taken.setdefault(node, set()).update(gpus)
+        for node, claimed in claim.items():
+            taken.setdefault(node, set()).update(claimed)
     return out
 
 

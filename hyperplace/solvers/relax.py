@@ -1,0 +1,143 @@
+"""A valid bound on objective 1 from the model's LP relaxation (HiGHS), without a MIP solve.
+
+When a round cannot afford the exact backend (or the backend stopped before proving), the
+plan's bound was the demand bound: every free GPU filled by the best-weighted jobs. That
+bound ignores where the free GPUs are, so on a fragmented cluster it overstates the optimum
+by 10-13 % (bench/results/scale.md, 16k-131k GPUs at 90 % allocation), although greedy's plan
+was optimal there. The LP relaxation of the same model (the one formulation) knows that a
+3-GPU fragment cannot host an 8-GPU piece; HiGHS solves it in 0.02 s at 16,384 GPUs and
+0.13 s at 65,536, and it equalled the optimum on every bench size.
+
+Objective 1 is written on the model's own variables: ``sum(weight[priority] * gpus *
+run[bundle])`` (jobs of a bundle share priority and size), so the bound holds whatever the
+number of priority tiers. The relaxation is a maximisation, so its optimum bounds every
+integer solution from above; it is rounded half up to an integer (objective 1 is an integer),
+which stays a valid bound as long as HiGHS's floating-point error is below 0.5, the same
+tolerance the exact backends use to call a phase proven.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from hyperplace.formulations.linear import LinearModel
+from hyperplace.formulations.placement import PlacementModel
+
+__all__ = ["objective1_terms", "relaxation_bound", "tighten_bound"]
+
+
+def objective1_terms(pm: PlacementModel) -> list[tuple[int, int]]:
+    """Objective 1 (priority-weighted admitted GPUs) on the model's ``run`` variables."""
+    p = pm.problem
+    terms: list[tuple[int, int]] = []
+    for leader, var in pm.run.items():
+        jv = p.jobs[leader]
+        terms.append((var, int(p.weights[jv.priority]) * jv.gpus))
+    return terms
+
+
+def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float) -> float | None:
+    """Optimum of ``max sum(terms)`` over the LP relaxation of ``lm`` (None if not solved).
+
+    Parameters
+    ----------
+    lm : LinearModel
+        The integer model; integrality is dropped, bounds and rows kept.
+    terms : list of (variable, coefficient)
+        The objective to maximise.
+    time_limit_s : float
+        HiGHS's time limit.
+    """
+    import highspy
+
+    from hyperplace.solvers.backend import run_interruptibly
+    from hyperplace.solvers.milp import _quiet_stdout
+
+    n = lm.num_vars
+    if n == 0:
+        return 0.0
+    inf = highspy.kHighsInf
+    with _quiet_stdout():
+        h = highspy.Highs()  # type: ignore[no-untyped-call]
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("time_limit", max(0.01, time_limit_s))
+    cost = np.zeros(n)
+    for i, a in terms:
+        cost[i] -= a  # maximise by minimising the negation
+    h.addVars(n, np.asarray(lm.lbs, dtype=np.float64), np.asarray(lm.ubs, dtype=np.float64))
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
+    starts: list[int] = []
+    index: list[int] = []
+    value: list[float] = []
+    lower: list[float] = []
+    upper: list[float] = []
+    for c in lm.constraints:
+        starts.append(len(index))
+        for i, a in c.terms:
+            index.append(i)
+            value.append(float(a))
+        lower.append(-inf if c.lo == -math.inf else float(c.lo))
+        upper.append(inf if c.hi == math.inf else float(c.hi))
+    if lower:
+        h.addRows(len(lower), np.asarray(lower), np.asarray(upper), len(index),
+                  np.asarray(starts, dtype=np.int32), np.asarray(index, dtype=np.int32),
+                  np.asarray(value, dtype=np.float64))
+    run_interruptibly(h.run, h.cancelSolve)
+    if h.getModelStatus().name != "kOptimal":
+        return None
+    return -float(h.getInfo().objective_function_value)
+
+
+def relaxation_bound(pm: PlacementModel, deadline: float) -> float | None:
+    """A valid upper bound on objective 1 from the LP relaxation, or None when there is no
+    time left before ``deadline`` (a ``time.perf_counter()`` value) or HiGHS did not finish.
+    """
+    left = deadline - time.perf_counter()
+    if left <= 0.01:
+        return None
+    value = lp_max(pm.lm, objective1_terms(pm), left)
+    if value is None:
+        return None
+    return float(math.floor(value + 0.5))
+
+
+#: Seconds of building the model and solving its relaxation per estimated piece variable
+#: (``driver.estimate_vars``): measured 0.9-1.7e-5 s of CPU from 16,384 to 65,536 GPUs
+#: (2026-11-30, 2 CPUs, Intel Xeon; the build is 75-85 % of it), set with some margin.
+SECONDS_PER_VAR = 2e-5
+#: The same for the relaxation alone, when the exact backend already built the model.
+SECONDS_PER_VAR_BUILT = 5e-6
+
+
+def tighten_bound(pm: PlacementModel | None, build: Callable[[], PlacementModel],
+                  est_vars: int, deadline: float) -> tuple[PlacementModel | None, float | None]:
+    """The LP relaxation bound on objective 1 if it fits before ``deadline``.
+
+    Parameters
+    ----------
+    pm : PlacementModel or None
+        The round's model when the exact backend built one (reused), else None.
+    build : callable
+        Builds the model (called only when ``pm`` is None and the time allows).
+    est_vars : int
+        The driver's size estimate, to judge whether building and solving fits.
+    deadline : float
+        ``time.perf_counter()`` value the bound must be ready by.
+
+    Returns
+    -------
+    (PlacementModel or None, float or None)
+        The model (built or given) and the bound (None when it did not fit or HiGHS did not
+        finish).
+    """
+    need = (SECONDS_PER_VAR_BUILT if pm is not None else SECONDS_PER_VAR) * est_vars
+    if deadline - time.perf_counter() < need + 0.02:
+        return pm, None
+    if pm is None:
+        pm = build()
+    return pm, relaxation_bound(pm, deadline)
