@@ -227,11 +227,12 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         if status == SolveStatus.FALLBACK:
             name = f"greedy (fallback from {backend_name})"
     lp_bound: float | None = None
-    if status != SolveStatus.OPTIMAL and \
+    if status != SolveStatus.OPTIMAL and not problem.preempting and \
             min(demand_bound(problem), bound if bound is not None else math.inf) > \
             _weighted(problem, chosen) + 0.5:
         # the demand bound ignores where the free GPUs are: the model's LP relaxation is a
-        # valid bound that does not (solvers.relax), when it fits in what is left
+        # valid bound that does not (solvers.relax), when it fits in what is left (objective 1
+        # of a preempting round also counts the running jobs kept: not written there yet)
         # (the explanations after it stop at the deadline; the plan itself needs ~0.1 ms a job)
         pm, lp_bound = tighten_bound(pm, lambda: build_model(problem), estimate_vars(problem),
                                      deadline - params.budget.reserve_s - 1e-4 * len(problem.jobs))
