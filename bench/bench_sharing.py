@@ -1,7 +1,12 @@
-"""Sharing benchmark (#14): preemption victims and lost work, hyperplace vs Kueue-style and
-Volcano-style rules, on built single-round instances.
+"""Sharing benchmark (#14), one section of bench/results/sharing.md per function, each
+rewritten on its own (``--section NAME``; the others are kept as they are).
 
-Each instance: N nodes of 8 H100, leaves of L nodes, every GPU held by a running job
+``preemption``: victims and lost work, hyperplace vs Kueue-style and Volcano-style rules,
+on built single-round instances. ``repair``: GPUs moved by the minimal repair against
+placing each hit job anew and against re-placing every running job from scratch, with and
+without hot spares (:func:`repair_section`).
+
+Preemption instances: N nodes of 8 H100, leaves of L nodes, every GPU held by a running job
 (1, 2, 4 or 8 GPUs on one node, or 16 on two nodes of a leaf), priorities low/normal,
 checkpoint ages 0-3600 s, admitted in random order; one pending high-priority job that
 does not fit without preemption (8 GPUs on one node, or 2 x 8 within a leaf). Every
@@ -9,7 +14,7 @@ hyperplace plan passes the checker (asserted); a peer's preemption "fits" when
 hyperplace's exact placement of the preemptor alone (CP-SAT) places it after the peer's
 victims are stopped.
 
-Run: ``.venv/bin/python bench/bench_sharing.py`` (writes bench/results/sharing.md).
+Run: ``.venv/bin/python bench/bench_sharing.py [--section preemption|repair]``.
 
 Over time (``--over-time``, :func:`over_time`): three queues share 32 GPUs while one floods
 them; hyperplace with and without the fair-share history against the peers' queueing rules,
@@ -74,147 +79,200 @@ def build(seed: int, n_nodes: int, per_leaf: int):
     return inst.model_copy(update={"spec": spec}), shape, len(running)
 
 
-def repair_rows() -> list[str]:
-    """Jobs placed by the engine, then one GPU under each fails: GPUs moved by the minimal
-    repair vs placing each hit job anew (``replace-all``); both plans checked."""
-    from hyperplace.models.sharing import released
+def _running_round(seed: int, n_nodes: int, per_leaf: int, hot_spares: int = 0):
+    """Jobs of 2-4 replicas x 8 GPUs (replicas within one leaf) placed by the engine (with
+    ``hot_spares`` whole free nodes kept per leaf), then made running jobs with their
+    manifests and checkpoint ages; one GPU under each fails."""
+    from hyperplace.models.sharing import released, with_hot_spares
     from hyperplace.solvers.driver import solve_placement
+
+    rng = random.Random(seed)
+    specs = [job(f"j{i}", replicas=rng.choice([2, 3, 4]), dp_hop=2) for i in range(n_nodes // 4)]
+    base = instance([node(f"n{i}") for i in range(n_nodes)], specs, nodes_per_leaf=per_leaf)
+    plan = solve_placement(with_hot_spares(base, hot_spares), solver="cpsat", budget_s=20)
+    hold = {(g.node, g.gpu): p.job for p in plan.placements for g in p.gpus}
+    running = released(base.with_jobs([]), [], hold=hold)
+    by_name = {s.name: s for s in specs}
+    infos = [RunningJob(name=j, checkpoint_age_s=rng.choice([60, 600, 1800]), job=by_name[j])
+             for j in plan.admitted]
+    running = running.model_copy(update={"spec": running.spec.model_copy(
+        update={"running_jobs": infos})})
+    failed = [rng.choice([k for k, v in hold.items() if v == name]) for name in plan.admitted]
+    return running, failed
+
+
+def repair_section() -> list[str]:
+    """GPUs moved by the minimal repair vs placing each hit job anew (``replace-all``) vs
+    re-placing every running job from scratch (``replace-everything``); with and without
+    hot spares."""
+    from collections import Counter
+
     from hyperplace.solvers.repair import repair, repair_instance
 
-    out = []
-    for n_nodes, per_leaf, seed in ((8, 4, 1), (16, 4, 2), (16, 4, 3), (32, 8, 4)):
-        rng = random.Random(seed)
-        specs = [job(f"j{i}", replicas=rng.choice([2, 3, 4]), dp_hop=2)
-                 for i in range(n_nodes // 4)]
-        base = instance([node(f"n{i}") for i in range(n_nodes)], specs, nodes_per_leaf=per_leaf)
-        plan = solve_placement(base, solver="cpsat", budget_s=20)
-        hold = {(g.node, g.gpu): p.job for p in plan.placements for g in p.gpus}
-        running = released(base.with_jobs([]), [], hold=hold)
-        infos = [RunningJob(name=j, checkpoint_age_s=rng.choice([60, 600, 1800]))
-                 for j in plan.admitted]
-        running = running.model_copy(update={"spec": running.spec.model_copy(
-            update={"running_jobs": infos})})
-        placed = [s for s in specs if s.name in plan.admitted]
-        failed = [(n, g) for n, g in (rng.choice([k for k, v in hold.items() if v == s.name])
-                                      for s in placed)]
+    rows, spare_rows = [], []
+    cpu0 = time.process_time()
+    for n_nodes, per_leaf, seed in ((8, 4, 1), (16, 4, 2), (16, 4, 3), (32, 8, 4), (32, 8, 5),
+                                    (64, 8, 6), (64, 8, 7)):
+        running, failed = _running_round(seed, n_nodes, per_leaf)
+        state = repair_instance(running, failed)
         res = {}
-        for strategy in ("minimal", "replace-all"):
+        for strategy in ("minimal", "replace-all", "replace-everything"):
             t = time.perf_counter()
-            r = repair(running, placed, failed, strategy=strategy, solver="cpsat", budget_s=10)
-            bad = check(r.plan, repair_instance(running, placed, failed))
-            assert bad == [], (strategy, bad[:3])
+            r = repair(running, failed, strategy=strategy, solver="cpsat", budget_s=10)
+            codes = Counter(v.code for v in check(r.plan, state))
+            if strategy != "replace-everything":
+                assert not codes, (strategy, codes)
             res[strategy] = (r.gpus_moved, sum(j.placed for j in r.jobs),
-                             sum(len(j.kept_units) for j in r.jobs), time.perf_counter() - t)
-        lost = sum(len([1 for v in hold.values() if v == s.name]) *
-                   next(i.checkpoint_age_s for i in infos if i.name == s.name) for s in placed)
-        m, a = res["minimal"], res["replace-all"]
-        out.append(f"| {n_nodes} | {per_leaf} | {seed} | {len(placed)} | {len(failed)} | "
-                   f"{m[0]} ({m[2]} units kept) | {a[0]} | {m[1]} / {a[1]} | {lost:,.0f} | "
-                   f"{m[3]:.1f} / {a[3]:.1f} |")
-    return out
+                             sum(len(j.kept_units) for j in r.jobs), time.perf_counter() - t,
+                             sum(j.lost_gpu_seconds for j in r.jobs if j.placed), codes)
+        m, a, e = res["minimal"], res["replace-all"], res["replace-everything"]
+        flagged = ", ".join(f"{c} {k}" for k, c in sorted(e[5].items())) or "none"
+        rows.append(f"| {n_nodes} | {per_leaf} | {seed} | {len(failed)} | "
+                    f"{m[1]} / {a[1]} / {e[1]} | {m[0]} / {a[0]} / {e[0]} | {m[2]} | "
+                    f"{m[4]:,.0f} / {a[4]:,.0f} / {e[4]:,.0f} | {flagged} | "
+                    f"{m[3]:.1f} / {a[3]:.1f} / {e[3]:.1f} |")
+        for spares in (0, 1):
+            running, failed = _running_round(seed, n_nodes, per_leaf, hot_spares=spares)
+            t = time.perf_counter()
+            r = repair(running, failed, solver="cpsat", budget_s=10, hot_spares=spares)
+            assert check(r.plan, repair_instance(running, failed)) == []
+            spare_rows.append(
+                f"| {n_nodes} | {per_leaf} | {seed} | {spares} | {len(running.running_manifests)} | "
+                f"{sum(len(j.kept_units) for j in r.jobs)} of "
+                f"{sum(len(j.kept_units) + len(j.moved_units) for j in r.jobs)} | "
+                f"{r.gpus_moved} | {sum(j.placed for j in r.jobs)} of {len(r.jobs)} | "
+                f"{time.perf_counter() - t:.1f} |")
+    cpu = time.process_time() - cpu0
+    return [
+        "## Repair after failures: GPUs moved",
+        "",
+        *_header("repair", f"CPU time of the section: {cpu:.0f} s"),
+        "Running jobs (2-4 replicas of 8 GPUs, replicas within one leaf) placed by the engine; "
+        "one GPU under each fails. `minimal` keeps healthy units when a replacement fits "
+        "within the hop limit; `replace-all` places each hit job anew, whole; "
+        "`replace-everything` releases every running job and places them all from scratch in "
+        "one round (same formulation, CP-SAT). Work lost counts every moved job's GPUs x "
+        "checkpoint age (a hit job restarts from its checkpoint whatever the strategy; a "
+        "healthy job moved by `replace-everything` loses its work too). `minimal` and "
+        "`replace-all` plans checked (0 violations asserted); the checker's verdict on the "
+        "`replace-everything` plans is shown (`gpu-allocated`: a job the from-scratch round "
+        "did not place again keeps its GPUs in the plan, which a plan cannot stop, so others "
+        "collide with it; `migrate-unneeded`: a healthy job moved for nothing). Every running "
+        "job is hit (one failed GPU each), so a job not repaired stops: GPUs moved only "
+        "compare where the same jobs run again.",
+        "",
+        "| nodes | nodes per leaf | seed | running jobs, all hit | running again: minimal / "
+        "replace-all / replace-everything | GPUs moved: minimal / replace-all / "
+        "replace-everything | units kept by minimal | lost GPU-s: minimal / replace-all / "
+        "replace-everything | checker on replace-everything | s: minimal / replace-all / "
+        "replace-everything |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "Hot spares: the same rounds placed with `--hot-spares 0` and `1` (one whole free "
+        "node kept per leaf; fewer jobs may be placed), then the minimal repair, which may use "
+        "the spares for replacement units.",
+        "",
+        "| nodes | nodes per leaf | seed | hot spares | running jobs | units kept | GPUs moved "
+        "| jobs repaired | s |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *spare_rows,
+        "",
+    ]
 
 
-def _stopped_by_priority(inst, victims) -> tuple[int, int]:
-    """GPUs stopped of priority 1 (low) and 2 (normal): the bench's running jobs' levels."""
-    from hyperplace.models.sharing import running_gpus
-
-    held, info = running_gpus(inst), inst.running_job_info
-    low = sum(len(held[v]) for v in victims if info[v].priority == 1)
-    return low, sum(len(held[v]) for v in victims) - low
-
-
-def main() -> None:
-    rows = []
-    keys = ("hyperplace", "hyperplace greedy", "kueue", "volcano")
-    totals = {k: [0, 0.0, 0, 0, 0, 0] for k in keys}
-    for n_nodes, per_leaf in ((4, 2), (8, 4), (16, 4)):
-        for seed in range(1, 5):
-            inst, shape, n_run = build(seed * 100 + n_nodes, n_nodes, per_leaf)
-            t, c = time.perf_counter(), time.process_time()
-            plan = solve_with_preemption(inst, preemption="lower-priority", solver="cpsat",
-                                         budget_s=30)
-            secs, cpu = time.perf_counter() - t, time.process_time() - c
-            assert check(plan, inst) == [], (n_nodes, seed)
-            greedy = solve_with_preemption(inst, preemption="lower-priority", solver="greedy",
-                                           budget_s=30)
-            assert check(greedy, inst) == [], (n_nodes, seed, "greedy")
-            kq = kueue_style(inst, inst.jobs[0])
-            vo = volcano_style(inst, inst.jobs[0])
-            cells = []
-            for key, victims, lost, fits in (
-                    ("hyperplace", [p.job for p in plan.preemptions],
-                     sum(p.lost_gpu_seconds for p in plan.preemptions), "hi" in plan.admitted),
-                    ("hyperplace greedy", [p.job for p in greedy.preemptions],
-                     sum(p.lost_gpu_seconds for p in greedy.preemptions), "hi" in greedy.admitted),
-                    ("kueue", kq.victims, kq.lost_gpu_seconds, kq.fits),
-                    ("volcano", vo.victims, vo.lost_gpu_seconds, vo.fits)):
-                low, normal = _stopped_by_priority(inst, victims)
-                tot = totals[key]
-                tot[0] += len(victims)
-                tot[1] += lost
-                tot[2] += int(fits)
-                tot[3] += int(bool(victims) and not fits)
-                tot[4] += low
-                tot[5] += normal
-                cells.append(f"{len(victims)} / {lost:,.0f} / {'yes' if fits else 'no'} / "
-                             f"{low}+{normal}")
-            rows.append(f"| {n_nodes} | {per_leaf} | {seed} | {n_run} | {shape} | "
-                        + " | ".join(cells) + f" | {plan.status.value} | {secs:.1f} / {cpu:.1f} |")
+def _header(section: str, extra: str = "") -> list[str]:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
                 if ln.startswith("model name")), platform.processor())
-    out = [
-        "# Sharing benchmark: preemption",
+    return [f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit}",
+            f"- machine: {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}; "
+            "shared by up to 8 engineers, so wall times are noisy" + (f"; {extra}" if extra else ""),
+            f"- command: `.venv/bin/python bench/bench_sharing.py --section {section}`", ""]
+
+
+def write_section(lines: list[str]) -> None:
+    """Replace (or append) the section whose ``## `` title is ``lines[0]`` in
+    bench/results/sharing.md, keeping every other section as it is; the file is written
+    whole (temp file + rename)."""
+    path = ROOT / "bench" / "results" / "sharing.md"
+    old = path.read_text().splitlines() if path.exists() else []
+    title = lines[0]
+    if title in old:
+        i = old.index(title)
+        j = next((k for k in range(i + 1, len(old))
+                  if old[k].startswith(("## ", "<!-- "))), len(old))  # another's section
+        new = old[:i] + lines + old[j:]
+    else:
+        new = old + ([""] if old and old[-1] else []) + lines
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(new).rstrip("\n") + "\n")
+    os.replace(tmp, path)
+    print("\n".join(lines))
+
+
+def preemption_section() -> list[str]:
+    rows = []
+    totals = {k: [0, 0.0, 0, 0] for k in ("hyperplace", "kueue", "volcano")}
+    for n_nodes, per_leaf in ((4, 2), (8, 4), (16, 4)):
+        for seed in range(1, 5):
+            inst, shape, n_run = build(seed * 100 + n_nodes, n_nodes, per_leaf)
+            t = time.perf_counter()
+            plan = solve_with_preemption(inst, preemption="lower-priority", solver="cpsat",
+                                         budget_s=30)
+            secs = time.perf_counter() - t
+            assert check(plan, inst) == [], (n_nodes, seed)
+            ours = (len(plan.preemptions), sum(p.lost_gpu_seconds for p in plan.preemptions),
+                    "hi" in plan.admitted)
+            kq = kueue_style(inst, inst.jobs[0])
+            vo = volcano_style(inst, inst.jobs[0])
+            cells = []
+            for key, (n, lost, fits) in (("hyperplace", ours),
+                                         ("kueue", (len(kq.victims), kq.lost_gpu_seconds, kq.fits)),
+                                         ("volcano", (len(vo.victims), vo.lost_gpu_seconds, vo.fits))):
+                tot = totals[key]
+                tot[0] += n
+                tot[1] += lost
+                tot[2] += int(fits)
+                tot[3] += int(n > 0 and not fits)
+                cells.append(f"{n} / {lost:,.0f} / {'yes' if fits else 'no'}")
+            rows.append(f"| {n_nodes} | {per_leaf} | {seed} | {n_run} | {shape} | "
+                        + " | ".join(cells) + f" | {plan.status.value} | {secs:.1f} |")
+    return [
+        "## Preemption: victims and lost work",
         "",
-        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit}",
-        f"- machine: {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}; "
-        "shared by up to 8 engineers, so wall times are noisy",
-        "- command: `.venv/bin/python bench/bench_sharing.py`",
+        *_header("preemption"),
         "- hyperplace: `solve_with_preemption(preemption='lower-priority', solver='cpsat', "
-        "budget_s=30)` (victims decided inside the one placement model) and `solver='greedy'` "
-        "(greedy's victim-set heuristic), every plan checked (0 violations asserted)",
+        "budget_s=30)`, every plan checked (0 violations asserted)",
         "- cells: victims / lost GPU-seconds (GPUs x seconds since checkpoint) / preemptor "
-        "placed whole afterwards / GPUs stopped of low + normal priority",
-        "- objective order with preemption: admitted and kept-running GPUs per priority level "
-        "(a running job counts just above its priority), then lost work, then victims; so a "
-        "low-priority victim goes before a normal one, and within a level fewer GPUs stopped "
-        "come before less lost work",
-        "- solve s: wall / CPU seconds of the CP-SAT solve (CPU counts both solver threads)",
+        "placed whole afterwards",
         "",
-        "| nodes | nodes per leaf | seed | running jobs | pending | hyperplace (CP-SAT) | "
-        "hyperplace greedy | Kueue-style | Volcano-style | status | solve s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| nodes | nodes per leaf | seed | running jobs | pending | hyperplace | Kueue-style | "
+        "Volcano-style | status | solve s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         "| rule | victims | lost GPU-seconds | preemptor placed | stopped jobs for nothing "
-        "(victims, preemptor still not placed) | GPUs stopped: low + normal |",
-        "|---|---|---|---|---|---|",
-        *[f"| {k} | {v[0]} | {v[1]:,.0f} | {v[2]} of {len(rows)} | {v[3]} | {v[4]} + {v[5]} |"
+        "(victims, preemptor still not placed) |",
+        "|---|---|---|---|---|",
+        *[f"| {k} | {v[0]} | {v[1]:,.0f} | {v[2]} of {len(rows)} | {v[3]} |"
           for k, v in totals.items()],
         "",
-        "## Repair after failures: GPUs moved",
-        "",
-        "Running jobs (2-4 replicas of 8 GPUs within one leaf) placed by the engine; one GPU "
-        "under each fails. Minimal repair keeps healthy units when a replacement fits within "
-        "the hop limit; `replace-all` places each hit job anew. Work lost is the same for both "
-        "(each job restarts from its checkpoint). Both plans checked.",
-        "",
-        "| nodes | nodes per leaf | seed | running jobs | failed GPUs | GPUs moved: minimal | "
-        "replace-all | jobs re-placed: minimal / replace-all | lost GPU-s | s: minimal / replace-all |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        *repair_rows(),
-        "",
     ]
-    path = ROOT / "bench" / "results" / "sharing.md"
-    old = path.read_text() if path.exists() else ""
-    if OVER_TIME_BEGIN in old and OVER_TIME_END in old:  # keep the over-time section
-        kept = OVER_TIME_BEGIN + old.split(OVER_TIME_BEGIN, 1)[1].split(OVER_TIME_END, 1)[0]
-        out += [kept.rstrip("\n") + "\n" + OVER_TIME_END, ""]
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(out))
-    os.replace(tmp, path)
-    print("\n".join(out))
+
+
+SECTIONS = {"preemption": preemption_section, "repair": repair_section}
+
+
+def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--section", action="append", choices=sorted(SECTIONS),
+                    help="run only this section (repeatable); the others stay as they are")
+    for name in ap.parse_args().section or list(SECTIONS):
+        write_section(SECTIONS[name]())
 
 
 # ---- over time: queues sharing a cluster while one floods it -----------------------------

@@ -55,6 +55,7 @@ def _mount() -> None:
         federate,
         instances,
         predict,
+        repair,
         simulate,
         solve,
         split,
@@ -71,6 +72,7 @@ def _mount() -> None:
     predict.register(app)
     calibrate.register(app)
     defrag.register(app)
+    repair.register(app)
 
 
 _mount()

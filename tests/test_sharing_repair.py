@@ -1,5 +1,5 @@
 """Repair after failures (#14): keep healthy units in place when the hop rules allow, else
-move the whole job; every repair plan through the checker, every backend."""
+move the whole job; hot spares; every repair plan through the checker, every backend."""
 
 from __future__ import annotations
 
@@ -7,62 +7,148 @@ import pytest
 
 from hyperplace.check import check
 from hyperplace.models.instance import RunningJob
-from hyperplace.solvers.repair import repair, repair_instance
+from hyperplace.solvers.repair import parse_failed, repair, repair_instance
 from placement_helpers import instance, job, node
 
 
-def _setup(spare_in_leaf: bool):
+def _setup(spare_in_leaf: bool, pending=()):
     # leaves of three nodes; "train" (2 x 8 GPUs, replicas within one leaf) on n0 and n1
     held = {g: "train" for g in range(8)}
     nodes = [node("n0", allocated=held), node("n1", allocated=held),
              node("n2", allocated={} if spare_in_leaf else {g: "other" for g in range(8)}),
              node("n3"), node("n4"), node("n5")]
-    inst = instance(nodes, [], nodes_per_leaf=3)
+    inst = instance(nodes, list(pending), nodes_per_leaf=3)
     spec = inst.spec.model_copy(update={"running_jobs": [
-        RunningJob(name="train", checkpoint_age_s=60), RunningJob(name="other")]})
-    return inst.model_copy(update={"spec": spec}), job("train", replicas=2, dp_hop=2)
+        RunningJob(name="train", checkpoint_age_s=60,
+                   job=job("train", replicas=2, dp_hop=2)), RunningJob(name="other")]})
+    return inst.model_copy(update={"spec": spec})
 
 
-def _checked(inst, spec, failed, result):
-    rinst = repair_instance(inst, [spec], failed)
-    assert check(result.plan, rinst) == []
+def _checked(inst, failed, result):
+    assert check(result.plan, repair_instance(inst, failed)) == []
+
+
+def _nodes(plan, unit=None):
+    return {g.node for p in plan.placements if unit in (None, p.unit) for g in p.gpus}
 
 
 def test_repair_keeps_the_healthy_unit_in_place(solver):
-    inst, spec = _setup(spare_in_leaf=True)
+    inst = _setup(spare_in_leaf=True)
     failed = [("n1", 3)]
-    result = repair(inst, [spec], failed, solver=solver)
-    _checked(inst, spec, failed, result)
+    result = repair(inst, failed, solver=solver)
+    _checked(inst, failed, result)
     (r,) = result.jobs
     assert r.placed and r.kept_units == ["tp/0"] and r.gpus_moved == 8
     assert r.lost_gpu_seconds == 16 * 60
-    assert {g.node for p in result.plan.placements if p.unit == "tp/1" for g in p.gpus} == {"n2"}
+    assert _nodes(result.plan, "tp/0") == {"n0"} and _nodes(result.plan, "tp/1") == {"n2"}
+    (m,) = result.plan.migrations
+    assert (m.job, m.why, m.gpus, m.gpus_moved, m.lost_gpu_seconds) == ("train", "repair", 16, 8, 960)
 
 
 def test_repair_moves_the_whole_job_when_no_replacement_is_near(solver):
-    inst, spec = _setup(spare_in_leaf=False)
+    inst = _setup(spare_in_leaf=False)
     failed = [("n1", None)]
-    result = repair(inst, [spec], failed, solver=solver)
-    _checked(inst, spec, failed, result)
+    result = repair(inst, failed, solver=solver)
+    _checked(inst, failed, result)
     (r,) = result.jobs
     assert r.placed and r.kept_units == [] and r.gpus_moved == 16
-    nodes = {g.node for p in result.plan.placements for g in p.gpus}
-    assert nodes <= {"n3", "n4", "n5"}
+    assert _nodes(result.plan) <= {"n3", "n4", "n5"}
 
 
-def test_replace_all_moves_at_least_as_much():
-    inst, spec = _setup(spare_in_leaf=True)
-    minimal = repair(inst, [spec], [("n1", 3)], solver="cpsat")
-    everything = repair(inst, [spec], [("n1", 3)], solver="cpsat", strategy="replace-all")
-    _checked(inst, spec, [("n1", 3)], everything)
+def test_replace_all_and_replace_everything_move_at_least_as_much():
+    inst = _setup(spare_in_leaf=True)
+    failed = [("n1", 3)]
+    minimal = repair(inst, failed, solver="cpsat")
+    everything = repair(inst, failed, solver="cpsat", strategy="replace-all")
+    _checked(inst, failed, everything)
+    scratch = repair(inst, failed, solver="cpsat", strategy="replace-everything")
     assert minimal.gpus_moved <= everything.gpus_moved
+    assert minimal.gpus_moved <= scratch.gpus_moved
+
+
+def test_hot_spares_are_kept_by_new_placements_and_used_by_repairs(solver):
+    from hyperplace.solvers.driver import solve_placement
+    from hyperplace.models.sharing import with_hot_spares
+
+    # leaf n3-n5 is whole free: with 2 spares per leaf a 2 x 8 job has no leaf left
+    inst = _setup(spare_in_leaf=True, pending=[job("new", replicas=2, dp_hop=2)])
+    plain = solve_placement(inst, solver=solver, budget_s=10)
+    assert "new" in plain.admitted
+    plan = solve_placement(with_hot_spares(inst, 2), solver=solver, budget_s=10)
+    plan = plan.model_copy(update={"hot_spares": 2})
+    assert "new" not in plan.admitted and check(plan, inst) == []
+    one = solve_placement(with_hot_spares(inst, 1), solver=solver, budget_s=10)
+    one = one.model_copy(update={"hot_spares": 1})
+    assert "new" in one.admitted and check(one, inst) == []
+    # the checker catches a plan that eats the spares
+    eats = plain.model_copy(update={"hot_spares": 2})
+    assert "hot-spares" in {v.code for v in check(eats, inst)}
+    # a repair may use the spares: the failed unit's replacement goes to n2, a spare
+    failed = [("n1", 3)]
+    result = repair(inst.with_jobs([]), failed, solver=solver, hot_spares=2)
+    assert result.plan.hot_spares == 2 and result.jobs[0].kept_units == ["tp/0"]
+    _checked(inst.with_jobs([]), failed, result)
+
+
+def test_checker_rejects_a_repair_of_a_healthy_job():
+    inst = _setup(spare_in_leaf=True)
+    result = repair(inst, [("n1", 3)], solver="cpsat")
+    # on the instance before the failure the job is healthy: moving it was not needed
+    codes = {v.code for v in check(result.plan, inst)}
+    assert "migrate-unneeded" in codes or "migrate-lost-work" in codes
 
 
 def test_repair_refuses_bad_input():
-    inst, spec = _setup(spare_in_leaf=True)
+    inst = _setup(spare_in_leaf=True)
     with pytest.raises(ValueError, match="unknown node"):
-        repair(inst, [spec], [("nx", 0)])
+        repair(inst, [("nx", 0)])
     with pytest.raises(ValueError, match="no GPU 9"):
-        repair(inst, [spec], [("n1", 9)])
+        repair(inst, [("n1", 9)])
     with pytest.raises(ValueError, match="unknown repair strategy"):
-        repair(inst, [spec], [("n1", 1)], strategy="pray")
+        repair(inst, [("n1", 1)], strategy="pray")
+    with pytest.raises(ValueError, match="neither NODE"):
+        parse_failed("n1:x")
+    assert parse_failed("n1:3, n2\n# c\nn4:0") == [("n1", 3), ("n2", None), ("n4", 0)]
+
+
+def test_cli_repair(tmp_path, capsys):
+    import yaml
+    from cli_run import run_main
+
+    inst = _setup(spare_in_leaf=True)
+    path = tmp_path / "inst.yaml"
+    path.write_text(yaml.safe_dump(inst.to_doc()))
+    out = tmp_path / "plan.yaml"
+    code = run_main(["repair", "--instance", str(path), "--failed", "n1:3", "--budget", "10",
+                     "-o", str(out)])
+    assert code == 0, capsys.readouterr().err
+    from hyperplace.models.plan import PlacementPlan
+
+    plan = PlacementPlan.model_validate(yaml.safe_load(out.read_text()))
+    assert check(plan, repair_instance(inst, [("n1", 3)])) == []
+    table = capsys.readouterr().out
+    assert "train" in table and "repair" in table
+    for args in (["--failed", "n9:0"], ["--failed", "n1:12"], ["--failed", "n1:3",
+                                                                "--hot-spares", "-1"]):
+        code = run_main(["repair", "--instance", str(path), *args])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "--failed" in err or "--hot-spares" in err, err
+
+
+def test_cli_solve_hot_spares(tmp_path, capsys):
+    import yaml
+    from cli_run import run_main
+
+    from hyperplace.models.plan import PlacementPlan
+
+    inst = _setup(spare_in_leaf=True, pending=[job("new", replicas=2, dp_hop=2)])
+    path, out = tmp_path / "inst.yaml", tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(inst.to_doc()))
+    assert run_main(["solve", "--instance", str(path), "--hot-spares", "2", "--budget", "5",
+                     "-o", str(out)]) == 0
+    plan = PlacementPlan.model_validate(yaml.safe_load(out.read_text()))
+    assert plan.hot_spares == 2 and "new" not in plan.admitted and check(plan, inst) == []
+    capsys.readouterr()
+    assert run_main(["solve", "--instance", str(path), "--hot-spares", "-1"]) == 2
+    assert "--hot-spares" in capsys.readouterr().err

@@ -56,6 +56,7 @@ from pydantic import BaseModel, ConfigDict
 
 from hyperplace.check.migration import migration_problems
 from hyperplace.check.preemption import preemption_problems
+from hyperplace.check.spares import spare_problems
 from hyperplace.check.quotas import Usage, quota_problems
 from hyperplace.formulations.priority import priority_weights
 from hyperplace.models import (
@@ -166,6 +167,9 @@ class _Context:
 def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
     """All rules the plan breaks on this instance (empty list = valid plan)."""
     out: list[Violation] = []
+    if plan.hot_spares:  # new placements leave spares; the rest is checked without them
+        spares, instance = spare_problems(plan, instance)
+        out += [Violation(code="hot-spares", message=m) for m in spares]
     running = running_demand(plan, instance)
     if plan.preemptions:  # the rest of the plan is checked with the victims released
         problems, instance = preemption_problems(plan, instance)

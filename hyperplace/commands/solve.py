@@ -253,6 +253,9 @@ def solve_command(
         "migrate (checkpoint, restart elsewhere) when that places a pending job the round "
         "leaves out: least lost work (GPUs x checkpointAgeS) first, at most 4 per job, only "
         "when the moved jobs are placed whole again; shown as migrations")] = False,
+    hot_spares: Annotated[int, typer.Option(
+        "--hot-spares", help="whole free nodes to leave free in every leaf domain for repairs "
+        "(the last ones of each leaf; hyperplace repair may use them)")] = 0,
 ) -> None:
     """Solve one scheduling round: which pending jobs run, on exactly which GPUs."""
     from hyperplace.deadline import command_deadline, write_reserve_s
@@ -273,6 +276,13 @@ def solve_command(
         inst = with_calibrated_speeds(inst, load_calibration(calibration))
     # the budget runs from process start: reading the files counts, and writing keeps a share
     deadline = command_deadline(budget, write_reserve_s(inst), since=began)
+    if hot_spares < 0:
+        raise InputError(f"must be >= 0, got {hot_spares}", path="--hot-spares")
+    as_given = inst  # drawn and tabled as it is; solved with the spares out of reach
+    if hot_spares:
+        from hyperplace.models.sharing import with_hot_spares
+
+        inst = with_hot_spares(inst, hot_spares)
     if running_moveable and preemption != Preemption.never:
         raise InputError("choose one of --running-moveable and --preemption for a round",
                          path="--running-moveable")
@@ -294,12 +304,16 @@ def solve_command(
         if source and Path(source).exists():
             source = str(Path(source).resolve())
         plan = plan.model_copy(
-            update={"metadata": plan.metadata.model_copy(update={"instance": source})})
+            update={"metadata": plan.metadata.model_copy(update={"instance": source}),
+                    "hot_spares": hot_spares,
+                    "message": "; ".join(filter(None, [plan.message, f"{hot_spares} whole free "
+                                                       "node(s) per leaf kept as hot spares"
+                                                       if hot_spares else ""]))})
         text = dump(plan, file_fmt) if output is not None and file_fmt else None
         picture = None
         if draw is not None:
             from hyperplace.draw import draw_svg
-            picture = draw_svg(inst, plan)
+            picture = draw_svg(as_given, plan)
     if output is not None and text is not None:
         write_output(output, text, f"{plan.status.value}, {len(plan.jobs)} admitted, "
                      f"{len(plan.pending)} pending")
@@ -307,7 +321,7 @@ def solve_command(
         write_output(draw, picture, "picture of the plan")
     shown = fmt or Format.table
     if shown == Format.table:
-        _print_table(plan, inst, console(), explain)
+        _print_table(plan, as_given, console(), explain)
     elif shown is not None and output is None:
         sys.stdout.write(dump(plan, shown.value))
 

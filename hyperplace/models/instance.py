@@ -229,10 +229,9 @@ class Instance(HPModel):
 
     @property
     def running_manifests(self) -> dict[str, TrainingJob]:
-        """Running job -> its manifest, for the running jobs that hold GPUs and have one."""
-        held = self.running_jobs()
-        return {r.name: r.job for r in self.spec.running_jobs
-                if r.job is not None and r.name in held}
+        """Running job -> its manifest, for the ``spec.runningJobs`` that have one (a job
+        whose every GPU failed holds none and is still listed)."""
+        return {r.name: r.job for r in self.spec.running_jobs if r.job is not None}
 
     def with_running_manifests(self, specs: list[TrainingJob]) -> "Instance":
         """A copy whose ``spec.runningJobs`` carry these manifests (entries added for running

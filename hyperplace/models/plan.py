@@ -13,6 +13,7 @@ Schema (``apiVersion: hyperplace/v1``, ``kind: PlacementPlan``)::
     preemptionPolicy: lower-priority | reclaim-within-cohort  # when the round could preempt
     migrations: [{job, why, forJob, gpus, gpusMoved, lostGpuSeconds,  # running jobs moved
                   fromNodes, toNodes}]                        # (new GPUs in placements)
+    hotSpares: N                                              # whole free nodes kept per leaf
     objectiveTerms: {admittedPriorityDemand, communication, fragmentation, policy}
 
 ``topologyAssignment`` is Kueue's TopologyAssignment (levels, then domain values -> GPU
@@ -120,6 +121,9 @@ class PlacementPlan(HPModel):
         "reclaim-within-cohort): objective 1 then counts the running jobs kept, each in its "
         "own priority level")
     migrations: list[Migration] = Field(default_factory=list)
+    hot_spares: int = Field(default=0, ge=0, description=(
+        "whole free nodes per leaf domain new placements leave free (the operator setting "
+        "the round was solved with; repairs may use them)"))
 
     def to_doc(self) -> dict:
         """Like every document, but ``placements``, ``jobs`` and ``pending`` are always there

@@ -89,3 +89,71 @@ def released(instance: Instance, victims: Iterable[str],
         clusters.append(Cluster(**{**fields, "nodes": nodes}))
     spec = instance.spec.model_copy(update={"clusters": clusters})
     return Instance(metadata=instance.metadata, spec=spec)
+
+
+def with_failures(instance: Instance, failed: Iterable[tuple[str, int]]) -> Instance:
+    """The instance after these GPUs failed: each is faulty and held by no one. A running
+    job that held one keeps its healthy GPUs; it is *broken* (it holds fewer GPUs than its
+    manifest asks for) until a repair moves it."""
+    dead = set(failed)
+    clusters = []
+    for c in instance.clusters:
+        nodes = []
+        for n in c.nodes:
+            mine = {g for name, g in dead if name == n.name}
+            if mine:
+                n = Node(**{**{k: getattr(n, k) for k in Node.model_fields},
+                            "allocated": {g: j for g, j in n.allocated.items() if g not in mine},
+                            "faulty": sorted(set(n.faulty) | mine)})
+            nodes.append(n)
+        clusters.append(Cluster(**{**{k: getattr(c, k) for k in Cluster.model_fields},
+                                   "nodes": nodes}))
+    spec = instance.spec.model_copy(update={"clusters": clusters})
+    return Instance(metadata=instance.metadata, spec=spec)
+
+
+def _whole_free(n: Node) -> bool:
+    return not n.allocated and not n.faulty
+
+
+def spare_nodes(instance: Instance, count: int) -> list[str]:
+    """The hot spares: in every leaf domain (nodes pairwise within 2 hops), the last
+    ``count`` whole free nodes in cluster order (all of them when it has fewer). New
+    placements leave them free; repairs may use them."""
+    if count <= 0:
+        return []
+    out: dict[str, None] = {}
+    for c in instance.clusters:
+        order = {n.name: i for i, n in enumerate(c.nodes)}
+        by_name = {n.name: n for n in c.nodes}
+        for _, members in sorted(c.network.domains(2).items()):
+            free = sorted((m for m in members if m in by_name and _whole_free(by_name[m])),
+                          key=order.__getitem__)
+            out.update(dict.fromkeys(free[-count:]))
+    return list(out)
+
+
+def with_hot_spares(instance: Instance, count: int, keep_usable: Set[tuple[str, int]] = frozenset()
+                    ) -> Instance:
+    """The instance with its hot spares' GPUs (:func:`spare_nodes`) kept out of reach of new
+    placements (marked unusable), except ``keep_usable`` ones."""
+    names = set(spare_nodes(instance, count))
+    if not names:
+        return instance
+    reserve = {(n.name, g) for c in instance.clusters for n in c.nodes if n.name in names
+               for g in range(n.gpu_count)} - set(keep_usable)
+    return released(instance, [], reserve=reserve)
+
+
+def whole_free_per_leaf(instance: Instance, busy: Set[tuple[str, int]] = frozenset()
+                        ) -> dict[str, int]:
+    """Leaf domain (``cluster/leaf``) -> whole free nodes in it, ``busy`` GPUs counted as
+    taken."""
+    out: dict[str, int] = {}
+    for c in instance.clusters:
+        by_name = {n.name: n for n in c.nodes}
+        for leaf, members in c.network.domains(2).items():
+            out[f"{c.name}/{leaf}"] = sum(
+                1 for m in members if m in by_name and _whole_free(by_name[m])
+                and not any((m, g) in busy for g in range(by_name[m].gpu_count)))
+    return out

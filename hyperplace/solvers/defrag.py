@@ -79,10 +79,11 @@ def _check_moves(max_moves: int) -> None:
 def migration(instance: Instance, name: str, new: set[GPU], why: str,
               for_job: str = "") -> Migration:
     """The ``migrations[]`` entry of running job ``name`` moved onto ``new`` GPUs."""
-    old = running_gpus(instance)[name]
+    old = running_gpus(instance).get(name, [])
+    size = instance.running_manifests[name].total_gpus
     age = instance.running_job_info[name].checkpoint_age_s
-    return Migration(job=name, why=why, for_job=for_job, gpus=len(old),
-                     gpus_moved=len(new - set(old)), lost_gpu_seconds=len(old) * age,
+    return Migration(job=name, why=why, for_job=for_job, gpus=size,
+                     gpus_moved=len(new - set(old)), lost_gpu_seconds=size * age,
                      from_nodes=sorted({n for n, _ in old}), to_nodes=sorted({n for n, _ in new}))
 
 

@@ -1,0 +1,101 @@
+"""``hyperplace repair``: re-place only what failed GPUs or nodes force to move (#14)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from hyperplace.commands.common import (
+    Format,
+    check_budget,
+    console,
+    file_format,
+    interruptible,
+    one_line_errors,
+    write_output,
+)
+from hyperplace.errors import InputError
+
+
+@one_line_errors
+def repair_command(
+    instance: Annotated[str, typer.Option(
+        "--instance", "-i", help="bundled instance name or Instance file before the failure "
+        "(running jobs in node.allocated, their manifests in spec.runningJobs[].job)")],
+    failed: Annotated[str, typer.Option(
+        "--failed", help="failed GPUs and nodes: 'n1:3,n2' (NODE:GPU or a whole NODE), or a "
+        "file with one per line (# comments)")],
+    running: Annotated[Path | None, typer.Option(
+        "--running", help="manifests of running jobs (multi-document YAML or a directory), "
+        "added to spec.runningJobs[].job")] = None,
+    strategy: Annotated[str, typer.Option(
+        "--strategy", help="minimal (keep healthy units when a replacement fits within the "
+        "hop limit), replace-all (move every hit job whole) or replace-everything (every "
+        "running job placed from scratch: the comparison)")] = "minimal",
+    hot_spares: Annotated[int, typer.Option(
+        "--hot-spares", help="whole free nodes per leaf that whole-job re-placements leave "
+        "free (replacement units may use them)")] = 0,
+    budget: Annotated[float, typer.Option("--budget", help="seconds per solve")] = 10.0,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="write the repair plan (migrations[], why: repair) here; check "
+        "it against the instance with the failures applied")] = None,
+    fmt: Annotated[Format | None, typer.Option(
+        "--format", "-f", help="stdout as table, json or yaml; with -o, the file's format")] = None,
+) -> None:
+    """Repair the running jobs that hold failed GPUs: keep their healthy units in place when
+    the job's rules allow, else move the whole job; report GPUs moved and work lost."""
+    from hyperplace.commands.defrag import print_migrations, with_running_files
+    from hyperplace.commands.solve import resolve_instance
+    from hyperplace.io import dump
+    from hyperplace.solvers.repair import STRATEGIES, read_failed, repair
+
+    check_budget(budget)
+    if hot_spares < 0:
+        raise InputError(f"must be >= 0, got {hot_spares}", path="--hot-spares")
+    if strategy not in STRATEGIES:
+        raise InputError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}",
+                         path="--strategy")
+    file_fmt = file_format(fmt.value if fmt is not None else None, output) if output else None
+    inst = with_running_files(resolve_instance(instance, None, None), running)
+    try:
+        dead = read_failed(failed)
+        with interruptible():
+            result = repair(inst, dead, strategy=strategy, budget_s=budget,
+                            hot_spares=hot_spares)
+    except UnicodeDecodeError:
+        raise InputError("the file is not UTF-8 text", path="--failed") from None
+    except ValueError as exc:
+        if isinstance(exc, InputError):
+            raise
+        msg = str(exc).removeprefix("failed: ")
+        raise InputError(msg, path="--failed") from None
+    plan = result.plan.model_copy(update={"metadata": result.plan.metadata.model_copy(
+        update={"instance": instance})})
+    if output is not None and file_fmt:
+        write_output(output, dump(plan, file_fmt),
+                     f"{len(plan.migrations)} job(s) repaired, {result.gpus_moved} GPUs moved")
+    shown = fmt or Format.table
+    if shown != Format.table:
+        if output is None:
+            sys.stdout.write(dump(plan, shown.value))
+        return
+    out = console()
+    out.print(escape(plan.message))
+    table = Table(title="jobs hit by the failure", title_justify="left")
+    for col in ("job", "repaired", "units kept", "units moved", "GPUs moved", "lost GPU-s", "note"):
+        table.add_column(col)
+    for j in result.jobs:
+        table.add_row(escape(j.job), "yes" if j.placed else "no", escape(" ".join(j.kept_units)),
+                      escape(" ".join(j.moved_units)), str(j.gpus_moved),
+                      f"{j.lost_gpu_seconds:g}", escape(j.reason))
+    out.print(table)
+    print_migrations(plan, out)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("repair")(repair_command)
