@@ -185,12 +185,6 @@ def test_check_verifies_what_a_plan_claims(solver):
     assert "claim-admitted-jobs" in codes(_tampered(plan, objective_terms=terms))
 
 
-_PIECES = pytest.mark.xfail(strict=True, reason=(
-    "#8 cases 2-3 not done: a unit is cut into node-sized pieces only; pieces smaller than "
-    "a node (4+4+4+4 NVLink quads on DGX-1, 4+4+4 on mixed node sizes) are not modelled"))
-
-
-@_PIECES
 def test_unit_larger_than_a_node_on_dgx1_uses_nvlink_quads(solver):
     # case 2: 16-GPU TP with NVLink >= 50 on four DGX-1 nodes whose free GPUs are one quad
     # each: 4 x 4 is valid (every same-node pair NVLinked) and must be found
@@ -202,7 +196,6 @@ def test_unit_larger_than_a_node_on_dgx1_uses_nvlink_quads(solver):
     assert admitted(plan) == {"tp16"}
 
 
-@_PIECES
 def test_twelve_gpu_unit_on_three_four_gpu_nodes(solver):
     # case 3: 12 GPUs, no NVLink floor, one leaf of three 4-GPU nodes: 4 + 4 + 4 fits
     nodes = [node(f"s{i}", gpus=4) for i in range(3)] + [node("b", gpus=8, allocated={0: "r"})]
@@ -211,3 +204,101 @@ def test_twelve_gpu_unit_on_three_four_gpu_nodes(solver):
     plan = solve_placement(inst, solver=solver, budget_s=10)
     assert check(plan, inst) == []
     assert admitted(plan) == {"dp12"}
+
+
+def test_dgx1_quads_outrank_a_lower_priority_job(solver):
+    # case 2 as reported: the 16-GPU TP unit (NVLink >= 50, largest such clique on a DGX-1
+    # is 4) must take one quad on each of four nodes rather than leave its place to the
+    # priority-1 job, which then finds no whole free node
+    half = {g: "r" for g in (4, 5, 6, 7)}
+    nodes = [node("d0", "V100-32", nvlink="hybrid_cube_mesh", allocated=half)] + \
+        [node(f"d{i}", "V100-32", nvlink="hybrid_cube_mesh") for i in range(1, 4)]
+    low = job("low8", tp=8, accel="V100", nvlink=0, mem=32, tp_hop=0, priority=1)
+    tp16 = job("tp16", tp=16, accel="V100", nvlink=50, mem=32)
+    inst = instance(nodes, [low, tp16], nodes_per_leaf=4)
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    assert "tp16" in admitted(plan)
+    per_node = {}
+    for g in (g for p in plan.placements if p.job == "tp16" for g in p.gpus):
+        per_node[g.node] = per_node.get(g.node, 0) + 1
+    assert sorted(per_node.values()) == [4, 4, 4, 4]
+
+
+def test_unit_with_a_hop_limit_may_span_nodes_when_it_fits_one(solver):
+    # the oracle's case: a 4-GPU unit without an NVLink floor on two nodes with 3 free GPUs
+    # each. Its group declares maxHopCount 1, so it may be cut (3 + 1 or 2 + 2) on one leaf
+    busy = {g: "r" for g in range(3, 8)}
+    nodes = [node("a", allocated=busy), node("b", allocated=busy)]
+    j = job("dp4", tp=4, accel=None, nvlink=0, mem=40, tp_hop=1)
+    inst = instance(nodes, [j], nodes_per_leaf=2)
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    assert admitted(plan) == {"dp4"}
+
+
+def test_unit_without_a_hop_limit_stays_on_one_node(solver):
+    # the same unit whose group says nothing about links between nodes stays on one node
+    # (the README's rule): pending, with a reason that names the free set, and the checker
+    # rejects the cut placement
+    busy = {g: "r" for g in range(3, 8)}
+    nodes = [node("a", allocated=busy), node("b", allocated=busy)]
+    j = job("dp4", tp=4, accel=None, nvlink=0, mem=40)
+    inst = instance(nodes, [j], nodes_per_leaf=2)
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    assert plan.jobs == []
+    (reason,) = plan.pending[0].reasons
+    assert "largest such free set is 3 GPUs" in reason
+    cut = j.model_copy(update={"spec": j.spec.model_copy(update={"resource_groups": [
+        g.model_copy(update={"inter_node_connectivity": g.inter_node_connectivity.model_copy(
+            update={"max_hop_count": 1})}) if g.type == "TensorParallel" else g
+        for g in j.spec.resource_groups]})})
+    cut_plan = solve_placement(instance(nodes, [cut], nodes_per_leaf=2), solver=solver, budget_s=10)
+    assert {v.code for v in check(cut_plan, inst)} >= {"unit-split"}
+
+
+def test_twelve_gpu_unit_reason_is_about_its_pieces(solver):
+    # case 3's reason: with only 11 free GPUs on the leaf the unit cannot run; the reason
+    # must not claim it needs 8 GPUs in one NVLink domain
+    nodes = [node("s0", gpus=4), node("s1", gpus=4, allocated={0: "r"}), node("b", gpus=8, allocated={
+        i: "r" for i in range(4)})]
+    j = job("dp12", tp=12, accel=None, nvlink=0, mem=40, group_type="DataParallel")
+    plan = solve_placement(instance(nodes, [j], nodes_per_leaf=4), solver=solver, budget_s=10)
+    (reason,) = plan.pending[0].reasons
+    assert "NVLink domain" not in reason and "12" in reason and "11 are free" in reason
+
+
+def test_two_units_cut_on_mixed_nodes_each_within_its_own_leaf(solver):
+    # two 12-GPU DataParallel-free TP units with maxHopCount 1 each (between replicas
+    # anywhere): one leaf of 4 + 8 free and one leaf of 4 + 4 + 4 free; each unit's pieces
+    # lie in one leaf, so it is 8 + 4 on the first and 4 + 4 + 4 on the second
+    nodes = [node("a0", gpus=4), node("a1"), node("a2", allocated={i: "r" for i in range(8)}),
+             node("b0", gpus=4), node("b1", gpus=4), node("b2", gpus=4)]
+    j = job("tp12", tp=12, replicas=2, accel=None, nvlink=0, mem=40, tp_hop=1)
+    inst = instance(nodes, [j], nodes_per_leaf=3)
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    assert admitted(plan) == {"tp12"}
+
+
+def test_checker_accepts_quads_and_rejects_a_piece_below_the_floor():
+    # the independent checker on hand-made plans of the 16-GPU unit on four DGX-1 nodes
+    from hyperplace.models.plan import GPURef, JobSummary, PlacementPlan, UnitPlacement
+
+    nodes = [node(f"d{i}", "V100-32", nvlink="hybrid_cube_mesh") for i in range(4)]
+    tp16 = job("tp16", tp=16, accel="V100", nvlink=50, mem=32)
+    inst = instance(nodes, [tp16], nodes_per_leaf=4)
+
+    def plan_of(gpus):
+        refs = [GPURef(node=n, gpu=g) for n, g in gpus]
+        return PlacementPlan(status=SolveStatus.FEASIBLE, solver="hand", placements=[
+            UnitPlacement(job="tp16", unit="tp/0", gpus=refs)], jobs=[JobSummary(
+                job="tp16", priority=tp16.priority, gpus=16, gpu_types={"V100-32": 16},
+                node_names=sorted({n for n, _ in gpus}))])
+
+    quads = [(f"d{i}", g) for i in range(4) for g in (0, 1, 2, 3)]
+    assert check(plan_of(quads), inst) == []
+    uneven = [(f"d{i}", g) for i in range(2) for g in (0, 1, 2, 3)] + \
+        [("d2", g) for g in (0, 1, 2, 3, 4, 5)] + [("d3", g) for g in (0, 1)]
+    assert "nvlink-bandwidth" in {v.code for v in check(plan_of(uneven), inst)}

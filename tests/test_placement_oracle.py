@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from placement_helpers import instance, job, node
@@ -20,8 +22,15 @@ from hyperplace.solvers.driver import solve_placement
 EXAMPLES = int(os.environ.get("HP_ORACLE_EXAMPLES", "12"))
 
 
-def _compare(inst, solver: str) -> None:
-    best_weighted, best_jobs = Oracle(inst).best()
+@pytest.fixture(scope="module")
+def solvers(request) -> list[str]:
+    """The backends chosen with ``--solvers``, and ``auto``."""
+    chosen = [s for s in request.config.getoption("solvers").split(",") if s]
+    return chosen + (["auto"] if "auto" not in chosen else [])
+
+
+def _compare(inst, solver: str, best: tuple[int, int] | None = None) -> None:
+    best_weighted, best_jobs = best or Oracle(inst).best()
     plan = solve_placement(inst, solver=solver, budget_s=10, workers=1)
     assert check(plan, inst) == []
     assert plan.objective <= best_weighted + 1e-6, (plan.objective, best_weighted)
@@ -56,21 +65,50 @@ def test_backend_matches_brute_force_on_tiny_rounds(solver, inst):
     _compare(inst, solver)
 
 
-def test_oracle_on_a_hand_checked_round(solver):
-    # one free 8-GPU node: high 8 beats two low 4s (one GPU of high outweighs all low ones)
-    inst = instance([node("n0")], [job("low1", tp=4, priority="low"),
-                                   job("low2", tp=4, priority="low"),
-                                   job("high", tp=8, priority="high")])
-    oracle = Oracle(inst)
-    assert oracle.best() == (oracle.weights[job("h", priority="high").priority] * 8, 1)
-    _compare(inst, solver)
+# (GPU type, NVLink topology, GPUs): NVSwitch nodes of two sizes, a DGX-1 (hybrid cube
+# mesh: the largest 50 GB/s clique is 4 GPUs) and a PCIe node (64 GB/s between every pair)
+MIXED_NODES = [("H100-80", "nvswitch", 4), ("H100-80", "nvswitch", 8),
+               ("V100-32", "hybrid_cube_mesh", 8), ("A100-40", "pcie", 4)]
 
 
-def test_dgx1_cliques_against_brute_force(solver):
-    # DGX-1 with {0,1,4,5} free (no 4-clique: 0-5 and 1-4 lack NVLink) and a fresh one
-    nodes = [node("a", "V100-32", nvlink="hybrid_cube_mesh", allocated={2: "r", 3: "r", 6: "r", 7: "r"}),
-             node("b", "V100-32", nvlink="hybrid_cube_mesh")]
-    jobs = [job("q1", tp=4, accel="V100", nvlink=50, mem=32),
-            job("q2", tp=4, accel="V100", nvlink=50, mem=32),
-            job("p1", tp=2, accel="V100", nvlink=50, mem=32, priority="low")]
-    _compare(instance(nodes, jobs, nodes_per_leaf=2), solver)
+@st.composite
+def mixed_rounds(draw):
+    """2-3 nodes of mixed sizes and kinds, partly busy (a DGX-1 keeps 3-5 free GPUs so
+    that the oracle's subset search stays small); 1-2 jobs (2 replicas only for a lone
+    job) with or without an NVLink floor, with or without a hop limit of their own (a unit
+    that fits in one node is cut only without a floor and with a hop limit), sized to fit
+    the free GPUs, half of them larger than any node's free GPUs (they must be cut)."""
+    nodes = []
+    for i in range(draw(st.integers(2, 3))):
+        gpu_type, nvlink, gpus = draw(st.sampled_from(MIXED_NODES))
+        least, most = (3, 5) if nvlink == "hybrid_cube_mesh" else (0, gpus - 1)
+        busy = draw(st.sets(st.integers(0, gpus - 1), min_size=least, max_size=most))
+        nodes.append(node(f"n{i}", gpu_type, gpus=gpus, nvlink=nvlink,
+                          allocated={g: "r" for g in busy}))
+    free = sum(n.free_count for n in nodes)
+    widest = max(n.free_count for n in nodes)
+    jobs = []
+    n_jobs = draw(st.integers(1, 2))
+    for k in range(n_jobs):
+        sizes = [s for s in (2, 3, 4, 6, 8, 12, 16) if s <= free]
+        cut = [s for s in sizes if s > widest]  # sizes that must be cut on this round
+        tp = draw(st.sampled_from(cut if cut and draw(st.booleans()) else sizes))
+        group_type = draw(st.sampled_from(["TensorParallel", "DataParallel"]))
+        most = 2 if n_jobs == 1 and 2 * tp <= free else 1
+        jobs.append(job(f"j{k}", tp=tp, replicas=draw(st.integers(1, most)),
+                        accel=None, priority=draw(st.sampled_from(["low", "normal", "high"])),
+                        tp_hop=draw(st.sampled_from([None, 1, 1, 3])),
+                        dp_hop=draw(st.sampled_from([None, 1])),
+                        nvlink=draw(st.sampled_from([0, 0, 50, 600])), mem=16,
+                        group_type=group_type))
+    return instance(nodes, jobs, nodes_per_leaf=draw(st.integers(1, 2)))
+
+
+@settings(max_examples=int(os.environ.get("HP_ORACLE_MIXED_EXAMPLES", "20")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(inst=mixed_rounds())
+def test_every_backend_matches_brute_force_on_mixed_nodes_and_cut_units(solvers, inst):
+    # the oracle once per round, every backend against it (auto included)
+    best = Oracle(inst).best()
+    for solver in solvers:
+        _compare(inst, solver, best)

@@ -18,7 +18,11 @@ What is checked (each failure is one :class:`Violation` with a stable ``code``):
 * Per unit: GPU type matches the unit's selector (``gpu-type``), HBM >= ``min_memory_gb``
   (``gpu-memory``); with ``min_nvlink_gbps > 0`` every same-node pair meets it
   (``nvlink-bandwidth``) and a unit that fits in one node of its type sits in one node
-  (``nvlink-split``: NVLink does not cross nodes); across nodes the pairwise hop count is
+  (``nvlink-split``: NVLink does not cross nodes); a unit without an NVLink floor that
+  fits in one node of its type sits in one node unless its group declares
+  ``maxHopCount`` >= 1 (``unit-split``); a unit that spans nodes may have any number of
+  GPUs on each node, the floor holding among those of one node (no assumption about
+  piece sizes); across nodes the pairwise hop count is
   <= ``max_hop_count`` (``hop-count``; ``max_hop_count == 0`` means one node,
   ``unit-span``) and the path bottleneck >= ``min_ib_gbps`` (``ib-bandwidth``; a node that
   declares NICs is no faster than their total rate); nodes with
@@ -396,6 +400,9 @@ def _check_unit(ctx: _Context, unit: GangUnit, gpus: list[GPU]) -> list[Violatio
         if len(by_node) > 1 and unit.gpus <= ctx.largest_node(unit):
             v("nvlink-split", f"unit needs NVLink (>= {unit.min_nvlink_gbps:g} GB/s per pair) and "
                               f"fits in one node, but spans {len(by_node)} nodes")
+    elif len(by_node) > 1 and unit.max_hop_count is None and unit.gpus <= ctx.largest_node(unit):
+        v("unit-split", f"unit fits in one node and its group declares no maxHopCount >= 1, "
+                        f"but spans {len(by_node)} nodes")
 
     if len(by_node) > 1:
         if unit.max_hop_count == 0:

@@ -202,7 +202,10 @@ def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str
         if free < need:
             reasons.append(f"group {uc.group} needs {need} {sel} GPUs; {free} are free")
             continue
-        reasons.extend(_nvlink_reason(facts, uc, types, sel))
+        if uc.flexible:
+            reasons.extend(_flexible_reason(p, jv, uc, types, sel))
+        else:
+            reasons.extend(_nvlink_reason(facts, uc, types, sel))
     if reasons:
         return reasons
     types = p.types_for(jv.classes)
@@ -245,9 +248,37 @@ def _nvlink_reason(facts: _Facts, uc: UnitClass, types: frozenset[str], sel: str
     if best >= piece:
         return []
     on = f" on node {where.name}" if where else ""
-    bw = f" with >= {uc.min_nvlink_gbps:g} GB/s between every pair" if uc.min_nvlink_gbps else ""
+    if not uc.min_nvlink_gbps:
+        why = "" if uc.multi_node else (
+            " (a unit that fits in one node spans nodes only without an NVLink floor and "
+            "with maxHopCount >= 1 declared for its group)")
+        return [f"needs {piece}x{sel} on one node{why}; the largest such free set is "
+                f"{best} GPUs{on}"]
+    bw = f" with >= {uc.min_nvlink_gbps:g} GB/s between every pair"
     return [f"needs {piece}x{sel} in one NVLink domain{bw}; the largest such free set is "
             f"{best} GPUs{on}"]
+
+
+def _flexible_reason(p: PlacementProblem, jv: JobView, uc: UnitClass, types: frozenset[str],
+                     sel: str) -> list[str]:
+    """A unit cut into pieces needs, in one domain of its hop limit, nodes whose free GPUs
+    can hold its pieces (on each node one set whose every pair meets the NVLink floor):
+    say so when even the best domain has too few."""
+    hop = uc.hop_limit if uc.hop_limit is not None else jv.hop_limit
+    usable: dict[object, int] = defaultdict(int)
+    for n in p.nodes:
+        if n.gpu_type.name not in types or not n.free or not p.gpus_eligible(uc, n):
+            continue
+        k = n.largest_clique(uc.min_nvlink_gbps)
+        for d in p.domains_of(n, hop, job_level=True):
+            usable[d] += k
+    best = max(usable.values(), default=0)
+    if best >= uc.size:
+        return []
+    bw = (f", the GPUs of each node >= {uc.min_nvlink_gbps:g} GB/s apart pairwise"
+          if uc.min_nvlink_gbps else "")
+    return [f"group {uc.group} needs {uc.size} {sel} GPUs in pieces on nodes{bw}, within "
+            f"{_hop_words(hop)}; the most such free GPUs in one domain is {best}"]
 
 
 def _admitted_quota_use(p: PlacementProblem, assignment: Assignment

@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from hyperplace.formulations.placement import DomainKey, NodeView, PlacementModel, PlacementProblem
+from hyperplace.formulations.placement import (
+    DomainKey,
+    NodeView,
+    PlacementModel,
+    PlacementProblem,
+    UnitClass,
+)
 from hyperplace.models.plan import (
     GPURef,
     JobSummary,
@@ -72,36 +78,53 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
             remaining[n.name] = sorted(remaining[n.name] + [g for g, v in n.stoppable.items()
                                                             if v in stopped])
     # pieces per node class, largest first
-    per_class: dict[int, list[tuple[int, int, tuple[int, ...] | None]]] = defaultdict(list)
+    per_class: dict[int, list[tuple[int, int, tuple[int, ...] | None, int | None]]] = defaultdict(list)
     for pv in pm.pieces:
         x = values[pv.var]
         if x > 0 and p.classes[pv.uclass].job in leaders:
-            per_class[pv.node_class].extend([(pv.piece, pv.uclass, pv.clique)] * x)
+            per_class[pv.node_class].extend([(pv.piece, pv.uclass, pv.clique, pv.unit)] * x)
     placed: dict[int, list[tuple[NodeView, tuple[int, ...]]]] = defaultdict(list)
+    # flexible units: (class, unit index) -> GPUs per node
+    flex: dict[tuple[int, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     failed: dict[int, str] = {}
     for nci, items in per_class.items():
         nodes = ncs[nci].nodes
-        items.sort(key=lambda t: -t[0])
+        # cliques first (exact GPUs), then counts largest first
+        items.sort(key=lambda t: (t[2] is None, -t[0]))
         if nodes[0].stoppable and nodes[0].uniform_gbps is not None:
-            _victim_node(p, nodes[0], items, stopped, placed, failed)
+            _victim_node(p, nodes[0], items, stopped, placed, failed, flex)
             continue
-        for size, uci, clique in items:
+        for size, uci, clique, unit in items:
             job = p.classes[uci].job
             if clique is not None:
                 node = nodes[0]
                 if all(g in remaining[node.name] for g in clique):
                     for g in clique:
                         remaining[node.name].remove(g)
-                    placed[uci].append((node, clique))
+                    if unit is None:
+                        placed[uci].append((node, clique))
+                    else:
+                        flex[(uci, unit)][node.name].extend(clique)
                 else:
                     failed[job] = "clique already taken (inconsistent solution)"
                 continue
-            for node in nodes:
+            # a flexible unit's pieces go to a node it already uses when they fit there
+            order = nodes
+            if unit is not None and flex[(uci, unit)]:
+                mine = flex[(uci, unit)]
+                if p.classes[uci].merges_on(nodes[0]):
+                    order = sorted(nodes, key=lambda n: n.name not in mine)
+                else:  # one piece per node for this unit
+                    order = [n for n in nodes if n.name not in mine]
+            for node in order:
                 free = remaining[node.name]
                 if len(free) >= size:
                     gpus = tuple(free[:size])
                     del free[:size]
-                    placed[uci].append((node, gpus))
+                    if unit is None:
+                        placed[uci].append((node, gpus))
+                    else:
+                        flex[(uci, unit)][node.name].extend(gpus)
                     break
             else:
                 failed[job] = (f"pieces of {size} GPUs did not pack into nodes with "
@@ -131,6 +154,17 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
                 node, gpus = pieces[0]
                 for u, grp in uc.split_whole(node, gpus):
                     units.append(PlacedUnit(uc.index, u.name, [(node.name, grp)]))
+                continue
+            if uc.flexible:
+                for i, u in enumerate(uc.units):
+                    got = flex.get((uc.index, i), {})
+                    if sum(len(g) for g in got.values()) != uc.size:
+                        ok = False
+                        break
+                    units.append(PlacedUnit(uc.index, u.name, [
+                        (node, tuple(sorted(gpus))) for node, gpus in got.items()]))
+                if not ok:
+                    break
                 continue
             if not uc.multi_node:
                 if len(pieces) != uc.count:
@@ -217,9 +251,10 @@ def needed_victims(p: PlacementProblem, a: Assignment, stopped: set[int]) -> set
 
 
 def _victim_node(p: PlacementProblem, node: NodeView,
-                 items: list[tuple[int, int, tuple[int, ...] | None]], stopped: set[int],
-                 placed: dict[int, list[tuple[NodeView, tuple[int, ...]]]],
-                 failed: dict[int, str]) -> None:
+                 items: list[tuple[int, int, tuple[int, ...] | None, int | None]],
+                 stopped: set[int], placed: dict[int, list[tuple[NodeView, tuple[int, ...]]]],
+                 failed: dict[int, str],
+                 flex: dict[tuple[int, int], dict[str, list[int]]]) -> None:
     """GPUs for the pieces on a uniform node hosting victims: each piece may use free GPUs
     and those of the stopped victims its job may stop. A min-cost flow from each job's
     signature to the pools (free GPUs cost nothing, a victim's cost 1) finds them; the
@@ -231,14 +266,14 @@ def _victim_node(p: PlacementProblem, node: NodeView,
     for g, v in node.stoppable.items():
         if v in stopped:
             pools.setdefault(v, []).append(g)
-    by_sig: dict[frozenset[int], list[tuple[int, int]]] = defaultdict(list)
-    for size, uci, _ in items:
+    by_sig: dict[frozenset[int], list[tuple[int, int, int | None]]] = defaultdict(list)
+    for size, uci, _, unit in items:
         job = p.classes[uci].job
         sig = frozenset(v for v in pools if isinstance(v, int) and job in victims[v].allowed)
-        by_sig[sig].append((size, uci))
+        by_sig[sig].append((size, uci, unit))
     graph = nx.DiGraph()
     for i, (sig, pieces) in enumerate(by_sig.items()):
-        graph.add_edge("s", ("sig", i), capacity=sum(size for size, _ in pieces), weight=0)
+        graph.add_edge("s", ("sig", i), capacity=sum(t[0] for t in pieces), weight=0)
         order: list[int | str] = ["free", *sorted(sig)]
         for pool in order:
             graph.add_edge(("sig", i), ("pool", pool), capacity=len(pools[pool]),
@@ -254,11 +289,14 @@ def _victim_node(p: PlacementProblem, node: NodeView,
             k = flow[("sig", i)].get(("pool", pool), 0)
             mine += pools[pool][taken[pool]:taken[pool] + k]
             taken[pool] += k
-        for size, uci in pieces:
+        for size, uci, unit in pieces:
             if len(mine) < size:
                 failed[p.classes[uci].job] = "GPUs of stopped jobs did not match (inconsistent solution)"
                 continue
-            placed[uci].append((node, tuple(sorted(mine[:size]))))
+            if unit is None:
+                placed[uci].append((node, tuple(sorted(mine[:size]))))
+            else:  # a flexible unit's piece (see decode)
+                flex[(uci, unit)][node.name].extend(mine[:size])
             del mine[:size]
 
 
@@ -268,8 +306,16 @@ def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
     primary: dict[int, int] = {}
     uniform_index: dict[tuple[int, int, int], int] = {}
     clique_index: dict[tuple[int, int, tuple[int, ...]], int] = {}
+    # flexible units: (class, unit index, node class) -> {size: var}; (.., clique) -> var
+    flex_sizes: dict[tuple[int, int, int], dict[int, int]] = defaultdict(dict)
+    flex_cliques: dict[tuple[int, int, int, tuple[int, ...]], int] = {}
     for pv in pm.pieces:
-        if pv.clique is None:
+        if pv.unit is not None:
+            if pv.clique is None:
+                flex_sizes[(pv.uclass, pv.unit, pv.node_class)][pv.piece] = pv.var
+            else:
+                flex_cliques[(pv.uclass, pv.unit, pv.node_class, pv.clique)] = pv.var
+        elif pv.clique is None:
             uniform_index[(pv.uclass, pv.piece, pv.node_class)] = pv.var
         else:
             clique_index[(pv.uclass, pv.node_class, pv.clique)] = pv.var
@@ -288,6 +334,9 @@ def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
             if uc.whole_job:
                 continue
             model_class = pm.class_alias.get(u.uclass, u.uclass)
+            if uc.flexible:
+                _encode_flexible(pm, uc, u, class_of_node, flex_sizes, flex_cliques, primary)
+                continue
             for node, gpus in u.pieces:
                 nci = class_of_node[node]
                 key = (model_class, len(gpus), nci)
@@ -327,6 +376,42 @@ def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
                 primary[zv] = 1
                 break
     return pm.complete(primary)
+
+
+def _encode_flexible(pm: PlacementModel, uc: UnitClass, u: PlacedUnit, class_of_node: dict[str, int],
+                     flex_sizes: dict[tuple[int, int, int], dict[int, int]],
+                     flex_cliques: dict[tuple[int, int, int, tuple[int, ...]], int],
+                     primary: dict[int, int]) -> None:
+    """Hint values of one flexible unit: its GPUs on each node as the model's pieces (the
+    exact GPU set on a non-uniform node; on a uniform one the largest sizes first, e.g. 7
+    GPUs as 4 + 2 + 1), and the domain of its own hop limit."""
+    p = pm.problem
+    i = next(k for k, unit in enumerate(uc.units) if unit.name == u.unit)
+    per_node: dict[str, list[int]] = defaultdict(list)
+    for node, gpus in u.pieces:
+        per_node[node].extend(gpus)
+    for node, on_node in per_node.items():
+        nci = class_of_node[node]
+        cv = flex_cliques.get((uc.index, i, nci, tuple(sorted(on_node))))
+        if cv is not None:
+            primary[cv] = 1
+            continue
+        left = len(on_node)
+        for size, v in sorted(flex_sizes.get((uc.index, i, nci), {}).items(), reverse=True):
+            take = min(left // size, pm.lm.ubs[v] - primary.get(v, 0))
+            if take > 0:
+                primary[v] = primary.get(v, 0) + take
+                left -= take * size
+    nodes = [p.node_by_name[node] for node in per_node]
+    common: set[DomainKey] | None = None
+    for n in nodes:
+        ds = set(p.domains_of(n, uc.hop_limit))
+        common = ds if common is None else common & ds
+    for d in sorted(common or ()):
+        yv = pm.flex_unit_domain.get((uc.index, i, d))
+        if yv is not None:
+            primary[yv] = 1
+            break
 
 
 # ---------------------------------------------------------------------------------------

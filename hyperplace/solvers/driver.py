@@ -82,8 +82,9 @@ def estimate_vars(p: PlacementProblem) -> int:
     total = 0
     for b in p.bundles:
         for c in p.jobs[b[0]].classes:
-            for size in set(c.pieces):
-                total += uniform + sum(math.comb(f, size) for f in odd if f >= size)
+            copies = c.count if c.flexible else 1  # flexible pieces: variables per unit
+            for size in c.size_options:
+                total += copies * (uniform + sum(math.comb(f, size) for f in odd if f >= size))
     return total
 
 

@@ -155,11 +155,12 @@ def _in_order(items: list[DomainKey], key: Callable[[DomainKey], tuple[bool, int
 
 
 def _place_piece(p: PlacementProblem, jv: JobView, uc: UnitClass, size: int,
-                 leaves: list[DomainKey], state: State, job_leaves: set[DomainKey]
+                 leaves: list[DomainKey], state: State, job_leaves: set[DomainKey],
+                 exclude: set[str] | frozenset[str] = frozenset()
                  ) -> tuple[str, tuple[int, ...]] | None:
     """Best fit among ``leaves``: the smallest free count that fits, partly used nodes
     before untouched ones, the job's leaves first, then the domain's leaf order, then the
-    policy's preferred type."""
+    policy's preferred type (nodes in ``exclude`` skipped)."""
     types = sorted(p.eligible_types(uc.gpu_types, uc.min_memory_gb),
                    key=lambda t: p.policy_penalty(p.types_present[t]))
     pos = state.positions(leaves)
@@ -179,6 +180,8 @@ def _place_piece(p: PlacementProblem, jv: JobView, uc: UnitClass, size: int,
                     if not bucket:
                         continue
                     for name in bucket:
+                        if name in exclude:
+                            continue
                         n = p.node_by_name[name]
                         if not p.node_eligible(jv, uc, n):
                             continue
@@ -261,6 +264,11 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[DomainKey], state
                 candidates = sorted(sub, key=lambda ls: sum(state.leaf_free[leaf][t] for leaf in ls for t in types))
             done = None
             for cand in candidates:
+                if uc.flexible:
+                    done = _place_flexible_unit(p, jv, uc, cand, state, job_leaves)
+                    if done is not None:
+                        break
+                    continue
                 pieces: list[tuple[str, tuple[int, ...]]] = []
                 for size in uc.pieces:
                     got = _place_piece(p, jv, uc, size, cand, state, job_leaves)
@@ -281,6 +289,33 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[DomainKey], state
                 job_leaves.add(p.node_by_name[node].leaf)
             units.append(PlacedUnit(uc.index, u.name, done))
     return units
+
+
+def _place_flexible_unit(p: PlacementProblem, jv: JobView, uc: UnitClass,
+                         leaves: list[DomainKey], state: State, job_leaves: set[DomainKey]
+                         ) -> list[tuple[str, tuple[int, ...]]] | None:
+    """A flexible unit (:attr:`UnitClass.flexible`) as few pieces as best fit finds: the
+    largest piece that still fits somewhere, each on a node the unit does not use yet,
+    until its GPUs are placed; taken on ``state``, or None and ``state`` unchanged."""
+    left = uc.size
+    pieces: list[tuple[str, tuple[int, ...]]] = []
+    used: set[str] = set()
+    top = min(uc.size, p.max_gpus_per_node)
+    while left > 0:
+        got = None
+        for size in range(min(left, top), 0, -1):
+            got = _place_piece(p, jv, uc, size, leaves, state, job_leaves, used)
+            if got is not None:
+                break
+        if got is None:
+            for node, gpus in pieces:
+                state.give(node, gpus)
+            return None
+        state.take(*got)
+        pieces.append(got)
+        used.add(got[0])
+        left -= len(got[1])
+    return pieces
 
 
 class QuotaLedger:

@@ -45,6 +45,7 @@ class PieceVar:
     node_class: int
     var: int
     clique: tuple[int, ...] | None = None
+    unit: int | None = None  # flexible pieces: the unit (index in its class) they belong to
 
 
 @dataclass
@@ -64,6 +65,8 @@ class PlacementModel:
     opened_leaf: dict[DomainKey, int]
     objective_names: list[str]
     eligible_pieces: dict[int, list[PieceVar]] = field(default_factory=dict)
+    # flexible units: (class, unit index, domain of the unit's hop limit) -> var
+    flex_unit_domain: dict[tuple[int, int, DomainKey], int] = field(default_factory=dict)
     # auxiliary = ceil(sum(coef * var) / divisor): how hints complete the auxiliaries
     aux_links: list[tuple[int, Terms, int]] = field(default_factory=list)
     # auxiliaries with other rules (quota borrowing and lending, fair share), run after those
@@ -122,6 +125,7 @@ class PlacementModelBuilder:
                             for b in p.bundles if len(b) > 1 for j in b}
         self.job_domain: dict[tuple[int, DomainKey], int] = {}
         self.unit_domain: dict[tuple[int, DomainKey], int] = {}
+        self.flex_unit_domain: dict[tuple[int, int, DomainKey], int] = {}
         self.pieces: list[PieceVar] = []
         self.touch: dict[tuple[int, DomainKey], int] = {}
         self.per_class_pieces: dict[int, list[PieceVar]] = defaultdict(list)
@@ -162,7 +166,7 @@ class PlacementModelBuilder:
             opened_nodes=self.opened_nodes, opened_leaf=self.opened_leaf,
             objective_names=[o.name for o in self.lm.objectives],
             eligible_pieces=dict(self.per_class_pieces), aux_links=self.aux_links,
-            derived=self.derived, stop=self.stop)
+            derived=self.derived, stop=self.stop, flex_unit_domain=self.flex_unit_domain)
 
     # ---- per job --------------------------------------------------------------------
     def _job(self, j: int, members: list[int]) -> None:
@@ -175,6 +179,9 @@ class PlacementModelBuilder:
         if not self._job_domains(block):
             return
         for uc in block.view.classes:
+            if uc.flexible:
+                self._flexible_units(block, uc)
+                continue
             by_size = self._pieces(block, uc)
             self._gangs(block, uc, by_size)
             self._unit_domains(block, uc, by_size)
@@ -199,7 +206,7 @@ class PlacementModelBuilder:
         such pieces fit on one of their nodes (the problem's eligibility rule)."""
         p, jv = self.p, block.view
         for uc in jv.classes:
-            for size in sorted(set(uc.pieces)):
+            for size in uc.size_options:
                 found = []
                 for nc in p.node_classes:
                     if not p.node_eligible(jv, uc, nc.rep):
@@ -332,6 +339,102 @@ class PlacementModelBuilder:
         for ds, vs in per_dom.items():
             self.lm.add([(v, 1) for v in vs] + [(block.in_domain[d], -total) for d in ds], hi=0,
                         name=f"indomain[{jv.name},{uc.group},{'|'.join(ds)}]")
+
+    def _flexible_units(self, block: _JobBlock, uc: UnitClass) -> None:
+        """Pieces of a flexible class, one set of variables per unit (see
+        :attr:`UnitClass.flexible`): on a uniform node class a count per piece size, on a
+        non-uniform node a boolean per qualifying GPU set with at most one set per unit and
+        node (the unit's GPUs on one node form one clique at the floor; on uniform nodes
+        below the floor one GPU per node, which the capacity rows of a class of several
+        such nodes count only in total: the mapping may then drop the job, and the plan
+        says so). Per unit: its pieces
+        hold exactly its GPUs when the job runs (gang), lie in one domain of the unit's own
+        hop limit when that is tighter than the job's, and in the job's chosen domain.
+        Every piece costs ``piece_weight`` x the job's traffic weight in objective 2, so
+        units are cut into as few pieces as the free GPUs allow."""
+        p, jv = self.p, block.view
+        eligible = {nc.index: nc for found in (block.eligible.get((uc.index, s), [])
+                                               for s in uc.size_options) for nc, _ in found}
+        classes = [nc for nci, nc in sorted(eligible.items())
+                   if any(d in block.domains
+                          for d in p.domains_of(nc.rep, jv.hop_limit, job_level=True))]
+        own_domains = uc.hop_limit is not None and uc.hop_limit != jv.hop_limit
+        piece_cost = self.params.piece_weight * self.params.traffic_weight(jv.traffic_class)
+        for i, unit in enumerate(uc.units):
+            tag = f"{jv.name},{unit.name}"
+            placed: list[tuple[int, int, NodeClass]] = []  # (var, size, node class)
+            for nc in classes:
+                rep = nc.rep
+                sizes = uc.sizes_on(rep)
+                if nc.uniform:
+                    for size in sizes:
+                        capacity = p.piece_capacity(uc, size, rep)
+                        if capacity < 1:
+                            continue
+                        per_node = capacity if uc.merges_on(rep) else 1
+                        ub = min(uc.size // size, per_node * nc.multiplicity)
+                        v = self.lm.var(f"k[{tag},{size},nc{nc.index}]", 0, ub)
+                        self._add_piece(PieceVar(uc.index, size, nc.index, v, unit=i))
+                        self.cap_terms[nc.index].append((v, size))
+                        placed.append((v, size, nc))
+                    continue
+                on_node = []
+                for size in sizes:
+                    for clique in rep.cliques(size, uc.min_nvlink_gbps, rep.reachable):
+                        if rep.stoppable and not self._may_use(block.job, rep, clique):
+                            continue
+                        v = self.lm.bool(f"w[{tag},{rep.name},{clique}]")
+                        self._add_piece(PieceVar(uc.index, size, nc.index, v, clique, unit=i))
+                        for g in clique:
+                            self.gpu_terms[(nc.index, g)].append(v)
+                        placed.append((v, size, nc))
+                        on_node.append(v)
+                if len(on_node) > 1:
+                    self.lm.add([(v, 1) for v in on_node], hi=1, name=f"onepiece[{tag},{rep.name}]")
+            self.lm.eq([(v, size) for v, size, _ in placed] + [(block.run, -uc.size)], 0,
+                       f"gang[{tag}]")
+            for v, size, nc in placed:
+                n0 = nc.rep
+                block.touched_leaf[n0.leaf].append(v)
+                if n0.attach_gbps is not None and 3 in n0.cluster.network.radii:
+                    block.touched_spine[p.domain(n0, 3)].append(v)
+                self.obj_policy.append((v, size * p.policy_penalty(n0.gpu_type)))
+                self.job_gpu_terms[block.job].append((v, size, n0.gpu_type.name))
+                if piece_cost:
+                    self.obj_comm.append((v, piece_cost))
+            if own_domains:
+                self._flexible_unit_domain(block, uc, i, placed)
+            if block.in_domain:
+                per_dom: dict[tuple[DomainKey, ...], list[int]] = defaultdict(list)
+                for v, _, nc in placed:
+                    ds = tuple(d for d in p.domains_of(nc.rep, jv.hop_limit, job_level=True)
+                               if d in block.in_domain)
+                    per_dom[ds].append(v)
+                for ds, vs in per_dom.items():
+                    self.lm.add([(v, 1) for v in vs] + [(block.in_domain[d], -uc.size) for d in ds],
+                                hi=0, name=f"indomain[{tag},{'|'.join(ds)}]")
+
+    def _flexible_unit_domain(self, block: _JobBlock, uc: UnitClass, i: int,
+                              placed: list[tuple[int, int, NodeClass]]) -> None:
+        """One domain of the unit's own hop limit holds all of unit ``i``'s pieces: a
+        boolean per candidate domain, one chosen when the job runs, and pieces only in a
+        chosen one (on non-tree fabrics a node may lie in several)."""
+        p, jv = self.p, block.view
+        unit = uc.units[i]
+        ydom: dict[DomainKey, int] = {}
+        per_dom: dict[tuple[DomainKey, ...], list[int]] = defaultdict(list)
+        for v, _, nc in placed:
+            ds = p.domains_of(nc.rep, uc.hop_limit)
+            for d in ds:
+                if d not in ydom:
+                    ydom[d] = self.lm.bool(f"y[{jv.name},{unit.name},{d}]")
+                    self.flex_unit_domain[(uc.index, i, d)] = ydom[d]
+            per_dom[ds].append(v)
+        self.lm.eq([(v, 1) for v in ydom.values()] + [(block.run, -1)], 0,
+                   f"unitdomains[{jv.name},{unit.name}]")
+        for ds, vs in per_dom.items():
+            self.lm.add([(v, 1) for v in vs] + [(ydom[d], -uc.size) for d in ds], hi=0,
+                        name=f"unitdomain[{jv.name},{unit.name},{'|'.join(ds)}]")
 
     def _touch(self, block: _JobBlock) -> None:
         """Objective 2: a boolean per leaf and spine domain the job's pieces touch, weighted

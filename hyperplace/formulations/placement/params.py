@@ -41,6 +41,15 @@ class ModelParams:
         Per-GPU penalty (objective 4) of the least preferred GPU type; the preferred one
         costs 0 (default 10: ten steps resolve the bench's GPU types, whose TFLOPS x MFU
         and prices differ by >= 10 %).
+    piece_weight : int
+        Communication weight (objective 2) of one piece of a unit cut across nodes, in
+        units of the job's traffic weight (default 1: one more node in a unit's collective
+        costs as much as one more leaf touched), so a unit is cut into as few pieces as
+        the free GPUs allow.
+    flexible_max_units : int
+        Classes (a group's units) of at most this many units get flexible pieces, one set
+        of piece variables per unit (default 4); larger classes keep node-sized pieces so
+        that the model stays small at scale (a restriction, valid plans).
     max_clique_enum : int
         GPU sets enumerated per (node, piece size, NVLink floor) on non-uniform nodes
         (DGX-1, PCIe, explicit). Default 5,000: C(8, 4) = 70 on a DGX-1 is far below it,
@@ -55,12 +64,14 @@ class ModelParams:
     node_open_weight: int = 1
     leaf_open_weight: int = 8
     policy_scale: int = 10
+    piece_weight: int = 1
+    flexible_max_units: int = 4
     max_clique_enum: int = 5000
 
     def __post_init__(self) -> None:
         for name in ("traffic_weight_tp", "traffic_weight_pp", "traffic_weight_dp",
                      "spine_touch_factor", "node_open_weight", "leaf_open_weight",
-                     "policy_scale"):
+                     "policy_scale", "piece_weight", "flexible_max_units"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0 (got {value!r})")

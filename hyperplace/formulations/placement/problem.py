@@ -312,7 +312,14 @@ class PlacementProblem:
                         parts=tuple(sorted((u.gpus for u in units), reverse=True)))
 
     def _add_group_classes(self, jv: JobView, units: list[GangUnit]) -> None:
-        """One class per resource group; units larger than a node cut into node-sized pieces."""
+        """One class per resource group; a unit that may span nodes is cut into pieces.
+
+        When a unit may span nodes (:meth:`may_span`), a class of at most
+        ``params.flexible_max_units`` units gets flexible pieces (any size up to a node, see
+        :attr:`UnitClass.flexible`); a larger class keeps the fixed pattern of node-sized
+        pieces and a remainder (a restriction: valid plans, possibly not optimal, when
+        nodes are partly used).
+        """
         by_group: dict[str, list[GangUnit]] = defaultdict(list)
         for u in units:
             by_group[u.group].append(u)
@@ -320,6 +327,7 @@ class PlacementProblem:
         for group, us in by_group.items():
             proto = us[0]
             g_node = self.max_node_gpus_for(proto) or g_max or self.max_gpus_per_node or 1
+            sizes: tuple[int, ...] = ()
             if proto.gpus <= g_node:
                 pieces = [proto.gpus]
             else:
@@ -329,20 +337,39 @@ class PlacementProblem:
                     jv.impossible.append(PendingReason(
                         ReasonCode.GROUP_LARGER_THAN_NODE, gpus=proto.gpus, available=g_node,
                         group=group))
+            if self.may_span(proto, g_node) and len(us) <= self.params.flexible_max_units:
+                sizes = tuple(range(1, min(proto.gpus, g_node) + 1))
             if any(u.gpus != proto.gpus for u in us):
                 raise AssertionError("units of one group differ in size")
             self._add_class(jv, group=group, gtype=proto.group_type, units=us,
                             size=proto.gpus, pieces=pieces, hop=proto.max_hop_count,
-                            proto=proto, min_mem=proto.min_memory_gb)
+                            proto=proto, min_mem=proto.min_memory_gb, piece_sizes=sizes)
+
+    @staticmethod
+    def may_span(unit: GangUnit, largest_node: int) -> bool:
+        """Whether a unit may be cut across nodes (the rule of the README's "Units").
+
+        A unit larger than the largest node of its type must span nodes (unless its
+        ``maxHopCount`` is 0: then it cannot run). A unit that fits in one node stays on one
+        node, except one without an NVLink floor whose group declares ``maxHopCount`` >= 1
+        (it asked for inter-node links within that radius). A unit with an NVLink floor
+        that fits in one node never spans: NVLink does not cross nodes.
+        """
+        if unit.gpus < 2 or unit.max_hop_count == 0:
+            return False
+        if unit.gpus > largest_node:
+            return True
+        return unit.min_nvlink_gbps <= 0 and unit.max_hop_count is not None
 
     def _add_class(self, jv: JobView, *, group: str, gtype: GroupType, units: list[GangUnit],
                    size: int, pieces: list[int], hop: int | None, proto: GangUnit,
-                   min_mem: float, parts: tuple[int, ...] | None = None) -> None:
+                   min_mem: float, parts: tuple[int, ...] | None = None,
+                   piece_sizes: tuple[int, ...] = ()) -> None:
         uc = UnitClass(index=len(self.classes), job=jv.index, group=group, group_type=gtype,
                        units=list(units), size=size, pieces=sorted(pieces, reverse=True),
                        hop_limit=hop, gpu_types=proto.gpu_types, min_memory_gb=min_mem,
                        min_nvlink_gbps=proto.min_nvlink_gbps, min_ib_gbps=proto.min_ib_gbps,
-                       parts=parts)
+                       parts=parts, piece_sizes=piece_sizes)
         self.classes.append(uc)
         jv.classes.append(uc)
 
@@ -412,10 +439,12 @@ class PlacementProblem:
     def gpus_eligible(self, uc: UnitClass, n: NodeView) -> bool:
         """The node's GPUs suit a piece of ``uc``: type, memory, and, for a unit cut into
         several pieces with an NVLink floor, an NVSwitch node (NVLink does not cross nodes,
-        so such pieces are only built on nodes whose every pair qualifies alike)."""
+        so fixed-pattern pieces are only built on nodes whose every pair qualifies alike;
+        flexible pieces are exact GPU sets there, see :meth:`UnitClass.sizes_on`)."""
         if not self.type_ok(uc.gpu_types, uc.min_memory_gb, n):
             return False
-        return not (uc.multi_node and uc.min_nvlink_gbps and n.uniform_gbps is None)
+        return uc.flexible or \
+            not (uc.multi_node and uc.min_nvlink_gbps and n.uniform_gbps is None)
 
     def link_eligible(self, jv: JobView, uc: UnitClass, n: NodeView) -> bool:
         """The node's link into the fabric meets the job's between-replica rate (when the

@@ -197,6 +197,8 @@ class UnitClass:
     min_nvlink_gbps: float
     min_ib_gbps: float
     parts: tuple[int, ...] | None = None  # whole-job piece: the unit sizes sharing the node
+    # flexible pieces: each unit is cut into pieces of any of these sizes (see below)
+    piece_sizes: tuple[int, ...] = ()
 
     @property
     def whole_job(self) -> bool:
@@ -209,9 +211,58 @@ class UnitClass:
         return 1 if self.parts else len(self.units)
 
     @property
+    def flexible(self) -> bool:
+        """Each unit is cut into pieces of sizes chosen by the solver (``piece_sizes``),
+        one set of piece variables per unit, instead of the fixed pattern ``pieces``.
+
+        Why per unit: a class of several units placed as pooled counts of pieces of
+        several sizes is only separable into units under extra conditions (a multiset of
+        8s and 4s summing to 2 x 12 may be 8 + 8 + 8); with each unit's own pieces summing
+        to its size, every solution is a set of units by construction, and a unit with
+        its own tighter hop limit picks its own domain. The price is variables per unit,
+        so classes of more than ``ModelParams.flexible_max_units`` units keep the fixed
+        node-sized pattern (see ``PlacementProblem._add_group_classes``).
+        """
+        return bool(self.piece_sizes)
+
+    @property
     def multi_node(self) -> bool:
-        """A unit of this class is cut into several pieces (one per node)."""
-        return len(self.pieces) > 1
+        """A unit of this class may be cut into several pieces on several nodes."""
+        return len(self.pieces) > 1 or self.flexible
+
+    @property
+    def size_options(self) -> tuple[int, ...]:
+        """Every piece size the model may use for this class, ascending."""
+        return self.piece_sizes or tuple(sorted(set(self.pieces)))
+
+    def merges_on(self, node: NodeView) -> bool:
+        """Several pieces of one unit may share ``node`` (a uniform node whose pairs meet the
+        unit's NVLink floor: their union is still a clique). Otherwise a unit holds at most
+        one piece there: an exact GPU set, or one GPU on a uniform node below the floor."""
+        return node.uniform_gbps is not None and (
+            self.min_nvlink_gbps <= 0 or node.uniform_gbps >= self.min_nvlink_gbps)
+
+    def sizes_on(self, node: NodeView) -> tuple[int, ...]:
+        """Piece sizes of a flexible unit on ``node``, ascending.
+
+        On a node whose GPU pairs are all alike (NVSwitch, PCIe) a unit may hold several
+        pieces of one node (their union is still a clique), so powers of two (any GPU
+        count on the node is a sum of them), the node's whole free count and the fixed
+        pattern's sizes suffice, and capacity rows stay exact for the common sizes. On
+        other nodes (DGX-1, explicit matrices) a unit holds at most one piece per node, an
+        exact GPU set of any size that is a clique at the floor; on a uniform node below
+        the floor, one GPU (a piece of one GPU has no pair to check).
+        """
+        top = min(self.size, len(node.reachable))
+        if node.uniform_gbps is None:
+            return tuple(s for s in self.piece_sizes if s <= top)
+        if not self.merges_on(node):
+            return (1,) if top >= 1 else ()
+        out = {s for s in self.piece_sizes if s <= top and (s & (s - 1)) == 0}
+        out.update(s for s in self.pieces if s <= top)
+        if top in self.piece_sizes:
+            out.add(top)
+        return tuple(sorted(out))
 
     def split_whole(self, node: NodeView, gpus: tuple[int, ...]
                     ) -> list[tuple[GangUnit, tuple[int, ...]]]:
@@ -247,8 +298,9 @@ class JobView:
 
     @property
     def num_pieces(self) -> int:
-        """Pieces (node-level parts) the job is placed as."""
-        return sum(len(c.pieces) * c.count for c in self.classes)
+        """Pieces (node-level parts) the job is placed as; for flexible units the most
+        there can be (one GPU each)."""
+        return sum((c.size if c.flexible else len(c.pieces)) * c.count for c in self.classes)
 
     @property
     def traffic_class(self) -> str:
