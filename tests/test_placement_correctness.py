@@ -302,3 +302,21 @@ def test_checker_accepts_quads_and_rejects_a_piece_below_the_floor():
     uneven = [(f"d{i}", g) for i in range(2) for g in (0, 1, 2, 3)] + \
         [("d2", g) for g in (0, 1, 2, 3, 4, 5)] + [("d3", g) for g in (0, 1)]
     assert "nvlink-bandwidth" in {v.code for v in check(plan_of(uneven), inst)}
+
+
+def test_a_cut_unit_may_use_the_gpus_of_a_preempted_job(solver):
+    # three 4-GPU nodes, one held by a low-priority running job: the high-priority 12-GPU
+    # unit (no NVLink floor, cut 4 + 4 + 4) is admitted only by stopping it
+    from hyperplace.models.instance import RunningJob
+    from hyperplace.solvers.preemption import solve_with_preemption
+
+    nodes = [node("s0", gpus=4, allocated={g: "r" for g in range(4)}), node("s1", gpus=4),
+             node("s2", gpus=4)]
+    j = job("dp12", tp=12, accel=None, nvlink=0, mem=40, group_type="DataParallel",
+            priority="high")
+    inst = instance(nodes, [j], nodes_per_leaf=4)
+    inst = inst.model_copy(update={"spec": inst.spec.model_copy(update={
+        "running_jobs": [RunningJob(name="r", priority=1, checkpoint_age_s=10)]})})
+    plan = solve_with_preemption(inst, preemption="lower-priority", solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    assert admitted(plan) == {"dp12"} and [p.job for p in plan.preemptions] == ["r"]
