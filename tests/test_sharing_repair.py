@@ -128,6 +128,9 @@ def test_cli_repair(tmp_path, capsys):
     assert check(plan, repair_instance(inst, [("n1", 3)])) == []
     table = capsys.readouterr().out
     assert "train" in table and "repair" in table
+    assert run_main(["check", str(out), "--instance", str(path), "--failed", "n1:3"]) == 0
+    assert run_main(["check", str(out), "--instance", str(path)]) == 1  # before the failure
+    capsys.readouterr()
     for args in (["--failed", "n9:0"], ["--failed", "n1:12"], ["--failed", "n1:3",
                                                                 "--hot-spares", "-1"]):
         code = run_main(["repair", "--instance", str(path), *args])

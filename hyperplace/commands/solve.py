@@ -337,6 +337,9 @@ def check_command(
         help="the jobs file or directory it was solved with")] = None,
     queues: Annotated[list[Path] | None, typer.Option(
         "--queues", help="the queue documents it was solved with (quotas are checked)")] = None,
+    failed: Annotated[str | None, typer.Option(
+        "--failed", help="for a repair plan: the failed GPUs and nodes it repaired (as for "
+        "hyperplace repair); the plan is checked on the state after the failure")] = None,
 ) -> None:
     """Check a plan against an instance with the independent checker (exit 1 on violations)."""
     from hyperplace.check import check, format_violations
@@ -358,6 +361,13 @@ def check_command(
                              f"against a file, pass it: --instance FILE",
                              source=str(plan_file), path="metadata.instance")
     inst = with_queue_files(resolve_instance(name, cluster, jobs), queues or [])
+    if failed is not None:
+        from hyperplace.solvers.repair import read_failed, repair_instance
+
+        try:
+            inst = repair_instance(inst, read_failed(failed))
+        except ValueError as exc:
+            raise InputError(str(exc).removeprefix("failed: "), path="--failed") from None
     violations = check(plan, inst)
     if violations:
         print(format_violations(violations))

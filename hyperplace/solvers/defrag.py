@@ -18,12 +18,12 @@ must run) and the target is met:
 ``defrag_cluster(instance)`` (``hyperplace defrag`` without ``--for``)
     Maximise the largest free domain per GPU type
     (:func:`hyperplace.models.sharing.largest_free_domains`, summed over types) within
-    ``max_moves`` migrations, least lost work second. Per leaf domain and GPU type, the
-    occupied nodes are cleared cheapest first (lost work of the jobs on them); each prefix
-    whose jobs are all movable and within the move limit is a candidate, candidates are
-    tried best gain first, cheapest first, by placing their jobs with the target nodes
-    kept free; the first that places them all is taken, and the search repeats on the new
-    state until nothing gains or the moves are used up.
+    ``max_moves`` migrations, least lost work second. Per leaf domain and GPU type, sets of
+    the movable jobs on its nodes are enumerated in order of lost work; a set that empties
+    nodes (every job in it needed for that) is a candidate; candidates are tried best gain
+    first, cheapest first, by placing their jobs with the target nodes kept free; the first
+    that places them all is taken, and the search repeats on the new state until nothing
+    gains or the moves are used up (so gains are taken greedily, one leaf at a time).
 ``solve_with_migration(instance)`` (``hyperplace solve --running-moveable``)
     The plain round first; then each pending job it leaves out, in priority order, gets
     the ``--for`` search on the state so far; the rest of the round is solved on what is
@@ -52,6 +52,7 @@ from hyperplace.solvers.driver import solve_placement
 from hyperplace.solvers.preemption import Candidate, _could_fit, _neighbourhoods, victim_sets
 
 MAX_CANDIDATES = 24
+MAX_SETS_PER_LEAF = 2000
 GPU = tuple[str, int]
 
 
@@ -233,8 +234,11 @@ class _Target:
 
 
 def _targets(state: Instance, exclude: set[str], moves_left: int) -> list[_Target]:
-    """Candidate (leaf, GPU type, nodes to clear) with their gain in the summed largest
-    free domain, best gain first, then least lost work and GPUs."""
+    """Candidate (leaf, GPU type, jobs to move) with their gain in the summed largest free
+    domain, best gain first, then least lost work and GPUs. Per leaf and type, sets of the
+    movable jobs on its occupied nodes are enumerated in order of lost work
+    (:func:`~hyperplace.solvers.preemption.victim_sets`, at most ``MAX_SETS_PER_LEAF``);
+    a set counts when every job in it helps empty a node."""
     best = largest_free_domains(state)
     info = state.running_job_info
     held = running_gpus(state)
@@ -249,38 +253,28 @@ def _targets(state: Instance, exclude: set[str], moves_left: int) -> list[_Targe
                 if n is not None and not n.faulty:
                     per_type[n.gpu_type].append(n)
             for t, nodes in sorted(per_type.items()):
-                free_nodes = [n for n in nodes if not n.allocated]
-                busy = [n for n in nodes if n.allocated]
-                if not busy:
-                    continue
-                chosen: set[str] = set()
-                cleared: list[str] = []
-                remaining = list(busy)
-                while remaining:
-                    def cost(n):
-                        new = set(n.allocated.values()) - chosen
-                        return (sum(len(held[j]) * info[j].checkpoint_age_s for j in new),
-                                sum(len(held[j]) for j in new), n.name)
-                    remaining.sort(key=cost)
-                    n = remaining.pop(0)
-                    jobs = set(n.allocated.values())
-                    if not jobs <= movable or len(chosen | jobs) > moves_left:
+                free_gpus = sum(n.gpu_count for n in nodes if not n.allocated)
+                busy = [n for n in nodes if n.allocated and set(n.allocated.values()) <= movable]
+                names = sorted({j for n in busy for j in n.allocated.values()})
+                cands = sorted((Candidate(j, info[j].priority, info[j].queue, tuple(held[j]),
+                                          len(held[j]) * info[j].checkpoint_age_s, "defrag")
+                                for j in names), key=lambda x: (x.lost, len(x.gpus), x.name))
+                for k, combo in enumerate(victim_sets(cands)):
+                    if k >= MAX_SETS_PER_LEAF:
                         break
-                    chosen |= jobs
-                    cleared.append(n.name)
-                    # nodes the chosen jobs also empty come for free
-                    for m in list(remaining):
-                        if set(m.allocated.values()) <= chosen:
-                            remaining.remove(m)
-                            cleared.append(m.name)
-                    whole = sum(by_name[x].gpu_count for x in cleared) + \
-                        sum(f.gpu_count for f in free_nodes)
-                    gain = whole - best.get(t, 0)
+                    if len(combo) > moves_left:
+                        continue
+                    chosen = {x.name for x in combo}
+                    cleared = [n for n in busy if set(n.allocated.values()) <= chosen]
+                    if {j for n in cleared for j in n.allocated.values()} != chosen:
+                        continue  # a job in the set empties no node: not needed
+                    gain = free_gpus + sum(n.gpu_count for n in cleared) - best.get(t, 0)
                     if gain > 0:
                         out.append(_Target(
-                            gain, sum(len(held[j]) * info[j].checkpoint_age_s for j in chosen),
-                            sum(len(held[j]) for j in chosen), c.name, leaf, t,
-                            [f.name for f in free_nodes] + list(cleared), tuple(sorted(chosen))))
+                            gain, sum(x.lost for x in combo), sum(len(x.gpus) for x in combo),
+                            c.name, leaf, t,
+                            [n.name for n in nodes if not n.allocated] + [n.name for n in cleared],
+                            tuple(sorted(chosen))))
     return sorted(out, key=lambda x: (-x.gain, x.lost, x.gpus, x.leaf, x.gpu_type))
 
 
