@@ -107,18 +107,22 @@ def check_plan(path: Path, plan_path: str) -> int:
 
 
 def warm_child(path: str, budget: float) -> None:
-    """Child process: a cold and a warm round through PlacementSession (prints JSON)."""
+    """Child process: a cold and a warm round through PlacementSession, then a cold solve of
+    the warm round's instance for comparison (prints JSON: wall and CPU seconds of each
+    round, statuses, objective 1 of the warm round and of the cold solve of the same state).
+    """
     import random
 
     from hyperplace.instances import load_instance
     from hyperplace.instances.generator import generate
+    from hyperplace.solvers.driver import solve_placement
     from hyperplace.solvers.session import PlacementSession, RoundDelta
 
     inst = load_instance(path)
-    session = PlacementSession(inst)
-    start = time.perf_counter()
+    session = PlacementSession(inst)  # imports the backends once (not a round's cost)
+    start, cpu = time.perf_counter(), time.process_time()
     plan = session.solve(budget)
-    cold = time.perf_counter() - start
+    cold, cold_cpu = time.perf_counter() - start, time.process_time() - cpu
     session.commit(plan)
     rng = random.Random(SEED)
     extra = generate(64, 40, TYPES, 0.0, 7).jobs
@@ -127,12 +131,38 @@ def warm_child(path: str, budget: float) -> None:
     nodes = [n.name for c in session.instance.clusters for n in c.nodes]
     delta = RoundDelta(arrivals=arrivals, completions=rng.sample(sorted(session.running), 5),
                        failures=[(rng.choice(nodes), 0), rng.choice(nodes)])
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     session.apply(delta)
     plan2 = session.solve(budget)
-    warm = time.perf_counter() - start
-    print(json.dumps({"cold": cold, "cold_status": plan.status.value, "warm": warm,
-                      "warm_status": plan2.status.value, "warm_solver": plan2.solver}))
+    warm, warm_cpu = time.perf_counter() - start, time.process_time() - cpu
+    same_state = solve_placement(session.instance, budget_s=budget)
+    print(json.dumps({"cold": cold, "cold_cpu": cold_cpu, "cold_status": plan.status.value,
+                      "warm": warm, "warm_cpu": warm_cpu, "warm_status": plan2.status.value,
+                      "warm_solver": plan2.solver, "warm_objective": plan2.objective,
+                      "cold_same_state_objective": same_state.objective,
+                      "cold_same_state_status": same_state.status.value}))
+
+
+def _warm_txt(warm: dict | None) -> str:
+    """cold / warm seconds (wall, then CPU) and the ratios; = when the warm round's objective
+    1 equals a cold solve of the same state."""
+    if not warm:
+        return "-"
+    wall = f"{warm['cold']:.2f} / {warm['warm']:.2f} ({warm['warm'] / warm['cold']:.2f})"
+    if "cold_cpu" not in warm:
+        return wall
+    cpu = (f"CPU {warm['cold_cpu']:.2f} / {warm['warm_cpu']:.2f} "
+           f"({warm['warm_cpu'] / max(warm['cold_cpu'], 1e-9):.2f})")
+    same = "=" if warm.get("warm_objective") == warm.get("cold_same_state_objective") else "!="
+    return f"{wall}; {cpu}; obj 1 {same} cold"
+
+
+def _gaps_txt(plan: dict) -> str:
+    """Every objective's gap as the plan reports it (- where it has no valid bound)."""
+    gaps = plan.get("objectiveGaps") or {}
+    order = ["admitted_priority_demand", "admitted_jobs", "communication", "fragmentation",
+             "policy"]
+    return " / ".join(_f(gaps.get(k), 4) if gaps.get(k) is not None else "-" for k in order)
 
 
 def run_warm(path: Path, budget: float) -> dict | None:
@@ -232,26 +262,30 @@ def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None) ->
         "(what the command costs whatever the load; CP-SAT's two workers count twice); "
         "runtimeS = the plan's own solve time; peak "
         "RSS of that process; violations = independent checker on the written plan",
-        "- gap = objective 1 (priority-weighted admitted GPUs) against the plan's bound; the "
-        "lower objectives carry no bound in the plan yet, their values are listed",
+        "- gap = objective 1 (priority-weighted admitted GPUs) against the plan's bound; gaps = "
+        "every objective's gap as the plan reports it (objective 1 / admitted jobs / "
+        "communication / fragmentation / policy; - = no valid bound for it)",
+        "- warm = a PlacementSession in a fresh process: round 1 (cold), commit, 5 arrivals, 5 "
+        "completions, a GPU and a node failing, round 2 (warm); wall and CPU seconds of each "
+        "and warm / cold; `obj 1 = cold`: the warm round's objective 1 equals a cold solve of "
+        "the same state",
         "",
         "| size | GPUs / jobs | budget s | wall s | CPU s | runtimeS | status (solver) | obj 1 gap | "
-        "admitted | comm / frag / policy | peak RSS MB | violations | warm: cold s / warm s "
-        "(ratio) | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "gaps | admitted | comm / frag / policy | peak RSS MB | violations | warm: cold s / "
+        "warm s (ratio) | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         plan = r["plan"] or {}
         terms = plan.get("objectiveTerms", {})
-        warm = r.get("warm")
-        warm_txt = (f"{warm['cold']:.2f} / {warm['warm']:.2f} ({warm['warm'] / warm['cold']:.2f})"
-                    if warm else "-")
+        warm_txt = _warm_txt(r.get("warm"))
         status = (f"{plan.get('status')} ({plan.get('solver')})" if plan
                   else f"exit {r['exit']}: {r['error'][:80]}")
         lines.append(
             f"| {r['label']} | {r['gpus']:,} / {r['jobs']:,} | {r['budget']:g} | "
             f"{r['wall']:.2f} | {r['cpu']:.2f} | {_f(plan.get('runtimeS'))} | {status} | "
-            f"{_f(plan.get('gap'), 4) if plan else '-'} | {len(plan.get('jobs', []))} | "
+            f"{_f(plan.get('gap'), 4) if plan else '-'} | {_gaps_txt(plan) if plan else '-'} | "
+            f"{len(plan.get('jobs', []))} | "
             f"{_f(terms.get('communication'), 0)} / {_f(terms.get('fragmentation'), 0)} / "
             f"{_f(terms.get('policy'), 0)} | {r['rss_mb']:.0f} | {r.get('violations', '-')} | "
             f"{warm_txt} | {r['load']:.1f} |")

@@ -52,6 +52,11 @@ def test_a_plan_without_a_proof_reports_the_lp_bound():
     assert check(plan, inst) == []
     assert plan.objective == exact.objective and plan.bound == exact.objective
     assert plan.gap == 0.0 and plan.objective_gaps["admitted_priority_demand"] == 0.0
+    # objective 1 proven: objective 2 (admitted jobs) gets the relaxation's bound, valid
+    # against the lexicographic optimum
+    jobs, jobs_gap = plan.objective_terms["admitted_jobs"], plan.objective_gaps["admitted_jobs"]
+    assert jobs_gap is not None
+    assert jobs + jobs_gap * max(1.0, jobs) >= exact.objective_terms["admitted_jobs"] - 1e-6
     # the exact backend judged too large for the budget: greedy's plan, objective 1 proven
     # by the relaxation, the lower objectives not
     tiny = SolveParams(budget=BudgetParams(cpsat_vars_per_second=1, milp_vars_per_second=1))

@@ -25,7 +25,7 @@ from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
 from hyperplace.solvers.backend import Backend, BackendOptions
 from hyperplace.solvers.greedy import fit_probe, repair_priority, solve_greedy
 from hyperplace.solvers.params import SolveParams
-from hyperplace.solvers.relax import tighten_bound
+from hyperplace.solvers.relax import admitted_jobs_bound, tighten_bound
 from hyperplace.solvers.warm import WarmStart
 
 SOLVERS = ("auto", "cpsat", "milp", "greedy")
@@ -254,6 +254,13 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                 message += ("; every job that can run is admitted, so objective 1 is optimal "
                             "(lower objectives not proven)")
     gaps = _objective_gaps(problem, pm, raw_used, terms, objective, bound, status)
+    if pm is not None and lp_bound is not None and lp_bound <= objective + 1e-9 and \
+            gaps.get("admitted_jobs", 0.0) is None:
+        # objective 1 proven by the relaxation: objective 2 gets the relaxation's bound too
+        jobs_bound = admitted_jobs_bound(
+            pm, objective, deadline - params.budget.reserve_s - 1e-4 * len(problem.jobs))
+        if jobs_bound is not None:
+            gaps["admitted_jobs"] = relative_gap(terms["admitted_jobs"], jobs_bound)
     if chosen.untried:
         message += ("; " if message.strip() else "") + (
             f"greedy ran out of time: {len(chosen.untried)} pending jobs were not tried "

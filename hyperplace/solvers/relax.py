@@ -27,7 +27,7 @@ import numpy as np
 from hyperplace.formulations.linear import LinearModel
 from hyperplace.formulations.placement import PlacementModel
 
-__all__ = ["objective1_terms", "relaxation_bound", "tighten_bound"]
+__all__ = ["admitted_jobs_bound", "objective1_terms", "relaxation_bound", "tighten_bound"]
 
 
 def objective1_terms(pm: PlacementModel) -> list[tuple[int, int]]:
@@ -40,7 +40,8 @@ def objective1_terms(pm: PlacementModel) -> list[tuple[int, int]]:
     return terms
 
 
-def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float) -> float | None:
+def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float,
+           at_least: tuple[list[tuple[int, int]], float] | None = None) -> float | None:
     """Optimum of ``max sum(terms)`` over the LP relaxation of ``lm`` (None if not solved).
 
     Parameters
@@ -51,6 +52,8 @@ def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float) -
         The objective to maximise.
     time_limit_s : float
         HiGHS's time limit.
+    at_least : (terms, value), optional
+        One more row, ``sum(terms) >= value``.
     """
     import highspy
 
@@ -76,13 +79,16 @@ def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float) -
     value: list[float] = []
     lower: list[float] = []
     upper: list[float] = []
-    for c in lm.constraints:
+    rows = [(c.terms, c.lo, c.hi) for c in lm.constraints]
+    if at_least is not None:
+        rows.append((at_least[0], at_least[1], math.inf))
+    for row_terms, lo, hi in rows:
         starts.append(len(index))
-        for i, a in c.terms:
+        for i, a in row_terms:
             index.append(i)
             value.append(float(a))
-        lower.append(-inf if c.lo == -math.inf else float(c.lo))
-        upper.append(inf if c.hi == math.inf else float(c.hi))
+        lower.append(-inf if lo == -math.inf else float(lo))
+        upper.append(inf if hi == math.inf else float(hi))
     if lower:
         h.addRows(len(lower), np.asarray(lower), np.asarray(upper), len(index),
                   np.asarray(starts, dtype=np.int32), np.asarray(index, dtype=np.int32),
@@ -141,3 +147,26 @@ def tighten_bound(pm: PlacementModel | None, build: Callable[[], PlacementModel]
     if pm is None:
         pm = build()
     return pm, relaxation_bound(pm, deadline)
+
+
+def admitted_jobs_bound(pm: PlacementModel, objective1: float, deadline: float) -> float | None:
+    """A valid bound on objective 2 (admitted jobs) once objective 1 is proven optimal at
+    ``objective1``: the LP relaxation's most jobs among solutions with objective 1 at least
+    that (a lexicographic optimum is one of them). None when another objective ranks between
+    the two (fair share, preemption: the bound would not be conditional on it), when the time
+    is short or HiGHS did not finish.
+    """
+    names = [o.name for o in pm.lm.objectives]
+    tiers = len(pm.problem.priority_tiers)
+    if "admitted_jobs" not in names or names.index("admitted_jobs") != tiers:
+        return None
+    if deadline - time.perf_counter() < SECONDS_PER_VAR_BUILT * pm.lm.num_vars * 3 + 0.02:
+        return None
+    jobs = pm.lm.objectives[tiers].terms
+    # the row is relaxed by 0.5 (objective 1 is an integer): HiGHS's tolerances cannot make
+    # it cut off the optimum
+    value = lp_max(pm.lm, jobs, deadline - time.perf_counter(),
+                   at_least=(objective1_terms(pm), objective1 - 0.5))
+    if value is None:
+        return None
+    return float(math.floor(value + 0.5))
