@@ -335,17 +335,20 @@ def over_time(budget_s: float = 0.5) -> list[str]:
 
     inst = flood_instance()
     base = flood_workload(inst)
-    runs = [("hyperplace, half-life 1 h", "engine", 3600.0, 3600.0),
-            ("hyperplace, per-round fair share only", "engine", None, 3600.0),
-            ("hyperplace, half-life 1 h, no aging", "engine", 3600.0, 0.0),
-            ("hyperplace, per-round only, no aging", "engine", None, 0.0),
-            ("Volcano-style (proportion)", "volcano-proportion", None, 0.0),
-            ("Kueue-style (BestEffortFIFO, one queue order)", "kueue", None, 0.0),
-            ("Slurm-style (backfill, no fair-share factor)", "slurm", None, 0.0)]
+    # (label, policy, half-life s, aging s, fair-share priority levels)
+    runs = [("hyperplace, half-life 1 h (fair-share levels 4)", "engine", 3600.0, 3600.0, 4),
+            ("hyperplace, half-life 1 h, history in the objective only", "engine", 3600.0,
+             3600.0, 0),
+            ("hyperplace, per-round fair share only", "engine", None, 3600.0, 0),
+            ("hyperplace, half-life 1 h, no aging", "engine", 3600.0, 0.0, 4),
+            ("hyperplace, per-round only, no aging", "engine", None, 0.0, 0),
+            ("Volcano-style (proportion)", "volcano-proportion", None, 0.0, 0),
+            ("Kueue-style (BestEffortFIFO, one queue order)", "kueue", None, 0.0, 0),
+            ("Slurm-style (backfill, no fair-share factor)", "slurm", None, 0.0, 0)]
     rows = []
-    for label, policy, half_life, aging_s in runs:
+    for label, policy, half_life, aging_s, levels in runs:
         config = SimConfig(round_s=60.0, budget_s=budget_s, solver="auto", check=True,
-                           half_life_s=half_life, aging_s=aging_s)
+                           half_life_s=half_life, aging_s=aging_s, fair_share_levels=levels)
         cpu0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime
         t0 = time.perf_counter()
         run = simulate(inst, copy.deepcopy(base), policy, config)
@@ -376,7 +379,9 @@ def over_time(budget_s: float = 0.5) -> list[str]:
         "bind: fair share alone decides); `flood` submits 48 x 4 GPUs in the first 10 min, "
         "team-b 8 x 8 GPUs every 15 min, team-c 3 x 16 GPUs every 40 min; 1 h of work each at "
         "reference speed; rounds every 60 s, engine budget "
-        f"{budget_s:g} s per round (solver auto), aging and reservation as shipped; every "
+        f"{budget_s:g} s per round (solver auto), aging (one priority level per hour waited) "
+        "and reservation as shipped unless the row says otherwise; fair-share levels: the "
+        "engine adds round(levels x Slurm's fair-share factor) priority levels per queue; every "
         "round's state and plan checked (`SimConfig(check=True)`); no failures injected",
         "- Jain: over GPU-hours within the arrival window divided by weight (1 = GPU-hours in "
         "proportion to weight); per-queue cells are flood / team-b / team-c",

@@ -363,11 +363,22 @@ class EnginePolicy(Policy):
     round is solved again without them. Without it, a long small job admitted onto the last
     free GPUs of a type can hold back a whole-type gang for days (measured: the bench's
     foundation-model workload, mean JCT 3.2x the best peer's with it off).
+
+    With queues and a usage history (``SimConfig.half_life_s``), ``fair_share_levels`` adds
+    ``round(fair_share_levels * F)`` levels to each job, ``F`` being its queue's Slurm
+    fair-share factor ``2 ** (-usage share / weight share)``
+    (:func:`~hyperplace.formulations.placement.usage.fair_share_factors`), as Slurm's
+    multifactor priority adds ``PriorityWeightFairshare * F`` to the age term
+    (SchedMD/slurm ``src/plugins/priority/multifactor/priority_multifactor.c``, lines
+    630-646 at commit 284c3b9). Without it, aging alone orders the queues: a flood's older
+    jobs outrank every other queue's, and the fair-share objective, which comes after
+    priority, has nothing left to decide (measured: ``bench_sharing.py --over-time``).
     """
 
     def __init__(self, *, solver: str = "auto", budget_s: float = 1.0, window: int = 64,
                  aging_s: float = 3600.0, wait: bool = False, wait_margin: float = 0.05,
-                 seed: int = 0, order: str = "sjf", drain_after_s: float | None = 0.0):
+                 seed: int = 0, order: str = "sjf", drain_after_s: float | None = 0.0,
+                 fair_share_levels: int = 0):
         self.name = "engine-wait" if wait else "engine"
         self.solver = solver
         self.budget_s = budget_s
@@ -378,6 +389,8 @@ class EnginePolicy(Policy):
         self.seed = seed
         self.order = order
         self.drain_after_s = drain_after_s
+        self.fair_share_levels = fair_share_levels
+        self._fs_cache: tuple[tuple, dict[str, int]] | None = None
         # rounds are not cold starts: each solve reuses the previous one's problem views and
         # starts from its placements that still hold (hyperplace.solvers.warm)
         self._warm = WarmStart()
@@ -390,7 +403,25 @@ class EnginePolicy(Policy):
         if self.order == "sjf":
             run = view.remaining_work.get(j.name, j.work_s) / view.speed.best_speed(j.manifest)
             bonus = sum(run < t for t in SHORT_THRESHOLDS_S)
-        return j.manifest.priority + bump + bonus
+        return j.manifest.priority + bump + bonus + self._fair_share_bonus(view).get(j.queue, 0)
+
+    def _fair_share_bonus(self, view: RoundView) -> dict[str, int]:
+        """Priority levels per queue from Slurm's fair-share factor of the usage history."""
+        usage = view.state.queue_usage
+        qs = view.state.base.queue_set
+        if not self.fair_share_levels or not usage or qs is None:
+            return {}
+        key = tuple(sorted(usage.items()))
+        if self._fs_cache is None or self._fs_cache[0] != key:
+            from hyperplace.formulations.placement.usage import fair_share_factors
+
+            weights = {q.name: q.weight for q in qs.queues.values()}
+            for q in (*usage, *(j.queue for j in view.queue)):
+                weights.setdefault(q, 1.0)
+            factor = fair_share_factors(usage, weights)
+            self._fs_cache = (key, {q: int(round(self.fair_share_levels * f))
+                                    for q, f in factor.items()})
+        return self._fs_cache[1]
 
     def _ordered(self, view: RoundView) -> list[SimJob]:
         """The pending window: the highest-priority jobs first (queue order on ties)."""
@@ -548,12 +579,13 @@ def hold_for_faster(view: RoundView, starts: dict[str, dict[str, list[GPU]]],
 
 def make_policy(name: str, instance: Instance, *, budget_s: float = 1.0, solver: str = "auto",
                 window: int = 64, aging_s: float = 3600.0, seed: int = 0,
-                slurm_factor: float = SLURM_OVERESTIMATE) -> Policy:
+                slurm_factor: float = SLURM_OVERESTIMATE, fair_share_levels: int = 0) -> Policy:
     """A policy by name (aliases accepted: ``fifo-firstfit``, ``kueue-style``, ...)."""
     key = canonical_policy(name)
     if key in ("engine", "engine-wait"):
         return EnginePolicy(solver=solver, budget_s=budget_s, window=window, aging_s=aging_s,
-                            wait=key == "engine-wait", seed=seed)
+                            wait=key == "engine-wait", seed=seed,
+                            fair_share_levels=fair_share_levels)
     if key == "slurm":
         return SlurmBackfill(instance, factor=slurm_factor, seed=seed)
     if key == "volcano-proportion":

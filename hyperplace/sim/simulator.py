@@ -46,6 +46,9 @@ class SimConfig:
     # fair-share history: per-queue GPU-hours decay with this half-life (None: no history,
     # the plain per-round fair share); matters only with declared queues
     half_life_s: float | None = None
+    # with a history: priority levels the engine adds per queue, round(levels x Slurm's
+    # fair-share factor) (EnginePolicy); 0: the history only steers the fair-share objective
+    fair_share_levels: int = 4
 
 
 @dataclass
@@ -91,7 +94,8 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
     """Replay ``jobs`` on ``instance`` under ``policy`` (see the module docstring)."""
     pol = make_policy(policy, instance, budget_s=config.budget_s, solver=config.solver,
                       window=config.window, aging_s=config.aging_s, seed=config.seed,
-                      slurm_factor=config.slurm_factor)
+                      slurm_factor=config.slurm_factor,
+                      fair_share_levels=config.fair_share_levels)
     loop = RoundLoop(instance, pol, check=config.check, half_life_s=config.half_life_s)
     loop.speed = SpeedModel(loop.state.base, network=config.network)
     if jobs:
