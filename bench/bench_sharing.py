@@ -304,7 +304,7 @@ def flood_workload(inst):
     return jobs
 
 
-def flood_instance():
+def flood_instance(nominal: dict[str, int] | None = None):
     from hyperplace.models import Cluster, FabricGenerator, FabricSpec, Instance, InstanceSpec, Node
     from hyperplace.models.job import ObjectMeta
 
@@ -319,7 +319,8 @@ def flood_instance():
                                 "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
                                                     "flavors": [{"name": "h100", "resources": [
                                                         {"name": "nvidia.com/gpu",
-                                                         "nominalQuota": 32}]}]}]}})
+                                                         "nominalQuota": (nominal or {}).get(
+                                                             name, 32)}]}]}]}})
     inst = Instance(metadata=ObjectMeta(name="flood-32"), spec=InstanceSpec(clusters=[cluster]))
     return inst.with_queues(queues)
 
@@ -327,31 +328,48 @@ def flood_instance():
 def over_time(budget_s: float = 0.5) -> list[str]:
     """Replay the flood under hyperplace with and without decay and the peers' rules; every
     round's plan checked. Returns the section's markdown lines."""
-    import copy
     import resource
 
+    from hyperplace.sim.loop import CheckFailed
     from hyperplace.sim.metrics import summarize
     from hyperplace.sim.simulator import SimConfig, simulate
 
-    inst = flood_instance()
-    base = flood_workload(inst)
-    # (label, policy, half-life s, aging s, fair-share priority levels)
-    runs = [("hyperplace, half-life 1 h (fair-share levels 4)", "engine", 3600.0, 3600.0, 4),
+    quota = {"flood": 8, "team-b": 16, "team-c": 8}
+    plain_inst = flood_instance()
+    quota_inst = flood_instance(quota)
+    # (label, policy, half-life s, aging s, fair-share priority levels, quotas, preemption)
+    runs = [("hyperplace, half-life 1 h (fair-share levels 4)", "engine", 3600.0, 3600.0, 4,
+             False, "never"),
             ("hyperplace, half-life 1 h, history in the objective only", "engine", 3600.0,
-             3600.0, 0),
-            ("hyperplace, per-round fair share only", "engine", None, 3600.0, 0),
-            ("hyperplace, half-life 1 h, no aging", "engine", 3600.0, 0.0, 4),
-            ("hyperplace, per-round only, no aging", "engine", None, 0.0, 0),
-            ("Volcano-style (proportion)", "volcano-proportion", None, 0.0, 0),
-            ("Kueue-style (BestEffortFIFO, one queue order)", "kueue", None, 0.0, 0),
-            ("Slurm-style (backfill, no fair-share factor)", "slurm", None, 0.0, 0)]
+             3600.0, 0, False, "never"),
+            ("hyperplace, per-round fair share only", "engine", None, 3600.0, 0, False, "never"),
+            ("hyperplace, half-life 1 h, no aging", "engine", 3600.0, 0.0, 4, False, "never"),
+            ("hyperplace, per-round only, no aging", "engine", None, 0.0, 0, False, "never"),
+            ("Volcano-style (proportion)", "volcano-proportion", None, 0.0, 0, False, "never"),
+            ("Kueue-style (BestEffortFIFO, one queue order)", "kueue", None, 0.0, 0, False,
+             "never"),
+            ("Slurm-style (backfill, no fair-share factor)", "slurm", None, 0.0, 0, False,
+             "never"),
+            ("quotas 8/16/8: hyperplace, half-life 1 h, reclaim-within-cohort", "engine",
+             3600.0, 3600.0, 4, True, "reclaim-within-cohort"),
+            ("quotas 8/16/8: hyperplace, half-life 1 h, no preemption", "engine", 3600.0,
+             3600.0, 4, True, "never"),
+            ("quotas 8/16/8: Volcano-style (proportion, guarantee = nominal)",
+             "volcano-proportion", None, 0.0, 0, True, "never")]
     rows = []
-    for label, policy, half_life, aging_s, levels in runs:
+    for label, policy, half_life, aging_s, levels, quotas, preemption in runs:
+        inst = quota_inst if quotas else plain_inst
         config = SimConfig(round_s=60.0, budget_s=budget_s, solver="auto", check=True,
-                           half_life_s=half_life, aging_s=aging_s, fair_share_levels=levels)
+                           half_life_s=half_life, aging_s=aging_s, fair_share_levels=levels,
+                           preemption=preemption)
         cpu0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime
         t0 = time.perf_counter()
-        run = simulate(inst, copy.deepcopy(base), policy, config)
+        try:
+            run = simulate(inst, flood_workload(inst), policy, config)
+        except CheckFailed as exc:  # reported, not hidden: the row says what the checker found
+            rows.append(f"| {label} | checker violation: {str(exc)[:300]} | | | | | | |")
+            print(rows[-1], flush=True)
+            continue
         wall = time.perf_counter() - t0
         cpu = resource.getrusage(resource.RUSAGE_SELF).ru_utime - cpu0
         m = summarize(run)
@@ -383,6 +401,10 @@ def over_time(budget_s: float = 0.5) -> list[str]:
         "and reservation as shipped unless the row says otherwise; fair-share levels: the "
         "engine adds round(levels x Slurm's fair-share factor) priority levels per queue; every "
         "round's state and plan checked (`SimConfig(check=True)`); no failures injected",
+        "- quotas 8/16/8 rows: nominal quotas flood 8, team-b 16, team-c 8 (borrowing in the "
+        "cohort unlimited); with `reclaim-within-cohort` the engine may stop jobs of a queue "
+        "above its nominal quota so that a queue under its own gets it back (victims lose the "
+        "work since their last checkpoint, every 30 min); the peers never preempt",
         "- Jain: over GPU-hours within the arrival window divided by weight (1 = GPU-hours in "
         "proportion to weight); per-queue cells are flood / team-b / team-c",
         "- defragmentation: not compared (no per-round defrag mode in `solvers/defrag.py` yet)",

@@ -4,6 +4,7 @@ computation."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -169,6 +170,10 @@ def test_simulate_reads_queues_from_the_trace_and_a_queue_file(tmp_path, capsys)
     assert run_main(["simulate", "--trace", str(trace), "--instance", "mixed-a100-h100",
                      "--queues", str(qfile), "--policy", "engine", "--no-progress"]) == 2
     assert "line 2: queue: unknown queue 'nope'" in capsys.readouterr().err
+    assert run_main(["simulate", "--trace", str(trace), "--instance", "mixed-a100-h100",
+                     "--queues", str(qfile), "--preemption", "lower-priority",
+                     "--no-progress"]) == 2
+    assert "--preemption: use never or reclaim-within-cohort" in capsys.readouterr().err
 
 
 def yaml_doc(doc: dict) -> str:
@@ -209,3 +214,39 @@ def test_with_aging_the_history_needs_fair_share_priority_levels():
     # ... Slurm-style fair-share levels in the priority do: b is served in the second round
     _, round_of = _replay(3600.0, aging_s=60.0, levels=4)
     assert min(round_of["b0"], round_of["b1"]) <= 1
+
+
+# ---- reclaiming nominal quota over rounds: preemption and the work it loses ----------------
+
+def test_a_queue_reclaims_its_nominal_quota_from_a_borrower_over_rounds():
+    from hyperplace.sim.metrics import summarize
+
+    def cq(name: str) -> dict:
+        doc = cluster_queue(name, nominal=8)
+        doc["spec"]["cohort"] = "org"
+        return doc
+
+    nodes = [Node(name=f"n{i}", gpu_type="H100-80", gpu_count=8) for i in range(2)]
+    gen = FabricGenerator(type="fat-tree-2", nodes_per_leaf=2, spines=2)
+    inst = Instance(metadata=ObjectMeta(name="two"), spec=InstanceSpec(clusters=[
+        Cluster(name="c", nodes=nodes, fabric=FabricSpec(generator=gen))])).with_queues(
+        [cq("a"), cq("b")])
+    jobs = [sim_job(inst, f"a{i}", 4, "a", work=20000.0) for i in range(4)]  # a borrows all 16
+    late = sim_job(inst, "b0", 8, "b", work=600.0)
+    late.submit_s = 30.0
+    for j in jobs:
+        j.checkpoint_s = 1e9  # no checkpoint: a victim loses everything since its start
+    runs = {}
+    for mode in ("never", "reclaim-within-cohort"):
+        config = SimConfig(round_s=60.0, budget_s=5.0, solver="cpsat", check=True,
+                           preemption=mode)
+        run = simulate(inst, [copy.deepcopy(j) for j in [*jobs, late]], "engine", config)
+        runs[mode] = {r.job.name: r for r in run.records}, summarize(run)
+    recs, m = runs["never"]
+    assert recs["b0"].first_start_s > 7000 and m["gpu_hours_lost_to_preemption"] == 0  # a ends
+    recs, m = runs["reclaim-within-cohort"]
+    assert recs["b0"].first_start_s == 60.0  # the first round after it arrived
+    victims = [n for n, r in recs.items() if r.preemptions]
+    assert len(victims) == 2 and all(recs[n].lost_preempted_gpu_s == 4 * 60.0 for n in victims)
+    assert m["queues"]["a"]["gpu_hours_lost_to_preemption"] == pytest.approx(480 / 3600)
+    assert m["unfinished"] == 0

@@ -104,6 +104,7 @@ def simulate_command(
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar on stderr")] = True,
     queues: Annotated[list[Path] | None, typer.Option("--queues", help="Kueue ClusterQueue/LocalQueue/ResourceFlavor/Cohort or Volcano Queue documents (as solve --queues); a trace's queue column names them")] = None,
     half_life: Annotated[float, typer.Option("--half-life", help="fair-share history: hours for a queue's past GPU-hours to count half (Slurm's PriorityDecayHalfLife); 0 = per-round fair share only")] = 0.0,
+    preemption: Annotated[str, typer.Option("--preemption", help="engine: never, or reclaim-within-cohort (stop jobs of queues borrowing beyond their nominal quota so a queue under its own gets it back; victims lose the work since their checkpoint)")] = "never",
     fair_share_levels: Annotated[int, typer.Option("--fair-share-levels", help="with --half-life: engine priority levels added per queue, round(N x Slurm's fair-share factor), as Slurm's PriorityWeightFairshare (one level = one aging step)")] = 4,
 ) -> None:
     """Replay a trace on an instance under several policies; metrics side by side."""
@@ -118,6 +119,9 @@ def simulate_command(
     _finite("--budget", budget, 0.01)
     _finite("--failures", failures)
     _finite("--half-life", half_life)
+    if preemption not in ("never", "reclaim-within-cohort"):
+        raise InputError(f"use never or reclaim-within-cohort, got {preemption!r}",
+                         path="--preemption")
     if not 0 <= fair_share_levels <= 1000:
         raise InputError(f"must be within 0..1000, got {fair_share_levels}",
                          path="--fair-share-levels")
@@ -139,7 +143,7 @@ def simulate_command(
     config = SimConfig(round_s=round_s, budget_s=budget, failures=failures, seed=seed,
                        network=network, solver=solver,
                        half_life_s=half_life * 3600.0 if half_life > 0 else None,
-                       fair_share_levels=fair_share_levels)
+                       fair_share_levels=fair_share_levels, preemption=preemption)
     if out is not None:
         output_dir(out)
     console = Console(stderr=True)

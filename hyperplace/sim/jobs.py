@@ -47,6 +47,8 @@ class JobRecord:
     run_s: float = 0.0                # wall time spent running (including work later lost)
     restarts: int = 0
     lost_gpu_s: float = 0.0           # GPU-seconds of work lost to failures
+    lost_preempted_gpu_s: float = 0.0  # GPU-seconds of work lost to preemption
+    preemptions: int = 0
     speeds: list[float] = field(default_factory=list)
     queued_since: float | None = None
 

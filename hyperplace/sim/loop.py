@@ -128,8 +128,9 @@ class RoundLoop:
         rec.end_s = now
         self.state.release(name)
 
-    def interrupt(self, name: str, now: float) -> float:
-        """A failure stopped the job: keep the work up to its last checkpoint, re-queue it.
+    def interrupt(self, name: str, now: float, *, preempted: bool = False) -> float:
+        """A failure (or a preemption) stopped the job: keep the work up to its last
+        checkpoint, re-queue it.
 
         Returns the GPU-seconds of work lost.
         """
@@ -141,9 +142,13 @@ class RoundLoop:
         saved_wall = (elapsed // ckpt) * ckpt if ckpt > 0 else 0.0
         rec.done_work_s = min(rec.job.work_s, rec.done_work_s + saved_wall * r.speed)
         lost = (elapsed - saved_wall) * len(r.gpus)
-        rec.lost_gpu_s += lost
+        if preempted:
+            rec.lost_preempted_gpu_s += lost
+            rec.preemptions += 1
+        else:
+            rec.lost_gpu_s += lost
+            rec.restarts += 1
         rec.run_s += elapsed
-        rec.restarts += 1
         self.state.release(name)
         self._requeue(name, now)
         return lost
@@ -199,6 +204,9 @@ class RoundLoop:
             if violations:
                 raise CheckFailed(f"round at t={now:g} ({self.policy.name}): "
                                   + "; ".join(str(v) for v in violations[:5]))
+        for name in decision.preempted:  # stopped so that this round's plan fits
+            if name in self.running:
+                self.interrupt(name, now, preempted=True)
         started = []
         for name, units in decision.starts.items():
             job = self.queue.pop(name)

@@ -139,6 +139,7 @@ class Decision:
     fallback: bool = False
     held: list[str] = field(default_factory=list)
     status: str = ""
+    preempted: list[str] = field(default_factory=list)  # running jobs the plan stops
 
 
 class Policy:
@@ -373,12 +374,19 @@ class EnginePolicy(Policy):
     630-646 at commit 284c3b9). Without it, aging alone orders the queues: a flood's older
     jobs outrank every other queue's, and the fair-share objective, which comes after
     priority, has nothing left to decide (measured: ``bench_sharing.py --over-time``).
+
+    ``preemption="reclaim-within-cohort"`` lets a round stop running jobs of a queue that
+    borrows beyond its nominal quota so that a queue under its own quota gets it back (Kueue's
+    ``reclaimWithinCohort``; decided inside the one model, :mod:`hyperplace.solvers.preemption`),
+    the victims losing their work since their last checkpoint. Running jobs are listed at no
+    lower a priority than the round's highest pending job, so aging alone never makes a job
+    stop another: only reclaiming does.
     """
 
     def __init__(self, *, solver: str = "auto", budget_s: float = 1.0, window: int = 64,
                  aging_s: float = 3600.0, wait: bool = False, wait_margin: float = 0.05,
                  seed: int = 0, order: str = "sjf", drain_after_s: float | None = 0.0,
-                 fair_share_levels: int = 0):
+                 fair_share_levels: int = 0, preemption: str = "never"):
         self.name = "engine-wait" if wait else "engine"
         self.solver = solver
         self.budget_s = budget_s
@@ -390,6 +398,10 @@ class EnginePolicy(Policy):
         self.order = order
         self.drain_after_s = drain_after_s
         self.fair_share_levels = fair_share_levels
+        if preemption not in ("never", "reclaim-within-cohort"):
+            raise ValueError(f"the simulated engine preempts only to reclaim quota: "
+                             f"'never' or 'reclaim-within-cohort', got {preemption!r}")
+        self.preemption = preemption
         self._fs_cache: tuple[tuple, dict[str, int]] | None = None
         # rounds are not cold starts: each solve reuses the previous one's problem views and
         # starts from its placements that still hold (hyperplace.solvers.warm)
@@ -430,10 +442,27 @@ class EnginePolicy(Policy):
 
     def _solve(self, view: RoundView, jobs: list[SimJob]) -> tuple[Instance, PlacementPlan]:
         manifests = [_with_priority(j.manifest, self._priority(view, j)) for j in jobs]
+        if self.preemption != "never":
+            self._list_running(view, max((m.priority for m in manifests), default=0))
         instance = view.state.instance(manifests)
         plan = solve_placement(instance, solver=self.solver, budget_s=self.budget_s,
-                               seed=self.seed, workers=1, warm=self._warm)
+                               seed=self.seed, workers=1, warm=self._warm,
+                               preemption=self.preemption)
         return instance, plan
+
+    @staticmethod
+    def _list_running(view: RoundView, top: int) -> None:
+        """Running jobs with their queue, checkpoint age (as :meth:`RoundLoop.interrupt`
+        counts lost work) and a priority no lower than ``top`` (see the class docstring)."""
+        from hyperplace.models.instance import RunningJob
+
+        for name, r in view.running.items():
+            elapsed = max(0.0, view.now - r.start_s)
+            ckpt = r.job.checkpoint_s
+            age = elapsed - (elapsed // ckpt) * ckpt if ckpt > 0 else elapsed
+            view.state.set_running_info(RunningJob(
+                name=name, queue=r.job.queue, checkpoint_age_s=age,
+                priority=min(1_000_000, max(r.job.manifest.priority, top))))
 
     def decide(self, view: RoundView) -> Decision:
         t0 = time.perf_counter()
@@ -464,7 +493,8 @@ class EnginePolicy(Policy):
             starts, held = _starts(plan), []
         solve_s = time.perf_counter() - t0
         return Decision(starts, instance, plan, solve_s, fallback=fallback, held=held,
-                        status=plan.status.value)
+                        status=plan.status.value,
+                        preempted=[p.job for p in plan.preemptions])
 
 
 def _eligible_nodes(view: RoundView, job: TrainingJob) -> list[str]:
@@ -579,13 +609,14 @@ def hold_for_faster(view: RoundView, starts: dict[str, dict[str, list[GPU]]],
 
 def make_policy(name: str, instance: Instance, *, budget_s: float = 1.0, solver: str = "auto",
                 window: int = 64, aging_s: float = 3600.0, seed: int = 0,
-                slurm_factor: float = SLURM_OVERESTIMATE, fair_share_levels: int = 0) -> Policy:
+                slurm_factor: float = SLURM_OVERESTIMATE, fair_share_levels: int = 0,
+                preemption: str = "never") -> Policy:
     """A policy by name (aliases accepted: ``fifo-firstfit``, ``kueue-style``, ...)."""
     key = canonical_policy(name)
     if key in ("engine", "engine-wait"):
         return EnginePolicy(solver=solver, budget_s=budget_s, window=window, aging_s=aging_s,
                             wait=key == "engine-wait", seed=seed,
-                            fair_share_levels=fair_share_levels)
+                            fair_share_levels=fair_share_levels, preemption=preemption)
     if key == "slurm":
         return SlurmBackfill(instance, factor=slurm_factor, seed=seed)
     if key == "volcano-proportion":

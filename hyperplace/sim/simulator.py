@@ -49,6 +49,9 @@ class SimConfig:
     # with a history: priority levels the engine adds per queue, round(levels x Slurm's
     # fair-share factor) (EnginePolicy); 0: the history only steers the fair-share objective
     fair_share_levels: int = 4
+    # the engine may stop borrowers' jobs so a queue gets its nominal quota back
+    # ("reclaim-within-cohort"; the peers never preempt)
+    preemption: str = "never"
 
 
 @dataclass
@@ -95,7 +98,8 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
     pol = make_policy(policy, instance, budget_s=config.budget_s, solver=config.solver,
                       window=config.window, aging_s=config.aging_s, seed=config.seed,
                       slurm_factor=config.slurm_factor,
-                      fair_share_levels=config.fair_share_levels)
+                      fair_share_levels=config.fair_share_levels,
+                      preemption=config.preemption)
     loop = RoundLoop(instance, pol, check=config.check, half_life_s=config.half_life_s)
     loop.speed = SpeedModel(loop.state.base, network=config.network)
     if jobs:
