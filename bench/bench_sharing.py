@@ -340,6 +340,8 @@ def over_time(budget_s: float = 0.5) -> list[str]:
     # (label, policy, half-life s, aging s, fair-share priority levels, quotas, preemption)
     runs = [("hyperplace, half-life 1 h (fair-share levels 4)", "engine", 3600.0, 3600.0, 4,
              False, "never"),
+            ("hyperplace, half-life 1 h, defrag (migrations allowed)", "engine", 3600.0, 3600.0,
+             4, False, "defrag"),
             ("hyperplace, half-life 1 h, history in the objective only", "engine", 3600.0,
              3600.0, 0, False, "never"),
             ("hyperplace, per-round fair share only", "engine", None, 3600.0, 0, False, "never"),
@@ -361,7 +363,8 @@ def over_time(budget_s: float = 0.5) -> list[str]:
         inst = quota_inst if quotas else plain_inst
         config = SimConfig(round_s=60.0, budget_s=budget_s, solver="auto", check=True,
                            half_life_s=half_life, aging_s=aging_s, fair_share_levels=levels,
-                           preemption=preemption)
+                           preemption="never" if preemption == "defrag" else preemption,
+                           defrag=preemption == "defrag")
         cpu0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime
         t0 = time.perf_counter()
         try:
@@ -378,11 +381,12 @@ def over_time(budget_s: float = 0.5) -> list[str]:
         cell = lambda key, scale: " / ".join(  # noqa: E731
             "-" if q[x][key] is None else f"{q[x][key] / scale:.2f}" for x in order)
         lost = sum(q[x]["gpu_hours_lost_to_failures"] + q[x]["gpu_hours_lost_to_preemption"]
-                   for x in order)
+                   + q[x]["gpu_hours_lost_to_migration"] for x in order)
+        moves = sum(q[x]["preemptions"] + q[x]["migrations"] for x in order)
         rows.append(f"| {label} | {m['jain_index']:.3f} | "
                     + " / ".join(f"{q[x]['gpu_hours_in_window']:.1f}" for x in order)
                     + f" | {cell('wait_max_s', 3600)} | {cell('jct_mean_s', 3600)} | "
-                    f"{lost:.1f} | {m['finished']}/{m['jobs']} | {wall:.0f} / {cpu:.0f} |")
+                    f"{lost:.1f} ({moves}) | {m['finished']}/{m['jobs']} | {wall:.0f} / {cpu:.0f} |")
         print(rows[-1], flush=True)
     return [
         OVER_TIME_BEGIN,
@@ -407,10 +411,13 @@ def over_time(budget_s: float = 0.5) -> list[str]:
         "work since their last checkpoint, every 30 min); the peers never preempt",
         "- Jain: over GPU-hours within the arrival window divided by weight (1 = GPU-hours in "
         "proportion to weight); per-queue cells are flood / team-b / team-c",
-        "- defragmentation: not compared (no per-round defrag mode in `solvers/defrag.py` yet)",
+        "- defrag row: each round solved by `solvers.defrag.solve_with_migration` (running jobs "
+        "may be checkpointed and restarted elsewhere so that a job the plain round leaves out "
+        "fits; `SimConfig(defrag=True)`); the peers do not migrate",
         "",
         "| policy | Jain (weighted) | GPU-h in window | longest wait h | mean JCT h | "
-        "GPU-h lost (failures + preemption) | finished | wall / CPU s |",
+        "GPU-h lost (failures + preemption + migration; jobs stopped) | finished | "
+        "wall / CPU s |",
         "|---|---|---|---|---|---|---|---|",
         *rows,
         "",

@@ -266,3 +266,48 @@ def test_reclaim_round_from_the_flood_bench_passes_the_checker():
     inst = Instance.model_validate(doc)
     plan = solve_placement(inst, solver="cpsat", budget_s=10, preemption="reclaim-within-cohort")
     assert check(plan, inst) == []
+
+
+# ---- defragmentation over rounds: a migration frees a node for a waiting job ----------------
+
+def test_the_engine_migrates_a_running_job_so_a_whole_node_job_starts():
+    from hyperplace.sim.loop import RoundLoop
+    from hyperplace.sim.policies import Decision, Policy, make_policy
+
+    class Fragment(Policy):  # round 1: one 4-GPU job on each node
+        name = "fixed"
+
+        def decide(self, view):
+            where = {"x": "n0", "y": "n1"}
+            starts = {j.name: {j.manifest.units()[0].name: [(where[j.name], g) for g in range(4)]}
+                      for j in view.queue}
+            return Decision(starts, None, None, 0.0)  # type: ignore[arg-type]
+
+    nodes = [Node(name=f"n{i}", gpu_type="H100-80", gpu_count=8) for i in range(2)]
+    gen = FabricGenerator(type="fat-tree-2", nodes_per_leaf=2, spines=2)
+    inst = Instance(metadata=ObjectMeta(name="frag"), spec=InstanceSpec(clusters=[
+        Cluster(name="c", nodes=nodes, fabric=FabricSpec(generator=gen))]))
+
+    def long_job(name: str, gpus: int) -> SimJob:
+        return SimJob(name=name, submit_s=0.0, work_s=1e5, gpus=gpus,
+                      manifest=small_job(name, "m", gpus))
+
+    for defrag in (False, True):
+        loop = RoundLoop(inst, Fragment())
+        loop.submit(long_job("x", 4), 0.0)
+        loop.submit(long_job("y", 4), 0.0)
+        loop.run_round(0.0)
+        loop.policy = make_policy("engine", inst, budget_s=5, solver="cpsat", defrag=defrag)
+        loop.check = True  # the migration plan goes through the checker
+        loop.submit(long_job("z", 8), 10.0)
+        result = loop.run_round(60.0)
+        started = {s.job.name for s in result.started}
+        if not defrag:
+            assert started == set() and result.decision.migrated == []
+            continue
+        assert len(result.decision.migrated) == 1 and "z" in started
+        moved = result.decision.migrated[0]
+        assert moved in started and set(loop.running) == {"x", "y", "z"}
+        rec = loop.records[moved]
+        assert rec.migrations == 1 and rec.lost_migrated_gpu_s == pytest.approx(4 * 60.0)
+        assert {n for n, _ in loop.running["z"].gpus} in ({"n0"}, {"n1"})

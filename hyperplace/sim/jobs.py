@@ -49,6 +49,8 @@ class JobRecord:
     lost_gpu_s: float = 0.0           # GPU-seconds of work lost to failures
     lost_preempted_gpu_s: float = 0.0  # GPU-seconds of work lost to preemption
     preemptions: int = 0
+    lost_migrated_gpu_s: float = 0.0  # GPU-seconds of work lost to migrations (defrag)
+    migrations: int = 0
     speeds: list[float] = field(default_factory=list)
     queued_since: float | None = None
 

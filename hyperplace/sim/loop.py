@@ -128,9 +128,9 @@ class RoundLoop:
         rec.end_s = now
         self.state.release(name)
 
-    def interrupt(self, name: str, now: float, *, preempted: bool = False) -> float:
-        """A failure (or a preemption) stopped the job: keep the work up to its last
-        checkpoint, re-queue it.
+    def interrupt(self, name: str, now: float, *, cause: str = "failure") -> float:
+        """A failure (``cause``: or a ``preemption``, a ``migration``) stopped the job: keep
+        the work up to its last checkpoint, re-queue it.
 
         Returns the GPU-seconds of work lost.
         """
@@ -142,9 +142,12 @@ class RoundLoop:
         saved_wall = (elapsed // ckpt) * ckpt if ckpt > 0 else 0.0
         rec.done_work_s = min(rec.job.work_s, rec.done_work_s + saved_wall * r.speed)
         lost = (elapsed - saved_wall) * len(r.gpus)
-        if preempted:
+        if cause == "preemption":
             rec.lost_preempted_gpu_s += lost
             rec.preemptions += 1
+        elif cause == "migration":
+            rec.lost_migrated_gpu_s += lost
+            rec.migrations += 1
         else:
             rec.lost_gpu_s += lost
             rec.restarts += 1
@@ -206,7 +209,10 @@ class RoundLoop:
                                   + "; ".join(str(v) for v in violations[:5]))
         for name in decision.preempted:  # stopped so that this round's plan fits
             if name in self.running:
-                self.interrupt(name, now, preempted=True)
+                self.interrupt(name, now, cause="preemption")
+        for name in decision.migrated:  # checkpointed; restarts below on its new GPUs
+            if name in self.running:
+                self.interrupt(name, now, cause="migration")
         started = []
         for name, units in decision.starts.items():
             job = self.queue.pop(name)

@@ -18,8 +18,9 @@
 Per queue (``queues``, when jobs name queues; :func:`queue_metrics`): jobs, finished, GPU-hours
 held (in all, and within the arrival window, while every queue's jobs were still coming),
 the longest wait (a job still waiting when the replay ends counts its wait so far), mean
-JCT, and GPU-hours lost to failures and to preemption (work since the last checkpoint;
-only the engine with ``preemption="reclaim-within-cohort"`` preempts). **Jain's fairness index** across queues relative to their weights:
+JCT, and GPU-hours lost to failures, to preemption and to migration (work since the last
+checkpoint; only the engine with ``preemption="reclaim-within-cohort"`` preempts and with
+``defrag=True`` migrates). **Jain's fairness index** across queues relative to their weights:
 ``J = (sum x)^2 / (n * sum x^2)`` with ``x_q`` = GPU-hours of queue ``q`` within the arrival
 window / its weight, over the ``n`` queues that submitted jobs; 1 when every queue got GPU-hours
 in proportion to its weight, ``1/n`` when one queue got everything. It is meaningful while
@@ -103,6 +104,8 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
         "gpu_hours_lost_to_failures": sum(r.lost_gpu_s for r in run.records) / 3600,
         "gpu_hours_lost_to_preemption": sum(r.lost_preempted_gpu_s for r in run.records) / 3600,
         "preemptions": sum(r.preemptions for r in run.records),
+        "gpu_hours_lost_to_migration": sum(r.lost_migrated_gpu_s for r in run.records) / 3600,
+        "migrations": sum(r.migrations for r in run.records),
         "gpu_hours_down": down / 3600,
         "failures": len(run.failures),
         "jobs_hit_by_failures": sum(len(h) for _, h in run.failures),
@@ -150,6 +153,8 @@ def queue_metrics(run: PolicyRun) -> dict[str, Any]:
             "gpu_hours_lost_to_failures": sum(r.lost_gpu_s for r in recs) / 3600,
             "gpu_hours_lost_to_preemption": sum(r.lost_preempted_gpu_s for r in recs) / 3600,
             "preemptions": sum(r.preemptions for r in recs),
+            "gpu_hours_lost_to_migration": sum(r.lost_migrated_gpu_s for r in recs) / 3600,
+            "migrations": sum(r.migrations for r in recs),
         }
     jain = jain_index([per[q]["gpu_hours_in_window"] / max(per[q]["weight"], 1e-9)
                        for q in queues])

@@ -140,6 +140,7 @@ class Decision:
     held: list[str] = field(default_factory=list)
     status: str = ""
     preempted: list[str] = field(default_factory=list)  # running jobs the plan stops
+    migrated: list[str] = field(default_factory=list)  # running jobs it moves (in ``starts``)
 
 
 class Policy:
@@ -381,12 +382,17 @@ class EnginePolicy(Policy):
     the victims losing their work since their last checkpoint. Running jobs are listed at no
     lower a priority than the round's highest pending job, so aging alone never makes a job
     stop another: only reclaiming does.
+
+    ``defrag=True`` solves each round with :func:`hyperplace.solvers.defrag.solve_with_migration`:
+    running jobs (listed with their manifests) may be checkpointed and restarted elsewhere so
+    that a pending job the plain round leaves out is placed; a migrated job loses its work
+    since its last checkpoint and restarts at once on its new GPUs.
     """
 
     def __init__(self, *, solver: str = "auto", budget_s: float = 1.0, window: int = 64,
                  aging_s: float = 3600.0, wait: bool = False, wait_margin: float = 0.05,
                  seed: int = 0, order: str = "sjf", drain_after_s: float | None = 0.0,
-                 fair_share_levels: int = 0, preemption: str = "never"):
+                 fair_share_levels: int = 0, preemption: str = "never", defrag: bool = False):
         self.name = "engine-wait" if wait else "engine"
         self.solver = solver
         self.budget_s = budget_s
@@ -402,6 +408,7 @@ class EnginePolicy(Policy):
             raise ValueError(f"the simulated engine preempts only to reclaim quota: "
                              f"'never' or 'reclaim-within-cohort', got {preemption!r}")
         self.preemption = preemption
+        self.defrag = defrag
         self._fs_cache: tuple[tuple, dict[str, int]] | None = None
         # rounds are not cold starts: each solve reuses the previous one's problem views and
         # starts from its placements that still hold (hyperplace.solvers.warm)
@@ -442,18 +449,26 @@ class EnginePolicy(Policy):
 
     def _solve(self, view: RoundView, jobs: list[SimJob]) -> tuple[Instance, PlacementPlan]:
         manifests = [_with_priority(j.manifest, self._priority(view, j)) for j in jobs]
-        if self.preemption != "never":
-            self._list_running(view, max((m.priority for m in manifests), default=0))
+        if self.preemption != "never" or self.defrag:
+            self._list_running(view, max((m.priority for m in manifests), default=0),
+                               manifests=self.defrag)
         instance = view.state.instance(manifests)
+        if self.defrag:
+            from hyperplace.solvers.defrag import solve_with_migration
+
+            plan = solve_with_migration(instance, solver=self.solver, budget_s=self.budget_s,
+                                        seed=self.seed, workers=1)
+            return instance, plan
         plan = solve_placement(instance, solver=self.solver, budget_s=self.budget_s,
                                seed=self.seed, workers=1, warm=self._warm,
                                preemption=self.preemption)
         return instance, plan
 
     @staticmethod
-    def _list_running(view: RoundView, top: int) -> None:
+    def _list_running(view: RoundView, top: int, manifests: bool = False) -> None:
         """Running jobs with their queue, checkpoint age (as :meth:`RoundLoop.interrupt`
-        counts lost work) and a priority no lower than ``top`` (see the class docstring)."""
+        counts lost work), a priority no lower than ``top`` (see the class docstring) and,
+        for migrations, their manifests."""
         from hyperplace.models.instance import RunningJob
 
         for name, r in view.running.items():
@@ -462,7 +477,8 @@ class EnginePolicy(Policy):
             age = elapsed - (elapsed // ckpt) * ckpt if ckpt > 0 else elapsed
             view.state.set_running_info(RunningJob(
                 name=name, queue=r.job.queue, checkpoint_age_s=age,
-                priority=min(1_000_000, max(r.job.manifest.priority, top))))
+                priority=min(1_000_000, max(r.job.manifest.priority, top)),
+                job=r.job.manifest if manifests else None))
 
     def decide(self, view: RoundView) -> Decision:
         t0 = time.perf_counter()
@@ -475,10 +491,11 @@ class EnginePolicy(Policy):
         held: list[str] = []
         for _ in range(4):
             more: list[str] = []
-            if self.wait and starts:
-                more += hold_for_faster(view, starts, by_name, self.wait_margin)
+            new = {n: u for n, u in starts.items() if n in by_name}  # not migrated jobs
+            if self.wait and new:
+                more += hold_for_faster(view, new, by_name, self.wait_margin)
             if self.drain_after_s is not None:
-                more += [n for n in drain_for_head(view, starts, by_name, self.drain_after_s)
+                more += [n for n in drain_for_head(view, new, by_name, self.drain_after_s)
                          if n not in more]
             if not more:
                 break
@@ -494,7 +511,8 @@ class EnginePolicy(Policy):
         solve_s = time.perf_counter() - t0
         return Decision(starts, instance, plan, solve_s, fallback=fallback, held=held,
                         status=plan.status.value,
-                        preempted=[p.job for p in plan.preemptions])
+                        preempted=[p.job for p in plan.preemptions],
+                        migrated=[m.job for m in plan.migrations])
 
 
 def _eligible_nodes(view: RoundView, job: TrainingJob) -> list[str]:
@@ -610,13 +628,14 @@ def hold_for_faster(view: RoundView, starts: dict[str, dict[str, list[GPU]]],
 def make_policy(name: str, instance: Instance, *, budget_s: float = 1.0, solver: str = "auto",
                 window: int = 64, aging_s: float = 3600.0, seed: int = 0,
                 slurm_factor: float = SLURM_OVERESTIMATE, fair_share_levels: int = 0,
-                preemption: str = "never") -> Policy:
+                preemption: str = "never", defrag: bool = False) -> Policy:
     """A policy by name (aliases accepted: ``fifo-firstfit``, ``kueue-style``, ...)."""
     key = canonical_policy(name)
     if key in ("engine", "engine-wait"):
         return EnginePolicy(solver=solver, budget_s=budget_s, window=window, aging_s=aging_s,
                             wait=key == "engine-wait", seed=seed,
-                            fair_share_levels=fair_share_levels, preemption=preemption)
+                            fair_share_levels=fair_share_levels, preemption=preemption,
+                            defrag=defrag)
     if key == "slurm":
         return SlurmBackfill(instance, factor=slurm_factor, seed=seed)
     if key == "volcano-proportion":

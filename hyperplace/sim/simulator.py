@@ -52,6 +52,8 @@ class SimConfig:
     # the engine may stop borrowers' jobs so a queue gets its nominal quota back
     # ("reclaim-within-cohort"; the peers never preempt)
     preemption: str = "never"
+    # the engine may migrate running jobs so that a job the plain round leaves out fits
+    defrag: bool = False
 
 
 @dataclass
@@ -99,7 +101,7 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
                       window=config.window, aging_s=config.aging_s, seed=config.seed,
                       slurm_factor=config.slurm_factor,
                       fair_share_levels=config.fair_share_levels,
-                      preemption=config.preemption)
+                      preemption=config.preemption, defrag=config.defrag)
     loop = RoundLoop(instance, pol, check=config.check, half_life_s=config.half_life_s)
     loop.speed = SpeedModel(loop.state.base, network=config.network)
     if jobs:

@@ -181,9 +181,10 @@ class ClusterState:
             copy.__dict__.pop("node_by_name", None)
             clusters.append(copy)
         update: dict = {"clusters": clusters, "jobs": list(pending)}
-        if self.base.spec.queues:
+        if self.base.spec.queues or self.running_info:
             update["running_jobs"] = [self.running_info[j] for j in sorted(self.jobs)
                                       if j in self.running_info]
+        if self.base.spec.queues:
             update["queue_usage"] = dict(self.queue_usage)
         inst = self.base.model_copy(update={"spec": self.base.spec.model_copy(update=update)})
         inst.__dict__["catalog"] = self.base.catalog
