@@ -175,3 +175,43 @@ def test_cli_solve_refuses_moveable_with_preemption(tmp_path, capsys):
                      "--preemption", "lower-priority"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--running-moveable" in err
+
+
+# ---- properties on random small rounds -------------------------------------------------
+
+def _random_round(seed: int):
+    """4-6 nodes of 8 GPUs, leaves of 2; running jobs of 2, 4 or 8 GPUs on one node (all
+    with manifests, random checkpoint ages); a pending 2 x 8 job within a leaf and a small
+    one."""
+    import random
+
+    rng = random.Random(seed)
+    nodes, running = [], []
+    for i in range(rng.choice([4, 6])):
+        alloc, g = {}, 0
+        while g < 8 and rng.random() < 0.45:
+            size = rng.choice([s for s in (2, 4, 8) if s <= 8 - g])
+            name = f"r{len(running)}"
+            alloc.update({x: name for x in range(g, g + size)})
+            running.append(RunningJob(name=name, checkpoint_age_s=rng.choice([0, 60, 600]),
+                                      job=job(name, tp=size)))
+            g += size
+        nodes.append(node(f"n{i}", allocated=alloc))
+    inst = instance(nodes, [job("big", replicas=2, dp_hop=2), job("small", tp=2)])
+    return inst.model_copy(update={"spec": inst.spec.model_copy(update={"running_jobs": running})})
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3, 4, 7, 9, 10])
+def test_random_rounds_give_checker_valid_plans(seed, solver):
+    inst = _random_round(seed)
+    before = sum(largest_free_domains(inst).values())
+    cluster = defrag_cluster(inst.with_jobs([]), max_moves=2, solver=solver, budget_s=10)
+    assert check(cluster.plan, inst.with_jobs([])) == []
+    assert cluster.plan.objective_terms["largest_free_domain_gpus"] >= before
+    assert len(cluster.migrations) <= 2
+    plan = solve_with_migration(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    plain = solve_with_migration(inst, solver=solver, budget_s=10, max_moves=0)
+    assert len(plan.admitted) - len(plan.migrations) >= len(plain.admitted)
+    result = defrag(inst, "big", max_moves=2, solver=solver, budget_s=10)
+    assert check(result.plan, inst) == []
