@@ -171,7 +171,7 @@ def repair_section() -> list[str]:
         "",
         "Hot spares: the same rounds placed with `--hot-spares 0` and `1` (one whole free "
         "node kept per leaf; fewer jobs may be placed), then the minimal repair, which may use "
-        "the spares for replacement units.",
+        "the spares.",
         "",
         "| nodes | nodes per leaf | seed | hot spares | running jobs | units kept | GPUs moved "
         "| jobs repaired | s |",

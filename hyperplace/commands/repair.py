@@ -38,8 +38,8 @@ def repair_command(
         "hop limit), replace-all (move every hit job whole) or replace-everything (every "
         "running job placed from scratch: the comparison)")] = "minimal",
     hot_spares: Annotated[int, typer.Option(
-        "--hot-spares", help="whole free nodes per leaf that whole-job re-placements leave "
-        "free (replacement units may use them)")] = 0,
+        "--hot-spares", help="the hot-spare setting (solve --hot-spares): repairs may use the "
+        "spares; the plan records it and says how many leaves still keep that many")] = 0,
     budget: Annotated[float, typer.Option("--budget", help="seconds per solve")] = 10.0,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="write the repair plan (migrations[], why: repair) here; check "

@@ -28,10 +28,12 @@ by node and index, one unit after another), which is how the placement engine wr
     jobs for nothing (the checker then reports ``migrate-unneeded``): that is the cost this
     strategy is measured for.
 
-Hot spares (``hot_spares=N``): whole-job re-placements are new placements and leave N whole
-free nodes per leaf domain (:func:`hyperplace.models.sharing.spare_nodes`); replacement
-units of a partial repair may use the spares. A hit job without a manifest, or one that
-fits nowhere, stays broken (listed with ``placed=False``; its healthy GPUs stay held).
+Hot spares (``hot_spares=N``, the operator setting ``solve --hot-spares`` keeps): repairs
+may use the spares (that is what they are for); the plan records the setting
+(``hotSpares``) and the message says how many leaves still keep N whole free nodes
+afterwards. Hit jobs are repaired largest first (the hardest to place get room first). A
+hit job without a manifest, or one that fits nowhere, stays broken (listed with
+``placed=False``; its healthy GPUs stay held).
 
 GPUs moved counts, per job, the GPUs it holds afterwards that it did not hold before. Work
 lost is the same for every strategy: a synchronous job restarts from its checkpoint when any
@@ -48,7 +50,7 @@ from hyperplace.baselines.common import JobOutcome, build_plan
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.plan import GPURef, PlacementPlan
-from hyperplace.models.sharing import released, running_gpus, with_failures, with_hot_spares
+from hyperplace.models.sharing import released, running_gpus, whole_free_per_leaf, with_failures
 from hyperplace.solvers.driver import solve_placement
 
 STRATEGIES = ("minimal", "replace-all", "replace-everything")
@@ -184,7 +186,8 @@ def repair(instance: Instance, failed: list[tuple[str, int | None]],
         new, done2 = _everything(broken, held, manifests, dead, solver, budget_s, hot_spares)
         done += done2
     else:
-        new, done2 = _one_by_one(broken, [h for h in hit if h in manifests], held, manifests,
+        order = sorted((h for h in hit if h in manifests), key=lambda h: -manifests[h].total_gpus)
+        new, done2 = _one_by_one(broken, order, held, manifests,
                                  dead, strategy, solver, budget_s, hot_spares)
         done += done2
     from hyperplace.solvers.defrag import _compose, migration
@@ -199,6 +202,11 @@ def repair(instance: Instance, failed: list[tuple[str, int | None]],
     msg = (f"repair ({strategy}): {sum(j.gpus_moved for j in done)} GPUs moved, "
            f"{lost:g} GPU-seconds of work lost, {sum(j.placed for j in done)} of "
            f"{len(done)} jobs repaired")
+    if hot_spares:
+        busy = {g for units in new.values() for gs in units.values() for g in gs}
+        left = whole_free_per_leaf(released(broken, list(new)), busy)
+        keep = sum(1 for v in left.values() if v >= hot_spares)
+        msg += f"; {keep} of {len(left)} leaves still keep {hot_spares} hot spare(s)"
     stuck = [j.job for j in done if not j.placed]
     if stuck:
         msg += f"; not repaired: {', '.join(stuck[:8])}"
@@ -233,8 +241,7 @@ def _one_by_one(state: Instance, hit: list[str], held: dict[str, list[GPU]],
         if strategy == "minimal" and len(bad) < len(units):
             new = _partial(state, spec, units, bad, solver, budget_s)
         if new is None:
-            plan = solve_placement(with_hot_spares(state, hot_spares).with_jobs([spec]),
-                                   solver=solver, budget_s=budget_s)
+            plan = solve_placement(state.with_jobs([spec]), solver=solver, budget_s=budget_s)
             if spec.name in plan.admitted:
                 new = {p.unit: [(g.node, g.gpu) for g in p.gpus] for p in plan.placements}
         if new is None:  # stays broken: its healthy GPUs stay held
@@ -254,7 +261,7 @@ def _everything(broken: Instance, held: dict[str, list[GPU]], manifests: dict[st
     """Every running job with a manifest placed from scratch in one round."""
     info = broken.running_job_info
     names = [n for n in held if n in manifests]
-    state = with_hot_spares(released(broken, names), hot_spares)
+    state = released(broken, names)
     plan = solve_placement(state.with_jobs([manifests[n] for n in names]), solver=solver,
                            budget_s=budget_s)
     placed: dict[str, dict[str, list[GPU]]] = {}
