@@ -254,13 +254,17 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                 message += ("; every job that can run is admitted, so objective 1 is optimal "
                             "(lower objectives not proven)")
     gaps = _objective_gaps(problem, pm, raw_used, terms, objective, bound, status)
-    if pm is not None and lp_bound is not None and lp_bound <= objective + 1e-9 and \
-            gaps.get("admitted_jobs", 0.0) is None:
-        # objective 1 proven by the relaxation: objective 2 gets the relaxation's bound too
+    jobs_gap = gaps.get("admitted_jobs", 0.0)
+    if pm is not None and status != SolveStatus.OPTIMAL and not problem.preempting and \
+            bound <= objective + 1e-9 and (jobs_gap is None or jobs_gap > 0):
+        # objective 1 proven, objective 2 not: the relaxation's bound on admitted jobs among
+        # plans at this objective 1, when tighter than the backend's (solvers.relax)
         jobs_bound = admitted_jobs_bound(
             pm, objective, deadline - params.budget.reserve_s - 1e-4 * len(problem.jobs))
         if jobs_bound is not None:
-            gaps["admitted_jobs"] = relative_gap(terms["admitted_jobs"], jobs_bound)
+            lp_gap = relative_gap(terms["admitted_jobs"], jobs_bound)
+            if lp_gap is not None and (jobs_gap is None or lp_gap < jobs_gap):
+                gaps["admitted_jobs"] = lp_gap
     if chosen.untried:
         message += ("; " if message.strip() else "") + (
             f"greedy ran out of time: {len(chosen.untried)} pending jobs were not tried "
