@@ -320,3 +320,26 @@ def test_a_cut_unit_may_use_the_gpus_of_a_preempted_job(solver):
     plan = solve_with_preemption(inst, preemption="lower-priority", solver=solver, budget_s=10)
     assert check(plan, inst) == []
     assert admitted(plan) == {"dp12"} and [p.job for p in plan.preemptions] == ["r"]
+
+
+def test_many_units_are_cut_by_patterns_on_partly_used_nodes(solver):
+    # six 16-GPU TP units (NVLink >= 900: H100 NVSwitch nodes) where every node has 4 free
+    # GPUs: more units than get variables of their own, so the class is pooled and each
+    # unit takes the 4 x 4 pattern; one leaf per unit (maxHopCount 1)
+    busy = {g: "r" for g in range(4)}
+    nodes = [node(f"n{i}", allocated=busy) for i in range(24)]
+    j = job("tp16x6", tp=16, replicas=6, tp_hop=1)
+    inst = instance(nodes, [j], nodes_per_leaf=4)
+    plan = solve_placement(inst, solver=solver, budget_s=20)
+    assert check(plan, inst) == []
+    assert admitted(plan) == {"tp16x6"}
+
+
+def test_many_twelve_gpu_units_on_four_gpu_nodes(solver):
+    # case 3 with six replicas: 4 + 4 + 4 per unit on 18 nodes of 4 GPUs
+    nodes = [node(f"s{i}", gpus=4) for i in range(18)]
+    j = job("dp12x6", tp=12, replicas=6, accel=None, nvlink=0, mem=40, group_type="DataParallel")
+    inst = instance(nodes, [j], nodes_per_leaf=6)
+    plan = solve_placement(inst, solver=solver, budget_s=20)
+    assert check(plan, inst) == []
+    assert admitted(plan) == {"dp12x6"}

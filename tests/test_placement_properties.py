@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 from placement_helpers import instance, job, node
 
 from hyperplace.check import check
+from hyperplace.formulations.placement import ModelParams
 from hyperplace.instances import list_instances, load_instance
 from hyperplace.models.result import SolveStatus
 from hyperplace.solvers.driver import solve_placement
+from hyperplace.solvers.params import SolveParams
 
 # (GPU type, NVLink topology, GPUs): NVSwitch nodes of two sizes, DGX-1 and PCIe nodes
 NODE_KINDS = [("H100-80", "nvswitch", 8), ("A100-80", "nvswitch", 8), ("H100-80", "nvswitch", 4),
@@ -64,6 +66,19 @@ def test_every_backend_gives_a_checked_plan(solver, inst):
     _assert_sound(plan, inst)
     greedy = solve_placement(inst, solver="greedy")
     assert plan.objective >= greedy.objective  # started from greedy, never worse
+
+
+@settings(max_examples=int(os.environ.get("HP_EXAMPLES", "10")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(inst=rounds())
+def test_pooled_cut_patterns_give_checked_plans(solver, inst):
+    # every unit that may span nodes pooled (cut patterns shared by its class's units)
+    # instead of flexible: plans stay valid, and no worse than greedy's
+    params = SolveParams(model=ModelParams(flexible_max_units=0))
+    plan = solve_placement(inst, solver=solver, budget_s=10, params=params)
+    _assert_sound(plan, inst)
+    greedy = solve_placement(inst, solver="greedy", params=params)
+    assert plan.objective >= greedy.objective
 
 
 @settings(max_examples=int(os.environ.get("HP_EXAMPLES", "10")), deadline=None,

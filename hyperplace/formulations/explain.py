@@ -202,7 +202,7 @@ def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str
         if free < need:
             reasons.append(f"group {uc.group} needs {need} {sel} GPUs; {free} are free")
             continue
-        if uc.flexible:
+        if uc.cut:
             reasons.extend(_flexible_reason(p, jv, uc, types, sel))
         else:
             reasons.extend(_nvlink_reason(facts, uc, types, sel))

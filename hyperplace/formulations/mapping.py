@@ -174,16 +174,26 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
                     units.append(PlacedUnit(uc.index, u.name, [(node.name, gpus)]))
                 continue
             # multi-node units: group pieces by the unit's domain, then cut into units
-            by_dom: dict[str, list[tuple[NodeView, tuple[int, ...]]]] = defaultdict(list)
+            by_dom: dict[DomainKey | None, list[tuple[NodeView, tuple[int, ...]]]] = defaultdict(list)
+            own = any(key[0] == uc.index and key[1] is not None for key in pm.pattern_vars)
             for node, gpus in pieces:
-                key = p.domain(node, uc.hop_limit) if uc.hop_limit is not None else "job"
+                key = p.domain(node, uc.hop_limit) if uc.hop_limit is not None and \
+                    (own or not uc.pooled) else None
                 by_dom[key].append((node, gpus))
             names = iter(u.name for u in uc.units)
-            for plist in by_dom.values():
+            for dom, plist in by_dom.items():
                 plist.sort(key=lambda t: -len(t[1]))
+                # the cut pattern of each unit: the model's counts (pooled), else the one
+                todo = [pat for k, pat in enumerate(uc.patterns) for _ in range(
+                    values[pm.pattern_vars[(uc.index, dom if own else None, k)]]
+                    if (uc.index, dom if own else None, k) in pm.pattern_vars else 0)] \
+                    if uc.pooled else None
                 while plist:
                     unit_pieces = []
-                    for size in uc.pieces:
+                    if todo is not None and not todo:
+                        ok = False
+                        break
+                    for size in (todo.pop(0) if todo is not None else uc.pieces):
                         k = next((i for i, t in enumerate(plist) if len(t[1]) == size), None)
                         if k is None:
                             ok = False
@@ -347,7 +357,19 @@ def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
                     cv = clique_index.get((model_class, nci, tuple(sorted(gpus))))
                     if cv is not None:
                         primary[cv] = 1
-            if uc.multi_node and uc.hop_limit is not None:
+            if uc.pooled:  # which cut pattern the unit took, and in which domain
+                cut = tuple(sorted((len(g) for _, g in u.pieces), reverse=True))
+                k = next((i for i, pat in enumerate(uc.patterns)
+                          if tuple(sorted(pat, reverse=True)) == cut), None)
+                if k is not None:
+                    doms: list[DomainKey | None] = [None]
+                    if uc.hop_limit is not None:
+                        doms.append(p.domain(p.node_by_name[u.pieces[0][0]], uc.hop_limit))
+                    for dom in doms:
+                        qv_or_none = pm.pattern_vars.get((u.uclass, dom, k))
+                        if qv_or_none is not None:
+                            primary[qv_or_none] = primary.get(qv_or_none, 0) + 1
+            elif uc.multi_node and uc.hop_limit is not None:
                 d = p.domain(p.node_by_name[u.pieces[0][0]], uc.hop_limit)
                 yv = pm.unit_domain.get((u.uclass, d))
                 if yv is not None:

@@ -269,18 +269,21 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[DomainKey], state
                     if done is not None:
                         break
                     continue
-                pieces: list[tuple[str, tuple[int, ...]]] = []
-                for size in uc.pieces:
-                    got = _place_piece(p, jv, uc, size, cand, state, job_leaves)
-                    if got is None:
+                for pattern in uc.patterns or (tuple(uc.pieces),):  # fewest pieces first
+                    pieces: list[tuple[str, tuple[int, ...]]] = []
+                    for size in pattern:
+                        got = _place_piece(p, jv, uc, size, cand, state, job_leaves)
+                        if got is None:
+                            break
+                        state.take(*got)
+                        pieces.append(got)
+                    if len(pieces) == len(pattern):
+                        done = pieces
                         break
-                    state.take(*got)
-                    pieces.append(got)
-                if len(pieces) == len(uc.pieces):
-                    done = pieces
+                    for node, gpus in pieces:
+                        state.give(node, gpus)
+                if done is not None:
                     break
-                for node, gpus in pieces:
-                    state.give(node, gpus)
             if done is None:
                 undo()
                 return None

@@ -67,6 +67,8 @@ class PlacementModel:
     eligible_pieces: dict[int, list[PieceVar]] = field(default_factory=dict)
     # flexible units: (class, unit index, domain of the unit's hop limit) -> var
     flex_unit_domain: dict[tuple[int, int, DomainKey], int] = field(default_factory=dict)
+    # pooled classes: (class, domain of the unit's hop limit or None for all, pattern) -> var
+    pattern_vars: dict[tuple[int, DomainKey | None, int], int] = field(default_factory=dict)
     # auxiliary = ceil(sum(coef * var) / divisor): how hints complete the auxiliaries
     aux_links: list[tuple[int, Terms, int]] = field(default_factory=list)
     # auxiliaries with other rules (quota borrowing and lending, fair share), run after those
@@ -126,6 +128,7 @@ class PlacementModelBuilder:
         self.job_domain: dict[tuple[int, DomainKey], int] = {}
         self.unit_domain: dict[tuple[int, DomainKey], int] = {}
         self.flex_unit_domain: dict[tuple[int, int, DomainKey], int] = {}
+        self.pattern_vars: dict[tuple[int, DomainKey | None, int], int] = {}
         self.pieces: list[PieceVar] = []
         self.touch: dict[tuple[int, DomainKey], int] = {}
         self.per_class_pieces: dict[int, list[PieceVar]] = defaultdict(list)
@@ -166,7 +169,8 @@ class PlacementModelBuilder:
             opened_nodes=self.opened_nodes, opened_leaf=self.opened_leaf,
             objective_names=[o.name for o in self.lm.objectives],
             eligible_pieces=dict(self.per_class_pieces), aux_links=self.aux_links,
-            derived=self.derived, stop=self.stop, flex_unit_domain=self.flex_unit_domain)
+            derived=self.derived, stop=self.stop, flex_unit_domain=self.flex_unit_domain,
+            pattern_vars=self.pattern_vars)
 
     # ---- per job --------------------------------------------------------------------
     def _job(self, j: int, members: list[int]) -> None:
@@ -248,8 +252,8 @@ class PlacementModelBuilder:
         qualifying GPU set on a non-uniform node; only in the job's candidate domains."""
         p, jv = self.p, block.view
         by_size: PiecesBySize = defaultdict(list)
-        for size in sorted(set(uc.pieces)):
-            per_unit = uc.pieces.count(size)
+        for size in uc.size_options:
+            per_unit = max(pat.count(size) for pat in (uc.patterns or (tuple(uc.pieces),)))
             for nc, capacity in block.eligible[(uc.index, size)]:
                 if not any(d in block.domains
                            for d in p.domains_of(nc.rep, jv.hop_limit, job_level=True)):
@@ -283,23 +287,52 @@ class PlacementModelBuilder:
         running job, or not at all. Also records the leaves and spines the pieces touch and
         their policy cost (objective 4)."""
         p, jv = self.p, block.view
-        for size in sorted(set(uc.pieces)):
-            per_unit = uc.pieces.count(size)
+        if uc.pooled:
+            self._pattern_gangs(block, uc, by_size)
+        piece_cost = self.params.piece_weight * self.params.traffic_weight(jv.traffic_class) \
+            if uc.pooled else 0
+        for size in uc.size_options:
             placed = by_size.get(size, [])
-            self.lm.eq([(v, 1) for v, _ in placed] + [(block.run, -uc.count * per_unit)], 0,
-                       f"gang[{jv.name},{uc.group},{size}]")
+            if not uc.pooled:
+                per_unit = uc.pieces.count(size)
+                self.lm.eq([(v, 1) for v, _ in placed] + [(block.run, -uc.count * per_unit)], 0,
+                           f"gang[{jv.name},{uc.group},{size}]")
             for v, nc in placed:
+                if piece_cost:
+                    self.obj_comm.append((v, piece_cost))
                 n0 = nc.rep
                 block.touched_leaf[n0.leaf].append(v)
                 if n0.attach_gbps is not None and 3 in n0.cluster.network.radii:
                     block.touched_spine[p.domain(n0, 3)].append(v)
                 self.obj_policy.append((v, size * p.policy_penalty(n0.gpu_type)))
 
+    def _pattern_gangs(self, block: _JobBlock, uc: UnitClass, by_size: PiecesBySize) -> None:
+        """Gang of a pooled class (:attr:`UnitClass.pooled`): ``q[pattern]`` units take each
+        cut pattern, ``count`` units in all when the job runs, and the pieces of each size
+        are exactly what the chosen patterns hold."""
+        jv = block.view
+        qs = []
+        for k, pat in enumerate(uc.patterns):
+            q = self.lm.var(f"q[{jv.name},{uc.group},{'+'.join(map(str, pat))}]", 0,
+                            uc.count * block.size)
+            self.pattern_vars[(uc.index, None, k)] = q
+            qs.append(q)
+        self.lm.eq([(q, 1) for q in qs] + [(block.run, -uc.count)], 0,
+                   f"patterns[{jv.name},{uc.group}]")
+        for size in uc.size_options:
+            self.lm.eq([(v, 1) for v, _ in by_size.get(size, [])] +
+                       [(q, -pat.count(size)) for q, pat in zip(qs, uc.patterns) if size in pat],
+                       0, f"gang[{jv.name},{uc.group},{size}]")
+
     def _unit_domains(self, block: _JobBlock, uc: UnitClass, by_size: PiecesBySize) -> None:
         """A multi-node unit with a hop limit tighter than the job's: ``y`` counts its units
-        per domain of that limit, and each unit's pieces lie in one such domain."""
+        per domain of that limit, and each unit's pieces lie in one such domain (for a
+        pooled class, per cut pattern and domain)."""
         p, jv = self.p, block.view
         if not (uc.multi_node and uc.hop_limit is not None and uc.hop_limit != jv.hop_limit):
+            return
+        if uc.pooled:
+            self._pattern_unit_domains(block, uc, by_size)
             return
         ydom: dict[DomainKey, int] = {}
         for size in sorted(set(uc.pieces)):
@@ -319,6 +352,32 @@ class PlacementModelBuilder:
                 self.lm.eq([(v, 1) for v in by_dom.get(ud, [])] + [(yv, -per_unit)], 0,
                            f"unitdomain[{jv.name},{uc.group},{ud},{size}]")
 
+    def _pattern_unit_domains(self, block: _JobBlock, uc: UnitClass,
+                              by_size: PiecesBySize) -> None:
+        """Per cut pattern and domain of the unit's hop limit, ``y`` units; the pieces of
+        each size in a domain are exactly what its units' patterns hold."""
+        p, jv = self.p, block.view
+        doms = sorted({p.domain(nc.rep, uc.hop_limit)
+                       for size in uc.size_options for _, nc in by_size.get(size, [])})
+        ys: dict[tuple[int, DomainKey], int] = {}
+        for k, pat in enumerate(uc.patterns):
+            for ud in doms:
+                ys[(k, ud)] = self.lm.var(
+                    f"y[{jv.name},{uc.group},{'+'.join(map(str, pat))},{ud}]", 0, uc.count)
+                self.pattern_vars[(uc.index, ud, k)] = ys[(k, ud)]
+            self.lm.eq([(ys[(k, ud)], 1) for ud in doms] +
+                       [(self.pattern_vars[(uc.index, None, k)], -1)], 0,
+                       f"unitdomains[{jv.name},{uc.group},{k}]")
+        for size in uc.size_options:
+            by_dom: dict[DomainKey, list[int]] = defaultdict(list)
+            for v, nc in by_size.get(size, []):
+                by_dom[p.domain(nc.rep, uc.hop_limit)].append(v)
+            for ud in doms:
+                self.lm.eq([(v, 1) for v in by_dom.get(ud, [])] +
+                           [(ys[(k, ud)], -pat.count(size))
+                            for k, pat in enumerate(uc.patterns) if size in pat], 0,
+                           f"unitdomain[{jv.name},{uc.group},{ud},{size}]")
+
     def _job_domain_membership(self, block: _JobBlock, uc: UnitClass,
                                by_size: PiecesBySize) -> None:
         """Pieces only in the job's chosen domain: pieces in ``d`` <= total x ``z[d]``.
@@ -330,12 +389,12 @@ class PlacementModelBuilder:
             return
         p, jv = self.p, block.view
         per_dom: dict[tuple[DomainKey, ...], list[int]] = defaultdict(list)
-        for size in sorted(set(uc.pieces)):
+        for size in uc.size_options:
             for v, nc in by_size.get(size, []):
                 ds = tuple(d for d in p.domains_of(nc.rep, jv.hop_limit, job_level=True)
                            if d in block.in_domain)
                 per_dom[ds].append(v)
-        total = uc.count * len(uc.pieces)
+        total = uc.count * uc.max_pieces
         for ds, vs in per_dom.items():
             self.lm.add([(v, 1) for v in vs] + [(block.in_domain[d], -total) for d in ds], hi=0,
                         name=f"indomain[{jv.name},{uc.group},{'|'.join(ds)}]")

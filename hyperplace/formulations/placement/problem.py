@@ -45,6 +45,7 @@ from hyperplace.formulations.placement.reasons import PendingReason, ReasonCode
 from hyperplace.formulations.placement.tiers import demand_by_level, priority_tiers, tier_weights
 from hyperplace.formulations.placement.views import (
     WHOLE_JOB_GROUP,
+    cut_patterns,
     JobView,
     NodeClass,
     NodeView,
@@ -315,10 +316,12 @@ class PlacementProblem:
         """One class per resource group; a unit that may span nodes is cut into pieces.
 
         When a unit may span nodes (:meth:`may_span`), a class of at most
-        ``params.flexible_max_units`` units gets flexible pieces (any size up to a node, see
-        :attr:`UnitClass.flexible`); a larger class keeps the fixed pattern of node-sized
-        pieces and a remainder (a restriction: valid plans, possibly not optimal, when
-        nodes are partly used).
+        ``params.flexible_max_units`` units gets flexible pieces (any size up to a node,
+        per unit, see :attr:`UnitClass.flexible`); a larger class is pooled: each unit takes
+        one of a few cut patterns, node-sized pieces first (:attr:`UnitClass.pooled`), so
+        that the model grows with the patterns (about log2 of the node size), not with the
+        units. Pooled classes are a restriction (valid plans; a cut outside the patterns,
+        or on a DGX-1 node with an NVLink floor, is not found).
         """
         by_group: dict[str, list[GangUnit]] = defaultdict(list)
         for u in units:
@@ -337,13 +340,19 @@ class PlacementProblem:
                     jv.impossible.append(PendingReason(
                         ReasonCode.GROUP_LARGER_THAN_NODE, gpus=proto.gpus, available=g_node,
                         group=group))
-            if self.may_span(proto, g_node) and len(us) <= self.params.flexible_max_units:
-                sizes = tuple(range(1, min(proto.gpus, g_node) + 1))
+            patterns: tuple[tuple[int, ...], ...] = ()
+            if self.may_span(proto, g_node):
+                if len(us) <= self.params.flexible_max_units:
+                    sizes = tuple(range(1, min(proto.gpus, g_node) + 1))
+                else:
+                    patterns = cut_patterns(proto.gpus, g_node)
+                    pieces = list(patterns[0])
             if any(u.gpus != proto.gpus for u in us):
                 raise AssertionError("units of one group differ in size")
             self._add_class(jv, group=group, gtype=proto.group_type, units=us,
                             size=proto.gpus, pieces=pieces, hop=proto.max_hop_count,
-                            proto=proto, min_mem=proto.min_memory_gb, piece_sizes=sizes)
+                            proto=proto, min_mem=proto.min_memory_gb, piece_sizes=sizes,
+                            patterns=patterns)
 
     @staticmethod
     def may_span(unit: GangUnit, largest_node: int) -> bool:
@@ -364,12 +373,14 @@ class PlacementProblem:
     def _add_class(self, jv: JobView, *, group: str, gtype: GroupType, units: list[GangUnit],
                    size: int, pieces: list[int], hop: int | None, proto: GangUnit,
                    min_mem: float, parts: tuple[int, ...] | None = None,
-                   piece_sizes: tuple[int, ...] = ()) -> None:
+                   piece_sizes: tuple[int, ...] = (),
+                   patterns: tuple[tuple[int, ...], ...] = ()) -> None:
         uc = UnitClass(index=len(self.classes), job=jv.index, group=group, group_type=gtype,
                        units=list(units), size=size, pieces=sorted(pieces, reverse=True),
                        hop_limit=hop, gpu_types=proto.gpu_types, min_memory_gb=min_mem,
                        min_nvlink_gbps=proto.min_nvlink_gbps, min_ib_gbps=proto.min_ib_gbps,
-                       parts=parts, piece_sizes=piece_sizes)
+                       parts=parts, piece_sizes=piece_sizes,
+                       patterns=patterns if len(patterns) > 1 else ())
         self.classes.append(uc)
         jv.classes.append(uc)
 
@@ -443,6 +454,8 @@ class PlacementProblem:
         flexible pieces are exact GPU sets there, see :meth:`UnitClass.sizes_on`)."""
         if not self.type_ok(uc.gpu_types, uc.min_memory_gb, n):
             return False
+        if uc.pooled:
+            return uc.stacks_on(n)
         return uc.flexible or \
             not (uc.multi_node and uc.min_nvlink_gbps and n.uniform_gbps is None)
 

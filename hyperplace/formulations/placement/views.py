@@ -179,6 +179,23 @@ class NodeView:
         return largest_clique(self.free, lambda a, b: self.bw(a, b) >= min_gbps)
 
 
+def cut_patterns(size: int, node_gpus: int) -> tuple[tuple[int, ...], ...]:
+    """Ways a pooled unit of ``size`` GPUs may be cut, fewest pieces first: pieces of a
+    node (``node_gpus``), then of half, a quarter... of it (powers of two), each time
+    ``size // t`` pieces of ``t`` and the remainder, down to pieces of one GPU
+    (16 on 8-GPU nodes: 8+8, 4x4, 2x8, 1x16; 12: 8+4, 4x3, 2x6, 1x12)."""
+    steps = [node_gpus] + [1 << i for i in range(node_gpus.bit_length() - 1, -1, -1)
+                           if (1 << i) < node_gpus]
+    out: list[tuple[int, ...]] = []
+    for t in steps:
+        t = min(t, size)
+        full, rest = divmod(size, t)
+        pat = (t,) * full + ((rest,) if rest else ())
+        if pat not in out:
+            out.append(pat)
+    return tuple(out)
+
+
 @dataclass
 class UnitClass:
     """Identical units of one job (one resource group over its replicas), or, with
@@ -199,6 +216,8 @@ class UnitClass:
     parts: tuple[int, ...] | None = None  # whole-job piece: the unit sizes sharing the node
     # flexible pieces: each unit is cut into pieces of any of these sizes (see below)
     piece_sizes: tuple[int, ...] = ()
+    # pooled classes: the cut patterns a unit may take (``pieces`` is the first), see below
+    patterns: tuple[tuple[int, ...], ...] = ()
 
     @property
     def whole_job(self) -> bool:
@@ -228,12 +247,47 @@ class UnitClass:
     @property
     def multi_node(self) -> bool:
         """A unit of this class may be cut into several pieces on several nodes."""
-        return len(self.pieces) > 1 or self.flexible
+        return len(self.pieces) > 1 or self.flexible or len(self.patterns) > 1
+
+    @property
+    def pooled(self) -> bool:
+        """A class of many units that may span nodes, whose pieces the model counts per
+        size for all units together: each unit takes one of a few cut ``patterns``.
+
+        Why patterns: pooled counts of pieces of several sizes are separable into units
+        only if the model says how many units take which multiset (8 + 8 + 8 is 24 GPUs
+        but not two units of 12); a variable per pattern (and per pattern and domain of the
+        unit's own hop limit) says exactly that, so every solution is a set of units. The
+        patterns (:func:`cut_patterns`) are the node-sized one and the same with pieces of
+        half, a quarter... of a node, so a unit can still be cut on partly used nodes; a
+        unit may hold several pieces of one node, so only nodes where their union is a
+        clique at the floor are eligible (:meth:`stacks_on`).
+        """
+        return len(self.patterns) > 1
+
+    @property
+    def cut(self) -> bool:
+        """The solver chooses how a unit is cut (flexible or pooled)."""
+        return self.flexible or self.pooled
+
+    @property
+    def max_pieces(self) -> int:
+        """Most pieces one unit can be cut into."""
+        if self.flexible:
+            return self.size
+        return max((len(pat) for pat in self.patterns), default=len(self.pieces)) or 1
 
     @property
     def size_options(self) -> tuple[int, ...]:
         """Every piece size the model may use for this class, ascending."""
-        return self.piece_sizes or tuple(sorted(set(self.pieces)))
+        if self.piece_sizes:
+            return self.piece_sizes
+        return tuple(sorted({s for pat in (self.patterns or (tuple(self.pieces),)) for s in pat}))
+
+    def stacks_on(self, node: NodeView) -> bool:
+        """Several pieces of one unit may share ``node``: no NVLink floor, or a uniform node
+        meeting it."""
+        return self.min_nvlink_gbps <= 0 or self.merges_on(node)
 
     def merges_on(self, node: NodeView) -> bool:
         """Several pieces of one unit may share ``node`` (a uniform node whose pairs meet the
@@ -300,7 +354,7 @@ class JobView:
     def num_pieces(self) -> int:
         """Pieces (node-level parts) the job is placed as; for flexible units the most
         there can be (one GPU each)."""
-        return sum((c.size if c.flexible else len(c.pieces)) * c.count for c in self.classes)
+        return sum(c.max_pieces * c.count for c in self.classes)
 
     @property
     def traffic_class(self) -> str:
