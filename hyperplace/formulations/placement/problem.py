@@ -449,9 +449,11 @@ class PlacementProblem:
 
     def gpus_eligible(self, uc: UnitClass, n: NodeView) -> bool:
         """The node's GPUs suit a piece of ``uc``: type, memory, and, for a unit cut into
-        several pieces with an NVLink floor, an NVSwitch node (NVLink does not cross nodes,
-        so fixed-pattern pieces are only built on nodes whose every pair qualifies alike;
-        flexible pieces are exact GPU sets there, see :meth:`UnitClass.sizes_on`)."""
+        pieces, a node where its pieces can be told apart from the rule "every pair of a
+        unit's GPUs on one node meets the floor": a pooled unit (several of its pieces may
+        share a node) only where they may (:meth:`UnitClass.stacks_on`); a flexible unit
+        anywhere (one exact GPU set per node where pieces cannot share it, see
+        :meth:`UnitClass.sizes_on`)."""
         if not self.type_ok(uc.gpu_types, uc.min_memory_gb, n):
             return False
         if uc.pooled:
