@@ -212,52 +212,114 @@ def write_section(lines: list[str]) -> None:
     print("\n".join(lines))
 
 
+def larger_rows() -> list[str]:
+    """Larger rounds: the built clusters at 64 and 256 nodes, 8 and 16 pending jobs (2-16
+    GPUs, normal or high priority, replicas within a leaf), greedy's heuristic against the
+    exact model (``solver='auto'``, 10 s budget); every plan checked."""
+    out = []
+    for n_nodes, per_leaf, n_jobs in ((64, 8, 8), (256, 16, 16)):
+        inst, _, n_run = build(7 * 100 + n_nodes, n_nodes, per_leaf)
+        rng = random.Random(n_nodes)
+        inst = inst.with_jobs([job(f"hi{i}", tp=rng.choice([2, 4, 8]),
+                                   replicas=rng.choice([1, 1, 2]), dp_hop=2,
+                                   priority=rng.choice(["normal", "high"]))
+                               for i in range(n_jobs)])
+        cells = []
+        for solver in ("greedy", "auto"):
+            t, c = time.perf_counter(), time.process_time()
+            plan = solve_with_preemption(inst, preemption="lower-priority", solver=solver,
+                                         budget_s=10)
+            secs, cpu = time.perf_counter() - t, time.process_time() - c
+            assert check(plan, inst) == [], (n_nodes, solver)
+            cells.append(f"{len(plan.admitted)} / {len(plan.preemptions)} / "
+                         f"{sum(p.lost_gpu_seconds for p in plan.preemptions):,.0f} / "
+                         f"{plan.status.value} / {secs:.1f} / {cpu:.1f}")
+        out.append(f"| {n_nodes} | {n_run} | {n_jobs} | " + " | ".join(cells) + " |")
+    return out
+
+
+def _stopped_by_priority(inst, victims) -> tuple[int, int]:
+    """GPUs stopped of priority 1 (low) and 2 (normal): the bench's running jobs' levels."""
+    from hyperplace.models.sharing import running_gpus
+
+    held, info = running_gpus(inst), inst.running_job_info
+    low = sum(len(held[v]) for v in victims if info[v].priority == 1)
+    return low, sum(len(held[v]) for v in victims) - low
+
+
 def preemption_section() -> list[str]:
     rows = []
-    totals = {k: [0, 0.0, 0, 0] for k in ("hyperplace", "kueue", "volcano")}
+    keys = ("hyperplace", "hyperplace greedy", "kueue", "volcano")
+    totals = {k: [0, 0.0, 0, 0, 0, 0] for k in keys}
     for n_nodes, per_leaf in ((4, 2), (8, 4), (16, 4)):
         for seed in range(1, 5):
             inst, shape, n_run = build(seed * 100 + n_nodes, n_nodes, per_leaf)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             plan = solve_with_preemption(inst, preemption="lower-priority", solver="cpsat",
                                          budget_s=30)
-            secs = time.perf_counter() - t
+            secs, cpu = time.perf_counter() - t, time.process_time() - c
             assert check(plan, inst) == [], (n_nodes, seed)
-            ours = (len(plan.preemptions), sum(p.lost_gpu_seconds for p in plan.preemptions),
-                    "hi" in plan.admitted)
+            greedy = solve_with_preemption(inst, preemption="lower-priority", solver="greedy",
+                                           budget_s=30)
+            assert check(greedy, inst) == [], (n_nodes, seed, "greedy")
             kq = kueue_style(inst, inst.jobs[0])
             vo = volcano_style(inst, inst.jobs[0])
             cells = []
-            for key, (n, lost, fits) in (("hyperplace", ours),
-                                         ("kueue", (len(kq.victims), kq.lost_gpu_seconds, kq.fits)),
-                                         ("volcano", (len(vo.victims), vo.lost_gpu_seconds, vo.fits))):
+            for key, victims, lost, fits in (
+                    ("hyperplace", [p.job for p in plan.preemptions],
+                     sum(p.lost_gpu_seconds for p in plan.preemptions), "hi" in plan.admitted),
+                    ("hyperplace greedy", [p.job for p in greedy.preemptions],
+                     sum(p.lost_gpu_seconds for p in greedy.preemptions), "hi" in greedy.admitted),
+                    ("kueue", kq.victims, kq.lost_gpu_seconds, kq.fits),
+                    ("volcano", vo.victims, vo.lost_gpu_seconds, vo.fits)):
+                low, normal = _stopped_by_priority(inst, victims)
                 tot = totals[key]
-                tot[0] += n
+                tot[0] += len(victims)
                 tot[1] += lost
                 tot[2] += int(fits)
-                tot[3] += int(n > 0 and not fits)
-                cells.append(f"{n} / {lost:,.0f} / {'yes' if fits else 'no'}")
+                tot[3] += int(bool(victims) and not fits)
+                tot[4] += low
+                tot[5] += normal
+                cells.append(f"{len(victims)} / {lost:,.0f} / {'yes' if fits else 'no'} / "
+                             f"{low}+{normal}")
             rows.append(f"| {n_nodes} | {per_leaf} | {seed} | {n_run} | {shape} | "
-                        + " | ".join(cells) + f" | {plan.status.value} | {secs:.1f} |")
+                        + " | ".join(cells) + f" | {plan.status.value} | {secs:.1f} / {cpu:.1f} |")
     return [
         "## Preemption: victims and lost work",
         "",
         *_header("preemption"),
         "- hyperplace: `solve_with_preemption(preemption='lower-priority', solver='cpsat', "
-        "budget_s=30)`, every plan checked (0 violations asserted)",
+        "budget_s=30)` (victims decided inside the one placement model) and `solver='greedy'` "
+        "(greedy's victim-set heuristic), every plan checked (0 violations asserted)",
         "- cells: victims / lost GPU-seconds (GPUs x seconds since checkpoint) / preemptor "
-        "placed whole afterwards",
+        "placed whole afterwards / GPUs stopped of low + normal priority",
+        "- objective order with preemption: admitted and kept-running GPUs per priority level "
+        "(a running job counts just above its priority), then lost work, then victims; so a "
+        "low-priority victim goes before a normal one, and within a level fewer GPUs stopped "
+        "come before less lost work",
+        "- solve s: wall / CPU seconds of the CP-SAT solve (CPU counts both solver threads)",
         "",
-        "| nodes | nodes per leaf | seed | running jobs | pending | hyperplace | Kueue-style | "
-        "Volcano-style | status | solve s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| nodes | nodes per leaf | seed | running jobs | pending | hyperplace (CP-SAT) | "
+        "hyperplace greedy | Kueue-style | Volcano-style | status | solve s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         "| rule | victims | lost GPU-seconds | preemptor placed | stopped jobs for nothing "
-        "(victims, preemptor still not placed) |",
-        "|---|---|---|---|---|",
-        *[f"| {k} | {v[0]} | {v[1]:,.0f} | {v[2]} of {len(rows)} | {v[3]} |"
+        "(victims, preemptor still not placed) | GPUs stopped: low + normal |",
+        "|---|---|---|---|---|---|",
+        *[f"| {k} | {v[0]} | {v[1]:,.0f} | {v[2]} of {len(rows)} | {v[3]} | {v[4]} + {v[5]} |"
           for k, v in totals.items()],
+        "",
+        "### Larger rounds",
+        "",
+        "The same built clusters at 64 and 256 nodes (every GPU busy), with 8 and 16 pending "
+        "jobs of 2-16 GPUs (normal or high priority; replicas within a leaf): greedy's "
+        "heuristic against the exact model (`solver='auto'`, budget 10 s). Cells: admitted / "
+        "victims / lost GPU-seconds / status / wall s / CPU s.",
+        "",
+        "| nodes | running jobs | pending | greedy | exact (auto) |",
+        "|---|---|---|---|---|",
+        *larger_rows(),
         "",
     ]
 

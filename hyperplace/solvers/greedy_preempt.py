@@ -11,7 +11,9 @@ but unused stay idle for the rest of the round (only the preemptor may use them)
 plan keeps the model's rule that freed GPUs serve only jobs allowed to stop their owner.
 
 A heuristic: the sets are tried in order of lost work but placed by greedy's best fit, so
-a set that would fit with a cleverer placement may be passed over. It is the budget's floor
+a set that would fit with a cleverer placement may be passed over. When the ordered sets run
+out (:data:`MAX_SETS`), node-by-node sets are tried: per domain of the job's hop limit, the
+cheapest victims on each node until a piece fits, the cheapest nodes for all pieces. It is the budget's floor
 with ``--preemption`` (``--solver greedy``, or a fallback) and the exact backends' hint.
 """
 
@@ -22,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
-from hyperplace.formulations.placement import PlacementProblem
+from hyperplace.formulations.placement import JobView, PlacementProblem
 from hyperplace.formulations.placement.preemption import Victim
 from hyperplace.solvers.greedy import State, try_place_job
 from hyperplace.solvers.params import GreedyParams
@@ -80,47 +82,112 @@ def greedy_preempt(p: PlacementProblem, a: Assignment, params: GreedyParams | No
         cands = [v for v in p.victims if jv.index in v.allowed and v.index not in out.stopped]
         cands = sorted(cands, key=lambda v: (v.lost, v.name))[:MAX_CANDIDATES]
         reach = sum(len(f) for f in state.free.values())
+        done = False
         for tried, combo in enumerate(_sets(cands)):
             if tried >= MAX_SETS or (deadline is not None and time.perf_counter() > deadline):
                 break
             if reach + sum(len(v.gpus) for v in combo) < jv.gpus:
                 continue
-            freed = [(node, g) for v in combo for node, g in v.gpus]
-            for node, g in freed:
-                state.give(node, (g,))
-            for v in combo:
-                quota.stop(v, +1)
-            placed = try_place_job(p, jv, state, params.max_domain_trials)
-            if placed is not None:
-                quota.add(jv.queue, placed, +1)
-                if not quota.ok():
-                    quota.add(jv.queue, placed, -1)
-                    for u in placed:
-                        for node, gpus in u.pieces:
-                            state.give(node, gpus)
-                    placed = None
-            if placed is None:
-                for node, g in freed:
-                    state.take(node, (g,))
-                for v in combo:
-                    quota.stop(v, -1)
-                continue
-            used = {(node, g) for u in placed for node, gpus in u.pieces for g in gpus}
-            # every freed GPU the job did not take stays idle (kept from the rest)
-            for node, g in freed:
-                if (node, g) not in used:
-                    state.take(node, (g,))
-            out.units[jv.index] = placed
-            for v in sorted(combo, key=lambda v: (-v.level, -v.lost)):
-                if used & set(v.gpus):
-                    out.stopped.add(v.index)
-                    continue
-                quota.stop(v, -1)  # keeps running, unless its quota is needed
-                if not quota.ok():
-                    quota.stop(v, +1)
-                    out.stopped.add(v.index)
-            break
+            if _attempt(p, jv, combo, state, quota, out, params):
+                done = True
+                break
+        if done:
+            continue
+        # the ordered sets ran out (or their limit): clear node after node, per domain
+        for combo in _node_sets(p, jv, state, [v for v in p.victims if jv.index in v.allowed
+                                               and v.index not in out.stopped]):
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+            if _attempt(p, jv, combo, state, quota, out, params):
+                break
     return out
+
+
+def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[Victim, ...], state: State,
+             quota: _Quota, out: Assignment, params: GreedyParams) -> bool:
+    """Stop ``combo`` and place ``jv`` by greedy's rule; on success record it (victims whose
+    GPUs and quota it does not need keep running), else change nothing."""
+    freed = [(node, g) for v in combo for node, g in v.gpus]
+    for node, g in freed:
+        state.give(node, (g,))
+    for v in combo:
+        quota.stop(v, +1)
+    placed = try_place_job(p, jv, state, params.max_domain_trials)
+    if placed is not None:
+        quota.add(jv.queue, placed, +1)
+        if not quota.ok():
+            quota.add(jv.queue, placed, -1)
+            for u in placed:
+                for node, gpus in u.pieces:
+                    state.give(node, gpus)
+            placed = None
+    if placed is None:
+        for node, g in freed:
+            state.take(node, (g,))
+        for v in combo:
+            quota.stop(v, -1)
+        return False
+    used = {(node, g) for u in placed for node, gpus in u.pieces for g in gpus}
+    # every freed GPU the job did not take stays idle (kept from the rest)
+    for node, g in freed:
+        if (node, g) not in used:
+            state.take(node, (g,))
+    out.units[jv.index] = placed
+    for v in sorted(combo, key=lambda v: (-v.level, -v.lost)):
+        if used & set(v.gpus):
+            out.stopped.add(v.index)
+            continue
+        quota.stop(v, -1)  # keeps running, unless its quota is needed
+        if not quota.ok():
+            quota.stop(v, +1)
+            out.stopped.add(v.index)
+    return True
+
+
+def _node_sets(p: PlacementProblem, jv: JobView, state: State, cands: list[Victim]
+               ) -> list[tuple[Victim, ...]]:
+    """Victim sets that clear whole pieces node by node: per domain of the job's hop limit,
+    on each node the cheapest victims (lowest level, then least lost work) until a piece of
+    the job's largest size fits, then the cheapest nodes for all its pieces; the sets of
+    every domain, cheapest first (levels stopped, then GPUs, then lost work)."""
+    size = max(max(uc.pieces) for uc in jv.classes)
+    count = sum(len(uc.pieces) * uc.count for uc in jv.classes)
+    on_node: dict[str, list[Victim]] = defaultdict(list)
+    for v in cands:
+        for name in dict.fromkeys(n for n, _ in v.gpus):
+            on_node[name].append(v)
+    uc0 = jv.classes[0]
+    options: dict[frozenset[int], tuple[tuple[float, int, float], tuple[Victim, ...]]] = {}
+    for leaves in p.leaves_by_domain(jv.hop_limit, True).values():
+        costs = []
+        for leaf in leaves:
+            for n in p.nodes_by_leaf.get(leaf, []):
+                if not p.node_eligible(jv, uc0, n) or n.node.gpu_count < size:
+                    continue
+                room, chosen = len(state.free[n.name]), []
+                for v in sorted(on_node.get(n.name, []), key=lambda v: (v.level, v.lost, v.name)):
+                    if room >= size:
+                        break
+                    chosen.append(v)
+                    room += sum(1 for name, _ in v.gpus if name == n.name)
+                if room >= size:
+                    costs.append((_cost(chosen), n.name, chosen))
+        if len(costs) < count:
+            continue
+        costs.sort(key=lambda t: (t[0], t[1]))
+        picked: dict[int, Victim] = {}
+        for _, _, chosen in costs[:count]:
+            picked.update({v.index: v for v in chosen})
+        combo = tuple(picked.values())
+        if combo:
+            options[frozenset(picked)] = (_cost(combo), combo)
+    return [combo for _, combo in sorted(options.values(), key=lambda o: o[0])]
+
+
+def _cost(victims: list[Victim] | tuple[Victim, ...]) -> tuple[float, int, float]:
+    """Highest level stopped, GPUs stopped, lost work: objective 1's order, roughly."""
+    return (max((v.level for v in victims), default=-float("inf")),
+            sum(len(v.gpus) for v in victims), sum(v.lost for v in victims))
 
 
 class _Quota:
