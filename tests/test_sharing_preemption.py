@@ -339,3 +339,15 @@ def test_random_reclaim_rounds_are_checked(inst):
     greedy = _solve(inst, "greedy", policy="reclaim-within-cohort")
     exact = _solve(inst, "cpsat", policy="reclaim-within-cohort")
     assert exact.objective >= greedy.objective - 1e-9
+
+
+def test_greedy_node_by_node_sets_when_the_ordered_sets_run_out(monkeypatch):
+    import hyperplace.solvers.greedy_preempt as gp
+
+    monkeypatch.setattr(gp, "MAX_SETS", 0)  # straight to the node-by-node sets
+    inst = _several_small_or_one_big()
+    plan = _solve(inst, "greedy")
+    assert plan.admitted == ["hi"] and [p.job for p in plan.preemptions] == ["big"]
+    inst = _wrong_domains()
+    plan = _solve(inst, "greedy")
+    assert plan.preemptions == [] and plan.admitted == []
