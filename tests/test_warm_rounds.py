@@ -145,3 +145,31 @@ def test_carried_placements_keep_only_what_still_holds():
             assert now.classes[u.uclass].job == k
             for n, gpus in u.pieces:
                 assert set(gpus) <= set(now.node_by_name[n].free)
+
+
+def test_a_reparsed_instance_reuses_the_fabric_and_the_views():
+    """The service parses a stored cluster afresh for every version: the fabric built for the
+    previous round is carried over when nothing it is built from changed, so node and job
+    views are reused; a different cluster under the same name gets nothing."""
+    from hyperplace.instances.registry import instance_document
+    from hyperplace.models import Instance
+    from hyperplace.solvers.warm import carry_fabric
+
+    doc = instance_document(generate(256, 30, TYPES, 0.8, 7, size_scale=2))
+    warm = WarmStart()
+    first = Instance.model_validate(doc)
+    plan = solve_placement(first, solver="cpsat", budget_s=20, warm=warm)
+    again = Instance.model_validate(doc)
+    assert carry_fabric(first, again) == 1
+    assert again.clusters[0].network is first.clusters[0].network
+    second = solve_placement(again, solver="cpsat", budget_s=20, warm=warm)
+    assert warm.problem is not None
+    assert len(warm.problem.reused_nodes) == len(warm.problem.nodes)
+    assert len(warm.problem.reused_jobs) == len(warm.problem.jobs)
+    assert check(second, again) == []
+    assert second.objective == plan.objective and warm.carried == len(plan.jobs)
+    other = Instance.model_validate(instance_document(generate(256, 30, TYPES, 0.8, 8)))
+    assert carry_fabric(again, other) == 0 or \
+        [n.name for n in other.clusters[0].nodes] == [n.name for n in again.clusters[0].nodes]
+    third = solve_placement(other, solver="cpsat", budget_s=20, warm=warm)
+    assert check(third, other) == []

@@ -33,6 +33,8 @@ DEBUG_KINDS = frozenset({"debug-crash", "debug-sleep"})
 ENCODE_RESERVE_S = 0.02
 # Cached parsed instances of stored clusters, per worker (LRU).
 CACHE_SIZE = 4
+# Stored clusters whose last round's problem a worker keeps for the next round (LRU).
+WARM_SIZE = 2
 
 _PATH_PREFIX = re.compile(r"^([A-Za-z_]\w*(?:\[\d+\])*(?:\.[A-Za-z_]\w*(?:\[\d+\])*)*): (.+)$",
                           re.S)
@@ -50,6 +52,21 @@ class WorkerContext:
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.cache: OrderedDict[tuple[str, tuple[Any, ...]], Any] = OrderedDict()
+        # per stored cluster: what its last round left for the next (solvers.warm)
+        self.warm: OrderedDict[str, Any] = OrderedDict()
+
+    def warm_start(self, name: str, inst: Any) -> Any:
+        """The stored cluster's :class:`~hyperplace.solvers.warm.WarmStart` (fabric and the
+        views of unchanged nodes and jobs reused from its previous round in this worker)."""
+        from hyperplace.solvers.warm import WarmStart, carry_fabric
+
+        warm = self.warm.pop(name, None) or WarmStart()
+        if warm.problem is not None:
+            carry_fabric(warm.problem.instance, inst)
+        self.warm[name] = warm
+        while len(self.warm) > WARM_SIZE:
+            self.warm.popitem(last=False)
+        return warm
 
     def stored_instance(self, name: str, version: list[Any]) -> Any:
         """The parsed instance of a stored cluster at ``version``: from this worker's cache
@@ -241,8 +258,10 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
 
     inst, label = resolve_instance(payload, ctx)
     budget = max(0.01, remaining(deadline))
+    # rounds on a stored cluster are not cold starts (an inline instance has no history)
+    warm = ctx.warm_start(label, inst) if payload.get("cluster") is not None else None
     plan = solve_placement(inst, solver=payload["solver"], budget_s=budget,
-                           policy=payload["policy"], seed=payload["seed"])
+                           policy=payload["policy"], seed=payload["seed"], warm=warm)
     plan = plan.model_copy(update={
         "metadata": plan.metadata.model_copy(update={"instance": label}),
         "budget_s": payload["budget_s"]})

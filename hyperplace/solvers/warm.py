@@ -32,7 +32,7 @@ from hyperplace.models.instance import Instance
 from hyperplace.solvers.greedy import QuotaLedger, repair_priority
 from hyperplace.solvers.params import GreedyParams
 
-__all__ = ["WarmStart", "carried_placements"]
+__all__ = ["WarmStart", "carried_placements", "carry_fabric"]
 
 
 @dataclass
@@ -127,6 +127,30 @@ def carried_placements(p: PlacementProblem, prev: PlacementProblem, a: Assignmen
         for node, claimed in claim.items():
             taken.setdefault(node, set()).update(claimed)
     return out
+
+
+def carry_fabric(prev: Instance, new: Instance) -> int:
+    """Give ``new``'s clusters the fabrics already built for ``prev``'s, where nothing a
+    fabric is built from changed: the same cluster name, fabric spec, and nodes (names,
+    hardware, labels, in order). For callers that parse every round's instance afresh (the
+    service's stored clusters): without it nothing of the previous round could be reused,
+    because node views are reused only on the very same fabric. Returns how many clusters
+    got one.
+    """
+    from hyperplace.formulations.placement.problem import _same_hardware
+
+    before = {c.name: c for c in prev.clusters}
+    carried = 0
+    for c in new.clusters:
+        old = before.get(c.name)
+        if old is None or "network" not in old.__dict__ or "network" in c.__dict__:
+            continue
+        if old.fabric != c.fabric or len(old.nodes) != len(c.nodes):
+            continue
+        if all(a.labels == b.labels and _same_hardware(a, b) for a, b in zip(old.nodes, c.nodes)):
+            c.__dict__["network"] = old.__dict__["network"]
+            carried += 1
+    return carried
 
 
 def _score(p: PlacementProblem, a: Assignment) -> tuple[int, int]:

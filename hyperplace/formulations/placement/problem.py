@@ -699,6 +699,7 @@ def _same_queues(a: Instance, b: Instance) -> bool:
 
 
 def _compatible(prev: PlacementProblem, new: PlacementProblem) -> bool:
-    """Views of ``prev`` may serve ``new``: same policy, model parameters and GPU catalog."""
+    """Views of ``prev`` may serve ``new``: same policy, model parameters and GPU catalog
+    (the same object, or the same types in the same order: an instance parsed again)."""
     return prev.policy == new.policy and prev.params == new.params and \
-        (prev.catalog is new.catalog or prev.catalog == new.catalog)
+        (prev.catalog is new.catalog or list(prev.catalog) == list(new.catalog))
