@@ -173,3 +173,39 @@ def test_a_reparsed_instance_reuses_the_fabric_and_the_views():
         [n.name for n in other.clusters[0].nodes] == [n.name for n in again.clusters[0].nodes]
     third = solve_placement(other, solver="cpsat", budget_s=20, warm=warm)
     assert check(third, other) == []
+
+
+def test_the_simulators_engine_rounds_are_warm():
+    """The engine policy's rounds reuse the previous round's views (nodes whose GPU state did
+    not change are the same objects from round to round); every round's plan is checked."""
+    from hyperplace.instances.generator import small_job
+    from hyperplace.models import Cluster, FabricGenerator, FabricSpec, Instance, InstanceSpec, Node
+    from hyperplace.models.job import ObjectMeta
+    from hyperplace.sim.jobs import SimJob
+    from hyperplace.sim.loop import RoundLoop
+    from hyperplace.sim.policies import make_policy
+
+    nodes = [Node(name=f"h{i}", gpu_type="H100-80", gpu_count=8) for i in range(4)]
+    gen = FabricGenerator(type="fat-tree-2", nodes_per_leaf=2, spines=2)
+    inst = Instance(metadata=ObjectMeta(name="w"), spec=InstanceSpec(clusters=[
+        Cluster(name="w", nodes=nodes, fabric=FabricSpec(generator=gen))]))
+    policy = make_policy("engine", inst, budget_s=2)
+    loop = RoundLoop(inst, policy, check=True)
+
+    def submit(name: str, gpus: int, at: float) -> None:
+        m = small_job(name, "m", gpus)
+        loop.submit(SimJob(name=name, submit_s=at, work_s=1000, gpus=m.total_gpus, manifest=m,
+                           checkpoint_s=100), at)
+
+    for k in range(3):
+        submit(f"a{k}", 4, 0.0)
+    loop.run_round(0.0)
+    submit("b", 8, 10.0)
+    loop.run_round(10.0)
+    warm = policy._warm
+    assert warm.problem is not None
+    assert len(warm.problem.reused_nodes) == len(warm.problem.nodes)
+    untouched = [n for n in loop.state.nodes if not loop.state.owner[n]]
+    first = loop.state.instance([]).clusters[0].node_by_name
+    second = loop.state.instance([small_job("x", "m", 1)]).clusters[0].node_by_name
+    assert all(first[n] is second[n] for n in untouched)
