@@ -343,3 +343,12 @@ def test_many_twelve_gpu_units_on_four_gpu_nodes(solver):
     plan = solve_placement(inst, solver=solver, budget_s=20)
     assert check(plan, inst) == []
     assert admitted(plan) == {"dp12x6"}
+
+
+@pytest.mark.parametrize("case", [test_unit_larger_than_a_node_on_dgx1_uses_nvlink_quads,
+                                  test_twelve_gpu_unit_on_three_four_gpu_nodes,
+                                  test_dgx1_quads_outrank_a_lower_priority_job])
+def test_cases_two_and_three_with_auto(case):
+    # the conftest's backends are greedy, cpsat and milp; auto (greedy, then an exact
+    # backend from its plan) must give the same answers
+    case("auto")
