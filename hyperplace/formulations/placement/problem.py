@@ -320,8 +320,9 @@ class PlacementProblem:
         per unit, see :attr:`UnitClass.flexible`); a larger class is pooled: each unit takes
         one of a few cut patterns, node-sized pieces first (:attr:`UnitClass.pooled`), so
         that the model grows with the patterns (about log2 of the node size), not with the
-        units. Pooled classes are a restriction (valid plans; a cut outside the patterns,
-        or on a DGX-1 node with an NVLink floor, is not found).
+        units (on tree fabrics, see :attr:`all_trees`). Pooled classes are a restriction
+        (valid plans; a cut outside the patterns, or on a DGX-1 node with an NVLink floor,
+        is not found).
         """
         by_group: dict[str, list[GangUnit]] = defaultdict(list)
         for u in units:
@@ -342,7 +343,7 @@ class PlacementProblem:
                         group=group))
             patterns: tuple[tuple[int, ...], ...] = ()
             if self.may_span(proto, g_node):
-                if len(us) <= self.params.flexible_max_units:
+                if len(us) <= self.params.flexible_max_units or not self.all_trees:
                     sizes = tuple(range(1, min(proto.gpus, g_node) + 1))
                 else:
                     patterns = cut_patterns(proto.gpus, g_node)
@@ -353,6 +354,15 @@ class PlacementProblem:
                             size=proto.gpus, pieces=pieces, hop=proto.max_hop_count,
                             proto=proto, min_mem=proto.min_memory_gb, piece_sizes=sizes,
                             patterns=patterns)
+
+    @cached_property
+    def all_trees(self) -> bool:
+        """Every cluster's fabric is a tree: a node lies in one domain per hop limit.
+
+        Pooled classes count their units per domain of the unit's hop limit, which needs
+        that; on other fabrics (overlapping domains) every class that may be cut gets
+        piece variables per unit, whose domains are chosen per unit."""
+        return all(c.network.is_tree for c in self.instance.clusters)
 
     @staticmethod
     def may_span(unit: GangUnit, largest_node: int) -> bool:
