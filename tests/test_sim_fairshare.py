@@ -311,3 +311,19 @@ def test_the_engine_migrates_a_running_job_so_a_whole_node_job_starts():
         rec = loop.records[moved]
         assert rec.migrations == 1 and rec.lost_migrated_gpu_s == pytest.approx(4 * 60.0)
         assert {n for n, _ in loop.running["z"].gpus} in ({"n0"}, {"n1"})
+
+
+def test_the_queue_aware_peer_keeps_the_declared_quotas():
+    # two nodes, queue a may hold 8 GPUs (no cohort): its three 8-GPU jobs run one at a time;
+    # every round's plan is checked, quotas included
+    nodes = [Node(name=f"n{i}", gpu_type="H100-80", gpu_count=8) for i in range(2)]
+    gen = FabricGenerator(type="fat-tree-2", nodes_per_leaf=2, spines=2)
+    inst = Instance(metadata=ObjectMeta(name="two"), spec=InstanceSpec(clusters=[
+        Cluster(name="c", nodes=nodes, fabric=FabricSpec(generator=gen))])).with_queues(
+        [cluster_queue("a", nominal=8), cluster_queue("b", nominal=8)])
+    jobs = [sim_job(inst, f"a{i}", 8, "a", work=600.0) for i in range(3)]
+    jobs.append(sim_job(inst, "b0", 8, "b", work=600.0))
+    run = simulate(inst, jobs, "volcano-proportion", SimConfig(check=True))
+    starts = {r.job.name: r.first_start_s for r in run.records}
+    assert run.unfinished == 0
+    assert len({starts[f"a{i}"] for i in range(3)}) == 3 and starts["b0"] == 0.0

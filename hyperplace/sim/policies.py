@@ -41,7 +41,10 @@ Peers, each with its own per-job placement rule (:mod:`hyperplace.sim.peers`) an
   ``allocated + its GPUs <= deserved`` (``queueAllocatable``, lines 335-357), and the queue
   goes back with its share updated (``allocate.go`` line 366). Placement by Volcano's
   HyperNode tier walk with binpack. It has no memory across sessions: the share is of
-  what runs now.
+  what runs now. Declared quotas (nominal + borrowing within a cohort, the same
+  :class:`~hyperplace.formulations.placement.quotas.QuotaBook` rows the engine's model has)
+  are kept too: a placement that would break one is undone and the job waits, so both
+  keep the operator's quotas. The other peers are queue-unaware.
 * ``slurm``: the backfill scheduler (SchedMD/slurm ``src/plugins/sched/backfill/backfill.c``):
   jobs in priority order; each job that cannot start now gets a reservation at its earliest
   start time on the nodes it would get then (``_add_reservation`` at line 3851), as long as
@@ -197,10 +200,13 @@ class ProportionPolicy(Policy):
         self.placer = PeerPlacer(instance, "volcano", seed)
 
     def decide(self, view: RoundView) -> Decision:
-        from hyperplace.formulations.placement.quotas import water_fill
+        from hyperplace.formulations.placement.quotas import build_quota_book, water_fill
 
         t0 = time.perf_counter()
-        fs = self.placer.state(view.state.instance([j.manifest for j in view.queue]))
+        round_instance = view.state.instance([j.manifest for j in view.queue])
+        fs = self.placer.state(round_instance)
+        book = build_quota_book(round_instance, [], {})
+        admitted: dict[tuple[str, str], float] = {}
         qs = view.state.base.queue_set
         allocated: dict[str, float] = {}
         for r in view.running.values():
@@ -233,6 +239,20 @@ class ProportionPolicy(Policy):
             job = pending[q].pop(0)
             if allocated.get(q, 0.0) + job.gpus <= deserved[q] + 1e-9:
                 got = self.placer.place(job.manifest, fs)
+                if got is not None and book.active:
+                    new = dict(admitted)
+                    for gpus in got.values():
+                        for g in gpus:
+                            gpu_type = view.state.nodes[g.node].gpu_type
+                            for k, n in book.usage(q, gpu_type, 1).items():
+                                new[k] = new.get(k, 0.0) + n
+                    if not book.allows(new):  # over a quota: undo, the job waits
+                        for gpus in got.values():
+                            for g in gpus:
+                                fs.release(g.node, [g.gpu])
+                        got = None
+                    else:
+                        admitted = new
                 if got is not None:
                     starts[job.name] = got
                     allocated[q] = allocated.get(q, 0.0) + job.gpus
