@@ -134,6 +134,12 @@ def test_cli_defrag(tmp_path):
     assert "migrations" in out.output and "n2" in out.output
     doc = yaml.safe_load((tmp_path / "plan.yaml").read_text())
     assert [m["job"] for m in doc["migrations"]] == ["b"]
+    # the instance file has no manifests: check needs the same --running
+    from cli_run import run_main
+
+    plan_file = str(tmp_path / "plan.yaml")
+    assert run_main(["check", plan_file, "--instance", str(path), "--running", str(jobs)]) == 0
+    assert run_main(["check", plan_file, "--instance", str(path)]) == 1
     whole = runner.invoke(app, ["defrag", "--instance", str(path), "--running", str(jobs),
                                 "--max-moves", "1", "--budget", "10"])
     assert whole.exit_code == 0, whole.output
@@ -158,7 +164,7 @@ def test_cli_solve_running_moveable(tmp_path):
     out = runner.invoke(app, ["solve", "--instance", str(path), "--running-moveable",
                               "--budget", "10", "-o", str(tmp_path / "plan.yaml")])
     assert out.exit_code == 0, out.output
-    assert "migrations" in out.output
+    assert "migrations" in out.output and "(migrated)" in out.output
     from hyperplace.models.plan import PlacementPlan
 
     plan = PlacementPlan.model_validate(yaml.safe_load((tmp_path / "plan.yaml").read_text()))

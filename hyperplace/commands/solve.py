@@ -162,7 +162,9 @@ def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
         for t, c in j.gpu_types.items():
             used[t] = used.get(t, 0) + c
     head.add_row("GPUs used", ", ".join(f"{t}: {c}" for t, c in sorted(used.items())) or "-")
-    head.add_row("admitted / pending", f"{len(plan.jobs)} / {len(plan.pending)}")
+    moved = {m.job for m in plan.migrations}
+    head.add_row("admitted / pending", f"{len(plan.jobs) - len(moved)} / {len(plan.pending)}"
+                 + (f" ({len(moved)} running job(s) migrated)" if moved else ""))
     if plan.message:
         head.add_row("note", escape(plan.message))
     console.print(head)
@@ -182,7 +184,8 @@ def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
             nodes = [f"{n}[{_ranges(g)}]" for n, g in where.get(j.job, {}).items()]
             shown = " ".join(nodes[:6]) + (f" +{len(nodes) - 6} nodes" if len(nodes) > 6 else "")
             types = " ".join(f"{v} {k}" for k, v in j.gpu_types.items())
-            table.add_row(escape(j.job), str(j.priority), types or str(j.gpus), escape(shown))
+            name = escape(j.job) + (" (migrated)" if j.job in moved else "")
+            table.add_row(name, str(j.priority), types or str(j.gpus), escape(shown))
         console.print(table)
     if plan.preemptions:
         table = Table(title="preempted running jobs", title_justify="left")
@@ -337,6 +340,9 @@ def check_command(
         help="the jobs file or directory it was solved with")] = None,
     queues: Annotated[list[Path] | None, typer.Option(
         "--queues", help="the queue documents it was solved with (quotas are checked)")] = None,
+    running: Annotated[Path | None, typer.Option(
+        "--running", help="manifests of running jobs the plan migrates, if the instance does "
+        "not hold them (as for hyperplace defrag --running)")] = None,
     failed: Annotated[str | None, typer.Option(
         "--failed", help="for a repair plan: the failed GPUs and nodes it repaired (as for "
         "hyperplace repair); the plan is checked on the state after the failure")] = None,
@@ -361,6 +367,10 @@ def check_command(
                              f"against a file, pass it: --instance FILE",
                              source=str(plan_file), path="metadata.instance")
     inst = with_queue_files(resolve_instance(name, cluster, jobs), queues or [])
+    if running is not None:
+        from hyperplace.commands.defrag import with_running_files
+
+        inst = with_running_files(inst, running)
     if failed is not None:
         from hyperplace.solvers.repair import read_failed, repair_instance
 
