@@ -370,3 +370,13 @@ def test_cut_units_with_their_own_hop_limit_on_a_line_of_leaves(solver):
     plan = solve_placement(inst, solver=solver, budget_s=10, params=params)
     assert check(plan, inst) == []
     assert admitted(plan) == {"u"}
+
+
+def test_many_units_on_dgx1_say_why_they_are_not_cut_there(solver):
+    # six 16-GPU units at NVLink >= 50 on DGX-1 nodes: a pooled class cannot share a
+    # hybrid-cube-mesh node between pieces of a unit, and the reason says so
+    nodes = [node(f"d{i}", "V100-32", nvlink="hybrid_cube_mesh") for i in range(12)]
+    j = job("tp16x6", tp=16, replicas=6, accel="V100", nvlink=50, mem=32)
+    plan = solve_placement(instance(nodes, [j], nodes_per_leaf=4), solver=solver, budget_s=10)
+    (reason,) = plan.pending[0].reasons
+    assert "shared patterns" in reason and "4 units or fewer" in reason

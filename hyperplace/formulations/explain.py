@@ -277,8 +277,13 @@ def _flexible_reason(p: PlacementProblem, jv: JobView, uc: UnitClass, types: fro
         return []
     bw = (f", the GPUs of each node >= {uc.min_nvlink_gbps:g} GB/s apart pairwise"
           if uc.min_nvlink_gbps else "")
+    skipped = uc.pooled and any(n.gpu_type.name in types and n.free and not uc.stacks_on(n)
+                                for n in p.nodes)
+    why = (f" (with {uc.count} units the group is cut into shared patterns, which need "
+           f"nodes whose every GPU pair meets the floor; {p.params.flexible_max_units} units "
+           "or fewer are cut on any node)") if skipped else ""
     return [f"group {uc.group} needs {uc.size} {sel} GPUs in pieces on nodes{bw}, within "
-            f"{_hop_words(hop)}; the most such free GPUs in one domain is {best}"]
+            f"{_hop_words(hop)}; the most such free GPUs in one domain is {best}{why}"]
 
 
 def _admitted_quota_use(p: PlacementProblem, assignment: Assignment
