@@ -683,3 +683,26 @@ def test_readme_client_session_runs(server: LocalServer) -> None:
     assert '"http://127.0.0.1:8080"' in session
     code = session.replace('"http://127.0.0.1:8080"', repr(server.url))
     exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - our own README
+
+
+def test_placement_with_preemption(http: httpx.Client) -> None:
+    from placement_helpers import instance as small_instance
+    from placement_helpers import job, node
+
+    from hyperplace.models.instance import RunningJob
+
+    inst = small_instance([node("n0", allocated={g: "old" for g in range(8)})],
+                          [job("hi", priority="high")])
+    inst = inst.model_copy(update={"spec": inst.spec.model_copy(update={
+        "running_jobs": [RunningJob(name="old", priority=1, checkpoint_age_s=5)]})})
+    body = {"instance": inst.to_doc(), "budgetS": 5, "preemption": "lower-priority"}
+    r = http.post("/v1/placement", json=body)
+    assert r.status_code == 200, r.text
+    plan = PlacementPlan.model_validate(r.json())
+    assert check(plan, inst) == []
+    assert plan.admitted == ["hi"] and [p.job for p in plan.preemptions] == ["old"]
+    assert plan.preemptions[0].lost_gpu_seconds == 40
+    r = http.post("/v1/placement", json={**body, "preemption": "never"})
+    assert PlacementPlan.model_validate(r.json()).preemptions == []
+    r = http.post("/v1/placement", json={**body, "apply": True})
+    assert r.status_code == 422 and "apply" in r.text

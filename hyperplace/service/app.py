@@ -174,7 +174,7 @@ class Service:
         if ep.kind == "placement":
             return {**self.instance_payload(body), "solver": body.solver,
                     "policy": body.policy, "seed": body.seed, "budget_s": budget,
-                    "apply": body.apply}
+                    "apply": body.apply, "preemption": body.preemption}
         if ep.kind == "check":
             return {**self.instance_payload(body), "plan": body.plan}
         if ep.kind == "federation":

@@ -72,6 +72,17 @@ class PlacementRequest(InstanceSource):
     apply: bool = Field(default=False, description=(
         "with cluster: record the admitted jobs as running on their GPUs in the stored "
         "cluster and drop them from its queue, so the next round starts from there"))
+    preemption: Literal["never", "lower-priority", "reclaim-within-cohort"] = Field(
+        default="never", description="as `hyperplace solve --preemption`: running jobs "
+        "(spec.runningJobs) the round may stop; the plan lists them in preemptions[]")
+
+    @model_validator(mode="after")
+    def _no_apply_with_preemption(self) -> "PlacementRequest":
+        if self.apply and self.preemption != "never":
+            raise ValueError("apply records admitted jobs in the stored cluster but does not "
+                             "stop running ones: use preemption never with apply, and PATCH "
+                             "the preempted jobs as completions")
+        return self
 
 
 class CheckRequest(InstanceSource):
