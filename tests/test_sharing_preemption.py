@@ -351,3 +351,10 @@ def test_greedy_node_by_node_sets_when_the_ordered_sets_run_out(monkeypatch):
     inst = _wrong_domains()
     plan = _solve(inst, "greedy")
     assert plan.preemptions == [] and plan.admitted == []
+
+
+def test_a_refused_preemptor_says_why(exact_solver):
+    plan = _solve(_wrong_domains(), exact_solver)
+    (pending,) = plan.pending
+    assert any(r.startswith("preemption: no plan that stops some of the 2 running job(s)")
+               for r in pending.reasons), pending.reasons

@@ -273,6 +273,8 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     reasons = explain(problem, chosen,
                       deadline=deadline - 1e-5 * (len(problem.jobs) + problem.free_gpus),
                       fits_alone=fit_probe(problem, params.greedy))
+    if problem.victims:
+        _preemption_reasons(problem, chosen, reasons, status == SolveStatus.OPTIMAL)
     stats = SolveStats(status=status, solver=name, objective=objective, bound=bound,
                        gap=relative_gap(objective, bound), objective_gaps=gaps,
                        runtime_s=time.perf_counter() - start, budget_s=budget_s,
@@ -295,6 +297,25 @@ def _not_run(backend: str, est: int, per_second: int, budget_s: float, available
     if available <= 0 and reading > 0.5:
         text += " (give a larger --budget)"
     return text
+
+
+def _preemption_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, list[str]],
+                        proven: bool) -> None:
+    """For a pending job that could have stopped running jobs: that doing so did not place
+    it (proven: any plan placing it would leave out or stop work of its level or higher)."""
+    for jv in p.jobs:
+        if jv.index in a.units or jv.impossible:
+            continue
+        mine = [v for v in p.victims if jv.index in v.allowed and v.index not in a.stopped]
+        if not mine:
+            continue
+        gpus = sum(len(v.gpus) for v in mine)
+        what = f"{len(mine)} running job(s) it may preempt ({gpus} GPUs, {p.preemption})"
+        reasons.setdefault(jv.index, []).append(
+            f"preemption: no plan that stops some of the {what} places it whole without "
+            "leaving out or stopping work of its priority or higher" if proven else
+            f"preemption: stopping some of the {what} placed it in no plan found within "
+            "the budget")
 
 
 def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolution | None,
