@@ -4,7 +4,8 @@ The package: :mod:`.views` (nodes, jobs, unit classes as the formulation sees th
 :mod:`.problem` (:class:`PlacementProblem`, where every eligibility rule is written once),
 :mod:`.tiers` (priority levels grouped into exact lexicographic phases), :mod:`.model` (the
 integer model, one builder method per constraint family), :mod:`.domains` (domain keys),
-:mod:`.reasons` (why a job cannot run, as codes), :mod:`.params` (tunables).
+:mod:`.reasons` (why a job cannot run, as codes), :mod:`.params` (tunables),
+:mod:`.preemption` (which running jobs a round may stop, and for whom).
 
 Written once; :mod:`hyperplace.solvers.cpsat` and :mod:`hyperplace.solvers.milp` encode the
 same :class:`~hyperplace.formulations.linear.LinearModel`, and
@@ -32,6 +33,8 @@ Objectives, strictly lexicographic:
 1. maximise priority-weighted admitted GPUs (:mod:`~hyperplace.formulations.priority`; one
    phase per tier of priority levels, see :attr:`PlacementProblem.priority_tiers`);
    then, among plans that tie on it, admit the most jobs (fewer people left waiting);
+   with preemption (:mod:`.preemption`) objective 1 also counts every running job kept, just
+   above its priority, and lost work, then the number of victims, come right after it;
 2. minimise communication cost: leaf and spine domains each job touches, weighted by its
    traffic (multi-node TP 100, PP 10, DP 1; a spine counts 3 leaves);
 3. minimise fragmentation: whole free nodes opened (x1) and whole free leaf domains opened
