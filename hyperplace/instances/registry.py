@@ -253,6 +253,7 @@ def _check_jobs_against(jobs: list[tuple[TrainingJob, str, str | None]],
     type (built in or declared beside the clusters), and its name is not a running job's."""
     catalog = GPUCatalog(types)
     running = {job: n.name for c in clusters for n in c.nodes for job in n.allocated.values()}
+    unknown: dict[str, str | None] = {}  # selector -> its unknown alternative (queues repeat them)
     for index, (job, source, document) in enumerate(jobs):
         def where(path: str, document: str | None = document, index: int = index) -> str:
             return f"{document}: {prefix(index)}{path}" if document else prefix(index) + path
@@ -268,7 +269,9 @@ def _check_jobs_against(jobs: list[tuple[TrainingJob, str, str | None]],
                       for ti, t in enumerate(job.spec.tolerations)
                       if t.key == "gpu-type" and t.operator == "Equal"]
         for field, selector in selectors:
-            bad = unknown_alternative(selector, catalog) if selector else None
+            if selector and selector not in unknown:
+                unknown[selector] = unknown_alternative(selector, catalog)
+            bad = unknown[selector] if selector else None
             if bad is not None:
                 known = sorted({t.family for t in catalog} | set(catalog.names()))
                 raise InputError(
