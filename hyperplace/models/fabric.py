@@ -19,12 +19,33 @@ from __future__ import annotations
 from collections import deque
 from functools import cached_property
 
-import networkx as nx
-from networkx.utils import UnionFind
 from pydantic import Field, model_validator
 
 from hyperplace.models.base import HPModel
 from hyperplace.models.limits import Name
+
+
+class UnionFind:
+    """Disjoint sets over integers (``uf[x]`` is x's root; ``union(a, b)``), path-halving.
+
+    Written here rather than networkx's so that loading a tree fabric does not import
+    networkx (and numpy through it), a quarter of a greedy-only command's start-up.
+    """
+
+    def __init__(self, elements: range):
+        self.parent = list(elements)
+
+    def __getitem__(self, x: int) -> int:
+        parent = self.parent
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self[a], self[b]
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
 
 
 class Switch(HPModel):
@@ -322,6 +343,8 @@ class Fabric(HPModel):
                 if (r, tuple(sorted(comp))) in certified or not loose.intersection(comp):
                     doms.append(sorted(comp))
                     continue
+                import networkx as nx  # non-tree fabrics only (see UnionFind)
+
                 graph = nx.Graph()
                 graph.add_nodes_from(comp)
                 graph.add_edges_from(pair for pair, h in exact.items()

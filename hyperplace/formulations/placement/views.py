@@ -11,8 +11,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import combinations, islice
 
-import networkx as nx
-
 from hyperplace.formulations.placement.domains import DomainKey
 from hyperplace.formulations.placement.reasons import PendingReason
 from hyperplace.models.cluster import Cluster
@@ -42,6 +40,8 @@ def largest_clique(gpus: Iterable[int], linked: Callable[[int, int], bool]) -> i
     pool = sorted(gpus)
     if not pool:
         return 0
+    import networkx as nx  # only for non-uniform nodes: a greedy-only solve never loads it
+
     graph = nx.Graph()
     graph.add_nodes_from(pool)
     graph.add_edges_from((a, b) for a, b in combinations(pool, 2) if linked(a, b))
