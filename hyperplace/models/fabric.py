@@ -103,9 +103,18 @@ class Fabric(HPModel):
         out: dict[str, dict[str, float]] = {}
         sw = self.switch_names
         for link in self.links:
-            for node, s in ((link.a, link.b), (link.b, link.a)):
-                if s in sw and node not in sw:
-                    out.setdefault(node, {})[s] = max(out.get(node, {}).get(s, 0.0), link.gbps)
+            a, b = link.a, link.b
+            a_sw, b_sw = a in sw, b in sw
+            if a_sw == b_sw:
+                continue  # switch-switch (or node-node) cabling: no attachment
+            node, s = (b, a) if a_sw else (a, b)
+            att = out.get(node)
+            if att is None:
+                out[node] = {s: link.gbps}
+            elif link.gbps > att.get(s, 0.0):
+                att[s] = link.gbps
+            elif s not in att:
+                att[s] = link.gbps
         return out
 
     def _bfs(self, source: str) -> tuple[dict[str, int], dict[str, float]]:

@@ -31,8 +31,8 @@ from hyperplace.solvers.warm import WarmStart
 SOLVERS = ("auto", "cpsat", "milp", "greedy")
 EXACT_BACKENDS = ("cpsat", "milp")
 #: Budgets from this size up stop greedy at the deadline (a valid plan of the jobs placed so
-#: far; one that starts late gets greedy.LATE_PASS_S); smaller ones get one whole greedy pass
-#: however long it takes (the budget's floor).
+#: far; one that starts late gets greedy.LATE_PASS_S + 5 % of the budget); smaller ones get
+#: one whole greedy pass however long it takes (the budget's floor).
 MIN_CUT_BUDGET_S = 0.2
 
 
@@ -151,7 +151,7 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         4e-5 * len(problem.jobs)
     greedy = solve_greedy(problem, params.greedy,
                           deadline=deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S
-                          else None)
+                          else None, late_pass_s=0.05 * budget_s)
     if warm is not None:  # the previous round's placements that still hold, when better
         greedy = warm.start(problem, greedy, params.greedy,
                             deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S else None)

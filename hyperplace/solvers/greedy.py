@@ -409,7 +409,7 @@ def _one_pass(p: PlacementProblem, order: list[JobView], params: GreedyParams,
 
 
 def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
-                 deadline: float | None = None) -> Assignment:
+                 deadline: float | None = None, late_pass_s: float = 0.0) -> Assignment:
     """Greedy's plan: the better of :func:`job_orders`' two passes, then the priority repair.
 
     Parameters
@@ -422,10 +422,13 @@ def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
         A ``time.perf_counter()`` value: a pass stops placing jobs there (the plan stays
         valid; jobs not reached stay pending), and the second pass is skipped when the
         first one's time no longer fits before it. A deadline already past when greedy
-        starts gets one pass of :data:`LATE_PASS_S` (at least its first job): an empty plan
-        would answer nothing, and a whole pass could take seconds. The priority repair stops
-        at the deadline either way (jobs it did not reach keep greedy's verdict). Without a
-        deadline, both passes run whole.
+        starts gets one pass of :data:`LATE_PASS_S` + ``late_pass_s`` (at least its first
+        job): an empty plan would answer nothing, and a whole pass could take seconds. The
+        priority repair stops at the deadline either way (jobs it did not reach keep
+        greedy's verdict). Without a deadline, both passes run whole.
+    late_pass_s : float
+        Extra seconds for a pass that starts late (the driver gives 5 % of the budget, the
+        share the budget promise allows beyond it).
     """
     params = params or _DEFAULTS
     repair_deadline = deadline
@@ -433,7 +436,7 @@ def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
     if deadline is not None and now >= deadline:
         # the budget was gone before solving began (a cold start on a busy machine): a short
         # pass is still the answer, late but not empty (the plan reports its runtime)
-        deadline = now + LATE_PASS_S
+        deadline = now + LATE_PASS_S + late_pass_s
         orders = job_orders(p)[:1]
     else:
         orders = job_orders(p)
