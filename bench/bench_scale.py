@@ -3,12 +3,13 @@
 Usage::
 
     .venv/bin/python bench/bench_scale.py [--sizes 1k,4k,16k,32k,64k,131k] [--busy]
-        [--fragmentation 0.4] [--budgets 0.2,0.5,1,2,5] [--sweep-sizes 1k,4k,16k]
+        [--fragmentation 0.9] [--budgets 0.2,0.5,1,2,5] [--sweep-sizes 1k,4k,16k]
     .venv/bin/python bench/bench_placement.py --scale [same options]
 
 For every size, a generated instance (``hyperplace.instances.generator.generate``: H100-80 +
-A100-80 SuperPOD, ``--fragmentation`` (default 0.4, as in the issue) of GPUs held by running
-jobs, seed 1) is written as JSON once, then:
+A100-80 SuperPOD, ``--fragmentation`` (default 0.9, so that the queue exceeds the free GPUs;
+the issue's instances use 0.4) of GPUs held by running jobs, seed 1) is written as JSON once,
+then:
 
 * **cold**: ``hyperplace solve --instance FILE --budget B --format json -o PLAN`` in a fresh
   process; wall time of the whole command (start-up, reading, solving, writing), the plan's
@@ -50,7 +51,7 @@ SIZES = {  # label -> (GPUs, pending jobs, budget s)
     "131k": (131_072, 16_000, 10.0),
 }
 TYPES = ["H100-80", "A100-80"]
-FRAGMENTATION = 0.4  # the issue's instances (`instances generate --fragmentation 0.4`)
+FRAGMENTATION = 0.9  # 90 % held: the queue exceeds the free GPUs (the issue's 0.4: --fragmentation)
 SEED = 1
 CACHE = Path(os.environ.get("HYPERPLACE_BENCH_CACHE", "/tmp/hyperplace-bench-scale"))
 HYPERPLACE = str(Path(sys.executable).with_name("hyperplace"))

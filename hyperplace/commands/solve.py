@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import re
 import sys
 import time
@@ -63,6 +64,24 @@ def pause_collector() -> None:
     """
     if is_command():
         gc.disable()
+
+
+def end_process() -> None:
+    """End a command's own process now, exit code 0, once its output is written and flushed.
+
+    Tearing down the objects of a large round one by one took longer than writing its plan
+    (131,072 GPUs: 0.4 s of CPU, 1.8 s of wall on a loaded machine), and the budget promise
+    counts until the process ends. Files are already written whole (``write_atomic``);
+    in-process callers (tests, the service) simply return.
+    """
+    if not is_command():
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe: what Python's own exit would report
+        os._exit(120)
+    os._exit(0)
 
 
 def resolve_instance(instance: str | None, cluster: Path | None, jobs: Path | None) -> Instance:
@@ -327,6 +346,7 @@ def solve_command(
         _print_table(plan, as_given, console(), explain)
     elif shown is not None and output is None:
         sys.stdout.write(dump(plan, shown.value))
+    end_process()
 
 
 def check_command(
