@@ -77,6 +77,16 @@ def instance_file(gpus: int, jobs: int, fragmentation: float = FRAGMENTATION
     return path, took
 
 
+#: ``--nice N``: the solve process runs at this niceness (negative: favoured over the other
+#: work on a shared machine, which then approximates an idle one; needs privileges).
+NICE = 0
+
+
+def _niced() -> None:
+    if NICE:
+        os.nice(NICE)
+
+
 def run_command(path: Path, budget: float, solver: str) -> dict:
     """`hyperplace solve` in a fresh process: wall time, peak RSS, the plan."""
     plan_path = path.with_name(path.stem + f"-plan-{solver}.json")
@@ -86,7 +96,8 @@ def run_command(path: Path, budget: float, solver: str) -> dict:
            "--solver", solver, "--format", "json", "-o", str(plan_path)]
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=_niced if NICE else None)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     err = proc.stderr.read().decode() if proc.stderr else ""
@@ -213,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-up-to", type=int, default=32_768, help="checker up to this many GPUs")
     parser.add_argument("--busy", action="store_true",
                         help="keep both cores busy with another process during the runs")
+    parser.add_argument("--nice", type=int, default=0,
+                        help="niceness of the solve processes (e.g. -10 on a shared machine: "
+                        "the scheduler favours them over other work; recorded in the header)")
     parser.add_argument("--fragmentation", type=float, default=FRAGMENTATION,
                         help="share of GPUs held by running jobs in the generated instances")
     parser.add_argument("--budgets", default="0.2,0.5,1,2,5",
@@ -222,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scale.md")
     parser.add_argument("--warm-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global NICE
+    NICE = args.nice
     if args.warm_child:
         warm_child(args.warm_child[0], float(args.warm_child[1]))
         return 0
@@ -284,7 +300,10 @@ def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None,
         "wall times are noisy: the load average (1 min, the larger of the start and the end "
         "of each run) and the process's CPU time are in every row; on a loaded machine the "
         "CPU time is what the command costs, the wall time what it got"
-        + ("; `--busy`: one extra CPU-bound process per core during the runs" if args.busy else ""),
+        + ("; `--busy`: one extra CPU-bound process per core during the runs" if args.busy else "")
+        + (f"; `--nice {args.nice}`: the solve processes ran at niceness {args.nice}, so the "
+           "scheduler favoured them over the other engineers' work (an approximation of an "
+           "idle machine; warm rounds and the checker ran unfavoured)" if args.nice else ""),
         f"- command: `{cmd.strip()}`",
         f"- instances: `generate(gpus, jobs, {TYPES}, fragmentation={args.fragmentation}, "
         f"seed={SEED})` written as JSON; solver `{args.solver}`",
