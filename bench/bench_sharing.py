@@ -4,7 +4,9 @@ rewritten on its own (``--section NAME``; the others are kept as they are).
 ``preemption``: victims and lost work, hyperplace vs Kueue-style and Volcano-style rules,
 on built single-round instances. ``repair``: GPUs moved by the minimal repair against
 placing each hit job anew and against re-placing every running job from scratch, with and
-without hot spares (:func:`repair_section`).
+without hot spares (:func:`repair_section`). ``defrag``: the largest free domain and lost
+work of whole-cluster defragmentation and of ``defrag --for`` on fragmented rounds
+(:func:`defrag_section`).
 
 Preemption instances: N nodes of 8 H100, leaves of L nodes, every GPU held by a running job
 (1, 2, 4 or 8 GPUs on one node, or 16 on two nodes of a leaf), priorities low/normal,
@@ -14,7 +16,7 @@ hyperplace plan passes the checker (asserted); a peer's preemption "fits" when
 hyperplace's exact placement of the preemptor alone (CP-SAT) places it after the peer's
 victims are stopped.
 
-Run: ``.venv/bin/python bench/bench_sharing.py [--section preemption|repair]``.
+Run: ``.venv/bin/python bench/bench_sharing.py [--section preemption|repair|defrag]``.
 
 Over time (``--over-time``, :func:`over_time`): three queues share 32 GPUs while one floods
 them; hyperplace with and without the fair-share history against the peers' queueing rules,
@@ -324,7 +326,92 @@ def preemption_section() -> list[str]:
     ]
 
 
-SECTIONS = {"preemption": preemption_section, "repair": repair_section}
+def _fragmented_round(seed: int, n_nodes: int, per_leaf: int):
+    """N nodes of 8 H100, each 40-90 % held by running jobs of 1, 2 or 4 GPUs (all with
+    manifests, checkpoint ages 0-1800 s), a few nodes whole free; a pending job of 2 x 8
+    GPUs within one leaf that does not fit as it is."""
+    rng = random.Random(seed)
+    nodes, infos = [], []
+    for i in range(n_nodes):
+        alloc: dict[int, str] = {}
+        if rng.random() > 0.1:
+            target, g = rng.choice([4, 5, 6, 7]), 0
+            while g < target:
+                size = rng.choice([s for s in (1, 2, 4) if g + s <= 8])
+                name = f"r{len(infos)}"
+                alloc.update({x: name for x in range(g, g + size)})
+                infos.append(RunningJob(name=name, checkpoint_age_s=rng.choice([0, 60, 300, 900, 1800]),
+                                        job=job(name, tp=size)))
+                g += size
+        nodes.append(node(f"n{i}", allocated=alloc))
+    inst = instance(nodes, [job("big", replicas=2, dp_hop=2, priority="high")],
+                    nodes_per_leaf=per_leaf)
+    return inst.model_copy(update={"spec": inst.spec.model_copy(update={"running_jobs": infos})})
+
+
+def defrag_section() -> list[str]:
+    """Whole-cluster defrag (largest free domain per GPU type within --max-moves) and
+    defrag --for a waiting 2 x 8 job, on fragmented built rounds; every plan checked."""
+    import resource
+
+    from hyperplace.models.sharing import largest_free_domains
+    from hyperplace.solvers.defrag import defrag, defrag_cluster
+
+    rows, for_rows = [], []
+    cpu_all = time.process_time()
+    for n_nodes, per_leaf, seed in ((16, 4, 1), (16, 4, 2), (32, 8, 3), (32, 8, 4), (64, 8, 5)):
+        inst = _fragmented_round(seed, n_nodes, per_leaf)
+        before = sum(largest_free_domains(inst).values())
+        idle = inst.with_jobs([])
+        for moves in (2, 4, 8):
+            cpu0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+            t = time.perf_counter()
+            r = defrag_cluster(idle, max_moves=moves, solver="cpsat", budget_s=10)
+            wall = time.perf_counter() - t
+            cpu = resource.getrusage(resource.RUSAGE_SELF).ru_utime - cpu0
+            assert check(r.plan, idle) == [], (n_nodes, seed, moves)
+            after = r.plan.objective_terms["largest_free_domain_gpus"]
+            rows.append(f"| {n_nodes} | {per_leaf} | {seed} | {len(inst.running_manifests)} | "
+                        f"{moves} | {before:g} -> {after:g} | {len(r.migrations)} | "
+                        f"{sum(m.gpus_moved for m in r.migrations)} | "
+                        f"{sum(m.lost_gpu_seconds for m in r.migrations):,.0f} | "
+                        f"{wall:.1f} / {cpu:.1f} |")
+        for moves in (2, 4):
+            t = time.perf_counter()
+            d = defrag(inst, "big", max_moves=moves, solver="cpsat", budget_s=10)
+            assert check(d.plan, inst) == [], (n_nodes, seed, "for", moves)
+            for_rows.append(f"| {n_nodes} | {per_leaf} | {seed} | {moves} | "
+                            f"{'yes' if 'big' in d.plan.admitted else 'no'} | "
+                            f"{len(d.migrations)} | {sum(m.gpus_moved for m in d.migrations)} | "
+                            f"{sum(m.lost_gpu_seconds for m in d.migrations):,.0f} | "
+                            f"{time.perf_counter() - t:.1f} |")
+    cpu = time.process_time() - cpu_all
+    return [
+        "## Defragmentation: largest free domain and lost work",
+        "",
+        *_header("defrag", f"CPU time of the section: {cpu:.0f} s"),
+        "Fragmented rounds: N nodes of 8 H100, each 40-90 % held by running jobs of 1, 2 or 4 "
+        "GPUs (all with manifests; checkpoint ages 0-1800 s), about 10 % of nodes whole free. "
+        "Largest free domain = GPUs of whole free nodes of one type in one leaf, summed over "
+        "types (here one type). `defrag_cluster` (no `--for`) and `defrag --for big` (a 2 x 8 "
+        "job within one leaf), CP-SAT, budget 10 s; every plan checked (0 violations "
+        "asserted).",
+        "",
+        "| nodes | nodes per leaf | seed | running jobs | max moves | largest free domain GPUs "
+        "| migrations | GPUs moved | lost GPU-s | wall / CPU s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "| nodes | nodes per leaf | seed | max moves | big placed | migrations | GPUs moved | "
+        "lost GPU-s | s |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *for_rows,
+        "",
+    ]
+
+
+SECTIONS = {"preemption": preemption_section, "repair": repair_section,
+            "defrag": defrag_section}
 
 
 def main() -> None:

@@ -10,9 +10,10 @@ round; a set is accepted only when every moved job is placed whole again (a migr
 must run) and the target is met:
 
 ``defrag(instance, for_job)`` (``hyperplace defrag --for JOB``)
-    Sets of at most ``max_moves`` movable jobs, searched in order of (lost work, count)
-    (:func:`hyperplace.solvers.preemption.victim_sets`) after a cheap capacity test; each
-    is tried by placing the pending job alone with the set released, then the moved jobs
+    Sets of at most ``max_moves`` movable jobs: first those that empty whole nodes of one
+    leaf (as below, any gain), least lost work first, then all sets in order of (lost work,
+    count) (:func:`hyperplace.solvers.preemption.victim_sets`); after a cheap capacity test
+    each is tried by placing the pending job alone with the set released, then the moved jobs
     on what is left. The first set with which both succeed is proposed; none is proposed
     unless the large job then fits.
 ``defrag_cluster(instance)`` (``hyperplace defrag`` without ``--for``)
@@ -53,6 +54,7 @@ from hyperplace.solvers.preemption import Candidate, _could_fit, _neighbourhoods
 
 MAX_CANDIDATES = 24
 MAX_SETS_PER_LEAF = 2000
+MAX_SETS = 200_000
 GPU = tuple[str, int]
 
 
@@ -108,31 +110,59 @@ class _Moves:
 
 def _search_for(state: Instance, big: TrainingJob, exclude: set[str], *, max_moves: int,
                 solver: str, deadline: float, max_trials: int) -> _Moves | None:
-    """The cheapest set of at most ``max_moves`` movable jobs (lost work, then count) with
-    which ``big`` and then every moved job is placed (see the module docstring)."""
-    manifests = state.running_manifests
+    """The cheapest set of at most ``max_moves`` movable jobs with which ``big`` and then
+    every moved job is placed (see the module docstring). Sets that empty whole nodes of
+    one leaf come first (node-sized units need them), least lost work first; then every
+    set in order of (lost work, count), at most ``MAX_SETS`` of them."""
+    held = running_gpus(state)
+    info = state.running_job_info
     near = _neighbourhoods(state, big)
     trials = 0
-    for combo in victim_sets(_candidates(state, exclude)):
-        if len(combo) > max_moves:
-            continue
-        if trials >= max_trials or time.perf_counter() > deadline - 0.1:
+    tried: set[frozenset[str]] = set()
+
+    def cand(name: str) -> Candidate:
+        return Candidate(name, info[name].priority, info[name].queue, tuple(held[name]),
+                         len(held[name]) * info[name].checkpoint_age_s, "defrag")
+
+    by_leaf = sorted(_targets(state, exclude, max_moves, any_gain=True),
+                     key=lambda t: (t.lost, t.gpus, t.leaf))
+    sets = ((cand(n) for n in t.jobs) for t in by_leaf)
+    for seen, combo in enumerate(_chain(map(tuple, sets), victim_sets(_candidates(state, exclude)))):
+        if trials >= max_trials or seen >= MAX_SETS or time.perf_counter() > deadline - 0.1:
             return None
+        key = frozenset(c.name for c in combo)
+        if len(combo) > max_moves or key in tried:
+            continue
+        tried.add(key)
         if not _could_fit(state, big, combo, near):
             continue
         trials += 1
-        names = [c.name for c in combo]
-        first = solve_placement(released(state, names).with_jobs([big]), solver=solver,
-                                budget_s=max(0.05, min(5.0, deadline - time.perf_counter())))
-        if big.name not in first.admitted:
-            continue
-        hold = {(g.node, g.gpu): big.name for u in first.placements for g in u.gpus}
-        rest = released(state.with_jobs([]), names, hold=hold).with_jobs(
-            [manifests[n] for n in names])
-        second = solve_placement(rest, solver=solver,
-                                 budget_s=max(0.05, min(5.0, deadline - time.perf_counter())))
-        if set(second.admitted) == set(names):
-            return _Moves(names, [first, second])
+        found = _try(state, big, [c.name for c in combo], solver, deadline)
+        if found is not None:
+            return found
+    return None
+
+
+def _chain(*iterables):
+    for it in iterables:
+        yield from it
+
+
+def _try(state: Instance, big: TrainingJob, names: list[str], solver: str,
+         deadline: float) -> _Moves | None:
+    """Place ``big`` with ``names`` released, then the moved jobs on what is left."""
+    manifests = state.running_manifests
+    first = solve_placement(released(state, names).with_jobs([big]), solver=solver,
+                            budget_s=max(0.05, min(5.0, deadline - time.perf_counter())))
+    if big.name not in first.admitted:
+        return None
+    hold = {(g.node, g.gpu): big.name for u in first.placements for g in u.gpus}
+    rest = released(state.with_jobs([]), names, hold=hold).with_jobs(
+        [manifests[n] for n in names])
+    second = solve_placement(rest, solver=solver,
+                             budget_s=max(0.05, min(5.0, deadline - time.perf_counter())))
+    if set(second.admitted) == set(names):
+        return _Moves(names, [first, second])
     return None
 
 
@@ -233,12 +263,14 @@ class _Target:
     jobs: tuple[str, ...]
 
 
-def _targets(state: Instance, exclude: set[str], moves_left: int) -> list[_Target]:
+def _targets(state: Instance, exclude: set[str], moves_left: int,
+             any_gain: bool = False) -> list[_Target]:
     """Candidate (leaf, GPU type, jobs to move) with their gain in the summed largest free
     domain, best gain first, then least lost work and GPUs. Per leaf and type, sets of the
     movable jobs on its occupied nodes are enumerated in order of lost work
     (:func:`~hyperplace.solvers.preemption.victim_sets`, at most ``MAX_SETS_PER_LEAF``);
-    a set counts when every job in it helps empty a node."""
+    a set counts when every job in it helps empty a node (and, unless ``any_gain``, when
+    the largest free domain grows)."""
     best = largest_free_domains(state)
     info = state.running_job_info
     held = running_gpus(state)
@@ -269,7 +301,7 @@ def _targets(state: Instance, exclude: set[str], moves_left: int) -> list[_Targe
                     if {j for n in cleared for j in n.allocated.values()} != chosen:
                         continue  # a job in the set empties no node: not needed
                     gain = free_gpus + sum(n.gpu_count for n in cleared) - best.get(t, 0)
-                    if gain > 0:
+                    if gain > 0 or any_gain:
                         out.append(_Target(
                             gain, sum(x.lost for x in combo), sum(len(x.gpus) for x in combo),
                             c.name, leaf, t,
