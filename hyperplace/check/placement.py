@@ -44,6 +44,11 @@ What is checked (each failure is one :class:`Violation` with a stable ``code``):
   counts the running jobs kept, see :func:`running_demand`), bound >= objective, gap consistent with them, ``optimal`` only with gap 0, no
   placements under a status that has no plan. (Runtime against budget is not judged: it
   depends on the machine the plan was made on.)
+* Decisions that move running work, checked first, the rest of the plan then checked on the
+  instance they leave: ``preemptions[]`` (:mod:`.preemption`), ``migrations[]``
+  (``migrate-*``, :mod:`.migration`: a migrated job placed whole on its old GPUs released,
+  its lost work, and that it was needed) and ``hotSpares`` (``hot-spares``, :mod:`.spares`:
+  whole free nodes left per leaf).
 * Bookkeeping: every pending job listed with >= 1 reason (``pending-no-reason``), no job
   both admitted and pending (``pending-and-admitted``), every queued job either admitted
   or pending (``job-missing``), pending entries name queued jobs (``unknown-pending``),
