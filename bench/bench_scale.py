@@ -296,13 +296,13 @@ def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None,
         "# Placement at scale: the whole command, cold and warm",
         "",
         f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- machine: {machine()}; shared with up to 8 engineers' jobs (tests, benches), so "
-        "wall times are noisy: the load average (1 min, the larger of the start and the end "
-        "of each run) and the process's CPU time are in every row; on a loaded machine the "
+        f"- machine: {machine()}; the load average (1 min, the larger of the start and the end "
+        "of each run; below 1 on an otherwise idle 2-core machine) and the process's CPU time "
+        "are in every row; on a loaded machine the "
         "CPU time is what the command costs, the wall time what it got"
         + ("; `--busy`: one extra CPU-bound process per core during the runs" if args.busy else "")
         + (f"; `--nice {args.nice}`: the solve processes ran at niceness {args.nice}, so the "
-           "scheduler favoured them over the other engineers' work (an approximation of an "
+           "scheduler favoured them over other work (an approximation of an "
            "idle machine; warm rounds and the checker ran unfavoured)" if args.nice else ""),
         f"- command: `{cmd.strip()}`",
         f"- instances: `generate(gpus, jobs, {TYPES}, fragmentation={args.fragmentation}, "
