@@ -380,3 +380,31 @@ def test_many_units_on_dgx1_say_why_they_are_not_cut_there(solver):
     plan = solve_placement(instance(nodes, [j], nodes_per_leaf=4), solver=solver, budget_s=10)
     (reason,) = plan.pending[0].reasons
     assert "shared patterns" in reason and "4 units or fewer" in reason
+
+
+def test_a_restricted_model_never_claims_optimal(exact_solver):
+    # pooled cut patterns and a capped GPU-set enumeration each make the model see fewer
+    # placements than the rules allow: the plan stays valid, but its status is not
+    # `optimal`, its message names the restriction, and its bound ignores the restriction
+    from hyperplace.formulations.placement import ModelParams
+    from hyperplace.solvers.driver import demand_bound
+    from hyperplace.solvers.params import SolveParams
+    from hyperplace.formulations.placement.problem import PlacementProblem
+
+    nodes = [node(f"s{i}", gpus=4) for i in range(18)]
+    j = job("dp12x6", tp=12, replicas=6, accel=None, nvlink=0, mem=40, group_type="DataParallel")
+    inst = instance(nodes, [j], nodes_per_leaf=6)
+    plan = solve_placement(inst, solver=exact_solver, budget_s=20)
+    assert check(plan, inst) == []
+    assert plan.status != "optimal" and "cut patterns" in plan.message
+    assert plan.bound == pytest.approx(demand_bound(PlacementProblem(inst)))
+
+    dgx = [node(f"d{i}", "V100-32", nvlink="hybrid_cube_mesh") for i in range(2)]
+    small = job("tp4", tp=4, accel="V100", nvlink=50, mem=32)
+    inst = instance(dgx, [small], nodes_per_leaf=2)
+    capped = SolveParams(model=ModelParams(max_clique_enum=1))
+    plan = solve_placement(inst, solver=exact_solver, budget_s=10, params=capped)
+    assert check(plan, inst) == []
+    assert plan.status != "optimal" and "enumerated up to 1" in plan.message
+    plain = solve_placement(inst, solver=exact_solver, budget_s=10)
+    assert plain.status == "optimal" and "restricted" not in plain.message

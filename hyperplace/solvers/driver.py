@@ -229,8 +229,18 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                         message += "; greedy's plan admits more, returning it"
         if status == SolveStatus.FALLBACK:
             name = f"greedy (fallback from {backend_name})"
+    restricted = problem.restrictions()
+    if restricted:
+        # the model sees fewer placements than the rules allow: its optimum and its bounds
+        # (the backend's, the relaxation's) hold only within it; the demand bound does not
+        if status == SolveStatus.OPTIMAL:
+            status = SolveStatus.FEASIBLE
+            message += "; optimal within the model's restriction only"
+        message += ("; " if message.strip() else "") + \
+            "restricted model: " + "; ".join(restricted)
+        bound, raw_used = None, None
     lp_bound: float | None = None
-    if status != SolveStatus.OPTIMAL and not problem.preempting and \
+    if status != SolveStatus.OPTIMAL and not problem.preempting and not restricted and \
             min(demand_bound(problem), bound if bound is not None else math.inf) > \
             _weighted(problem, chosen) + 0.5:
         # the demand bound ignores where the free GPUs are: the model's LP relaxation is a
@@ -258,7 +268,7 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     gaps = _objective_gaps(problem, pm, raw_used, terms, objective, bound, status)
     jobs_gap = gaps.get("admitted_jobs", 0.0)
     if pm is not None and status != SolveStatus.OPTIMAL and not problem.preempting and \
-            bound <= objective + 1e-9 and (jobs_gap is None or jobs_gap > 0):
+            not restricted and bound <= objective + 1e-9 and (jobs_gap is None or jobs_gap > 0):
         # objective 1 proven, objective 2 not: the relaxation's bound on admitted jobs among
         # plans at this objective 1, when tighter than the backend's (solvers.relax)
         jobs_bound = admitted_jobs_bound(

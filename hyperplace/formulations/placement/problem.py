@@ -355,6 +355,27 @@ class PlacementProblem:
                             proto=proto, min_mem=proto.min_memory_gb, piece_sizes=sizes,
                             patterns=patterns)
 
+    def restrictions(self) -> list[str]:
+        """Where the model sees fewer placements than the rules allow, in words: pooled cut
+        classes (each unit takes one of a few cut patterns) and nodes whose GPU sets were
+        enumerated only up to ``params.max_clique_enum``. Plans of such a round are valid, but
+        the model's optimum and bounds hold only within it: the driver then never reports
+        ``optimal`` and bounds objective 1 by a bound that ignores the restriction."""
+        pooled = sorted({jv.name for jv in self.jobs if not jv.impossible
+                         for uc in jv.classes if uc.pooled})
+        capped = sorted(n.name for n in self.nodes if n.cliques_capped)
+        out = []
+        if pooled:
+            out.append(f"{len(pooled)} job(s) with more than "
+                       f"{self.params.flexible_max_units} units cut across nodes take "
+                       f"one of a few cut patterns ({', '.join(pooled[:3])}"
+                       f"{', ...' if len(pooled) > 3 else ''})")
+        if capped:
+            out.append(f"GPU sets on {len(capped)} node(s) enumerated up to "
+                       f"{self.params.max_clique_enum} ({', '.join(capped[:3])}"
+                       f"{', ...' if len(capped) > 3 else ''})")
+        return out
+
     @cached_property
     def all_trees(self) -> bool:
         """Every cluster's fabric is a tree: a node lies in one domain per hop limit.

@@ -71,6 +71,9 @@ class NodeView:
     #: GPUs held by running jobs the round may preempt: GPU -> victim index (see
     #: :mod:`~hyperplace.formulations.placement.preemption`); empty without preemption
     stoppable: dict[int, int] = field(default_factory=dict)
+    #: some enumeration of GPU sets on this node stopped at ``max_cliques`` (the model and
+    #: greedy then see only those sets: a restriction the plan's status must admit)
+    cliques_capped: bool = False
     _cliques: dict[tuple[object, ...], list[tuple[int, ...]]] = field(default_factory=dict, repr=False)
 
     @property
@@ -141,6 +144,8 @@ class NodeView:
                 return all(self.bw(a, b) >= min_gbps for a, b in combinations(combo, 2))
 
             out = list(islice(filter(qualifies, combinations(pool, size)), self.max_cliques))
+        if len(out) >= self.max_cliques:
+            self.cliques_capped = True
         self._cliques[key] = out
         return out
 
