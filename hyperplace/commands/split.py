@@ -346,7 +346,7 @@ def split_command(
                                    help="full activation recomputation"),
     fixed_order: bool = typer.Option(False, "--fixed-order/--free-order",
                                      help="keep the stages in the order given, or let the "
-                                     "solver order them (fewest WAN crossings)"),
+                                     "solver order them (fewest WAN crossings, or the order given)"),
     output_format: Format | None = typer.Option(
         None, "--format", "-f", help="table, json or yaml (default: table, or the output "
         "file's suffix)"),

@@ -5,7 +5,8 @@
 1. Stages marked ``optional`` may be left out: every subset is tried (exact up to
    ``MAX_OPTIONAL_EXACT`` optional stages; beyond that only "all stages" is tried).
 2. For each subset, the candidate orders of ``formulations.layer_split.candidate_orders``
-   (the given order when ``fixed_order``) are ranked by the exact DP, which takes
+   (the given order when ``fixed_order``), plus the given order itself, are ranked by the
+   exact DP, which takes
    milliseconds per order: lowest bottleneck, then shortest step time (1F1B pipeline plus
    the DP sync and optimizer update of the slowest stage).
 3. The requested backend (``dp``, ``milp``, ``cpsat`` or ``proportional``) solves the
@@ -125,6 +126,12 @@ def solve_split(
         sub_problem = problem.model_copy(update={"stages": subset})
         orders, exact = candidate_orders(sub_problem)
         orders_exact &= exact
+        if not problem.fixed_order and [s.name for s in subset] not in (
+                [s.name for s in o] for o in orders):
+            # Fewest WAN crossings is not always the lowest bottleneck (a heavy boundary can
+            # be the one left on the WAN), so the order the user listed is always a
+            # candidate too: the plan is never worse than its best split in that order.
+            orders = [*orders, list(subset)]
         for order in orders:
             n_orders += 1
             data = build_split_data(problem, order, catalog, layers=layers, cache=cache,
@@ -145,8 +152,8 @@ def solve_split(
     if not problem.fixed_order and len(problem.stages) > 1:
         notes.append(
             f"stage order chosen among {n_orders} candidate orders "
-            + ("(every order with the fewest WAN crossings: exact)" if orders_exact
-               else "(heuristic order: too many stages to enumerate)")
+            + ("(every order with the fewest WAN crossings, and the given order)" if orders_exact
+               else "(heuristic orders and the given order: too many stages to enumerate)")
         )
     if not subsets_exact:
         notes.append("too many optional stages to enumerate: all stages kept")
