@@ -85,6 +85,66 @@ def test_reclaim_within_cohort_stops_a_borrower(solver):
     assert [(p.job, p.why) for p in plan.preemptions] == [("b1", "reclaim-within-cohort")]
 
 
+def test_reclaim_restores_the_nominal_quota_and_no_more(solver):
+    """Kueue's rule: a queue stops another queue's borrowers only to get back to its nominal
+    quota. Queue a (nominal 8) reclaims one of b's two 8-GPU borrowers for one of its two
+    8-GPU jobs, not both; b's pending bb (priority 3, above a's jobs) is then not a priority
+    inversion: b is back at its nominal 8 and a's job runs within a's guarantee, which bb
+    may not take. The checker refuses a plan that reclaims both borrowers (a would use
+    16 > 8: borrowing through preemption)."""
+    from test_sharing_quotas import _cq, _in_queue
+
+    nodes = [node("n0", allocated={g: "b1" for g in range(8)}),
+             node("n1", allocated={g: "b2" for g in range(8)})]
+    jobs = [_in_queue(job("x1", priority=1), "a"), _in_queue(job("x2", priority=1), "a"),
+            _in_queue(job("bb", priority=3), "b")]
+    inst = _with_running(instance(nodes, jobs),
+                         [RunningJob(name="b1", queue="b", priority=3, checkpoint_age_s=5),
+                          RunningJob(name="b2", queue="b", priority=3, checkpoint_age_s=50)])
+    inst = inst.with_queues([_cq("a", 8, cohort="org"), _cq("b", 8, cohort="org")])
+    plan = _solve(inst, solver, policy="reclaim-within-cohort")
+    assert [p.job for p in plan.preemptions] == ["b1"] and len(plan.admitted) == 1
+    assert plan.admitted[0] in ("x1", "x2") and "bb" in [pe.job for pe in plan.pending]
+    # the same round reclaiming both borrowers for both of a's jobs breaks the rule
+    greedy = solve_with_preemption(inst, preemption="reclaim-within-cohort", solver="greedy",
+                                   budget_s=5)
+    assert check(greedy, inst) == []
+    other = "x2" if greedy.admitted == ["x1"] else "x1"
+    extra = [pl.model_copy(update={"job": other, "gpus": [g.model_copy(update={"node": "n1"})
+                                                        for g in pl.gpus]})
+             for pl in greedy.placements]
+    bad = greedy.model_copy(update={
+        "placements": [*greedy.placements, *extra], "objective": None, "bound": None,
+        "gap": None, "objective_terms": {}, "pending": [
+            pe for pe in greedy.pending if pe.job != other],
+        "preemptions": [*greedy.preemptions, Preemption(
+            job="b2", why="reclaim-within-cohort", preemptor=other, gpus=8,
+            lost_gpu_seconds=400)]})
+    codes = {v.code for v in check(bad, inst)}
+    assert "preempt-reclaim" in codes
+
+
+def test_greedy_keeps_a_victim_a_later_reclaim_made_unneeded():
+    """Found by hypothesis (test_random_reclaim_rounds_are_checked): greedy stopped r1 (a,
+    priority 1) so that p0 (b, priority 2, 2 GPUs) fits b's quota (b already borrows 8 via
+    r3), then stopped r3 for a's reclaim by p1; with r3 stopped b's quota no longer needs r1
+    stopped, yet greedy kept it stopped (``preempt-unneeded``)."""
+    from test_sharing_quotas import _cq, _in_queue
+
+    nodes = [node("n0", allocated={2: "r0", **{g: "r1" for g in range(3, 7)}, 7: "r2"}),
+             node("n1", allocated={g: "r3" for g in range(8)}),
+             node("n2", allocated={2: "r4", 3: "r4", 7: "r5"})]
+    jobs = [_in_queue(job("p0", tp=2, priority=2), "b"), _in_queue(job("p1", tp=2, priority=1), "a")]
+    running = [RunningJob(name=n, queue="a", priority=1, checkpoint_age_s=0)
+               for n in ("r0", "r1", "r2", "r4", "r5")]
+    running.append(RunningJob(name="r3", queue="b", priority=2, checkpoint_age_s=0))
+    inst = _with_running(instance(nodes, jobs), running)
+    inst = inst.with_queues([_cq("a", 16, cohort="org"), _cq("b", 0, cohort="org")])
+    for solver in ("greedy", "cpsat"):
+        plan = _solve(inst, solver, policy="reclaim-within-cohort")
+        assert "r1" not in [p.job for p in plan.preemptions], solver
+
+
 def test_checker_refuses_an_unneeded_or_misstated_preemption():
     nodes = [node("n0", allocated={g: "a" for g in range(8)}), node("n1")]
     inst = _with_running(instance(nodes, [job("hi", priority="high")]),

@@ -252,11 +252,11 @@ def test_a_queue_reclaims_its_nominal_quota_from_a_borrower_over_rounds():
     assert m["unfinished"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="#14 known gap: with reclaim-within-cohort the model lets "
-                   "lower-priority jobs of a reclaiming queue use GPUs freed from a borrower that "
-                   "a higher-priority job of the borrower's own queue may not use; the checker "
-                   "calls the optimum a priority inversion (found by bench_sharing --over-time)")
 def test_reclaim_round_from_the_flood_bench_passes_the_checker():
+    """Reclaim restores a nominal quota, no more: flood (nominal 8, 4 running, 4 GPUs free)
+    gets back to 8 on the free GPUs, so team-c's borrower c-0 keeps running (the model used
+    to stop it and give its 16 GPUs to priority-6 flood jobs, over flood's nominal quota,
+    while team-c's priority-7 c-1 stayed pending)."""
     from pathlib import Path
 
     import yaml
@@ -266,6 +266,7 @@ def test_reclaim_round_from_the_flood_bench_passes_the_checker():
     inst = Instance.model_validate(doc)
     plan = solve_placement(inst, solver="cpsat", budget_s=10, preemption="reclaim-within-cohort")
     assert check(plan, inst) == []
+    assert plan.preemptions == [] and "flood-28" in plan.admitted
 
 
 # ---- defragmentation over rounds: a migration frees a node for a waiting job ----------------

@@ -36,7 +36,11 @@ What is checked (each failure is one :class:`Violation` with a stable ``code``):
   hold); first-fit J's units, one node per unit, in node order, honouring type, memory and
   NVLink pair bandwidth (a clique search on non-uniform nodes), per cluster. If that
   produces a placement that also passes J's between-replica hop and bandwidth rules, the
-  plan left J out for lower-priority work: a violation. Not finding such a placement
+  plan left J out for lower-priority work: a violation. With queues, it is one only if J's
+  queue's quotas then allow J too (counting the admitted jobs J may not displace), and the
+  admitted jobs of another queue that ends the round within its nominal quota are not
+  displaceable whatever their priority (that quota is their queue's guarantee: Kueue preempts
+  across queues only to reclaim from borrowers). Not finding such a placement
   proves nothing (multi-node units and cleverer packings are not tried), so this check
   has no false positives and may miss inversions.
 * Claims (``claim-*``): the plan's objective and ``objectiveTerms`` recomputed from its
@@ -66,7 +70,7 @@ from pydantic import BaseModel, ConfigDict
 from hyperplace.check.migration import migration_problems
 from hyperplace.check.preemption import preemption_problems
 from hyperplace.check.spares import spare_problems
-from hyperplace.check.quotas import Usage, quota_problems
+from hyperplace.check.quotas import Usage, _per_key, quota_problems, running_usage
 from hyperplace.formulations.priority import priority_weights
 from hyperplace.models import (
     Cluster,
@@ -548,26 +552,33 @@ def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]]) -> l
         return out
     admitted_prio = {job: (ctx.jobs[job].priority if job not in ctx.moved else 10**9)
                      for job in placed if job in ctx.jobs}
+    guaranteed = _within_nominal(ctx, placed)
     instance_free: dict[str, set[int]] = {name: set(n.free_gpus) for name, (_, n) in ctx.nodes.items()}
     for job in pending:
         units = job.units()
         if any(u.gpus > ctx.largest_node(u) for u in units):
             continue  # multi-node units: not the simple case
-        lower = [j for j, p in admitted_prio.items() if p < job.priority]
+        queue = ctx.instance.queue_of(job) if ctx.instance.queue_set is not None else None
+
+        def protected(other: str) -> bool:  # higher priority, or another queue's guarantee
+            if admitted_prio.get(other, job.priority) >= job.priority:
+                return True
+            return other in guaranteed and _queue_of_placed(ctx, other) != queue
+
+        lower = [j for j in admitted_prio if not protected(j)]
         if not lower:
             continue
         free = {n: set(s) for n, s in instance_free.items()}
         for other, units_placed in placed.items():
-            if admitted_prio.get(other, job.priority) >= job.priority:
+            if protected(other):
                 for gpus in units_placed.values():
                     for n, i in gpus:
                         free.get(n, set()).discard(i)
         fit = _first_fit(ctx, job, units, free)
         if fit is not None and ctx.instance.queue_set is not None:
             # with quotas, it is an inversion only if its queue's quotas would allow it too
-            kept = {j: u for j, u in placed.items() if admitted_prio.get(j, job.priority) >= job.priority}
+            kept = {j: u for j, u in placed.items() if protected(j)}
             usage = _queue_usage(ctx, kept)
-            queue = ctx.instance.queue_of(job)
             for unit in units:
                 usage[(queue, ctx.nodes[fit[unit.name]][1].gpu_type)] += unit.gpus
             if quota_problems(ctx.instance, usage):
@@ -579,6 +590,29 @@ def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]]) -> l
                         f"lower-priority jobs ({', '.join(sorted(lower)[:4])}) plus free GPUs, e.g. "
                         + "; ".join(f"{u}: {n}" for u, n in list(fit.items())[:3])))
     return out
+
+
+def _queue_of_placed(ctx: _Context, job: str) -> str:
+    return ctx.instance.running_job_info[job].queue if job in ctx.moved \
+        else ctx.instance.queue_of(ctx.jobs[job])
+
+
+def _within_nominal(ctx: _Context, placed: dict[str, dict[str, list[GPU]]]) -> set[str]:
+    """Placed jobs of declared queues that end the round within their nominal quota on
+    every key (running jobs kept + admitted now): their GPUs are their queue's guarantee,
+    which no job of another queue may take whatever its priority (Kueue preempts across
+    queues only to reclaim from borrowers, and admits a workload that fits its nominal
+    quota before one that must borrow)."""
+    qs = ctx.instance.queue_set
+    if qs is None:
+        return set()
+    after: Usage = defaultdict(int, running_usage(ctx.instance))
+    for k, n in _queue_usage(ctx, placed).items():
+        after[k] += n
+    ok = {q.name for q in qs.queues.values()
+          if all(_per_key(qs, after, q.name, key) <= quota.nominal + 1e-9
+                 for key, quota in q.quotas.items())}
+    return {j for j in placed if j in ctx.jobs and _queue_of_placed(ctx, j) in ok}
 
 
 def _first_fit(ctx: _Context, job: TrainingJob, units: list[GangUnit],

@@ -14,7 +14,13 @@ Recomputed from the instance, not from the solver's bookkeeping:
   (the running job counts there), so the preemption was not needed;
 * preempted GPUs are reused only by jobs that outrank the victim, or (``why:
   reclaim-within-cohort``) by jobs of another queue in the victim's cohort
-  (``preempt-reuse``).
+  (``preempt-reuse``);
+* reclaim restores a nominal quota, no more (``preempt-reclaim``): a queue whose jobs reuse
+  a victim's GPUs without outranking it (they reclaim) uses, after the round (running
+  jobs kept + admitted now), at most its nominal quota on every key covering the victim's
+  GPUs. Kueue lets a preemptor stop workloads of other ClusterQueues only when it then fits
+  within its own queue's nominal quota (``getTargets`` calls ``minimalPreemptions`` with
+  borrowing disallowed, kueue ``pkg/scheduler/preemption/preemption.go``).
 
 The rest of the plan is then checked against the instance with the victims released and
 their unused GPUs kept out of reach (see :func:`hyperplace.models.sharing.released`).
@@ -22,6 +28,7 @@ their unused GPUs kept out of reach (see :func:`hyperplace.models.sharing.releas
 
 from __future__ import annotations
 
+from hyperplace.check.quotas import Usage, _matches, _per_key, running_usage
 from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.models.sharing import released, running_gpus
@@ -42,6 +49,7 @@ def preemption_problems(plan: PlacementPlan, instance: Instance
     seen: set[str] = set()
     reserve: set[tuple[str, int]] = set()
     qs = instance.queue_set
+    reclaims: dict[str, set[str]] = {}  # victim -> queues that reuse its GPUs by reclaiming
     for p in plan.preemptions:
         if p.job in seen:
             out.append(("preempt-duplicate", p.job, "preempted twice"))
@@ -71,12 +79,15 @@ def preemption_problems(plan: PlacementPlan, instance: Instance
                 b = qs.queues.get(victim.queue)
                 if a is not None and b is not None and a.cohort and b.cohort and mine != b.name \
                         and qs.root_cohort(a.cohort) == qs.root_cohort(b.cohort):
+                    reclaims.setdefault(p.job, set()).add(mine)
                     continue
             out.append(("preempt-reuse", p.job,
                         f"its GPUs go to {name!r} (priority {job.priority}), which does not "
                         f"outrank it (priority {victim.priority})"
                         + (" nor reclaims within its cohort" if p.why != "lower-priority" else "")))
     victims = [p.job for p in plan.preemptions if p.job in held]
+    if reclaims:
+        out += _reclaim_problems(plan, instance, victims, reclaims)
     base = _recheck(plan, instance, victims, reserve)
     for v in dict.fromkeys(victims):
         if not _recheck(plan, instance, [x for x in victims if x != v],
@@ -84,6 +95,43 @@ def preemption_problems(plan: PlacementPlan, instance: Instance
             out.append(("preempt-unneeded", v,
                         "the plan stays valid with it running: it could keep running"))
     return out, released(instance, victims, reserve=reserve)
+
+
+def _reclaim_problems(plan: PlacementPlan, instance: Instance, victims: list[str],
+                      reclaims: dict[str, set[str]]) -> list[tuple[str, str, str]]:
+    """``preempt-reclaim``: each queue that reclaims a victim's GPUs ends the round within
+    its nominal quota on the keys covering them (see the module docstring)."""
+    qs = instance.queue_set
+    assert qs is not None
+    info = instance.running_job_info
+    jobs = {j.name: j for j in instance.jobs}
+    types = {(n.name): n.gpu_type for c in instance.clusters for n in c.nodes}
+    after: Usage = dict(running_usage(instance))
+    held = running_gpus(instance)
+    for v in dict.fromkeys(victims):
+        for node, _ in held[v]:
+            key = (info[v].queue, types[node])
+            after[key] = after.get(key, 0) - 1
+    for u in plan.placements:
+        if u.job in jobs:
+            for g in u.gpus:
+                if g.node in types:
+                    key = (instance.queue_of(jobs[u.job]), types[g.node])
+                    after[key] = after.get(key, 0) + 1
+    out: list[tuple[str, str, str]] = []
+    for v, queues in reclaims.items():
+        victim_types = {types[node] for node, _ in held[v]}
+        for q in sorted(queues):
+            for key, quota in qs.queues[q].quotas.items():
+                if not any(_matches(key, t) for t in victim_types):
+                    continue
+                use = _per_key(qs, after, q, key)
+                if use > quota.nominal + 1e-9:
+                    out.append(("preempt-reclaim", v,
+                                f"queue {q} reclaims its GPUs but then uses {use} {key} GPUs, "
+                                f"over its nominal quota of {quota.nominal:g} (reclaim restores "
+                                "a nominal quota, it does not borrow)"))
+    return out
 
 
 def _recheck(plan: PlacementPlan, instance: Instance, victims: list[str],

@@ -6,7 +6,9 @@ PlacementProblem.victims>`, at most :data:`MAX_CANDIDATES`, least lost work firs
 as sets, those of lower priority first, then in order of (lost work, number of victims)
 (:func:`~hyperplace.solvers.preemption.victim_sets`): the set's GPUs are given to greedy's
 state and the job is placed by greedy's own rule; the first set with which it is placed
-whole is taken, less the victims whose GPUs it did not use (they keep running). GPUs freed
+whole is taken, less the victims whose GPUs it did not use (they keep running); at the end,
+victims the whole plan turned out not to need (GPUs unused, quotas holding without their
+stop) keep running too (:func:`_keep_unneeded`). GPUs freed
 but unused stay idle for the rest of the round (only the preemptor may use them), so the
 plan keeps the model's rule that freed GPUs serve only jobs allowed to stop their owner.
 
@@ -100,7 +102,27 @@ def greedy_preempt(p: PlacementProblem, a: Assignment, params: GreedyParams | No
                 break
             if _attempt(p, jv, combo, state, quota, out, params):
                 break
+    _keep_unneeded(p, out, quota)
     return out
+
+
+def _keep_unneeded(p: PlacementProblem, out: Assignment, quota: _Quota) -> None:
+    """Victims the finished plan does not need keep running: one whose GPUs no placement
+    uses and without whose stop every quota still holds (a victim stopped for one job's
+    quota may no longer be needed once a later stop frees that quota, e.g. a reclaim
+    that stops the borrower whose overdraft had blocked the first job). Costliest first."""
+    used = {(node, g) for units in out.units.values() for u in units
+            for node, gpus in u.pieces for g in gpus}
+    for index in sorted(out.stopped, key=lambda i: (-p.victims[i].level, -p.victims[i].lost,
+                                                    p.victims[i].name)):
+        v = p.victims[index]
+        if used & set(v.gpus):
+            continue
+        quota.stop(v, -1)
+        if quota.ok():
+            out.stopped.discard(index)
+        else:
+            quota.stop(v, +1)
 
 
 def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[Victim, ...], state: State,
@@ -197,6 +219,7 @@ class _Quota:
         self.p = p
         self.used: dict[tuple[str, str], float] = defaultdict(float)
         self.gone: dict[tuple[str, str], float] = defaultdict(float)
+        self.stopped: dict[int, int] = defaultdict(int)  # victim index -> times stopped
 
     def add(self, queue: str, units: list[PlacedUnit], sign: int) -> None:
         for u in units:
@@ -206,10 +229,34 @@ class _Quota:
                     self.used[key] += sign * n
 
     def stop(self, v: Victim, sign: int) -> None:
+        self.stopped[v.index] += sign
         for node, _ in v.gpus:
             t = self.p.node_by_name[node].gpu_type.name
             for key, n in self.p.quotas.usage(v.queue, t, 1).items():
                 self.gone[key] += sign * n
 
     def ok(self) -> bool:
-        return self.p.quotas.allows(self.used, self.gone)
+        return self.p.quotas.allows(self.used, self.gone) and self._reclaim_ok()
+
+    def _reclaim_ok(self) -> bool:
+        """The model's reclaim rule (``PlacementModelBuilder._reclaim_within_nominal``):
+        while a victim some jobs may stop only by reclaiming is stopped, their queues stay
+        within their nominal quota on the keys covering its GPUs."""
+        book = self.p.quotas
+        if book.queues is None:
+            return True
+        for index, times in self.stopped.items():
+            if times <= 0:
+                continue
+            v = self.p.victims[index]
+            types = {self.p.node_by_name[node].gpu_type.name for node, _ in v.gpus}
+            for q in {self.p.jobs[j].queue for j in v.reclaim_only}:
+                queue = book.queues.queues.get(q)
+                if queue is None:
+                    continue
+                for key in {k for t in types for k in book.keys_for(q, t)} & set(queue.quotas):
+                    use = book.running.get((q, key), 0) + self.used.get((q, key), 0) \
+                        - self.gone.get((q, key), 0)
+                    if use > queue.quotas[key].nominal + 1e-9:
+                        return False
+        return True

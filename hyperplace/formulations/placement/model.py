@@ -704,6 +704,40 @@ class PlacementModelBuilder:
             slack = max(0.0, overdraft(c, credit)) if credit else c.slack
             self.lm.add(pool, hi=int(math.floor(slack + 1e-9)), name=f"cohort[{c.cohort},{c.key}]")
             self.derived.append(_borrow_rule(rules, self.lm.ubs))
+        self._reclaim_within_nominal(terms, freed, big)
+
+    def _reclaim_within_nominal(self, terms: dict[tuple[str, str], Terms],
+                                freed: dict[tuple[str, str], Terms], big: int) -> None:
+        """Reclaim restores a nominal quota, no more (Kueue: a preemptor may stop workloads
+        of other ClusterQueues only when it then fits within its own queue's nominal quota,
+        ``getTargets`` calling ``minimalPreemptions`` with borrowing disallowed,
+        kueue ``pkg/scheduler/preemption/preemption.go``): for every victim some job may
+        stop only by reclaiming, and every queue such jobs belong to, ``stop[v]`` implies
+        that queue's use of each key covering ``v``'s GPUs (running - stopped + admitted now)
+        <= its nominal quota. Conservative when ``v`` may also be stopped for a job that
+        outranks it (the reclaiming queue then stays within nominal although it might not
+        use ``v``'s GPUs); the checker's ``preempt-reclaim`` rule is the exact one."""
+        book = self.p.quotas
+        qs = book.queues
+        if qs is None:
+            return
+        for victim in self.p.victims:
+            queues = {self.p.jobs[j].queue for j in victim.reclaim_only}
+            types = {self.p.node_by_name[node].gpu_type.name for node, _ in victim.gpus}
+            for q in sorted(queues):
+                if q not in qs.queues:
+                    continue
+                keys = {k for t in types for k in book.keys_for(q, t)} & set(qs.queues[q].quotas)
+                for key in sorted(keys):
+                    run = book.running.get((q, key), 0)
+                    nominal_left = int(math.floor(qs.queues[q].quotas[key].nominal - run + 1e-9))
+                    t = terms.get((q, key), []) + freed.get((q, key), [])
+                    if not t:
+                        continue
+                    m = big + len(self.p.victims) + abs(nominal_left) + \
+                        sum(abs(c) for _, c in t)
+                    self.lm.add(list(t) + [(self.stop[victim.index], m)], hi=nominal_left + m,
+                                name=f"reclaim[{victim.name},{q},{key}]")
 
     @property
     def _victim_queues(self) -> set[str]:

@@ -12,7 +12,11 @@ Policies, as Kueue names them (``ClusterQueue.spec.preemption``):
     As ``lower-priority``, and a job whose queue stays within its nominal (guaranteed)
     quota when it is admitted may also use the GPUs of running jobs of any priority in
     other queues of its cohort that use more than their own nominal quota (they run on
-    borrowed GPUs).
+    borrowed GPUs). Reclaim restores the nominal quota and no more: while such a victim is
+    stopped, the reclaiming queues end the round within their nominal quota (the model's
+    ``reclaim`` rows, :meth:`PlacementModelBuilder._reclaim_within_nominal
+    <hyperplace.formulations.placement.model.PlacementModelBuilder._reclaim_within_nominal>`;
+    the per-job test below only says who may reclaim at all).
 
 A running job that at least one pending job may use is a :class:`Victim` candidate: the
 model gives it a keep/stop boolean (:meth:`PlacementModelBuilder._preemption
