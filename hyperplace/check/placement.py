@@ -580,7 +580,7 @@ def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]]) -> l
             kept = {j: u for j, u in placed.items() if protected(j)}
             usage = _queue_usage(ctx, kept)
             for unit in units:
-                usage[(queue, ctx.nodes[fit[unit.name]][1].gpu_type)] += unit.gpus
+                usage[(ctx.instance.queue_of(job), ctx.nodes[fit[unit.name]][1].gpu_type)] += unit.gpus
             if quota_problems(ctx.instance, usage):
                 fit = None
         if fit is not None:
