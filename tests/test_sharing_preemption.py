@@ -418,3 +418,21 @@ def test_a_refused_preemptor_says_why(exact_solver):
     (pending,) = plan.pending
     assert any(r.startswith("preemption: no plan that stops some of the 2 running job(s)")
                for r in pending.reasons), pending.reasons
+
+
+def test_a_plan_outside_the_model_is_not_bounded_by_it():
+    # hypothesis-found: greedy's plan (857) is valid but outside the model's stricter cohort
+    # rows (the model's optimum is 827); the plan returned must carry a valid bound
+    from pathlib import Path
+
+    import yaml
+
+    from hyperplace.models.instance import Instance
+
+    doc = yaml.safe_load((Path(__file__).parent / "data" / "reclaim-bound-outside-model.yaml")
+                         .read_text())
+    inst = Instance.model_validate(doc)
+    plan = solve_with_preemption(inst, preemption="reclaim-within-cohort", solver="cpsat",
+                                 budget_s=10)
+    assert check(plan, inst) == []
+    assert plan.bound >= plan.objective

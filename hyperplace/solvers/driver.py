@@ -258,6 +258,13 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         # it is tighter (it equals the objective when every job that can run is admitted)
         bound = min(demand_bound(problem), bound if bound is not None else math.inf,
                     lp_bound if lp_bound is not None else math.inf)
+        if bound < objective - 1e-9:
+            # the plan lies outside the model (greedy's, where a model row is stricter than
+            # the rules, e.g. reclaim within nominal): the model's bounds do not bound it
+            bound = demand_bound(problem)
+            message += ("; " if message.strip() else "") + (
+                "the plan is outside the model's stricter rows, so objective 1 is bounded "
+                "by the demand bound")
         if bound <= objective + 1e-9 and status == SolveStatus.FALLBACK:
             if lp_bound is not None and lp_bound <= objective + 1e-9:
                 message += ("; objective 1 equals the LP relaxation's bound, so it is "
