@@ -50,6 +50,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from hyperplace.models.instance import Instance
+from hyperplace.models.sharing import running_gpus
 
 POLICIES = ("never", "lower-priority", "reclaim-within-cohort")
 #: Most distinct unions of signatures bounded on one node; a node with more keeps its
@@ -94,16 +95,6 @@ class Victim:
         return "reclaim-within-cohort" if job in self.reclaim_only else "lower-priority"
 
 
-def running_gpu_map(instance: Instance) -> dict[str, list[tuple[str, int]]]:
-    """Running job -> the (node, GPU) pairs it holds, in node order."""
-    out: dict[str, list[tuple[str, int]]] = {}
-    for c in instance.clusters:
-        for n in c.nodes:
-            for g, holder in sorted(n.allocated.items()):
-                out.setdefault(holder, []).append((n.name, g))
-    return out
-
-
 def nominal_total(instance: Instance, queue: str) -> float:
     """A queue's nominal quota over all its keys (infinite for an undeclared queue)."""
     qs = instance.queue_set
@@ -116,7 +107,7 @@ def queue_use(instance: Instance) -> dict[str, int]:
     """GPUs held by running jobs per queue."""
     info = instance.running_job_info
     use: dict[str, int] = {}
-    for name, gpus in running_gpu_map(instance).items():
+    for name, gpus in running_gpus(instance).items():
         q = info[name].queue if name in info else "default"
         use[q] = use.get(q, 0) + len(gpus)
     return use
@@ -143,7 +134,7 @@ def running_levels(instance: Instance, policy: str, pending_priorities: Iterable
     if policy == "never":
         return {}
     info = instance.running_job_info
-    held = running_gpu_map(instance)
+    held = running_gpus(instance)
     levels: dict[str, float] = {name: info[name].priority + 0.5 for name in held}
     if policy == "reclaim-within-cohort":
         borrowed = borrowing_queues(instance)
@@ -180,7 +171,7 @@ def find_victims(instance: Instance, jobs: Sequence[PendingRef], policy: str) ->
     if policy == "never" or not jobs:
         return []
     info = instance.running_job_info
-    held = running_gpu_map(instance)
+    held = running_gpus(instance)
     levels = running_levels(instance, policy, (j.priority for j in jobs))
     qs = instance.queue_set
     reclaimers: dict[int, set[str]] = {}  # job -> queues whose borrowers it may reclaim from
