@@ -25,7 +25,6 @@ from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
 from hyperplace.solvers.backend import Backend, BackendOptions
 from hyperplace.solvers.greedy import fit_probe, repair_priority, solve_greedy
 from hyperplace.solvers.params import SolveParams
-from hyperplace.solvers.relax import admitted_jobs_bound, tighten_bound
 from hyperplace.solvers.warm import WarmStart
 
 SOLVERS = ("auto", "cpsat", "milp", "greedy")
@@ -247,6 +246,8 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         # valid bound that does not (solvers.relax), when it fits in what is left (objective 1
         # of a preempting round also counts the running jobs kept: not written there yet)
         # (the explanations after it stop at the deadline; the plan itself needs ~0.1 ms a job)
+        from hyperplace.solvers.relax import tighten_bound  # numpy: only when it runs
+
         pm, lp_bound = tighten_bound(pm, lambda: build_model(problem), estimate_vars(problem),
                                      deadline - params.budget.reserve_s - 1e-4 * len(problem.jobs))
     terms = _terms(problem, pm, chosen)
@@ -278,6 +279,8 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
             not restricted and bound <= objective + 1e-9 and (jobs_gap is None or jobs_gap > 0):
         # objective 1 proven, objective 2 not: the relaxation's bound on admitted jobs among
         # plans at this objective 1, when tighter than the backend's (solvers.relax)
+        from hyperplace.solvers.relax import admitted_jobs_bound
+
         jobs_bound = admitted_jobs_bound(
             pm, objective, deadline - params.budget.reserve_s - 1e-4 * len(problem.jobs))
         if jobs_bound is not None:

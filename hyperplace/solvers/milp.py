@@ -16,7 +16,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -51,6 +51,32 @@ def available_backend() -> str:
     except ImportError:  # pragma: no cover - highspy is a dependency
         return "cbc"
     return "highs"
+
+
+def highs_rows(rows: Iterable[tuple[list[tuple[int, int]], float, float]]
+               ) -> tuple[Any, ...] | None:
+    """Rows ``lo <= sum(a x) <= hi`` as the arguments of ``highspy.Highs.addRows``
+    (compressed rows, infinite sides as HiGHS's infinity); None when there are none."""
+    import highspy
+
+    inf = highspy.kHighsInf
+    starts: list[int] = []
+    index: list[int] = []
+    value: list[float] = []
+    lower: list[float] = []
+    upper: list[float] = []
+    for terms, lo, hi in rows:
+        starts.append(len(index))
+        for i, a in terms:
+            index.append(i)
+            value.append(float(a))
+        lower.append(-inf if lo == -math.inf else float(lo))
+        upper.append(inf if hi == math.inf else float(hi))
+    if not lower:
+        return None
+    return (len(lower), np.asarray(lower), np.asarray(upper), len(index),
+            np.asarray(starts, dtype=np.int32), np.asarray(index, dtype=np.int32),
+            np.asarray(value, dtype=np.float64))
 
 
 @contextlib.contextmanager
@@ -246,27 +272,12 @@ def _solve_highs(model: LinearModel, time_limit_s: float, options: BackendOption
     import highspy
 
     start = time.perf_counter()
-    inf = highspy.kHighsInf
     n = model.num_vars
     cols = np.arange(n, dtype=np.int32)
     lbs = np.asarray(model.lbs, dtype=np.float64)
     ubs = np.asarray(model.ubs, dtype=np.float64)
-    starts: list[int] = []
-    index: list[int] = []
-    value: list[float] = []
-    lower: list[float] = []
-    upper: list[float] = []
-
-    def add_row(terms: list[tuple[int, int]], lo: float, hi: float) -> None:
-        starts.append(len(index))
-        for i, a in terms:
-            index.append(i)
-            value.append(float(a))
-        lower.append(-inf if lo == -math.inf else float(lo))
-        upper.append(inf if hi == math.inf else float(hi))
-
-    for c in model.constraints:
-        add_row(c.terms, c.lo, c.hi)
+    rows = highs_rows((c.terms, c.lo, c.hi) for c in model.constraints)  # built once
+    fixed: list[tuple[list[tuple[int, int]], float, float]] = []  # earlier phases' objectives
     start_values: list[int] | None = options.hint
 
     def build(cost: np.ndarray, limit: float, warm: bool) -> highspy.Highs:
@@ -281,10 +292,9 @@ def _solve_highs(model: LinearModel, time_limit_s: float, options: BackendOption
             h.addVars(n, lbs, ubs)
             h.changeColsIntegrality(n, cols, np.full(n, highspy.HighsVarType.kInteger))
             h.changeColsCost(n, cols, cost)
-        if lower:
-            h.addRows(len(lower), np.asarray(lower), np.asarray(upper), len(index),
-                      np.asarray(starts, dtype=np.int32), np.asarray(index, dtype=np.int32),
-                      np.asarray(value, dtype=np.float64))
+        for block in (rows, highs_rows(fixed)):
+            if block is not None:
+                h.addRows(*block)
         if warm and start_values is not None:
             sol = highspy.HighsSolution()
             sol.col_value = [float(v) for v in start_values]
@@ -316,7 +326,7 @@ def _solve_highs(model: LinearModel, time_limit_s: float, options: BackendOption
     def fix(k: int, obj: Objective, value: float, proven: bool) -> None:
         lo, hi = (value, value) if proven else \
             ((value, math.inf) if obj.sense == "max" else (-math.inf, value))
-        add_row(obj.terms, lo, hi)
+        fixed.append((obj.terms, lo, hi))
 
     return solve_lexicographic(model, time_limit_s, start, phase, fix, 0.05, options.shares)
 

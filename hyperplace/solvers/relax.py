@@ -58,12 +58,11 @@ def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float,
     import highspy
 
     from hyperplace.solvers.backend import run_interruptibly
-    from hyperplace.solvers.milp import _quiet_stdout
+    from hyperplace.solvers.milp import _quiet_stdout, highs_rows
 
     n = lm.num_vars
     if n == 0:
         return 0.0
-    inf = highspy.kHighsInf
     with _quiet_stdout():
         h = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", False)
@@ -74,25 +73,12 @@ def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float,
         cost[i] -= a  # maximise by minimising the negation
     h.addVars(n, np.asarray(lm.lbs, dtype=np.float64), np.asarray(lm.ubs, dtype=np.float64))
     h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
-    starts: list[int] = []
-    index: list[int] = []
-    value: list[float] = []
-    lower: list[float] = []
-    upper: list[float] = []
     rows = [(c.terms, c.lo, c.hi) for c in lm.constraints]
     if at_least is not None:
         rows.append((at_least[0], at_least[1], math.inf))
-    for row_terms, lo, hi in rows:
-        starts.append(len(index))
-        for i, a in row_terms:
-            index.append(i)
-            value.append(float(a))
-        lower.append(-inf if lo == -math.inf else float(lo))
-        upper.append(inf if hi == math.inf else float(hi))
-    if lower:
-        h.addRows(len(lower), np.asarray(lower), np.asarray(upper), len(index),
-                  np.asarray(starts, dtype=np.int32), np.asarray(index, dtype=np.int32),
-                  np.asarray(value, dtype=np.float64))
+    arrays = highs_rows(rows)
+    if arrays is not None:
+        h.addRows(*arrays)
     run_interruptibly(h.run, h.cancelSolve)
     if h.getModelStatus().name != "kOptimal":
         return None
