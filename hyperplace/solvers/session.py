@@ -36,6 +36,25 @@ Every plan comes from :func:`~hyperplace.solvers.driver.solve_placement` on the 
 current instance, so it carries the same promises (checker-valid, status, bound, gap, within
 the budget); :attr:`PlacementSession.instance` is that instance, for the checker.
 
+**Usage history** (``half_life_s``): as the simulator does, a session can remember which
+queue got the GPUs over past rounds, with Slurm's decay
+(:class:`~hyperplace.formulations.placement.usage.QueueUsage`, the one implementation of the
+rule): the GPUs each queue holds between two calls count towards it, the total halves every
+``half_life_s`` seconds, and every round's instance carries the result as
+``spec.queueUsage``, so a queue that got less over recent rounds is preferred by the
+fair-share objective (a queue whose jobs never win a round's tie does not wait for ever).
+The session has no clock of its own that it trusts: :meth:`~PlacementSession.solve`,
+:meth:`~PlacementSession.commit` and :meth:`~PlacementSession.apply` take the time of the
+event as ``now_s`` (seconds, any origin; a simulation passes its own times); without it the
+session reads ``clock`` (default ``time.time``, for a controller running rounds in real
+time). A time earlier than the last one accrues nothing. A starting instance's own
+``spec.queueUsage`` is the history at the first call. Without ``half_life_s`` the instance's
+``spec.queueUsage`` (if any) is left as given.
+
+With declared queues (``spec.queues``), committing a plan lists its jobs in
+``spec.runningJobs`` with their queue and priority (quotas and fair share count them under
+their queue in later rounds); a job that completes or is interrupted leaves that list.
+
 Running jobs are tracked by the GPUs they hold (``Node.allocated`` maps a GPU to its job),
 so a session can start from any instance: jobs running in it when the session starts can
 complete like the ones the session committed. A job hit by a failure loses all its GPUs; if
@@ -46,13 +65,18 @@ new arrival would) unless ``requeue_interrupted`` is False.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from hyperplace.errors import InputError
+from hyperplace.formulations.placement.usage import (
+    QueueUsage,
+    held_gpus_by_queue,
+    with_queue_usage,
+)
 from hyperplace.models.cluster import Cluster
-from hyperplace.models.instance import Instance
+from hyperplace.models.instance import Instance, RunningJob
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.node import Node
 from hyperplace.models.plan import PlacementPlan
@@ -98,10 +122,16 @@ class PlacementSession:
         Passed to :func:`~hyperplace.solvers.driver.solve_placement` every round.
     requeue_interrupted : bool
         Put a committed job whose GPUs failed back at the end of the queue (default True).
+    half_life_s : float, optional
+        Keep per-queue usage history with this half-life in seconds (Slurm's
+        ``PriorityDecayHalfLife``); None (the default) or 0 keeps none.
+    clock : callable
+        The time of a call that gives no ``now_s`` (default ``time.time``).
     """
 
     def __init__(self, instance: Instance, *, solver: str = "auto", policy: str = "performance",
-                 seed: int = 0, workers: int = 2, requeue_interrupted: bool = True):
+                 seed: int = 0, workers: int = 2, requeue_interrupted: bool = True,
+                 half_life_s: float | None = None, clock: Callable[[], float] = time.time):
         self._instance = instance
         self.solver = solver
         self.policy = policy
@@ -113,6 +143,8 @@ class PlacementSession:
         self._manifests: dict[str, TrainingJob] = {}  # committed jobs, for requeueing
         self._holdings: dict[str, dict[str, list[int]]] | None = None  # job -> node -> GPUs
         self.warm = WarmStart()
+        self.usage = QueueUsage(half_life_s or None, dict(instance.spec.queue_usage))
+        self.clock = clock
         preload_backends(solver)
 
     # ---- state ------------------------------------------------------------------------
@@ -137,14 +169,31 @@ class PlacementSession:
     def pending(self) -> list[TrainingJob]:
         return list(self._instance.jobs)
 
+    def accrue(self, now_s: float | None = None) -> dict[str, float]:
+        """Bring the usage history to ``now_s`` (default: ``clock()``): the GPUs each queue
+        has held since the last call count towards it, and the whole history decays (see
+        :meth:`QueueUsage.advance`); returns the decayed GPU-hours per queue. Called by
+        :meth:`solve`, :meth:`commit` and :meth:`apply` before they change anything."""
+        if not self.usage.enabled:
+            return {}
+        now = self.clock() if now_s is None else float(now_s)
+        self.usage.advance(now, held_gpus_by_queue(self._instance))
+        return self.usage.snapshot()
+
     # ---- rounds -----------------------------------------------------------------------
-    def solve(self, budget_s: float = 10.0, *, deadline: float | None = None) -> PlacementPlan:
+    def solve(self, budget_s: float = 10.0, *, deadline: float | None = None,
+              now_s: float | None = None) -> PlacementPlan:
         """Solve the current round within ``budget_s`` seconds (see ``solve_placement``).
 
         ``deadline`` (a ``time.perf_counter()`` value), when given and earlier, ends the
-        round sooner: the budget becomes what is left of it.
+        round sooner: the budget becomes what is left of it. With usage history, the round
+        happens at ``now_s`` (default: ``clock()``) and its instance carries the history
+        brought to that time as ``spec.queueUsage``.
         """
         from hyperplace.solvers.driver import solve_placement
+
+        if self.usage.enabled:
+            self._instance = with_queue_usage(self._instance, self.accrue(now_s))
 
         if deadline is not None:
             budget_s = max(0.0, min(budget_s, deadline - time.perf_counter()))
@@ -155,9 +204,10 @@ class PlacementSession:
         self.rounds += 1
         return plan
 
-    def commit(self, plan: PlacementPlan) -> None:
+    def commit(self, plan: PlacementPlan, *, now_s: float | None = None) -> None:
         """Start the plan's admitted jobs: their GPUs become allocated to them and they
-        leave the queue. The plan must come from this session's current instance."""
+        leave the queue. The plan must come from this session's current instance. With
+        usage history they start at ``now_s`` (default: ``clock()``)."""
         admitted = {j.job for j in plan.jobs}
         queue = {j.name: j for j in self._instance.jobs}
         unknown = admitted - queue.keys()
@@ -180,7 +230,15 @@ class PlacementSession:
                                  path="plan.placements")
             return _copy(n, {"allocated": {**n.allocated, **got}})
 
-        self._replace(change, [j for j in self._instance.jobs if j.name not in admitted])
+        running_jobs = None
+        if self._instance.queue_set is not None and admitted:
+            inst = self._instance
+            running_jobs = [*inst.spec.running_jobs, *(
+                RunningJob(name=name, queue=inst.queue_of(queue[name]),
+                           priority=queue[name].priority) for name in sorted(admitted))]
+        self.accrue(now_s)
+        self._replace(change, [j for j in self._instance.jobs if j.name not in admitted],
+                      running_jobs=running_jobs)
         for name in admitted:
             self._manifests[name] = queue[name]
             if self._holdings is not None:
@@ -190,8 +248,10 @@ class PlacementSession:
                 for gpu, job in got.items():
                     self._holdings[job].setdefault(node, []).append(gpu)
 
-    def apply(self, delta: RoundDelta) -> list[str]:
-        """Apply what changed since the last round; returns the jobs a failure interrupted."""
+    def apply(self, delta: RoundDelta, *, now_s: float | None = None) -> list[str]:
+        """Apply what changed since the last round; returns the jobs a failure interrupted.
+        With usage history the changes happen at ``now_s`` (default: ``clock()``): GPUs
+        freed now count towards their queue up to then."""
         queue = list(self._instance.jobs)
         names = {j.name for j in queue}
         withdrawn = set(delta.withdrawals)
@@ -243,15 +303,21 @@ class PlacementSession:
             new_queue.append(job)
         nodes_touched = set(failed) | set(healed) | {
             node for job in freed for node in running.get(job, {})}
-        self._replace(change, new_queue, only=nodes_touched)
+        listed = self._instance.spec.running_jobs
+        running_jobs = [r for r in listed if r.name not in freed] \
+            if any(r.name in freed for r in listed) else None
+        self.accrue(now_s)
+        self._replace(change, new_queue, only=nodes_touched, running_jobs=running_jobs)
         if self._holdings is not None:
             for job in freed:
                 self._holdings.pop(job, None)
         return interrupted
 
     # ---- helpers ----------------------------------------------------------------------
-    def _replace(self, change, jobs: list[TrainingJob], only: set[str] | None = None) -> None:
-        """A new instance with nodes passed through ``change`` and ``jobs`` as the queue.
+    def _replace(self, change, jobs: list[TrainingJob], only: set[str] | None = None,
+                 running_jobs: list[RunningJob] | None = None) -> None:
+        """A new instance with nodes passed through ``change`` and ``jobs`` as the queue
+        (and ``running_jobs`` as ``spec.runningJobs`` when given).
 
         Clusters are copied, not rebuilt, so the cached fabric (``Cluster.network``) carries
         over; unchanged nodes stay the same objects. Nothing is validated again: every change
@@ -268,8 +334,11 @@ class PlacementSession:
                 continue
             # node objects changed; the fabric (same names, same cables) did not
             clusters.append(_copy(c, {"nodes": new_nodes}, keep=("network",)))
-        spec = self._instance.spec.model_copy(update={"clusters": clusters, "jobs": jobs})
-        self._instance = _copy(self._instance, {"spec": spec}, keep=("catalog",))
+        update: dict = {"clusters": clusters, "jobs": jobs}
+        if running_jobs is not None:
+            update["running_jobs"] = running_jobs
+        spec = self._instance.spec.model_copy(update=update)
+        self._instance = _copy(self._instance, {"spec": spec}, keep=("catalog", "queue_set"))
 
 
 def preload_backends(solver: str) -> None:

@@ -40,6 +40,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hyperplace.models.queue import DEFAULT_QUEUE
+
+if TYPE_CHECKING:
+    from hyperplace.models.instance import Instance
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -78,8 +84,11 @@ def fair_share_factors(usage: Mapping[str, float], weights: Mapping[str, float]
 
 @dataclass
 class QueueUsage:
-    """Decayed GPU-hours per queue, advanced as time passes (the simulator's round loop keeps
-    one; a controller would keep one across its rounds).
+    """Decayed GPU-hours per queue, advanced as time passes: the one home of the
+    accumulate-and-decay rule, kept by the simulator's round loop
+    (:class:`hyperplace.sim.loop.RoundLoop`), by
+    :class:`hyperplace.solvers.session.PlacementSession` and, per stored cluster, by the
+    service (``hyperplace.service``, in its SQLite store).
 
     ``half_life_s`` None (or 0) keeps no history: :meth:`snapshot` is then empty and every
     round's fair share is the plain per-round one.
@@ -120,3 +129,38 @@ class QueueUsage:
         if not self.enabled:
             return {}
         return {q: round(u, 9) for q, u in sorted(self.gpu_hours.items()) if u > 0}
+
+    def to_doc(self) -> dict[str, Any]:
+        """``{"timeS", "gpuHours"}``: what a store keeps to carry the history on."""
+        return {"timeS": self.time_s, "gpuHours": dict(sorted(self.gpu_hours.items()))}
+
+    @classmethod
+    def from_doc(cls, half_life_s: float | None, doc: Mapping[str, Any]) -> "QueueUsage":
+        """The history :meth:`to_doc` wrote, under (possibly another) half-life."""
+        return cls(half_life_s, {str(q): float(u) for q, u in doc.get("gpuHours", {}).items()},
+                   doc.get("timeS"))
+
+
+def held_gpus_by_queue(instance: "Instance") -> dict[str, int]:
+    """GPUs each queue holds in ``instance``: every running job's GPUs (``node.allocated``)
+    count towards its queue (``spec.runningJobs``; ``default`` when it is not listed)."""
+    info = instance.running_job_info
+    held: dict[str, int] = {}
+    for job, gpus in instance.running_jobs().items():
+        queue = info[job].queue if job in info else DEFAULT_QUEUE
+        held[queue] = held.get(queue, 0) + gpus
+    return held
+
+
+def with_queue_usage(instance: "Instance", gpu_hours: Mapping[str, float]) -> "Instance":
+    """``instance`` with ``gpu_hours`` as its ``spec.queueUsage``, keeping only queues it
+    declares (a queue dropped from the documents since takes no part); the same object when
+    nothing changes. Derived values cached on the instance stay (none depends on the usage).
+    """
+    qs = instance.queue_set
+    usage = {q: float(u) for q, u in sorted(gpu_hours.items())
+             if u > 0 and (qs.known(q) if qs is not None else q == DEFAULT_QUEUE)}
+    if usage == instance.spec.queue_usage:
+        return instance
+    spec = instance.spec.model_copy(update={"queue_usage": usage})
+    return instance.model_copy(update={"spec": spec})
