@@ -3,8 +3,9 @@
 Why independent: every backend (CP-SAT, MILP, greedy) and every baseline answer goes through
 this one function, so it must not share code with the formulations that produced the
 answers (a bug there would otherwise vouch for itself). It reads only the domain models
-(``Instance``, ``TrainingJob.units()``, ``Node.pair_bandwidths``, ``Fabric.path``) and the
-priority definition.
+(``Instance``, ``TrainingJob.units()``, ``Node.pair_bandwidths``, ``Fabric.path``), the
+priority definition and the preemption policies' rule of who may stop whom
+(:class:`hyperplace.models.preemption_policy.StopRule`).
 
 What is checked (each failure is one :class:`Violation` with a stable ``code``):
 
@@ -33,7 +34,8 @@ What is checked (each failure is one :class:`Violation` with a stable ``code``):
 * Priority (``priority-inversion``), the simple sufficient case only: for a pending job J
   whose units each fit in one node, take the GPUs that are free in the instance and not
   used by admitted jobs of priority >= J's (i.e. J may take everything lower-priority jobs
-  hold); first-fit J's units, one node per unit, in node order, honouring type, memory and
+  hold; the GPUs of a running job the plan stops only when J could stop it itself, as a
+  job of its queue that outranks it); first-fit J's units, one node per unit, in node order, honouring type, memory and
   NVLink pair bandwidth (a clique search on non-uniform nodes), per cluster. If that
   produces a placement that also passes J's between-replica hop and bandwidth rules, the
   plan left J out for lower-priority work: a violation. With queues, it is one only if J's
@@ -72,6 +74,7 @@ from hyperplace.check.preemption import preemption_problems
 from hyperplace.check.spares import spare_problems
 from hyperplace.check.quotas import Usage, _per_key, quota_problems, running_usage
 from hyperplace.formulations.priority import priority_weights
+from hyperplace.models.preemption_policy import LOWER_PRIORITY, POLICIES, StopRule, running_levels
 from hyperplace.models import (
     Cluster,
     GangUnit,
@@ -184,6 +187,7 @@ def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
         spares, instance = spare_problems(plan, instance)
         out += [Violation(code="hot-spares", message=m) for m in spares]
     running = running_demand(plan, instance)
+    stopped = _stopped_gpus(plan, instance)
     if plan.preemptions:  # the rest of the plan is checked with the victims released
         problems, instance = preemption_problems(plan, instance)
         out += [Violation(code=code, job=job, message=msg) for code, job, msg in problems]
@@ -227,7 +231,7 @@ def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
         out += _check_job(ctx, job, units)
 
     out += _check_bookkeeping(ctx, plan, placed)
-    out += _check_priority(ctx, placed)
+    out += _check_priority(ctx, placed, stopped)
     out += [Violation(code="quota", message=m)
             for m in quota_problems(instance, _queue_usage(ctx, placed))]
     out += _check_claims(ctx, plan, placed, running)
@@ -247,25 +251,9 @@ def running_demand(plan: PlacementPlan, instance: Instance) -> RunningLevels:
     counts one level below the lowest priority of the round. (0, {}) otherwise."""
     if plan.preemption_policy in (None, "never"):
         return 0, {}
-    info = instance.running_job_info
-    held: Counter[str] = Counter()
-    capacity = 0
-    for c in instance.clusters:
-        for n in c.nodes:
-            capacity += n.free_count + len(n.allocated)
-            held.update(n.allocated.values())
-    levels: dict[str, float] = {j: info[j].priority + 0.5 for j in held}
-    qs = instance.queue_set
-    if plan.preemption_policy == "reclaim-within-cohort" and qs is not None:
-        use: Counter[str] = Counter()
-        for j, g in held.items():
-            use[info[j].queue] += g
-        borrowed = {q.name for q in qs.queues.values() if q.cohort is not None
-                    and use[q.name] > sum(x.nominal for x in q.quotas.values())}
-        floor = min([*(info[j].priority for j in held), *(j.priority for j in instance.jobs)],
-                    default=0) - 1
-        levels = {j: floor if info[j].queue in borrowed else lvl for j, lvl in levels.items()}
-    return capacity, {j: (levels[j], g) for j, g in held.items()}
+    capacity = sum(n.free_count + len(n.allocated) for c in instance.clusters for n in c.nodes)
+    return capacity, running_levels(instance, plan.preemption_policy,
+                                    (j.priority for j in instance.jobs))
 
 
 def _check_claims(ctx: _Context, plan: PlacementPlan,
@@ -544,8 +532,27 @@ def _check_bookkeeping(ctx: _Context, plan: PlacementPlan,
 
 # ---- priority ------------------------------------------------------------------------------
 
-def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]]) -> list[Violation]:
-    """Flag pending jobs that a simple first-fit could place on lower-priority jobs' GPUs."""
+Stopped = tuple[StopRule, dict[GPU, tuple[str, int]]] | None
+
+
+def _stopped_gpus(plan: PlacementPlan, instance: Instance) -> Stopped:
+    """For a plan that preempts: the policy's rule on the round as it was, and each GPU of a
+    stopped running job with that job's (queue, priority)."""
+    if not plan.preemptions:
+        return None
+    policy = plan.preemption_policy if plan.preemption_policy in POLICIES else "never"
+    info = instance.running_job_info
+    gone = {p.job for p in plan.preemptions}
+    gpus = {(n.name, g): (info[j].queue, info[j].priority) for c in instance.clusters
+            for n in c.nodes for g, j in n.allocated.items() if j in gone and j in info}
+    return StopRule.of(instance, policy), gpus
+
+
+def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]],
+                    stopped: Stopped = None) -> list[Violation]:
+    """Flag pending jobs that a simple first-fit could place on lower-priority jobs' GPUs
+    (the GPUs of a stopped running job only for a job that may stop it as outranking it
+    in its queue)."""
     out: list[Violation] = []
     pending = [j for j in ctx.pending_jobs if j.name not in placed]
     if not pending:
@@ -569,6 +576,12 @@ def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]]) -> l
         if not lower:
             continue
         free = {n: set(s) for n, s in instance_free.items()}
+        if stopped is not None:  # a stopped job's GPUs: only if J could have stopped it
+            rule, victim_of = stopped
+            mine = ctx.instance.queue_of(job)
+            for (n, i), (vq, vp) in victim_of.items():
+                if rule.why(mine, job.priority, vq, vp) != LOWER_PRIORITY:
+                    free.get(n, set()).discard(i)
         for other, units_placed in placed.items():
             if protected(other):
                 for gpus in units_placed.values():

@@ -12,9 +12,11 @@ Recomputed from the instance, not from the solver's bookkeeping:
   reclaims its nominal quota may need a borrower stopped wherever it runs). A plan that
   stays valid with the victim kept would be higher on objective 1 without the preemption
   (the running job counts there), so the preemption was not needed;
-* preempted GPUs are reused only by jobs that outrank the victim, or (``why:
-  reclaim-within-cohort``) by jobs of another queue in the victim's cohort
-  (``preempt-reuse``);
+* preempted GPUs are reused only by jobs allowed to stop the victim under the plan's
+  ``preemptionPolicy`` (``preempt-reuse``), by the one rule
+  :class:`hyperplace.models.preemption_policy.StopRule`: jobs of the victim's own queue
+  that outrank it, or, with ``why: reclaim-within-cohort``, jobs of another queue of its
+  cohort when the victim's queue was borrowing;
 * reclaim restores a nominal quota, no more (``preempt-reclaim``): a queue whose jobs reuse
   a victim's GPUs without outranking it (they reclaim) uses, after the round (running
   jobs kept + admitted now), at most its nominal quota on every key covering the victim's
@@ -31,6 +33,7 @@ from __future__ import annotations
 from hyperplace.check.quotas import Usage, _matches, _per_key, running_usage
 from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
+from hyperplace.models.preemption_policy import POLICIES, RECLAIM, StopRule
 from hyperplace.models.sharing import released, running_gpus
 
 
@@ -48,7 +51,9 @@ def preemption_problems(plan: PlacementPlan, instance: Instance
             user[(g.node, g.gpu)] = u.job
     seen: set[str] = set()
     reserve: set[tuple[str, int]] = set()
-    qs = instance.queue_set
+    # a plan without its policy is judged by the most permissive one
+    policy = plan.preemption_policy if plan.preemption_policy in POLICIES else RECLAIM
+    rule = StopRule.of(instance, policy)
     reclaims: dict[str, set[str]] = {}  # victim -> queues that reuse its GPUs by reclaiming
     for p in plan.preemptions:
         if p.job in seen:
@@ -71,20 +76,19 @@ def preemption_problems(plan: PlacementPlan, instance: Instance
             job = jobs.get(name)
             if job is None:
                 continue  # an unknown job is reported by the placement check
-            if job.priority > victim.priority:
+            queue = instance.queue_of(job)
+            why = rule.why(queue, job.priority, victim.queue, victim.priority)
+            if why == RECLAIM and p.why == RECLAIM:
+                reclaims.setdefault(p.job, set()).add(queue)
                 continue
-            if p.why == "reclaim-within-cohort" and qs is not None:
-                mine = instance.queue_of(job)
-                a = qs.queues.get(mine)
-                b = qs.queues.get(victim.queue)
-                if a is not None and b is not None and a.cohort and b.cohort and mine != b.name \
-                        and qs.root_cohort(a.cohort) == qs.root_cohort(b.cohort):
-                    reclaims.setdefault(p.job, set()).add(mine)
-                    continue
+            if why is not None and why != RECLAIM:
+                continue
             out.append(("preempt-reuse", p.job,
-                        f"its GPUs go to {name!r} (priority {job.priority}), which does not "
-                        f"outrank it (priority {victim.priority})"
-                        + (" nor reclaims within its cohort" if p.why != "lower-priority" else "")))
+                        f"its GPUs go to {name!r} (queue {queue}, priority {job.priority}), "
+                        f"which may not stop it (queue {victim.queue}, priority "
+                        f"{victim.priority}) under {policy}"
+                        + (": only by reclaiming within the cohort, and the plan says "
+                           f"{p.why}" if why == RECLAIM else "")))
     victims = [p.job for p in plan.preemptions if p.job in held]
     if reclaims:
         out += _reclaim_problems(plan, instance, victims, reclaims)

@@ -492,8 +492,8 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
 
 
 def preemptions(p: PlacementProblem, a: Assignment) -> list[Preemption]:
-    """One entry per stopped victim: why (``reclaim-within-cohort`` when a job that does
-    not outrank it uses its GPUs or quota), for whom (the highest-priority job using its
+    """One entry per stopped victim: why (``reclaim-within-cohort`` when a job of another
+    queue uses its GPUs, or, when none does, its quota), for whom (the highest-priority job using its
     GPUs, then the one using most of them), its GPUs and its lost work."""
     users: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for v in a.stopped:  # a victim stopped for quota: the jobs allowed to stop it that run
@@ -511,8 +511,10 @@ def preemptions(p: PlacementProblem, a: Assignment) -> list[Preemption]:
         victim = p.victims[v]
         by = users.get(v, {})
         user = min(by, key=lambda j: (-p.jobs[j].priority, -by[j], p.jobs[j].name)) if by else None
-        # reclaim when any job on its GPUs (or needing its quota) reclaims, not outranks
-        why = "reclaim-within-cohort" if set(by) & victim.reclaim_only else "lower-priority"
+        # reclaim when a job on its GPUs reclaims (StopRule.why); when none uses them (a
+        # stop for quota), when a job allowed to stop it that runs reclaims
+        on = {j for j, n in by.items() if n > 0} or set(by)
+        why = "reclaim-within-cohort" if on & victim.reclaim_only else "lower-priority"
         out.append(Preemption(job=victim.name, why=why,
                               preemptor=p.jobs[user].name if user is not None else "",
                               gpus=len(victim.gpus), lost_gpu_seconds=victim.lost))

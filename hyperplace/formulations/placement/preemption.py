@@ -1,22 +1,14 @@
 """Preemption inside the placement formulation: which running jobs may be stopped, and for
 whom (``solve --preemption``).
 
-Policies, as Kueue names them (``ClusterQueue.spec.preemption``):
-
-``never``
-    Running jobs are never stopped (the plain round).
-``lower-priority``
-    A pending job may use the GPUs of running jobs of strictly lower priority
-    (``spec.runningJobs[].priority``).
-``reclaim-within-cohort``
-    As ``lower-priority``, and a job whose queue stays within its nominal (guaranteed)
-    quota when it is admitted may also use the GPUs of running jobs of any priority in
-    other queues of its cohort that use more than their own nominal quota (they run on
-    borrowed GPUs). Reclaim restores the nominal quota and no more: while such a victim is
-    stopped, the reclaiming queues end the round within their nominal quota (the model's
-    ``reclaim`` rows, :meth:`PlacementModelBuilder._reclaim_within_nominal
-    <hyperplace.formulations.placement.model.PlacementModelBuilder._reclaim_within_nominal>`;
-    the per-job test below only says who may reclaim at all).
+Who may stop whom is :class:`hyperplace.models.preemption_policy.StopRule` (the policies
+``never``, ``lower-priority``, ``reclaim-within-cohort`` as Kueue names them, with the
+source they follow); the checker asks the same rule. Under ``reclaim-within-cohort`` a
+reclaim restores the nominal quota and no more: while a victim that some jobs may stop only
+by reclaiming is stopped, their queues end the round within their nominal quota (the
+model's ``reclaim`` rows, :meth:`PlacementModelBuilder._reclaim_within_nominal
+<hyperplace.formulations.placement.model.PlacementModelBuilder._reclaim_within_nominal>`,
+which say when they are stricter than the rule).
 
 A running job that at least one pending job may use is a :class:`Victim` candidate: the
 model gives it a keep/stop boolean (:meth:`PlacementModelBuilder._preemption
@@ -25,8 +17,10 @@ become *reachable* on its nodes (:attr:`NodeView.stoppable
 <hyperplace.formulations.placement.views.NodeView.stoppable>`): usable by the jobs allowed
 to stop it, and only when it is stopped. Gang is automatic: one boolean frees all its GPUs.
 
-Who may use whose GPUs is not nested under ``reclaim-within-cohort`` (a reclaiming job may
-not outrank the borrower, an outranking job may not reclaim), so on a node the model bounds
+Who may use whose GPUs is not nested (each queue stops only its own lower-priority jobs;
+under ``reclaim-within-cohort`` a reclaiming job need not outrank the borrower, and a job
+that outranks a victim of another queue may stop it only by reclaiming), so on a node the
+model bounds
 every *union of signatures* (:func:`signature_unions`), which is Hall's condition for
 jobs that each may use the free GPUs plus the GPUs of the stopped victims of their
 signature: the rows are exact, and the mapping back finds the matching by a flow.
@@ -45,23 +39,25 @@ model lets only the jobs allowed to stop it use its GPUs.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from hyperplace.models.instance import Instance
+from hyperplace.models.preemption_policy import (  # re-exported: the rule's one home
+    POLICIES,
+    RECLAIM,
+    StopRule,
+    borrowing_queues,
+    check_policy,
+    nominal_total,
+    queue_use,
+    running_levels,
+)
 from hyperplace.models.sharing import running_gpus
 
-POLICIES = ("never", "lower-priority", "reclaim-within-cohort")
 #: Most distinct unions of signatures bounded on one node; a node with more keeps its
 #: victims running (never reached on the shapes we know: a node hosts few running jobs).
 MAX_UNIONS_PER_NODE = 64
-
-
-def check_policy(policy: str) -> None:
-    """Raise ValueError for a policy that is not one of :data:`POLICIES`."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown preemption policy {policy!r}; use one of {', '.join(POLICIES)}")
 
 
 @dataclass
@@ -69,7 +65,7 @@ class Victim:
     """A running job that some pending jobs may stop (a candidate, not a decision).
 
     ``allowed``: pending job indices that may use its GPUs once it is stopped;
-    ``reclaim_only``: those of them that do not outrank it (they reclaim within the cohort).
+    ``reclaim_only``: those of them in other queues (they reclaim within the cohort).
     ``lost`` is its work since the last checkpoint in GPU-seconds (GPUs x
     ``checkpointAgeS``), ``lost_units`` the same rounded to whole GPU-seconds (the model's
     integer objective).
@@ -95,55 +91,6 @@ class Victim:
         return "reclaim-within-cohort" if job in self.reclaim_only else "lower-priority"
 
 
-def nominal_total(instance: Instance, queue: str) -> float:
-    """A queue's nominal quota over all its keys (infinite for an undeclared queue)."""
-    qs = instance.queue_set
-    if qs is None or queue not in qs.queues:
-        return math.inf
-    return sum(q.nominal for q in qs.queues[queue].quotas.values())
-
-
-def queue_use(instance: Instance) -> dict[str, int]:
-    """GPUs held by running jobs per queue."""
-    info = instance.running_job_info
-    use: dict[str, int] = {}
-    for name, gpus in running_gpus(instance).items():
-        q = info[name].queue if name in info else "default"
-        use[q] = use.get(q, 0) + len(gpus)
-    return use
-
-
-def borrowing_queues(instance: Instance) -> set[str]:
-    """Declared queues in a cohort whose running jobs hold more than their nominal quota."""
-    qs = instance.queue_set
-    if qs is None:
-        return set()
-    use = queue_use(instance)
-    return {q.name for q in qs.queues.values()
-            if q.cohort is not None and use.get(q.name, 0) > nominal_total(instance, q.name)}
-
-
-def running_levels(instance: Instance, policy: str, pending_priorities: Iterable[int]
-                   ) -> dict[str, tuple[float, int]]:
-    """Running job -> (the level objective 1 counts it in, GPUs it holds).
-
-    The level is the job's priority + 0.5; under ``reclaim-within-cohort`` a job of a
-    :func:`borrowing_queues` queue counts one below the lowest priority of the round
-    (pending and running jobs alike). Empty for ``never``.
-    """
-    if policy == "never":
-        return {}
-    info = instance.running_job_info
-    held = running_gpus(instance)
-    levels: dict[str, float] = {name: info[name].priority + 0.5 for name in held}
-    if policy == "reclaim-within-cohort":
-        borrowed = borrowing_queues(instance)
-        floor = min([*(info[n].priority for n in held), *pending_priorities], default=0) - 1
-        levels = {name: floor if info[name].queue in borrowed else lvl
-                  for name, lvl in levels.items()}
-    return {name: (levels[name], len(held[name])) for name in held}
-
-
 @dataclass(frozen=True)
 class PendingRef:
     """What the victim rule needs of a pending job."""
@@ -156,7 +103,10 @@ class PendingRef:
 
 def find_victims(instance: Instance, jobs: Sequence[PendingRef], policy: str) -> list[Victim]:
     """Running jobs some pending job may stop under ``policy`` (none for ``never``),
-    least lost work first.
+    least lost work first: a job may stop one when :meth:`StopRule.why
+    <hyperplace.models.preemption_policy.StopRule.why>` says so, a reclaim only when the
+    job's queue could stay within its nominal quota with it (:meth:`StopRule.may_reclaim
+    <hyperplace.models.preemption_policy.StopRule.may_reclaim>`).
 
     Parameters
     ----------
@@ -173,19 +123,8 @@ def find_victims(instance: Instance, jobs: Sequence[PendingRef], policy: str) ->
     info = instance.running_job_info
     held = running_gpus(instance)
     levels = running_levels(instance, policy, (j.priority for j in jobs))
-    qs = instance.queue_set
-    reclaimers: dict[int, set[str]] = {}  # job -> queues whose borrowers it may reclaim from
-    if policy == "reclaim-within-cohort" and qs is not None:
-        use = queue_use(instance)
-        borrowing = borrowing_queues(instance)
-        for j in jobs:
-            mine = qs.queues.get(j.queue)
-            if mine is None or mine.cohort is None:
-                continue
-            if use.get(j.queue, 0) + j.gpus > nominal_total(instance, j.queue):
-                continue
-            peers = {q.name for q in qs.cohort_members(mine.cohort)} - {j.queue}
-            reclaimers[j.index] = peers & borrowing
+    rule = StopRule.of(instance, policy)
+    may_reclaim = {j.index: rule.may_reclaim(j.queue, j.gpus) for j in jobs}
     out: list[Victim] = []
     for name in sorted(held, key=lambda n: (len(held[n]) * info[n].checkpoint_age_s, n)):
         r = info[name]
@@ -193,10 +132,12 @@ def find_victims(instance: Instance, jobs: Sequence[PendingRef], policy: str) ->
                    gpus=tuple(held[name]), lost=len(held[name]) * r.checkpoint_age_s,
                    level=levels[name][0])
         for j in jobs:
-            if j.priority > r.priority:
+            why = rule.why(j.queue, j.priority, r.queue, r.priority)
+            if why == RECLAIM and not may_reclaim[j.index]:
+                continue
+            if why is not None:
                 v.allowed.add(j.index)
-            elif r.queue in reclaimers.get(j.index, ()):
-                v.allowed.add(j.index)
+            if why == RECLAIM:
                 v.reclaim_only.add(j.index)
         if v.allowed:
             out.append(v)
@@ -219,3 +160,8 @@ def signature_unions(signatures: Iterable[frozenset[int]],
         if len(found) > limit:
             return None
     return sorted(found, key=lambda u: (len(u), sorted(u)))
+
+
+__all__ = ["MAX_UNIONS_PER_NODE", "POLICIES", "PendingRef", "Victim", "borrowing_queues",
+           "check_policy", "find_victims", "nominal_total", "queue_use", "running_levels",
+           "signature_unions"]

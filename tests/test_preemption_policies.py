@@ -1,0 +1,119 @@
+"""Who may stop whom under Kueue's policies, with two queues (#14), every backend, every
+plan through the checker.
+
+``lower-priority`` is Kueue's ``withinClusterQueue: LowerPriority``: a job stops only
+lower-priority jobs of its own queue; across queues only ``reclaim-within-cohort`` stops,
+and only jobs of a borrowing queue (kueue ``classifyPreemptionVariant``,
+``pkg/scheduler/preemption/classical/hierarchical_preemption.go``). One node of 8 H100.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+
+from hyperplace.check import check
+from hyperplace.models.instance import RunningJob
+from hyperplace.models.plan import Preemption
+from hyperplace.models.preemption_policy import StopRule
+from hyperplace.solvers.preemption import solve_with_preemption
+from placement_helpers import instance, job, node
+from test_sharing_preemption import _rounds_with_queues
+from test_sharing_quotas import _cq, _in_queue
+
+
+def _round(pending_queue: str, nominal_b: int, *, low: tuple[str, int] | None = None):
+    """Running r (queue b, priority 1, 8 GPUs on n0); pending hi (priority 5, 8 GPUs) in
+    ``pending_queue``; queues a (nominal 8) and b (``nominal_b``) in cohort org. ``low``:
+    one more pending job (queue, priority) of 8 GPUs."""
+    jobs = [_in_queue(job("hi", priority=5), pending_queue)]
+    if low is not None:
+        jobs.append(_in_queue(job("k", priority=low[1]), low[0]))
+    inst = instance([node("n0", allocated={g: "r" for g in range(8)})], jobs)
+    spec = inst.spec.model_copy(update={"running_jobs": [
+        RunningJob(name="r", queue="b", priority=1, checkpoint_age_s=10)]})
+    inst = inst.model_copy(update={"spec": spec})
+    return inst.with_queues([_cq("a", 8, cohort="org"), _cq("b", nominal_b, cohort="org")])
+
+
+def _solve(inst, solver, policy):
+    plan = solve_with_preemption(inst, preemption=policy, solver=solver, budget_s=20)
+    assert check(plan, inst) == [], (solver, policy, plan.preemptions)
+    return plan
+
+
+def test_lower_priority_stops_only_jobs_of_its_own_queue(solver):
+    # hi (queue a) outranks r (queue b), but lower-priority stays within a ClusterQueue
+    plan = _solve(_round("a", 8), solver, "lower-priority")
+    assert plan.preemptions == [] and plan.admitted == []
+    # in r's own queue it may
+    plan = _solve(_round("b", 8), solver, "lower-priority")
+    assert [(p.job, p.why) for p in plan.preemptions] == [("r", "lower-priority")]
+    assert plan.admitted == ["hi"]
+
+
+def test_reclaim_crosses_queues_only_to_a_borrower(solver):
+    # b within its nominal 8: nobody of another queue may stop r, whatever the priorities
+    plan = _solve(_round("a", 8), solver, "reclaim-within-cohort")
+    assert plan.preemptions == [] and plan.admitted == []
+    # b borrows (nominal 0, r holds 8): a reclaims, a within its nominal 8 afterwards
+    plan = _solve(_round("a", 0), solver, "reclaim-within-cohort")
+    assert [(p.job, p.why, p.preemptor) for p in plan.preemptions] == \
+        [("r", "reclaim-within-cohort", "hi")]
+    # ... and under lower-priority the borrower stays (no reclaim across queues)
+    plan = _solve(_round("a", 0), solver, "lower-priority")
+    assert plan.preemptions == [] and plan.admitted == []
+
+
+def test_a_stop_within_a_queue_is_no_inversion_for_another_queue(solver):
+    # k (queue b, priority 2) stops r (b, 1); hi (queue a, priority 5) may not stop r under
+    # lower-priority, so k on r's GPUs is no priority inversion (the checker's first fit
+    # does not hand hi the GPUs of a job only b may stop); reclaiming, hi wins them
+    inst = _round("a", 0, low=("b", 2))
+    plan = _solve(inst, solver, "lower-priority")
+    assert [p.job for p in plan.preemptions] == ["r"] and plan.admitted == ["k"]
+    plan = _solve(inst, solver, "reclaim-within-cohort")
+    assert [(p.job, p.why) for p in plan.preemptions] == [("r", "reclaim-within-cohort")]
+    assert plan.admitted == ["hi"]
+
+
+def test_checker_refuses_a_stop_across_queues_under_lower_priority():
+    own = _round("b", 8)
+    plan = _solve(own, "greedy", "lower-priority")
+    assert [p.job for p in plan.preemptions] == ["r"]
+    # the same plan for a round where hi is in queue a: it stopped another queue's job
+    codes = {v.code for v in check(plan, _round("a", 8))}
+    assert "preempt-reuse" in codes
+    # under reclaim, with b within nominal, still no
+    relabelled = plan.model_copy(update={
+        "preemption_policy": "reclaim-within-cohort",
+        "preemptions": [Preemption(job="r", why="reclaim-within-cohort", preemptor="hi",
+                                   gpus=8, lost_gpu_seconds=80)]})
+    assert "preempt-reuse" in {v.code for v in check(relabelled, _round("a", 8))}
+    # with b borrowing, that reclaim is allowed; said as lower-priority it is refused
+    assert check(relabelled, _round("a", 0)) == []
+    assert "preempt-reuse" in {v.code for v in check(plan, _round("a", 0))}
+
+
+def test_without_queues_every_job_is_in_one_queue(solver):
+    inst = instance([node("n0", allocated={g: "r" for g in range(8)})], [job("hi", priority=5)])
+    spec = inst.spec.model_copy(update={"running_jobs": [RunningJob(name="r", priority=1)]})
+    inst = inst.model_copy(update={"spec": spec})
+    assert StopRule.of(inst, "lower-priority").why("default", 5, "default", 1) == "lower-priority"
+    assert StopRule.of(inst, "lower-priority").why("default", 1, "default", 1) is None
+    assert StopRule.of(inst, "never").why("default", 5, "default", 1) is None
+    plan = _solve(inst, solver, "lower-priority")
+    assert [(p.job, p.why) for p in plan.preemptions] == [("r", "lower-priority")]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inst=_rounds_with_queues())
+def test_random_lower_priority_rounds_with_queues_stop_only_within_a_queue(inst):
+    info = inst.running_job_info
+    queue_of = {j.name: inst.queue_of(j) for j in inst.jobs}
+    greedy = _solve(inst, "greedy", "lower-priority")
+    exact = _solve(inst, "cpsat", "lower-priority")
+    assert exact.objective >= greedy.objective - 1e-9
+    for plan in (greedy, exact):
+        for p in plan.preemptions:
+            assert p.why == "lower-priority"
+            assert p.preemptor == "" or queue_of[p.preemptor] == info[p.job].queue
