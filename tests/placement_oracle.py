@@ -41,14 +41,21 @@ def _splits(total: int, caps: list[int]) -> list[tuple[int, ...]]:
 
 
 class Oracle:
-    """Best (weighted GPUs, jobs) for a tiny instance."""
+    """Best (weighted GPUs, jobs) for a tiny instance.
 
-    def __init__(self, instance: Instance):
+    ``forced``: names of jobs that must be placed and count in neither term (migrated
+    running jobs, see :func:`best_with_migrations`); ``weights``: the priority weights to
+    use (default: over this instance's jobs and free GPUs)."""
+
+    def __init__(self, instance: Instance, forced: frozenset[str] = frozenset(),
+                 weights: dict[float, int] | None = None):
         self.inst = instance
         self.nodes = [n for c in instance.clusters for n in c.nodes]
         self.jobs = list(instance.jobs)
+        self.forced = {j for j, job in enumerate(self.jobs) if job.name in forced}
         free = sum(n.free_count for n in self.nodes)
-        self.weights = priority_weights(((j.priority, j.total_gpus) for j in self.jobs), free)
+        self.weights = weights if weights is not None else priority_weights(
+            ((j.priority, j.total_gpus) for j in self.jobs), free)
 
     def _uniform(self, i: int) -> bool:
         return self.nodes[i].nvlink in (NVLinkTopology.NVSWITCH, NVLinkTopology.PCIE)
@@ -97,17 +104,50 @@ class Oracle:
         return found
 
     def best(self) -> tuple[int, int]:
-        """(priority-weighted admitted GPUs, admitted jobs) of an optimal plan."""
+        """(priority-weighted admitted GPUs, admitted jobs) of an optimal plan; objective
+        ``-1`` when a forced job cannot be placed."""
+        none = (-1, 0)
 
         @lru_cache(maxsize=None)
         def value(j: int, state: State) -> tuple[int, int]:
             if j == len(self.jobs):
                 return (0, 0)
-            best = value(j + 1, state)
-            gain = self.weights[self.jobs[j].priority] * self.jobs[j].total_gpus
+            forced = j in self.forced
+            best = none if forced else value(j + 1, state)
+            gain = 0 if forced else self.weights[self.jobs[j].priority] * self.jobs[j].total_gpus
             for left in self._placements(j, state):
                 rest = value(j + 1, left)
-                best = max(best, (gain + rest[0], 1 + rest[1]))
+                if rest == none:
+                    continue
+                best = max(best, (gain + rest[0], rest[1] + (0 if forced else 1)))
             return best
 
         return value(0, tuple(n.free_gpus for n in self.nodes))
+
+
+def best_with_migrations(instance: Instance) -> tuple[int, float, int, int]:
+    """(objective 1, -lost work, -migrations, admitted jobs) of an optimal plan of a round
+    in which every running job with a manifest may migrate: every set of them is tried by
+    releasing their GPUs and placing their manifests as jobs that must run (objective 1 is
+    the pending jobs' alone, weighted over the GPUs free before any move)."""
+    from hyperplace.models.sharing import released
+
+    manifests = instance.running_manifests
+    info = instance.running_job_info
+    free = sum(n.free_count for c in instance.clusters for n in c.nodes)
+    weights = priority_weights(((j.priority, j.total_gpus) for j in instance.jobs), free)
+    names = sorted(manifests)
+    best: tuple[int, float, int, int] | None = None
+    for k in range(len(names) + 1):
+        for moved in combinations(names, k):
+            base = released(instance, moved)
+            trial = base.with_jobs([*(manifests[n] for n in moved), *instance.jobs])
+            obj, jobs = Oracle(trial, forced=frozenset(moved), weights=weights).best()
+            if obj < 0:
+                continue
+            lost = sum(manifests[n].total_gpus * info[n].checkpoint_age_s for n in moved)
+            key = (obj, -lost, -k, jobs)
+            if best is None or key > best:
+                best = key
+    assert best is not None  # moving nothing is always possible
+    return best

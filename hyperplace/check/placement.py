@@ -192,6 +192,10 @@ def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
         problems, instance = preemption_problems(plan, instance)
         out += [Violation(code=code, job=job, message=msg) for code, job, msg in problems]
     moved: set[str] = set()
+    # objective 1's weights: over the GPUs free before any migration (a migrated job takes
+    # as many GPUs as it frees, so pending jobs can use no more; the plan's decisions do not
+    # change the scale)
+    free = sum(n.free_count for c in instance.clusters for n in c.nodes)
     if plan.migrations:  # migrated jobs: released, queued, checked as jobs that must run
         problems, instance, moved = migration_problems(plan, instance)
         out += [Violation(code=code, job=job, message=msg) for code, job, msg in problems]
@@ -234,7 +238,7 @@ def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
     out += _check_priority(ctx, placed, stopped)
     out += [Violation(code="quota", message=m)
             for m in quota_problems(instance, _queue_usage(ctx, placed))]
-    out += _check_claims(ctx, plan, placed, running)
+    out += _check_claims(ctx, plan, placed, running, free)
     return out
 
 
@@ -258,13 +262,14 @@ def running_demand(plan: PlacementPlan, instance: Instance) -> RunningLevels:
 
 def _check_claims(ctx: _Context, plan: PlacementPlan,
                   placed: dict[str, dict[str, list[GPU]]],
-                  running: RunningLevels = (0, {})) -> list[Violation]:
+                  running: RunningLevels = (0, {}), free: int | None = None) -> list[Violation]:
     """What the plan says about itself, recomputed: objective 1 from the placements (the
     priority definition over the instance's queue and free GPUs), the admitted-jobs term,
     bound >= objective, the gap from objective and bound, and a status that agrees with
     them (``optimal`` means gap 0; a status without a plan has no placements)."""
     out: list[Violation] = []
-    free = sum(n.free_count for _, n in ctx.nodes.values())
+    if free is None:
+        free = sum(n.free_count for _, n in ctx.nodes.values())
     capacity, run = running
     demands = [(j.priority, j.total_gpus) for j in ctx.pending_jobs]
     weights = priority_weights(demands + list(run.values()), capacity) if run else \

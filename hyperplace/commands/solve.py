@@ -282,6 +282,7 @@ def solve_command(
     """Solve one scheduling round: which pending jobs run, on exactly which GPUs."""
     from hyperplace.deadline import command_deadline, write_reserve_s
     from hyperplace.solvers.driver import solve_placement
+    from hyperplace.formulations.placement.migration import MigrationPolicy
 
     began = time.perf_counter()
     pause_collector()
@@ -309,17 +310,12 @@ def solve_command(
         raise InputError("choose one of --running-moveable and --preemption for a round",
                          path="--running-moveable")
     with interruptible():
-        if running_moveable:
-            from hyperplace.solvers.defrag import solve_with_migration
-
-            plan = solve_with_migration(
-                inst, solver=solver.value, budget_s=max(0.05, deadline - time.perf_counter()),
-                policy=policy.value, seed=seed)
-        else:
-            # with --preemption the victims are variables of the same model (one solve)
-            plan = solve_placement(inst, solver=solver.value, budget_s=budget,
-                                   policy=policy.value, seed=seed, deadline=deadline,
-                                   preemption=preemption.value)
+        # with --preemption the victims, with --running-moveable the migrations, are
+        # variables of the same model (one solve)
+        migration = MigrationPolicy() if running_moveable else None
+        plan = solve_placement(inst, solver=solver.value, budget_s=budget,
+                               policy=policy.value, seed=seed, deadline=deadline,
+                               preemption=preemption.value, migration=migration)
         # which instance a later `hyperplace check PLAN` may use without options: a bundled
         # name only; a file is named for the record, and check reads it only when asked
         source = None if cluster is not None else (instance or plan.metadata.instance)

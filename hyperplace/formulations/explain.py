@@ -147,7 +147,7 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
     out: dict[int, list[str]] = {}
     probes = 0
     quota_use = _admitted_quota_use(p, assignment) if p.quotas.active else {}
-    for jv in p.jobs:
+    for jv in p.pending:
         if jv.index in assignment.units:
             continue
         reasons = [render_reason(r) for r in jv.impossible]

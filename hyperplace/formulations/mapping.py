@@ -20,6 +20,7 @@ from hyperplace.formulations.placement import (
 from hyperplace.models.plan import (
     GPURef,
     JobSummary,
+    Migration,
     PendingJob,
     PlacementPlan,
     PlanMeta,
@@ -209,8 +210,45 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
             out.units[j] = units
         else:
             out.notes[j] = "pieces could not be grouped into units"
-    out.stopped = needed_victims(p, out, stopped)
+    out.stopped = settle_migrations(p, out, stopped) if p.migrating else \
+        needed_victims(p, out, stopped)
     return out
+
+
+def settle_migrations(p: PlacementProblem, a: Assignment, stopped: set[int]) -> set[int]:
+    """The migrations of ``stopped`` (movers) the assignment keeps, its units made to agree.
+
+    A migration stands when its copy is placed and some other job uses one of the mover's
+    old GPUs. One whose copy did not map to GPUs is undone with every job on the mover's old
+    GPUs (dropped with a note); one that nobody else's GPUs need is undone by dropping the
+    copy (the job stays where it was). Repeated until nothing changes: undoing one may leave
+    another unneeded."""
+    stopped = set(stopped)
+    while True:
+        users: dict[int, set[int]] = defaultdict(set)  # mover -> jobs on its old GPUs
+        for j, units in a.units.items():
+            for u in units:
+                for node, gpus in u.pieces:
+                    held = p.node_by_name[node].stoppable
+                    users_here = {held[g] for g in gpus if g in held}
+                    for v in users_here:
+                        users[v].add(j)
+        changed = False
+        for v in sorted(stopped):
+            copy = p.victims[v].copy
+            assert copy is not None
+            if copy not in a.units:
+                for j in users.get(v, ()):
+                    a.units.pop(j, None)
+                    a.notes[j] = f"uses GPUs of {p.victims[v].name}, whose migration failed"
+            elif users.get(v, set()) - {copy}:
+                continue
+            else:
+                a.units.pop(copy, None)
+            stopped.discard(v)
+            changed = True
+        if not changed:
+            return stopped
 
 
 def used_victims(p: PlacementProblem, a: Assignment) -> set[int]:
@@ -478,7 +516,7 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
                                gpu_types=dict(types), node_names=sorted(nodes),
                                topology_assignment=_topology(p, units)))
     pending = [PendingJob(job=jv.name, reasons=reasons.get(jv.index) or ["not admitted"])
-               for jv in p.jobs if jv.index not in assignment.units]
+               for jv in p.pending if jv.index not in assignment.units]
     return PlacementPlan(
         metadata=PlanMeta(name=f"{p.instance.name}-plan", instance=p.instance.name),
         status=stats.status, solver=stats.solver, objective=stats.objective, bound=stats.bound,
@@ -486,9 +524,61 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
         runtime_s=round(stats.runtime_s, 4), budget_s=stats.budget_s,
         message=stats.message, placements=placements, jobs=jobs, pending=pending,
         objective_terms=objective_terms or {},
-        preemptions=preemptions(p, assignment),
+        preemptions=preemptions(p, assignment) if p.preempting else [],
         preemption_policy=p.preemption if p.preempting else None,
+        migrations=migrations(p, assignment),
     )
+
+
+def migrations(p: PlacementProblem, a: Assignment) -> list[Migration]:
+    """One entry per migrated mover: why (the round's migration policy), for whom (the
+    highest-priority pending job on its old GPUs, then the one using most of them), its
+    GPUs, how many of its new GPUs it did not hold, its lost work, old and new nodes."""
+    if not p.migrating or not a.stopped:
+        return []
+    assert p.migration is not None
+    users: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for j, units in a.units.items():
+        for u in units:
+            for node, gpus in u.pieces:
+                held = p.node_by_name[node].stoppable
+                for g in gpus:
+                    if g in held and not p.is_copy(j):
+                        users[held[g]][j] += 1
+    # a job moved for another mover's copy is moved for that mover's pending job
+    copy_users: dict[int, set[int]] = defaultdict(set)  # mover -> movers whose copies use it
+    for v in a.stopped:
+        copy = p.victims[v].copy
+        for u in a.units.get(copy, []) if copy is not None else []:
+            for node, gpus in u.pieces:
+                held = p.node_by_name[node].stoppable
+                copy_users.update({held[g]: copy_users[held[g]] | {v} for g in gpus
+                                   if g in held and held[g] != v})
+
+    def for_job(v: int, seen: frozenset[int] = frozenset()) -> str:
+        by = users.get(v, {})
+        if by:
+            user = min(by, key=lambda j: (-p.jobs[j].priority, -by[j], p.jobs[j].name))
+            return p.jobs[user].name
+        for w in sorted(copy_users.get(v, ()), key=lambda w: p.victims[w].name):
+            if w not in seen:
+                found = for_job(w, seen | {v})
+                if found:
+                    return found
+        return ""
+
+    out = []
+    for v in sorted(a.stopped, key=lambda v: p.victims[v].name):
+        victim = p.victims[v]
+        assert victim.copy is not None
+        new = {(node, g) for u in a.units[victim.copy] for node, gpus in u.pieces for g in gpus}
+        out.append(Migration(job=victim.name, why=p.migration.why, for_job=for_job(v),
+                             gpus=p.jobs[victim.copy].gpus,
+                             gpus_moved=len(new - set(victim.gpus)),
+                             lost_gpu_seconds=victim.lost,
+                             from_nodes=sorted({n for n, _ in victim.gpus}),
+                             to_nodes=sorted({n for n, _ in new})))
+    return out
 
 
 def preemptions(p: PlacementProblem, a: Assignment) -> list[Preemption]:

@@ -17,8 +17,16 @@ import time
 
 from hyperplace.formulations.explain import explain
 from hyperplace.formulations.linear import RawSolution
-from hyperplace.formulations.mapping import Assignment, decode, encode, objective_terms, to_plan
+from hyperplace.formulations.mapping import (
+    Assignment,
+    decode,
+    encode,
+    migrations,
+    objective_terms,
+    to_plan,
+)
 from hyperplace.formulations.placement import PlacementModel, PlacementProblem, build_model
+from hyperplace.formulations.placement.migration import MigrationPolicy
 from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
@@ -54,9 +62,10 @@ def demand_bound(p: PlacementProblem) -> float:
     """Upper bound on objective 1 without a solver: the free GPUs filled best-weight first
     (with preemption: the free GPUs and the candidate victims' GPUs, filled by pending jobs
     and victims kept alike, plus the running jobs that cannot be stopped)."""
-    left = p.free_gpus + sum(len(v.gpus) for v in p.victims)
-    items = [(p.weights[jv.priority], jv.gpus) for jv in p.jobs if not jv.impossible]
-    items += [(p.weights[v.level], len(v.gpus)) for v in p.victims]
+    victims = p.victims if p.preempting else []  # movers keep running: no demand of theirs
+    left = p.free_gpus + sum(len(v.gpus) for v in victims)
+    items = [(p.weights[jv.priority], jv.gpus) for jv in p.pending if not jv.impossible]
+    items += [(p.weights[v.level], len(v.gpus)) for v in victims]
     total = float(p.kept_running_demand(range(len(p.victims))))
     for weight, gpus in sorted(items, key=lambda t: -t[0]):
         take = min(left, gpus)
@@ -91,8 +100,8 @@ def estimate_vars(p: PlacementProblem) -> int:
 def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float = 10.0,
                     policy: str = "performance", seed: int = 0, workers: int = 2,
                     params: SolveParams | None = None, deadline: float | None = None,
-                    warm: WarmStart | None = None, preemption: str = "never"
-                    ) -> PlacementPlan:
+                    warm: WarmStart | None = None, preemption: str = "never",
+                    migration: MigrationPolicy | None = None) -> PlacementPlan:
     """Solve one scheduling round of ``instance`` within ``budget_s`` seconds.
 
     Parameters
@@ -138,10 +147,11 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     def left() -> float:
         return deadline - time.perf_counter()
 
-    if warm is not None and preemption != "never":
-        warm = None  # a preempting round is built whole (victims' GPUs marked on its views)
+    if warm is not None and (preemption != "never" or migration is not None):
+        warm = None  # such a round is built whole (victims' or movers' GPUs marked on its views)
     problem = (warm.build(instance, policy, params.model) if warm is not None
-               else PlacementProblem(instance, policy, params.model, preemption=preemption))
+               else PlacementProblem(instance, policy, params.model, preemption=preemption,
+                                     migration=migration))
     greedy_start = time.perf_counter()
     # greedy stops in time for what follows it: explanations and the plan (measured 26 us a
     # job at 16,000 jobs, once per job shape; 40 us kept);
@@ -154,10 +164,16 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     if warm is not None:  # the previous round's placements that still hold, when better
         greedy = warm.start(problem, greedy, params.greedy,
                             deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S else None)
-    if problem.victims:
+    if problem.victims and problem.preempting:
         from hyperplace.solvers.greedy_preempt import greedy_preempt
 
         greedy = greedy_preempt(problem, greedy, params.greedy,
+                                deadline=deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S
+                                else None)
+    if problem.victims and problem.migrating:
+        from hyperplace.solvers.greedy_migrate import greedy_migrate
+
+        greedy = greedy_migrate(problem, greedy, params.greedy,
                                 deadline=deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S
                                 else None)
     greedy_s = time.perf_counter() - greedy_start
@@ -295,7 +311,7 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     reasons = explain(problem, chosen,
                       deadline=deadline - 1e-5 * (len(problem.jobs) + problem.free_gpus),
                       fits_alone=fit_probe(problem, params.greedy))
-    if problem.victims:
+    if problem.victims and problem.preempting:
         _preemption_reasons(problem, chosen, reasons, status == SolveStatus.OPTIMAL)
     stats = SolveStats(status=status, solver=name, objective=objective, bound=bound,
                        gap=relative_gap(objective, bound), objective_gaps=gaps,
@@ -374,8 +390,8 @@ def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolu
 def _weighted(p: PlacementProblem, a: Assignment) -> int:
     """Objective 1 as reported: priority-weighted admitted GPUs (exact Python integers),
     with preemption those of the running jobs kept too."""
-    return sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus for j in a.units) + \
-        p.kept_running_demand(a.stopped)
+    return sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus for j in a.units
+               if not p.is_copy(j)) + p.kept_running_demand(a.stopped)
 
 
 def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
@@ -389,7 +405,12 @@ def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
         if values is not None:
             fair = objective_terms(pm, values).get("fair_share", 0.0)
     lost = sum(p.victims[v].lost_units for v in a.stopped)
-    return _weighted(p, a), -lost, -len(a.stopped), fair, len(a.units)
+    return _weighted(p, a), -lost, -len(a.stopped), fair, _admitted(p, a)
+
+
+def _admitted(p: PlacementProblem, a: Assignment) -> int:
+    """Pending jobs admitted (movers' copies are not)."""
+    return sum(1 for j in a.units if not p.is_copy(j))
 
 
 def _weighted_bound(p: PlacementProblem, raw: RawSolution) -> float | None:
@@ -420,7 +441,12 @@ def _terms(p: PlacementProblem, pm: PlacementModel | None, a: Assignment) -> dic
         out.update({k: v for k, v in objective_terms(pm, encode(pm, a)).items()
                     if not k.startswith("demand_tier")})
     else:
-        out["admitted_jobs"] = float(len(a.units))
+        out["admitted_jobs"] = float(_admitted(p, a))
+    if p.migrating:  # exact lost work, and the GPUs moved (the model counts migrations)
+        moved = migrations(p, a)
+        out["migrated_lost_gpu_seconds"] = float(sum(m.lost_gpu_seconds for m in moved))
+        out["migrated_jobs"] = float(len(moved))
+        out["migrated_gpus"] = float(sum(m.gpus_moved for m in moved))
     if p.preempting:  # the exact lost work (the model counts whole GPU-seconds)
         out["preempted_lost_gpu_seconds"] = float(sum(p.victims[v].lost for v in a.stopped))
         out["preempted_jobs"] = float(len(a.stopped))

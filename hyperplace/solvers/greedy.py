@@ -383,8 +383,9 @@ def job_orders(p: PlacementProblem) -> list[list[JobView]]:
     """Two passes, both highest priority first: largest jobs first (packs big gangs before
     small ones fragment the domains), and queue order (what the peers do, which often admits
     more small jobs). The better of the two is kept."""
-    return [sorted(p.jobs, key=lambda j: (-j.priority, -j.gpus, j.index)),
-            sorted(p.jobs, key=lambda j: (-j.priority, j.index))]
+    jobs = p.pending  # movers' copies run only when the exact model migrates them
+    return [sorted(jobs, key=lambda j: (-j.priority, -j.gpus, j.index)),
+            sorted(jobs, key=lambda j: (-j.priority, j.index))]
 
 
 def _score(p: PlacementProblem, a: Assignment) -> tuple[int, int]:
@@ -498,6 +499,7 @@ def repair_priority(p: PlacementProblem, a: Assignment,
     # a job on GPUs of a preempted job stays where it is (only it may use them)
     on_victims = {j for j, units in a.units.items() for u in units for node, gpus in u.pieces
                   if set(gpus) & set(p.node_by_name[node].stoppable)}
+    on_victims |= {j for j in a.units if p.is_copy(j)}  # a migrated job stays where it moved
     state = State(p)
     ledger = QuotaLedger(p)
     for j, units in out.units.items():
@@ -505,7 +507,7 @@ def repair_priority(p: PlacementProblem, a: Assignment,
         for u in units:
             for node, gpus in u.pieces:
                 state.take(node, gpus)
-    pending = sorted((jv for jv in p.jobs if jv.index not in out.units and not jv.impossible),
+    pending = sorted((jv for jv in p.pending if jv.index not in out.units and not jv.impossible),
                      key=lambda j: (-j.priority, -j.gpus, j.index))
     # admitted jobs by priority level, so that finding the lower-priority ones costs nothing
     # when there are none (at 16,000 jobs scanning every admitted job per pending one was 8 s)

@@ -36,6 +36,8 @@ def objective1_terms(pm: PlacementModel) -> list[tuple[int, int]]:
     terms: list[tuple[int, int]] = []
     for leader, var in pm.run.items():
         jv = p.jobs[leader]
+        if jv.migrant is not None:  # a mover's copy: running demand, not objective 1
+            continue
         terms.append((var, int(p.weights[jv.priority]) * jv.gpus))
     return terms
 

@@ -11,7 +11,9 @@ Variables (all integer):
 * ``y[job, group, domain]``: units of a group in that domain of the group's own hop limit;
 * ``touch[job, domain]``, ``open[node class]``, ``openleaf[leaf]``: what objectives 2 and 3
   count;
-* ``stop[victim]``: a running job the round may preempt is stopped (with ``--preemption``).
+* ``stop[victim]``: a running job the round may preempt is stopped (with ``--preemption``),
+  or a running job the round may move is migrated (with ``--running-moveable``; its copy's
+  ``run`` equals it, see :mod:`.migration`).
 
 Each family is one method of the builder; families a later feature adds (quotas,
 preemption) go in as methods of their own between :meth:`PlacementModelBuilder._job` and
@@ -149,6 +151,7 @@ class PlacementModelBuilder:
         self.stop: dict[int, int] = {v.index: self.lm.bool(f"stop[{v.name}]") for v in p.victims}
         self.obj_lost: Terms = []
         self.obj_victims: Terms = []
+        self.obj_moves: Terms = []
 
     def build(self) -> PlacementModel:
         """Every constraint family in turn, then the objectives."""
@@ -202,7 +205,8 @@ class PlacementModelBuilder:
         if jv.impossible:
             self.lm.eq([(r, 1)], 0, f"impossible[{jv.name}]")
             return None
-        self.obj_demand_by_level[jv.priority].append((r, jv.gpus))
+        if jv.migrant is None:  # a mover's copy keeps running demand, not new demand
+            self.obj_demand_by_level[jv.priority].append((r, jv.gpus))
         return _JobBlock(job=j, view=jv, run=r, size=n_jobs, spans=self.p.needs_fabric(jv))
 
     def _eligible_node_classes(self, block: _JobBlock) -> None:
@@ -605,10 +609,14 @@ class PlacementModelBuilder:
         p = self.p
         if not p.victims:
             return
+        if p.migrating:
+            self._migration()
         for victim in p.victims:
             s = self.stop[victim.index]
-            self.obj_demand_by_level[victim.level].append((s, -len(victim.gpus)))
             self.obj_lost.append((s, victim.lost_units))
+            if victim.copy is not None:
+                continue
+            self.obj_demand_by_level[victim.level].append((s, -len(victim.gpus)))
             self.obj_victims.append((s, 1))
         job_of = {pv.var: self.p.classes[pv.uclass].job for pv in self.pieces}
         for nci, terms in self.cap_terms.items():
@@ -635,6 +643,25 @@ class PlacementModelBuilder:
             if g in n.stoppable:
                 self.lm.add([(v, 1) for v in vs] + [(self.stop[n.stoppable[g]], -1)], hi=0,
                             name=f"gpu[nc{nci},{g}]")
+
+    def _migration(self) -> None:
+        """Movers (:mod:`.migration`): a migrated job runs again, whole: ``run[copy] =
+        stop[mover]`` (the copy's gang, unit, hop and quota rows are any job's); at most
+        ``max_moves`` migrations. Objective 1 does not count movers (a migrated job keeps
+        running); lost work (in :meth:`_preemption`), then the number of migrations, come
+        right after it."""
+        p = self.p
+        moves: Terms = []
+        for victim in p.victims:
+            if victim.copy is None:
+                continue
+            s = self.stop[victim.index]
+            self.lm.eq([(self.run[victim.copy], 1), (s, -1)], 0, f"migrate[{victim.name}]")
+            self.obj_moves.append((s, 1))
+            moves.append((s, 1))
+        limit = p.migration.max_moves if p.migration is not None else None
+        if limit is not None and len(moves) > limit:
+            self.lm.add(moves, hi=limit, name="max-moves")
 
     # ---- sharing: quotas and fair share ----------------------------------------------------
     def _queue_terms(self) -> dict[tuple[str, str], Terms]:
@@ -751,6 +778,8 @@ class PlacementModelBuilder:
             return
         per_queue: dict[str, Terms] = defaultdict(list)
         for j, vs in self.job_gpu_terms.items():
+            if self.p.is_copy(j):  # a migrated job held its GPUs already
+                continue
             per_queue[self.p.jobs[j].queue] += [(v, gpus) for v, gpus, _ in vs]
         for queue, share in sorted(book.shares.items()):
             room = int(math.floor(share - book.running_total.get(queue, 0)))
@@ -774,13 +803,17 @@ class PlacementModelBuilder:
         the work it loses, then by how many are stopped; only among plans that stop the
         same work do fair share and the lower objectives choose."""
         p = self.p
-        obj_jobs = [(r, 1) for j, r in self.run.items() if not p.jobs[j].impossible]
+        obj_jobs = [(r, 1) for j, r in self.run.items()
+                    if not p.jobs[j].impossible and not p.is_copy(j)]
         demand = [Objective([(v, p.tier_weights[lvl] * g) for lvl in tier
                              for v, g in self.obj_demand_by_level[lvl]], f"demand_tier{i}", "max")
                   for i, tier in enumerate(p.priority_tiers)]
         fair = [Objective(self.obj_fair, "fair_share", "max")] if self.obj_fair else []
         preempt = [Objective(self.obj_lost, "preempted_lost_gpu_seconds", "min"),
                    Objective(self.obj_victims, "preempted_jobs", "min")] if self.stop else []
+        if p.migrating and self.stop:
+            preempt = [Objective(self.obj_lost, "migrated_lost_gpu_seconds", "min"),
+                       Objective(self.obj_moves, "migrated_jobs", "min")]
         self.lm.objectives = [
             *demand,
             *preempt,

@@ -80,6 +80,9 @@ class Victim:
     level: float = 0.0  # where objective 1 counts it (see running_levels)
     allowed: set[int] = field(default_factory=set)
     reclaim_only: set[int] = field(default_factory=set)
+    #: a mover (migration): the job index of its copy, which runs exactly when it is
+    #: stopped (:mod:`~hyperplace.formulations.placement.migration`); None for a victim
+    copy: int | None = None
 
     @property
     def lost_units(self) -> int:

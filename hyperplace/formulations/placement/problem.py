@@ -33,6 +33,7 @@ from typing import Protocol
 
 from hyperplace.formulations.placement.domains import DomainKey, radius_for
 from hyperplace.formulations.placement.params import ModelParams
+from hyperplace.formulations.placement.migration import MigrationPolicy, find_movers
 from hyperplace.formulations.placement.preemption import (
     PendingRef,
     Victim,
@@ -112,15 +113,22 @@ class PlacementProblem:
     preemption : str
         ``never`` (default), ``lower-priority`` or ``reclaim-within-cohort``: which running
         jobs the round may stop (:mod:`~hyperplace.formulations.placement.preemption`).
+    migration : MigrationPolicy, optional
+        Which running jobs (with manifests) the round may migrate
+        (:mod:`~hyperplace.formulations.placement.migration`); not with ``preemption``.
     """
 
     def __init__(self, instance: Instance, policy: str = "performance",
                  params: ModelParams | None = None,
-                 previous: PlacementProblem | None = None, preemption: str = "never"):
+                 previous: PlacementProblem | None = None, preemption: str = "never",
+                 migration: MigrationPolicy | None = None):
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; use performance or cost")
         check_policy(preemption)
+        if migration is not None and preemption != "never":
+            raise ValueError("a round either preempts or migrates running jobs, not both")
         self.preemption = preemption
+        self.migration = migration
         self.instance = instance
         self.policy = policy
         self.params = params or ModelParams()
@@ -137,7 +145,8 @@ class PlacementProblem:
         self.reused_nodes: set[str] = set()
         self.reused_jobs: set[str] = set()
         prev = previous if previous is not None and _compatible(previous, self) and \
-            not previous.preempting and preemption == "never" else None
+            not previous.preempting and not previous.victims and preemption == "never" and \
+            migration is None else None
         self.nodes: list[NodeView] = self._build_nodes(prev)
         self.node_by_name = {n.name: n for n in self.nodes}
         self.max_gpus_per_node = max((n.node.gpu_count for n in self.nodes), default=0)
@@ -156,6 +165,8 @@ class PlacementProblem:
             else:
                 self._add_job(job)
         self.victims: list[Victim] = self._find_victims()
+        if migration is not None:
+            self._add_movers(migration)
         self.weights = priority_weights(self._weighted_demands(), self.weight_capacity)
 
     # ---- preemption ----------------------------------------------------------------
@@ -174,6 +185,41 @@ class PlacementProblem:
                 self.node_by_name[node].stoppable[g] = v.index
         return victims
 
+    # ---- migration -----------------------------------------------------------------
+    @property
+    def migrating(self) -> bool:
+        """The round may migrate running jobs (its victims are movers, see
+        :mod:`~hyperplace.formulations.placement.migration`)."""
+        return self.migration is not None
+
+    def _add_movers(self, policy: MigrationPolicy) -> None:
+        """Each running job that may move: a victim whose stop means "migrated", and a copy
+        of its manifest as a job of the round that runs exactly when it is migrated. Every
+        job of the round (pending jobs and copies) may use a migrated job's GPUs."""
+        manifests = self.instance.running_manifests
+        for m in find_movers(self.instance, policy):
+            v = Victim(index=len(self.victims), name=m.name, priority=m.priority, queue=m.queue,
+                       gpus=m.gpus, lost=m.lost, level=m.priority + 0.5)
+            self._add_job(manifests[m.name])
+            copy_view = self.jobs[-1]
+            copy_view.migrant, copy_view.queue = v.index, m.queue
+            v.copy = copy_view.index
+            self.victims.append(v)
+            for node, g in m.gpus:
+                self.node_by_name[node].stoppable[g] = v.index
+        everyone = {jv.index for jv in self.jobs if not jv.impossible}
+        for v in self.victims:
+            v.allowed = set(everyone)
+
+    @property
+    def pending(self) -> list[JobView]:
+        """The pending jobs of the round (its jobs but the copies of movers)."""
+        return [jv for jv in self.jobs if jv.migrant is None]
+
+    def is_copy(self, j: int) -> bool:
+        """Job ``j`` is a mover's copy (not a pending job)."""
+        return self.jobs[j].migrant is not None
+
     @cached_property
     def running(self) -> list[tuple[str, float, int]]:
         """Every running job as (name, level objective 1 counts it in, GPUs held); empty
@@ -191,7 +237,8 @@ class PlacementProblem:
         return self.free_gpus + sum(g for _, _, g in self.running)
 
     def _weighted_demands(self) -> list[tuple[float, int]]:
-        demands: list[tuple[float, int]] = [(j.priority, j.gpus) for j in self.jobs]
+        demands: list[tuple[float, int]] = [(j.priority, j.gpus) for j in self.jobs
+                                            if j.migrant is None]
         if self.preempting:
             demands += [(prio, g) for _, prio, g in self.running]
         return demands
@@ -513,8 +560,8 @@ class PlacementProblem:
     @cached_property
     def quotas(self) -> QuotaBook:
         """Quota rows and fair shares of the round (inactive without declared queues)."""
-        return build_quota_book(self.instance, [jv.name for jv in self.jobs],
-                                {jv.name: jv.gpus for jv in self.jobs if not jv.impossible})
+        return build_quota_book(self.instance, [jv.name for jv in self.pending],
+                                {jv.name: jv.gpus for jv in self.pending if not jv.impossible})
 
     def piece_capacity(self, uc: UnitClass, piece: int, n: NodeView) -> int:
         """How many pieces of this size and class fit on the node's reachable GPUs (its
@@ -655,7 +702,7 @@ class PlacementProblem:
         groups: dict[tuple[object, ...], list[int]] = {}
         out: list[list[int]] = []
         for jv in self.jobs:
-            if jv.num_pieces == 1 and not jv.impossible:
+            if jv.num_pieces == 1 and not jv.impossible and jv.migrant is None:
                 uc = jv.classes[0]
                 key = (jv.priority, jv.queue, uc.size, uc.gpu_types, uc.min_memory_gb,
                        uc.min_nvlink_gbps, uc.parts)

@@ -349,6 +349,9 @@ class JobView:
     classes: list[UnitClass] = field(default_factory=list)
     impossible: list[PendingReason] = field(default_factory=list)
     queue: str = "default"  # the queue whose quotas its GPUs count against
+    #: a running job's manifest (its copy, placed when it migrates): the mover's victim
+    #: index (:mod:`~hyperplace.formulations.placement.migration`); None for a pending job
+    migrant: int | None = None
 
     @property
     def name(self) -> str:
