@@ -85,13 +85,13 @@ def _running_round(seed: int, n_nodes: int, per_leaf: int, hot_spares: int = 0):
     """Jobs of 2-4 replicas x 8 GPUs (replicas within one leaf) placed by the engine (with
     ``hot_spares`` whole free nodes kept per leaf), then made running jobs with their
     manifests and checkpoint ages; one GPU under each fails."""
-    from hyperplace.models.sharing import released, with_hot_spares
+    from hyperplace.models.sharing import released
     from hyperplace.solvers.driver import solve_placement
 
     rng = random.Random(seed)
     specs = [job(f"j{i}", replicas=rng.choice([2, 3, 4]), dp_hop=2) for i in range(n_nodes // 4)]
     base = instance([node(f"n{i}") for i in range(n_nodes)], specs, nodes_per_leaf=per_leaf)
-    plan = solve_placement(with_hot_spares(base, hot_spares), solver="cpsat", budget_s=20)
+    plan = solve_placement(base, solver="cpsat", budget_s=20, hot_spares=hot_spares)
     hold = {(g.node, g.gpu): p.job for p in plan.placements for g in p.gpus}
     running = released(base.with_jobs([]), [], hold=hold)
     by_name = {s.name: s for s in specs}

@@ -68,17 +68,15 @@ def test_replace_all_and_replace_everything_move_at_least_as_much():
 
 def test_hot_spares_are_kept_by_new_placements_and_used_by_repairs(solver):
     from hyperplace.solvers.driver import solve_placement
-    from hyperplace.models.sharing import with_hot_spares
 
     # leaf n3-n5 is whole free: with 2 spares per leaf a 2 x 8 job has no leaf left
     inst = _setup(spare_in_leaf=True, pending=[job("new", replicas=2, dp_hop=2)])
     plain = solve_placement(inst, solver=solver, budget_s=10)
     assert "new" in plain.admitted
-    plan = solve_placement(with_hot_spares(inst, 2), solver=solver, budget_s=10)
-    plan = plan.model_copy(update={"hot_spares": 2})
+    plan = solve_placement(inst, solver=solver, budget_s=10, hot_spares=2)
+    assert plan.hot_spares == 2
     assert "new" not in plan.admitted and check(plan, inst) == []
-    one = solve_placement(with_hot_spares(inst, 1), solver=solver, budget_s=10)
-    one = one.model_copy(update={"hot_spares": 1})
+    one = solve_placement(inst, solver=solver, budget_s=10, hot_spares=1)
     assert "new" in one.admitted and check(one, inst) == []
     # the checker catches a plan that eats the spares
     eats = plain.model_copy(update={"hot_spares": 2})

@@ -53,8 +53,9 @@ What is checked (each failure is one :class:`Violation` with a stable ``code``):
 * Decisions that move running work, checked first, the rest of the plan then checked on the
   instance they leave: ``preemptions[]`` (:mod:`.preemption`), ``migrations[]``
   (``migrate-*``, :mod:`.migration`: a migrated job placed whole on its old GPUs released,
-  its lost work, and that it was needed) and ``hotSpares`` (``hot-spares``, :mod:`.spares`:
-  whole free nodes left per leaf).
+  its lost work, and that it was needed); ``hotSpares`` (``hot-spares``, :mod:`.spares`:
+  whole free nodes left per leaf by placements other than repairs, on the instance as
+  given; the priority check then counts a fit only where it leaves the spares too).
 * Bookkeeping: every pending job listed with >= 1 reason (``pending-no-reason``), no job
   both admitted and pending (``pending-and-admitted``), every queued job either admitted
   or pending (``job-missing``), pending entries name queued jobs (``unknown-pending``),
@@ -71,7 +72,7 @@ from pydantic import BaseModel, ConfigDict
 
 from hyperplace.check.migration import migration_problems
 from hyperplace.check.preemption import preemption_problems
-from hyperplace.check.spares import spare_problems
+from hyperplace.check.spares import spare_problems, spare_shortfall
 from hyperplace.check.quotas import Usage, _per_key, quota_problems, running_usage
 from hyperplace.formulations.priority import priority_weights
 from hyperplace.models.preemption_policy import LOWER_PRIORITY, POLICIES, StopRule, running_levels
@@ -183,9 +184,9 @@ class _Context:
 def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
     """All rules the plan breaks on this instance (empty list = valid plan)."""
     out: list[Violation] = []
-    if plan.hot_spares:  # new placements leave spares; the rest is checked without them
-        spares, instance = spare_problems(plan, instance)
-        out += [Violation(code="hot-spares", message=m) for m in spares]
+    as_given = instance  # the hot-spare rule counts the whole free nodes the round began with
+    if plan.hot_spares:  # new placements leave whole free nodes for repairs
+        out += [Violation(code="hot-spares", message=m) for m in spare_problems(plan, instance)]
     running = running_demand(plan, instance)
     stopped = _stopped_gpus(plan, instance)
     if plan.preemptions:  # the rest of the plan is checked with the victims released
@@ -235,7 +236,8 @@ def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
         out += _check_job(ctx, job, units)
 
     out += _check_bookkeeping(ctx, plan, placed)
-    out += _check_priority(ctx, placed, stopped)
+    repairs = frozenset(m.job for m in plan.migrations if m.why == "repair")
+    out += _check_priority(ctx, placed, stopped, (as_given, plan.hot_spares, repairs))
     out += [Violation(code="quota", message=m)
             for m in quota_problems(instance, _queue_usage(ctx, placed))]
     out += _check_claims(ctx, plan, placed, running, free)
@@ -554,10 +556,17 @@ def _stopped_gpus(plan: PlacementPlan, instance: Instance) -> Stopped:
 
 
 def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]],
-                    stopped: Stopped = None) -> list[Violation]:
+                    stopped: Stopped = None,
+                    spares: tuple[Instance, int, frozenset[str]] | None = None
+                    ) -> list[Violation]:
     """Flag pending jobs that a simple first-fit could place on lower-priority jobs' GPUs
     (the GPUs of a stopped running job only for a job that may stop it as outranking it
-    in its queue)."""
+    in its queue).
+
+    With hot spares (``spares``: the instance as given, N, the repaired jobs), a fit counts
+    only if the kept jobs (repairs aside) and the fit together still leave every leaf its
+    spares (:func:`.spares.spare_shortfall`): a job held back by the spare rule is not an
+    inversion."""
     out: list[Violation] = []
     pending = [j for j in ctx.pending_jobs if j.name not in placed]
     if not pending:
@@ -593,6 +602,14 @@ def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]],
                     for n, i in gpus:
                         free.get(n, set()).discard(i)
         fit = _first_fit(ctx, job, units, free)
+        if fit is not None and spares is not None and spares[1] > 0:
+            as_given, n_spares, repairs = spares
+            busy = {g for other, units_placed in placed.items()
+                    if protected(other) and other not in repairs
+                    for gpus in units_placed.values() for g in gpus}
+            busy |= {(n, 0) for n in fit.values()}  # a node the fit uses is no longer whole free
+            if spare_shortfall(as_given, n_spares, busy):
+                fit = None
         if fit is not None and ctx.instance.queue_set is not None:
             # with quotas, it is an inversion only if its queue's quotas would allow it too
             kept = {j: u for j, u in placed.items() if protected(j)}

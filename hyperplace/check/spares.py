@@ -1,30 +1,36 @@
 """Independent check of a plan's hot spares (``hotSpares: N``, #14).
 
-New placements leave, in every leaf domain (nodes pairwise within 2 hops), at least
-``min(N, whole free nodes it had)`` whole free nodes (``hot-spares``); placements of jobs the
-plan migrates for a repair (``why: repair``) may use them. The rest of the plan is then
-checked with the designated spares (:func:`hyperplace.models.sharing.spare_nodes`) that it
-leaves unused kept out of reach, as the solver saw the round.
+The rule: in every leaf (:func:`hyperplace.models.sharing.leaves`, the placement model's
+leaf; nodes off the fabric are in none), the placements of the plan's jobs other than
+repairs (migrations with ``why: repair``) leave at least ``min(N, whole free nodes the leaf
+had)`` of its whole free nodes whole free (``hot-spares``). Which nodes stay spare is the
+plan's choice; repairs may use them (that is what they are for). Whole free: none of the
+node's GPUs held or faulty in the instance the plan is for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Set
+
 from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
-from hyperplace.models.sharing import whole_free_per_leaf, with_hot_spares
+from hyperplace.models.sharing import whole_free_per_leaf
 
 
-def spare_problems(plan: PlacementPlan, instance: Instance) -> tuple[list[str], Instance]:
-    """Messages for leaves left with too few spares, and the instance to check the rest on."""
-    n = plan.hot_spares
-    if n <= 0:
-        return [], instance
+def spare_problems(plan: PlacementPlan, instance: Instance) -> list[str]:
+    """One message per leaf left with fewer whole free nodes than its hot spares."""
     repairs = {m.job for m in plan.migrations if m.why == "repair"}
-    used = {(g.node, g.gpu) for u in plan.placements for g in u.gpus}
     new = {(g.node, g.gpu) for u in plan.placements if u.job not in repairs for g in u.gpus}
+    return spare_shortfall(instance, plan.hot_spares, new)
+
+
+def spare_shortfall(instance: Instance, spares: int, busy: Set[tuple[str, int]]) -> list[str]:
+    """Leaves that keep fewer than ``min(spares, whole free nodes they had)`` whole free
+    nodes once the ``busy`` GPUs are taken, in words (empty when ``spares`` is 0)."""
+    if spares <= 0:
+        return []
     before = whole_free_per_leaf(instance)
-    after = whole_free_per_leaf(instance, new)
-    out = [f"leaf {leaf}: {after[leaf]} whole free nodes left by new placements, fewer than "
-           f"the {min(n, had)} hot spares it must keep" for leaf, had in sorted(before.items())
-           if after[leaf] < min(n, had)]
-    return out, with_hot_spares(instance, n, keep_usable=used)
+    after = whole_free_per_leaf(instance, busy)
+    return [f"leaf {leaf}: {after[leaf]} whole free node(s) left by new placements, fewer "
+            f"than the {min(spares, had)} hot spare(s) it must keep"
+            for leaf, had in sorted(before.items()) if after[leaf] < min(spares, had)]

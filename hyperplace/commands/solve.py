@@ -277,7 +277,7 @@ def solve_command(
         "when the moved jobs are placed whole again; shown as migrations")] = False,
     hot_spares: Annotated[int, typer.Option(
         "--hot-spares", help="whole free nodes to leave free in every leaf domain for repairs "
-        "(the last ones of each leaf; hyperplace repair may use them)")] = 0,
+        "(the solver chooses which; hyperplace repair may use them)")] = 0,
 ) -> None:
     """Solve one scheduling round: which pending jobs run, on exactly which GPUs."""
     from hyperplace.deadline import command_deadline, write_reserve_s
@@ -301,11 +301,7 @@ def solve_command(
     deadline = command_deadline(budget, write_reserve_s(inst), since=began)
     if hot_spares < 0:
         raise InputError(f"must be >= 0, got {hot_spares}", path="--hot-spares")
-    as_given = inst  # drawn and tabled as it is; solved with the spares out of reach
-    if hot_spares:
-        from hyperplace.models.sharing import with_hot_spares
-
-        inst = with_hot_spares(inst, hot_spares)
+    as_given = inst  # drawn and tabled as it is
     if running_moveable and preemption != Preemption.never:
         raise InputError("choose one of --running-moveable and --preemption for a round",
                          path="--running-moveable")
@@ -315,7 +311,8 @@ def solve_command(
         migration = MigrationPolicy() if running_moveable else None
         plan = solve_placement(inst, solver=solver.value, budget_s=budget,
                                policy=policy.value, seed=seed, deadline=deadline,
-                               preemption=preemption.value, migration=migration)
+                               preemption=preemption.value, migration=migration,
+                               hot_spares=hot_spares)
         # which instance a later `hyperplace check PLAN` may use without options: a bundled
         # name only; a file is named for the record, and check reads it only when asked
         source = None if cluster is not None else (instance or plan.metadata.instance)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from hyperplace.formulations.mapping import Assignment
 from hyperplace.formulations.placement import (
+    DomainKey,
     JobView,
     NodeView,
     PendingReason,
@@ -21,6 +22,7 @@ from hyperplace.formulations.placement import (
     ReasonCode,
     UnitClass,
 )
+from hyperplace.formulations.placement.spares import spare_words, whole_free_counts
 
 #: Past this many job shapes, the "does it fit alone?" probe is skipped (it costs a greedy
 #: trial per shape); the static reasons are still given.
@@ -29,6 +31,9 @@ MAX_CONTENTION_PROBES = 400
 #: ``fits_alone(job)``: whether the job could be placed on the round's free GPUs if it were
 #: the only one (the solver that owns the placement rules answers it, e.g. greedy's).
 FitProbe = Callable[[JobView], bool]
+#: ``held_by_spares(job)``: the leaves whose hot spares the job would need to be placed on
+#: what the plan leaves free (empty: the spare rule is not what keeps it out).
+SpareProbe = Callable[[JobView], list[DomainKey]]
 
 
 def _hop_words(h: int | None) -> str:
@@ -110,7 +115,8 @@ class _Facts:
 
 
 def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None = None,
-            fits_alone: FitProbe | None = None) -> dict[int, list[str]]:
+            fits_alone: FitProbe | None = None,
+            held_by_spares: SpareProbe | None = None) -> dict[int, list[str]]:
     """Reasons for every job the assignment leaves out.
 
     Jobs of one shape (:meth:`PlacementProblem.job_shape`: the same units, requirements and
@@ -133,6 +139,9 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
     fits_alone : FitProbe, optional
         Whether a job fits alone on the round's free GPUs; without it, contention is not
         analysed per job.
+    held_by_spares : SpareProbe, optional
+        With hot spares: the leaves whose spares alone keep the job out (it would fit on
+        what the plan leaves free if they could be opened); such a job is told so.
 
     Returns
     -------
@@ -144,6 +153,7 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
     static: dict[tuple[object, ...], list[str]] = {}  # shape -> reasons on an empty round
     alone: dict[tuple[object, ...], bool] = {}  # shape -> fits alone on the free GPUs
     lost: dict[tuple[frozenset[str], int], list[str]] = {}  # (types, priority) -> rivals
+    spared: dict[tuple[object, ...], list[DomainKey]] = {}  # shape -> leaves whose spares it needs
     out: dict[int, list[str]] = {}
     probes = 0
     quota_use = _admitted_quota_use(p, assignment) if p.quotas.active else {}
@@ -161,6 +171,15 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
             reasons = list(static[shape])
         if not reasons and p.quotas.active:
             reasons = _quota_reasons(p, jv, assignment, quota_use)
+        if not reasons and held_by_spares is not None and not late and \
+                probes < MAX_CONTENTION_PROBES:
+            if shape not in spared:
+                probes += 1
+                spared[shape] = held_by_spares(jv)
+            if spared[shape]:
+                whole = whole_free_counts(p.nodes)
+                reasons = ["held back by the hot-spare rule: " + "; ".join(
+                    spare_words(leaf, p.hot_spares, whole[leaf]) for leaf in spared[shape][:3])]
         if not reasons and jv.index in assignment.untried:
             reasons = ["not tried: the time budget ran out before the search reached it "
                        "(jobs are tried highest priority first); a larger budget would try it"]

@@ -17,6 +17,7 @@ from hyperplace.formulations.placement import (
     PlacementProblem,
     UnitClass,
 )
+from hyperplace.formulations.placement.spares import opened_whole_nodes, spare_leaf
 from hyperplace.models.plan import (
     GPURef,
     JobSummary,
@@ -210,6 +211,8 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
             out.units[j] = units
         else:
             out.notes[j] = "pieces could not be grouped into units"
+    if p.spare_allowance:
+        drop_over_spares(p, out)
     out.stopped = settle_migrations(p, out, stopped) if p.migrating else \
         needed_victims(p, out, stopped)
     return out
@@ -249,6 +252,27 @@ def settle_migrations(p: PlacementProblem, a: Assignment, stopped: set[int]) -> 
             changed = True
         if not changed:
             return stopped
+
+
+def drop_over_spares(p: PlacementProblem, a: Assignment) -> None:
+    """Drop jobs (lowest priority, then smallest, first) while some leaf has more of its
+    whole free nodes opened than its hot spares allow (pieces whose sizes do not divide
+    each other may pack into more nodes than the model counted, see
+    ``PlacementModelBuilder._hot_spares``); each dropped job gets a note."""
+    allowance = p.spare_allowance
+    while True:
+        opened = opened_whole_nodes(p.node_by_name, {
+            node for units in a.units.values() for u in units for node, _ in u.pieces})
+        over = {leaf for leaf, nodes in opened.items() if len(nodes) > allowance.get(leaf, 0)}
+        if not over:
+            return
+        on_over = [j for j, units in a.units.items()
+                   if any(spare_leaf(p.node_by_name[node]) in over
+                          for u in units for node, _ in u.pieces)]
+        j = min(on_over, key=lambda j: (p.jobs[j].priority, p.jobs[j].gpus, -j))
+        del a.units[j]
+        a.notes[j] = ("its pieces packed into more whole free nodes than leaf "
+                      f"{sorted(over)[0]} may open with its hot spares kept")
 
 
 def used_victims(p: PlacementProblem, a: Assignment) -> set[int]:

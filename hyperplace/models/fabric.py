@@ -385,6 +385,13 @@ class Fabric(HPModel):
         g = self._node_group.get(node)
         return None if g is None else "t1:" + "+".join(sorted(self._groups[0][g]))
 
+    def leaf_of(self, node: str) -> str | None:
+        """The node's leaf (None off the fabric): on trees its radius-1 domain; on other
+        fabrics its switch group (:meth:`node_group_label`), since a leaf domain may be cut
+        by a larger one there. The one definition of a leaf: the placement model's node
+        views and the hot-spare rule (:mod:`hyperplace.models.sharing`) both use it."""
+        return self.node_domain(node, 1) if self.is_tree else self.node_group_label(node)
+
     def domains(self, radius: int) -> dict[str, list[str]]:
         """Domain name -> nodes, for sets of nodes pairwise within ``radius`` hops.
 

@@ -116,44 +116,26 @@ def _whole_free(n: Node) -> bool:
     return not n.allocated and not n.faulty
 
 
-def spare_nodes(instance: Instance, count: int) -> list[str]:
-    """The hot spares: in every leaf domain (nodes pairwise within 2 hops), the last
-    ``count`` whole free nodes in cluster order (all of them when it has fewer). New
-    placements leave them free; repairs may use them."""
-    if count <= 0:
-        return []
-    out: dict[str, None] = {}
-    for c in instance.clusters:
-        order = {n.name: i for i, n in enumerate(c.nodes)}
-        by_name = {n.name: n for n in c.nodes}
-        for _, members in sorted(c.network.domains(2).items()):
-            free = sorted((m for m in members if m in by_name and _whole_free(by_name[m])),
-                          key=order.__getitem__)
-            out.update(dict.fromkeys(free[-count:]))
-    return list(out)
-
-
-def with_hot_spares(instance: Instance, count: int, keep_usable: Set[tuple[str, int]] = frozenset()
-                    ) -> Instance:
-    """The instance with its hot spares' GPUs (:func:`spare_nodes`) kept out of reach of new
-    placements (marked unusable), except ``keep_usable`` ones."""
-    names = set(spare_nodes(instance, count))
-    if not names:
-        return instance
-    reserve = {(n.name, g) for c in instance.clusters for n in c.nodes if n.name in names
-               for g in range(n.gpu_count)} - set(keep_usable)
-    return released(instance, [], reserve=reserve)
+def leaves(cluster: Cluster) -> dict[str, list[Node]]:
+    """Leaf (``cluster/leaf``, :meth:`~hyperplace.models.fabric.Network.leaf_of`, the
+    placement model's leaf) -> its nodes in cluster order; nodes off the fabric are in no
+    leaf (the hot-spare rule does not apply to them)."""
+    out: dict[str, list[Node]] = {}
+    net = cluster.network
+    for n in cluster.nodes:
+        leaf = net.leaf_of(n.name)
+        if leaf is not None:
+            out.setdefault(f"{cluster.name}/{leaf}", []).append(n)
+    return out
 
 
 def whole_free_per_leaf(instance: Instance, busy: Set[tuple[str, int]] = frozenset()
                         ) -> dict[str, int]:
-    """Leaf domain (``cluster/leaf``) -> whole free nodes in it, ``busy`` GPUs counted as
-    taken."""
+    """Leaf (``cluster/leaf``, see :func:`leaves`) -> whole free nodes in it (none of
+    their GPUs held or faulty), ``busy`` GPUs counted as taken."""
     out: dict[str, int] = {}
     for c in instance.clusters:
-        by_name = {n.name: n for n in c.nodes}
-        for leaf, members in c.network.domains(2).items():
-            out[f"{c.name}/{leaf}"] = sum(
-                1 for m in members if m in by_name and _whole_free(by_name[m])
-                and not any((m, g) in busy for g in range(by_name[m].gpu_count)))
+        for leaf, members in leaves(c).items():
+            out[leaf] = sum(1 for n in members if _whole_free(n) and
+                            not any((n.name, g) in busy for g in range(n.gpu_count)))
     return out

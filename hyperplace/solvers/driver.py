@@ -31,7 +31,7 @@ from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
 from hyperplace.solvers.backend import Backend, BackendOptions
-from hyperplace.solvers.greedy import fit_probe, repair_priority, solve_greedy
+from hyperplace.solvers.greedy import fit_probe, repair_priority, solve_greedy, spare_probe
 from hyperplace.solvers.params import SolveParams
 from hyperplace.solvers.warm import WarmStart
 
@@ -101,7 +101,8 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                     policy: str = "performance", seed: int = 0, workers: int = 2,
                     params: SolveParams | None = None, deadline: float | None = None,
                     warm: WarmStart | None = None, preemption: str = "never",
-                    migration: MigrationPolicy | None = None) -> PlacementPlan:
+                    migration: MigrationPolicy | None = None, hot_spares: int = 0
+                    ) -> PlacementPlan:
     """Solve one scheduling round of ``instance`` within ``budget_s`` seconds.
 
     Parameters
@@ -132,6 +133,11 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         (``spec.runningJobs``) the round may stop, decided inside the one model
         (:mod:`~hyperplace.formulations.placement.preemption`); greedy's plan then tries
         victim sets in order of lost work (:func:`~hyperplace.solvers.greedy_preempt.greedy_preempt`).
+    hot_spares : int
+        Whole free nodes every leaf keeps free for repairs (an operator setting,
+        :mod:`~hyperplace.formulations.placement.spares`): a constraint of the model, so
+        the solver chooses which nodes stay spare; greedy keeps the same rule. The plan
+        records it (``hotSpares``).
 
     Returns
     -------
@@ -149,9 +155,9 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
 
     if warm is not None and (preemption != "never" or migration is not None):
         warm = None  # such a round is built whole (victims' or movers' GPUs marked on its views)
-    problem = (warm.build(instance, policy, params.model) if warm is not None
+    problem = (warm.build(instance, policy, params.model, hot_spares) if warm is not None
                else PlacementProblem(instance, policy, params.model, preemption=preemption,
-                                     migration=migration))
+                                     migration=migration, hot_spares=hot_spares))
     greedy_start = time.perf_counter()
     # greedy stops in time for what follows it: explanations and the plan (measured 26 us a
     # job at 16,000 jobs, once per job shape; 40 us kept);
@@ -310,7 +316,9 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     # the explanations stop in time for the plan to be built (~10 us per job and free GPU)
     reasons = explain(problem, chosen,
                       deadline=deadline - 1e-5 * (len(problem.jobs) + problem.free_gpus),
-                      fits_alone=fit_probe(problem, params.greedy))
+                      fits_alone=fit_probe(problem, params.greedy),
+                      held_by_spares=spare_probe(problem, chosen, params.greedy)
+                      if problem.spare_allowance else None)
     if problem.victims and problem.preempting:
         _preemption_reasons(problem, chosen, reasons, status == SolveStatus.OPTIMAL)
     stats = SolveStats(status=status, solver=name, objective=objective, bound=bound,
@@ -319,7 +327,8 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                        message=message.strip())
     if warm is not None:
         warm.remember(problem, chosen)
-    return to_plan(problem, chosen, stats, reasons, terms)
+    plan = to_plan(problem, chosen, stats, reasons, terms)
+    return plan.model_copy(update={"hot_spares": hot_spares}) if hot_spares else plan
 
 
 def _not_run(backend: str, est: int, per_second: int, budget_s: float, available: float,

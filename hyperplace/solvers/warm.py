@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.formulations.placement.params import ModelParams
+from hyperplace.formulations.placement.spares import opened_whole_nodes
 from hyperplace.models.instance import Instance
 from hyperplace.solvers.greedy import QuotaLedger, repair_priority
 from hyperplace.solvers.params import GreedyParams
@@ -54,9 +55,11 @@ class WarmStart:
     assignment: Assignment | None = None
     carried: int = 0
 
-    def build(self, instance: Instance, policy: str, params: ModelParams) -> PlacementProblem:
+    def build(self, instance: Instance, policy: str, params: ModelParams,
+              hot_spares: int = 0) -> PlacementProblem:
         """This round's problem, reusing the previous round's views where they still hold."""
-        return PlacementProblem(instance, policy, params, previous=self.problem)
+        return PlacementProblem(instance, policy, params, previous=self.problem,
+                                hot_spares=hot_spares)
 
     def start(self, p: PlacementProblem, greedy: Assignment, params: GreedyParams | None = None,
               deadline: float | None = None) -> Assignment:
@@ -88,8 +91,9 @@ def carried_placements(p: PlacementProblem, prev: PlacementProblem, a: Assignmen
     A job's placement is kept when the job is still pending with the same manifest (its view
     was reused, so its unit classes are the same), every node it uses has the same hardware
     on the same fabric (reused views), every GPU it uses is free now and not taken by a job
-    kept before it, and its queue's quotas still allow it. Jobs are taken highest priority
-    first.
+    kept before it, its queue's quotas still allow it, and the whole free nodes it opens
+    leave every leaf its hot spares (``PlacementProblem.spare_allowance``). Jobs are taken
+    highest priority first.
     """
     index = {jv.name: jv for jv in p.jobs}
     out = Assignment()
@@ -121,7 +125,13 @@ def carried_placements(p: PlacementProblem, prev: PlacementProblem, a: Assignmen
                 break
             units.append(PlacedUnit(uclass=jv.classes[position[u.uclass]].index,
                                     unit=u.unit, pieces=list(u.pieces)))
-        if not ok or not ledger.admit(jv, units):
+        if not ok:
+            continue
+        if p.spare_allowance:
+            opened = opened_whole_nodes(p.node_by_name, set(taken) | set(claim))
+            if any(len(nodes) > p.spare_allowance.get(leaf, 0) for leaf, nodes in opened.items()):
+                continue
+        if not ledger.admit(jv, units):
             continue
         out.units[jv.index] = units
         for node, claimed in claim.items():

@@ -32,6 +32,7 @@ from hyperplace.formulations.placement.domains import DomainKey
 from hyperplace.formulations.placement.preemption import signature_unions
 from hyperplace.formulations.placement.problem import PlacementProblem
 from hyperplace.formulations.placement.quotas import overdraft
+from hyperplace.formulations.placement.spares import spare_leaf
 from hyperplace.formulations.placement.views import JobView, NodeClass, NodeView, UnitClass
 
 Terms = list[tuple[int, int]]
@@ -164,6 +165,7 @@ class PlacementModelBuilder:
         self._preemption()
         self._quotas()
         self._fair_share()
+        self._hot_spares()
         self._objectives()
         return PlacementModel(
             problem=self.p, lm=self.lm, run=self.run, bundles=self.bundles,
@@ -791,6 +793,61 @@ class PlacementModelBuilder:
             self.aux_links.append((g, per_queue[queue], 1))
             self.obj_fair.append((g, 1))
 
+    # ---- sharing: hot spares -------------------------------------------------------------
+    def _hot_spares(self) -> None:
+        """Per leaf with whole free nodes, those the round opens <= ``W - min(N, W)``
+        (:attr:`PlacementProblem.spare_allowance`; which ones stay spare is the model's
+        choice).
+
+        Opened nodes are counted per whole free node class by ``spare_used[c]``: on a
+        uniform class of ``m`` nodes of ``f`` GPUs, ``f x used >= GPUs of its pieces`` and,
+        unless the piece sizes divide each other and ``f``, per size ``s``
+        ``floor(f / s) x used >= pieces of size >= s``. Every such row is a lower bound on
+        the nodes any packing needs, so the rows cut no valid plan; with sizes that divide
+        each other and the node (1, 2, 4, 8 on 8-GPU nodes) the mapping's first-fit
+        decreasing fills nodes one after another (every node's free count stays a multiple
+        of the piece size being placed, so a node is opened only when the ones before it
+        are full) and uses exactly ``ceil(GPUs / f)``, the count. Otherwise a packing may
+        need more nodes than counted: the mapping then drops a job (the plan stays valid and
+        says so). On a non-uniform node (its own class) ``used`` is the OR of its GPU-set
+        variables."""
+        allowance = self.p.spare_allowance
+        if not allowance:
+            return
+        cliques: dict[int, list[int]] = defaultdict(list)
+        for pv in self.pieces:
+            if pv.clique is not None:
+                cliques[pv.node_class].append(pv.var)
+        per_leaf: dict[DomainKey, Terms] = defaultdict(list)
+        for nc in self.p.node_classes:
+            leaf = spare_leaf(nc.rep)
+            if leaf is None or leaf not in allowance:
+                continue
+            if nc.uniform:
+                terms = self.cap_terms.get(nc.index)
+                if not terms:
+                    continue
+                f, m = nc.rep.node.gpu_count, nc.multiplicity
+                u = self.lm.var(f"spare_used[nc{nc.index}]", 0, m)
+                rows: list[tuple[Terms, int]] = [(list(terms), f)]
+                sizes = sorted({size for _, size in terms})
+                if any(f % a or b % a for a, b in zip(sizes, [*sizes[1:], f])):
+                    rows += [([(v, 1) for v, size in terms if size >= s], f // s) for s in sizes]
+                for k, (row, per_node) in enumerate(rows):
+                    self.lm.add(row + [(u, -per_node)], hi=0, name=f"spare_used[nc{nc.index},{k}]")
+                self.derived.append(_ceil_max_rule(u, rows, m))
+            else:
+                vs = cliques.get(nc.index)
+                if not vs:
+                    continue
+                u = self.lm.bool(f"spare_used[nc{nc.index}]")
+                self.lm.add([(v, 1) for v in vs] + [(u, -len(vs))], hi=0,
+                            name=f"spare_used[nc{nc.index}]")
+                self.aux_links.append((u, [(v, 1) for v in vs], len(vs)))
+            per_leaf[leaf].append((u, 1))
+        for leaf, used in sorted(per_leaf.items()):
+            self.lm.add(used, hi=allowance[leaf], name=f"spares[{leaf}]")
+
     # ---- objectives -----------------------------------------------------------------
     def _objectives(self) -> None:
         """Strictly lexicographic: weighted demand per priority tier (running jobs included
@@ -838,6 +895,15 @@ def _borrow_rule(rules: list[tuple[int, int, Terms, float, float, float, int]], 
             use = run + sum(c * values[v] for v, c in terms)
             values[b] = min(ubs[b], max(b_lo, int(math.ceil(use - nominal))))
             values[lend] = max(0, min(ubs[lend], int(math.floor(min(lendable, nominal - use + values[b])))))
+    return rule
+
+
+def _ceil_max_rule(aux: int, rows: list[tuple[Terms, int]], ub: int
+                   ) -> Callable[[list[int]], None]:
+    """Hint completion: ``aux`` = the largest ``ceil(sum(coef x var) / divisor)`` of the
+    rows (capped at ``ub``)."""
+    def rule(values: list[int]) -> None:
+        values[aux] = min(ub, max(-(-sum(c * values[v] for v, c in row) // d) for row, d in rows))
     return rule
 
 

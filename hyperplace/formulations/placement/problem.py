@@ -43,6 +43,7 @@ from hyperplace.formulations.placement.preemption import (
 )
 from hyperplace.formulations.placement.quotas import UNCOVERED, QuotaBook, build_quota_book
 from hyperplace.formulations.placement.reasons import PendingReason, ReasonCode
+from hyperplace.formulations.placement.spares import spare_allowance
 from hyperplace.formulations.placement.tiers import demand_by_level, priority_tiers, tier_weights
 from hyperplace.formulations.placement.views import (
     WHOLE_JOB_GROUP,
@@ -116,14 +117,18 @@ class PlacementProblem:
     migration : MigrationPolicy, optional
         Which running jobs (with manifests) the round may migrate
         (:mod:`~hyperplace.formulations.placement.migration`); not with ``preemption``.
+    hot_spares : int
+        Whole free nodes each leaf keeps free for repairs (:attr:`spare_allowance`,
+        :mod:`~hyperplace.formulations.placement.spares`); 0 (default) keeps none.
     """
 
     def __init__(self, instance: Instance, policy: str = "performance",
                  params: ModelParams | None = None,
                  previous: PlacementProblem | None = None, preemption: str = "never",
-                 migration: MigrationPolicy | None = None):
+                 migration: MigrationPolicy | None = None, hot_spares: int = 0):
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; use performance or cost")
+        self.hot_spares = _check_spares(hot_spares)
         check_policy(preemption)
         if migration is not None and preemption != "never":
             raise ValueError("a round either preempts or migrates running jobs, not both")
@@ -296,8 +301,7 @@ class PlacementProblem:
                     link = min(link, nic)  # the slower of the node's NICs and its cabling
                 # on non-tree fabrics a node's switch group plays the leaf: every domain
                 # holds a group whole, while a leaf domain may be cut by a larger one
-                leaf = (net.node_domain(node.name, 1) if net.is_tree
-                        else net.node_group_label(node.name)) if att else None
+                leaf = net.leaf_of(node.name) if att else None
                 nodes.append(NodeView(
                     index=len(nodes), node=node, cluster=cluster, gpu_type=t,
                     free=node.free_gpus, pair_gbps=pairs, uniform_gbps=uniform,
@@ -737,6 +741,12 @@ class PlacementProblem:
                 for i, ns in enumerate(groups.values())]
 
     @cached_property
+    def spare_allowance(self) -> dict[DomainKey, int]:
+        """Leaf -> whole free nodes the round may open there, keeping ``hot_spares`` of them
+        (all it has when fewer) free for repairs; empty without hot spares."""
+        return spare_allowance(self.nodes, self.hot_spares)
+
+    @cached_property
     def leaf_fully_free(self) -> dict[DomainKey, bool]:
         """Per leaf: every GPU of every node is free."""
         state: dict[DomainKey, bool] = {}
@@ -765,6 +775,12 @@ class PlacementProblem:
 #: Node fields the problem's views read besides the GPU state (``allocated``, ``faulty``).
 _HARDWARE_FIELDS = ("name", "gpu_type", "gpu_count", "nvlink", "nvlink_gbps", "nvlink_pairs",
                     "nics")
+
+
+def _check_spares(hot_spares: int) -> int:
+    if hot_spares < 0:
+        raise ValueError(f"hot spares must be >= 0, got {hot_spares}")
+    return hot_spares
 
 
 def _same_hardware(a: Node, b: Node) -> bool:

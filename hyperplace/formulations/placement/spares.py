@@ -1,0 +1,66 @@
+"""Hot spares (#14): whole free nodes each leaf keeps free for repairs, an operator setting.
+
+With ``hot_spares = N`` the placements of a round may open (use GPUs of) at most
+``W(L) - min(N, W(L))`` of the ``W(L)`` whole free nodes of each leaf ``L`` (a node is whole
+free when none of its GPUs is held or faulty; the leaf is
+:meth:`~hyperplace.models.fabric.Network.leaf_of`, the node views' leaf; nodes off the
+fabric are in no leaf and keep no spares). Which nodes stay spare is the round's choice:
+the model counts the whole free nodes it opens per node class
+(:meth:`~hyperplace.formulations.placement.model.PlacementModelBuilder._hot_spares`), greedy
+keeps a counter per leaf (``solvers.greedy.State``), and the mapping back drops a job when
+its pieces packed into more whole free nodes than the model counted
+(:func:`opened_whole_nodes`). Repairs of running jobs may use the spares: they are solved
+without the setting.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from hyperplace.formulations.placement.domains import DomainKey
+from hyperplace.formulations.placement.views import NodeView
+
+
+def spare_leaf(n: NodeView) -> DomainKey | None:
+    """The leaf whose spares node ``n`` counts toward: its leaf when the node is whole free
+    and on the fabric, else None."""
+    return n.leaf if n.fully_free and not n.leaf.is_single_node else None
+
+
+def whole_free_counts(nodes: Iterable[NodeView]) -> dict[DomainKey, int]:
+    """Leaf -> its whole free nodes (leaves without any left out)."""
+    whole: dict[DomainKey, int] = defaultdict(int)
+    for n in nodes:
+        leaf = spare_leaf(n)
+        if leaf is not None:
+            whole[leaf] += 1
+    return dict(whole)
+
+
+def spare_allowance(nodes: Iterable[NodeView], hot_spares: int) -> dict[DomainKey, int]:
+    """Leaf -> whole free nodes the round's placements may open there,
+    ``W - min(hot_spares, W)`` (empty without spares)."""
+    if hot_spares <= 0:
+        return {}
+    return {leaf: w - min(hot_spares, w) for leaf, w in whole_free_counts(nodes).items()}
+
+
+def opened_whole_nodes(nodes_by_name: dict[str, NodeView], used: Iterable[str]
+                       ) -> dict[DomainKey, set[str]]:
+    """Leaf -> the whole free nodes among ``used`` (node names) in it."""
+    out: dict[DomainKey, set[str]] = defaultdict(set)
+    for name in used:
+        n = nodes_by_name[name]
+        leaf = spare_leaf(n)
+        if leaf is not None:
+            out[leaf].add(name)
+    return out
+
+
+def spare_words(leaf: DomainKey, hot_spares: int, whole: int) -> str:
+    """How an explanation names a leaf's spares: ``leaf c/t1:leaf0 keeps 1 hot spare node
+    for repairs (of 3 whole free)``."""
+    keep = min(hot_spares, whole)
+    return (f"leaf {leaf} keeps {keep} hot spare node{'s' if keep != 1 else ''} for repairs "
+            f"(of {whole} whole free; --hot-spares {hot_spares})")

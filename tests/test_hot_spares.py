@@ -1,0 +1,99 @@
+"""Hot spares as a constraint of the placement model (#14): every leaf keeps
+``min(N, its whole free nodes)`` whole free nodes for repairs, and the solver chooses which.
+Every plan goes through the checker, every backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from hyperplace.check import check
+from hyperplace.solvers.driver import solve_placement
+from placement_helpers import instance, job, node
+
+
+def _mixed_leaf(*jobs):
+    # one leaf of three whole free nodes: two H100 and, last, an A100
+    return instance([node("n0"), node("n1"), node("n2", gpu_type="A100-80")], list(jobs),
+                    nodes_per_leaf=3)
+
+
+def _used_nodes(plan):
+    return {g.node for p in plan.placements for g in p.gpus}
+
+
+def test_the_solver_chooses_which_node_stays_spare(solver):
+    # keeping the last whole free node (n2, the only A100) spare would leave the A100 job
+    # out; keeping an H100 node spare places both (the designated-node approach failed this)
+    inst = _mixed_leaf(job("a100", accel="A100", nvlink=600), job("h100"))
+    plan = solve_placement(inst, solver=solver, budget_s=10, hot_spares=1)
+    assert set(plan.admitted) == {"a100", "h100"}
+    assert plan.hot_spares == 1 and check(plan, inst) == []
+    assert len(_used_nodes(plan)) == 2 and "n2" in _used_nodes(plan)
+
+
+def test_a_small_round_with_spares_is_proven_optimal(exact_solver):
+    inst = _mixed_leaf(job("a100", accel="A100", nvlink=600), job("h100"), job("h100b"))
+    plan = solve_placement(inst, solver=exact_solver, budget_s=10, hot_spares=1)
+    assert plan.status.value == "optimal", plan.message
+    assert len(plan.admitted) == 2 and check(plan, inst) == []
+
+
+def test_a_job_held_back_by_the_spares_says_so(solver):
+    inst = instance([node(f"n{i}") for i in range(3)], [job(f"j{i}") for i in range(3)],
+                    nodes_per_leaf=3)
+    plan = solve_placement(inst, solver=solver, budget_s=10, hot_spares=1)
+    assert len(plan.admitted) == 2 and check(plan, inst) == []
+    (pending,) = plan.pending
+    assert any("keeps 1 hot spare node for repairs" in r for r in pending.reasons), pending
+    # every leaf keeps min(N, what it has): with more spares than nodes nothing is placed
+    none = solve_placement(inst, solver=solver, budget_s=10, hot_spares=5)
+    assert none.admitted == [] and check(none, inst) == []
+    # partly used nodes are not spares: they stay usable
+    busy = instance([node("n0", allocated={0: "x"}), node("n1")], [job("small", tp=4)],
+                    nodes_per_leaf=2)
+    small = solve_placement(busy, solver=solver, budget_s=10, hot_spares=1)
+    assert _used_nodes(small) == {"n0"} and check(small, busy) == []
+
+
+def test_pieces_that_do_not_divide_the_node_are_counted_per_node(solver):
+    # 3-GPU jobs: two fit on an 8-GPU node, so two openable nodes hold four, not five
+    # (15 GPUs would fit two nodes by GPU count alone)
+    inst = instance([node(f"n{i}") for i in range(3)], [job(f"s{i}", tp=3) for i in range(5)],
+                    nodes_per_leaf=3)
+    plan = solve_placement(inst, solver=solver, budget_s=10, hot_spares=1)
+    assert len(plan.admitted) == 4 and check(plan, inst) == []
+    assert len(_used_nodes(plan)) == 2
+
+
+def test_the_checker_flags_a_plan_that_eats_the_spares():
+    inst = _mixed_leaf(job("a100", accel="A100", nvlink=600), job("h100"), job("h100b"))
+    plain = solve_placement(inst, solver="greedy", budget_s=5)
+    assert len(plain.admitted) == 3 and check(plain, inst) == []
+    eats = plain.model_copy(update={"hot_spares": 1})
+    violations = [v for v in check(eats, inst) if v.code == "hot-spares"]
+    assert len(violations) == 1 and "c/" in violations[0].message
+    # the same plan without h100b keeps one spare: valid with one, not with two
+    kept = eats.model_copy(update={
+        "placements": [p for p in eats.placements if p.job != "h100b"],
+        "jobs": [s for s in eats.jobs if s.job != "h100b"]})
+    assert "hot-spares" not in {v.code for v in check(kept, inst)}
+    two = kept.model_copy(update={"hot_spares": 2})
+    assert "hot-spares" in {v.code for v in check(two, inst)}
+
+
+def test_warm_rounds_keep_the_spares():
+    from hyperplace.solvers.warm import WarmStart
+
+    inst = instance([node(f"n{i}") for i in range(4)], [job(f"j{i}") for i in range(3)],
+                    nodes_per_leaf=4)
+    warm = WarmStart()
+    first = solve_placement(inst, solver="greedy", budget_s=5, warm=warm)
+    assert len(first.admitted) == 3
+    second = solve_placement(inst, solver="greedy", budget_s=5, warm=warm, hot_spares=2)
+    assert len(second.admitted) == 2 and check(second, inst) == []
+
+
+def test_negative_spares_are_refused():
+    inst = _mixed_leaf(job("h100"))
+    with pytest.raises(ValueError, match="hot spares"):
+        solve_placement(inst, solver="greedy", hot_spares=-1)
