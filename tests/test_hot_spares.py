@@ -97,3 +97,33 @@ def test_negative_spares_are_refused():
     inst = _mixed_leaf(job("h100"))
     with pytest.raises(ValueError, match="hot spares"):
         solve_placement(inst, solver="greedy", hot_spares=-1)
+
+
+def test_preemption_keeps_the_spares(solver):
+    from hyperplace.models.instance import RunningJob
+
+    # n0 held by a low-priority job, n1 and n2 whole free; one spare: one high job on a
+    # whole free node, the other only by stopping the low job
+    nodes = [node("n0", allocated={g: "low" for g in range(8)}), node("n1"), node("n2")]
+    inst = instance(nodes, [job("hi1", priority="high"), job("hi2", priority="high")],
+                    nodes_per_leaf=3)
+    inst = inst.model_copy(update={"spec": inst.spec.model_copy(update={"running_jobs": [
+        RunningJob(name="low", priority=1, checkpoint_age_s=60)]})})
+    plan = solve_placement(inst, solver=solver, budget_s=10, hot_spares=1,
+                           preemption="lower-priority")
+    assert set(plan.admitted) == {"hi1", "hi2"} and [p.job for p in plan.preemptions] == ["low"]
+    assert check(plan, inst) == [] and len(_used_nodes(plan) - {"n0"}) == 1
+
+
+def test_migrations_keep_the_spares(solver):
+    from pathlib import Path
+
+    from hyperplace.formulations.placement.migration import MigrationPolicy
+    from hyperplace.commands.solve import resolve_instance
+
+    inst = resolve_instance(str(Path(__file__).resolve().parent.parent / "examples" /
+                                "busy-cluster.yaml"), None, None)
+    for spares in (0, 1, 2):
+        plan = solve_placement(inst, solver=solver, budget_s=10, hot_spares=spares,
+                               migration=MigrationPolicy())
+        assert plan.hot_spares == spares and check(plan, inst) == [], (spares, plan.message)

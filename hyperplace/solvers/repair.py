@@ -158,7 +158,8 @@ def repair(instance: Instance, failed: list[tuple[str, int | None]],
         Manifests of running jobs, added to ``spec.runningJobs[].job``.
     strategy, solver, budget_s, hot_spares
         ``minimal``, ``replace-all`` or ``replace-everything``; the backend; seconds per
-        solve; whole free nodes per leaf that whole-job re-placements leave free.
+        solve; the hot-spare setting the round keeps (recorded in the plan; repairs may use
+        the spares, so they are solved without it).
 
     Returns
     -------
