@@ -117,3 +117,42 @@ def test_random_lower_priority_rounds_with_queues_stop_only_within_a_queue(inst)
         for p in plan.preemptions:
             assert p.why == "lower-priority"
             assert p.preemptor == "" or queue_of[p.preemptor] == info[p.job].queue
+
+
+def _quota_round():
+    """n0 held by r (queue b, nominal 0: all 8 borrowed), n1 free; hi (queue a, nominal 8,
+    priority 5) is held back only by the cohort's quota (b borrows a's 8); bb (queue b,
+    priority 2, 2 x 8 GPUs) may stop r but does not fit beside hi."""
+    jobs = [_in_queue(job("hi", priority=5), "a"),
+            _in_queue(job("bb", priority=2, replicas=2), "b")]
+    inst = instance([node("n0", allocated={g: "r" for g in range(8)}), node("n1")], jobs)
+    spec = inst.spec.model_copy(update={"running_jobs": [
+        RunningJob(name="r", queue="b", priority=1, checkpoint_age_s=10)]})
+    inst = inst.model_copy(update={"spec": spec})
+    return inst.with_queues([_cq("a", 8, cohort="org"), _cq("b", 0, cohort="org")])
+
+
+def test_a_stop_does_not_free_quota_for_another_queue(solver):
+    # lower-priority: only bb may stop r; stopping r so that hi fits the cohort's quota
+    # would be a stop across queues through the quota (the model's stopper row)
+    inst = _quota_round()
+    plan = _solve(inst, solver, "lower-priority")
+    assert plan.preemptions == [] and plan.admitted == []
+    plan = _solve(inst, solver, "reclaim-within-cohort")  # a reclaims its nominal 8
+    assert [(p.job, p.why, p.preemptor) for p in plan.preemptions] == \
+        [("r", "reclaim-within-cohort", "hi")] and plan.admitted == ["hi"]
+
+
+def test_checker_refuses_a_stop_for_another_queues_quota():
+    inst = _quota_round()
+    plan = _solve(inst, "greedy", "reclaim-within-cohort")
+    on_n1 = [u.model_copy(update={"gpus": [g.model_copy(update={"node": "n1"}) for g in u.gpus]})
+             for u in plan.placements]
+    jobs = [j.model_copy(update={"node_names": ["n1"]}) for j in plan.jobs]
+    reclaim = plan.model_copy(update={"placements": on_n1, "jobs": jobs})
+    assert check(reclaim, inst) == []  # hi on n1, r stopped for a's quota: a reclaim
+    said = reclaim.model_copy(update={
+        "preemption_policy": "lower-priority",
+        "preemptions": [p.model_copy(update={"why": "lower-priority", "preemptor": ""})
+                        for p in plan.preemptions]})
+    assert "preempt-stopper" in {v.code for v in check(said, inst)}

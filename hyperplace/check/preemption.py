@@ -17,12 +17,18 @@ Recomputed from the instance, not from the solver's bookkeeping:
   :class:`hyperplace.models.preemption_policy.StopRule`: jobs of the victim's own queue
   that outrank it, or, with ``why: reclaim-within-cohort``, jobs of another queue of its
   cohort when the victim's queue was borrowing;
+* a victim whose GPUs nobody reuses (stopped for quota) was stopped for an admitted job
+  allowed to stop it (``preempt-stopper``): a stop may not free its queue's or its
+  cohort's quota for a job of another queue that could not stop it itself;
 * reclaim restores a nominal quota, no more (``preempt-reclaim``): a queue whose jobs reuse
-  a victim's GPUs without outranking it (they reclaim) uses, after the round (running
+  a victim's GPUs by reclaiming (jobs of another queue) uses, after the round (running
   jobs kept + admitted now), at most its nominal quota on every key covering the victim's
-  GPUs. Kueue lets a preemptor stop workloads of other ClusterQueues only when it then fits
-  within its own queue's nominal quota (``getTargets`` calls ``minimalPreemptions`` with
-  borrowing disallowed, kueue ``pkg/scheduler/preemption/preemption.go``).
+  GPUs; a victim stopped for quota by reclaiming needs one such queue. Kueue lets a
+  preemptor stop workloads of other ClusterQueues only when it then fits without borrowing
+  (kueue at ff69552, ``pkg/scheduler/preemption/classical/hierarchical_preemption.go``
+  ``classifyPreemptionVariant`` L103-105: ``ReclaimWithoutBorrowing`` unless
+  ``borrowWithinCohort`` is set; ``pkg/scheduler/preemption/preemption.go``
+  ``workloadFits`` L669-676 with ``allowBorrowing=false``).
 
 The rest of the plan is then checked against the instance with the victims released and
 their unused GPUs kept out of reach (see :func:`hyperplace.models.sharing.released`).
@@ -30,10 +36,12 @@ their unused GPUs kept out of reach (see :func:`hyperplace.models.sharing.releas
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hyperplace.check.quotas import Usage, _matches, _per_key, running_usage
 from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
-from hyperplace.models.preemption_policy import POLICIES, RECLAIM, StopRule
+from hyperplace.models.preemption_policy import LOWER_PRIORITY, POLICIES, RECLAIM, StopRule
 from hyperplace.models.sharing import released, running_gpus
 
 
@@ -55,6 +63,8 @@ def preemption_problems(plan: PlacementPlan, instance: Instance
     policy = plan.preemption_policy if plan.preemption_policy in POLICIES else RECLAIM
     rule = StopRule.of(instance, policy)
     reclaims: dict[str, set[str]] = {}  # victim -> queues that reuse its GPUs by reclaiming
+    quota_only: dict[str, set[str]] = {}  # victim nobody reuses -> queues that may reclaim it
+    admitted = {u.job for u in plan.placements}
     for p in plan.preemptions:
         if p.job in seen:
             out.append(("preempt-duplicate", p.job, "preempted twice"))
@@ -89,9 +99,21 @@ def preemption_problems(plan: PlacementPlan, instance: Instance
                         f"{victim.priority}) under {policy}"
                         + (": only by reclaiming within the cohort, and the plan says "
                            f"{p.why}" if why == RECLAIM else "")))
+        if not users:  # stopped for quota: some admitted job must be allowed to stop it
+            ways = {(rule.why(instance.queue_of(jobs[j]), jobs[j].priority, victim.queue,
+                              victim.priority), instance.queue_of(jobs[j]))
+                    for j in admitted if j in jobs}
+            if any(why == LOWER_PRIORITY for why, _ in ways):
+                continue
+            if p.why == RECLAIM and any(why == RECLAIM for why, _ in ways):
+                quota_only[p.job] = {q for why, q in ways if why == RECLAIM}
+                continue
+            out.append(("preempt-stopper", p.job,
+                        f"no admitted job may stop it under {policy} (a stop may not free "
+                        "quota for a job that could not stop it itself)"))
     victims = [p.job for p in plan.preemptions if p.job in held]
-    if reclaims:
-        out += _reclaim_problems(plan, instance, victims, reclaims)
+    if reclaims or quota_only:
+        out += _reclaim_problems(plan, instance, victims, reclaims, quota_only)
     base = _recheck(plan, instance, victims, reserve)
     for v in dict.fromkeys(victims):
         if not _recheck(plan, instance, [x for x in victims if x != v],
@@ -101,10 +123,10 @@ def preemption_problems(plan: PlacementPlan, instance: Instance
     return out, released(instance, victims, reserve=reserve)
 
 
-def _reclaim_problems(plan: PlacementPlan, instance: Instance, victims: list[str],
-                      reclaims: dict[str, set[str]]) -> list[tuple[str, str, str]]:
-    """``preempt-reclaim``: each queue that reclaims a victim's GPUs ends the round within
-    its nominal quota on the keys covering them (see the module docstring)."""
+def _nominal_excess(plan: PlacementPlan, instance: Instance, victims: list[str]
+                   ) -> Callable[[str, str], list[str]]:
+    """(victim, queue) -> how the queue, after the round (running jobs kept + admitted now),
+    exceeds its nominal quota on the keys covering the victim's GPUs (empty: within)."""
     qs = instance.queue_set
     assert qs is not None
     info = instance.running_job_info
@@ -122,19 +144,38 @@ def _reclaim_problems(plan: PlacementPlan, instance: Instance, victims: list[str
                 if g.node in types:
                     key = (instance.queue_of(jobs[u.job]), types[g.node])
                     after[key] = after.get(key, 0) + 1
+
+    def excess(v: str, q: str) -> list[str]:
+        victim_types = {types[node] for node, _ in held[v]}
+        out = []
+        for key, quota in qs.queues[q].quotas.items() if q in qs.queues else ():
+            if not any(_matches(key, t) for t in victim_types):
+                continue
+            use = _per_key(qs, after, q, key)
+            if use > quota.nominal + 1e-9:
+                out.append(f"queue {q} reclaims it but then uses {use} {key} GPUs, over its "
+                           f"nominal quota of {quota.nominal:g} (reclaim restores a nominal "
+                           "quota, it does not borrow)")
+        return out
+
+    return excess
+
+
+def _reclaim_problems(plan: PlacementPlan, instance: Instance, victims: list[str],
+                      reclaims: dict[str, set[str]], quota_only: dict[str, set[str]]
+                      ) -> list[tuple[str, str, str]]:
+    """``preempt-reclaim``: each queue that reclaims a victim's GPUs ends the round within
+    its nominal quota on the keys covering them; a victim whose GPUs nobody uses, stopped
+    for quota by reclaiming, needs one such queue (see the module docstring)."""
+    excess = _nominal_excess(plan, instance, victims)
     out: list[tuple[str, str, str]] = []
     for v, queues in reclaims.items():
-        victim_types = {types[node] for node, _ in held[v]}
         for q in sorted(queues):
-            for key, quota in qs.queues[q].quotas.items():
-                if not any(_matches(key, t) for t in victim_types):
-                    continue
-                use = _per_key(qs, after, q, key)
-                if use > quota.nominal + 1e-9:
-                    out.append(("preempt-reclaim", v,
-                                f"queue {q} reclaims its GPUs but then uses {use} {key} GPUs, "
-                                f"over its nominal quota of {quota.nominal:g} (reclaim restores "
-                                "a nominal quota, it does not borrow)"))
+            out += [("preempt-reclaim", v, m) for m in excess(v, q)]
+    for v, queues in quota_only.items():
+        found = [excess(v, q) for q in sorted(queues)]
+        if all(found):
+            out.append(("preempt-reclaim", v, found[0][0]))
     return out
 
 

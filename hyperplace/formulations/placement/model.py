@@ -163,6 +163,7 @@ class PlacementModelBuilder:
         self._open_clique_nodes()
         self._open_leaves()
         self._preemption()
+        self._stop_needs_a_stopper()
         self._quotas()
         self._fair_share()
         self._hot_spares()
@@ -737,15 +738,27 @@ class PlacementModelBuilder:
 
     def _reclaim_within_nominal(self, terms: dict[tuple[str, str], Terms],
                                 freed: dict[tuple[str, str], Terms], big: int) -> None:
-        """Reclaim restores a nominal quota, no more (Kueue: a preemptor may stop workloads
-        of other ClusterQueues only when it then fits within its own queue's nominal quota,
-        ``getTargets`` calling ``minimalPreemptions`` with borrowing disallowed,
-        kueue ``pkg/scheduler/preemption/preemption.go``): for every victim some job may
-        stop only by reclaiming, and every queue such jobs belong to, ``stop[v]`` implies
-        that queue's use of each key covering ``v``'s GPUs (running - stopped + admitted now)
-        <= its nominal quota. Conservative when ``v`` may also be stopped for a job that
-        outranks it (the reclaiming queue then stays within nominal although it might not
-        use ``v``'s GPUs); the checker's ``preempt-reclaim`` rule is the exact one."""
+        """Reclaim restores a nominal quota, no more: for every victim some jobs may stop
+        only by reclaiming (``Victim.reclaim_only``: jobs of other queues of its cohort,
+        ``reclaim-within-cohort`` only), and every queue such jobs belong to, ``stop[v]``
+        implies that queue's use of each key covering ``v``'s GPUs (running - stopped +
+        admitted now) <= its nominal quota. Kueue lets a workload stop another
+        ClusterQueue's only when it then fits without borrowing (kueue at ff69552,
+        ``pkg/scheduler/preemption/classical/hierarchical_preemption.go``
+        ``classifyPreemptionVariant`` L103-105, ``preemption.go`` ``workloadFits``
+        L669-676 with ``allowBorrowing=false``).
+
+        Stricter than that rule (the checker's ``preempt-reclaim``: only the queues whose
+        jobs reuse the victim's GPUs, or for a stop only for quota one of them, must end
+        within nominal) in exactly one situation: ``v`` is stopped and a queue that may
+        reclaim it ends the round above its nominal quota on such a key although none of
+        its jobs uses ``v``'s GPUs, i.e. ``v`` was stopped for a job of its own queue that
+        outranks it, or for another queue's reclaim, while that queue borrows elsewhere in
+        the same round. Such plans are valid but outside the model; under
+        ``lower-priority`` no job reclaims and the rows are absent, so the model is exact
+        there. Making it exact needs the stop split by whom it serves (a pool of ``v``'s
+        GPUs per queue in the node rows and in the mapping's flow); the driver bounds a
+        greedy plan that lands outside the model by the demand bound instead."""
         book = self.p.quotas
         qs = book.queues
         if qs is None:
@@ -771,6 +784,22 @@ class PlacementModelBuilder:
     @property
     def _victim_queues(self) -> set[str]:
         return {v.queue for v in self.p.victims}
+
+    def _stop_needs_a_stopper(self) -> None:
+        """A running job is stopped only in a plan that admits a job allowed to stop it:
+        ``stop[v] <= sum of run`` over the bundles of ``Victim.allowed``. The capacity rows
+        already keep its GPUs for such jobs; without this row a stop could still free
+        quota (its queue's, its cohort's) for a job of another queue that may not stop it
+        (``lower-priority`` stays within a queue; the checker's ``preempt-stopper``). Not
+        for movers (a migration's copy runs exactly when it moves)."""
+        leader = {j: b for b, members in self.bundles.items() for j in members}
+        for victim in self.p.victims:
+            if victim.copy is not None:
+                continue
+            runs = sorted({self.run[leader[j]] for j in victim.allowed
+                           if leader.get(j) in self.run})
+            self.lm.add([(self.stop[victim.index], 1)] + [(r, -1) for r in runs], hi=0,
+                        name=f"stopper[{victim.name}]")
 
     def _fair_share(self) -> None:
         """Objective after priority: GPUs admitted within each queue's remaining fair share,
