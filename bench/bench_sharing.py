@@ -6,7 +6,8 @@ on built single-round instances. ``repair``: GPUs moved by the minimal repair ag
 placing each hit job anew and against re-placing every running job from scratch, with and
 without hot spares (:func:`repair_section`). ``defrag``: the largest free domain and lost
 work of whole-cluster defragmentation and of ``defrag --for`` on fragmented rounds
-(:func:`defrag_section`).
+(:func:`defrag_section`). ``spares``: hot spares chosen by the model against the designated
+last nodes of each leaf (:func:`spares_section`).
 
 Preemption instances: N nodes of 8 H100, leaves of L nodes, every GPU held by a running job
 (1, 2, 4 or 8 GPUs on one node, or 16 on two nodes of a leaf), priorities low/normal,
@@ -16,7 +17,7 @@ hyperplace plan passes the checker (asserted); a peer's preemption "fits" when
 hyperplace's exact placement of the preemptor alone (CP-SAT) places it after the peer's
 victims are stopped.
 
-Run: ``.venv/bin/python bench/bench_sharing.py [--section preemption|repair|defrag]``.
+Run: ``.venv/bin/python bench/bench_sharing.py [--section preemption|repair|defrag|spares]``.
 
 Over time (``--over-time``, :func:`over_time`): three queues share 32 GPUs while one floods
 them; hyperplace with and without the fair-share history against the peers' queueing rules,
@@ -410,8 +411,97 @@ def defrag_section() -> list[str]:
     ]
 
 
+def _spares_round(seed: int, n_nodes: int, per_leaf: int):
+    """A mixed round: H100 nodes with every fourth (at random) an A100, a third of the nodes
+    partly used; pending 8-GPU H100 jobs, 8-GPU A100 jobs, 4-GPU jobs of any type and 2 x 8
+    H100 jobs within a leaf, about one GPU asked per GPU there is."""
+    rng = random.Random(seed)
+    nodes = []
+    for i in range(n_nodes):
+        kind = "A100-80" if rng.random() < 0.25 else "H100-80"
+        used = rng.choice([2, 4]) if rng.random() < 0.33 else 0
+        nodes.append(node(f"n{i}", gpu_type=kind, allocated={g: f"run{i}" for g in range(used)}))
+    jobs = []
+    for i in range(n_nodes):
+        kind = rng.choice(["h8", "h8", "a8", "any4", "h2x8"])
+        if kind == "h8":
+            jobs.append(job(f"h{i}"))
+        elif kind == "a8":
+            jobs.append(job(f"a{i}", accel="A100", nvlink=600))
+        elif kind == "any4":
+            jobs.append(job(f"s{i}", tp=4, accel=None, nvlink=0))
+        else:
+            jobs.append(job(f"p{i}", replicas=2, dp_hop=2))
+    return instance(nodes, jobs, nodes_per_leaf=per_leaf)
+
+
+def _designated(inst, spares: int):
+    """The rule this replaced: the last ``spares`` whole free nodes of every leaf (cluster
+    order) kept out of reach before solving."""
+    from hyperplace.models.sharing import leaves, released
+
+    hidden = {(n.name, g) for c in inst.clusters for members in leaves(c).values()
+              for n in [m for m in members if not m.allocated and not m.faulty][-spares:]
+              for g in range(n.gpu_count)}
+    return released(inst, [], reserve=hidden)
+
+
+def spares_section() -> list[str]:
+    """Hot spares chosen by the model against the designated last nodes of each leaf: GPUs
+    and jobs admitted, status, on mixed rounds."""
+    from hyperplace.solvers.driver import solve_placement
+
+    rows = []
+    cpu0 = time.process_time()
+    totals = [0, 0]
+    for n_nodes, per_leaf, seed in ((16, 4, 1), (16, 4, 2), (16, 4, 3), (32, 4, 4),
+                                    (32, 4, 5), (32, 8, 6), (64, 8, 7), (64, 8, 8)):
+        inst = _spares_round(seed, n_nodes, per_leaf)
+        for spares in (1, 2):
+            out = []
+            for name, solved_on, kw in (("designated", _designated(inst, spares), {}),
+                                        ("chosen", inst, {"hot_spares": spares})):
+                t, c = time.perf_counter(), time.process_time()
+                plan = solve_placement(solved_on, solver="cpsat", budget_s=10, **kw)
+                wall, cpu = time.perf_counter() - t, time.process_time() - c
+                plan = plan.model_copy(update={"hot_spares": spares})
+                bad = [v.code for v in check(plan, inst)]
+                if name == "chosen":
+                    assert not bad, bad
+                gpus = sum(len(u.gpus) for u in plan.placements)
+                out.append((gpus, len(plan.admitted), plan.status.value, wall, cpu, bad))
+            d, ch = out
+            totals[0] += d[0]
+            totals[1] += ch[0]
+            flagged = ", ".join(sorted(set(d[5]))) or "none"
+            rows.append(f"| {n_nodes} | {per_leaf} | {seed} | {len(inst.jobs)} | {spares} | "
+                        f"{d[0]} / {ch[0]} | {d[1]} / {ch[1]} | {d[2]} / {ch[2]} | {flagged} | "
+                        f"{d[3]:.1f} ({d[4]:.1f}) / {ch[3]:.1f} ({ch[4]:.1f}) |")
+    cpu = time.process_time() - cpu0
+    return [
+        "## Hot spares: chosen by the model vs designated nodes",
+        "",
+        *_header("spares", f"CPU time of the section: {cpu:.0f} s"),
+        "Mixed rounds (`_spares_round`: H100 nodes, about a quarter A100, a third partly used; "
+        "pending 8-GPU H100, 8-GPU A100, 4-GPU any-type and 2 x 8 H100 jobs), CP-SAT, 10 s "
+        "budget. *designated*: the rule hot spares replaced, the last N whole free nodes of "
+        "each leaf kept out of reach before solving; *chosen*: `solve_placement(hot_spares=N)`, "
+        "the spare rule a constraint of the model. Both plans checked against the round with "
+        "`hotSpares: N` (0 violations asserted for *chosen*; the checker's verdict on "
+        "*designated* shown). Time: wall (CPU) seconds of the solve.",
+        "",
+        f"Total admitted GPUs over the rows: designated {totals[0]}, chosen {totals[1]}.",
+        "",
+        "| nodes | nodes per leaf | seed | pending jobs | hot spares | admitted GPUs: "
+        "designated / chosen | admitted jobs | status | checker on designated | s (CPU) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 SECTIONS = {"preemption": preemption_section, "repair": repair_section,
-            "defrag": defrag_section}
+            "defrag": defrag_section, "spares": spares_section}
 
 
 def main() -> None:

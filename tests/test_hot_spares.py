@@ -127,3 +127,42 @@ def test_migrations_keep_the_spares(solver):
         plan = solve_placement(inst, solver=solver, budget_s=10, hot_spares=spares,
                                migration=MigrationPolicy())
         assert plan.hot_spares == spares and check(plan, inst) == [], (spares, plan.message)
+
+
+def test_the_mapping_drops_a_job_that_would_open_a_spare():
+    # the guard behind the model's node count (pieces that do not divide each other may
+    # pack into more nodes than counted): an assignment opening every node loses one job
+    from hyperplace.formulations.mapping import Assignment, PlacedUnit, drop_over_spares
+    from hyperplace.formulations.placement import PlacementProblem
+
+    inst = instance([node(f"n{i}") for i in range(3)],
+                    [job("j0", priority="high"), job("j1"), job("j2", tp=4)], nodes_per_leaf=3)
+    p = PlacementProblem(inst, hot_spares=1)
+    a = Assignment()
+    for jv, name in zip(p.jobs, ("n0", "n1", "n2")):
+        uc = jv.classes[0]
+        a.units[jv.index] = [PlacedUnit(uc.index, uc.units[0].name, [(name, tuple(range(uc.size)))])]
+    drop_over_spares(p, a)
+    assert sorted(a.units) == [0, 1] and "hot spares" in a.notes[2]
+
+
+def test_switch_groups_are_the_leaves_off_trees(solver):
+    # not a tree: L1 - L2, n1 n2 on L1, n3 n4 on L2, x on both (a group of its own); the
+    # model and the checker share one leaf (the switch group), so each of the three keeps one
+    from hyperplace.models import Cluster, FabricSpec, Instance, InstanceSpec
+    from hyperplace.models.fabric import Link, Switch
+    from hyperplace.models.job import ObjectMeta
+    from hyperplace.models.sharing import whole_free_per_leaf
+
+    links = [Link(a="L1", b="L2", gbps=400), Link(a="x", b="L1", gbps=400),
+             Link(a="x", b="L2", gbps=400)]
+    links += [Link(a=f"n{i}", b=f"L{(i + 1) // 2}", gbps=400) for i in range(1, 5)]
+    cluster = Cluster(name="c", nodes=[node(f"n{i}") for i in range(1, 5)] + [node("x")],
+                      fabric=FabricSpec(switches=[Switch(name="L1"), Switch(name="L2")],
+                                        links=links))
+    inst = Instance(metadata=ObjectMeta(name="line"), spec=InstanceSpec(
+        clusters=[cluster], jobs=[job(f"j{i}") for i in range(5)]))
+    assert not cluster.network.is_tree and len(whole_free_per_leaf(inst)) == 3
+    plan = solve_placement(inst, solver=solver, budget_s=10, hot_spares=1)
+    assert len(plan.admitted) == 2 and check(plan, inst) == []
+    assert "x" not in _used_nodes(plan)

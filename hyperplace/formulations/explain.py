@@ -154,6 +154,7 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
     alone: dict[tuple[object, ...], bool] = {}  # shape -> fits alone on the free GPUs
     lost: dict[tuple[frozenset[str], int], list[str]] = {}  # (types, priority) -> rivals
     spared: dict[tuple[object, ...], list[DomainKey]] = {}  # shape -> leaves whose spares it needs
+    whole: dict[DomainKey, int] = {}  # leaf -> whole free nodes (when a job is held by spares)
     out: dict[int, list[str]] = {}
     probes = 0
     quota_use = _admitted_quota_use(p, assignment) if p.quotas.active else {}
@@ -177,7 +178,7 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
                 probes += 1
                 spared[shape] = held_by_spares(jv)
             if spared[shape]:
-                whole = whole_free_counts(p.nodes)
+                whole = whole or whole_free_counts(p.nodes)
                 reasons = ["held back by the hot-spare rule: " + "; ".join(
                     spare_words(leaf, p.hot_spares, whole[leaf]) for leaf in spared[shape][:3])]
         if not reasons and jv.index in assignment.untried:
