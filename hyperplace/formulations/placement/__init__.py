@@ -5,7 +5,8 @@ The package: :mod:`.views` (nodes, jobs, unit classes as the formulation sees th
 :mod:`.tiers` (priority levels grouped into exact lexicographic phases), :mod:`.model` (the
 integer model, one builder method per constraint family), :mod:`.domains` (domain keys),
 :mod:`.reasons` (why a job cannot run, as codes), :mod:`.params` (tunables),
-:mod:`.preemption` (which running jobs a round may stop, and for whom).
+:mod:`.preemption` (which running jobs a round may stop, and for whom), :mod:`.spares`
+(hot spares: whole free nodes each leaf keeps for repairs).
 
 Written once; :mod:`hyperplace.solvers.cpsat` and :mod:`hyperplace.solvers.milp` encode the
 same :class:`~hyperplace.formulations.linear.LinearModel`, and
