@@ -28,6 +28,9 @@ def serve_command(
         help="SQLite file for stored clusters, runs and plans (':memory:' keeps nothing); "
              "default $XDG_STATE_HOME/hyperplace/service.sqlite")] = None,
     max_body_mb: Annotated[float, typer.Option(help="larger request bodies get 413")] = 32.0,
+    half_life: Annotated[float, typer.Option(
+        "--half-life", help="hours for a stored cluster's per-queue usage history to count "
+        "half (Slurm's PriorityDecayHalfLife, default 7 days); 0 keeps no history")] = 168.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
 ) -> None:
     """Serve placement, layer split, checks, runs, stored clusters and scheduler extenders."""
@@ -39,6 +42,9 @@ def serve_command(
                         ("--max-body-mb", max_body_mb)):
         if not math.isfinite(value) or value <= 0:
             raise InputError(f"must be a positive, finite number, got {value}", path=name)
+    if not math.isfinite(half_life) or half_life < 0:
+        raise InputError(f"must be a finite number of hours, 0 or more, got {half_life}",
+                         path="--half-life")
     token = read_token(token_file) if token_file is not None else None
     if not is_loopback(host) and token is None and not insecure:
         raise InputError(f"refusing to serve on non-loopback address {host!r} without "
@@ -54,7 +60,8 @@ def serve_command(
         workers=workers or max(1, os.cpu_count() or 1), queue_limit=queue_limit,
         max_budget_s=max_budget, default_budget_s=min(default_budget, max_budget), token=token,
         db_path=db or default_db_path(), max_body_bytes=int(max_body_mb * 1024 * 1024),
-        test_hooks=os.environ.get("HYPERPLACE_SERVICE_TEST_HOOKS") == "1")
+        test_hooks=os.environ.get("HYPERPLACE_SERVICE_TEST_HOOKS") == "1",
+        half_life_s=half_life * 3600.0 or None)
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY on accepted connections only when the
     # listening socket says TCP (with proto 0, every answer waited ~40 ms for a delayed ACK)

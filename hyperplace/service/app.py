@@ -39,6 +39,7 @@ from pydantic import BaseModel, SkipValidation
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hyperplace.errors import field_path
+from hyperplace.formulations.placement.usage import QueueUsage
 from hyperplace.models.instance import Instance
 from hyperplace.models.federation import EstimateReport, FederationPlan
 from hyperplace.models.plan import PlacementPlan
@@ -78,7 +79,7 @@ from hyperplace.service.schemas import (
     VolcanoPrioritizeResponse,
 )
 from hyperplace.service.state import apply_patch, apply_plan
-from hyperplace.service.store import ClusterRecord, RunRecord, Store
+from hyperplace.service.store import ClusterRecord, RunRecord, Store, UsageRecord
 from hyperplace.service.worker import RequestProblem, error_body
 
 API_VERSION = "v1"
@@ -164,7 +165,43 @@ class Service:
             # the version and the time it was stored: a cluster deleted and stored again
             # restarts at version 1, and a worker must not mistake it for its cached one
             payload["cluster_version"] = [rec.version, rec.updated]
+            usage = self.usage_at(body.cluster, time.time())
+            if usage is not None:  # the round sees the history brought to its time
+                payload["queue_usage"] = usage.snapshot()
         return payload
+
+    # ---- usage history per stored cluster -------------------------------------------------
+    def usage_at(self, name: str, now: float) -> QueueUsage | None:
+        """The cluster's usage history brought to ``now`` (the GPUs each queue held since the
+        last update accrue, everything decays; the library's
+        :class:`~hyperplace.formulations.placement.usage.QueueUsage` rule); a copy, nothing is
+        stored. None when the server keeps no history."""
+        if not self.config.keeps_usage:
+            return None
+        rec = self.store.usage.get(name) or UsageRecord(None)
+        usage = QueueUsage(self.config.half_life_s, dict(rec.gpu_hours), rec.time_s)
+        usage.advance(now, rec.held)
+        return usage
+
+    def usage_after(self, name: str, now: float, held: dict[str, int],
+                    gpu_hours: dict[str, float] | None = None) -> UsageRecord | None:
+        """The record to store when what the cluster's queues hold changes at ``now``: the
+        history up to ``now`` (or ``gpu_hours``, a history given by the caller) and the new
+        holdings."""
+        usage = self.usage_at(name, now)
+        if usage is None:
+            return None
+        hours = dict(gpu_hours) if gpu_hours else dict(usage.gpu_hours)
+        return UsageRecord(now, hours, {q: int(g) for q, g in held.items() if g > 0})
+
+    def usage_view(self, name: str) -> dict[str, Any] | None:
+        """The ``usageHistory`` of a cluster summary."""
+        usage = self.usage_at(name, time.time())
+        if usage is None:
+            return None
+        rec = self.store.usage.get(name) or UsageRecord(None)
+        return {"halfLifeS": self.config.half_life_s, **rec.to_json(),
+                "gpuHoursNow": usage.snapshot()}
 
     def fetch_cluster(self, name: str, version: int) -> dict[str, Any] | None:
         rec = self.store.clusters.get(name)
@@ -250,14 +287,20 @@ class Service:
             return {"X-Hyperplace-Applied": "no: the cluster was deleted"}
         if [rec.version, rec.updated] != payload["cluster_version"]:
             return {"X-Hyperplace-Applied": f"no: the cluster changed (version {rec.version})"}
+        running = info.get("running") or []
         try:
-            doc = apply_plan(rec.doc, info["allocations"])
+            doc = apply_plan(rec.doc, info["allocations"], running)
         except RequestProblem as exc:
             return {"X-Hyperplace-Applied": f"no: {exc}"}
         used = sum(len(g) for _, g in info["allocations"])
+        now = time.time()
+        held = dict(self.store.usage[name].held) if name in self.store.usage else {}
+        for _, queue, _, gpus in running:
+            held[queue] = held.get(queue, 0) + gpus
         new = ClusterRecord(name, rec.version + 1, doc, rec.gpus, rec.free_gpus - used,
-                            max(0, rec.pending_jobs - len(info.get("admitted", []))), time.time())
-        await asyncio.to_thread(self.store.put_cluster, new, json.dumps(doc))
+                            max(0, rec.pending_jobs - len(info.get("admitted", []))), now)
+        await asyncio.to_thread(self.store.put_cluster, new, json.dumps(doc),
+                                self.usage_after(name, now, held))
         return {"X-Hyperplace-Applied": "yes", "X-Hyperplace-Cluster-Version": str(new.version)}
 
     # ---- runs ---------------------------------------------------------------------------------
@@ -559,10 +602,12 @@ def _add_runs(app: FastAPI, service: Service) -> None:
         return JSONResponse(service.run_status(run))
 
 
-def _cluster_info(rec: ClusterRecord) -> dict[str, Any]:
-    return ClusterInfo(name=rec.name, version=rec.version, gpus=rec.gpus,
-                       free_gpus=rec.free_gpus, pending_jobs=rec.pending_jobs,
-                       updated_at=rec.updated).model_dump(by_alias=True, exclude_none=True)
+def _cluster_info(rec: ClusterRecord, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    return ClusterInfo.model_validate(
+        {"name": rec.name, "version": rec.version, "gpus": rec.gpus,
+         "freeGpus": rec.free_gpus, "pendingJobs": rec.pending_jobs,
+         "updatedAt": rec.updated, "usageHistory": usage}).model_dump(by_alias=True,
+                                                                     exclude_none=True)
 
 
 def _add_clusters(app: FastAPI, service: Service) -> None:
@@ -578,10 +623,18 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
             return Response(data, status_code=status, media_type="application/json",
                             headers=info.get("headers") or {})
         text = data.decode()
-        rec = ClusterRecord(name, version, json.loads(text), info["gpus"], info["free_gpus"],
+        doc = json.loads(text)
+        usage = None
+        if service.config.keeps_usage:
+            # the history is the service's (one copy, in its own table): a document's own
+            # spec.queueUsage replaces it, and is not kept in the document
+            own = doc["spec"].pop("queueUsage", None)
+            usage = service.usage_after(name, updated, info.get("held") or {}, own)
+            text = json.dumps(doc)
+        rec = ClusterRecord(name, version, doc, info["gpus"], info["free_gpus"],
                             info["pending_jobs"], updated)
-        await asyncio.to_thread(service.store.put_cluster, rec, text)
-        return JSONResponse(_cluster_info(rec))
+        await asyncio.to_thread(service.store.put_cluster, rec, text, usage)
+        return JSONResponse(_cluster_info(rec, service.usage_view(name)))
 
     @app.put("/v1/clusters/{name}", response_model=ClusterInfo, responses=ERRORS,
              tags=["clusters"], summary="Store (or replace) a cluster: an Instance document")
@@ -613,11 +666,13 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
         rec = service.store.clusters.get(name)
         if rec is None:
             return json_error(404, f"no stored cluster {name!r}", path="name")
-        return JSONResponse({**_cluster_info(rec), "instance": rec.doc})
+        return JSONResponse({**_cluster_info(rec, service.usage_view(name)),
+                             "instance": rec.doc})
 
     @app.get("/v1/clusters", tags=["clusters"], summary="Stored clusters (summaries)")
     async def list_clusters() -> Response:
-        return JSONResponse([_cluster_info(r) for r in service.store.clusters.values()])
+        return JSONResponse([_cluster_info(r, service.usage_view(r.name))
+                             for r in service.store.clusters.values()])
 
     @app.delete("/v1/clusters/{name}", status_code=204, tags=["clusters"], responses=ERRORS)
     async def delete_cluster(name: ClusterName) -> Response:

@@ -16,6 +16,9 @@ from hyperplace.errors import InputError
 # deadline plus this is stopped and the request answered 503 with Retry-After. Measured
 # with bench/bench_service.py (bench/results/service.md); the load test asserts it.
 OVERHEAD_S = 0.5
+# The usage history's half-life by default: Slurm's PriorityDecayHalfLife default, 7 days
+# (``DEFAULT_PRIORITY_DECAY`` = 604800 s in SchedMD/slurm src/common/read_config.h).
+DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
 # Above this size a request body is refused with 413 (a 16,384-GPU, 2,000-job instance is
 # about 0.9 MB of JSON; 131,072 GPUs about 7 MB).
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -52,6 +55,8 @@ class ServiceConfig:
     hard_timeout_s: a worker still busy this long past a request's deadline is killed (the
     driver keeps its budget, so this only catches a hung native solver).
     test_hooks: enables ``/v1/debug/*`` (crash a worker, sleep in one) for the service tests.
+    half_life_s: half-life of every stored cluster's per-queue usage history (decayed
+    GPU-hours that later rounds' fair share sees, kept in the database); None or 0 keeps none.
     """
 
     workers: int = 2
@@ -64,9 +69,15 @@ class ServiceConfig:
     hard_timeout_s: float = 30.0
     shutdown_grace_s: float = 10.0
     test_hooks: bool = False
+    half_life_s: float | None = DEFAULT_HALF_LIFE_S
     job_labels: tuple[str, ...] = field(default=(
         "hyperplace.io/job", "volcano.sh/job-name", "training.kubeflow.org/job-name",
         "batch.kubernetes.io/job-name", "job-name"))
+
+    @property
+    def keeps_usage(self) -> bool:
+        """Whether stored clusters keep usage history (a positive half-life)."""
+        return bool(self.half_life_s)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -78,6 +89,10 @@ class ServiceConfig:
                              f"{self.max_budget_s}", path="--max-budget")
         if self.token is not None and not self.token:
             raise InputError("the token file is empty", path="--token-file")
+        if self.half_life_s is not None and not (math.isfinite(self.half_life_s)
+                                                 and self.half_life_s >= 0):
+            raise InputError(f"must be a finite number of hours, 0 or more, got "
+                             f"{self.half_life_s / 3600:g}", path="--half-life")
         if self.max_body_bytes < 1024:
             raise InputError("must be at least 1 KiB", path="--max-body-mb")
 

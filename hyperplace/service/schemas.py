@@ -214,6 +214,18 @@ class ClusterPatch(Body):
         default_factory=list, description="jobs that joined the pending queue")
 
 
+class UsageHistory(Body):
+    """A stored cluster's per-queue usage history (kept in the database, updated whenever the
+    GPUs its queues hold change: an applied round, a PATCH, a PUT)."""
+
+    half_life_s: float = Field(description="the server's --half-life, in seconds")
+    as_of: float | None = Field(description="when it was last brought up to date (Unix time)")
+    gpu_hours: dict[str, float] = Field(description="decayed GPU-hours per queue as of asOf")
+    held_gpus: dict[str, int] = Field(description="GPUs each queue holds since asOf")
+    gpu_hours_now: dict[str, float] = Field(description=(
+        "brought to the time of this answer: what a round now sees as spec.queueUsage"))
+
+
 class ClusterInfo(Body):
     name: str
     version: int
@@ -221,6 +233,8 @@ class ClusterInfo(Body):
     free_gpus: int
     pending_jobs: int
     updated_at: float
+    usage_history: UsageHistory | None = Field(default=None, description=(
+        "per-queue usage history for fair share over rounds (absent with --half-life 0)"))
     interrupted_jobs: list[str] | None = Field(default=None, description=(
         "PATCH only: running jobs a failure hit; all their GPUs were freed"))
 

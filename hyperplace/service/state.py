@@ -3,7 +3,9 @@ result, so a delta can never leave an invalid cluster behind).
 
 A cluster document is the ``Instance`` document the library writes (``instance_document``):
 GPU state lives in each node's ``allocated`` (GPU index -> job) and ``faulty`` lists; the
-pending queue is ``spec.jobs``.
+pending queue is ``spec.jobs``; running jobs admitted by an applied round are listed in
+``spec.runningJobs`` with their queue and priority when the cluster declares queues (a job
+that completes or is interrupted leaves that list).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def apply_patch(doc: dict[str, Any], patch: ClusterPatch,
     ``interrupted`` so the caller can say so (and resubmit it as an arrival if it wants).
     """
     doc = copy.deepcopy(doc)
+    stopped: set[str] = set(patch.completions)
     nodes = _nodes(doc)
     spec = doc["spec"]
     queue = spec.setdefault("jobs", [])
@@ -67,6 +70,7 @@ def apply_patch(doc: dict[str, Any], patch: ClusterPatch,
                 alloc = node.get("allocated") or {}
                 hit = {alloc[str(g)] for g in gpus if str(g) in alloc}
                 if hit:
+                    stopped |= hit
                     for _, other in nodes.values():
                         held = other.get("allocated") or {}
                         other["allocated"] = {k: v for k, v in held.items() if v not in hit}
@@ -94,15 +98,30 @@ def apply_patch(doc: dict[str, Any], patch: ClusterPatch,
             raise _bad(f"arrivals[{i}].metadata.name", f"job {name!r} is already queued", 409)
         names.add(name)
         queue.append(job)
+    if stopped and spec.get("runningJobs"):
+        spec["runningJobs"] = [r for r in spec["runningJobs"] if r.get("name") not in stopped]
     return doc
 
 
-def apply_plan(doc: dict[str, Any], allocations: list[list[Any]]) -> dict[str, Any]:
-    """The document after a round: each admitted job holds its GPUs and leaves the queue."""
+def apply_plan(doc: dict[str, Any], allocations: list[list[Any]],
+               running: list[list[Any]] | None = None) -> dict[str, Any]:
+    """The document after a round: each admitted job holds its GPUs and leaves the queue.
+
+    ``running`` (``[job, queue, priority, gpus]`` per admitted job) lists the admitted jobs
+    in ``spec.runningJobs`` when the cluster declares queues, so later rounds count their
+    GPUs under their queue."""
     patch = ClusterPatch.model_validate({"allocations": [
         {"job": job, "gpus": [{"node": n, "gpu": g} for n, g in gpus]}
         for job, gpus in _merge(allocations)]})
-    return apply_patch(doc, patch)
+    out = apply_patch(doc, patch)
+    spec = out["spec"]
+    if running and spec.get("queues"):
+        started = {job for job, *_ in running}
+        spec["runningJobs"] = [
+            *(r for r in spec.get("runningJobs") or [] if r.get("name") not in started),
+            *({"name": job, "queue": queue, "priority": priority}
+              for job, queue, priority, _ in running)]
+    return out
 
 
 def _merge(allocations: list[list[Any]]) -> list[tuple[str, list[list[Any]]]]:

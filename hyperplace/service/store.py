@@ -1,5 +1,6 @@
-"""What the service keeps across restarts, in SQLite: stored clusters, runs, and the latest
-plan of every job (for the scheduler extenders).
+"""What the service keeps across restarts, in SQLite: stored clusters, their queues' usage
+history (decayed GPU-hours, for fair share over rounds), runs, and the latest plan of every
+job (for the scheduler extenders).
 
 Everything is also held in memory (the event loop reads it without touching the disk); writes
 go to SQLite first (in a thread, one connection behind a lock, WAL journal), so a restart
@@ -27,6 +28,8 @@ CREATE TABLE IF NOT EXISTS runs (
     error TEXT);
 CREATE TABLE IF NOT EXISTS job_plans (
     job TEXT PRIMARY KEY, cluster TEXT, nodes TEXT, pending TEXT, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS queue_usage (
+    cluster TEXT PRIMARY KEY, time REAL, gpu_hours TEXT NOT NULL, held TEXT NOT NULL);
 """
 
 
@@ -39,6 +42,20 @@ class ClusterRecord:
     free_gpus: int
     pending_jobs: int
     updated: float
+
+
+@dataclass
+class UsageRecord:
+    """A stored cluster's usage history: decayed GPU-hours per queue as of ``time_s`` (wall
+    clock, seconds) and the GPUs each queue has held since then (what accrues next)."""
+
+    time_s: float | None
+    gpu_hours: dict[str, float] = field(default_factory=dict)
+    held: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"asOf": self.time_s, "gpuHours": dict(sorted(self.gpu_hours.items())),
+                "heldGpus": dict(sorted(self.held.items()))}
 
 
 @dataclass
@@ -79,6 +96,7 @@ class Store:
         self.clusters: dict[str, ClusterRecord] = {}
         self.runs: dict[str, RunRecord] = {}
         self.job_plans: dict[str, JobPlan] = {}
+        self.usage: dict[str, UsageRecord] = {}
         self._load()
 
     def _load(self) -> None:
@@ -96,23 +114,44 @@ class Store:
                     error=json.loads(row[9]) if row[9] else None)
             for row in self._db.execute("SELECT job, cluster, nodes, pending FROM job_plans"):
                 self.job_plans[row[0]] = JobPlan(row[1], json.loads(row[2] or "{}"), row[3])
+            for row in self._db.execute("SELECT cluster, time, gpu_hours, held FROM queue_usage"):
+                self.usage[row[0]] = UsageRecord(row[1], json.loads(row[2]), json.loads(row[3]))
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     # ---- clusters -----------------------------------------------------------------------
-    def put_cluster(self, rec: ClusterRecord, doc_text: str) -> None:
+    def put_cluster(self, rec: ClusterRecord, doc_text: str,
+                    usage: UsageRecord | None = None) -> None:
+        """Store a cluster and (when given) its usage history, in one transaction."""
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO clusters VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (rec.name, rec.version, doc_text, rec.gpus, rec.free_gpus, rec.pending_jobs,
-                 rec.updated))
+            self._db.execute("BEGIN")
+            try:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO clusters VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (rec.name, rec.version, doc_text, rec.gpus, rec.free_gpus, rec.pending_jobs,
+                     rec.updated))
+                if usage is not None:
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO queue_usage VALUES (?, ?, ?, ?)",
+                        (rec.name, usage.time_s, json.dumps(usage.gpu_hours),
+                         json.dumps(usage.held)))
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
         self.clusters[rec.name] = rec
+        if usage is not None:
+            self.usage[rec.name] = usage
 
     def delete_cluster(self, name: str) -> bool:
         with self._lock:
+            self._db.execute("BEGIN")
             self._db.execute("DELETE FROM clusters WHERE name = ?", (name,))
+            self._db.execute("DELETE FROM queue_usage WHERE cluster = ?", (name,))
+            self._db.execute("COMMIT")
+        self.usage.pop(name, None)
         return self.clusters.pop(name, None) is not None
 
     # ---- runs -----------------------------------------------------------------------------

@@ -197,6 +197,11 @@ def resolve_instance(src: dict[str, Any], ctx: WorkerContext) -> tuple[Any, str]
         name, version = src["cluster"], src["cluster_version"]
         inst = ctx.stored_instance(name, version)
         label = name
+        if src.get("queue_usage") is not None and inst.queue_set is not None:
+            # the service's usage history of this cluster, brought to the round's time
+            from hyperplace.formulations.placement.usage import with_queue_usage
+
+            inst = with_queue_usage(inst, src["queue_usage"])
     if src.get("jobs") is not None:
         jobs = [validate(TrainingJob, j, f"jobs[{i}]") for i, j in enumerate(src["jobs"])]
         seen: set[str] = set()
@@ -274,6 +279,13 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
         info["allocations"] = [[p.job, [[g.node, g.gpu] for g in p.gpus]]
                                for p in plan.placements]
         info["admitted"] = plan.admitted
+        # queue (as the stored cluster declares it; request queues are not stored), priority
+        # and GPUs of each admitted job: for spec.runningJobs and the usage history
+        manifests = {j.name: j for j in inst.jobs}
+        own_queues = not payload.get("queues")
+        info["running"] = [
+            [j.job, inst.queue_of(manifests[j.job]) if own_queues else "default",
+             manifests[j.job].priority, j.gpus] for j in plan.jobs]
     return Reply(200, dumps(plan.to_doc()), info)
 
 
@@ -415,12 +427,15 @@ def validate_instance(payload: dict[str, Any], deadline: float, ctx: WorkerConte
                 if m and int(m.group(1)) >= first:
                     prob["path"] = f"arrivals[{int(m.group(1)) - first}]{m.group(2)}"
         raise
+    from hyperplace.formulations.placement.usage import held_gpus_by_queue
+
     doc = instance_document(inst)
     if payload.get("name") is not None:
         ctx.remember(payload["name"], payload["version"], inst)
     gpus = sum(n.gpu_count for c in inst.clusters for n in c.nodes)
     free = sum(n.free_count for c in inst.clusters for n in c.nodes)
-    info = {"gpus": gpus, "free_gpus": free, "pending_jobs": len(inst.jobs)}
+    info = {"gpus": gpus, "free_gpus": free, "pending_jobs": len(inst.jobs),
+            "held": held_gpus_by_queue(inst), "queue_usage": dict(inst.spec.queue_usage)}
     return Reply(200, dumps(doc), info)
 
 

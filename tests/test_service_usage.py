@@ -1,0 +1,108 @@
+"""Usage history of a stored cluster in the service (#14), against a real server: applied
+rounds accrue each queue's GPU-hours (Slurm's decay, the library's QueueUsage rule) in the
+SQLite store, later rounds on the cluster see it as spec.queueUsage (a queue that got less
+wins the fair-share tie), it survives a restart, and it is shown in GET /v1/clusters/{name}.
+Every plan goes through the checker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from test_session_fairshare import queued
+from test_sim_fairshare import cluster_queue, one_node
+
+from hyperplace.check import check
+from hyperplace.models import Instance
+from hyperplace.models.plan import PlacementPlan
+from hyperplace.service.launch import LocalServer
+
+
+def _round(client: httpx.Client, cluster: str) -> PlacementPlan:
+    """One applied round, checked against the stored state it was solved on."""
+    before = Instance.model_validate(client.get(f"/v1/clusters/{cluster}").json()["instance"])
+    r = client.post("/v1/placement", json={"cluster": cluster, "budgetS": 5, "solver": "cpsat",
+                                           "apply": True})
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Hyperplace-Applied"] == "yes"
+    plan = PlacementPlan.model_validate(r.json())
+    assert check(plan, before) == []
+    return plan
+
+
+def test_usage_history_persists_across_applied_rounds_and_a_restart(tmp_path) -> None:
+    db = tmp_path / "state.sqlite"
+    base = one_node([cluster_queue("a"), cluster_queue("b")])
+
+    def jobs(*spec: tuple[str, int]) -> list[dict]:
+        return [queued(base, name, gpus, name[0]).to_doc() for name, gpus in spec]
+
+    inst = base.with_jobs([queued(base, "a0", 4, "a"), queued(base, "a1", 4, "a"),
+                           queued(base, "b0", 8, "b")])
+    with LocalServer(db=db, workers=1) as srv, httpx.Client(base_url=srv.url, timeout=60) as hp:
+        info = hp.put("/v1/clusters/fair", json=inst.to_doc()).json()
+        assert info["usageHistory"]["gpuHours"] == {} and info["usageHistory"]["heldGpus"] == {}
+        assert info["usageHistory"]["halfLifeS"] == 7 * 24 * 3600  # Slurm's default
+        # round 1, no history yet: per round both queues are at their share and a's plan
+        # admits more jobs, so a wins the node
+        assert sorted(_round(hp, "fair").admitted) == ["a0", "a1"]
+        got = hp.get("/v1/clusters/fair").json()
+        assert got["usageHistory"]["heldGpus"] == {"a": 8}
+        assert {r["name"]: r["queue"] for r in got["instance"]["spec"]["runningJobs"]} == {
+            "a0": "a", "a1": "a"}
+        time.sleep(1.5)  # a holds the node for 1.5 s
+        r = hp.patch("/v1/clusters/fair", json={"completions": ["a0", "a1"],
+                                                "arrivals": jobs(("a2", 4), ("a3", 4))})
+        assert r.status_code == 200, r.text
+        hist = r.json()["usageHistory"]
+        assert hist["heldGpus"] == {} and set(hist["gpuHours"]) == {"a"}
+        assert 8 * 1.5 / 3600 * 0.99 < hist["gpuHours"]["a"] < 8 * 10 / 3600
+        assert hp.get("/v1/clusters/fair").json()["instance"]["spec"].get(
+            "runningJobs", []) == []  # the completed jobs left the list
+        # round 2: the same tie, but a used the node: b's job wins it
+        assert _round(hp, "fair").admitted == ["b0"]
+        r = hp.patch("/v1/clusters/fair", json={"completions": ["b0"],
+                                                "arrivals": jobs(("b1", 8))})
+        hist = r.json()["usageHistory"]
+        assert 0 < hist["gpuHours"]["b"] < hist["gpuHours"]["a"]
+        stored = hp.get("/v1/clusters/fair").json()
+    with LocalServer(db=db, workers=1) as srv, httpx.Client(base_url=srv.url, timeout=60) as hp:
+        after = hp.get("/v1/clusters/fair").json()
+        # the history is the stored one, to the last digit
+        for key in ("asOf", "gpuHours", "heldGpus"):
+            assert after["usageHistory"][key] == stored["usageHistory"][key], key
+        now = after["usageHistory"]["gpuHoursNow"]
+        assert now["a"] == pytest.approx(stored["usageHistory"]["gpuHours"]["a"], rel=1e-4)
+        # round 3 after the restart: a used more (1.5 s against b's few ms), so b wins the
+        # tie again, where a per-round fair share alone would admit a2 and a3
+        assert _round(hp, "fair").admitted == ["b1"]
+
+
+def test_a_documents_own_usage_seeds_the_history_and_bad_usage_is_a_422() -> None:
+    base = one_node([cluster_queue("a"), cluster_queue("b")])
+    inst = base.with_jobs([queued(base, "a0", 4, "a"), queued(base, "a1", 4, "a"),
+                           queued(base, "b0", 8, "b")])
+    with LocalServer(workers=1) as srv, httpx.Client(base_url=srv.url, timeout=60) as hp:
+        doc = inst.to_doc()
+        doc["spec"]["queueUsage"] = {"nope": 1.0}
+        r = hp.put("/v1/clusters/seeded", json=doc)
+        assert r.status_code == 422 and r.json()["path"] == "spec.queueUsage.nope", r.text
+        doc["spec"]["queueUsage"] = {"b": -1.0}
+        r = hp.put("/v1/clusters/seeded", json=doc)
+        assert r.status_code == 422 and r.json()["path"].startswith("spec.queueUsage"), r.text
+        doc["spec"]["queueUsage"] = {"a": 5.0}
+        r = hp.put("/v1/clusters/seeded", json=doc)
+        assert r.status_code == 200 and r.json()["usageHistory"]["gpuHours"] == {"a": 5.0}
+        got = hp.get("/v1/clusters/seeded").json()
+        assert "queueUsage" not in got["instance"]["spec"]  # one copy: the service's
+        # a used 5 GPU-hours, b nothing: b wins the tie a wins per round
+        assert _round(hp, "seeded").admitted == ["b0"]
+        assert hp.delete("/v1/clusters/seeded").status_code == 204
+        assert hp.get("/v1/clusters").json() == []
+    out = subprocess.run([sys.executable, "-m", "hyperplace.cli", "serve", "--half-life", "-1",
+                          "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().startswith("error: --half-life: must be a finite number")
