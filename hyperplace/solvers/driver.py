@@ -374,10 +374,11 @@ def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolu
     solution and every phase above was proven (a lower phase's bound is conditional on the
     ones above), else None (no valid bound). Proven optimal: all 0."""
     names = ["admitted_priority_demand", "preempted_lost_gpu_seconds", "preempted_jobs",
-             "admitted_jobs", "communication", "fragmentation", "policy"]
+             "migrated_lost_gpu_seconds", "migrated_jobs", "admitted_jobs", "communication",
+             "fragmentation", "policy"]
     gaps: dict[str, float | None] = {name: None for name in names if name in terms}
     gaps["admitted_priority_demand"] = relative_gap(objective, bound)
-    if terms.get("admitted_jobs") == sum(1 for jv in p.jobs if not jv.impossible):
+    if terms.get("admitted_jobs") == sum(1 for jv in p.pending if not jv.impossible):
         gaps["admitted_jobs"] = 0.0  # every job that can run is admitted
     if status == SolveStatus.OPTIMAL:
         return {name: 0.0 for name in gaps}

@@ -67,8 +67,9 @@ def greedy_migrate(p: PlacementProblem, a: Assignment, params: GreedyParams | No
             break
         if sum(len(f) for f in state.free.values()) < jv.gpus:
             continue  # moving jobs frees no GPU in all
-        movers = sorted((v for v in p.victims if v.index not in out.stopped),
-                        key=lambda v: (v.lost, v.name))[:MAX_CANDIDATES]
+        every = sorted((v for v in p.victims if v.index not in out.stopped),
+                       key=lambda v: (v.lost, v.name))
+        movers = every[:MAX_CANDIDATES]
         room = None if limit is None else limit - len(out.stopped)
         tried = 0
         done = False
@@ -83,7 +84,7 @@ def greedy_migrate(p: PlacementProblem, a: Assignment, params: GreedyParams | No
                 break
         if done:
             continue
-        for combo in _node_sets(p, jv, state, movers):
+        for combo in _node_sets(p, jv, state, every):
             if deadline is not None and time.perf_counter() > deadline:
                 break
             if (room is None or len(combo) <= room) and \
