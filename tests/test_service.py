@@ -706,3 +706,18 @@ def test_placement_with_preemption(http: httpx.Client) -> None:
     assert PlacementPlan.model_validate(r.json()).preemptions == []
     r = http.post("/v1/placement", json={**body, "apply": True})
     assert r.status_code == 422 and "apply" in r.text
+
+
+def test_placement_with_hot_spares(http: httpx.Client) -> None:
+    from placement_helpers import instance as small_instance
+    from placement_helpers import job, node
+
+    inst = small_instance([node(f"n{i}") for i in range(3)], [job(f"j{i}") for i in range(3)],
+                          nodes_per_leaf=3)
+    body = {"instance": inst.to_doc(), "budgetS": 5, "hotSpares": 1}
+    r = http.post("/v1/placement", json=body)
+    assert r.status_code == 200, r.text
+    plan = PlacementPlan.model_validate(r.json())
+    assert plan.hot_spares == 1 and len(plan.admitted) == 2 and check(plan, inst) == []
+    r = http.post("/v1/placement", json={**body, "hotSpares": -1})
+    assert r.status_code == 422 and "hotSpares" in r.text

@@ -211,7 +211,8 @@ class Service:
         if ep.kind == "placement":
             return {**self.instance_payload(body), "solver": body.solver,
                     "policy": body.policy, "seed": body.seed, "budget_s": budget,
-                    "apply": body.apply, "preemption": body.preemption}
+                    "apply": body.apply, "preemption": body.preemption,
+                    "hot_spares": body.hot_spares}
         if ep.kind == "check":
             return {**self.instance_payload(body), "plan": body.plan}
         if ep.kind == "federation":

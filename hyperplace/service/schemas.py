@@ -75,6 +75,8 @@ class PlacementRequest(InstanceSource):
     preemption: Literal["never", "lower-priority", "reclaim-within-cohort"] = Field(
         default="never", description="as `hyperplace solve --preemption`: running jobs "
         "(spec.runningJobs) the round may stop; the plan lists them in preemptions[]")
+    hot_spares: int = Field(default=0, ge=0, le=1024, description="as `hyperplace solve "
+                            "--hot-spares`: whole free nodes every leaf keeps free for repairs")
 
     @model_validator(mode="after")
     def _no_apply_with_preemption(self) -> "PlacementRequest":

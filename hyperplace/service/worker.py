@@ -267,7 +267,8 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
     warm = ctx.warm_start(label, inst) if payload.get("cluster") is not None else None
     plan = solve_placement(inst, solver=payload["solver"], budget_s=budget,
                            policy=payload["policy"], seed=payload["seed"], warm=warm,
-                           preemption=payload.get("preemption", "never"))
+                           preemption=payload.get("preemption", "never"),
+                           hot_spares=payload.get("hot_spares", 0))
     plan = plan.model_copy(update={
         "metadata": plan.metadata.model_copy(update={"instance": label}),
         "budget_s": payload["budget_s"]})
