@@ -156,3 +156,15 @@ def test_checker_refuses_a_stop_for_another_queues_quota():
         "preemptions": [p.model_copy(update={"why": "lower-priority", "preemptor": ""})
                         for p in plan.preemptions]})
     assert "preempt-stopper" in {v.code for v in check(said, inst)}
+
+
+def test_peer_rules_preempt_within_the_preemptors_queue():
+    # Kueue's withinClusterQueue and Volcano's preempt action both stay within a queue
+    from hyperplace.baselines.preemption import kueue_style, volcano_style
+
+    for rule in (kueue_style, volcano_style):
+        other = _round("a", 8)
+        assert rule(other, other.jobs[0]).victims == []
+        own = _round("b", 8)
+        peer = rule(own, own.jobs[0])
+        assert peer.victims == ["r"] and peer.fits

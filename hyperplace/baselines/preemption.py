@@ -6,22 +6,29 @@ afterwards by :func:`preemptor_fits`, with hyperplace's exact placement of that 
 the instance with the victims released: the peers do not decide it with the topology.
 
 Kueue-style (classical preemption without Topology Aware Scheduling)
-    kubernetes-sigs/kueue at commit ff69552:
-    ``pkg/scheduler/preemption/preemption.go`` ``findCandidates`` (L633) keeps running
-    workloads of lower priority (``withinClusterQueue: LowerPriority``);
-    ``pkg/scheduler/preemption/common/ordering.go`` ``CandidatesOrdering`` (L42; criteria
-    L36-41) orders them lower priority first, then admitted more recently first;
-    ``preemption.go`` ``classicalPreemptions`` (L284, loop L323-335) removes candidates in that
-    order until ``workloadFits`` (L669): the request fits the quota still available; then
+    kubernetes-sigs/kueue at commit ff69552, the policy ``withinClusterQueue:
+    LowerPriority`` (hyperplace's ``lower-priority``):
+    ``pkg/scheduler/preemption/classical/hierarchical_preemption.go``
+    ``collectSameQueueCandidates`` (L125-130) and ``classifyPreemptionVariant`` (L81-113,
+    own queue L87-88, ``common/preemption_policy.go`` ``SatisfiesPreemptionPolicy`` L27-34:
+    strictly lower priority) keep the running workloads of the preemptor's own
+    ClusterQueue with lower priority (every running job when the instance declares no
+    queues: one queue); ``pkg/scheduler/preemption/common/ordering.go``
+    ``CandidatesOrdering`` (L42; criteria L35-41) orders them lower priority first, then
+    admitted more recently first; ``pkg/scheduler/preemption/preemption.go``
+    ``classicalPreemptions`` (L284, loop L320-337) removes candidates in that order until
+    ``workloadFits`` (L669): the request fits the quota still available; then
     ``fillBackWorkloads`` (L341) puts back, in reverse order (all but the last removed),
-    every victim whose return keeps the fit. Here the ClusterQueue's nominal quota is the
-    cluster's GPUs of the job's types (one queue for the cluster), so "fits" counts free
-    GPUs, not where they are. Admission order: the order of ``spec.runningJobs`` (later =
+    every victim whose return keeps the fit. Here the ClusterQueue's quota is the
+    cluster's GPUs of the job's types (quotas not modelled), so "fits" counts free GPUs,
+    not where they are. Admission order: the order of ``spec.runningJobs`` (later =
     admitted more recently); jobs not listed come after, by name.
 
 Volcano-style (``preempt`` action)
     volcano-sh/volcano at commit ed72c7c: ``pkg/scheduler/actions/preempt/preempt.go``
-    ``Execute`` (L101, per preemptor job L160-230) takes the preemptor's tasks one by one;
+    ``Execute`` (L101, per preemptor job L160-230) takes the preemptor's tasks one by one
+    and considers only tasks of other jobs of the same queue (filter L212-213: "Preempt
+    other jobs within queue"; every running job when the instance declares no queues);
     ``normalPreempt`` (L331-425) visits nodes in score order and on each node evicts
     preemptable tasks lowest priority first (``BuildVictimsPriorityQueue``, L377-399) until
     the task fits the node's future idle resources (``preemptorFitsOnNode``, L434); a node
@@ -78,14 +85,16 @@ def _admission_order(instance: Instance) -> list[str]:
 
 
 def kueue_style(instance: Instance, job: TrainingJob) -> PeerPreemption:
-    """Kueue's classical preemption by quota (see the module docstring for the source)."""
+    """Kueue's classical preemption by quota within the job's ClusterQueue (see the module
+    docstring for the source)."""
     info, held = instance.running_job_info, running_gpus(instance)
     node_type = {n.name: n.gpu_type for c in instance.clusters for n in c.nodes}
     ok = {t: _type_ok(instance, job, t) for t in set(node_type.values())}
     free = sum(n.free_count for c in instance.clusters for n in c.nodes if ok[n.gpu_type])
     order = _admission_order(instance)
+    queue = instance.queue_of(job)
     cands = [v for v in held if v in info and info[v].priority < job.priority
-             and any(ok[node_type[n]] for n, _ in held[v])]
+             and info[v].queue == queue and any(ok[node_type[n]] for n, _ in held[v])]
     cands.sort(key=lambda v: (info[v].priority, -order.index(v)))
 
     def usable(v: str) -> int:
@@ -117,6 +126,7 @@ def volcano_style(instance: Instance, job: TrainingJob) -> PeerPreemption:
     busy: dict[str, set[int]] = {n.name: set(n.allocated) | set(n.faulty) for n in nodes}
     owner = {(n.name, g): j for n in nodes for g, j in n.allocated.items()}
     victims: list[str] = []
+    queue = instance.queue_of(job)
     for unit in job.units():
         order = sorted(nodes, key=lambda n: (-(n.gpu_count - len(busy[n.name])), n.name))
         placed = False
@@ -125,7 +135,8 @@ def volcano_style(instance: Instance, job: TrainingJob) -> PeerPreemption:
                 continue
             local = sorted({owner[(n.name, g)] for g in busy[n.name] if (n.name, g) in owner
                             and owner[(n.name, g)] not in victims
-                            and info[owner[(n.name, g)]].priority < job.priority},
+                            and info[owner[(n.name, g)]].priority < job.priority
+                            and info[owner[(n.name, g)]].queue == queue},
                            key=lambda v: (info[v].priority, v))
             trial = list(victims)
             taken = set(busy[n.name])
