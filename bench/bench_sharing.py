@@ -191,7 +191,7 @@ def _header(section: str, extra: str = "") -> list[str]:
                 if ln.startswith("model name")), platform.processor())
     return [f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit}",
             f"- machine: {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}; "
-            "shared by up to 8 engineers, so wall times are noisy" + (f"; {extra}" if extra else ""),
+            "shared by up to 4 engineers, so wall times are noisy" + (f"; {extra}" if extra else ""),
             f"- command: `.venv/bin/python bench/bench_sharing.py --section {section}`", ""]
 
 
@@ -583,7 +583,9 @@ def over_time(budget_s: float = 0.5) -> list[str]:
     quota = {"flood": 8, "team-b": 16, "team-c": 8}
     plain_inst = flood_instance()
     quota_inst = flood_instance(quota)
-    # (label, policy, half-life s, aging s, fair-share priority levels, quotas, preemption)
+    quota_c16_inst = flood_instance({"flood": 8, "team-b": 8, "team-c": 16})
+    # (label, policy, half-life s, aging s, fair-share priority levels, quotas (False, True
+    # for 8/16/8, or "8/8/16"), preemption)
     runs = [("hyperplace, half-life 1 h (fair-share levels 4)", "engine", 3600.0, 3600.0, 4,
              False, "never"),
             ("hyperplace, half-life 1 h, defrag (migrations allowed)", "engine", 3600.0, 3600.0,
@@ -603,10 +605,14 @@ def over_time(budget_s: float = 0.5) -> list[str]:
             ("quotas 8/16/8: hyperplace, half-life 1 h, no preemption", "engine", 3600.0,
              3600.0, 4, True, "never"),
             ("quotas 8/16/8: Volcano-style (proportion, guarantee = nominal)",
-             "volcano-proportion", None, 0.0, 0, True, "never")]
+             "volcano-proportion", None, 0.0, 0, True, "never"),
+            ("quotas 8/8/16: hyperplace, half-life 1 h, reclaim-within-cohort", "engine",
+             3600.0, 3600.0, 4, "8/8/16", "reclaim-within-cohort"),
+            ("quotas 8/8/16: hyperplace, half-life 1 h, no preemption", "engine", 3600.0,
+             3600.0, 4, "8/8/16", "never")]
     rows = []
     for label, policy, half_life, aging_s, levels, quotas, preemption in runs:
-        inst = quota_inst if quotas else plain_inst
+        inst = quota_c16_inst if quotas == "8/8/16" else quota_inst if quotas else plain_inst
         config = SimConfig(round_s=60.0, budget_s=budget_s, solver="auto", check=True,
                            half_life_s=half_life, aging_s=aging_s, fair_share_levels=levels,
                            preemption="never" if preemption == "defrag" else preemption,
@@ -640,7 +646,7 @@ def over_time(budget_s: float = 0.5) -> list[str]:
         "",
         f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {_commit()}",
         f"- machine: {os.cpu_count()} CPUs ({_cpu()}), Python {platform.python_version()}; "
-        "shared by up to 7 engineers, so wall times are noisy (CPU time given beside them)",
+        "shared by up to 4 engineers, so wall times are noisy (CPU time given beside them)",
         "- command: `.venv/bin/python bench/bench_sharing.py --over-time`",
         "- workload (`flood_workload`): 32 H100 (4 nodes, 2 per leaf); Kueue ClusterQueues in "
         "one cohort, weights flood 1 / team-b 2 / team-c 1, nominal 32 each (quotas do not "
@@ -654,7 +660,9 @@ def over_time(budget_s: float = 0.5) -> list[str]:
         "- quotas 8/16/8 rows: nominal quotas flood 8, team-b 16, team-c 8 (borrowing in the "
         "cohort unlimited); with `reclaim-within-cohort` the engine may stop jobs of a queue "
         "above its nominal quota so that a queue under its own gets it back (victims lose the "
-        "work since their last checkpoint, every 30 min); the peers never preempt",
+        "work since their last checkpoint, every 30 min); the peers never preempt; "
+        "quotas 8/8/16 rows: flood 8, team-b 8, team-c 16 (team-c's 16-GPU jobs then fit "
+        "its guarantee)",
         "- Jain: over GPU-hours within the arrival window divided by weight (1 = GPU-hours in "
         "proportion to weight); per-queue cells are flood / team-b / team-c",
         "- defrag row: each round solved by `solvers.defrag.solve_with_migration` (running jobs "

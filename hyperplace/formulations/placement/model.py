@@ -602,7 +602,7 @@ class PlacementModelBuilder:
           GPUs of the pieces whose signature lies in ``U`` <= free + GPUs of ``U``'s
           victims x ``stop``. That is Hall's condition, exact (the mapping back finds the
           GPUs by a flow). Under ``lower-priority`` it is what makes freed GPUs serve only
-          jobs that outrank the victim (without it, a stop could admit more GPUs of the
+          jobs of the victim's queue that outrank it (without it, a stop could admit more GPUs of the
           victim's own level, which objective 1 alone would reward). On a non-uniform node
           every GPU set is explicit: a set holding a victim's GPU exists only for jobs that
           may stop it, and each such GPU is used at most ``stop[v]`` times.

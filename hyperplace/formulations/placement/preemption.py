@@ -28,8 +28,9 @@ signature: the rows are exact, and the mapping back finds the matching by a flow
 **Objective 1 with preemption.** Every running job counts as admitted demand in a level
 of its own just above its priority (priority + 0.5, :func:`running_levels`): above every
 pending job of its priority or lower, below every pending job that outranks it. Stopping
-one loses its GPUs there, so it pays only when the GPUs it frees admit demand of a job
-that outranks it, and a chain (stop a low job so that a high one moves onto its GPUs and
+one loses its GPUs there, so it pays only when the GPUs (or quota) it frees admit demand
+of a job that outranks it (one of its queue, allowed to stop it; the model's ``stopper``
+rows ask for such a job admitted), and a chain (stop a low job so that a high one moves onto its GPUs and
 another low job takes the high one's place) never does. Under
 ``reclaim-within-cohort`` a running job of a queue that uses more than its nominal quota
 within a cohort (it runs on borrowed GPUs) counts in a level below every other one, so
