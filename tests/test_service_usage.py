@@ -100,6 +100,15 @@ def test_a_documents_own_usage_seeds_the_history_and_bad_usage_is_a_422() -> Non
         assert "queueUsage" not in got["instance"]["spec"]  # one copy: the service's
         # a used 5 GPU-hours, b nothing: b wins the tie a wins per round
         assert _round(hp, "seeded").admitted == ["b0"]
+        # a manifest's priority beyond spec.runningJobs' range still leaves a valid cluster
+        urgent = queued(base, "x", 4, "a").to_doc()
+        urgent["spec"]["priority"] = 10**8
+        r = hp.patch("/v1/clusters/seeded", json={"completions": ["b0"], "arrivals": [urgent]})
+        assert r.status_code == 200, r.text
+        assert "x" in _round(hp, "seeded").admitted
+        running = hp.get("/v1/clusters/seeded").json()["instance"]["spec"]["runningJobs"]
+        assert {"name": "x", "queue": "a", "priority": 1_000_000} in running
+        assert _round(hp, "seeded").admitted == []  # the next round on it is answered
         assert hp.delete("/v1/clusters/seeded").status_code == 204
         assert hp.get("/v1/clusters").json() == []
     out = subprocess.run([sys.executable, "-m", "hyperplace.cli", "serve", "--half-life", "-1",

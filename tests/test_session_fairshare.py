@@ -80,6 +80,19 @@ def test_session_usage_follows_the_decay_by_hand():
     assert session.accrue(100.0) == pytest.approx({"a": 9 / math.sqrt(2) / 2, "b": 4.0})
 
 
+def test_committed_priorities_outside_the_running_range_are_clamped():
+    inst = one_node([cluster_queue("a"), cluster_queue("b")])
+    jobs = [queued(inst, "hi", 4, "a"), queued(inst, "lo", 4, "b")]
+    docs = [j.to_doc() for j in jobs]
+    docs[0]["spec"]["priority"], docs[1]["spec"]["priority"] = 10**8, -3
+    session = PlacementSession(inst.with_jobs([TrainingJob.model_validate(d) for d in docs]),
+                               solver="greedy", half_life_s=60.0, clock=lambda: 0.0)
+    session.commit(session.solve(budget_s=2))
+    assert {(r.name, r.queue, r.priority) for r in session.instance.spec.running_jobs} == {
+        ("hi", "a", 1_000_000), ("lo", "b", 0)}
+    Instance.model_validate(session.instance.to_doc())  # still a valid instance
+
+
 def test_without_a_half_life_the_instance_usage_is_left_as_given():
     inst = one_node([cluster_queue("a"), cluster_queue("b")])
     doc = inst.with_jobs([queued(inst, "a0", 8, "a")]).to_doc()

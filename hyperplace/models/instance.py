@@ -31,6 +31,13 @@ class RunningJob(HPModel):
         default=None, description="its manifest (units, hop limits): what migration and "
                                   "repair need to place it elsewhere; without one it stays")
 
+    @classmethod
+    def started(cls, job: TrainingJob, queue: str) -> "RunningJob":
+        """The entry of a pending job that has just started in ``queue``; its priority is
+        clamped into this model's range (a manifest's integer priority is unbounded), which
+        keeps the order of every priority inside it."""
+        return cls(name=job.name, queue=queue, priority=min(max(job.priority, 0), 1_000_000))
+
     @model_validator(mode="after")
     def _same_name(self) -> "RunningJob":
         if self.job is not None and self.job.name != self.name:

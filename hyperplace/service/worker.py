@@ -284,9 +284,12 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
         # and GPUs of each admitted job: for spec.runningJobs and the usage history
         manifests = {j.name: j for j in inst.jobs}
         own_queues = not payload.get("queues")
+        from hyperplace.models.instance import RunningJob
+
         info["running"] = [
-            [j.job, inst.queue_of(manifests[j.job]) if own_queues else "default",
-             manifests[j.job].priority, j.gpus] for j in plan.jobs]
+            [j.job, entry.queue, entry.priority, j.gpus] for j in plan.jobs
+            for entry in [RunningJob.started(manifests[j.job], inst.queue_of(manifests[j.job])
+                                             if own_queues else "default")]]
     return Reply(200, dumps(plan.to_doc()), info)
 
 

@@ -219,8 +219,7 @@ class RoundLoop:
             gpus = [g for unit in units.values() for g in unit]
             self.state.allocate(name, gpus)
             if self.state.base.spec.queues:
-                self.state.set_running_info(RunningJob(name=name, queue=job.queue,
-                                                       priority=job.manifest.priority))
+                self.state.set_running_info(RunningJob.started(job.manifest, job.queue))
             speed = self.speed.speed(job.manifest, units)
             rec = self.records[name]
             if rec.first_start_s is None:

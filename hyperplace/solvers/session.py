@@ -234,8 +234,8 @@ class PlacementSession:
         if self._instance.queue_set is not None and admitted:
             inst = self._instance
             running_jobs = [*inst.spec.running_jobs, *(
-                RunningJob(name=name, queue=inst.queue_of(queue[name]),
-                           priority=queue[name].priority) for name in sorted(admitted))]
+                RunningJob.started(queue[name], inst.queue_of(queue[name]))
+                for name in sorted(admitted))]
         self.accrue(now_s)
         self._replace(change, [j for j in self._instance.jobs if j.name not in admitted],
                       running_jobs=running_jobs)
