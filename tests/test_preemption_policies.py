@@ -168,3 +168,47 @@ def test_peer_rules_preempt_within_the_preemptors_queue():
         own = _round("b", 8)
         peer = rule(own, own.jobs[0])
         assert peer.victims == ["r"] and peer.fits
+
+
+def test_reclaim_leaves_the_borrower_its_guarantee(solver):
+    """Queue b (nominal 8) runs v1 and v2 (8 GPUs each: 8 borrowed); queue a (nominal 16)
+    has two 8-GPU jobs. Kueue reclaims v1 (b is then within nominal) and no more
+    (``candidateIsValid``); stopping v2 too would take b's guaranteed 8."""
+    jobs = [_in_queue(job("x1", priority=1), "a"), _in_queue(job("x2", priority=1), "a")]
+    inst = instance([node("n0", allocated={g: "v1" for g in range(8)}),
+                     node("n1", allocated={g: "v2" for g in range(8)})], jobs)
+    spec = inst.spec.model_copy(update={"running_jobs": [
+        RunningJob(name="v1", queue="b", priority=3, checkpoint_age_s=10),
+        RunningJob(name="v2", queue="b", priority=3, checkpoint_age_s=20)]})
+    inst = inst.model_copy(update={"spec": spec})
+    inst = inst.with_queues([_cq("a", 16, cohort="org"), _cq("b", 8, cohort="org")])
+    plan = _solve(inst, solver, "reclaim-within-cohort")
+    assert [(p.job, p.why) for p in plan.preemptions] == [("v1", "reclaim-within-cohort")]
+    assert plan.admitted == ["x1"]
+    # both reclaimed: refused
+    other = [u.model_copy(update={"job": "x2", "unit": u.unit.replace("x1", "x2"),
+                                  "gpus": [g.model_copy(update={"node": "n1"}) for g in u.gpus]})
+             for u in plan.placements]
+    both = plan.model_copy(update={
+        "placements": [*plan.placements, *other], "objective": None, "bound": None,
+        "gap": None, "objective_terms": {}, "jobs": [],
+        "pending": [pe for pe in plan.pending if pe.job != "x2"],
+        "preemptions": [*plan.preemptions, Preemption(
+            job="v2", why="reclaim-within-cohort", preemptor="x2", gpus=8,
+            lost_gpu_seconds=160)]})
+    assert any(v.code == "preempt-reclaim" and "below its nominal quota" in v.message
+               for v in check(both, inst))
+
+
+def test_quota_freed_by_another_queues_stops_is_no_inversion(solver):
+    from pathlib import Path
+
+    import yaml
+
+    from hyperplace.models.instance import Instance
+
+    doc = yaml.safe_load((Path(__file__).parent / "data" / "stop-quota-priority-inversion.yaml")
+                         .read_text())
+    inst = Instance.model_validate(doc)
+    for policy in ("lower-priority", "reclaim-within-cohort"):
+        _solve(inst, solver, policy)

@@ -34,8 +34,8 @@ What is checked (each failure is one :class:`Violation` with a stable ``code``):
 * Priority (``priority-inversion``), the simple sufficient case only: for a pending job J
   whose units each fit in one node, take the GPUs that are free in the instance and not
   used by admitted jobs of priority >= J's (i.e. J may take everything lower-priority jobs
-  hold; the GPUs of a running job the plan stops only when J could stop it itself, as a
-  job of its queue that outranks it); first-fit J's units, one node per unit, in node order, honouring type, memory and
+  hold; the GPUs of a running job the plan stops, and the quota its stop frees, only when
+  J could stop it itself, as a job of its queue that outranks it); first-fit J's units, one node per unit, in node order, honouring type, memory and
   NVLink pair bandwidth (a clique search on non-uniform nodes), per cluster. If that
   produces a placement that also passes J's between-replica hop and bandwidth rules, the
   plan left J out for lower-priority work: a violation. With queues, it is one only if J's
@@ -590,12 +590,15 @@ def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]],
         if not lower:
             continue
         free = {n: set(s) for n, s in instance_free.items()}
-        if stopped is not None:  # a stopped job's GPUs: only if J could have stopped it
+        kept_running: list[tuple[str, str]] = []  # (queue, GPU type) of victims J may not stop
+        if stopped is not None:  # a stopped job's GPUs and quota: only if J could stop it
             rule, victim_of = stopped
             mine = ctx.instance.queue_of(job)
             for (n, i), (vq, vp) in victim_of.items():
                 if rule.why(mine, job.priority, vq, vp) != LOWER_PRIORITY:
                     free.get(n, set()).discard(i)
+                    if n in ctx.nodes:
+                        kept_running.append((vq, ctx.nodes[n][1].gpu_type))
         for other, units_placed in placed.items():
             if protected(other):
                 for gpus in units_placed.values():
@@ -614,6 +617,8 @@ def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]],
             # with quotas, it is an inversion only if its queue's quotas would allow it too
             kept = {j: u for j, u in placed.items() if protected(j)}
             usage = _queue_usage(ctx, kept)
+            for key in kept_running:
+                usage[key] += 1
             for unit in units:
                 usage[(ctx.instance.queue_of(job), ctx.nodes[fit[unit.name]][1].gpu_type)] += unit.gpus
             if quota_problems(ctx.instance, usage):

@@ -28,7 +28,9 @@ Recomputed from the instance, not from the solver's bookkeeping:
   (kueue at ff69552, ``pkg/scheduler/preemption/classical/hierarchical_preemption.go``
   ``classifyPreemptionVariant`` L103-105: ``ReclaimWithoutBorrowing`` unless
   ``borrowWithinCohort`` is set; ``pkg/scheduler/preemption/preemption.go``
-  ``workloadFits`` L669-676 with ``allowBorrowing=false``).
+  ``workloadFits`` L669-676 with ``allowBorrowing=false``); and a queue reclaimed from
+  keeps its guarantee: all but the last of its stopped jobs leave it above its nominal
+  quota (``classical/candidate_generator.go`` ``candidateIsValid`` L136-157).
 
 The rest of the plan is then checked against the instance with the victims released and
 their unused GPUs kept out of reach (see :func:`hyperplace.models.sharing.released`).
@@ -41,7 +43,15 @@ from collections.abc import Callable
 from hyperplace.check.quotas import Usage, _matches, _per_key, running_usage
 from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
-from hyperplace.models.preemption_policy import LOWER_PRIORITY, POLICIES, RECLAIM, StopRule
+from hyperplace.models.preemption_policy import (
+    LOWER_PRIORITY,
+    POLICIES,
+    RECLAIM,
+    StopRule,
+    nominal_total,
+    queue_use,
+    reclaim_keeps_guarantee,
+)
 from hyperplace.models.sharing import released, running_gpus
 
 
@@ -114,6 +124,7 @@ def preemption_problems(plan: PlacementPlan, instance: Instance
     victims = [p.job for p in plan.preemptions if p.job in held]
     if reclaims or quota_only:
         out += _reclaim_problems(plan, instance, victims, reclaims, quota_only)
+    out += _guarantee_problems(plan, instance, victims)
     base = _recheck(plan, instance, victims, reserve)
     for v in dict.fromkeys(victims):
         if not _recheck(plan, instance, [x for x in victims if x != v],
@@ -176,6 +187,34 @@ def _reclaim_problems(plan: PlacementPlan, instance: Instance, victims: list[str
         found = [excess(v, q) for q in sorted(queues)]
         if all(found):
             out.append(("preempt-reclaim", v, found[0][0]))
+    return out
+
+
+def _guarantee_problems(plan: PlacementPlan, instance: Instance, victims: list[str]
+                        ) -> list[tuple[str, str, str]]:
+    """``preempt-reclaim``: a queue reclaimed from keeps its guarantee, all but the last of
+    its stopped jobs leaving it above its nominal quota (:func:`hyperplace.models.
+    preemption_policy.reclaim_keeps_guarantee`, GPUs over all keys)."""
+    info = instance.running_job_info
+    held = running_gpus(instance)
+    reclaimed = {info[p.job].queue for p in plan.preemptions
+                 if p.why == RECLAIM and p.job in held}
+    if not reclaimed:
+        return []
+    jobs = {j.name: j for j in instance.jobs}
+    running = queue_use(instance)
+    out: list[tuple[str, str, str]] = []
+    for q in sorted(reclaimed):
+        stopped = [len(held[v]) for v in dict.fromkeys(victims) if info[v].queue == q]
+        admitted = sum(len(u.gpus) for u in plan.placements
+                       if u.job in jobs and instance.queue_of(jobs[u.job]) == q)
+        nominal = nominal_total(instance, q)
+        if not reclaim_keeps_guarantee(running.get(q, 0), stopped, admitted, nominal):
+            out.append(("preempt-reclaim", q,
+                        f"reclaim takes queue {q} below its nominal quota of {nominal:g}: "
+                        f"{running.get(q, 0)} GPUs running, {sum(stopped)} stopped, "
+                        f"{admitted} admitted (Kueue reclaims from a queue only while it "
+                        "is above its nominal quota)"))
     return out
 
 

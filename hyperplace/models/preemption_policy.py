@@ -20,7 +20,10 @@ combination of Kueue's three fields:
     use more than their nominal quota (they run on borrowed GPUs), provided its own queue
     then stays within its nominal quota (reclaim restores a guarantee, it does not borrow:
     the model's ``reclaim`` rows, greedy's quota check and the checker's
-    ``preempt-reclaim`` rule; :meth:`StopRule.may_reclaim` is the per-job pre-test).
+    ``preempt-reclaim`` rule; :meth:`StopRule.may_reclaim` is the per-job pre-test), and
+    the queue reclaimed from keeps its own guarantee (:func:`reclaim_keeps_guarantee`).
+    Either way a stop needs an admitted job allowed to make it (the model's ``stopper``
+    rows, the checker's ``preempt-stopper``).
 
 From the source (kubernetes-sigs/kueue at commit ff69552, August 2026):
 
@@ -41,17 +44,21 @@ From the source (kubernetes-sigs/kueue at commit ff69552, August 2026):
   ``reclaimWithinCohort`` preempts in the cohort only workloads of queues "using more than
   their nominal quota", ``withinClusterQueue`` only workloads "in the ClusterQueue".
 
+* ``classical/candidate_generator.go`` ``candidateIsValid`` (L136-157): a cross-queue
+  candidate is skipped once its ClusterQueue is back within its nominal quota, so reclaim
+  never takes a queue below its guarantee except by the last workload it stops:
+  :func:`reclaim_keeps_guarantee`.
+
 Simplifications: a queue is *borrowing* when its running jobs hold more GPUs than its
-nominal quota summed over its quota keys (Kueue looks per flavor-resource needing
-preemption, ``cqIsBorrowing``, ``preemption.go`` L654-664); and Kueue stops taking a
-borrowing queue's workloads once that queue is back within nominal during the search
-(``candidate_generator.go`` ``candidateIsValid`` L136-157), which we do not bound.
+nominal quota summed over its quota keys, and :func:`reclaim_keeps_guarantee` counts GPUs
+over all keys too (Kueue looks per flavor-resource needing preemption, ``cqIsBorrowing``,
+``preemption.go`` L654-664).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hyperplace.models.instance import Instance
@@ -117,6 +124,34 @@ def running_levels(instance: Instance, policy: str, pending_priorities: Iterable
     return {name: (levels[name], len(held[name])) for name in held}
 
 
+def reclaim_keeps_guarantee(running: float, stopped: Sequence[int], admitted: float,
+                            nominal: float) -> bool:
+    """Whether reclaim left a borrowing queue its guarantee: Kueue takes a queue's workloads
+    only while it is above its nominal quota, so of the jobs stopped in it all but the last
+    (the largest, in the most lenient order) leave it above nominal.
+
+    Parameters
+    ----------
+    running : float
+        GPUs its running jobs held at the start of the round.
+    stopped : sequence of int
+        GPUs of each of its running jobs stopped in the round (for whatever reason).
+    admitted : float
+        GPUs of its jobs admitted in the round.
+    nominal : float
+        Its nominal quota (over all keys).
+
+    Returns
+    -------
+    bool
+        True when nothing is stopped, else ``running - sum(stopped) + admitted +
+        max(stopped) > nominal``.
+    """
+    if not stopped:
+        return True
+    return running - sum(stopped) + admitted + max(stopped) > nominal + 1e-9
+
+
 @dataclass(frozen=True)
 class StopRule:
     """Which running job a pending job may stop under one policy, in one round.
@@ -174,4 +209,5 @@ class StopRule:
 
 
 __all__ = ["LOWER_PRIORITY", "POLICIES", "RECLAIM", "StopRule", "borrowing_queues",
-           "check_policy", "nominal_total", "queue_use", "running_levels"]
+           "check_policy", "nominal_total", "queue_use", "reclaim_keeps_guarantee",
+           "running_levels"]

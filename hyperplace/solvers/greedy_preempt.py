@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import JobView, PlacementProblem
-from hyperplace.formulations.placement.preemption import Victim
+from hyperplace.formulations.placement.preemption import Victim, nominal_total, queue_use
 from hyperplace.solvers.greedy import State, try_place_job
 from hyperplace.solvers.params import GreedyParams
 
@@ -220,10 +220,13 @@ class _Quota:
         self.used: dict[tuple[str, str], float] = defaultdict(float)
         self.gone: dict[tuple[str, str], float] = defaultdict(float)
         self.stopped: dict[int, int] = defaultdict(int)  # victim index -> times stopped
+        self.admitted: dict[str, int] = defaultdict(int)  # queue -> GPUs admitted now
+        self.running = queue_use(p.instance)
 
     def add(self, queue: str, units: list[PlacedUnit], sign: int) -> None:
         for u in units:
             for node, gpus in u.pieces:
+                self.admitted[queue] += sign * len(gpus)
                 t = self.p.node_by_name[node].gpu_type.name
                 for key, n in self.p.quotas.usage(queue, t, len(gpus)).items():
                     self.used[key] += sign * n
@@ -236,7 +239,24 @@ class _Quota:
                 self.gone[key] += sign * n
 
     def ok(self) -> bool:
-        return self.p.quotas.allows(self.used, self.gone) and self._reclaim_ok()
+        return self.p.quotas.allows(self.used, self.gone) and self._reclaim_ok() \
+            and self._guarantee_ok()
+
+    def _guarantee_ok(self) -> bool:
+        """The model's guarantee rows (``PlacementModelBuilder._reclaim_keeps_guarantee``):
+        a queue with a stopped victim that some jobs may reclaim keeps its guarantee."""
+        queues = {self.p.victims[i].queue for i, n in self.stopped.items()
+                  if n > 0 and self.p.victims[i].reclaim_only}
+        for q in queues:
+            sizes = [len(v.gpus) for v in self.p.victims
+                     if v.queue == q and self.stopped.get(v.index, 0) > 0]
+            largest = max((len(v.gpus) for v in self.p.victims if v.queue == q
+                           and v.reclaim_only and self.stopped.get(v.index, 0) > 0))
+            # the model's last[] marks a reclaimable victim: the largest of those
+            total = self.running.get(q, 0) - sum(sizes) + self.admitted[q] + largest
+            if total <= nominal_total(self.p.instance, q) + 1e-9:
+                return False
+        return True
 
     def _reclaim_ok(self) -> bool:
         """The model's reclaim rule (``PlacementModelBuilder._reclaim_within_nominal``):

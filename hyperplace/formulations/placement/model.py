@@ -29,7 +29,12 @@ from dataclasses import dataclass, field
 
 from hyperplace.formulations.linear import LinearModel, Objective
 from hyperplace.formulations.placement.domains import DomainKey
-from hyperplace.formulations.placement.preemption import signature_unions
+from hyperplace.formulations.placement.preemption import (
+    Victim,
+    nominal_total,
+    queue_use,
+    signature_unions,
+)
 from hyperplace.formulations.placement.problem import PlacementProblem
 from hyperplace.formulations.placement.quotas import overdraft
 from hyperplace.formulations.placement.spares import spare_leaf
@@ -735,6 +740,7 @@ class PlacementModelBuilder:
             self.lm.add(pool, hi=int(math.floor(slack + 1e-9)), name=f"cohort[{c.cohort},{c.key}]")
             self.derived.append(_borrow_rule(rules, self.lm.ubs))
         self._reclaim_within_nominal(terms, freed, big)
+        self._reclaim_keeps_guarantee()
 
     def _reclaim_within_nominal(self, terms: dict[tuple[str, str], Terms],
                                 freed: dict[tuple[str, str], Terms], big: int) -> None:
@@ -780,6 +786,42 @@ class PlacementModelBuilder:
                         sum(abs(c) for _, c in t)
                     self.lm.add(list(t) + [(self.stop[victim.index], m)], hi=nominal_left + m,
                                 name=f"reclaim[{victim.name},{q},{key}]")
+
+    def _reclaim_keeps_guarantee(self) -> None:
+        """A queue reclaimed from keeps its guarantee (Kueue skips a ClusterQueue's
+        workloads once it is back within nominal, ``classical/candidate_generator.go``
+        ``candidateIsValid`` L136-157): per borrowing queue ``B`` with victims some jobs may
+        reclaim, when any of them is stopped, ``running(B) - stopped GPUs of B + admitted
+        GPUs of B + GPUs of one stopped reclaimable victim (last[v]) >= nominal(B) + 1``
+        (:func:`~hyperplace.models.preemption_policy.reclaim_keeps_guarantee`, GPUs over
+        all keys). The checker applies it only when a stop of ``B`` is a reclaim; here it
+        also holds when ``B``'s victims are stopped for ``B``'s own jobs, which admit about
+        what they stop, so it binds only on reclaim."""
+        p = self.p
+        reclaimable: dict[str, list[Victim]] = defaultdict(list)
+        for victim in p.victims:
+            if victim.reclaim_only and victim.copy is None:
+                reclaimable[victim.queue].append(victim)
+        if not reclaimable:
+            return
+        running = queue_use(p.instance)
+        for queue, vs in sorted(reclaimable.items()):
+            need = int(math.floor(nominal_total(p.instance, queue) + 1e-9)) + 1
+            last = {v.index: self.lm.bool(f"last[{queue},{v.name}]") for v in vs}
+            self.lm.add([(x, 1) for x in last.values()], hi=1, name=f"last[{queue}]")
+            for v in vs:
+                self.lm.add([(last[v.index], 1), (self.stop[v.index], -1)], hi=0,
+                            name=f"last[{v.name}]<=stop")
+                self.lm.add([(self.stop[v.index], 1)] + [(x, -1) for x in last.values()],
+                            hi=0, name=f"stop[{v.name}]=>last")
+            row: Terms = [(self.stop[v.index], -len(v.gpus)) for v in p.victims
+                          if v.queue == queue and v.copy is None]
+            row += [(var, gpus) for j, terms in self.job_gpu_terms.items()
+                    if p.jobs[j].queue == queue and not p.is_copy(j) for var, gpus, _ in terms]
+            row += [(last[v.index], len(v.gpus) - need) for v in vs]
+            self.lm.add(row, lo=-running.get(queue, 0), name=f"guarantee[{queue}]")
+            self.derived.append(_last_rule(
+                [(last[v.index], self.stop[v.index], len(v.gpus)) for v in vs]))
 
     @property
     def _victim_queues(self) -> set[str]:
@@ -909,6 +951,18 @@ class PlacementModelBuilder:
             Objective(self.obj_frag, "fragmentation", "min"),
             Objective(self.obj_policy, "policy", "min"),
         ]
+
+
+def _last_rule(vs: list[tuple[int, int, int]]) -> Callable[[list[int]], None]:
+    """Hint completion for a queue reclaimed from: ``last`` marks its largest stopped
+    reclaimable victim."""
+    def rule(values: list[int]) -> None:
+        stopped = [(gpus, lv) for lv, sv, gpus in vs if values[sv]]
+        for lv, _, _ in vs:
+            values[lv] = 0
+        if stopped:
+            values[max(stopped)[1]] = 1
+    return rule
 
 
 def _cap(limit: float, big: int) -> int:
