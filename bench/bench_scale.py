@@ -57,24 +57,75 @@ CACHE = Path(os.environ.get("HYPERPLACE_BENCH_CACHE", "/tmp/hyperplace-bench-sca
 HYPERPLACE = str(Path(sys.executable).with_name("hyperplace"))
 
 
-def instance_file(gpus: int, jobs: int, fragmentation: float = FRAGMENTATION
-                  ) -> tuple[Path, float]:
-    """The generated instance as JSON (made once), and how long generating it took."""
+def instance_file(gpus: int, jobs: int, fragmentation: float = FRAGMENTATION,
+                  moveable: bool = False) -> tuple[Path, float]:
+    """The generated instance as JSON (made once), and how long generating it took
+    (``moveable``: with :func:`with_movers`)."""
     from hyperplace.instances.generator import generate
     from hyperplace.instances.registry import render_instance
 
     CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"gen-{gpus}g-{jobs}j-f{fragmentation}-s{SEED}.json"
+    tag = "-moveable" if moveable else ""
+    path = CACHE / f"gen-{gpus}g-{jobs}j-f{fragmentation}-s{SEED}{tag}.json"
     if path.exists():
         return path, float("nan")
     start = time.perf_counter()
     inst = generate(gpus, jobs, TYPES, fragmentation, SEED)
+    if moveable:
+        inst = with_movers(inst, SEED)
     text = render_instance(inst, "json")
     took = time.perf_counter() - start
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
     return path, took
+
+
+#: Checkpoint ages (s) of the running jobs of ``--moveable`` instances, drawn uniformly.
+CHECKPOINT_AGES = (0, 60, 300, 900, 1800, 3600)
+
+
+def with_movers(inst, seed: int):
+    """``--moveable``: the generated instance with a manifest and a checkpoint age for every
+    running job (``spec.runningJobs[].job``: a job of the GPUs it holds, pinned to its GPU
+    family; whole nodes: 8-GPU TP groups x nodes, one leaf apart at most; fewer: one unit on
+    one node), and, at the head of the queue, one high-priority 2 x 8-GPU job (DP
+    ``maxHopCount: 2``) per 256 GPUs, pinned to a family in turn: fragmented leaves leave
+    few whole free nodes, so some of them fit only when running jobs move."""
+    import random
+    from collections import defaultdict
+
+    from hyperplace.instances.generator import model_parallel_job, small_job
+    from hyperplace.models.instance import RunningJob
+
+    rng = random.Random(f"hyperplace-movers-{seed}")
+    held: dict[str, list[tuple[str, str]]] = defaultdict(list)  # job -> (node, family)
+    for cluster in inst.spec.clusters:
+        for n in cluster.nodes:
+            family = n.gpu_type.split("-")[0]
+            for job in dict.fromkeys(n.allocated.values()):
+                held[job].append((n.name, family))
+    by_node = {n.name: n for c in inst.spec.clusters for n in c.nodes}
+    running = []
+    for name, where in sorted(held.items()):
+        family = where[0][1]
+        gpus = sum(sum(1 for j in by_node[node].allocated.values() if j == name)
+                   for node, _ in where)
+        if gpus >= 8 and gpus % 8 == 0:
+            manifest = model_parallel_job(name, "llama3-8b", replicas=gpus // 8,
+                                          accelerator=family, memory_gb=None,
+                                          dp_ib_gbps=None, dp_max_hops=2)
+        else:
+            manifest = small_job(name, "resnet50", gpus, accelerator=family)
+        running.append(RunningJob(name=name, checkpoint_age_s=rng.choice(CHECKPOINT_AGES),
+                                  job=manifest))
+    families = sorted({t.split("-")[0] for t in TYPES})
+    big = [model_parallel_job(f"big-{i:03d}", "llama3-70b", replicas=2,
+                              accelerator=families[i % len(families)], memory_gb=None,
+                              dp_ib_gbps=None, dp_max_hops=2, priority="high")
+           for i in range(max(2, sum(n.gpu_count for n in by_node.values()) // 256))]
+    spec = inst.spec.model_copy(update={"running_jobs": running, "jobs": big + inst.spec.jobs})
+    return inst.model_copy(update={"spec": spec})
 
 
 #: ``--nice N``: the solve process runs at this niceness (negative: favoured over the other
