@@ -3,13 +3,21 @@
 The pending jobs greedy left out are taken highest priority first; a job needs no more GPUs
 than are free in all (a migrated job takes as many as it frees), else it is skipped. For each,
 sets of the movers (running jobs the round may migrate,
-:mod:`hyperplace.formulations.placement.migration`), at most :data:`MAX_CANDIDATES`, are
-tried in order of (lost work, count) (:func:`~hyperplace.solvers.preemption.victim_sets`),
-then node by node (as :mod:`.greedy_preempt` does): the set's GPUs are released, the job is
-placed by greedy's own rule, the movers whose old GPUs it does not use stay, and the others
-are placed again (their manifests, by the same rule, anywhere but where the job now is); the
-first set with which all of that succeeds (and quotas hold) is taken. At most
-``max_moves`` migrations in the round.
+:mod:`hyperplace.formulations.placement.migration`) that hold GPUs of a type the job may use,
+the :data:`MAX_CANDIDATES` losing least work, are tried in order of (lost work, count)
+(:func:`~hyperplace.solvers.preemption.victim_sets`; a set is skipped without a try when no
+node it frees GPUs on would then hold the job's smallest piece), then node by node (as
+:mod:`.greedy_preempt` does): the set's GPUs are released, the job is placed by greedy's own
+rule, the movers whose old GPUs it does not use stay, and the others are placed again (their
+manifests, by the same rule, anywhere but where the job now is); the first set with which all
+of that succeeds (and quotas hold) is taken. At most ``max_moves`` migrations in the round.
+
+Greedy fills the free GPUs with lower-priority jobs before this runs; so the jobs of a level
+still left out are tried once more with the admitted pending jobs of lower priority lifted
+(objective 1 weighs one GPU of a level above all GPUs of the levels below): those go back
+where they were when that is still free, else wherever greedy's rule finds room (and are
+tried again with migrations at their own level), else they wait. Every try stops at the
+deadline, leaving a valid plan.
 
 The budget's floor and the exact backends' hint with ``--running-moveable``; the exact
 model decides the same question over all sets at once.
@@ -58,39 +66,105 @@ def greedy_migrate(p: PlacementProblem, a: Assignment, params: GreedyParams | No
         for u in units:
             for node, gpus in u.pieces:
                 state.take(node, gpus)
-    pending = sorted((jv for jv in p.pending if jv.index not in out.units and not jv.impossible),
+    by_lost = sorted(p.victims, key=lambda v: (v.lost, v.name))  # sorted once, not per job
+    pending = sorted((jv for jv in p.pending if not jv.impossible),
                      key=lambda j: (-j.priority, -j.gpus, j.index))
-    for jv in pending:
-        if deadline is not None and time.perf_counter() > deadline:
-            break
-        if limit is not None and len(out.stopped) >= limit:
-            break
-        if sum(len(f) for f in state.free.values()) < jv.gpus:
-            continue  # moving jobs frees no GPU in all
-        every = sorted((v for v in p.victims if v.index not in out.stopped),
-                       key=lambda v: (v.lost, v.name))
-        movers = every[:MAX_CANDIDATES]
-        room = None if limit is None else limit - len(out.stopped)
-        tried = 0
-        done = False
-        for combo in victim_sets(movers):
-            tried += 1
-            if tried > MAX_SETS or (deadline is not None and time.perf_counter() > deadline):
-                break
-            if room is not None and len(combo) > room:
-                continue
-            if _attempt(p, jv, combo, state, quota, out, params):
-                done = True
-                break
-        if done:
+    levels = sorted({jv.priority for jv in pending if jv.index not in out.units}, reverse=True)
+    for level in levels:  # a job displaced below (admitted at first) is tried at its level
+        here = [jv for jv in pending if jv.priority == level and jv.index not in out.units]
+        left = [jv for jv in here
+                if not _migrate_for(p, jv, state, quota, out, params, by_lost, limit, deadline)]
+        if not left or _late(deadline) or (limit is not None and len(out.stopped) >= limit):
             continue
-        for combo in _node_sets(p, jv, state, every):
-            if deadline is not None and time.perf_counter() > deadline:
-                break
-            if (room is None or len(combo) <= room) and \
-                    _attempt(p, jv, combo, state, quota, out, params):
-                break
+        # the jobs of this level still out may take the GPUs of admitted pending jobs of
+        # lower priority (objective 1 weighs one GPU of a level above all GPUs below it);
+        # those go back where they were when that is still free, else elsewhere, else wait
+        lower = sorted((j for j in out.units if not p.is_copy(j) and p.jobs[j].priority < level),
+                       key=lambda j: (-p.jobs[j].priority, -p.jobs[j].gpus, j))
+        if not lower:
+            continue
+        released = {j: out.units.pop(j) for j in lower}
+        for j, units in released.items():
+            quota.add(p.jobs[j].queue, units, -1)
+            for u in units:
+                for node, gpus in u.pieces:
+                    state.give(node, gpus)
+        for jv in left:
+            _migrate_for(p, jv, state, quota, out, params, by_lost, limit, deadline)
+        for j, units in released.items():
+            jv = p.jobs[j]
+            if all(set(gpus) <= set(state.free[node]) for u in units for node, gpus in u.pieces):
+                again: list[PlacedUnit] | None = units
+                for u in units:
+                    for node, gpus in u.pieces:
+                        state.take(node, gpus)
+            else:
+                again = try_place_job(p, jv, state, params.max_domain_trials)
+            if again is None:
+                continue
+            quota.add(jv.queue, again, +1)
+            if quota.ok():
+                out.units[j] = again
+                continue
+            quota.add(jv.queue, again, -1)
+            for u in again:
+                for node, gpus in u.pieces:
+                    state.give(node, gpus)
     return out
+
+
+def _late(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() > deadline
+
+
+def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: _Quota,
+                 out: Assignment, params: GreedyParams, by_lost: list[Victim],
+                 limit: int | None, deadline: float | None) -> bool:
+    """Try to place ``jv`` by migrating movers (sets in order of lost work, then node by
+    node); True when it is placed. Only movers holding GPUs of a type the job may use are
+    tried, and only the sets that leave, on some node they free GPUs on, room for the job's
+    smallest piece (a set that does not cannot be used by the job: no try for it)."""
+    from hyperplace.solvers.preemption import victim_sets
+
+    if _late(deadline) or (limit is not None and len(out.stopped) >= limit):
+        return False
+    if sum(len(f) for f in state.free.values()) < jv.gpus:
+        return False  # moving jobs frees no GPU in all
+    types = p.types_for(jv.classes)
+    every = [v for v in by_lost if v.index not in out.stopped
+             and any(p.node_by_name[node].gpu_type.name in types for node, _ in v.gpus)]
+    if not every:
+        return False
+    smallest = min(min((*uc.pieces, *uc.piece_sizes)) for uc in jv.classes)
+    room = None if limit is None else limit - len(out.stopped)
+    for tried, combo in enumerate(victim_sets(every[:MAX_CANDIDATES])):
+        if tried >= MAX_SETS or _late(deadline):
+            break
+        if room is not None and len(combo) > room:
+            continue
+        if not _frees_a_piece(p, combo, state, types, smallest):
+            continue
+        if _attempt(p, jv, combo, state, quota, out, params):
+            return True
+    for combo in _node_sets(p, jv, state, every):
+        if _late(deadline):
+            break
+        if (room is None or len(combo) <= room) and \
+                _attempt(p, jv, combo, state, quota, out, params):
+            return True
+    return False
+
+
+def _frees_a_piece(p: PlacementProblem, combo: tuple[Victim, ...], state: State,
+                   types: frozenset[str], smallest: int) -> bool:
+    """Some node of an eligible type that ``combo`` frees GPUs on then has ``smallest``
+    GPUs free."""
+    freed: dict[str, int] = {}
+    for v in combo:
+        for node, _ in v.gpus:
+            freed[node] = freed.get(node, 0) + 1
+    return any(p.node_by_name[node].gpu_type.name in types and
+               n + len(state.free[node]) >= smallest for node, n in freed.items())
 
 
 def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[Victim, ...], state: State,
