@@ -138,13 +138,16 @@ def _niced() -> None:
         os.nice(NICE)
 
 
-def run_command(path: Path, budget: float, solver: str) -> dict:
-    """`hyperplace solve` in a fresh process: wall time, peak RSS, the plan."""
-    plan_path = path.with_name(path.stem + f"-plan-{solver}.json")
+def run_command(path: Path, budget: float, solver: str, moveable: bool = False) -> dict:
+    """`hyperplace solve` in a fresh process: wall time, peak RSS, the plan
+    (``moveable``: with ``--running-moveable``)."""
+    plan_path = path.with_name(path.stem + f"-plan-{solver}-b{budget:g}.json")
     if plan_path.exists():
         plan_path.unlink()
     cmd = [HYPERPLACE, "solve", "--instance", str(path), "--budget", str(budget),
            "--solver", solver, "--format", "json", "-o", str(plan_path)]
+    if moveable:
+        cmd.append("--running-moveable")
     load = os.getloadavg()[0]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -223,6 +226,18 @@ def _warm_txt(warm: dict | None) -> str:
     return f"{wall}; {cpu}; obj 1 {same} cold"
 
 
+def _moves_txt(plan: dict) -> str:
+    """Migrations of a ``--moveable`` plan: jobs moved / GPUs moved / lost GPU-seconds, and
+    how many of the 2 x 8-GPU jobs (``big-*``) it admits."""
+    if not plan:
+        return "-"
+    moves = plan.get("migrations") or []
+    big = sum(1 for j in plan.get("jobs", []) if j["job"].startswith("big-"))
+    waiting = sum(1 for j in plan.get("pending", []) if j["job"].startswith("big-"))
+    return (f"{len(moves)} / {sum(m.get('gpusMoved', 0) for m in moves)} / "
+            f"{sum(m.get('lostGpuSeconds', 0) for m in moves):,.0f}; {big} of {big + waiting}")
+
+
 def _gaps_txt(plan: dict) -> str:
     """Every objective's gap as the plan reports it (- where it has no valid bound)."""
     gaps = plan.get("objectiveGaps") or {}
@@ -284,9 +299,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="budgets of the runtimeS sweep (empty: no sweep)")
     parser.add_argument("--sweep-sizes", default="1k,4k,16k",
                         help="sizes of the runtimeS sweep (the promise holds up to 16k)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scale.md")
+    parser.add_argument("--moveable", action="store_true",
+                        help="every running job gets a manifest and a checkpoint age, the queue "
+                        "2 x 8-GPU jobs that fit only by migration, and solve runs with "
+                        "--running-moveable (no warm rounds); default output "
+                        "bench/results/scale-moveable.md")
+    parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--warm-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = ROOT / "bench" / "results" / ("scale-moveable.md" if args.moveable
+                                                 else "scale.md")
+    if args.moveable:
+        args.warm_up_to = 0  # PlacementSession rounds do not migrate
     global NICE
     NICE = args.nice
     if args.warm_child:
@@ -301,8 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         for label in args.sizes.split(","):
             gpus, jobs, budget = SIZES[label]
             budget = args.budget or budget
-            path, gen_s = instance_file(gpus, jobs, args.fragmentation)
-            r = run_command(path, budget, args.solver)
+            path, gen_s = instance_file(gpus, jobs, args.fragmentation, args.moveable)
+            r = run_command(path, budget, args.solver, args.moveable)
             r.update(label=label, gpus=gpus, jobs=jobs, budget=budget, gen_s=gen_s)
             if r["plan"] is not None and gpus <= args.check_up_to:
                 r["violations"] = check_plan(path, r["plan_path"])
@@ -317,9 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         sweep = []
         for label in [x for x in args.sweep_sizes.split(",") if x] if args.budgets else []:
             gpus, jobs, _ = SIZES[label]
-            path, _ = instance_file(gpus, jobs, args.fragmentation)
+            path, _ = instance_file(gpus, jobs, args.fragmentation, args.moveable)
             for budget in [float(b) for b in args.budgets.split(",")]:
-                r = run_command(path, budget, args.solver)
+                r = run_command(path, budget, args.solver, args.moveable)
                 r.update(label=label, gpus=gpus, jobs=jobs, budget=budget)
                 sweep.append(r)
                 plan = r["plan"] or {}
@@ -357,7 +382,11 @@ def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None,
            "idle machine; warm rounds and the checker ran unfavoured)" if args.nice else ""),
         f"- command: `{cmd.strip()}`",
         f"- instances: `generate(gpus, jobs, {TYPES}, fragmentation={args.fragmentation}, "
-        f"seed={SEED})` written as JSON; solver `{args.solver}`",
+        f"seed={SEED})` written as JSON; solver `{args.solver}`"
+        + ("; `--moveable`: `with_movers` gives every running job a manifest (the GPUs it "
+           "holds, its GPU family) and a checkpoint age (0-3600 s), and puts one high-priority "
+           "2 x 8-GPU job (DP maxHopCount 2) per 256 GPUs at the head of the queue; "
+           "`solve --running-moveable`" if args.moveable else ""),
         "- wall = the whole `hyperplace solve ... --format json -o plan.json` process "
         "(start-up, reading, solving, writing); CPU = that process's user + system CPU time "
         "(what the command costs whatever the load; CP-SAT's two workers count twice); "
@@ -374,13 +403,14 @@ def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None,
         "",
         "| size | GPUs / jobs | budget s | wall s | <= budget + 1 | CPU s | runtimeS | "
         "status (solver) | obj 1 gap | gaps | admitted | comm / frag / policy | peak RSS MB | "
-        "violations | warm: cold s / warm s (ratio) | load |",
+        "violations | " + ("migrations: jobs / GPUs moved / lost GPU-s; 2x8 jobs admitted"
+                           if args.moveable else "warm: cold s / warm s (ratio)") + " | load |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         plan = r["plan"] or {}
         terms = plan.get("objectiveTerms", {})
-        warm_txt = _warm_txt(r.get("warm"))
+        warm_txt = _moves_txt(plan) if args.moveable else _warm_txt(r.get("warm"))
         status = (f"{plan.get('status')} ({plan.get('solver')})" if plan
                   else f"exit {r['exit']}: {r['error'][:80]}")
         lines.append(
