@@ -1,0 +1,93 @@
+"""Migration rounds that scale (#14): greedy's migration heuristic when greedy has already
+filled the free GPUs with lower-priority jobs, the bench's moveable instances, and the
+mover cap (a restricted round is never ``optimal``). Tiny rounds; every plan checked.
+
+Scale itself is measured in ``bench/bench_scale.py --moveable``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from placement_helpers import instance, job, node
+
+from hyperplace.check import check
+from hyperplace.formulations.placement import PlacementProblem
+from hyperplace.formulations.placement.migration import MigrationPolicy
+from hyperplace.models.instance import RunningJob
+from hyperplace.models.result import SolveStatus
+from hyperplace.solvers.defrag import solve_with_migration
+from hyperplace.solvers.driver import solve_placement
+from hyperplace.solvers.greedy import solve_greedy
+from hyperplace.solvers.greedy_migrate import greedy_migrate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _filled_round():
+    """leaf 0: n0 (a: 4), n1 (c: 4); leaf 1: n2 (b: 4), n3 free. ``big`` (high, 2 x 8 in a
+    leaf) fits only when b moves and n3 is free; greedy puts the low-priority 8-GPU
+    ``filler`` on n3 first (the only whole free node), after which 12 GPUs are free in all."""
+    nodes = [node("n0", allocated={g: "a" for g in range(4)}),
+             node("n1", allocated={g: "c" for g in range(4)}),
+             node("n2", allocated={g: "b" for g in range(4)}), node("n3")]
+    inst = instance(nodes, [job("big", replicas=2, dp_hop=2, priority="high"),
+                            job("filler", tp=8, priority="low")])
+    spec = inst.spec.model_copy(update={"running_jobs": [
+        RunningJob(name=n, checkpoint_age_s=age, job=job(n, tp=4))
+        for n, age in (("a", 600), ("b", 10), ("c", 600))]})
+    return inst.model_copy(update={"spec": spec})
+
+
+def test_greedy_migrates_for_a_job_whose_room_lower_priority_work_took():
+    inst = _filled_round()
+    p = PlacementProblem(inst, migration=MigrationPolicy())
+    first = solve_greedy(p)
+    assert {p.jobs[j].name for j in first.units} == {"filler"}  # what greedy alone does
+    plan = solve_with_migration(inst, solver="greedy", budget_s=10)
+    assert check(plan, inst) == []
+    assert "big" in plan.admitted and "filler" not in plan.admitted
+    assert [(m.job, m.for_job) for m in plan.migrations] == [("b", "big")]
+
+
+def test_the_exact_backend_agrees_with_greedy_on_the_filled_round(exact_solver):
+    inst = _filled_round()
+    greedy = solve_with_migration(inst, solver="greedy", budget_s=10)
+    exact = solve_with_migration(inst, solver=exact_solver, budget_s=10)
+    assert check(exact, inst) == []
+    assert exact.status == SolveStatus.OPTIMAL
+    assert exact.objective == greedy.objective
+    assert [m.job for m in exact.migrations] == ["b"]
+
+
+def test_a_lifted_job_goes_back_where_it_was_when_nothing_else_fits():
+    # big cannot fit even with every move (it needs 2 x 8 H100 and there are A100 nodes
+    # only beside n3): filler keeps n3, nothing moves
+    nodes = [node("n0", allocated={g: "a" for g in range(4)}, gpu_type="A100-80"),
+             node("n1", gpu_type="A100-80"), node("n2", allocated={g: "b" for g in range(4)},
+                                                  gpu_type="A100-80"), node("n3")]
+    inst = _filled_round()
+    inst = inst.model_copy(update={"spec": inst.spec.model_copy(update={
+        "clusters": [inst.spec.clusters[0].model_copy(update={"nodes": nodes})],
+        "running_jobs": [r for r in inst.spec.running_jobs if r.name != "c"]})})
+    p = PlacementProblem(inst, migration=MigrationPolicy())
+    before = solve_greedy(p)
+    after = greedy_migrate(p, before)
+    assert after.units == before.units and not after.stopped
+    plan = solve_placement(inst, solver="greedy", budget_s=5, migration=MigrationPolicy())
+    assert check(plan, inst) == [] and plan.admitted == ["filler"] and not plan.migrations
+
+
+def test_the_bench_moveable_instances_are_valid_rounds():
+    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    from hyperplace.instances.generator import generate
+
+    inst = bench.with_movers(generate(256, 20, bench.TYPES, 0.8, 3), 3)
+    held = inst.running_jobs()
+    assert set(inst.running_manifests) == set(held) and held
+    assert sum(1 for j in inst.jobs if j.name.startswith("big-")) == 2
+    plan = solve_placement(inst, solver="greedy", budget_s=5, migration=MigrationPolicy())
+    assert check(plan, inst) == []
