@@ -51,8 +51,6 @@ def greedy_migrate(p: PlacementProblem, a: Assignment, params: GreedyParams | No
     deadline : float, optional
         A ``time.perf_counter()`` value to stop trying at (the plan stays valid).
     """
-    from hyperplace.solvers.preemption import victim_sets
-
     params = params or GreedyParams()
     if not p.migrating or not p.victims:
         return a
