@@ -151,3 +151,52 @@ def best_with_migrations(instance: Instance) -> tuple[int, float, int, int]:
                 best = key
     assert best is not None  # moving nothing is always possible
     return best
+
+
+def best_free_domain(instance: Instance, max_moves: int) -> tuple[int, float, int]:
+    """(largest free domain GPUs summed over types, -lost work, -migrations) of an optimal
+    ``defrag`` without ``--for``: every set of at most ``max_moves`` running jobs with
+    manifests, every placement of their manifests on the GPUs then free (all must run);
+    the domain measured on the final free GPUs (whole free nodes of one type in one domain
+    of 2 hops)."""
+    from hyperplace.models.sharing import released
+
+    manifests = instance.running_manifests
+    info = instance.running_job_info
+    names = sorted(manifests)
+    best: tuple[int, float, int] | None = None
+    for k in range(min(max_moves, len(names)) + 1):
+        for moved in combinations(names, k):
+            base = released(instance, moved)
+            trial = base.with_jobs([manifests[n] for n in moved])
+            oracle = Oracle(trial, forced=frozenset(moved))
+            states = {tuple(n.free_gpus for n in oracle.nodes)}
+            for j in range(len(oracle.jobs)):
+                states = {left for st in states for left in oracle._placements(j, st)}
+            if not states:
+                continue
+            lost = sum(manifests[n].total_gpus * info[n].checkpoint_age_s for n in moved)
+            domain = max(_free_domain(trial, oracle.nodes, st) for st in states)
+            key = (domain, -lost, -k)
+            if best is None or key > best:
+                best = key
+    assert best is not None
+    return best
+
+
+def _free_domain(instance: Instance, nodes: list, state: State) -> int:
+    free = {n.name: len(f) for n, f in zip(nodes, state)}
+    total = 0
+    for c in instance.clusters:
+        by_name = {n.name: n for n in c.nodes}
+        best: dict[str, int] = {}
+        for members in c.network.domains(2).values():
+            per: dict[str, int] = {}
+            for name in members:
+                n = by_name[name]
+                if not n.faulty and free[name] == n.gpu_count:
+                    per[n.gpu_type] = per.get(n.gpu_type, 0) + n.gpu_count
+            for t, g in per.items():
+                best[t] = max(best.get(t, 0), g)
+        total += sum(best.values())
+    return total

@@ -148,3 +148,24 @@ def solvers(request) -> list[str]:
     """The backends chosen with ``--solvers``, and ``auto``."""
     chosen = [s for s in request.config.getoption("solvers").split(",") if s]
     return chosen + (["auto"] if "auto" not in chosen else [])
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(inst=migrating_rounds(), moves=st.integers(1, 2))
+def test_defrag_without_a_job_against_the_oracle(inst, moves, solvers):
+    """``defrag`` without ``--for``: the largest free domain, then lost work, then moves."""
+    from placement_oracle import best_free_domain
+
+    from hyperplace.solvers.defrag import defrag_cluster
+
+    best = best_free_domain(inst.with_jobs([]), moves)
+    for solver in [*solvers, "greedy"]:
+        r = defrag_cluster(inst, max_moves=moves, solver=solver, budget_s=10)
+        assert check(r.plan, inst) == [], solver
+        got = (r.plan.objective_terms["largest_free_domain_gpus"],
+               -r.plan.objective_terms.get("migrated_lost_gpu_seconds", 0.0),
+               -len(r.migrations))
+        assert got <= best, (solver, got, best)
+        if r.plan.status == SolveStatus.OPTIMAL:
+            assert got == best, (solver, got, best)

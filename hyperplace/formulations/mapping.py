@@ -218,15 +218,29 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
     return out
 
 
+def free_domain_gpus(p: PlacementProblem, a: Assignment, stopped: set[int] | None = None) -> int:
+    """The largest free domain per GPU type, summed over types, once the assignment's
+    migrations (``stopped``, default ``a.stopped``) are done
+    (:func:`hyperplace.models.sharing.largest_free_domains`, as the checker measures it)."""
+    from hyperplace.models.sharing import largest_free_domains
+
+    busy = {(node, g) for units in a.units.values() for u in units
+            for node, gpus in u.pieces for g in gpus}
+    freed = {gpu for v in (a.stopped if stopped is None else stopped) for gpu in p.victims[v].gpus}
+    return sum(largest_free_domains(p.instance, busy, freed).values())
+
+
 def settle_migrations(p: PlacementProblem, a: Assignment, stopped: set[int]) -> set[int]:
     """The migrations of ``stopped`` (movers) the assignment keeps, its units made to agree.
 
     A migration stands when its copy is placed and some other job uses one of the mover's
-    old GPUs. One whose copy did not map to GPUs is undone with every job on the mover's old
-    GPUs (dropped with a note); one that nobody else's GPUs need is undone by dropping the
-    copy (the job stays where it was). Repeated until nothing changes: undoing one may leave
-    another unneeded."""
+    old GPUs, or (``defrag``, growing the largest free domain) the free domain would be
+    smaller without it. One whose copy did not map to GPUs is undone with every job on the
+    mover's old GPUs (dropped with a note); one that is not needed is undone by dropping
+    the copy (the job stays where it was). Repeated until nothing changes: undoing one may
+    leave another unneeded."""
     stopped = set(stopped)
+    grows = p.migration is not None and p.migration.grow_free_domain
     while True:
         users: dict[int, set[int]] = defaultdict(set)  # mover -> jobs on its old GPUs
         for j, units in a.units.items():
@@ -247,7 +261,11 @@ def settle_migrations(p: PlacementProblem, a: Assignment, stopped: set[int]) -> 
             elif users.get(v, set()) - {copy}:
                 continue
             else:
-                a.units.pop(copy, None)
+                copy_units = a.units.pop(copy)
+                if grows and free_domain_gpus(p, a, stopped - {v}) < \
+                        _with(a, copy, copy_units, lambda: free_domain_gpus(p, a, stopped)):
+                    a.units[copy] = copy_units  # it frees part of the largest domain
+                    continue
             stopped.discard(v)
             changed = True
         if not changed:
@@ -552,6 +570,15 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
         preemption_policy=p.preemption if p.preempting else None,
         migrations=migrations(p, assignment),
     )
+
+
+def _with(a: Assignment, j: int, units: list[PlacedUnit], f):
+    """``f()`` evaluated with job ``j`` placed as ``units`` for the duration."""
+    a.units[j] = units
+    try:
+        return f()
+    finally:
+        a.units.pop(j)
 
 
 def migrations(p: PlacementProblem, a: Assignment) -> list[Migration]:

@@ -16,13 +16,18 @@ units and hop limits are). Moving it costs its lost work, GPUs x ``checkpointAge
 ``defrag_cluster(instance)`` (``hyperplace defrag`` without ``--for``)
     Maximise the largest free domain per GPU type
     (:func:`hyperplace.models.sharing.largest_free_domains`, summed over types) within
-    ``max_moves`` migrations, least lost work second. A search around the model, not in it:
-    per leaf domain and GPU type, sets of the movable jobs on its nodes are enumerated in
-    order of lost work; a set that empties nodes (every job in it needed for that) is a
-    candidate; candidates are tried best gain first, cheapest first, by placing their jobs
-    with the target nodes kept free (one solve of the model each); the first that places
-    them all is taken, and the search repeats on the new state until nothing gains or the
-    moves are used up. Status at best ``feasible``.
+    ``max_moves`` migrations, least lost work second: the same model with
+    ``largest_free_domain_gpus`` as its first objective
+    (:meth:`PlacementModelBuilder._free_domain
+    <hyperplace.formulations.placement.model.PlacementModelBuilder._free_domain>`).
+    ``search_cluster`` is greedy's heuristic for it (``--solver greedy``, and a second
+    opinion within a fifth of the budget whose plan is returned only when it beats an
+    unproven model plan): per leaf domain and GPU type, sets of the movable jobs on its
+    nodes are enumerated in order of lost work; a set that empties nodes (every job in it
+    needed for that) is a candidate; candidates are tried best gain first, cheapest first,
+    by placing their jobs with the target nodes kept free; the first that places them all
+    is taken, and the search repeats on the new state until nothing gains or the moves are
+    used up.
 """
 
 from __future__ import annotations
@@ -173,7 +178,11 @@ def defrag_cluster(instance: Instance, specs: list[TrainingJob] | None = None, *
                    max_moves: int = 4, solver: str = "auto", budget_s: float = 10.0
                    ) -> DefragResult:
     """Maximise the largest free domain per GPU type within ``max_moves`` migrations, least
-    lost work second (see the module docstring).
+    lost work second (see the module docstring): one solve of the placement model with
+    the migrations as decisions and ``largest_free_domain_gpus`` as its first objective
+    (:meth:`PlacementModelBuilder._free_domain
+    <hyperplace.formulations.placement.model.PlacementModelBuilder._free_domain>`); with
+    ``solver="greedy"`` the search around the model (:func:`search_cluster`).
 
     Returns
     -------
@@ -182,9 +191,65 @@ def defrag_cluster(instance: Instance, specs: list[TrainingJob] | None = None, *
         (``why: defrag``); pending jobs are left pending (``solve`` places them).
     """
     start = time.perf_counter()
-    deadline = start + budget_s
     instance = _prepared(instance, specs)
     _check_moves(max_moves)
+    if solver == "greedy":
+        return search_cluster(instance, max_moves=max_moves, budget_s=budget_s)
+    # the search first (cheap; a fifth of the budget at most), then the model: the better
+    # plan is returned, the search's only when the model's was not proven
+    searched = search_cluster(instance, max_moves=max_moves, budget_s=0.2 * budget_s)
+    before = largest_free_domains(instance)
+    plan = solve_with_migration(
+        instance.with_jobs([]), solver=solver, max_moves=max_moves, why="defrag",
+        grow_free_domain=True, budget_s=max(0.05, budget_s - (time.perf_counter() - start)))
+    moved = {m.job: {(g.node, g.gpu) for u in plan.placements if u.job == m.job for g in u.gpus}
+             for m in plan.migrations}
+    busy = {gpu for gpus in moved.values() for gpu in gpus}
+    freed = {gpu for name in moved for gpu in running_gpus(instance).get(name, [])}
+    after = largest_free_domains(instance, busy, freed)
+    msg = _defrag_message(plan.migrations, before, after, [])
+    reasons = [PendingJob(job=j.name, reasons=["defrag places no pending job (solve does)"])
+               for j in instance.jobs]
+    terms = dict(plan.objective_terms)
+    terms["largest_free_domain_gpus"] = float(sum(after.values()))
+    plan = plan.model_copy(update={
+        "pending": reasons, "objective_terms": terms, "runtime_s": time.perf_counter() - start,
+        "budget_s": budget_s, "message": "; ".join(filter(None, [msg, plan.message])),
+        "metadata": PlanMeta(name=f"{instance.name}-defrag", instance=instance.name)})
+    if plan.status != SolveStatus.OPTIMAL and _defrag_key(searched.plan) > _defrag_key(plan):
+        better = searched.plan.model_copy(update={
+            "runtime_s": time.perf_counter() - start, "budget_s": budget_s,
+            "message": f"{searched.message}; the search's plan beats the model's "
+                       f"({plan.status.value}: {msg})"})
+        return DefragResult(better, searched.message)
+    return DefragResult(plan, msg)
+
+
+def _defrag_key(plan: PlacementPlan) -> tuple[float, float, int]:
+    """Largest free domain, then less lost work, then fewer moves."""
+    terms = plan.objective_terms
+    return (terms.get("largest_free_domain_gpus", 0.0),
+            -sum(m.lost_gpu_seconds for m in plan.migrations), -len(plan.migrations))
+
+
+def _defrag_message(migrations: list[Migration], before: dict[str, int],
+                    after: dict[str, int], notes: list[str]) -> str:
+    gains = ", ".join(f"{t}: {before.get(t, 0)} -> {after[t]} GPUs" for t in sorted(after)
+                      if after[t] != before.get(t, 0))
+    msg = (f"{len(migrations)} migration(s), "
+           f"{sum(m.lost_gpu_seconds for m in migrations):g} GPU-seconds of work lost; "
+           f"largest free domain {gains}" if migrations else
+           "no migration within the move limit makes a free domain larger")
+    return msg + ("; " + "; ".join(notes) if notes else "")
+
+
+def search_cluster(instance: Instance, *, max_moves: int = 4, budget_s: float = 10.0
+                   ) -> DefragResult:
+    """Greedy's heuristic for :func:`defrag_cluster`: a search around the placement model
+    (see the module docstring), every trial placed by greedy's rule."""
+    start = time.perf_counter()
+    deadline = start + budget_s
+    solver = "greedy"
     manifests = instance.running_manifests
     before = largest_free_domains(instance)
     state = instance
@@ -220,14 +285,7 @@ def defrag_cluster(instance: Instance, specs: list[TrainingJob] | None = None, *
             break
     after = largest_free_domains(state)
     migrations = [migration(instance, n, gpus, "defrag") for n, gpus in moved.items()]
-    gains = ", ".join(f"{t}: {before.get(t, 0)} -> {after[t]} GPUs" for t in sorted(after)
-                      if after[t] != before.get(t, 0))
-    msg = (f"{len(migrations)} migration(s), "
-           f"{sum(m.lost_gpu_seconds for m in migrations):g} GPU-seconds of work lost; "
-           f"largest free domain {gains}" if migrations else
-           "no migration within the move limit makes a free domain larger")
-    if notes:
-        msg += "; " + "; ".join(notes)
+    msg = _defrag_message(migrations, before, after, notes)
     reasons = {j.name: ["defrag places no pending job (solve does)"] for j in instance.jobs}
     plan = _compose(instance, parts, migrations, reasons, solver=solver, start=start,
                     budget_s=budget_s, message=msg)
@@ -239,8 +297,8 @@ def defrag_cluster(instance: Instance, specs: list[TrainingJob] | None = None, *
 # ---- migrations as decisions of the model ----------------------------------------------
 
 def solve_with_migration(instance: Instance, *, solver: str = "auto", budget_s: float = 10.0,
-                         max_moves: int | None = None, why: str = "admit", **kwargs
-                         ) -> PlacementPlan:
+                         max_moves: int | None = None, why: str = "admit",
+                         grow_free_domain: bool = False, **kwargs) -> PlacementPlan:
     """A round in which running jobs with manifests may move so that more pending demand is
     placed: one solve of the placement model with the migrations as its decisions (see the
     module docstring).
@@ -255,6 +313,8 @@ def solve_with_migration(instance: Instance, *, solver: str = "auto", budget_s: 
         At most this many migrations (None: no limit).
     why : str
         ``migrations[].why`` (``admit``).
+    grow_free_domain : bool
+        Make the largest free domain larger first (``defrag`` without ``--for``).
 
     Returns
     -------
@@ -263,7 +323,7 @@ def solve_with_migration(instance: Instance, *, solver: str = "auto", budget_s: 
         (:func:`hyperplace.check.check`); the budget's floor is greedy's plan, which moves
         nothing.
     """
-    policy = MigrationPolicy(max_moves=max_moves, why=why)
+    policy = MigrationPolicy(max_moves=max_moves, why=why, grow_free_domain=grow_free_domain)
     return solve_placement(instance, solver=solver, budget_s=budget_s, migration=policy,
                            **kwargs)
 

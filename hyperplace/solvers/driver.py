@@ -21,6 +21,7 @@ from hyperplace.formulations.mapping import (
     Assignment,
     decode,
     encode,
+    free_domain_gpus,
     migrations,
     objective_terms,
     to_plan,
@@ -374,7 +375,8 @@ def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolu
     solution and every phase above was proven (a lower phase's bound is conditional on the
     ones above), else None (no valid bound). Proven optimal: all 0."""
     names = ["admitted_priority_demand", "preempted_lost_gpu_seconds", "preempted_jobs",
-             "migrated_lost_gpu_seconds", "migrated_jobs", "admitted_jobs", "communication",
+             "largest_free_domain_gpus", "migrated_lost_gpu_seconds", "migrated_jobs",
+             "admitted_jobs", "communication",
              "fragmentation", "policy"]
     gaps: dict[str, float | None] = {name: None for name in names if name in terms}
     gaps["admitted_priority_demand"] = relative_gap(objective, bound)
@@ -405,7 +407,7 @@ def _weighted(p: PlacementProblem, a: Assignment) -> int:
 
 
 def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
-           ) -> tuple[int, float, int, float, int]:
+           ) -> tuple[int, int, float, int, float, int]:
     """Objective 1, then (with preemption) less lost work and fewer victims, then the
     fair-share objective (it ranks above admitted jobs: a plan that serves an under-served
     queue with fewer, larger jobs is the better one), then jobs."""
@@ -415,7 +417,13 @@ def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
         if values is not None:
             fair = objective_terms(pm, values).get("fair_share", 0.0)
     lost = sum(p.victims[v].lost_units for v in a.stopped)
-    return _weighted(p, a), -lost, -len(a.stopped), fair, _admitted(p, a)
+    free = free_domain_gpus(p, a) if _grows_free_domain(p) else 0
+    return _weighted(p, a), free, -lost, -len(a.stopped), fair, _admitted(p, a)
+
+
+def _grows_free_domain(p: PlacementProblem) -> bool:
+    return p.migration is not None and p.migration.grow_free_domain
+
 
 
 def _admitted(p: PlacementProblem, a: Assignment) -> int:
@@ -452,6 +460,8 @@ def _terms(p: PlacementProblem, pm: PlacementModel | None, a: Assignment) -> dic
                     if not k.startswith("demand_tier")})
     else:
         out["admitted_jobs"] = float(_admitted(p, a))
+    if _grows_free_domain(p):
+        out["largest_free_domain_gpus"] = float(free_domain_gpus(p, a))
     if p.migrating:  # exact lost work, and the GPUs moved (the model counts migrations)
         moved = migrations(p, a)
         out["migrated_lost_gpu_seconds"] = float(sum(m.lost_gpu_seconds for m in moved))

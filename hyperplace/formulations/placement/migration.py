@@ -45,12 +45,18 @@ class MigrationPolicy:
     only : frozenset of str, optional
         Running jobs that may move (None: every running job with a manifest).
     why : str
-        What the plan says of each migration (``admit``, or ``defrag`` for ``defrag --for``).
+        What the plan says of each migration (``admit``; ``defrag`` for ``defrag``).
+    grow_free_domain : bool
+        ``defrag`` without ``--for``: objective ``largest_free_domain_gpus`` (the largest
+        free domain per GPU type, summed over types) comes first, before the work lost
+        (:meth:`PlacementModelBuilder._free_domain
+        <hyperplace.formulations.placement.model.PlacementModelBuilder._free_domain>`).
     """
 
     max_moves: int | None = None
     only: frozenset[str] | None = None
     why: str = "admit"
+    grow_free_domain: bool = False
 
     def __post_init__(self) -> None:
         if self.max_moves is not None and self.max_moves < 0:
