@@ -8,6 +8,7 @@ through :func:`decode`), and :func:`to_plan` turns it into the one result type, 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hyperplace.formulations.placement import (
@@ -572,7 +573,7 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
     )
 
 
-def _with(a: Assignment, j: int, units: list[PlacedUnit], f):
+def _with(a: Assignment, j: int, units: list[PlacedUnit], f: Callable[[], int]) -> int:
     """``f()`` evaluated with job ``j`` placed as ``units`` for the duration."""
     a.units[j] = units
     try:
