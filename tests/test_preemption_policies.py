@@ -45,6 +45,9 @@ def test_lower_priority_stops_only_jobs_of_its_own_queue(solver):
     # hi (queue a) outranks r (queue b), but lower-priority stays within a ClusterQueue
     plan = _solve(_round("a", 8), solver, "lower-priority")
     assert plan.preemptions == [] and plan.admitted == []
+    (pending,) = plan.pending
+    assert any(r.startswith("preemption: 1 lower-priority running job(s) are in other queues")
+               for r in pending.reasons), pending.reasons
     # in r's own queue it may
     plan = _solve(_round("b", 8), solver, "lower-priority")
     assert [(p.job, p.why) for p in plan.preemptions] == [("r", "lower-priority")]

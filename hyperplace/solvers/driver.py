@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 import time
+from bisect import bisect_left
+from collections import defaultdict
 
 from hyperplace.formulations.explain import explain
 from hyperplace.formulations.linear import RawSolution
@@ -30,6 +32,7 @@ from hyperplace.formulations.placement import PlacementModel, PlacementProblem, 
 from hyperplace.formulations.placement.migration import MigrationPolicy
 from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
+from hyperplace.models.sharing import running_gpus
 from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
 from hyperplace.solvers.backend import Backend, BackendOptions
 from hyperplace.solvers.greedy import fit_probe, repair_priority, solve_greedy, spare_probe
@@ -322,6 +325,8 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                       if problem.spare_allowance else None)
     if problem.victims and problem.preempting:
         _preemption_reasons(problem, chosen, reasons, status == SolveStatus.OPTIMAL)
+    if problem.preempting and problem.instance.queue_set is not None:
+        _other_queue_reasons(problem, chosen, reasons)
     stats = SolveStats(status=status, solver=name, objective=objective, bound=bound,
                        gap=relative_gap(objective, bound), objective_gaps=gaps,
                        runtime_s=time.perf_counter() - start, budget_s=budget_s,
@@ -365,6 +370,35 @@ def _preemption_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, l
             "leaving out or stopping work of its priority or higher" if proven else
             f"preemption: stopping some of the {what} placed it in no plan found within "
             "the budget")
+
+
+def _other_queue_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, list[str]]
+                         ) -> None:
+    """For a pending job that may stop no running job while lower-priority ones run in
+    other queues: that the policy stops across queues only by reclaiming
+    (:class:`~hyperplace.models.preemption_policy.StopRule`)."""
+    info = p.instance.running_job_info
+    held = running_gpus(p.instance)
+    everyone = sorted(info[n].priority for n in held)
+    per_queue: dict[str, list[int]] = defaultdict(list)
+    for n in held:
+        per_queue[info[n].queue].append(info[n].priority)
+    for prios in per_queue.values():
+        prios.sort()
+    may_stop = {j for v in p.victims for j in v.allowed}
+    for jv in p.jobs:
+        if jv.index in a.units or jv.impossible or jv.index in may_stop or jv.migrant is not None:
+            continue
+        lower = bisect_left(everyone, jv.priority) - bisect_left(per_queue.get(jv.queue, []),
+                                                                 jv.priority)
+        if lower <= 0:
+            continue
+        text = (f"preemption: {lower} lower-priority running job(s) are in other queues; "
+                f"{p.preemption} stops only jobs of its own queue (queue {jv.queue})")
+        if p.preemption == "reclaim-within-cohort":
+            text += (" or, to reclaim, jobs of borrowing queues of its cohort while its queue "
+                     "stays within its nominal quota")
+        reasons.setdefault(jv.index, []).append(text)
 
 
 def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolution | None,
