@@ -202,6 +202,10 @@ def defrag_cluster(instance: Instance, specs: list[TrainingJob] | None = None, *
     plan = solve_with_migration(
         instance.with_jobs([]), solver=solver, max_moves=max_moves, why="defrag",
         grow_free_domain=True, budget_s=max(0.05, budget_s - (time.perf_counter() - start)))
+    left = budget_s - (time.perf_counter() - start)
+    if plan.status == SolveStatus.FALLBACK and left > 0.1:
+        # the model did not fit the budget: the search gets the rest of it
+        searched = search_cluster(instance, max_moves=max_moves, budget_s=left - 0.05)
     moved = {m.job: {(g.node, g.gpu) for u in plan.placements if u.job == m.job for g in u.gpus}
              for m in plan.migrations}
     busy = {gpu for gpus in moved.values() for gpu in gpus}
