@@ -385,7 +385,7 @@ def _other_queue_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, 
         per_queue[info[n].queue].append(info[n].priority)
     for prios in per_queue.values():
         prios.sort()
-    may_stop = {j for v in p.victims for j in v.allowed}
+    may_stop = {j for v in p.victims if v.copy is None for j in v.allowed}
     for jv in p.jobs:
         if jv.index in a.units or jv.impossible or jv.index in may_stop or jv.migrant is not None:
             continue
