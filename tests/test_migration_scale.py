@@ -91,3 +91,21 @@ def test_the_bench_moveable_instances_are_valid_rounds():
     assert sum(1 for j in inst.jobs if j.name.startswith("big-")) == 2
     plan = solve_placement(inst, solver="greedy", budget_s=5, migration=MigrationPolicy())
     assert check(plan, inst) == []
+
+
+def test_a_mover_limit_keeps_the_cheapest_and_is_never_called_optimal(exact_solver):
+    # movers a and c lose 600 s x 4 GPUs each, b 10 s x 4: a limit of one keeps b alone,
+    # which suffices, but the round is a restriction: feasible, never optimal
+    inst = _filled_round().with_jobs([job("big", replicas=2, dp_hop=2, priority="high")])
+    p = PlacementProblem(inst, migration=MigrationPolicy(max_movers=1))
+    assert [v.name for v in p.victims] == ["b"] and p.movers_left_out == 2
+    assert "only the 1 running jobs losing least work may move" in p.restrictions()[0]
+    plan = solve_placement(inst, solver=exact_solver, budget_s=10,
+                           migration=MigrationPolicy(max_movers=1))
+    assert check(plan, inst) == []
+    assert plan.status == SolveStatus.FEASIBLE and "restricted model" in plan.message
+    assert [m.job for m in plan.migrations] == ["b"]
+    # the driver's own limit (at least MIN_MOVERS) leaves a small round whole
+    whole = solve_placement(inst, solver=exact_solver, budget_s=10, migration=MigrationPolicy())
+    assert check(whole, inst) == [] and whole.status == SolveStatus.OPTIMAL
+    assert "restricted" not in whole.message

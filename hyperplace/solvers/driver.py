@@ -12,6 +12,7 @@ exact backend had nothing better in time, ``feasible`` for ``--solver greedy``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from bisect import bisect_left
@@ -45,6 +46,9 @@ EXACT_BACKENDS = ("cpsat", "milp")
 #: far; one that starts late gets greedy.LATE_PASS_S + 5 % of the budget); smaller ones get
 #: one whole greedy pass however long it takes (the budget's floor).
 MIN_CUT_BUDGET_S = 0.2
+#: With ``--running-moveable``, at least this many running jobs may move whatever the budget
+#: (``BudgetParams.movers_per_second`` x budget above it).
+MIN_MOVERS = 256
 
 
 def make_backend(name: str, params: SolveParams | None = None) -> Backend:
@@ -90,6 +94,9 @@ def auto_backend(p: PlacementProblem, params: SolveParams | None = None) -> str:
 def estimate_vars(p: PlacementProblem) -> int:
     """Piece variables the model would have: one per (class, size, uniform node class), and
     up to one per candidate GPU set on non-uniform nodes (DGX-1, PCIe)."""
+    known = p.__dict__.get("_estimated_vars")
+    if known is not None:  # the driver asks up to three times
+        return known
     uniform = sum(1 for nc in p.node_classes if nc.uniform)
     odd = [len(nc.rep.free) for nc in p.node_classes if not nc.uniform]
     total = 0
@@ -98,6 +105,7 @@ def estimate_vars(p: PlacementProblem) -> int:
             copies = c.count if c.flexible else 1  # flexible pieces: variables per unit
             for size in c.size_options:
                 total += copies * (uniform + sum(math.comb(f, size) for f in odd if f >= size))
+    p.__dict__["_estimated_vars"] = total
     return total
 
 
@@ -157,6 +165,10 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     def left() -> float:
         return deadline - time.perf_counter()
 
+    if migration is not None and migration.max_movers is None:
+        # every mover is a job and node classes more: as many as the budget affords
+        migration = dataclasses.replace(migration, max_movers=max(
+            MIN_MOVERS, int(params.budget.movers_per_second * budget_s)))
     if warm is not None and (preemption != "never" or migration is not None):
         warm = None  # such a round is built whole (victims' or movers' GPUs marked on its views)
     problem = (warm.build(instance, policy, params.model, hot_spares) if warm is not None
@@ -174,6 +186,9 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     if warm is not None:  # the previous round's placements that still hold, when better
         greedy = warm.start(problem, greedy, params.greedy,
                             deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S else None)
+    # one greedy pass: what the reserve below is counted in (the migration and preemption
+    # heuristics after it are longer, and nothing after them repeats them)
+    greedy_pass_s = time.perf_counter() - greedy_start
     if problem.victims and problem.preempting:
         from hyperplace.solvers.greedy_preempt import greedy_preempt
 
@@ -200,7 +215,7 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         budget = params.budget
         # mapping back, the priority repair and the explanations each cost about a greedy pass
         reserve = budget.reserve_s + budget.reserve_fraction * budget_s + \
-            budget.greedy_reserve_factor * greedy_s
+            budget.greedy_reserve_factor * greedy_pass_s
         est = estimate_vars(problem)
         if est > budget.vars_per_second(backend_name) * max(0.0, left() - reserve):
             status = SolveStatus.FALLBACK

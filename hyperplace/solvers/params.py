@@ -52,6 +52,14 @@ class BudgetParams:
         NVSwitch-uniform: the folded count model's LP relaxation is nearly integral there
         and HiGHS proves what CP-SAT cannot in the budget (bench 2026-11-29: 16,384 GPUs x
         2,000 jobs proven optimal in 3.07 s; CP-SAT stopped at feasible). Default 3,000.
+    movers_per_second : int
+        With ``--running-moveable``, at most this many running jobs per second of budget
+        are movers (at least :data:`~hyperplace.solvers.driver.MIN_MOVERS`), those losing
+        least work; the round is then a restriction and never ``optimal``. Each mover adds
+        a job to the round (its copy) and a node class per node it holds: building that
+        cost ~60 us per mover, and greedy's migration tries grow with it (bench_scale
+        --moveable, 16,384 GPUs, 11,445 movers, 2026-11-30; default 2,000: a 1 s budget
+        spends about 0.12 s on them).
     """
 
     reserve_fraction: float = 0.08
@@ -60,6 +68,7 @@ class BudgetParams:
     cpsat_vars_per_second: int = 60_000
     milp_vars_per_second: int = 40_000
     auto_milp_above_vars: int = 3_000
+    movers_per_second: int = 2_000
 
     def __post_init__(self) -> None:
         if not 0 <= self.reserve_fraction < 1:
@@ -67,7 +76,8 @@ class BudgetParams:
         for name in ("reserve_s", "greedy_reserve_factor"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)!r})")
-        for name in ("cpsat_vars_per_second", "milp_vars_per_second", "auto_milp_above_vars"):
+        for name in ("cpsat_vars_per_second", "milp_vars_per_second", "auto_milp_above_vars",
+                     "movers_per_second"):
             _positive_int(name, getattr(self, name))
 
     def vars_per_second(self, backend: str) -> int:

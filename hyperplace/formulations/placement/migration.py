@@ -51,16 +51,25 @@ class MigrationPolicy:
         free domain per GPU type, summed over types) comes first, before the work lost
         (:meth:`PlacementModelBuilder._free_domain
         <hyperplace.formulations.placement.model.PlacementModelBuilder._free_domain>`).
+    max_movers : int, optional
+        At most this many running jobs are movers, those losing least work (None: all); a
+        round that leaves some out is a restriction
+        (:meth:`~hyperplace.formulations.placement.problem.PlacementProblem.restrictions`).
+        The driver sets it from the budget when it is None
+        (:attr:`~hyperplace.solvers.params.BudgetParams.movers_per_second`).
     """
 
     max_moves: int | None = None
     only: frozenset[str] | None = None
     why: str = "admit"
     grow_free_domain: bool = False
+    max_movers: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_moves is not None and self.max_moves < 0:
             raise ValueError(f"--max-moves: must be >= 0, got {self.max_moves}")
+        if self.max_movers is not None and self.max_movers < 0:
+            raise ValueError(f"max_movers: must be >= 0, got {self.max_movers}")
         if self.why not in REASONS:
             raise ValueError(f"unknown migration reason {self.why!r}; use one of {', '.join(REASONS)}")
 

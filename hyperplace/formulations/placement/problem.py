@@ -170,6 +170,7 @@ class PlacementProblem:
             else:
                 self._add_job(job)
         self.victims: list[Victim] = self._find_victims()
+        self.movers_left_out = 0
         if migration is not None:
             self._add_movers(migration)
         self.weights = priority_weights(self._weighted_demands(), self.weight_capacity)
@@ -202,7 +203,13 @@ class PlacementProblem:
         of its manifest as a job of the round that runs exactly when it is migrated. Every
         job of the round (pending jobs and copies) may use a migrated job's GPUs."""
         manifests = self.instance.running_manifests
-        for m in find_movers(self.instance, policy):
+        movers = find_movers(self.instance, policy)  # least lost work first
+        cap = policy.max_movers
+        #: running jobs that could have moved but were left out by ``max_movers``
+        self.movers_left_out = 0 if cap is None else max(0, len(movers) - cap)
+        if cap is not None:
+            movers = movers[:cap]
+        for m in movers:
             v = Victim(index=len(self.victims), name=m.name, priority=m.priority, queue=m.queue,
                        gpus=m.gpus, lost=m.lost, level=m.priority + 0.5)
             self._add_job(manifests[m.name])
@@ -427,6 +434,10 @@ class PlacementProblem:
             out.append(f"GPU sets on {len(capped)} node(s) enumerated up to "
                        f"{self.params.max_clique_enum} ({', '.join(capped[:3])}"
                        f"{', ...' if len(capped) > 3 else ''})")
+        if self.movers_left_out:
+            out.append(f"only the {len(self.victims)} running jobs losing least work may move "
+                       f"({self.movers_left_out} more with manifests stay where they are: "
+                       "the budget's mover limit)")
         return out
 
     @cached_property
