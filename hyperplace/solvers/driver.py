@@ -94,7 +94,7 @@ def auto_backend(p: PlacementProblem, params: SolveParams | None = None) -> str:
 def estimate_vars(p: PlacementProblem) -> int:
     """Piece variables the model would have: one per (class, size, uniform node class), and
     up to one per candidate GPU set on non-uniform nodes (DGX-1, PCIe)."""
-    known = p.__dict__.get("_estimated_vars")
+    known: int | None = p.__dict__.get("_estimated_vars")
     if known is not None:  # the driver asks up to three times
         return known
     uniform = sum(1 for nc in p.node_classes if nc.uniform)
