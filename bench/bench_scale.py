@@ -369,7 +369,8 @@ def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None,
           sweep: list[dict] | None = None) -> None:
     cmd = "bench/bench_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [
-        "# Placement at scale: the whole command, cold and warm",
+        "# Placement at scale: the whole command, "
+        + ("with migrations (`--running-moveable`)" if args.moveable else "cold and warm"),
         "",
         f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- machine: {machine()}; the load average (1 min, the larger of the start and the end "
@@ -396,10 +397,14 @@ def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None,
         "every objective's gap as the plan reports it (objective 1 / admitted jobs / "
         "communication / fragmentation / policy; - = no valid bound for it); wall <= budget "
         "+ 1 s is the command's promise",
-        "- warm = a PlacementSession in a fresh process: round 1 (cold), commit, 5 arrivals, 5 "
-        "completions, a GPU and a node failing, round 2 (warm); wall and CPU seconds of each "
-        "and warm / cold; `obj 1 = cold`: the warm round's objective 1 equals a cold solve of "
-        "the same state",
+        ("- migrations: running jobs moved, their GPUs moved and the work they lose (GPUs x "
+         "checkpoint age), and how many of the 2 x 8-GPU jobs are admitted; the driver "
+         "limits the movers to 2,000 per second of budget (least lost work first; the round "
+         "is then a restriction, never `optimal`)" if args.moveable else
+         "- warm = a PlacementSession in a fresh process: round 1 (cold), commit, 5 arrivals, 5 "
+         "completions, a GPU and a node failing, round 2 (warm); wall and CPU seconds of each "
+         "and warm / cold; `obj 1 = cold`: the warm round's objective 1 equals a cold solve of "
+         "the same state"),
         "",
         "| size | GPUs / jobs | budget s | wall s | <= budget + 1 | CPU s | runtimeS | "
         "status (solver) | obj 1 gap | gaps | admitted | comm / frag / policy | peak RSS MB | "
@@ -446,6 +451,8 @@ def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None,
             holds = "-" if run is None else ("yes" if run <= limit else "no")
             status = (f"{plan.get('status')} ({plan.get('solver')})" if plan
                       else f"exit {r['exit']}: {r['error'][:80]}")
+            if args.moveable:
+                status += f"; moves {_moves_txt(plan)}"
             lines.append(
                 f"| {r['label']} | {r['budget']:g} | {_f(run, 3)} | {limit:.3f} | {holds} | "
                 f"{r['wall']:.2f} | {r['cpu']:.2f} | {status} | "

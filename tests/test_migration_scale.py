@@ -77,6 +77,15 @@ def test_a_lifted_job_goes_back_where_it_was_when_nothing_else_fits():
     assert after.units == before.units and not after.stopped
     plan = solve_placement(inst, solver="greedy", budget_s=5, migration=MigrationPolicy())
     assert check(plan, inst) == [] and plan.admitted == ["filler"] and not plan.migrations
+    reasons = next(x.reasons for x in plan.pending if x.job == "big")
+    assert any(r.startswith("migration: moving some of the 2 running job(s) that may move "
+                            "placed it in no plan found within the budget") for r in reasons)
+    # an exact solve proves it (n3 is the only H100 node)
+    exact = solve_placement(inst, solver="cpsat", budget_s=10, migration=MigrationPolicy())
+    assert check(exact, inst) == [] and exact.status == SolveStatus.OPTIMAL
+    reasons = next(x.reasons for x in exact.pending if x.job == "big")
+    assert any(r.startswith("migration: no plan that moves some of the 2 running job(s)")
+               for r in reasons)
 
 
 def test_the_bench_moveable_instances_are_valid_rounds():

@@ -178,8 +178,9 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     # greedy stops in time for what follows it: explanations and the plan (measured 26 us a
     # job at 16,000 jobs, once per job shape; 40 us kept);
     # below MIN_CUT_BUDGET_S the budget's floor is one whole greedy pass, as documented
+    # (pending jobs only: movers' copies are neither explained nor, unless moved, written)
     after_greedy = params.budget.reserve_s + params.budget.reserve_fraction * budget_s + \
-        4e-5 * len(problem.jobs)
+        4e-5 * len(problem.pending)
     greedy = solve_greedy(problem, params.greedy,
                           deadline=deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S
                           else None, late_pass_s=0.05 * budget_s)
@@ -342,6 +343,8 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         _preemption_reasons(problem, chosen, reasons, status == SolveStatus.OPTIMAL)
     if problem.preempting and problem.instance.queue_set is not None:
         _other_queue_reasons(problem, chosen, reasons)
+    if problem.victims and problem.migrating:
+        _migration_reasons(problem, chosen, reasons, status == SolveStatus.OPTIMAL)
     stats = SolveStats(status=status, solver=name, objective=objective, bound=bound,
                        gap=relative_gap(objective, bound), objective_gaps=gaps,
                        runtime_s=time.perf_counter() - start, budget_s=budget_s,
@@ -414,6 +417,25 @@ def _other_queue_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, 
             text += (" or, to reclaim, jobs of borrowing queues of its cohort while its queue "
                      "stays within its nominal quota")
         reasons.setdefault(jv.index, []).append(text)
+
+
+def _migration_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, list[str]],
+                       proven: bool) -> None:
+    """For a pending job left out of a round that may migrate running jobs: that moving
+    them did not place it (proven: any plan placing it would leave out work of its
+    priority or higher; else within the budget, and with the movers the round had)."""
+    limit = p.migration.max_moves if p.migration is not None else None
+    within = f" (at most {limit} moves)" if limit is not None else ""
+    movers = f"{len(p.victims)} running job(s) that may move{within}"
+    if p.movers_left_out:
+        movers += f"; {p.movers_left_out} more stayed out of the round's movers"
+    text = (f"migration: no plan that moves some of the {movers} places it without leaving "
+            "out work of its priority or higher" if proven else
+            f"migration: moving some of the {movers} placed it in no plan found within the "
+            "budget")
+    for jv in p.pending:
+        if jv.index not in a.units and not jv.impossible and jv.index not in a.untried:
+            reasons.setdefault(jv.index, []).append(text)
 
 
 def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolution | None,
