@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from hyperplace.formulations.placement import (
     DomainKey,
+    JobView,
     NodeView,
     PlacementModel,
     PlacementProblem,
@@ -259,7 +260,7 @@ def settle_migrations(p: PlacementProblem, a: Assignment, stopped: set[int]) -> 
                 for j in users.get(v, ()):
                     a.units.pop(j, None)
                     a.notes[j] = f"uses GPUs of {p.victims[v].name}, whose migration failed"
-            elif users.get(v, set()) - {copy}:
+            elif users.get(v, set()) - {copy} or p.repairing:  # a broken job must move
                 continue
             else:
                 copy_units = a.units.pop(copy)
@@ -546,6 +547,8 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
     for j in sorted(assignment.units):
         jv = p.jobs[j]
         units = assignment.units[j]
+        if jv.migrant is not None and p.victims[jv.migrant].partial == j:
+            jv, units = repaired_in_part(p, j, units)
         types: dict[str, int] = defaultdict(int)
         nodes: list[str] = []
         for u in units:
@@ -582,11 +585,32 @@ def _with(a: Assignment, j: int, units: list[PlacedUnit], f: Callable[[], int]) 
         a.units.pop(j)
 
 
+def repaired_in_part(p: PlacementProblem, j: int, units: list[PlacedUnit]
+                     ) -> tuple[JobView, list[PlacedUnit]]:
+    """A repair in part as the broken job's whole placement: its manifest's view, its kept
+    units where they are and the new ones under the failed units' names."""
+    victim = p.victims[p.jobs[j].migrant or 0]
+    assert p.migration is not None and victim.copy is not None
+    part = p.migration.partial[victim.name]
+    kept = [PlacedUnit(-1, name, _by_node(gpus)) for name, gpus in part.kept.items()]
+    moved = [PlacedUnit(u.uclass, name, u.pieces) for name, u in zip(part.bad, units)]
+    return p.jobs[victim.copy], kept + moved
+
+
+def _by_node(gpus: tuple[tuple[str, int], ...]) -> list[tuple[str, tuple[int, ...]]]:
+    nodes: dict[str, list[int]] = defaultdict(list)
+    for node, g in gpus:
+        nodes[node].append(g)
+    return [(node, tuple(gs)) for node, gs in nodes.items()]
+
+
 def migrations(p: PlacementProblem, a: Assignment) -> list[Migration]:
     """One entry per migrated mover: why (the round's migration policy), for whom (the
     highest-priority pending job on its old GPUs, then the one using most of them), its
-    GPUs, how many of its new GPUs it did not hold, its lost work, old and new nodes."""
-    if not p.migrating or not a.stopped:
+    GPUs, how many of its new GPUs it did not hold, its lost work, old and new nodes. A
+    repair in part is a migration too: its new place is its kept units and the new ones."""
+    partial = {v.index for v in p.victims if v.partial is not None and v.partial in a.units}
+    if not p.migrating or not (a.stopped or partial):
         return []
     assert p.migration is not None
     users: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
@@ -620,10 +644,12 @@ def migrations(p: PlacementProblem, a: Assignment) -> list[Migration]:
         return ""
 
     out = []
-    for v in sorted(a.stopped, key=lambda v: p.victims[v].name):
+    for v in sorted(a.stopped | partial, key=lambda v: p.victims[v].name):
         victim = p.victims[v]
         assert victim.copy is not None
-        new = {(node, g) for u in a.units[victim.copy] for node, gpus in u.pieces for g in gpus}
+        placed = a.units[victim.copy] if v in a.stopped else \
+            repaired_in_part(p, victim.partial or 0, a.units[victim.partial or 0])[1]
+        new = {(node, g) for u in placed for node, gpus in u.pieces for g in gpus}
         out.append(Migration(job=victim.name, why=p.migration.why, for_job=for_job(v),
                              gpus=p.jobs[victim.copy].gpus,
                              gpus_moved=len(new - set(victim.gpus)),

@@ -308,7 +308,8 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
             message += ("; " if message.strip() else "") + (
                 "the plan is outside the model's stricter rows, so objective 1 is bounded "
                 "by the demand bound")
-        if bound <= objective + 1e-9 and status == SolveStatus.FALLBACK:
+        if bound <= objective + 1e-9 and status == SolveStatus.FALLBACK and \
+                not problem.repairing:
             if lp_bound is not None and lp_bound <= objective + 1e-9:
                 message += ("; objective 1 equals the LP relaxation's bound, so it is "
                             "optimal (lower objectives not proven)")
@@ -445,7 +446,8 @@ def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolu
     bound; the lower ones against their phase's bound when the plan is the exact backend's
     solution and every phase above was proven (a lower phase's bound is conditional on the
     ones above), else None (no valid bound). Proven optimal: all 0."""
-    names = ["admitted_priority_demand", "preempted_lost_gpu_seconds", "preempted_jobs",
+    names = ["admitted_priority_demand", "repaired_priority_demand",
+             "preempted_lost_gpu_seconds", "preempted_jobs",
              "largest_free_domain_gpus", "migrated_lost_gpu_seconds", "migrated_jobs",
              "admitted_jobs", "communication",
              "fragmentation", "policy"]
@@ -477,8 +479,16 @@ def _weighted(p: PlacementProblem, a: Assignment) -> int:
                if not p.is_copy(j)) + p.kept_running_demand(a.stopped)
 
 
+def _repaired_demand(p: PlacementProblem, a: Assignment) -> int:
+    """What a repair round maximises first (its model's objective 1; the plan's objective 1
+    counts pending jobs, and a repair round has none): priority-weighted GPUs of the broken
+    jobs repaired, whole or in part."""
+    return sum(p.weights[v.priority] * p.repair_gpus(v) for v in p.victims
+               if v.copy in a.units or v.partial in a.units)
+
+
 def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
-           ) -> tuple[int, int, float, int, float, int]:
+           ) -> tuple[int, int, int, float, int, float, int]:
     """Objective 1, then (with preemption) less lost work and fewer victims, then the
     fair-share objective (it ranks above admitted jobs: a plan that serves an under-served
     queue with fewer, larger jobs is the better one), then jobs."""
@@ -489,7 +499,8 @@ def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
             fair = objective_terms(pm, values).get("fair_share", 0.0)
     lost = sum(p.victims[v].lost_units for v in a.stopped)
     free = free_domain_gpus(p, a) if _grows_free_domain(p) else 0
-    return _weighted(p, a), free, -lost, -len(a.stopped), fair, _admitted(p, a)
+    repaired = _repaired_demand(p, a) if p.repairing else 0
+    return _weighted(p, a), repaired, free, -lost, -len(a.stopped), fair, _admitted(p, a)
 
 
 def _grows_free_domain(p: PlacementProblem) -> bool:
@@ -533,6 +544,8 @@ def _terms(p: PlacementProblem, pm: PlacementModel | None, a: Assignment) -> dic
         out["admitted_jobs"] = float(_admitted(p, a))
     if _grows_free_domain(p):
         out["largest_free_domain_gpus"] = float(free_domain_gpus(p, a))
+    if p.repairing:
+        out["repaired_priority_demand"] = float(_repaired_demand(p, a))
     if p.migrating:  # exact lost work, and the GPUs moved (the model counts migrations)
         moved = migrations(p, a)
         out["migrated_lost_gpu_seconds"] = float(sum(m.lost_gpu_seconds for m in moved))

@@ -52,6 +52,8 @@ def greedy_migrate(p: PlacementProblem, a: Assignment, params: GreedyParams | No
         A ``time.perf_counter()`` value to stop trying at (the plan stays valid).
     """
     params = params or GreedyParams()
+    if p.repairing:
+        return greedy_repair(p, a, params, deadline)
     if not p.migrating or not p.victims:
         return a
     limit = p.migration.max_moves if p.migration is not None else None
@@ -254,3 +256,38 @@ def _retake(state: State, movers) -> None:
     for v in movers:
         for node, g in v.gpus:
             state.take(node, (g,))
+
+
+def greedy_repair(p: PlacementProblem, a: Assignment, params: GreedyParams,
+                  deadline: float | None = None) -> Assignment:
+    """Greedy's repair: broken jobs largest first, each repaired in part (its failed units
+    near its kept ones) when that fits, else moved whole (its healthy GPUs released first),
+    else left broken. The budget's floor and the exact backends' hint of a repair round."""
+    out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped),
+                     untried=set(a.untried))
+    state = State(p)
+    for j, units in out.units.items():
+        for u in units:
+            for node, gpus in u.pieces:
+                state.take(node, gpus)
+    trials = params.max_domain_trials
+    for v in sorted(p.victims, key=lambda v: (-p.repair_gpus(v), v.name)):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        if v.partial is not None and not p.jobs[v.partial].impossible:
+            placed = try_place_job(p, p.jobs[v.partial], state, trials)
+            if placed is not None:
+                out.units[v.partial] = placed
+                continue
+        assert v.copy is not None
+        if p.jobs[v.copy].impossible:
+            continue
+        for node, g in v.gpus:
+            state.give(node, (g,))
+        placed = try_place_job(p, p.jobs[v.copy], state, trials)
+        if placed is None:
+            _retake(state, [v])
+            continue
+        out.units[v.copy] = placed
+        out.stopped.add(v.index)
+    return out

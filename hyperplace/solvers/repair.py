@@ -13,14 +13,18 @@ A running job's GPUs are read as its gang units in order (``units()`` order, GPU
 by node and index, one unit after another), which is how the placement engine writes them.
 
 ``minimal`` (default)
-    Units holding a failed GPU move; the job's healthy units stay where they are when its
-    replacement units can be placed on nodes within the job's between-replica hop limit of
-    every kept node (bandwidth and NVLink rules come from the same placement formulation,
-    which places the replacement units as a job of their own). Only jobs with one unit per
-    replica (a model-parallel group, plus the DataParallel group) are repaired in part;
-    otherwise, or when no replacement fits, the whole job moves.
+    One solve of the placement model with the repairs as its decisions
+    (:class:`~hyperplace.formulations.placement.migration.MigrationPolicy` with
+    ``why="repair"``): every hit job is a mover that is repaired whole (its manifest placed
+    anew, its healthy GPUs released) or, when it has one unit per replica (a model-parallel
+    group, plus the DataParallel group) and healthy units, in part: the units holding a
+    failed GPU are placed as a job of their own on nodes within the job's between-replica
+    hop limit of every kept node, the healthy ones stay (at most one of the two). Objective
+    1 is the priority-weighted GPUs of the jobs repaired, then the GPUs placed anew (a whole
+    move counts all its GPUs), so all hit jobs are repaired jointly, and ``optimal`` is
+    proven like any round's.
 ``replace-all``
-    Every hit job is placed anew, as a whole (one at a time).
+    The same solve without repairs in part: every hit job is placed anew, as a whole.
 ``replace-everything``
     The comparison the bench wants: every running job with a manifest, hit or not, is
     released and the whole set placed from scratch in one round by the same formulation;
@@ -31,8 +35,7 @@ by node and index, one unit after another), which is how the placement engine wr
 Hot spares (``hot_spares=N``, the operator setting ``solve --hot-spares`` keeps): repairs
 may use the spares (that is what they are for); the plan records the setting
 (``hotSpares``) and the message says how many leaves still keep N whole free nodes
-afterwards. Hit jobs are repaired largest first (the hardest to place get room first). A
-hit job without a manifest, or one that fits nowhere, stays broken (listed with
+afterwards. A hit job without a manifest, or one that fits nowhere, stays broken (listed with
 ``placed=False``; its healthy GPUs stay held).
 
 GPUs moved counts, per job, the GPUs it holds afterwards that it did not hold before. Work
@@ -43,13 +46,15 @@ GPU fails (its GPUs x ``checkpointAgeS``).
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hyperplace.baselines.common import JobOutcome, build_plan
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
-from hyperplace.models.plan import GPURef, PlacementPlan
+from hyperplace.formulations.placement.migration import MigrationPolicy, PartialRepair
+from hyperplace.models.plan import GPURef, PendingJob, PlacementPlan, PlanMeta
 from hyperplace.models.sharing import released, running_gpus, whole_free_per_leaf, with_failures
 from hyperplace.solvers.driver import solve_placement
 
@@ -187,17 +192,9 @@ def repair(instance: Instance, failed: list[tuple[str, int | None]],
         new, done2 = _everything(broken, held, manifests, dead, solver, budget_s, hot_spares)
         done += done2
     else:
-        order = sorted((h for h in hit if h in manifests), key=lambda h: -manifests[h].total_gpus)
-        new, done2 = _one_by_one(broken, order, held, manifests,
-                                 dead, strategy, solver, budget_s, hot_spares)
+        new, done2, solved = _in_the_model(broken, [h for h in hit if h in manifests], held,
+                                           manifests, dead, strategy, solver, budget_s)
         done += done2
-    from hyperplace.solvers.defrag import _compose, migration
-
-    outcomes = {n: JobOutcome(units={u: [GPURef(node=a, gpu=b) for a, b in gs]
-                                     for u, gs in units.items()}) for n, units in new.items()}
-    sub = build_plan(broken.with_jobs([manifests[n] for n in new]), solver, outcomes, 0.0)
-    migrations = [migration(broken, n, {g for gs in new[n].values() for g in gs}, "repair")
-                  for n in new]
     reasons = {j.name: ["repair places no pending job (solve does)"] for j in broken.jobs}
     lost = sum(j.lost_gpu_seconds for j in done if j.placed)
     msg = (f"repair ({strategy}): {sum(j.gpus_moved for j in done)} GPUs moved, "
@@ -211,9 +208,62 @@ def repair(instance: Instance, failed: list[tuple[str, int | None]],
     stuck = [j.job for j in done if not j.placed]
     if stuck:
         msg += f"; not repaired: {', '.join(stuck[:8])}"
+    if strategy != "replace-everything":
+        plan = solved.model_copy(update={
+            "pending": [PendingJob(job=j.name, reasons=reasons[j.name]) for j in broken.jobs],
+            "message": "; ".join(filter(None, [msg, solved.message])),
+            "runtime_s": time.perf_counter() - start, "budget_s": budget_s,
+            "metadata": PlanMeta(name=f"{broken.name}-repair", instance=broken.name)})
+        return RepairResult(plan.model_copy(update={"hot_spares": hot_spares}), done)
+    from hyperplace.solvers.defrag import _compose, migration
+
+    outcomes = {n: JobOutcome(units={u: [GPURef(node=a, gpu=b) for a, b in gs]
+                                     for u, gs in units.items()}) for n, units in new.items()}
+    sub = build_plan(broken.with_jobs([manifests[n] for n in new]), solver, outcomes, 0.0)
+    migrations = [migration(broken, n, {g for gs in new[n].values() for g in gs}, "repair")
+                  for n in new]
     plan = _compose(broken, [sub] if new else [], migrations, reasons, solver=solver,
                     start=start, budget_s=budget_s, message=msg)
     return RepairResult(plan.model_copy(update={"hot_spares": hot_spares}), done)
+
+
+def _in_the_model(broken: Instance, hit: list[str], held: dict[str, list[GPU]],
+                  manifests: dict[str, TrainingJob], dead: set[GPU], strategy: str,
+                  solver: str, budget_s: float
+                  ) -> tuple[dict[str, dict[str, list[GPU]]], list[RepairedJob], PlacementPlan]:
+    """``minimal`` and ``replace-all`` as one solve of the placement model: every hit job
+    is a mover repaired whole, or (``minimal``) in part when it has one unit per replica
+    and healthy units (:class:`~hyperplace.formulations.placement.migration.PartialRepair`,
+    nodes within its between-replica hop limit of every kept node); objective 1 counts the
+    jobs repaired, then the GPUs placed anew (see
+    :class:`~hyperplace.formulations.placement.migration.MigrationPolicy`)."""
+    info = broken.running_job_info
+    partial = {}
+    if strategy == "minimal":
+        for name in hit:
+            units = _units_of(manifests[name], held[name])
+            bad = [u for u, g in units.items() if set(g) & dead]
+            part = _partial_repair(broken, manifests[name], units, bad)
+            if part is not None:
+                partial[name] = part
+    policy = MigrationPolicy(only=frozenset(hit), why="repair", partial=partial)
+    plan = solve_placement(broken.with_jobs([]), solver=solver, budget_s=budget_s,
+                           migration=policy)
+    placed: dict[str, dict[str, list[GPU]]] = defaultdict(dict)
+    for p in plan.placements:
+        placed[p.job][p.unit] = [(g.node, g.gpu) for g in p.gpus]
+    out: dict[str, dict[str, list[GPU]]] = {}
+    done: list[RepairedJob] = []
+    for name in hit:
+        units = _units_of(manifests[name], held[name])
+        lost = manifests[name].total_gpus * info[name].checkpoint_age_s
+        if name not in placed:
+            done.append(RepairedJob(name, list(units), [], 0, lost, False,
+                                    "no healthy GPUs where it fits"))
+            continue
+        out[name] = placed[name]
+        done.append(_record(name, units, placed[name], lost))
+    return out, done, plan
 
 
 def _record(name: str, units: dict[str, list[GPU]], new: dict[str, list[GPU]], lost: float
@@ -222,38 +272,6 @@ def _record(name: str, units: dict[str, list[GPU]], new: dict[str, list[GPU]], l
     kept = [u for u in units if new.get(u) == units[u]]
     moved = sum(len(set(g) - old) for g in new.values())
     return RepairedJob(name, [u for u in units if u not in kept], kept, moved, lost, True)
-
-
-def _one_by_one(state: Instance, hit: list[str], held: dict[str, list[GPU]],
-                manifests: dict[str, TrainingJob], dead: set[GPU], strategy: str, solver: str,
-                budget_s: float, hot_spares: int
-                ) -> tuple[dict[str, dict[str, list[GPU]]], list[RepairedJob]]:
-    info = state.running_job_info
-    out: dict[str, dict[str, list[GPU]]] = {}
-    done: list[RepairedJob] = []
-    for name in hit:
-        spec = manifests[name]
-        healthy = [g for g in held[name] if g not in dead]
-        state = released(state, [name])
-        units = _units_of(spec, held[name])
-        lost = spec.total_gpus * info[name].checkpoint_age_s
-        bad = [u for u, g in units.items() if set(g) & dead]
-        new: dict[str, list[GPU]] | None = None
-        if strategy == "minimal" and len(bad) < len(units):
-            new = _partial(state, spec, units, bad, solver, budget_s)
-        if new is None:
-            plan = solve_placement(state.with_jobs([spec]), solver=solver, budget_s=budget_s)
-            if spec.name in plan.admitted:
-                new = {p.unit: [(g.node, g.gpu) for g in p.gpus] for p in plan.placements}
-        if new is None:  # stays broken: its healthy GPUs stay held
-            done.append(RepairedJob(name, list(units), [], 0, lost, False,
-                                    "no healthy GPUs where it fits"))
-            state = released(state, [], hold={g: name for g in healthy})
-            continue
-        done.append(_record(name, units, new, lost))
-        out[name] = new
-        state = released(state, [], hold={g: name for gs in new.values() for g in gs})
-    return out, done
 
 
 def _everything(broken: Instance, held: dict[str, list[GPU]], manifests: dict[str, TrainingJob],
@@ -286,37 +304,37 @@ def _everything(broken: Instance, held: dict[str, list[GPU]], manifests: dict[st
     return out, done
 
 
-def _partial(state: Instance, spec: TrainingJob, units: dict[str, list[GPU]],
-             bad: list[str], solver: str, budget_s: float) -> dict[str, list[GPU]] | None:
-    """Keep the healthy units; place the failed ones as a job of their own on nodes within
-    the job's between-replica hop limit of every kept node (hot spares included)."""
+def _partial_repair(state: Instance, spec: TrainingJob, units: dict[str, list[GPU]],
+                    bad: list[str]) -> PartialRepair | None:
+    """Keep the healthy units, place the failed ones as a job of their own on nodes within
+    the job's between-replica hop limit of every kept node (hot spares included): for a job
+    with one unit per replica and some healthy units, else None."""
     per_replica = [u for u in spec.units() if u.replica == 0]
-    if len(per_replica) != 1 or len(spec.units()) != spec.spec.replica_count:
+    if not bad or len(bad) == len(units) or len(per_replica) != 1 or \
+            len(spec.units()) != spec.spec.replica_count:
         return None
     kept_gpus = [g for u, gs in units.items() if u not in bad for g in gs]
     kept_nodes = {n for n, _ in kept_gpus}
+    far = _far_nodes(state, spec, kept_nodes)
+    sub = spec.model_copy(update={"spec": spec.spec.model_copy(update={"replica_count": len(bad)})})
+    return PartialRepair(job=sub, bad=tuple(bad),
+                         kept={u: tuple(gs) for u, gs in units.items() if u not in bad},
+                         nodes=frozenset(n.name for c in state.clusters for n in c.nodes
+                                         if n.name not in far))
+
+
+def _far_nodes(state: Instance, spec: TrainingJob, kept_nodes: set[str]) -> set[str]:
+    """Nodes beyond the job's between-replica hop limit of some kept node, or in another
+    cluster."""
     dp = next((g for g in spec.spec.resource_groups if g.type.value == "DataParallel"), None)
     hop = dp.inter_node_connectivity.max_hop_count if dp is not None else None
-    far: set[GPU] = set()
+    far: set[str] = set()
     for c in state.clusters:
         names = {n.name for n in c.nodes}
         for n in c.nodes:
             if not kept_nodes & names:
-                far |= {(n.name, g) for g in range(n.gpu_count)}  # another cluster
+                far.add(n.name)
             elif hop is not None and any(n.name != k and (c.network.hop_count(n.name, k) or hop + 1) > hop
                                          for k in kept_nodes):
-                far |= {(n.name, g) for g in range(n.gpu_count)}
-    hold = {g: f"{spec.name}.kept" for g in kept_gpus}
-    sub_spec = spec.spec.model_copy(update={"replica_count": len(bad)})
-    sub = spec.model_copy(update={"spec": sub_spec})
-    free_far = {g for g in far if g not in hold}
-    trial = released(state.with_jobs([]), [], hold=hold, reserve=free_far).with_jobs([sub])
-    plan = solve_placement(trial, solver=solver, budget_s=budget_s)
-    if sub.name not in plan.admitted:
-        return None
-    by_unit = {p.unit: [(g.node, g.gpu) for g in p.gpus] for p in plan.placements}
-    sub_units = [u.name for u in sub.units()]
-    out = {u: gs for u, gs in units.items() if u not in bad}
-    for name, su in zip(bad, sub_units):
-        out[name] = by_unit[su]
-    return out
+                far.add(n.name)
+    return far

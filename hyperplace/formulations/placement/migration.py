@@ -25,13 +25,28 @@ who may use its GPUs depends on which: a pair of decisions this formulation does
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from hyperplace.models.instance import Instance
+from hyperplace.models.job import TrainingJob
 from hyperplace.models.sharing import running_gpus
 
 #: Why a migration is proposed (``migrations[].why``).
 REASONS = ("admit", "defrag", "repair")
+
+
+@dataclass(frozen=True)
+class PartialRepair:
+    """A broken job's repair in part: its healthy units stay (``kept``: unit -> GPUs), the
+    failed ones (``bad``, unit names in order) are placed as ``job`` (a manifest of as many
+    replicas) on ``nodes`` only (those within the job's between-replica hop limit of every
+    kept node)."""
+
+    job: TrainingJob
+    bad: tuple[str, ...]
+    kept: Mapping[str, tuple[tuple[str, int], ...]]
+    nodes: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,13 @@ class MigrationPolicy:
         (:meth:`~hyperplace.formulations.placement.problem.PlacementProblem.restrictions`).
         The driver sets it from the budget when it is None
         (:attr:`~hyperplace.solvers.params.BudgetParams.movers_per_second`).
+    partial : mapping of str to PartialRepair
+        With ``why="repair"``: movers that may instead be repaired in part.
+
+    With ``why="repair"`` the movers are the broken jobs (``only``): objective 1 counts the
+    jobs repaired (priority-weighted GPUs of their manifests, at their running priority),
+    whole (the copy) or in part (``partial``, at most one of the two), then the GPUs they
+    move (a whole move counts all of its GPUs, a repair in part its failed units').
     """
 
     max_moves: int | None = None
@@ -64,6 +86,12 @@ class MigrationPolicy:
     why: str = "admit"
     grow_free_domain: bool = False
     max_movers: int | None = None
+    partial: Mapping[str, PartialRepair] = field(default_factory=dict)
+
+    @property
+    def repairing(self) -> bool:
+        """The movers are broken jobs to repair."""
+        return self.why == "repair"
 
     def __post_init__(self) -> None:
         if self.max_moves is not None and self.max_moves < 0:
@@ -97,9 +125,12 @@ def find_movers(instance: Instance, policy: MigrationPolicy) -> list[Mover]:
     info = instance.running_job_info
     out = []
     for name, manifest in instance.running_manifests.items():
-        if name not in held or (policy.only is not None and name not in policy.only):
+        if policy.only is not None and name not in policy.only:
+            continue
+        if name not in held and not policy.repairing:  # a repair may find it holding none
             continue
         r = info[name]
-        out.append(Mover(name=name, priority=r.priority, queue=r.queue, gpus=tuple(held[name]),
+        out.append(Mover(name=name, priority=r.priority, queue=r.queue,
+                         gpus=tuple(held.get(name, ())),
                          lost=manifest.total_gpus * r.checkpoint_age_s))
     return sorted(out, key=lambda m: (m.lost, len(m.gpus), m.name))

@@ -627,7 +627,8 @@ class PlacementModelBuilder:
             self._migration()
         for victim in p.victims:
             s = self.stop[victim.index]
-            self.obj_lost.append((s, victim.lost_units))
+            if not p.repairing:  # a repair loses the same work whichever way it goes
+                self.obj_lost.append((s, victim.lost_units))
             if victim.copy is not None:
                 continue
             self.obj_demand_by_level[victim.level].append((s, -len(victim.gpus)))
@@ -671,8 +672,20 @@ class PlacementModelBuilder:
                 continue
             s = self.stop[victim.index]
             self.lm.eq([(self.run[victim.copy], 1), (s, -1)], 0, f"migrate[{victim.name}]")
-            self.obj_moves.append((s, 1))
             moves.append((s, 1))
+            if not p.repairing:
+                self.obj_moves.append((s, 1))
+                continue
+            # a broken job: repaired whole (its copy) or in part, not both; objective 1
+            # counts it repaired, then the GPUs each way moves
+            gpus = p.repair_gpus(victim)
+            self.obj_demand_by_level[victim.priority].append((s, gpus))
+            self.obj_moves.append((s, gpus))
+            if victim.partial is not None:
+                part = self.run[victim.partial]
+                self.lm.add([(part, 1), (s, 1)], hi=1, name=f"repair[{victim.name}]")
+                self.obj_demand_by_level[victim.priority].append((part, gpus))
+                self.obj_moves.append((part, p.jobs[victim.partial].gpus))
         limit = p.migration.max_moves if p.migration is not None else None
         if limit is not None and len(moves) > limit:
             self.lm.add(moves, hi=limit, name="max-moves")
@@ -1026,6 +1039,8 @@ class PlacementModelBuilder:
         if p.migrating and self.stop:
             preempt = [Objective(self.obj_lost, "migrated_lost_gpu_seconds", "min"),
                        Objective(self.obj_moves, "migrated_jobs", "min")]
+        if p.repairing and self.stop:
+            preempt = [Objective(self.obj_moves, "repair_gpus_placed", "min")]
         if self.obj_free_domain:  # defrag: the largest free domain, then the moves' cost
             preempt = [Objective(self.obj_free_domain, "largest_free_domain_gpus", "max"),
                        *preempt]

@@ -84,6 +84,8 @@ class Victim:
     #: a mover (migration): the job index of its copy, which runs exactly when it is
     #: stopped (:mod:`~hyperplace.formulations.placement.migration`); None for a victim
     copy: int | None = None
+    #: a broken job that may be repaired in part: the job index of its failed units' job
+    partial: int | None = None
 
     @property
     def lost_units(self) -> int:

@@ -216,6 +216,13 @@ class PlacementProblem:
             copy_view = self.jobs[-1]
             copy_view.migrant, copy_view.queue = v.index, m.queue
             v.copy = copy_view.index
+            part = policy.partial.get(m.name) if policy.repairing else None
+            if part is not None:  # its failed units alone, near its kept ones
+                self._add_job(part.job)
+                part_view = self.jobs[-1]
+                part_view.migrant, part_view.queue = v.index, m.queue
+                part_view.allowed_nodes = part.nodes
+                v.partial = part_view.index
             self.victims.append(v)
             for node, g in m.gpus:
                 self.node_by_name[node].stoppable[g] = v.index
@@ -224,6 +231,16 @@ class PlacementProblem:
         everyone = {jv.index for jv in self.jobs if not jv.impossible}
         for v in self.victims:
             v.allowed = everyone
+
+    @property
+    def repairing(self) -> bool:
+        """The round repairs broken jobs (its movers; objective 1 counts those repaired)."""
+        return self.migration is not None and self.migration.repairing
+
+    def repair_gpus(self, v: Victim) -> int:
+        """GPUs of a broken job's manifest (what objective 1 counts when it is repaired)."""
+        assert v.copy is not None
+        return self.jobs[v.copy].gpus
 
     @property
     def pending(self) -> list[JobView]:
@@ -246,6 +263,8 @@ class PlacementProblem:
     def weight_capacity(self) -> int:
         """GPUs objective 1 can count: the free ones, and with preemption the running jobs'
         too (each kept running job counts in its own priority level)."""
+        if self.repairing:  # a repaired job may use the healthy GPUs it held
+            return self.free_gpus + sum(len(v.gpus) for v in self.victims)
         if not self.preempting:
             return self.free_gpus
         return self.free_gpus + sum(g for _, _, g in self.running)
@@ -253,6 +272,8 @@ class PlacementProblem:
     def _weighted_demands(self) -> list[tuple[float, int]]:
         demands: list[tuple[float, int]] = [(j.priority, j.gpus) for j in self.jobs
                                             if j.migrant is None]
+        if self.repairing:
+            demands += [(v.priority, self.repair_gpus(v)) for v in self.victims]
         if self.preempting:
             demands += [(prio, g) for _, prio, g in self.running]
         return demands
@@ -568,7 +589,7 @@ class PlacementProblem:
         """A piece of ``uc`` (of job ``jv``) may sit on node ``n`` (free GPUs aside): GPUs,
         links, and a quota of the job's queue that covers the node's GPU type."""
         return self.gpus_eligible(uc, n) and self.link_eligible(jv, uc, n) and \
-            self.queue_covers(jv, n)
+            self.queue_covers(jv, n) and (jv.allowed_nodes is None or n.name in jv.allowed_nodes)
 
     def queue_covers(self, jv: JobView, n: NodeView) -> bool:
         """The job's queue may use the node's GPU type (always, without declared queues)."""
@@ -746,7 +767,8 @@ class PlacementProblem:
                 key: tuple[object, ...] = ("v", n.name)
             elif n.uniform_gbps is not None and not n.leaf.is_single_node:
                 key = ("u", n.cluster.name, n.leaf, n.gpu_type.name, n.node.gpu_count,
-                              len(n.free), n.fully_free, n.uniform_gbps, n.attach_gbps)
+                              len(n.free), n.fully_free, n.uniform_gbps, n.attach_gbps,
+                       self._restricted_to(n))
             else:
                 key = ("n", n.name)
             groups[key].append(n)
@@ -758,6 +780,15 @@ class PlacementProblem:
         """Leaf -> whole free nodes the round may open there, keeping ``hot_spares`` of them
         (all it has when fewer) free for repairs; empty without hot spares."""
         return spare_allowance(self.nodes, self.hot_spares)
+
+    def _restricted_to(self, n: NodeView) -> tuple[int, ...]:
+        """Jobs limited to some nodes (repairs in part) that may use ``n``: nodes a class
+        folds must agree on it."""
+        return tuple(jv.index for jv in self._node_limited if n.name in (jv.allowed_nodes or ()))
+
+    @cached_property
+    def _node_limited(self) -> list[JobView]:
+        return [jv for jv in self.jobs if jv.allowed_nodes is not None]
 
     @cached_property
     def leaf_fully_free(self) -> dict[DomainKey, bool]:

@@ -352,6 +352,8 @@ class JobView:
     #: a running job's manifest (its copy, placed when it migrates): the mover's victim
     #: index (:mod:`~hyperplace.formulations.placement.migration`); None for a pending job
     migrant: int | None = None
+    #: a repair in part: the only nodes it may use (None: any)
+    allowed_nodes: frozenset[str] | None = None
 
     @property
     def name(self) -> str:
