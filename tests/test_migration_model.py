@@ -169,3 +169,17 @@ def test_defrag_without_a_job_against_the_oracle(inst, moves, solvers):
         assert got <= best, (solver, got, best)
         if r.plan.status == SolveStatus.OPTIMAL:
             assert got == best, (solver, got, best)
+
+
+@pytest.mark.parametrize("solver", ["greedy", "auto"])
+def test_bound_counts_gpus_a_mover_gives_back(solver):
+    # the node is full; "big" holds 4 GPUs but its manifest asks for 2: migrating it (even in
+    # place) frees 2 GPUs for p2, so objective 1 can reach 2 with no free GPU at all, and
+    # a bound of the free GPUs alone (0) would be below the optimum
+    inst = instance([node("n0", allocated={**{g: "big" for g in range(4)},
+                                           **{g: "other" for g in range(4, 8)}})],
+                    [job("p2", tp=2)])
+    inst = _with_running(inst, [("big", job("big", tp=2), 10, 2)])
+    plan = solve_with_migration(inst, solver=solver, budget_s=10)
+    assert check(plan, inst) == []
+    assert plan.bound >= 2, (plan.bound, plan.objective)
