@@ -31,7 +31,13 @@ from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import JobView, PlacementProblem
 from hyperplace.formulations.placement.preemption import Victim
 from hyperplace.solvers.greedy import State, try_place_job
-from hyperplace.solvers.greedy_preempt import MAX_CANDIDATES, MAX_SETS, _node_sets, _Quota
+from hyperplace.solvers.greedy_preempt import (
+    MAX_CANDIDATES,
+    MAX_SETS,
+    _node_sets,
+    _Quota,
+    _taken,
+)
 from hyperplace.solvers.params import GreedyParams
 
 
@@ -59,13 +65,7 @@ def greedy_migrate(p: PlacementProblem, a: Assignment, params: GreedyParams | No
     limit = p.migration.max_moves if p.migration is not None else None
     out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped),
                      untried=set(a.untried))
-    state = State(p)
-    quota = _Quota(p)
-    for j, units in out.units.items():
-        quota.add(p.jobs[j].queue, units, +1)
-        for u in units:
-            for node, gpus in u.pieces:
-                state.take(node, gpus)
+    state, quota = _taken(p, out)
     memo = _Memo(p)
     pending = sorted((jv for jv in p.pending if not jv.impossible),
                      key=lambda j: (-j.priority, -j.gpus, j.index))

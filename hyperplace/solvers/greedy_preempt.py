@@ -67,15 +67,7 @@ def greedy_preempt(p: PlacementProblem, a: Assignment, params: GreedyParams | No
     if not p.victims:
         return a
     out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped))
-    state = State(p)
-    quota = _Quota(p)
-    for j, units in out.units.items():
-        quota.add(p.jobs[j].queue, units, +1)
-        for u in units:
-            for node, gpus in u.pieces:
-                state.take(node, gpus)
-    for v in out.stopped:
-        quota.stop(p.victims[v], +1)
+    state, quota = _taken(p, out)
     pending = sorted((jv for jv in p.jobs if jv.index not in out.units and not jv.impossible),
                      key=lambda j: (-j.priority, -j.gpus, j.index))
     for jv in pending:
@@ -280,3 +272,18 @@ class _Quota:
                     if use > queue.quotas[key].nominal + 1e-9:
                         return False
         return True
+
+
+def _taken(p: PlacementProblem, a: Assignment) -> tuple[State, _Quota]:
+    """Greedy's GPU state and queue usage with plan ``a`` in place: its units hold their GPUs
+    and count against their queues, its stopped victims (or movers) count no more."""
+    state = State(p)
+    quota = _Quota(p)
+    for j, units in a.units.items():
+        quota.add(p.jobs[j].queue, units, +1)
+        for u in units:
+            for node, gpus in u.pieces:
+                state.take(node, gpus)
+    for v in a.stopped:
+        quota.stop(p.victims[v], +1)
+    return state, quota
