@@ -67,7 +67,8 @@ def defrag_command(
     max_moves: Annotated[int, typer.Option(
         "--max-moves", help="most running jobs to migrate (0..24)")] = 4,
     budget: Annotated[float, typer.Option(
-        "--budget", help="seconds for the search")] = 10.0,
+        "--budget", help="seconds for the whole solve (greedy's plan if nothing better in "
+        "time)")] = 10.0,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="write the plan (with migrations[]) here (.yaml or .json)")] = None,
     fmt: Annotated[Format | None, typer.Option(

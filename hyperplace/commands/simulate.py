@@ -105,7 +105,7 @@ def simulate_command(
     queues: Annotated[list[Path] | None, typer.Option("--queues", help="Kueue ClusterQueue/LocalQueue/ResourceFlavor/Cohort or Volcano Queue documents (as solve --queues); a trace's queue column names them")] = None,
     half_life: Annotated[float, typer.Option("--half-life", help="fair-share history: hours for a queue's past GPU-hours to count half (Slurm's PriorityDecayHalfLife); 0 = per-round fair share only")] = 0.0,
     preemption: Annotated[str, typer.Option("--preemption", help="engine: never, or reclaim-within-cohort (stop jobs of queues borrowing beyond their nominal quota so a queue under its own gets it back; victims lose the work since their checkpoint)")] = "never",
-    defrag: Annotated[bool, typer.Option("--defrag/--no-defrag", help="engine: migrate running jobs (checkpoint, restart elsewhere) when that lets a job the plain round leaves out start; migrated jobs lose the work since their checkpoint")] = False,
+    defrag: Annotated[bool, typer.Option("--defrag/--no-defrag", help="engine: running jobs may migrate (checkpoint, restart elsewhere), decided in the round's one solve: only when that admits more pending demand, least lost work first; migrated jobs lose the work since their checkpoint")] = False,
     fair_share_levels: Annotated[int, typer.Option("--fair-share-levels", help="with --half-life: engine priority levels added per queue, round(N x Slurm's fair-share factor), as Slurm's PriorityWeightFairshare (one level = one aging step)")] = 4,
 ) -> None:
     """Replay a trace on an instance under several policies; metrics side by side."""

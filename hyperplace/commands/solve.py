@@ -272,9 +272,9 @@ def solve_command(
         "only when the preemptor is then placed whole")] = Preemption.never,
     running_moveable: Annotated[bool, typer.Option(
         "--running-moveable", help="running jobs with a manifest in spec.runningJobs[].job may "
-        "migrate (checkpoint, restart elsewhere) when that places a pending job the round "
-        "leaves out: least lost work (GPUs x checkpointAgeS) first, at most 4 per job, only "
-        "when the moved jobs are placed whole again; shown as migrations")] = False,
+        "migrate (checkpoint, restart elsewhere), decided in the same model: only when that "
+        "admits more pending demand, then least lost work (GPUs x checkpointAgeS), then "
+        "fewest moves; a moved job runs again whole; shown as migrations")] = False,
     hot_spares: Annotated[int, typer.Option(
         "--hot-spares", help="whole free nodes to leave free in every leaf domain for repairs "
         "(the solver chooses which; hyperplace repair may use them)")] = 0,

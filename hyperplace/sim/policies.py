@@ -404,9 +404,10 @@ class EnginePolicy(Policy):
     stop another: only reclaiming does.
 
     ``defrag=True`` solves each round with :func:`hyperplace.solvers.defrag.solve_with_migration`:
-    running jobs (listed with their manifests) may be checkpointed and restarted elsewhere so
-    that a pending job the plain round leaves out is placed; a migrated job loses its work
-    since its last checkpoint and restarts at once on its new GPUs.
+    running jobs (listed with their manifests) may be checkpointed and restarted elsewhere,
+    decided in the round's one solve (migrations are decisions of the placement model): only
+    when that admits more pending demand, least lost work first; a migrated job loses its
+    work since its last checkpoint and restarts at once on its new GPUs.
     """
 
     def __init__(self, *, solver: str = "auto", budget_s: float = 1.0, window: int = 64,
