@@ -67,3 +67,17 @@ def test_unknown_backend_and_bad_parameters_are_refused():
     with pytest.raises(ValueError, match="max_domain_trials"):
         GreedyParams(max_domain_trials=True)
     assert SolveParams().budget.vars_per_second("milp") == 40_000
+
+
+def test_a_variable_repeated_in_a_row_counts_each_time(exact_solver):
+    # stop[v] once per GPU of a victim in a quota row: x + x <= 1 is 2x <= 1. HiGHS refuses
+    # a row batch with a repeated index (no row at all was added) and PuLP keeps one of the
+    # two coefficients, so the row is merged when it is added
+    lm = LinearModel()
+    x, y = lm.bool("x"), lm.bool("y")
+    lm.add([(x, 1), (y, 1), (x, 1)], hi=1, name="twice")
+    lm.add([(y, 1), (y, -1)], hi=0, name="cancels")
+    assert [sorted(c.terms) for c in lm.constraints] == [[(x, 2), (y, 1)]]
+    lm.objectives = [Objective([(x, 3), (y, 1)], "value", "max")]
+    raw = make_backend(exact_solver).solve(lm, 10.0, BackendOptions(workers=1))
+    assert raw.status == SolveStatus.OPTIMAL and raw.values == [0, 1]

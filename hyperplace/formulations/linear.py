@@ -57,7 +57,15 @@ class LinearModel:
 
     def add(self, terms: list[tuple[int, int]], lo: float = float("-inf"),
             hi: float = float("inf"), name: str = "") -> None:
-        """``lo <= sum(coef * var) <= hi``; an empty row must hold already (else ValueError)."""
+        """``lo <= sum(coef * var) <= hi``; an empty row must hold already (else ValueError).
+
+        A variable listed more than once has its coefficients summed into one term (HiGHS
+        refuses a row with a repeated index, PuLP keeps only one of the coefficients)."""
+        if len(terms) > 1 and len({i for i, _ in terms}) < len(terms):
+            merged: dict[int, int] = {}
+            for i, c in terms:
+                merged[i] = merged.get(i, 0) + c
+            terms = [(i, c) for i, c in merged.items() if c]
         if terms:
             self.constraints.append(Constraint(terms, lo, hi, name))
         elif lo > 0 or hi < 0:
