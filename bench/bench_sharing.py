@@ -405,7 +405,7 @@ def defrag_section() -> list[str]:
         "",
         "Whole-cluster defrag: one solve of the placement model with the largest free domain as "
         "its first objective (exact: CP-SAT), beside the search around the model with greedy "
-        "placements (`--solver greedy`), same rounds, same run.",
+        "placements (`defrag_cluster(solver='greedy')`), same rounds, same run.",
         "",
         "| nodes | nodes per leaf | seed | running jobs | max moves | largest free domain "
         "before | exact: after | status | migrations | lost GPU-s | wall / CPU s | search: "
@@ -673,8 +673,9 @@ def over_time(budget_s: float = 0.5) -> list[str]:
         "- Jain: over GPU-hours within the arrival window divided by weight (1 = GPU-hours in "
         "proportion to weight); per-queue cells are flood / team-b / team-c",
         "- defrag row: each round solved by `solvers.defrag.solve_with_migration` (running jobs "
-        "may be checkpointed and restarted elsewhere so that a job the plain round leaves out "
-        "fits; `SimConfig(defrag=True)`); the peers do not migrate",
+        "may be checkpointed and restarted elsewhere, decided in the round's one solve: only "
+        "when that admits more pending demand; `SimConfig(defrag=True)`); the peers do not "
+        "migrate",
         "",
         "| policy | Jain (weighted) | GPU-h in window | longest wait h | mean JCT h | "
         "GPU-h lost (failures + preemption + migration; jobs stopped) | finished | "
