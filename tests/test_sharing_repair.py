@@ -153,3 +153,30 @@ def test_cli_solve_hot_spares(tmp_path, capsys):
     capsys.readouterr()
     assert run_main(["solve", "--instance", str(path), "--hot-spares", "-1"]) == 2
     assert "--hot-spares" in capsys.readouterr().err
+
+
+def test_repairs_are_decided_jointly(exact_solver):
+    # leaf 0: n0, n1 (x, 2 x 8 within a leaf; fails on n1), n2 free; leaf 1: n3, n4 (y,
+    # 2 x 8 anywhere; fails on n4), n5 busy; leaf 2: n6 free. x can be repaired only in part
+    # and only on n2; y in part on n2 or n6, whole on no two free nodes. Both are repaired
+    # only if y's unit goes to n6: one solve decides both (a repair of y first that took n2
+    # would leave x broken).
+    x = {g: "x" for g in range(8)}
+    y = {g: "y" for g in range(8)}
+    nodes = [node("n0", allocated=x), node("n1", allocated=x), node("n2"),
+             node("n3", allocated=y), node("n4", allocated=y),
+             node("n5", allocated={g: "other" for g in range(8)}), node("n6")]
+    inst = instance(nodes, [], nodes_per_leaf=3)
+    spec = inst.spec.model_copy(update={"running_jobs": [
+        RunningJob(name="x", checkpoint_age_s=60, job=job("x", replicas=2, dp_hop=2)),
+        RunningJob(name="y", checkpoint_age_s=60, job=job("y", replicas=2)),
+        RunningJob(name="other")]})
+    inst = inst.model_copy(update={"spec": spec})
+    failed = [("n1", 0), ("n4", 0)]
+    result = repair(inst, failed, solver=exact_solver)
+    _checked(inst, failed, result)
+    assert result.plan.status.value == "optimal"
+    assert {r.job: (r.placed, r.kept_units) for r in result.jobs} == {
+        "x": (True, ["tp/0"]), "y": (True, ["tp/0"])}
+    assert _nodes(result.plan) == {"n0", "n2", "n3", "n6"}
+    assert result.gpus_moved == 16
