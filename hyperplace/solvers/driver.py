@@ -169,9 +169,10 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         return deadline - time.perf_counter()
 
     if migration is not None and migration.max_movers is None:
-        # every mover is a job and node classes more: as many as the budget affords
+        # every mover is a job and node classes more: as many as what is left of the budget
+        # affords (the CLI's deadline has reading the files taken off already)
         migration = dataclasses.replace(migration, max_movers=max(
-            MIN_MOVERS, int(params.budget.movers_per_second * budget_s)))
+            MIN_MOVERS, int(params.budget.movers_per_second * max(0.0, left()))))
     if warm is not None and (preemption != "never" or migration is not None):
         warm = None  # such a round is built whole (victims' or movers' GPUs marked on its views)
     problem = (warm.build(instance, policy, params.model, hot_spares) if warm is not None

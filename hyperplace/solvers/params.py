@@ -54,7 +54,7 @@ class BudgetParams:
         2,000 jobs proven optimal in 3.07 s; CP-SAT stopped at feasible). Default 3,000.
     movers_per_second : int
         With ``--running-moveable``, at most this many running jobs per second of budget
-        are movers (at least :data:`~hyperplace.solvers.driver.MIN_MOVERS`), those losing
+        left when the solve starts (reading the files taken off) are movers (at least :data:`~hyperplace.solvers.driver.MIN_MOVERS`), those losing
         least work; the round is then a restriction and never ``optimal``. Each mover adds
         a job to the round (its copy) and a node class per node it holds: building that
         cost ~60 us per mover, and greedy's migration tries grow with it (bench_scale
