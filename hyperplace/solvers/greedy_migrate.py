@@ -34,7 +34,7 @@ from hyperplace.solvers.greedy import State, try_place_job
 from hyperplace.solvers.greedy_preempt import (
     MAX_CANDIDATES,
     MAX_SETS,
-    _node_sets,
+    _cost,
     _Quota,
     _taken,
 )
@@ -133,6 +133,28 @@ class _Memo:
         self.by_lost = sorted(p.victims, key=lambda v: (v.lost, v.name))
         self._by_types: dict[frozenset[str], list[Victim]] = {}
         self.failed: set[tuple[object, ...]] = set()
+        # node -> (mover, its GPUs there), cheapest first (level, lost work, name)
+        self.on_node: dict[str, list[tuple[Victim, int]]] = {}
+        for v in sorted(p.victims, key=lambda v: (v.level, v.lost, v.name)):
+            there: dict[str, int] = {}
+            for node, _ in v.gpus:
+                there[node] = there.get(node, 0) + 1
+            for node, k in there.items():
+                self.on_node.setdefault(node, []).append((v, k))
+        self._nodes: dict[tuple[object, ...], list[list[str]]] = {}
+
+    def nodes_for(self, jv: JobView, size: int) -> list[list[str]]:
+        """Per domain of the job's hop limit, the nodes a piece of ``size`` GPUs of its
+        first class may use (the same for every job of its shape)."""
+        key = (self.p.job_shape(jv), size)
+        found = self._nodes.get(key)
+        if found is None:
+            p, uc0 = self.p, jv.classes[0]
+            found = [[n.name for leaf in leaves for n in p.nodes_by_leaf.get(leaf, [])
+                      if p.node_eligible(jv, uc0, n) and n.node.gpu_count >= size]
+                     for leaves in p.leaves_by_domain(jv.hop_limit, True).values()]
+            self._nodes[key] = found
+        return found
 
     def movers(self, types: frozenset[str]) -> list[Victim]:
         """Movers holding a GPU of one of ``types``, least lost work first."""
@@ -177,7 +199,7 @@ def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: _Quota,
         if _attempt(p, jv, combo, state, quota, out, params):
             memo.failed.clear()
             return True
-    for combo in _node_sets(p, jv, state, every):
+    for combo in _node_sets(p, jv, state, memo, out.stopped):
         if _late(deadline):
             return False
         if (room is None or len(combo) <= room) and \
@@ -187,6 +209,44 @@ def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: _Quota,
     if not _late(deadline):
         memo.failed.add(shape)  # every try ran and failed: so would a job of its shape
     return False
+
+
+def _node_sets(p: PlacementProblem, jv: JobView, state: State, memo: _Memo,
+               stopped: set[int]) -> list[tuple[Victim, ...]]:
+    """Mover sets that clear whole pieces node by node, as
+    :func:`hyperplace.solvers.greedy_preempt._node_sets` builds victim sets (per domain of
+    the job's hop limit, on each node the cheapest movers until a piece of the job's largest
+    size fits, then the cheapest nodes for all its pieces; cheapest sets first), from the
+    per-node mover lists and per-shape node lists built once (:class:`_Memo`): at 16,384
+    GPUs rebuilding them took ~25 ms a job."""
+    size = max(max(uc.pieces) for uc in jv.classes)
+    count = sum(len(uc.pieces) * uc.count for uc in jv.classes)
+    options: dict[frozenset[int], tuple[tuple[float, int, float], tuple[Victim, ...]]] = {}
+    for names in memo.nodes_for(jv, size):
+        if len(names) < count:
+            continue
+        costs = []
+        for name in names:
+            room, chosen = len(state.free[name]), []
+            for v, k in memo.on_node.get(name, ()):
+                if room >= size:
+                    break
+                if v.index in stopped:
+                    continue
+                chosen.append(v)
+                room += k
+            if room >= size:
+                costs.append((_cost(chosen), name, chosen))
+        if len(costs) < count:
+            continue
+        costs.sort(key=lambda t: (t[0], t[1]))
+        picked: dict[int, Victim] = {}
+        for _, _, chosen in costs[:count]:
+            picked.update({v.index: v for v in chosen})
+        combo = tuple(picked.values())
+        if combo:
+            options[frozenset(picked)] = (_cost(combo), combo)
+    return [combo for _, combo in sorted(options.values(), key=lambda o: o[0])]
 
 
 def _frees_a_piece(p: PlacementProblem, combo: tuple[Victim, ...], state: State,
