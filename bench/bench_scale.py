@@ -399,7 +399,7 @@ def write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None,
         "+ 1 s is the command's promise",
         ("- migrations: running jobs moved, their GPUs moved and the work they lose (GPUs x "
          "checkpoint age), and how many of the 2 x 8-GPU jobs are admitted; the driver "
-         "limits the movers to 2,000 per second of the budget left after reading (least lost "
+         "limits the movers to 3,000 per second of the budget left after reading (least lost "
          "work first; the round "
          "is then a restriction, never `optimal`)" if args.moveable else
          "- warm = a PlacementSession in a fresh process: round 1 (cold), commit, 5 arrivals, 5 "
