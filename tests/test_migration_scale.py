@@ -118,3 +118,33 @@ def test_a_mover_limit_keeps_the_cheapest_and_is_never_called_optimal(exact_solv
     whole = solve_placement(inst, solver=exact_solver, budget_s=10, migration=MigrationPolicy())
     assert check(whole, inst) == [] and whole.status == SolveStatus.OPTIMAL
     assert "restricted" not in whole.message
+
+
+def test_node_sets_from_the_memo_are_greedy_preempts_node_sets():
+    # greedy_migrate builds its node-by-node mover sets from lists made once per round;
+    # they must be the sets greedy_preempt._node_sets builds from scratch
+    from hyperplace.instances.generator import generate
+    from hyperplace.solvers import greedy_migrate as gm
+    from hyperplace.solvers.greedy_preempt import _node_sets, _taken
+
+    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    inst = bench.with_movers(generate(512, 80, bench.TYPES, 0.85, 5), 5)
+    p = PlacementProblem(inst, migration=MigrationPolicy())
+    a = solve_greedy(p)
+    state, _ = _taken(p, a)
+    memo = gm._Memo(p)
+    stopped = {v.index for v in p.victims[::7]}  # some movers already moved
+    compared = 0
+    for jv in p.pending:
+        if jv.impossible:
+            continue
+        types = p.types_for(jv.classes)
+        cands = [v for v in memo.movers(types) if v.index not in stopped]
+        ours = gm._node_sets(p, jv, state, memo, stopped)
+        theirs = _node_sets(p, jv, state, cands)
+        assert [sorted(v.index for v in c) for c in ours] == \
+            [sorted(v.index for v in c) for c in theirs], jv.name
+        compared += bool(ours)
+    assert compared >= 3
