@@ -221,3 +221,22 @@ def test_random_rounds_give_checker_valid_plans(seed, solver):
     assert len(plan.admitted) - len(plan.migrations) >= len(plain.admitted)
     result = defrag(inst, "big", max_moves=2, solver=solver, budget_s=10)
     assert check(result.plan, inst) == []
+
+
+def test_the_search_moves_a_job_only_where_its_queue_has_quota():
+    # r (queue b: H100 quota only) alone on n0; the other H100 node is full and a V100
+    # node is free: freeing n0 would need r on the V100s, which its queue may not use
+    from test_sharing_quotas import _cq
+
+    nodes = [node("n0", gpus=4, allocated={0: "r"}),
+             node("n1", gpus=4, allocated={g: "x" for g in range(4)}),
+             node("n2", gpu_type="V100-32", gpus=8, nvlink="pcie")]
+    inst = instance(nodes, [])
+    spec = inst.spec.model_copy(update={"running_jobs": [
+        RunningJob(name="r", queue="b", checkpoint_age_s=10, job=job("r", tp=1, accel=None,
+                                                                    nvlink=0, mem=16))]})
+    inst = inst.model_copy(update={"spec": spec}).with_queues([_cq("b", 8)])
+    for solver in ("greedy", "cpsat"):
+        result = defrag_cluster(inst, max_moves=2, solver=solver, budget_s=10)
+        assert check(result.plan, inst) == [], solver
+        assert result.migrations == [], solver

@@ -229,6 +229,17 @@ def defrag_cluster(instance: Instance, specs: list[TrainingJob] | None = None, *
     return DefragResult(plan, msg)
 
 
+def _in_its_queue(instance: Instance, manifest: TrainingJob, name: str) -> TrainingJob:
+    """A running job's manifest as a job of the queue its GPUs count against (a moved job
+    obeys its queue's quota wherever it lands, as in the model and the checker)."""
+    queue = instance.running_job_info[name].queue
+    if instance.queue_set is None or instance.queue_of(manifest) == queue:
+        return manifest
+    from hyperplace.sim.workload import in_queue
+
+    return in_queue(manifest, queue, instance)[0]
+
+
 def _defrag_key(plan: PlacementPlan) -> tuple[float, float, int]:
     """Largest free domain, then less lost work, then fewer moves."""
     terms = plan.objective_terms
@@ -271,18 +282,21 @@ def search_cluster(instance: Instance, *, max_moves: int = 4, budget_s: float = 
             names = list(target.jobs)
             keep = {(n, g) for n in target.nodes
                     for g in range(state.node_index[n][1].gpu_count)}
-            trial = released(state.with_jobs([]), names,
-                             reserve=kept_free | keep).with_jobs([manifests[n] for n in names])
+            trial = released(state.with_jobs([]), names, reserve=kept_free | keep).with_jobs(
+                [_in_its_queue(state, manifests[n], n) for n in names])
             plan = solve_placement(trial, solver=solver, budget_s=max(0.05, min(5.0, left)))
             if set(plan.admitted) != set(names):
                 continue
-            hold = {}
-            for n in names:
-                moved[n] = _placed_gpus(plan, n)
-                hold.update({g: n for g in moved[n]})
+            placed = {n: _placed_gpus(plan, n) for n in names}
+            after_move = released(state, names, hold={g: n for n, gpus in placed.items()
+                                                      for g in gpus})
+            if sum(largest_free_domains(after_move).values()) <= \
+                    sum(largest_free_domains(state).values()):
+                continue  # they land in another type's largest free domain: nothing gained
+            moved.update(placed)
             parts.append(plan)
             kept_free |= keep
-            state = released(state, names, hold=hold)
+            state = after_move
             improved = True
             break
         if not improved:
