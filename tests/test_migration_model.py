@@ -171,15 +171,31 @@ def test_defrag_without_a_job_against_the_oracle(inst, moves, solvers):
             assert got == best, (solver, got, best)
 
 
-@pytest.mark.parametrize("solver", ["greedy", "auto"])
-def test_bound_counts_gpus_a_mover_gives_back(solver):
-    # the node is full; "big" holds 4 GPUs but its manifest asks for 2: migrating it (even in
-    # place) frees 2 GPUs for p2, so objective 1 can reach 2 with no free GPU at all, and
-    # a bound of the free GPUs alone (0) would be below the optimum
+def test_a_running_job_holding_more_than_its_manifest_is_refused(tmp_path):
+    # "big" holds 4 GPUs but its manifest asks for 2: it would shrink when moved (and a
+    # greedy bound of the free GPUs alone was below what migrating it admits). Refused with
+    # the field, in the library, with --running, and on the CLI (one line, exit 2)
+    import subprocess
+    import sys
+
+    import yaml
+
+    from hyperplace.models.instance import Instance
+
     inst = instance([node("n0", allocated={**{g: "big" for g in range(4)},
                                            **{g: "other" for g in range(4, 8)}})],
                     [job("p2", tp=2)])
-    inst = _with_running(inst, [("big", job("big", tp=2), 10, 2)])
-    plan = solve_with_migration(inst, solver=solver, budget_s=10)
-    assert check(plan, inst) == []
-    assert plan.bound >= 2, (plan.bound, plan.objective)
+    doc = _with_running(inst, [("big", job("big", tp=2), 10, 2)]).model_dump(
+        mode="json", by_alias=True, exclude_none=True)
+    with pytest.raises(ValueError, match=r"runningJobs\[0\]\.job: the manifest of 'big' asks"):
+        Instance.model_validate(doc)
+    with pytest.raises(ValueError, match="asks for 2 GPU"):
+        inst.with_running_manifests([job("big", tp=2)])
+    ok = inst.with_running_manifests([job("big", tp=4)])  # as many as it holds: fine
+    assert ok.running_manifests["big"].total_gpus == 4
+    path = tmp_path / "i.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    run = subprocess.run([sys.executable, "-m", "hyperplace.cli", "solve", "-i", str(path),
+                          "--running-moveable"], capture_output=True, text=True)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.count("\n") == 1 and "asks for 2 GPU(s), but it holds 4" in run.stderr

@@ -104,6 +104,7 @@ class Instance(HPModel):
             raise ValueError(f"spec.jobs: duplicate job name {sorted(dup)[0]!r}")
         self._check_queue(catalog)
         self._check_queues(catalog)
+        self._check_running_manifests()
         Federation(clusters=self.spec.clusters, links=self.spec.inter_cluster_links)
         return self
 
@@ -240,6 +241,24 @@ class Instance(HPModel):
         whose every GPU failed holds none and is still listed)."""
         return {r.name: r.job for r in self.spec.running_jobs if r.job is not None}
 
+    def _check_running_manifests(self, specs: dict[str, TrainingJob] | None = None,
+                                 source: str = "spec.runningJobs") -> None:
+        """A running job holds at most the GPUs its manifest asks for (fewer once some of
+        them failed): it restarts whole on its manifest when it moves, and a manifest asking
+        for fewer than it holds describes some other job."""
+        held = self.running_jobs()
+        if specs is None:
+            specs = {r.name: r.job for r in self.spec.running_jobs if r.job is not None}
+            where = {r.name: f"{source}[{i}].job" for i, r in enumerate(self.spec.running_jobs)}
+        else:
+            where = {name: source for name in specs}
+        for name, manifest in specs.items():
+            if held.get(name, 0) > manifest.total_gpus:
+                raise ValueError(f"{where[name]}: the manifest of {name!r} asks for "
+                                 f"{manifest.total_gpus} GPU(s), but it holds {held[name]} "
+                                 "(node.allocated); a running job holds at most what its "
+                                 "manifest asks for")
+
     def with_running_manifests(self, specs: list[TrainingJob]) -> "Instance":
         """A copy whose ``spec.runningJobs`` carry these manifests (entries added for running
         jobs not yet listed; a manifest naming no running job is an error)."""
@@ -248,6 +267,7 @@ class Instance(HPModel):
         for name in by_name:
             if name not in held:
                 raise ValueError(f"running job manifest {name!r}: no such job holds GPUs")
+        self._check_running_manifests(by_name, "running job manifest")
         entries = [r.model_copy(update={"job": by_name.pop(r.name, r.job)})
                    for r in self.spec.running_jobs]
         entries += [RunningJob(name=n, job=s) for n, s in by_name.items()]

@@ -70,11 +70,9 @@ def demand_bound(p: PlacementProblem) -> float:
     """Upper bound on objective 1 without a solver: the free GPUs filled best-weight first
     (with preemption: the free GPUs and the candidate victims' GPUs, filled by pending jobs
     and victims kept alike, plus the running jobs that cannot be stopped; with migrations:
-    the free GPUs and what movers whose manifest asks for fewer GPUs than they hold give
-    back)."""
+    the free GPUs, a mover taking no fewer GPUs than it frees)."""
     victims = p.victims if p.preempting else []  # movers keep running: no demand of theirs
     left = p.free_gpus + sum(len(v.gpus) for v in victims)
-    left += p.movers_give_back  # a mover restarts on its manifest's GPUs: it may hold more
     items = [(p.weights[jv.priority], jv.gpus) for jv in p.pending if not jv.impossible]
     items += [(p.weights[v.level], len(v.gpus)) for v in victims]
     total = float(p.kept_running_demand(range(len(p.victims))))

@@ -171,10 +171,6 @@ class PlacementProblem:
                 self._add_job(job)
         self.victims: list[Victim] = self._find_victims()
         self.movers_left_out = 0
-        #: GPUs the movers would give back by restarting on manifests smaller than what they
-        #: hold, over every running job that may move (the demand bound's share; those left
-        #: out by ``max_movers`` included, so the bound holds beyond the restricted model)
-        self.movers_give_back = 0
         if migration is not None:
             self._add_movers(migration)
         self.weights = priority_weights(self._weighted_demands(), self.weight_capacity)
@@ -211,8 +207,6 @@ class PlacementProblem:
         cap = policy.max_movers
         #: running jobs that could have moved but were left out by ``max_movers``
         self.movers_left_out = 0 if cap is None else max(0, len(movers) - cap)
-        self.movers_give_back = sum(max(0, len(m.gpus) - manifests[m.name].total_gpus)
-                                    for m in movers)
         if cap is not None:
             movers = movers[:cap]
         for m in movers:
