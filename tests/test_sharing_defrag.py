@@ -240,3 +240,23 @@ def test_the_search_moves_a_job_only_where_its_queue_has_quota():
         result = defrag_cluster(inst, max_moves=2, solver=solver, budget_s=10)
         assert check(result.plan, inst) == [], solver
         assert result.migrations == [], solver
+
+
+def test_defrag_for_a_job_leaves_no_room_an_outranking_job_fits_in(solver):
+    # low (1 GPU) and high (2 GPUs, outranks it) wait; 2 GPUs are free. Placing low alone
+    # would leave high out where it fits: a priority inversion. The round for low includes
+    # the jobs that outrank it, so high is placed first and low only if room remains
+    inst = instance([node("n0", gpus=4, allocated={0: "r", 1: "r"})],
+                    [job("low", tp=1, priority=0), job("high", tp=2, priority=3),
+                     job("other", tp=4, priority=0)])
+    for moves in (0, 2):
+        result = defrag(inst, "low", max_moves=moves, solver=solver, budget_s=10)
+        plan = result.plan
+        assert check(plan, inst) == [], (moves, plan.admitted, plan.message)
+        assert "high" in plan.admitted and "low" not in plan.admitted
+        assert plan.gap == 0 or plan.status.value != "optimal"
+    # greedy's bound over a job that cannot fit: the gap follows objective and bound
+    alone = instance([node("n0", gpus=4, allocated={0: "r", 1: "r"})],
+                     [job("big", tp=4, priority=3), job("low", tp=1, priority=0)])
+    plan = defrag(alone, "big", max_moves=0, solver="greedy", budget_s=10).plan
+    assert check(plan, alone) == [], (plan.objective, plan.bound, plan.gap)

@@ -41,7 +41,7 @@ from hyperplace.formulations.priority import priority_weights
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.plan import Migration, PendingJob, PlacementPlan, PlanMeta
-from hyperplace.models.result import SolveStatus
+from hyperplace.models.result import SolveStatus, relative_gap
 from hyperplace.models.sharing import largest_free_domains, released, running_gpus
 from hyperplace.solvers.driver import solve_placement
 from hyperplace.solvers.preemption import Candidate, victim_sets
@@ -348,8 +348,10 @@ def solve_with_migration(instance: Instance, *, solver: str = "auto", budget_s: 
 
 def defrag(instance: Instance, for_job: str, specs: list[TrainingJob] | None = None, *,
            max_moves: int = 4, solver: str = "auto", budget_s: float = 10.0) -> DefragResult:
-    """Migrations that let pending job ``for_job`` fit: the round with that job alone and
-    the migrations as decisions (see the module docstring).
+    """Migrations that let pending job ``for_job`` fit: the round with that job and the
+    pending jobs that outrank it, the migrations as decisions (see the module docstring).
+    The jobs that outrank it come first: placing it where one of them fits would be a
+    priority inversion, so it gets only room they cannot use.
 
     Parameters
     ----------
@@ -366,7 +368,9 @@ def defrag(instance: Instance, for_job: str, specs: list[TrainingJob] | None = N
     -------
     DefragResult
         A plan valid on the instance (with ``specs`` added): ``for_job`` placed with its
-        ``migrations[]``, or pending with the reason; the other pending jobs pending.
+        ``migrations[]``, or pending with the reason; the pending jobs that outrank it
+        placed where they fit; the others pending. Objective and bound are those of the
+        instance's whole queue (its priority weights), the status that of the round.
     """
     start = time.perf_counter()
     instance = _prepared(instance, specs)
@@ -374,32 +378,58 @@ def defrag(instance: Instance, for_job: str, specs: list[TrainingJob] | None = N
     if big is None:
         raise ValueError(f"--for: {for_job!r} is not a pending job of the instance")
     _check_moves(max_moves)
-    plan = solve_with_migration(instance.with_jobs([big]), solver=solver, budget_s=budget_s,
-                                max_moves=max_moves)
+    ahead = [j for j in instance.jobs if j.priority > big.priority]
+    plan = solve_with_migration(instance.with_jobs([*ahead, big]), solver=solver,
+                                budget_s=budget_s, max_moves=max_moves)
     placed = big.name in plan.admitted
+    first = (f" after the {len(ahead)} pending job(s) that outrank it"
+             if ahead else "")
     if placed:
-        msg = (f"{len(plan.migrations)} migration(s) so that {for_job} fits"
-               if plan.migrations else f"{for_job} fits without moving anything")
+        msg = (f"{len(plan.migrations)} migration(s) so that {for_job} fits{first}"
+               if plan.migrations else f"{for_job} fits without moving anything{first}")
     else:
         proven = plan.status == SolveStatus.OPTIMAL
-        msg = (f"no set of at most {max_moves} migrations lets {for_job} fit"
+        msg = (f"no set of at most {max_moves} migrations lets {for_job} fit{first}"
                + (" (proven)" if proven else
                   f" in the plan found within {budget_s:g} s ({plan.status.value}, not proven)"))
+    in_round = {j.name for j in ahead} | {big.name}
     others = [PendingJob(job=j.name, reasons=[f"not considered: defrag --for {for_job}"])
-              for j in instance.jobs if j.name != for_job]
-    pending = [p.model_copy(update={"reasons": [msg, *p.reasons]}) for p in plan.pending]
-    # objective 1 of the instance's whole queue (its weights), which the plan is checked on:
-    # with one job placed or not, the round's objective and bound scale by one factor
-    free = sum(n.free_count for c in instance.clusters for n in c.nodes)
-    scale = priority_weights(((j.priority, j.total_gpus) for j in instance.jobs), free)[
-        big.priority] / priority_weights([(big.priority, big.total_gpus)], free)[big.priority]
+              for j in instance.jobs if j.name not in in_round]
+    pending = [p.model_copy(update={"reasons": [msg, *p.reasons]}) if p.job == big.name else p
+               for p in plan.pending]
+    # objective 1 over the instance's whole queue (its weights), which the plan is checked
+    # on; both weightings rank levels lexicographically, so the round's optimum stays one
+    objective, bound = _whole_queue_objective(instance, plan, [*ahead, big])
     terms = dict(plan.objective_terms)
-    terms["admitted_priority_demand"] = terms.get("admitted_priority_demand", 0.0) * scale
+    terms["admitted_priority_demand"] = objective
+    gaps = dict(plan.objective_gaps or {})
+    gaps["admitted_priority_demand"] = relative_gap(objective, bound)
     plan = plan.model_copy(update={
-        "objective": None if plan.objective is None else plan.objective * scale,
-        "bound": None if plan.bound is None else plan.bound * scale,
-        "objective_terms": terms,
+        "objective": objective, "bound": bound, "gap": relative_gap(objective, bound),
+        "objective_terms": terms, "objective_gaps": gaps,
         "pending": [*pending, *others], "runtime_s": time.perf_counter() - start,
         "message": "; ".join(filter(None, [msg, plan.message])),
         "metadata": PlanMeta(name=f"{instance.name}-defrag", instance=instance.name)})
     return DefragResult(plan, msg)
+
+
+def _whole_queue_objective(instance: Instance, plan: PlacementPlan,
+                           round_jobs: list[TrainingJob]) -> tuple[float, float]:
+    """Objective 1 of ``plan`` weighted over the instance's whole pending queue, and a bound
+    for the round of ``round_jobs``: the objective itself when the round was proven optimal,
+    else its jobs filled best weight first into the free GPUs (a mover takes no fewer GPUs
+    than it frees)."""
+    free = sum(n.free_count for c in instance.clusters for n in c.nodes)
+    weights = priority_weights(((j.priority, j.total_gpus) for j in instance.jobs), free)
+    admitted = set(plan.admitted)
+    objective = float(sum(weights[j.priority] * j.total_gpus for j in round_jobs
+                          if j.name in admitted))
+    if plan.status == SolveStatus.OPTIMAL:
+        return objective, objective
+    left = free
+    bound = 0.0
+    for j in sorted(round_jobs, key=lambda j: -weights[j.priority]):
+        take = min(left, j.total_gpus)
+        bound += weights[j.priority] * take
+        left -= take
+    return objective, max(bound, objective)
