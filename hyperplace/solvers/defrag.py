@@ -12,7 +12,9 @@ units and hop limits are). Moving it costs its lost work, GPUs x ``checkpointAge
     pending jobs' priority-weighted GPUs, then the lost work, then the number of
     migrations. So migrations are proposed only when they admit more, the set that loses
     least work is chosen, and ``optimal`` is proven like any round's. ``defrag --for``
-    is that round with the one pending job: nothing moves unless it then fits.
+    is that round with the one pending job and the pending jobs that outrank it (placed
+    first: the job may not take room one of them fits in): nothing moves unless it, or
+    a job that outranks it, then fits.
 ``defrag_cluster(instance)`` (``hyperplace defrag`` without ``--for``)
     Maximise the largest free domain per GPU type
     (:func:`hyperplace.models.sharing.largest_free_domains`, summed over types) within
