@@ -180,3 +180,23 @@ def test_repairs_are_decided_jointly(exact_solver):
         "x": (True, ["tp/0"]), "y": (True, ["tp/0"])}
     assert _nodes(result.plan) == {"n0", "n2", "n3", "n6"}
     assert result.gpus_moved == 16
+
+
+def test_repair_in_an_over_borrowed_cohort_is_valid(solver):
+    # queue a (nominal 8) runs x on 16 GPUs while b lends nothing: the cohort is already
+    # over-borrowed. A repair's new GPUs count against a's quota, so x cannot be repaired;
+    # the round must still be solvable (it was infeasible for the exact backends, and
+    # greedy's repair ignored quotas, which the checker refused).
+    from test_sharing_quotas import _cq
+
+    x = {g: "x" for g in range(8)}
+    nodes = [node("n0", allocated=x), node("n1", allocated=x), node("n2")]
+    inst = instance(nodes, [], nodes_per_leaf=3)
+    spec = inst.spec.model_copy(update={"running_jobs": [
+        RunningJob(name="x", queue="a", checkpoint_age_s=60, job=job("x", replicas=2, dp_hop=2))]})
+    inst = inst.model_copy(update={"spec": spec}).with_queues(
+        [_cq("a", 8, cohort="org"), _cq("b", 8, cohort="org", lend=0)])
+    failed = [("n1", 0)]
+    result = repair(inst, failed, solver=solver)
+    _checked(inst, failed, result)
+    assert result.plan.status.value != "fallback" or solver == "greedy", result.plan.message

@@ -286,7 +286,9 @@ def heterogeneous_pipeline(num_layers: int, num_stages: int, seed: int) -> Split
                         links=[StageLink(a="east", b="west", gbps=100, latency_ms=20)])
 
 
-@pytest.mark.parametrize("num_layers, num_stages, time_limit", [(60, 6, 2.0), (120, 12, 3.0)])
+# the limits are generous (a proof takes about 0.5 s alone): the test asserts a proof, not a
+# time; a loaded 2-core machine once needed more than 3 s
+@pytest.mark.parametrize("num_layers, num_stages, time_limit", [(60, 6, 20.0), (120, 12, 30.0)])
 def test_milp_and_cpsat_prove_the_optimum_on_larger_pipelines(
         num_layers: int, num_stages: int, time_limit: float) -> None:
     # 120 x 12: the previous cut-variable models ran out of 5 s without a proof on each of

@@ -436,8 +436,15 @@ def _migration_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, li
             "out work of its priority or higher" if proven else
             f"migration: moving some of the {movers} placed it in no plan found within the "
             "budget")
+    anywhere: dict[object, bool] = {}  # job shape -> some node could take every unit class
     for jv in p.pending:
-        if jv.index not in a.units and not jv.impossible and jv.index not in a.untried:
+        if jv.index in a.units or jv.impossible or jv.index in a.untried:
+            continue
+        shape = p.job_shape(jv)
+        if shape not in anywhere:  # a job no node can take is not held back by movers
+            anywhere[shape] = all(any(p.node_eligible(jv, uc, nc.rep) for nc in p.node_classes)
+                                  for uc in jv.classes)
+        if anywhere[shape]:
             reasons.setdefault(jv.index, []).append(text)
 
 

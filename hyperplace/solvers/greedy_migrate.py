@@ -325,11 +325,7 @@ def greedy_repair(p: PlacementProblem, a: Assignment, params: GreedyParams,
     else left broken. The budget's floor and the exact backends' hint of a repair round."""
     out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped),
                      untried=set(a.untried))
-    state = State(p)
-    for j, units in out.units.items():
-        for u in units:
-            for node, gpus in u.pieces:
-                state.take(node, gpus)
+    state, quota = _taken(p, out)
     trials = params.max_domain_trials
     for v in sorted(p.victims, key=lambda v: (-p.repair_gpus(v), v.name)):
         if deadline is not None and time.perf_counter() > deadline:
@@ -337,17 +333,35 @@ def greedy_repair(p: PlacementProblem, a: Assignment, params: GreedyParams,
         if v.partial is not None and not p.jobs[v.partial].impossible:
             placed = try_place_job(p, p.jobs[v.partial], state, trials)
             if placed is not None:
-                out.units[v.partial] = placed
-                continue
+                quota.add(v.queue, placed, +1)
+                if quota.ok():  # a repair's new GPUs count against its queue's quota
+                    out.units[v.partial] = placed
+                    continue
+                quota.add(v.queue, placed, -1)
+                _give_back(state, placed)
         assert v.copy is not None
         if p.jobs[v.copy].impossible:
             continue
         for node, g in v.gpus:
             state.give(node, (g,))
         placed = try_place_job(p, p.jobs[v.copy], state, trials)
+        if placed is not None:
+            quota.stop(v, +1)
+            quota.add(v.queue, placed, +1)
+            if not quota.ok():
+                quota.stop(v, -1)
+                quota.add(v.queue, placed, -1)
+                _give_back(state, placed)
+                placed = None
         if placed is None:
             _retake(state, [v])
             continue
         out.units[v.copy] = placed
         out.stopped.add(v.index)
     return out
+
+
+def _give_back(state: State, units: list[PlacedUnit]) -> None:
+    for u in units:
+        for node, gpus in u.pieces:
+            state.give(node, gpus)

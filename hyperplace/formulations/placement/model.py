@@ -702,12 +702,15 @@ class PlacementModelBuilder:
                     terms[(queue, key)].append((v, gpus))
         return terms
 
-    def _victim_terms(self) -> dict[tuple[str, str], Terms]:
+    def _victim_terms(self, stopped_only: bool = False) -> dict[tuple[str, str], Terms]:
         """Per (queue, quota key): ``-stop[v]`` per GPU of each victim (a stopped job no
-        longer counts against its queue)."""
+        longer counts against its queue); ``stopped_only``: victims that stop, not movers
+        (a mover's copy counts its GPUs again wherever it runs)."""
         book = self.p.quotas
         terms: dict[tuple[str, str], Terms] = defaultdict(list)
         for victim in self.p.victims:
+            if stopped_only and victim.copy is not None:
+                continue
             for node, _ in victim.gpus:
                 gpu_type = self.p.node_by_name[node].gpu_type.name
                 for key in book.keys_for(victim.queue, gpu_type):
@@ -723,6 +726,7 @@ class PlacementModelBuilder:
             return
         terms = self._queue_terms()
         freed = self._victim_terms()
+        stops = self._victim_terms(stopped_only=True)  # what may leave the cohort for good
         for row in book.rows:
             t = terms.get((row.queue, row.key), [])
             if t and not row.over:  # a limit the running jobs exceed: no further use at all
@@ -753,8 +757,8 @@ class PlacementModelBuilder:
             # the overdraft the running jobs already have may stay, not grow: with victims,
             # the overdraft of the jobs that surely keep running (every victim stopped), a
             # bound that holds whichever victims are stopped
-            credit = {(q.name, c.key): -float(len(freed[(q.name, c.key)]))
-                      for q in c.members if freed.get((q.name, c.key))}
+            credit = {(q.name, c.key): -float(len(stops[(q.name, c.key)]))
+                      for q in c.members if stops.get((q.name, c.key))}
             slack = max(0.0, overdraft(c, credit)) if credit else c.slack
             self.lm.add(pool, hi=int(math.floor(slack + 1e-9)), name=f"cohort[{c.cohort},{c.key}]")
             self.derived.append(_borrow_rule(rules, self.lm.ubs))
