@@ -721,3 +721,25 @@ def test_placement_with_hot_spares(http: httpx.Client) -> None:
     assert plan.hot_spares == 1 and len(plan.admitted) == 2 and check(plan, inst) == []
     r = http.post("/v1/placement", json={**body, "hotSpares": -1})
     assert r.status_code == 422 and "hotSpares" in r.text
+
+
+def test_placement_with_moveable_running_jobs(http: httpx.Client) -> None:
+    from test_sharing_defrag import _fragmented
+
+    from placement_helpers import job
+
+    inst = _fragmented(pending=[job("big", replicas=2, dp_hop=2)])
+    body = {"instance": inst.to_doc(), "budgetS": 10, "runningMoveable": True}
+    r = http.post("/v1/placement", json=body)
+    assert r.status_code == 200, r.text
+    plan = PlacementPlan.model_validate(r.json())
+    assert check(plan, inst) == []
+    assert "big" in plan.admitted and [m.job for m in plan.migrations] == ["b"]
+    r = http.post("/v1/placement", json={**body, "maxMoves": 0})
+    assert r.status_code == 200 and PlacementPlan.model_validate(r.json()).migrations == []
+    for bad, field in (({"maxMoves": -1}, "maxMoves"), ({"preemption": "lower-priority"},
+                                                         "runningMoveable"),
+                       ({"apply": True}, "apply"), ({"runningMoveable": False, "maxMoves": 2},
+                                                    "maxMoves")):
+        r = http.post("/v1/placement", json={**body, **bad})
+        assert r.status_code == 422 and field in r.text, (bad, r.text)

@@ -212,7 +212,8 @@ class Service:
             return {**self.instance_payload(body), "solver": body.solver,
                     "policy": body.policy, "seed": body.seed, "budget_s": budget,
                     "apply": body.apply, "preemption": body.preemption,
-                    "hot_spares": body.hot_spares}
+                    "hot_spares": body.hot_spares, "running_moveable": body.running_moveable,
+                    "max_moves": body.max_moves}
         if ep.kind == "check":
             return {**self.instance_payload(body), "plan": body.plan}
         if ep.kind == "federation":

@@ -77,6 +77,12 @@ class PlacementRequest(InstanceSource):
         "(spec.runningJobs) the round may stop; the plan lists them in preemptions[]")
     hot_spares: int = Field(default=0, ge=0, le=1024, description="as `hyperplace solve "
                             "--hot-spares`: whole free nodes every leaf keeps free for repairs")
+    running_moveable: bool = Field(default=False, description=(
+        "as `hyperplace solve --running-moveable`: running jobs with a manifest "
+        "(spec.runningJobs[].job) may migrate when that admits more; the plan lists them in "
+        "migrations[]"))
+    max_moves: int | None = Field(default=None, ge=0, le=100_000, description=(
+        "with runningMoveable: at most this many migrations (default: no limit)"))
 
     @model_validator(mode="after")
     def _no_apply_with_preemption(self) -> "PlacementRequest":
@@ -84,6 +90,15 @@ class PlacementRequest(InstanceSource):
             raise ValueError("apply records admitted jobs in the stored cluster but does not "
                              "stop running ones: use preemption never with apply, and PATCH "
                              "the preempted jobs as completions")
+        if self.apply and self.running_moveable:
+            raise ValueError("apply records admitted jobs in the stored cluster but does not "
+                             "move running ones: use runningMoveable false with apply, and "
+                             "PATCH the migrated jobs' new GPUs")
+        if self.running_moveable and self.preemption != "never":
+            raise ValueError("runningMoveable: a round either preempts or migrates running "
+                             "jobs, not both")
+        if self.max_moves is not None and not self.running_moveable:
+            raise ValueError("maxMoves: only with runningMoveable")
         return self
 
 

@@ -259,16 +259,19 @@ def extender_index(plan: Any) -> dict[str, Any]:
 
 @handler("placement")
 def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
+    from hyperplace.formulations.placement.migration import MigrationPolicy
     from hyperplace.solvers.driver import solve_placement
 
     inst, label = resolve_instance(payload, ctx)
+    migration = MigrationPolicy(max_moves=payload.get("max_moves")) \
+        if payload.get("running_moveable") else None
     budget = max(0.01, remaining(deadline))
     # rounds on a stored cluster are not cold starts (an inline instance has no history)
     warm = ctx.warm_start(label, inst) if payload.get("cluster") is not None else None
     plan = solve_placement(inst, solver=payload["solver"], budget_s=budget,
                            policy=payload["policy"], seed=payload["seed"], warm=warm,
                            preemption=payload.get("preemption", "never"),
-                           hot_spares=payload.get("hot_spares", 0))
+                           hot_spares=payload.get("hot_spares", 0), migration=migration)
     plan = plan.model_copy(update={
         "metadata": plan.metadata.model_copy(update={"instance": label}),
         "budget_s": payload["budget_s"]})
