@@ -34,9 +34,12 @@ from hyperplace.solvers.greedy import State, try_place_job
 from hyperplace.solvers.greedy_preempt import (
     MAX_CANDIDATES,
     MAX_SETS,
+    Options,
     _cost,
     _Quota,
     _taken,
+    add_cheapest_nodes,
+    ranked,
 )
 from hyperplace.solvers.params import GreedyParams
 
@@ -221,7 +224,7 @@ def _node_sets(p: PlacementProblem, jv: JobView, state: State, memo: _Memo,
     GPUs rebuilding them took ~25 ms a job."""
     size = max(max(uc.pieces) for uc in jv.classes)
     count = sum(len(uc.pieces) * uc.count for uc in jv.classes)
-    options: dict[frozenset[int], tuple[tuple[float, int, float], tuple[Victim, ...]]] = {}
+    options: Options = {}
     for names in memo.nodes_for(jv, size):
         if len(names) < count:
             continue
@@ -237,16 +240,8 @@ def _node_sets(p: PlacementProblem, jv: JobView, state: State, memo: _Memo,
                 room += k
             if room >= size:
                 costs.append((_cost(chosen), name, chosen))
-        if len(costs) < count:
-            continue
-        costs.sort(key=lambda t: (t[0], t[1]))
-        picked: dict[int, Victim] = {}
-        for _, _, chosen in costs[:count]:
-            picked.update({v.index: v for v in chosen})
-        combo = tuple(picked.values())
-        if combo:
-            options[frozenset(picked)] = (_cost(combo), combo)
-    return [combo for _, combo in sorted(options.values(), key=lambda o: o[0])]
+        add_cheapest_nodes(costs, count, options)
+    return ranked(options)
 
 
 def _frees_a_piece(p: PlacementProblem, combo: tuple[Victim, ...], state: State,

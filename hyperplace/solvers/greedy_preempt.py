@@ -35,6 +35,10 @@ from hyperplace.solvers.params import GreedyParams
 MAX_CANDIDATES = 24
 MAX_SETS = 256
 
+#: per domain, (cost, node, victims cleared on it); victim set -> (cost, victims)
+NodeCosts = list[tuple[tuple[float, int, float], str, list[Victim]]]
+Options = dict[frozenset[int], tuple[tuple[float, int, float], tuple[Victim, ...]]]
+
 
 def _sets(cands: list[Victim]) -> Iterator[tuple[Victim, ...]]:
     """Victim sets, those of lower-level victims first (objective 1 counts a running job
@@ -171,7 +175,7 @@ def _node_sets(p: PlacementProblem, jv: JobView, state: State, cands: list[Victi
         for name in dict.fromkeys(n for n, _ in v.gpus):
             on_node[name].append(v)
     uc0 = jv.classes[0]
-    options: dict[frozenset[int], tuple[tuple[float, int, float], tuple[Victim, ...]]] = {}
+    options: Options = {}
     for leaves in p.leaves_by_domain(jv.hop_limit, True).values():
         costs = []
         for leaf in leaves:
@@ -186,15 +190,26 @@ def _node_sets(p: PlacementProblem, jv: JobView, state: State, cands: list[Victi
                     room += sum(1 for name, _ in v.gpus if name == n.name)
                 if room >= size:
                     costs.append((_cost(chosen), n.name, chosen))
-        if len(costs) < count:
-            continue
-        costs.sort(key=lambda t: (t[0], t[1]))
-        picked: dict[int, Victim] = {}
-        for _, _, chosen in costs[:count]:
-            picked.update({v.index: v for v in chosen})
-        combo = tuple(picked.values())
-        if combo:
-            options[frozenset(picked)] = (_cost(combo), combo)
+        add_cheapest_nodes(costs, count, options)
+    return ranked(options)
+
+
+def add_cheapest_nodes(costs: NodeCosts, count: int, options: Options) -> None:
+    """One domain's option: the victims of its ``count`` cheapest nodes (cost, then name)
+    as one set, kept once; nothing when the domain has fewer nodes that can be cleared."""
+    if len(costs) < count:
+        return
+    costs.sort(key=lambda t: (t[0], t[1]))
+    picked: dict[int, Victim] = {}
+    for _, _, chosen in costs[:count]:
+        picked.update({v.index: v for v in chosen})
+    combo = tuple(picked.values())
+    if combo:
+        options[frozenset(picked)] = (_cost(combo), combo)
+
+
+def ranked(options: Options) -> list[tuple[Victim, ...]]:
+    """The options' victim sets, cheapest first."""
     return [combo for _, combo in sorted(options.values(), key=lambda o: o[0])]
 
 
