@@ -8,7 +8,6 @@ through :func:`decode`), and :func:`to_plan` turns it into the one result type, 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hyperplace.formulations.placement import (
@@ -263,9 +262,9 @@ def settle_migrations(p: PlacementProblem, a: Assignment, stopped: set[int]) -> 
             elif users.get(v, set()) - {copy} or p.repairing:  # a broken job must move
                 continue
             else:
+                moved = free_domain_gpus(p, a, stopped) if grows else 0
                 copy_units = a.units.pop(copy)
-                if grows and free_domain_gpus(p, a, stopped - {v}) < \
-                        _with(a, copy, copy_units, lambda: free_domain_gpus(p, a, stopped)):
+                if grows and free_domain_gpus(p, a, stopped - {v}) < moved:
                     a.units[copy] = copy_units  # it frees part of the largest domain
                     continue
             stopped.discard(v)
@@ -574,15 +573,6 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
         preemption_policy=p.preemption if p.preempting else None,
         migrations=migrations(p, assignment),
     )
-
-
-def _with(a: Assignment, j: int, units: list[PlacedUnit], f: Callable[[], int]) -> int:
-    """``f()`` evaluated with job ``j`` placed as ``units`` for the duration."""
-    a.units[j] = units
-    try:
-        return f()
-    finally:
-        a.units.pop(j)
 
 
 def repaired_in_part(p: PlacementProblem, j: int, units: list[PlacedUnit]
