@@ -47,7 +47,7 @@ def main() -> None:
     from hyperplace.formulations.placement import PlacementProblem, build_model
     from hyperplace.instances.generator import generate, model_parallel_job
     from hyperplace.solvers.driver import solve_placement
-    from hyperplace.solvers.greedy import solve_greedy
+    from hyperplace.solvers.heuristics.greedy import solve_greedy
 
     rows = []
     for label in args.sizes.split(","):

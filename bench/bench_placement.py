@@ -5,7 +5,7 @@ Usage::
     .venv/bin/python bench/bench_placement.py [--quick] [--budget S] [--seeds N] [--only NAME]
 
 Every plan (engine or peer) goes through the independent checker and the same metrics
-(``hyperplace.metrics``). The peer rules (``hyperplace.baselines``) are re-implemented from
+(``hyperplace.benchkit.metrics``). The peer rules (``hyperplace.baselines``) are re-implemented from
 their source; Volcano and the kube-scheduler break ties at random, so those rules run over
 ``--seeds`` seeds and every peer figure is a mean with its range. Jobs that no placement
 can satisfy (each solved alone on the emptied cluster) are removed before anyone is
@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hyperplace.baselines import BASELINES, RANDOMISED
-from hyperplace.baselines.peer_cases import PEER_CASES, load_peer_case
+from hyperplace.benchkit.peer_cases import PEER_CASES, load_peer_case
 from hyperplace.check import Violation, check
-from hyperplace.metrics import PlanMetrics, plan_metrics
+from hyperplace.benchkit.metrics import PlanMetrics, plan_metrics
 from hyperplace.models import Instance, PlacementPlan
 from benchlib import machine
 
@@ -91,8 +91,8 @@ def engine() -> Callable[..., PlacementPlan] | None:
     from hyperplace.solvers.driver import solve_placement
     # the backends load lazily (CLI start-up); load them here, before the forked solves, so
     # that every engine row times the solve and not the import of OR-Tools or PuLP
-    import hyperplace.solvers.cpsat  # noqa: F401
-    import hyperplace.solvers.milp  # noqa: F401
+    import hyperplace.solvers.backends.cpsat  # noqa: F401
+    import hyperplace.solvers.backends.milp  # noqa: F401
 
     return solve_placement
 

@@ -16,7 +16,7 @@ then:
   ``runtimeS``, status, solver, objective 1 and its gap, the other objectives' values, and
   the process's peak RSS (``wait4``). The plan goes through the independent checker (sizes
   up to ``--check-up-to`` GPUs; the checker is not part of the command).
-* **warm**: in a fresh process, a :class:`~hyperplace.solvers.session.PlacementSession`
+* **warm**: in a fresh process, a :class:`~hyperplace.solvers.workflows.session.PlacementSession`
   solves the instance (cold, fabric built), commits the plan, applies a small change (5
   arrivals, 5 completions, a GPU and a node failing) and solves again; both solve times,
   and warm / cold.
@@ -185,7 +185,7 @@ def warm_child(path: str, budget: float) -> None:
     from hyperplace.instances import load_instance
     from hyperplace.instances.generator import generate
     from hyperplace.solvers.driver import solve_placement
-    from hyperplace.solvers.session import PlacementSession, RoundDelta
+    from hyperplace.solvers.workflows.session import PlacementSession, RoundDelta
 
     inst = load_instance(path)
     session = PlacementSession(inst)  # imports the backends once (not a round's cost)

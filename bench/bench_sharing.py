@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from hyperplace.baselines.preemption import kueue_style, volcano_style  # noqa: E402
 from hyperplace.check import check  # noqa: E402
 from hyperplace.models.instance import RunningJob  # noqa: E402
-from hyperplace.solvers.preemption import solve_with_preemption  # noqa: E402
+from hyperplace.solvers.workflows.preemption import solve_with_preemption  # noqa: E402
 from placement_helpers import instance, job, node  # noqa: E402
 
 
@@ -110,7 +110,7 @@ def repair_section() -> list[str]:
     hot spares."""
     from collections import Counter
 
-    from hyperplace.solvers.repair import repair, repair_instance
+    from hyperplace.solvers.workflows.repair import repair, repair_instance
 
     rows, spare_rows = [], []
     cpu0 = time.process_time()
@@ -356,7 +356,7 @@ def defrag_section() -> list[str]:
     import resource
 
     from hyperplace.models.sharing import largest_free_domains
-    from hyperplace.solvers.defrag import defrag, defrag_cluster
+    from hyperplace.solvers.workflows.defrag import defrag, defrag_cluster
 
     rows, for_rows = [], []
     cpu_all = time.process_time()
@@ -672,7 +672,7 @@ def over_time(budget_s: float = 0.5) -> list[str]:
         "its guarantee)",
         "- Jain: over GPU-hours within the arrival window divided by weight (1 = GPU-hours in "
         "proportion to weight); per-queue cells are flood / team-b / team-c",
-        "- defrag row: each round solved by `solvers.defrag.solve_with_migration` (running jobs "
+        "- defrag row: each round solved by `solvers.workflows.defrag.solve_with_migration` (running jobs "
         "may be checkpointed and restarted elsewhere, decided in the round's one solve: only "
         "when that admits more pending demand; `SimConfig(defrag=True)`); the peers do not "
         "migrate",

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hyperplace.baselines.peer_cases import PEER_CASES, load_peer_case  # noqa: E402
+from hyperplace.benchkit.peer_cases import PEER_CASES, load_peer_case  # noqa: E402
 from hyperplace.instances.generator import generate  # noqa: E402
 from hyperplace.instances.registry import list_instances, load_instance  # noqa: E402
 from hyperplace.solvers.driver import solve_placement  # noqa: E402

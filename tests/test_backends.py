@@ -6,7 +6,7 @@ import pytest
 
 from hyperplace.formulations.linear import LinearModel, Objective
 from hyperplace.models.result import SolveStatus
-from hyperplace.solvers.backend import BackendOptions
+from hyperplace.solvers.backends.backend import BackendOptions
 from hyperplace.solvers.driver import make_backend
 from hyperplace.solvers.params import BudgetParams, CpSatParams, GreedyParams, SolveParams
 

@@ -12,9 +12,9 @@ import importlib.util
 import pytest
 
 from hyperplace.baselines import BASELINES
-from hyperplace.baselines.peer_cases import PEER_CASES, load_peer_case, render
+from hyperplace.benchkit.peer_cases import PEER_CASES, load_peer_case, render
 from hyperplace.check import check, format_violations
-from hyperplace.metrics import plan_metrics
+from hyperplace.benchkit.metrics import plan_metrics
 from hyperplace.models import Instance
 
 # What NVLink blindness (lowest-index GPUs, no clique search) and link-speed blindness
@@ -40,7 +40,7 @@ def units_on(plan, job: str) -> set[str]:
 def test_peer_instance_file_matches_builder_and_validates(name):
     inst = load_peer_case(name)
     assert isinstance(inst, Instance) and inst.name == name
-    assert inst == PEER_CASES[name](), "regenerate: python -m hyperplace.baselines.peer_cases"
+    assert inst == PEER_CASES[name](), "regenerate: python -m hyperplace.benchkit.peer_cases"
     assert inst.jobs and all(j.units() for j in inst.jobs)
     assert render(inst) == render(PEER_CASES[name]())
 

@@ -21,7 +21,7 @@ from hyperplace.baselines import (
 )
 from hyperplace.baselines.common import FreeState
 from hyperplace.baselines.gpu_choice import device_plugin_choice, slurm_gres_choice
-from hyperplace.baselines.peer_cases import _dp, _job, _node, _tp
+from hyperplace.benchkit.peer_cases import _dp, _job, _node, _tp
 from hyperplace.check import check, format_violations
 from hyperplace.models import Cluster, Instance, Node
 from hyperplace.models.cluster import FabricGenerator, FabricSpec

@@ -82,7 +82,7 @@ def test_the_checker_flags_a_plan_that_eats_the_spares():
 
 
 def test_warm_rounds_keep_the_spares():
-    from hyperplace.solvers.warm import WarmStart
+    from hyperplace.solvers.heuristics.warm import WarmStart
 
     inst = instance([node(f"n{i}") for i in range(4)], [job(f"j{i}") for i in range(3)],
                     nodes_per_leaf=4)

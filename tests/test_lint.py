@@ -15,9 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STRICT = ("hyperplace/formulations/placement/", "hyperplace/formulations/explain.py",
           "hyperplace/formulations/linear.py", "hyperplace/formulations/priority.py",
-          "hyperplace/formulations/mapping.py", "hyperplace/solvers/backend.py",
-          "hyperplace/solvers/cpsat.py", "hyperplace/solvers/milp.py",
-          "hyperplace/solvers/greedy.py", "hyperplace/solvers/driver.py",
+          "hyperplace/formulations/mapping.py", "hyperplace/solvers/backends/backend.py",
+          "hyperplace/solvers/backends/cpsat.py", "hyperplace/solvers/backends/milp.py",
+          "hyperplace/solvers/heuristics/greedy.py", "hyperplace/solvers/driver.py",
           "hyperplace/solvers/params.py", "hyperplace/check/placement.py",
           "hyperplace/instances/summary.py", "hyperplace/models/plan.py",
           "hyperplace/models/result.py", "hyperplace/models/job.py")

@@ -22,7 +22,7 @@ from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.formulations.placement.migration import MigrationPolicy
 from hyperplace.models.instance import RunningJob
 from hyperplace.models.result import SolveStatus
-from hyperplace.solvers.defrag import defrag, solve_with_migration
+from hyperplace.solvers.workflows.defrag import defrag, solve_with_migration
 
 EXAMPLES = int(os.environ.get("HP_ORACLE_EXAMPLES", "12"))
 
@@ -157,7 +157,7 @@ def test_defrag_without_a_job_against_the_oracle(inst, moves, solvers):
     """``defrag`` without ``--for``: the largest free domain, then lost work, then moves."""
     from placement_oracle import best_free_domain
 
-    from hyperplace.solvers.defrag import defrag_cluster
+    from hyperplace.solvers.workflows.defrag import defrag_cluster
 
     best = best_free_domain(inst.with_jobs([]), moves)
     for solver in [*solvers, "greedy"]:

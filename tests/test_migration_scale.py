@@ -17,10 +17,10 @@ from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.formulations.placement.migration import MigrationPolicy
 from hyperplace.models.instance import RunningJob
 from hyperplace.models.result import SolveStatus
-from hyperplace.solvers.defrag import solve_with_migration
+from hyperplace.solvers.workflows.defrag import solve_with_migration
 from hyperplace.solvers.driver import solve_placement
-from hyperplace.solvers.greedy import solve_greedy
-from hyperplace.solvers.greedy_migrate import greedy_migrate
+from hyperplace.solvers.heuristics.greedy import solve_greedy
+from hyperplace.solvers.heuristics.greedy_migrate import greedy_migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,8 +124,8 @@ def test_node_sets_from_the_memo_are_greedy_preempts_node_sets():
     # greedy_migrate builds its node-by-node mover sets from lists made once per round;
     # they must be the sets greedy_preempt._node_sets builds from scratch
     from hyperplace.instances.generator import generate
-    from hyperplace.solvers import greedy_migrate as gm
-    from hyperplace.solvers.greedy_preempt import _node_sets, _taken
+    from hyperplace.solvers.heuristics import greedy_migrate as gm
+    from hyperplace.solvers.heuristics.greedy_preempt import _node_sets, _taken
 
     spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
     bench = importlib.util.module_from_spec(spec)

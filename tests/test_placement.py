@@ -9,7 +9,7 @@ from hyperplace.formulations.mapping import encode
 from hyperplace.formulations.placement import PlacementProblem, build_model
 from hyperplace.models.result import SolveStatus
 from hyperplace.solvers.driver import solve_placement
-from hyperplace.solvers.greedy import solve_greedy
+from hyperplace.solvers.heuristics.greedy import solve_greedy
 
 
 def admitted(plan) -> set[str]:

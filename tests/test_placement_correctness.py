@@ -308,7 +308,7 @@ def test_a_cut_unit_may_use_the_gpus_of_a_preempted_job(solver):
     # three 4-GPU nodes, one held by a low-priority running job: the high-priority 12-GPU
     # unit (no NVLink floor, cut 4 + 4 + 4) is admitted only by stopping it
     from hyperplace.models.instance import RunningJob
-    from hyperplace.solvers.preemption import solve_with_preemption
+    from hyperplace.solvers.workflows.preemption import solve_with_preemption
 
     nodes = [node("s0", gpus=4, allocated={g: "r" for g in range(4)}), node("s1", gpus=4),
              node("s2", gpus=4)]

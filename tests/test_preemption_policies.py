@@ -15,7 +15,7 @@ from hyperplace.check import check
 from hyperplace.models.instance import RunningJob
 from hyperplace.models.plan import Preemption
 from hyperplace.models.preemption_policy import StopRule
-from hyperplace.solvers.preemption import solve_with_preemption
+from hyperplace.solvers.workflows.preemption import solve_with_preemption
 from placement_helpers import instance, job, node
 from test_sharing_preemption import _rounds_with_queues
 from test_sharing_quotas import _cq, _in_queue

@@ -12,9 +12,9 @@ from hyperplace.formulations.mapping import encode
 from hyperplace.formulations.placement import PlacementProblem, build_model
 from hyperplace.instances.generator import generate
 from hyperplace.solvers.driver import demand_bound, solve_placement
-from hyperplace.solvers.greedy import solve_greedy
+from hyperplace.solvers.heuristics.greedy import solve_greedy
 from hyperplace.solvers.params import BudgetParams, SolveParams
-from hyperplace.solvers.relax import objective1_terms, relaxation_bound
+from hyperplace.solvers.backends.relax import objective1_terms, relaxation_bound
 
 TYPES = ["H100-80", "A100-80"]
 CASES = [(256, 30, 0.8, seed, 2) for seed in (1, 2, 3, 4)] + [(128, 20, 0.6, 5, 1)]

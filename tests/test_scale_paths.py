@@ -13,14 +13,14 @@ import itertools
 
 from placement_helpers import instance, job, node
 
-import hyperplace.solvers.greedy as greedy_module
+import hyperplace.solvers.heuristics.greedy as greedy_module
 from hyperplace.check import check
 from hyperplace.formulations.explain import explain
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.models.fabric import superpod_rail_optimized
 from hyperplace.solvers.driver import solve_placement
-from hyperplace.solvers.greedy import repair_priority, solve_greedy
+from hyperplace.solvers.heuristics.greedy import repair_priority, solve_greedy
 
 
 def test_superpod_past_the_reference_table_grows_linearly_and_keeps_its_hops():

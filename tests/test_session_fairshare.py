@@ -16,7 +16,7 @@ from hyperplace.instances.generator import small_job
 from hyperplace.models import Instance
 from hyperplace.models.job import TrainingJob
 from hyperplace.sim.workload import in_queue
-from hyperplace.solvers.session import PlacementSession, RoundDelta
+from hyperplace.solvers.workflows.session import PlacementSession, RoundDelta
 
 
 def queued(inst: Instance, name: str, gpus: int, queue: str) -> TrainingJob:

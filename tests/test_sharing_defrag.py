@@ -10,7 +10,7 @@ from hyperplace.check import check
 from hyperplace.models.instance import RunningJob
 from hyperplace.models.plan import Migration
 from hyperplace.models.sharing import largest_free_domains
-from hyperplace.solvers.defrag import defrag, defrag_cluster, solve_with_migration
+from hyperplace.solvers.workflows.defrag import defrag, defrag_cluster, solve_with_migration
 from placement_helpers import instance, job, node
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hyperplace.check import check
 from hyperplace.models.instance import RunningJob
 from hyperplace.models.plan import Preemption
-from hyperplace.solvers.preemption import solve_with_preemption
+from hyperplace.solvers.workflows.preemption import solve_with_preemption
 from placement_helpers import instance, job, node
 
 
@@ -402,7 +402,7 @@ def test_random_reclaim_rounds_are_checked(inst):
 
 
 def test_greedy_node_by_node_sets_when_the_ordered_sets_run_out(monkeypatch):
-    import hyperplace.solvers.greedy_preempt as gp
+    import hyperplace.solvers.heuristics.greedy_preempt as gp
 
     monkeypatch.setattr(gp, "MAX_SETS", 0)  # straight to the node-by-node sets
     inst = _several_small_or_one_big()

@@ -7,7 +7,7 @@ import pytest
 
 from hyperplace.check import check
 from hyperplace.models.instance import RunningJob
-from hyperplace.solvers.repair import parse_failed, repair, repair_instance
+from hyperplace.solvers.workflows.repair import parse_failed, repair, repair_instance
 from placement_helpers import instance, job, node
 
 

@@ -16,8 +16,8 @@ from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.instances.generator import generate
 from hyperplace.models import TrainingJob
 from hyperplace.solvers.driver import solve_placement
-from hyperplace.solvers.session import PlacementSession, RoundDelta
-from hyperplace.solvers.warm import WarmStart, carried_placements
+from hyperplace.solvers.workflows.session import PlacementSession, RoundDelta
+from hyperplace.solvers.heuristics.warm import WarmStart, carried_placements
 
 TYPES = ["H100-80", "A100-80"]
 
@@ -153,7 +153,7 @@ def test_a_reparsed_instance_reuses_the_fabric_and_the_views():
     views are reused; a different cluster under the same name gets nothing."""
     from hyperplace.instances.registry import instance_document
     from hyperplace.models import Instance
-    from hyperplace.solvers.warm import carry_fabric
+    from hyperplace.solvers.heuristics.warm import carry_fabric
 
     doc = instance_document(generate(256, 30, TYPES, 0.8, 7, size_scale=2))
     warm = WarmStart()

@@ -9,7 +9,7 @@ from placement_helpers import instance, job, node
 
 from hyperplace.check import check
 from hyperplace.errors import InputError
-from hyperplace.solvers.session import PlacementSession, RoundDelta
+from hyperplace.solvers.workflows.session import PlacementSession, RoundDelta
 
 
 def _session(solver: str) -> PlacementSession:

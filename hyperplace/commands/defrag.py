@@ -79,7 +79,7 @@ def defrag_command(
     free nodes of one GPU type in one leaf) grows."""
     from hyperplace.commands.solve import resolve_instance
     from hyperplace.io import dump
-    from hyperplace.solvers.defrag import defrag, defrag_cluster
+    from hyperplace.solvers.workflows.defrag import defrag, defrag_cluster
 
     check_budget(budget)
     if not 0 <= max_moves <= 24:

@@ -52,7 +52,7 @@ def repair_command(
     from hyperplace.commands.defrag import print_migrations, with_running_files
     from hyperplace.commands.solve import resolve_instance
     from hyperplace.io import dump
-    from hyperplace.solvers.repair import STRATEGIES, read_failed, repair
+    from hyperplace.solvers.workflows.repair import STRATEGIES, read_failed, repair
 
     check_budget(budget)
     if hot_spares < 0:

@@ -385,7 +385,7 @@ def check_command(
 
         inst = with_running_files(inst, running)
     if failed is not None:
-        from hyperplace.solvers.repair import read_failed, repair_instance
+        from hyperplace.solvers.workflows.repair import read_failed, repair_instance
 
         try:
             inst = repair_instance(inst, read_failed(failed))

@@ -1,7 +1,7 @@
 """A backend-independent integer linear model: the one thing every backend encodes.
 
 Formulations (placement, layer split, ...) write their problem once into a
-:class:`LinearModel`; ``solvers.cpsat`` and ``solvers.milp`` translate it to OR-Tools CP-SAT
+:class:`LinearModel`; ``solvers.backends.cpsat`` and ``solvers.backends.milp`` translate it to OR-Tools CP-SAT
 and PuLP (HiGHS or CBC). Objectives are *lexicographic*: a list solved in order, each later
 one under the constraint that the earlier ones keep their best value.
 """

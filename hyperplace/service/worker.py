@@ -52,13 +52,13 @@ class WorkerContext:
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.cache: OrderedDict[tuple[str, tuple[Any, ...]], Any] = OrderedDict()
-        # per stored cluster: what its last round left for the next (solvers.warm)
+        # per stored cluster: what its last round left for the next (solvers.heuristics.warm)
         self.warm: OrderedDict[str, Any] = OrderedDict()
 
     def warm_start(self, name: str, inst: Any) -> Any:
-        """The stored cluster's :class:`~hyperplace.solvers.warm.WarmStart` (fabric and the
+        """The stored cluster's :class:`~hyperplace.solvers.heuristics.warm.WarmStart` (fabric and the
         views of unchanged nodes and jobs reused from its previous round in this worker)."""
-        from hyperplace.solvers.warm import WarmStart, carry_fabric
+        from hyperplace.solvers.heuristics.warm import WarmStart, carry_fabric
 
         warm = self.warm.pop(name, None) or WarmStart()
         if warm.problem is not None:

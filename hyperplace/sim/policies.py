@@ -86,8 +86,8 @@ from hyperplace.sim.peers import PeerPlacer
 from hyperplace.sim.speed import SpeedModel
 from hyperplace.sim.state import GPU, ClusterState
 from hyperplace.solvers.driver import solve_placement
-from hyperplace.solvers.session import preload_backends
-from hyperplace.solvers.warm import WarmStart
+from hyperplace.solvers.workflows.session import preload_backends
+from hyperplace.solvers.heuristics.warm import WarmStart
 
 SLURM_OVERESTIMATE = 2.0
 BF_RESOLUTION_S = 60.0
@@ -398,12 +398,12 @@ class EnginePolicy(Policy):
 
     ``preemption="reclaim-within-cohort"`` lets a round stop running jobs of a queue that
     borrows beyond its nominal quota so that a queue under its own quota gets it back (Kueue's
-    ``reclaimWithinCohort``; decided inside the one model, :mod:`hyperplace.solvers.preemption`),
+    ``reclaimWithinCohort``; decided inside the one model, :mod:`hyperplace.solvers.workflows.preemption`),
     the victims losing their work since their last checkpoint. Running jobs are listed at no
     lower a priority than the round's highest pending job, so aging alone never makes a job
     stop another: only reclaiming does.
 
-    ``defrag=True`` solves each round with :func:`hyperplace.solvers.defrag.solve_with_migration`:
+    ``defrag=True`` solves each round with :func:`hyperplace.solvers.workflows.defrag.solve_with_migration`:
     running jobs (listed with their manifests) may be checkpointed and restarted elsewhere,
     decided in the round's one solve (migrations are decisions of the placement model): only
     when that admits more pending demand, least lost work first; a migrated job loses its
@@ -432,7 +432,7 @@ class EnginePolicy(Policy):
         self.defrag = defrag
         self._fs_cache: tuple[tuple, dict[str, int]] | None = None
         # rounds are not cold starts: each solve reuses the previous one's problem views and
-        # starts from its placements that still hold (hyperplace.solvers.warm)
+        # starts from its placements that still hold (hyperplace.solvers.heuristics.warm)
         self._warm = WarmStart()
         preload_backends(solver)
 
@@ -475,7 +475,7 @@ class EnginePolicy(Policy):
                                manifests=self.defrag)
         instance = view.state.instance(manifests)
         if self.defrag:
-            from hyperplace.solvers.defrag import solve_with_migration
+            from hyperplace.solvers.workflows.defrag import solve_with_migration
 
             plan = solve_with_migration(instance, solver=self.solver, budget_s=self.budget_s,
                                         seed=self.seed, workers=1)

@@ -35,10 +35,10 @@ from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.models.sharing import running_gpus
 from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
-from hyperplace.solvers.backend import Backend, BackendOptions
-from hyperplace.solvers.greedy import fit_probe, repair_priority, solve_greedy, spare_probe
+from hyperplace.solvers.backends.backend import Backend, BackendOptions
+from hyperplace.solvers.heuristics.greedy import fit_probe, repair_priority, solve_greedy, spare_probe
 from hyperplace.solvers.params import SolveParams
-from hyperplace.solvers.warm import WarmStart
+from hyperplace.solvers.heuristics.warm import WarmStart
 
 SOLVERS = ("auto", "cpsat", "milp", "greedy")
 EXACT_BACKENDS = ("cpsat", "milp")
@@ -55,12 +55,12 @@ def make_backend(name: str, params: SolveParams | None = None) -> Backend:
     """The exact backend called ``name`` (``"cpsat"`` or ``"milp"``)."""
     params = params or SolveParams()
     if name == "cpsat":
-        from hyperplace.solvers.cpsat import CpSatBackend  # loaded when used: OR-Tools and
+        from hyperplace.solvers.backends.cpsat import CpSatBackend  # loaded when used: OR-Tools and
         # the pandas it imports cost a second of start-up that --solver milp/greedy never use
 
         return CpSatBackend(params.cpsat)
     if name == "milp":
-        from hyperplace.solvers.milp import MilpBackend
+        from hyperplace.solvers.backends.milp import MilpBackend
 
         return MilpBackend()
     raise ValueError(f"unknown backend {name!r}; use one of {', '.join(EXACT_BACKENDS)}")
@@ -140,12 +140,12 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         What the previous round of the same clusters left (``PlacementSession`` and the
         simulator pass one): unchanged node and job views are reused, and the previous
         placements still valid start the round when they score at least as well as greedy
-        (see :mod:`~hyperplace.solvers.warm`). Updated with this round's problem and plan.
+        (see :mod:`~hyperplace.solvers.heuristics.warm`). Updated with this round's problem and plan.
     preemption : str
         ``never``, ``lower-priority`` or ``reclaim-within-cohort``: running jobs
         (``spec.runningJobs``) the round may stop, decided inside the one model
         (:mod:`~hyperplace.formulations.placement.preemption`); greedy's plan then tries
-        victim sets in order of lost work (:func:`~hyperplace.solvers.greedy_preempt.greedy_preempt`).
+        victim sets in order of lost work (:func:`~hyperplace.solvers.heuristics.greedy_preempt.greedy_preempt`).
     hot_spares : int
         Whole free nodes every leaf keeps free for repairs (an operator setting,
         :mod:`~hyperplace.formulations.placement.spares`): a constraint of the model, so
@@ -193,13 +193,13 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     # heuristics after it are longer, and nothing after them repeats them)
     greedy_pass_s = time.perf_counter() - greedy_start
     if problem.victims and problem.preempting:
-        from hyperplace.solvers.greedy_preempt import greedy_preempt
+        from hyperplace.solvers.heuristics.greedy_preempt import greedy_preempt
 
         greedy = greedy_preempt(problem, greedy, params.greedy,
                                 deadline=deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S
                                 else None)
     if problem.victims and problem.migrating:
-        from hyperplace.solvers.greedy_migrate import greedy_migrate
+        from hyperplace.solvers.heuristics.greedy_migrate import greedy_migrate
 
         greedy = greedy_migrate(problem, greedy, params.greedy,
                                 deadline=deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S
@@ -287,10 +287,10 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
             min(demand_bound(problem), bound if bound is not None else math.inf) > \
             _weighted(problem, chosen) + 0.5:
         # the demand bound ignores where the free GPUs are: the model's LP relaxation is a
-        # valid bound that does not (solvers.relax), when it fits in what is left (objective 1
+        # valid bound that does not (solvers.backends.relax), when it fits in what is left (objective 1
         # of a preempting round also counts the running jobs kept: not written there yet)
         # (the explanations after it stop at the deadline; the plan itself needs ~0.1 ms a job)
-        from hyperplace.solvers.relax import tighten_bound  # numpy: only when it runs
+        from hyperplace.solvers.backends.relax import tighten_bound  # numpy: only when it runs
 
         pm, lp_bound = tighten_bound(pm, lambda: build_model(problem), estimate_vars(problem),
                                      deadline - params.budget.reserve_s - 1e-4 * len(problem.jobs))
@@ -323,8 +323,8 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     if pm is not None and status != SolveStatus.OPTIMAL and not problem.preempting and \
             not restricted and bound <= objective + 1e-9 and (jobs_gap is None or jobs_gap > 0):
         # objective 1 proven, objective 2 not: the relaxation's bound on admitted jobs among
-        # plans at this objective 1, when tighter than the backend's (solvers.relax)
-        from hyperplace.solvers.relax import admitted_jobs_bound
+        # plans at this objective 1, when tighter than the backend's (solvers.backends.relax)
+        from hyperplace.solvers.backends.relax import admitted_jobs_bound
 
         jobs_bound = admitted_jobs_bound(
             pm, objective, deadline - params.budget.reserve_s - 1e-4 * len(problem.jobs))

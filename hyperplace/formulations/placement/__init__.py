@@ -8,9 +8,9 @@ integer model, one builder method per constraint family), :mod:`.domains` (domai
 :mod:`.preemption` (which running jobs a round may stop, and for whom), :mod:`.spares`
 (hot spares: whole free nodes each leaf keeps for repairs).
 
-Written once; :mod:`hyperplace.solvers.cpsat` and :mod:`hyperplace.solvers.milp` encode the
+Written once; :mod:`hyperplace.solvers.backends.cpsat` and :mod:`hyperplace.solvers.backends.milp` encode the
 same :class:`~hyperplace.formulations.linear.LinearModel`, and
-:mod:`hyperplace.solvers.greedy` works on the same :class:`PlacementProblem`.
+:mod:`hyperplace.solvers.heuristics.greedy` works on the same :class:`PlacementProblem`.
 
 Modelling choices (see the README):
 

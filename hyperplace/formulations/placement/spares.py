@@ -7,7 +7,7 @@ free when none of its GPUs is held or faulty; the leaf is
 fabric are in no leaf and keep no spares). Which nodes stay spare is the round's choice:
 the model counts the whole free nodes it opens per node class
 (:meth:`~hyperplace.formulations.placement.model.PlacementModelBuilder._hot_spares`), greedy
-keeps a counter per leaf (``solvers.greedy.State``), and the mapping back drops a job when
+keeps a counter per leaf (``solvers.heuristics.greedy.State``), and the mapping back drops a job when
 its pieces packed into more whole free nodes than the model counted
 (:func:`opened_whole_nodes`). Repairs of running jobs may use the spares: they are solved
 without the setting.

@@ -87,7 +87,7 @@ class QueueUsage:
     """Decayed GPU-hours per queue, advanced as time passes: the one home of the
     accumulate-and-decay rule, kept by the simulator's round loop
     (:class:`hyperplace.sim.loop.RoundLoop`), by
-    :class:`hyperplace.solvers.session.PlacementSession` and, per stored cluster, by the
+    :class:`hyperplace.solvers.workflows.session.PlacementSession` and, per stored cluster, by the
     service (``hyperplace.service``, in its SQLite store).
 
     ``half_life_s`` None (or 0) keeps no history: :meth:`snapshot` is then empty and every

@@ -11,7 +11,7 @@ queue) and applies changes to it in place of re-reading it:
 * unchanged nodes and jobs are the same objects from round to round (nothing is validated
   again), so caches keyed on them stay warm;
 * the previous round's problem and plan are handed to the next round
-  (:class:`~hyperplace.solvers.warm.WarmStart`): views of unchanged nodes (pair bandwidths,
+  (:class:`~hyperplace.solvers.heuristics.warm.WarmStart`): views of unchanged nodes (pair bandwidths,
   link rates, leaves, NVLink cliques) and jobs (unit classes, reasons) are reused rather than
   derived again, and the previous placements still valid (a round solved again without a
   commit) start the next round: its fallback and the exact backend's hint;
@@ -80,7 +80,7 @@ from hyperplace.models.instance import Instance, RunningJob
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.node import Node
 from hyperplace.models.plan import PlacementPlan
-from hyperplace.solvers.warm import WarmStart
+from hyperplace.solvers.heuristics.warm import WarmStart
 
 __all__ = ["PlacementSession", "RoundDelta"]
 
@@ -345,9 +345,9 @@ def preload_backends(solver: str) -> None:
     """Import the exact backends ``solver`` may use, once per process (a long-lived caller
     such as a session or a simulation, so that no round's budget pays for the import)."""
     if solver in ("auto", "cpsat"):
-        import hyperplace.solvers.cpsat  # noqa: F401
+        import hyperplace.solvers.backends.cpsat  # noqa: F401
     if solver in ("auto", "milp"):
-        import hyperplace.solvers.milp  # noqa: F401
+        import hyperplace.solvers.backends.milp  # noqa: F401
 
 
 def _copy(model, update: dict, keep: tuple[str, ...] = ()):

@@ -5,7 +5,7 @@ than are free in all (a migrated job takes as many as it frees), else it is skip
 sets of the movers (running jobs the round may migrate,
 :mod:`hyperplace.formulations.placement.migration`) that hold GPUs of a type the job may use,
 the :data:`MAX_CANDIDATES` losing least work, are tried in order of (lost work, count)
-(:func:`~hyperplace.solvers.preemption.victim_sets`; a set is skipped without a try when no
+(:func:`~hyperplace.solvers.workflows.preemption.victim_sets`; a set is skipped without a try when no
 node it frees GPUs on would then hold the job's smallest piece), then node by node (as
 :mod:`.greedy_preempt` does): the set's GPUs are released, the job is placed by greedy's own
 rule, the movers whose old GPUs it does not use stay, and the others are placed again (their
@@ -30,8 +30,8 @@ import time
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import JobView, PlacementProblem
 from hyperplace.formulations.placement.preemption import Victim
-from hyperplace.solvers.greedy import State, try_place_job
-from hyperplace.solvers.greedy_preempt import (
+from hyperplace.solvers.heuristics.greedy import State, try_place_job
+from hyperplace.solvers.heuristics.greedy_preempt import (
     MAX_CANDIDATES,
     MAX_SETS,
     Options,
@@ -177,7 +177,7 @@ def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: _Quota,
     node); True when it is placed. Only movers holding GPUs of a type the job may use are
     tried, and only the sets that leave, on some node they free GPUs on, room for the job's
     smallest piece (a set that does not cannot be used by the job: no try for it)."""
-    from hyperplace.solvers.preemption import victim_sets
+    from hyperplace.solvers.workflows.preemption import victim_sets
 
     if _late(deadline) or (limit is not None and len(out.stopped) >= limit):
         return False
@@ -217,7 +217,7 @@ def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: _Quota,
 def _node_sets(p: PlacementProblem, jv: JobView, state: State, memo: _Memo,
                stopped: set[int]) -> list[tuple[Victim, ...]]:
     """Mover sets that clear whole pieces node by node, as
-    :func:`hyperplace.solvers.greedy_preempt._node_sets` builds victim sets (per domain of
+    :func:`hyperplace.solvers.heuristics.greedy_preempt._node_sets` builds victim sets (per domain of
     the job's hop limit, on each node the cheapest movers until a piece of the job's largest
     size fits, then the cheapest nodes for all its pieces; cheapest sets first), from the
     per-node mover lists and per-shape node lists built once (:class:`_Memo`): at 16,384

@@ -3,7 +3,7 @@
 A round after small changes (a few arrivals, completions, failures) is not a cold start.
 :class:`WarmStart` carries two things from round to round, and
 :func:`~hyperplace.solvers.driver.solve_placement` uses both when it is given one
-(``warm=``), as :class:`~hyperplace.solvers.session.PlacementSession` and the simulator's
+(``warm=``), as :class:`~hyperplace.solvers.workflows.session.PlacementSession` and the simulator's
 engine policy do:
 
 * the previous :class:`~hyperplace.formulations.placement.PlacementProblem`: views of nodes
@@ -11,7 +11,7 @@ engine policy do:
   reused (``PlacementProblem(previous=...)``), so only what changed is derived again;
 * the previous round's assignment: placements of jobs that are still pending, unchanged and
   whose GPUs are all still free (and within their queue's quota) are kept, the rest of the
-  queue is filled greedily around them (:func:`~hyperplace.solvers.greedy.repair_priority`),
+  queue is filled greedily around them (:func:`~hyperplace.solvers.heuristics.greedy.repair_priority`),
   and when that scores at least as well as greedy's own plan it becomes the round's starting
   plan: the fallback, the lower-bound cut, and the hint of a backend that accepts one
   (CP-SAT's solution hint, HiGHS's starting solution). A round re-solved with nothing
@@ -30,7 +30,7 @@ from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.formulations.placement.params import ModelParams
 from hyperplace.formulations.placement.spares import opened_whole_nodes
 from hyperplace.models.instance import Instance
-from hyperplace.solvers.greedy import QuotaLedger, repair_priority
+from hyperplace.solvers.heuristics.greedy import QuotaLedger, repair_priority
 from hyperplace.solvers.params import GreedyParams
 
 __all__ = ["WarmStart", "carried_placements", "carry_fabric"]

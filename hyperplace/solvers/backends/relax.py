@@ -59,8 +59,8 @@ def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float,
     """
     import highspy
 
-    from hyperplace.solvers.backend import run_interruptibly
-    from hyperplace.solvers.milp import _quiet_stdout, highs_rows
+    from hyperplace.solvers.backends.backend import run_interruptibly
+    from hyperplace.solvers.backends.milp import _quiet_stdout, highs_rows
 
     n = lm.num_vars
     if n == 0:

@@ -20,7 +20,7 @@ from hyperplace.formulations.linear import (
     solve_lexicographic,
 )
 from hyperplace.models.result import SolveStatus
-from hyperplace.solvers.backend import Backend, BackendOptions, run_interruptibly
+from hyperplace.solvers.backends.backend import Backend, BackendOptions, run_interruptibly
 from hyperplace.solvers.params import CpSatParams
 
 STATUS_MAP: dict[Any, SolveStatus] = {

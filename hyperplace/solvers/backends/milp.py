@@ -30,7 +30,7 @@ from hyperplace.formulations.linear import (
     solve_lexicographic,
 )
 from hyperplace.models.result import SolveStatus
-from hyperplace.solvers.backend import Backend, BackendOptions, run_interruptibly
+from hyperplace.solvers.backends.backend import Backend, BackendOptions, run_interruptibly
 
 #: PuLP's solution status (``prob.sol_status``) -> the one vocabulary. "Optimal" is then
 #: confirmed against HiGHS's own MIP bound, because PuLP reports it on time limits too.

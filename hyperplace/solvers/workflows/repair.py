@@ -215,7 +215,7 @@ def repair(instance: Instance, failed: list[tuple[str, int | None]],
             "runtime_s": time.perf_counter() - start, "budget_s": budget_s,
             "metadata": PlanMeta(name=f"{broken.name}-repair", instance=broken.name)})
         return RepairResult(plan.model_copy(update={"hot_spares": hot_spares}), done)
-    from hyperplace.solvers.defrag import _compose, migration
+    from hyperplace.solvers.workflows.defrag import _compose, migration
 
     outcomes = {n: JobOutcome(units={u: [GPURef(node=a, gpu=b) for a, b in gs]
                                      for u, gs in units.items()}) for n, units in new.items()}

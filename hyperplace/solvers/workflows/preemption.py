@@ -8,7 +8,7 @@ kept in their own priority levels, then lost work and the number of victims are 
 <hyperplace.formulations.placement.model.PlacementModelBuilder._preemption>`). So the victims
 are exact and the status ``optimal`` is proven like any other round's; a victim set with which
 the preemptor's gang would still not fit is never chosen (the gang is all or nothing in the
-same model). Greedy's heuristic (:mod:`hyperplace.solvers.greedy_preempt`) is the budget's
+same model). Greedy's heuristic (:mod:`hyperplace.solvers.heuristics.greedy_preempt`) is the budget's
 floor and the exact backends' hint.
 
 This module keeps the entry point and the victim-set enumeration that greedy's heuristic and

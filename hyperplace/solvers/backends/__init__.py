@@ -1,0 +1,1 @@
+"""Exact backends behind one ABC: CP-SAT, HiGHS (via PuLP) and the LP-relaxation bound."""

@@ -1,0 +1,1 @@
+"""Workflows that call the driver: preemption, defragmentation, repair, placement sessions."""
