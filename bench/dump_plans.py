@@ -8,7 +8,8 @@ Usage::
 
 Each file is ``solve(...).to_doc()`` (what ``hyperplace solve --format json`` writes) minus
 ``runtimeS`` and ``message`` (timing-dependent), one per (instance, solver). CP-SAT runs with
-one worker so that its answer is deterministic.
+one worker so that its answer is deterministic. Then the workflows (:func:`workflows`) on
+two moveable generated instances, unless ``--no-workflows``.
 """
 
 from __future__ import annotations
@@ -35,8 +36,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
     ap.add_argument("--quick", action="store_true", help="skip instances above 2,000 GPUs")
+    ap.add_argument("--no-workflows", action="store_true",
+                    help="skip the workflows (preemption, migration, defrag, repair)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if not args.no_workflows:
+        workflows(args.out)
     cases = [(i.name, lambda n=i.name: load_instance(n), i.gpus) for i in list_instances()]
     cases += [(n, lambda n=n: load_peer_case(n), 0) for n in PEER_CASES]
     cases += [(f"gen-{g}g-{j}j-f{f}-x{s}",
@@ -48,11 +53,53 @@ def main() -> None:
             continue
         inst = load()
         for solver in ("greedy", "auto", "cpsat", "milp"):
-            doc = solve_placement(inst, solver=solver, budget_s=20, seed=0, workers=1).to_doc()
-            for key in RUNTIME_FIELDS:
-                doc.pop(key, None)
-            (args.out / f"{name}.{solver}.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
-            print(name, solver, doc["status"], doc.get("objective"), flush=True)
+            _dump(args.out, f"{name}.{solver}",
+                  solve_placement(inst, solver=solver, budget_s=20, seed=0, workers=1))
+
+
+def _dump(out: Path, name: str, plan) -> None:
+    doc = plan.to_doc()
+    for key in RUNTIME_FIELDS:
+        doc.pop(key, None)
+    (out / f"{name}.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+    print(name, doc["status"], doc.get("objective"), flush=True)
+
+
+def workflows(out: Path) -> None:
+    """The workflows on the bench's moveable instances (``bench_scale.with_movers``: every
+    running job has a manifest and a checkpoint age): preemption under both policies,
+    migration, defragmentation (whole cluster, and for the first pending job) and repair of
+    the first node holding a running job under the three strategies. Greedy and HiGHS
+    only: the workflows do not take CP-SAT's worker count, and two workers are not
+    deterministic."""
+    import importlib.util
+
+    from hyperplace.solvers.workflows.defrag import defrag, defrag_cluster, solve_with_migration
+    from hyperplace.solvers.workflows.repair import repair
+
+    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for gpus, jobs, frag in ((128, 12, 0.8), (256, 20, 0.8)):
+        inst = bench.with_movers(generate(gpus, jobs, bench.TYPES, frag, 3), 3)
+        tag = f"wf-{gpus}g-{jobs}j-f{frag}"
+        first_pending = inst.spec.jobs[0].metadata.name
+        hit = next(n.name for c in inst.spec.clusters for n in c.nodes if n.allocated)
+        for solver in ("greedy", "milp"):
+            for policy in ("lower-priority", "reclaim-within-cohort"):
+                _dump(out, f"{tag}.preempt-{policy}.{solver}",
+                      solve_placement(inst, solver=solver, budget_s=20, seed=0, workers=1,
+                                      preemption=policy))
+            _dump(out, f"{tag}.migrate.{solver}",
+                  solve_with_migration(inst, solver=solver, budget_s=20, max_moves=3))
+            _dump(out, f"{tag}.defrag-cluster.{solver}",
+                  defrag_cluster(inst, max_moves=2, solver=solver, budget_s=20).plan)
+            _dump(out, f"{tag}.defrag-for.{solver}",
+                  defrag(inst, first_pending, max_moves=2, solver=solver, budget_s=20).plan)
+            for strategy in ("minimal", "replace-all", "replace-everything"):
+                _dump(out, f"{tag}.repair-{strategy}.{solver}",
+                      repair(inst, [(hit, None)], strategy=strategy, solver=solver,
+                             budget_s=20).plan)
 
 
 if __name__ == "__main__":
