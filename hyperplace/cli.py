@@ -22,6 +22,7 @@ app = typer.Typer(
     + EXIT_CODES_HELP,
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -131,7 +131,9 @@ def test_cli_defrag(tmp_path):
                               "--running", str(jobs), "--budget", "10", "-o",
                               str(tmp_path / "plan.yaml")])
     assert out.exit_code == 0, out.output
-    assert "migrations" in out.output and "n2" in out.output
+    # -o FILE: the file and its one-line summary, nothing else (#26)
+    assert out.output.strip().splitlines() == [
+        f"wrote {tmp_path / 'plan.yaml'}: 1 migration(s), 2 placed"]
     doc = yaml.safe_load((tmp_path / "plan.yaml").read_text())
     assert [m["job"] for m in doc["migrations"]] == ["b"]
     # the instance file has no manifests: check needs the same --running
@@ -164,7 +166,12 @@ def test_cli_solve_running_moveable(tmp_path):
     out = runner.invoke(app, ["solve", "--instance", str(path), "--running-moveable",
                               "--budget", "10", "-o", str(tmp_path / "plan.yaml")])
     assert out.exit_code == 0, out.output
-    assert "migrations" in out.output and "(migrated)" in out.output
+    assert len(out.output.strip().splitlines()) == 1  # -o: one line (#26)
+    table = runner.invoke(app, ["solve", "--instance", str(path), "--running-moveable",
+                                "--budget", "10"])
+    assert "migrations" in table.output and "(migrated)" in table.output
+    # the summary counts the admitted pending jobs and the migrated running ones apart
+    assert "migrated     1 running job" in table.output, table.output
     from hyperplace.models.plan import PlacementPlan
 
     plan = PlacementPlan.model_validate(yaml.safe_load((tmp_path / "plan.yaml").read_text()))

@@ -124,6 +124,8 @@ def test_cli_repair(tmp_path, capsys):
 
     plan = PlacementPlan.model_validate(yaml.safe_load(out.read_text()))
     assert check(plan, repair_instance(inst, [("n1", 3)])) == []
+    assert capsys.readouterr().out == ""  # -o FILE: the file and a line on stderr (#26)
+    assert run_main(["repair", "--instance", str(path), "--failed", "n1:3", "--budget", "10"]) == 0
     table = capsys.readouterr().out
     assert "train" in table and "repair" in table
     assert run_main(["check", str(out), "--instance", str(path), "--failed", "n1:3"]) == 0

@@ -139,8 +139,12 @@ def interruptible() -> Iterator[None]:
 
 
 def console() -> Console:
-    """A console for tables: the terminal's width, or 80 columns when piped, so tables
-    read in a terminal, a log or a pager alike (a fresh one per command, so test runners'
-    captured stdout is used)."""
-    width = Console().width if sys.stdout.isatty() else 80
-    return Console(file=sys.stdout, width=width, highlight=False)
+    """A console for tables at the width of :func:`hyperplace.commands.render.width_for`
+    (``COLUMNS``, else the terminal's, else 80 when piped)."""
+    from hyperplace.commands.render import console as render_console
+
+    return render_console()
+
+
+TOP_HELP = "rows of each long list to show (a line says how many more there are)"
+ALL_HELP = "show every row of the long lists (as -o FILE or --format json/yaml keep them)"

@@ -9,8 +9,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from hyperplace.commands.common import (
     Format,
@@ -27,16 +25,19 @@ from hyperplace.models.plan import PlacementPlan
 
 def print_migrations(plan: PlacementPlan, out: Console) -> None:
     """The plan's ``migrations[]`` as a table (nothing when there are none)."""
+    from hyperplace.commands import render as r
+    from hyperplace.commands.render import Column
+
     if not plan.migrations:
         return
-    table = Table(title="migrations (checkpoint, restart elsewhere)", title_justify="left")
-    for col in ("job", "why", "for", "GPUs", "moved", "lost GPU-s", "from", "to"):
-        table.add_column(col)
-    for m in plan.migrations:
-        table.add_row(escape(m.job), m.why, escape(m.for_job), str(m.gpus), str(m.gpus_moved),
-                      f"{m.lost_gpu_seconds:g}", escape(" ".join(m.from_nodes)),
-                      escape(" ".join(m.to_nodes)))
-    out.print(table)
+    rows = [[m.job, m.why, m.for_job or "-", r.count(m.gpus), r.count(m.gpus_moved),
+             r.num(m.lost_gpu_seconds, 0), " ".join(m.from_nodes) or "-",
+             " ".join(m.to_nodes) or "-"] for m in plan.migrations]
+    r.print_table(out, [Column("job"), Column("why"), Column("for"),
+                        Column("GPUs", justify="right"), Column("moved", justify="right"),
+                        Column("lost GPU-s", justify="right"), Column("from", "text", min_width=8),
+                        Column("to", "text", min_width=8)],
+                  rows, "migrations (checkpoint, restart elsewhere)")
 
 
 def with_running_files(inst, running: Path | None):
@@ -99,12 +100,16 @@ def defrag_command(
     if output is not None and file_fmt:
         write_output(output, dump(plan, file_fmt),
                      f"{len(plan.migrations)} migration(s), {len(plan.jobs)} placed")
+    if output is not None:  # -o FILE: the file and its one-line summary, nothing else
+        return
     shown = fmt or Format.table
     if shown == Format.table:
+        from hyperplace.commands.render import print_line
+
         out = console()
-        out.print(escape(result.message))
+        print_line(out, result.message)
         print_migrations(plan, out)
-    elif output is None:
+    else:
         sys.stdout.write(dump(plan, shown.value))
 
 

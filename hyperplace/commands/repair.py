@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from hyperplace.commands.common import (
     Format,
@@ -79,21 +77,25 @@ def repair_command(
     if output is not None and file_fmt:
         write_output(output, dump(plan, file_fmt),
                      f"{len(plan.migrations)} job(s) repaired, {result.gpus_moved} GPUs moved")
+    if output is not None:  # -o FILE: the file and its one-line summary, nothing else
+        return
     shown = fmt or Format.table
     if shown != Format.table:
-        if output is None:
-            sys.stdout.write(dump(plan, shown.value))
+        sys.stdout.write(dump(plan, shown.value))
         return
+    from hyperplace.commands import render as r
+    from hyperplace.commands.render import Column
+
     out = console()
-    out.print(escape(plan.message))
-    table = Table(title="jobs hit by the failure", title_justify="left")
-    for col in ("job", "repaired", "units kept", "units moved", "GPUs moved", "lost GPU-s", "note"):
-        table.add_column(col)
-    for j in result.jobs:
-        table.add_row(escape(j.job), "yes" if j.placed else "no", escape(" ".join(j.kept_units)),
-                      escape(" ".join(j.moved_units)), str(j.gpus_moved),
-                      f"{j.lost_gpu_seconds:g}", escape(j.reason))
-    out.print(table)
+    r.print_line(out, plan.message)
+    rows = [[j.job, "yes" if j.placed else "no", " ".join(j.kept_units) or "-",
+             " ".join(j.moved_units) or "-", r.count(j.gpus_moved), r.num(j.lost_gpu_seconds, 0),
+             j.reason or "-"] for j in result.jobs]
+    r.print_table(out, [Column("job"), Column("repaired"), Column("units kept", "text", min_width=8),
+                        Column("units moved", "text", min_width=8),
+                        Column("GPUs moved", justify="right"),
+                        Column("lost GPU-s", justify="right"), Column("note", "text")],
+                  rows, "jobs hit by the failure")
     print_migrations(plan, out)
 
 

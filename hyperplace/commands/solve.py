@@ -13,8 +13,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from hyperplace.commands.common import (
     check_budget,
@@ -23,6 +21,8 @@ from hyperplace.commands.common import (
     interruptible,
     write_output,
     Format,
+    ALL_HELP,
+    TOP_HELP,
 )
 from hyperplace.deadline import is_command
 from hyperplace.errors import InputError
@@ -158,76 +158,92 @@ def gpus_by_node(plan: PlacementPlan) -> dict[str, dict[str, list[int]]]:
     return out
 
 
-def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
-                 explain: bool = False) -> None:
-    head = Table(title=f"hyperplace solve: {escape(instance.name)}", show_header=False,
-                 title_justify="left")
-    head.add_column(no_wrap=True)
-    head.add_column(overflow="fold")
-    head.add_row("status", str(plan.status.value))
-    head.add_row("solver", escape(plan.solver))
-    head.add_row("objective", (f"{plan.objective:g}" if plan.objective is not None else "-")
-                 + " priority-weighted GPUs")
-    head.add_row("bound / gap", (f"{plan.bound:g}" if plan.bound is not None else "-") + " / "
-                 + (f"{plan.gap:.2%}" if plan.gap is not None else "-"))
-    head.add_row("time", f"{plan.runtime_s:.2f} s of {plan.budget_s:g} s budget"
-                 if plan.budget_s else f"{plan.runtime_s:.2f} s")
-    terms = [f"{k} {v:g}" for k, v in plan.objective_terms.items()
-             if k != "admitted_priority_demand"]
+def plan_summary(plan: PlacementPlan, title: str, explain: bool = False
+                 ) -> list[tuple[str, str]]:
+    """The lines a reader needs before any table: outcome, objective, time, counts."""
+    from hyperplace.commands import render as r
+
+    rows: list[tuple[str, str]] = [("status", plan.status.value), ("solver", plan.solver)]
+    rows.append(("objective", f"{r.num(plan.objective)} priority-weighted GPUs"
+                 if plan.objective is not None else "-"))
+    rows.append(("bound / gap", f"{r.num(plan.bound)} / {r.pct(plan.gap, 2)}"))
+    rows.append(("time", f"{r.seconds(plan.runtime_s)} of {r.seconds(plan.budget_s)} budget"
+                 if plan.budget_s else r.seconds(plan.runtime_s)))
+    terms = {k: v for k, v in plan.objective_terms.items() if k != "admitted_priority_demand"}
     if terms:
-        head.add_row("terms", ", ".join(terms) + ("" if explain else " (--explain)"))
+        rows.append(("terms", r.pairs(terms) + ("" if explain else " (--explain says what each "
+                                                 "counts)")))
     used: dict[str, int] = {}
     for j in plan.jobs:
         for t, c in j.gpu_types.items():
             used[t] = used.get(t, 0) + c
-    head.add_row("GPUs used", ", ".join(f"{t}: {c}" for t, c in sorted(used.items())) or "-")
+    rows.append(("GPUs used", r.pairs(dict(sorted(used.items()))) if used else "-"))
     moved = {m.job for m in plan.migrations}
-    head.add_row("admitted / pending", f"{len(plan.jobs) - len(moved)} / {len(plan.pending)}"
-                 + (f" ({len(moved)} running job(s) migrated)" if moved else ""))
+    repaired = {m.job for m in plan.migrations if m.why == "repair"}
+    admitted = [j for j in plan.jobs if j.job not in moved]
+    if repaired and not admitted:
+        rows.append(("repaired", f"{r.plural(len(repaired), 'running job')} "
+                     f"({r.count(sum(j.gpus for j in plan.jobs if j.job in repaired))} GPUs)"))
+    else:
+        rows.append(("admitted", f"{r.plural(len(admitted), 'job')} "
+                     f"({r.count(sum(j.gpus for j in admitted))} GPUs)"))
+        rows.append(("pending", r.plural(len(plan.pending), "job")))
+    if moved - repaired:
+        rows.append(("migrated", f"{r.plural(len(moved - repaired), 'running job')} "
+                     "(in the admitted jobs' table, marked migrated)"))
+    if plan.preemptions:
+        rows.append(("preempted", r.plural(len(plan.preemptions), "running job")))
     if plan.message:
-        head.add_row("note", escape(plan.message))
-    console.print(head)
+        rows.append(("note", plan.message))
+    return rows
+
+
+def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
+                 explain: bool = False, top: int | None = None, show_all: bool = False) -> None:
+    from hyperplace.commands import render as r
+    from hyperplace.commands.render import Column
+
+    top = r.DEFAULT_TOP if top is None else top
+    r.print_summary(console, f"hyperplace solve: {instance.name}",
+                    plan_summary(plan, instance.name, explain))
     if explain:
         console.print("objective terms, in order of precedence:")
         for key, text in TERM_LEGEND.items():
             if key in plan.objective_terms:
-                console.print(f"  {key}: {text}")
+                r.print_line(console, f"  {key}: {text}")
+    moved = {m.job for m in plan.migrations}
     if plan.jobs:
         where = gpus_by_node(plan)
-        table = Table(title="admitted jobs (node[GPU indices])", title_justify="left")
-        table.add_column("job", no_wrap=True, overflow="ellipsis", max_width=30)
-        table.add_column("pri", justify="right", no_wrap=True)
-        table.add_column("GPUs", no_wrap=True)
-        table.add_column("where")
-        for j in plan.jobs:
+        rows = []
+        shown, hidden = r.cap(plan.jobs, top, show_all)
+        for j in shown:
             nodes = [f"{n}[{_ranges(g)}]" for n, g in where.get(j.job, {}).items()]
-            shown = " ".join(nodes[:6]) + (f" +{len(nodes) - 6} nodes" if len(nodes) > 6 else "")
-            types = " ".join(f"{v} {k}" for k, v in j.gpu_types.items())
-            name = escape(j.job) + (" (migrated)" if j.job in moved else "")
-            table.add_row(name, str(j.priority), types or str(j.gpus), escape(shown))
-        console.print(table)
+            text = " ".join(nodes[:6]) + (f" +{len(nodes) - 6} nodes" if len(nodes) > 6 else "")
+            types = " ".join(f"{r.count(v)} {k}" for k, v in j.gpu_types.items())
+            rows.append([j.job + (" (migrated)" if j.job in moved else ""), str(j.priority),
+                         types or r.count(j.gpus), text])
+        r.print_table(console, [Column("job"), Column("pri", justify="right"), Column("GPUs"),
+                                Column("where (node[GPU indices])", "text")],
+                      rows, "admitted jobs")
+        if hidden:
+            r.print_line(console, r.more_line(hidden, "admitted jobs"))
     if plan.preemptions:
-        table = Table(title="preempted running jobs", title_justify="left")
-        table.add_column("job", no_wrap=True, overflow="ellipsis", max_width=30)
-        table.add_column("why")
-        table.add_column("for", no_wrap=True, overflow="ellipsis", max_width=30)
-        table.add_column("GPUs", justify="right")
-        table.add_column("lost GPU-s", justify="right")
-        for pe in plan.preemptions:
-            table.add_row(escape(pe.job), pe.why, escape(pe.preemptor), str(pe.gpus),
-                          f"{pe.lost_gpu_seconds:g}")
-        console.print(table)
+        rows = [[pe.job, pe.why, pe.preemptor, r.count(pe.gpus), r.num(pe.lost_gpu_seconds, 0)]
+                for pe in plan.preemptions]
+        r.print_table(console, [Column("job"), Column("why", "text", min_width=10),
+                                Column("for"), Column("GPUs", justify="right"),
+                                Column("lost GPU-s", justify="right")],
+                      rows, "preempted running jobs")
     if plan.migrations:
         from hyperplace.commands.defrag import print_migrations
 
         print_migrations(plan, console)
     if plan.pending:
-        table = Table(title="pending jobs", title_justify="left")
-        table.add_column("job", no_wrap=True, overflow="ellipsis", max_width=30)
-        table.add_column("why")
-        for pj in plan.pending:
-            table.add_row(escape(pj.job), escape("\n".join(pj.reasons)))
-        console.print(table)
+        shown, hidden = r.cap(plan.pending, top, show_all)
+        r.print_table(console, [Column("job"), Column("why", "text", min_width=30)],
+                      [[pj.job, "\n".join(pj.reasons)] for pj in shown], "pending jobs")
+        if hidden:
+            r.print_line(console, r.more_line(hidden, "pending jobs"))
 
 
 def solve_command(
@@ -278,6 +294,8 @@ def solve_command(
     hot_spares: Annotated[int, typer.Option(
         "--hot-spares", help="whole free nodes to leave free in every leaf domain for repairs "
         "(the solver chooses which; hyperplace repair may use them)")] = 0,
+    top: Annotated[int, typer.Option("--top", min=0, help=TOP_HELP)] = 20,
+    show_all: Annotated[bool, typer.Option("--all", help=ALL_HELP)] = False,
 ) -> None:
     """Solve one scheduling round: which pending jobs run, on exactly which GPUs."""
     from hyperplace.deadline import command_deadline, write_reserve_s
@@ -334,11 +352,12 @@ def solve_command(
                      f"{len(plan.pending)} pending")
     if draw is not None and picture is not None:
         write_output(draw, picture, "picture of the plan")
-    shown = fmt or Format.table
-    if shown == Format.table:
-        _print_table(plan, as_given, console(), explain)
-    elif shown is not None and output is None:
-        sys.stdout.write(dump(plan, shown.value))
+    if output is None:  # -o FILE: the file and its one-line summary, nothing else
+        shown = fmt or Format.table
+        if shown == Format.table:
+            _print_table(plan, as_given, console(), explain, top, show_all)
+        else:
+            sys.stdout.write(dump(plan, shown.value))
     end_process()
 
 
@@ -395,8 +414,28 @@ def check_command(
     if violations:
         print(format_violations(violations))
         raise typer.Exit(1)
-    print(f"{plan_file}: ok against {inst.name} ({len(plan.placements)} units of "
-          f"{len(plan.jobs)} jobs placed, {len(plan.pending)} pending; no violations)")
+    print(f"{plan_file}: ok against {inst.name} ({check_summary(plan)}; no violations)")
+
+
+def check_summary(plan: PlacementPlan) -> str:
+    """What a checked plan does, in words: a repair says what it repaired, a round what it
+    admitted, migrated and left pending."""
+    from hyperplace.commands.render import plural
+
+    repaired = {m.job for m in plan.migrations if m.why == "repair"}
+    moved = {m.job for m in plan.migrations} - repaired
+    admitted = [j for j in plan.jobs if j.job not in repaired and j.job not in moved]
+    units = plural(len(plan.placements), "unit")
+    if repaired and not admitted:
+        return f"a repair: {plural(len(repaired), 'running job')} re-placed, {units}"
+    parts = [f"{plural(len(admitted), 'job')} admitted"]
+    if moved:
+        parts.append(f"{plural(len(moved), 'running job')} migrated")
+    if repaired:
+        parts.append(f"{plural(len(repaired), 'running job')} repaired")
+    parts.append(f"{units} placed")
+    parts.append(f"{plural(len(plan.pending), 'job')} pending")
+    return ", ".join(parts)
 
 
 def register(app: typer.Typer) -> None:

@@ -213,7 +213,7 @@ def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str
     reasons: list[str] = []
     for uc in jv.classes:
         types = p.eligible_types(uc.gpu_types, uc.min_memory_gb)
-        sel = _selector_words(uc.gpu_types)
+        sel = _selector_words(uc.gpu_types, types)
         if not types:
             reasons.append(_missing_gpus(p, uc, sel))
             continue
@@ -238,9 +238,17 @@ def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str
     return reasons
 
 
-def _selector_words(selector: str | None) -> str:
-    """``H100&h100|a100`` -> ``H100 and h100|a100``; None -> ``any``."""
-    return selector.replace("&", " and ") if selector else "any"
+def _selector_words(selector: str | None, types: frozenset[str] | None = None) -> str:
+    """A GPU selector in words: ``A100`` stays; a combined one (a group's type and a
+    toleration, ``H100&h100|a100``) names the types of the round it matches (``H100-80``),
+    or, when none does, its alternatives (``H100, also h100 or a100``); None -> ``any``."""
+    if not selector:
+        return "any"
+    if "&" not in selector and "|" not in selector:
+        return selector
+    if types:
+        return " or ".join(sorted(types))
+    return ", also ".join(" or ".join(part.split("|")) for part in selector.split("&"))
 
 
 def _missing_gpus(p: PlacementProblem, uc: UnitClass, sel: str) -> str:
