@@ -241,14 +241,14 @@ def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str
 def _selector_words(selector: str | None, types: frozenset[str] | None = None) -> str:
     """A GPU selector in words: ``A100`` stays; a combined one (a group's type and a
     toleration, ``H100&h100|a100``) names the types of the round it matches (``H100-80``),
-    or, when none does, its alternatives (``H100, also h100 or a100``); None -> ``any``."""
+    or, when none does, its parts (``H100 and A100``: no type is both); None -> ``any``."""
     if not selector:
         return "any"
     if "&" not in selector and "|" not in selector:
         return selector
     if types:
         return " or ".join(sorted(types))
-    return ", also ".join(" or ".join(part.split("|")) for part in selector.split("&"))
+    return " and ".join(" or ".join(part.split("|")) for part in selector.split("&"))
 
 
 def _missing_gpus(p: PlacementProblem, uc: UnitClass, sel: str) -> str:
