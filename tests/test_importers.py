@@ -217,7 +217,8 @@ def test_nccl_type_from_pci_device_id() -> None:
     p4d = import_nccl_topology(topo("aws_p4d-24xl-topo.xml"))
     p4de = import_nccl_topology(topo("aws_p4de-24xl-topo.xml"))
     assert (p4d.gpu_type, p4de.gpu_type) == ("A100-40", "A100-80")  # 0x20b0 / 0x20b2
-    assert p4d.labels[ASSUMED_LABEL] == "nvlink,nic-speed"
+    assert p4d.labels[ASSUMED_LABEL] == "nvlink"  # EFA 0xefa0 is 100 Gb/s: not assumed
+    assert [n.gbps for n in p4d.nics] == [100.0] * 4
     assert [n.gpus for n in p4d.nics] == [[0, 1], [2, 3], [4, 5], [6, 7]]  # one per PCIe switch
 
 

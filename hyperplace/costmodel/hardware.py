@@ -91,7 +91,8 @@ def intra_node_bandwidth(gpu: GPUType, tp: int, nbytes: float,
     if not any(name == gpu.name for name, _ in curves):
         source = nearest_measured(gpu, measured_intra_types(), catalog)
         ref = (catalog or default_catalog()).get(source)
-        scale = gpu.nvlink_gbps / ref.nvlink_gbps if ref.nvlink_gbps > 0 else 1.0
+        # a type without NVLink (L4, T4, L40S...) reduces over PCIe
+        scale = (gpu.nvlink_gbps or gpu.pcie_gbps) / (ref.nvlink_gbps or ref.pcie_gbps)
     degrees = sorted(d for name, d in curves if name == source)
     degree = min(degrees, key=lambda d: (abs(math.log(d / tp)), -d))
     coeffs, peak = curves[(source, degree)]
@@ -100,8 +101,11 @@ def intra_node_bandwidth(gpu: GPUType, tp: int, nbytes: float,
     bw = min(max(gbs * 1e9, MIN_BW), peak) * scale
     label = f"measured {source} TP{degree}"
     if source != gpu.name:
-        label = f"{source} TP{degree} curve scaled by NVLink {gpu.nvlink_gbps:g}/" \
-                f"{(catalog or default_catalog()).get(source).nvlink_gbps:g}"
+        ref = (catalog or default_catalog()).get(source)
+        label = (f"{source} TP{degree} curve scaled by NVLink {gpu.nvlink_gbps:g}/"
+                 f"{ref.nvlink_gbps:g}" if gpu.nvlink_gbps else
+                 f"{source} TP{degree} curve scaled by PCIe Gen{gpu.pcie_generation} "
+                 f"{gpu.pcie_gbps:g}/{ref.nvlink_gbps or ref.pcie_gbps:g} (no NVLink)")
     elif degree != tp:
         label += f" (for TP{tp})"
     return bw, label

@@ -1,13 +1,17 @@
 """GPU types: the catalog every placement and cost estimate starts from.
 
-Figures come from ``hyperplace/data/gpu_specs.csv`` (a copy of the shared vendor-datasheet
-table, dense BF16, sparse figures not used). NVLink figures are the vendor's per-GPU
+Figures come from ``hyperplace/data/gpu_specs.csv``: one row per type with the vendor
+datasheet it is taken from (``source``), dense BF16 (FP16 where a type has no BF16), sparse
+figures not used, and the names tools print for it (``aliases``: GPU Feature Discovery's
+``nvidia.com/gpu.product`` values such as ``NVIDIA-H100-80GB-HBM3``, ``nvidia-smi`` names).
+Rack-scale parts (GB200, GB300 NVL72) are per GPU, the rack's figure divided by 72. NVLink figures are the vendor's per-GPU
 *bidirectional GB/s*; a pair of GPUs joined through an NVSwitch gets that full figure.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from functools import cache
 from importlib import resources
 
@@ -21,7 +25,7 @@ from hyperplace.models.limits import MAX_GPU_FIGURE, Name
 NVLINK_GBPS_PER_LINK = {2: 50.0, 3: 50.0, 4: 50.0, 5: 100.0}
 
 # PCIe bandwidth (GB/s, bidirectional, x16) used for GPU pairs without NVLink.
-PCIE_GBPS = {3: 32.0, 4: 64.0, 5: 128.0}
+PCIE_GBPS = {3: 32.0, 4: 64.0, 5: 128.0, 6: 256.0}
 
 
 class GPUType(HPModel):
@@ -74,19 +78,8 @@ def unknown_alternative(selector: str, types: "GPUCatalog | list[GPUType]") -> s
     return None
 
 
-_SRC = "NVIDIA/AMD datasheets via shared/data/hardware/gpu_specs.csv"
-
-# (name, family, csv row, hbm override, nvlink gen, pcie gen, mfu, price, tflops override)
-_ROWS = [
-    ("V100-16", "V100", "V100-SXM2", 16, 2, 3, 0.45, 0.9, 125.0),
-    ("V100-32", "V100", "V100-SXM2", 32, 2, 3, 0.45, 1.0, 125.0),
-    ("A100-40", "A100", "A100-40GB", None, 3, 4, 0.48, 1.6, None),
-    ("A100-80", "A100", "A100-80GB", None, 3, 4, 0.48, 2.0, None),
-    ("H100-80", "H100", "H100", None, 4, 5, 0.42, 4.0, None),
-    ("H200-141", "H200", "H200", None, 4, 5, 0.42, 5.0, None),
-    ("B200", "B200", "B200", 180, 5, 5, 0.40, 7.5, None),
-    ("MI300X", "MI300X", "MI300X", 192, None, 5, 0.35, 4.5, None),
-]
+#: Where the table came from (each row also names its own datasheet in ``source``).
+_SRC = "vendor datasheets, hyperplace/data/gpu_specs.csv"
 
 
 def _num(text: str) -> float:
@@ -94,40 +87,77 @@ def _num(text: str) -> float:
 
 
 @cache
-def builtin_catalog() -> dict[str, GPUType]:
-    """The built-in GPU types, read from the bundled spec table (with its provenance)."""
+def _spec_rows() -> list[dict[str, str]]:
     path = resources.files("hyperplace.data") / "gpu_specs.csv"
     with path.open() as fh:
-        rows = {r["gpu"]: r for r in csv.DictReader(fh)}
+        return list(csv.DictReader(fh))
+
+
+@cache
+def builtin_catalog() -> dict[str, GPUType]:
+    """The built-in GPU types, one per row of the bundled spec table (its ``source`` column
+    names the datasheet each figure comes from; ``notes`` says how a figure was derived)."""
     out: dict[str, GPUType] = {}
-    for name, family, key, hbm, gen, pcie, mfu, price, tflops in _ROWS:
-        r = rows[key]
-        out[name] = GPUType(
-            name=name,
-            family=family,
-            vendor="amd" if family == "MI300X" else "nvidia",
-            bf16_tflops=tflops or _num(r["bf16_dense_tflops"]),
-            hbm_gb=hbm or _num(r["hbm_gb"]),
+    for r in _spec_rows():
+        out[r["name"]] = GPUType(
+            name=r["name"],
+            family=r["family"],
+            vendor=r["vendor"],
+            bf16_tflops=_num(r["bf16_dense_tflops"]),
+            hbm_gb=_num(r["hbm_gb"]),
             hbm_tb_s=_num(r["hbm_tb_s"]),
             nvlink_gbps=_num(r["nvlink_gb_s_bidir"]),
-            nvlink_generation=gen,
-            pcie_generation=pcie,
+            nvlink_generation=int(r["nvlink_generation"]) if r["nvlink_generation"] else None,
+            pcie_generation=int(r["pcie_generation"]),
             nic_gbps=_num(r["typical_nic_gbps_per_gpu"]),
-            mfu=mfu,
-            cost_per_hour=price,
-            source=f"{_SRC}: {r['notes']}",
+            mfu=float(r["mfu"]),
+            cost_per_hour=float(r["relative_price"]),
+            source=f"{r['source']}: {r['notes']}",
         )
     return out
 
 
-# Names people write for the same type.
-_ALIASES = {
-    "v100": "V100-32", "v100-sxm2": "V100-32", "v100m32": "V100-32", "v100-16gb": "V100-16",
-    "v100-32gb": "V100-32", "a100": "A100-80", "a100-40gb": "A100-40", "a100-80gb": "A100-80",
-    "a100-sxm4-80gb": "A100-80", "a100-sxm4-40gb": "A100-40", "h100": "H100-80",
-    "h100-sxm": "H100-80", "h100-80gb": "H100-80", "h200": "H200-141", "h200-141gb": "H200-141",
-    "b200-180": "B200", "mi300": "MI300X", "gh-96": "H100-80", "gh200": "H100-80",
-}
+def compute_capability(gpu: GPUType | str) -> float | None:
+    """CUDA compute capability of a built-in type (``9.0`` for H100), None for AMD or a
+    declared type."""
+    name = gpu if isinstance(gpu, str) else gpu.name
+    for r in _spec_rows():
+        if r["name"] == name and r["compute_capability"]:
+            return float(r["compute_capability"])
+    return None
+
+
+@cache
+def _aliases() -> dict[str, str]:
+    """Names people and tools write for a built-in type, lower-case: the table's
+    ``aliases`` column (vendor product strings as GPU Feature Discovery's
+    ``nvidia.com/gpu.product`` label and ``nvidia-smi`` print them, spaces and
+    underscores read as dashes: ``NVIDIA-H100-80GB-HBM3``, ``NVIDIA-GB200``, ``Tesla-T4``)."""
+    out: dict[str, str] = {}
+    for r in _spec_rows():
+        for alias in r["aliases"].split(";"):
+            if alias.strip():
+                out[normalize_product(alias)] = r["name"]
+    return out
+
+
+def normalize_product(text: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` / ``NVIDIA_H100_80GB_HBM3`` -> ``nvidia-h100-80gb-hbm3``."""
+    return "-".join(re.split(r"[\s_]+", text.strip().lower()))
+
+
+def _strip_suffixes(key: str) -> list[str]:
+    """Keys to try for a product string: itself, without the ``-SHARED`` (time-slicing) or
+    ``-MIG-...`` suffix GFD appends, and without a vendor prefix."""
+    keys = [key]
+    for marker in ("-shared", "-mig-"):
+        if marker in key:
+            keys.append(key.split(marker)[0])
+    for k in list(keys):
+        for prefix in ("nvidia-", "tesla-", "amd-instinct-", "amd-"):
+            if k.startswith(prefix):
+                keys.append(k[len(prefix):])
+    return keys
 
 
 class GPUCatalog:
@@ -150,12 +180,15 @@ class GPUCatalog:
     def find(self, name: str) -> GPUType | None:
         if name in self._types:
             return self._types[name]
-        key = name.strip().lower()
-        for t in self._types.values():
-            if t.name.lower() == key:
-                return t
-        alias = _ALIASES.get(key)
-        return self._types.get(alias) if alias else None
+        key = normalize_product(name)
+        for k in _strip_suffixes(key):
+            for t in self._types.values():
+                if t.name.lower() == k:
+                    return t
+            alias = _aliases().get(k)
+            if alias and alias in self._types:
+                return self._types[alias]
+        return None
 
     def get(self, name: str) -> GPUType:
         t = self.find(name)

@@ -13,8 +13,9 @@ What is read:
   3D controller). Index = ``<gpu dev>`` when present, else the order of PCI bus ids (the
   order CUDA enumerates identical GPUs in under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``).
 * GPU type: ``gpu_type`` if given; else the PCI device id (:data:`PCI_DEVICE_TYPES`, from
-  the PCI ID repository); else the ``<gpu sm>`` compute capability (:data:`SM_FAMILIES`),
-  taking the family's smallest catalog type. A given type that contradicts the file's ``sm``
+  the PCI ID repository); else the ``<gpu sm>`` compute capability (:func:`sm_families`:
+  the catalog's ``compute_capability`` column; ``sm 90`` is H100, H200, GH200 or H20),
+  taking the smallest of those types and saying so (``hyperplace.io/assumed: gpu-type``). A given type that contradicts the file's ``sm``
   is an error.
 * NVLink: ``<nvlink target count tclass>`` under each ``<gpu>``. Links to an NVSwitch
   (``tclass`` 0x068000) make an ``nvswitch`` node whose pair bandwidth is the GPU's switch
@@ -27,7 +28,9 @@ What is read:
 * NICs: every ``<net>`` (one per port) and every ``<pci>`` of class 0x0200xx (Ethernet, e.g.
   AWS EFA) or 0x0207xx (InfiniBand) that has no ``<net>`` inside. ``<net speed>`` is in
   **Mb/s** (NCCL's unit: 100000 = 100 Gb/s). A NIC's closest GPUs are the GPUs in the
-  smallest enclosing subtree (same PCIe switch, else same CPU).
+  smallest enclosing subtree (same PCIe switch, else same CPU). A NIC without ``<net speed>``
+  whose PCI id fixes its speed (:data:`PCI_NIC_GBPS`: AWS EFA 0xefa0 = 100 Gb/s, so a p4d's
+  four adapters make 4 x 100 Gb/s) gets that speed unless ``nic_gbps`` is given.
 * ``<pci>`` leaves without a class (the p5 file) are unknown devices to NCCL until it probes
   them; ``bare_pci_devices="nic"`` counts them as NICs when the vendor's notes say so.
 
@@ -45,7 +48,7 @@ from typing import Literal
 
 from hyperplace.errors import InputError
 from hyperplace.instances.importers._source import Source, bundled, read_text
-from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
+from hyperplace.models.gpu import GPUCatalog, GPUType, compute_capability, default_catalog
 from hyperplace.models.node import NIC, GPUPair, Node, NVLinkTopology
 
 ASSUMED_LABEL = "hyperplace.io/assumed"
@@ -58,9 +61,28 @@ PCI_DEVICE_TYPES = {
     "0x20b2": "A100-80",   # GA100 [A100 SXM4 80GB]
     "0x20b5": "A100-80",   # GA100 [A100 PCIe 80GB]
     "0x2330": "H100-80",   # GH100 [H100 SXM5 80GB]
+    "0x1eb8": "T4",        # TU104GL [Tesla T4]
+    "0x2236": "A10",       # GA102GL [A10]
+    "0x2237": "A10",       # GA102GL [A10G] (AWS g5; the A10's datasheet figures)
+    "0x26b9": "L40S",      # AD102GL [L40S]
+    "0x27b8": "L4",        # AD104GL [L4]
+    "0x2335": "H200-141",  # GH100 [H200 SXM 141GB]
+    "0x2329": "H20",       # GH100 [H20]
+    "0x2901": "B200",      # GB100 [B200]
+    "0x2941": "GB200",     # GB100 [HGX GB200]
+    "0x31c2": "GB300",     # GB110 [GB300]
+    "0x31c3": "GB300",     # GB110 [GB300]
 }
-# CUDA compute capability (NCCL's <gpu sm>) -> catalog family.
-SM_FAMILIES = {70: "V100", 80: "A100", 90: "H100", 100: "B200"}
+
+# NIC speeds a PCI id fixes: AWS's Elastic Fabric Adapter (vendor 0x1d0f, device 0xefa0) is
+# 100 Gb/s per adapter on p4d/p4de (aws.amazon.com/ec2/instance-types/p4: 400 Gb/s as 4 x 100).
+PCI_NIC_GBPS = {("0x1d0f", "0xefa0"): 100.0}
+
+
+def sm_families(sm: int, cat: GPUCatalog) -> set[str]:
+    """Catalog families of CUDA compute capability ``sm`` (NCCL's ``<gpu sm="90">``):
+    ``90`` -> H100, H200, GH200, H20 (the catalog's ``compute_capability`` column)."""
+    return {t.family for t in cat if compute_capability(t) == sm / 10}
 
 _GPU_CLASSES = ("0x0300", "0x0302")
 _NIC_CLASSES = ("0x0200", "0x0207")
@@ -84,6 +106,7 @@ class _Nic:
     name: str
     mbps: float | None
     path: tuple[int, ...]
+    pci_gbps: float | None = None  # a speed the NIC's PCI id fixes (PCI_NIC_GBPS)
 
 
 @dataclass(frozen=True)
@@ -144,7 +167,9 @@ def parse_nccl_xml(text: str, src: str, *,
                     g.path = path  # the GPU's switch/CPU is its enclosing subtree
                     walk(child, here)
                 elif cls.startswith(_NIC_CLASSES) and not child.findall(".//net"):
-                    nics.append(_Nic(name=f"pci-{busid}", mbps=None, path=path))
+                    ids = ((child.get("vendor") or "").lower(), (child.get("device") or "").lower())
+                    nics.append(_Nic(name=f"pci-{busid}", mbps=None, path=path,
+                                     pci_gbps=PCI_NIC_GBPS.get(ids)))
                 elif cls == "" and not kids:
                     if bare_pci_devices == "nic":
                         nics.append(_Nic(name=f"pci-{busid}", mbps=None, path=path))
@@ -207,22 +232,24 @@ def _resolve_type(topo: NcclTopology, gpu_type: str | None, cat: GPUCatalog,
     if len(sms) > 1:
         raise InputError(f"GPUs of several architectures (sm {sorted(sms)}) in one node",
                          source=src)
-    file_family = SM_FAMILIES.get(next(iter(sms))) if sms else None
+    families = sm_families(next(iter(sms)), cat) if sms else set()
     if gpu_type is not None:
         t = cat.find(gpu_type)
         if t is None:
             raise InputError(f"unknown GPU type {gpu_type!r}; known: {', '.join(cat.names())}",
                              source=src)
-        if file_family and t.family != file_family:
+        if families and compute_capability(t) is not None and t.family not in families:
             raise InputError(f"gpu_type {gpu_type!r} is {t.family} but the file's GPUs are "
-                             f"sm {next(iter(sms))} ({file_family})", source=src)
+                             f"sm {next(iter(sms))} ({', '.join(sorted(families))})",
+                             source=src)
         return t, False
     devices = {g.device for g in topo.gpus if g.device}
     known = {PCI_DEVICE_TYPES[d] for d in devices if d in PCI_DEVICE_TYPES}
     if len(known) == 1:
         return cat.get(known.pop()), False
-    if file_family:
-        fam = sorted((t for t in cat if t.family == file_family), key=lambda t: t.hbm_gb)
+    if families:
+        fam = sorted((t for t in cat if t.family in families and compute_capability(t)),
+                     key=lambda t: (t.hbm_gb, t.name))
         if fam:
             return fam[0], True
     raise InputError("the file does not say which GPU it holds (no known PCI device id or "
@@ -302,6 +329,8 @@ def import_nccl_topology(
     for nic in topo.nics:
         if nic.mbps is not None:
             gbps = nic.mbps / 1000.0
+        elif nic.pci_gbps is not None and nic_gbps is None:
+            gbps = nic.pci_gbps
         elif nic_gbps is not None:
             gbps = nic_gbps
         else:
