@@ -392,7 +392,7 @@ CONFIG_NOTES = [
     "Slurm's gres selection for Slurm",
     "- weighted = priority-weighted admitted GPUs, sum of W[priority] x GPUs over admitted "
     "jobs with no violation of their own, W = the engine's lexicographic priority weights "
-    "(`hyperplace/formulations/priority.py`: one GPU at a priority outweighs all lower-priority "
+    "(`hyperplace/models/priority.py`: one GPU at a priority outweighs all lower-priority "
     "demand); the ratio column divides the engine's `auto` figure by the rule's mean; "
     "`1.000 (+)` / `(-)`: higher / lower by less than 0.05 % (e.g. more GPUs at a higher "
     "priority and fewer in total)",

@@ -541,7 +541,7 @@ def flood_workload(inst):
     speed (A100; about 0.4 h on H100), over 2 hours of arrivals."""
     from hyperplace.instances.generator import model_parallel_job, small_job
     from hyperplace.sim.jobs import SimJob
-    from hyperplace.sim.workload import in_queue
+    from hyperplace.models.instance import in_queue
 
     rows = [(i * 12.5, f"flood-{i:02d}", 4, "flood") for i in range(48)]
     rows += [(300 + i * 900, f"b-{i}", 8, "team-b") for i in range(8)]

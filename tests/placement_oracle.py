@@ -6,7 +6,7 @@ not matter, elsewhere every GPU subset is tried), keeps those the independent ch
 valid for that job alone, and takes the best subset of jobs by dynamic programming over the
 free GPUs left. Objective: (priority-weighted admitted GPUs, admitted jobs), the engine's
 objective 1 and its tie-breaker, with the priority definition of
-``hyperplace.formulations.priority``.
+``hyperplace.models.priority``.
 
 Only for rounds of a few nodes and jobs: the search is exponential.
 """
@@ -17,7 +17,7 @@ from functools import lru_cache
 from itertools import combinations
 
 from hyperplace.check import check
-from hyperplace.formulations.priority import priority_weights
+from hyperplace.models.priority import priority_weights
 from hyperplace.models import Instance, PlacementPlan
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.node import NVLinkTopology

@@ -118,7 +118,7 @@ def test_preemption_keeps_the_spares(solver):
 def test_migrations_keep_the_spares(solver):
     from pathlib import Path
 
-    from hyperplace.formulations.placement.migration import MigrationPolicy
+    from hyperplace.models.migration import MigrationPolicy
     from hyperplace.commands.solve import resolve_instance
 
     inst = resolve_instance(str(Path(__file__).resolve().parent.parent / "examples" /

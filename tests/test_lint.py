@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STRICT = ("hyperplace/formulations/placement/", "hyperplace/formulations/explain.py",
-          "hyperplace/formulations/linear.py", "hyperplace/formulations/priority.py",
+          "hyperplace/formulations/linear.py", "hyperplace/models/priority.py",
           "hyperplace/formulations/mapping.py", "hyperplace/solvers/backends/backend.py",
           "hyperplace/solvers/backends/cpsat.py", "hyperplace/solvers/backends/milp.py",
           "hyperplace/solvers/heuristics/greedy.py", "hyperplace/solvers/driver.py",

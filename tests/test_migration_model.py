@@ -19,7 +19,7 @@ from placement_oracle import best_with_migrations
 
 from hyperplace.check import check
 from hyperplace.formulations.placement import PlacementProblem
-from hyperplace.formulations.placement.migration import MigrationPolicy
+from hyperplace.models.migration import MigrationPolicy
 from hyperplace.models.instance import RunningJob
 from hyperplace.models.result import SolveStatus
 from hyperplace.solvers.workflows.defrag import defrag, solve_with_migration

@@ -14,7 +14,7 @@ from placement_helpers import instance, job, node
 
 from hyperplace.check import check
 from hyperplace.formulations.placement import PlacementProblem
-from hyperplace.formulations.placement.migration import MigrationPolicy
+from hyperplace.models.migration import MigrationPolicy
 from hyperplace.models.instance import RunningJob
 from hyperplace.models.result import SolveStatus
 from hyperplace.solvers.workflows.defrag import solve_with_migration

@@ -11,7 +11,7 @@ from hyperplace.formulations.placement.tiers import (
     priority_tiers,
     tier_weights,
 )
-from hyperplace.formulations.priority import priority_weights, weighted_demand
+from hyperplace.models.priority import priority_weights, weighted_demand
 
 
 def test_weights_by_hand():

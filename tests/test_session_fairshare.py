@@ -15,7 +15,7 @@ from hyperplace.check import check
 from hyperplace.instances.generator import small_job
 from hyperplace.models import Instance
 from hyperplace.models.job import TrainingJob
-from hyperplace.sim.workload import in_queue
+from hyperplace.models.instance import in_queue
 from hyperplace.solvers.workflows.session import PlacementSession, RoundDelta
 
 

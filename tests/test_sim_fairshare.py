@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from hyperplace.formulations.placement.usage import QueueUsage, decay_factor, fair_share_factors
+from hyperplace.models.usage import QueueUsage, decay_factor, fair_share_factors
 from hyperplace.instances.generator import small_job
 from hyperplace.models import (
     Cluster,
@@ -22,7 +22,7 @@ from hyperplace.models import (
 from hyperplace.models.job import ObjectMeta
 from hyperplace.sim.jobs import SimJob
 from hyperplace.sim.simulator import SimConfig, simulate
-from hyperplace.sim.workload import in_queue
+from hyperplace.models.instance import in_queue
 from hyperplace.solvers.driver import solve_placement
 from hyperplace.check import check
 

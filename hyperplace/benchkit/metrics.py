@@ -2,7 +2,7 @@
 
 Why these: the objective each solver reports is its own; the bench needs one yardstick
 computed the same way for every plan. Admitted demand is weighted with the same
-lexicographic priority weights the engine optimises (``formulations.priority``), so "more"
+lexicographic priority weights the engine optimises (``models.priority``), so "more"
 means "better for the priority rule", not just more GPUs. Communication is measured as
 hop counts over node pairs (multi-node units, multi-node jobs); fragmentation as what is
 left whole (free nodes, free leaf domains) for the next large job.
@@ -17,7 +17,7 @@ from statistics import mean
 from pydantic import BaseModel, ConfigDict, Field
 
 from hyperplace.check import Violation, check
-from hyperplace.formulations.priority import priority_weights, weighted_demand
+from hyperplace.models.priority import priority_weights, weighted_demand
 from hyperplace.models import Instance, PlacementPlan
 
 

@@ -74,7 +74,7 @@ from hyperplace.check.migration import migration_problems
 from hyperplace.check.preemption import preemption_problems
 from hyperplace.check.spares import spare_problems, spare_shortfall
 from hyperplace.check.quotas import Usage, _per_key, quota_problems, running_usage
-from hyperplace.formulations.priority import priority_weights
+from hyperplace.models.priority import priority_weights
 from hyperplace.models.preemption_policy import LOWER_PRIORITY, POLICIES, StopRule, running_levels
 from hyperplace.models import (
     Cluster,

@@ -300,7 +300,7 @@ def solve_command(
     """Solve one scheduling round: which pending jobs run, on exactly which GPUs."""
     from hyperplace.deadline import command_deadline, write_reserve_s
     from hyperplace.solvers.driver import solve_placement
-    from hyperplace.formulations.placement.migration import MigrationPolicy
+    from hyperplace.models.migration import MigrationPolicy
 
     began = time.perf_counter()
     pause_collector()

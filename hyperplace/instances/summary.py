@@ -14,7 +14,7 @@ Largest free NVLink set: the most free GPUs of one node whose every pair is join
 NVSwitch nodes that is the free count; on a hybrid cube mesh it is the largest clique of free
 GPUs, which is why 4 free GPUs on a DGX-1 may not host a 4-GPU NVLink group; on PCIe-only
 nodes it is 1. The clique search is the placement formulation's
-(:func:`hyperplace.formulations.placement.largest_clique`), which the explanations use with
+(:func:`hyperplace.models.cliques.largest_clique`), which the explanations use with
 a job's NVLink floor.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from hyperplace.formulations.placement import largest_clique
+from hyperplace.models.cliques import largest_clique
 from hyperplace.instances.registry import describe
 from hyperplace.models import Cluster, Instance, Node, NVLinkTopology
 from hyperplace.models.base import HPModel

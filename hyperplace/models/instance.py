@@ -14,7 +14,14 @@ from hyperplace.models.gpu import GPUCatalog, GPUType
 from hyperplace.models.job import MODEL_PARALLEL, ObjectMeta, TrainingJob
 from hyperplace.models.limits import MAX_GPUS, MAX_JOBS, MAX_UNITS
 from hyperplace.models.node import Node
-from hyperplace.models.queue import DEFAULT_QUEUE, QueueError, QueueSet, parse_queues
+from hyperplace.models.queue import (
+    DEFAULT_QUEUE,
+    KUEUE_QUEUE_LABEL,
+    VOLCANO_QUEUE_KEYS,
+    QueueError,
+    QueueSet,
+    parse_queues,
+)
 
 
 class RunningJob(HPModel):
@@ -63,7 +70,7 @@ class InstanceSpec(HPModel):
     queue_usage: dict[str, Annotated[float, Field(ge=0, le=1e15)]] = Field(
         default_factory=dict, max_length=1000,
         description="decayed GPU-hours each queue used over earlier rounds (Slurm-style "
-                    "fair-share history, hyperplace.formulations.placement.usage); a queue "
+                    "fair-share history, hyperplace.models.usage); a queue "
                     "that got less is preferred by the fair-share objective; none: no history")
 
 
@@ -277,3 +284,22 @@ class Instance(HPModel):
 
     def with_jobs(self, jobs: list[TrainingJob]) -> "Instance":
         return self.model_copy(update={"spec": self.spec.model_copy(update={"jobs": jobs})})
+
+
+def in_queue(manifest: TrainingJob, queue: str, instance: Instance) -> tuple[TrainingJob, str]:
+    """``manifest`` labelled for ``queue`` (see the mapping rule) and the queue it lands in."""
+    if not queue:
+        return manifest, instance.queue_of(manifest)
+    qs = instance.queue_set
+    if qs is None:
+        raise ValueError(f"names queue {queue!r}, but the instance declares no queues "
+                         "(give --queues or spec.queues)")
+    volcano = queue in qs.queues and qs.queues[queue].source == "volcano"
+    key = VOLCANO_QUEUE_KEYS[0] if volcano else KUEUE_QUEUE_LABEL
+    labels = {**manifest.metadata.labels, key: queue}
+    out = manifest.model_copy(update={"metadata": manifest.metadata.model_copy(
+        update={"labels": labels})})
+    name = qs.queue_of(labels, out.metadata.annotations)
+    if not qs.known(name):
+        raise ValueError(f"unknown queue {queue!r} (queues: {', '.join(sorted(qs.queues))})")
+    return out, name

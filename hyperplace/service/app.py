@@ -39,7 +39,7 @@ from pydantic import BaseModel, SkipValidation
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hyperplace.errors import field_path
-from hyperplace.formulations.placement.usage import QueueUsage
+from hyperplace.models.usage import QueueUsage
 from hyperplace.models.instance import Instance
 from hyperplace.models.federation import EstimateReport, FederationPlan
 from hyperplace.models.plan import PlacementPlan
@@ -174,7 +174,7 @@ class Service:
     def usage_at(self, name: str, now: float) -> QueueUsage | None:
         """The cluster's usage history brought to ``now`` (the GPUs each queue held since the
         last update accrue, everything decays; the library's
-        :class:`~hyperplace.formulations.placement.usage.QueueUsage` rule); a copy, nothing is
+        :class:`~hyperplace.models.usage.QueueUsage` rule); a copy, nothing is
         stored. None when the server keeps no history."""
         if not self.config.keeps_usage:
             return None

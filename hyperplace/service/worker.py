@@ -199,7 +199,7 @@ def resolve_instance(src: dict[str, Any], ctx: WorkerContext) -> tuple[Any, str]
         label = name
         if src.get("queue_usage") is not None and inst.queue_set is not None:
             # the service's usage history of this cluster, brought to the round's time
-            from hyperplace.formulations.placement.usage import with_queue_usage
+            from hyperplace.models.usage import with_queue_usage
 
             inst = with_queue_usage(inst, src["queue_usage"])
     if src.get("jobs") is not None:
@@ -259,7 +259,7 @@ def extender_index(plan: Any) -> dict[str, Any]:
 
 @handler("placement")
 def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
-    from hyperplace.formulations.placement.migration import MigrationPolicy
+    from hyperplace.models.migration import MigrationPolicy
     from hyperplace.solvers.driver import solve_placement
 
     inst, label = resolve_instance(payload, ctx)
@@ -434,7 +434,7 @@ def validate_instance(payload: dict[str, Any], deadline: float, ctx: WorkerConte
                 if m and int(m.group(1)) >= first:
                     prob["path"] = f"arrivals[{int(m.group(1)) - first}]{m.group(2)}"
         raise
-    from hyperplace.formulations.placement.usage import held_gpus_by_queue
+    from hyperplace.models.usage import held_gpus_by_queue
 
     doc = instance_document(inst)
     if payload.get("name") is not None:

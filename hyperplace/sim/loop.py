@@ -14,7 +14,7 @@ do), and starts the chosen jobs. Running jobs keep their GPUs.
 With declared queues (the instance's ``spec.queues``), every round's instance lists the
 running jobs with their queues (``spec.runningJobs``: quotas and fair share count them) and,
 with a ``half_life_s``, each queue's decayed GPU-hours so far (``spec.queueUsage``; see
-:mod:`hyperplace.formulations.placement.usage`): GPUs held between two events accrue to
+:mod:`hyperplace.models.usage`): GPUs held between two events accrue to
 their job's queue, and the history decays with the half-life, so a queue that got less over
 recent rounds is preferred by the fair-share objective.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hyperplace.check import Violation, check
-from hyperplace.formulations.placement.usage import QueueUsage
+from hyperplace.models.usage import QueueUsage
 from hyperplace.models import Instance
 from hyperplace.models.instance import RunningJob
 from hyperplace.sim.jobs import JobRecord, SimJob

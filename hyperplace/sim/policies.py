@@ -389,7 +389,7 @@ class EnginePolicy(Policy):
     With queues and a usage history (``SimConfig.half_life_s``), ``fair_share_levels`` adds
     ``round(fair_share_levels * F)`` levels to each job, ``F`` being its queue's Slurm
     fair-share factor ``2 ** (-usage share / weight share)``
-    (:func:`~hyperplace.formulations.placement.usage.fair_share_factors`), as Slurm's
+    (:func:`~hyperplace.models.usage.fair_share_factors`), as Slurm's
     multifactor priority adds ``PriorityWeightFairshare * F`` to the age term
     (SchedMD/slurm ``src/plugins/priority/multifactor/priority_multifactor.c``, lines
     630-646 at commit 284c3b9). Without it, aging alone orders the queues: a flood's older
@@ -453,7 +453,7 @@ class EnginePolicy(Policy):
             return {}
         key = tuple(sorted(usage.items()))
         if self._fs_cache is None or self._fs_cache[0] != key:
-            from hyperplace.formulations.placement.usage import fair_share_factors
+            from hyperplace.models.usage import fair_share_factors
 
             weights = {q.name: q.weight for q in qs.queues.values()}
             for q in (*usage, *(j.queue for j in view.queue)):

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from hyperplace.errors import InputError
 from hyperplace.instances.generator import model_parallel_job, small_job
 from hyperplace.models import Instance, TrainingJob
-from hyperplace.models.queue import KUEUE_QUEUE_LABEL, VOLCANO_QUEUE_KEYS
+from hyperplace.models.instance import in_queue
 from hyperplace.sim.jobs import SimJob
 from hyperplace.sim.traces import Trace, TraceRow
 
@@ -112,25 +112,6 @@ def manifest_for(name: str, gpus: int, tolerate: str | None) -> TrainingJob:
         return small_job(name, "trace", gpus, tolerate=tolerate)
     return model_parallel_job(name, "trace", replicas=math.ceil(gpus / GPUS_PER_NODE),
                               tolerate=tolerate, memory_gb=None, dp_ib_gbps=None)
-
-
-def in_queue(manifest: TrainingJob, queue: str, instance: Instance) -> tuple[TrainingJob, str]:
-    """``manifest`` labelled for ``queue`` (see the mapping rule) and the queue it lands in."""
-    if not queue:
-        return manifest, instance.queue_of(manifest)
-    qs = instance.queue_set
-    if qs is None:
-        raise ValueError(f"names queue {queue!r}, but the instance declares no queues "
-                         "(give --queues or spec.queues)")
-    volcano = queue in qs.queues and qs.queues[queue].source == "volcano"
-    key = VOLCANO_QUEUE_KEYS[0] if volcano else KUEUE_QUEUE_LABEL
-    labels = {**manifest.metadata.labels, key: queue}
-    out = manifest.model_copy(update={"metadata": manifest.metadata.model_copy(
-        update={"labels": labels})})
-    name = qs.queue_of(labels, out.metadata.annotations)
-    if not qs.known(name):
-        raise ValueError(f"unknown queue {queue!r} (queues: {', '.join(sorted(qs.queues))})")
-    return out, name
 
 
 def _queued(manifest: TrainingJob, trace: Trace, row: TraceRow, instance: Instance

@@ -30,7 +30,7 @@ from hyperplace.formulations.mapping import (
     to_plan,
 )
 from hyperplace.formulations.placement import PlacementModel, PlacementProblem, build_model
-from hyperplace.formulations.placement.migration import MigrationPolicy
+from hyperplace.models.migration import MigrationPolicy
 from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.models.sharing import running_gpus

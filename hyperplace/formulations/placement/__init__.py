@@ -31,7 +31,7 @@ Modelling choices (see the README):
   domain of that tier. No unit or job crosses a cluster boundary in this formulation.
 
 Objectives, strictly lexicographic:
-1. maximise priority-weighted admitted GPUs (:mod:`~hyperplace.formulations.priority`; one
+1. maximise priority-weighted admitted GPUs (:mod:`~hyperplace.models.priority`; one
    phase per tier of priority levels, see :attr:`PlacementProblem.priority_tiers`);
    then, among plans that tie on it, admit the most jobs (fewer people left waiting);
    with preemption (:mod:`.preemption`) objective 1 also counts every running job kept, just
@@ -59,7 +59,6 @@ from hyperplace.formulations.placement.views import (
     NodeClass,
     NodeView,
     UnitClass,
-    largest_clique,
 )
 
 __all__ = [
@@ -78,6 +77,5 @@ __all__ = [
     "ReasonCode",
     "UnitClass",
     "build_model",
-    "largest_clique",
     "radius_for",
 ]

@@ -33,7 +33,8 @@ from typing import Protocol
 
 from hyperplace.formulations.placement.domains import DomainKey, radius_for
 from hyperplace.formulations.placement.params import ModelParams
-from hyperplace.formulations.placement.migration import MigrationPolicy, find_movers
+from hyperplace.formulations.placement.migration import find_movers
+from hyperplace.models.migration import MigrationPolicy
 from hyperplace.formulations.placement.preemption import (
     PendingRef,
     Victim,
@@ -53,7 +54,7 @@ from hyperplace.formulations.placement.views import (
     NodeView,
     UnitClass,
 )
-from hyperplace.formulations.priority import priority_weights
+from hyperplace.models.priority import priority_weights
 from hyperplace.models.cluster import Cluster
 from hyperplace.models.gpu import GPUType
 from hyperplace.models.instance import Instance

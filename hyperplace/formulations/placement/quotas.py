@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hyperplace.formulations.placement.usage import fair_share_factors
+from hyperplace.models.usage import fair_share_factors
 from hyperplace.models.instance import Instance
 from hyperplace.models.queue import ANY_TYPE, Queue, QueueSet
 

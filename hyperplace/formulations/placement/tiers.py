@@ -1,6 +1,6 @@
 """Priority tiers: priority levels grouped into lexicographic phases that stay exact.
 
-:func:`~hyperplace.formulations.priority.priority_weights` makes one admitted GPU of a level
+:func:`~hyperplace.models.priority.priority_weights` makes one admitted GPU of a level
 outweigh every GPU of all lower levels. With many levels on a large cluster those weights
 pass what integer solvers and floats represent exactly, so levels are grouped, highest
 first, into *tiers* whose weighted objective stays below :data:`MAX_TIER_OBJECTIVE`; each
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from hyperplace.formulations.priority import priority_weights
+from hyperplace.models.priority import priority_weights
 
 #: Largest weighted objective one tier may reach: well inside CP-SAT's 64-bit integers and
 #: a double's exact integers (2**53), with room for the solvers' own arithmetic.

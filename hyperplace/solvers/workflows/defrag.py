@@ -38,8 +38,8 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from hyperplace.formulations.placement.migration import MigrationPolicy
-from hyperplace.formulations.priority import priority_weights
+from hyperplace.models.migration import MigrationPolicy
+from hyperplace.models.priority import priority_weights
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.plan import Migration, PendingJob, PlacementPlan, PlanMeta
@@ -237,7 +237,7 @@ def _in_its_queue(instance: Instance, manifest: TrainingJob, name: str) -> Train
     queue = instance.running_job_info[name].queue
     if instance.queue_set is None or instance.queue_of(manifest) == queue:
         return manifest
-    from hyperplace.sim.workload import in_queue
+    from hyperplace.models.instance import in_queue
 
     return in_queue(manifest, queue, instance)[0]
 

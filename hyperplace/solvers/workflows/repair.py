@@ -14,7 +14,7 @@ by node and index, one unit after another), which is how the placement engine wr
 
 ``minimal`` (default)
     One solve of the placement model with the repairs as its decisions
-    (:class:`~hyperplace.formulations.placement.migration.MigrationPolicy` with
+    (:class:`~hyperplace.models.migration.MigrationPolicy` with
     ``why="repair"``): every hit job is a mover that is repaired whole (its manifest placed
     anew, its healthy GPUs released) or, when it has one unit per replica (a model-parallel
     group, plus the DataParallel group) and healthy units, in part: the units holding a
@@ -53,7 +53,7 @@ from pathlib import Path
 from hyperplace.baselines.common import JobOutcome, build_plan
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
-from hyperplace.formulations.placement.migration import MigrationPolicy, PartialRepair
+from hyperplace.models.migration import MigrationPolicy, PartialRepair
 from hyperplace.models.plan import GPURef, PendingJob, PlacementPlan, PlanMeta
 from hyperplace.models.sharing import released, running_gpus, whole_free_per_leaf, with_failures
 from hyperplace.solvers.driver import solve_placement
@@ -233,10 +233,10 @@ def _in_the_model(broken: Instance, hit: list[str], held: dict[str, list[GPU]],
                   ) -> tuple[dict[str, dict[str, list[GPU]]], list[RepairedJob], PlacementPlan]:
     """``minimal`` and ``replace-all`` as one solve of the placement model: every hit job
     is a mover repaired whole, or (``minimal``) in part when it has one unit per replica
-    and healthy units (:class:`~hyperplace.formulations.placement.migration.PartialRepair`,
+    and healthy units (:class:`~hyperplace.models.migration.PartialRepair`,
     nodes within its between-replica hop limit of every kept node); objective 1 counts the
     jobs repaired, then the GPUs placed anew (see
-    :class:`~hyperplace.formulations.placement.migration.MigrationPolicy`)."""
+    :class:`~hyperplace.models.migration.MigrationPolicy`)."""
     info = broken.running_job_info
     partial = {}
     if strategy == "minimal":

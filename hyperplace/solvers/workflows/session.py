@@ -38,7 +38,7 @@ the budget); :attr:`PlacementSession.instance` is that instance, for the checker
 
 **Usage history** (``half_life_s``): as the simulator does, a session can remember which
 queue got the GPUs over past rounds, with Slurm's decay
-(:class:`~hyperplace.formulations.placement.usage.QueueUsage`, the one implementation of the
+(:class:`~hyperplace.models.usage.QueueUsage`, the one implementation of the
 rule): the GPUs each queue holds between two calls count towards it, the total halves every
 ``half_life_s`` seconds, and every round's instance carries the result as
 ``spec.queueUsage``, so a queue that got less over recent rounds is preferred by the
@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from hyperplace.errors import InputError
-from hyperplace.formulations.placement.usage import (
+from hyperplace.models.usage import (
     QueueUsage,
     held_gpus_by_queue,
     with_queue_usage,
