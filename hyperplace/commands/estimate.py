@@ -16,9 +16,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from hyperplace.commands.common import Format
 from hyperplace.errors import InputError
@@ -66,17 +63,23 @@ def estimate_command(
     if fmt != Format.table:
         sys.stdout.write(dump(report, fmt.value))
         return
-    t = Table(title=f"estimate: {report.job} ({report.replicas_wanted} replicas of "
-                    f"{report.replica_gpus} GPUs) on {report.instance}")
-    for col in ("cluster", "types", "free GPUs", "replicas by totals", "replicas as placed",
-                "units per template (totals/placed)", "why they differ"):
-        t.add_column(col, overflow="fold")
-    for c in report.clusters:
-        t.add_row(c.cluster, ",".join(c.gpu_types) or "-", str(c.free_gpus),
-                  str(c.totals_replicas), str(c.placed_replicas),
-                  "; ".join(f"{x.template}: {x.totals_units}/{x.placed_units}"
-                            for x in c.templates), escape(c.reason) or "-")
-    Console(width=None if sys.stdout.isatty() else 160).print(t)
+    from hyperplace.commands import render as r
+    from hyperplace.commands.render import Column
+
+    rows = [[c.cluster, ", ".join(c.gpu_types) or "-", r.count(c.free_gpus),
+             r.count(c.totals_replicas), r.count(c.placed_replicas),
+             "; ".join(f"{x.template}: {x.totals_units}/{x.placed_units}" for x in c.templates),
+             c.reason or "-"] for c in report.clusters]
+    r.print_table(r.console(), [Column("cluster"), Column("types", "text", min_width=7),
+                                Column("free GPUs", justify="right"),
+                                Column("by totals", justify="right"),
+                                Column("as placed", justify="right"),
+                                Column("units per template (totals/placed)", "text",
+                                       min_width=14),
+                                Column("why they differ", "text", min_width=10)],
+                  rows, f"estimate: {report.job} ({r.plural(report.replicas_wanted, 'replica')} "
+                        f"of {r.count(report.replica_gpus)} GPUs) on {report.instance}: "
+                        "replicas that fit now, by totals and as placed")
 
 
 def register(app: typer.Typer) -> None:

@@ -23,8 +23,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from hyperplace.commands.common import Format
 from hyperplace.errors import InputError
@@ -49,59 +47,66 @@ def _ms(x: float | None) -> str:
 
 
 def render_table(plan: FederationPlan, console: Console) -> None:
-    head = Table(title=f"hyperplace federate: {plan.metadata.instance}", show_header=False)
-    head.add_row("status", f"{plan.status.value} ({plan.solver})")
-    head.add_row("policy", plan.policy)
-    head.add_row("objective (priority-weighted GPUs)",
-                 f"{plan.objective:g} (bound {plan.bound:g})" if plan.objective is not None
-                 and plan.bound is not None else "-")
-    head.add_row("time", f"{plan.runtime_s:.2f} s of {plan.budget_s:g} s budget")
-    head.add_row("admitted / pending", f"{len(plan.jobs)} / {len(plan.pending)}")
+    from hyperplace.commands import render as r
+    from hyperplace.commands.render import Column
+
+    rows = [("status", f"{plan.status.value} ({plan.solver})"), ("policy", plan.policy),
+            ("objective", f"{r.num(plan.objective)} priority-weighted GPUs (bound "
+             f"{r.num(plan.bound)})" if plan.objective is not None
+             and plan.bound is not None else "-"),
+            ("time", f"{r.seconds(plan.runtime_s)} of {r.seconds(plan.budget_s)} budget"),
+            ("admitted", r.plural(len(plan.jobs), "job")),
+            ("pending", r.plural(len(plan.pending), "job"))]
     if plan.message:
-        head.add_row("note", escape(plan.message))
-    console.print(head)
+        rows.append(("note", plan.message))
+    r.print_summary(console, f"hyperplace federate: {plan.metadata.instance}", rows)
     for jp in plan.jobs:
-        t = Table(title=f"{jp.job}: {jp.shape} over {', '.join(jp.clusters)} "
-                        f"({jp.gpus} GPUs, {jp.pipeline_stages} stages x {jp.replicas} replicas)")
-        for col in ("sub-job", "cluster", "GPUs", "nodes", "stages: layers", "DP ranks"):
-            t.add_column(col, overflow="fold")
-        for s in jp.sub_jobs:
-            t.add_row(s.name, s.cluster, f"{len(s.gpus)}x {s.gpu_type}",
-                      ", ".join(s.nodes[:4]) + (" ..." if len(s.nodes) > 4 else ""),
-                      ", ".join(f"{st.position}: {st.first_layer}-{st.last_layer}"
-                                for st in s.stages),
-                      ",".join(map(str, s.dp_ranks[:8])) + (" ..." if len(s.dp_ranks) > 8 else ""))
-        console.print(t)
+        cols = [Column("sub-job"), Column("cluster"), Column("GPUs"),
+                Column("nodes", "text", min_width=14),
+                Column("stages: layers", "text", min_width=10),
+                Column("DP ranks", "optional")]
+        table = [[sj.name, sj.cluster, f"{len(sj.gpus):,}x {sj.gpu_type}",
+                  ", ".join(sj.nodes[:4]) + (f" +{len(sj.nodes) - 4} more"
+                                              if len(sj.nodes) > 4 else ""),
+                  ", ".join(f"{st.position}: {st.first_layer}-{st.last_layer}"
+                            for st in sj.stages),
+                  ",".join(map(str, sj.dp_ranks[:8])) + (" ..." if len(sj.dp_ranks) > 8 else "")]
+                 for sj in jp.sub_jobs]
+        r.print_table(console, cols, table,
+                      f"{jp.job}: {jp.shape} over {', '.join(jp.clusters)} "
+                      f"({r.count(jp.gpus)} GPUs, {r.plural(jp.pipeline_stages, 'stage')} x "
+                      f"{r.plural(jp.replicas, 'replica')})", hint="--format yaml has them")
         p = jp.predicted
-        console.print(
-            f"  predicted step {_ms(p.step_time_s)} ms, {p.tokens_per_s:,.0f} tokens/s, layers "
-            f"{'/'.join(map(str, p.layers_per_stage))}; pipeline {_ms(p.parts.pipeline_s)} ms, "
-            f"WAN transfers {_ms(p.parts.wan_transfer_s)} ms, DP sync "
-            f"{_ms(p.parts.dp_sync_intra_s)} + {_ms(p.parts.dp_sync_inter_s)} (WAN) ms")
+        r.print_line(console,
+                     f"  predicted step {_ms(p.step_time_s)} ms, {p.tokens_per_s:,.0f} tokens/s, "
+                     f"layers {'/'.join(map(str, p.layers_per_stage))}; pipeline "
+                     f"{_ms(p.parts.pipeline_s)} ms, WAN transfers {_ms(p.parts.wan_transfer_s)} "
+                     f"ms, DP sync {_ms(p.parts.dp_sync_intra_s)} + "
+                     f"{_ms(p.parts.dp_sync_inter_s)} (WAN) ms")
         if p.penalty_vs_best_monolithic is not None:
-            console.print(f"  penalty vs best single cluster: "
-                          f"{p.penalty_vs_best_monolithic:.2f}x ({_ms(jp.best_monolithic.step_time_s)}"
-                          f" ms on {', '.join(jp.best_monolithic.division) or '-'})")
+            r.print_line(console, f"  penalty vs best single cluster: "
+                         f"{p.penalty_vs_best_monolithic:.2f}x "
+                         f"({_ms(jp.best_monolithic.step_time_s)} ms on "
+                         f"{', '.join(jp.best_monolithic.division) or '-'})")
         for alt in (jp.even_split, jp.karmada_aggregated):
             if alt.feasible and alt.step_time_s:
                 extra = "" if alt.placeable_as_placed in (None, True) else \
-                    " [red]not placeable as placed[/]"
-                console.print(f"  {alt.name}: {_ms(alt.step_time_s)} ms "
-                              f"({alt.ratio_to_engine:.2f}x the engine's), division "
-                              f"{dict(alt.division)}{extra}")
+                    ", not placeable as placed"
+                r.print_line(console, f"  {alt.name}: {_ms(alt.step_time_s)} ms "
+                             f"({alt.ratio_to_engine:.2f}x the engine's), replicas per cluster "
+                             f"{r.pairs(dict(alt.division))}{extra}")
             else:
-                console.print(f"  {alt.name}: n/a ({escape(alt.note)})")
+                r.print_line(console, f"  {alt.name}: n/a ({alt.note})")
         for w in jp.wan:
-            console.print(f"  WAN {w.a}-{w.b}: {w.gbps_needed:.1f} of {w.gbps_capacity:g} Gb/s")
-        console.print(f"  verified as placed: {jp.verification.placement_status}, checker "
-                      f"violations {jp.verification.checker_violations}")
+            r.print_line(console, f"  WAN {w.a}-{w.b}: {w.gbps_needed:,.1f} of "
+                         f"{w.gbps_capacity:,g} Gb/s")
+        status = jp.verification.placement_status
+        r.print_line(console, "  verified as placed: " + (
+            r.pairs(status) if isinstance(status, dict) else str(status))
+            + f"; checker violations {jp.verification.checker_violations}")
     if plan.pending:
-        t = Table(title="pending jobs")
-        t.add_column("job", overflow="fold")
-        t.add_column("why")
-        for pj in plan.pending:
-            t.add_row(pj.job, escape("\n".join(pj.reasons)))
-        console.print(t)
+        r.print_table(console, [Column("job"), Column("why", "text", min_width=30)],
+                      [[pj.job, "\n".join(pj.reasons)] for pj in plan.pending], "pending jobs")
 
 
 def federate_command(
@@ -138,7 +143,9 @@ def federate_command(
         print(f"wrote {len(paths) + 1} files under {out}: {plan.status.value}, "
               f"{len(plan.jobs)} admitted, {len(plan.pending)} pending", file=sys.stderr)
     if fmt == Format.table:
-        render_table(plan, Console(width=None if sys.stdout.isatty() else 160))
+        from hyperplace.commands.render import console
+
+        render_table(plan, console())
     else:
         sys.stdout.write(dump(plan, fmt.value))
 

@@ -64,17 +64,27 @@ def list_command() -> None:
     """The bundled instances: size, free GPUs and pending jobs."""
     from hyperplace.instances import DEFAULT_INSTANCE, list_instances
 
-    table = Table(title="Bundled instances", title_justify="left")
-    table.add_column("name and description", ratio=1)
-    for col in ("clusters", "nodes", "GPUs", "free", "pending"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for info in list_instances():
-        name = f"[bold]{escape(info.name)}[/bold]" + (" (default)" if info.name == DEFAULT_INSTANCE
-                                                       else "")
-        table.add_row(f"{name}\n[dim]{escape(info.description)}[/dim]", str(info.clusters),
-                      f"{info.nodes:,}", f"{info.gpus:,}", f"{info.free_gpus:,}",
-                      str(info.pending_jobs))
-    _console().print(table)
+    from hyperplace.commands import render as r
+    from hyperplace.commands.render import Column
+
+    infos = list_instances()
+    numbers = [Column(c, justify="right") for c in ("clusters", "nodes", "GPUs", "free",
+                                                     "pending")]
+    values = [[r.count(i.clusters), r.count(i.nodes), r.count(i.gpus), r.count(i.free_gpus),
+               r.count(i.pending_jobs)] for i in infos]
+    names = [i.name + (" (default)" if i.name == DEFAULT_INSTANCE else "") for i in infos]
+    out = _console()
+    wide = r.fit([Column("name"), *numbers, Column("description", "text", min_width=40)],
+                 [[n, *v, i.description] for n, v, i in zip(names, values, infos)], out.width)
+    if "description" in [c.header for c in wide.table.columns] and wide.width <= out.width:
+        r.print_table(out, [Column("name"), *numbers, Column("description", "text",
+                                                             min_width=40)],
+                      [[n, *v, i.description] for n, v, i in zip(names, values, infos)],
+                      "Bundled instances")
+    else:  # narrow: each description under its name
+        r.print_table(out, [Column("name and description", "text", min_width=30), *numbers],
+                      [[f"{n}\n{i.description}", *v] for n, v, i in zip(names, values, infos)],
+                      "Bundled instances")
 
 
 @instances_app.command("show")

@@ -14,7 +14,6 @@ in memory: the output says so), 2 bad input (one line on stderr).
 from __future__ import annotations
 
 import json
-import sys
 from enum import Enum
 
 import typer
@@ -109,7 +108,9 @@ def predict_command(
     if output_format == Format.json:
         typer.echo(json.dumps(pred.to_doc(), indent=2))
     else:
-        render(pred, Console(width=None if sys.stdout.isatty() else 140))
+        from hyperplace.commands.render import console
+
+        render(pred, console())
 
 
 def register(app: typer.Typer) -> None:

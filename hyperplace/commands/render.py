@@ -186,10 +186,8 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]], width: 
     minimum = []
     for i, col in enumerate(columns):
         head = _longest_word(col.header)
-        if col.kind == "text":
-            longest = max((_longest_word(c.plain if isinstance(c, Text) else c)
-                           for c in cells[i]), default=0)
-            minimum.append(max(head, min(natural[i], max(col.min_width, min(longest, 40)))))
+        if col.kind == "text":  # words longer than the column fold (nothing is lost)
+            minimum.append(max(head, min(natural[i], col.min_width)))
         else:
             minimum.append(max(head, content[i]))
 
@@ -203,6 +201,14 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]], width: 
         i = optional.pop()
         keep.remove(i)
         dropped.append(columns[i].header)
+    # still too wide: text columns give up room, the widest first, down to a floor
+    floor = {i: max(_longest_word(columns[i].header), 6) for i in keep
+             if columns[i].kind == "text"}
+    while sum(minimum[i] for i in keep) + overhead(keep) > width:
+        shrinkable = [i for i in floor if minimum[i] > floor[i]]
+        if not shrinkable:
+            break
+        minimum[max(shrinkable, key=lambda i: minimum[i])] -= 1
     widths = {i: minimum[i] for i in keep}
     room = width - overhead(keep) - sum(widths.values())
     # room goes first to text columns (fewer lines per reason), then to headers (one line)
@@ -217,9 +223,8 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]], width: 
     table = Table(title=title, title_justify="left", highlight=False)
     for i in keep:
         col = columns[i]
-        table.add_column(col.header, justify=col.justify, width=widths[i],
-                         no_wrap=col.kind != "text" and widths[i] >= content[i],
-                         overflow="fold")
+        # the widths fit every required cell on one line; headers wrap at their spaces
+        table.add_column(col.header, justify=col.justify, width=widths[i], overflow="fold")
     for r in rows:
         table.add_row(*[(r[i] if isinstance(r[i], Text) else Text(str(r[i])))
                         if i < len(r) else "" for i in keep])
@@ -229,8 +234,14 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]], width: 
 
 def _emit(out: Console, renderable: object, width: int | None = None) -> None:
     """Print without the trailing spaces rich pads lines with (pipes and logs stay clean)."""
-    with out.capture() as captured:
-        out.print(renderable, width=width, crop=False)
+    saved = out.width
+    if width is not None and width > saved:
+        out.width = width  # print(width=...) cannot widen beyond the console's own width
+    try:
+        with out.capture() as captured:
+            out.print(renderable, crop=False)
+    finally:
+        out.width = saved
     text = "\n".join(line.rstrip() for line in captured.get().splitlines())
     out.file.write(text + "\n")
 

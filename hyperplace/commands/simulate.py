@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from hyperplace.commands.common import output_dir
 from hyperplace.errors import InputError
@@ -57,38 +56,77 @@ def _fmt(v: float | None, scale: float = 1.0, digits: int = 2) -> str:
     return "-" if v is None else f"{v / scale:,.{digits}f}"
 
 
-def print_summary(summary: dict, console: Console) -> None:
+def headline(summary: dict) -> str:
+    """What was replayed, in one sentence: jobs, their shape, window, load, GPUs."""
+    from hyperplace.commands.render import count, plural
+
     w = summary["workload"]
-    console.print(f"[bold]{summary['instance']}[/bold]: {w['jobs']} jobs of {w['trace']} "
-                  f"over {w['arrival_window_s'] / 3600:.1f} h, offered load "
-                  f"{w['offered_load']:.2f} (trace's own {w['trace_offered_load']:.2f}), "
-                  f"{w['instance_gpus']} GPUs")
-    t = Table(title="policies (times in hours)")
-    for col in ("policy", "done", "JCT mean", "JCT p50", "JCT p99", "wait mean", "wait p99",
-                "slowdown", "makespan", "util (window)", "idle while waiting", "lost GPU-h",
-                "solve p50/p99/max s", "fallbacks"):
-        t.add_column(col, justify="right" if col != "policy" else "left")
-    for r in summary["policies"]:
-        t.add_row(r["policy"], f"{r['finished']}/{r['jobs']}", _fmt(r["jct_mean_s"], 3600),
-                  _fmt(r["jct_median_s"], 3600), _fmt(r["jct_p99_s"], 3600),
-                  _fmt(r["wait_mean_s"], 3600), _fmt(r["wait_p99_s"], 3600),
-                  _fmt(r["bounded_slowdown_mean"]), _fmt(r["makespan_s"], 3600),
-                  _fmt(r["utilisation_in_window"], 0.01, 1) + "%",
-                  _fmt(r["free_unusable_gpus_mean"], 1, 1),
-                  _fmt(r["gpu_hours_lost_to_failures"], 1, 1),
-                  f"{_fmt(r['solve_p50_s'], 1, 3)}/{_fmt(r['solve_p99_s'], 1, 3)}/"
-                  f"{_fmt(r['solve_max_s'], 1, 3)}", str(r["fallback_rounds"]))
-    console.print(t)
+    shape = (summary.get("request") or {}).get("workload", "trace")
+    jobs = (f"{plural(w['jobs'], 'foundation-model-shaped job')} on {w['trace']}'s arrival "
+            "times" if shape == "fm" else f"{plural(w['jobs'], 'job')} of {w['trace']}")
+    return (f"{summary['instance']}: {jobs} over {w['arrival_window_s'] / 3600:.1f} h, offered "
+            f"load {w['offered_load']:.2f} (trace's own {w['trace_offered_load']:.2f}), "
+            f"{count(w['instance_gpus'])} GPUs")
+
+
+def failure_note(summary: dict) -> str | None:
+    """With ``--failures`` above 0 and no failure in any run, say so and what to expect."""
+    from hyperplace.sim.failures import PER_GPU_SECOND
+
+    rate = (summary.get("config") or {}).get("failures") or 0.0
+    rows = summary["policies"]
+    if rate <= 0 or any(r.get("failures", 0) for r in rows):
+        return None
+    span = max((r.get("makespan_s") or 0.0 for r in rows), default=0.0)
+    gpus = summary["workload"]["instance_gpus"]
+    expected = rate * PER_GPU_SECOND * gpus * span
+    return (f"--failures {rate:g}: no failure happened in this run (about {expected:.2g} "
+            f"expected at that rate on {gpus:,} GPUs over {span / 3600:.1f} h); a higher "
+            "--failures, a longer --window or a larger instance shows some")
+
+
+def print_summary(summary: dict, console: Console) -> None:
+    from hyperplace.commands import render as r
+    from hyperplace.commands.render import Column
+
+    r.print_line(console, headline(summary))
+    cols = [Column("policy"), Column("done", justify="right"),
+            Column("JCT mean", justify="right"), Column("wait mean", justify="right"),
+            Column("util (window)", justify="right"),
+            Column("JCT p99", "optional", "right"), Column("wait p99", "optional", "right"),
+            Column("slowdown", "optional", "right"), Column("makespan", "optional", "right"),
+            Column("JCT p50", "optional", "right"),
+            Column("lost GPU-h", "optional", "right"),
+            Column("idle while waiting", "optional", "right"),
+            Column("solve p50/p99/max s", "optional", "right"),
+            Column("fallbacks", "optional", "right")]
+    rows = []
+    for row in summary["policies"]:
+        rows.append([row["policy"], f"{row['finished']:,}/{row['jobs']:,}",
+                     _fmt(row["jct_mean_s"], 3600), _fmt(row["wait_mean_s"], 3600),
+                     _fmt(row["utilisation_in_window"], 0.01, 1) + "%",
+                     _fmt(row["jct_p99_s"], 3600), _fmt(row["wait_p99_s"], 3600),
+                     _fmt(row["bounded_slowdown_mean"]), _fmt(row["makespan_s"], 3600),
+                     _fmt(row["jct_median_s"], 3600),
+                     _fmt(row["gpu_hours_lost_to_failures"], 1, 1),
+                     _fmt(row["free_unusable_gpus_mean"], 1, 1),
+                     f"{_fmt(row['solve_p50_s'], 1, 3)}/{_fmt(row['solve_p99_s'], 1, 3)}/"
+                     f"{_fmt(row['solve_max_s'], 1, 3)}", r.count(row["fallback_rounds"])])
+    r.print_table(console, cols, rows, "policies (times in hours)",
+                  hint="-o DIR writes every metric to summary.json and CSVs")
+    note = failure_note(summary)
+    if note:
+        r.print_line(console, note)
     for name, entry in summary["ratios"].items():
         parts = [f"{k.removesuffix('_s')} x{v['ratio']:.3f}" + (f" (vs {v['best_peer']})"
                  if "best_peer" in v else "") for k, v in entry.items()]
-        console.print(f"{name} vs best peer: " + ", ".join(parts))
+        r.print_line(console, f"{name} vs best peer: " + ", ".join(parts))
 
 
 def simulate_command(
     trace: Annotated[str, typer.Option(help="philly | alibaba-2023 | a CSV file (submit_time_s, duration_s, num_gpus[, gpu_type, name, queue])")] = "philly",
     instance: Annotated[str, typer.Option("--instance", "-i", help="bundled instance name or Instance file")] = "mixed-a100-h100",
-    policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="engine, engine-wait, fifo (fifo-firstfit), kueue (BestEffortFIFO), kueue-strict, volcano, slurm (backfill); repeat for several")] = None,
+    policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="engine, engine-wait, fifo (fifo-firstfit), kueue (BestEffortFIFO), kueue-strict (StrictFIFO), volcano, volcano-proportion (proportion), slurm (backfill); repeat for several (default: all but engine-wait and volcano-proportion)")] = None,
     round_s: Annotated[float, typer.Option("--round", help="seconds between scheduling rounds")] = 60.0,
     budget: Annotated[float, typer.Option(help="engine time budget per round, seconds")] = 1.0,
     load: Annotated[str, typer.Option(help="offered load relative to the instance's capacity, or 'trace' for the trace's own rate")] = "1.0",
@@ -160,7 +198,9 @@ def simulate_command(
             bar.update(tasks[name], completed=done)
 
         summary, runs = run_simulation(inst, req, config, progress=tick)
-    print_summary(summary, Console())
+    from hyperplace.commands.render import console as out_console
+
+    print_summary(summary, out_console())
     if out is not None:
         written = write_outputs(out, summary, runs, charts=charts)
         console.print(f"wrote {len(written)} files to {out}")

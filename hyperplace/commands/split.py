@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from enum import Enum
 from typing import Any
 
@@ -392,19 +391,24 @@ def split_command(
         text = (json.dumps(data, indent=2) + "\n" if file_fmt == "json"
                 else yaml.safe_dump(data, sort_keys=False))
         try:
-            write_output(output, text, "split plan")
+            write_output(output, text, plan.summary())
         except InputError as exc:
             typer.echo(f"error: {exc.one_line()}", err=True)
             raise typer.Exit(2) from None
-        if output_format is None:
-            output_format = Format.table
+        # -o FILE: the file and its one-line summary, nothing else (as every command)
+        if not plan.feasible:
+            typer.echo(f"infeasible: {plan.infeasible_reason}", err=True)
+            raise typer.Exit(1)
+        return
     output_format = output_format or Format.table
     if output_format == Format.json:
         typer.echo(json.dumps(plan.model_dump(mode="json", by_alias=True), indent=2))
     elif output_format == Format.yaml:
         typer.echo(yaml.safe_dump(plan.model_dump(mode="json", by_alias=True), sort_keys=False))
     else:
-        render_table(plan, Console(width=None if sys.stdout.isatty() else 80))
+        from hyperplace.commands.render import console
+
+        render_table(plan, console())
     if not plan.feasible:
         if output_format != Format.table:
             typer.echo(f"infeasible: {plan.infeasible_reason}", err=True)
