@@ -8,7 +8,7 @@ Usage::
 
 Each file is ``solve(...).to_doc()`` (what ``hyperplace solve --format json`` writes) minus
 ``runtimeS`` and ``message`` (timing-dependent), one per (instance, solver). CP-SAT runs with
-one worker so that its answer is deterministic. Then the workflows (:func:`workflows`) on
+one worker so that its answer is deterministic; every peer rule's plan (seed 0) too. Then the workflows (:func:`workflows`) on
 two moveable generated instances, unless ``--no-workflows``.
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hyperplace.baselines import BASELINES  # noqa: E402
 from hyperplace.benchkit.peer_cases import PEER_CASES, load_peer_case  # noqa: E402
 from hyperplace.instances.generator import generate  # noqa: E402
 from hyperplace.instances.registry import list_instances, load_instance  # noqa: E402
@@ -55,6 +56,8 @@ def main() -> None:
         for solver in ("greedy", "auto", "cpsat", "milp"):
             _dump(args.out, f"{name}.{solver}",
                   solve_placement(inst, solver=solver, budget_s=20, seed=0, workers=1))
+        for rule in BASELINES:  # the peers' plans: built by the same plan builder
+            _dump(args.out, f"{name}.peer-{rule}", BASELINES[rule](inst, seed=0))
 
 
 def _dump(out: Path, name: str, plan) -> None:
