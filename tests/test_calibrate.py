@@ -83,15 +83,19 @@ def test_profiles_file_with_missing_columns_is_refused(tmp_path: Path) -> None:
 
 
 def test_performance_policy_ranks_by_the_calibrated_speed() -> None:
-    from hyperplace.costmodel.speeds import with_calibrated_speeds
+    from hyperplace.costmodel.speed import rank_speed, use_calibration
+    from hyperplace.formulations.placement.problem import PlacementProblem
     from hyperplace.instances import load_instance
 
     inst = load_instance("mixed-a100-h100")
-    tuned = with_calibrated_speeds(inst, load_calibration(None))
-    speeds = {t.name: t.bf16_tflops * t.mfu for t in tuned.catalog}
-    assert all(0 < t.mfu <= 1 for t in tuned.catalog)
+    with use_calibration(load_calibration(None)):
+        speeds = {t.name: rank_speed(t, inst.catalog) for t in inst.catalog}
+        penalties = PlacementProblem(inst, policy="performance")._penalties
     assert speeds["H100-80"] > speeds["A100-80"] > speeds["V100-32"]
-    assert tuned.spec.clusters == inst.spec.clusters
+    # the fastest present type pays nothing, slower ones in the order of their speed
+    present = sorted(penalties, key=lambda n: -speeds[n])
+    assert penalties[present[0]] == 0
+    assert [penalties[n] for n in present] == sorted(penalties.values())
 
 
 def test_solve_accepts_a_calibration(tmp_path: Path) -> None:

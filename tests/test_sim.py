@@ -22,6 +22,7 @@ from hyperplace.sim.jobs import SimJob
 from hyperplace.sim.loop import RoundLoop
 from hyperplace.sim.policies import POLICIES, make_policy
 from hyperplace.sim.simulator import SimConfig, simulate
+from hyperplace.costmodel.speed import MIN_COMM_SHARE, relative_speed, type_speed
 from hyperplace.sim.speed import SpeedModel
 
 
@@ -148,14 +149,16 @@ def test_speed_depends_on_gpu_type_and_network():
                "tensor-parallel-group/1": [("h1", i) for i in range(8)]}
     spread = {"tensor-parallel-group/0": [("h0", i) for i in range(8)],
               "tensor-parallel-group/1": [("a0", i) for i in range(8)]}
-    h100 = inst.catalog.get("H100-80")
-    a100 = inst.catalog.get("A100-80")
-    expect = (h100.bf16_tflops * h100.mfu) / (a100.bf16_tflops * a100.mfu)
+    # the one speed model: the job's model ("m": no known model -> the default rule)
+    expect = relative_speed("m", "H100-80", 16)
+    assert expect > 1.5
     assert sm.speed(j, on_h100) == pytest.approx(expect)  # one leaf: no network penalty
     assert sm.crossings(["h0", "a0"]) == 1 and sm.crossings(["h0", "h1"]) == 0
     slow = sm.speed(j, spread)
-    # slowest GPU (A100 = 1.0) and the cross-leaf all-reduce: 0.8 + 0.2 / 0.83
-    assert slow == pytest.approx(1.0 / (0.8 + 0.2 / 0.83))
+    # slowest GPU (A100 = 1.0) and the cross-leaf all-reduce at 0.83 of the bandwidth
+    shares = type_speed("m", "A100-80", 16).shares
+    s = max(shares["collective"], MIN_COMM_SHARE["collective"])
+    assert slow == pytest.approx(1.0 / ((1 - s) + s / 0.83))
     assert SpeedModel(inst, network=False).speed(j, spread) == pytest.approx(1.0)
     # an oversubscribed leaf (2 x 400 down, 2 x 100 up: 4:1) slows cross-leaf traffic more
     over = SpeedModel(tiny_instance(oversub_uplink=100.0)).speed(j, spread)
@@ -167,8 +170,7 @@ def test_run_time_follows_the_placement():
     on_h = simulate(inst, [job("h", 8, 0, 1000, tolerate="h100")], "fifo", SimConfig(round_s=0))
     on_a = simulate(inst, [job("a", 8, 0, 1000, tolerate="a100")], "fifo", SimConfig(round_s=0))
     ratio = on_a.records[0].jct_s / on_h.records[0].jct_s
-    h100, a100 = inst.catalog.get("H100-80"), inst.catalog.get("A100-80")
-    assert ratio == pytest.approx((h100.bf16_tflops * h100.mfu) / (a100.bf16_tflops * a100.mfu))
+    assert ratio == pytest.approx(relative_speed("m", "H100-80", 8))
 
 
 def test_failure_stream_is_seeded_and_uses_llama3_causes():

@@ -310,11 +310,11 @@ def solve_command(
         raise InputError(f"pictures are SVG: give a .svg file name, got {str(draw)!r}",
                          path="--draw")
     inst = with_queue_files(resolve_instance(instance, cluster, jobs), queues or [])
+    fitted = None
     if calibration is not None:
         from hyperplace.costmodel.calibration import load_calibration
-        from hyperplace.costmodel.speeds import with_calibrated_speeds
 
-        inst = with_calibrated_speeds(inst, load_calibration(calibration))
+        fitted = load_calibration(calibration)
     # the budget runs from process start: reading the files counts, and writing keeps a share
     deadline = command_deadline(budget, write_reserve_s(inst), since=began)
     if hot_spares < 0:
@@ -327,10 +327,13 @@ def solve_command(
         # with --preemption the victims, with --running-moveable the migrations, are
         # variables of the same model (one solve)
         migration = MigrationPolicy() if running_moveable else None
-        plan = solve_placement(inst, solver=solver.value, budget_s=budget,
-                               policy=policy.value, seed=seed, deadline=deadline,
-                               preemption=preemption.value, migration=migration,
-                               hot_spares=hot_spares)
+        from hyperplace.costmodel.speed import use_calibration
+
+        with use_calibration(fitted):  # --policy performance ranks by THE speed model
+            plan = solve_placement(inst, solver=solver.value, budget_s=budget,
+                                   policy=policy.value, seed=seed, deadline=deadline,
+                                   preemption=preemption.value, migration=migration,
+                                   hot_spares=hot_spares)
         # which instance a later `hyperplace check PLAN` may use without options: a bundled
         # name only; a file is named for the record, and check reads it only when asked
         source = None if cluster is not None else (instance or plan.metadata.instance)

@@ -12,7 +12,7 @@ policy. Modules:
   collectives, peaks and measured intra-node bandwidths;
 * :mod:`~hyperplace.costmodel.predict`: one configuration's step time and its parts;
 * :mod:`~hyperplace.costmodel.observations`: observed step times as feedback;
-* :mod:`~hyperplace.costmodel.speeds`: calibrated GPU speeds for placement policies.
+* :mod:`~hyperplace.costmodel.speed`: THE speed model (how fast a job runs on a placement).
 """
 
 from hyperplace.costmodel.calibration import (

@@ -95,8 +95,10 @@ class JobShapes:
 
 
 def _speed(catalog: GPUCatalog, loc: Location) -> float:
-    g = catalog.get(loc.gpu_type)
-    return g.bf16_tflops * g.mfu
+    """A location's GPU type's ranking speed from THE speed model (hyperplace.costmodel.speed)."""
+    from hyperplace.costmodel.speed import rank_speed
+
+    return rank_speed(catalog.get(loc.gpu_type), catalog)
 
 
 def best_monolithic(job: FederatedJob, instance: Instance, pricer: Pricer,

@@ -622,7 +622,7 @@ def hold_for_faster(view: RoundView, starts: dict[str, dict[str, list[GPU]]],
         if now_speed >= best * (1 - 1e-9):
             continue
         fast = [n for n, node in state.nodes.items()
-                if math.isclose(view.speed.gpu_speed(node.gpu_type), best)
+                if math.isclose(view.speed.gpu_speed(node.gpu_type, job.manifest), best)
                 and all(u.gpu_types is None or catalog.get(node.gpu_type).matches(u.gpu_types)
                         for u in job.manifest.units()[:1])]
         fast_set = set(fast)

@@ -1,44 +1,24 @@
-"""How fast a job runs on the placement it got: GPU type and network.
+"""How fast a job runs on the placement it got, in the simulator's units.
 
 A job's run time is ``work / speed(placement)``; speed 1.0 is the reference (an A100-80 GPU
-type, every node of the job on one leaf switch). The model, in two factors:
-
-**GPU type.** A type's throughput is its dense BF16 peak times the model-FLOPs utilisation
-the engine plans with (``GPUType.bf16_tflops * GPUType.mfu``: vendor datasheets via
-``gpu_specs.csv``), the compute term of the layer-split cost model (FLOPs / (peak x MFU)).
-Synchronous training runs at its slowest GPU, so a job spread over several types gets the
-slowest one's speed. (The Gavel throughputs measured on K80/P100/V100 in the shared
-profiles cover none of the A100/H100 types the instances have, so they are not used.)
-
-**Network.** A step is a compute share and a communication share ``s`` (default 0.2 for
-data-parallel all-reduce between nodes, :data:`COMM_SHARE`); the communication share runs
-at the bandwidth the placement gets. Published figures (ByteDance Arnold, arXiv 2509.15940):
-groups spread across pods lose up to 17 % of collective bandwidth and 70 % of point-to-point
-bandwidth. We apply them at every switch tier a job crosses beyond one leaf: collective
-(DP all-reduce) bandwidth x 0.83, point-to-point (pipeline stages, a tensor-parallel group
-cut over nodes) x 0.30, compounded once more per further tier (spine -> core). An
-oversubscribed leaf (downlink capacity / uplink capacity = r > 1) divides the bandwidth of
-traffic leaving it by r as well. Time factor = ``(1 - s) + s / bandwidth_factor``. Jobs on
-one node, or on nodes of one leaf, pay nothing. ``network=False`` turns the factor off.
+type, every node of the job on one leaf switch). The speed itself is THE speed model,
+:func:`hyperplace.costmodel.speed.job_speed` (GPU type(s) through the cost model's per-layer
+times for the job's model, or the documented default rule for a job naming no model;
+network factors from the predicted communication shares). This module only reads the
+placement off the instance: which GPU types, how many GPUs, how many switch tiers the
+job's nodes cross beyond one leaf, the leaf's oversubscription (downlink / uplink
+capacity), whether pipeline stages or a tensor-parallel group are cut over nodes.
+``network=False`` turns the network factor off.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
+from hyperplace.costmodel.speed import REFERENCE_TYPE, Spread, job_speed, rank_speed, relative_speed
 from hyperplace.models import Cluster, GPUType, Instance, TrainingJob
 from hyperplace.models.job import GroupType
-
-REFERENCE_TYPE = "A100-80"
-COMM_SHARE = {"collective": 0.2, "p2p": 0.1, "tp": 0.4}
-CROSS_POD_COLLECTIVE_BW = 0.83   # Arnold: up to 17 % collective bandwidth lost across pods
-CROSS_POD_P2P_BW = 0.30          # Arnold: up to 70 % point-to-point bandwidth lost
-
-
-def type_speed(t: GPUType, reference: GPUType) -> float:
-    """Throughput of ``t`` relative to ``reference`` (peak x planning MFU)."""
-    return (t.bf16_tflops * t.mfu) / (reference.bf16_tflops * reference.mfu)
 
 
 @dataclass
@@ -48,11 +28,6 @@ class SpeedModel:
     instance: Instance
     network: bool = True
     reference: str = REFERENCE_TYPE
-    comm_share: dict[str, float] = field(default_factory=lambda: dict(COMM_SHARE))
-
-    @cached_property
-    def _ref(self) -> GPUType:
-        return self.instance.catalog.get(self.reference)
 
     @cached_property
     def _node(self) -> dict[str, tuple[Cluster, GPUType]]:
@@ -76,29 +51,41 @@ class SpeedModel:
             out[c.name] = r
         return out
 
-    def gpu_speed(self, gpu_type: str) -> float:
-        return type_speed(self.instance.catalog.get(gpu_type), self._ref)
+    @cached_property
+    def _types(self) -> dict[str, GPUType]:
+        return {t.name: t for _, t in self._node.values()}
 
     @cached_property
-    def _selector_speeds(self) -> dict[str | None, tuple[float, float]]:
+    def _job_facts(self) -> dict[str, tuple[str, int, str | None, bool]]:
         return {}
 
-    def _speeds(self, job: TrainingJob) -> tuple[float, float]:
-        """(slowest, fastest) type speed the job's type selector allows (memoised)."""
-        units = job.units() if job.name not in self._units else self._units[job.name]
-        self._units[job.name] = units
-        sel = units[0].gpu_types if units else None
-        hit = self._selector_speeds.get(sel)
+    def _facts(self, job: TrainingJob) -> tuple[str, int, str | None, bool]:
+        """(model, GPUs, type selector, has pipeline stages) of a job (memoised)."""
+        hit = self._job_facts.get(job.name)
         if hit is None:
-            types = {t.name: t for _, t in self._node.values()
-                     if sel is None or t.matches(sel)}
-            speeds = [type_speed(t, self._ref) for t in types.values()] or [1.0]
-            hit = self._selector_speeds[sel] = (min(speeds), max(speeds))
+            units = job.units()
+            sel = units[0].gpu_types if units else None
+            pp = any(g.type == GroupType.PIPELINE_PARALLEL for g in job.spec.resource_groups)
+            hit = self._job_facts[job.name] = (job.spec.model, job.total_gpus, sel, pp)
         return hit
 
-    @cached_property
-    def _units(self) -> dict[str, list]:
-        return {}
+    def _relative(self, model: str, gpu_type: str, gpus: int) -> float:
+        return relative_speed(model, self.instance.catalog.get(gpu_type), gpus,
+                              catalog=self.instance.catalog, reference=self.reference)
+
+    def gpu_speed(self, gpu_type: str, job: TrainingJob | None = None) -> float:
+        """The type's speed for ``job`` (network aside), or its ranking speed without one."""
+        if job is None:
+            return rank_speed(self.instance.catalog.get(gpu_type), self.instance.catalog)
+        model, gpus, _, _ = self._facts(job)
+        return self._relative(model, gpu_type, gpus)
+
+    def _speeds(self, job: TrainingJob) -> tuple[float, float]:
+        """(slowest, fastest) type speed the job's type selector allows."""
+        model, gpus, sel, _ = self._facts(job)
+        speeds = [self._relative(model, t.name, gpus) for t in self._types.values()
+                  if sel is None or t.matches(sel)] or [1.0]
+        return min(speeds), max(speeds)
 
     def best_speed(self, job: TrainingJob) -> float:
         """The fastest type speed the job could get (its type selector allowing)."""
@@ -119,41 +106,27 @@ class SpeedModel:
                 tiers += 1
         return tiers
 
-    def network_factor(self, job: TrainingJob, unit_nodes: dict[str, list[str]]) -> float:
-        """Time multiplier (>= 1) from the placement's spread; 1.0 with the network off."""
+    def spread(self, job: TrainingJob, unit_nodes: dict[str, list[str]]) -> Spread | None:
+        """The placement's network facts (None with the network off)."""
         if not self.network:
-            return 1.0
+            return None
         all_nodes = [n for nodes in unit_nodes.values() for n in nodes]
-        cross = self.crossings(all_nodes)
         cluster = self._node[all_nodes[0]][0].name if all_nodes else ""
-        oversub = self._oversub.get(cluster, 1.0)
-        time = 1.0
-        # data-parallel all-reduce between replicas
-        if cross > 0:
-            bw = CROSS_POD_COLLECTIVE_BW ** cross / oversub
-            s = self.comm_share["collective"]
-            time *= (1 - s) + s / bw
-        # pipeline stages and tensor-parallel groups cut over nodes: point-to-point
-        groups = {g.name: g.type for g in job.spec.resource_groups}
-        has_pp = any(t == GroupType.PIPELINE_PARALLEL for t in groups.values())
-        if has_pp and cross > 0:
-            bw = CROSS_POD_P2P_BW ** cross / oversub
-            s = self.comm_share["p2p"]
-            time *= (1 - s) + s / bw
+        cut = None
         for nodes in unit_nodes.values():
             if len(set(nodes)) > 1:
-                c = self.crossings(nodes)
-                bw = (CROSS_POD_P2P_BW ** c / oversub) if c else 1.0
-                s = self.comm_share["tp"]
-                # a TP group over the node boundary leaves NVLink: InfiniBand is ~1/9 of
-                # NVLink on DGX H100 (400 Gb/s = 50 GB/s per GPU vs 450 GB/s each way)
-                time *= (1 - s) + s / (bw / 9.0)
+                cut = self.crossings(nodes)
                 break
-        return time
+        return Spread(tiers=self.crossings(all_nodes),
+                      oversubscription=self._oversub.get(cluster, 1.0),
+                      pipeline=self._facts(job)[3], tp_cut_tiers=cut)
 
     def speed(self, job: TrainingJob, gpus_by_unit: dict[str, list[tuple[str, int]]]) -> float:
         """Relative speed of ``job`` on this placement (unit -> [(node, gpu)])."""
-        types = {self._node[n][1].name for gpus in gpus_by_unit.values() for n, _ in gpus}
-        slowest = min(type_speed(self.instance.catalog.get(t), self._ref) for t in types)
-        unit_nodes = {u: [n for n, _ in gpus] for u, gpus in gpus_by_unit.items()}
-        return slowest / self.network_factor(job, unit_nodes)
+        model, gpus, _, _ = self._facts(job)
+        types = sorted({self._node[n][1].name for g in gpus_by_unit.values() for n, _ in g})
+        unit_nodes = {u: [n for n, _ in g] for u, g in gpus_by_unit.items()}
+        catalog = self.instance.catalog
+        return job_speed(model, [catalog.get(t) for t in types], gpus,
+                         self.spread(job, unit_nodes), catalog=catalog,
+                         reference=self.reference).relative

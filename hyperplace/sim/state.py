@@ -201,12 +201,14 @@ def reorder_nodes(instance: Instance, fast_first: bool) -> Instance:
     first. The fabric is materialised (switches and links listed) so that reordering the
     nodes does not rewire it.
     """
+    from hyperplace.costmodel.speed import rank_speed
     from hyperplace.models import FabricSpec
 
     clusters = []
     for c in instance.clusters:
         net = c.network
-        speed = {n.name: instance.catalog.get(n.gpu_type).bf16_tflops for n in c.nodes}
+        speed = {n.name: rank_speed(instance.catalog.get(n.gpu_type), instance.catalog)
+                 for n in c.nodes}
         nodes = sorted(c.nodes, key=lambda n: -speed[n.name] if fast_first else speed[n.name])
         fabric = FabricSpec(switches=list(net.switches), links=list(net.links))
         clusters.append(c.model_copy(update={"nodes": nodes, "fabric": fabric}))

@@ -807,8 +807,12 @@ class PlacementProblem:
             return {}
         scale = self.params.policy_scale
         if self.policy == "performance":
-            best = max(x.bf16_tflops * x.mfu for x in types)
-            return {x.name: round(scale * (1 - (x.bf16_tflops * x.mfu) / best)) for x in types}
+            # THE speed model (hyperplace.costmodel.speed): its ranking speed per type
+            from hyperplace.costmodel.speed import rank_speed
+
+            speed = {x.name: rank_speed(x, self.instance.catalog) for x in types}
+            best = max(speed.values())
+            return {x.name: round(scale * (1 - speed[x.name] / best)) for x in types}
         worst = max(x.cost_per_hour for x in types) or 1.0
         return {x.name: round(scale * x.cost_per_hour / worst) for x in types}
 

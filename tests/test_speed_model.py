@@ -1,0 +1,91 @@
+"""THE speed model (hyperplace.costmodel.speed): predict, split and the simulator agree."""
+
+from __future__ import annotations
+
+import pytest
+
+from hyperplace.costmodel.predict import INTRA_CLUSTER_LATENCY_MS, predict
+from hyperplace.costmodel.speed import (
+    DEFAULT_BY_GPUS,
+    Spread,
+    job_speed,
+    network_factor,
+    resolve_job_model,
+    type_speed,
+)
+from hyperplace.errors import InputError
+from hyperplace.instances.generator import model_parallel_job
+from hyperplace.models import Cluster, FabricGenerator, FabricSpec, Instance, InstanceSpec, Node
+from hyperplace.models.job import ObjectMeta
+from hyperplace.models.presets import model_preset
+from hyperplace.models.split import SplitProblem, Stage, StageLink
+from hyperplace.sim.speed import SpeedModel
+from hyperplace.solvers.split import solve_split
+
+
+def _instance() -> Instance:
+    nodes = [Node(name=f"h{i}", gpu_type="H100-80", gpu_count=8) for i in range(2)]
+    nodes += [Node(name=f"a{i}", gpu_type="A100-80", gpu_count=8) for i in range(2)]
+    gen = FabricGenerator(type="fat-tree-2", nodes_per_leaf=2, spines=2, uplink_gbps=400.0)
+    cluster = Cluster(name="c", nodes=nodes, fabric=FabricSpec(generator=gen))
+    return Instance(metadata=ObjectMeta(name="c"), spec=InstanceSpec(clusters=[cluster]))
+
+
+def test_predict_split_and_simulator_give_the_same_speed():
+    model = "llama3-70b"  # on 16 GPUs: TP 8 x PP 2, so split has two stages to price
+    gpus = 16
+    fast = type_speed(model, "H100-80", gpus)
+    ref = type_speed(model, "A100-80", gpus)
+    cfg = fast.config
+    assert cfg.pp == 2
+    spec = model_preset(model)
+    # predict with the facade's configuration: the same step and tokens/s
+    pred = predict(spec, "H100-80", tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, micro_batch=cfg.micro_batch,
+                   global_batch=cfg.global_batch, recompute=cfg.recompute, zero=cfg.zero)
+    assert pred.step_time_s == pytest.approx(fast.step_time_s)
+    assert pred.tokens_per_s == pytest.approx(fast.tokens_per_s)
+    # split prices the same stages: its even (symmetric) split is predict's step
+    stages = [Stage(name=f"s{i}", cluster="c", gpu_type="H100-80", gpu_count=cfg.tp * cfg.dp,
+                    tp=cfg.tp) for i in range(cfg.pp)]
+    links = [StageLink(a=a.name, b=b.name, gbps=400 * cfg.tp * cfg.dp,
+                       latency_ms=INTRA_CLUSTER_LATENCY_MS, kind="ib")
+             for a, b in zip(stages, stages[1:])]
+    m = cfg.global_batch // (cfg.micro_batch * cfg.dp)
+    problem = SplitProblem(model=spec.model_copy(update={"micro_batch_size": cfg.dp}),
+                           stages=stages, links=links, microbatches=m, zero=cfg.zero,
+                           recompute=cfg.recompute, fixed_order=True)
+    plan = solve_split(problem, time_limit=5)
+    assert plan.symmetric is not None
+    assert plan.symmetric.step_time_s == pytest.approx(pred.step_time_s)
+    # the simulator: a 16-GPU job of this model on the H100 leaf runs at the same ratio
+    inst = _instance()
+    job = model_parallel_job("j", "q", replicas=2, memory_gb=None, dp_ib_gbps=None)
+    job = job.model_copy(update={"spec": job.spec.model_copy(update={"model": model})})
+    units = [u.name for u in job.units()]
+    on_h100 = {units[0]: [("h0", i) for i in range(8)], units[1]: [("h1", i) for i in range(8)]}
+    sim = SpeedModel(inst).speed(job, on_h100)
+    assert sim == pytest.approx(pred.tokens_per_s / ref.tokens_per_s)
+    assert sim == pytest.approx(job_speed(model, "H100-80", gpus).relative)
+
+
+def test_default_model_rule_is_one_table():
+    assert resolve_job_model("llama-3-8b", 8)[0].name == "llama3-8b"
+    assert resolve_job_model("llama3-70b-pretrain", 64)[0].name == "llama3-70b"
+    for limit, preset in DEFAULT_BY_GPUS[:-1]:
+        spec, rule = resolve_job_model("unknown", int(limit))
+        assert spec.name == preset and "default" in rule
+    assert resolve_job_model(None, 100_000)[0].name == DEFAULT_BY_GPUS[-1][1]
+
+
+def test_network_factor_and_slowest_type():
+    shares = {"collective": 0.1, "p2p": 0.0, "tp": 0.0}
+    assert network_factor(None, shares) == 1.0
+    assert network_factor(Spread(), shares) == 1.0
+    assert network_factor(Spread(tiers=1), shares) == pytest.approx(0.9 + 0.1 / 0.83)
+    both = job_speed("llama3-8b", ["H100-80", "A100-80"], 16)
+    assert both.gpu_type == "A100-80" and both.relative == pytest.approx(1.0)
+
+
+def test_bad_gpu_count_names_the_field():
+    with pytest.raises(InputError, match="gpus"):
+        type_speed("llama3-8b", "H100-80", 0)
