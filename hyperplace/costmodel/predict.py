@@ -109,7 +109,7 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
             calibration: Calibration | None = None,
             catalog: GPUCatalog | None = None) -> Prediction:
     """Price one configuration (see the module docstring); InputError on bad input."""
-    from hyperplace.formulations.layer_split import build_split_data, evaluate_split, stage_rows
+    from hyperplace.costmodel.pipeline import build_split_data, evaluate_split, stage_rows
     from hyperplace.solvers.split.baselines import symmetric_cuts
 
     catalog = catalog or default_catalog()

@@ -1,0 +1,335 @@
+"""Pricing a layer split: per-stage times, memory and synchronisation of a pipeline, and the
+price of one split (:func:`evaluate_split`). The cost model's own arithmetic, used by
+``hyperplace predict`` and (re-exported) by the layer-split formulation in
+:mod:`hyperplace.formulations.layer_split`, whose docstring states the cost model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hyperplace.costmodel.calibration import Calibration
+from hyperplace.costmodel.layers import (
+    GRAD_BYTES,
+    dp_allreduce_time,
+    optimizer_fixed,
+    optimizer_times,
+    stage_layer_times,
+)
+from hyperplace.errors import InputError
+from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
+from hyperplace.models.model_spec import Layer
+from hyperplace.models.split import SplitProblem, Stage, StageLink
+from hyperplace.models.transformer import param_state_bytes_per_param
+
+GB = 1e9
+GRAD_BUCKET_BYTES = 40e6  # Megatron-LM's default gradient bucket (40 M elements) order
+INF = math.inf
+
+@dataclass(frozen=True)
+class LinkInfo:
+    gbps: float
+    latency_s: float
+    kind: str
+    crosses_clusters: bool
+
+
+@dataclass
+class SplitData:
+    """Backend-independent arrays for one stage order. Times in seconds, memory in bytes."""
+
+    problem: SplitProblem
+    stages: list[Stage]
+    layers: list[Layer]
+    gpus: list[GPUType]
+    time: np.ndarray  # (P, L) compute seconds of layer l on stage k
+    prefix_time: np.ndarray  # (P, L+1)
+    xfer: np.ndarray  # (P-1, L+1) boundary seconds at cut j between k and k+1 (inf at 0, L)
+    mem_layer: np.ndarray  # (P, L) bytes per GPU of layer l on stage k at its position
+    prefix_mem: np.ndarray  # (P, L+1)
+    mem_const: np.ndarray  # (P,) bytes per GPU regardless of layers
+    mem_cap: np.ndarray  # (P,) bytes per GPU
+    inflight: np.ndarray  # (P,) micro-batches in flight at each position
+    dp_sync_layer: np.ndarray  # (P, L) seconds of the stage's gradient all-reduce per layer
+    dp_sync_const: np.ndarray  # (P,) latency part of it
+    links: list[LinkInfo]  # P-1 links between neighbours
+    time_sources: list[str] = field(default_factory=list)  # per stage: measured/scaled/fitted
+    tp_comm: np.ndarray | None = None  # (P, L) part of ``time`` that is TP communication
+    fwd: np.ndarray | None = None  # (P, L) forward part of ``time``
+    optimizer_layer: np.ndarray | None = None  # (P, L) optimizer update seconds per layer
+    optimizer_const: np.ndarray | None = None  # (P,) fixed part of it
+    cost_notes: list[str] = field(default_factory=list)
+
+    def sync_matrix(self, k: int) -> np.ndarray:
+        """``(L+1, L+1)`` end-of-step time of stage k (DP all-reduce + optimizer) for every
+        (a, b); inf where a >= b. The step time adds the largest over stages."""
+        L = self.num_layers
+        per_layer = self.dp_sync_layer[k] + (self.optimizer_layer[k]
+                                             if self.optimizer_layer is not None else 0.0)
+        prefix = np.concatenate([[0.0], np.cumsum(per_layer)])
+        const = self.dp_sync_const[k] + (self.optimizer_const[k]
+                                         if self.optimizer_const is not None else 0.0)
+        mat = prefix[None, :] - prefix[:, None] + const
+        a_idx = np.arange(L + 1)
+        return np.where(a_idx[:, None] >= a_idx[None, :], INF, mat)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stages)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def load_matrix(self, k: int) -> np.ndarray:
+        """``(L+1, L+1)`` load of stage k for every (a, b); inf where a >= b or memory overflows."""
+        P, L = self.num_stages, self.num_layers
+        pt = self.prefix_time[k]
+        load = pt[None, :] - pt[:, None]
+        if k > 0:
+            load = load + self.xfer[k - 1][:, None]
+        if k < P - 1:
+            load = load + self.xfer[k][None, :]
+        pm = self.prefix_mem[k]
+        mem = pm[None, :] - pm[:, None] + self.mem_const[k]
+        a_idx = np.arange(L + 1)
+        bad = (a_idx[:, None] >= a_idx[None, :]) | (mem > self.mem_cap[k] * (1 + 1e-12))
+        return np.where(bad, INF, load)
+
+    def memory_matrix(self, k: int) -> np.ndarray:
+        """``(L+1, L+1)`` memory per GPU of stage k for every (a, b); inf where a >= b."""
+        L = self.num_layers
+        pm = self.prefix_mem[k]
+        mem = pm[None, :] - pm[:, None] + self.mem_const[k]
+        a_idx = np.arange(L + 1)
+        return np.where(a_idx[:, None] >= a_idx[None, :], INF, mem)
+
+
+@dataclass
+class SplitEvaluation:
+    """A split priced by the cost model."""
+
+    cuts: list[int]
+    compute_s: list[float]
+    transfer_s: list[float]
+    load_s: list[float]
+    memory_bytes: list[float]
+    capacity_bytes: list[float]
+    dp_sync_s: list[float]
+    optimizer_s: list[float]
+    overflow: list[tuple[int, float]]  # (stage index, bytes over capacity)
+    bottleneck_s: float
+    sum_s: float
+    pipeline_time_s: float
+    step_time_s: float
+
+    @property
+    def feasible(self) -> bool:
+        return not self.overflow
+
+
+# ------------------------------------------------------------------------------ building
+
+
+def _gpu(catalog: GPUCatalog, stage: Stage) -> GPUType:
+    g = catalog.find(stage.gpu_type)
+    if g is None:
+        raise InputError(
+            f"unknown GPU type {stage.gpu_type!r}; known: {', '.join(catalog.names())}",
+            path=f"stage {stage.name}",
+        )
+    return g
+
+
+def find_link(problem: SplitProblem, a: Stage, b: Stage) -> LinkInfo:
+    """The link between two stages: by stage names, then cluster names, then the defaults."""
+    def match(link: StageLink, x: str, y: str) -> bool:
+        return {link.a, link.b} == {x, y} or (x == y and link.a == link.b == x)
+
+    crosses = a.cluster != b.cluster
+    for x, y in ((a.name, b.name), (a.cluster, b.cluster)):
+        for link in problem.links:
+            if match(link, x, y):
+                return LinkInfo(link.gbps, link.latency_ms / 1e3, link.kind, crosses)
+    if crosses:
+        return LinkInfo(problem.inter_cluster_gbps, problem.inter_cluster_latency_ms / 1e3,
+                        "wan", True)
+    return LinkInfo(problem.intra_cluster_gbps, problem.intra_cluster_latency_ms / 1e3,
+                    "ib", False)
+
+
+def _sync_cost(gpu: GPUType, stage: Stage, problem: SplitProblem,
+               catalog: GPUCatalog) -> tuple[float, float]:
+    """(seconds per gradient byte, latency seconds) of the stage's DP all-reduce.
+
+    Gradients go in buckets (``GRAD_BUCKET_BYTES``, as Megatron and DDP do), so the
+    bandwidth is the one a bucket-sized message gets; the time is then linear in the bytes,
+    which keeps a stage's sync a prefix-sum like its compute.
+    """
+    t, d = stage.tensor_parallel, stage.data_parallel
+    if d <= 1:
+        return 0.0, 0.0
+    latency = problem.intra_cluster_latency_ms / 1e3
+    tiny = dp_allreduce_time(1.0, gpu, t, d, latency, catalog)
+    full = dp_allreduce_time(GRAD_BUCKET_BYTES, gpu, t, d, latency, catalog)
+    return max(0.0, full - tiny) / GRAD_BUCKET_BYTES, tiny
+
+
+@dataclass
+class StageRows:
+    """Per-layer figures of one stage that do not depend on its pipeline position."""
+
+    gpu: GPUType
+    time: np.ndarray
+    fwd: np.ndarray  # forward part of ``time``
+    tp_comm: np.ndarray  # part of ``time`` that is tensor-parallel communication
+    state_mem: np.ndarray  # weights, grads, optimizer state per GPU
+    act_mem: np.ndarray  # activations per in-flight micro-batch per GPU
+    dp_sync: np.ndarray
+    dp_const: float
+    optimizer: np.ndarray  # optimizer update seconds per layer
+    optimizer_const: float
+    mem_const: float
+    cap: float
+    source: str
+    note: str = ""
+
+
+def stage_rows(problem: SplitProblem, stage: Stage, layers: list[Layer],
+               catalog: GPUCatalog, calibration: Calibration | None = None) -> StageRows:
+    """Times (from :func:`hyperplace.costmodel.stage_layer_times`, the one cost model),
+    memory and synchronisation of every layer on one stage."""
+    g = _gpu(catalog, stage)
+    t, d = stage.tensor_parallel, stage.data_parallel
+    bpp = param_state_bytes_per_param(problem.zero, d)
+    times = stage_layer_times(problem.model, layers, g, t, d, recompute=problem.recompute,
+                              precision=stage.precision or problem.precision,
+                              calibration=calibration, catalog=catalog)
+    params = np.array([layer.params for layer in layers])
+    state = params * bpp / t
+    act = np.array([layer.activation_bytes(t, problem.recompute) for layer in layers]) / d
+    per_byte, latency = _sync_cost(g, stage, problem, catalog)
+    dp = per_byte * GRAD_BYTES * params / t
+    optimizer = optimizer_times(layers, g, t, d, problem.zero, calibration, catalog)
+    const = problem.runtime_overhead_gb * GB
+    if problem.recompute:
+        # Recomputing one layer rebuilds its full activations once (working set).
+        const += max(layer.activation_bytes(t) for layer in layers) / d
+    return StageRows(gpu=g, time=times.total, fwd=times.fwd, tp_comm=times.tp_comm, state_mem=state,
+                     act_mem=act, dp_sync=dp, dp_const=latency, optimizer=optimizer,
+                     optimizer_const=optimizer_fixed(g, calibration, catalog),
+                     mem_const=const, cap=g.hbm_gb * GB,
+                     source="+".join(sorted(set(times.sources))), note=times.note)
+
+
+def build_split_data(
+    problem: SplitProblem,
+    order: list[Stage] | None = None,
+    catalog: GPUCatalog | None = None,
+    *,
+    layers: list[Layer] | None = None,
+    cache: dict[str, StageRows] | None = None,
+    calibration: Calibration | None = None,
+) -> SplitData:
+    """Arrays for the given stage order (default: as listed). Raises InputError on bad input.
+
+    ``layers`` and ``cache`` let the order search price each stage once for all orders.
+    """
+    catalog = catalog or default_catalog()
+    stages = list(order if order is not None else problem.stages)
+    layers = layers if layers is not None else problem.model.build_layers()
+    L, P = len(layers), len(stages)
+    if L == 0:
+        raise InputError("model has zero layers", path="model")
+    if P > L:
+        raise InputError(f"{P} stages but only {L} layers: every stage needs a layer",
+                         path="stages")
+    cache = cache if cache is not None else {}
+    rows = []
+    for s in stages:
+        if s.name not in cache:
+            cache[s.name] = stage_rows(problem, s, layers, catalog, calibration)
+        rows.append(cache[s.name])
+    m = problem.microbatches
+    inflight = np.array([min(P - k, m) for k in range(P)], dtype=float)
+    time = np.vstack([r.time for r in rows])
+    mem = np.vstack([r.state_mem + inflight[k] * r.act_mem for k, r in enumerate(rows)])
+    links = [find_link(problem, stages[k], stages[k + 1]) for k in range(P - 1)]
+    xfer = np.full((max(P - 1, 0), L + 1), INF)
+    out_bytes = np.array([layer.output_bytes for layer in layers])
+    for k, link in enumerate(links):
+        bps = link.gbps * 1e9 / 8
+        xfer[k, 1:L] = 2 * (out_bytes[: L - 1] / bps + link.latency_s)
+    zero = np.zeros((P, 1))
+    return SplitData(
+        problem=problem, stages=stages, layers=layers, gpus=[r.gpu for r in rows], time=time,
+        prefix_time=np.hstack([zero, np.cumsum(time, axis=1)]), xfer=xfer, mem_layer=mem,
+        prefix_mem=np.hstack([zero, np.cumsum(mem, axis=1)]),
+        mem_const=np.array([r.mem_const for r in rows]), mem_cap=np.array([r.cap for r in rows]),
+        inflight=inflight, dp_sync_layer=np.vstack([r.dp_sync for r in rows]),
+        dp_sync_const=np.array([r.dp_const for r in rows]), links=links,
+        time_sources=[r.source for r in rows], tp_comm=np.vstack([r.tp_comm for r in rows]),
+        fwd=np.vstack([r.fwd for r in rows]),
+        optimizer_layer=np.vstack([r.optimizer for r in rows]),
+        optimizer_const=np.array([r.optimizer_const for r in rows]),
+        cost_notes=sorted({r.note for r in rows if r.note}),
+    )
+
+
+# ------------------------------------------------------------------------------ evaluating
+
+
+def validate_cuts(data: SplitData, cuts: list[int]) -> None:
+    P, L = data.num_stages, data.num_layers
+    if len(cuts) != P + 1 or cuts[0] != 0 or cuts[-1] != L:
+        raise ValueError(f"cuts must be [0, ..., {L}] with {P + 1} entries, got {cuts}")
+    if any(cuts[k] >= cuts[k + 1] for k in range(P)):
+        raise ValueError(f"every stage needs at least one layer, got cuts {cuts}")
+
+
+def evaluate_split(data: SplitData, cuts: list[int]) -> SplitEvaluation:
+    """Price a split: per-stage compute, transfer, memory; bottleneck and step time."""
+    validate_cuts(data, cuts)
+    P = data.num_stages
+    compute, transfer, load, memory, dp_sync, optimizer = [], [], [], [], [], []
+    overflow: list[tuple[int, float]] = []
+    for k in range(P):
+        a, b = cuts[k], cuts[k + 1]
+        c = float(data.prefix_time[k, b] - data.prefix_time[k, a])
+        x = 0.0
+        if k > 0:
+            x += float(data.xfer[k - 1, a])
+        if k < P - 1:
+            x += float(data.xfer[k, b])
+        mem = float(data.prefix_mem[k, b] - data.prefix_mem[k, a] + data.mem_const[k])
+        compute.append(c)
+        transfer.append(x)
+        load.append(c + x)
+        memory.append(mem)
+        dp = float(data.dp_sync_layer[k, a:b].sum() + data.dp_sync_const[k])
+        dp_sync.append(dp)
+        opt = 0.0
+        if data.optimizer_layer is not None and data.optimizer_const is not None:
+            opt = float(data.optimizer_layer[k, a:b].sum() + data.optimizer_const[k])
+        optimizer.append(opt)
+        if mem > data.mem_cap[k] * (1 + 1e-12):
+            overflow.append((k, mem - float(data.mem_cap[k])))
+    bottleneck = max(load)
+    total = sum(load)
+    m = data.problem.microbatches
+    pipeline = (m - 1) * bottleneck + total
+    return SplitEvaluation(
+        cuts=list(cuts), compute_s=compute, transfer_s=transfer, load_s=load,
+        memory_bytes=memory, capacity_bytes=[float(c) for c in data.mem_cap], dp_sync_s=dp_sync,
+        optimizer_s=optimizer, overflow=overflow, bottleneck_s=bottleneck, sum_s=total,
+        pipeline_time_s=pipeline,
+        step_time_s=pipeline + max(x + y for x, y in zip(dp_sync, optimizer)),
+    )
+
+
+def counts_to_cuts(counts: list[int]) -> list[int]:
+    return [0, *itertools.accumulate(counts)]
