@@ -21,7 +21,7 @@ app = typer.Typer(
     help="Place foundation-model training jobs on heterogeneous GPU clusters and federations. "
     + EXIT_CODES_HELP,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},

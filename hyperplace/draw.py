@@ -72,6 +72,18 @@ def _short(s: str, n: int) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+def _spine_title(spine: str, leaves: list[tuple[str, list[str]]]) -> str:
+    """A spine domain named by what it holds: ``spine domain (leaves leaf000-leaf003)``.
+
+    Domain ids are built from one member switch (``t3:leaf000``), which as a title read as
+    if the spine domain were a leaf; the leaves it spans say what it is."""
+    if spine.startswith("("):  # "(no spine)"
+        return spine
+    names = [leaf.split(":", 1)[-1] for leaf, _ in leaves]
+    span = names[0] if len(names) == 1 else f"{names[0]}-{names[-1]}"
+    return f"spine domain over {_short(span, 40)}"
+
+
 def _tail(s: str, n: int) -> str:
     """Node names differ at the end (``dgx-b200-0``, ``dgx-b200-1``): keep the end."""
     return s if len(s) <= n else "…" + s[-(n - 1):]
@@ -196,8 +208,8 @@ def _detailed(svg: _Svg, instance: Instance, plan: PlacementPlan | None,
             svg.parts.insert(0, f"<rect x='6' y='{band_top:.1f}' width='{per_row * (leaf_w + 8) + 14}' "
                                 f"height='{y - band_top:.1f}' rx='4' fill='#e3f2fd' "
                                 f"stroke='#64b5f6'/>")
-            svg.text(10, band_top + 13, f"spine domain {_short(spine.split(':', 1)[-1], 30)}"
-                     f" ({len(leaves)} leaves)", 10, "bold", fill="#1565c0")
+            svg.text(10, band_top + 13, f"{_spine_title(spine, leaves)} ({len(leaves)} leaves)",
+                     10, "bold", fill="#1565c0")
             y += 10
     return y
 
@@ -213,7 +225,7 @@ def _aggregated(svg: _Svg, instance: Instance, plan: PlacementPlan | None,
                  "leaf domain)", 13, "bold")
         y += 24
         for spine, leaves in _domains(cluster):
-            svg.text(10, y + 11, f"spine domain {_short(spine.split(':', 1)[-1], 30)}: "
+            svg.text(10, y + 11, f"{_spine_title(spine, leaves)}: "
                      f"{len(leaves)} leaves", 10, "bold", fill="#1565c0")
             y += 16
             for leaf, nodes in leaves:

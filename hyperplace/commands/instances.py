@@ -13,8 +13,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from hyperplace.commands.common import (
     EXIT_CODES_HELP,
@@ -81,8 +79,11 @@ def list_command() -> None:
                                                              min_width=40)],
                       [[n, *v, i.description] for n, v, i in zip(names, values, infos)],
                       "Bundled instances")
-    else:  # narrow: each description under its name
-        r.print_table(out, [Column("name and description", "text", min_width=30), *numbers],
+    else:  # narrow: each description under its name (names whole; clusters may go)
+        longest = max((len(n) for n in names), default=0)
+        numbers[0] = Column("clusters", "optional", justify="right")
+        r.print_table(out, [Column("name and description", "text", min_width=30,
+                                   floor=longest), *numbers],
                       [[f"{n}\n{i.description}", *v] for n, v, i in zip(names, values, infos)],
                       "Bundled instances")
 
@@ -116,52 +117,46 @@ def show_command(
     if as_json:
         print(summary.model_dump_json(by_alias=True, indent=2))
         return
-    console = _console()
-    console.print(f"[bold]{escape(summary.name)}[/bold]: {escape(summary.description)}")
+    from hyperplace.commands import render as r
+    from hyperplace.commands.render import Column
+
+    out = _console()
+    r.print_line(out, f"{summary.name}: {summary.description}")
     if summary.source:
-        console.print(f"source: {escape(summary.source)}")
-    model = f", model {escape(summary.model)}" if summary.model else ""
-    console.print(f"{summary.running_jobs} running jobs, {summary.pending_jobs} pending jobs "
-                  f"asking for {summary.pending_gpus:,} GPUs{model}")
-    console.print(f"fragmentation {summary.fragmentation:.2f} (share of free GPUs on nodes "
-                  "that are not wholly free)")
+        r.print_line(out, f"source: {summary.source}")
+    model = f", model {summary.model}" if summary.model else ""
+    r.print_line(out, f"{r.plural(summary.running_jobs, 'running job')}, "
+                      f"{r.plural(summary.pending_jobs, 'pending job')} asking for "
+                      f"{r.count(summary.pending_gpus)} GPUs{model}")
+    r.print_line(out, f"fragmentation {summary.fragmentation:.2f} (share of free GPUs on nodes "
+                      "that are not wholly free)")
     for link in summary.inter_cluster_links:
-        console.print(f"link {escape(link.a)} <-> {escape(link.b)}: {link.gbps:g} Gb/s, {link.latency_ms:g} ms")
+        r.print_line(out, f"link {link.a} <-> {link.b}: {link.gbps:,g} Gb/s, "
+                          f"{link.latency_ms:g} ms")
     for cluster in summary.clusters:
-        console.print()
-        console.print(f"[bold]cluster {escape(cluster.name)}[/bold] "
-                      f"({escape(cluster.region or 'no region')}): "
-                      f"{cluster.nodes} nodes, fabric {cluster.fabric}, fragmentation "
-                      f"{cluster.fragmentation:.2f}")
-        console.print("GPUs by type and state")
-        gpus = Table()
-        for col in ("type", "total", "free", "allocated", "faulty", "largest free NVLink set"):
-            gpus.add_column(col, justify="left" if col == "type" else "right")
-        for row in cluster.gpus_by_type:
-            gpus.add_row(row.gpu_type, f"{row.total:,}", f"{row.free:,}", f"{row.allocated:,}",
-                         f"{row.faulty:,}", str(cluster.largest_free_nvlink_set[row.gpu_type]))
-        console.print(gpus)
-        console.print("Domains per tier (nodes pairwise within the hop radius)")
-        tiers = Table()
-        for col in ("tier", "max hops", "domains", "largest free domain"):
-            tiers.add_column(col, justify="right")
+        r.print_line(out, "")
+        r.print_line(out, f"cluster {cluster.name} ({cluster.region or 'no region'}): "
+                          f"{r.plural(cluster.nodes, 'node')}, fabric {cluster.fabric}, "
+                          f"fragmentation {cluster.fragmentation:.2f}")
+        r.print_table(out, [Column("type"), *[Column(c, justify="right") for c in (
+            "total", "free", "allocated", "faulty", "largest free NVLink set")]],
+            [[row.gpu_type, r.count(row.total), r.count(row.free), r.count(row.allocated),
+              r.count(row.faulty), r.count(cluster.largest_free_nvlink_set[row.gpu_type])]
+             for row in cluster.gpus_by_type], "GPUs by type and state")
+        r.print_table(out, [Column(c, justify="right") for c in (
+            "tier", "max hops", "domains", "largest free domain")],
+            [[str(t.tier), str(t.radius), r.count(t.domain_count),
+              r.count(t.domains[0].free_gpus if t.domains else 0)] for t in cluster.tiers],
+            "Domains per tier (nodes pairwise within the hop radius)")
         for tier in cluster.tiers:
-            best = tier.domains[0].free_gpus if tier.domains else 0
-            tiers.add_row(str(tier.tier), str(tier.radius), str(tier.domain_count), f"{best:,}")
-        console.print(tiers)
-        for tier in cluster.tiers:
-            shown = tier.domains if all_domains else tier.domains[:top]
+            shown, hidden = r.cap(tier.domains, top, all_domains)
             title = f"Free GPUs per tier-{tier.tier} domain (hop <= {tier.radius})"
-            if len(shown) < len(tier.domains):
-                title += f", top {len(shown)} of {tier.domain_count} (--all for every one)"
-            console.print(title)
-            table = Table()
-            for col in ("domain", "nodes", "GPUs", "free", "whole-free nodes"):
-                table.add_column(col, justify="left" if col == "domain" else "right")
-            for d in shown:
-                table.add_row(escape(d.name), str(d.nodes), f"{d.gpus:,}", f"{d.free_gpus:,}",
-                              str(d.whole_free_nodes))
-            console.print(table)
+            if hidden:
+                title += f", top {len(shown)} of {r.count(tier.domain_count)} (--all for every one)"
+            r.print_table(out, [Column("domain"), *[Column(c, justify="right") for c in (
+                "nodes", "GPUs", "free", "whole-free nodes")]],
+                [[d.name, r.count(d.nodes), r.count(d.gpus), r.count(d.free_gpus),
+                  r.count(d.whole_free_nodes)] for d in shown], title)
 
 
 @instances_app.command("export")

@@ -51,14 +51,41 @@ def width_for(stream: IO[str] | None = None) -> int:
     return PIPE_WIDTH
 
 
+class _NoTrailingSpaces:
+    """A text stream that drops the spaces rich pads each line with (pipes, logs and diffs
+    stay clean); everything else is the wrapped stream's."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        if "\n" in self._pending:
+            done, self._pending = self._pending.rsplit("\n", 1)
+            self._stream.write("\n".join(line.rstrip(" ") for line in done.split("\n")) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._stream.write(self._pending)
+            self._pending = ""
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> object:  # isatty, fileno, encoding, ...
+        return getattr(self._stream, name)
+
+
 def console(*, stderr: bool = False) -> Console:
-    """A console for people: the width of :func:`width_for`, no highlighting of numbers.
+    """A console for people: the width of :func:`width_for`, no highlighting of numbers,
+    no trailing spaces.
 
     A fresh one per command, on the current ``sys.stdout`` / ``sys.stderr``, so a test
     runner's captured streams are used.
     """
     stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, width=width_for(stream), highlight=False, soft_wrap=False)
+    return Console(file=_NoTrailingSpaces(stream), width=width_for(stream), highlight=False,
+                   soft_wrap=False)
 
 
 # ---- numbers and words ------------------------------------------------------------------
@@ -137,8 +164,9 @@ def cap(items: Sequence, top: int | None, show_all: bool = False) -> tuple[list,
 
 
 def more_line(hidden: int, what: str, hint: str = "--top N shows more, --all every one") -> str:
-    """``... and 7,980 more admitted jobs (--top N shows more, --all every one)``."""
-    return f"... and {count(hidden)} more {what} ({hint})"
+    """``... and 7,980 more admitted jobs (--top N shows more, --all every one)``; ``what``
+    is singular (``admitted job``)."""
+    return f"... and {plural(hidden, what).replace(' ', ' more ', 1)} ({hint})"
 
 
 # ---- tables -------------------------------------------------------------------------------
@@ -156,6 +184,8 @@ class Column:
     kind: Kind = "required"
     justify: Literal["left", "right"] = "left"
     min_width: int = 16
+    #: a text column never narrower than this (e.g. the longest name it starts with)
+    floor: int = 6
 
 
 def _cell_width(cell: str | Text) -> int:
@@ -194,6 +224,9 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]], width: 
     def overhead(keep: list[int]) -> int:  # borders and one space of padding on each side
         return 1 + 3 * len(keep)
 
+    for i, col in enumerate(columns):
+        if col.kind == "text":
+            minimum[i] = max(minimum[i], min(col.floor, natural[i]))
     keep = list(range(n))
     dropped: list[str] = []
     optional = [i for i in range(n) if columns[i].kind == "optional"]
@@ -202,8 +235,10 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str | Text]], width: 
         keep.remove(i)
         dropped.append(columns[i].header)
     # still too wide: text columns give up room, the widest first, down to a floor
-    floor = {i: max(_longest_word(columns[i].header), 6) for i in keep
+    floor = {i: max(_longest_word(columns[i].header), columns[i].floor) for i in keep
              if columns[i].kind == "text"}
+    for i in floor:
+        minimum[i] = max(minimum[i], floor[i])
     while sum(minimum[i] for i in keep) + overhead(keep) > width:
         shrinkable = [i for i in floor if minimum[i] > floor[i]]
         if not shrinkable:
@@ -250,7 +285,9 @@ def print_table(out: Console, columns: Sequence[Column], rows: Sequence[Sequence
                 title: str | None = None, *, hint: str = "widen the terminal or set COLUMNS",
                 ) -> list[str]:
     """Print a fitted table and, when columns were left out, one line naming them."""
-    fitted = fit(columns, rows, out.width, title)
+    if title:  # a line of its own: a rich title would wrap at the table's width
+        print_line(out, title)
+    fitted = fit(columns, rows, out.width)
     # a required column wider than the terminal widens the output rather than cut a cell
     _emit(out, fitted.table, max(out.width, fitted.width))
     if fitted.dropped:

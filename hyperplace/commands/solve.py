@@ -226,7 +226,7 @@ def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
                                 Column("where (node[GPU indices])", "text")],
                       rows, "admitted jobs")
         if hidden:
-            r.print_line(console, r.more_line(hidden, "admitted jobs"))
+            r.print_line(console, r.more_line(hidden, "admitted job"))
     if plan.preemptions:
         rows = [[pe.job, pe.why, pe.preemptor, r.count(pe.gpus), r.num(pe.lost_gpu_seconds, 0)]
                 for pe in plan.preemptions]
@@ -243,7 +243,7 @@ def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
         r.print_table(console, [Column("job"), Column("why", "text", min_width=30)],
                       [[pj.job, "\n".join(pj.reasons)] for pj in shown], "pending jobs")
         if hidden:
-            r.print_line(console, r.more_line(hidden, "pending jobs"))
+            r.print_line(console, r.more_line(hidden, "pending job"))
 
 
 def solve_command(
