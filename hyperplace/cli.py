@@ -61,10 +61,12 @@ def _mount() -> None:
         solve,
         split,
         whatif,
+        why,
     )
 
     instances.register(app)
     solve.register(app)
+    why.register(app)
     simulate.register(app)
     whatif.register(app)
     app.add_typer(split.app, name="split")

@@ -1,0 +1,96 @@
+"""``hyperplace why JOB`` (#26): one job's answer, its reasons, and checked changes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from hyperplace.check import check
+from hyperplace.cli import app
+from hyperplace.errors import InputError
+from hyperplace.instances import load_instance
+from hyperplace.solvers.driver import solve_placement
+from hyperplace.solvers.workflows.why import why_job
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    return load_instance("mixed-a100-h100")
+
+
+def test_pending_job_gets_the_plans_reasons_and_a_change_that_admits(mixed) -> None:
+    answer = why_job(mixed, "tp16-single-node", budget_s=10)
+    assert answer.state == "pending"
+    assert any("maxHopCount 0" in r for r in answer.reasons), answer.reasons
+    admitting = [c for c in answer.changes if c.admits]
+    kinds = {c.kind for c in admitting}
+    assert kinds & {"hop-limit", "fewer-gpus"}, answer.changes
+    assert answer.changes[0].admits  # admitting changes come first
+    assert "Smallest change that admits it" in answer.summary
+
+
+def test_the_hop_limit_change_really_admits_it(mixed) -> None:
+    """The claim, checked here independently: maxHopCount 1 lets tp16-single-node in."""
+    answer = why_job(mixed, "tp16-single-node", budget_s=10)
+    hop = next(c for c in answer.changes if c.kind == "hop-limit")
+    assert hop.admits and "maxHopCount 1" in hop.change
+    jobs = []
+    for j in mixed.jobs:
+        if j.name == "tp16-single-node":
+            groups = [g.model_copy(update={"inter_node_connectivity":
+                                           g.inter_node_connectivity.model_copy(
+                                               update={"max_hop_count": 1})})
+                      if g.inter_node_connectivity.max_hop_count is not None else g
+                      for g in j.spec.resource_groups]
+            j = j.model_copy(update={"spec": j.spec.model_copy(
+                update={"resource_groups": groups})})
+        jobs.append(j)
+    changed = mixed.with_jobs(jobs)
+    plan = solve_placement(changed, budget_s=10)
+    assert check(plan, changed) == []
+    assert "tp16-single-node" in {j.job for j in plan.jobs}
+
+
+def test_missing_type_suggests_a_type_the_cluster_has_with_its_memory(mixed) -> None:
+    answer = why_job(mixed, "mi300x-finetune", budget_s=10)
+    assert answer.state == "pending"
+    typed = [c for c in answer.changes if c.kind == "gpu-type" and c.admits]
+    assert typed, answer.changes
+    assert "memory floor of 80 GB instead of 192" in typed[0].change
+
+
+def test_admitted_and_running_jobs_say_so(mixed) -> None:
+    plan = solve_placement(mixed, budget_s=10)
+    name = plan.jobs[0].job
+    answer = why_job(mixed, name, budget_s=10)
+    assert answer.state == "admitted" and answer.nodes and not answer.changes
+    running = next(v for c in mixed.clusters for n in c.nodes for v in n.allocated.values())
+    answer = why_job(mixed, running, budget_s=5)
+    assert answer.state == "running" and answer.nodes
+
+
+def test_unknown_job_names_the_argument_and_the_jobs(mixed) -> None:
+    with pytest.raises(InputError, match="no job 'nope'.*pending jobs are") as err:
+        why_job(mixed, "nope")
+    assert err.value.one_line().startswith("JOB:")
+
+
+def test_cli_why_prints_for_people_and_json_for_programs() -> None:
+    result = runner.invoke(app, ["why", "tp16-single-node", "--budget", "10"],
+                           env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert out.startswith("hyperplace why: tp16-single-node (mixed-a100-h100): pending")
+    assert "would admit it now" in out and "waiting:" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    result = runner.invoke(app, ["why", "tp16-single-node", "--budget", "10", "--format",
+                                 "json"])
+    doc = json.loads(result.stdout)
+    assert doc["kind"] == "JobAnswer" and doc["state"] == "pending"
+    assert any(c["admits"] for c in doc["changes"])
+    bad = runner.invoke(app, ["why", "nope"])
+    assert bad.exit_code == 2 and len(bad.stderr.strip().splitlines()) == 1
