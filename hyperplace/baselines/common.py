@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -46,14 +45,8 @@ from hyperplace.models import (
     PlacementPlan,
     TrainingJob,
 )
-from hyperplace.models.plan import (
-    GPURef,
-    JobSummary,
-    PendingJob,
-    TopologyAssignment,
-    TopologyDomain,
-    UnitPlacement,
-)
+from hyperplace.models.plan import GPURef
+from hyperplace.models.plan_builder import PlanBuilder
 from hyperplace.models.result import SolveStatus
 
 INF_RADIUS = 10**9
@@ -306,38 +299,21 @@ def run_baseline(instance: Instance, solver: str, place_job: PlaceJob, seed: int
 
 def build_plan(instance: Instance, solver: str, outcomes: dict[str, JobOutcome],
                runtime_s: float) -> PlacementPlan:
-    """Placements, per-job summaries (with a Kueue-style topology assignment) and reasons."""
-    node_cluster = {n.name: (c, n) for c in instance.clusters for n in c.nodes}
-    placements: list[UnitPlacement] = []
-    jobs: list[JobSummary] = []
-    pending: list[PendingJob] = []
+    """Placements, per-job summaries (with a Kueue-style topology assignment) and reasons
+    (the one plan builder, :class:`~hyperplace.models.plan_builder.PlanBuilder`)."""
+    b = PlanBuilder(instance)
     held = sum(len(o.held) for o in outcomes.values())
     for job in instance.jobs:
         outcome = outcomes.get(job.name)
         if outcome is None or not outcome.units:
-            reasons = outcome.reasons if outcome and outcome.reasons else ["not considered"]
-            pending.append(PendingJob(job=job.name, reasons=reasons))
+            b.wait(job.name, outcome.reasons if outcome and outcome.reasons else ["not considered"])
             continue
-        refs: list[GPURef] = []
-        for unit in job.units():
-            gpus = outcome.units[unit.name]
-            placements.append(UnitPlacement(job=job.name, unit=unit.name, gpus=gpus))
-            refs += gpus
-        per_node = Counter(g.node for g in refs)
-        types = Counter(node_cluster[g.node][1].gpu_type for g in refs)
-        types = Counter({instance.catalog.get(t).name: c for t, c in types.items()})
-        cluster = node_cluster[refs[0].node][0]
-        domains = [TopologyDomain(values=[cluster.network.node_domain(n, 1) or f"node:{n}", n],
-                                  count=c) for n, c in per_node.items()]
-        jobs.append(JobSummary(job=job.name, priority=job.priority, gpus=len(refs),
-                               gpu_types=dict(types), node_names=list(per_node),
-                               topology_assignment=TopologyAssignment(levels=["rack", "hostname"],
-                                                                      domains=domains)))
-    return PlacementPlan(status=SolveStatus.FEASIBLE, solver=solver, runtime_s=runtime_s,
-                         placements=placements, jobs=jobs, pending=pending,
-                         objective_terms={"held_gpus": held} if held else {},
-                         metadata={"name": f"{instance.name}-{solver}", "instance": instance.name},
-                         message="one job at a time in queue order; no bound")
+        units = [(unit.name, outcome.units[unit.name]) for unit in job.units()]
+        b.place(job.name, job.priority, units, sort_nodes=False,
+                topology=b.host_topology([g for _, refs in units for g in refs]))
+    return b.build(solver, status=SolveStatus.FEASIBLE, solver=solver, runtime_s=runtime_s,
+                   objective_terms={"held_gpus": held} if held else {},
+                   message="one job at a time in queue order; no bound")
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -21,16 +21,13 @@ from hyperplace.formulations.placement import (
 from hyperplace.formulations.placement.spares import opened_whole_nodes, spare_leaf
 from hyperplace.models.plan import (
     GPURef,
-    JobSummary,
     Migration,
-    PendingJob,
     PlacementPlan,
-    PlanMeta,
     Preemption,
     TopologyAssignment,
     TopologyDomain,
-    UnitPlacement,
 )
+from hyperplace.models.plan_builder import PlanBuilder
 from hyperplace.models.result import SolveStats
 
 
@@ -540,35 +537,26 @@ def _topology(p: PlacementProblem, units: list[PlacedUnit]) -> TopologyAssignmen
 def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
             reasons: dict[int, list[str]], objective_terms: dict[str, float] | None = None
             ) -> PlacementPlan:
-    """The plan document for an assignment, its statistics, reasons and objective terms."""
-    placements: list[UnitPlacement] = []
-    jobs: list[JobSummary] = []
+    """The plan document for an assignment, its statistics, reasons and objective terms
+    (the one plan builder, :class:`~hyperplace.models.plan_builder.PlanBuilder`)."""
+    b = PlanBuilder(p.instance)
     for j in sorted(assignment.units):
         jv = p.jobs[j]
         units = assignment.units[j]
         if jv.migrant is not None and p.victims[jv.migrant].partial == j:
             jv, units = repaired_in_part(p, j, units)
-        types: dict[str, int] = defaultdict(int)
-        nodes: list[str] = []
-        for u in units:
-            refs = [GPURef(node=node, gpu=g) for node, gpus in u.pieces for g in gpus]
-            placements.append(UnitPlacement(job=jv.name, unit=u.unit, gpus=refs))
-            for node, gpus in u.pieces:
-                types[p.node_by_name[node].gpu_type.name] += len(gpus)
-                if node not in nodes:
-                    nodes.append(node)
-        jobs.append(JobSummary(job=jv.name, priority=jv.priority, gpus=jv.gpus,
-                               gpu_types=dict(types), node_names=sorted(nodes),
-                               topology_assignment=_topology(p, units)))
-    pending = [PendingJob(job=jv.name, reasons=reasons.get(jv.index) or ["not admitted"])
-               for jv in p.pending if jv.index not in assignment.units]
-    return PlacementPlan(
-        metadata=PlanMeta(name=f"{p.instance.name}-plan", instance=p.instance.name),
-        status=stats.status, solver=stats.solver, objective=stats.objective, bound=stats.bound,
-        gap=stats.gap, objective_gaps=stats.objective_gaps,
+        b.place(jv.name, jv.priority,
+                [(u.unit, [GPURef(node=node, gpu=g) for node, gpus in u.pieces for g in gpus])
+                 for u in units],
+                gpus=jv.gpus, topology=_topology(p, units))
+    for jv in p.pending:
+        if jv.index not in assignment.units:
+            b.wait(jv.name, reasons.get(jv.index) or ["not admitted"])
+    return b.build(
+        "plan", status=stats.status, solver=stats.solver, objective=stats.objective,
+        bound=stats.bound, gap=stats.gap, objective_gaps=stats.objective_gaps,
         runtime_s=round(stats.runtime_s, 4), budget_s=stats.budget_s,
-        message=stats.message, placements=placements, jobs=jobs, pending=pending,
-        objective_terms=objective_terms or {},
+        message=stats.message, objective_terms=objective_terms or {},
         preemptions=preemptions(p, assignment) if p.preempting else [],
         preemption_policy=p.preemption if p.preempting else None,
         migrations=migrations(p, assignment),

@@ -43,6 +43,7 @@ from hyperplace.models.priority import priority_weights
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.plan import Migration, PendingJob, PlacementPlan, PlanMeta
+from hyperplace.models.plan_builder import PlanBuilder
 from hyperplace.models.result import SolveStatus, relative_gap
 from hyperplace.models.sharing import largest_free_domains, released, running_gpus
 from hyperplace.solvers.driver import solve_placement
@@ -88,17 +89,18 @@ def _placed_gpus(plan: PlacementPlan, job: str) -> set[GPU]:
     return {(g.node, g.gpu) for u in plan.placements if u.job == job for g in u.gpus}
 
 
-def _compose(instance: Instance, parts: list[PlacementPlan], migrations: list[Migration],
-             reasons: dict[str, list[str]], *, solver: str, start: float, budget_s: float,
-             message: str, status: SolveStatus = SolveStatus.FEASIBLE) -> PlacementPlan:
-    """One plan from the parts' placements: every pending job of the instance placed or
-    listed with its reasons; objective 1 and the admitted count over the pending jobs (weights
-    over the GPUs free before any migration, as the checker computes them)."""
-    placements = [u for p in parts for u in p.placements]
-    summaries = [s for p in parts for s in p.jobs]
-    placed = {u.job for u in placements}
-    pending = [PendingJob(job=j.name, reasons=reasons.get(j.name) or ["not placed"])
-               for j in instance.jobs if j.name not in placed]
+def compose_plan(b: PlanBuilder, migrations: list[Migration], reasons: dict[str, list[str]],
+                 *, kind: str, solver: str, start: float, budget_s: float, message: str,
+                 status: SolveStatus = SolveStatus.FEASIBLE) -> PlacementPlan:
+    """One plan (``<instance>-<kind>``) from the jobs placed in ``b`` so far: every other
+    pending job of the instance listed with its reasons; objective 1 and the admitted count
+    over the pending jobs (weights over the GPUs free before any migration, as the checker
+    computes them). Used by defragmentation and by repair."""
+    instance = b.instance
+    placed = b.placed
+    for j in instance.jobs:
+        if j.name not in placed:
+            b.wait(j.name, reasons.get(j.name) or ["not placed"])
     admitted = [j for j in instance.jobs if j.name in placed]
     free = sum(n.free_count for c in instance.clusters for n in c.nodes)
     weights = priority_weights(((j.priority, j.total_gpus) for j in instance.jobs), free)
@@ -107,12 +109,8 @@ def _compose(instance: Instance, parts: list[PlacementPlan], migrations: list[Mi
              "admitted_jobs": len(admitted),
              "migrated_lost_gpu_seconds": sum(m.lost_gpu_seconds for m in migrations),
              "migrated_gpus": sum(m.gpus_moved for m in migrations)}
-    meta = PlanMeta(name=f"{instance.name}-defrag", instance=instance.name)
-    return PlacementPlan(status=status, solver=parts[0].solver if parts else solver,
-                         runtime_s=time.perf_counter() - start, budget_s=budget_s,
-                         message=message, placements=placements, jobs=summaries,
-                         pending=pending, objective_terms=terms, migrations=migrations,
-                         metadata=meta)
+    return b.build(kind, status=status, solver=solver, runtime_s=time.perf_counter() - start, budget_s=budget_s,
+                   message=message, objective_terms=terms, migrations=migrations)
 
 
 # ---- whole-cluster defragmentation -------------------------------------------------------
@@ -307,8 +305,12 @@ def search_cluster(instance: Instance, *, max_moves: int = 4, budget_s: float = 
     migrations = [migration(instance, n, gpus, "defrag") for n, gpus in moved.items()]
     msg = _defrag_message(migrations, before, after, notes)
     reasons = {j.name: ["defrag places no pending job (solve does)"] for j in instance.jobs}
-    plan = _compose(instance, parts, migrations, reasons, solver=solver, start=start,
-                    budget_s=budget_s, message=msg)
+    b = PlanBuilder(instance)
+    for part in parts:
+        b.keep(part)
+    plan = compose_plan(b, migrations, reasons, kind="defrag",
+                        solver=parts[0].solver if parts else solver, start=start,
+                        budget_s=budget_s, message=msg)
     terms = dict(plan.objective_terms)
     terms["largest_free_domain_gpus"] = sum(after.values())
     return DefragResult(plan.model_copy(update={"objective_terms": terms}), msg)

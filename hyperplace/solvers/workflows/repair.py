@@ -50,11 +50,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hyperplace.baselines.common import JobOutcome, build_plan
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.migration import MigrationPolicy, PartialRepair
 from hyperplace.models.plan import GPURef, PendingJob, PlacementPlan, PlanMeta
+from hyperplace.models.plan_builder import PlanBuilder
 from hyperplace.models.sharing import released, running_gpus, whole_free_per_leaf, with_failures
 from hyperplace.solvers.driver import solve_placement
 
@@ -215,15 +215,19 @@ def repair(instance: Instance, failed: list[tuple[str, int | None]],
             "runtime_s": time.perf_counter() - start, "budget_s": budget_s,
             "metadata": PlanMeta(name=f"{broken.name}-repair", instance=broken.name)})
         return RepairResult(plan.model_copy(update={"hot_spares": hot_spares}), done)
-    from hyperplace.solvers.workflows.defrag import _compose, migration
+    from hyperplace.solvers.workflows.defrag import compose_plan, migration
 
-    outcomes = {n: JobOutcome(units={u: [GPURef(node=a, gpu=b) for a, b in gs]
-                                     for u, gs in units.items()}) for n, units in new.items()}
-    sub = build_plan(broken.with_jobs([manifests[n] for n in new]), solver, outcomes, 0.0)
+    b = PlanBuilder(broken)
+    for n, units in new.items():
+        if units:
+            placed = [(u.name, [GPURef(node=a, gpu=g) for a, g in units[u.name]])
+                      for u in manifests[n].units()]
+            b.place(n, manifests[n].priority, placed, sort_nodes=False,
+                    topology=b.host_topology([g for _, refs in placed for g in refs]))
     migrations = [migration(broken, n, {g for gs in new[n].values() for g in gs}, "repair")
                   for n in new]
-    plan = _compose(broken, [sub] if new else [], migrations, reasons, solver=solver,
-                    start=start, budget_s=budget_s, message=msg)
+    plan = compose_plan(b, migrations, reasons, kind="defrag", solver=solver, start=start,
+                        budget_s=budget_s, message=msg)
     return RepairResult(plan.model_copy(update={"hot_spares": hot_spares}), done)
 
 
