@@ -125,7 +125,7 @@ def test_node_sets_from_the_memo_are_greedy_preempts_node_sets():
     # they must be the sets greedy_preempt._node_sets builds from scratch
     from hyperplace.instances.generator import generate
     from hyperplace.solvers.heuristics import greedy_migrate as gm
-    from hyperplace.solvers.heuristics.greedy_preempt import _node_sets, _taken
+    from hyperplace.solvers.heuristics.greedy_preempt import _node_sets, state_with_plan
 
     spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
     bench = importlib.util.module_from_spec(spec)
@@ -133,7 +133,7 @@ def test_node_sets_from_the_memo_are_greedy_preempts_node_sets():
     inst = bench.with_movers(generate(512, 80, bench.TYPES, 0.85, 5), 5)
     p = PlacementProblem(inst, migration=MigrationPolicy())
     a = solve_greedy(p)
-    state, _ = _taken(p, a)
+    state, _ = state_with_plan(p, a)
     memo = gm._Memo(p)
     stopped = {v.index for v in p.victims[::7]}  # some movers already moved
     compared = 0

@@ -73,7 +73,7 @@ from pydantic import BaseModel, ConfigDict
 from hyperplace.check.migration import migration_problems
 from hyperplace.check.preemption import preemption_problems
 from hyperplace.check.spares import spare_problems, spare_shortfall
-from hyperplace.check.quotas import Usage, _per_key, quota_problems, running_usage
+from hyperplace.check.quotas import Usage, used_per_key, quota_problems, running_usage
 from hyperplace.models.priority import priority_weights
 from hyperplace.models.preemption_policy import LOWER_PRIORITY, POLICIES, StopRule, running_levels
 from hyperplace.models import (
@@ -650,7 +650,7 @@ def _within_nominal(ctx: _Context, placed: dict[str, dict[str, list[GPU]]]) -> s
     for k, n in _queue_usage(ctx, placed).items():
         after[k] += n
     ok = {q.name for q in qs.queues.values()
-          if all(_per_key(qs, after, q.name, key) <= quota.nominal + 1e-9
+          if all(used_per_key(qs, after, q.name, key) <= quota.nominal + 1e-9
                  for key, quota in q.quotas.items())}
     return {j for j in placed if j in ctx.jobs and _queue_of_placed(ctx, j) in ok}
 

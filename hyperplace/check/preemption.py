@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hyperplace.check.quotas import Usage, _matches, _per_key, running_usage
+from hyperplace.check.quotas import Usage, key_matches, used_per_key, running_usage
 from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.models.preemption_policy import (
@@ -160,9 +160,9 @@ def _nominal_excess(plan: PlacementPlan, instance: Instance, victims: list[str]
         victim_types = {types[node] for node, _ in held[v]}
         out = []
         for key, quota in qs.queues[q].quotas.items() if q in qs.queues else ():
-            if not any(_matches(key, t) for t in victim_types):
+            if not any(key_matches(key, t) for t in victim_types):
                 continue
-            use = _per_key(qs, after, q, key)
+            use = used_per_key(qs, after, q, key)
             if use > quota.nominal + 1e-9:
                 out.append(f"queue {q} reclaims it but then uses {use} {key} GPUs, over its "
                            f"nominal quota of {quota.nominal:g} (reclaim restores a nominal "

@@ -17,15 +17,15 @@ from hyperplace.models.queue import ANY_TYPE, QueueSet
 Usage = dict[tuple[str, str], int]  # (queue, GPU type) -> GPUs
 
 
-def _matches(key: str, gpu_type: str) -> bool:
+def key_matches(key: str, gpu_type: str) -> bool:
     if key == ANY_TYPE:
         return True
     name = gpu_type.upper()
     return name == key or name.startswith(key + "-")
 
 
-def _per_key(qs: QueueSet, usage: Usage, queue: str, key: str) -> int:
-    return sum(n for (q, t), n in usage.items() if q == queue and _matches(key, t))
+def used_per_key(qs: QueueSet, usage: Usage, queue: str, key: str) -> int:
+    return sum(n for (q, t), n in usage.items() if q == queue and key_matches(key, t))
 
 
 def running_usage(instance: Instance) -> Usage:
@@ -58,13 +58,13 @@ def quota_problems(instance: Instance, admitted: Usage) -> list[str]:
         total[k] += v
     out: list[str] = []
     for (queue, gpu_type), n in admitted.items():
-        if n and queue in qs.queues and not any(_matches(k, gpu_type) for k in qs.queues[queue].quotas):
+        if n and queue in qs.queues and not any(key_matches(k, gpu_type) for k in qs.queues[queue].quotas):
             out.append(f"queue {queue} has no quota covering {gpu_type} but was given {n} of them")
     cohorts: dict[tuple[str, str], list[str]] = defaultdict(list)
     for q in qs.queues.values():
         for key, quota in q.quotas.items():
-            before = _per_key(qs, run, q.name, key)
-            after = _per_key(qs, total, q.name, key)
+            before = used_per_key(qs, run, q.name, key)
+            after = used_per_key(qs, total, q.name, key)
             limit = quota.nominal + quota.borrowing_limit if q.cohort else quota.nominal
             if after > max(limit, before):
                 out.append(f"queue {q.name} uses {after} {key} GPUs, over its limit of {limit:g}")
@@ -75,7 +75,7 @@ def quota_problems(instance: Instance, admitted: Usage) -> list[str]:
             borrowed = lent = 0.0
             for name in names:
                 quota = qs.queues[name].quotas[key]
-                use = _per_key(qs, usage, name, key)
+                use = used_per_key(qs, usage, name, key)
                 borrowed += max(0.0, use - quota.nominal)
                 lent += min(min(quota.nominal, quota.lending_limit), max(0.0, quota.nominal - use))
             return borrowed - lent

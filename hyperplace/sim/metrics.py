@@ -163,7 +163,7 @@ def queue_metrics(run: PolicyRun) -> dict[str, Any]:
 
 # ---- output ------------------------------------------------------------------------------
 
-def _csv(rows: list[dict[str, Any]]) -> str:
+def to_csv(rows: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
     if rows:
         w = csv.DictWriter(buf, fieldnames=list(rows[0]))
@@ -192,13 +192,13 @@ def write_outputs(out: Path, summary: dict[str, Any], runs: list[PolicyRun],
     written = []
     files = {
         "summary.json": json.dumps(summary, indent=2, default=str) + "\n",
-        "policies.csv": _csv([{k: v for k, v in row.items() if k != "queues"}
+        "policies.csv": to_csv([{k: v for k, v in row.items() if k != "queues"}
                               for row in summary["policies"]]),
-        "jobs.csv": _csv([row for run in runs for row in job_rows(run)]),
-        "timeline.csv": _csv([{"policy": run.policy, "time_s": s.time_s, "busy": s.busy,
+        "jobs.csv": to_csv([row for run in runs for row in job_rows(run)]),
+        "timeline.csv": to_csv([{"policy": run.policy, "time_s": s.time_s, "busy": s.busy,
                                "free": s.free, "down": s.down, "queued": s.queued}
                               for run in runs for s in run.samples]),
-        "rounds.csv": _csv([{"policy": run.policy, "time_s": r.time_s,
+        "rounds.csv": to_csv([{"policy": run.policy, "time_s": r.time_s,
                              "solve_s": round(r.solve_s, 5), "started": r.started,
                              "queued": r.queued, "fallback": r.fallback, "status": r.status,
                              "held": r.held} for run in runs for r in run.rounds]),
@@ -206,7 +206,7 @@ def write_outputs(out: Path, summary: dict[str, Any], runs: list[PolicyRun],
     queue_rows = [{"policy": row["policy"], "queue": q, **fig}
                   for row in summary["policies"] for q, fig in row.get("queues", {}).items()]
     if queue_rows:
-        files["queues.csv"] = _csv(queue_rows)
+        files["queues.csv"] = to_csv(queue_rows)
     for name, text in files.items():
         write_atomic(out / name, text)
         written.append(out / name)

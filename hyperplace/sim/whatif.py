@@ -451,12 +451,12 @@ def report(rows: list[dict[str, Any]], out: Path, charts: bool = True) -> list[P
         status = r["status"] if r["status"] == "done" else f"failed: {r['error']}"
         lines.append(f"| {r['id']} | {status} | " + " | ".join(cells) + " |")
         csv_rows.append(row)
-    from hyperplace.sim.metrics import _csv
+    from hyperplace.sim.metrics import to_csv
 
     written = [out / "report.md", out / "report.csv"]
     write_atomic(out / "report.md", "# what-if sweep: scenarios vs base\n\n"
                  + "\n".join(lines) + "\n")
-    write_atomic(out / "report.csv", _csv(csv_rows))
+    write_atomic(out / "report.csv", to_csv(csv_rows))
     if charts and base:
         try:
             import matplotlib

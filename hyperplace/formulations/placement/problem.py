@@ -302,7 +302,7 @@ class PlacementProblem:
             for node in cluster.nodes:
                 old = prev.node_by_name.get(node.name) if prev is not None else None
                 if old is not None and old.cluster.network is net and \
-                        _same_hardware(old.node, node):
+                        same_hardware(old.node, node):
                     view = copy.copy(old)  # shares the clique cache (same hardware)
                     view.index, view.node, view.cluster = len(nodes), node, cluster
                     view.free = node.free_gpus
@@ -832,7 +832,7 @@ def _check_spares(hot_spares: int) -> int:
     return hot_spares
 
 
-def _same_hardware(a: Node, b: Node) -> bool:
+def same_hardware(a: Node, b: Node) -> bool:
     """The two node objects describe the same hardware (their GPU state may differ)."""
     return a is b or all(getattr(a, f) == getattr(b, f) for f in _HARDWARE_FIELDS)
 

@@ -80,7 +80,7 @@ def highs_rows(rows: Iterable[tuple[list[tuple[int, int]], float, float]]
 
 
 @contextlib.contextmanager
-def _quiet_stdout() -> Iterator[None]:
+def quiet_stdout() -> Iterator[None]:
     """HiGHS prints its banner on fd 1 when created; keep stdout clean for JSON/YAML output."""
     sys.stdout.flush()
     try:
@@ -183,7 +183,7 @@ class MilpBackend(Backend):
             prob.setObjective(pulp.LpAffineExpression([(xs[i], sign * a) for i, a in obj.terms]))
             prob.sense = pulp.LpMinimize
             try:
-                with _quiet_stdout():
+                with quiet_stdout():
                     run_interruptibly(lambda: prob.solve(_make_solver(engine, limit)),
                                       lambda: _cancel(prob))
             except pulp.PulpSolverError as exc:
@@ -281,7 +281,7 @@ def _solve_highs(model: LinearModel, time_limit_s: float, options: BackendOption
     start_values: list[int] | None = options.hint
 
     def build(cost: np.ndarray, limit: float, warm: bool) -> highspy.Highs:
-        with _quiet_stdout():
+        with quiet_stdout():
             h = highspy.Highs()  # type: ignore[no-untyped-call]
         h.setOptionValue("output_flag", False)
         h.setOptionValue("mip_rel_gap", 0.0)

@@ -60,12 +60,12 @@ def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float,
     import highspy
 
     from hyperplace.solvers.backends.backend import run_interruptibly
-    from hyperplace.solvers.backends.milp import _quiet_stdout, highs_rows
+    from hyperplace.solvers.backends.milp import quiet_stdout, highs_rows
 
     n = lm.num_vars
     if n == 0:
         return 0.0
-    with _quiet_stdout():
+    with quiet_stdout():
         h = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)

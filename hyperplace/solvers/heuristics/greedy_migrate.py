@@ -35,9 +35,9 @@ from hyperplace.solvers.heuristics.greedy_preempt import (
     MAX_CANDIDATES,
     MAX_SETS,
     Options,
-    _cost,
-    _Quota,
-    _taken,
+    victim_cost,
+    QuotaUse,
+    state_with_plan,
     add_cheapest_nodes,
     ranked,
 )
@@ -68,7 +68,7 @@ def greedy_migrate(p: PlacementProblem, a: Assignment, params: GreedyParams | No
     limit = p.migration.max_moves if p.migration is not None else None
     out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped),
                      untried=set(a.untried))
-    state, quota = _taken(p, out)
+    state, quota = state_with_plan(p, out)
     memo = _Memo(p)
     pending = sorted((jv for jv in p.pending if not jv.impossible),
                      key=lambda j: (-j.priority, -j.gpus, j.index))
@@ -170,7 +170,7 @@ class _Memo:
         return found
 
 
-def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: _Quota,
+def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaUse,
                  out: Assignment, params: GreedyParams, memo: _Memo,
                  limit: int | None, deadline: float | None) -> bool:
     """Try to place ``jv`` by migrating movers (sets in order of lost work, then node by
@@ -239,7 +239,7 @@ def _node_sets(p: PlacementProblem, jv: JobView, state: State, memo: _Memo,
                 chosen.append(v)
                 room += k
             if room >= size:
-                costs.append((_cost(chosen), name, chosen))
+                costs.append((victim_cost(chosen), name, chosen))
         add_cheapest_nodes(costs, count, options)
     return ranked(options)
 
@@ -257,7 +257,7 @@ def _frees_a_piece(p: PlacementProblem, combo: tuple[Victim, ...], state: State,
 
 
 def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[Victim, ...], state: State,
-             quota: _Quota, out: Assignment, params: GreedyParams) -> bool:
+             quota: QuotaUse, out: Assignment, params: GreedyParams) -> bool:
     """Release ``combo``, place ``jv``, keep the movers it does not need, place the others
     again; on success record it all, else change nothing."""
     trials = params.max_domain_trials
@@ -320,7 +320,7 @@ def greedy_repair(p: PlacementProblem, a: Assignment, params: GreedyParams,
     else left broken. The budget's floor and the exact backends' hint of a repair round."""
     out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped),
                      untried=set(a.untried))
-    state, quota = _taken(p, out)
+    state, quota = state_with_plan(p, out)
     trials = params.max_domain_trials
     for v in sorted(p.victims, key=lambda v: (-p.repair_gpus(v), v.name)):
         if deadline is not None and time.perf_counter() > deadline:

@@ -71,7 +71,7 @@ def greedy_preempt(p: PlacementProblem, a: Assignment, params: GreedyParams | No
     if not p.victims:
         return a
     out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped))
-    state, quota = _taken(p, out)
+    state, quota = state_with_plan(p, out)
     pending = sorted((jv for jv in p.jobs if jv.index not in out.units and not jv.impossible),
                      key=lambda j: (-j.priority, -j.gpus, j.index))
     for jv in pending:
@@ -102,7 +102,7 @@ def greedy_preempt(p: PlacementProblem, a: Assignment, params: GreedyParams | No
     return out
 
 
-def _keep_unneeded(p: PlacementProblem, out: Assignment, quota: _Quota) -> None:
+def _keep_unneeded(p: PlacementProblem, out: Assignment, quota: QuotaUse) -> None:
     """Victims the finished plan does not need keep running: one whose GPUs no placement
     uses and without whose stop every quota still holds (a victim stopped for one job's
     quota may no longer be needed once a later stop frees that quota, e.g. a reclaim
@@ -122,7 +122,7 @@ def _keep_unneeded(p: PlacementProblem, out: Assignment, quota: _Quota) -> None:
 
 
 def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[Victim, ...], state: State,
-             quota: _Quota, out: Assignment, params: GreedyParams) -> bool:
+             quota: QuotaUse, out: Assignment, params: GreedyParams) -> bool:
     """Stop ``combo`` and place ``jv`` by greedy's rule; on success record it (victims whose
     GPUs and quota it does not need keep running), else change nothing."""
     freed = [(node, g) for v in combo for node, g in v.gpus]
@@ -189,7 +189,7 @@ def _node_sets(p: PlacementProblem, jv: JobView, state: State, cands: list[Victi
                     chosen.append(v)
                     room += sum(1 for name, _ in v.gpus if name == n.name)
                 if room >= size:
-                    costs.append((_cost(chosen), n.name, chosen))
+                    costs.append((victim_cost(chosen), n.name, chosen))
         add_cheapest_nodes(costs, count, options)
     return ranked(options)
 
@@ -205,7 +205,7 @@ def add_cheapest_nodes(costs: NodeCosts, count: int, options: Options) -> None:
         picked.update({v.index: v for v in chosen})
     combo = tuple(picked.values())
     if combo:
-        options[frozenset(picked)] = (_cost(combo), combo)
+        options[frozenset(picked)] = (victim_cost(combo), combo)
 
 
 def ranked(options: Options) -> list[tuple[Victim, ...]]:
@@ -213,13 +213,13 @@ def ranked(options: Options) -> list[tuple[Victim, ...]]:
     return [combo for _, combo in sorted(options.values(), key=lambda o: o[0])]
 
 
-def _cost(victims: list[Victim] | tuple[Victim, ...]) -> tuple[float, int, float]:
+def victim_cost(victims: list[Victim] | tuple[Victim, ...]) -> tuple[float, int, float]:
     """Highest level stopped, GPUs stopped, lost work: objective 1's order, roughly."""
     return (max((v.level for v in victims), default=-float("inf")),
             sum(len(v.gpus) for v in victims), sum(v.lost for v in victims))
 
 
-class _Quota:
+class QuotaUse:
     """Usage per (queue, quota key) of the jobs admitted and of the victims stopped."""
 
     def __init__(self, p: PlacementProblem):
@@ -289,11 +289,11 @@ class _Quota:
         return True
 
 
-def _taken(p: PlacementProblem, a: Assignment) -> tuple[State, _Quota]:
+def state_with_plan(p: PlacementProblem, a: Assignment) -> tuple[State, QuotaUse]:
     """Greedy's GPU state and queue usage with plan ``a`` in place: its units hold their GPUs
     and count against their queues, its stopped victims (or movers) count no more."""
     state = State(p)
-    quota = _Quota(p)
+    quota = QuotaUse(p)
     for j, units in a.units.items():
         quota.add(p.jobs[j].queue, units, +1)
         for u in units:

@@ -147,7 +147,7 @@ def carry_fabric(prev: Instance, new: Instance) -> int:
     because node views are reused only on the very same fabric. Returns how many clusters
     got one.
     """
-    from hyperplace.formulations.placement.problem import _same_hardware
+    from hyperplace.formulations.placement.problem import same_hardware
 
     before = {c.name: c for c in prev.clusters}
     carried = 0
@@ -157,7 +157,7 @@ def carry_fabric(prev: Instance, new: Instance) -> int:
             continue
         if old.fabric != c.fabric or len(old.nodes) != len(c.nodes):
             continue
-        if all(a.labels == b.labels and _same_hardware(a, b) for a, b in zip(old.nodes, c.nodes)):
+        if all(a.labels == b.labels and same_hardware(a, b) for a, b in zip(old.nodes, c.nodes)):
             c.__dict__["network"] = old.__dict__["network"]
             carried += 1
     return carried
