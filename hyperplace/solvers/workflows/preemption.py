@@ -11,61 +11,20 @@ the preemptor's gang would still not fit is never chosen (the gang is all or not
 same model). Greedy's heuristic (:mod:`hyperplace.solvers.heuristics.greedy_preempt`) is the budget's
 floor and the exact backends' hint.
 
-This module keeps the entry point and the victim-set enumeration that greedy's heuristic and
-defragmentation share.
+This module keeps the entry point; the victim-set enumeration that greedy's heuristic and
+defragmentation share is :mod:`hyperplace.solvers.heuristics.victims`.
 """
 
 from __future__ import annotations
-
-import heapq
-from collections.abc import Iterator, Sequence
-from typing import Protocol, TypeVar
-from dataclasses import dataclass
 
 from hyperplace.formulations.placement.preemption import POLICIES, check_policy
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.solvers.driver import solve_placement
+from hyperplace.solvers.heuristics.victims import Candidate
 
-__all__ = ["POLICIES", "Candidate", "solve_with_preemption", "victim_sets"]
-
-
-class _HasLost(Protocol):
-    @property
-    def lost(self) -> float: ...
-
-
-T = TypeVar("T", bound=_HasLost)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A running job that a given preemptor may stop."""
-
-    name: str
-    priority: int
-    queue: str
-    gpus: tuple[tuple[str, int], ...]
-    lost: float  # GPU-seconds since its last checkpoint
-    why: str
-
-
-def victim_sets(cands: Sequence[T]) -> Iterator[tuple[T, ...]]:
-    """Non-empty subsets of ``cands`` (anything with ``lost``, sorted by it) lazily, in order of (lost work,
-    count): a heap of subsets whose successors are "add the next candidate" and "swap the
-    last for the next", both of which never lower the key."""
-    if not cands:
-        return
-    heap: list[tuple[float, int, tuple[int, ...]]] = [(cands[0].lost, 1, (0,))]
-    while heap:
-        lost, size, idx = heapq.heappop(heap)
-        yield tuple(cands[i] for i in idx)
-        last = idx[-1]
-        if last + 1 < len(cands):
-            nxt = cands[last + 1].lost
-            heapq.heappush(heap, (lost + nxt, size + 1, (*idx, last + 1)))
-            heapq.heappush(heap, (lost - cands[last].lost + nxt, size, (*idx[:-1], last + 1)))
+__all__ = ["POLICIES", "solve_with_preemption"]
 
 
 def _neighbourhoods(state: Instance, job: TrainingJob) -> list[list[str]] | None:
