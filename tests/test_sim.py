@@ -93,7 +93,7 @@ def test_switch_failure_takes_down_its_nodes_and_jobs():
     loop.submit(job("x", 8, 0, 100, tolerate="a100"), 0.0)
     loop.run_round(0.0)
     node = loop.running["x"].gpus[0][0]
-    switch = sorted(loop.state._switches[node])[0]
+    switch = sorted(loop.state.switches_of[node])[0]
     hit = loop.fail_switch(switch, 5.0)
     assert hit == ["x"]
     assert all(loop.state.node_down(n) for n in loop.state.switch_nodes(switch))

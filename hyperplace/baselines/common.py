@@ -107,7 +107,7 @@ class ClusterView:
         self.nodes = {n.name: n for n in cluster.nodes}
         self._suits: dict[tuple[str | None, float, str], bool] = {}
         self._node_size: dict[tuple[str | None, float], int] = {}
-        self._eligible: dict[frozenset[tuple[str | None, float]], frozenset[str]] = {}
+        self.eligible_cache: dict[frozenset[tuple[str | None, float]], frozenset[str]] = {}
         order = [n.name for n in cluster.nodes]
         self.levels: list[Level] = [Level(0, [(n, [n]) for n in order])]
         network = cluster.network
@@ -270,10 +270,10 @@ def eligible_nodes(view: ClusterView, units: list[GangUnit]) -> set[str]:
     """Nodes with a GPU type and memory that at least one of the units accepts."""
     kinds = {(u.gpu_types, u.min_memory_gb): u for u in units}
     key = frozenset(kinds)
-    if key not in view._eligible:
-        view._eligible[key] = frozenset(
+    if key not in view.eligible_cache:
+        view.eligible_cache[key] = frozenset(
             n for n, node in view.nodes.items() if any(view.suits(u, node) for u in kinds.values()))
-    return set(view._eligible[key])
+    return set(view.eligible_cache[key])
 
 
 PlaceJob = Callable[[TrainingJob, FreeState, list[ClusterView], random.Random], JobOutcome]

@@ -149,7 +149,7 @@ class _Assign:
                 below = self.slices[lv - 1]
                 self.slices.append(np.array([int(below[kids].sum()) if kids else 0
                                              for kids in view.children[lv]], dtype=np.int64))
-        ranks = getattr(view, "_kueue_name_rank", None)  # computed once per view
+        ranks = getattr(view, "kueue_name_rank", None)  # computed once per view
         if ranks is None:
             ranks = []
             for lv in view.levels:
@@ -157,7 +157,7 @@ class _Assign:
                 rank = np.empty(len(order), dtype=np.int64)
                 rank[order] = np.arange(len(order))
                 ranks.append(rank)
-            view._kueue_name_rank = ranks  # type: ignore[attr-defined]
+            view.kueue_name_rank = ranks  # type: ignore[attr-defined]
         self.rank = ranks
 
     def children(self, dom: tuple[int, int]) -> list[tuple[int, int]]:

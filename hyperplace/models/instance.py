@@ -110,12 +110,12 @@ class Instance(HPModel):
         if dup:
             raise ValueError(f"spec.jobs: duplicate job name {sorted(dup)[0]!r}")
         self._check_queue(catalog)
-        self._check_queues(catalog)
+        self.check_queues(catalog)
         self._check_running_manifests()
         Federation(clusters=self.spec.clusters, links=self.spec.inter_cluster_links)
         return self
 
-    def _check_queues(self, catalog: GPUCatalog) -> None:
+    def check_queues(self, catalog: GPUCatalog) -> None:
         """Queue documents parse, and every job (pending or running) and every queue with
         usage history names a known queue."""
         if not self.spec.queues:
@@ -163,7 +163,7 @@ class Instance(HPModel):
         out = self.model_copy(update={"spec": spec})
         for cached in ("queue_set", "running_job_info"):
             out.__dict__.pop(cached, None)
-        out._check_queues(out.catalog)
+        out.check_queues(out.catalog)
         return out
 
     @cached_property

@@ -222,7 +222,7 @@ def _apply_failure(loop: RoundLoop, f: Failure, t: float) -> list[str]:
             return []
         return loop.fail_nodes([f.node], t)
     if f.scope == "switch":
-        switches = sorted(state._switches.get(f.node, ()))
+        switches = sorted(state.switches_of.get(f.node, ()))
         if not switches or switches[0] in state.failed_switches:
             return []
         return loop.fail_switch(switches[0], t)
@@ -236,6 +236,6 @@ def _apply_repair(loop: RoundLoop, f: Failure) -> None:
     elif f.scope == "host":
         state.repair_node(f.node)
     elif f.scope == "switch":
-        switches = sorted(state._switches.get(f.node, ()))
+        switches = sorted(state.switches_of.get(f.node, ()))
         if switches:
             state.repair_switch(switches[0])

@@ -49,10 +49,10 @@ class ClusterState:
         self.failed_gpus: dict[str, set[int]] = defaultdict(set)
         self.failed_nodes: set[str] = set()
         self.failed_switches: set[str] = set()
-        self._switches: dict[str, set[str]] = {}
+        self.switches_of: dict[str, set[str]] = {}
         for c in self.base.clusters:
             for node, sw in c.network.attachments.items():
-                self._switches[node] = set(sw)
+                self.switches_of[node] = set(sw)
         self.jobs: dict[str, list[GPU]] = {}
         # with declared queues: what each running job's round entry says (queue, priority),
         # and the queues' decayed usage history (spec.runningJobs, spec.queueUsage)
@@ -68,7 +68,7 @@ class ClusterState:
         return sum(n.gpu_count for n in self.nodes.values())
 
     def node_down(self, node: str) -> bool:
-        return node in self.failed_nodes or bool(self._switches.get(node, set())
+        return node in self.failed_nodes or bool(self.switches_of.get(node, set())
                                                  & self.failed_switches)
 
     def unusable(self, node: str) -> set[int]:
@@ -91,10 +91,10 @@ class ClusterState:
         return sum(len(self.unusable(n)) for n in self.nodes)
 
     def switch_nodes(self, switch: str) -> list[str]:
-        return [n for n, sws in self._switches.items() if switch in sws]
+        return [n for n, sws in self.switches_of.items() if switch in sws]
 
     def switches(self) -> set[str]:
-        return {s for sws in self._switches.values() for s in sws}
+        return {s for sws in self.switches_of.values() for s in sws}
 
     # ---- updates ---------------------------------------------------------------
     def allocate(self, job: str, gpus: list[GPU]) -> None:

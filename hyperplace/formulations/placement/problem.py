@@ -306,8 +306,8 @@ class PlacementProblem:
                     view = copy.copy(old)  # shares the clique cache (same hardware)
                     view.index, view.node, view.cluster = len(nodes), node, cluster
                     view.free = node.free_gpus
-                    if len(view._cliques) > 512:
-                        view._cliques = {}
+                    if len(view.clique_cache) > 512:
+                        view.clique_cache = {}
                     nodes.append(view)
                     self.reused_nodes.add(node.name)
                     continue

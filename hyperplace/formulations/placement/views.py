@@ -49,7 +49,7 @@ class NodeView:
     #: some enumeration of GPU sets on this node stopped at ``max_cliques`` (the model and
     #: greedy then see only those sets: a restriction the plan's status must admit)
     cliques_capped: bool = False
-    _cliques: dict[tuple[object, ...], list[tuple[int, ...]]] = field(default_factory=dict, repr=False)
+    clique_cache: dict[tuple[object, ...], list[tuple[int, ...]]] = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:
@@ -107,7 +107,7 @@ class NodeView:
         """
         pool = self.free if gpus is None else gpus
         key = (size, min_gbps, parts, pool)
-        cached = self._cliques.get(key)
+        cached = self.clique_cache.get(key)
         if cached is not None:
             return cached
         if size == 1 or (min_gbps <= 0 and not parts):
@@ -121,7 +121,7 @@ class NodeView:
             out = list(islice(filter(qualifies, combinations(pool, size)), self.max_cliques))
         if len(out) >= self.max_cliques:
             self.cliques_capped = True
-        self._cliques[key] = out
+        self.clique_cache[key] = out
         return out
 
     def max_disjoint(self, size: int, min_gbps: float, gpus: tuple[int, ...] | None = None,
