@@ -112,3 +112,53 @@ def test_every_backend_matches_brute_force_on_mixed_nodes_and_cut_units(solvers,
     best = Oracle(inst).best()
     for solver in solvers:
         _compare(inst, solver, best)
+
+
+@st.composite
+def nvlink_rounds(draw):
+    """Two small NVLink domains (racks of 2-3 GB200 trays of 4 GPUs, 1.8 TB/s across the
+    rack) under one leaf each, partly busy; 1-2 jobs whose TP groups of 2-8 GPUs have an
+    NVLink floor (larger than a tray: one rack, cut across its trays) or none, some with
+    ``maxHopCount: 0`` (one tray, or one rack when larger than a tray)."""
+    from hyperplace.instances.nvl72 import rack_cluster, rack_nodes
+
+    racks = {}
+    for r in range(2):
+        trays = draw(st.integers(2, 3))
+        held = {}
+        for t in range(trays):
+            busy = draw(st.sets(st.integers(0, 3), max_size=3))
+            if busy:
+                held[t] = {g: "r" for g in busy}
+        racks[f"r{r}"] = rack_nodes(f"r{r}", trays=trays, allocated=held)
+    free = sum(n.free_count for ns in racks.values() for n in ns)
+    jobs = []
+    for k in range(draw(st.integers(1, 2))):
+        sizes = [s for s in (2, 3, 4, 6, 8) if s <= free] or [1]
+        jobs.append(job(f"j{k}", tp=draw(st.sampled_from(sizes)),
+                        replicas=draw(st.integers(1, 2)), accel="GB200",
+                        priority=draw(st.sampled_from(["low", "normal", "high"])),
+                        tp_hop=draw(st.sampled_from([None, None, 0])),
+                        nvlink=draw(st.sampled_from([0, 1800, 1800])), mem=100))
+    return rack_cluster("c", racks), jobs
+
+
+def _nvlink_instance(cluster, jobs):
+    from hyperplace.instances.nvl72 import declared_types
+    from hyperplace.models import Instance, InstanceSpec
+    from hyperplace.models.job import ObjectMeta
+
+    return Instance(metadata=ObjectMeta(name="nvl"), spec=InstanceSpec(
+        clusters=[cluster], jobs=jobs, gpu_types=declared_types("GB200")))
+
+
+@settings(max_examples=int(os.environ.get("HP_ORACLE_NVLINK_EXAMPLES", "12")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=nvlink_rounds())
+def test_every_backend_matches_brute_force_on_small_nvlink_domains(solvers, drawn):
+    # the oracle enumerates every split over the trays and keeps what the checker accepts
+    # (one NVLink domain for a bound unit, trays 0 hops apart), independent of the model
+    inst = _nvlink_instance(*drawn)
+    best = Oracle(inst).best()
+    for solver in solvers:
+        _compare(inst, solver, best)

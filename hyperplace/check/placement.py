@@ -71,9 +71,11 @@ from math import comb
 from pydantic import BaseModel, ConfigDict
 
 from hyperplace.check.migration import migration_problems
+from hyperplace.check.nvlink import unit_problems as nvlink_unit_problems
 from hyperplace.check.preemption import preemption_problems
 from hyperplace.check.spares import spare_problems, spare_shortfall
 from hyperplace.check.quotas import Usage, used_per_key, quota_problems, running_usage
+from hyperplace.models.sharing import declared_spares
 from hyperplace.models.priority import priority_weights
 from hyperplace.models.preemption_policy import LOWER_PRIORITY, POLICIES, StopRule, running_levels
 from hyperplace.models import (
@@ -185,7 +187,7 @@ def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
     """All rules the plan breaks on this instance (empty list = valid plan)."""
     out: list[Violation] = []
     as_given = instance  # the hot-spare rule counts the whole free nodes the round began with
-    if plan.hot_spares:  # new placements leave whole free nodes for repairs
+    if plan.hot_spares or declared_spares(instance):  # whole free nodes kept for repairs
         out += [Violation(code="hot-spares", message=m) for m in spare_problems(plan, instance)]
     running = running_demand(plan, instance)
     stopped = _stopped_gpus(plan, instance)
@@ -391,6 +393,15 @@ def _check_unit(ctx: _Context, unit: GangUnit, gpus: list[GPU]) -> list[Violatio
         v("cross-cluster-unit", f"unit spans clusters {', '.join(sorted(clusters))}")
         return out
 
+    # multi-node NVLink domains (NVL72 racks): one domain at the floor, or a violation
+    on_rack = False
+    if len(by_node) > 1:
+        first = ctx.nodes[next(iter(by_node))]
+        on_rack, rack_problems = nvlink_unit_problems(
+            first[0], unit, sorted(by_node), ctx.gpu_type(first[1]),
+            {n: len(set(g)) for n, g in by_node.items()})
+        for code, message in rack_problems:
+            v(code, message)
     if unit.min_nvlink_gbps > 0:
         for node_name, idxs in by_node.items():
             bw = ctx.pair_bw(ctx.nodes[node_name][1])
@@ -409,7 +420,7 @@ def _check_unit(ctx: _Context, unit: GangUnit, gpus: list[GPU]) -> list[Violatio
                         f"but spans {len(by_node)} nodes")
 
     if len(by_node) > 1:
-        if unit.max_hop_count == 0:
+        if unit.max_hop_count == 0 and not (on_rack and unit.gpus > ctx.largest_node(unit)):
             v("unit-span", f"maxHopCount 0 means one node, unit spans {len(by_node)}")
         else:
             out += _pairwise(ctx, sorted(by_node), unit.max_hop_count, unit.min_ib_gbps,
@@ -605,7 +616,7 @@ def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]],
                     for n, i in gpus:
                         free.get(n, set()).discard(i)
         fit = _first_fit(ctx, job, units, free)
-        if fit is not None and spares is not None and spares[1] > 0:
+        if fit is not None and spares is not None and (spares[1] > 0 or declared_spares(spares[0])):
             as_given, n_spares, repairs = spares
             busy = {g for other, units_placed in placed.items()
                     if protected(other) and other not in repairs

@@ -65,8 +65,9 @@ def _tier(problem: FederationProblem, sub: SubJob) -> int:
         return 1
     cluster = next(c for c in problem.instance.clusters if c.name == sub.cluster)
     net = cluster.network
-    hops = max(((net.hop_count(a, b) or 5) for a in sub.nodes for b in sub.nodes if a < b),
-               default=1)
+    # no path counts as 5; 0 is a real count (two trays of one NVLink domain)
+    hops = max((h if (h := net.hop_count(a, b)) is not None else 5
+                for a in sub.nodes for b in sub.nodes if a < b), default=1)
     return 1 if hops <= 1 else 2 if hops <= 3 else 3
 
 

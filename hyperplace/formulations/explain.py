@@ -22,7 +22,11 @@ from hyperplace.formulations.placement import (
     ReasonCode,
     UnitClass,
 )
-from hyperplace.formulations.placement.spares import spare_words, whole_free_counts
+from hyperplace.formulations.placement.spares import (
+    declared_spares,
+    spare_words,
+    whole_free_counts,
+)
 
 #: Past this many job shapes, the "does it fit alone?" probe is skipped (it costs a greedy
 #: trial per shape); the static reasons are still given.
@@ -63,6 +67,11 @@ def render_reason(reason: PendingReason) -> str:
     if reason.code == ReasonCode.GROUP_LARGER_THAN_NODE:
         return (f"group {reason.group} needs {reason.gpus} GPUs with maxHopCount 0 (one node), "
                 f"but the largest eligible node has {reason.available:g} GPUs")
+    if reason.code == ReasonCode.NVLINK_DOMAIN_TOO_SMALL:
+        floor = f" at >= {reason.required:g} GB/s per GPU" if reason.required else ""
+        return (f"group {reason.group} needs {reason.gpus} GPUs in one NVLink domain{floor}, "
+                f"but the largest NVLink domain of its GPU types offers "
+                f"{reason.available:g}")
     raise ValueError(f"no wording for reason code {reason.code!r}")
 
 
@@ -179,8 +188,10 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
                 spared[shape] = held_by_spares(jv)
             if spared[shape]:
                 whole = whole or whole_free_counts(p.nodes)
+                declared = declared_spares(p.nodes)
                 reasons = ["held back by the hot-spare rule: " + "; ".join(
-                    spare_words(leaf, p.hot_spares, whole[leaf]) for leaf in spared[shape][:3])]
+                    spare_words(leaf, p.hot_spares, whole[leaf], declared.get(leaf, 0))
+                    for leaf in spared[shape][:3])]
         if not reasons and jv.index in assignment.untried:
             reasons = ["not tried: the time budget ran out before the search reached it "
                        "(jobs are tried highest priority first); a larger budget would try it"]
@@ -303,6 +314,8 @@ def _flexible_reason(p: PlacementProblem, jv: JobView, uc: UnitClass, types: fro
     best = max(usable.values(), default=0)
     if best >= uc.size:
         return []
+    if uc.nvlink_bound:  # one NVLink domain (an NVL72 rack), :mod:`.placement.nvlink`
+        return [nvlink_words(uc, sel, usable)]
     bw = (f", the GPUs of each node >= {uc.min_nvlink_gbps:g} GB/s apart pairwise"
           if uc.min_nvlink_gbps else "")
     skipped = uc.pooled and any(n.gpu_type.name in types and n.free and not uc.stacks_on(n)
@@ -312,6 +325,24 @@ def _flexible_reason(p: PlacementProblem, jv: JobView, uc: UnitClass, types: fro
            "or fewer are cut on any node)") if skipped else ""
     return [f"group {uc.group} needs {uc.size} {sel} GPUs in pieces on nodes{bw}, within "
             f"{_hop_words(hop)}; the most such free GPUs in one domain is {best}{why}"]
+
+
+def nvlink_words(uc: UnitClass, sel: str, usable: dict[object, int]) -> str:
+    """``group tp needs 64 GPUs in one NVLink domain (GB200, >= 1800 GB/s per GPU); the
+    largest free domain has 48, in rack r07``."""
+    floor = f" ({sel}, >= {uc.min_nvlink_gbps:g} GB/s per GPU)" if uc.min_nvlink_gbps \
+        else f" ({sel})"
+    racks: dict[str, int] = {}
+    for d, f in usable.items():
+        name = d.fabric_domain if isinstance(d, DomainKey) else None
+        if name and name.startswith("nvl:"):
+            racks[name[4:]] = f
+    if not racks:
+        return f"group {uc.group} needs {uc.size} GPUs in one NVLink domain{floor}; " \
+               "no NVLink domain of those GPUs has free GPUs"
+    d, f = max(racks.items(), key=lambda t: (t[1], t[0]))
+    return (f"group {uc.group} needs {uc.size} GPUs in one NVLink domain{floor}; the "
+            f"largest free domain has {f}, in rack {d}")
 
 
 def _admitted_quota_use(p: PlacementProblem, assignment: Assignment

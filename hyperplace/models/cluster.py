@@ -18,6 +18,7 @@ from hyperplace.models.fabric import (
     superpod_rail_optimized,
 )
 from hyperplace.models.node import Node
+from hyperplace.models.nvlink import NVLinkDomain, check_domains, check_tray_nodes
 
 
 class FabricGenerator(HPModel):
@@ -68,6 +69,8 @@ class FabricSpec(HPModel):
     generator: FabricGenerator | None = None
     switches: list[Switch] = Field(default_factory=list)
     links: list[Link] = Field(default_factory=list)
+    #: multi-node NVLink domains (NVL72 racks, NVLink Switch Systems), see models/nvlink.py
+    nvlink_domains: list[NVLinkDomain] = Field(default_factory=list)
 
 
 class Cluster(HPModel):
@@ -100,6 +103,10 @@ class Cluster(HPModel):
                     raise ValueError(
                         f"fabric.links[{i}].{end}: {ep!r} is neither a switch nor a node of this cluster"
                     )
+        counts = {n.name: (n.gpu_type, n.gpu_count) for n in self.nodes}
+        check_tray_nodes(counts, [n.name for n in self.nodes])
+        if self.fabric.nvlink_domains:
+            check_domains(self.fabric.nvlink_domains, names, counts, "fabric.nvlinkDomains")
         if self.fabric.generator is not None:
             switch_count, link_count = self.fabric.generator.size(len(self.nodes))
             if switch_count > MAX_FABRIC_SWITCHES or link_count > MAX_FABRIC_LINKS:
@@ -118,13 +125,18 @@ class Cluster(HPModel):
     @cached_property
     def network(self) -> Fabric:
         """The full fabric (generated part plus explicit switches and links)."""
+        nvl = self.fabric.nvlink_domains
         if self.fabric.generator is None:
-            return Fabric(switches=self.fabric.switches, links=self.fabric.links)
+            return Fabric(switches=self.fabric.switches, links=self.fabric.links,
+                          nvlink_domains=nvl)
         gen = self.fabric.generator.build(self.nodes)
         if not self.fabric.switches and not self.fabric.links:
+            if nvl:  # the generated cabling with the racks' NVLink domains beside it
+                return Fabric.model_construct(kind=gen.kind, switches=gen.switches,
+                                              links=gen.links, nvlink_domains=nvl)
             return gen  # nothing added: the generated fabric itself (not validated twice)
         return Fabric(kind=gen.kind, switches=[*gen.switches, *self.fabric.switches],
-                      links=[*gen.links, *self.fabric.links])
+                      links=[*gen.links, *self.fabric.links], nvlink_domains=nvl)
 
     @cached_property
     def node_by_name(self) -> dict[str, Node]:

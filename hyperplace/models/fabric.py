@@ -23,6 +23,7 @@ from pydantic import Field, model_validator
 
 from hyperplace.models.base import HPModel
 from hyperplace.models.limits import Name
+from hyperplace.models.nvlink import NVLinkDomain
 
 
 class UnionFind:
@@ -72,6 +73,8 @@ class Fabric(HPModel):
     kind: str = Field(default="explicit", description="how it was made, e.g. fat-tree-2")
     switches: list[Switch] = Field(default_factory=list)
     links: list[Link] = Field(default_factory=list)
+    #: multi-node NVLink domains (NVL72 racks): the level between the node and its leaf
+    nvlink_domains: list[NVLinkDomain] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique(self) -> "Fabric":
@@ -145,10 +148,27 @@ class Fabric(HPModel):
             cache[switch] = self._bfs(switch)
         return cache[switch]
 
+    @cached_property
+    def nvlink_index(self) -> dict[str, NVLinkDomain]:
+        """Node -> the multi-node NVLink domain holding it (nodes of none left out)."""
+        return {n: d for d in self.nvlink_domains for n in d.nodes}
+
+    def nvlink_domain_of(self, node: str) -> NVLinkDomain | None:
+        """The multi-node NVLink domain (NVL72 rack) holding ``node``, or None."""
+        return self.nvlink_index.get(node) if self.nvlink_domains else None
+
     def path(self, u: str, v: str) -> tuple[int | None, float | None]:
-        """(hop count, bottleneck Gb/s) between nodes ``u`` and ``v``; (None, None) if apart."""
+        """(hop count, bottleneck Gb/s) between nodes ``u`` and ``v``; (None, None) if apart.
+
+        Two trays of one NVLink domain are 0 hops apart with no fabric bottleneck, as two
+        GPUs of one node are: the NVLink switch layer is the job's own interconnect."""
         if u == v:
             return 0, None
+        if self.nvlink_domains:
+            du = self.nvlink_index.get(u)
+            if du is not None and du is self.nvlink_index.get(v) and \
+                    du.partition_of(u) == du.partition_of(v):
+                return 0, None
         au, av = self.attachments.get(u, {}), self.attachments.get(v, {})
         best_hops: int | None = None
         best_bw = 0.0
@@ -389,7 +409,17 @@ class Fabric(HPModel):
         """The node's leaf (None off the fabric): on trees its radius-1 domain; on other
         fabrics its switch group (:meth:`node_group_label`), since a leaf domain may be cut
         by a larger one there. The one definition of a leaf: the placement model's node
-        views and the hot-spare rule (:mod:`hyperplace.models.sharing`) both use it."""
+        views and the hot-spare rule (:mod:`hyperplace.models.sharing`) both use it.
+
+        A tray of a multi-node NVLink domain has that domain as its leaf (``nvl:<name>``):
+        the level between the node and the fabric's leaf, where hot spares are kept and
+        whole racks are counted; in a partitioned domain (``partitionTrays``), its
+        partition (``nvl:<name>#p<i>``), which a unit cannot leave."""
+        if self.nvlink_domains and node in self.nvlink_index:
+            d = self.nvlink_index[node]
+            if d.partition_trays is not None and d.partition_trays < len(d.nodes):
+                return nvlink_leaf(f"{d.name}#p{d.partition_of(node)}")
+            return nvlink_leaf(d.name)
         return self.node_domain(node, 1) if self.is_tree else self.node_group_label(node)
 
     def domains(self, radius: int) -> dict[str, list[str]]:
@@ -481,6 +511,11 @@ class Fabric(HPModel):
             return None
         _, _, names, table = self._domain_index(radius)
         return names[self._canonical[table][g]] if table else names[g]
+
+
+def nvlink_leaf(domain: str) -> str:
+    """The leaf label of an NVLink domain's trays (``nvl:<domain>``)."""
+    return f"nvl:{domain}"
 
 
 # ---- generators ------------------------------------------------------------------

@@ -22,6 +22,7 @@ from hyperplace.models.queue import (
     QueueSet,
     parse_queues,
 )
+from hyperplace.models.slices import check_slices
 
 
 class RunningJob(HPModel):
@@ -113,6 +114,7 @@ class Instance(HPModel):
         self.check_queues(catalog)
         self._check_running_manifests()
         Federation(clusters=self.spec.clusters, links=self.spec.inter_cluster_links)
+        check_slices(self)  # slices divide the NVLink domains they may use (#24)
         return self
 
     def check_queues(self, catalog: GPUCatalog) -> None:

@@ -137,6 +137,9 @@ class GangUnit(HPModel):
     min_nvlink_gbps: float = 0
     min_ib_gbps: float = 0
     max_hop_count: int | None = None
+    #: a slice unit (:mod:`hyperplace.models.slices`): this many pods of equal size, in one
+    #: NVLink domain, each pod whole on one node; 0 = not a slice
+    slice_pods: int = 0
 
 
 class TrainingJob(HPModel):
@@ -146,6 +149,14 @@ class TrainingJob(HPModel):
     kind: Literal["FoundationModelTrainingJob"] = "FoundationModelTrainingJob"
     metadata: ObjectMeta
     spec: TrainingJobSpec
+
+    @model_validator(mode="after")
+    def _slices(self) -> "TrainingJob":
+        from hyperplace.models.slices import check_job_slices
+
+        mp = sum(g.type in MODEL_PARALLEL for g in self.spec.resource_groups)
+        check_job_slices(self, self.spec.replica_count, mp or 1)
+        return self
 
     @property
     def name(self) -> str:
@@ -192,8 +203,25 @@ class TrainingJob(HPModel):
         for r in range(self.spec.replica_count):
             for g in per_replica:
                 out.append(self._unit(g, r, dp))
+        out = self._sliced(out)
         for g in aux:
             out.append(self._unit(g, None, dp))
+        return out
+
+    def _sliced(self, units: list[GangUnit]) -> list[GangUnit]:
+        """With a slice size ``k`` (:mod:`hyperplace.models.slices`): every ``k`` replica
+        units, in order, as one slice unit ``<group>/slice<i>`` of ``k`` pods."""
+        from hyperplace.models.slices import slice_size
+
+        k = slice_size(self)
+        if k is None or not units:
+            return units
+        out = []
+        for i in range(0, len(units), k):
+            first = units[i]
+            out.append(first.model_copy(update={
+                "name": f"{first.group}/slice{i // k}", "replica": i // k,
+                "gpus": first.gpus * k, "slice_pods": k}))
         return out
 
     def _unit(self, g: ResourceGroup, replica: int | None, dp: ResourceGroup | None) -> GangUnit:

@@ -129,6 +129,22 @@ def leaves(cluster: Cluster) -> dict[str, list[Node]]:
     return out
 
 
+def declared_spares(instance: Instance) -> dict[str, int]:
+    """Leaf (``cluster/nvl:<domain>``, see :func:`leaves`) -> whole free trays its NVLink
+    domain keeps for repairs (``spareTrays``, :class:`~hyperplace.models.nvlink.NVLinkDomain`);
+    only domains that declare some."""
+    out: dict[str, int] = {}
+    for c in instance.clusters:
+        net = c.network
+        for d in net.nvlink_domains:
+            if d.spare_trays:
+                for n in d.nodes:
+                    leaf = net.leaf_of(n)
+                    if leaf is not None:
+                        out[f"{c.name}/{leaf}"] = d.spare_trays
+    return out
+
+
 def whole_free_per_leaf(instance: Instance, busy: Set[tuple[str, int]] = frozenset()
                         ) -> dict[str, int]:
     """Leaf (``cluster/leaf``, see :func:`leaves`) -> whole free nodes in it (none of

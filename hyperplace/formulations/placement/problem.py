@@ -32,6 +32,7 @@ from functools import cached_property
 from typing import Protocol
 
 from hyperplace.formulations.placement.domains import DomainKey, radius_for
+from hyperplace.formulations.placement.nvlink import NVLinkRound, zero_hop_domain
 from hyperplace.formulations.placement.params import ModelParams
 from hyperplace.formulations.placement.migration import find_movers
 from hyperplace.models.migration import MigrationPolicy
@@ -157,6 +158,8 @@ class PlacementProblem:
         self.node_by_name = {n.name: n for n in self.nodes}
         self.max_gpus_per_node = max((n.node.gpu_count for n in self.nodes), default=0)
         self.free_gpus = sum(len(n.free) for n in self.nodes)
+        #: the round's multi-node NVLink domains (NVL72 racks), :mod:`.nvlink`
+        self.nvlink = NVLinkRound(self)
         self.jobs: list[JobView] = []
         self.classes: list[UnitClass] = []
         # a job view depends on the job and on every node's hardware (types present, largest
@@ -332,7 +335,8 @@ class PlacementProblem:
                     link = min(link, nic)  # the slower of the node's NICs and its cabling
                 # on non-tree fabrics a node's switch group plays the leaf: every domain
                 # holds a group whole, while a leaf domain may be cut by a larger one
-                leaf = net.leaf_of(node.name) if att else None
+                leaf = net.leaf_of(node.name) if att or net.nvlink_domain_of(node.name) \
+                    else None
                 nodes.append(NodeView(
                     index=len(nodes), node=node, cluster=cluster, gpu_type=t,
                     free=node.free_gpus, pair_gbps=pairs, uniform_gbps=uniform,
@@ -414,17 +418,29 @@ class PlacementProblem:
             proto = us[0]
             g_node = self.max_node_gpus_for(proto) or g_max or self.max_gpus_per_node or 1
             sizes: tuple[int, ...] = ()
+            # NVLink-bound (:mod:`.nvlink`): all pieces in one NVLink domain (hop 0)
+            bound = self.nvlink.binding(proto, g_node)
+            hop = 0 if bound else proto.max_hop_count
             if proto.gpus <= g_node:
                 pieces = [proto.gpus]
             else:
                 full, rest = divmod(proto.gpus, g_node)
                 pieces = [g_node] * full + ([rest] if rest else [])
-                if proto.max_hop_count == 0:
+                too_small = self.nvlink.reason(proto) if bound else None
+                if too_small is not None:
+                    jv.impossible.append(too_small)
+                elif proto.max_hop_count == 0 and not bound:
                     jv.impossible.append(PendingReason(
                         ReasonCode.GROUP_LARGER_THAN_NODE, gpus=proto.gpus, available=g_node,
                         group=group))
             patterns: tuple[tuple[int, ...], ...] = ()
-            if self.may_span(proto, g_node):
+            if bound and proto.slice_pods:  # a slice: its pods whole, one per piece
+                pod = proto.gpus // proto.slice_pods
+                pieces = [pod] * proto.slice_pods
+                too_small = self.nvlink.reason(proto)
+                if too_small is not None and too_small not in jv.impossible:
+                    jv.impossible.append(too_small)
+            elif bound or self.may_span(proto, g_node):
                 if len(us) <= self.params.flexible_max_units or not self.all_trees:
                     sizes = tuple(range(1, min(proto.gpus, g_node) + 1))
                 else:
@@ -433,9 +449,9 @@ class PlacementProblem:
             if any(u.gpus != proto.gpus for u in us):
                 raise AssertionError("units of one group differ in size")
             self._add_class(jv, group=group, gtype=proto.group_type, units=us,
-                            size=proto.gpus, pieces=pieces, hop=proto.max_hop_count,
+                            size=proto.gpus, pieces=pieces, hop=hop,
                             proto=proto, min_mem=proto.min_memory_gb, piece_sizes=sizes,
-                            patterns=patterns)
+                            patterns=patterns, nvlink_bound=bound)
 
     def restrictions(self) -> list[str]:
         """Where the model sees fewer placements than the rules allow, in words: pooled cut
@@ -491,13 +507,15 @@ class PlacementProblem:
                    size: int, pieces: list[int], hop: int | None, proto: GangUnit,
                    min_mem: float, parts: tuple[int, ...] | None = None,
                    piece_sizes: tuple[int, ...] = (),
-                   patterns: tuple[tuple[int, ...], ...] = ()) -> None:
+                   patterns: tuple[tuple[int, ...], ...] = (), nvlink_bound: bool = False
+                   ) -> None:
         uc = UnitClass(index=len(self.classes), job=jv.index, group=group, group_type=gtype,
                        units=list(units), size=size, pieces=sorted(pieces, reverse=True),
                        hop_limit=hop, gpu_types=proto.gpu_types, min_memory_gb=min_mem,
                        min_nvlink_gbps=proto.min_nvlink_gbps, min_ib_gbps=proto.min_ib_gbps,
                        parts=parts, piece_sizes=piece_sizes,
-                       patterns=patterns if len(patterns) > 1 else ())
+                       patterns=patterns if len(patterns) > 1 else (),
+                       nvlink_bound=nvlink_bound)
         self.classes.append(uc)
         jv.classes.append(uc)
 
@@ -573,6 +591,8 @@ class PlacementProblem:
         :meth:`UnitClass.sizes_on`)."""
         if not self.type_ok(uc.gpu_types, uc.min_memory_gb, n):
             return False
+        if uc.nvlink_bound and not self.nvlink.tray_eligible(uc, n):
+            return False
         if uc.pooled:
             return uc.stacks_on(n)
         return uc.flexible or \
@@ -636,8 +656,11 @@ class PlacementProblem:
             r = radius_for(n.cluster, hop_limit)
             fabric = None if (r is None or r == 0 or n.attach_gbps is None) else \
                 n.cluster.network.node_domain(n.name, r)
+            rack = zero_hop_domain(n) if fabric is None and r is not None else None
             if r is None:
                 d = DomainKey.whole_cluster(n.cluster.name)
+            elif rack is not None:  # hop 0 on a tray: its NVLink domain (the job's own)
+                d = rack
             elif fabric is None:
                 d = DomainKey.single_node(n.cluster.name, n.name)
             else:
@@ -780,6 +803,8 @@ class PlacementProblem:
     def spare_allowance(self) -> dict[DomainKey, int]:
         """Leaf -> whole free nodes the round may open there, keeping ``hot_spares`` of them
         (all it has when fewer) free for repairs; empty without hot spares."""
+        if self.repairing:  # repairs may use the spares (what they are for)
+            return {}
         return spare_allowance(self.nodes, self.hot_spares)
 
     def _restricted_to(self, n: NodeView) -> tuple[int, ...]:

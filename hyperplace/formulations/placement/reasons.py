@@ -20,6 +20,9 @@ class ReasonCode(StrEnum):
     JOB_LARGER_THAN_NODE = "job-larger-than-node"
     #: a group with maxHopCount 0 needs more GPUs than its largest eligible node has
     GROUP_LARGER_THAN_NODE = "group-larger-than-node"
+    #: a group bound to one NVLink domain (:mod:`.nvlink`) needs more GPUs than the largest
+    #: NVLink domain of its types offers (at its NVLink floor)
+    NVLINK_DOMAIN_TOO_SMALL = "nvlink-domain-too-small"
 
 
 @dataclass(frozen=True)

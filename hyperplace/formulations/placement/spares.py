@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from hyperplace.formulations.placement.domains import DomainKey
+from hyperplace.formulations.placement.nvlink import domain_of as nvlink_domain_of
 from hyperplace.formulations.placement.views import NodeView
 
 
@@ -38,12 +39,26 @@ def whole_free_counts(nodes: Iterable[NodeView]) -> dict[DomainKey, int]:
     return dict(whole)
 
 
+def declared_spares(nodes: Iterable[NodeView]) -> dict[DomainKey, int]:
+    """Leaf -> spare trays its NVLink domain declares (``spareTrays``, #24), where some."""
+    out: dict[DomainKey, int] = {}
+    for n in nodes:
+        d = nvlink_domain_of(n)
+        if d is not None and d.spare_trays and not n.leaf.is_single_node:
+            out[n.leaf] = d.spare_trays
+    return out
+
+
 def spare_allowance(nodes: Iterable[NodeView], hot_spares: int) -> dict[DomainKey, int]:
     """Leaf -> whole free nodes the round's placements may open there,
-    ``W - min(hot_spares, W)`` (empty without spares)."""
-    if hot_spares <= 0:
+    ``W - min(max(hot_spares, spare trays), W)`` (empty without spares); an NVLink
+    domain's ``spareTrays`` holds with or without ``hot_spares``."""
+    nodes = list(nodes)
+    declared = declared_spares(nodes)
+    if hot_spares <= 0 and not declared:
         return {}
-    return {leaf: w - min(hot_spares, w) for leaf, w in whole_free_counts(nodes).items()}
+    return {leaf: w - min(max(hot_spares, declared.get(leaf, 0)), w)
+            for leaf, w in whole_free_counts(nodes).items()}
 
 
 def opened_whole_nodes(nodes_by_name: dict[str, NodeView], used: Iterable[str]
@@ -58,9 +73,15 @@ def opened_whole_nodes(nodes_by_name: dict[str, NodeView], used: Iterable[str]
     return out
 
 
-def spare_words(leaf: DomainKey, hot_spares: int, whole: int) -> str:
+def spare_words(leaf: DomainKey, hot_spares: int, whole: int, declared: int = 0) -> str:
     """How an explanation names a leaf's spares: ``leaf c/t1:leaf0 keeps 1 hot spare node
-    for repairs (of 3 whole free)``."""
-    keep = min(hot_spares, whole)
+    for repairs (of 3 whole free)``; an NVLink domain's ``rack r07 keeps 2 whole free
+    trays for repairs inside its NVLink domain (...; spareTrays 2)``."""
+    keep = min(max(hot_spares, declared), whole)
+    why = f"spareTrays {declared}" if declared > hot_spares else f"--hot-spares {hot_spares}"
+    rack = leaf.fabric_domain or ""
+    if rack.startswith("nvl:"):
+        return (f"rack {rack[4:]} keeps {keep} whole free tray{'s' if keep != 1 else ''} for "
+                f"repairs inside its NVLink domain (of {whole} whole free; {why})")
     return (f"leaf {leaf} keeps {keep} hot spare node{'s' if keep != 1 else ''} for repairs "
-            f"(of {whole} whole free; --hot-spares {hot_spares})")
+            f"(of {whole} whole free; {why})")

@@ -198,6 +198,9 @@ class UnitClass:
     piece_sizes: tuple[int, ...] = ()
     # pooled classes: the cut patterns a unit may take (``pieces`` is the first), see below
     patterns: tuple[tuple[int, ...], ...] = ()
+    #: every unit lies in one multi-node NVLink domain (``hop_limit`` 0 on trays), see
+    #: :mod:`~hyperplace.formulations.placement.nvlink`
+    nvlink_bound: bool = False
 
     @property
     def whole_job(self) -> bool:

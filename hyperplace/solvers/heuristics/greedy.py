@@ -62,6 +62,12 @@ class State:
         self._positions: dict[int, tuple[list[DomainKey], dict[DomainKey, int]]] = {}
         self._domain_free: dict[int | None, tuple[dict[DomainKey, list[DomainKey]],
                                                   dict[DomainKey, dict[str, int]]]] = {}
+        #: NVLink-domain leaves (racks) -> their GPUs, for :meth:`whole_rack`
+        self.rack_gpus: dict[DomainKey, int] = defaultdict(int)
+        for n in problem.nodes:
+            if (n.leaf.fabric_domain or "").startswith("nvl:"):
+                self.rack_gpus[n.leaf] += n.node.gpu_count
+        self.rack_gpus = dict(self.rack_gpus)
         for n in problem.nodes:
             self.free[n.name] = n.free
             if n.free:
@@ -88,6 +94,12 @@ class State:
             del count[n.leaf]
         else:
             count[n.leaf] -= 1
+
+    def whole_rack(self, leaf: DomainKey) -> bool:
+        """``leaf`` is an NVLink domain (a rack) all of whose GPUs are free: best fit opens
+        it last, keeping whole racks for the jobs that need them (#24)."""
+        cap = self.rack_gpus.get(leaf)
+        return cap is not None and sum(self.leaf_free[leaf].values()) == cap
 
     def may_open(self, leaf: DomainKey) -> bool:
         """A piece may open a whole free node of ``leaf`` (its hot spares stay free)."""
@@ -165,7 +177,7 @@ def _pick_gpus(n: NodeView, size: int, min_gbps: float, free: tuple[int, ...],
     return best
 
 
-def _in_order(items: list[DomainKey], key: Callable[[DomainKey], tuple[bool, int]]
+def _in_order(items: list[DomainKey], key: Callable[[DomainKey], tuple[bool, bool, int]]
               ) -> Iterator[DomainKey]:
     """``sorted(items, key=key)``, lazily: the first is nearly always the one taken."""
     first = min(items, key=key)
@@ -193,7 +205,8 @@ def _place_piece(p: PlacementProblem, jv: JobView, uc: UnitClass, size: int,
                      (not untouched or state.may_open(leaf))]
             if not cands:
                 continue
-            for leaf in _in_order(cands, lambda leaf: (leaf not in job_leaves, pos[leaf])):
+            for leaf in _in_order(cands, lambda leaf: (leaf not in job_leaves,
+                                                       state.whole_rack(leaf), pos[leaf])):
                 by_type = state.index[leaf]
                 for t in types:
                     bucket = by_type.get(t, {}).get((f, untouched))
@@ -278,7 +291,8 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[DomainKey], state
             candidates = [leaves]
             if uc.multi_node and uc.hop_limit is not None:
                 sub = [[leaf for leaf in ls if leaf in leaf_set]
-                       for ls in p.leaves_by_domain(uc.hop_limit, False).values()]
+                       for d, ls in p.leaves_by_domain(uc.hop_limit, False).items()
+                       if not (uc.nvlink_bound and d.is_single_node)]
                 types = p.eligible_types(uc.gpu_types, uc.min_memory_gb)
                 sub = [ls for ls in sub if sum(state.leaf_free[leaf][t] for leaf in ls for t in types) >= uc.size]
                 candidates = sorted(sub, key=lambda ls: sum(state.leaf_free[leaf][t] for leaf in ls for t in types))

@@ -338,7 +338,14 @@ def _far_nodes(state: Instance, spec: TrainingJob, kept_nodes: set[str]) -> set[
         for n in c.nodes:
             if not kept_nodes & names:
                 far.add(n.name)
-            elif hop is not None and any(n.name != k and (c.network.hop_count(n.name, k) or hop + 1) > hop
+            elif hop is not None and any(n.name != k and _hops(c.network, n.name, k, hop + 1) > hop
                                          for k in kept_nodes):
                 far.add(n.name)
     return far
+
+
+def _hops(net, a: str, b: str, apart: int) -> int:
+    """Hops between two nodes, ``apart`` when there is no path (0 is a real count: two
+    trays of one NVLink domain, #24)."""
+    h = net.hop_count(a, b)
+    return apart if h is None else h
