@@ -46,6 +46,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("exact_solver", [s for s in chosen if s in EXACT_SOLVERS])
 
 
+@pytest.fixture(autouse=True)
+def _not_a_command():
+    """No test may leave the pytest process declared a ``hyperplace`` command: a later solve
+    would then end the process with ``os._exit(0)`` after writing its plan (see
+    ``commands.solve.end_process``), and pytest would stop silently with exit code 0 and
+    every remaining test unrun. Run CLI commands through ``cli_run.run_main``."""
+    from hyperplace import deadline
+
+    yield
+    if deadline.is_command():
+        deadline._AS_COMMAND = False  # noqa: SLF001 (the guard resets what leaked)
+        pytest.fail("this test left the process declared a hyperplace command "
+                    "(call the CLI through tests/cli_run.run_main)")
+
+
 @pytest.fixture
 def seed_job_path() -> Path:
     """The seed's FoundationModelTrainingJob manifest, verbatim."""

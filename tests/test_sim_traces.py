@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from hyperplace.cli import main
+from cli_run import run_main
+
 from hyperplace.errors import InputError
 from hyperplace.instances import load_instance
 from hyperplace.sim.traces import load_trace
@@ -22,15 +22,7 @@ from hyperplace.sim.workload import (
 
 
 def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["hyperplace", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 0
-    finally:
-        sys.argv = old
+    code = run_main(args)
     out = capsys.readouterr()
     return code, out.out, out.err
 
