@@ -190,9 +190,14 @@ def test_engine_wait_holds_for_faster_gpus_when_they_free_up_soon():
     # H100s busy for 100 s; a long job that accepts both types: waiting 100 s for H100 wins
     jobs = [job("busy", 16, 0, 100 * 2.77, tolerate="h100"), job("long", 8, 1, 100_000)]
     waited = simulate(inst, jobs, "engine-wait", SimConfig(round_s=10, check=True))
-    now = simulate(inst, jobs, "engine", SimConfig(round_s=10, check=True))
+    now = simulate(inst, jobs, "engine-rounds", SimConfig(round_s=10, check=True))
+    planned = simulate(inst, jobs, "engine", SimConfig(round_s=10, check=True))
     w = {r.job.name: r for r in waited.records}
     n = {r.job.name: r for r in now.records}
+    p = {r.job.name: r for r in planned.records}
     assert n["long"].first_start_s < w["long"].first_start_s
     assert w["long"].end_s < n["long"].end_s
     assert math.isclose(max(w["long"].speeds), SpeedModel(inst).best_speed(jobs[1].manifest))
+    # the planning engine makes the same choice as a decision of its schedule: wait for H100
+    assert math.isclose(max(p["long"].speeds), SpeedModel(inst).best_speed(jobs[1].manifest))
+    assert p["long"].end_s < n["long"].end_s

@@ -189,7 +189,7 @@ def test_the_simulators_engine_rounds_are_warm():
     gen = FabricGenerator(type="fat-tree-2", nodes_per_leaf=2, spines=2)
     inst = Instance(metadata=ObjectMeta(name="w"), spec=InstanceSpec(clusters=[
         Cluster(name="w", nodes=nodes, fabric=FabricSpec(generator=gen))]))
-    policy = make_policy("engine", inst, budget_s=2)
+    policy = make_policy("engine-rounds", inst, budget_s=2)
     loop = RoundLoop(inst, policy, check=True)
 
     def submit(name: str, gpus: int, at: float) -> None:

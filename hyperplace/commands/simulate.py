@@ -144,6 +144,9 @@ def simulate_command(
     half_life: Annotated[float, typer.Option("--half-life", help="fair-share history: hours for a queue's past GPU-hours to count half (Slurm's PriorityDecayHalfLife); 0 = per-round fair share only")] = 0.0,
     preemption: Annotated[str, typer.Option("--preemption", help="engine: never, or reclaim-within-cohort (stop jobs of queues borrowing beyond their nominal quota so a queue under its own gets it back; victims lose the work since their checkpoint)")] = "never",
     defrag: Annotated[bool, typer.Option("--defrag/--no-defrag", help="engine: running jobs may migrate (checkpoint, restart elsewhere), decided in the round's one solve: only when that admits more pending demand, least lost work first; migrated jobs lose the work since their checkpoint")] = False,
+    horizon: Annotated[float, typer.Option("--horizon", help="engine: hours the over-time schedule plans ahead each round (5-minute steps over a day by default: horizon / 288)")] = 24.0,
+    schedule_window: Annotated[int, typer.Option("--schedule-window", help="engine: pending jobs in each round's CP-SAT schedule model (priority, then reservation, then submit order); the rest are list scheduled around them")] = 200,
+    schedule_objective: Annotated[str, typer.Option("--schedule-objective", help="engine: slowdown (sum of bounded slowdowns) or completion (sum of completion times) within each priority class")] = "slowdown",
     fair_share_levels: Annotated[int, typer.Option("--fair-share-levels", help="with --half-life: engine priority levels added per queue, round(N x Slurm's fair-share factor), as Slurm's PriorityWeightFairshare (one level = one aging step)")] = 4,
 ) -> None:
     """Replay a trace on an instance under several policies; metrics side by side."""
@@ -158,6 +161,13 @@ def simulate_command(
     _finite("--budget", budget, 0.01)
     _finite("--failures", failures)
     _finite("--half-life", half_life)
+    if not (math.isfinite(horizon) and horizon > 0):
+        raise InputError(f"must be a positive number of hours, got {horizon:g}", path="--horizon")
+    if schedule_window < 1:
+        raise InputError(f"must be >= 1, got {schedule_window}", path="--schedule-window")
+    if schedule_objective not in ("slowdown", "completion"):
+        raise InputError(f"use slowdown or completion, got {schedule_objective!r}",
+                         path="--schedule-objective")
     if preemption not in ("never", "reclaim-within-cohort"):
         raise InputError(f"use never or reclaim-within-cohort, got {preemption!r}",
                          path="--preemption")
@@ -183,7 +193,8 @@ def simulate_command(
                        network=network, solver=solver,
                        half_life_s=half_life * 3600.0 if half_life > 0 else None,
                        fair_share_levels=fair_share_levels, preemption=preemption,
-                       defrag=defrag)
+                       defrag=defrag, horizon_s=horizon * 3600.0,
+                       schedule_window=schedule_window, schedule_objective=schedule_objective)
     if out is not None:
         output_dir(out)
     console = Console(stderr=True)

@@ -65,6 +65,26 @@ class PendingJob(HPModel):
     reasons: list[str]
 
 
+class Forecast(HPModel):
+    """When and where a pending job is planned to start (the over-time schedule's answer,
+    :mod:`hyperplace.solvers.schedule`), refreshed every round.
+
+    ``earliest_s``/``latest_s``: the planned start window, seconds from the plan's time
+    (one schedule step wide); both None when no start falls inside the schedule's reach.
+    ``pool``: the GPU type and fabric domain it is planned on ("16 H100-80 in leaf t1:leaf-3").
+    """
+
+    job: str
+    earliest_s: float | None = None
+    latest_s: float | None = None
+    gpus: int = 0
+    gpu_type: str | None = None
+    domain: str | None = None
+    pool: str = ""
+    starts_now: bool = False
+    text: str = ""
+
+
 class Preemption(HPModel):
     """A running job stopped so that a higher-priority (or reclaiming) job fits."""
 
@@ -121,6 +141,9 @@ class PlacementPlan(HPModel):
         "reclaim-within-cohort): objective 1 then counts the running jobs kept, each in its "
         "own priority level")
     migrations: list[Migration] = Field(default_factory=list)
+    forecasts: list[Forecast] = Field(default_factory=list, description=(
+        "per pending job its planned start window and pool from the over-time schedule "
+        "(empty when the round was solved without one)"))
     hot_spares: int = Field(default=0, ge=0, description=(
         "whole free nodes per leaf domain new placements leave free (the operator setting "
         "the round was solved with; repairs may use them)"))

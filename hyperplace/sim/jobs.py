@@ -53,6 +53,10 @@ class JobRecord:
     migrations: int = 0
     speeds: list[float] = field(default_factory=list)
     queued_since: float | None = None
+    # the first forecast of its start (policies with a schedule: the round after it arrived)
+    forecast_start_s: float | None = None
+    forecast_pool: str = ""
+    forecast_at_s: float | None = None
 
     @property
     def jct_s(self) -> float | None:

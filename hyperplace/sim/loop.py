@@ -204,6 +204,9 @@ class RoundLoop:
         violations: list[Violation] = []
         if self.check:
             violations = check(decision.plan, decision.instance)
+            sched = getattr(self.policy, "schedule_violations", None)
+            if sched is not None:  # the over-time schedule's own checker (sim.planning)
+                violations = [*violations, *sched(now)]
             if violations:
                 raise CheckFailed(f"round at t={now:g} ({self.policy.name}): "
                                   + "; ".join(str(v) for v in violations[:5]))

@@ -116,8 +116,42 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
         "fallback_rounds": sum(1 for r in run.rounds if r.fallback),
         "held_decisions": sum(r.held for r in run.rounds),
         "mean_speed": _mean([r.speeds[-1] for r in done if r.speeds]),
+        "forecast": forecast_metrics(run),
         **queue_metrics(run),
     }
+
+
+FORECAST_SIZES = ((1, 1), (2, 8), (9, 64), (65, 10 ** 9))
+LONG_WAIT_S = 600.0
+
+
+def forecast_metrics(run: PolicyRun) -> dict[str, Any] | None:
+    """How good the first forecast of each job's start was (policies with a schedule):
+    absolute error planned vs actual first start, median / mean / p90, overall and by job
+    size (GPUs); for jobs that waited ``LONG_WAIT_S`` or more, the median of error / wait
+    (the issue's goal: at most 0.2). None for policies without forecasts."""
+    rows = [r for r in run.records if r.forecast_start_s is not None
+            and r.first_start_s is not None]
+    if not any(r.forecast_at_s is not None for r in run.records):
+        return None
+
+    def stats(rs: list) -> dict[str, Any]:
+        err = [abs(r.first_start_s - r.forecast_start_s) for r in rs]
+        return {"jobs": len(rs), "median_abs_error_s": _pct(err, 0.5),
+                "mean_abs_error_s": _mean(err), "p90_abs_error_s": _pct(err, 0.9)}
+
+    out = stats(rows)
+    out["by_size"] = {f"{lo}-{hi}" if hi < 10 ** 9 else f"{lo}+":
+                      stats([r for r in rows if lo <= r.job.gpus <= hi])
+                      for lo, hi in FORECAST_SIZES}
+    long = [r for r in rows if r.first_start_s - r.job.submit_s >= LONG_WAIT_S]
+    out["long_wait_jobs"] = len(long)
+    out["long_wait_median_error_over_wait"] = _pct(
+        [abs(r.first_start_s - r.forecast_start_s) / (r.first_start_s - r.job.submit_s)
+         for r in long], 0.5)
+    out["unplanned"] = sum(1 for r in run.records if r.forecast_at_s is not None
+                           and r.forecast_start_s is None)
+    return out
 
 
 def jain_index(values: list[float]) -> float | None:

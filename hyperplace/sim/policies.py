@@ -97,7 +97,7 @@ BF_MAX_JOB_TEST = 500
 SHORT_THRESHOLDS_S = (3600.0, 6 * 3600.0, 24 * 3600.0)
 
 PEER_POLICIES = ("fifo", "kueue-strict", "kueue", "volcano", "volcano-proportion", "slurm")
-POLICIES = ("engine", "engine-wait", *PEER_POLICIES)
+POLICIES = ("engine", "engine-rounds", "engine-wait", *PEER_POLICIES)
 ALIASES = {"fifo-firstfit": "fifo", "kueue-style": "kueue", "kueue-besteffort": "kueue",
            "kueue-strictfifo": "kueue-strict", "volcano-style": "volcano",
            "slurm-style": "slurm", "slurm-backfill": "slurm", "proportion": "volcano-proportion"}
@@ -414,7 +414,7 @@ class EnginePolicy(Policy):
                  aging_s: float = 3600.0, wait: bool = False, wait_margin: float = 0.05,
                  seed: int = 0, order: str = "sjf", drain_after_s: float | None = 0.0,
                  fair_share_levels: int = 0, preemption: str = "never", defrag: bool = False):
-        self.name = "engine-wait" if wait else "engine"
+        self.name = "engine-wait" if wait else "engine-rounds"
         self.solver = solver
         self.budget_s = budget_s
         self.window = window
@@ -649,14 +649,24 @@ def hold_for_faster(view: RoundView, starts: dict[str, dict[str, list[GPU]]],
 def make_policy(name: str, instance: Instance, *, budget_s: float = 1.0, solver: str = "auto",
                 window: int = 64, aging_s: float = 3600.0, seed: int = 0,
                 slurm_factor: float = SLURM_OVERESTIMATE, fair_share_levels: int = 0,
-                preemption: str = "never", defrag: bool = False) -> Policy:
+                preemption: str = "never", defrag: bool = False,
+                schedule: dict | None = None) -> Policy:
     """A policy by name (aliases accepted: ``fifo-firstfit``, ``kueue-style``, ...)."""
     key = canonical_policy(name)
-    if key in ("engine", "engine-wait"):
-        return EnginePolicy(solver=solver, budget_s=budget_s, window=window, aging_s=aging_s,
-                            wait=key == "engine-wait", seed=seed,
-                            fair_share_levels=fair_share_levels, preemption=preemption,
-                            defrag=defrag)
+    if key == "engine" and not (instance.spec.queues or preemption != "never" or defrag):
+        from hyperplace.sim.planning import PlanningEngine
+
+        return PlanningEngine(solver=solver, budget_s=budget_s, seed=seed, **(schedule or {}))
+    if key in ("engine", "engine-rounds", "engine-wait"):
+        # with declared queues, preemption or migrations ``engine`` is the round engine: the
+        # schedule models neither quotas nor fair share nor stops (hyperplace.sim.planning)
+        pol = EnginePolicy(solver=solver, budget_s=budget_s, window=window, aging_s=aging_s,
+                           wait=key == "engine-wait", seed=seed,
+                           fair_share_levels=fair_share_levels, preemption=preemption,
+                           defrag=defrag)
+        if key == "engine":
+            pol.name = "engine"
+        return pol
     if key == "slurm":
         return SlurmBackfill(instance, factor=slurm_factor, seed=seed)
     if key == "volcano-proportion":

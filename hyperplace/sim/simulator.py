@@ -54,6 +54,12 @@ class SimConfig:
     preemption: str = "never"
     # the engine may migrate running jobs so that a job the plain round leaves out fits
     defrag: bool = False
+    # the planning engine's schedule (hyperplace.sim.planning): horizon, jobs in the CP-SAT
+    # model per round, objective (slowdown | completion), time step (None: horizon / 288)
+    horizon_s: float = 24 * 3600.0
+    schedule_window: int = 200
+    schedule_objective: str = "slowdown"
+    step_s: float | None = None
 
 
 @dataclass
@@ -101,7 +107,10 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
                       window=config.window, aging_s=config.aging_s, seed=config.seed,
                       slurm_factor=config.slurm_factor,
                       fair_share_levels=config.fair_share_levels,
-                      preemption=config.preemption, defrag=config.defrag)
+                      preemption=config.preemption, defrag=config.defrag,
+                      schedule={"horizon_s": config.horizon_s, "window": config.schedule_window,
+                                "objective": config.schedule_objective,
+                                "step_s": config.step_s, "round_s": config.round_s})
     loop = RoundLoop(instance, pol, check=config.check, half_life_s=config.half_life_s)
     loop.speed = SpeedModel(loop.state.base, network=config.network)
     if jobs:
@@ -185,6 +194,7 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
                                         d.fallback, d.status, len(d.held)))
                 for s in result.started:
                     push(s.end_s, FINISH, (s.job.name, id(loop.running[s.job.name])))
+                _record_forecasts(loop, result, t)
                 last_round_started = bool(result.started)
             dirty = False
         sample(t)
@@ -209,6 +219,25 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
                      queue_gpu_s=dict(loop.gpu_seconds),
                      queue_gpu_s_in_window=dict(loop.gpu_seconds_in_window),
                      queue_weights=weights)
+
+
+def _record_forecasts(loop: RoundLoop, result, t: float) -> None:
+    """A policy with a schedule (``forecasts()``): each job's first forecast is kept, to
+    be compared with its actual start (a job started in its first round: forecast now)."""
+    get = getattr(loop.policy, "forecasts", None)
+    if get is None:
+        return
+    fc = get()
+    for s in result.started:
+        rec = loop.records[s.job.name]
+        if rec.forecast_at_s is None:
+            rec.forecast_start_s, rec.forecast_at_s = t, t
+            rec.forecast_pool = fc.get(s.job.name, (t, ""))[1]
+    for name in loop.queue:
+        rec = loop.records[name]
+        if rec.forecast_at_s is None and name in fc:
+            rec.forecast_start_s, rec.forecast_pool = fc[name]
+            rec.forecast_at_s = t
 
 
 def _apply_failure(loop: RoundLoop, f: Failure, t: float) -> list[str]:

@@ -1,0 +1,579 @@
+"""The over-time schedule: which pending job runs when, on which capacity pool.
+
+A round of the placement model (:mod:`hyperplace.formulations.placement`) decides which
+pending jobs start *now* and on which GPUs. This model decides *when* each job of the pending
+window starts and on which **pool** (a GPU type inside a fabric domain its hop limits allow),
+over a horizon, so that "16 A100 now, 8 H100 + 8 A100, or wait for 16 H100" is one of its
+decisions. Exact GPUs stay with the placement model: the jobs this schedule starts now go
+there; the others are *reservations* (a pool and a start time) that the round's starts and
+later rounds respect (:mod:`hyperplace.solvers.schedule`).
+
+**Pools.** Per cluster a laminar tree: the root is the whole cluster (any GPU type: a job
+spread over types runs at its slowest one's speed); below it one pool per GPU type; below that
+the canonical fabric domains of each tier radius (spine, then leaf: ``Fabric.node_domain``),
+each restricted to that type. A domain whose nodes are its parent's is not repeated. A pool's
+capacity is its usable GPUs (failed ones left out). A job placed in a pool uses capacity in
+that pool and every pool above it. Because the family is laminar and a job placed at a pool
+may use any nodes inside it, the capacity rows on each pool are exactly what whole-node jobs
+need to be assignable to nodes (a job of one pool fills what the jobs of the pools inside
+leave); jobs smaller than a node count GPUs, which is a relaxation (a 4-GPU job and a 4-GPU
+job on two half-free nodes fit by count, not on one node): the placement model decides
+those, and a job the schedule starts that the placement cannot place waits for the next round.
+
+**Demand.** A job of ``g`` GPUs on nodes of ``n`` GPUs: ``g`` when ``g < n``, else whole nodes
+``ceil(g / n) * n`` (a gang gets whole nodes, as Slurm's ``--exclusive`` and the placement
+model's node shapes do). A gang also needs ``ceil(g / n)`` *whole free nodes*: a second
+cumulative per pool counts nodes, where a node holding any running job is busy until the last
+of them ends (so GPUs left free on partly used nodes do not count for gangs). Planned jobs
+smaller than a node take no whole node there (a relaxation: the placement packs them).
+
+**Options.** Per job at most ``max_options`` (pool, predicted duration): for each GPU type the
+job accepts, the lowest tier whose domains hold it (fewest switch tiers crossed, the fastest)
+in its ``per_tier`` domains with the most free GPUs now, the type's whole cluster when its hop
+limits allow, and the cluster root (mixed types) for a multi-node job that accepts several
+types. A job smaller than a node crosses no switch anywhere, so it gets its type's cluster
+pool only. Durations come from the caller (``duration(job, gpu_type, crossings)``, the one
+speed model's prediction), rounded *up* to the time step.
+
+**Time.** Integer steps of ``step_s`` aligned to absolute multiples of ``step_s`` (step 0 runs
+from now to the next multiple, so the grid is the same in every round and a reservation's
+start maps to the same step), horizon ``H = ceil(horizon_s / step_s)``. A run's length in
+steps is ``ceil((duration + now - origin) / step_s)``: a job started now ends within its
+steps although step 0 is short. A job
+may end beyond the horizon (its start must be inside it), or be left *unscheduled* (no start
+inside the horizon: its completion counts as ``H + its shortest duration``, so leaving it out
+never pays). Running jobs are fixed intervals ``[0, ceil(predicted end / step))`` on the leaf
+pools of the nodes they hold.
+
+**Objective** (minimised), priorities as strata: within a priority class, ``sum w_j * end_j``
+with ``w_j`` from ``objective``:
+
+* ``slowdown`` (default): ``w_j = 1 / max(best_j, 10 s)``, ``best_j`` the job's shortest
+  predicted duration: the sum of bounded slowdowns ``(end_j - submit_j) / max(best_j, 10 s)``
+  up to a constant (submit times and ``now`` are constants).
+* ``completion``: ``w_j = 1``: the sum of completion times (mean JCT).
+
+Each class's weights are scaled so that one step of its least-weighted job outweighs
+every class below it at its worst (every job of those classes unscheduled): a higher
+priority never waits for a lower one (when the integers would overflow, each class weighs
+``SOFT_STRATUM`` times the one below instead, and the problem says so: ``strict_strata``). A reservation from the previous round (a pool and start) adds its lateness (steps after the
+reserved start) in a stratum of its own just above its class's completion terms: no job of
+the same class or below starts earlier at the price of a reserved job's lateness, so
+reservations hold unless the running jobs overrun their predictions or a higher class
+arrives (then the schedule re-plans; Slurm's backfill re-plans every cycle too).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hyperplace.models import Instance, TrainingJob
+
+SLOWDOWN_FLOOR_S = 10.0
+OBJECTIVES = ("slowdown", "completion")
+# the largest objective coefficient sum CP-SAT handles comfortably (int64 with room)
+MAX_COEFF_SUM = 2 ** 60
+WEIGHT_SCALE = 10_000
+SOFT_STRATUM = 1_000
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Capacity of one GPU type (or every type: ``gpu_type`` None) in one fabric domain."""
+
+    id: int
+    name: str            # "leaf t1:leaf-3 H100", "cluster c0 H100", "cluster c0"
+    cluster: str
+    gpu_type: str | None
+    domain: str | None   # None: the whole cluster
+    tier: int            # switch tiers a multi-node job in it is predicted to cross (0: leaf)
+    parent: int | None
+    capacity: int        # usable GPUs
+    nodes: tuple[str, ...]
+    gpus_per_node: int
+    whole_nodes: int = 0  # nodes with every GPU usable (what a gang can take)
+
+    @property
+    def level(self) -> str:
+        if self.domain is None:
+            return "cluster"
+        return "leaf" if self.tier == 0 else "spine" if self.tier == 1 else f"tier-{self.tier}"
+
+
+@dataclass(frozen=True)
+class Option:
+    pool: int
+    duration_s: float
+    gpu_type: str | None  # None: mixed types (the cluster root)
+    crossings: int
+
+
+@dataclass
+class ScheduleJob:
+    name: str
+    gpus: int
+    priority: int
+    submit_s: float
+    options: list[Option]
+    demand: dict[int, int] = field(default_factory=dict)  # pool id -> GPUs it takes there
+    node_demand: dict[int, int] = field(default_factory=dict)  # pool id -> whole nodes (gangs)
+    reason: str = ""  # why it has no option (it then gets no forecast start)
+
+    @property
+    def best_s(self) -> float:
+        return min((o.duration_s for o in self.options), default=math.inf)
+
+
+@dataclass(frozen=True)
+class Busy:
+    """A running job's GPUs on one leaf pool until its predicted end (seconds from now)."""
+
+    job: str
+    pool: int
+    gpus: int
+    end_s: float
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A start promised by an earlier round: absolute time and pool."""
+
+    job: str
+    pool: int
+    start_s: float
+
+
+@dataclass
+class ScheduleProblem:
+    now: float
+    horizon_s: float
+    step_s: float
+    pools: list[Pool]
+    jobs: list[ScheduleJob]
+    busy: list[Busy]
+    objective: str = "slowdown"
+    node_busy: list[Busy] = field(default_factory=list)  # nodes (gpus = node count) a gang
+    # cannot take until the running jobs on them end
+    reservations: dict[str, Reservation] = field(default_factory=dict)
+    strict_strata: bool = True  # set by int_weights: False when strata had to be soft
+
+    @property
+    def steps(self) -> int:
+        return max(1, math.ceil(self.horizon_s / self.step_s - 1e-9))
+
+    def dur_steps(self, o: Option) -> int:
+        """Steps an option's run takes, rounded up; the part of step 0 already gone
+        (``now - origin``) is added so that a job started now ends within its steps."""
+        lag = self.now - self.origin
+        return max(1, math.ceil((o.duration_s + lag) / self.step_s - 1e-9))
+
+    @property
+    def origin(self) -> float:
+        """The grid's origin: steps are aligned to absolute multiples of ``step_s`` (step 0
+        runs from now to the next multiple), so the grid does not shift between rounds."""
+        return math.floor(self.now / self.step_s + 1e-9) * self.step_s
+
+    def time_of(self, k: int) -> float:
+        """Absolute time at which step ``k`` starts (step 0: now)."""
+        return self.now if k <= 0 else self.origin + k * self.step_s
+
+    def busy_steps(self, b: Busy) -> int:
+        """Steps a running job holds from now: up to the first boundary at or after its
+        predicted end."""
+        end = self.now + b.end_s
+        if end <= self.now:
+            return 0
+        return max(1, math.ceil((end - self.origin) / self.step_s - 1e-9))
+
+    def ancestors(self, pool: int) -> list[int]:
+        """``pool`` and every pool above it (root last)."""
+        out = []
+        p: int | None = pool
+        while p is not None:
+            out.append(p)
+            p = self.pools[p].parent
+        return out
+
+    def weight(self, job: ScheduleJob) -> float:
+        if self.objective == "completion":
+            return 1.0
+        return 1.0 / max(job.best_s, SLOWDOWN_FLOOR_S)
+
+    def int_weights(self) -> dict[str, int]:
+        """Integer objective weights per job, priority classes as strata (module docstring).
+
+        Within a class the weights keep their ratios with the largest at ``WEIGHT_SCALE``
+        (a job whose weight rounds below 1 gets 1). Strata, lowest first: per class its
+        completion terms, then its reservations' lateness; each stratum's least weight is
+        one more than every stratum below at its worst, so strata are strict. When that would
+        overflow, each stratum weighs ``SOFT_STRATUM`` times the largest weight below it
+        instead (``strict_strata`` False: strong preferences, not strict)."""
+        cached = self.__dict__.get("_w_cache")
+        if cached is not None:
+            return cached
+        H = self.steps
+        members: dict[int, list[ScheduleJob]] = {}
+        for j in self.jobs:
+            if j.options:
+                members.setdefault(j.priority, []).append(j)
+        raw = {j.name: self.weight(j) for js in members.values() for j in js}
+        hi = max(raw.values(), default=1.0)
+        base = {n: max(1, int(round(v / hi * WEIGHT_SCALE))) for n, v in raw.items()}
+        strata: list[tuple[str, int, list[ScheduleJob], int]] = []  # kind, class, jobs, worst
+        for c in sorted(members):
+            js = members[c]
+            strata.append(("end", c, js, sum(base[j.name] * (H + max(self.dur_steps(o)
+                                                                     for o in j.options))
+                                             for j in js)))
+            res = [j for j in js if j.name in self.reservations]
+            if res:
+                strata.append(("late", c, res, H * len(res)))
+
+        def assign(strict: bool) -> tuple[dict[str, int], dict[str, int], int]:
+            w: dict[str, int] = {}
+            late: dict[str, int] = {}
+            below, top = 0, 0
+            for kind, _, js, worst in strata:
+                if kind == "end":
+                    mult = (below + 1) if strict else max(1, top * SOFT_STRATUM // WEIGHT_SCALE)
+                    for j in js:
+                        w[j.name] = base[j.name] * mult
+                    top = max(top, max(w[j.name] for j in js))
+                    below += mult * worst
+                else:
+                    lw = (below + 1) if strict else top * SOFT_STRATUM
+                    for j in js:
+                        late[j.name] = lw
+                    top = max(top, lw)
+                    below += lw * worst
+            return w, late, below
+
+        w, late, total = assign(True)
+        self.strict_strata = total <= MAX_COEFF_SUM
+        if not self.strict_strata:
+            w, late, total = assign(False)
+            if total > MAX_COEFF_SUM:
+                raise OverflowError("priority strata too deep for integer weights")
+        self._late_w = {j.name: late.get(j.name, 0) for js in members.values() for j in js}
+        self._w_cache = w
+        return w
+
+    def lateness_weights(self) -> dict[str, int]:
+        """Per job the objective weight of one step after its reservation (its class's
+        reservation stratum, see :meth:`int_weights`)."""
+        self.int_weights()
+        return dict(self._late_w)
+
+    def objective_value(self, starts: dict[str, tuple[int, int] | None],
+                        names: set[str] | None = None) -> int:
+        """The model's objective for ``starts`` (job -> (option index, start step) or None),
+        over the jobs ``names`` (default: all)."""
+        w = self.int_weights()
+        lw = self.lateness_weights()
+        H = self.steps
+        total = 0
+        for j in self.jobs:
+            if not j.options or (names is not None and j.name not in names):
+                continue
+            got = starts.get(j.name)
+            if got is None:
+                end = H + min(self.dur_steps(o) for o in j.options)
+                late = self._late_unscheduled(j)
+            else:
+                k, s = got
+                end = s + self.dur_steps(j.options[k])
+                late = self._lateness(j, s)
+            total += w[j.name] * end + lw[j.name] * late
+        return total
+
+    def reserved_step(self, job: ScheduleJob) -> int | None:
+        r = self.reservations.get(job.name)
+        if r is None:
+            return None
+        if r.start_s <= self.now:
+            return 0
+        return max(0, math.ceil((r.start_s - self.origin) / self.step_s - 1e-9))
+
+    def _lateness(self, job: ScheduleJob, start: int) -> int:
+        r = self.reserved_step(job)
+        return 0 if r is None else max(0, start - r)
+
+    def _late_unscheduled(self, job: ScheduleJob) -> int:
+        r = self.reserved_step(job)
+        return 0 if r is None else max(0, self.steps - r)
+
+
+Duration = Callable[[TrainingJob, "str | None", int], float]
+
+
+def job_demand(gpus: int, gpus_per_node: int) -> int:
+    """GPUs a job takes in a pool of ``gpus_per_node`` nodes (module docstring)."""
+    if gpus < gpus_per_node:
+        return gpus
+    return math.ceil(gpus / gpus_per_node) * gpus_per_node
+
+
+def build_pools(instance: Instance, usable: Callable[[str], int] | None = None) -> list[Pool]:
+    """The laminar pool tree of every cluster (module docstring).
+
+    ``usable(node)``: GPUs of the node that are not failed (default: ``gpu_count`` minus
+    ``faulty``)."""
+    if usable is None:
+        def usable(n: str, _idx={nd.name: nd for c in instance.clusters for nd in c.nodes}):
+            node = _idx[n]
+            return node.gpu_count - len(set(node.faulty))
+    pools: list[Pool] = []
+
+    def add(**kw) -> int:
+        pools.append(Pool(id=len(pools), **kw))
+        return len(pools) - 1
+
+    for c in instance.clusters:
+        nodes = list(c.nodes)
+        if not nodes:
+            continue
+        gpn = max(n.gpu_count for n in nodes)
+        root = add(name=f"cluster {c.name}", cluster=c.name, gpu_type=None, domain=None,
+                   tier=len(c.network.radii), parent=None,
+                   capacity=sum(usable(n.name) for n in nodes),
+                   nodes=tuple(n.name for n in nodes), gpus_per_node=gpn,
+                   whole_nodes=sum(usable(n.name) == n.gpu_count for n in nodes))
+        radii = list(c.network.radii)
+
+        def span(members: list[str]) -> int:
+            """The lowest tier at which ``members`` share one domain (crossings paid)."""
+            for i, r in enumerate(radii):
+                if len({c.network.node_domain(m, r) for m in members}) == 1:
+                    return i
+            return len(radii)
+
+        if len(pools) and pools[root].nodes:
+            pools[root] = Pool(**{**pools[root].__dict__, "tier": span(list(pools[root].nodes))})
+        types = sorted({n.gpu_type for n in nodes})
+        gcount = {n.name: n.gpu_count for n in nodes}
+        for t in types:
+            tnodes = [n for n in nodes if n.gpu_type == t]
+            tgpn = max(n.gpu_count for n in tnodes)
+            top = add(name=f"cluster {c.name} {t}", cluster=c.name, gpu_type=t, domain=None,
+                      tier=span([n.name for n in tnodes]), parent=root,
+                      capacity=sum(usable(n.name) for n in tnodes),
+                      nodes=tuple(n.name for n in tnodes), gpus_per_node=tgpn,
+                      whole_nodes=sum(usable(n.name) == n.gpu_count for n in tnodes))
+            # parent of each node at the level above (starts: the type's cluster pool)
+            above = {n.name: top for n in tnodes}
+            for tier in range(len(radii) - 1, -1, -1):
+                r = radii[tier]
+                groups: dict[tuple[int, str], list[str]] = {}
+                off: list[str] = []
+                for n in tnodes:
+                    d = c.network.node_domain(n.name, r)
+                    if d is None:
+                        off.append(n.name)
+                        continue
+                    groups.setdefault((above[n.name], d), []).append(n.name)
+                new_above = dict(above)
+                for (par, d), members in sorted(groups.items(), key=lambda kv: kv[0][1]):
+                    if set(members) == set(pools[par].nodes):
+                        continue  # the same nodes as its parent: not repeated
+                    level = "leaf" if tier == 0 else "spine" if tier == 1 else f"tier-{tier}"
+                    pid = add(name=f"{level} {d} {t}", cluster=c.name, gpu_type=t, domain=d,
+                              tier=tier, parent=par,
+                              capacity=sum(usable(m) for m in members),
+                              nodes=tuple(members), gpus_per_node=tgpn,
+                              whole_nodes=sum(usable(m) == gcount[m] for m in members))
+                    for m in members:
+                        new_above[m] = pid
+                above = new_above
+    return pools
+
+
+def leaf_pool_of(pools: list[Pool]) -> dict[str, int]:
+    """Node -> the deepest pool of its own GPU type that holds it."""
+    out: dict[str, tuple[int, int]] = {}
+    depth: dict[int, int] = {}
+    for p in pools:
+        depth[p.id] = 0 if p.parent is None else depth[p.parent] + 1
+        if p.gpu_type is None:
+            continue
+        for n in p.nodes:
+            if n not in out or depth[p.id] > out[n][1]:
+                out[n] = (p.id, depth[p.id])
+    return {n: v[0] for n, v in out.items()}
+
+
+def job_options(job: TrainingJob, pools: list[Pool], instance: Instance, duration: Duration,
+                free_now: dict[int, int], *, max_options: int = 6, per_tier: int = 2,
+                keep_pool: int | None = None) -> tuple[list[Option], dict[int, int], str]:
+    """The capacity options of ``job`` (module docstring), its demand per pool and, when it
+    has none, why."""
+    from hyperplace.formulations.placement.domains import radius_for
+
+    units = job.units()
+    gpus = sum(u.gpus for u in units)
+    selectors = {u.gpu_types for u in units}
+    hop = min((u.max_hop_count for u in units if u.max_hop_count is not None), default=None)
+    between = job.between_replicas.max_hop_count
+    if between is not None:
+        hop = between if hop is None else min(hop, between)
+    catalog = instance.catalog
+    by_cluster: dict[str, list[Pool]] = {}
+    for p in pools:
+        by_cluster.setdefault(p.cluster, []).append(p)
+    cands: list[Option] = []
+    demand: dict[int, int] = {}
+    clusters = {c.name: c for c in instance.clusters}
+    for cname, cps in by_cluster.items():
+        cluster = clusters[cname]
+        radius = radius_for(cluster, hop)  # None: the whole cluster allowed
+        radii = list(cluster.network.radii)
+        max_tier = len(radii) if radius is None else (
+            -1 if radius == 0 else max(i for i, r in enumerate(radii) if r <= radius))
+        ok_types = [p.gpu_type for p in cps if p.gpu_type is not None and p.domain is None
+                    and all(s is None or catalog.get(p.gpu_type).matches(s) for s in selectors)]
+        for t in ok_types:
+            tpools = [p for p in cps if p.gpu_type == t]
+            gpn = tpools[0].gpus_per_node
+            need = job_demand(gpus, gpn)
+            if gpus <= gpn:  # one node: no switch crossed anywhere; hop 0 holds too
+                top = next(p for p in tpools if p.domain is None)
+                if top.capacity >= need:
+                    cands.append(Option(top.id, duration(job, t, 0), t, 0))
+                    demand[top.id] = need
+                continue
+            if max_tier < 0:
+                continue  # hop limit 0 and more than a node
+            fitting = [p for p in tpools if p.capacity >= need and p.tier <= max_tier
+                       and p.whole_nodes * gpn >= need]
+            if not fitting:
+                continue
+            low = min(p.tier for p in fitting)
+            lowest = sorted((p for p in fitting if p.tier == low),
+                            key=lambda p: (-free_now.get(p.id, p.capacity), p.name))[:per_tier]
+            for p in lowest:
+                cands.append(Option(p.id, duration(job, t, p.tier), t, p.tier))
+                demand[p.id] = need
+            higher = sorted({p.tier for p in fitting if p.tier > low})
+            for tier in higher[:2]:
+                ps = sorted((p for p in fitting if p.tier == tier),
+                            key=lambda p: (-free_now.get(p.id, p.capacity), p.name))[:1]
+                for p in ps:
+                    cands.append(Option(p.id, duration(job, t, p.tier), t, p.tier))
+                    demand[p.id] = need
+        if len(ok_types) > 1 and radius is None:
+            root = next(p for p in cps if p.gpu_type is None)
+            need = job_demand(gpus, root.gpus_per_node)
+            if gpus > root.gpus_per_node and root.capacity >= need:
+                slow = max(ok_types, key=lambda t: duration(job, t, root.tier))
+                cands.append(Option(root.id, duration(job, slow, root.tier), None, root.tier))
+                demand[root.id] = need
+    if keep_pool is not None and not any(o.pool == keep_pool for o in cands):
+        p = pools[keep_pool] if 0 <= keep_pool < len(pools) else None
+        if p is not None and p.gpu_type is not None and all(
+                s is None or catalog.get(p.gpu_type).matches(s) for s in selectors):
+            need = job_demand(gpus, p.gpus_per_node)
+            if p.capacity >= need:
+                cands.append(Option(p.id, duration(job, p.gpu_type, 0 if gpus <= p.gpus_per_node
+                                                   else p.tier), p.gpu_type,
+                                    0 if gpus <= p.gpus_per_node else p.tier))
+                demand[p.id] = need
+    if not cands:
+        return [], {}, (f"no pool can hold {gpus} GPUs of the types and hop limit it "
+                        f"accepts")
+    cands.sort(key=lambda o: (o.duration_s, pools[o.pool].tier, pools[o.pool].name))
+    keep = cands[:max_options]
+    # keep the widest option too (the cluster of its fastest type): it is never worse for
+    # the start time, and a job with only narrow options may wait needlessly
+    widest = max(cands, key=lambda o: (pools[o.pool].capacity, -o.duration_s))
+    if widest not in keep:
+        keep[-1] = widest
+    # a reservation's pool stays an option (else a re-plan could only move the job later)
+    held = next((o for o in cands if o.pool == keep_pool), None)
+    if held is not None and held not in keep:
+        keep[-2 if len(keep) > 1 and keep[-1] is widest else -1] = held
+    return keep, {o.pool: demand[o.pool] for o in keep}, ""
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    """A pending job as the schedule sees it: manifest, submit time, and its predicted
+    duration per option (``duration(manifest, gpu_type or None, crossings)``)."""
+
+    manifest: TrainingJob
+    submit_s: float
+    priority: int | None = None  # default: the manifest's
+
+
+@dataclass(frozen=True)
+class RunningSlot:
+    job: str
+    gpus: tuple[tuple[str, int], ...]
+    end_s: float  # predicted end, absolute
+
+
+def build_schedule_problem(instance: Instance, pending: list[PendingJob],
+                           running: list[RunningSlot], now: float, duration: Duration, *,
+                           horizon_s: float, step_s: float, objective: str = "slowdown",
+                           max_options: int = 6, reservations: dict[str, Reservation] | None
+                           = None, usable: Callable[[str], int] | None = None
+                           ) -> ScheduleProblem:
+    """The schedule problem of one round (module docstring).
+
+    Raises ValueError naming the argument for a horizon or step that is not positive."""
+    for name, v in (("horizon_s", horizon_s), ("step_s", step_s)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ValueError(f"{name}: must be a positive number of seconds, got {v!r}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective: use one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    pools = build_pools(instance, usable)
+    leaf = leaf_pool_of(pools)
+    busy: list[Busy] = []
+    node_end: dict[str, float] = {}
+    for r in running:
+        for n, _ in r.gpus:
+            node_end[n] = max(node_end.get(n, 0.0), max(0.0, r.end_s - now))
+        per: dict[int, int] = {}
+        for n, _ in r.gpus:
+            if n in leaf:
+                per[leaf[n]] = per.get(leaf[n], 0) + 1
+        for pid, g in sorted(per.items()):
+            busy.append(Busy(r.job, pid, g, max(0.0, r.end_s - now)))
+    per_leaf_end: dict[tuple[int, float], int] = {}
+    for n, e in node_end.items():
+        if n in leaf:
+            per_leaf_end[(leaf[n], e)] = per_leaf_end.get((leaf[n], e), 0) + 1
+    node_busy = [Busy(f"nodes-until-{e:g}", pid, k, e)
+                 for (pid, e), k in sorted(per_leaf_end.items())]
+    used0 = {p.id: 0 for p in pools}
+    anc_cache: dict[int, list[int]] = {}
+
+    def anc(pid: int) -> list[int]:
+        if pid not in anc_cache:
+            out, p = [], pid
+            while p is not None:
+                out.append(p)
+                p = pools[p].parent
+            anc_cache[pid] = out
+        return anc_cache[pid]
+
+    for b in busy:
+        for a in anc(b.pool):
+            used0[a] += b.gpus
+    free_now = {p.id: p.capacity - used0[p.id] for p in pools}
+    jobs: list[ScheduleJob] = []
+    for pj in pending:
+        m = pj.manifest
+        r = (reservations or {}).get(m.name)
+        opts, dem, why = job_options(m, pools, instance, duration, free_now,
+                                     max_options=max_options,
+                                     keep_pool=r.pool if r is not None else None)
+        nd = {pid: (math.ceil(m.total_gpus / pools[pid].gpus_per_node)
+                    if m.total_gpus >= pools[pid].gpus_per_node else 0) for pid in dem}
+        jobs.append(ScheduleJob(name=m.name, gpus=m.total_gpus,
+                                priority=m.priority if pj.priority is None else pj.priority,
+                                submit_s=pj.submit_s, options=opts, demand=dem, reason=why,
+                                node_demand={k: v for k, v in nd.items() if v}))
+    return ScheduleProblem(now=now, horizon_s=horizon_s, step_s=step_s, pools=pools, jobs=jobs,
+                           busy=busy, objective=objective, node_busy=node_busy,
+                           reservations=dict(reservations or {}))

@@ -1,0 +1,262 @@
+"""The engine that plans ahead: the over-time schedule, then placement for what starts now.
+
+Each round :class:`PlanningEngine` (policy ``engine``):
+
+1. builds the schedule problem (:mod:`hyperplace.formulations.schedule`) of the whole queue:
+   running jobs to their predicted ends (a job past its predicted end is expected one round
+   from now), each pending job's capacity options with durations from the speed model's
+   prediction for that GPU type and the switch tiers the option crosses
+   (:func:`option_speed`), and the previous round's planned starts as reservations;
+2. solves it (:func:`hyperplace.solvers.schedule.solve_schedule`, CP-SAT over the first
+   ``window`` jobs, list scheduling for the rest and as fallback) in ``schedule_share`` of the
+   round's budget;
+3. sends the jobs it starts now to the placement model for exact GPUs (gangs first, deepest
+   pools first, then the jobs smaller than a node), each restricted to its pool: its GPU type (a ``gpu-type`` toleration) and, for a leaf or spine pool, that
+   domain's nodes (the others are marked unusable for that solve; pools inside others are
+   placed first). Jobs of a mixed pool keep their own type selector. A job the placement
+   cannot place (fragmentation the pool counts do not see) waits for the next round;
+4. keeps the schedule: every pending job's forecast (:meth:`forecasts`) and the reservations
+   of the next round.
+
+Reservations are respected by construction: what starts now is part of the schedule, whose
+capacity rows cover every reserved job's pool over its whole planned run; the placement of a
+started job stays inside its pool, so it cannot take a reserved job's GPUs unless the
+schedule has it end before the reservation starts.
+
+The old per-round engine stays as the baselines ``engine-rounds`` (priority levels, no
+post-passes) and ``engine-wait`` (with ``drain_for_head`` and ``hold_for_faster``)
+(:class:`~hyperplace.sim.policies.EnginePolicy`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from hyperplace.baselines.common import JobOutcome, build_plan
+from hyperplace.formulations.schedule import (
+    PendingJob,
+    Reservation,
+    RunningSlot,
+    ScheduleProblem,
+    build_schedule_problem,
+)
+from hyperplace.models import Instance, TrainingJob
+from hyperplace.models.job import GroupType, Toleration
+from hyperplace.models.plan import GPURef
+from hyperplace.sim.policies import Decision, Policy, RoundView
+from hyperplace.sim.speed import COMM_SHARE, CROSS_POD_COLLECTIVE_BW, CROSS_POD_P2P_BW, SpeedModel
+from hyperplace.sim.state import _fresh_node
+from hyperplace.solvers.driver import solve_placement
+from hyperplace.solvers.schedule import ScheduleResult, forecasts, solve_schedule
+
+DEFAULT_HORIZON_S = 24 * 3600.0
+DEFAULT_STEPS = 288  # 5-minute steps over a day
+
+
+def option_speed(speed: SpeedModel, job: TrainingJob, gpu_type: str | None, crossings: int,
+                 cluster: str | None = None) -> float:
+    """The speed model's prediction for ``job`` on ``gpu_type`` crossing ``crossings`` switch
+    tiers (the terms of :meth:`SpeedModel.network_factor`, for a placement not yet made).
+
+    ``gpu_type`` None: the slowest type the job accepts."""
+    if gpu_type is None:
+        base = speed.slowest_speed(job)
+    else:
+        base = speed.gpu_speed(gpu_type)
+    if not speed.network or crossings <= 0:
+        return base
+    oversub = speed._oversub.get(cluster or speed.instance.clusters[0].name, 1.0)
+    time_f = 1.0
+    s = speed.comm_share.get("collective", COMM_SHARE["collective"])
+    time_f *= (1 - s) + s / (CROSS_POD_COLLECTIVE_BW ** crossings / oversub)
+    groups = {g.type for g in job.spec.resource_groups}
+    if GroupType.PIPELINE_PARALLEL in groups:
+        s = speed.comm_share.get("p2p", COMM_SHARE["p2p"])
+        time_f *= (1 - s) + s / (CROSS_POD_P2P_BW ** crossings / oversub)
+    return base / time_f
+
+
+def _pin_type(job: TrainingJob, gpu_type: str | None) -> TrainingJob:
+    if gpu_type is None:
+        return job
+    tol = [*job.spec.tolerations, Toleration(key="gpu-type", operator="Equal", value=gpu_type)]
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"tolerations": tol})})
+
+
+def _masked(instance: Instance, keep: set[str]) -> Instance:
+    """``instance`` with every node outside ``keep`` unusable (all its GPUs faulty)."""
+    clusters = []
+    for c in instance.clusters:
+        nodes = [n if n.name in keep else
+                 _fresh_node(n, dict(n.allocated), list(range(n.gpu_count))) for n in c.nodes]
+        copy = c.model_copy(update={"nodes": nodes})
+        copy.__dict__["network"] = c.network
+        copy.__dict__.pop("node_by_name", None)
+        clusters.append(copy)
+    out = instance.model_copy(update={"spec": instance.spec.model_copy(
+        update={"clusters": clusters})})
+    out.__dict__["catalog"] = instance.catalog
+    for k in ("node_index", "federation", "running_job_info"):
+        out.__dict__.pop(k, None)
+    return out
+
+
+class PlanningEngine(Policy):
+    """The over-time schedule, then placement for the jobs it starts now (module docstring)."""
+
+    name = "engine"
+
+    def __init__(self, *, solver: str = "auto", budget_s: float = 1.0, window: int = 200,
+                 horizon_s: float = DEFAULT_HORIZON_S, step_s: float | None = None,
+                 objective: str = "slowdown", seed: int = 0, schedule_share: float = 0.6,
+                 max_options: int = 6, round_s: float = 60.0):
+        for name, v in (("horizon", horizon_s), ("window", window)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"{name}: must be positive, got {v!r}")
+        self.solver = solver
+        self.budget_s = budget_s
+        self.window = int(window)
+        self.horizon_s = float(horizon_s)
+        self.step_s = float(step_s) if step_s else max(round_s, self.horizon_s / DEFAULT_STEPS)
+        self.objective = objective
+        self.seed = seed
+        self.schedule_share = schedule_share
+        self.max_options = max_options
+        self.round_s = round_s
+        self.last: ScheduleResult | None = None
+        self.last_instance: Instance | None = None
+        self.last_running: dict[str, tuple[list[tuple[str, int]], float]] = {}
+        self._reserved: dict[str, Reservation] = {}
+
+    # ---- the schedule ------------------------------------------------------------------
+    def problem(self, view: RoundView) -> ScheduleProblem:
+        state = view.state
+        instance = state.instance([j.manifest for j in view.queue])
+        cluster_of = state.cluster_of
+        speed = view.speed
+
+        def duration(job: TrainingJob, gpu_type: str | None, crossings: int) -> float:
+            work = view.remaining_work.get(job.name, 0.0)
+            return work / max(option_speed(speed, job, gpu_type, crossings,
+                                           cluster_of.get(next(iter(state.nodes)))), 1e-9)
+
+        running = []
+        self.last_running = {}
+        for name, r in view.running.items():
+            end = r.predicted_end_s
+            if end <= view.now:  # overran its prediction: expected one round from now
+                end = view.now + self.round_s
+            running.append(RunningSlot(name, tuple(r.gpus), end))
+            self.last_running[name] = (list(r.gpus), end)
+        pending = [PendingJob(j.manifest, j.submit_s) for j in view.queue]
+        queued = {j.name for j in view.queue}
+        res = {n: r for n, r in self._reserved.items() if n in queued}
+        return build_schedule_problem(
+            instance, pending, running, view.now, duration, horizon_s=self.horizon_s,
+            step_s=self.step_s, objective=self.objective, max_options=self.max_options,
+            reservations=res,
+            usable=lambda n: state.nodes[n].gpu_count - len(state.unusable(n)))
+
+    def forecasts(self) -> dict[str, tuple[float | None, str]]:
+        """Job -> (planned start, absolute seconds, or None; pool) from the last round."""
+        if self.last is None:
+            return {}
+        now = self.last.problem.now
+        return {f.job: (None if f.earliest_s is None else now + f.earliest_s, f.pool)
+                for f in forecasts(self.last)}
+
+    def schedule_violations(self, now: float) -> list:
+        """The independent schedule checker (:mod:`hyperplace.check.schedule`) on the last
+        round's schedule: capacity of every pool at every time, an entry per pending job."""
+        from hyperplace.check.schedule import check_schedule
+        from hyperplace.solvers.schedule import slots
+
+        if self.last is None or self.last_instance is None:
+            return []
+        return check_schedule(self.last_instance, list(self.last_instance.jobs),
+                              slots(self.last), self.last_running, now)
+
+    # ---- a round ------------------------------------------------------------------------
+    def decide(self, view: RoundView) -> Decision:
+        t0 = time.perf_counter()
+        problem = self.problem(view)
+        sched_budget = self.budget_s * self.schedule_share
+        result = solve_schedule(problem, budget_s=sched_budget, window=self.window,
+                                solver="greedy" if self.solver == "greedy" else "cpsat",
+                                seed=self.seed)
+        self.last = result
+        by_name = {j.name: j for j in view.queue}
+        now_jobs = result.starts_now()
+        # placement, pool by pool: deepest pools first (a leaf's jobs before its spine's)
+        depth = {p.id: len(problem.ancestors(p.id)) for p in problem.pools}
+        groups: dict[tuple[bool, int], list[str]] = {}
+        jobs_of = {j.name: j for j in problem.jobs}
+        for n in now_jobs:
+            pid = result.entries[n].pool
+            small = not jobs_of[n].node_demand.get(pid, 0)
+            groups.setdefault((small, pid), []).append(n)
+        pinned = {}
+        for n in by_name:
+            e = result.entries.get(n)
+            pool = problem.pools[e.pool] if e is not None and e.pool is not None else None
+            pinned[n] = _pin_type(by_name[n].manifest, pool.gpu_type if pool else None)
+        starts: dict[str, dict[str, list[tuple[str, int]]]] = {}
+        held: list[str] = []
+        statuses = [result.status]
+        state = view.state
+        taken: list[str] = []
+        left = max(0.05, self.budget_s - (time.perf_counter() - t0))
+        try:
+            # gangs first (they need whole nodes; the schedule counted them), deepest pools
+            # first; then the jobs smaller than a node, which pack into what is left
+            order = sorted(groups, key=lambda k: (k[0], -depth[k[1]], k[1]))
+            for i, key in enumerate(order):
+                pid = key[1]
+                pool = problem.pools[pid]
+                names = groups[key]
+                inst = state.instance([pinned[n] for n in names])
+                if pool.domain is not None:
+                    inst = _masked(inst, set(pool.nodes))
+                share = max(0.05, (self.budget_s - (time.perf_counter() - t0))
+                            / max(1, len(order) - i))
+                plan = solve_placement(inst, solver=self.solver, budget_s=min(share, left),
+                                       seed=self.seed, workers=1)
+                statuses.append(plan.status.value)
+                got: dict[str, dict[str, list[tuple[str, int]]]] = {}
+                for p in plan.placements:
+                    got.setdefault(p.job, {})[p.unit] = [(g.node, g.gpu) for g in p.gpus]
+                for n in names:
+                    if n not in got:
+                        held.append(n)
+                        continue
+                    starts[n] = got[n]
+                    state.allocate(n, [g for u in got[n].values() for g in u])
+                    taken.append(n)
+        finally:
+            for n in taken:
+                state.release(n)
+        instance = state.instance([pinned[j.name] for j in view.queue])
+        outcomes = {n: JobOutcome(units={u: [GPURef(node=a, gpu=b) for a, b in gs]
+                                         for u, gs in units.items()})
+                    for n, units in starts.items()}
+        fc = {f.job: f for f in forecasts(result)}
+        for j in view.queue:
+            if j.name not in outcomes:
+                f = fc.get(j.name)
+                outcomes[j.name] = JobOutcome(reasons=[
+                    f"schedule: {f.text}" if f is not None else "schedule: not planned"])
+        solve_s = time.perf_counter() - t0
+        plan = build_plan(instance, "schedule+" + self.solver, outcomes, solve_s)
+        plan = plan.model_copy(update={"forecasts": list(fc.values())})
+        # the next round's reservations: every planned start after now
+        self._reserved = {}
+        for n, e in result.entries.items():
+            if e.start_step is not None and e.start_step > 0:
+                self._reserved[n] = Reservation(n, e.pool, result.start_s(n))
+            elif n in held and e.pool is not None:
+                self._reserved[n] = Reservation(n, e.pool, view.now)
+        self.last_instance = instance
+        fallback = result.status == "fallback" or "fallback" in statuses[1:]
+        return Decision(starts, instance, plan, solve_s, fallback=fallback, held=held,
+                        status=result.status)

@@ -1,0 +1,387 @@
+"""Solving the over-time schedule (:mod:`hyperplace.formulations.schedule`).
+
+:func:`solve_schedule` builds one CP-SAT model of the pending *window* (the ``window`` jobs
+first in list order: priority, then a reservation's start, then submit time): per job one
+start variable, an optional fixed-size interval per capacity option sharing it, exactly one
+option or "not inside the horizon"; a cumulative per pool over the intervals of its pool and
+every pool inside it, running jobs as fixed intervals, and one over whole nodes for gangs;
+the stratified objective of the
+formulation. It is hinted with the list schedule below (which keeps the previous round's
+reservations in their order: the warm start) and runs within the budget on one worker.
+
+**Greedy (list scheduling).** Jobs in list order; each takes the option with the earliest
+predicted completion on the capacity profile left by running jobs and the jobs before it
+(every pool and all pools above it must have room over the whole run): conservative
+backfilling over pools. It is the fallback when CP-SAT finds nothing better within the budget
+(status ``fallback``), the schedule of the jobs outside the window (placed around the model's
+solution), and the forecast beyond the horizon (its profile runs ``GREEDY_SPAN`` horizons).
+
+Status: ``optimal`` (CP-SAT proved the window's objective), ``feasible`` (CP-SAT's solution,
+not proven; ``bound`` is its proven lower bound), ``fallback`` (the list schedule: CP-SAT had
+no better solution in time), ``greedy`` (asked for). Jobs outside the window are always list
+scheduled; ``modelled`` says how many were in the model.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hyperplace.formulations.schedule import ScheduleJob, ScheduleProblem
+
+GREEDY_SPAN = 8  # the list schedule's profile covers this many horizons (forecasts past H)
+
+
+@dataclass
+class Planned:
+    """One job's place in the schedule: option index and start step (None: no start)."""
+
+    job: str
+    option: int | None
+    start_step: int | None
+    pool: int | None = None
+    duration_steps: int = 0
+
+    @property
+    def end_step(self) -> int | None:
+        return None if self.start_step is None else self.start_step + self.duration_steps
+
+
+@dataclass
+class ScheduleResult:
+    problem: ScheduleProblem
+    entries: dict[str, Planned]
+    status: str
+    objective: int
+    bound: int | None
+    solve_s: float
+    modelled: int
+    greedy_objective: int
+    notes: list[str] = field(default_factory=list)
+
+    def start_s(self, job: str) -> float | None:
+        e = self.entries.get(job)
+        if e is None or e.start_step is None:
+            return None
+        return self.problem.time_of(e.start_step)
+
+    def starts_now(self) -> list[str]:
+        return [n for n, e in self.entries.items() if e.start_step == 0]
+
+    def in_model(self) -> dict[str, tuple[int, int] | None]:
+        """The entries as the model sees them (starts past the horizon: not scheduled)."""
+        H = self.problem.steps
+        return {n: (e.option, e.start_step) if e.start_step is not None and e.start_step < H
+                else None for n, e in self.entries.items()}
+
+
+def list_order(problem: ScheduleProblem) -> list[ScheduleJob]:
+    """Priority (highest first), then a reservation's start, then submit time."""
+    def key(j: ScheduleJob):
+        r = problem.reservations.get(j.name)
+        return (-j.priority, r.start_s if r is not None else math.inf, j.submit_s, j.name)
+    return sorted(problem.jobs, key=key)
+
+
+class Profile:
+    """GPUs used per pool per step, over ``length`` steps (numpy arrays)."""
+
+    def __init__(self, problem: ScheduleProblem, length: int):
+        self.p = problem
+        self.length = length
+        self.cap = np.array([pl.capacity for pl in problem.pools], dtype=np.int64)
+        self.used = np.zeros((len(problem.pools), length), dtype=np.int64)
+        self.ncap = np.array([pl.whole_nodes for pl in problem.pools], dtype=np.int64)
+        self.nused = np.zeros((len(problem.pools), length), dtype=np.int64)
+        self.anc = [problem.ancestors(pl.id) for pl in problem.pools]
+        for b in problem.busy:
+            end = min(length, problem.busy_steps(b))
+            if end > 0:
+                self.used[self.anc[b.pool], :end] += b.gpus
+        for b in problem.node_busy:
+            end = min(length, problem.busy_steps(b))
+            if end > 0:
+                self.nused[self.anc[b.pool], :end] += b.gpus
+
+    def earliest(self, pool: int, demand: int, dur: int, lo: int = 0, nodes: int = 0
+                 ) -> int | None:
+        if dur > self.length:
+            return None
+        anc = self.anc[pool]
+        free = (self.cap[anc][:, None] - self.used[anc]).min(axis=0)
+        short = free < demand
+        if nodes:
+            nfree = (self.ncap[anc][:, None] - self.nused[anc]).min(axis=0)
+            short |= nfree < nodes
+        bad = np.concatenate([[0], np.cumsum(short)])
+        win = bad[dur:] - bad[:-dur]  # bad steps in [s, s + dur)
+        ok = np.flatnonzero(win[lo:] == 0)
+        return int(ok[0]) + lo if ok.size else None
+
+    def take(self, pool: int, demand: int, start: int, dur: int, nodes: int = 0) -> None:
+        self.used[self.anc[pool], start:start + dur] += demand
+        if nodes:
+            self.nused[self.anc[pool], start:start + dur] += nodes
+
+
+def list_schedule(problem: ScheduleProblem, jobs: list[ScheduleJob],
+                  fixed: dict[str, Planned] | None = None, span: int = GREEDY_SPAN
+                  ) -> dict[str, Planned]:
+    """List scheduling of ``jobs`` in the given order around ``fixed`` (module docstring)."""
+    H = problem.steps
+    longest = max((problem.dur_steps(o) for j in problem.jobs for o in j.options), default=1)
+    prof = Profile(problem, span * H + longest + 1)
+    by_name = {j.name: j for j in problem.jobs}
+    out: dict[str, Planned] = {}
+    for name, e in (fixed or {}).items():
+        if e.start_step is not None:  # a fixed job left out of the horizon is list scheduled
+            out[name] = e
+            j = by_name[name]
+            o = j.options[e.option]
+            prof.take(o.pool, j.demand[o.pool], e.start_step, problem.dur_steps(o),
+                      j.node_demand.get(o.pool, 0))
+    for j in jobs:
+        if j.name in out:
+            continue
+        best: tuple[int, int, int, int] | None = None
+        for k, o in enumerate(j.options):
+            d = problem.dur_steps(o)
+            s = prof.earliest(o.pool, j.demand[o.pool], d, nodes=j.node_demand.get(o.pool, 0))
+            if s is None:
+                continue
+            key = (s + d, problem.pools[o.pool].tier, k, s)
+            if best is None or key < best:
+                best = key
+        if best is None:
+            out[j.name] = Planned(j.name, None, None)
+            continue
+        _, _, k, s = best
+        o = j.options[k]
+        d = problem.dur_steps(o)
+        prof.take(o.pool, j.demand[o.pool], s, d, j.node_demand.get(o.pool, 0))
+        out[j.name] = Planned(j.name, k, s, o.pool, d)
+    return out
+
+
+def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Planned],
+           time_limit_s: float, seed: int, workers: int):
+    from ortools.sat.python import cp_model
+
+    H = problem.steps
+    m = cp_model.CpModel()
+    w = problem.int_weights()
+    lw = problem.lateness_weights()
+    per_pool: dict[int, list[tuple[object, int]]] = {p.id: [] for p in problem.pools}
+    per_pool_nodes: dict[int, list[tuple[object, int]]] = {p.id: [] for p in problem.pools}
+    anc = {p.id: problem.ancestors(p.id) for p in problem.pools}
+    vars_: dict[str, tuple[object, list[object], object]] = {}
+    obj = []
+    for j in jobs:
+        durs = [problem.dur_steps(o) for o in j.options]
+        start = m.NewIntVar(0, H - 1, f"s_{j.name}")
+        end = m.NewIntVar(0, H + max(durs), f"e_{j.name}")
+        out = m.NewBoolVar(f"u_{j.name}")
+        xs = []
+        for k, (o, d) in enumerate(zip(j.options, durs)):
+            x = m.NewBoolVar(f"x_{j.name}_{k}")
+            iv = m.NewOptionalFixedSizeIntervalVar(start, d, x, f"i_{j.name}_{k}")
+            m.Add(end >= start + d).OnlyEnforceIf(x)
+            k_nodes = j.node_demand.get(o.pool, 0)
+            for a in anc[o.pool]:
+                per_pool[a].append((iv, j.demand[o.pool]))
+                if k_nodes:
+                    per_pool_nodes[a].append((iv, k_nodes))
+            xs.append(x)
+        m.AddExactlyOne([*xs, out])
+        m.Add(end >= H + min(durs)).OnlyEnforceIf(out)
+        m.Add(start == 0).OnlyEnforceIf(out)
+        obj.append(w[j.name] * end)
+        r = problem.reserved_step(j)
+        if r is not None:
+            late = m.NewIntVar(0, H, f"l_{j.name}")
+            m.Add(late >= start - r).OnlyEnforceIf(out.Not())
+            m.Add(late >= H - r).OnlyEnforceIf(out)
+            obj.append(lw[j.name] * late)
+        vars_[j.name] = (start, xs, out)
+        h = hint.get(j.name)
+        if h is not None:
+            inside = h.start_step is not None and h.start_step < H
+            m.AddHint(out, not inside)
+            m.AddHint(start, h.start_step if inside else 0)
+            for k, x in enumerate(xs):
+                m.AddHint(x, inside and h.option == k)
+    # running jobs: fixed intervals from now to their predicted ends, aggregated per end
+    busy: dict[int, dict[int, int]] = {p.id: {} for p in problem.pools}
+    for b in problem.busy:
+        e = min(problem.busy_steps(b), H + 1)
+        if e <= 0:
+            continue
+        for a in anc[b.pool]:
+            busy[a][e] = busy[a].get(e, 0) + b.gpus
+    for p in problem.pools:
+        if not per_pool[p.id]:
+            continue
+        ivs = [iv for iv, _ in per_pool[p.id]]
+        dem = [d for _, d in per_pool[p.id]]
+        at0 = sum(busy[p.id].values())
+        for e, g in sorted(busy[p.id].items()):
+            ivs.append(m.NewFixedSizeIntervalVar(0, e, f"b_{p.id}_{e}"))
+            dem.append(g)
+        m.AddCumulative(ivs, dem, max(p.capacity, at0))
+    nbusy: dict[int, dict[int, int]] = {p.id: {} for p in problem.pools}
+    for b in problem.node_busy:
+        e = min(problem.busy_steps(b), H + 1)
+        if e <= 0:
+            continue
+        for a in anc[b.pool]:
+            nbusy[a][e] = nbusy[a].get(e, 0) + b.gpus
+    for p in problem.pools:
+        if not per_pool_nodes[p.id]:
+            continue
+        ivs = [iv for iv, _ in per_pool_nodes[p.id]]
+        dem = [d for _, d in per_pool_nodes[p.id]]
+        at0 = sum(nbusy[p.id].values())
+        for e, g in sorted(nbusy[p.id].items()):
+            ivs.append(m.NewFixedSizeIntervalVar(0, e, f"nb_{p.id}_{e}"))
+            dem.append(g)
+        m.AddCumulative(ivs, dem, max(p.whole_nodes, at0))
+    m.Minimize(sum(obj))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = seed
+    st = solver.Solve(m)
+    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, None, "none"
+    got: dict[str, Planned] = {}
+    for j in jobs:
+        start, xs, out = vars_[j.name]
+        if solver.Value(out):
+            got[j.name] = Planned(j.name, None, None)
+            continue
+        k = next(i for i, x in enumerate(xs) if solver.Value(x))
+        o = j.options[k]
+        got[j.name] = Planned(j.name, k, solver.Value(start), o.pool, problem.dur_steps(o))
+    bound = int(math.ceil(solver.BestObjectiveBound() - 1e-6))
+    return got, bound, "optimal" if st == cp_model.OPTIMAL else "feasible"
+
+
+def _objective_of(problem: ScheduleProblem, entries: dict[str, Planned],
+                  names: set[str]) -> int:
+    H = problem.steps
+    return problem.objective_value({n: (e.option, e.start_step) if e.start_step is not None
+                                    and e.start_step < H else None
+                                    for n, e in entries.items() if n in names}, names)
+
+
+def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: int = 200,
+                   solver: str = "cpsat", seed: int = 0, workers: int = 1) -> ScheduleResult:
+    """The schedule of every pending job of ``problem`` (module docstring)."""
+    if solver not in ("cpsat", "greedy", "auto"):
+        raise ValueError(f"schedule solver must be 'cpsat', 'greedy' or 'auto', got {solver!r}")
+    t0 = time.perf_counter()
+    order = list_order(problem)
+    schedulable = [j for j in order if j.options]
+    greedy = list_schedule(problem, order)
+    head = schedulable[:window] if window > 0 else []
+    names = {j.name for j in head}
+    g_obj = _objective_of(problem, greedy, names)
+    notes: list[str] = []
+    status, bound, entries = "greedy", None, greedy
+    if solver != "greedy" and head:
+        left = budget_s - (time.perf_counter() - t0) - 0.02 * max(1, len(order) // 500)
+        got = None
+        if left > 0.01:
+            got, bound, st = _cpsat(problem, head, greedy, left, seed, workers)
+        if got is not None:
+            c_obj = _objective_of(problem, got, names)
+            if c_obj <= g_obj:
+                entries = list_schedule(problem, order, fixed=got)
+                status = st
+            else:
+                status = "fallback"
+                notes.append(f"CP-SAT's solution ({c_obj}) no better than the list schedule's "
+                             f"({g_obj})")
+        else:
+            status = "fallback"
+            notes.append("CP-SAT found no solution within the budget" if left > 0.01
+                         else "no budget left for CP-SAT after building")
+    if len(schedulable) > len(head):
+        notes.append(f"{len(schedulable) - len(head)} jobs beyond the window of {window} "
+                     "list scheduled around it")
+    obj = _objective_of(problem, entries, names)
+    if bound is not None and status == "fallback":
+        bound = min(bound, obj)
+    return ScheduleResult(problem=problem, entries=entries, status=status, objective=obj,
+                          bound=bound, solve_s=time.perf_counter() - t0, modelled=len(head),
+                          greedy_objective=g_obj, notes=notes)
+
+
+def _dur(s: float) -> str:
+    s = int(round(s))
+    if s < 60:
+        return f"{s}s"
+    h, m = divmod(s // 60, 60)
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h" if d else f"{h}h{m:02d}m" if h else f"{m}m"
+
+
+def forecasts(result: ScheduleResult, clock: float | None = None) -> list:
+    """Per job of the problem its :class:`~hyperplace.models.plan.Forecast` (module docstring
+    of the formulation): start window (seconds from now), pool, and a line to show.
+
+    ``clock``: the wall-clock epoch seconds of the problem's ``now``; the line then says
+    "about 14:20 UTC" too."""
+    import datetime as _dt
+
+    from hyperplace.models.plan import Forecast
+
+    p = result.problem
+    out = []
+    for j in p.jobs:
+        e = result.entries.get(j.name)
+        if e is None or e.start_step is None:
+            why = j.reason or (f"no start within {GREEDY_SPAN} horizons of "
+                               f"{_dur(p.horizon_s)}")
+            out.append(Forecast(job=j.name, gpus=j.gpus, text=f"not planned: {why}"))
+            continue
+        pool = p.pools[e.pool]
+        lo = p.time_of(e.start_step) - p.now
+        hi = p.time_of(e.start_step + 1) - p.now
+        where = (f"{j.gpus} {pool.gpu_type or 'GPUs of mixed types'}"
+                 + (f" in {pool.level} {pool.domain}" if pool.domain else
+                    f" in cluster {pool.cluster}"))
+        if e.start_step == 0:
+            when = "now"
+        else:
+            when = f"in {_dur(lo)}-{_dur(hi)}"
+            if clock is not None:
+                at = _dt.datetime.fromtimestamp(clock + lo, _dt.timezone.utc)
+                when = f"about {at:%H:%M} UTC ({when})"
+        out.append(Forecast(job=j.name, earliest_s=lo, latest_s=hi, gpus=j.gpus,
+                            gpu_type=pool.gpu_type, domain=pool.domain, pool=pool.name,
+                            starts_now=e.start_step == 0, text=f"{when}, {where}"))
+    return out
+
+
+def slots(result: ScheduleResult) -> list:
+    """The schedule as :class:`~hyperplace.check.schedule.SlotView` rows for the checker."""
+    from hyperplace.check.schedule import SlotView
+
+    p = result.problem
+    out = []
+    for j in p.jobs:
+        e = result.entries.get(j.name)
+        if e is None:
+            continue
+        if e.start_step is None:
+            out.append(SlotView(j.name, frozenset(), None, None, None))
+            continue
+        pool = p.pools[e.pool]
+        out.append(SlotView(j.name, frozenset(pool.nodes), pool.gpu_type,
+                            p.time_of(e.start_step),
+                            p.time_of(e.start_step + e.duration_steps)))
+    return out

@@ -1,0 +1,326 @@
+"""The over-time schedule (#21): capacity over time, the objective against brute force,
+forecasts for every pending job, reservations across rounds, the engine that uses it."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from hyperplace.check.schedule import SlotView, check_schedule
+from hyperplace.formulations.schedule import (
+    PendingJob,
+    Reservation,
+    RunningSlot,
+    build_schedule_problem,
+)
+from hyperplace.instances.generator import model_parallel_job, small_job
+from hyperplace.models import Cluster, FabricGenerator, FabricSpec, Instance, InstanceSpec, Node
+from hyperplace.models.job import ObjectMeta
+from hyperplace.sim.jobs import SimJob
+from hyperplace.sim.loop import RoundLoop
+from hyperplace.sim.policies import make_policy
+from hyperplace.sim.simulator import SimConfig, simulate
+from hyperplace.solvers.schedule import forecasts, list_order, list_schedule, slots, solve_schedule
+
+SPEED = {"H100-80": 3.0, "A100-80": 1.0}
+
+
+def instance(h_leaves: int = 1, a_leaves: int = 1, per_leaf: int = 2) -> Instance:
+    nodes = [Node(name=f"h{i}", gpu_type="H100-80", gpu_count=8)
+             for i in range(h_leaves * per_leaf)]
+    nodes += [Node(name=f"a{i}", gpu_type="A100-80", gpu_count=8)
+              for i in range(a_leaves * per_leaf)]
+    gen = FabricGenerator(type="fat-tree-2", nodes_per_leaf=per_leaf, spines=2)
+    return Instance(metadata=ObjectMeta(name="t"), spec=InstanceSpec(clusters=[
+        Cluster(name="t", nodes=nodes, fabric=FabricSpec(generator=gen))]))
+
+
+def manifest(name: str, gpus: int, tolerate: str | None = None, priority: str = "normal"):
+    if gpus <= 8:
+        return small_job(name, "m", gpus, tolerate=tolerate, priority=priority)
+    return model_parallel_job(name, "m", replicas=gpus // 8, tolerate=tolerate, memory_gb=None,
+                              dp_ib_gbps=None, priority=priority)
+
+
+def work_duration(work: dict[str, float]):
+    def duration(job, gpu_type, crossings):
+        speed = min(SPEED.values()) if gpu_type is None else SPEED[gpu_type]
+        return work[job.name] / speed * (1.25 if crossings else 1.0)
+    return duration
+
+
+def problem(inst, jobs, work, running=(), *, horizon=3600.0, step=300.0, now=0.0,
+            objective="slowdown", reservations=None):
+    return build_schedule_problem(
+        inst, [PendingJob(m, s) for m, s in jobs], list(running), now, work_duration(work),
+        horizon_s=horizon, step_s=step, objective=objective, reservations=reservations)
+
+
+def check_result(inst, jobs, res, running=(), now=0.0):
+    run = {r.job: (list(r.gpus), r.end_s) for r in running}
+    return check_schedule(inst, [m for m, _ in jobs], slots(res), run, now)
+
+
+def random_round(rng: random.Random, n: int):
+    inst = instance(h_leaves=rng.randint(1, 2), a_leaves=rng.randint(1, 2))
+    jobs, work = [], {}
+    for i in range(n):
+        g = rng.choice([1, 2, 4, 8, 16])
+        tol = rng.choice([None, "h100", "a100"])
+        m = manifest(f"j{i}", g, tol, rng.choice(["normal", "normal", "high"]))
+        jobs.append((m, rng.uniform(0, 100)))
+        work[m.name] = rng.uniform(200, 3000)
+    nodes = [n.name for c in inst.clusters for n in c.nodes]
+    running = [RunningSlot(f"r{k}", tuple((nd, i) for i in range(rng.choice([4, 8]))),
+                           rng.uniform(50, 2000)) for k, nd in enumerate(rng.sample(nodes, 2))]
+    return inst, jobs, work, running
+
+
+# ---- capacity, independently checked -------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(12))
+def test_schedule_never_exceeds_a_pools_capacity(seed):
+    rng = random.Random(seed)
+    inst, jobs, work, running = random_round(rng, rng.randint(4, 14))
+    p = problem(inst, jobs, work, running, horizon=7200, step=300)
+    for solver in ("cpsat", "greedy"):
+        res = solve_schedule(p, budget_s=2.0, solver=solver, window=8)
+        assert check_result(inst, jobs, res, running) == [], solver
+        assert res.status in (("optimal", "feasible", "fallback") if solver == "cpsat"
+                              else ("greedy",))
+        if res.bound is not None:
+            assert res.bound <= res.objective
+
+
+def test_checker_catches_an_overfull_pool():
+    inst = instance()
+    jobs = [(manifest("x", 16, "h100"), 0.0), (manifest("y", 8, "h100"), 0.0)]
+    h = frozenset(n.name for n in inst.clusters[0].nodes if n.gpu_type == "H100-80")
+    bad = [SlotView("x", h, "H100-80", 0.0, 100.0), SlotView("y", h, "H100-80", 50.0, 150.0)]
+    codes = {v.code for v in check_schedule(inst, [m for m, _ in jobs], bad, {}, 0.0)}
+    assert "schedule-capacity" in codes
+    # a running job counts too, and a missing job is named
+    ok = [SlotView("x", h, "H100-80", 0.0, 100.0)]
+    run = {"r": ([("h0", 0)], 50.0)}
+    codes = {v.code for v in check_schedule(inst, [m for m, _ in jobs], ok, run, 0.0)}
+    assert codes == {"schedule-capacity", "schedule-missing"}
+
+
+# ---- the objective against brute force -----------------------------------------------------
+
+def brute_force(p):
+    """Every option and start step of every job (or none), feasible by a profile check of
+    its own: the least objective."""
+    H = p.steps
+    choices = []
+    for j in p.jobs:
+        c = [None] + [(k, s) for k in range(len(j.options)) for s in range(H)]
+        choices.append(c)
+    caps = {pl.id: pl.capacity for pl in p.pools}
+    ncaps = {pl.id: pl.whole_nodes for pl in p.pools}
+    longest = H + max(p.dur_steps(o) for j in p.jobs for o in j.options) + 1
+    base = {pl.id: [0] * longest for pl in p.pools}
+    nbase = {pl.id: [0] * longest for pl in p.pools}
+    for busy, into in ((p.busy, base), (p.node_busy, nbase)):
+        for b in busy:
+            for a in p.ancestors(b.pool):
+                for t in range(min(longest, p.busy_steps(b))):
+                    into[a][t] += b.gpus
+    best = None
+    for combo in itertools.product(*choices):
+        used = {k: list(v) for k, v in base.items()}
+        nused = {k: list(v) for k, v in nbase.items()}
+        ok = True
+        for j, ch in zip(p.jobs, combo):
+            if ch is None:
+                continue
+            k, s = ch
+            o = j.options[k]
+            for a in p.ancestors(o.pool):
+                for t in range(s, s + p.dur_steps(o)):
+                    used[a][t] += j.demand[o.pool]
+                    nused[a][t] += j.node_demand.get(o.pool, 0)
+                    if used[a][t] > caps[a] or nused[a][t] > ncaps[a]:
+                        ok = False
+        if not ok:
+            continue
+        val = p.objective_value({j.name: ch for j, ch in zip(p.jobs, combo)})
+        best = val if best is None else min(best, val)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("objective", ["slowdown", "completion"])
+def test_cpsat_objective_equals_brute_force_on_tiny_rounds(seed, objective):
+    rng = random.Random(100 + seed)
+    inst = instance(per_leaf=1)
+    jobs, work = [], {}
+    for i in range(3):
+        m = manifest(f"j{i}", rng.choice([4, 8, 16]), rng.choice([None, "h100"]))
+        jobs.append((m, 0.0))
+        work[m.name] = rng.choice([300, 600, 900, 1500])
+    running = [RunningSlot("r", tuple(("h0", i) for i in range(8)), rng.choice([0, 300, 600]))]
+    p = problem(inst, jobs, work, running, horizon=1500, step=300, objective=objective)
+    res = solve_schedule(p, budget_s=10.0, window=10)
+    assert res.status == "optimal"
+    assert res.objective == brute_force(p)
+    assert res.bound == res.objective
+    assert check_result(inst, jobs, res, running) == []
+
+
+# ---- forecasts -------------------------------------------------------------------------------
+
+def test_every_pending_job_has_a_forecast_beyond_the_window_and_horizon():
+    inst = instance()
+    jobs = [(manifest(f"j{i}", 16, "h100"), float(i)) for i in range(6)]
+    jobs.append((manifest("huge", 64), 10.0))  # more GPUs than the cluster has
+    work = {m.name: 1800.0 for m, _ in jobs}
+    p = problem(inst, jobs, work, horizon=1800, step=300)
+    res = solve_schedule(p, budget_s=2.0, window=2)
+    fc = {f.job: f for f in forecasts(res)}
+    assert set(fc) == {m.name for m, _ in jobs}
+    assert res.modelled == 2
+    starts = sorted(fc[f"j{i}"].earliest_s for i in range(6))
+    assert starts == [0, 600, 1200, 1800, 2400, 3000]  # one after another on the H100 leaf
+    assert fc["j0"].starts_now and "now" in fc["j0"].text and "H100-80" in fc["j0"].text
+    assert fc["huge"].earliest_s is None and fc["huge"].text.startswith("not planned")
+    assert check_result(inst, jobs, res) == []
+
+
+def test_a_job_waits_for_faster_gpus_when_that_finishes_it_sooner():
+    # "16 A100 now or 16 H100 later": H100 busy for 300 s, the job runs 3x faster there
+    inst = instance()
+    jobs = [(manifest("big", 16), 0.0)]
+    work = {"big": 3000.0}
+    run = [RunningSlot("r", tuple((n, i) for n in ("h0", "h1") for i in range(8)), 300.0)]
+    p = problem(inst, jobs, work, run, horizon=3600, step=300, objective="completion")
+    res = solve_schedule(p, budget_s=5.0)
+    e = res.entries["big"]
+    assert p.pools[e.pool].gpu_type == "H100-80" and e.start_step == 1
+    # with the H100s busy for long it starts now on A100
+    run = [RunningSlot("r", tuple((n, i) for n in ("h0", "h1") for i in range(8)), 3000.0)]
+    p = problem(inst, jobs, work, run, horizon=3600, step=300, objective="completion")
+    e = solve_schedule(p, budget_s=5.0).entries["big"]
+    assert p.pools[e.pool].gpu_type == "A100-80" and e.start_step == 0
+
+
+# ---- reservations ----------------------------------------------------------------------------
+
+def test_a_reservation_holds_against_a_later_arrival_and_a_backfill_fits_before_it():
+    inst = instance(a_leaves=0)
+    big = manifest("big", 16, "h100")
+    run = [RunningSlot("r", tuple(("h0", i) for i in range(8)), 900.0)]
+    work = {"big": 3000.0, "long": 2400.0, "short": 600.0}
+    p = problem(inst, [(big, 0.0)], work, run, horizon=7200, step=300)
+    first = solve_schedule(p, budget_s=3.0)
+    start = first.start_s("big")
+    assert start == 900.0
+    res = {"big": Reservation("big", first.entries["big"].pool, start)}
+    # a job arrives that would start now on h1 and run past 900 s: big's reservation holds
+    jobs2 = [(big, 0.0), (manifest("long", 8, "h100"), 300.0)]
+    p2 = problem(inst, jobs2, work, run, horizon=7200, step=300, now=300.0, reservations=res)
+    second = solve_schedule(p2, budget_s=3.0)
+    assert second.start_s("big") == start
+    assert second.start_s("long") >= start + 1000.0
+    assert check_result(inst, jobs2, second, run, now=300.0) == []
+    # without the reservation its slowdown wins and it goes first
+    third = solve_schedule(problem(inst, jobs2, work, run, horizon=7200, step=300, now=300.0),
+                           budget_s=3.0)
+    assert third.start_s("long") == 300.0 and third.start_s("big") > start
+    # a job that ends before the reservation starts is backfilled now
+    jobs4 = [(big, 0.0), (manifest("short", 8, "h100"), 300.0)]
+    p4 = problem(inst, jobs4, work, run, horizon=7200, step=300, now=300.0, reservations=res)
+    fourth = solve_schedule(p4, budget_s=3.0)
+    assert fourth.start_s("short") == 300.0 and fourth.start_s("big") == start
+    assert check_result(inst, jobs4, fourth, run, now=300.0) == []
+
+
+def sim_job(name, gpus, submit, work, tol=None):
+    m = manifest(name, gpus, tol)
+    return SimJob(name=name, submit_s=submit, work_s=work, gpus=m.total_gpus, manifest=m,
+                  checkpoint_s=100.0)
+
+
+def test_engine_rounds_keep_reservations_and_start_jobs_inside_their_pools():
+    rng = random.Random(7)
+    inst = instance(h_leaves=2, a_leaves=2)
+    pol = make_policy("engine", inst, budget_s=1.0)
+    loop = RoundLoop(inst, pol, check=True)  # placement and schedule checkers every round
+    jobs = [sim_job(f"j{i}", rng.choice([4, 8, 16, 32]), 60.0 * (i // 3), rng.uniform(600, 6000),
+                    rng.choice([None, "h100", "a100"])) for i in range(24)]
+    pending = list(jobs)
+    t = 0.0
+    reserved: dict[str, float] = {}
+    ends: list[tuple[float, str]] = []
+    checked = 0
+    while t < 40_000 and (pending or loop.queue or loop.running):
+        for r in [x for x in ends if x[0] <= t]:
+            loop.finish(r[1], r[0])
+            ends.remove(r)
+        for j in [j for j in pending if j.submit_s <= t]:
+            loop.submit(j, t)
+            pending.remove(j)
+        if loop.queue:
+            result = loop.run_round(t)
+            pools = pol.last.problem.pools
+            for s in result.started:
+                e = pol.last.entries[s.job.name]
+                pool = pools[e.pool]
+                assert {n for n, _ in s.gpus} <= set(pool.nodes)  # inside its pool
+                if pool.gpu_type:
+                    assert {inst.clusters[0].node_by_name[n].gpu_type
+                            for n, _ in s.gpus} == {pool.gpu_type}
+                ends.append((s.end_s, s.job.name))
+            fc = pol.forecasts()
+            assert set(loop.queue) <= set(fc)  # every pending job has a forecast
+            for name, prev in reserved.items():
+                if name in loop.queue or name in {s.job.name for s in result.started}:
+                    got = pol.last.start_s(name)
+                    assert got is not None and got <= prev + pol.step_s, name
+                    checked += 1
+            reserved = {n: s for n, (s, _) in fc.items() if s is not None and s > t
+                        and n in loop.queue}
+        t += 60.0
+    assert checked > 10
+
+
+# ---- the simulator ---------------------------------------------------------------------------
+
+def test_simulated_engine_records_forecasts_and_their_error():
+    inst = instance(h_leaves=1, a_leaves=1)
+    jobs = [sim_job(f"j{i}", 8 if i % 2 else 16, 30.0 * i, 1200.0) for i in range(10)]
+    run = simulate(inst, jobs, "engine", SimConfig(round_s=60, check=True))
+    assert run.unfinished == 0
+    waited = [r for r in run.records if r.first_start_s > r.job.submit_s + 60]
+    assert waited
+    assert all(r.forecast_start_s is not None for r in run.records)
+    from hyperplace.sim.metrics import summarize
+
+    s = summarize(run)
+    assert s["forecast"]["jobs"] == len(jobs)
+    assert s["forecast"]["median_abs_error_s"] is not None
+
+
+def test_horizon_and_window_of_zero_are_refused():
+    inst = instance()
+    with pytest.raises(ValueError, match="horizon"):
+        make_policy("engine", inst, schedule={"horizon_s": 0})
+    with pytest.raises(ValueError, match="window"):
+        make_policy("engine", inst, schedule={"window": 0})
+    with pytest.raises(ValueError, match="step_s"):
+        problem(inst, [], {}, step=0)
+
+
+@pytest.mark.parametrize("args,field", [(["--horizon", "0"], "--horizon"),
+                                        (["--schedule-window", "0"], "--schedule-window"),
+                                        (["--schedule-objective", "x"], "--schedule-objective")])
+def test_simulate_refuses_a_zero_horizon_or_window_in_one_line(args, field, capsys):
+    from cli_run import run_main
+
+    code = run_main(["simulate", "--jobs", "3", "--no-progress", *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and field in lines[0]
