@@ -139,7 +139,7 @@ def brute_force(p):
             k, s = ch
             o = j.options[k]
             for a in p.ancestors(o.pool):
-                for t in range(s, s + p.dur_steps(o)):
+                for t in range(s, s + p.dur_steps(o, s)):
                     used[a][t] += j.demand[o.pool]
                     nused[a][t] += j.node_demand.get(o.pool, 0)
                     if used[a][t] > caps[a] or nused[a][t] > ncaps[a]:
@@ -255,6 +255,8 @@ def test_engine_rounds_keep_reservations_and_start_jobs_inside_their_pools():
     reserved: dict[str, float] = {}
     ends: list[tuple[float, str]] = []
     checked = 0
+    rounds_held = 0
+    carried_out = True  # the previous round's plan happened (no job it started was held)
     while t < 40_000 and (pending or loop.queue or loop.running):
         for r in [x for x in ends if x[0] <= t]:
             loop.finish(r[1], r[0])
@@ -275,15 +277,22 @@ def test_engine_rounds_keep_reservations_and_start_jobs_inside_their_pools():
                 ends.append((s.end_s, s.job.name))
             fc = pol.forecasts()
             assert set(loop.queue) <= set(fc)  # every pending job has a forecast
-            for name, prev in reserved.items():
+            # reservations hold when the plan they came from was carried out (a job the
+            # schedule starts that the placement cannot place, a relaxation of jobs smaller
+            # than a node, changes what later rounds can keep)
+            held = bool(result.decision.held)
+            for name, prev in (reserved.items() if carried_out and not held else ()):
                 if name in loop.queue or name in {s.job.name for s in result.started}:
                     got = pol.last.start_s(name)
                     assert got is not None and got <= prev + pol.step_s, name
                     checked += 1
             reserved = {n: s for n, (s, _) in fc.items() if s is not None and s > t
                         and n in loop.queue}
+            carried_out = not held
+            rounds_held += held
         t += 60.0
     assert checked > 10
+    assert rounds_held <= 5
 
 
 # ---- the simulator ---------------------------------------------------------------------------

@@ -38,8 +38,9 @@ speed model's prediction), rounded *up* to the time step.
 **Time.** Integer steps of ``step_s`` aligned to absolute multiples of ``step_s`` (step 0 runs
 from now to the next multiple, so the grid is the same in every round and a reservation's
 start maps to the same step), horizon ``H = ceil(horizon_s / step_s)``. A run's length in
-steps is ``ceil((duration + now - origin) / step_s)``: a job started now ends within its
-steps although step 0 is short. A job
+steps is ``ceil(duration / step_s)``, and ``ceil((duration + now - origin) / step_s)`` when it
+starts now (step 0 is short: the job still ends within its steps), so a plan made in one round
+is still feasible in the next. A job
 may end beyond the horizon (its start must be inside it), or be left *unscheduled* (no start
 inside the horizon: its completion counts as ``H + its shortest duration``, so leaving it out
 never pays). Running jobs are fixed intervals ``[0, ceil(predicted end / step))`` on the leaf
@@ -120,6 +121,7 @@ class ScheduleJob:
     demand: dict[int, int] = field(default_factory=dict)  # pool id -> GPUs it takes there
     node_demand: dict[int, int] = field(default_factory=dict)  # pool id -> whole nodes (gangs)
     reason: str = ""  # why it has no option (it then gets no forecast start)
+    not_now: frozenset[int] = frozenset()  # pools it may not start in now (placement failed)
 
     @property
     def best_s(self) -> float:
@@ -163,11 +165,15 @@ class ScheduleProblem:
     def steps(self) -> int:
         return max(1, math.ceil(self.horizon_s / self.step_s - 1e-9))
 
-    def dur_steps(self, o: Option) -> int:
-        """Steps an option's run takes, rounded up; the part of step 0 already gone
-        (``now - origin``) is added so that a job started now ends within its steps."""
+    def dur_steps(self, o: Option, start: int | None = None) -> int:
+        """Steps an option's run takes when it starts at step ``start``, rounded up; started
+        now (step 0, which is short by ``now - origin``), that part is added so that the job
+        ends within its steps. ``start`` None: the longer of the two."""
+        d = max(1, math.ceil(o.duration_s / self.step_s - 1e-9))
+        if start is not None and start > 0:
+            return d
         lag = self.now - self.origin
-        return max(1, math.ceil((o.duration_s + lag) / self.step_s - 1e-9))
+        return max(d, math.ceil((o.duration_s + lag) / self.step_s - 1e-9))
 
     @property
     def origin(self) -> float:
@@ -283,7 +289,7 @@ class ScheduleProblem:
                 late = self._late_unscheduled(j)
             else:
                 k, s = got
-                end = s + self.dur_steps(j.options[k])
+                end = s + self.dur_steps(j.options[k], s)
                 late = self._lateness(j, s)
             total += w[j.name] * end + lw[j.name] * late
         return total
@@ -516,9 +522,12 @@ def build_schedule_problem(instance: Instance, pending: list[PendingJob],
                            running: list[RunningSlot], now: float, duration: Duration, *,
                            horizon_s: float, step_s: float, objective: str = "slowdown",
                            max_options: int = 6, reservations: dict[str, Reservation] | None
-                           = None, usable: Callable[[str], int] | None = None
-                           ) -> ScheduleProblem:
+                           = None, usable: Callable[[str], int] | None = None,
+                           not_now: dict[str, set[int]] | None = None) -> ScheduleProblem:
     """The schedule problem of one round (module docstring).
+
+    ``not_now``: job -> pools it may not start in at step 0 (the placement model could not
+    place it there in the last round: the pool counts are a relaxation of exact GPUs).
 
     Raises ValueError naming the argument for a horizon or step that is not positive."""
     for name, v in (("horizon_s", horizon_s), ("step_s", step_s)):
@@ -573,7 +582,8 @@ def build_schedule_problem(instance: Instance, pending: list[PendingJob],
         jobs.append(ScheduleJob(name=m.name, gpus=m.total_gpus,
                                 priority=m.priority if pj.priority is None else pj.priority,
                                 submit_s=pj.submit_s, options=opts, demand=dem, reason=why,
-                                node_demand={k: v for k, v in nd.items() if v}))
+                                node_demand={k: v for k, v in nd.items() if v},
+                                not_now=frozenset((not_now or {}).get(m.name, ()))))
     return ScheduleProblem(now=now, horizon_s=horizon_s, step_s=step_s, pools=pools, jobs=jobs,
                            busy=busy, objective=objective, node_busy=node_busy,
                            reservations=dict(reservations or {}))

@@ -6,15 +6,19 @@ Each round :class:`PlanningEngine` (policy ``engine``):
    running jobs to their predicted ends (a job past its predicted end is expected one round
    from now), each pending job's capacity options with durations from the speed model's
    prediction for that GPU type and the switch tiers the option crosses
-   (:func:`option_speed`), and the previous round's planned starts as reservations;
+   (:meth:`~hyperplace.sim.speed.SpeedModel.planned_speed`, the one speed model), and the previous round's planned starts as reservations;
 2. solves it (:func:`hyperplace.solvers.schedule.solve_schedule`, CP-SAT over the first
    ``window`` jobs, list scheduling for the rest and as fallback) in ``schedule_share`` of the
    round's budget;
-3. sends the jobs it starts now to the placement model for exact GPUs (gangs first, deepest
-   pools first, then the jobs smaller than a node), each restricted to its pool: its GPU type (a ``gpu-type`` toleration) and, for a leaf or spine pool, that
-   domain's nodes (the others are marked unusable for that solve; pools inside others are
-   placed first). Jobs of a mixed pool keep their own type selector. A job the placement
-   cannot place (fragmentation the pool counts do not see) waits for the next round;
+3. sends the jobs it starts now to the placement model for exact GPUs (deepest pools first,
+   within a pool gangs before jobs smaller than a node), each restricted to its pool: its GPU
+   type (a ``gpu-type`` toleration), that pool's nodes, and in each pool directly inside it no
+   more than the rest of the schedule leaves there over the job's run
+   (:func:`pool_allowance`; the other GPUs are marked unusable for that solve). Jobs of a
+   mixed pool keep their own type selector. A job the placement cannot place (fragmentation
+   the pool counts do not see, or a wide pool whose free nodes are reserved later: per time
+   the laminar counts are exact, but a job keeps its nodes for its whole run) waits, and the
+   next round's schedule may not start it in that pool at once;
 4. keeps the schedule: every pending job's forecast (:meth:`forecasts`) and the reservations
    of the next round.
 
@@ -42,39 +46,15 @@ from hyperplace.formulations.schedule import (
     build_schedule_problem,
 )
 from hyperplace.models import Instance, TrainingJob
-from hyperplace.models.job import GroupType, Toleration
+from hyperplace.models.job import Toleration
 from hyperplace.models.plan import GPURef
 from hyperplace.sim.policies import Decision, Policy, RoundView
-from hyperplace.sim.speed import COMM_SHARE, CROSS_POD_COLLECTIVE_BW, CROSS_POD_P2P_BW, SpeedModel
 from hyperplace.sim.state import _fresh_node
 from hyperplace.solvers.driver import solve_placement
 from hyperplace.solvers.schedule import ScheduleResult, forecasts, solve_schedule
 
 DEFAULT_HORIZON_S = 24 * 3600.0
 DEFAULT_STEPS = 288  # 5-minute steps over a day
-
-
-def option_speed(speed: SpeedModel, job: TrainingJob, gpu_type: str | None, crossings: int,
-                 cluster: str | None = None) -> float:
-    """The speed model's prediction for ``job`` on ``gpu_type`` crossing ``crossings`` switch
-    tiers (the terms of :meth:`SpeedModel.network_factor`, for a placement not yet made).
-
-    ``gpu_type`` None: the slowest type the job accepts."""
-    if gpu_type is None:
-        base = speed.slowest_speed(job)
-    else:
-        base = speed.gpu_speed(gpu_type)
-    if not speed.network or crossings <= 0:
-        return base
-    oversub = speed._oversub.get(cluster or speed.instance.clusters[0].name, 1.0)
-    time_f = 1.0
-    s = speed.comm_share.get("collective", COMM_SHARE["collective"])
-    time_f *= (1 - s) + s / (CROSS_POD_COLLECTIVE_BW ** crossings / oversub)
-    groups = {g.type for g in job.spec.resource_groups}
-    if GroupType.PIPELINE_PARALLEL in groups:
-        s = speed.comm_share.get("p2p", COMM_SHARE["p2p"])
-        time_f *= (1 - s) + s / (CROSS_POD_P2P_BW ** crossings / oversub)
-    return base / time_f
 
 
 def _pin_type(job: TrainingJob, gpu_type: str | None) -> TrainingJob:
@@ -84,12 +64,20 @@ def _pin_type(job: TrainingJob, gpu_type: str | None) -> TrainingJob:
     return job.model_copy(update={"spec": job.spec.model_copy(update={"tolerations": tol})})
 
 
-def _masked(instance: Instance, keep: set[str]) -> Instance:
-    """``instance`` with every node outside ``keep`` unusable (all its GPUs faulty)."""
+def _masked(instance: Instance, allowed: dict[str, set[int] | None]) -> Instance:
+    """``instance`` with only the ``allowed`` GPUs usable (node -> GPU indices; None: the
+    whole node as it is; a node not listed: none of it)."""
     clusters = []
     for c in instance.clusters:
-        nodes = [n if n.name in keep else
-                 _fresh_node(n, dict(n.allocated), list(range(n.gpu_count))) for n in c.nodes]
+        nodes = []
+        for n in c.nodes:
+            keep = allowed.get(n.name, set())
+            if keep is None:
+                nodes.append(n)
+                continue
+            bad = sorted(set(n.faulty) | {i for i in range(n.gpu_count)
+                                          if i not in keep and i not in n.allocated})
+            nodes.append(_fresh_node(n, dict(n.allocated), bad))
         copy = c.model_copy(update={"nodes": nodes})
         copy.__dict__["network"] = c.network
         copy.__dict__.pop("node_by_name", None)
@@ -100,6 +88,52 @@ def _masked(instance: Instance, keep: set[str]) -> Instance:
     for k in ("node_index", "federation", "running_job_info"):
         out.__dict__.pop(k, None)
     return out
+
+
+def pool_allowance(problem: ScheduleProblem, result: ScheduleResult, names: list[str],
+                   pool_id: int, gangs: bool, free: dict[str, list[int]],
+                   node_gpus: dict[str, int]) -> dict[str, set[int] | None]:
+    """The GPUs a group of jobs the schedule starts now in one pool may take: only the
+    pool's nodes, and in each pool directly inside it no more than what the rest of the
+    schedule leaves there over the group's run (whole nodes for gangs, GPUs for smaller jobs,
+    partly used nodes first), so that a job placed anywhere in a wide pool cannot take the
+    capacity of a reservation in a narrower one. The pool tree is laminar, so the schedule's
+    counts guarantee the group fits in what is left."""
+    from hyperplace.solvers.schedule import Profile
+
+    group = set(names)
+    length = max(result.entries[n].duration_steps for n in names)
+    prof = Profile(problem, length + 1)
+    jobs = {j.name: j for j in problem.jobs}
+    for n, e in result.entries.items():
+        if n in group or e.start_step is None or e.start_step >= length:
+            continue
+        j = jobs[n]
+        o = j.options[e.option]
+        prof.take(o.pool, j.demand[o.pool], e.start_step, min(e.duration_steps,
+                                                              length - e.start_step),
+                  j.node_demand.get(o.pool, 0))
+    pool = problem.pools[pool_id]
+    children = [p for p in problem.pools if p.parent == pool_id]
+    allowed: dict[str, set[int] | None] = {n: None for n in pool.nodes}
+    for c in children:
+        if gangs:
+            slack = int((prof.ncap[c.id] - prof.nused[c.id][:length]).min())
+            whole = [n for n in c.nodes if len(free.get(n, ())) == node_gpus[n]]
+            keep = set(whole[:max(0, slack)])
+            for n in c.nodes:
+                allowed[n] = set(range(node_gpus[n])) if n in keep else set()
+        else:
+            slack = int((prof.cap[c.id] - prof.used[c.id][:length]).min())
+            # partly used nodes first: whole nodes are what gangs need
+            order = sorted(c.nodes, key=lambda n: (len(free.get(n, ())) == node_gpus[n],
+                                                   len(free.get(n, ())), n))
+            left = max(0, slack)
+            for n in order:
+                gpus = free.get(n, [])[:left]
+                allowed[n] = set(gpus)
+                left -= len(gpus)
+    return allowed
 
 
 class PlanningEngine(Policy):
@@ -128,6 +162,7 @@ class PlanningEngine(Policy):
         self.last_instance: Instance | None = None
         self.last_running: dict[str, tuple[list[tuple[str, int]], float]] = {}
         self._reserved: dict[str, Reservation] = {}
+        self._not_now: dict[str, set[int]] = {}
 
     # ---- the schedule ------------------------------------------------------------------
     def problem(self, view: RoundView) -> ScheduleProblem:
@@ -136,10 +171,11 @@ class PlanningEngine(Policy):
         cluster_of = state.cluster_of
         speed = view.speed
 
+        cluster = cluster_of.get(next(iter(state.nodes))) if state.nodes else None
+
         def duration(job: TrainingJob, gpu_type: str | None, crossings: int) -> float:
             work = view.remaining_work.get(job.name, 0.0)
-            return work / max(option_speed(speed, job, gpu_type, crossings,
-                                           cluster_of.get(next(iter(state.nodes)))), 1e-9)
+            return work / max(speed.planned_speed(job, gpu_type, crossings, cluster), 1e-9)
 
         running = []
         self.last_running = {}
@@ -155,7 +191,7 @@ class PlanningEngine(Policy):
         return build_schedule_problem(
             instance, pending, running, view.now, duration, horizon_s=self.horizon_s,
             step_s=self.step_s, objective=self.objective, max_options=self.max_options,
-            reservations=res,
+            reservations=res, not_now=self._not_now,
             usable=lambda n: state.nodes[n].gpu_count - len(state.unusable(n)))
 
     def forecasts(self) -> dict[str, tuple[float | None, str]]:
@@ -208,16 +244,20 @@ class PlanningEngine(Policy):
         taken: list[str] = []
         left = max(0.05, self.budget_s - (time.perf_counter() - t0))
         try:
-            # gangs first (they need whole nodes; the schedule counted them), deepest pools
-            # first; then the jobs smaller than a node, which pack into what is left
-            order = sorted(groups, key=lambda k: (k[0], -depth[k[1]], k[1]))
+            # deepest pools first (a pool's jobs may use any of its nodes, so the jobs of the
+            # pools inside go first: the laminar order in which the pool counts are exact);
+            # within a pool gangs first (whole nodes), then the jobs smaller than a node
+            order = sorted(groups, key=lambda k: (-depth[k[1]], k[0], k[1]))
             for i, key in enumerate(order):
                 pid = key[1]
                 pool = problem.pools[pid]
                 names = groups[key]
                 inst = state.instance([pinned[n] for n in names])
-                if pool.domain is not None:
-                    inst = _masked(inst, set(pool.nodes))
+                if pool.parent is not None or any(p.parent == pid for p in problem.pools):
+                    free = {nd: state.free_gpus(nd) for nd in pool.nodes}
+                    sizes = {nd: state.nodes[nd].gpu_count for nd in pool.nodes}
+                    inst = _masked(inst, pool_allowance(problem, result, names, pid,
+                                                        not key[0], free, sizes))
                 share = max(0.05, (self.budget_s - (time.perf_counter() - t0))
                             / max(1, len(order) - i))
                 plan = solve_placement(inst, solver=self.solver, budget_s=min(share, left),
@@ -249,13 +289,13 @@ class PlanningEngine(Policy):
         solve_s = time.perf_counter() - t0
         plan = build_plan(instance, "schedule+" + self.solver, outcomes, solve_s)
         plan = plan.model_copy(update={"forecasts": list(fc.values())})
-        # the next round's reservations: every planned start after now
+        # the next round's reservations: every planned start after now; a job the placement
+        # could not place may not start in that pool in the next round's schedule
+        self._not_now = {n: {result.entries[n].pool} for n in held}
         self._reserved = {}
         for n, e in result.entries.items():
             if e.start_step is not None and e.start_step > 0:
                 self._reserved[n] = Reservation(n, e.pool, result.start_s(n))
-            elif n in held and e.pool is not None:
-                self._reserved[n] = Reservation(n, e.pool, view.now)
         self.last_instance = instance
         fallback = result.status == "fallback" or "fallback" in statuses[1:]
         return Decision(starts, instance, plan, solve_s, fallback=fallback, held=held,

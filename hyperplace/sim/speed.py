@@ -130,3 +130,27 @@ class SpeedModel:
         return job_speed(model, [catalog.get(t) for t in types], gpus,
                          self.spread(job, unit_nodes), catalog=catalog,
                          reference=self.reference).relative
+
+    def planned_speed(self, job: TrainingJob, gpu_type: str | None, tiers: int,
+                      cluster: str | None = None) -> float:
+        """Speed of ``job`` on a placement not yet made: ``gpu_type`` (None: the slowest type
+        it accepts, as on mixed types) with its nodes crossing ``tiers`` switch tiers beyond
+        one leaf in ``cluster``; the same speed model as :meth:`speed` (a placement on one
+        leaf of that type gets exactly this speed, TP groups cut over nodes aside). Used by
+        the over-time schedule (:mod:`hyperplace.sim.planning`)."""
+        model, gpus, sel, pp = self._facts(job)
+        catalog = self.instance.catalog
+        if gpu_type is None:
+            types = [t for t in self._types.values() if sel is None or t.matches(sel)]
+            if not types:
+                return 1e-9
+            gpu = min(types, key=lambda t: self._relative(model, t.name, gpus))
+        else:
+            gpu = catalog.get(gpu_type)
+        spread = None
+        if self.network:
+            name = cluster or self.instance.clusters[0].name
+            spread = Spread(tiers=tiers, oversubscription=self._oversub.get(name, 1.0),
+                            pipeline=pp, tp_cut_tiers=None)
+        return job_speed(model, [gpu], gpus, spread, catalog=catalog,
+                         reference=self.reference).relative

@@ -12,7 +12,10 @@ reservations in their order: the warm start) and runs within the budget on one w
 **Greedy (list scheduling).** Jobs in list order; each takes the option with the earliest
 predicted completion on the capacity profile left by running jobs and the jobs before it
 (every pool and all pools above it must have room over the whole run): conservative
-backfilling over pools. It is the fallback when CP-SAT finds nothing better within the budget
+backfilling over pools. **Warm start:** before that, each reservation of the previous round
+is put back at its pool and start when it still fits there (in list order), so the hint
+CP-SAT starts from keeps every reservation that can be kept, and the solver only returns
+solutions at least as good, whose lateness stratum then cannot be worse. It is the fallback when CP-SAT finds nothing better within the budget
 (status ``fallback``), the schedule of the jobs outside the window (placed around the model's
 solution), and the forecast beyond the horizon (its profile runs ``GREEDY_SPAN`` horizons).
 
@@ -128,9 +131,10 @@ class Profile:
 
 
 def list_schedule(problem: ScheduleProblem, jobs: list[ScheduleJob],
-                  fixed: dict[str, Planned] | None = None, span: int = GREEDY_SPAN
-                  ) -> dict[str, Planned]:
-    """List scheduling of ``jobs`` in the given order around ``fixed`` (module docstring)."""
+                  fixed: dict[str, Planned] | None = None, span: int = GREEDY_SPAN,
+                  warm: bool = True) -> dict[str, Planned]:
+    """List scheduling of ``jobs`` in the given order around ``fixed`` (module docstring);
+    ``warm``: the reservations first, where they still fit."""
     H = problem.steps
     longest = max((problem.dur_steps(o) for j in problem.jobs for o in j.options), default=1)
     prof = Profile(problem, span * H + longest + 1)
@@ -141,15 +145,39 @@ def list_schedule(problem: ScheduleProblem, jobs: list[ScheduleJob],
             out[name] = e
             j = by_name[name]
             o = j.options[e.option]
-            prof.take(o.pool, j.demand[o.pool], e.start_step, problem.dur_steps(o),
+            prof.take(o.pool, j.demand[o.pool], e.start_step,
+                      problem.dur_steps(o, e.start_step),
                       j.node_demand.get(o.pool, 0))
+    if warm:
+        # the previous round's schedule first: each reservation at its pool and start
+        # when it still fits there (in list order), the rest around them
+        for j in jobs:
+            r = problem.reservations.get(j.name)
+            if r is None or j.name in out:
+                continue
+            k = next((i for i, o in enumerate(j.options) if o.pool == r.pool), None)
+            if k is None:
+                continue
+            o, s = j.options[k], problem.reserved_step(j)
+            if s >= H:
+                continue
+            d = problem.dur_steps(o, s)
+            nd = j.node_demand.get(o.pool, 0)
+            if prof.earliest(o.pool, j.demand[o.pool], d, lo=s, nodes=nd) == s:
+                prof.take(o.pool, j.demand[o.pool], s, d, nd)
+                out[j.name] = Planned(j.name, k, s, o.pool, d)
     for j in jobs:
         if j.name in out:
             continue
         best: tuple[int, int, int, int] | None = None
         for k, o in enumerate(j.options):
-            d = problem.dur_steps(o)
-            s = prof.earliest(o.pool, j.demand[o.pool], d, nodes=j.node_demand.get(o.pool, 0))
+            nd = j.node_demand.get(o.pool, 0)
+            d = problem.dur_steps(o, 0)
+            s = None if o.pool in j.not_now else prof.earliest(o.pool, j.demand[o.pool], d,
+                                                                 nodes=nd)
+            if s != 0:
+                d = problem.dur_steps(o, 1)
+                s = prof.earliest(o.pool, j.demand[o.pool], d, lo=1, nodes=nd)
             if s is None:
                 continue
             key = (s + d, problem.pools[o.pool].tier, k, s)
@@ -160,7 +188,7 @@ def list_schedule(problem: ScheduleProblem, jobs: list[ScheduleJob],
             continue
         _, _, k, s = best
         o = j.options[k]
-        d = problem.dur_steps(o)
+        d = problem.dur_steps(o, s)
         prof.take(o.pool, j.demand[o.pool], s, d, j.node_demand.get(o.pool, 0))
         out[j.name] = Planned(j.name, k, s, o.pool, d)
     return out
@@ -180,15 +208,31 @@ def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Pl
     vars_: dict[str, tuple[object, list[object], object]] = {}
     obj = []
     for j in jobs:
-        durs = [problem.dur_steps(o) for o in j.options]
+        durs = [problem.dur_steps(o) for o in j.options]  # the longer (started now)
+        later = [problem.dur_steps(o, 1) for o in j.options]
         start = m.NewIntVar(0, H - 1, f"s_{j.name}")
         end = m.NewIntVar(0, H + max(durs), f"e_{j.name}")
         out = m.NewBoolVar(f"u_{j.name}")
+        now = None
+        if any(a != b for a, b in zip(durs, later)):
+            now = m.NewBoolVar(f"now_{j.name}")  # starts at step 0 (the short one)
+            m.Add(start == 0).OnlyEnforceIf(now)
+            m.Add(start >= 1).OnlyEnforceIf(now.Not())
         xs = []
-        for k, (o, d) in enumerate(zip(j.options, durs)):
+        for k, (o, d, d1) in enumerate(zip(j.options, durs, later)):
             x = m.NewBoolVar(f"x_{j.name}_{k}")
-            iv = m.NewOptionalFixedSizeIntervalVar(start, d, x, f"i_{j.name}_{k}")
-            m.Add(end >= start + d).OnlyEnforceIf(x)
+            if o.pool in j.not_now:
+                m.Add(start >= 1).OnlyEnforceIf(x)
+            if d == d1:
+                iv = m.NewOptionalFixedSizeIntervalVar(start, d, x, f"i_{j.name}_{k}")
+                m.Add(end >= start + d).OnlyEnforceIf(x)
+            else:
+                size = m.NewIntVar(d1, d, f"d_{j.name}_{k}")
+                m.Add(size == d1 + (d - d1) * now)
+                ends = m.NewIntVar(0, H + d, f"f_{j.name}_{k}")
+                m.Add(ends == start + size)
+                iv = m.NewOptionalIntervalVar(start, size, ends, x, f"i_{j.name}_{k}")
+                m.Add(end >= ends).OnlyEnforceIf(x)
             k_nodes = j.node_demand.get(o.pool, 0)
             for a in anc[o.pool]:
                 per_pool[a].append((iv, j.demand[o.pool]))
@@ -264,7 +308,8 @@ def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Pl
             continue
         k = next(i for i, x in enumerate(xs) if solver.Value(x))
         o = j.options[k]
-        got[j.name] = Planned(j.name, k, solver.Value(start), o.pool, problem.dur_steps(o))
+        at = solver.Value(start)
+        got[j.name] = Planned(j.name, k, at, o.pool, problem.dur_steps(o, at))
     bound = int(math.ceil(solver.BestObjectiveBound() - 1e-6))
     return got, bound, "optimal" if st == cp_model.OPTIMAL else "feasible"
 
