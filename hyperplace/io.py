@@ -103,15 +103,39 @@ def loads_json(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_json_constant)
 
 
+#: The file name that means standard input (``kubectl get nodes -o json | hyperplace ... -``).
+STDIN = "-"
+_stdin_data: bytes | None = None
+
+
+def is_stdin(path: str | os.PathLike[str] | Any) -> bool:
+    return isinstance(path, (str, os.PathLike)) and os.fspath(path) == STDIN
+
+
+def _read_stdin() -> bytes:
+    """Standard input, read once (several readers of ``-`` in one command see the same text)."""
+    global _stdin_data
+    if _stdin_data is None:
+        import sys
+
+        _stdin_data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+    return _stdin_data
+
+
 def read_text_limited(path: str | Path, source: str | None = None) -> str:
     """A file's text, refusing more than :data:`MAX_INPUT_BYTES` bytes and invalid UTF-8.
 
     Reads at most one byte past the limit, so ``/dev/zero`` or a fifo is refused at once.
+    ``-`` is standard input.
     """
     src = source or str(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_INPUT_BYTES + 1)
+        if is_stdin(path):
+            data = _read_stdin()
+            src = source or "<stdin>"
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_INPUT_BYTES + 1)
     except IsADirectoryError:
         raise InputError("is a directory, expected a file", source=src) from None
     except OSError as exc:
@@ -213,11 +237,13 @@ def load_documents(path: str | Path) -> list[dict[str, Any]]:
     """All documents of a YAML (multi-document) or JSON file; errors name the file."""
     p = Path(path)
     src = str(path)
-    if not p.exists():
+    if is_stdin(path):
+        src = "<stdin>"
+    elif not p.exists():
         raise InputError("no such file", source=src)
-    if p.is_dir():
+    elif p.is_dir():
         raise InputError("is a directory, expected a file", source=src)
-    text = read_text_limited(p, src)
+    text = read_text_limited(path if is_stdin(path) else p, src)
     if not text.strip():
         raise InputError("file is empty", source=src)
     try:

@@ -73,8 +73,8 @@ spec:
 BAD_INPUTS = [
     ("malformed", "kind: Instance\nspec: [unclosed\n", "malformed YAML: line 3"),
     ("empty", "   \n", "file is empty"),
-    ("unknown-kind", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n",
-     "kind: unknown kind 'Pod'"),
+    ("unknown-kind", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+     "kind: unknown kind 'ConfigMap'"),
     ("unknown-field", INSTANCE.replace("metadata: {name: tiny}",
                                        "metadata: {name: tiny}\ncolour: blue"),
      "colour: unknown field"),

@@ -43,6 +43,7 @@ class ImportFormat(StrEnum):
     dgx1 = "dgx1"
     hypernode = "hypernode"
     alibaba = "alibaba"
+    kubernetes = "kubernetes"
 
 instances_app = typer.Typer(
     help="Instances: list and show the bundled ones, export, generate, import your own. "
@@ -255,7 +256,8 @@ def generate_command(
 def import_command(
     files: Annotated[list[str], typer.Argument(
         metavar="FILE...", help="one node per file (nvidia-smi, nccl-xml, dgx1), HyperNode "
-        "YAML, or an Alibaba machine list (CSV)")],
+        "YAML, an Alibaba machine list (CSV), or kubectl get nodes/pods -o json and a Kueue "
+        "Topology (kubernetes); - reads standard input")],
     source: Annotated[ImportFormat, typer.Option(
         "--from", help="what the files are", case_sensitive=False)],
     output: Annotated[str | None, typer.Option(

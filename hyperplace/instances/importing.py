@@ -9,6 +9,10 @@ objects; this module assembles their output into one ``Cluster`` document:
 * ``hypernode``: Volcano HyperNode files give the fabric (leaf and spine tiers); the nodes
   come from a Cluster/Instance file (``nodes_from``), or are made, ``gpus_per_node`` GPUs of
   ``gpu_type`` each, for every node a HyperNode names with ``exactMatch``.
+* ``kubernetes``: ``kubectl get nodes -o json`` (a ``List`` of ``Node``s, or one ``Node``),
+  optionally with ``kubectl get pods -A -o json`` (what runs: ``allocated``) and a Kueue
+  ``Topology`` (the levels) among the files; one cluster from all of them
+  (:mod:`hyperplace.instances.importers.kubernetes`).
 * ``alibaba``: an Alibaba GPU machine list (2023 ``sn,...,gpu,model`` or PAI 2020
   ``machine,gpu_type,...,cap_gpu``), one cluster per file on an assumed fat-tree.
 """
@@ -26,7 +30,7 @@ from hyperplace.io import dump_yaml, read_text_limited
 from hyperplace.models import Cluster, FabricGenerator, FabricSpec, GPUCatalog, GPUType, Node
 from hyperplace.models.limits import MAX_GPUS
 
-FORMATS = ("nvidia-smi", "nccl-xml", "dgx1", "hypernode", "alibaba")
+FORMATS = ("nvidia-smi", "nccl-xml", "dgx1", "hypernode", "alibaba", "kubernetes")
 
 #: Node label the importers set to what they assumed (e.g. ``gpu-type,nic-speed``).
 ASSUMED_LABEL = "hyperplace.io/assumed"
@@ -158,6 +162,45 @@ def _hypernode_files(files: list[str], *, gpu_type: str | None, gpus_per_node: i
     return _cluster(name or Path(source).stem, nodes, fabric, source)
 
 
+def _kubernetes(files: list[str], *, name: str | None, gpu_type: str | None,
+                node_gbps: float | None, nodes_per_leaf: int) -> tuple[Cluster, list[str]]:
+    from hyperplace.instances.foreign import classify
+    from hyperplace.instances.importers.kubernetes import import_kubernetes_nodes, \
+        levels_from_topology
+    from hyperplace.io import load_documents
+
+    nodes: list[tuple[dict[str, Any], str]] = []
+    pods: list[tuple[dict[str, Any], str]] = []
+    levels = None
+    for f in files:
+        docs = load_documents(f)
+        for i, d in enumerate(docs):
+            label = f"document {i + 1}: " if len(docs) > 1 else ""
+            what = classify(d)
+            items = d.get("items") if d.get("kind") in ("List", "NodeList", "PodList") else [d]
+            if what == "topology":
+                levels = levels_from_topology(d, f, label)
+            elif what == "cluster" and any(isinstance(x, dict) and x.get("kind") == "Pod"
+                                           for x in items or []) or d.get("kind") in ("Pod",
+                                                                                    "PodList"):
+                pods.append((d, label))
+            elif what == "cluster":
+                nodes.append((d, label))
+            elif what in ("queue", "job"):
+                continue  # queue and job files go with --queues and --jobs
+            else:
+                raise InputError(f"expected Node, a List of nodes or pods, or a Kueue Topology, "
+                                 f"got {d.get('kind')!r}", source=f, path=f"{label}kind")
+    if not nodes:
+        raise InputError("no Node: give `kubectl get nodes -o json` output", source=files[0])
+    source = files[0] if len(files) == 1 else ", ".join(files)
+    kc = import_kubernetes_nodes(nodes, source, pod_docs=pods, gpu_type=gpu_type, levels=levels,
+                                 name=name or Path(files[0]).stem.removesuffix("-nodes")
+                                 if files[0] != "-" else name or "kubernetes",
+                                 node_gbps=node_gbps, nodes_per_leaf=nodes_per_leaf)
+    return kc.cluster, kc.notes
+
+
 def _alibaba(files: list[str], name: str | None) -> list[tuple[Cluster, list[GPUType]]]:
     from hyperplace.instances import importers as imp
 
@@ -187,7 +230,7 @@ def import_cluster(kind: str, files: list[str], *, name: str | None = None, coun
     if not files:
         raise InputError("give at least one FILE", path="FILE")
     for f in files:
-        if not Path(f).is_file():
+        if f != "-" and not Path(f).is_file():
             raise InputError("no such file" if not Path(f).is_dir()
                              else "is a directory, expected a file", source=f)
     if not 0 < node_gbps <= 1e7:
@@ -195,8 +238,14 @@ def import_cluster(kind: str, files: list[str], *, name: str | None = None, coun
                          path="--node-gbps")
     if name is not None and (not name or len(name) > 253 or not name.isprintable()):
         raise InputError("must be 1 to 253 printable characters", path="--name")
+    notes: list[str] = []
     if kind == "alibaba":
         clusters = _alibaba(files, name)
+    elif kind == "kubernetes":
+        kc, notes = _kubernetes(files, name=name, gpu_type=gpu_type,
+                                node_gbps=None if node_gbps == 400.0 else node_gbps,
+                                nodes_per_leaf=nodes_per_leaf)
+        clusters = [(kc, [])]
     elif kind == "hypernode":
         clusters = [(_hypernode_files(files, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
                                       nodes_from=nodes_from, node_gbps=node_gbps, name=name),
@@ -217,6 +266,9 @@ def import_cluster(kind: str, files: list[str], *, name: str | None = None, coun
     assumed = sorted({a for c, _ in clusters for n in c.nodes
                       for a in n.labels.get(ASSUMED_LABEL, "").split(",") if a})
     if assumed:
-        summary += (f" (assumed, not in the file: {', '.join(assumed)}; give --gpu-type to "
-                    "set the type; the labels say what was assumed)")
+        hint = "" if gpu_type or "gpu-type" not in assumed else "; give --gpu-type to set the type"
+        summary += (f" (assumed, not in the file: {', '.join(assumed)}{hint}; the labels say "
+                    "what was assumed)")
+    if notes:
+        summary += "; " + "; ".join(notes)
     return text, summary

@@ -54,6 +54,10 @@ BUNDLED = (
 )
 
 KINDS = ("Instance", "Cluster", "FoundationModelTrainingJob", "HyperNode", "HyperJob")
+#: Kinds read in their owners' formats (:mod:`hyperplace.instances.foreign`), for messages.
+FOREIGN_KINDS = ("Node", "NodeList", "Pod", "PodList", "List", "Topology", "ResourceFlavor",
+                 "ClusterQueue", "LocalQueue", "Cohort", "Queue", "Job", "PodGroup", "JobSet",
+                 "PyTorchJob", "MPIJob")
 _JOB_KIND = "FoundationModelTrainingJob"
 _JOB_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -175,8 +179,8 @@ def document_kind(doc: dict[str, Any], source: str, document: str | None = None)
                          path=f"{document}: kind" if document else "kind")
     if kind not in KINDS:
         where = f"{document}: kind" if document else "kind"
-        raise InputError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}",
-                         source=source, path=where)
+        raise InputError(f"unknown kind {kind!r}; expected one of "
+                         f"{', '.join(KINDS + FOREIGN_KINDS)}", source=source, path=where)
     return str(kind)
 
 
@@ -284,9 +288,44 @@ def _declared_types(clusters: list[ParsedCluster]) -> list[GPUType]:
     return [t for pc in clusters for t in pc.gpu_types]
 
 
+def _expand(docs: list[dict[str, Any]], source: str):
+    """Foreign documents (Kubernetes nodes, pods and workloads, Kueue and Volcano queues)
+    as hyperplace's (:mod:`hyperplace.instances.foreign`)."""
+    from hyperplace.instances.foreign import expand
+
+    return expand(docs, source, label_of=lambda i: _doc_label(i, len(docs)))
+
+
+def _with_queues(inst: Instance, queues: list[tuple[str, dict[str, Any]]], source: str
+                 ) -> Instance:
+    if not queues:
+        return inst
+    from hyperplace.models.queue import QueueError
+
+    try:
+        return inst.with_queue_documents(queues)
+    except QueueError as exc:
+        raise InputError(exc.message, source=source, path=exc.path) from None
+    except ValueError as exc:
+        raise _tidy(InputError(str(exc), source=source)) from None
+
+
 def instance_from_documents(docs: list[dict[str, Any]], source: str) -> Instance:
-    """One Instance document, or Cluster documents followed by job documents."""
-    kinds = [document_kind(d, source, _doc_label(i, len(docs))) for i, d in enumerate(docs)]
+    """One Instance document, or Cluster documents followed by job documents (either may be
+    given in their owners' formats: Kubernetes Nodes and Pods, workloads, Kueue queues)."""
+    ex = _expand(docs, source)
+    inst = _instance_from_expanded(ex.docs, source)
+    return _with_queues(inst, [(q, d) for q, d in ex.queues
+                               if d.get("kind") != "Topology"], source)
+
+
+def _instance_from_expanded(labelled: list[tuple[dict[str, Any], str | None]], source: str
+                            ) -> Instance:
+    docs = [d for d, _ in labelled]
+    if not docs:
+        raise InputError("no Cluster, Instance or Node document: nothing to place jobs on",
+                         source=source)
+    kinds = [document_kind(d, source, label) for d, label in labelled]
     if kinds[0] == "Instance":
         if len(docs) > 1:
             raise InputError("an Instance file holds exactly one document", source=source,
@@ -294,8 +333,7 @@ def instance_from_documents(docs: list[dict[str, Any]], source: str) -> Instance
         return parse_instance(docs[0], source)
     clusters: list[ParsedCluster] = []
     jobs: list[tuple[TrainingJob, str, str | None]] = []
-    for i, (doc, kind) in enumerate(zip(docs, kinds)):
-        label = _doc_label(i, len(docs))
+    for (doc, label), kind in zip(labelled, kinds):
         if kind == "Cluster":
             clusters.append(parse_cluster(doc, source, label))
         elif kind == _JOB_KIND:
@@ -325,8 +363,7 @@ def read_jobs(path: str | Path) -> list[tuple[TrainingJob, str, str | None]]:
     for f in files:
         source = str(f)
         docs = load_documents(f)
-        for i, doc in enumerate(docs):
-            label = _doc_label(i, len(docs))
+        for doc, label in _expand(docs, source).docs:
             kind = document_kind(doc, source, label)
             if kind != _JOB_KIND:
                 raise InputError(f"expected {_JOB_KIND}, got {kind!r}", source=source,
@@ -342,18 +379,21 @@ def load_cluster_and_jobs(cluster_file: str | Path, jobs_file_or_dir: str | Path
     can be replayed against different queues.
     """
     source = str(cluster_file)
-    docs = load_documents(cluster_file)
+    ex = _expand(load_documents(cluster_file), source)
     jobs = read_jobs(jobs_file_or_dir)
     _check_unique_jobs(jobs)
     job_models = [j for j, _, _ in jobs]
-    first = document_kind(docs[0], source, _doc_label(0, len(docs)))
+    queues = [(q, d) for q, d in ex.queues if d.get("kind") != "Topology"]
+    if not ex.docs:
+        raise InputError("no Cluster, Instance or Node document", source=source)
+    first = document_kind(ex.docs[0][0], source, ex.docs[0][1])
     if first == "Instance":
-        base = instance_from_documents(docs, source)
+        base = _instance_from_expanded(ex.docs, source)
         _check_jobs_against(jobs, base.spec.gpu_types, base.clusters)
-        return _build_instance(base.name, [], job_models, source, base=base)
+        return _with_queues(_build_instance(base.name, [], job_models, source, base=base),
+                            queues, source)
     clusters: list[ParsedCluster] = []
-    for i, doc in enumerate(docs):
-        label = _doc_label(i, len(docs))
+    for doc, label in ex.docs:
         kind = document_kind(doc, source, label)
         if kind != "Cluster":
             why = _HYPERNODE_HINT if kind == "HyperNode" else \
@@ -362,7 +402,7 @@ def load_cluster_and_jobs(cluster_file: str | Path, jobs_file_or_dir: str | Path
         clusters.append(parse_cluster(doc, source, label))
     _check_jobs_against(jobs, _declared_types(clusters), [pc.cluster for pc in clusters])
     name = "+".join(pc.cluster.name for pc in clusters)
-    return _build_instance(name, clusters, job_models, source)
+    return _with_queues(_build_instance(name, clusters, job_models, source), queues, source)
 
 
 # ---- bundled instances ------------------------------------------------------------------
@@ -446,7 +486,8 @@ def validate_file(path: str | Path) -> str:
     """Check every document of a file; return a one-line summary or raise InputError."""
     source = str(path)
     docs = load_documents(path)
-    kinds = [document_kind(d, source, _doc_label(i, len(docs))) for i, d in enumerate(docs)]
+    ex = _expand(docs, source)
+    kinds = [document_kind(d, source, label) for d, label in ex.docs]
     if "Instance" in kinds:
         inst = instance_from_documents(docs, source)
         info = instance_info(inst)
@@ -456,8 +497,7 @@ def validate_file(path: str | Path) -> str:
     jobs: list[tuple[TrainingJob, str, str | None]] = []
     clusters: list[ParsedCluster] = []
     hypernodes: list[dict[str, Any]] = []
-    for i, (doc, kind) in enumerate(zip(docs, kinds)):
-        label = _doc_label(i, len(docs))
+    for (doc, label), kind in zip(ex.docs, kinds):
         if kind == "Cluster":
             clusters.append(parse_cluster(doc, source, label))
         elif kind == _JOB_KIND:
@@ -487,7 +527,34 @@ def validate_file(path: str | Path) -> str:
                      f"{gpus} GPU{'s' if gpus != 1 else ''} requested")
     if hypernodes:
         parts.append(check_hypernodes(hypernodes, source))
+    parts += _check_queue_documents(ex, source, clusters)
+    if ex.notes:
+        parts.append(f"{len(ex.notes)} note(s): " + "; ".join(
+            n.removeprefix(f"{source}: ") for n in ex.notes))
     return "; ".join(parts)
+
+
+def _check_queue_documents(ex: Any, source: str, clusters: list[ParsedCluster]) -> list[str]:
+    """Queue and Topology documents of a file, checked as ``--queues`` reads them."""
+    from hyperplace.instances.importers.kubernetes import levels_from_topology
+    from hyperplace.models.queue import QueueError, parse_queues
+
+    out: list[str] = []
+    for t in ex.topologies:
+        levels = levels_from_topology(t, source)
+        out.append(f"Topology {t.get('metadata', {}).get('name')}, {len(levels)} switch level(s)")
+    queue_docs = [(w, d) for w, d in ex.queues if d.get("kind") != "Topology"]
+    if queue_docs:
+        nodes = [n for pc in clusters for n in pc.cluster.nodes]
+        try:
+            qs = parse_queues(queue_docs, known_types={n.gpu_type for n in nodes} if nodes
+                              else None, nodes=nodes or None)
+        except QueueError as exc:
+            raise InputError(exc.message, source=source, path=exc.path) from None
+        kinds = sorted({d.get("kind", "") for _, d in queue_docs})
+        out.append(f"{len(queue_docs)} queue document(s) ({', '.join(kinds)}): "
+                   f"{len(qs.queues)} queue(s), {len(qs.local_queues)} LocalQueue(s)")
+    return out
 
 
 # ---- writing ------------------------------------------------------------------------------

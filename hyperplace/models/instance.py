@@ -129,7 +129,7 @@ class Instance(HPModel):
         types = {n.gpu_type for c in self.spec.clusters for n in c.nodes}
         try:
             qs = parse_queues(((f"spec.queues[{i}]", d) for i, d in enumerate(self.spec.queues)),
-                              known_types=types)
+                              known_types=types, nodes=self._all_nodes())
         except QueueError as exc:
             raise ValueError(str(exc)) from None
         for ji, job in enumerate(self.spec.jobs):
@@ -156,7 +156,7 @@ class Instance(HPModel):
         ``hyperplace solve --queues``, ``simulate --queues`` and the service use this.
         """
         types = {n.gpu_type for c in self.spec.clusters for n in c.nodes}
-        parse_queues(docs, known_types=types)
+        parse_queues(docs, known_types=types, nodes=self._all_nodes())
         return self.with_queues([d for _, d in docs])
 
     def with_queues(self, docs: list[dict[str, Any]]) -> "Instance":
@@ -173,7 +173,11 @@ class Instance(HPModel):
         """The declared queues (None when the instance declares none: no quotas)."""
         if not self.spec.queues:
             return None
-        return parse_queues((f"spec.queues[{i}]", d) for i, d in enumerate(self.spec.queues))
+        return parse_queues(((f"spec.queues[{i}]", d) for i, d in enumerate(self.spec.queues)),
+                            nodes=self._all_nodes())
+
+    def _all_nodes(self) -> list[Any]:
+        return [n for c in self.spec.clusters for n in c.nodes]
 
     def queue_of(self, job: TrainingJob) -> str:
         """The queue a pending job belongs to (``default`` without declared queues)."""

@@ -33,7 +33,7 @@ declared under that name.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,18 +191,44 @@ def _name(doc: Mapping[str, Any], path: str) -> str:
     return name
 
 
-def _flavor_type(name: str, flavor_docs: Mapping[str, Mapping[str, Any]]) -> str:
+def _flavor_type(name: str, flavor_docs: Mapping[str, Mapping[str, Any]],
+                 nodes: Sequence[Any] | None = None) -> str | None:
+    """The GPU type (or ``*``) a flavor's quota counts against; None: it selects no node.
+
+    By the flavor's ``nodeLabels`` as Kueue matches them: a GPU-type label's value read
+    through the GPU catalog (``nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3`` -> ``H100-80``);
+    else, when the cluster's nodes are known, the type of the nodes whose labels hold every
+    ``nodeLabels`` pair (``cloud.provider.com/node-group: tas-group``), ``*`` when they are
+    of several types or the flavor has no nodeLabels (Kueue's empty flavor matches every
+    node); without nodes, the flavor's name (``h100`` -> ``H100``).
+    """
     doc = flavor_docs.get(name)
     labels = _mapping(_mapping(doc.get("spec") if doc else None, name).get("nodeLabels"), name)
     for key in FLAVOR_TYPE_LABELS:
         if key in labels:
-            return str(labels[key]).upper()
+            from hyperplace.models.gpu import default_catalog
+
+            value = str(labels[key])
+            cat = default_catalog()
+            if any(value.upper() in (t.name.upper(), t.family.upper()) for t in cat):
+                return value.upper()  # a type or family name, as written (H100 covers H100-*)
+            t = cat.find(value)  # a product string: NVIDIA-H100-80GB-HBM3 -> H100-80
+            return t.name.upper() if t is not None else value.upper()
+    if nodes is not None and doc is not None:
+        if not labels:
+            return ANY_TYPE
+        types = {n.gpu_type for n in nodes
+                 if all(n.labels.get(str(k)) == str(v) for k, v in labels.items())}
+        if not types:
+            return None
+        return types.pop().upper() if len(types) == 1 else ANY_TYPE
     return name.upper()
 
 
 def _kueue_cluster_queue(doc: Mapping[str, Any], path: str,
                          flavors: Mapping[str, Mapping[str, Any]],
-                         known_types: Iterable[str] | None) -> Queue:
+                         known_types: Iterable[str] | None,
+                         nodes: Sequence[Any] | None = None) -> Queue:
     name = _name(doc, path)
     spec = _mapping(doc.get("spec"), f"{path}.spec")
     quotas: dict[str, Quota] = {}
@@ -218,8 +244,15 @@ def _kueue_cluster_queue(doc: Mapping[str, Any], path: str,
             if flavors and fname not in flavors:
                 raise QueueError(f"{fpath}.name",
                                  f"unknown ResourceFlavor {fname!r} (declared: {', '.join(sorted(flavors))})")
-            gpu_type = _flavor_type(fname, flavors)
-            if known_types is not None and gpu_type != ANY_TYPE:
+            gpu_type = _flavor_type(fname, flavors, nodes)
+            has_gpu = any(isinstance(r, dict) and r.get("name") == GPU_RESOURCE
+                          for r in _list(flavor.get("resources"), f"{fpath}.resources"))
+            if gpu_type is None:
+                if has_gpu:
+                    raise QueueError(f"{fpath}.name", f"ResourceFlavor {fname!r} selects no node "
+                                     "of the cluster (its spec.nodeLabels match none)")
+                continue
+            if known_types is not None and gpu_type != ANY_TYPE and has_gpu:
                 known = {t.upper() for t in known_types}
                 if gpu_type not in known and not any(k.startswith(gpu_type) for k in known):
                     raise QueueError(f"{fpath}.name", f"flavor {fname!r} maps to GPU type {gpu_type!r}, "
@@ -228,6 +261,13 @@ def _kueue_cluster_queue(doc: Mapping[str, Any], path: str,
                 rpath = f"{fpath}.resources[{ri}]"
                 res = _mapping(res, rpath)
                 if res.get("name") != GPU_RESOURCE:
+                    continue
+                if gpu_type in quotas:  # two flavors on one type (e.g. two '*'): add up
+                    prev = quotas[gpu_type]
+                    quotas[gpu_type] = Quota(
+                        nominal=prev.nominal + _quantity(res.get("nominalQuota", 0),
+                                                         f"{rpath}.nominalQuota"),
+                        borrowing_limit=UNLIMITED, lending_limit=UNLIMITED)
                     continue
                 quotas[gpu_type] = Quota(
                     nominal=_quantity(res.get("nominalQuota", 0), f"{rpath}.nominalQuota"),
@@ -278,7 +318,8 @@ def _volcano_queue(doc: Mapping[str, Any], path: str) -> Queue:
 
 
 def parse_queues(docs: Iterable[tuple[str, Mapping[str, Any]]],
-                 known_types: Iterable[str] | None = None) -> QueueSet:
+                 known_types: Iterable[str] | None = None,
+                 nodes: Sequence[Any] | None = None) -> QueueSet:
     """Read Kueue ``ResourceFlavor``/``ClusterQueue``/``LocalQueue`` and Volcano ``Queue``
     documents into one :class:`QueueSet`.
 
@@ -289,6 +330,11 @@ def parse_queues(docs: Iterable[tuple[str, Mapping[str, Any]]],
         document 2``).
     known_types
         GPU type names of the cluster; a flavor that maps to none of them is refused.
+    nodes
+        The cluster's nodes: a ResourceFlavor then maps to the GPU type of the nodes its
+        ``nodeLabels`` select (Kueue's ``tas-flavor``), not to its name. A Kueue
+        ``Topology`` among the documents is no queue and is skipped (its levels are read by
+        the Kubernetes importers).
 
     Raises
     ------
@@ -304,7 +350,7 @@ def parse_queues(docs: Iterable[tuple[str, Mapping[str, Any]]],
     for path, doc in docs:
         kind = doc.get("kind")
         if kind == "ClusterQueue":
-            q = _kueue_cluster_queue(doc, path, flavors, known_types)
+            q = _kueue_cluster_queue(doc, path, flavors, known_types, nodes)
         elif kind == "Queue" and str(doc.get("apiVersion", "")).startswith("scheduling.volcano.sh/"):
             q = _volcano_queue(doc, path)
         elif kind == "LocalQueue":
@@ -320,7 +366,8 @@ def parse_queues(docs: Iterable[tuple[str, Mapping[str, Any]]],
                     raise QueueError(f"{path}.spec.parent", "must be a cohort name")
                 cohort_parents[_name(doc, path)] = parent
             continue
-        elif kind == "ResourceFlavor":
+        elif kind == "ResourceFlavor" or (
+                kind == "Topology" and str(doc.get("apiVersion", "")).startswith("kueue.x-k8s.io/")):
             continue
         else:
             raise QueueError(f"{path}.kind", f"expected ClusterQueue, LocalQueue, ResourceFlavor, "

@@ -30,6 +30,13 @@ def source_name(source: Source) -> str:
 
 def read_text(source: Source) -> tuple[str, str]:
     """(text, name for messages); a missing, unreadable or empty file is an InputError."""
+    from hyperplace.io import is_stdin, read_text_limited
+
+    if is_stdin(source):
+        text = read_text_limited(source)
+        if not text.strip():
+            raise InputError("file is empty", source="<stdin>")
+        return text, "<stdin>"
     name = source_name(source)
     target: Traversable | Path = Path(source) if isinstance(source, (str, os.PathLike)) else source
     if not target.is_file():

@@ -1,0 +1,161 @@
+"""Documents in their owners' formats, turned into hyperplace's before an instance is built.
+
+Wherever a file is accepted (an instance or cluster file, ``--jobs``, ``--queues``,
+``validate``, the service), these kinds may appear beside hyperplace's own:
+
+* cluster state: Kubernetes ``Node`` / ``NodeList`` / ``List`` of nodes and ``Pod`` lists
+  (:mod:`hyperplace.instances.importers.kubernetes`), with a Kueue ``Topology`` naming the
+  levels the node labels are read at. All of them in one file make **one** ``Cluster``
+  document, named after the file.
+* queues: Kueue ``ResourceFlavor``, ``ClusterQueue``, ``LocalQueue``, ``Cohort`` and
+  Volcano ``Queue`` (read by :mod:`hyperplace.models.queue`); a ``Topology`` in a queue file
+  is read for its levels and is otherwise no queue.
+* jobs: Volcano ``Job``/``PodGroup``, ``batch/v1`` ``Job``, ``JobSet``, Kubeflow
+  ``PyTorchJob``/``MPIJob`` (:mod:`hyperplace.instances.importers.jobs`).
+
+:func:`expand` returns hyperplace documents (with the label each error should carry) plus
+the queue documents and the notes (what was left out or assumed) for the command to print.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hyperplace.errors import InputError
+
+CLUSTER_KINDS = frozenset({"Node", "NodeList", "Pod", "PodList"})
+QUEUE_KINDS = frozenset({"ResourceFlavor", "ClusterQueue", "LocalQueue", "Cohort", "Queue",
+                         "QueueList"})
+TOPOLOGY_KIND = "Topology"
+
+
+def _group(api_version: Any) -> str:
+    return str(api_version or "").split("/")[0] if "/" in str(api_version or "") else ""
+
+
+def job_kind(doc: dict[str, Any]) -> bool:
+    from hyperplace.instances.importers.jobs import is_job_document
+
+    return is_job_document(doc)
+
+
+def classify(doc: Any) -> str | None:
+    """``cluster``, ``queue``, ``topology``, ``job``, ``mixed`` (a List of several), or None
+    for hyperplace's own kinds (and anything else: the caller names it)."""
+    if not isinstance(doc, dict):
+        return None
+    kind = doc.get("kind")
+    if not isinstance(kind, str):
+        return None
+    if kind == "List":
+        items = doc.get("items")
+        if not isinstance(items, list) or not items:
+            return "cluster"  # an empty List of nodes is refused by the importer, by name
+        kinds = {classify(i) for i in items}
+        return kinds.pop() if len(kinds) == 1 and None not in kinds else "mixed"
+    if kind in CLUSTER_KINDS:
+        return "cluster"
+    group = _group(doc.get("apiVersion"))
+    if kind == TOPOLOGY_KIND and group == "kueue.x-k8s.io":
+        return "topology"
+    if kind in QUEUE_KINDS and (group == "kueue.x-k8s.io" or
+                                (group == "scheduling.volcano.sh" and kind in ("Queue",
+                                                                               "QueueList"))):
+        return "queue"
+    if job_kind(doc):
+        return "job"
+    return None
+
+
+@dataclass
+class Expanded:
+    """hyperplace documents with their message labels, and what came beside them."""
+
+    docs: list[tuple[dict[str, Any], str | None]]
+    queues: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    topologies: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _prefix(label: str | None) -> str:
+    return f"{label}: " if label else ""
+
+
+def expand(docs: list[dict[str, Any]], source: str, *, gpu_type: str | None = None,
+           cluster_name: str | None = None, label_of=None) -> Expanded:
+    """Turn foreign documents into hyperplace ones (see the module docstring).
+
+    ``label_of(i)`` names document ``i`` in messages (``document 3``; None for a file of
+    one document).
+    """
+    from hyperplace.instances.importers.jobs import job_document
+    from hyperplace.instances.importers.kubernetes import import_kubernetes_nodes, \
+        levels_from_topology
+
+    label_of = label_of or (lambda i: f"document {i + 1}" if len(docs) > 1 else None)
+    out = Expanded(docs=[])
+    nodes: list[tuple[dict[str, Any], str]] = []
+    pods: list[tuple[dict[str, Any], str]] = []
+    cluster_at: int | None = None
+    topology_docs = [d for d in docs if classify(d) == "topology"]
+
+    def levels_seen():
+        return levels_from_topology(topology_docs[0], source) if topology_docs else None
+    for i, doc in enumerate(docs):
+        label = label_of(i)
+        what = classify(doc)
+        if what is None:
+            out.docs.append((doc, label))
+        elif what == "mixed":
+            raise InputError("a List holds objects of several kinds; give nodes, pods, jobs "
+                             "and queues as Lists of one kind", source=source,
+                             path=f"{_prefix(label)}items")
+        elif what == "cluster":
+            if cluster_at is None:
+                cluster_at = len(out.docs)
+                out.docs.append(({}, label))  # placeholder, filled below
+            items = doc.get("items") if doc.get("kind") in ("List", "NodeList", "PodList") \
+                else [doc]
+            first = (items or [{}])[0]
+            (pods if first.get("kind") == "Pod" or doc.get("kind") in ("Pod", "PodList")
+             else nodes).append((doc, _prefix(label)))
+        elif what == "topology":
+            out.topologies.append(doc)
+            out.queues.append((f"{_prefix(label)}".rstrip(": ") or "document 1", doc))
+        elif what == "queue":
+            where = label or "document 1"
+            if doc.get("kind") in ("List", "QueueList"):
+                for k, item in enumerate(doc.get("items") or []):
+                    out.queues.append((f"{where}: items[{k}]", item))
+            else:
+                out.queues.append((where, doc))
+        else:  # job
+            items = doc.get("items") if doc.get("kind") == "List" else [doc]
+            for k, item in enumerate(items):
+                where = _prefix(label) + (f"items[{k}]." if doc.get("kind") == "List" else "")
+                job, notes = job_document(item, source, where, levels=levels_seen())
+                if job is not None:
+                    out.docs.append((job, label))
+                out.notes += notes
+    if cluster_at is not None:
+        if not nodes:
+            raise InputError("Pods but no Node: the pods say what runs, the nodes what there "
+                             "is (kubectl get nodes -o json)", source=source)
+        levels = None
+        if out.topologies:
+            t = out.topologies[0]
+            levels = levels_from_topology(t, source)
+        kc = import_kubernetes_nodes(nodes, source, pod_docs=pods, gpu_type=gpu_type,
+                                     levels=levels, name=cluster_name or _stem(source))
+        from hyperplace.instances.importing import cluster_document
+
+        out.docs[cluster_at] = (cluster_document(kc.cluster, []), out.docs[cluster_at][1])
+        out.notes += kc.notes
+    return out
+
+
+def _stem(source: str) -> str:
+    stem = Path(source).stem if source not in ("-", "<stdin>") else "kubernetes"
+    return stem or "kubernetes"
