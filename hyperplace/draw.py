@@ -118,6 +118,42 @@ def _domains(cluster) -> list[tuple[str, list[tuple[str, list[str]]]]]:  # noqa:
     return sorted(out, key=lambda x: order[x[1][0][1][0]])
 
 
+def _rows(cluster, nodes: list[str]) -> list[tuple[str, str | None]]:  # noqa: ANN001
+    """The rows of a leaf box: (node, None) per node, and (first tray, domain) before the
+    trays of each multi-node NVLink domain (an NVL72 rack: its header and frame)."""
+    net = cluster.network
+    out: list[tuple[str, str | None]] = []
+    seen: set[str] = set()
+    for name in nodes:
+        d = net.nvlink_domain_of(name)
+        if d is not None and d.name not in seen:
+            seen.add(d.name)
+            out.append((name, d.name))
+        out.append((name, None))
+    return out
+
+
+def _rack_frame(svg: _Svg, cluster, rack: str, nodes: list[str], x: float,  # noqa: ANN001
+                y: float, w: float) -> None:
+    """An NVLink domain's header row and a frame around its trays in this leaf box."""
+    net = cluster.network
+    d = next(d for d in net.nvlink_domains if d.name == rack)
+    trays = [n for n in nodes if net.nvlink_domain_of(n) is d]
+    first = cluster.node_by_name[d.nodes[0]]
+    gbps = f"{d.gbps_per_gpu:g} GB/s per GPU" if d.gbps_per_gpu is not None else "NVLink"
+    what = d.system or "NVLink domain"
+    extra = f", {d.switch_trays} NVLink switch trays" if d.switch_trays else ""
+    spares = f", {d.spare_trays} spare" if d.spare_trays else ""
+    full = (f"NVLink domain {rack}: {what}, {len(d.nodes)} trays x {first.gpu_count} GPUs, "
+            f"{gbps}{extra}{spares}")
+    svg.parts.append(f"<rect x='{x + 2:.1f}' y='{y - 1:.1f}' width='{w - 4:.1f}' "
+                     f"height='{(len(trays) + 1) * (CELL + GAP) + 1:.1f}' rx='3' "
+                     f"fill='none' stroke='#7cb342' stroke-width='1.4'><title>{escape(full)}"
+                     "</title></rect>")
+    svg.text(x + 4, y + CELL - 2, _short(f"rack {rack} · {what} · {len(d.nodes)} trays",
+                                         int(w / 4.8)), 8, "bold", fill="#33691e")
+
+
 def _legend(svg: _Svg, x: float, y: float, plan: PlacementPlan | None,
             colours: dict[str, str]) -> None:
     svg.text(x, y, "GPU state", 12, "bold")
@@ -179,13 +215,17 @@ def _detailed(svg: _Svg, instance: Instance, plan: PlacementPlan | None,
             band_top = y
             y += 18
             for row in rows:
-                height = max(len(nodes) for _, nodes in row) * (CELL + GAP) + 24
+                height = max(len(_rows(cluster, nodes)) for _, nodes in row) * (CELL + GAP) + 24
                 for k, (leaf, nodes) in enumerate(row):
                     x = 14 + k * (leaf_w + 8)
                     svg.rect(x, y, leaf_w, height, "#eceff1", "#90a4ae", rx=3)
                     svg.text(x + 4, y + 12, f"leaf {_short(leaf.split(':', 1)[-1], 22)}", 9,
                              "bold")
-                    for r, name in enumerate(nodes):
+                    for r, (name, rack) in enumerate(_rows(cluster, nodes)):
+                        if rack is not None:  # an NVLink domain: a frame over its trays
+                            _rack_frame(svg, cluster, rack, nodes, x, y + 18 + r * (CELL + GAP),
+                                        leaf_w)
+                            continue
                         node = cluster.node_by_name[name]
                         ny = y + 18 + r * (CELL + GAP)
                         svg.text(x + 4, ny + CELL - 2, _tail(name, label_chars), 9)

@@ -158,6 +158,15 @@ def show_command(
                 "nodes", "GPUs", "free", "whole-free nodes")]],
                 [[d.name, r.count(d.nodes), r.count(d.gpus), r.count(d.free_gpus),
                   r.count(d.whole_free_nodes)] for d in shown], title)
+        if cluster.nvlink_domains:  # racks (#24): the NVLink level below the leaves
+            shown, hidden = r.cap(cluster.nvlink_domains, top, all_domains)
+            title = "Free GPUs per NVLink domain (rack; trays share one NVLink switch layer)"
+            if hidden:
+                title += f", top {len(shown)} of {r.count(len(cluster.nvlink_domains))} (--all for every one)"
+            r.print_table(out, [Column("NVLink domain"), *[Column(c, justify="right") for c in (
+                "trays", "GPUs", "free", "whole-free trays")]],
+                [[d.name, r.count(d.nodes), r.count(d.gpus), r.count(d.free_gpus),
+                  r.count(d.whole_free_nodes)] for d in shown], title)
 
 
 @instances_app.command("export")

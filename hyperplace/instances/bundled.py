@@ -28,6 +28,7 @@ from hyperplace.instances.generator import (
     model_parallel_job,
     small_job,
 )
+from hyperplace.instances.nvl72 import build_gb200_nvl72, build_mixed_h100_nvl72
 from hyperplace.instances.registry import render_instance
 from hyperplace.io import load_documents
 from hyperplace.models import (
@@ -345,6 +346,8 @@ BUILDERS: dict[str, Callable[[], Instance]] = {
     "superpod-h100-4su": build_superpod_h100_4su,
     "dgx1-v100": build_dgx1_v100,
     "alibaba-2023": build_alibaba_2023,
+    "gb200-nvl72": build_gb200_nvl72,
+    "mixed-h100-nvl72": build_mixed_h100_nvl72,
 }
 
 

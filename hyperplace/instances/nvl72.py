@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from hyperplace.models import Cluster, FabricSpec, GPUType, Node
+from hyperplace.models import Cluster, FabricSpec, GPUType, Instance, InstanceSpec, Node, TrainingJob
 from hyperplace.models.fabric import Link, Switch
 from hyperplace.models.gpu import GPUCatalog
+from hyperplace.models.job import ObjectMeta
 from hyperplace.models.nvlink import NVLinkDomain
+from hyperplace.models.slices import CLIQUE_LABEL, SLICE_SIZE, SLICE_TOPOLOGY
 
 #: NVL72: compute trays per rack, GPUs per tray, NVLink switch trays, per-GPU NVLink GB/s
 NVL72_TRAYS, NVL72_TRAY_GPUS, NVL72_SWITCH_TRAYS, NVL72_GBPS = 18, 4, 9, 1800.0
@@ -103,3 +105,116 @@ def rack_cluster(name: str, racks: dict[str, list[Node]], *, hgx: list[Node] | N
     nodes = [n for r in names for n in racks[r]] + list(hgx)
     return Cluster(name=name, region=region, nodes=nodes,
                    fabric=FabricSpec(switches=switches, links=links, nvlink_domains=domains))
+
+
+# ---- bundled instances (rewritten by ``python -m hyperplace.instances.bundled``) ----------
+
+def nvl72_job(name: str, model: str, gpus: int, *, group: str = "TensorParallel",
+              replicas: int = 1, gpu_type: str = "GB200", nvlink_gbps: float | None = 1800,
+              memory_gb: float = 180, priority: str = "normal", slice_pods: int | None = None,
+              dp_hops: int | None = None, tp_hops: int | None = None) -> TrainingJob:
+    """A job of ``replicas`` units of ``gpus`` GPUs (one ``group``, plus DataParallel of 1
+    for a model-parallel group); ``slice_pods``: Kueue slices of that many units."""
+    req: dict[str, Any] = {"minMemoryGB": memory_gb, "acceleratorType": gpu_type}
+    if nvlink_gbps:
+        req["minNVLinkBandwidthGbpsPerPair"] = nvlink_gbps
+    groups: list[dict[str, Any]] = [{
+        "name": "experts" if group == "ExpertParallel" else
+        "workers" if group == "DataParallel" else "tensor-parallel",
+        "type": group, "gpusPerGroup": gpus, "gpuRequirements": req,
+        "interNodeConnectivity": {} if tp_hops is None else {"maxHopCount": tp_hops}}]
+    if group != "DataParallel":
+        groups.append({"name": "data-parallel", "type": "DataParallel", "gpusPerGroup": 1,
+                       "interNodeConnectivity": {"minInfiniBandBandwidthGbps": 400,
+                                                 **({"maxHopCount": dp_hops}
+                                                    if dp_hops is not None else {})}})
+    meta: dict[str, Any] = {"name": name}
+    if slice_pods:
+        meta["annotations"] = {SLICE_SIZE: str(slice_pods), SLICE_TOPOLOGY: CLIQUE_LABEL}
+    return TrainingJob.model_validate({
+        "apiVersion": "ai.example.com/v1alpha1", "kind": "FoundationModelTrainingJob",
+        "metadata": meta, "spec": {"model": model, "replicaCount": replicas,
+                                   "resourceGroups": groups, "priority": priority}})
+
+
+def _held(job: str, trays: range) -> dict[int, dict[int, str]]:
+    return {i: {g: job for g in range(NVL72_TRAY_GPUS)} for i in trays}
+
+
+def build_gb200_nvl72() -> Instance:
+    """8 GB200 NVL72 racks (576 GPUs), two racks per leaf under 4 spines, partly busy."""
+    busy = {
+        "r00": _held("pretrain-moe-a", range(0, 16)),                 # 16 trays of a job
+        "r01": {**_held("ft-llama-70b", range(0, 6)), **_held("eval-b", range(12, 14))},
+        "r02": _held("train-dense-c", range(0, 4)),
+        "r03": {**_held("ft-llama-70b", range(0, 8))},
+        "r05": _held("inference-d", range(9, 18)),
+    }
+    faulty = {"r02": {7: [1]}, "r06": {3: [0, 1, 2, 3]}}
+    racks = {f"r{r:02d}": rack_nodes(f"r{r:02d}", allocated=busy.get(f"r{r:02d}"),
+                                     faulty=faulty.get(f"r{r:02d}"))
+             for r in range(8)}
+    cluster = rack_cluster("gb200-nvl72", racks, racks_per_leaf=2, spines=4)
+    jobs = [
+        # a whole rack at NVLink: only an untouched rack will do
+        nvl72_job("pretrain-405b-tp72", "llama3-405b", 72, priority="high"),
+        # MoE expert parallelism across 16 trays: a rack with 64 free (r02 has 55, r03 40)
+        nvl72_job("moe-ep64", "deepseek-v3", 64, group="ExpertParallel", priority="high"),
+        # TP 16 (4 trays) x 3 replicas, each replica in one rack, replicas anywhere
+        nvl72_job("llama-70b-tp16", "llama3-70b", 16, replicas=3),
+        # Kueue slices of 2 trays: 6 pods of one tray each, each slice inside one rack
+        nvl72_job("sliced-dp", "llama3-8b", 4, group="DataParallel", replicas=6,
+                  nvlink_gbps=None, slice_pods=2),
+        # small fine-tunes that should fill started racks, not open whole ones
+        nvl72_job("ft-8b-a", "llama3-8b", 4, nvlink_gbps=1800, priority="low"),
+        nvl72_job("ft-8b-b", "llama3-8b", 4, nvlink_gbps=1800, priority="low"),
+        # no NVL72 rack holds 128 GPUs in one NVLink domain
+        nvl72_job("tp128-too-big", "llama3-405b", 128),
+    ]
+    return Instance(
+        metadata=_meta("gb200-nvl72",
+                       "8 GB200 NVL72 racks (18 trays x 4 GPUs each, 576 GPUs) on leaf/spine; "
+                       "rack-sized TP/EP groups, slices, whole racks to keep",
+                       "NVIDIA GB200 NVL72 (18 compute trays of 4 GPUs, 9 NVLink switch trays, "
+                       "1.8 TB/s per GPU): nvidia.com/en-us/data-center/gb200-nvl72/",
+                       "two racks per leaf, 4 x 800 Gb/s spines (an assumption); 400 Gb/s "
+                       "per GPU NIC (ConnectX-7)"),
+        spec=InstanceSpec(clusters=[cluster], jobs=jobs, gpu_types=declared_types("GB200")))
+
+
+def build_mixed_h100_nvl72() -> Instance:
+    """16 HGX H100 nodes (two leaves of 8) and 4 GB200 NVL72 racks in one fabric."""
+    hgx = [Node(name=f"hgx-{i:02d}", gpu_type="H100-80", gpu_count=8,
+                allocated={g: "h100-running" for g in range(8)} if i in (0, 1, 9) else {})
+           for i in range(16)]
+    busy = {"r00": _held("gb-running", range(0, 10)), "r02": _held("gb-running", range(4, 8))}
+    racks = {f"r{r:02d}": rack_nodes(f"r{r:02d}", allocated=busy.get(f"r{r:02d}"))
+             for r in range(4)}
+    cluster = rack_cluster("mixed-h100-nvl72", racks, hgx=hgx, hgx_per_leaf=8,
+                           racks_per_leaf=1, spines=4)
+    jobs = [
+        # H100 TP 16 across two HGX nodes over InfiniBand, as before
+        nvl72_job("h100-tp16", "llama3-70b", 16, gpu_type="H100", memory_gb=80,
+                  nvlink_gbps=900, replicas=2, dp_hops=3),
+        # GB200 EP 64 in one rack (r01 or r03: whole)
+        nvl72_job("gb-moe-ep64", "mixtral-8x7b", 64, group="ExpertParallel", priority="high"),
+        # GB200 TP 32 (8 trays) in one rack: r00 has 8 trays free, r02 14
+        nvl72_job("gb-tp32", "llama3-70b", 32, replicas=2),
+        # either type, 8 GPUs: one HGX node or two trays of one rack
+        nvl72_job("any-tp8", "llama3-8b", 8, gpu_type="H100|GB200", memory_gb=80,
+                  nvlink_gbps=900, priority="low"),
+    ]
+    return Instance(
+        metadata=_meta("mixed-h100-nvl72",
+                       "16 HGX H100 (8 GPUs) beside 4 GB200 NVL72 racks under one spine tier: "
+                       "trees of two depths (tray -> rack -> leaf, node -> leaf)",
+                       "DGX H100 and GB200 NVL72 datasheets",
+                       "H100 nodes 8 per leaf, one rack per leaf, 4 spines (an assumption)"),
+        spec=InstanceSpec(clusters=[cluster], jobs=jobs, gpu_types=declared_types("GB200")))
+
+
+def _meta(name: str, description: str, source: str, assumptions: str) -> ObjectMeta:
+    from hyperplace.instances.generator import DESCRIPTION_KEY, SOURCE_KEY
+
+    return ObjectMeta(name=name, annotations={DESCRIPTION_KEY: description, SOURCE_KEY: source,
+                                              "hyperplace.io/assumptions": assumptions})

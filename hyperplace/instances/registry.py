@@ -51,6 +51,8 @@ BUNDLED = (
     "superpod-h100-4su",
     "dgx1-v100",
     "alibaba-2023",
+    "gb200-nvl72",
+    "mixed-h100-nvl72",
 )
 
 KINDS = ("Instance", "Cluster", "FoundationModelTrainingJob", "HyperNode", "HyperJob")

@@ -63,6 +63,8 @@ class ClusterSummary(HPModel):
     tiers: list[TierSummary]
     fragmentation: float
     largest_free_nvlink_set: dict[str, int]
+    #: multi-node NVLink domains (racks), most free GPUs first; nodes = trays
+    nvlink_domains: list[DomainSummary] = Field(default_factory=list)
 
 
 class InterClusterLinkSummary(HPModel):
@@ -124,11 +126,31 @@ def _by_type(nodes: list[Node]) -> list[GPUStateCount]:
             for t, r in sorted(acc.items())]
 
 
-def _largest_sets(nodes: list[Node]) -> dict[str, int]:
+def _largest_sets(nodes: list[Node], clusters: list[Cluster] | None = None) -> dict[str, int]:
+    """Per GPU type, the most free GPUs pairwise NVLink-connected: on one node, or on the
+    trays of one multi-node NVLink domain (an NVL72 rack, whose switch layer joins them)."""
     out: dict[str, int] = {}
     for n in nodes:
         out[n.gpu_type] = max(out.get(n.gpu_type, 0), largest_free_nvlink_set(n))
+    for c in clusters or []:
+        for d in c.network.nvlink_domains:
+            trays = [c.node_by_name[m] for m in d.nodes]
+            free = sum(largest_free_nvlink_set(t) for t in trays)
+            t = trays[0].gpu_type
+            out[t] = max(out.get(t, 0), free)
     return dict(sorted(out.items()))
+
+
+def _racks(cluster: Cluster) -> list[DomainSummary]:
+    """The cluster's multi-node NVLink domains, most free GPUs first."""
+    out = []
+    for d in cluster.network.nvlink_domains:
+        trays = [cluster.node_by_name[m] for m in d.nodes]
+        out.append(DomainSummary(
+            name=d.name, nodes=len(trays), gpus=sum(n.gpu_count for n in trays),
+            free_gpus=sum(n.free_count for n in trays),
+            whole_free_nodes=sum(n.free_count == n.gpu_count for n in trays)))
+    return sorted(out, key=lambda d: (-d.free_gpus, d.name))
 
 
 def _tiers(cluster: Cluster) -> list[TierSummary]:
@@ -155,7 +177,8 @@ def summarize_cluster(cluster: Cluster) -> ClusterSummary:
         name=cluster.name, region=cluster.region, fabric=cluster.network.kind,
         nodes=len(cluster.nodes), gpus_by_type=_by_type(cluster.nodes), tiers=_tiers(cluster),
         fragmentation=fragmentation(cluster.nodes),
-        largest_free_nvlink_set=_largest_sets(cluster.nodes),
+        largest_free_nvlink_set=_largest_sets(cluster.nodes, [cluster]),
+        nvlink_domains=_racks(cluster),
     )
 
 
@@ -166,7 +189,7 @@ def summarize(instance: Instance) -> InstanceSummary:
     return InstanceSummary(
         name=instance.name, description=description, source=source, model=instance.spec.model,
         gpus_by_type=_by_type(nodes), fragmentation=fragmentation(nodes),
-        largest_free_nvlink_set=_largest_sets(nodes),
+        largest_free_nvlink_set=_largest_sets(nodes, instance.clusters),
         clusters=[summarize_cluster(c) for c in instance.clusters],
         inter_cluster_links=[
             InterClusterLinkSummary(a=link.a, b=link.b, gbps=link.gbps,
