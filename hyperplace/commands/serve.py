@@ -31,6 +31,11 @@ def serve_command(
     half_life: Annotated[float, typer.Option(
         "--half-life", help="hours for a stored cluster's per-queue usage history to count "
         "half (Slurm's PriorityDecayHalfLife, default 7 days); 0 keeps no history")] = 168.0,
+    shutdown_grace: Annotated[float, typer.Option(
+        help="on SIGTERM, seconds running solves may go on before they are stopped (queued "
+             "requests get 503 at once)")] = 10.0,
+    run_retention: Annotated[float, typer.Option(
+        help="hours a finished run is kept (0 keeps them all)")] = 168.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
 ) -> None:
     """Serve placement, layer split, checks, runs, stored clusters and scheduler extenders."""
@@ -50,9 +55,9 @@ def serve_command(
         raise InputError(f"refusing to serve on non-loopback address {host!r} without "
                          "--token-file (or pass --insecure)", path="--host")
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401
 
-        from hyperplace.service.app import create_app
+        from hyperplace.service.app import create_app, run_server
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise InputError(f"the service needs the 'serve' extra (pip install "
                          f"'hyperplace[serve]'): {exc}") from None
@@ -61,7 +66,8 @@ def serve_command(
         max_budget_s=max_budget, default_budget_s=min(default_budget, max_budget), token=token,
         db_path=db or default_db_path(), max_body_bytes=int(max_body_mb * 1024 * 1024),
         test_hooks=os.environ.get("HYPERPLACE_SERVICE_TEST_HOOKS") == "1",
-        half_life_s=half_life * 3600.0 or None)
+        half_life_s=half_life * 3600.0 or None, shutdown_grace_s=shutdown_grace,
+        run_retention_s=run_retention * 3600.0 if math.isfinite(run_retention) else -1.0)
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY on accepted connections only when the
     # listening socket says TCP (with proto 0, every answer waited ~40 ms for a delayed ACK)
@@ -74,14 +80,11 @@ def serve_command(
     sock.listen(2048)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
-    app = create_app(config)
-    server = uvicorn.Server(uvicorn.Config(
-        app, log_level=log_level, timeout_graceful_shutdown=int(config.shutdown_grace_s),
-        limit_concurrency=None, access_log=False))
+    app = create_app(config)  # takes the database's lock: a second server stops here
     print(f"hyperplace serve: listening on http://{shown}:{bound} ({config.workers} workers, "
           f"max budget {config.max_budget_s:g} s, token {'on' if token else 'off'}, "
           f"db {config.db_path})", file=sys.stderr, flush=True)
-    server.run(sockets=[sock])
+    run_server(app, sock, log_level)
 
 
 def register(app: typer.Typer) -> None:

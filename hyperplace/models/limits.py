@@ -35,6 +35,7 @@ MAX_FABRIC_LINKS = 4_000_000
 MAX_GPU_FIGURE = 1e7
 
 #: A name as people write them: 1 to 253 characters, no control characters (a newline in a
-#: node name would split every table and log line it is printed in).
+#: node name would split every table and log line it is printed in) and no bidirectional
+#: overrides or isolates (U+202A-U+202E, U+2066-U+2069: they make a name print as another).
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_LENGTH,
-                                        pattern=r"^[^\x00-\x1f\x7f]+$")]
+                                        pattern=r"^[^\x00-\x1f\x7f\u202a-\u202e\u2066-\u2069]+$")]

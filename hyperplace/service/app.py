@@ -6,11 +6,15 @@ the documents inside go to a worker process with the request's deadline; the wor
 validates them, solves, and returns the JSON answer, which the event loop only forwards.
 
 Status codes (every error body is :class:`~hyperplace.service.schemas.ErrorBody`):
-400 malformed JSON; 401 missing or wrong token; 404 unknown run, cluster or route; 409 a
-delta that contradicts the stored state, or cancelling a finished run; 413 body over the
-limit; 422 invalid field (``path`` names it); 429 queue full (``Retry-After``); 500 a worker
-crashed or the library failed on this request (the worker is replaced; other requests are
-unaffected); 503 starting or shutting down (``Retry-After``).
+400 malformed JSON, or two ``Authorization`` headers; 401 missing or wrong token; 404 unknown
+run, cluster or route; 405 method not allowed (``Allow`` lists every method of the path); 409
+a delta that contradicts the stored state, or cancelling a finished run; 413 body over the
+limit (refused from ``Content-Length`` before a byte is read); 422 invalid field (``path``
+names it), a body nested deeper than :data:`hyperplace.io.MAX_DEPTH` levels, more than
+:data:`hyperplace.models.limits.MAX_JOBS` jobs; 429 the queue is full or the work ahead would
+outlast the budget (``Retry-After``); 500 a worker crashed or the library failed on this
+request (the worker is replaced; other requests are unaffected); 503 starting, shutting down,
+or the hard deadline passed (``Retry-After``).
 
 Budgets: ``budgetS`` (default ``default_budget_s``) is cut to ``max_budget_s``; the deadline
 starts when the request arrives, so time spent queued comes out of the budget, and the answer
@@ -18,6 +22,12 @@ arrives within the budget plus :data:`~hyperplace.service.config.OVERHEAD_S`, or
 greedy pass plus that overhead when the budget is shorter than the greedy pass (the floor of
 any budget, as for the CLI). A request that could not start within its budget is refused
 (429 at arrival, 503 if its deadline passes in the queue) instead of being answered late.
+A background run's budget starts when a worker takes it (time queued is not charged).
+
+Drain (SIGTERM): ``/readyz`` turns 503 at once, new work and every queued request get 503
+with ``Retry-After``, running solves go on for up to ``--shutdown-grace`` seconds and are
+then stopped (their requests answered 503), background runs stay queued in the database and
+resume at the next start; then the process exits.
 """
 
 import asyncio
@@ -32,13 +42,17 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Body as BodyParam
-from fastapi import FastAPI, Path, Request
+from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, SkipValidation
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
-from hyperplace.errors import field_path
+from hyperplace.errors import InputError, field_path
+from hyperplace.io import MAX_DEPTH, json_depth, loads_json
+from hyperplace.models.limits import MAX_JOBS
 from hyperplace.models.usage import QueueUsage
 from hyperplace.models.instance import Instance
 from hyperplace.models.federation import EstimateReport, FederationPlan
@@ -50,6 +64,7 @@ from hyperplace.service.metrics import Metrics
 from hyperplace.service.pool import (
     Cancelled,
     Expired,
+    HandOffFailed,
     PoolError,
     Saturated,
     Unavailable,
@@ -79,19 +94,105 @@ from hyperplace.service.schemas import (
     VolcanoPrioritizeResponse,
 )
 from hyperplace.service.state import apply_patch, apply_plan
-from hyperplace.service.store import ClusterRecord, RunRecord, Store, UsageRecord
-from hyperplace.service.worker import RequestProblem, error_body
+from hyperplace.service.store import (
+    FINISHED,
+    ClusterRecord,
+    DatabaseInUse,
+    RunRecord,
+    Store,
+    UsageRecord,
+)
+from hyperplace.service.worker import RequestProblem, WorkerContext, error_body, run_task
 
 API_VERSION = "v1"
 KNOWN_PATHS = frozenset({"/openapi.json", "/docs", "/redoc"})
 ClusterName = Annotated[str, Path(min_length=1, max_length=253,
                                   pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 413, 422, 429, 500, 503)}
+    code: {"model": ErrorBody} for code in (400, 401, 404, 409, 413, 422, 429, 500, 503)}
+# Bodies at least this large are checked and parsed in a thread (the loop keeps answering).
+THREAD_PARSE_BYTES = 64 * 1024
+PARSED_BODY = "hyperplace.parsed_body"
+SHUTDOWN_RETRY_S = 5
 
 
 class BodyTooLarge(Exception):
     pass
+
+
+class BodyProblem(Exception):
+    def __init__(self, status: int, message: str):
+        self.status = status
+        super().__init__(message)
+
+
+def parse_body(raw: bytes) -> Any:
+    """A request body as JSON, within the documented limits: nesting checked on the bytes
+    before the parser runs (:data:`hyperplace.io.MAX_DEPTH`, as for the CLI), duplicate keys
+    and NaN/Infinity refused (as the CLI reads JSON)."""
+    depth = json_depth(raw)
+    if depth > MAX_DEPTH:
+        raise BodyProblem(422, f"the body is nested {depth} levels deep; at most {MAX_DEPTH} "
+                          "(the input limit)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BodyProblem(400, f"malformed JSON: byte {exc.start} is not UTF-8") from None
+    try:
+        return loads_json(text)
+    except json.JSONDecodeError as exc:
+        raise BodyProblem(400, f"malformed JSON at line {exc.lineno}, column {exc.colno}: "
+                          f"{exc.msg}") from None
+    except ValueError as exc:  # a duplicate key, NaN or Infinity
+        raise BodyProblem(400, f"malformed JSON: {exc}") from None
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise BodyProblem(422, "the body is nested too deeply") from None
+
+
+class ParsedBodyRoute(APIRoute):
+    """Routes that take the body the guard already read and parsed (in a thread when large)
+    instead of parsing it again on the event loop."""
+
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            parsed = request.scope.get(PARSED_BODY)
+            if parsed is not None:
+                request._body, request._json = parsed  # starlette's own caches
+            return await handler(request)
+
+        return route
+
+
+class InlineContext(WorkerContext):
+    """A worker context in the server process (validating a run before its 202): a stored
+    cluster is read from the store, not asked of the server over a pipe."""
+
+    def __init__(self, fetch: Callable[[str, int], Any]) -> None:
+        super().__init__(None)
+        self.fetch = fetch
+
+    def stored_instance(self, name: str, version: list[Any]) -> Any:
+        from hyperplace.models.instance import Instance
+        from hyperplace.service.worker import validate
+
+        doc = self.fetch(name, version[0])
+        if doc is None:
+            raise RequestProblem(404, [{"path": "cluster",
+                                        "message": f"no stored cluster {name!r}"}])
+        return validate(Instance, doc, "")
+
+
+def too_many_jobs(doc: Any, path: str) -> RequestProblem | None:
+    """An instance document with more than MAX_JOBS pending jobs, refused before a worker
+    validates it (which would take seconds)."""
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    jobs = spec.get("jobs") if isinstance(spec, dict) else None
+    if isinstance(jobs, list) and len(jobs) > MAX_JOBS:
+        return RequestProblem(422, [{"path": f"{path}spec.jobs", "message":
+                                     f"{len(jobs):,} jobs; at most {MAX_JOBS:,} (the input limit)"}])
+    return None
 
 
 def json_error(status: int, message: str, path: str | None = None,
@@ -147,8 +248,46 @@ class Service:
         self.metrics = Metrics()
         self.pool = WorkerPool(config.workers, config.queue_limit, config.hard_timeout_s,
                                on_event=lambda e: self.metrics.worker_events.labels(e).inc())
-        self.store = Store(config.db_path)
+        try:
+            self.store = Store(config.db_path, config.run_retention_s)
+        except DatabaseInUse as exc:
+            raise InputError(str(exc), path="--db") from None
         self.run_tasks: set[asyncio.Task] = set()
+        self.draining = False
+        self.drain_task: asyncio.Task | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._node_sets: dict[str, tuple[tuple[int, float], frozenset[str]]] = {}
+
+    # ---- drain ------------------------------------------------------------------------------
+    def begin_drain(self) -> None:
+        """SIGTERM: unready at once, queued work answered 503, running solves stopped after
+        the grace period (see the module's docstring)."""
+        if self.draining:
+            return
+        self.draining = True
+        self.drain_task = asyncio.ensure_future(self.pool.close(self.config.shutdown_grace_s))
+
+    # ---- extender look-ups ------------------------------------------------------------------
+    def nodes_of(self, cluster: str) -> frozenset[str]:
+        """The node names of a stored cluster (cached per stored version)."""
+        rec = self.store.clusters.get(cluster)
+        if rec is None:
+            return frozenset()
+        key = (rec.version, rec.updated)
+        hit = self._node_sets.get(cluster)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        names = frozenset(n.get("name") for c in rec.doc.get("spec", {}).get("clusters", [])
+                          for n in c.get("nodes", []) if isinstance(n, dict))
+        self._node_sets[cluster] = (key, names)
+        return names
+
+    def plans(self, job: str | None, namespace: str | None, cluster: str | None
+              ) -> extender.Plans:
+        if cluster is not None and cluster not in self.store.clusters:
+            raise RequestProblem(404, [{"path": "cluster",
+                                        "message": f"no stored cluster {cluster!r}"}])
+        return extender.Plans(self.store.job_plans, self.nodes_of, job, namespace, cluster)
 
     # ---- budgets and payloads -------------------------------------------------------------
     def budget(self, requested: float | None) -> float:
@@ -156,6 +295,9 @@ class Service:
         return min(b, self.config.max_budget_s)
 
     def instance_payload(self, body: Any) -> dict[str, Any]:
+        problem = too_many_jobs(body.instance, "instance.")
+        if problem is not None:
+            raise problem
         payload = body.source_payload()
         if body.cluster is not None:
             rec = self.store.clusters.get(body.cluster)
@@ -251,7 +393,9 @@ class Service:
                 "headers": {"Retry-After": retry}}
         except Unavailable as exc:
             return 503, error_body(503, [{"path": None, "message": str(exc)}]), {
-                "headers": {"Retry-After": "1"}}
+                "headers": {"Retry-After": str(SHUTDOWN_RETRY_S)}}
+        except HandOffFailed as exc:
+            return 422, error_body(422, [{"path": None, "message": str(exc)}]), {}
         except Expired as exc:
             retry = str(int(self.pool.retry_after()))
             return 503, error_body(503, [{"path": "budgetS", "message": str(exc)}]), {
@@ -274,16 +418,33 @@ class Service:
             if info.get("fallback"):
                 self.metrics.fallbacks.labels(kind).inc()
         if reply.status == 200 and "extender" in info:
-            cluster = payload.get("cluster") or info.get("instance")
-            await asyncio.to_thread(self.store.record_plan, cluster, info["extender"])
+            await self.record_plan(payload, info)
         return reply.status, reply.body, info
 
-    async def after_placement(self, payload: dict[str, Any], info: dict[str, Any]
-                              ) -> dict[str, str]:
-        """``apply``: the admitted jobs now hold their GPUs in the stored cluster."""
+    async def record_plan(self, payload: dict[str, Any], info: dict[str, Any]) -> None:
+        """The extenders' view of a plan on a stored cluster (only: a round on an inline or
+        bundled instance changes nothing the extenders answer)."""
+        cluster = payload.get("cluster")
+        if cluster is not None and cluster in self.store.clusters:
+            await asyncio.to_thread(self.store.record_plan, cluster, info["extender"])
+
+    async def after_placement(self, payload: dict[str, Any], info: dict[str, Any],
+                              run: RunRecord | None = None) -> dict[str, str]:
+        """``apply``: the admitted jobs now hold their GPUs in the stored cluster. With
+        ``run`` (a finished background run), the run's end is written in the same
+        transaction as the cluster (or alone, when nothing is applied)."""
         name = payload.get("cluster")
         if not (payload.get("apply") and name and info.get("allocations") is not None):
+            if run is not None:
+                await asyncio.to_thread(self.store.save_run, run)
             return {}
+        applied = await self._apply(name, payload, info, run)
+        if run is not None and applied.get("X-Hyperplace-Applied", "").startswith("no"):
+            await asyncio.to_thread(self.store.save_run, run)
+        return applied
+
+    async def _apply(self, name: str, payload: dict[str, Any], info: dict[str, Any],
+                     run: RunRecord | None) -> dict[str, str]:
         rec = self.store.clusters.get(name)
         if rec is None:
             return {"X-Hyperplace-Applied": "no: the cluster was deleted"}
@@ -292,8 +453,8 @@ class Service:
         running = info.get("running") or []
         try:
             doc = apply_plan(rec.doc, info["allocations"], running)
-        except RequestProblem as exc:
-            return {"X-Hyperplace-Applied": f"no: {exc}"}
+        except (RequestProblem, ValueError) as exc:
+            return {"X-Hyperplace-Applied": f"no: {str(exc).splitlines()[0]}"}
         used = sum(len(g) for _, g in info["allocations"])
         now = time.time()
         held = dict(self.store.usage[name].held) if name in self.store.usage else {}
@@ -302,55 +463,80 @@ class Service:
         new = ClusterRecord(name, rec.version + 1, doc, rec.gpus, rec.free_gpus - used,
                             max(0, rec.pending_jobs - len(info.get("admitted", []))), now)
         await asyncio.to_thread(self.store.put_cluster, new, json.dumps(doc),
-                                self.usage_after(name, now, held))
+                                self.usage_after(name, now, held), run)
         return {"X-Hyperplace-Applied": "yes", "X-Hyperplace-Cluster-Version": str(new.version)}
 
     # ---- runs ---------------------------------------------------------------------------------
     def start_run(self, run: RunRecord) -> None:
-        """Queue a run and follow it to the end in a background task."""
+        """Queue a run and follow it to the end in a background task. Its budget starts when
+        a worker takes it; it may wait in the queue for up to ``max_budget_s`` plus its
+        budget before it is failed as expired."""
         body = PlacementRequest.model_validate(run.request["request"])
-        payload = self.payload_for(ENDPOINTS[0], body, run.budget or self.budget(None))
-        deadline = time.monotonic() + (run.budget or self.budget(None))
+        budget = run.budget or self.budget(None)
+        payload = self.payload_for(ENDPOINTS[0], body, budget)
+        deadline = time.monotonic() + self.config.max_budget_s + budget
         task = self.pool.submit(run.kind, payload, deadline, task_id=run.id,
-                                fetch=self.fetch_cluster)
+                                fetch=self.fetch_cluster, budget_s=budget)
 
         async def follow() -> None:
             try:
                 reply = await task.future
+            except Cancelled:
+                self.finish_run(run, "cancelled")
+                await asyncio.to_thread(self.store.save_run, run)
+                return
+            except Unavailable:
+                if self.pool.closing:
+                    return  # stays queued/running in the store: resumed after a restart
+                self.finish_run(run, "failed", error={"status": 503, "error": "the server "
+                                                      "was not taking work"})
+                await asyncio.to_thread(self.store.save_run, run)
+                return
+            except PoolError as exc:
+                self.finish_run(run, "failed", error={"status": 503 if isinstance(
+                    exc, (Expired, WorkerTimedOut)) else 500, "error": str(exc)})
+                await asyncio.to_thread(self.store.save_run, run)
+                return
+            try:
                 status, body_bytes, info = reply.status, reply.body, dict(reply.info)
                 if status == 200:
                     if "extender" in info:
-                        cluster = payload.get("cluster") or info.get("instance")
-                        await asyncio.to_thread(self.store.record_plan, cluster,
-                                                info["extender"])
+                        await self.record_plan(payload, info)
                     if "solve_s" in info:
                         self.metrics.solve_time.labels(run.kind).observe(info["solve_s"])
                         if info.get("fallback"):
                             self.metrics.fallbacks.labels(run.kind).inc()
-                    await self.after_placement(payload, info)
-                    run.state, run.result = "succeeded", json.loads(body_bytes)
+                    # succeeded: with apply, written with the cluster in one transaction
+                    if self.finish_run(run, "succeeded", result=json.loads(body_bytes)):
+                        await self.after_placement(payload, info, run)
                 else:
-                    run.state, run.error = "failed", json.loads(body_bytes)
-            except Cancelled:
-                run.state = "cancelled"
-            except PoolError as exc:
-                if self.pool.closing:
-                    return  # stays queued/running in the store: resumed after a restart
-                run.state, run.error = "failed", {"status": 500, "error": str(exc)}
-            run.finished = time.time()
-            await asyncio.to_thread(self.store.save_run, run)
+                    self.finish_run(run, "failed", error=json.loads(body_bytes))
+                    await asyncio.to_thread(self.store.save_run, run)
+            except Exception as exc:  # noqa: BLE001 - a run must end, whatever failed
+                self.finish_run(run, "failed", error={"status": 500, "error": f"internal "
+                                                      f"error: {type(exc).__name__}: {exc}"[:500]},
+                                force=True)
+                await asyncio.to_thread(self.store.save_run, run)
 
-        async def mark_started() -> None:
-            while task.state == "queued" and not task.future.done():
-                await asyncio.sleep(0.02)
-            if task.state == "running" and run.state == "queued":
+        def started() -> None:
+            if run.state == "queued":
                 run.state, run.started = "running", time.time()
 
+        task.on_start = started
         t = asyncio.create_task(follow())
-        s = asyncio.create_task(mark_started())
-        for x in (t, s):
-            self.run_tasks.add(x)
-            x.add_done_callback(self.run_tasks.discard)
+        self.run_tasks.add(t)
+        t.add_done_callback(self.run_tasks.discard)
+
+    @staticmethod
+    def finish_run(run: RunRecord, state: str, *, result: Any = None,
+                   error: dict[str, Any] | None = None, force: bool = False) -> bool:
+        """The one place a run ends: a run that already ended (cancelled by DELETE, say)
+        keeps its first end. Synchronous, so nothing interleaves on the event loop."""
+        if run.state in FINISHED and not force:
+            return False
+        run.state, run.result, run.error = state, result, error
+        run.finished = time.time()
+        return True
 
     def run_status(self, run: RunRecord) -> dict[str, Any]:
         progress = 1.0 if run.state in ("succeeded", "failed", "cancelled") else 0.0
@@ -362,17 +548,36 @@ class Service:
                          result=run.result, error=run.error).model_dump(by_alias=True)
 
     async def resume_runs(self) -> None:
-        """Runs that were queued or running when the server stopped start again."""
+        """Runs that were queued or running when the server stopped start again, when their
+        inputs still exist (else they fail with the reason); nothing here can stop the
+        server from starting."""
         for run in sorted(self.store.runs.values(), key=lambda r: r.created):
-            if run.state in ("queued", "running"):
-                run.state, run.started = "queued", None
-                try:
-                    self.start_run(run)
-                except PoolError as exc:
-                    run.state, run.error = "failed", {"status": 503, "error":
-                                                      f"not resumed after a restart: {exc}"}
-                    run.finished = time.time()
+            if run.state not in ("queued", "running"):
+                continue
+            run.state, run.started = "queued", None
+            try:
+                request = (run.request or {}).get("request") or {}
+                cluster = request.get("cluster")
+                if cluster is not None and cluster not in self.store.clusters:
+                    raise RequestProblem(409, [{"path": "request.cluster", "message":
+                                                f"not resumed after a restart: the stored "
+                                                f"cluster {cluster!r} was deleted"}])
+                self.start_run(run)
+            except RequestProblem as exc:
+                self.finish_run(run, "failed", error=json.loads(error_body(exc.status,
+                                                                          exc.problems)))
+            except Exception as exc:  # noqa: BLE001 - never block start-up
+                self.finish_run(run, "failed", error={"status": 503, "error":
+                                                      f"not resumed after a restart: {exc}"[:500]})
+            try:
                 await asyncio.to_thread(self.store.save_run, run)
+            except Exception:  # noqa: BLE001 - pragma: no cover
+                pass
+
+    async def expire_runs_forever(self, period_s: float = 3600.0) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            await asyncio.to_thread(self.store.expire_runs)
 
 
 # ---- the guard: token, body limit, metrics ------------------------------------------------
@@ -399,6 +604,43 @@ class Guard:
         await send({"type": "http.response.start", "status": status, "headers": hdrs})
         await send({"type": "http.response.body", "body": body})
 
+    async def _read_body(self, scope: dict, receive: Callable, headers: dict[bytes, bytes],
+                         limit: int) -> Callable:
+        """Read the whole body (the loop keeps serving while it arrives), refuse it past
+        ``limit``, check and parse JSON (in a thread when large, so ``/healthz`` stays fast)
+        and hand the parsed value to the route; the app gets a receive that replays it."""
+        chunks: list[bytes] = []
+        seen = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > limit:
+                raise BodyTooLarge()
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        raw = b"".join(chunks)
+        ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if raw and (not ctype or ctype == b"application/json" or ctype.endswith(b"+json")):
+            if len(raw) >= THREAD_PARSE_BYTES:
+                parsed = await asyncio.to_thread(parse_body, raw)
+            else:
+                parsed = parse_body(raw)
+            scope[PARSED_BODY] = (raw, parsed)
+        sent = False
+
+        async def replay() -> dict:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            return await receive()
+
+        return replay
+
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -413,7 +655,11 @@ class Guard:
             await send(message)
 
         try:
-            headers = dict(scope.get("headers") or [])
+            raw_headers = list(scope.get("headers") or [])
+            headers = dict(raw_headers)
+            if sum(1 for k, _ in raw_headers if k == b"authorization") > 1:
+                await self._send_error(send_wrapper, 400, "more than one Authorization header")
+                return
             if self.expected is not None and scope["path"] not in self.OPEN_PATHS:
                 got = headers.get(b"authorization", b"")
                 if not hmac.compare_digest(got, self.expected):
@@ -422,28 +668,24 @@ class Guard:
                                            "<token>", {"WWW-Authenticate": "Bearer"})
                     return
             limit = self.service.config.max_body_bytes
-            declared = headers.get(b"content-length")
-            if declared is not None and declared.isdigit() and int(declared) > limit:
+            lengths = [v for k, v in raw_headers if k == b"content-length"]
+            if len(set(lengths)) > 1 or any(not v.strip().isdigit() for v in lengths):
+                await self._send_error(send_wrapper, 400, "invalid Content-Length")
+                return
+            if lengths and int(lengths[0]) > limit:  # refused before a byte is read
                 await self._send_error(send_wrapper, 413, f"request body over the limit of "
                                        f"{limit} bytes")
                 return
-            seen = 0
-
-            async def counting_receive() -> dict:
-                nonlocal seen
-                message = await receive()
-                if message["type"] == "http.request":
-                    seen += len(message.get("body", b""))
-                    if seen > limit:
-                        raise BodyTooLarge()
-                return message
-
-            try:
-                await self.app(scope, counting_receive, send_wrapper)
-            except BodyTooLarge:
-                if not state["started"]:
-                    await self._send_error(send_wrapper, 413, f"request body over the limit "
-                                           f"of {limit} bytes")
+            if scope.get("method") in ("POST", "PUT", "PATCH"):
+                receive = await self._read_body(scope, receive, headers, limit)
+            await self.app(scope, receive, send_wrapper)
+        except BodyTooLarge:
+            if not state["started"]:
+                await self._send_error(send_wrapper, 413, f"request body over the limit "
+                                       f"of {self.service.config.max_body_bytes} bytes")
+        except BodyProblem as exc:
+            if not state["started"]:
+                await self._send_error(send_wrapper, exc.status, str(exc))
         finally:
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or (
@@ -481,12 +723,18 @@ def create_app(config: ServiceConfig) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service.loop = asyncio.get_running_loop()
         await service.pool.start()
         await service.resume_runs()
+        expiry = asyncio.create_task(service.expire_runs_forever())
         try:
             yield
         finally:
-            await service.pool.close(config.shutdown_grace_s)
+            expiry.cancel()
+            service.begin_drain()
+            if service.drain_task is not None:
+                await service.drain_task
+            await service.pool.close(0)
             for t in list(service.run_tasks):
                 t.cancel()
             service.store.close()
@@ -499,6 +747,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.service = service
+    app.router.route_class = ParsedBodyRoute
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
@@ -511,8 +760,16 @@ def create_app(config: ServiceConfig) -> FastAPI:
         if isinstance(exc.__cause__, BodyTooLarge):  # FastAPI wraps body-reading failures
             return json_error(413, f"request body over the limit of {config.max_body_bytes} "
                               "bytes")
-        return json_error(exc.status_code, str(exc.detail),
-                          headers=dict(exc.headers) if exc.headers else None)
+        headers = dict(exc.headers) if exc.headers else {}
+        if exc.status_code == 405:  # every method of the path, not just one route's
+            allowed = sorted({m for route in app.router.routes
+                              if isinstance(route, APIRoute)
+                              and route.matches(request.scope)[0] != Match.NONE
+                              for m in route.methods})
+            headers["Allow"] = ", ".join(allowed)
+            return json_error(405, f"method {request.method} not allowed; allowed: "
+                              f"{', '.join(allowed)}", headers=headers)
+        return json_error(exc.status_code, str(exc.detail), headers=headers or None)
 
     @app.exception_handler(RequestProblem)
     async def _problem(request: Request, exc: RequestProblem) -> Response:
@@ -559,7 +816,15 @@ def _add_runs(app: FastAPI, service: Service) -> None:
               tags=["runs"], summary="Submit a placement to run in the background")
     async def submit_run(body: RunRequest) -> Response:
         budget = service.budget(body.request.budget_s)
-        service.instance_payload(body.request)  # 404 now for an unknown stored cluster
+        # every document validated (in a worker) before the 202: a run accepted here fails
+        # later only for reasons of its own (its cluster deleted, the machine too busy)
+        payload = service.instance_payload(body.request)  # 404 for an unknown stored cluster
+        # in a thread of this process (bounded by the body limits), not behind the queue
+        reply = await asyncio.to_thread(
+            run_task, "validate-placement", payload, time.monotonic() + 60,
+            InlineContext(service.fetch_cluster))
+        if reply.status != 200:
+            return Response(reply.body, status_code=reply.status, media_type="application/json")
         run = RunRecord(id=uuid.uuid4().hex, kind=body.kind, state="queued",
                         created=time.time(), budget=budget,
                         request={"kind": body.kind,
@@ -570,7 +835,7 @@ def _add_runs(app: FastAPI, service: Service) -> None:
         except Saturated as exc:
             return json_error(429, str(exc), headers={"Retry-After": str(int(exc.retry_after_s))})
         except Unavailable as exc:
-            return json_error(503, str(exc), headers={"Retry-After": "1"})
+            return json_error(503, str(exc), headers={"Retry-After": str(SHUTDOWN_RETRY_S)})
         await asyncio.to_thread(service.store.save_run, run)
         return JSONResponse(service.run_status(run), status_code=202,
                             headers={"Location": f"/v1/runs/{run.id}"})
@@ -596,10 +861,14 @@ def _add_runs(app: FastAPI, service: Service) -> None:
                 summary="Cancel a run: a running solve is stopped and its worker freed")
     async def cancel_run(run_id: Annotated[str, Path(max_length=64)]) -> Response:
         run = _get(run_id)
-        if run.state not in ("queued", "running"):
+        if run.state in FINISHED:
             return json_error(409, f"run {run_id} already {run.state}", path="id")
-        service.pool.cancel(run_id)
-        run.state, run.finished = "cancelled", time.time()
+        # atomic with completion: either the pool still holds the task (it is stopped now and
+        # can never succeed) or its answer is in and being recorded (409: it finished)
+        if not service.pool.cancel(run_id):
+            return json_error(409, f"run {run_id} has finished; its result is being recorded",
+                              path="id")
+        service.finish_run(run, "cancelled")
         await asyncio.to_thread(service.store.save_run, run)
         return JSONResponse(service.run_status(run))
 
@@ -643,6 +912,9 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
     async def put_cluster(name: ClusterName,
                           instance: Annotated[Annotated[Instance, SkipValidation],
                                               BodyParam()]) -> Response:
+        problem = too_many_jobs(instance, "")
+        if problem is not None:
+            raise problem
         old = service.store.clusters.get(name)
         return await store_doc(name, instance, (old.version + 1) if old else 1)
 
@@ -685,31 +957,47 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
 
 def _add_extenders(app: FastAPI, service: Service) -> None:
     labels = service.config.job_labels
-    plans = service.store.job_plans
+    Cluster = Annotated[str | None, Query(
+        min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="answer from this stored cluster's plans only (default: the plans of "
+                    "every stored cluster, each with an opinion on its own nodes only)")]
+
+    def pod_plans(args: dict[str, Any], cluster: str | None) -> extender.Plans:
+        pod = args.get("Pod")
+        return service.plans(extender.pod_job(pod, labels), extender.pod_namespace(pod), cluster)
+
+    def task_plans(req: dict[str, Any], cluster: str | None) -> extender.Plans:
+        task = req.get("task")
+        return service.plans(extender.task_job(task, labels), extender.task_namespace(task),
+                             cluster)
 
     @app.post("/v1/extender/filter", response_model=K8sFilterResult, tags=["extenders"],
+              responses=ERRORS,
               summary="kube-scheduler extender filter verb, from the latest plan of the pod's job")
-    async def k8s_filter(args: K8sExtenderArgs) -> Response:
-        return JSONResponse(extender.k8s_filter(args.model_dump(exclude_unset=True), plans,
-                                                labels))
+    async def k8s_filter(args: K8sExtenderArgs, cluster: Cluster = None) -> Response:
+        data = args.model_dump(exclude_unset=True)
+        return JSONResponse(extender.k8s_filter(data, pod_plans(data, cluster)))
 
     @app.post("/v1/extender/prioritize", response_model=list[K8sHostPriority],
-              tags=["extenders"], summary="kube-scheduler extender prioritize verb")
-    async def k8s_prioritize(args: K8sExtenderArgs) -> Response:
-        return JSONResponse(extender.k8s_prioritize(args.model_dump(exclude_unset=True), plans,
-                                                    labels))
+              tags=["extenders"], responses=ERRORS,
+              summary="kube-scheduler extender prioritize verb")
+    async def k8s_prioritize(args: K8sExtenderArgs, cluster: Cluster = None) -> Response:
+        data = args.model_dump(exclude_unset=True)
+        return JSONResponse(extender.k8s_prioritize(data, pod_plans(data, cluster)))
 
     @app.post("/v1/volcano/predicate", response_model=VolcanoPredicateResponse,
-              tags=["extenders"], summary="Volcano extender predicate verb")
-    async def volcano_predicate(req: VolcanoPredicateRequest) -> Response:
-        return JSONResponse(extender.volcano_predicate(req.model_dump(exclude_unset=True),
-                                                       plans, labels))
+              tags=["extenders"], responses=ERRORS, summary="Volcano extender predicate verb")
+    async def volcano_predicate(req: VolcanoPredicateRequest, cluster: Cluster = None
+                                ) -> Response:
+        data = req.model_dump(exclude_unset=True)
+        return JSONResponse(extender.volcano_predicate(data, task_plans(data, cluster)))
 
     @app.post("/v1/volcano/prioritize", response_model=VolcanoPrioritizeResponse,
-              tags=["extenders"], summary="Volcano extender prioritize verb")
-    async def volcano_prioritize(req: VolcanoPrioritizeRequest) -> Response:
-        return JSONResponse(extender.volcano_prioritize(req.model_dump(exclude_unset=True),
-                                                        plans, labels))
+              tags=["extenders"], responses=ERRORS, summary="Volcano extender prioritize verb")
+    async def volcano_prioritize(req: VolcanoPrioritizeRequest, cluster: Cluster = None
+                                 ) -> Response:
+        data = req.model_dump(exclude_unset=True)
+        return JSONResponse(extender.volcano_prioritize(data, task_plans(data, cluster)))
 
 
 def _add_operations(app: FastAPI, service: Service) -> None:
@@ -720,11 +1008,18 @@ def _add_operations(app: FastAPI, service: Service) -> None:
     @app.get("/readyz", tags=["operations"], summary="Workers started and taking work",
              responses={503: {"model": ErrorBody}})
     async def readyz() -> Response:
-        if not service.pool.ready:
-            return json_error(503, "not ready: workers starting or shutting down",
-                              headers={"Retry-After": "1"})
-        return JSONResponse({"status": "ready", "workers": service.pool.size,
-                             "busy": service.pool.busy, "queued": service.pool.queue_depth,
+        pool = service.pool
+        if service.draining or pool.closing:
+            return json_error(503, "not ready: shutting down (draining)",
+                              headers={"Retry-After": str(SHUTDOWN_RETRY_S)})
+        if not pool.accepting or pool.alive == 0:
+            return json_error(503, "not ready: no worker can take work (starting, or every "
+                              "worker is being replaced)", headers={"Retry-After": "1"})
+        return JSONResponse({"status": "ready", "workers": pool.size, "alive": pool.alive,
+                             "busy": pool.busy, "queued": pool.queue_depth,
+                             "queueLimit": pool.queue_limit,
+                             "queueFree": max(0, pool.queue_limit - pool.queue_depth),
+                             "expectedWaitS": round(pool.expected_wait(), 3),
                              "overheadS": OVERHEAD_S, "maxBudgetS": service.config.max_budget_s})
 
     @app.get("/metrics", tags=["operations"], summary="Prometheus text exposition")
@@ -742,11 +1037,17 @@ def _add_debug(app: FastAPI, service: Service) -> None:
         return Response(data, status_code=status, media_type="application/json")
 
     @app.post("/v1/debug/sleep", include_in_schema=False)
-    async def sleep(seconds: float = 1.0) -> Response:
+    async def sleep(seconds: float = 1.0, budget: float | None = None) -> Response:
+        """A worker sleeps ``seconds``; with ``budget``, as a solve with that budget would
+        (answered by budget + OVERHEAD_S, else stopped: the hard deadline)."""
         if not math.isfinite(seconds) or not 0 <= seconds <= 30:
             return json_error(422, "seconds in [0, 30]", path="seconds")
-        status, data, info = await service.execute("debug-sleep", {"seconds": seconds},
-                                                   time.monotonic() + 30, grace_s=None)
+        if budget is not None and not (math.isfinite(budget) and 0 < budget <= 30):
+            return json_error(422, "budget in (0, 30]", path="budget")
+        deadline = time.monotonic() + (30 if budget is None else budget)
+        status, data, info = await service.execute(
+            "debug-sleep", {"seconds": seconds}, deadline,
+            grace_s=None if budget is None else OVERHEAD_S)
         return Response(data, status_code=status, media_type="application/json",
                         headers=info.get("headers") or {})
 
@@ -754,3 +1055,27 @@ def _add_debug(app: FastAPI, service: Service) -> None:
     async def workers() -> dict[str, Any]:
         return {"pids": service.pool.worker_pids(), "replaced": service.pool.replaced,
                 "busy": service.pool.busy}
+
+
+def run_server(app: FastAPI, sock: Any, log_level: str = "warning") -> None:
+    """Serve on a bound, listening socket until SIGTERM or SIGINT, then drain (the module's
+    docstring): uvicorn stops accepting connections; the service turns unready and answers
+    what is pending within ``config.shutdown_grace_s``; then the process exits."""
+    import uvicorn
+
+    service: Service = app.state.service
+    config = service.config
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            loop = service.loop
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(service.begin_drain)
+            super().handle_exit(sig, frame)
+
+    server = DrainingServer(uvicorn.Config(
+        app, log_level=log_level,
+        # uvicorn's own limit comes after ours: by then every request has been answered
+        timeout_graceful_shutdown=int(math.ceil(config.shutdown_grace_s)) + 5,
+        limit_concurrency=None, access_log=False))
+    server.run(sockets=[sock])

@@ -54,6 +54,10 @@ class ServiceConfig:
     max_body_bytes: larger request bodies get 413.
     hard_timeout_s: a worker still busy this long past a request's deadline is killed (the
     driver keeps its budget, so this only catches a hung native solver).
+    shutdown_grace_s: on SIGTERM, how long running solves may go on before they are stopped
+        (``--shutdown-grace``); queued requests are answered 503 at once.
+    run_retention_s: finished runs are deleted this long after they finished
+        (``--run-retention``, hours on the command line); None or 0 keeps them.
     test_hooks: enables ``/v1/debug/*`` (crash a worker, sleep in one) for the service tests.
     half_life_s: half-life of every stored cluster's per-queue usage history (decayed
     GPU-hours that later rounds' fair share sees, kept in the database); None or 0 keeps none.
@@ -68,6 +72,7 @@ class ServiceConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     hard_timeout_s: float = 30.0
     shutdown_grace_s: float = 10.0
+    run_retention_s: float | None = 7 * 24 * 3600.0
     test_hooks: bool = False
     half_life_s: float | None = DEFAULT_HALF_LIFE_S
     job_labels: tuple[str, ...] = field(default=(
@@ -93,6 +98,13 @@ class ServiceConfig:
                                                  and self.half_life_s >= 0):
             raise InputError(f"must be a finite number of hours, 0 or more, got "
                              f"{self.half_life_s / 3600:g}", path="--half-life")
+        if not (math.isfinite(self.shutdown_grace_s) and self.shutdown_grace_s >= 0):
+            raise InputError(f"must be a finite number of seconds, 0 or more, got "
+                             f"{self.shutdown_grace_s}", path="--shutdown-grace")
+        if self.run_retention_s is not None and not (math.isfinite(self.run_retention_s)
+                                                     and self.run_retention_s >= 0):
+            raise InputError("must be a finite number of hours, 0 or more",
+                             path="--run-retention")
         if self.max_body_bytes < 1024:
             raise InputError("must be at least 1 KiB", path="--max-body-mb")
 

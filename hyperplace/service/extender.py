@@ -22,29 +22,72 @@ Wire formats, re-implemented from the upstream type definitions:
 The pod's job: the first of the configured labels found on the pod (``hyperplace.io/job``,
 ``volcano.sh/job-name``, ``training.kubeflow.org/job-name``, ``batch.kubernetes.io/job-name``,
 ``job-name``), else the ``scheduling.k8s.io/group-name`` annotation, else (Volcano) the
-task's ``Job`` after its namespace. A job hyperplace has no plan for gets no opinion: every
-node passes and every score is 0, so the extender never blocks work it does not manage.
+task's ``Job`` after its namespace. The pod's namespace: its ``metadata.namespace`` (the
+task's ``Namespace``, or the part of ``Job`` before the slash), else ``default``.
+
+Isolation: plans are recorded per stored cluster only (a round on an inline or bundled
+instance changes nothing here), keyed by (stored cluster, namespace, job), and a plan has an
+opinion only on the nodes of its own stored cluster: a pod's job planned on cluster A says
+nothing about the nodes of cluster B, which pass with score 0. ``?cluster=NAME`` restricts
+the answer to one stored cluster's plans. A job hyperplace has no plan for gets no opinion:
+every node passes and every score is 0, so the extender never blocks work it does not manage.
 """
+
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from hyperplace.service.store import JobPlan
+from hyperplace.service.store import DEFAULT_NAMESPACE, JobPlan, PlanKey
 
 K8S_MAX_SCORE = 10  # MaxExtenderPriority
 VOLCANO_MAX_SCORE = 100.0  # the scheduler framework's MaxNodeScore, as node-order plugins use
 VOLCANO_UNSCHEDULABLE = 2
 
 
+class Plans:
+    """The recorded plans of one job in one namespace, each with the nodes of its cluster."""
+
+    def __init__(self, plans: dict[PlanKey, JobPlan], nodes_of: Callable[[str], frozenset[str]],
+                 job: str | None, namespace: str | None, cluster: str | None = None):
+        self.job = job or ""
+        ns = namespace or DEFAULT_NAMESPACE
+        self.candidates: list[tuple[frozenset[str], JobPlan]] = []
+        if job:
+            clusters = [cluster] if cluster is not None else sorted(
+                {c for c, n, j in plans if n == ns and j == job})
+            for c in clusters:
+                plan = plans.get((c, ns, job))
+                if plan is not None:
+                    self.candidates.append((nodes_of(c), plan))
+
+    def at(self, node: str) -> JobPlan | None:
+        """The plan that has an opinion on ``node`` (the one of the cluster holding it)."""
+        for nodes, plan in self.candidates:
+            if node in nodes:
+                return plan
+        return None
+
+
+def _meta(pod: dict[str, Any] | None) -> dict[str, Any]:
+    meta = (pod or {}).get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
 def pod_job(pod: dict[str, Any] | None, labels: tuple[str, ...]) -> str | None:
-    meta = (pod or {}).get("metadata") or {}
+    meta = _meta(pod)
     pod_labels = meta.get("labels") or {}
     for key in labels:
         if isinstance(pod_labels.get(key), str) and pod_labels[key]:
             return pod_labels[key]
     group = (meta.get("annotations") or {}).get("scheduling.k8s.io/group-name")
     return group if isinstance(group, str) and group else None
+
+
+def pod_namespace(pod: dict[str, Any] | None) -> str:
+    ns = _meta(pod).get("namespace")
+    return ns if isinstance(ns, str) and ns else DEFAULT_NAMESPACE
 
 
 def task_job(task: dict[str, Any] | None, labels: tuple[str, ...]) -> str | None:
@@ -54,6 +97,18 @@ def task_job(task: dict[str, Any] | None, labels: tuple[str, ...]) -> str | None
         return job
     jid = task.get("Job")
     return jid.rsplit("/", 1)[-1] if isinstance(jid, str) and jid else None
+
+
+def task_namespace(task: dict[str, Any] | None) -> str:
+    task = task or {}
+    if isinstance(task.get("Namespace"), str) and task["Namespace"]:
+        return task["Namespace"]
+    if task.get("Pod"):
+        return pod_namespace(task["Pod"])
+    jid = task.get("Job")
+    if isinstance(jid, str) and "/" in jid:
+        return jid.split("/", 1)[0] or DEFAULT_NAMESPACE
+    return DEFAULT_NAMESPACE
 
 
 def _reason(job: str, plan: JobPlan, node: str) -> str:
@@ -67,30 +122,35 @@ def _passes(plan: JobPlan | None, node: str) -> bool:
     return plan is None or (plan.pending is None and node in plan.nodes)
 
 
-def k8s_filter(args: dict[str, Any], plans: dict[str, JobPlan], labels: tuple[str, ...]
-               ) -> dict[str, Any]:
-    job = pod_job(args.get("Pod"), labels)
-    plan = plans.get(job) if job else None
+def _node_name(item: Any) -> str:
+    meta = (item or {}).get("metadata") if isinstance(item, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+def k8s_filter(args: dict[str, Any], plans: Plans) -> dict[str, Any]:
     failed: dict[str, str] = {}
     out: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
     if args.get("NodeNames") is not None:
         keep = []
         for name in args["NodeNames"]:
+            plan = plans.at(name)
             if _passes(plan, name):
                 keep.append(name)
             else:
-                failed[name] = _reason(job or "", plan, name)  # type: ignore[arg-type]
+                failed[name] = _reason(plans.job, plan, name)  # type: ignore[arg-type]
         out["NodeNames"] = keep
         out["Nodes"] = None
     else:
         nodes = args.get("Nodes") or {}
         items = []
         for item in nodes.get("items") or []:
-            name = ((item or {}).get("metadata") or {}).get("name", "")
+            name = _node_name(item)
+            plan = plans.at(name)
             if _passes(plan, name):
                 items.append(item)
             else:
-                failed[name] = _reason(job or "", plan, name)  # type: ignore[arg-type]
+                failed[name] = _reason(plans.job, plan, name)  # type: ignore[arg-type]
         out["Nodes"] = {**nodes, "items": items}
         out["NodeNames"] = None
     return out
@@ -99,38 +159,30 @@ def k8s_filter(args: dict[str, Any], plans: dict[str, JobPlan], labels: tuple[st
 def _candidate_names(args: dict[str, Any]) -> list[str]:
     if args.get("NodeNames") is not None:
         return list(args["NodeNames"])
-    return [((i or {}).get("metadata") or {}).get("name", "")
-            for i in (args.get("Nodes") or {}).get("items") or []]
+    return [_node_name(i) for i in (args.get("Nodes") or {}).get("items") or []]
 
 
-def _scores(plan: JobPlan | None, names: list[str], top: float) -> dict[str, float]:
-    """Planned nodes score by the share of the job's GPUs they hold; others 0."""
+def _score(plan: JobPlan | None, node: str, top: float) -> float:
+    """A planned node scores by the share of the job's GPUs it holds; others 0."""
     if plan is None or plan.pending is not None or not plan.nodes:
-        return {n: 0 for n in names}
-    most = max(plan.nodes.values())
-    return {n: top * plan.nodes.get(n, 0) / most for n in names}
+        return 0
+    return top * plan.nodes.get(node, 0) / max(plan.nodes.values())
 
 
-def k8s_prioritize(args: dict[str, Any], plans: dict[str, JobPlan], labels: tuple[str, ...]
-                   ) -> list[dict[str, Any]]:
-    job = pod_job(args.get("Pod"), labels)
-    scores = _scores(plans.get(job) if job else None, _candidate_names(args), K8S_MAX_SCORE)
-    return [{"Host": n, "Score": int(round(s))} for n, s in scores.items()]
+def k8s_prioritize(args: dict[str, Any], plans: Plans) -> list[dict[str, Any]]:
+    return [{"Host": n, "Score": int(round(_score(plans.at(n), n, K8S_MAX_SCORE)))}
+            for n in dict.fromkeys(_candidate_names(args))]
 
 
-def volcano_predicate(req: dict[str, Any], plans: dict[str, JobPlan], labels: tuple[str, ...]
-                      ) -> dict[str, Any]:
-    job = task_job(req.get("task"), labels)
-    plan = plans.get(job) if job else None
-    node = (req.get("node") or {}).get("Name", "")
+def volcano_predicate(req: dict[str, Any], plans: Plans) -> dict[str, Any]:
+    node = (req.get("node") or {}).get("Name") or ""
+    plan = plans.at(node)
     if _passes(plan, node):
         return {"status": "", "code": 0}
-    return {"status": _reason(job or "", plan, node), "code": VOLCANO_UNSCHEDULABLE}  # type: ignore[arg-type]
+    return {"status": _reason(plans.job, plan, node), "code": VOLCANO_UNSCHEDULABLE}  # type: ignore[arg-type]
 
 
-def volcano_prioritize(req: dict[str, Any], plans: dict[str, JobPlan], labels: tuple[str, ...]
-                       ) -> dict[str, Any]:
-    job = task_job(req.get("task"), labels)
-    names = [(n or {}).get("Name", "") for n in req.get("nodes") or []]
-    scores = _scores(plans.get(job) if job else None, names, VOLCANO_MAX_SCORE)
-    return {"nodeScore": scores, "errorMessage": ""}
+def volcano_prioritize(req: dict[str, Any], plans: Plans) -> dict[str, Any]:
+    names = [(n or {}).get("Name") or "" for n in req.get("nodes") or []]
+    return {"nodeScore": {n: _score(plans.at(n), n, VOLCANO_MAX_SCORE) for n in names},
+            "errorMessage": ""}

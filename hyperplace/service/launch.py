@@ -94,6 +94,14 @@ class LocalServer:
         self.returncode = self.proc.returncode
         return self.returncode
 
+    def kill(self) -> int:
+        """SIGKILL, as a crash or an OOM kill would end the server (no drain, no cleanup)."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+        self.returncode = self.proc.returncode
+        return self.returncode
+
     def __enter__(self) -> "LocalServer":
         return self.start()
 

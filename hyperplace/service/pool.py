@@ -9,6 +9,18 @@ kills its process and starts a fresh one; a process that dies fails only its own
 Workers come from a ``forkserver`` whose preloaded imports (the solvers, OR-Tools) make a
 replacement start in milliseconds. Requests wait in one bounded FIFO queue: when it is full,
 :class:`Saturated` says how long to wait (the HTTP layer answers 429 with ``Retry-After``).
+
+What the pool promises (tested in tests/test_service_faults.py):
+
+* never more solver processes than ``size``: a worker is killed and reaped before its
+  replacement starts (cancel, hard deadline, crash alike);
+* a task that cannot be handed to a worker (its payload does not pickle) fails alone; the
+  slot stays as it was (the payload is pickled before a byte is written to the pipe);
+* the hard deadline (deadline + grace) kills the solver and fails the task with
+  :class:`WorkerTimedOut` (503 with ``Retry-After``);
+* workers die with the server: each one asks the kernel for SIGKILL when its parent (the
+  fork server, which exits when the server's pipe to it closes) dies, and a watchdog thread
+  kills it within a second of the server's process going away (kill -9 included).
 """
 
 from __future__ import annotations
@@ -16,9 +28,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import logging
 import math
 import multiprocessing
+import os
 import time
+from multiprocessing.reduction import ForkingPickler
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,10 +51,18 @@ class PoolError(Exception):
     """Work that did not produce an answer (the HTTP layer maps each kind to a status)."""
 
 
+log = logging.getLogger("hyperplace.service")
+
+
 class Saturated(PoolError):
-    def __init__(self, retry_after_s: float):
+    def __init__(self, retry_after_s: float, message: str | None = None):
         self.retry_after_s = retry_after_s
-        super().__init__(f"all workers busy and the queue is full; retry in {retry_after_s:.0f} s")
+        super().__init__(message or f"all workers busy and the queue is full; retry in "
+                         f"{retry_after_s:.0f} s")
+
+
+class HandOffFailed(PoolError):
+    """The task's payload could not be sent to a worker (it fails alone; the slot is fine)."""
 
 
 class Unavailable(PoolError):
@@ -70,6 +93,8 @@ class Task:
     deadline: float
     fetch: Callable[[str, int], Any] | None = None  # stored cluster doc by (name, version)
     grace_s: float | None = None  # answer by deadline + grace, else the worker is stopped
+    budget_s: float | None = None  # a run's budget: the deadline is set when a worker takes it
+    on_start: Callable[[], None] | None = None  # called when a worker takes it
     future: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     state: str = "queued"
     started: float | None = None
@@ -106,6 +131,7 @@ class WorkerPool:
         self.ready = False
         self.closing = False
         self.replaced = 0
+        self.server_pid = os.getpid()
 
     # ---- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -118,8 +144,8 @@ class WorkerPool:
 
     def _spawn(self, slot: Slot) -> None:
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=worker_main, args=(child,), daemon=True,
-                                 name=f"hyperplace-worker-{slot.index}")
+        proc = self._ctx.Process(target=worker_main, args=(child, self.server_pid),
+                                 daemon=True, name=f"hyperplace-worker-{slot.index}")
         proc.start()
         child.close()
         slot.process, slot.conn = proc, parent
@@ -128,13 +154,22 @@ class WorkerPool:
         if slot.process is not None and slot.process.is_alive():
             slot.process.kill()
 
-    async def close(self, grace_s: float) -> None:
-        """Stop taking work, let running tasks finish for up to ``grace_s``, then stop."""
+    def drain(self) -> None:
+        """Stop taking work at once (readyz unready, new work 503) and answer every queued
+        task with :class:`Unavailable`; running tasks go on (see :meth:`close`)."""
         self.closing = True
         self.ready = False
         for task in list(self._queue):
-            self._fail(task, Unavailable("the server is shutting down"))
+            self._fail(task, Unavailable("the server is shutting down; retry on another "
+                                         "replica or after the restart"))
         self._queue.clear()
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    async def close(self, grace_s: float) -> None:
+        """Stop taking work, let running tasks finish for up to ``grace_s``, then stop them
+        (their requests are answered :class:`Unavailable`)."""
+        self.drain()
         end = time.monotonic() + grace_s
         while any(s.task is not None for s in self._slots) and time.monotonic() < end:
             await asyncio.sleep(0.05)
@@ -142,7 +177,8 @@ class WorkerPool:
             r.cancel()
         for slot in self._slots:
             if slot.task is not None:
-                self._fail(slot.task, Unavailable("the server is shutting down"))
+                self._fail(slot.task, Unavailable("the server is shutting down: the solve was "
+                                                  "stopped at the end of the grace period"))
             if slot.conn is not None:
                 slot.conn.close()
             self._kill(slot)
@@ -158,6 +194,16 @@ class WorkerPool:
     @property
     def busy(self) -> int:
         return sum(1 for s in self._slots if s.task is not None)
+
+    @property
+    def alive(self) -> int:
+        """Workers whose process is up (a slot being replaced is not)."""
+        return sum(1 for s in self._slots if s.process is not None and s.process.is_alive())
+
+    @property
+    def accepting(self) -> bool:
+        """Whether new work can be queued now (the runners are up and not shutting down)."""
+        return self.ready and not self.closing and all(not r.done() for r in self._runners)
 
     def worker_pids(self) -> list[int | None]:
         return [s.process.pid if s.process is not None else None for s in self._slots]
@@ -179,17 +225,26 @@ class WorkerPool:
 
     def submit(self, kind: str, payload: dict[str, Any], deadline: float, *,
                task_id: str | None = None, fetch: Callable[[str, int], Any] | None = None,
-               grace_s: float | None = None) -> Task:
-        """Queue a task; raises :class:`Saturated` or :class:`Unavailable` at once."""
+               grace_s: float | None = None, budget_s: float | None = None) -> Task:
+        """Queue a task; raises :class:`Saturated` or :class:`Unavailable` at once.
+
+        ``budget_s`` (background runs): the task's deadline is set when a worker takes it
+        (``budget_s`` from then), so time spent queued is not charged to it; ``deadline``
+        then only bounds how long it may wait."""
         if self.closing or not self.ready:
             raise Unavailable("the server is starting or shutting down")
         if len(self._queue) >= self.queue_limit:
-            raise Saturated(self.retry_after())
-        if self.expected_wait() > deadline - time.monotonic():
+            raise Saturated(self.retry_after(), f"the queue is full ({self.queue_limit} "
+                            f"waiting); retry in {self.retry_after():.0f} s")
+        wait = self.expected_wait()
+        if budget_s is None and wait > deadline - time.monotonic():
             # it would wait past its whole budget: refuse now rather than answer late
-            raise Saturated(self.retry_after())
+            raise Saturated(self.retry_after(), f"the work ahead would take about {wait:.1f} s "
+                            f"of the {max(0.0, deadline - time.monotonic()):.1f} s budget before "
+                            f"a worker is free; retry in {self.retry_after():.0f} s or with a "
+                            "larger budget")
         task = Task(id=task_id or f"t{next(self._ids)}", kind=kind, payload=payload,
-                    deadline=deadline, fetch=fetch, grace_s=grace_s)
+                    deadline=deadline, fetch=fetch, grace_s=grace_s, budget_s=budget_s)
         self._tasks[task.id] = task
         self._queue.append(task)
         assert self._wakeup is not None
@@ -238,6 +293,9 @@ class WorkerPool:
     async def _run(self, slot: Slot) -> None:
         while not self.closing:
             task = await self._next()
+            if self.closing:
+                self._fail(task, Unavailable("the server is shutting down"))
+                break
             if self._queue and self._wakeup is not None:
                 self._wakeup.set()  # let another idle runner take the next one
             if task.deadline <= time.monotonic():
@@ -245,10 +303,24 @@ class WorkerPool:
                                          "retry, with a larger budget or later"))
                 continue
             task.state, task.started = "running", time.monotonic()
+            if task.budget_s is not None:
+                task.deadline = task.started + task.budget_s
             slot.task = task
+            if task.on_start is not None:
+                task.on_start()
             try:
                 reply = await self._exchange(slot, task)
-            except (EOFError, OSError, BrokenPipeError):
+            except HandOffFailed as exc:  # nothing reached the worker: the slot is as it was
+                self._fail(task, exc)
+            except TimeoutError:  # before OSError: TimeoutError is one
+                self._kill(slot)
+                self.on_event("timeout")
+                grace = self.hard_timeout_s if task.grace_s is None else task.grace_s
+                self._fail(task, WorkerTimedOut(f"no answer within the budget plus {grace:g} s "
+                                                "(the machine is busier than the budget "
+                                                "allows); the solve was stopped"))
+                await self._replace(slot)
+            except (EOFError, OSError):
                 # answer first, then replace the worker (a fork can take seconds when busy)
                 code = slot.process.exitcode if slot.process is not None else None
                 if task.cancelled:
@@ -258,13 +330,14 @@ class WorkerPool:
                     self._fail(task, WorkerCrashed(f"the worker process died (exit code {code}); "
                                                    "it has been replaced"))
                 await self._replace(slot)
-            except TimeoutError:
+            except asyncio.CancelledError:
+                self._fail(task, Unavailable("the server is shutting down"))
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bug here must not end the slot's runner
+                log.exception("worker slot %d: unexpected failure", slot.index)
+                self._fail(task, WorkerCrashed(f"internal error handing the task to a worker: "
+                                               f"{type(exc).__name__}; the worker was replaced"))
                 self._kill(slot)
-                self.on_event("timeout")
-                grace = self.hard_timeout_s if task.grace_s is None else task.grace_s
-                self._fail(task, WorkerTimedOut(f"no answer within the budget plus {grace:g} s "
-                                                "(the machine is busier than the budget "
-                                                "allows); the solve was stopped"))
                 await self._replace(slot)
             else:
                 self._recent.append(time.monotonic() - task.started)
@@ -275,27 +348,58 @@ class WorkerPool:
                 slot.task = None
 
     async def _replace(self, slot: Slot) -> None:
+        """Kill and reap the slot's worker, then start a fresh one: the old solver is gone
+        before the new one exists, so never more than ``size`` solve at once."""
         if slot.conn is not None:
             slot.conn.close()
+            slot.conn = None
         if slot.process is not None:
-            await asyncio.to_thread(slot.process.join, 5.0)
-        self.replaced += 1
+            self._kill(slot)
+            while slot.process.is_alive():
+                await asyncio.to_thread(slot.process.join, 1.0)
+                self._kill(slot)
+            slot.process = None
         if not self.closing:
             await asyncio.to_thread(self._spawn, slot)
+        self.replaced += 1
+
+    @staticmethod
+    def _pickle(obj: Any) -> bytes:
+        try:
+            return bytes(ForkingPickler.dumps(obj))
+        except RecursionError:
+            raise HandOffFailed("the request is nested too deeply to hand to a worker") from None
+        except Exception as exc:  # noqa: BLE001 - anything unpicklable fails this task only
+            raise HandOffFailed(f"the request could not be handed to a worker: "
+                                f"{type(exc).__name__}") from None
+
+    async def _send(self, conn: Any, obj: Any) -> None:
+        """Pickle (first, whole) and write in a thread: a large payload never stalls the
+        loop, and a payload that does not pickle never leaves half a message in the pipe."""
+        def send() -> None:
+            conn.send_bytes(self._pickle(obj))
+        await asyncio.to_thread(send)
 
     async def _exchange(self, slot: Slot, task: Task) -> Reply:
         conn = slot.conn
-        conn.send((task.kind, task.payload, task.deadline))
         grace = self.hard_timeout_s if task.grace_s is None else task.grace_s
         limit = max(0.0, task.deadline - time.monotonic()) + grace
-        while True:
-            msg = await asyncio.wait_for(self._recv(conn), timeout=limit)
-            if msg[0] == "need":  # a stored cluster this worker has not cached
-                _, name, version = msg
-                conn.send(task.fetch(name, version) if task.fetch else None)
-                continue
-            _, status, body, info = msg
-            return Reply(status, body, info)
+
+        async def talk() -> Reply:
+            await self._send(conn, (task.kind, task.payload, task.deadline))
+            while True:
+                msg = await self._recv(conn)
+                if msg[0] == "need":  # a stored cluster this worker has not cached
+                    _, name, version = msg
+                    try:
+                        await self._send(conn, task.fetch(name, version) if task.fetch else None)
+                    except HandOffFailed as exc:  # the worker waits for it: replace the worker
+                        raise RuntimeError(str(exc)) from None
+                    continue
+                _, status, body, info = msg
+                return Reply(status, body, info)
+
+        return await asyncio.wait_for(talk(), timeout=limit)
 
     async def _recv(self, conn: Any) -> Any:
         loop = asyncio.get_running_loop()

@@ -6,17 +6,24 @@ the CLI reads and writes (``Instance``, ``FoundationModelTrainingJob``, ``Placem
 OpenAPI document shows their full schema, but they are validated in a worker process, not
 in the event loop, so a 16,384-GPU instance never stalls the server; their errors still come
 back as 422 with the field path (``instance.spec.clusters[0].nodes[3].gpuType``).
+
+The envelopes are strict: no string-to-number or string-to-bool coercion (``budgetS: "5"``
+and ``apply: "yes"`` are 422), unknown fields refused. Names of jobs follow the library's
+rule (:data:`hyperplace.models.limits.Name`, as the CLI reads them); stored-cluster names are
+URL path segments (letters, digits, ``.``, ``_``, ``-``).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, model_validator
 from pydantic.alias_generators import to_camel
 
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
+from hyperplace.models.limits import MAX_JOBS
+from hyperplace.models.limits import Name as JobName
 from hyperplace.models.model_spec import ModelSpec
 from hyperplace.models.plan import GPURef, PlacementPlan
 from hyperplace.models.split import SplitProblem
@@ -30,7 +37,8 @@ Name = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]
 class Body(BaseModel):
     """camelCase on the wire like every document; snake_case accepted; unknown fields refused."""
 
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True,
+                              strict=True)
 
 
 class InstanceSource(Body):
@@ -43,7 +51,8 @@ class InstanceSource(Body):
     bundled: Name | None = None
     cluster: Name | None = None
     jobs: list[Annotated[TrainingJob, SkipValidation]] | None = Field(
-        default=None, description="pending queue to solve instead of the instance's own")
+        default=None, max_length=MAX_JOBS,
+        description="pending queue to solve instead of the instance's own")
     queues: list[dict[str, Any]] | None = Field(
         default=None, max_length=1000,
         description="Kueue ResourceFlavor/ClusterQueue/LocalQueue/Cohort or Volcano Queue "
@@ -214,21 +223,21 @@ class NodeGPUs(Body):
 
 
 class Allocation(Body):
-    job: Name
+    job: JobName
     gpus: list[GPURef] = Field(min_length=1)
 
 
 class ClusterPatch(Body):
     """Deltas to a stored cluster since the last round (applied in this order)."""
 
-    completions: list[Name] = Field(default_factory=list, description=(
+    completions: list[JobName] = Field(default_factory=list, max_length=MAX_JOBS, description=(
         "jobs that finished: their GPUs are freed and they leave the queue"))
     failures: list[NodeGPUs] = Field(default_factory=list, description="GPUs marked faulty")
     repairs: list[NodeGPUs] = Field(default_factory=list, description="faulty GPUs back in service")
     allocations: list[Allocation] = Field(default_factory=list, description=(
         "jobs started elsewhere (or as planned): their GPUs become allocated"))
     arrivals: list[Annotated[TrainingJob, SkipValidation]] = Field(
-        default_factory=list, description="jobs that joined the pending queue")
+        default_factory=list, max_length=MAX_JOBS, description="jobs that joined the pending queue")
 
 
 class UsageHistory(Body):
@@ -267,15 +276,57 @@ class ErrorBody(Body):
 
 # ---- scheduler extenders -------------------------------------------------------------------
 
-class K8sExtenderArgs(BaseModel):
+class _GoKeys(BaseModel):
+    """Extra fields allowed (the scheduler sends whole objects), but a key that spells one of
+    ``go_keys`` in other case (``pod`` for ``Pod``) is refused: such a request is malformed,
+    and ignoring it would silently pass every node."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    go_keys: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys_as_go_spells_them(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in data:
+                for go in cls.go_keys:
+                    if isinstance(key, str) and key != go and key.lower() == go.lower():
+                        raise ValueError(f"unknown key {key!r}: the field is {go!r} (the keys "
+                                         "keep the Go field names' capitals)")
+        return data
+
+
+class ObjectMetaIn(_GoKeys):
+    """The parts of a Kubernetes ``ObjectMeta`` the extenders read."""
+
+    name: str | None = None
+    namespace: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class PodIn(_GoKeys):
+    metadata: ObjectMetaIn | None = None
+
+
+class NodeIn(_GoKeys):
+    metadata: ObjectMetaIn | None = None
+
+
+class NodeListIn(_GoKeys):
+    items: list[NodeIn] | None = None
+
+
+class K8sExtenderArgs(_GoKeys):
     """``ExtenderArgs`` of ``k8s.io/kube-scheduler/extender/v1`` (types.go lines 73-82 at
     kubernetes/kube-scheduler e87dbddd): ``Pod``, and ``Nodes`` (a NodeList) or ``NodeNames``.
-    Go field names without JSON tags, so the keys are capitalised as in Go."""
+    Go field names without JSON tags, so the keys are capitalised as in Go (``pod`` is a
+    422, not an empty request)."""
 
-    model_config = ConfigDict(extra="allow")
+    go_keys: ClassVar[tuple[str, ...]] = ("Pod", "Nodes", "NodeNames")
 
-    Pod: dict[str, Any] | None = None
-    Nodes: dict[str, Any] | None = None
+    Pod: PodIn | None = None
+    Nodes: NodeListIn | None = None
     NodeNames: list[str] | None = None
 
 
@@ -298,16 +349,36 @@ class K8sHostPriority(BaseModel):
     Score: int
 
 
-class VolcanoPredicateRequest(BaseModel):
+class VolcanoTaskIn(_GoKeys):
+    """The parts of Volcano's ``api.TaskInfo`` (job_info.go line 118, no JSON tags, so Go's
+    capitals) the extender reads."""
+
+    go_keys: ClassVar[tuple[str, ...]] = ("Name", "Namespace", "Job", "Pod", "UID")
+
+    Name: str | None = None
+    Namespace: str | None = None
+    Job: str | None = None
+    Pod: PodIn | None = None
+
+
+class VolcanoNodeIn(_GoKeys):
+    """Volcano's ``api.NodeInfo`` (node_info.go line 52): ``Name`` is required."""
+
+    go_keys: ClassVar[tuple[str, ...]] = ("Name", "Node")
+
+    Name: str = Field(min_length=1)
+
+
+class VolcanoPredicateRequest(_GoKeys):
     """Volcano extender plugin ``PredicateRequest`` (volcano-sh/volcano ed72c7c8,
     pkg/scheduler/plugins/extender/argument.go lines 35-38): ``task`` is an ``api.TaskInfo``
     (pkg/scheduler/api/job_info.go line 118: ``Name``, ``Namespace``, ``Job``, ``Pod`` ...),
     ``node`` an ``api.NodeInfo`` (node_info.go line 52: ``Name``, ``Node`` ...)."""
 
-    model_config = ConfigDict(extra="allow")
+    go_keys: ClassVar[tuple[str, ...]] = ("task", "node")
 
-    task: dict[str, Any] | None = None
-    node: dict[str, Any] | None = None
+    task: VolcanoTaskIn
+    node: VolcanoNodeIn
 
 
 class VolcanoPredicateResponse(BaseModel):
@@ -318,13 +389,13 @@ class VolcanoPredicateResponse(BaseModel):
     code: int = 0
 
 
-class VolcanoPrioritizeRequest(BaseModel):
+class VolcanoPrioritizeRequest(_GoKeys):
     """argument.go lines 45-48: ``task`` and ``nodes`` (a list of ``api.NodeInfo``)."""
 
-    model_config = ConfigDict(extra="allow")
+    go_keys: ClassVar[tuple[str, ...]] = ("task", "nodes")
 
-    task: dict[str, Any] | None = None
-    nodes: list[dict[str, Any]] | None = None
+    task: VolcanoTaskIn
+    nodes: list[VolcanoNodeIn]
 
 
 class VolcanoPrioritizeResponse(BaseModel):

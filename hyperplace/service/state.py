@@ -26,6 +26,13 @@ def _nodes(doc: dict[str, Any]) -> dict[str, tuple[int, dict[str, Any]]]:
     return out
 
 
+def _job_name(job: Any) -> Any:
+    """A queued job document's name, or None (a malformed arrival is refused later, with
+    its path, by the worker that validates the patched document)."""
+    meta = job.get("metadata") if isinstance(job, dict) else None
+    return meta.get("name") if isinstance(meta, dict) else None
+
+
 def _bad(path: str, message: str, status: int = 422) -> RequestProblem:
     return RequestProblem(status, [{"path": path, "message": message}])
 
@@ -58,7 +65,7 @@ def apply_patch(doc: dict[str, Any], patch: ClusterPatch,
         for _, node in nodes.values():
             alloc = node.get("allocated") or {}
             node["allocated"] = {k: v for k, v in alloc.items() if v not in done}
-        spec["jobs"] = queue = [j for j in queue if j.get("metadata", {}).get("name") not in done]
+        spec["jobs"] = queue = [j for j in queue if _job_name(j) not in done]
     for field_name, items in (("failures", patch.failures), ("repairs", patch.repairs)):
         for i, item in enumerate(items):
             path = f"{field_name}[{i}]"
@@ -90,16 +97,17 @@ def apply_patch(doc: dict[str, Any], patch: ClusterPatch,
                 raise _bad(path, f"GPU {ref.node}/{ref.gpu} is held by {held!r}", 409)
             node.setdefault("allocated", {})[str(ref.gpu)] = alloc.job
         started = alloc.job
-        spec["jobs"] = queue = [j for j in queue if j.get("metadata", {}).get("name") != started]
-    names = {j.get("metadata", {}).get("name") for j in queue}
+        spec["jobs"] = queue = [j for j in queue if _job_name(j) != started]
+    names = {_job_name(j) for j in queue}
     for i, job in enumerate(patch.arrivals):
-        name = job.get("metadata", {}).get("name") if isinstance(job, dict) else None
-        if name in names:
+        name = _job_name(job)
+        if name is not None and name in names:
             raise _bad(f"arrivals[{i}].metadata.name", f"job {name!r} is already queued", 409)
         names.add(name)
         queue.append(job)
     if stopped and spec.get("runningJobs"):
-        spec["runningJobs"] = [r for r in spec["runningJobs"] if r.get("name") not in stopped]
+        spec["runningJobs"] = [r for r in spec["runningJobs"]
+                               if not isinstance(r, dict) or r.get("name") not in stopped]
     return doc
 
 

@@ -2,14 +2,29 @@
 history (decayed GPU-hours, for fair share over rounds), runs, and the latest plan of every
 job (for the scheduler extenders).
 
-Everything is also held in memory (the event loop reads it without touching the disk); writes
-go to SQLite first (in a thread, one connection behind a lock, WAL journal), so a restart
-loses nothing that was acknowledged.
+Durability (what the service promises, tested in tests/test_service_faults.py): every change
+the service acknowledges (a 2xx answer) was committed to SQLite before the answer was sent,
+in WAL mode with ``synchronous=FULL`` (each commit is fsynced), so neither kill -9 nor a power
+cut after the answer loses it. One server per database: the server holds an exclusive
+``flock`` on ``<db>.lock`` for its lifetime (released by the kernel when the process dies,
+kill -9 included); a second server on the same file refuses to start and says which process
+holds it. The end of a run (its result, and with ``apply`` the stored cluster it changed) is
+one transaction: a crash leaves it either not done (the run is resumed) or done once.
+
+Retention: finished runs (succeeded, failed, cancelled) are kept ``retention_s`` (default 7
+days, ``--run-retention``) after they finished, then deleted (at start and hourly); their
+requests are dropped from memory (and from the row) when they finish, and only unfinished
+runs' requests are loaded at start.
+
+Everything else is also held in memory (the event loop reads it without touching the disk);
+writes go to SQLite first (in a thread, one connection behind a lock).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -26,8 +41,9 @@ CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY, kind TEXT NOT NULL, state TEXT NOT NULL, created REAL NOT NULL,
     started REAL, finished REAL, budget REAL, request TEXT NOT NULL, result TEXT,
     error TEXT);
-CREATE TABLE IF NOT EXISTS job_plans (
-    job TEXT PRIMARY KEY, cluster TEXT, nodes TEXT, pending TEXT, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS cluster_job_plans (
+    cluster TEXT NOT NULL, namespace TEXT NOT NULL, job TEXT NOT NULL, nodes TEXT,
+    pending TEXT, updated REAL NOT NULL, PRIMARY KEY (cluster, namespace, job));
 CREATE TABLE IF NOT EXISTS queue_usage (
     cluster TEXT PRIMARY KEY, time REAL, gpu_hours TEXT NOT NULL, held TEXT NOT NULL);
 """
@@ -81,22 +97,57 @@ class JobPlan:
     pending: str | None = None
 
 
+#: (stored cluster, namespace, job): plans are only ever looked up under all three.
+PlanKey = tuple[str, str, str]
+DEFAULT_NAMESPACE = "default"
+#: How long finished runs are kept (seconds) unless the server says otherwise.
+DEFAULT_RETENTION_S = 7 * 24 * 3600.0
+FINISHED = frozenset({"succeeded", "failed", "cancelled"})
+
+
+class DatabaseInUse(Exception):
+    """Another server holds the database's lock."""
+
+
+def _lock_database(path: str) -> int:
+    """An exclusive, non-blocking ``flock`` on ``<path>.lock`` (the fd, kept open)."""
+    lock_path = f"{path}.lock"
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        try:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        except OSError:  # pragma: no cover
+            holder = "unknown"
+        os.close(fd)
+        raise DatabaseInUse(f"the database {path} is in use by another hyperplace serve "
+                            f"(pid {holder}, lock {lock_path}); one server per database") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
 class Store:
-    def __init__(self, path: str):
+    def __init__(self, path: str, retention_s: float | None = DEFAULT_RETENTION_S):
         self.path = path
+        self.retention_s = retention_s
+        self._lock_fd: int | None = None
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = _lock_database(path)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
         with self._lock:
             if path != ":memory:":
                 self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(SCHEMA)
         self.clusters: dict[str, ClusterRecord] = {}
         self.runs: dict[str, RunRecord] = {}
-        self.job_plans: dict[str, JobPlan] = {}
+        self.job_plans: dict[PlanKey, JobPlan] = {}
         self.usage: dict[str, UsageRecord] = {}
+        self.expire_runs()
         self._load()
 
     def _load(self) -> None:
@@ -105,29 +156,39 @@ class Store:
                                         "pending_jobs, updated FROM clusters"):
                 self.clusters[row[0]] = ClusterRecord(row[0], row[1], json.loads(row[2]),
                                                       row[3], row[4], row[5], row[6])
-            for row in self._db.execute("SELECT id, kind, state, created, started, finished, "
-                                        "budget, request, result, error FROM runs"):
+            for row in self._db.execute(
+                    "SELECT id, kind, state, created, started, finished, budget, "
+                    "CASE WHEN state IN ('queued', 'running') THEN request ELSE '{}' END, "
+                    "result, error FROM runs"):
                 self.runs[row[0]] = RunRecord(
                     id=row[0], kind=row[1], state=row[2], created=row[3], started=row[4],
                     finished=row[5], budget=row[6], request=json.loads(row[7]),
                     result=json.loads(row[8]) if row[8] else None,
                     error=json.loads(row[9]) if row[9] else None)
-            for row in self._db.execute("SELECT job, cluster, nodes, pending FROM job_plans"):
-                self.job_plans[row[0]] = JobPlan(row[1], json.loads(row[2] or "{}"), row[3])
+            for row in self._db.execute("SELECT cluster, namespace, job, nodes, pending "
+                                        "FROM cluster_job_plans"):
+                self.job_plans[(row[0], row[1], row[2])] = JobPlan(
+                    row[0], json.loads(row[3] or "{}"), row[4])
             for row in self._db.execute("SELECT cluster, time, gpu_hours, held FROM queue_usage"):
                 self.usage[row[0]] = UsageRecord(row[1], json.loads(row[2]), json.loads(row[3]))
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
 
     # ---- clusters -----------------------------------------------------------------------
     def put_cluster(self, rec: ClusterRecord, doc_text: str,
-                    usage: UsageRecord | None = None) -> None:
-        """Store a cluster and (when given) its usage history, in one transaction."""
+                    usage: UsageRecord | None = None, run: RunRecord | None = None) -> None:
+        """Store a cluster and (when given) its usage history and a finished run (the end
+        of an ``apply`` run), in one transaction."""
         with self._lock:
             self._db.execute("BEGIN")
             try:
+                if run is not None:
+                    self._write_run(run)
                 self._db.execute(
                     "INSERT OR REPLACE INTO clusters VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (rec.name, rec.version, doc_text, rec.gpus, rec.free_gpus, rec.pending_jobs,
@@ -144,26 +205,55 @@ class Store:
         self.clusters[rec.name] = rec
         if usage is not None:
             self.usage[rec.name] = usage
+        if run is not None:
+            self._after_run_write(run)
 
     def delete_cluster(self, name: str) -> bool:
         with self._lock:
             self._db.execute("BEGIN")
             self._db.execute("DELETE FROM clusters WHERE name = ?", (name,))
             self._db.execute("DELETE FROM queue_usage WHERE cluster = ?", (name,))
+            self._db.execute("DELETE FROM cluster_job_plans WHERE cluster = ?", (name,))
             self._db.execute("COMMIT")
         self.usage.pop(name, None)
+        for key in [k for k in self.job_plans if k[0] == name]:
+            del self.job_plans[key]
         return self.clusters.pop(name, None) is not None
 
     # ---- runs -----------------------------------------------------------------------------
+    def _write_run(self, run: RunRecord) -> None:
+        request = {} if run.state in FINISHED else run.request
+        self._db.execute(
+            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run.id, run.kind, run.state, run.created, run.started, run.finished,
+             run.budget, json.dumps(request),
+             json.dumps(run.result) if run.result is not None else None,
+             json.dumps(run.error) if run.error is not None else None))
+
+    def _after_run_write(self, run: RunRecord) -> None:
+        if run.state in FINISHED:
+            run.request = {}  # not kept in memory once finished (nor in the row)
+        self.runs[run.id] = run
+
     def save_run(self, run: RunRecord) -> None:
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run.id, run.kind, run.state, run.created, run.started, run.finished,
-                 run.budget, json.dumps(run.request),
-                 json.dumps(run.result) if run.result is not None else None,
-                 json.dumps(run.error) if run.error is not None else None))
-        self.runs[run.id] = run
+            self._write_run(run)
+        self._after_run_write(run)
+
+    def expire_runs(self, now: float | None = None) -> int:
+        """Delete finished runs older than the retention; how many went."""
+        if not self.retention_s:
+            return 0
+        cutoff = (time.time() if now is None else now) - self.retention_s
+        with self._lock:
+            cur = self._db.execute("DELETE FROM runs WHERE state IN ('succeeded', 'failed', "
+                                   "'cancelled') AND finished IS NOT NULL AND finished < ?",
+                                   (cutoff,))
+        gone = [r.id for r in self.runs.values()
+                if r.state in FINISHED and r.finished is not None and r.finished < cutoff]
+        for rid in gone:
+            del self.runs[rid]
+        return max(cur.rowcount, len(gone))
 
     def run_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -172,19 +262,21 @@ class Store:
         return out
 
     # ---- latest plan per job --------------------------------------------------------------
-    def record_plan(self, cluster: str | None, index: dict[str, Any]) -> None:
-        """Remember the plan's word on each of its jobs (admitted: where; pending: why)."""
+    def record_plan(self, cluster: str, index: dict[str, Any]) -> None:
+        """Remember a stored cluster's plan's word on each of its jobs (admitted: where;
+        pending: why), keyed by (cluster, namespace, job). Plans of requests that name no
+        stored cluster are never recorded: they change nothing the extenders answer."""
         now = time.time()
-        rows: list[tuple[str, str | None, str | None, str | None, float]] = [
-            (job, cluster, json.dumps(nodes), None, now)
-                for job, nodes in index.get("jobs", {}).items()]
-        rows += [(job, cluster, None, reason, now)
+        spaces = index.get("namespaces") or {}
+        rows: list[tuple[str, str, str, str | None, str | None, float]] = [
+            (cluster, spaces.get(job) or DEFAULT_NAMESPACE, job, json.dumps(nodes), None, now)
+            for job, nodes in index.get("jobs", {}).items()]
+        rows += [(cluster, spaces.get(job) or DEFAULT_NAMESPACE, job, None, reason, now)
                  for job, reason in index.get("pending", {}).items()]
         with self._lock:
             self._db.execute("BEGIN")
-            self._db.executemany("INSERT OR REPLACE INTO job_plans VALUES (?, ?, ?, ?, ?)", rows)
+            self._db.executemany(
+                "INSERT OR REPLACE INTO cluster_job_plans VALUES (?, ?, ?, ?, ?, ?)", rows)
             self._db.execute("COMMIT")
-        for job, nodes in index.get("jobs", {}).items():
-            self.job_plans[job] = JobPlan(cluster, dict(nodes), None)
-        for job, reason in index.get("pending", {}).items():
-            self.job_plans[job] = JobPlan(cluster, {}, reason)
+        for c, ns, job, nodes, reason, _ in rows:
+            self.job_plans[(c, ns, job)] = JobPlan(c, json.loads(nodes or "{}"), reason)

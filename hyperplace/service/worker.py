@@ -245,16 +245,19 @@ def with_queue_payload(inst: Any, docs: list[Any], *, jobs_given: bool) -> Any:
 
 # ---- handlers -------------------------------------------------------------------------------
 
-def extender_index(plan: Any) -> dict[str, Any]:
+def extender_index(plan: Any, inst: Any = None) -> dict[str, Any]:
     """What the extender endpoints need from a plan: per admitted job the GPUs it gets on
-    each node, per pending job its first reason."""
+    each node, per pending job its first reason, and each job's namespace (when its manifest
+    names one)."""
     jobs: dict[str, dict[str, int]] = {}
     for p in plan.placements:
         per = jobs.setdefault(p.job, {})
         for g in p.gpus:
             per[g.node] = per.get(g.node, 0) + 1
     pending = {pj.job: (pj.reasons[0] if pj.reasons else "pending") for pj in plan.pending}
-    return {"jobs": jobs, "pending": pending}
+    spaces = {j.name: j.metadata.namespace for j in (inst.jobs if inst is not None else [])
+              if j.metadata.namespace}
+    return {"jobs": jobs, "pending": pending, "namespaces": spaces}
 
 
 @handler("placement")
@@ -278,7 +281,7 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
     info: dict[str, Any] = {
             "status": plan.status.value, "solve_s": plan.runtime_s,
             "fallback": plan.status.value == "fallback", "instance": label,
-            "extender": extender_index(plan)}
+            "extender": extender_index(plan, inst)}
     if payload.get("apply"):
         info["allocations"] = [[p.job, [[g.node, g.gpu] for g in p.gpus]]
                                for p in plan.placements]
@@ -294,6 +297,16 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
             for entry in [RunningJob.started(manifests[j.job], inst.queue_of(manifests[j.job])
                                              if own_queues else "default")]]
     return Reply(200, dumps(plan.to_doc()), info)
+
+
+@handler("validate-placement")
+def validate_placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
+    """A background run's documents, validated before the run is accepted (202). A stored
+    cluster alone needs nothing (it was validated when stored)."""
+    if payload.get("cluster") is not None and not (payload.get("jobs") or payload.get("queues")):
+        return Reply(200, dumps({}), {})
+    inst, _ = resolve_instance(payload, ctx)
+    return Reply(200, dumps({"jobs": len(inst.jobs)}), {})
 
 
 @handler("check")
@@ -492,10 +505,49 @@ def _warm_up(ctx: WorkerContext) -> None:
         pass
 
 
-def worker_main(conn: Any) -> None:
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (``prctl(PR_SET_PDEATHSIG)``).
+    The parent of a worker is the fork server, which exits as soon as the server's end of
+    its pipe closes (the server exiting, or killed with -9)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # pragma: no cover - not Linux: the watchdog remains
+        pass
+
+
+def watch_server(server_pid: int, period_s: float = 0.5) -> None:
+    """A daemon thread that ends this worker within ``period_s`` of the server's process
+    going away (its pid gone, or this process re-parented), even mid-solve."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(period_s)
+            try:
+                os.kill(server_pid, 0)
+                gone = os.getppid() != parent
+            except ProcessLookupError:
+                gone = True
+            except PermissionError:  # pragma: no cover - the pid was reused by another user
+                gone = True
+            if gone:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="hyperplace-watchdog", daemon=True).start()
+
+
+def worker_main(conn: Any, server_pid: int | None = None) -> None:
     """Serve tasks from the server until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent()
+    if server_pid is not None:
+        watch_server(server_pid)
     ctx = WorkerContext(conn)
     _warm_up(ctx)
     while True:

@@ -1,0 +1,493 @@
+"""The service under faults (#27), each defect with its regression test against a real
+``hyperplace serve`` in a subprocess on loopback, with bounded loops: poisoned hand-offs,
+the hard deadline, orphans after kill -9, restarts with deleted inputs, SIGTERM drain, two
+servers on one database, cancel racing completion, isolation of stored clusters' plans, and
+the medium and low items (strict types, limits, OpenAPI, headers, names)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hyperplace.check import check
+from hyperplace.instances.registry import instance_document, load_instance
+from hyperplace.io import MAX_DEPTH
+from hyperplace.models.instance import Instance
+from hyperplace.models.plan import PlacementPlan
+from hyperplace.service.launch import LocalServer
+
+SMALL = "mixed-a100-h100"
+
+
+def _nested(levels: int) -> object:
+    doc: object = 1
+    for _ in range(levels):
+        doc = [doc]
+    return doc
+
+
+def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (a container's init may not reap)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _wait_run(client: httpx.Client, run_id: str, states: set[str], timeout: float = 60) -> dict:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        body = client.get(f"/v1/runs/{run_id}").json()
+        if body["state"] in states:
+            return body
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id} not in {states}: {body}")
+
+
+def _pod(job: str, namespace: str | None = None) -> dict:
+    meta: dict = {"name": f"{job}-0", "labels": {"hyperplace.io/job": job}}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"metadata": meta}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    db = tmp_path_factory.mktemp("faults") / "service.sqlite"
+    with LocalServer(db=db, workers=2, test_hooks=True) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def http(server: LocalServer):
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        yield client
+
+
+def _serving(http: httpx.Client) -> None:
+    ready = http.get("/readyz").json()
+    assert ready["status"] == "ready" and ready["alive"] == ready["workers"], ready
+    r = http.post("/v1/placement", json={"bundled": "seed-beijing-shanghai", "budgetS": 2})
+    assert r.status_code == 200, r.text
+
+
+# ---- critical: one small request must not kill a worker slot ------------------------------
+
+def test_deep_nesting_is_422_everywhere_and_no_slot_dies(http: httpx.Client) -> None:
+    deep = _nested(500)  # about 1 KB of JSON
+    inst = instance_document(load_instance(SMALL))
+    bodies = [
+        ("POST", "/v1/placement", {"instance": deep}),
+        ("POST", "/v1/placement", {"bundled": SMALL, "jobs": [deep]}),
+        ("POST", "/v1/placement", {"bundled": SMALL, "queues": [{"spec": deep}]}),
+        ("POST", "/v1/check", {"bundled": SMALL, "plan": deep}),
+        ("POST", "/v1/predict", {"gpu": "H100-SXM", "model": deep}),
+        ("PUT", "/v1/clusters/deep", {**inst, "spec": {**inst["spec"], "x": deep}}),
+        ("POST", "/v1/runs", {"request": {"bundled": SMALL, "jobs": [deep]}}),
+        ("POST", "/v1/extender/filter", {"Pod": {"metadata": {"labels": deep}}}),
+        ("POST", "/v1/volcano/predicate", {"task": deep, "node": {"Name": "n"}}),
+    ]
+    for _ in range(3):  # more than --workers of each
+        for method, path, body in bodies:
+            r = http.request(method, path, json=body)
+            assert r.status_code == 422, (path, r.text)
+            err = r.json()
+            assert f"at most {MAX_DEPTH}" in err["error"] and err["problems"], err
+    http.put("/v1/clusters/deep", json=inst).raise_for_status()
+    r = http.patch("/v1/clusters/deep", json={"arrivals": [deep]})
+    assert r.status_code == 422, r.text
+    _serving(http)
+
+
+def test_a_failed_hand_off_fails_that_task_not_the_slot() -> None:
+    """The pool itself: a payload that cannot be pickled (the hand-off fails) fails its own
+    task; the same slot then serves the next task."""
+    import asyncio
+
+    from hyperplace.service.pool import HandOffFailed, WorkerPool
+
+    async def main() -> None:
+        pool = WorkerPool(1, 4)
+        await pool.start()
+        try:
+            pids = pool.worker_pids()
+            for _ in range(3):
+                with pytest.raises(HandOffFailed):
+                    await pool.run("debug-sleep", {"seconds": lambda: 0},
+                                   time.monotonic() + 10)
+            reply = await pool.run("debug-sleep", {"seconds": 0}, time.monotonic() + 10)
+            assert reply.status == 200 and pool.worker_pids() == pids and pool.replaced == 0
+        finally:
+            await pool.close(0)
+
+    asyncio.run(main())
+
+
+# ---- the hard deadline, orphans, readiness ------------------------------------------------------
+
+def test_hard_deadline_kills_the_solver_503_and_no_extra_solvers(http: httpx.Client) -> None:
+    from hyperplace.service.config import OVERHEAD_S
+
+    before = http.get("/v1/debug/workers").json()
+    start = time.monotonic()
+    r = http.post("/v1/debug/sleep", params={"seconds": 20, "budget": 1})
+    took = time.monotonic() - start
+    assert r.status_code == 503 and int(r.headers["Retry-After"]) >= 1, r.text
+    assert "budget" in r.json()["error"]
+    assert took < 1 + OVERHEAD_S + 5  # answered at the deadline, not after the 20 s sleep
+    end = time.monotonic() + 15  # answered first, then the worker is replaced
+    while time.monotonic() < end:
+        after = http.get("/v1/debug/workers").json()
+        if after["replaced"] > before["replaced"] and None not in after["pids"]:
+            break
+        time.sleep(0.05)
+    gone = set(before["pids"]) - set(after["pids"])
+    assert len(gone) == 1 and not any(_alive(p) for p in gone), (before, after)
+    assert len(after["pids"]) == 2 and all(_alive(p) for p in after["pids"])
+    _serving(http)
+
+
+def test_workers_die_with_the_server_on_kill_9(tmp_path) -> None:
+    srv = LocalServer(db=tmp_path / "s.sqlite", workers=2, test_hooks=True).start()
+    try:
+        with httpx.Client(base_url=srv.url, timeout=30) as client:
+            pids = client.get("/v1/debug/workers").json()["pids"]
+            with concurrent.futures.ThreadPoolExecutor(2) as ex:
+                busy = [ex.submit(client.post, "/v1/debug/sleep", params={"seconds": 25})
+                        for _ in range(2)]
+                time.sleep(0.5)
+                srv.kill()
+                for f in busy:
+                    with pytest.raises(httpx.HTTPError):
+                        f.result()
+        end = time.monotonic() + 10
+        while any(_alive(p) for p in pids) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in pids), "workers outlived the server"
+    finally:
+        srv.stop()
+
+
+# ---- restarts, durability, one server per database ----------------------------------------
+
+def test_restart_with_deleted_cluster_fails_the_run_and_starts(tmp_path) -> None:
+    db = tmp_path / "state.sqlite"
+    inst = instance_document(load_instance(SMALL))
+    srv = LocalServer(db=db, workers=1, test_hooks=True).start()
+    with httpx.Client(base_url=srv.url, timeout=30) as client:
+        client.put("/v1/clusters/soon-gone", json=inst).raise_for_status()
+        client.put("/v1/clusters/kept", json=inst).raise_for_status()
+        # an acknowledged PATCH survives kill -9 (committed before the answer)
+        r = client.patch("/v1/clusters/kept", json={"failures": [{"node": "h100-00"}]})
+        assert r.status_code == 200, r.text
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            ex.submit(client.post, "/v1/debug/sleep", params={"seconds": 20})
+            time.sleep(0.5)  # the only worker is busy: runs stay queued
+            gone = client.post("/v1/runs", json={"request": {"cluster": "soon-gone",
+                                                             "budgetS": 2}})
+            kept = client.post("/v1/runs", json={"request": {"cluster": "kept", "budgetS": 2}})
+            assert gone.status_code == 202 == kept.status_code, (gone.text, kept.text)
+            assert client.delete("/v1/clusters/soon-gone").status_code == 204
+            srv.kill()
+    with LocalServer(db=db, workers=1) as srv2, httpx.Client(base_url=srv2.url) as client:
+        failed = _wait_run(client, gone.json()["id"], {"failed"}, 30)
+        assert "soon-gone" in failed["error"]["error"] and "deleted" in failed["error"]["error"]
+        done = _wait_run(client, kept.json()["id"], {"succeeded"}, 60)
+        assert done["result"]["apiVersion"]
+        node = next(n for c in client.get("/v1/clusters/kept").json()["instance"]["spec"][
+            "clusters"] for n in c["nodes"] if n["name"] == "h100-00")
+        assert len(node["faulty"]) == 8
+
+
+def test_two_servers_on_one_database(tmp_path) -> None:
+    db = tmp_path / "one.sqlite"
+    first = LocalServer(db=db, workers=1).start()
+    try:
+        out = subprocess.run([sys.executable, "-m", "hyperplace.cli", "serve", "--port", "0",
+                              "--workers", "1", "--db", str(db)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert "in use by another hyperplace serve" in out.stderr
+        assert f"pid {first.proc.pid}" in out.stderr and "listening" not in out.stderr
+        first.kill()  # the kernel drops the lock with the process
+        with LocalServer(db=db, workers=1) as again, httpx.Client(base_url=again.url) as c:
+            assert c.get("/readyz").status_code == 200
+    finally:
+        first.stop()
+
+
+def test_durability_settings(tmp_path) -> None:
+    import sqlite3
+
+    from hyperplace.service.store import Store
+
+    store = Store(str(tmp_path / "d.sqlite"))
+    try:
+        assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        store.close()
+    with sqlite3.connect(tmp_path / "d.sqlite") as db:
+        assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+
+
+# ---- SIGTERM drains ---------------------------------------------------------------------------
+
+def test_sigterm_drains_within_the_grace_period(tmp_path) -> None:
+    srv = LocalServer("--shutdown-grace", "2", db=tmp_path / "t.sqlite", workers=1,
+                      test_hooks=True).start()
+    with httpx.Client(base_url=srv.url, timeout=30) as client, \
+            concurrent.futures.ThreadPoolExecutor(3) as ex:
+        running = ex.submit(client.post, "/v1/debug/sleep", params={"seconds": 20})
+        time.sleep(0.5)
+        queued = ex.submit(client.post, "/v1/debug/sleep", params={"seconds": 0.1})
+        time.sleep(0.3)
+        start = time.monotonic()
+        srv.proc.send_signal(15)
+        q = queued.result(timeout=10)
+        assert q.status_code == 503 and int(q.headers["Retry-After"]) >= 1, q.text
+        assert time.monotonic() - start < 1.5  # answered at once, not after the grace
+        r = running.result(timeout=15)
+        assert r.status_code == 503 and int(r.headers["Retry-After"]) >= 1, r.text
+        assert "shutting down" in r.json()["error"]
+        try:  # a new request: refused (connection closed) or 503, never "ready"
+            ready = httpx.get(srv.url + "/readyz", timeout=2)
+            assert ready.status_code == 503
+        except httpx.HTTPError:
+            pass
+        srv.proc.wait(timeout=15)
+        assert time.monotonic() - start < 2 + 6
+    srv.stop()
+
+
+# ---- cancel is atomic with completion ---------------------------------------------------------
+
+def test_cancel_never_contradicts_the_final_state(http: httpx.Client) -> None:
+    outcomes = []
+    for i in range(12):
+        run = http.post("/v1/runs", json={"request": {"bundled": "seed-beijing-shanghai",
+                                                      "budgetS": 1, "solver": "greedy"}})
+        assert run.status_code == 202, run.text
+        time.sleep(0.02 * i)
+        r = http.delete(f"/v1/runs/{run.json()['id']}")
+        final = _wait_run(http, run.json()["id"], {"succeeded", "failed", "cancelled"})
+        time.sleep(0.1)
+        final = http.get(f"/v1/runs/{run.json()['id']}").json()
+        if r.status_code == 200:
+            assert r.json()["state"] == "cancelled" and final["state"] == "cancelled", final
+        else:
+            assert r.status_code == 409 and final["state"] == "succeeded", (r.text, final)
+        outcomes.append(r.status_code)
+    assert set(outcomes) <= {200, 409}
+    _serving(http)
+
+
+# ---- isolation ----------------------------------------------------------------------------
+
+def test_plans_are_per_stored_cluster_and_namespace(http: httpx.Client) -> None:
+    inst = load_instance(SMALL)
+    doc = instance_document(inst)
+    nodes = [n.name for c in inst.clusters for n in c.nodes]
+    job = PlacementPlan.model_validate(http.post("/v1/placement", json={
+        "bundled": SMALL, "budgetS": 2}).json()).jobs[0].job
+    flt = {"Pod": _pod(job), "NodeNames": nodes}
+    assert http.post("/v1/extender/filter", json=flt).json()["FailedNodes"] == {}
+    # a dry run on a bundled instance (no stored cluster) changes nothing here
+    assert http.post("/v1/placement", json={"bundled": SMALL, "budgetS": 2}).status_code == 200
+    assert http.post("/v1/extender/filter", json=flt).json()["FailedNodes"] == {}
+    # cluster A (renamed nodes) is planned: its plan speaks for A's nodes only
+    a = json.loads(json.dumps(doc).replace('"h100-', '"a-h100-').replace('"a100-', '"a-a100-'))
+    http.put("/v1/clusters/iso-a", json=a).raise_for_status()
+    plan = PlacementPlan.model_validate(
+        http.post("/v1/placement", json={"cluster": "iso-a", "budgetS": 3}).json())
+    assert check(plan, Instance.model_validate(a)) == []
+    placed = next(p for p in plan.jobs if p.job == job)
+    a_nodes = [n for n in (x.replace("h100-", "a-h100-").replace("a100-", "a-a100-")
+                           if not x.startswith("a-") else x for x in nodes)]
+    on_a = http.post("/v1/extender/filter", json={"Pod": _pod(job), "NodeNames": a_nodes}).json()
+    assert sorted(on_a["NodeNames"]) == sorted(placed.node_names)
+    # the same job name on another cluster's nodes, or in another namespace: no opinion
+    assert http.post("/v1/extender/filter", json=flt).json()["FailedNodes"] == {}
+    other_ns = {"Pod": _pod(job, "team-b"), "NodeNames": a_nodes}
+    assert http.post("/v1/extender/filter", json=other_ns).json()["FailedNodes"] == {}
+    scores = http.post("/v1/volcano/prioritize", json={
+        "task": {"Name": f"{job}-0", "Namespace": "default", "Job": f"default/{job}"},
+        "nodes": [{"Name": n} for n in nodes]}).json()["nodeScore"]
+    assert set(scores.values()) == {0}
+    # ?cluster= names the stored cluster to answer from
+    r = http.post("/v1/extender/filter", params={"cluster": "no-such"}, json=flt)
+    assert r.status_code == 404
+    assert http.delete("/v1/clusters/iso-a").status_code == 204
+    gone = http.post("/v1/extender/filter", json={"Pod": _pod(job), "NodeNames": a_nodes})
+    assert gone.json()["FailedNodes"] == {}  # deleting the cluster drops its plans
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/volcano/predicate", {"task": {"name": "p", "pod": {}}, "node": {"name": "n"}}),
+    ("/v1/volcano/predicate", {"Task": {"Name": "p"}, "Node": {"Name": "n"}}),
+    ("/v1/volcano/prioritize", {"task": {"name": "p"}, "nodes": [{"name": "n"}]}),
+    ("/v1/volcano/predicate", {"task": {"Pod": {"metadata": [1, 2]}}, "node": {"Name": "n"}}),
+    ("/v1/volcano/prioritize", {"task": {"Job": 5}, "nodes": [{"Name": 3}]}),
+    ("/v1/extender/filter", {"Pod": {"metadata": [1, 2]}, "NodeNames": ["n"]}),
+    ("/v1/extender/filter", {"pod": {"metadata": {}}, "nodenames": ["n"]}),
+    ("/v1/extender/filter", {"Pod": {"metadata": {"labels": {"a": 1}}}, "NodeNames": ["n"]}),
+    ("/v1/extender/prioritize", {"Pod": {}, "Nodes": {"items": [{"metadata": "x"}]}}),
+    ("/v1/extender/prioritize", {"Pod": {}, "NodeNames": "n"}),
+])
+def test_malformed_extender_requests_are_422(http: httpx.Client, path: str, body: dict) -> None:
+    r = http.post(path, json=body)
+    assert r.status_code == 422 and r.headers["content-type"] == "application/json", r.text
+    assert r.json()["problems"]
+
+
+# ---- medium and low -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, path", [
+    ({"bundled": SMALL, "budgetS": "5"}, "budgetS"),
+    ({"bundled": SMALL, "apply": "yes"}, "apply"),
+    ({"bundled": SMALL, "seed": 1.0}, "seed"),
+    ({"bundled": SMALL, "hotSpares": "1"}, "hotSpares"),
+])
+def test_no_coercion_in_envelopes(http: httpx.Client, body: dict, path: str) -> None:
+    r = http.post("/v1/placement", json=body)
+    assert r.status_code == 422 and r.json()["path"] == path, r.text
+
+
+def test_patch_arrival_with_null_metadata_and_names(http: httpx.Client) -> None:
+    inst = instance_document(load_instance(SMALL))
+    http.put("/v1/clusters/names", json=inst).raise_for_status()
+    job = json.loads(json.dumps(inst["spec"]["jobs"][0]))
+    r = http.patch("/v1/clusters/names", json={"arrivals": [{**job, "metadata": None}]})
+    assert r.status_code == 422 and r.json()["path"].startswith("arrivals[0]"), r.text
+    bidi = {**job, "metadata": {**job["metadata"], "name": "evil\u202egnp.exe"}}
+    r = http.patch("/v1/clusters/names", json={"arrivals": [bidi]})
+    assert r.status_code == 422 and r.json()["path"] == "arrivals[0].metadata.name", r.text
+    r = http.patch("/v1/clusters/names", json={"completions": ["x\u2067y"]})
+    assert r.status_code == 422 and r.json()["path"] == "completions[0]", r.text
+
+
+def test_apply_with_a_job_named_as_people_write_them(http: httpx.Client) -> None:
+    inst = instance_document(load_instance(SMALL))
+    job = next(j for j in inst["spec"]["jobs"] if j["metadata"]["name"] == "llama3-8b-lora")
+    job["metadata"]["name"] = "team a/job 1"
+    inst["spec"]["jobs"] = [job]
+    http.put("/v1/clusters/spaced", json=inst).raise_for_status()
+    r = http.post("/v1/placement", json={"cluster": "spaced", "budgetS": 3, "apply": True})
+    assert r.status_code == 200 and r.headers["X-Hyperplace-Applied"] == "yes", r.text
+    assert r.json()["jobs"][0]["job"] == "team a/job 1"
+    assert http.get("/v1/clusters/spaced").json()["pendingJobs"] == 0
+    r = http.patch("/v1/clusters/spaced", json={"completions": ["team a/job 1"]})
+    assert r.status_code == 200, r.text
+    http.put("/v1/clusters/spaced", json=inst).raise_for_status()
+    run = http.post("/v1/runs", json={"request": {"cluster": "spaced", "budgetS": 3,
+                                                  "apply": True}})
+    assert run.status_code == 202, run.text
+    assert _wait_run(http, run.json()["id"], {"succeeded", "failed"})["state"] == "succeeded"
+    assert http.get("/v1/clusters/spaced").json()["pendingJobs"] == 0
+
+
+def test_runs_validate_before_202_and_nesting(http: httpx.Client) -> None:
+    bad_job = {"apiVersion": "hyperplace.io/v1", "kind": "FoundationModelTrainingJob",
+               "metadata": {"name": "j"}, "spec": {"gpus": "many"}}
+    r = http.post("/v1/runs", json={"request": {"bundled": SMALL, "jobs": [bad_job]}})
+    assert r.status_code == 422 and r.json()["path"].startswith("jobs[0]"), r.text
+    r = http.post("/v1/runs", json={"request": {"bundled": SMALL, "jobs": [_nested(400)]}})
+    assert r.status_code == 422, r.text
+
+
+def test_too_many_jobs_refused_early(http: httpx.Client) -> None:
+    from hyperplace.models.limits import MAX_JOBS
+
+    inst = instance_document(load_instance(SMALL))
+    job = {"metadata": {"name": "j"}}  # counted before anything validates them
+    inst["spec"]["jobs"] = [job] * (MAX_JOBS + 1)
+    for method, path, body in (("POST", "/v1/placement", {"instance": inst}),
+                               ("PUT", "/v1/clusters/huge", inst),
+                               ("POST", "/v1/placement", {"bundled": SMALL,
+                                                          "jobs": [job] * (MAX_JOBS + 1)})):
+        r = http.request(method, path, json=body)
+        assert r.status_code == 422 and str(MAX_JOBS) in r.text.replace(",", ""), r.text[:300]
+
+
+def test_body_limit_from_the_header_before_reading(server: LocalServer) -> None:
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /v1/placement HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     b"\r\nContent-Length: 999999999\r\n\r\n{")
+        head = sock.recv(4096).decode()  # answered with no more than one byte of the body
+    assert head.startswith("HTTP/1.1 413"), head
+
+
+def test_headers_openapi_and_405(http: httpx.Client) -> None:
+    r = http.get("/readyz", headers=[("Authorization", "Bearer a"), ("Authorization", "Bearer b")])
+    assert r.status_code == 400 and "Authorization" in r.json()["error"]
+    spec = http.get("/openapi.json").json()
+    for path, op in (("/v1/placement", "post"), ("/v1/clusters/{name}", "patch"),
+                     ("/v1/runs", "post"), ("/v1/extender/filter", "post")):
+        codes = set(spec["paths"][path][op]["responses"])
+        assert {"400", "404", "409", "422", "429", "503"} <= codes, (path, codes)
+    r = http.post("/v1/clusters/x")
+    assert r.status_code == 405
+    assert set(r.headers["Allow"].replace(" ", "").split(",")) == {"GET", "PUT", "PATCH",
+                                                                     "DELETE"}
+
+
+def test_queue_full_429_text_and_run_wait_not_charged(tmp_path) -> None:
+    with LocalServer("--queue-limit", "1", workers=1, test_hooks=True) as srv, \
+            httpx.Client(base_url=srv.url, timeout=30) as client, \
+            concurrent.futures.ThreadPoolExecutor(3) as ex:
+        first = ex.submit(client.post, "/v1/debug/sleep", params={"seconds": 3})
+        time.sleep(0.4)
+        # a run with a 1 s budget waits ~3 s for the only worker, then runs with all of it
+        run = client.post("/v1/runs", json={"request": {"bundled": "seed-beijing-shanghai",
+                                                        "budgetS": 1}})
+        assert run.status_code == 202, run.text
+        r = client.post("/v1/debug/sleep", params={"seconds": 0.1})
+        assert r.status_code == 429 and "queue is full (1 waiting)" in r.json()["error"]
+        assert int(r.headers["Retry-After"]) >= 1
+        assert first.result().status_code == 200
+        done = _wait_run(client, run.json()["id"], {"succeeded", "failed"}, 30)
+        assert done["state"] == "succeeded", done
+        assert done["startedAt"] - done["createdAt"] > 2  # it did wait
+
+
+def test_finished_runs_expire_and_requests_are_not_kept(tmp_path) -> None:
+    db = tmp_path / "r.sqlite"
+    with LocalServer("--run-retention", "0.0005", db=db, workers=1) as srv, \
+            httpx.Client(base_url=srv.url, timeout=30) as client:
+        run = client.post("/v1/runs", json={"request": {"bundled": SMALL, "budgetS": 1}})
+        rid = run.json()["id"]
+        _wait_run(client, rid, {"succeeded"})
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT request FROM runs WHERE id = ?", (rid,)).fetchone()[0] == "{}"
+    time.sleep(2)  # past the 1.8 s retention
+    with LocalServer("--run-retention", "0.0005", db=db, workers=1) as srv, \
+            httpx.Client(base_url=srv.url, timeout=30) as client:
+        assert client.get(f"/v1/runs/{rid}").status_code == 404
+
+
+def test_cli_refuses_deep_documents(tmp_path) -> None:
+    from hyperplace.errors import InputError
+    from hyperplace.io import load_documents
+
+    for name, text in (("deep.json", json.dumps({"a": _nested(MAX_DEPTH + 1)})),
+                       ("deep.yaml", "a: " + "[" * 80 + "1" + "]" * 80 + "\n")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(InputError) as err:
+            load_documents(tmp_path / name)
+        assert f"{MAX_DEPTH}" in err.value.one_line(), err.value.one_line()
+    ok = tmp_path / "ok.json"
+    ok.write_text(json.dumps({"a": _nested(MAX_DEPTH - 2)}))
+    assert load_documents(ok)
+
