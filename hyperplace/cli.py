@@ -78,6 +78,62 @@ def _mount() -> None:
     repair.register(app)
 
 
+#: One line per command in ``hyperplace -h`` (the list cuts longer first sentences with
+#: "..."); each command's own -h has its full help. A command not listed here gets the
+#: first clause of its help.
+SHORT_HELP = {
+    "validate": "check Instance, Cluster, job and HyperNode files",
+    "solve": "one scheduling round: which pending jobs run, on which GPUs",
+    "why": "why a job is pending, and the smallest change that admits it",
+    "check": "check a plan with the independent checker",
+    "simulate": "replay a trace under the engine and its peers, side by side",
+    "whatif": "what-if sweeps, resumable, one SQLite row per scenario",
+    "federate": "split jobs across member clusters, as placed",
+    "estimate": "replicas of a job that fit in each member cluster now",
+    "predict": "step time, tokens/s, MFU and memory of one configuration",
+    "calibrate": "refit the cost model to profiles and observed step times",
+    "defrag": "migrate running jobs so that a job fits or free domains grow",
+    "repair": "re-place the running jobs that hold failed GPUs",
+    "serve": "the solver service over HTTP",
+    "instances": "list, show, export, generate and import instances",
+    "split": "split a model's layers over heterogeneous pipeline stages",
+    "instances list": "the bundled instances: size, free GPUs, pending jobs",
+    "instances show": "GPUs by state, domains per tier, fragmentation",
+    "instances export": "write an instance as one Instance document",
+    "instances generate": "a seeded synthetic instance (Philly job sizes)",
+    "instances import": "build a Cluster file from a real cluster's files",
+}
+
+
+def _short(text: str | None, limit: int = 60) -> str | None:
+    """The first clause of a help text, at most ``limit`` characters, never cut mid-word."""
+    if not text:
+        return None
+    first = text.strip().split("\n\n")[0].replace("\n", " ").split(". ")[0].rstrip(".")
+    for sep in (": ", "; ", " ("):
+        if len(first) <= limit:
+            break
+        first = first.split(sep)[0]
+    if len(first) > limit:
+        first = first[:limit].rsplit(" ", 1)[0]
+    return first
+
+
+def _short_helps(typer_app: typer.Typer = app, prefix: str = "") -> None:
+    for info in typer_app.registered_commands:
+        name = prefix + (info.name or (info.callback.__name__ if info.callback else ""))
+        if info.short_help is None:
+            info.short_help = SHORT_HELP.get(name) or _short(
+                info.help or (info.callback.__doc__ if info.callback else None))
+    for group in typer_app.registered_groups:
+        name = prefix + (group.name or "")
+        if not isinstance(group.short_help, str):
+            group.short_help = SHORT_HELP.get(name) or _short(
+                group.typer_instance.info.help if group.typer_instance else None)
+        if group.typer_instance is not None:
+            _short_helps(group.typer_instance, name + " ")
+
+
 _mount()
 
 
@@ -88,6 +144,7 @@ def _mount_service() -> None:
 
 
 _mount_service()
+_short_helps()
 
 
 def _caused_by_interrupt(exc: BaseException) -> bool:

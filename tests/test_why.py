@@ -94,3 +94,28 @@ def test_cli_why_prints_for_people_and_json_for_programs() -> None:
     assert any(c["admits"] for c in doc["changes"])
     bad = runner.invoke(app, ["why", "nope"])
     assert bad.exit_code == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_service_answers_for_a_stored_cluster(tmp_path) -> None:
+    """GET /v1/clusters/{name}/jobs/{job}: the same answer over HTTP; 404 for unknown names."""
+    import httpx
+
+    from hyperplace.instances.registry import instance_document
+    from hyperplace.service.launch import LocalServer
+
+    with LocalServer(db=tmp_path / "svc.sqlite", workers=1) as srv, \
+            httpx.Client(base_url=srv.url, timeout=120) as http:
+        put = http.put("/v1/clusters/lab", json=instance_document(load_instance("mixed-a100-h100")))
+        assert put.status_code == 200, put.text
+        r = http.get("/v1/clusters/lab/jobs/tp16-single-node", params={"budgetS": 10})
+        assert r.status_code == 200, r.text
+        doc = r.json()
+        assert doc["kind"] == "JobAnswer" and doc["state"] == "pending"
+        assert doc["instance"] == "lab" and doc["reasons"]
+        assert any(c["admits"] for c in doc["changes"])
+        assert http.get("/v1/clusters/lab/jobs/nope").status_code == 404
+        missing = http.get("/v1/clusters/nowhere/jobs/x")
+        assert missing.status_code == 404 and missing.json()["problems"][0]["path"] == "name"
+        assert http.get("/v1/clusters/lab/jobs/x", params={"budgetS": -1}).status_code == 422
+        spec = http.get("/openapi.json").json()
+        assert "/v1/clusters/{name}/jobs/{job}" in spec["paths"]

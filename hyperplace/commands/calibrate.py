@@ -15,7 +15,6 @@ from __future__ import annotations
 import statistics
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from hyperplace.costmodel.calibration import load_calibration, write_calibration
@@ -72,7 +71,9 @@ def calibrate_command(
     except InputError as exc:
         typer.echo(f"error: {exc.one_line()}", err=True)
         raise typer.Exit(2) from None
-    Console(width=140).print(table)
+    from hyperplace.commands.render import console
+
+    console().print(table)
     typer.echo(f"wrote {output}")
 
 

@@ -15,7 +15,8 @@ import typer
 from rich.console import Console
 
 from hyperplace.commands.common import (
-    EXIT_CODES_HELP,
+    ALL_HELP,
+    TOP_HELP,
     console,
     fail,
     file_format,
@@ -46,8 +47,8 @@ class ImportFormat(StrEnum):
     kubernetes = "kubernetes"
 
 instances_app = typer.Typer(
-    help="Instances: list and show the bundled ones, export, generate, import your own. "
-    + EXIT_CODES_HELP,
+    help="Instances: list and show the bundled ones, export, generate, import your own "
+    "(exit codes as for every command: hyperplace -h).",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -93,9 +94,8 @@ def list_command() -> None:
 @one_line_errors
 def show_command(
     name_or_file: Annotated[str, typer.Argument(help="bundled name or Instance file")],
-    all_domains: Annotated[bool, typer.Option("--all", help="every domain, not the top N")]
-    = False,
-    top: Annotated[int, typer.Option("--top", help="domains per tier to list")] = 8,
+    all_domains: Annotated[bool, typer.Option("--all", help=ALL_HELP)] = False,
+    top: Annotated[int, typer.Option("--top", help=TOP_HELP)] = 8,
     as_json: Annotated[bool, typer.Option("--json", help="the summary as JSON")] = False,
     draw: Annotated[str | None, typer.Option(
         "--draw", help="also draw the cluster as an SVG picture (leaves, nodes, GPU states)")]
@@ -308,7 +308,9 @@ def import_command(
 def validate_command(
     files: Annotated[list[str], typer.Argument(help="Instance, Cluster, job or HyperNode files")],
 ) -> None:
-    """Check files; print ``FILE: ok (kind, summary)`` each, stop at the first bad one."""
+    """Check files: one line each, "FILE: ok (kind, summary)"; stops at the first bad one.
+
+    Docstrings here are the command's help: plain words, no reStructuredText markup."""
     from hyperplace.instances import validate_file
 
     for f in files:

@@ -785,6 +785,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
     _add_clusters(app, service)
     _add_extenders(app, service)
     _add_operations(app, service)
+    from hyperplace.service import why  # GET /v1/clusters/{name}/jobs/{job} (#26)
+
+    why.add_routes(app, service)
     if config.test_hooks:
         _add_debug(app, service)
     app.add_middleware(Guard, service=service)

@@ -560,3 +560,7 @@ def worker_main(conn: Any, server_pid: int | None = None) -> None:
             conn.send(("done", reply.status, reply.body, reply.info))
         except (BrokenPipeError, OSError):
             return
+
+
+# ``why-job`` (GET /v1/clusters/{name}/jobs/{job}, #26) registers its handler here
+from hyperplace.service import why as _why  # noqa: E402,F401

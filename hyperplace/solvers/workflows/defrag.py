@@ -252,7 +252,7 @@ def _defrag_message(migrations: list[Migration], before: dict[str, int],
     gains = ", ".join(f"{t}: {before.get(t, 0)} -> {after[t]} GPUs" for t in sorted(after)
                       if after[t] != before.get(t, 0))
     msg = (f"{len(migrations)} migration(s), "
-           f"{sum(m.lost_gpu_seconds for m in migrations):g} GPU-seconds of work lost; "
+           f"{sum(m.lost_gpu_seconds for m in migrations):,.0f} GPU-seconds of work lost; "
            f"largest free domain {gains}" if migrations else
            "no migration within the move limit makes a free domain larger")
     return msg + ("; " + "; ".join(notes) if notes else "")

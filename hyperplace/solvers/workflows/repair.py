@@ -198,7 +198,7 @@ def repair(instance: Instance, failed: list[tuple[str, int | None]],
     reasons = {j.name: ["repair places no pending job (solve does)"] for j in broken.jobs}
     lost = sum(j.lost_gpu_seconds for j in done if j.placed)
     msg = (f"repair ({strategy}): {sum(j.gpus_moved for j in done)} GPUs moved, "
-           f"{lost:g} GPU-seconds of work lost, {sum(j.placed for j in done)} of "
+           f"{lost:,.0f} GPU-seconds of work lost, {sum(j.placed for j in done)} of "
            f"{len(done)} jobs repaired")
     if hot_spares:
         busy = {g for units in new.values() for gs in units.values() for g in gs}
