@@ -119,3 +119,17 @@ def test_service_answers_for_a_stored_cluster(tmp_path) -> None:
         assert http.get("/v1/clusters/lab/jobs/x", params={"budgetS": -1}).status_code == 422
         spec = http.get("/openapi.json").json()
         assert "/v1/clusters/{name}/jobs/{job}" in spec["paths"]
+
+
+def test_forecast_of_the_plan_is_quoted_in_words() -> None:
+    from hyperplace.models.plan import Forecast, PlacementPlan
+    from hyperplace.solvers.workflows.why import _forecast
+
+    plan = PlacementPlan(status="optimal", solver="cpsat", forecasts=[
+        Forecast(job="a", earliest_s=600, latest_s=900, pool="16 H100-80 in leaf t1:leaf-3"),
+        Forecast(job="b"), Forecast(job="c", text="starts when ft-x ends (about 2 h)")])
+    assert _forecast(plan, "a") == ("planned to start in 10 min to 15 min on 16 H100-80 in "
+                                    "leaf t1:leaf-3 by waiting")
+    assert _forecast(plan, "b") == "no start within the schedule's reach"
+    assert _forecast(plan, "c") == "starts when ft-x ends (about 2 h)"
+    assert _forecast(plan, "d") is None

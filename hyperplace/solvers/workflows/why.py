@@ -249,21 +249,28 @@ def _ranked(changes: list[Change]) -> list[Change]:
 
 
 def _forecast(plan: PlacementPlan, job: str) -> str | None:
-    """The plan's forecast for the job, when plans carry one (the over-time engine's)."""
-    for name in ("forecasts", "forecast"):
-        value = getattr(plan, name, None)
-        if not value:
+    """The plan's forecast for the job (the over-time schedule's ``forecasts[]``), in words."""
+    for f in getattr(plan, "forecasts", None) or []:
+        if getattr(f, "job", None) != job:
             continue
-        items = value if isinstance(value, list) else [value]
-        for f in items:
-            if getattr(f, "job", None) == job:
-                start = getattr(f, "start_s", None) or getattr(f, "earliest_start_s", None)
-                if start is not None:
-                    from hyperplace.commands.render import seconds  # words only
-
-                    return f"would start in about {seconds(float(start))} by waiting"
-                return str(f)
+        if getattr(f, "text", ""):
+            return f.text
+        lo, hi = getattr(f, "earliest_s", None), getattr(f, "latest_s", None)
+        if lo is None:
+            return "no start within the schedule's reach"
+        where = f" on {f.pool}" if getattr(f, "pool", "") else ""
+        span = f"{_duration(lo)}" + (f" to {_duration(hi)}" if hi is not None and hi > lo
+                                     else "")
+        return f"planned to start in {span}{where} by waiting"
     return None
+
+
+def _duration(s: float) -> str:
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
 
 
 def _summary(job: str, reasons: list[str], changes: list[Change]) -> str:
