@@ -133,11 +133,15 @@ def hypernodes_to_fabric(
     node_gbps: float = 400.0,
     uplink_gbps: float = 400.0,
     check_only: bool = False,
+    nvlink_tier: int | None = None,
 ) -> FabricSpec:
     """The explicit fabric of a set of HyperNode documents (see the module docstring).
 
     ``check_only``: validate the documents without a node list (regex and label selectors
     are checked for form but select nothing), as ``hyperplace validate`` does.
+    ``nvlink_tier``: the tier whose HyperNodes are NVLink networks (an NVL72 rack): they
+    become NVLink domains, not switches (also any HyperNode labelled
+    ``hyperplace.io/network: nvlink``), see :mod:`.nvlink`.
     """
     src = source
     node_names: list[str] = []
@@ -216,6 +220,15 @@ def hypernodes_to_fabric(
                 parent[child] = name
                 links.append(Link(a=child, b=name,
                                   gbps=node_gbps if mtype == "Node" else uplink_gbps))
+    from hyperplace.instances.importers.nvlink import nvlink_hypernodes, split_nvlink_tier
+
+    racks = nvlink_hypernodes(docs, nvlink_tier)
+    if racks and not check_only:
+        try:
+            switches, links, domains = split_nvlink_tier(switches, links, racks)
+        except ValueError as exc:
+            raise _fail(src, "spec.members", str(exc)) from None
+        return FabricSpec(switches=switches, links=links, nvlink_domains=domains)
     return FabricSpec(switches=switches, links=links)
 
 

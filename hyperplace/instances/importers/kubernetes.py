@@ -159,7 +159,8 @@ def _list_items(doc: dict[str, Any], kind: str, src: str, where: str) -> list[tu
 
 def levels_from_topology(doc: Mapping[str, Any], src: str, where: str = "") -> dict[int, tuple[str, ...]]:
     """A Kueue ``Topology``'s ``spec.levels`` (outermost first) as a tier map; the
-    ``kubernetes.io/hostname`` level is the node itself, not a switch."""
+    ``kubernetes.io/hostname`` level is the node itself, and a clique level
+    (``nvidia.com/gpu.clique``) the node's NVLink domain, not switches."""
     levels = (doc.get("spec") or {}).get("levels")
     if not isinstance(levels, list) or not levels:
         raise InputError("a Topology needs spec.levels: [{nodeLabel: ...}, ...]", source=src,
@@ -170,7 +171,9 @@ def levels_from_topology(doc: Mapping[str, Any], src: str, where: str = "") -> d
         if not isinstance(key, str) or not key:
             raise InputError("needs nodeLabel", source=src, path=f"{where}spec.levels[{i}]")
         keys.append(key)
-    switches = [k for k in keys if k != HOSTNAME_LABEL]
+    # a clique level (nvidia.com/gpu.clique) is the NVLink domain between node and leaf,
+    # read from the same label by the importer (#24), not a switch
+    switches = [k for k in keys if k != HOSTNAME_LABEL and k not in NVLINK_DOMAIN_LABELS]
     if len(switches) > MAX_TIER:
         raise InputError(f"{len(switches)} switch levels; hyperplace models at most {MAX_TIER}",
                          source=src, path=f"{where}spec.levels")
@@ -459,6 +462,12 @@ def import_kubernetes_nodes(
             nodes.append(Node(**p))
         except ValidationError as exc:
             raise from_validation_error(exc, source=src, prefix=path.rstrip(": .")) from None
+    from hyperplace.instances.importers.nvlink import domains_from_labels
+
+    racks = domains_from_labels(nodes)  # nodes sharing a gpu.clique: one NVLink domain (#24)
+    if racks:
+        fabric = fabric.model_copy(update={"nvlink_domains": racks})
+        notes.append(f"{len(racks)} multi-node NVLink domain(s) from the clique labels")
     try:
         cluster = Cluster(name=name, nodes=nodes, fabric=fabric)
     except ValidationError as exc:
