@@ -70,6 +70,19 @@ def test_solve_summary_first_and_every_admitted_job_whole(width: int, tmp_path: 
     assert "|" not in out, "a raw GPU selector (h100|a100) in a pending reason"
 
 
+def test_a_big_round_prints_a_summary_and_a_page_not_thousands_of_lines(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    made = runner.invoke(app, ["instances", "generate", "--gpus", "1024", "--jobs", "600",
+                               "--seed", "1", "-o", str(big)])
+    assert made.exit_code == 0, made.output
+    out = run(["solve", "--instance", str(big), "--solver", "greedy", "--budget", "10"], 80)
+    lines = out.splitlines()
+    assert len(lines) < 200, len(lines)  # 20 rows per list, each a few lines at most
+    head = "\n".join(lines[:16])
+    assert re.search(r"pending\s+[\d,]+ jobs: [\d,]+ ", head), head  # counted by reason
+    assert re.search(r"\.\.\. and [\d,]+ more (admitted|pending) jobs", out)
+
+
 def test_solve_caps_long_lists(tmp_path: Path) -> None:
     out = run(["solve", "--solver", "greedy", "--budget", "5", "--top", "2"], 80)
     assert re.search(r"\.\.\. and \d+ more admitted jobs \(--top N", out), out

@@ -186,8 +186,9 @@ def plan_summary(plan: PlacementPlan, title: str, explain: bool = False
                      f"({r.count(sum(j.gpus for j in plan.jobs if j.job in repaired))} GPUs)"))
     else:
         rows.append(("admitted", f"{r.plural(len(admitted), 'job')} "
-                     f"({r.count(sum(j.gpus for j in admitted))} GPUs)"))
-        rows.append(("pending", r.plural(len(plan.pending), "job")))
+                     f"({r.plural(sum(j.gpus for j in admitted), 'GPU')})"))
+        rows.append(("pending", r.plural(len(plan.pending), "job")
+                     + pending_breakdown(plan)))
     if moved - repaired:
         rows.append(("migrated", f"{r.plural(len(moved - repaired), 'running job')} "
                      "(in the admitted jobs' table, marked migrated)"))
@@ -196,6 +197,31 @@ def plan_summary(plan: PlacementPlan, title: str, explain: bool = False
     if plan.message:
         rows.append(("note", plan.message))
     return rows
+
+
+#: The first words of a pending reason -> what kind of reason it is (hyperplace.formulations
+#: .explain writes them); the summary counts pending jobs per kind.
+REASON_KINDS = (("not tried", "not tried (time budget)"), ("not admitted", "budget spent"),
+                ("outranked", "outranked"), ("fragmented", "fragmented"),
+                ("held back", "held back by a rule"), ("queue", "queue quota"),
+                ("gang of", "no domain large enough"), ("group", "cannot fit as asked"))
+
+
+def pending_breakdown(plan: PlacementPlan) -> str:
+    """``: 1,500 outranked, 162 not tried (time budget)``: pending jobs per kind of reason,
+    most first (empty with fewer than two pending jobs)."""
+    from hyperplace.commands.render import count
+
+    if len(plan.pending) < 2:
+        return ""
+    kinds: dict[str, int] = {}
+    for pj in plan.pending:
+        first = (pj.reasons[0] if pj.reasons else "").lstrip()
+        kind = next((label for prefix, label in REASON_KINDS if first.startswith(prefix)),
+                    "other")
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return ": " + ", ".join(f"{count(n)} {k}" for k, n in
+                            sorted(kinds.items(), key=lambda kv: -kv[1]))
 
 
 def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
