@@ -52,6 +52,17 @@ _PRESETS: dict[str, dict[str, Any]] = {
                "heads, dense intermediate 10944, 64 routed experts of 1408, 6 per token, 2 "
                "shared, first layer dense, vocab 102400, 4k context); Dai et al. 2024 "
                "(DeepSeekMoE): 16.4B parameters"),
+    "deepseek-v3": dict(
+        num_layers=61, hidden_size=7168, num_heads=128, ffn_hidden_size=18432, gated_mlp=True,
+        num_experts=256, experts_per_token=8, shared_experts=1, moe_ffn_hidden_size=2048,
+        first_dense_layers=3, vocab_size=129280, seq_length=4096, parameters=671e9,
+        assumed="Multi-head Latent Attention priced as full multi-head attention (about "
+                "10 % more attention parameters); the multi-token-prediction module (14B) "
+                "is left out, as in the 671B total; 4k pre-training sequences",
+        source="deepseek-ai/DeepSeek-V3 config.json (hidden 7168, 61 layers, 128 heads, "
+               "dense intermediate 18432, 256 routed experts of 2048, 8 per token, 1 shared, "
+               "first 3 layers dense, vocab 129280); DeepSeek-AI 2024 (DeepSeek-V3 "
+               "Technical Report, arXiv:2412.19437): 671B total, 37B active, 4K pre-training"),
     "opt-350m": dict(
         num_layers=24, hidden_size=1024, num_heads=16, seq_length=2048, vocab_size=50272,
         tie_embeddings=True, parameters=0.33e9,

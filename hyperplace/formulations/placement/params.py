@@ -28,6 +28,12 @@ class ModelParams:
         Weight of a job with a pipeline-parallel group (default 10, one order above DP).
     traffic_weight_dp : int
         Weight of every other job (default 1: gradient all-reduce once per step).
+    traffic_weight_ep : int
+        Weight of a job with a multi-node ExpertParallel unit (default 100, as TP): per MoE
+        layer it sends every token's activation to top-k experts and back, forward and
+        backward (four all-to-alls, ``costmodel.collectives.moe_step_alltoall_s``), the same
+        order as TP's per-layer all-reduces (top-2 to top-8: 1-4x their bytes), so its
+        units stay in as few NVLink domains (racks, for trays) as the free GPUs allow.
     spine_touch_factor : int
         A spine domain touched costs this many leaf touches (default 3: leaf-spine-leaf is
         3 hops against 1 within a leaf, the hop-count definition of the README).
@@ -60,6 +66,7 @@ class ModelParams:
     traffic_weight_tp: int = 100
     traffic_weight_pp: int = 10
     traffic_weight_dp: int = 1
+    traffic_weight_ep: int = 100
     spine_touch_factor: int = 3
     node_open_weight: int = 1
     leaf_open_weight: int = 8
@@ -70,6 +77,7 @@ class ModelParams:
 
     def __post_init__(self) -> None:
         for name in ("traffic_weight_tp", "traffic_weight_pp", "traffic_weight_dp",
+                     "traffic_weight_ep",
                      "spine_touch_factor", "node_open_weight", "leaf_open_weight",
                      "policy_scale", "piece_weight", "flexible_max_units"):
             value = getattr(self, name)
@@ -80,6 +88,6 @@ class ModelParams:
             raise ValueError(f"max_clique_enum must be an integer >= 1 (got {self.max_clique_enum!r})")
 
     def traffic_weight(self, traffic_class: str) -> int:
-        """Weight of a traffic class ``"tp"``, ``"pp"`` or ``"dp"``."""
-        return {"tp": self.traffic_weight_tp, "pp": self.traffic_weight_pp,
-                "dp": self.traffic_weight_dp}[traffic_class]
+        """Weight of a traffic class ``"tp"``, ``"ep"``, ``"pp"`` or ``"dp"``."""
+        return {"tp": self.traffic_weight_tp, "ep": self.traffic_weight_ep,
+                "pp": self.traffic_weight_pp, "dp": self.traffic_weight_dp}[traffic_class]

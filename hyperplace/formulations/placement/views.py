@@ -346,9 +346,12 @@ class JobView:
 
     @property
     def traffic_class(self) -> str:
-        """``"tp"`` with a multi-node TP unit, ``"pp"`` with a PP group, else ``"dp"``."""
+        """``"tp"`` with a multi-node TP unit, ``"ep"`` with a multi-node EP unit, ``"pp"``
+        with a PP group, else ``"dp"``."""
         if any(c.multi_node and c.group_type == GroupType.TENSOR_PARALLEL for c in self.classes):
             return "tp"
+        if any(c.multi_node and c.group_type == GroupType.EXPERT_PARALLEL for c in self.classes):
+            return "ep"  # MoE all-to-all (#24): kept in few NVLink domains, as TP
         if any(c.group_type == GroupType.PIPELINE_PARALLEL for c in self.classes):
             return "pp"
         return "dp"

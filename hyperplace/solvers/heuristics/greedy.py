@@ -289,6 +289,8 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[DomainKey], state
             continue
         for u in uc.units:
             candidates = [leaves]
+            if uc.multi_node and not uc.nvlink_bound and jv.traffic_class in ("tp", "ep"):
+                candidates = one_rack_first(p, uc, leaves, state)
             if uc.multi_node and uc.hop_limit is not None:
                 sub = [[leaf for leaf in ls if leaf in leaf_set]
                        for d, ls in p.leaves_by_domain(uc.hop_limit, False).items()
@@ -326,6 +328,18 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[DomainKey], state
                 job_leaves.add(p.node_by_name[node].leaf)
             units.append(PlacedUnit(uc.index, u.name, done))
     return units
+
+
+def one_rack_first(p: PlacementProblem, uc: UnitClass, leaves: list[DomainKey],
+                   state: State) -> list[list[DomainKey]]:
+    """Where a TP/EP unit that may span nodes is tried (#24): each NVLink domain (rack) of
+    ``leaves`` that has its GPUs free, fewest free first (best fit, whole racks last), so
+    its all-to-all stays on NVLink where it can; then all of ``leaves``."""
+    types = p.eligible_types(uc.gpu_types, uc.min_memory_gb)
+    racks = [(sum(state.leaf_free[leaf][t] for t in types), state.whole_rack(leaf), leaf)
+             for leaf in leaves if leaf in state.rack_gpus]
+    fits = sorted((whole, free, leaf) for free, whole, leaf in racks if free >= uc.size)
+    return [[leaf] for _, _, leaf in fits] + [leaves]
 
 
 def _place_flexible_unit(p: PlacementProblem, jv: JobView, uc: UnitClass,
