@@ -186,6 +186,15 @@ def test_svg_titles_a_spine_domain_by_its_leaves() -> None:
     assert not re.search(r"spine domain leaf\d", svg)
 
 
+@pytest.mark.parametrize("width", WIDTHS)
+def test_whatif_report_fits(width: int, examples: Path, monkeypatch) -> None:
+    monkeypatch.chdir(examples)
+    out = run(["whatif", "examples/sweep.yaml", "-o", f"sweep-{width}", "--workers", "1",
+               "--no-progress", "--no-charts"], width)
+    assert_fits(out, width, ["base", "addNodes=H100-80+2,policy=kueue"])
+    assert "|---|" not in out  # a table for people, the markdown stays in report.md
+
+
 def test_output_file_prints_one_line_only(tmp_path: Path) -> None:
     """``-o FILE``: the file, and one line saying what was written; nothing on stdout."""
     cases = [

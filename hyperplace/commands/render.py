@@ -315,3 +315,4 @@ def print_line(out: Console, text: str) -> None:
         lines = textwrap.wrap(para, max(20, out.width), subsequent_indent=" " * (lead + 2),
                               break_long_words=False, break_on_hyphens=False) or [""]
         out.file.write("\n".join(lines) + "\n")
+    out.file.flush()  # before any line on stderr (a pipe buffers stdout)

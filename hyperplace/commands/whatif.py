@@ -44,9 +44,38 @@ def whatif_command(
                          ray_address=ray_address, progress=tick)
     written = report(rows, target, charts=charts)
     failed = [r for r in rows if r["status"] != "done"]
-    print((target / "report.md").read_text())
+    print_report((target / "report.md").read_text())
     console.print(f"{len(rows)} scenarios in {target / 'sweep.sqlite'} ({len(failed)} failed); "
                   f"report: {', '.join(str(p) for p in written)}")
+
+
+def print_report(markdown: str) -> None:
+    """The report's table fitted to the width (scenario and status kept; metrics dropped from
+    the right with a note when narrow); report.md keeps the markdown as written."""
+    from hyperplace.commands import render as r
+    from hyperplace.commands.render import Column
+
+    out = r.console()
+    header: list[str] | None = None
+    rows: list[list[str]] = []
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if all(set(c) <= set("-: ") for c in cells):
+                continue
+            if header is None:
+                header = cells
+            else:
+                rows.append(cells)
+        elif line.strip() and header is None:
+            r.print_line(out, line.lstrip("# "))
+    if header is None:
+        return
+    columns = [Column(h.replace("_", " ").removesuffix(" s") + (" (s)" if h.endswith("_s")
+                                                                   else ""),
+                      "required" if i < 2 else "optional", "left" if i < 2 else "right")
+               for i, h in enumerate(header)]
+    r.print_table(out, columns, rows, hint="report.md and report.csv have every column")
 
 
 def register(app: typer.Typer) -> None:
