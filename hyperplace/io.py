@@ -155,7 +155,7 @@ def loads_json(text: str) -> Any:
 
 #: The file name that means standard input (``kubectl get nodes -o json | hyperplace ... -``).
 STDIN = "-"
-_stdin_data: bytes | None = None
+_stdin_data: tuple[int, bytes] | None = None  # (id of the stream read, its bytes)
 
 
 def is_stdin(path: str | os.PathLike[str] | Any) -> bool:
@@ -164,12 +164,12 @@ def is_stdin(path: str | os.PathLike[str] | Any) -> bool:
 
 def _read_stdin() -> bytes:
     """Standard input, read once (several readers of ``-`` in one command see the same text)."""
-    global _stdin_data
-    if _stdin_data is None:
-        import sys
+    import sys
 
-        _stdin_data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
-    return _stdin_data
+    global _stdin_data
+    if _stdin_data is None or _stdin_data[0] != id(sys.stdin):
+        _stdin_data = (id(sys.stdin), sys.stdin.buffer.read(MAX_INPUT_BYTES + 1))
+    return _stdin_data[1]
 
 
 def read_text_limited(path: str | Path, source: str | None = None) -> str:

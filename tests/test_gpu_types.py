@@ -15,7 +15,8 @@ DATASHEET = [
     ("T4", 65, 16, 0.32, 0), ("GH200-96", 989, 96, 4.0, 900), ("GH200-144", 989, 144, 4.9, 900),
     ("H20", 148, 96, 4.0, 900), ("GB200", 2500, 186, 8.0, 1800), ("GB300", 2500, 288, 8.0, 1800),
     ("MI325X", 1307, 256, 6.0, 896), ("MI355X", 2500, 288, 8.0, 1075),
-    ("H100-80", 989, 80, 3.35, 900), ("H200-141", 989, 141, 4.8, 900),
+    ("H100-80", 989, 80, 3.35, 900), ("H200-141", 989, 141, 4.8, 900), ("H800", 989, 80, 3.35, 400),
+    ("B300", 2250, 288, 8.0, 1800),
 ]
 
 
@@ -36,7 +37,8 @@ PRODUCTS = {
     "NVIDIA-L4": "L4", "NVIDIA-L40S": "L40S", "Tesla-T4": "T4", "Tesla T4": "T4",
     "Tesla-V100-SXM2-32GB": "V100-32", "NVIDIA-GH200-480GB": "GH200-96",
     "NVIDIA-GH200-144G-HBM3e": "GH200-144", "AMD_Instinct_MI300X_OAM": "MI300X",
-    "mi325x": "MI325X", "MI355X": "MI355X", "NVIDIA-B200": "B200",
+    "mi325x": "MI325X", "MI355X": "MI355X", "NVIDIA-B200": "B200", "NVIDIA H800": "H800",
+    "NVIDIA B300 SXM6 AC": "B300",
 }
 
 
@@ -52,7 +54,7 @@ def test_unknown_product_is_not_guessed():
 
 def test_compute_capability_groups_hopper_and_blackwell():
     cat = GPUCatalog()
-    assert sm_families(90, cat) == {"H100", "H200", "GH200", "H20"}
+    assert sm_families(90, cat) == {"H100", "H200", "GH200", "H20", "H800"}
     assert sm_families(100, cat) == {"B200", "GB200"}
     assert compute_capability("MI300X") is None
     assert all(t in cat for t in PCI_DEVICE_TYPES.values())

@@ -77,7 +77,7 @@ def pair_gbps(node: Node) -> dict[tuple[int, int], float]:
 
 @pytest.mark.parametrize("fixture, family, nv, per_pair, nics", [
     ("dgx_a100_nvidia_smi_topo.txt", "A100", 12, 600.0, 12),
-    ("dgx_h100_nvidia_smi_topo.txt", "H100", 18, 900.0, 10),
+    ("dgx_h100_nvidia_smi_topo.txt", "H100", 18, 900.0, 10),  # NIC columns of the matrix
 ])
 def test_nvidia_smi_fixture(fixture: str, family: str, nv: int, per_pair: float, nics: int) -> None:
     text = topo(fixture).read_text()
@@ -89,13 +89,16 @@ def test_nvidia_smi_fixture(fixture: str, family: str, nv: int, per_pair: float,
     assert len(node.nvlink_pairs) == len(re.findall(rf"\bNV{nv}\b", text)) // 2 == 28
     assert set(pair_gbps(node).values()) == {per_pair}
     header = next(line for line in text.splitlines() if "GPU0" in line)
-    assert len(node.nics) == len(re.findall(r"\bmlx5_\d+\b", header)) == nics
+    assert len(re.findall(r"\bmlx5_\d+\b", header)) == nics
+    # the compute rails (PIX/PXB to a GPU) count; storage/management ports are listed apart
+    assert len(node.nics) == 8
+    assert len(node.labels["hyperplace.io/other-nics"].split(",")) == nics - 8
     assert node.labels[ASSUMED_LABEL] == "gpu-type,nic-speed"
 
 
 def test_nvidia_smi_nics_closest_gpus() -> None:
     a100 = import_nvidia_smi_topo(topo("dgx_a100_nvidia_smi_topo.txt"), gpu_type="A100-80",
-                                  nic_gbps=200)
+                                  nic_gbps=200, nics="all")
     by_name = {n.name: n.gpus for n in a100.nics}
     assert by_name["mlx5_0"] == by_name["mlx5_1"] == [0, 1]      # PXB to GPU0/1
     assert by_name["mlx5_8"] == [6, 7]
@@ -105,7 +108,8 @@ def test_nvidia_smi_nics_closest_gpus() -> None:
                                      nic_gbps=200, nics="gpu-attached")
     assert len(compute.nics) == 8 and compute.nic_gbps_per_gpu == 200
 
-    h100 = import_nvidia_smi_topo(topo("dgx_h100_nvidia_smi_topo.txt"), gpu_type="H100-80")
+    h100 = import_nvidia_smi_topo(topo("dgx_h100_nvidia_smi_topo.txt"), gpu_type="H100-80",
+                                  nics="all")
     by_name = {n.name: n.gpus for n in h100.nics}
     assert all(by_name[f"mlx5_{i}"] == [i] for i in range(8))    # one PIX NIC per GPU
     assert by_name["mlx5_8"] == [0, 1, 2, 3]                       # NODE: socket 0's storage NIC
@@ -133,7 +137,7 @@ def _h100_lines() -> list[str]:
 def test_nvidia_smi_row_with_wrong_column_count(tmp_path: Path) -> None:
     lines = _h100_lines()
     i = next(k for k, line in enumerate(lines) if line.startswith("GPU3"))
-    lines[i] = lines[i].rsplit("\t", 1)[0]
+    lines[i] = lines[i].rsplit("\t", 4)[0]  # the affinity cells and the last NIC's cell
     path = broken(tmp_path, "short_row.txt", "\n".join(lines))
     with pytest.raises(InputError) as err:
         import_nvidia_smi_topo(path)

@@ -134,3 +134,27 @@ def test_cli_stdin_and_one_line_errors(tmp_path):
     assert r.exit_code == 2
     lines = [x for x in r.output.splitlines() if x.strip()]
     assert len(lines) == 1 and "items[2].status.capacity.nvidia.com/gpu" in lines[0], r.output
+
+
+def test_gfd_clique_makes_nvlink_domains():
+    """GB200 trays (4 GPUs each) labelled with GFD's nvidia.com/gpu.clique: one NVLink
+    domain per clique, trays of one clique 0 hops apart."""
+    doc = json.loads(NODES.read_text())
+    trays = []
+    for i, item in enumerate(doc["items"][1:5]):
+        labels = item["metadata"]["labels"]
+        labels.update({"nvidia.com/gpu.product": "NVIDIA-GB200", "nvidia.com/gpu.count": "4",
+                       "nvidia.com/gpu.memory": "189471",
+                       "nvidia.com/gpu.clique": f"5b1f0f3c-0d1a-4d6e-9a43-7d1e0c2b9f10.{i // 2}"})
+        item["status"]["capacity"]["nvidia.com/gpu"] = "4"
+        item["status"]["allocatable"]["nvidia.com/gpu"] = "4"
+        trays.append(item)
+    kc = import_kubernetes_nodes([({"kind": "List", "items": trays}, "")], "gb200.json")
+    c = kc.cluster
+    assert {n.gpu_type for n in c.nodes} == {"GB200"} and c.gpu_count == 16
+    doms = c.fabric.nvlink_domains
+    assert [d.nodes for d in doms] == [["kind-worker", "kind-worker2"],
+                                       ["kind-worker3", "kind-worker4"]]
+    assert all(d.gbps_per_gpu == 1800 for d in doms)
+    assert c.network.hop_count("kind-worker", "kind-worker2") == 0
+    assert c.network.hop_count("kind-worker2", "kind-worker3") > 0

@@ -275,9 +275,13 @@ def import_command(
         "--name", help="cluster name (default: from the first file)")] = None,
     count: Annotated[int, typer.Option(
         "--count", help="nodes made from each node file (nvidia-smi, nccl-xml, dgx1)")] = 1,
-    gpu_type: Annotated[str | None, typer.Option(
+    gpu_type: Annotated[list[str] | None, typer.Option(
         "--gpu-type", help="GPU type when the file does not say it (nvidia-smi guesses from "
-        "NVLink counts; HyperNode files need it for the nodes they name)")] = None,
+        "NVLink counts; HyperNode files need it for the nodes they name); once for every "
+        "file or once per file, in file order")] = None,
+    gpu_count: Annotated[list[int] | None, typer.Option(
+        "--gpu-count", help="nccl-xml: GPUs of a node whose file lists none (AWS p5, g5); "
+        "once for every file or once per file")] = None,
     gpus_per_node: Annotated[int, typer.Option(
         "--gpus-per-node", help="GPUs of each node a HyperNode file names")] = 8,
     nodes_from: Annotated[str | None, typer.Option(
@@ -295,7 +299,7 @@ def import_command(
 
     out_fmt = file_format(fmt.value if fmt else None, output)
     text, summary = import_cluster(
-        source.value, files, name=name, count=count, gpu_type=gpu_type,
+        source.value, files, name=name, count=count, gpu_type=gpu_type, gpu_count=gpu_count,
         gpus_per_node=gpus_per_node, nodes_from=nodes_from, nodes_per_leaf=nodes_per_leaf,
         node_gbps=node_gbps, fmt=out_fmt)
     if output is None:

@@ -62,8 +62,24 @@ def _cluster(name: str, nodes: list[Node], fabric: FabricSpec, source: str,
         raise from_validation_error(exc, source=source) from None
 
 
-def _node_files(kind: str, files: list[str], *, count: int, gpu_type: str | None,
-                nodes_per_leaf: int, node_gbps: float, name: str | None) -> Cluster:
+def per_file(values: Any, files: list[str], option: str) -> list[Any]:
+    """One value per file: none, one for every file, or one each (in file order)."""
+    if values is None or isinstance(values, (str, int)):
+        return [values] * len(files)
+    values = list(values)
+    if not values:
+        return [None] * len(files)
+    if len(values) == 1:
+        return values * len(files)
+    if len(values) != len(files):
+        raise InputError(f"given {len(values)} times for {len(files)} files: give it once (every "
+                         "file) or once per file, in file order", path=option)
+    return values
+
+
+def _node_files(kind: str, files: list[str], *, count: int, gpu_type: Any,
+                nodes_per_leaf: int, node_gbps: float, name: str | None,
+                gpu_count: Any = None) -> Cluster:
     from hyperplace.instances import importers as imp
 
     if count < 1:
@@ -71,18 +87,22 @@ def _node_files(kind: str, files: list[str], *, count: int, gpu_type: str | None
     if nodes_per_leaf < 1:
         raise InputError(f"must be at least 1, got {nodes_per_leaf}", path="--nodes-per-leaf")
     templates: list[Node] = []
-    for f in files:
+    types = per_file(gpu_type, files, "--gpu-type")
+    counts = per_file(gpu_count, files, "--gpu-count")
+    for f, ftype, fcount in zip(files, types, counts):
         read_text_limited(f)  # size and encoding limits, before any importer reads it
         try:
             if kind == "nvidia-smi":
-                node = imp.import_nvidia_smi_topo(f, gpu_type=gpu_type)
+                node = imp.import_nvidia_smi_topo(f, gpu_type=ftype)
             elif kind == "nccl-xml":
-                node = imp.import_nccl_topology(f, gpu_type=gpu_type)
+                node = imp.import_nccl_topology(f, gpu_type=ftype, gpu_count=fcount)
             else:
-                node = imp.import_nvlink_link_matrix(f, gpu_type=gpu_type or "V100-32",
+                node = imp.import_nvlink_link_matrix(f, gpu_type=ftype or "V100-32",
                                                      name=Path(f).stem)
-        except InputError as exc:  # the library says "pass gpu_type"; the CLI has an option
-            exc.message = exc.message.replace("pass gpu_type", "give --gpu-type")
+        except InputError as exc:  # the library says "pass gpu_type"; the CLI has options
+            exc.message = (exc.message.replace("pass gpu_type", "give --gpu-type")
+                           .replace("pass gpu_count", "give --gpu-count")
+                           .replace("gpu_count=", "--gpu-count ").replace("gpu_type ", "--gpu-type "))
             raise InputError(exc.message, source=exc.source or f, path=exc.path) from None
         templates.append(node)
     gpus = count * sum(t.gpu_count for t in templates)
@@ -103,7 +123,11 @@ def _node_files(kind: str, files: list[str], *, count: int, gpu_type: str | None
     fabric = FabricSpec(generator=FabricGenerator(
         type="fat-tree-2", nodes_per_leaf=nodes_per_leaf, spines=max(1, min(8, nodes_per_leaf)),
         node_gbps=node_gbps, uplink_gbps=node_gbps))
-    return _cluster(name or Path(files[0]).stem, nodes, fabric, files[0])
+    return _cluster(name or _stem(files[0]), nodes, fabric, files[0])
+
+
+def _stem(path: str) -> str:
+    return "stdin" if path == "-" else Path(path).stem
 
 
 def _hypernode_files(files: list[str], *, gpu_type: str | None, gpus_per_node: int,
@@ -221,7 +245,7 @@ def _alibaba(files: list[str], name: str | None) -> list[tuple[Cluster, list[GPU
 
 
 def import_cluster(kind: str, files: list[str], *, name: str | None = None, count: int = 1,
-                   gpu_type: str | None = None, gpus_per_node: int = 8,
+                   gpu_type: Any = None, gpus_per_node: int = 8, gpu_count: Any = None,
                    nodes_from: str | None = None, nodes_per_leaf: int = 8,
                    node_gbps: float = 400.0, fmt: str = "yaml") -> tuple[str, str]:
     """(Cluster file text, one-line summary) from ``files`` of format ``kind``."""
@@ -239,6 +263,14 @@ def import_cluster(kind: str, files: list[str], *, name: str | None = None, coun
     if name is not None and (not name or len(name) > 253 or not name.isprintable()):
         raise InputError("must be 1 to 253 printable characters", path="--name")
     notes: list[str] = []
+    if kind in ("hypernode", "kubernetes", "alibaba") and not isinstance(gpu_type, str) \
+            and gpu_type is not None:
+        if len(gpu_type) > 1:
+            raise InputError(f"one type for a {kind} import (it applies to every node)",
+                             path="--gpu-type")
+        gpu_type = gpu_type[0] if gpu_type else None
+    if kind != "nccl-xml" and gpu_count not in (None, []):
+        raise InputError("only for nccl-xml files that list no GPU", path="--gpu-count")
     if kind == "alibaba":
         clusters = _alibaba(files, name)
     elif kind == "kubernetes":
@@ -253,7 +285,7 @@ def import_cluster(kind: str, files: list[str], *, name: str | None = None, coun
     else:
         clusters = [(_node_files(kind, files, count=count, gpu_type=gpu_type,
                                  nodes_per_leaf=nodes_per_leaf, node_gbps=node_gbps,
-                                 name=name), [])]
+                                 name=name, gpu_count=gpu_count), [])]
     docs = [cluster_document(c, types) for c, types in clusters]
     if fmt == "json":
         text = json.dumps(docs[0] if len(docs) == 1 else docs, indent=2) + "\n"
@@ -266,7 +298,8 @@ def import_cluster(kind: str, files: list[str], *, name: str | None = None, coun
     assumed = sorted({a for c, _ in clusters for n in c.nodes
                       for a in n.labels.get(ASSUMED_LABEL, "").split(",") if a})
     if assumed:
-        hint = "" if gpu_type or "gpu-type" not in assumed else "; give --gpu-type to set the type"
+        hint = "" if gpu_type or "gpu-type" not in assumed else \
+            "; give --gpu-type to set the type (once per file for files of different types)"
         summary += (f" (assumed, not in the file: {', '.join(assumed)}{hint}; the labels say "
                     "what was assumed)")
     if notes:

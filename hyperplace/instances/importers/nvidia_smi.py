@@ -47,6 +47,15 @@ _NV = re.compile(r"^NV(\d+)$")
 _GPU = re.compile(r"^GPU(\d+)$")
 _NIC = re.compile(r"^(mlx\d+_\d+|NIC\d+|ib\w*|hfi\w*|bnxt\w*)$")
 _LEGEND_NIC = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+# Terminal styling nvidia-smi prints around the header (ESC[4m ... ESC[0m), also as the
+# residue left when the ESC byte is lost in a paste ("[4mGPU0").
+_ANSI = re.compile(r"\x1b?\[[0-9;]*m")
+# Bonded interfaces (mlx5_bond_0: the host's storage/management bond) never carry GPU traffic.
+_BOND_NIC = re.compile(r"bond", re.I)
+# Product names printed beside the matrix: nvidia-smi's table ("|   0  NVIDIA H100 80GB HBM3
+# On  |") and the "GPU 0,1,...: NVIDIA H200" lines of environment dumps (sglang, vLLM).
+_SMI_ROW = re.compile(r"^\|\s+\d+\s+((?:NVIDIA|Tesla|Quadro)\b.*?)\s+(?:On|Off)\s+\|")
+_ENV_ROW = re.compile(r"^GPU\s+[\d,\s]+:\s+((?:NVIDIA|Tesla)\b.*?)\s*$")
 ASSUMED_LABEL = "hyperplace.io/assumed"
 
 
@@ -59,6 +68,7 @@ class TopoMatrix:
     nic_names: dict[str, str]
     nv_links: dict[tuple[int, int], int]
     nic_rank: dict[str, list[int]]  # NIC column -> PCIe rank from each GPU
+    products: tuple[str, ...] = ()  # GPU product names printed beside the matrix
 
 
 def _split(line: str) -> list[str]:
@@ -72,7 +82,12 @@ def _split(line: str) -> list[str]:
 
 def parse_matrix(text: str, name: str) -> TopoMatrix:
     """Read the matrix; every structural problem is an InputError naming file, line and cell."""
-    lines = text.splitlines()
+    lines = [_ANSI.sub("", raw) for raw in text.splitlines()]
+    products: list[str] = []
+    for raw in lines:
+        m = _SMI_ROW.match(raw.strip()) or _ENV_ROW.match(raw.strip())
+        if m and m.group(1).strip() not in products:
+            products.append(m.group(1).strip())
     header: list[str] | None = None
     header_line = 0
     rows: dict[int, tuple[int, list[str]]] = {}
@@ -93,10 +108,13 @@ def parse_matrix(text: str, name: str) -> TopoMatrix:
             continue
         cells = _split(line)
         if header is None:
-            if not any(_GPU.match(c) for c in cells):
-                raise InputError(f"line {lineno}: expected the header row (GPU0 GPU1 ...), "
-                                 f"got {stripped[:40]!r}", source=name)
-            header = cells[1:] if cells and cells[0] == "" else cells
+            # the header is the first line that starts with GPU0; what comes before it (a
+            # "$ nvidia-smi topo -m" prompt, the nvidia-smi table, an environment dump) is
+            # not the matrix
+            body = cells[1:] if cells and cells[0] == "" else cells
+            if body[:1] != ["GPU0"]:
+                continue
+            header = body
             header_line = lineno
             continue
         label = cells[0]
@@ -104,16 +122,20 @@ def parse_matrix(text: str, name: str) -> TopoMatrix:
         if not m:
             continue  # NIC-to-NIC rows of newer drivers: not needed for placement
         values = cells[1:]
-        if len(values) != len(header):
+        topo_cols = sum(1 for c in header if _GPU.match(c) or _NIC.match(c))
+        if len(values) < topo_cols:
             raise InputError(f"line {lineno}: row {label} has {len(values)} columns, the header "
-                             f"(line {header_line}) has {len(header)}", source=name)
+                             f"(line {header_line}) has {topo_cols} GPU and NIC columns",
+                             source=name)
+        # the affinity columns after them vary: current drivers leave the "GPU NUMA ID"
+        # cell's tab pair empty (18 cells under 17 headers on an 8-GPU, 6-NIC node)
         idx = int(m.group(1))
         if idx in rows:
             raise InputError(f"line {lineno}: row {label} appears twice", source=name)
         rows[idx] = (lineno, values)
     if header is None:
-        raise InputError("no nvidia-smi topology matrix found (header row GPU0 GPU1 ...)",
-                         source=name)
+        raise InputError("no nvidia-smi topology matrix found (a header row starting GPU0 "
+                         "GPU1 ...)", source=name)
     gpu_cols = [c for c in header if _GPU.match(c)]
     nic_cols = [c for c in header if _NIC.match(c)]
     n = len(gpu_cols)
@@ -161,7 +183,7 @@ def parse_matrix(text: str, name: str) -> TopoMatrix:
         if i < j:
             pairs[(i, j)] = links
     return TopoMatrix(gpus=n, nic_columns=nic_cols, nic_names=nic_names, nv_links=pairs,
-                      nic_rank=nic_rank)
+                      nic_rank=nic_rank, products=tuple(products))
 
 
 def links_per_gpu(nv_links: dict[tuple[int, int], int], gpus: int) -> int:
@@ -199,25 +221,36 @@ def import_nvidia_smi_topo(
     gpu_type: str | None = None,
     name: str | None = None,
     nic_gbps: float | None = None,
-    nics: Literal["all", "gpu-attached"] = "all",
+    nics: Literal["all", "gpu-attached", "compute"] = "compute",
     catalog: GPUCatalog | None = None,
     labels: dict[str, str] | None = None,
 ) -> Node:
     """A node from ``nvidia-smi topo -m`` text (see the module docstring for the rules).
 
-    ``nics="gpu-attached"`` keeps only NICs at PIX/PXB of some GPU, i.e. the compute rails,
-    leaving out storage and management ports that would inflate the per-GPU NIC figure.
+    ``nics="compute"`` (the default) keeps the compute rails: NICs at PIX/PXB of some GPU
+    (the ones GPUDirect RDMA uses), never a bond (``mlx5_bond_0``); when no NIC is
+    GPU-attached, every NIC that is not a bond. Storage and management ports left out would
+    otherwise inflate the per-GPU NIC figure; they are listed in the node label
+    ``hyperplace.io/other-nics``. ``"gpu-attached"`` is the first rule without the fallback,
+    ``"all"`` keeps every NIC.
     """
     text, src = read_text(source)
     matrix = parse_matrix(text, src)
     cat = catalog or default_catalog()
     node_labels = dict(labels or {})
     assumed: list[str] = []
+    printed = [t for t in (cat.find(p) for p in matrix.products) if t is not None]
     if gpu_type is not None:
         gtype = cat.find(gpu_type)
         if gtype is None:
             raise InputError(f"unknown GPU type {gpu_type!r}; known: {', '.join(cat.names())}",
                              source=src)
+    elif len({t.name for t in printed}) == 1:
+        gtype = printed[0]  # the product name printed with the matrix (nvidia-smi, env dump)
+    elif matrix.products and not printed:
+        raise InputError(f"GPU product {matrix.products[0]!r} printed with the matrix is not a "
+                         f"known GPU type (known: {', '.join(cat.names())}); pass gpu_type",
+                         source=src)
     else:
         links = links_per_gpu(matrix.nv_links, matrix.gpus)
         if links == 0:
@@ -233,15 +266,24 @@ def import_nvidia_smi_topo(
     pairs = [GPUPair(a=i, b=j, gbps=links * per_link)
              for (i, j), links in sorted(matrix.nv_links.items())]
     node_nics: list[NIC] = []
+    others: list[str] = []
+    attached = [c for c in matrix.nic_columns if min(matrix.nic_rank[c]) in GPU_ATTACHED_RANKS
+                and not _BOND_NIC.search(matrix.nic_names.get(c, c))]
     for col in matrix.nic_columns:
         ranks = matrix.nic_rank[col]
         best = min(ranks)
-        if nics == "gpu-attached" and best not in GPU_ATTACHED_RANKS:
+        nic_name = matrix.nic_names.get(col, col)
+        keep = (nics == "all" or col in attached
+                or (nics == "compute" and not attached and not _BOND_NIC.search(nic_name)))
+        if not keep:
+            others.append(nic_name)
             continue
         closest = [g for g, r in enumerate(ranks) if r == best] if best < PCIE_RANK["SYS"] else []
-        node_nics.append(NIC(name=matrix.nic_names.get(col, col),
+        node_nics.append(NIC(name=nic_name,
                              gbps=nic_gbps if nic_gbps is not None else gtype.nic_gbps,
                              gpus=closest))
+    if others:
+        node_labels["hyperplace.io/other-nics"] = ",".join(others)
     if node_nics and nic_gbps is None:
         assumed.append("nic-speed")
     if assumed:
