@@ -91,9 +91,10 @@ def _hyperjob_doc(accelerators: int = 32, stages: int = 2) -> dict:
                                      "hyperplace.io/pipeline-stages": str(stages)}},
         "spec": {"replicatedJobs": [
             {"name": "trainer", "splitPolicy": {"mode": "auto", "accelerators": accelerators,
-                                                "acceleratorType": "H100"},
+                                                "acceleratorType": "nvidia.com/gpu"},
              "templateSpec": {"tasks": [{"name": "worker", "replicas": 1, "template": {
-                 "spec": {"containers": [{"name": "main", "image": "example/train:1",
+                 "spec": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                          "containers": [{"name": "main", "image": "example/train:1",
                                           "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}]}},
             {"name": "evaluator", "replicas": 1, "clusterNames": ["x"],
              "splitPolicy": {"mode": "static"},
@@ -120,6 +121,11 @@ def test_hyperjob_auto_split_filled_in_and_valid(tmp_path):
     split = [r for r in hj["spec"]["replicatedJobs"] if r["name"].startswith("trainer-")]
     assert sum(r["splitPolicy"]["accelerators"] for r in split) == 32
     assert all(r["splitPolicy"]["mode"] == "static" for r in split)
+    # Volcano Global: acceleratorType is the resource name; the model is the nodeSelector
+    assert all(r["splitPolicy"]["acceleratorType"] == "nvidia.com/gpu" for r in split)
+    pod = split[0]["templateSpec"]["tasks"][0]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert jobs[0].job.spec.resource_groups[0].gpu_requirements.accelerator_type == "H100-80"
     image = split[0]["templateSpec"]["tasks"][0]["template"]["spec"]["containers"][0]["image"]
     assert image == "example/train:1"
     for f in (tmp_path / "llm-trainer").glob("volcano-job-*.yaml"):

@@ -71,6 +71,19 @@ def _tier(problem: FederationProblem, sub: SubJob) -> int:
     return 1 if hops <= 1 else 2 if hops <= 3 else 3
 
 
+def accelerator_resource(problem: FederationProblem, gpu_type: str) -> str:
+    """The extended resource GPUs of ``gpu_type`` are requested as."""
+    t = problem.instance.catalog.find(gpu_type)
+    return "amd.com/gpu" if t is not None and t.vendor == "amd" else GPU_RESOURCE
+
+
+def _product_selector(gpu_type: str) -> dict[str, str]:
+    from hyperplace.models.gpu import gfd_product
+
+    product = gfd_product(gpu_type)
+    return {"nvidia.com/gpu.product": product} if product else {}
+
+
 def volcano_spec(problem: FederationProblem, job: FederatedJob, plan: FederatedJobPlan,
                  sub: SubJob) -> dict[str, Any]:
     """The Volcano Job spec of one sub-job (also the HyperJob's templateSpec)."""
@@ -114,6 +127,8 @@ def volcano_spec(problem: FederationProblem, job: FederatedJob, plan: FederatedJ
                                         "hyperplace.io/stage": str(stage.position)}},
                 "spec": {
                     "restartPolicy": "OnFailure",
+                    **({"nodeSelector": _product_selector(sub.gpu_type)}
+                       if _product_selector(sub.gpu_type) else {}),
                     "affinity": {"nodeAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": {
                             "nodeSelectorTerms": [{"matchExpressions": [{
@@ -207,8 +222,10 @@ def hyperjob(problem: FederationProblem, job: FederatedJob, plan: FederatedJobPl
             "name": _replicated_name(job, sub),
             "replicas": 1,
             "clusterNames": [sub.cluster],
+            # Volcano Global: acceleratorType is the resource the accelerators are counted in;
+            # the GPU model is in the template's nodeSelector (nvidia.com/gpu.product)
             "splitPolicy": {"mode": "static", "accelerators": len(sub.gpus),
-                            "acceleratorType": sub.gpu_type},
+                            "acceleratorType": accelerator_resource(problem, sub.gpu_type)},
             "templateSpec": volcano_spec(problem, job, plan, sub),
         })
     meta.setdefault("annotations", {})["hyperplace.io/federation-shape"] = plan.shape

@@ -21,8 +21,10 @@ Karmada-style ordered ``clusterAffinities`` come from a ``PropagationPolicy`` wh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from hyperplace.errors import InputError
+from hyperplace.models.gpu import default_catalog
 from hyperplace.models.hyperjob import HyperJob, ReplicatedJob
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import (
@@ -207,6 +209,38 @@ def _pod_gpus(rj: ReplicatedJob, where: str) -> int:
     return best
 
 
+#: Resource names ``splitPolicy.acceleratorType`` takes (Volcano Global: the extended
+#: resource the accelerators are counted in, not a GPU model).
+ACCELERATOR_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+
+
+def _split_gpu_type(rj: Any, accelerator_type: str | None, where: str) -> str | None:
+    """The GPU type a split replicated job asks for. Volcano defines
+    ``splitPolicy.acceleratorType`` as the resource name (``nvidia.com/gpu``); the GPU model
+    then comes from the template's pods (``nvidiaSelector``/required node affinity on
+    ``nvidia.com/gpu.product``), any type if they name none. A value without ``/`` is read
+    as a GPU type, as hyperplace wrote it before (kept so old files still load)."""
+    if accelerator_type is None or "/" not in accelerator_type:
+        return accelerator_type
+    if accelerator_type not in ACCELERATOR_RESOURCES:
+        raise InputError(f"unknown accelerator resource {accelerator_type!r} (one of "
+                         f"{', '.join(ACCELERATOR_RESOURCES)})",
+                         path=f"{where}.splitPolicy.acceleratorType")
+    from hyperplace.instances.importers.jobs import selector_types
+
+    found: set[str] = set()
+    for ti, task in enumerate(rj.template_spec.get("tasks", []) or []):
+        spec = ((task or {}).get("template") or {}).get("spec") or {}
+        sel = selector_types(spec, default_catalog(), "", f"{where}.templateSpec.tasks[{ti}]"
+                                                            ".template.spec.")
+        if sel:
+            found.add(sel)
+    if len(found) > 1:
+        raise InputError(f"tasks select different GPU types ({', '.join(sorted(found))})",
+                         path=f"{where}.templateSpec.tasks")
+    return found.pop() if found else None
+
+
 def from_hyperjob(hj: HyperJob) -> list[FederatedJob]:
     """Each ``splitPolicy.mode: auto`` replicated job becomes one job to federate."""
     ann = hj.metadata.annotations
@@ -240,7 +274,7 @@ def from_hyperjob(hj: HyperJob) -> list[FederatedJob]:
             raise InputError(f"{units} pods of {pod} GPUs do not divide into {stages} pipeline "
                              "stages", path=f"{hj.metadata.name}: metadata.annotations."
                                             f"{ANNOTATION_STAGES}")
-        req = GPURequirements(accelerator_type=sp.accelerator_type)
+        req = GPURequirements(accelerator_type=_split_gpu_type(rj, sp.accelerator_type, where))
         kind = GroupType.PIPELINE_PARALLEL if stages > 1 else GroupType.TENSOR_PARALLEL
         groups = [ResourceGroup(name=f"stage-{k}" if stages > 1 else "worker", type=kind,
                                 gpus_per_group=pod, gpu_requirements=req)

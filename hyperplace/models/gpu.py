@@ -141,6 +141,14 @@ def _aliases() -> dict[str, str]:
     return out
 
 
+def gfd_product(gpu: GPUType | str) -> str | None:
+    """The ``nvidia.com/gpu.product`` value GPU Feature Discovery sets on nodes of a built-in
+    NVIDIA type (the table's ``gfd_product``: ``H100-80`` -> ``NVIDIA-H100-80GB-HBM3``), so
+    written manifests select the nodes the cluster labels; None for AMD and declared types."""
+    name = gpu if isinstance(gpu, str) else gpu.name
+    return next((r["gfd_product"] or None for r in _spec_rows() if r["name"] == name), None)
+
+
 def normalize_product(text: str) -> str:
     """``NVIDIA H100 80GB HBM3`` / ``NVIDIA_H100_80GB_HBM3`` -> ``nvidia-h100-80gb-hbm3``."""
     return "-".join(re.split(r"[\s_]+", text.strip().lower()))

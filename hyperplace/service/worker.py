@@ -178,11 +178,10 @@ def resolve_instance(src: dict[str, Any], ctx: WorkerContext) -> tuple[Any, str]
     name a plan should record. Bundled instances are looked up by name among the bundled
     ones only: no request can make the server read a path."""
     from hyperplace.instances.registry import bundled_names, load_instance
-    from hyperplace.models.instance import Instance
     from hyperplace.models.job import TrainingJob
 
     if src.get("instance") is not None:
-        inst = validate(Instance, src["instance"], "instance")
+        inst = _inline_instance(src["instance"])
         label = inst.name
     elif src.get("bundled") is not None:
         name = src["bundled"]
@@ -203,7 +202,8 @@ def resolve_instance(src: dict[str, Any], ctx: WorkerContext) -> tuple[Any, str]
 
             inst = with_queue_usage(inst, src["queue_usage"])
     if src.get("jobs") is not None:
-        jobs = [validate(TrainingJob, j, f"jobs[{i}]") for i, j in enumerate(src["jobs"])]
+        jobs = [validate(TrainingJob, _inline_job(j, i), f"jobs[{i}]")
+                for i, j in enumerate(src["jobs"])]
         seen: set[str] = set()
         for i, j in enumerate(jobs):
             if j.name in seen:
@@ -214,6 +214,42 @@ def resolve_instance(src: dict[str, Any], ctx: WorkerContext) -> tuple[Any, str]
     if src.get("queues"):
         inst = with_queue_payload(inst, src["queues"], jobs_given=src.get("jobs") is not None)
     return inst, label
+
+
+def _inline_instance(doc: Any) -> Any:
+    """``instance`` of a request: an Instance, or (#23, as every file the CLI reads) a
+    ``Cluster`` document, a Kubernetes ``Node``/``List`` of nodes, or such documents in a
+    ``List``: read by the library's own reader (:func:`instance_from_documents`); a bad
+    field is a 422 naming ``instance...``."""
+    from hyperplace.models.instance import Instance
+
+    if not isinstance(doc, dict) or doc.get("kind", "Instance") == "Instance":
+        return validate(Instance, doc, "instance")
+    from hyperplace.instances.registry import instance_from_documents
+
+    try:
+        return instance_from_documents([doc], "instance")
+    except InputError as exc:
+        raise RequestProblem(422, [{"path": _join("instance", exc.path or ""),
+                                    "message": exc.message}]) from None
+
+
+def _inline_job(doc: Any, i: int) -> Any:
+    """A ``jobs[i]`` entry: hyperplace's job, or a Kubernetes workload (Volcano Job, batch/v1
+    Job, JobSet, PyTorchJob, MPIJob, PodGroup) read as ``--jobs`` reads it."""
+    from hyperplace.instances.importers.jobs import is_job_document, job_document
+
+    if not isinstance(doc, dict) or not is_job_document(doc):
+        return doc
+    try:
+        job, _ = job_document(doc, "request")
+    except InputError as exc:
+        raise RequestProblem(422, [{"path": _join(f"jobs[{i}]", exc.path or ""),
+                                    "message": exc.message}]) from None
+    if job is None:
+        raise RequestProblem(422, [{"path": f"jobs[{i}]", "message":
+                                    "no pod of this job asks for a GPU: nothing to place"}])
+    return job
 
 
 def with_queue_payload(inst: Any, docs: list[Any], *, jobs_given: bool) -> Any:

@@ -156,7 +156,7 @@ def _pod_sets(doc: dict[str, Any], src: str, where: str) -> list[PodSet]:
                      path=f"{where}kind")
 
 
-def _selector_types(pod_spec: Mapping[str, Any], cat: GPUCatalog, src: str, where: str
+def selector_types(pod_spec: Mapping[str, Any], cat: GPUCatalog, src: str, where: str
                     ) -> str | None:
     """GPU types a pod spec's nodeSelector / required node affinity allows, as ``a|b``."""
     sel = _m(pod_spec.get("nodeSelector"), src, f"{where}nodeSelector")
@@ -253,7 +253,7 @@ def job_document(doc: dict[str, Any], src: str, where: str = "", *,
     hops: int | None = None
     for _count_, _gpus, pod_spec, pod_meta, path in sizes:
         if pod_spec is not None:
-            sel = _selector_types(pod_spec, cat, src, f"{path}.spec.")
+            sel = selector_types(pod_spec, cat, src, f"{path}.spec.")
             if sel and accel and sel != accel:
                 raise InputError(f"pods select different GPU types ({accel} and {sel}); "
                                  "hyperplace places one gang on one selector", source=src,
