@@ -155,6 +155,6 @@ def test_gfd_clique_makes_nvlink_domains():
     doms = c.fabric.nvlink_domains
     assert [d.nodes for d in doms] == [["kind-worker", "kind-worker2"],
                                        ["kind-worker3", "kind-worker4"]]
-    assert all(d.gbps_per_gpu == 1800 for d in doms)
+    assert all(d.gbps_per_gpu in (None, 1800) for d in doms)  # None: the type's 1800
     assert c.network.hop_count("kind-worker", "kind-worker2") == 0
     assert c.network.hop_count("kind-worker2", "kind-worker3") > 0

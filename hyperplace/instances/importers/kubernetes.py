@@ -27,8 +27,7 @@ NVLink across nodes (multi-node NVLink, GB200/GB300 NVL72)
     ``nvidia.com/gpu.clique`` (GFD: ``<clusterUUID>.<cliqueId>``) or Topograph's
     ``accelerator.topograph.run/domain`` (older Topograph: ``network.topology.nvidia.com/
     accelerator``): the node keeps the label, and the nodes that share a value make one
-    ``fabric.nvlinkDomains`` entry (:mod:`hyperplace.models.nvlink`) at the type's per-GPU
-    NVLink figure.
+    ``fabric.nvlinkDomains`` entry (:func:`hyperplace.instances.importers.nvlink.domains_from_labels`).
 Network tiers
     A map from label key to fabric tier (:data:`DEFAULT_LEVELS`, tier 1 = the switch nearest
     the node): Topograph's ``fabric.topograph.run/tier-N`` (N = 0 nearest) and its older
@@ -314,31 +313,6 @@ def _fabric(nodes: list[Node], facts: dict[str, NodeFacts], levels: Mapping[int,
         bool(unlabelled)
 
 
-def _nvlink_domains(plans: Mapping[str, Mapping[str, Any]], cat: GPUCatalog) -> list[Any]:
-    """One NVLink domain per value of a clique/accelerator-domain label that two or more
-    nodes share (GFD's ``nvidia.com/gpu.clique`` is ``<clusterUUID>.<cliqueId>``: the
-    nodes of one NVL72 rack's NVLink partition)."""
-    from hyperplace.models.nvlink import NVLinkDomain
-
-    members: dict[str, list[str]] = {}
-    for p in plans.values():
-        value = next((p["labels"][k] for k in NVLINK_DOMAIN_LABELS if p["labels"].get(k)), None)
-        if value:
-            members.setdefault(value, []).append(p["name"])
-    out = []
-    for value, nodes in members.items():
-        if len(nodes) < 2:
-            continue
-        t = cat.get(plans[nodes[0]]["gpu_type"])
-        out.append(NVLinkDomain(name=_domain_name(value), nodes=nodes, gbps_per_gpu=t.nvlink_gbps,
-                                system=f"{t.family} NVLink domain ({value})"))
-    return out
-
-
-def _domain_name(value: str) -> str:
-    return "nvl-" + re.sub(r"[^A-Za-z0-9.-]", "-", value)[:240]
-
-
 @dataclass
 class PodUse:
     job: str
@@ -476,7 +450,6 @@ def import_kubernetes_nodes(
              for p in plans.values()]
     fabric, _ = _fabric(proto, facts, lv, gbps, uplink_gbps or max(gbps.values()),
                         nodes_per_leaf)
-    fabric = fabric.model_copy(update={"nvlink_domains": _nvlink_domains(plans, cat)})
     nodes: list[Node] = []
     for p in plans.values():
         assumed = p.pop("assumed")
