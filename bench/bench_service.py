@@ -10,7 +10,12 @@ Measures, per row, latency p50/p99/max, throughput and the answers' statuses:
   one arrives) and a placement naming the stored cluster, against the cold inline request;
 * kube-scheduler extender ``filter``/``prioritize`` and Volcano ``predicate`` p99 (64
   candidate nodes, answered from the latest plan), concurrency 8;
-* ``/v1/estimate`` p99 on a 16-cluster federation (if the endpoint exists).
+* the same extender verbs while both workers solve 16,384-GPU rounds (the loop never
+  solves: a solve running must not slow the extender down);
+* ``/healthz`` while 30 MB bodies are being read and parsed (parsing is in a thread);
+* ``/v1/estimate`` p99 on a 16-cluster federation (if the endpoint exists);
+* the promises, checked over every row: every answer within its budget plus the overhead
+  (or refused at once), a ``Retry-After`` on every 429 and 503, no 5xx.
 
 Usage: ``python bench/bench_service.py [--quick] [--out bench/results/service.md]``
 """
@@ -65,6 +70,7 @@ async def drive(url: str, requests: list[tuple[str, str, dict]], concurrency: in
                 except ValueError:
                     data = {}
                 return {"code": r.status_code, "wall": wall,
+                        "retry_after": r.headers.get("Retry-After"),
                         "status": data.get("status") if isinstance(data, dict) else None,
                         "runtime": data.get("runtimeS") if isinstance(data, dict) else None}
         return await asyncio.gather(*(one(*req) for req in requests))
@@ -109,12 +115,14 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/service.md")
     args = ap.parse_args()
     budget = args.budget
+    every: list[tuple[str, dict, float | None]] = []  # (row, result, budget): the promises
     workers = os.cpu_count() or 2
     lines = [
         "# Service bench",
         "",
         f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- machine: {machine()}; shared with other work while it ran, so timings are noisy",
+        f"- machine: {machine()}; shared with other work while it ran, so timings are noisy; "
+        f"load average at start {os.getloadavg()[0]:.1f} (1 min)",
         f"- command: `python bench/bench_service.py{' --quick' if args.quick else ''} "
         f"--budget {budget:g}`",
         f"- server: `hyperplace serve` on loopback, {workers} worker processes, max budget "
@@ -146,6 +154,7 @@ def main() -> None:
                 reqs = [("POST", "/v1/placement", {"instance": doc, "budgetS": budget})] * n
                 results, elapsed = run(url, reqs, c)
                 lines.append(row(f"{label}, concurrency {c}", results, elapsed, budget))
+                every += [(f"{label}, concurrency {c}", r, budget) for r in results]
                 print(lines[-1], flush=True)
 
         # warm vs cold: one stored cluster, PATCH + placement by name per round
@@ -203,7 +212,72 @@ def main() -> None:
                  {"task": {"Job": f"default/{job}", "Pod": pod}, "node": {"Name": names[0]}}))):
             results, elapsed = run(url, [("POST", path, body)] * n_ext, c)
             lines.append(row(f"{label}, concurrency {c}", results, elapsed, None, False))
+            every += [(label, r, None) for r in results]
             print(lines[-1], flush=True)
+
+        # the same verbs while both workers solve big rounds (the loop never solves)
+        big_label, big_doc = (sizes[-1] if not args.quick else (
+            "16,384 GPUs / 2,000 jobs", instance_document(generate(16384, 2000, seed=1))))
+        solve_budget = max(budget, 10)
+        lines += ["", f"## Scheduler extenders while {workers} workers solve "
+                  f"{big_label} rounds (budget {solve_budget:g} s), concurrency 8", "",
+                  head, sep]
+
+        async def under_solve() -> list[tuple[str, list[dict], float]]:
+            solves = asyncio.ensure_future(drive(url, [("POST", "/v1/placement", {
+                "instance": big_doc, "budgetS": solve_budget})] * workers, workers))
+            await asyncio.sleep(3.0 if not args.quick else 1.0)  # bodies read, solving
+            out = []
+            for label, path, body in (
+                    ("kube-scheduler filter", "/v1/extender/filter",
+                     {"Pod": pod, "NodeNames": names}),
+                    ("Volcano predicate", "/v1/volcano/predicate",
+                     {"task": {"Job": f"default/{job}", "Pod": pod}, "node": {"Name": names[0]}})):
+                t0 = time.perf_counter()
+                res = await drive(url, [("POST", path, body)] * (n_ext // 2), 8)
+                out.append((label, res, time.perf_counter() - t0))
+            busy = (await asyncio.to_thread(httpx.get, url + "/readyz")).json().get("busy")
+            solved = await solves
+            out.append((f"(the {workers} solves themselves; {busy} busy while measured)",
+                        solved, sum(r["wall"] for r in solved) / len(solved)))
+            return out
+
+        for label, res, elapsed in asyncio.run(under_solve()):
+            solving = label.startswith("(")
+            lines.append(row(label if solving else f"{label}, during the solves", res, elapsed,
+                             solve_budget if solving else None, solving))
+            every += [(label, r, solve_budget if solving else None) for r in res]
+            print(lines[-1], flush=True)
+
+        # /healthz while large bodies are read and parsed
+        huge = instance_document(generate(65536, 20000 if not args.quick else 2000, seed=2))
+        job0 = huge["spec"]["jobs"][0]
+        junk = {"bundled": "seed-beijing-shanghai", "jobs": [job0] * 75_000}  # > MAX_JOBS
+        huge_mb = len(json.dumps(huge)) / 1e6
+        junk_mb = len(json.dumps(junk)) / 1e6
+        lines += ["", f"## /healthz while large bodies are posted: PUT of a {huge_mb:.1f} MB "
+                  f"65,536-GPU cluster and POSTs of {junk_mb:.0f} MB (75,000 jobs: refused, 422)",
+                  "", head, sep]
+
+        async def health_under_bodies() -> tuple[list[dict], float, list[dict], list[dict]]:
+            puts = asyncio.ensure_future(drive(url, [("PUT", "/v1/clusters/huge", huge)] * 2, 1))
+            posts = asyncio.ensure_future(drive(url, [("POST", "/v1/placement", junk)] * 3, 1))
+            t0 = time.perf_counter()
+            res = []
+            while not (puts.done() and posts.done()):
+                res += await drive(url, [("GET", "/healthz", {})] * 5, 1)
+                await asyncio.sleep(0.02)
+            return res, time.perf_counter() - t0, await puts, await posts
+
+        health, elapsed, put_results, post_results = asyncio.run(health_under_bodies())
+        lines.append(row("GET /healthz, concurrency 1, during the bodies", health, elapsed,
+                         None, False))
+        lines.append(row(f"PUT {huge_mb:.1f} MB cluster", put_results,
+                         sum(r["wall"] for r in put_results), None, False))
+        lines.append(row(f"POST {junk_mb:.0f} MB, 75,000 jobs (422 expected)", post_results,
+                         sum(r["wall"] for r in post_results), None, False))
+        every += [("healthz", r, None) for r in health + put_results]
+        print(*lines[-3:], sep="\n", flush=True)
 
         # Karmada estimator at 16 clusters
         spec = httpx.get(url + "/openapi.json").json()
@@ -222,6 +296,20 @@ def main() -> None:
                 lines.append(row(f"estimate, 16 clusters, concurrency {c}", results, elapsed,
                                  None, False))
                 print(lines[-1], flush=True)
+    # the promises over every request above
+    late = [(lbl, r["wall"] - b) for lbl, r, b in every if b is not None and r["code"] == 200]
+    refused = [r for _, r, _ in every if r["code"] in (429, 503)]
+    no_retry = [r for r in refused if not r.get("retry_after")]
+    five = [(lbl, r["code"]) for lbl, r, _ in every if r["code"] >= 500 and r["code"] != 503]
+    worst = max(late, key=lambda x: x[1]) if late else ("-", float("nan"))
+    lines += ["", "## Promises, over every request above", "",
+              f"- answers (200) with a budget: {len(late)}; worst answer - budget: "
+              f"{worst[1]:+.2f} s ({worst[0]}); documented overhead {OVERHEAD_S} s: "
+              f"{'held' if worst[1] <= OVERHEAD_S else 'NOT held'}",
+              f"- refused (429/503): {len(refused)}, without Retry-After: {len(no_retry)}",
+              f"- 5xx other than 503: {len(five)}"]
+    lines.append(f"- load average at the end: {os.getloadavg()[0]:.1f} (1 min)")
+    print(*lines[-4:], sep="\n", flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(args.out).with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -42,7 +41,8 @@ def test_usage_history_persists_across_applied_rounds_and_a_restart(tmp_path) ->
 
     inst = base.with_jobs([queued(base, "a0", 4, "a"), queued(base, "a1", 4, "a"),
                            queued(base, "b0", 8, "b")])
-    with LocalServer(db=db, workers=1) as srv, httpx.Client(base_url=srv.url, timeout=60) as hp:
+    with LocalServer(db=db, workers=1, test_hooks=True) as srv, \
+            httpx.Client(base_url=srv.url, timeout=60) as hp:
         info = hp.put("/v1/clusters/fair", json=inst.to_doc()).json()
         assert info["usageHistory"]["gpuHours"] == {} and info["usageHistory"]["heldGpus"] == {}
         assert info["usageHistory"]["halfLifeS"] == 7 * 24 * 3600  # Slurm's default
@@ -53,7 +53,8 @@ def test_usage_history_persists_across_applied_rounds_and_a_restart(tmp_path) ->
         assert got["usageHistory"]["heldGpus"] == {"a": 8}
         assert {r["name"]: r["queue"] for r in got["instance"]["spec"]["runningJobs"]} == {
             "a0": "a", "a1": "a"}
-        time.sleep(1.5)  # a holds the node for 1.5 s
+        # a holds the node for 1.5 s: the service's round-state clock moves, no sleep
+        assert hp.post("/v1/debug/clock", params={"advance": 1.5}).status_code == 200
         r = hp.patch("/v1/clusters/fair", json={"completions": ["a0", "a1"],
                                                 "arrivals": jobs(("a2", 4), ("a3", 4))})
         assert r.status_code == 200, r.text

@@ -157,12 +157,22 @@ class ParsedBodyRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def route(request: Request) -> Response:
-            parsed = request.scope.get(PARSED_BODY)
-            if parsed is not None:
-                request._body, request._json = parsed  # starlette's own caches
+            if request.scope.get(PARSED_BODY) is not None:
+                request = ParsedRequest(request.scope, request.receive)
             return await handler(request)
 
         return route
+
+
+class ParsedRequest(Request):
+    """A request whose body the guard has read and parsed (FastAPI's custom-Request
+    pattern): ``body()`` and ``json()`` return them instead of reading again."""
+
+    async def body(self) -> bytes:
+        return self.scope[PARSED_BODY][0]
+
+    async def json(self) -> Any:
+        return self.scope[PARSED_BODY][1]
 
 
 class InlineContext(WorkerContext):
@@ -257,6 +267,8 @@ class Service:
         self.drain_task: asyncio.Task | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._node_sets: dict[str, tuple[tuple[int, float], frozenset[str]]] = {}
+        self.clock: Callable[[], float] = time.time
+        self.clock_offset_s = 0.0
 
     # ---- drain ------------------------------------------------------------------------------
     def begin_drain(self) -> None:
@@ -307,12 +319,18 @@ class Service:
             # the version and the time it was stored: a cluster deleted and stored again
             # restarts at version 1, and a worker must not mistake it for its cached one
             payload["cluster_version"] = [rec.version, rec.updated]
-            usage = self.usage_at(body.cluster, time.time())
+            usage = self.usage_at(body.cluster, self.now())
             if usage is not None:  # the round sees the history brought to its time
                 payload["queue_usage"] = usage.snapshot()
         return payload
 
     # ---- usage history per stored cluster -------------------------------------------------
+    def now(self) -> float:
+        """The wall clock of the stored clusters' round state (usage history, stored-at
+        times): ``clock()`` plus what ``/v1/debug/clock`` advanced it by (test hooks only), so
+        tests move time instead of sleeping."""
+        return self.clock() + self.clock_offset_s
+
     def usage_at(self, name: str, now: float) -> QueueUsage | None:
         """The cluster's usage history brought to ``now`` (the GPUs each queue held since the
         last update accrue, everything decays; the library's
@@ -338,7 +356,7 @@ class Service:
 
     def usage_view(self, name: str) -> dict[str, Any] | None:
         """The ``usageHistory`` of a cluster summary."""
-        usage = self.usage_at(name, time.time())
+        usage = self.usage_at(name, self.now())
         if usage is None:
             return None
         rec = self.store.usage.get(name) or UsageRecord(None)
@@ -456,7 +474,7 @@ class Service:
         except (RequestProblem, ValueError) as exc:
             return {"X-Hyperplace-Applied": f"no: {str(exc).splitlines()[0]}"}
         used = sum(len(g) for _, g in info["allocations"])
-        now = time.time()
+        now = self.now()
         held = dict(self.store.usage[name].held) if name in self.store.usage else {}
         for _, queue, _, gpus in running:
             held[queue] = held.get(queue, 0) + gpus
@@ -887,7 +905,7 @@ def _cluster_info(rec: ClusterRecord, usage: dict[str, Any] | None = None) -> di
 def _add_clusters(app: FastAPI, service: Service) -> None:
     async def store_doc(name: str, doc: Any, version: int, prefix: str = "",
                         arrivals_from: int | None = None) -> Response:
-        updated = time.time()
+        updated = service.now()
         payload = {"instance": doc, "name": name, "version": [version, updated],
                    "prefix": prefix, "arrivals_from": arrivals_from}
         status, data, info = await service.execute(
@@ -1053,6 +1071,14 @@ def _add_debug(app: FastAPI, service: Service) -> None:
             grace_s=None if budget is None else OVERHEAD_S)
         return Response(data, status_code=status, media_type="application/json",
                         headers=info.get("headers") or {})
+
+    @app.post("/v1/debug/clock", include_in_schema=False)
+    async def advance_clock(advance: float) -> dict[str, float]:
+        """Move the round state's clock forward by ``advance`` seconds (never back)."""
+        if not (math.isfinite(advance) and 0 <= advance <= 10 * 365 * 86400):
+            raise RequestProblem(422, [{"path": "advance", "message": "0 or more seconds"}])
+        service.clock_offset_s += advance
+        return {"now": service.now(), "offsetS": service.clock_offset_s}
 
     @app.get("/v1/debug/workers", include_in_schema=False)
     async def workers() -> dict[str, Any]:
