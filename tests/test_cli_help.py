@@ -104,5 +104,15 @@ def test_shared_options_are_documented_once() -> None:
 
 
 def test_completion_is_offered() -> None:
-    result = runner.invoke(app, ["--show-completion", "bash"])
-    assert result.exit_code == 0 and "_HYPERPLACE_COMPLETE" in result.output
+    """typer's completion: the options are in -h, and the completion protocol answers (as a
+    shell's completion script asks it: no shell detection involved)."""
+    text = runner.invoke(app, ["-h"]).output
+    assert "--install-completion" in text and "--show-completion" in text
+    result = runner.invoke(app, [], prog_name="hyperplace", env={
+        "_HYPERPLACE_COMPLETE": "complete_bash", "COMP_WORDS": "hyperplace sol",
+        "COMP_CWORD": "1"})
+    assert result.exit_code == 0 and "solve" in result.output.split(), result.output
+    result = runner.invoke(app, [], prog_name="hyperplace", env={
+        "_HYPERPLACE_COMPLETE": "complete_bash", "COMP_WORDS": "hyperplace solve --run",
+        "COMP_CWORD": "2"})
+    assert "--running-moveable" in result.output.split(), result.output
