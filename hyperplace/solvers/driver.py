@@ -17,6 +17,7 @@ import math
 import time
 from bisect import bisect_left
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 from hyperplace.formulations.explain import explain
 from hyperplace.formulations.linear import RawSolution
@@ -37,18 +38,12 @@ from hyperplace.models.sharing import running_gpus
 from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
 from hyperplace.solvers.backends.backend import Backend, BackendOptions
 from hyperplace.solvers.heuristics.greedy import fit_probe, repair_priority, solve_greedy, spare_probe
+from hyperplace.solvers.budget import Budget
 from hyperplace.solvers.params import SolveParams
 from hyperplace.solvers.heuristics.warm import WarmStart
 
 SOLVERS = ("auto", "cpsat", "milp", "greedy")
 EXACT_BACKENDS = ("cpsat", "milp")
-#: Budgets from this size up stop greedy at the deadline (a valid plan of the jobs placed so
-#: far; one that starts late gets greedy.LATE_PASS_S + 5 % of the budget); smaller ones get
-#: one whole greedy pass however long it takes (the budget's floor).
-MIN_CUT_BUDGET_S = 0.2
-#: With ``--running-moveable``, at least this many running jobs may move whatever the budget
-#: (``BudgetParams.movers_per_second`` x budget above it).
-MIN_MOVERS = 256
 
 
 def make_backend(name: str, params: SolveParams | None = None) -> Backend:
@@ -160,202 +155,246 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
     params = params or SolveParams()
-    start = time.perf_counter()
-    deadline = start + budget_s if deadline is None else min(deadline, start + budget_s)
-
-    def left() -> float:
-        return deadline - time.perf_counter()
-
+    budget = Budget(budget_s, params.budget, deadline)
     if migration is not None and migration.max_movers is None:
-        # every mover is a job and node classes more: as many as what is left of the budget
-        # affords (the CLI's deadline has reading the files taken off already)
-        migration = dataclasses.replace(migration, max_movers=max(
-            MIN_MOVERS, int(params.budget.movers_per_second * max(0.0, left()))))
+        # the CLI's deadline has reading the files taken off already
+        migration = dataclasses.replace(migration, max_movers=budget.max_movers())
     if warm is not None and (preemption != "never" or migration is not None):
         warm = None  # such a round is built whole (victims' or movers' GPUs marked on its views)
     problem = (warm.build(instance, policy, params.model, hot_spares) if warm is not None
                else PlacementProblem(instance, policy, params.model, preemption=preemption,
                                      migration=migration, hot_spares=hot_spares))
-    greedy_start = time.perf_counter()
-    # greedy stops in time for what follows it: explanations and the plan (measured 26 us a
-    # job at 16,000 jobs, once per job shape; 40 us kept);
-    # below MIN_CUT_BUDGET_S the budget's floor is one whole greedy pass, as documented
-    # (pending jobs only: movers' copies are neither explained nor, unless moved, written)
-    after_greedy = params.budget.reserve_s + params.budget.reserve_fraction * budget_s + \
-        4e-5 * len(problem.pending)
-    greedy = solve_greedy(problem, params.greedy,
-                          deadline=deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S
-                          else None, late_pass_s=0.05 * budget_s)
-    if warm is not None:  # the previous round's placements that still hold, when better
-        greedy = warm.start(problem, greedy, params.greedy,
-                            deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S else None)
-    # one greedy pass: what the reserve below is counted in (the migration and preemption
-    # heuristics after it are longer, and nothing after them repeats them)
-    greedy_pass_s = time.perf_counter() - greedy_start
-    if problem.victims and problem.preempting:
-        from hyperplace.solvers.heuristics.greedy_preempt import greedy_preempt
+    r = _Round(problem, budget, params)
+    _heuristics(r, warm)
+    if solver != "greedy":
+        _exact(r, solver if solver != "auto" else auto_backend(problem, params),
+               BackendOptions(seed=seed, workers=workers))
+    _restrictions(r)
+    _bounds(r)
+    _gaps(r)
+    reasons = _explanations(r)
+    stats = SolveStats(status=r.status, solver=r.name, objective=r.objective, bound=r.bound,
+                       gap=relative_gap(r.objective, r.bound), objective_gaps=r.gaps,
+                       runtime_s=budget.elapsed(), budget_s=budget_s,
+                       message=r.message.strip())
+    if warm is not None:
+        warm.remember(problem, r.chosen)
+    plan = to_plan(problem, r.chosen, stats, reasons, r.terms)
+    return plan.model_copy(update={"hot_spares": hot_spares}) if hot_spares else plan
 
-        greedy = greedy_preempt(problem, greedy, params.greedy,
-                                deadline=deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S
-                                else None)
-    if problem.victims and problem.migrating:
-        from hyperplace.solvers.heuristics.greedy_migrate import greedy_migrate
 
-        greedy = greedy_migrate(problem, greedy, params.greedy,
-                                deadline=deadline - after_greedy if budget_s >= MIN_CUT_BUDGET_S
-                                else None)
-    greedy_s = time.perf_counter() - greedy_start
-    message = ""
+@dataclass
+class _Round:
+    """What the phases of one solve share: the problem, the budget, the plan chosen so far
+    and what the plan will say of it."""
+
+    problem: PlacementProblem
+    budget: Budget
+    params: SolveParams
+    greedy: Assignment = field(default_factory=Assignment)
+    chosen: Assignment = field(default_factory=Assignment)
+    greedy_start: float = 0.0
+    greedy_pass_s: float = 0.0
+    greedy_s: float = 0.0
+    name: str = "greedy"
+    status: SolveStatus = SolveStatus.FEASIBLE
+    message: str = ""
     pm: PlacementModel | None = None
-    chosen: Assignment = greedy
-    name = "greedy"
-    status = SolveStatus.FEASIBLE
     bound: float | None = None
     raw_used: RawSolution | None = None  # the exact solution the plan is, when it is one
-
-    if solver != "greedy":
-        backend_name = solver if solver != "auto" else auto_backend(problem, params)
-        budget = params.budget
-        # mapping back, the priority repair and the explanations each cost about a greedy pass
-        reserve = budget.reserve_s + budget.reserve_fraction * budget_s + \
-            budget.greedy_reserve_factor * greedy_pass_s
-        est = estimate_vars(problem)
-        if est > budget.vars_per_second(backend_name) * max(0.0, left() - reserve):
-            status = SolveStatus.FALLBACK
-            message = _not_run(backend_name, est, budget.vars_per_second(backend_name),
-                               budget_s, max(0.0, left() - reserve), reserve,
-                               reading=budget_s - (deadline - start),
-                               building=greedy_start - start, greedy=greedy_s)
-        else:
-            backend = make_backend(backend_name, params)  # imported only when it will run
-            pm = build_model(problem)
-            hint: list[int] | None = encode(pm, greedy)
-            bad = pm.lm.violated(hint) if hint is not None else []
-            if bad:
-                message = f"greedy hint rejected ({bad[0]}); "
-                hint = None
-            elif hint is not None:
-                # the optimum's top tier is at least greedy's (later tiers are conditional)
-                g1 = pm.lm.evaluate(pm.lm.objectives[0].terms, hint)
-                pm.lm.add(pm.lm.objectives[0].terms, lo=g1, name="at-least-greedy")
-            limit = left() - reserve
-            if limit <= 0.02:
-                status = SolveStatus.FALLBACK
-                message += f"{backend.name}: no time left after building the model; greedy's plan"
-            else:
-                options = BackendOptions(hint=hint if backend.accepts_hint else None,
-                                         seed=seed, workers=workers)
-                raw = backend.solve(pm.lm, limit, options)
-                if raw.values is None:
-                    status = SolveStatus.FALLBACK
-                    message += (f"{backend.name}: {raw.status} within the budget; "
-                                f"greedy's plan. {raw.message}")
-                else:
-                    exact = decode(pm, raw.values)
-                    name = backend.name
-                    chosen = exact
-                    status = raw.status
-                    if exact.notes:
-                        status = SolveStatus.FEASIBLE
-                        message += "some jobs were dropped when mapping counts to GPUs; "
-                    bound = _weighted_bound(problem, raw)
-                    message += f"{backend.name}: phases {raw.status}"
-                    raw_used = None if exact.notes else raw
-                    if status != SolveStatus.OPTIMAL:
-                        # an incumbent cut short may still leave a job out for lower ones
-                        chosen = repair_priority(problem, exact, params.greedy, deadline)
-                        if chosen is not exact and chosen.units != exact.units:
-                            raw_used = None
-                    if _score(problem, chosen, pm) < _score(problem, greedy, pm):
-                        # possible only when greedy's hint was rejected or a job was dropped
-                        chosen, status, raw_used = greedy, SolveStatus.FALLBACK, None
-                        message += "; greedy's plan admits more, returning it"
-        if status == SolveStatus.FALLBACK:
-            name = f"greedy (fallback from {backend_name})"
-    restricted = problem.restrictions()
-    if restricted:
-        # the model sees fewer placements than the rules allow: its optimum and its bounds
-        # (the backend's, the relaxation's) hold only within it; the demand bound does not
-        if status == SolveStatus.OPTIMAL:
-            status = SolveStatus.FEASIBLE
-            message += "; optimal within the model's restriction only"
-        message += ("; " if message.strip() else "") + \
-            "restricted model: " + "; ".join(restricted)
-        bound, raw_used = None, None
+    restricted: list[str] = field(default_factory=list)
     lp_bound: float | None = None
-    if status != SolveStatus.OPTIMAL and not problem.preempting and not restricted and \
-            min(demand_bound(problem), bound if bound is not None else math.inf) > \
-            _weighted(problem, chosen) + 0.5:
+    terms: dict[str, float] = field(default_factory=dict)
+    objective: float = 0.0
+    gaps: dict[str, float | None] = field(default_factory=dict)
+
+    def note(self, text: str) -> None:
+        """Append a sentence to the message, after "; " when there is one."""
+        self.message += ("; " if self.message.strip() else "") + text
+
+
+def _heuristics(r: _Round, warm: WarmStart | None) -> None:
+    """Phase 1: greedy (then the previous round's placements when better, then greedy's
+    preemption or migration heuristic), stopping in time for what follows."""
+    p, budget, gp = r.problem, r.budget, r.params.greedy
+    greedy_start = time.perf_counter()
+    stop = budget.greedy_deadline(len(p.pending))
+    greedy = solve_greedy(p, gp, deadline=stop, late_pass_s=budget.late_pass_s)
+    if warm is not None:  # the previous round's placements that still hold, when better
+        greedy = warm.start(p, greedy, gp, stop)
+    # one greedy pass: what the reserve is counted in (the migration and preemption
+    # heuristics after it are longer, and nothing after them repeats them)
+    r.greedy_pass_s = time.perf_counter() - greedy_start
+    if p.victims and p.preempting:
+        from hyperplace.solvers.heuristics.greedy_preempt import greedy_preempt
+
+        greedy = greedy_preempt(p, greedy, gp, deadline=stop)
+    if p.victims and p.migrating:
+        from hyperplace.solvers.heuristics.greedy_migrate import greedy_migrate
+
+        greedy = greedy_migrate(p, greedy, gp, deadline=stop)
+    r.greedy = r.chosen = greedy
+    r.greedy_start, r.greedy_s = greedy_start, time.perf_counter() - greedy_start
+
+
+def _exact(r: _Round, backend_name: str, options: BackendOptions) -> None:
+    """Phase 2: the exact backend, hinted with greedy's plan, when the model fits in what is
+    left after the reserve; greedy's plan is the fallback."""
+    p, budget, bp = r.problem, r.budget, r.params.budget
+    reserve = budget.reserve(r.greedy_pass_s)
+    est = estimate_vars(p)
+    if not budget.exact_fits(est, bp.vars_per_second(backend_name), reserve):
+        r.status = SolveStatus.FALLBACK
+        r.message = _not_run(backend_name, est, bp.vars_per_second(backend_name),
+                             budget.budget_s, budget.exact_left(reserve), reserve,
+                             reading=budget.reading_s, building=r.greedy_start - budget.start,
+                             greedy=r.greedy_s)
+    else:
+        backend = make_backend(backend_name, r.params)  # imported only when it will run
+        r.pm = pm = build_model(p)
+        hint = _hint(r, pm)
+        limit = budget.solve_limit(reserve)
+        if limit is None:
+            r.status = SolveStatus.FALLBACK
+            r.message += f"{backend.name}: no time left after building the model; greedy's plan"
+        else:
+            options = dataclasses.replace(options, hint=hint if backend.accepts_hint else None)
+            _take_exact(r, backend, backend.solve(pm.lm, limit, options))
+    if r.status == SolveStatus.FALLBACK:
+        r.name = f"greedy (fallback from {backend_name})"
+
+
+def _hint(r: _Round, pm: PlacementModel) -> list[int] | None:
+    """Greedy's plan as the backend's hint, and its objective 1 as a cut (the optimum's top
+    tier is at least greedy's; later tiers are conditional); None when the model rejects it."""
+    hint: list[int] | None = encode(pm, r.greedy)
+    bad = pm.lm.violated(hint) if hint is not None else []
+    if bad:
+        r.message = f"greedy hint rejected ({bad[0]}); "
+        return None
+    if hint is not None:
+        g1 = pm.lm.evaluate(pm.lm.objectives[0].terms, hint)
+        pm.lm.add(pm.lm.objectives[0].terms, lo=g1, name="at-least-greedy")
+    return hint
+
+
+def _take_exact(r: _Round, backend: Backend, raw: RawSolution) -> None:
+    """The backend's solution mapped back to GPUs, repaired for priority when not proven,
+    kept when it scores at least as well as greedy's plan."""
+    p, pm = r.problem, r.pm
+    assert pm is not None
+    if raw.values is None:
+        r.status = SolveStatus.FALLBACK
+        r.message += f"{backend.name}: {raw.status} within the budget; greedy's plan. {raw.message}"
+        return
+    exact = decode(pm, raw.values)
+    r.name, r.chosen, r.status = backend.name, exact, raw.status
+    if exact.notes:
+        r.status = SolveStatus.FEASIBLE
+        r.message += "some jobs were dropped when mapping counts to GPUs; "
+    r.bound = _weighted_bound(p, raw)
+    r.message += f"{backend.name}: phases {raw.status}"
+    r.raw_used = None if exact.notes else raw
+    if r.status != SolveStatus.OPTIMAL:
+        # an incumbent cut short may still leave a job out for lower ones
+        r.chosen = repair_priority(p, exact, r.params.greedy, r.budget.deadline)
+        if r.chosen is not exact and r.chosen.units != exact.units:
+            r.raw_used = None
+    if _score(p, r.chosen, pm) < _score(p, r.greedy, pm):
+        # possible only when greedy's hint was rejected or a job was dropped
+        r.chosen, r.status, r.raw_used = r.greedy, SolveStatus.FALLBACK, None
+        r.message += "; greedy's plan admits more, returning it"
+
+
+def _restrictions(r: _Round) -> None:
+    """The model sees fewer placements than the rules allow: its optimum and its bounds (the
+    backend's, the relaxation's) hold only within it; the demand bound does not."""
+    r.restricted = r.problem.restrictions()
+    if not r.restricted:
+        return
+    if r.status == SolveStatus.OPTIMAL:
+        r.status = SolveStatus.FEASIBLE
+        r.message += "; optimal within the model's restriction only"
+    r.note("restricted model: " + "; ".join(r.restricted))
+    r.bound, r.raw_used = None, None
+
+
+def _bounds(r: _Round) -> None:
+    """Phase 3: the plan's objective terms and the best valid bound on objective 1 (the
+    solver's, the LP relaxation's when it fits in what is left, or the demand bound)."""
+    p = r.problem
+    if r.status != SolveStatus.OPTIMAL and not p.preempting and not r.restricted and \
+            min(demand_bound(p), r.bound if r.bound is not None else math.inf) > \
+            _weighted(p, r.chosen) + 0.5:
         # the demand bound ignores where the free GPUs are: the model's LP relaxation is a
-        # valid bound that does not (solvers.backends.relax), when it fits in what is left (objective 1
-        # of a preempting round also counts the running jobs kept: not written there yet)
-        # (the explanations after it stop at the deadline; the plan itself needs ~0.1 ms a job)
+        # valid bound that does not (solvers.backends.relax), when it fits in what is left
+        # (objective 1 of a preempting round also counts the running jobs kept: not written
+        # there yet)
         from hyperplace.solvers.backends.relax import tighten_bound  # numpy: only when it runs
 
-        pm, lp_bound = tighten_bound(pm, lambda: build_model(problem), estimate_vars(problem),
-                                     deadline - params.budget.reserve_s - 1e-4 * len(problem.jobs))
-    terms = _terms(problem, pm, chosen)
-    objective = terms.get("admitted_priority_demand", 0.0)
-    if status == SolveStatus.OPTIMAL:
-        bound = objective
-    else:
-        # the best valid bound: the solver's, the LP relaxation's, or the demand bound when
-        # it is tighter (it equals the objective when every job that can run is admitted)
-        bound = min(demand_bound(problem), bound if bound is not None else math.inf,
-                    lp_bound if lp_bound is not None else math.inf)
-        if bound < objective - 1e-9:
-            # the plan lies outside the model (greedy's, where a model row is stricter than
-            # the rules, e.g. reclaim within nominal): the model's bounds do not bound it
-            bound = demand_bound(problem)
-            message += ("; " if message.strip() else "") + (
-                "the plan is outside the model's stricter rows, so objective 1 is bounded "
-                "by the demand bound")
-        if bound <= objective + 1e-9 and status == SolveStatus.FALLBACK and \
-                not problem.repairing:
-            if lp_bound is not None and lp_bound <= objective + 1e-9:
-                message += ("; objective 1 equals the LP relaxation's bound, so it is "
-                            "optimal (lower objectives not proven)")
-            else:
-                message += ("; every job that can run is admitted, so objective 1 is optimal "
-                            "(lower objectives not proven)")
-    gaps = _objective_gaps(problem, pm, raw_used, terms, objective, bound, status)
+        r.pm, r.lp_bound = tighten_bound(r.pm, lambda: build_model(p), estimate_vars(p),
+                                         r.budget.bounds_deadline(len(p.jobs)))
+    r.terms = _terms(p, r.pm, r.chosen)
+    r.objective = objective = r.terms.get("admitted_priority_demand", 0.0)
+    if r.status == SolveStatus.OPTIMAL:
+        r.bound = objective
+        return
+    # the best valid bound: the solver's, the LP relaxation's, or the demand bound when it
+    # is tighter (it equals the objective when every job that can run is admitted)
+    r.bound = min(demand_bound(p), r.bound if r.bound is not None else math.inf,
+                  r.lp_bound if r.lp_bound is not None else math.inf)
+    if r.bound < objective - 1e-9:
+        # the plan lies outside the model (greedy's, where a model row is stricter than the
+        # rules, e.g. reclaim within nominal): the model's bounds do not bound it
+        r.bound = demand_bound(p)
+        r.note("the plan is outside the model's stricter rows, so objective 1 is bounded "
+               "by the demand bound")
+    if r.bound <= objective + 1e-9 and r.status == SolveStatus.FALLBACK and not p.repairing:
+        if r.lp_bound is not None and r.lp_bound <= objective + 1e-9:
+            r.message += ("; objective 1 equals the LP relaxation's bound, so it is "
+                          "optimal (lower objectives not proven)")
+        else:
+            r.message += ("; every job that can run is admitted, so objective 1 is optimal "
+                          "(lower objectives not proven)")
+
+
+def _gaps(r: _Round) -> None:
+    """Phase 3, continued: the gap of every objective; objective 1 proven and objective 2
+    not, the relaxation's bound on admitted jobs among plans at this objective 1 when
+    tighter than the backend's (solvers.backends.relax)."""
+    p, bound = r.problem, r.bound
+    assert bound is not None  # _bounds always sets one
+    r.gaps = gaps = _objective_gaps(p, r.pm, r.raw_used, r.terms, r.objective, bound, r.status)
     jobs_gap = gaps.get("admitted_jobs", 0.0)
-    if pm is not None and status != SolveStatus.OPTIMAL and not problem.preempting and \
-            not restricted and bound <= objective + 1e-9 and (jobs_gap is None or jobs_gap > 0):
-        # objective 1 proven, objective 2 not: the relaxation's bound on admitted jobs among
-        # plans at this objective 1, when tighter than the backend's (solvers.backends.relax)
+    if r.pm is not None and r.status != SolveStatus.OPTIMAL and not p.preempting and \
+            not r.restricted and bound <= r.objective + 1e-9 and \
+            (jobs_gap is None or jobs_gap > 0):
         from hyperplace.solvers.backends.relax import admitted_jobs_bound
 
-        jobs_bound = admitted_jobs_bound(
-            pm, objective, deadline - params.budget.reserve_s - 1e-4 * len(problem.jobs))
+        jobs_bound = admitted_jobs_bound(r.pm, r.objective, r.budget.bounds_deadline(len(p.jobs)))
         if jobs_bound is not None:
-            lp_gap = relative_gap(terms["admitted_jobs"], jobs_bound)
+            lp_gap = relative_gap(r.terms["admitted_jobs"], jobs_bound)
             if lp_gap is not None and (jobs_gap is None or lp_gap < jobs_gap):
                 gaps["admitted_jobs"] = lp_gap
+
+
+def _explanations(r: _Round) -> dict[int, list[str]]:
+    """Phase 4: why each pending job is pending, stopping in time for the plan."""
+    p, chosen, gp = r.problem, r.chosen, r.params.greedy
     if chosen.untried:
-        message += ("; " if message.strip() else "") + (
-            f"greedy ran out of time: {len(chosen.untried)} pending jobs were not tried "
-            "(their reasons say so)")
-    # the explanations stop in time for the plan to be built (~10 us per job and free GPU)
-    reasons = explain(problem, chosen,
-                      deadline=deadline - 1e-5 * (len(problem.jobs) + problem.free_gpus),
-                      fits_alone=fit_probe(problem, params.greedy),
-                      held_by_spares=spare_probe(problem, chosen, params.greedy)
-                      if problem.spare_allowance else None)
-    if problem.victims and problem.preempting:
-        _preemption_reasons(problem, chosen, reasons, status == SolveStatus.OPTIMAL)
-    if problem.preempting and problem.instance.queue_set is not None:
-        _other_queue_reasons(problem, chosen, reasons)
-    if problem.victims and problem.migrating:
-        _migration_reasons(problem, chosen, reasons, status == SolveStatus.OPTIMAL)
-    stats = SolveStats(status=status, solver=name, objective=objective, bound=bound,
-                       gap=relative_gap(objective, bound), objective_gaps=gaps,
-                       runtime_s=time.perf_counter() - start, budget_s=budget_s,
-                       message=message.strip())
-    if warm is not None:
-        warm.remember(problem, chosen)
-    plan = to_plan(problem, chosen, stats, reasons, terms)
-    return plan.model_copy(update={"hot_spares": hot_spares}) if hot_spares else plan
+        r.note(f"greedy ran out of time: {len(chosen.untried)} pending jobs were not tried "
+               "(their reasons say so)")
+    reasons = explain(p, chosen, deadline=r.budget.explain_deadline(len(p.jobs), p.free_gpus),
+                      fits_alone=fit_probe(p, gp),
+                      held_by_spares=spare_probe(p, chosen, gp) if p.spare_allowance else None)
+    proven = r.status == SolveStatus.OPTIMAL
+    if p.victims and p.preempting:
+        _preemption_reasons(p, chosen, reasons, proven)
+    if p.preempting and p.instance.queue_set is not None:
+        _other_queue_reasons(p, chosen, reasons)
+    if p.victims and p.migrating:
+        _migration_reasons(p, chosen, reasons, proven)
+    return reasons
 
 
 def _not_run(backend: str, est: int, per_second: int, budget_s: float, available: float,

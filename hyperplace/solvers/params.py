@@ -54,13 +54,36 @@ class BudgetParams:
         2,000 jobs proven optimal in 3.07 s; CP-SAT stopped at feasible). Default 3,000.
     movers_per_second : int
         With ``--running-moveable``, at most this many running jobs per second of budget
-        left when the solve starts (reading the files taken off) are movers (at least :data:`~hyperplace.solvers.driver.MIN_MOVERS`), those losing
+        left when the solve starts (reading the files taken off) are movers (at least ``min_movers``), those losing
         least work; the round is then a restriction and never ``optimal``. Each mover adds
         a job to the round (its copy) and a node class per node it holds: building that
         cost ~60 us per mover, and greedy's migration tries grow with it (bench_scale
         --moveable, 16,384 GPUs, 11,445 movers, 2026-11-30; default 3,000: a second left
         spends about 0.18 s on them; 2,000 kept 6,921 of 11,445 movers at a 5 s budget and
         placed 27 of 64 waiting 2 x 8 jobs where all of them placed 59).
+    min_movers : int
+        At least this many running jobs may move whatever the budget (default 256, set by
+        hand: a small round is left whole).
+    min_cut_budget_s : float
+        Budgets from this size up stop greedy at its deadline (a valid plan of the jobs
+        placed so far); smaller ones get one whole greedy pass however long it takes, the
+        budget's floor (default 0.2 s, set by hand).
+    late_pass_fraction : float
+        A greedy pass that starts late gets ``greedy.LATE_PASS_S`` + this share of the
+        budget (default 0.05).
+    greedy_tail_s_per_job : float
+        Seconds per pending job greedy stops early by, for the explanations and the plan
+        after it (default 4e-5: measured 26 us a job at 16,000 jobs, once per job shape;
+        40 us kept).
+    min_exact_s : float
+        The exact backend is not started with less than this left after the model is
+        built (default 0.02 s, set by hand).
+    bound_tail_s_per_job : float
+        Seconds per job the LP bounds stop early by, on top of ``reserve_s`` (default
+        1e-4: the plan itself needs about 0.1 ms a job).
+    explain_tail_s_per_item : float
+        Seconds per job and free GPU the explanations stop early by, for building the plan
+        (default 1e-5: about 10 us each).
     """
 
     reserve_fraction: float = 0.08
@@ -70,15 +93,24 @@ class BudgetParams:
     milp_vars_per_second: int = 40_000
     auto_milp_above_vars: int = 3_000
     movers_per_second: int = 3_000
+    min_movers: int = 256
+    min_cut_budget_s: float = 0.2
+    late_pass_fraction: float = 0.05
+    greedy_tail_s_per_job: float = 4e-5
+    min_exact_s: float = 0.02
+    bound_tail_s_per_job: float = 1e-4
+    explain_tail_s_per_item: float = 1e-5
 
     def __post_init__(self) -> None:
         if not 0 <= self.reserve_fraction < 1:
             raise ValueError(f"reserve_fraction must be in [0, 1) (got {self.reserve_fraction!r})")
-        for name in ("reserve_s", "greedy_reserve_factor"):
+        for name in ("reserve_s", "greedy_reserve_factor", "min_cut_budget_s",
+                     "late_pass_fraction", "greedy_tail_s_per_job", "min_exact_s",
+                     "bound_tail_s_per_job", "explain_tail_s_per_item"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)!r})")
         for name in ("cpsat_vars_per_second", "milp_vars_per_second", "auto_milp_above_vars",
-                     "movers_per_second"):
+                     "movers_per_second", "min_movers"):
             _positive_int(name, getattr(self, name))
 
     def vars_per_second(self, backend: str) -> int:

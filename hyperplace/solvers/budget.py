@@ -1,0 +1,102 @@
+"""One solve's time budget: every deadline rule of the driver in one place, its constants in
+:class:`~hyperplace.solvers.params.BudgetParams` (each with why it has its value).
+
+The budget runs from the loaded instance to the plan, explanations included. Greedy runs
+first and stops early enough for what follows it; the exact backend gets what is left after
+the reserve (:meth:`Budget.reserve`: mapping back, the priority repair and the
+explanations); the LP bounds and the explanations stop in time for the plan to be built.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from hyperplace.solvers.params import BudgetParams
+
+
+class Budget:
+    """The deadlines of one solve of ``budget_s`` seconds started now.
+
+    ``deadline``: a ``time.perf_counter()`` value the plan must be ready by when that is
+    sooner than ``budget_s`` from now (the CLI passes process start + budget - the time it
+    keeps for writing, so that the budget covers reading the files too).
+    """
+
+    def __init__(self, budget_s: float, params: BudgetParams, deadline: float | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.budget_s = budget_s
+        self.params = params
+        self.clock = clock
+        self.start = clock()
+        self.deadline = self.start + budget_s if deadline is None else \
+            min(deadline, self.start + budget_s)
+
+    def left(self) -> float:
+        """Seconds to the deadline (negative once past it)."""
+        return self.deadline - self.clock()
+
+    @property
+    def reading_s(self) -> float:
+        """What the caller's deadline took off the budget (start-up, reading the files)."""
+        return self.budget_s - (self.deadline - self.start)
+
+    def max_movers(self) -> int:
+        """Movers a migrating round may have: as many as what is left of the budget affords
+        (every mover is a job and node classes more), at least ``min_movers``."""
+        p = self.params
+        return max(p.min_movers, int(p.movers_per_second * max(0.0, self.left())))
+
+    @property
+    def cuts_greedy(self) -> bool:
+        """Greedy stops at its deadline (below ``min_cut_budget_s`` it makes one whole pass:
+        the budget's floor)."""
+        return self.budget_s >= self.params.min_cut_budget_s
+
+    def greedy_deadline(self, pending: int) -> float | None:
+        """When greedy (and the heuristics after it) stop, for ``pending`` pending jobs: in
+        time for the explanations and the plan; None: one whole pass."""
+        if not self.cuts_greedy:
+            return None
+        p = self.params
+        after = p.reserve_s + p.reserve_fraction * self.budget_s + p.greedy_tail_s_per_job * pending
+        return self.deadline - after
+
+    @property
+    def late_pass_s(self) -> float:
+        """What a greedy pass that starts late gets on top of ``greedy.LATE_PASS_S``."""
+        return self.params.late_pass_fraction * self.budget_s
+
+    def reserve(self, greedy_pass_s: float) -> float:
+        """THE reserve: seconds kept back from the exact backend for mapping its solution to
+        GPUs, the priority repair and the explanations (each costs about a greedy pass, one
+        of which took ``greedy_pass_s``): ``reserve_s + reserve_fraction x budget +
+        greedy_reserve_factor x greedy_pass_s``."""
+        p = self.params
+        return p.reserve_s + p.reserve_fraction * self.budget_s + \
+            p.greedy_reserve_factor * greedy_pass_s
+
+    def exact_left(self, reserve: float) -> float:
+        """Seconds the exact backend may use now (never negative)."""
+        return max(0.0, self.left() - reserve)
+
+    def exact_fits(self, est_vars: int, vars_per_second: int, reserve: float) -> bool:
+        """A model of ``est_vars`` variables is worth starting with what is left."""
+        return est_vars <= vars_per_second * self.exact_left(reserve)
+
+    def solve_limit(self, reserve: float) -> float | None:
+        """The exact backend's time limit once its model is built; None when less than
+        ``min_exact_s`` is left."""
+        limit = self.left() - reserve
+        return None if limit <= self.params.min_exact_s else limit
+
+    def bounds_deadline(self, jobs: int) -> float:
+        """When the LP bounds stop: in time for the explanations and the plan."""
+        return self.deadline - self.params.reserve_s - self.params.bound_tail_s_per_job * jobs
+
+    def explain_deadline(self, jobs: int, free_gpus: int) -> float:
+        """When the explanations stop: in time for the plan to be built."""
+        return self.deadline - self.params.explain_tail_s_per_item * (jobs + free_gpus)
+
+    def elapsed(self) -> float:
+        return self.clock() - self.start
