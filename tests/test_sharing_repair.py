@@ -202,3 +202,17 @@ def test_repair_in_an_over_borrowed_cohort_is_valid(solver):
     result = repair(inst, failed, solver=solver)
     _checked(inst, failed, result)
     assert result.plan.status.value != "fallback" or solver == "greedy", result.plan.message
+
+
+def test_a_repair_plan_reports_the_gap_of_its_models_objectives(exact_solver):
+    """The objectives a plan reports gaps for come from the model (#20): a repair round's
+    model minimises the GPUs its repairs place (``repair_gpus_placed``), not migrations."""
+    inst = _setup(spare_in_leaf=True)
+    failed = [("n1", 3)]
+    result = repair(inst, failed, solver=exact_solver)
+    _checked(inst, failed, result)
+    plan = result.plan
+    assert plan.status.value == "optimal"
+    assert plan.objective_gaps["repair_gpus_placed"] == 0.0
+    assert "migrated_jobs" not in plan.objective_gaps
+    assert set(plan.objective_gaps) <= set(plan.objective_terms)

@@ -494,12 +494,8 @@ def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolu
     bound; the lower ones against their phase's bound when the plan is the exact backend's
     solution and every phase above was proven (a lower phase's bound is conditional on the
     ones above), else None (no valid bound). Proven optimal: all 0."""
-    names = ["admitted_priority_demand", "repaired_priority_demand",
-             "preempted_lost_gpu_seconds", "preempted_jobs",
-             "largest_free_domain_gpus", "migrated_lost_gpu_seconds", "migrated_jobs",
-             "admitted_jobs", "communication",
-             "fragmentation", "policy"]
-    gaps: dict[str, float | None] = {name: None for name in names if name in terms}
+    names = _objective_names(p, pm, terms)
+    gaps: dict[str, float | None] = {name: None for name in names}
     gaps["admitted_priority_demand"] = relative_gap(objective, bound)
     if terms.get("admitted_jobs") == sum(1 for jv in p.pending if not jv.impossible):
         gaps["admitted_jobs"] = 0.0  # every job that can run is admitted
@@ -518,6 +514,27 @@ def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolu
         proven_above = proven_above and phase_bound is not None and \
             abs(phase_bound - value) < 0.5
     return gaps
+
+
+#: What the plan reports as objective 1 (the model's is per priority tier, ``demand_tier<i>``)
+#: and, for a repair round, the demand it maximises first.
+PLAN_OBJECTIVES = ("admitted_priority_demand", "repaired_priority_demand")
+#: The objectives the driver evaluates when no model was built (greedy's plan).
+GREEDY_OBJECTIVES = ("largest_free_domain_gpus", "preempted_lost_gpu_seconds",
+                     "preempted_jobs", "migrated_lost_gpu_seconds", "migrated_jobs",
+                     "admitted_jobs")
+
+
+def _objective_names(p: PlacementProblem, pm: PlacementModel | None, terms: dict[str, float]
+                     ) -> list[str]:
+    """The objectives a plan reports a gap for, in the model's order: the plan's objective 1
+    (and a repair's), then the model's objectives after its demand tiers; without a model,
+    those the driver evaluated."""
+    if pm is None:
+        lower = [n for n in GREEDY_OBJECTIVES if n in terms]
+    else:
+        lower = [o.name for o in pm.lm.objectives[len(p.priority_tiers):]]
+    return [n for n in PLAN_OBJECTIVES if n in terms] + [n for n in lower if n in terms]
 
 
 def _weighted(p: PlacementProblem, a: Assignment) -> int:
