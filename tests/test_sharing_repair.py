@@ -216,3 +216,11 @@ def test_a_repair_plan_reports_the_gap_of_its_models_objectives(exact_solver):
     assert plan.objective_gaps["repair_gpus_placed"] == 0.0
     assert "migrated_jobs" not in plan.objective_gaps
     assert set(plan.objective_gaps) <= set(plan.objective_terms)
+
+
+def test_a_replace_everything_plan_is_named_a_repair():
+    """Was ``<instance>-defrag`` (#20): the plan of every strategy is ``<instance>-repair``."""
+    inst = _setup(spare_in_leaf=True)
+    for strategy in ("minimal", "replace-all", "replace-everything"):
+        plan = repair(inst, [("n1", 3)], strategy=strategy, solver="greedy").plan
+        assert plan.metadata.name == f"{inst.name}-repair", strategy

@@ -226,7 +226,7 @@ def repair(instance: Instance, failed: list[tuple[str, int | None]],
                     topology=b.host_topology([g for _, refs in placed for g in refs]))
     migrations = [migration(broken, n, {g for gs in new[n].values() for g in gs}, "repair")
                   for n in new]
-    plan = compose_plan(b, migrations, reasons, kind="defrag", solver=solver, start=start,
+    plan = compose_plan(b, migrations, reasons, kind="repair", solver=solver, start=start,
                         budget_s=budget_s, message=msg)
     return RepairResult(plan.model_copy(update={"hot_spares": hot_spares}), done)
 
