@@ -93,7 +93,7 @@ def test_defrag_for_a_job_that_cannot_fit_is_proven(exact_solver):
 def test_a_round_either_preempts_or_migrates():
     with pytest.raises(ValueError, match="preempts or migrates"):
         PlacementProblem(_two_leaves(), preemption="lower-priority", migration=MigrationPolicy())
-    with pytest.raises(ValueError, match="max-moves"):
+    with pytest.raises(ValueError, match="max_moves"):
         MigrationPolicy(max_moves=-1)
 
 

@@ -111,7 +111,7 @@ def test_defrag_refuses_bad_input():
     inst = _fragmented()
     with pytest.raises(ValueError, match="not a pending job"):
         defrag(inst, "nope")
-    with pytest.raises(ValueError, match="max-moves"):
+    with pytest.raises(ValueError, match="max_moves"):
         defrag_cluster(inst, max_moves=-1)
 
 

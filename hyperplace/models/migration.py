@@ -73,7 +73,7 @@ class MigrationPolicy:
 
     def __post_init__(self) -> None:
         if self.max_moves is not None and self.max_moves < 0:
-            raise ValueError(f"--max-moves: must be >= 0, got {self.max_moves}")
+            raise ValueError(f"max_moves: must be >= 0, got {self.max_moves}")
         if self.max_movers is not None and self.max_movers < 0:
             raise ValueError(f"max_movers: must be >= 0, got {self.max_movers}")
         if self.why not in REASONS:

@@ -71,7 +71,7 @@ def _prepared(instance: Instance, specs: list[TrainingJob] | None) -> Instance:
 
 def _check_moves(max_moves: int) -> None:
     if max_moves < 0:
-        raise ValueError(f"--max-moves: must be >= 0, got {max_moves}")
+        raise ValueError(f"max_moves: must be >= 0, got {max_moves}")
 
 
 def migration(instance: Instance, name: str, new: set[GPU], why: str,
@@ -380,7 +380,7 @@ def defrag(instance: Instance, for_job: str, specs: list[TrainingJob] | None = N
     instance = _prepared(instance, specs)
     big = next((j for j in instance.jobs if j.name == for_job), None)
     if big is None:
-        raise ValueError(f"--for: {for_job!r} is not a pending job of the instance")
+        raise ValueError(f"for_job: {for_job!r} is not a pending job of the instance")
     _check_moves(max_moves)
     ahead = [j for j in instance.jobs if j.priority > big.priority]
     plan = solve_with_migration(instance.with_jobs([*ahead, big]), solver=solver,

@@ -175,7 +175,7 @@ def repair(instance: Instance, failed: list[tuple[str, int | None]],
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown repair strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
     if hot_spares < 0:
-        raise ValueError(f"--hot-spares: must be >= 0, got {hot_spares}")
+        raise ValueError(f"hot_spares: must be >= 0, got {hot_spares}")
     start = time.perf_counter()
     inst = _prepared(instance, specs)
     dead = _failed_set(inst, failed)
