@@ -133,3 +133,14 @@ def test_forecast_of_the_plan_is_quoted_in_words() -> None:
     assert _forecast(plan, "b") == "no start within the schedule's reach"
     assert _forecast(plan, "c") == "starts when ft-x ends (about 2 h)"
     assert _forecast(plan, "d") is None
+
+
+def test_what_ifs_follow_the_reason_and_say_what_the_budget_left_untried(mixed) -> None:
+    from hyperplace.solvers.workflows.why import _relevance
+
+    hop = ["group tp needs 16 GPUs with maxHopCount 0 (one node), but the largest ..."]
+    assert _relevance("hop-limit", hop) == 0 and _relevance("priority", hop) > 0
+    assert _relevance("priority", ["outranked by a (priority 3, 8 GPUs)"]) == 0
+    answer = why_job(mixed, "tp16-single-node", budget_s=0.05)  # no time for any what-if
+    assert answer.state == "pending" and answer.changes == []
+    assert answer.untried and any("maxHopCount" in w for w in answer.untried)

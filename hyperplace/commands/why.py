@@ -39,6 +39,9 @@ def render_answer(answer, out) -> None:  # noqa: ANN001 - JobAnswer, Console
         r.print_line(out, "none of the changes tried admits it this round")
     if other:
         r.print_line(out, "tried, would not admit it: " + "; ".join(c.change for c in other))
+    if answer.untried:
+        r.print_line(out, "not tried, the budget ran out (a larger --budget tries them): "
+                          + "; ".join(answer.untried))
     r.print_line(out, "waiting: " + (answer.forecast or "no forecast (this plan does not "
                                      "say when running jobs end); a later round may admit it "
                                      "as GPUs free up"))

@@ -41,7 +41,7 @@ MIN_WHAT_IF_S = 0.3
 class Change(HPModel):
     """One change to the job (or the round) and whether a solve with it admits the job."""
 
-    kind: Literal["fewer-gpus", "hop-limit", "gpu-type", "preempt", "priority"]
+    kind: Literal["budget", "fewer-gpus", "hop-limit", "gpu-type", "preempt", "priority"]
     change: str = Field(description="the change, in words a person can act on")
     admits: bool = Field(description="a solve of the round with this change admits the job "
                                      "(its plan passes the independent checker)")
@@ -64,6 +64,8 @@ class JobAnswer(HPModel):
     nodes: list[str] = Field(default_factory=list, description="where it runs or would run")
     reasons: list[str] = Field(default_factory=list, description="the plan's reasons")
     changes: list[Change] = Field(default_factory=list)
+    untried: list[str] = Field(default_factory=list, description=(
+        "changes not tried because the budget ran out (a larger budget tries them)"))
     forecast: str | None = Field(default=None, description=(
         "when it would start by waiting, from the plan's forecast when it has one"))
     plan_status: str = ""
@@ -91,7 +93,7 @@ def why_job(instance: Instance, job: str, *, budget_s: float = 10.0, solver: str
                          f"{_list(names) or 'none'}"
                          + (f"; running: {_list(sorted(running))}" if running else ""),
                          path="JOB")
-    base_budget = budget_s * (0.4 if what_ifs else 1.0)
+    base_budget = budget_s * (0.5 if what_ifs else 1.0)
     plan = solve_placement(instance, solver=solver, budget_s=base_budget, policy=policy,
                            seed=seed)
     common = dict(job=job, instance=instance.name, priority=manifest.priority,
@@ -104,52 +106,81 @@ def why_job(instance: Instance, job: str, *, budget_s: float = 10.0, solver: str
                          runtime_s=time.perf_counter() - began, **common)
     reasons = next((p.reasons for p in plan.pending if p.job == job), [])
     changes: list[Change] = []
+    untried: list[str] = []
     if what_ifs:
-        tries = list(_what_ifs(instance, manifest, plan))
+        deadline = began + budget_s
+        tries = sorted(_what_ifs(instance, manifest, plan),
+                       key=lambda t: _relevance(t[0], reasons))
+        if any(_ran_out(r) for r in reasons):  # the round itself needs more time first
+            tries.insert(0, ("budget", f"give the round a larger --budget (it ran out before "
+                             f"deciding this job; tried here with "
+                             f"{max(MIN_WHAT_IF_S, (deadline - time.perf_counter()) / 2):.1f} s)",
+                             instance, "never", _gpus(manifest)))
         smaller = _fewer_gpus(manifest)
-        probes = len(tries) + (max(1, len(smaller)).bit_length() + 1 if smaller else 0)
-        left = budget_s - (time.perf_counter() - began)
-        each = max(MIN_WHAT_IF_S, left / max(1, probes))
+        searches = max(1, len(smaller)).bit_length() + 1 if smaller else 0
+        planned = len(tries) + searches
 
         def attempt(kind: str, words: str, inst: Instance, preemption: str, gpus: int
-                    ) -> Change:
-            other = solve_placement(inst, solver=solver, budget_s=each, policy=policy,
-                                    seed=seed, preemption=preemption)
+                    ) -> Change | None:
+            nonlocal planned
+            left = deadline - time.perf_counter()
+            if left < MIN_WHAT_IF_S:
+                untried.append(words)
+                return None
+            share = left / 2 if kind == "budget" else left / max(1, planned)
+            planned = max(1, planned - 1)
+            other = solve_placement(inst, solver=solver, budget_s=max(MIN_WHAT_IF_S, share),
+                                    policy=policy, seed=seed, preemption=preemption)
             admits = _admits(other, inst, job)
             return Change(kind=kind, change=words, admits=admits, gpus=gpus,
                           effects=_effects(plan, other, job) if admits else [])
 
-        if smaller:  # the largest smaller ask that is admitted: a binary search
-            def probe(i: int) -> Change:
+        def fewer() -> None:  # the largest smaller ask that is admitted: a binary search
+            def probe(i: int) -> Change | None:
                 words, changed = smaller[i]
                 return attempt("fewer-gpus", words, _replace(instance, changed), "never",
                                _gpus(changed))
 
             last = probe(len(smaller) - 1)
+            if last is None:
+                return
             if not last.admits:
                 changes.append(last.model_copy(update={"change": "even " + last.change}))
-            else:
-                lo, hi, best = 0, len(smaller) - 1, last
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    found = probe(mid)
-                    if found.admits:
-                        hi, best = mid, found
-                    else:
-                        lo = mid + 1
-                changes.append(best)
+                return
+            lo, hi, best = 0, len(smaller) - 1, last
+            while lo < hi:
+                mid = (lo + hi) // 2
+                found = probe(mid)
+                if found is None:
+                    break
+                if found.admits:
+                    hi, best = mid, found
+                else:
+                    lo = mid + 1
+            changes.append(best)
+
         done_kinds: set[str] = set()
-        for kind, words, inst, preemption, gpus in tries:
+        fewer_at = min((i for i, t in enumerate(tries)
+                        if _relevance("fewer-gpus", reasons) <= _relevance(t[0], reasons)),
+                       default=len(tries))
+        for i, (kind, words, inst, preemption, gpus) in enumerate(tries):
+            if i == fewer_at and smaller:
+                fewer()
             if kind in done_kinds:  # the smallest change of a kind that admits is enough
                 continue
             change = attempt(kind, words, inst, preemption, gpus)
+            if change is None:
+                continue
             changes.append(change)
             if change.admits:
                 done_kinds.add(kind)
+        if fewer_at >= len(tries) and smaller:
+            fewer()
         changes = _ranked(changes)
     forecast = _forecast(plan, job)
     return JobAnswer(state="pending", gpus=_gpus(manifest),
                      reasons=list(reasons), changes=changes, forecast=forecast,
+                     untried=untried,
                      summary=_summary(job, reasons, changes),
                      runtime_s=time.perf_counter() - began, **common)
 
@@ -223,6 +254,31 @@ def _what_ifs(instance: Instance, job: TrainingJob, plan: PlacementPlan):  # noq
         changed = _with_spec(job, priority=top + 1)
         yield ("priority", f"raise its priority to {top + 1} (now {job.priority}), above "
                "every other pending job", _replace(instance, changed), "never", gpus)
+
+
+#: Which what-ifs a reason points to first (its words -> kinds, most relevant first).
+_POINTS_TO = (("outranked", ("priority", "preempt")), ("maxHopCount", ("hop-limit",)),
+              ("hop", ("hop-limit",)), ("none of that type", ("gpu-type",)),
+              (" GB", ("gpu-type",)), ("are free", ("fewer-gpus", "preempt")),
+              ("largest", ("fewer-gpus", "hop-limit")), ("fragmented", ("hop-limit",
+                                                                        "fewer-gpus")))
+
+
+def _relevance(kind: str, reasons: list[str]) -> int:
+    """0 for the kinds the reasons point to (in their order), then the default order."""
+    text = " ".join(reasons)
+    pointed: list[str] = []
+    for words, kinds in _POINTS_TO:
+        if words in text:
+            pointed.extend(k for k in kinds if k not in pointed)
+    default = ("fewer-gpus", "hop-limit", "gpu-type", "preempt", "priority")
+    return pointed.index(kind) if kind in pointed else len(pointed) + (
+        default.index(kind) if kind in default else len(default))
+
+
+def _ran_out(reason: str) -> bool:
+    return reason.startswith(("not tried", "not admitted in this plan (per-job analysis "
+                              "skipped: the time budget"))
 
 
 def _admits(plan: PlacementPlan, instance: Instance, job: str) -> bool:
