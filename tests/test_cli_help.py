@@ -95,6 +95,18 @@ def test_shared_options_are_documented_once() -> None:
                     seen += 1
                     assert opt.help == expected[name], (path, name, opt.help)
     assert seen >= 4
+    # commands that solve one round from an instance say these options in the same words
+    from hyperplace.commands.common import BUDGET_HELP, CLUSTER_HELP, FORMAT_HELP, JOBS_HELP
+
+    by_path = dict(ALL_BY_PATH)
+    same = {"--format": (FORMAT_HELP, ("solve", "defrag", "repair")),
+            "--budget": (BUDGET_HELP, ("solve", "defrag")),
+            "--cluster": (CLUSTER_HELP, ("solve", "why")),
+            "--jobs": (JOBS_HELP, ("solve", "why"))}
+    for name, (text, paths) in same.items():
+        for path in paths:
+            opt = next(o for o in options(by_path[path]) if name in o.opts)
+            assert opt.help == text, (path, name, opt.help)
     for path, cmd in ALL:
         for opt in options(cmd):
             if "--budget" in opt.opts:

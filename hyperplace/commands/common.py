@@ -146,5 +146,11 @@ def console() -> Console:
     return render_console()
 
 
+#: Options that mean the same in every command that has them, documented once here.
+FORMAT_HELP = ("stdout as table, json or yaml; with -o, the file's format (must agree with its "
+               "suffix)")
+BUDGET_HELP = "time budget in seconds for the solve (greedy's plan if nothing better in time)"
+CLUSTER_HELP = "Cluster or Instance file (with --jobs)"
+JOBS_HELP = "jobs file (multi-document YAML) or directory of them (with --cluster)"
 TOP_HELP = "rows of each long list to show (a line says how many more there are)"
 ALL_HELP = "show every row of the long lists (as -o FILE or --format json/yaml keep them)"

@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 
 from hyperplace.commands.common import (
+    BUDGET_HELP,
+    FORMAT_HELP,
     Format,
     check_budget,
     console,
@@ -68,12 +70,11 @@ def defrag_command(
     max_moves: Annotated[int, typer.Option(
         "--max-moves", help="most running jobs to migrate (0..24)")] = 4,
     budget: Annotated[float, typer.Option(
-        "--budget", help="seconds for the whole solve (greedy's plan if nothing better in "
-        "time)")] = 10.0,
+        "--budget", help=BUDGET_HELP)] = 10.0,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="write the plan (with migrations[]) here (.yaml or .json)")] = None,
     fmt: Annotated[Format | None, typer.Option(
-        "--format", "-f", help="stdout as table, json or yaml; with -o, the file's format")] = None,
+        "--format", "-f", help=FORMAT_HELP)] = None,
 ) -> None:
     """Propose migrations (checkpoint, restart elsewhere) of running jobs, least lost work
     first: so that one pending job fits (--for), or so that the largest free domain (whole

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from hyperplace.commands.common import (
+    FORMAT_HELP,
     Format,
     check_budget,
     console,
@@ -43,7 +44,7 @@ def repair_command(
         "--output", "-o", help="write the repair plan (migrations[], why: repair) here; check "
         "it against the instance with the failures applied")] = None,
     fmt: Annotated[Format | None, typer.Option(
-        "--format", "-f", help="stdout as table, json or yaml; with -o, the file's format")] = None,
+        "--format", "-f", help=FORMAT_HELP)] = None,
 ) -> None:
     """Repair the running jobs that hold failed GPUs: keep their healthy units in place when
     the job's rules allow, else move the whole job; report GPUs moved and work lost."""

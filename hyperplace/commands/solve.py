@@ -22,6 +22,10 @@ from hyperplace.commands.common import (
     write_output,
     Format,
     ALL_HELP,
+    BUDGET_HELP,
+    CLUSTER_HELP,
+    FORMAT_HELP,
+    JOBS_HELP,
     TOP_HELP,
 )
 from hyperplace.deadline import is_command
@@ -276,13 +280,9 @@ def solve_command(
     instance: Annotated[str | None, typer.Option(
         "--instance", "-i", help="bundled instance name or Instance file (default: "
         "the bundled mixed-a100-h100)")] = None,
-    cluster: Annotated[Path | None, typer.Option(
-        help="Cluster or Instance file (with --jobs)")] = None,
-    jobs: Annotated[Path | None, typer.Option(
-        help="jobs file (multi-document YAML) or directory of them (with --cluster)")] = None,
-    budget: Annotated[float, typer.Option(
-        min=0.05, help="time budget in seconds for the solve (greedy's plan if nothing better in time)")]
-    = 10.0,
+    cluster: Annotated[Path | None, typer.Option(help=CLUSTER_HELP)] = None,
+    jobs: Annotated[Path | None, typer.Option(help=JOBS_HELP)] = None,
+    budget: Annotated[float, typer.Option(min=0.05, help=BUDGET_HELP)] = 10.0,
     solver: Annotated[Solver, typer.Option(
         help="auto = greedy, then an exact backend started from it (CP-SAT for small or "
         "NVLink-clique models, HiGHS for large all-NVSwitch ones)")] = Solver.auto,
@@ -293,8 +293,7 @@ def solve_command(
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="write the plan here (.yaml or .json)")] = None,
     fmt: Annotated[Format | None, typer.Option(
-        "--format", "-f", help="stdout as table, json or yaml; with -o, the file's format "
-        "(must agree with its suffix)")] = None,
+        "--format", "-f", help=FORMAT_HELP)] = None,
     draw: Annotated[Path | None, typer.Option(
         "--draw", help="also draw the plan as an SVG picture (leaves, nodes, GPUs by job)")]
     = None,

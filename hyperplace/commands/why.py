@@ -13,7 +13,14 @@ from typing import Annotated
 
 import typer
 
-from hyperplace.commands.common import Format, check_budget, interruptible, one_line_errors
+from hyperplace.commands.common import (
+    CLUSTER_HELP,
+    JOBS_HELP,
+    Format,
+    check_budget,
+    interruptible,
+    one_line_errors,
+)
 
 
 def render_answer(answer, out) -> None:  # noqa: ANN001 - JobAnswer, Console
@@ -53,10 +60,8 @@ def why_command(
     instance: Annotated[str | None, typer.Option(
         "--instance", "-i", help="bundled instance name or Instance file (default: the "
         "bundled mixed-a100-h100)")] = None,
-    cluster: Annotated[Path | None, typer.Option(
-        help="Cluster or Instance file (with --jobs)")] = None,
-    jobs: Annotated[Path | None, typer.Option(
-        help="jobs file (multi-document YAML) or directory of them (with --cluster)")] = None,
+    cluster: Annotated[Path | None, typer.Option(help=CLUSTER_HELP)] = None,
+    jobs: Annotated[Path | None, typer.Option(help=JOBS_HELP)] = None,
     queues: Annotated[list[Path] | None, typer.Option(
         "--queues", help="queue documents, as for solve --queues (repeatable)")] = None,
     budget: Annotated[float, typer.Option(
