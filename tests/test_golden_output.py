@@ -258,3 +258,15 @@ def test_width_follows_columns_else_pipe(monkeypatch) -> None:
     import io
 
     assert render.width_for(io.StringIO()) == render.PIPE_WIDTH
+
+
+def test_readme_quick_start_says_how_to_get_hyperplace_on_the_path() -> None:
+    """A fresh shell has no ``hyperplace`` until the venv is activated: the Quick start says
+    so, keeps its two commands as its first block (.ci/run runs the second verbatim) and
+    shows the summary a round prints."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    first = quick.split("```", 2)[1].strip().splitlines()
+    assert len(first) == 2 and first[1].endswith(".venv/bin/python -m pytest -q")
+    assert "source .venv/bin/activate" in quick and "--install-completion" in quick
+    assert re.search(r"pending\s+\d+ jobs: ", quick) and "priority-weighted GPUs" in quick
