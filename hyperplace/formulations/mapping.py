@@ -62,158 +62,228 @@ class Assignment:
         return out
 
 
+#: A piece to pack: (GPUs, unit class, exact clique or None, flexible unit index or None).
+Piece = tuple[int, int, "tuple[int, ...] | None", "int | None"]
+
+
+@dataclass
+class _Packing:
+    """What first-fit decreasing has packed so far: free GPUs per node, pieces per unit
+    class, flexible units' GPUs per node, and why a job's pieces did not pack."""
+
+    remaining: dict[str, list[int]]
+    placed: dict[int, list[tuple[NodeView, tuple[int, ...]]]] = field(
+        default_factory=lambda: defaultdict(list))
+    # flexible units: (class, unit index) -> GPUs per node
+    flex: dict[tuple[int, int], dict[str, list[int]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+    failed: dict[int, str] = field(default_factory=dict)
+
+    def put(self, node: NodeView, uci: int, unit: int | None, gpus: tuple[int, ...]) -> None:
+        if unit is None:
+            self.placed[uci].append((node, gpus))
+        else:
+            self.flex[(uci, unit)][node.name].extend(gpus)
+
+
 def decode(pm: PlacementModel, values: list[int]) -> Assignment:
     """Concrete GPUs from a solution: first-fit decreasing inside each folded node class."""
     p = pm.problem
-    ncs = p.node_classes
     # bundles: the first x jobs of a bundle (queue order) run; their pieces are the leader's
     admitted: set[int] = set()
     for leader, v in pm.run.items():
         admitted.update(pm.bundles[leader][:values[v]])
     leaders = {leader for leader, v in pm.run.items() if values[v] > 0}
-    remaining: dict[str, list[int]] = {n.name: list(n.free) for n in p.nodes}
     stopped = {v for v, var in pm.stop.items() if values[var] > 0}
-    for n in p.nodes:  # GPUs of stopped victims are usable (by whom: see _victim_node)
-        if n.stoppable:
-            remaining[n.name] = sorted(remaining[n.name] + [g for g, v in n.stoppable.items()
-                                                            if v in stopped])
-    # pieces per node class, largest first
-    per_class: dict[int, list[tuple[int, int, tuple[int, ...] | None, int | None]]] = defaultdict(list)
-    for pv in pm.pieces:
-        x = values[pv.var]
-        if x > 0 and p.classes[pv.uclass].job in leaders:
-            per_class[pv.node_class].extend([(pv.piece, pv.uclass, pv.clique, pv.unit)] * x)
-    placed: dict[int, list[tuple[NodeView, tuple[int, ...]]]] = defaultdict(list)
-    # flexible units: (class, unit index) -> GPUs per node
-    flex: dict[tuple[int, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-    failed: dict[int, str] = {}
-    for nci, items in per_class.items():
-        nodes = ncs[nci].nodes
-        # cliques first (exact GPUs), then counts largest first
-        items.sort(key=lambda t: (t[2] is None, -t[0]))
-        if nodes[0].stoppable and nodes[0].uniform_gbps is not None:
-            _victim_node(p, nodes[0], items, stopped, placed, failed, flex)
-            continue
-        for size, uci, clique, unit in items:
-            job = p.classes[uci].job
-            if clique is not None:
-                node = nodes[0]
-                if all(g in remaining[node.name] for g in clique):
-                    for g in clique:
-                        remaining[node.name].remove(g)
-                    if unit is None:
-                        placed[uci].append((node, clique))
-                    else:
-                        flex[(uci, unit)][node.name].extend(clique)
-                else:
-                    failed[job] = "clique already taken (inconsistent solution)"
-                continue
-            # a flexible unit's pieces go to a node it already uses when they fit there
-            order = nodes
-            if unit is not None and flex[(uci, unit)]:
-                mine = flex[(uci, unit)]
-                if p.classes[uci].merges_on(nodes[0]):
-                    order = sorted(nodes, key=lambda n: n.name not in mine)
-                else:  # one piece per node for this unit
-                    order = [n for n in nodes if n.name not in mine]
-            for node in order:
-                free = remaining[node.name]
-                if len(free) >= size:
-                    gpus = tuple(free[:size])
-                    del free[:size]
-                    if unit is None:
-                        placed[uci].append((node, gpus))
-                    else:
-                        flex[(uci, unit)][node.name].extend(gpus)
-                    break
-            else:
-                failed[job] = (f"pieces of {size} GPUs did not pack into nodes with "
-                               f"{ncs[nci].free_per_node} free (non-divisible sizes)")
+    pack = _Packing(_usable_gpus(p, stopped))
+    for nci, items in _pieces_per_class(pm, values, leaders).items():
+        _pack_class(p, nci, items, stopped, pack)
+    _hand_out_bundles(pm, leaders, admitted, pack)
     out = Assignment()
-    # hand the leader's pieces of a bundle to the admitted members, one piece each
-    for leader, members in pm.bundles.items():
-        if len(members) > 1 and leader in leaders:
-            lead_class = p.jobs[leader].classes[0].index
-            pieces = placed.pop(lead_class, [])
-            running = [m for m in members if m in admitted]
-            for m, piece in zip(running, pieces):
-                placed[p.jobs[m].classes[0].index] = [piece]
-            if leader in failed:
-                for m in running:
-                    failed[m] = failed[leader]
     for j in sorted(admitted):
-        if j in failed:
-            out.notes[j] = failed[j]
+        if j in pack.failed:
+            out.notes[j] = pack.failed[j]
             continue
-        jv = p.jobs[j]
-        units: list[PlacedUnit] = []
-        ok = True
-        for uc in jv.classes:
-            pieces = placed.get(uc.index, [])
-            if uc.parts:
-                node, gpus = pieces[0]
-                for u, grp in uc.split_whole(node, gpus):
-                    units.append(PlacedUnit(uc.index, u.name, [(node.name, grp)]))
-                continue
-            if uc.flexible:
-                for i, u in enumerate(uc.units):
-                    got = flex.get((uc.index, i), {})
-                    if sum(len(g) for g in got.values()) != uc.size:
-                        ok = False
-                        break
-                    units.append(PlacedUnit(uc.index, u.name, [
-                        (node, tuple(sorted(gpus))) for node, gpus in got.items()]))
-                if not ok:
-                    break
-                continue
-            if not uc.multi_node:
-                if len(pieces) != uc.count:
-                    ok = False
-                    break
-                for u, (node, gpus) in zip(uc.units, pieces):
-                    units.append(PlacedUnit(uc.index, u.name, [(node.name, gpus)]))
-                continue
-            # multi-node units: group pieces by the unit's domain, then cut into units
-            by_dom: dict[DomainKey | None, list[tuple[NodeView, tuple[int, ...]]]] = defaultdict(list)
-            own = any(key[0] == uc.index and key[1] is not None for key in pm.pattern_vars)
-            for node, gpus in pieces:
-                key = p.domain(node, uc.hop_limit) if uc.hop_limit is not None and \
-                    (own or not uc.pooled) else None
-                by_dom[key].append((node, gpus))
-            names = iter(u.name for u in uc.units)
-            for dom, plist in by_dom.items():
-                plist.sort(key=lambda t: -len(t[1]))
-                # the cut pattern of each unit: the model's counts (pooled), else the one
-                todo = [pat for k, pat in enumerate(uc.patterns) for _ in range(
-                    values[pm.pattern_vars[(uc.index, dom if own else None, k)]]
-                    if (uc.index, dom if own else None, k) in pm.pattern_vars else 0)] \
-                    if uc.pooled else None
-                while plist:
-                    unit_pieces = []
-                    if todo is not None and not todo:
-                        ok = False
-                        break
-                    for size in (todo.pop(0) if todo is not None else uc.pieces):
-                        k = next((i for i, t in enumerate(plist) if len(t[1]) == size), None)
-                        if k is None:
-                            ok = False
-                            break
-                        node, gpus = plist.pop(k)
-                        unit_pieces.append((node.name, gpus))
-                    if not ok:
-                        break
-                    units.append(PlacedUnit(uc.index, next(names), unit_pieces))
-            if not ok:
-                break
-        if ok:
-            out.units[j] = units
-        else:
+        units = _job_units(pm, values, p.jobs[j], pack)
+        if units is None:
             out.notes[j] = "pieces could not be grouped into units"
+        else:
+            out.units[j] = units
     if p.spare_allowance:
         drop_over_spares(p, out)
     out.stopped = settle_migrations(p, out, stopped) if p.migrating else \
         needed_victims(p, out, stopped)
     return out
+
+
+def _usable_gpus(p: PlacementProblem, stopped: set[int]) -> dict[str, list[int]]:
+    """Free GPUs per node, with those of stopped victims (by whom: see _victim_node)."""
+    remaining: dict[str, list[int]] = {n.name: list(n.free) for n in p.nodes}
+    for n in p.nodes:
+        if n.stoppable:
+            remaining[n.name] = sorted(remaining[n.name] + [g for g, v in n.stoppable.items()
+                                                            if v in stopped])
+    return remaining
+
+
+def _pieces_per_class(pm: PlacementModel, values: list[int], leaders: set[int]
+                      ) -> dict[int, list[Piece]]:
+    """The pieces the solution puts in each node class (running jobs' only)."""
+    p = pm.problem
+    per_class: dict[int, list[Piece]] = defaultdict(list)
+    for pv in pm.pieces:
+        x = values[pv.var]
+        if x > 0 and p.classes[pv.uclass].job in leaders:
+            per_class[pv.node_class].extend([(pv.piece, pv.uclass, pv.clique, pv.unit)] * x)
+    return per_class
+
+
+def _pack_class(p: PlacementProblem, nci: int, items: list[Piece], stopped: set[int],
+                pack: _Packing) -> None:
+    """One node class's pieces onto its nodes: cliques first (exact GPUs), then counts
+    largest first."""
+    nc = p.node_classes[nci]
+    nodes = nc.nodes
+    items.sort(key=lambda t: (t[2] is None, -t[0]))
+    if nodes[0].stoppable and nodes[0].uniform_gbps is not None:
+        _victim_node(p, nodes[0], items, stopped, pack.placed, pack.failed, pack.flex)
+        return
+    for size, uci, clique, unit in items:
+        job = p.classes[uci].job
+        if clique is not None:
+            free = pack.remaining[nodes[0].name]
+            if all(g in free for g in clique):
+                for g in clique:
+                    free.remove(g)
+                pack.put(nodes[0], uci, unit, clique)
+            else:
+                pack.failed[job] = "clique already taken (inconsistent solution)"
+            continue
+        for node in _node_order(p, nodes, uci, unit, pack):
+            free = pack.remaining[node.name]
+            if len(free) >= size:
+                gpus = tuple(free[:size])
+                del free[:size]
+                pack.put(node, uci, unit, gpus)
+                break
+        else:
+            pack.failed[job] = (f"pieces of {size} GPUs did not pack into nodes with "
+                                f"{nc.free_per_node} free (non-divisible sizes)")
+
+
+def _node_order(p: PlacementProblem, nodes: list[NodeView], uci: int, unit: int | None,
+                pack: _Packing) -> list[NodeView]:
+    """Where to try a counted piece: a flexible unit's pieces go to a node it already uses
+    when they fit there (or, when its pieces may not share a node, to the others)."""
+    if unit is None or not pack.flex[(uci, unit)]:
+        return nodes
+    mine = pack.flex[(uci, unit)]
+    if p.classes[uci].merges_on(nodes[0]):
+        return sorted(nodes, key=lambda n: n.name not in mine)
+    return [n for n in nodes if n.name not in mine]  # one piece per node for this unit
+
+
+def _hand_out_bundles(pm: PlacementModel, leaders: set[int], admitted: set[int],
+                      pack: _Packing) -> None:
+    """The leader's pieces of a bundle to its admitted members, one piece each."""
+    p = pm.problem
+    for leader, members in pm.bundles.items():
+        if len(members) > 1 and leader in leaders:
+            lead_class = p.jobs[leader].classes[0].index
+            pieces = pack.placed.pop(lead_class, [])
+            running = [m for m in members if m in admitted]
+            for m, piece in zip(running, pieces):
+                pack.placed[p.jobs[m].classes[0].index] = [piece]
+            if leader in pack.failed:
+                for m in running:
+                    pack.failed[m] = pack.failed[leader]
+
+
+def _job_units(pm: PlacementModel, values: list[int], jv: JobView, pack: _Packing
+               ) -> list[PlacedUnit] | None:
+    """An admitted job's units from its classes' pieces; None when they do not group."""
+    units: list[PlacedUnit] = []
+    for uc in jv.classes:
+        pieces = pack.placed.get(uc.index, [])
+        if uc.parts:
+            got = _whole_job_units(uc, pieces)
+        elif uc.flexible:
+            got = _flexible_units(uc, pack)
+        elif not uc.multi_node:
+            got = _single_node_units(uc, pieces)
+        else:
+            got = _multi_node_units(pm, values, uc, pieces)
+        if got is None:
+            return None
+        units += got
+    return units
+
+
+def _whole_job_units(uc: UnitClass, pieces: list[tuple[NodeView, tuple[int, ...]]]
+                     ) -> list[PlacedUnit]:
+    """Every unit of a job that shares one node: its one piece cut into the units."""
+    node, gpus = pieces[0]
+    return [PlacedUnit(uc.index, u.name, [(node.name, grp)]) for u, grp in uc.split_whole(node, gpus)]
+
+
+def _flexible_units(uc: UnitClass, pack: _Packing) -> list[PlacedUnit] | None:
+    """Units whose pieces the model placed one by one: each whole, or None."""
+    out = []
+    for i, u in enumerate(uc.units):
+        got = pack.flex.get((uc.index, i), {})
+        if sum(len(g) for g in got.values()) != uc.size:
+            return None
+        out.append(PlacedUnit(uc.index, u.name, [
+            (node, tuple(sorted(gpus))) for node, gpus in got.items()]))
+    return out
+
+
+def _single_node_units(uc: UnitClass, pieces: list[tuple[NodeView, tuple[int, ...]]]
+                       ) -> list[PlacedUnit] | None:
+    """Units of at most a node: one piece each, or None when the count is off."""
+    if len(pieces) != uc.count:
+        return None
+    return [PlacedUnit(uc.index, u.name, [(node.name, gpus)])
+            for u, (node, gpus) in zip(uc.units, pieces)]
+
+
+def _multi_node_units(pm: PlacementModel, values: list[int], uc: UnitClass,
+                      pieces: list[tuple[NodeView, tuple[int, ...]]]) -> list[PlacedUnit] | None:
+    """Units larger than a node: pieces grouped by the unit's domain, then cut into units
+    (the model's cut pattern counts when pooled, else the one pattern); None when they do
+    not group."""
+    p = pm.problem
+    by_dom: dict[DomainKey | None, list[tuple[NodeView, tuple[int, ...]]]] = defaultdict(list)
+    own = any(key[0] == uc.index and key[1] is not None for key in pm.pattern_vars)
+    for node, gpus in pieces:
+        key = p.domain(node, uc.hop_limit) if uc.hop_limit is not None and \
+            (own or not uc.pooled) else None
+        by_dom[key].append((node, gpus))
+    names = iter(u.name for u in uc.units)
+    out: list[PlacedUnit] = []
+    for dom, plist in by_dom.items():
+        plist.sort(key=lambda t: -len(t[1]))
+        todo = _cut_patterns(pm, values, uc, dom if own else None) if uc.pooled else None
+        while plist:
+            if todo is not None and not todo:
+                return None
+            unit_pieces = []
+            for size in (todo.pop(0) if todo is not None else uc.pieces):
+                k = next((i for i, t in enumerate(plist) if len(t[1]) == size), None)
+                if k is None:
+                    return None
+                node, gpus = plist.pop(k)
+                unit_pieces.append((node.name, gpus))
+            out.append(PlacedUnit(uc.index, next(names), unit_pieces))
+    return out
+
+
+def _cut_patterns(pm: PlacementModel, values: list[int], uc: UnitClass,
+                  dom: DomainKey | None) -> list[tuple[int, ...]]:
+    """The cut pattern of each pooled unit in ``dom``, as many of each as the model chose."""
+    return [pat for k, pat in enumerate(uc.patterns)
+            for _ in range(values[pm.pattern_vars[(uc.index, dom, k)]]
+                           if (uc.index, dom, k) in pm.pattern_vars else 0)]
 
 
 def free_domain_gpus(p: PlacementProblem, a: Assignment, stopped: set[int] | None = None) -> int:
