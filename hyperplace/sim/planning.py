@@ -49,7 +49,7 @@ from hyperplace.models import Instance, TrainingJob
 from hyperplace.models.job import Toleration
 from hyperplace.models.plan import GPURef
 from hyperplace.sim.policies import Decision, Policy, RoundView
-from hyperplace.sim.state import _fresh_node
+from hyperplace.sim.state import fresh_node
 from hyperplace.solvers.driver import solve_placement
 from hyperplace.solvers.schedule import ScheduleResult, forecasts, solve_schedule
 
@@ -77,7 +77,7 @@ def _masked(instance: Instance, allowed: dict[str, set[int] | None]) -> Instance
                 continue
             bad = sorted(set(n.faulty) | {i for i in range(n.gpu_count)
                                           if i not in keep and i not in n.allocated})
-            nodes.append(_fresh_node(n, dict(n.allocated), bad))
+            nodes.append(fresh_node(n, dict(n.allocated), bad))
         copy = c.model_copy(update={"nodes": nodes})
         copy.__dict__["network"] = c.network
         copy.__dict__.pop("node_by_name", None)

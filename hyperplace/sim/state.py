@@ -18,7 +18,7 @@ from hyperplace.models.instance import RunningJob
 GPU = tuple[str, int]
 
 
-def _fresh_node(node: Node, allocated: dict[int, str], faulty: list[int]) -> Node:
+def fresh_node(node: Node, allocated: dict[int, str], faulty: list[int]) -> Node:
     """A copy of ``node`` with new state (no stale cached properties carried over)."""
     data = {k: v for k, v in node.__dict__.items() if k in Node.model_fields}
     data["allocated"] = allocated
@@ -32,7 +32,7 @@ class ClusterState:
     def __init__(self, instance: Instance):
         clusters = []
         for c in instance.clusters:
-            nodes = [_fresh_node(n, {}, []) for n in c.nodes]
+            nodes = [fresh_node(n, {}, []) for n in c.nodes]
             clusters.append(c.model_copy(update={"nodes": nodes}))
             # the fabric depends only on node names: keep the cached one if present
             if "network" in c.__dict__:
@@ -164,7 +164,7 @@ class ClusterState:
         last = self._nodes.get(base.name)
         if last is not None and last.allocated == owner and last.faulty == down:
             return last
-        node = _fresh_node(base, dict(owner), down)
+        node = fresh_node(base, dict(owner), down)
         self._nodes[base.name] = node
         return node
 
