@@ -409,31 +409,47 @@ def leaf_pool_of(pools: list[Pool]) -> dict[str, int]:
     return {n: v[0] for n, v in out.items()}
 
 
-def job_options(job: TrainingJob, pools: list[Pool], instance: Instance, duration: Duration,
-                free_now: dict[int, int], *, max_options: int = 6, per_tier: int = 2,
-                keep_pool: int | None = None) -> tuple[list[Option], dict[int, int], str]:
-    """The capacity options of ``job`` (module docstring), its demand per pool and, when it
-    has none, why."""
-    from hyperplace.formulations.placement.domains import radius_for
-
+def job_facts(job: TrainingJob) -> tuple[int, frozenset, int | None]:
+    """(GPUs, the units' type selectors, the tightest hop limit) of a job."""
     units = job.units()
     gpus = sum(u.gpus for u in units)
-    selectors = {u.gpu_types for u in units}
+    selectors = frozenset(u.gpu_types for u in units)
     hop = min((u.max_hop_count for u in units if u.max_hop_count is not None), default=None)
     between = job.between_replicas.max_hop_count
     if between is not None:
         hop = between if hop is None else min(hop, between)
-    catalog = instance.catalog
+    return gpus, selectors, hop
+
+
+def pool_structure(pools: list[Pool], instance: Instance) -> dict:
+    """Lookups :func:`job_options` needs, built once per round."""
     by_cluster: dict[str, list[Pool]] = {}
     for p in pools:
         by_cluster.setdefault(p.cluster, []).append(p)
+    clusters = {c.name: c for c in instance.clusters}
+    return {"by_cluster": by_cluster, "clusters": clusters, "radius": {},
+            "radii": {c: list(clusters[c].network.radii) for c in by_cluster}}
+
+
+def job_options(job: TrainingJob, pools: list[Pool], instance: Instance, duration: Duration,
+                free_now: dict[int, int], *, max_options: int = 6, per_tier: int = 2,
+                keep_pool: int | None = None, facts: tuple | None = None,
+                structure: dict | None = None
+                ) -> tuple[list[Option], dict[int, int], str]:
+    """The capacity options of ``job`` (module docstring), its demand per pool and, when it
+    has none, why. ``facts``: :func:`job_facts` of the job (computed when not given);
+    ``structure``: :func:`pool_structure` of ``pools`` (likewise)."""
+    gpus, selectors, hop = facts if facts is not None else job_facts(job)
+    catalog = instance.catalog
+    from hyperplace.formulations.placement.domains import radius_for
+
+    st = structure if structure is not None else pool_structure(pools, instance)
     cands: list[Option] = []
     demand: dict[int, int] = {}
-    clusters = {c.name: c for c in instance.clusters}
-    for cname, cps in by_cluster.items():
-        cluster = clusters[cname]
-        radius = radius_for(cluster, hop)  # None: the whole cluster allowed
-        radii = list(cluster.network.radii)
+    for cname, cps in st["by_cluster"].items():
+        cluster = st["clusters"][cname]
+        radius = st["radius"].setdefault((cname, hop), radius_for(cluster, hop))
+        radii = st["radii"][cname]
         max_tier = len(radii) if radius is None else (
             -1 if radius == 0 else max(i for i, r in enumerate(radii) if r <= radius))
         ok_types = [p.gpu_type for p in cps if p.gpu_type is not None and p.domain is None
@@ -523,9 +539,13 @@ def build_schedule_problem(instance: Instance, pending: list[PendingJob],
                            horizon_s: float, step_s: float, objective: str = "slowdown",
                            max_options: int = 6, reservations: dict[str, Reservation] | None
                            = None, usable: Callable[[str], int] | None = None,
-                           not_now: dict[str, set[int]] | None = None) -> ScheduleProblem:
+                           not_now: dict[str, set[int]] | None = None,
+                           pools: list[Pool] | None = None,
+                           facts_cache: dict | None = None) -> ScheduleProblem:
     """The schedule problem of one round (module docstring).
 
+    ``pools``: :func:`build_pools` of the instance when the caller keeps them between rounds;
+    ``facts_cache``: job name -> :func:`job_facts`, kept by the caller between rounds.
     ``not_now``: job -> pools it may not start in at step 0 (the placement model could not
     place it there in the last round: the pool counts are a relaxation of exact GPUs).
 
@@ -535,8 +555,11 @@ def build_schedule_problem(instance: Instance, pending: list[PendingJob],
             raise ValueError(f"{name}: must be a positive number of seconds, got {v!r}")
     if objective not in OBJECTIVES:
         raise ValueError(f"objective: use one of {', '.join(OBJECTIVES)}, got {objective!r}")
-    pools = build_pools(instance, usable)
+    if pools is None:
+        pools = build_pools(instance, usable)
     leaf = leaf_pool_of(pools)
+    structure = pool_structure(pools, instance)
+    facts_cache = {} if facts_cache is None else facts_cache
     busy: list[Busy] = []
     node_end: dict[str, float] = {}
     for r in running:
@@ -574,12 +597,17 @@ def build_schedule_problem(instance: Instance, pending: list[PendingJob],
     for pj in pending:
         m = pj.manifest
         r = (reservations or {}).get(m.name)
+        facts = facts_cache.get(m.name)
+        if facts is None:
+            facts = facts_cache[m.name] = job_facts(m)
         opts, dem, why = job_options(m, pools, instance, duration, free_now,
                                      max_options=max_options,
-                                     keep_pool=r.pool if r is not None else None)
-        nd = {pid: (math.ceil(m.total_gpus / pools[pid].gpus_per_node)
-                    if m.total_gpus >= pools[pid].gpus_per_node else 0) for pid in dem}
-        jobs.append(ScheduleJob(name=m.name, gpus=m.total_gpus,
+                                     keep_pool=r.pool if r is not None else None,
+                                     facts=facts, structure=structure)
+        g = facts[0]
+        nd = {pid: (math.ceil(g / pools[pid].gpus_per_node)
+                    if g >= pools[pid].gpus_per_node else 0) for pid in dem}
+        jobs.append(ScheduleJob(name=m.name, gpus=g,
                                 priority=m.priority if pj.priority is None else pj.priority,
                                 submit_s=pj.submit_s, options=opts, demand=dem, reason=why,
                                 node_demand={k: v for k, v in nd.items() if v},

@@ -163,6 +163,8 @@ class PlanningEngine(Policy):
         self.last_running: dict[str, tuple[list[tuple[str, int]], float]] = {}
         self._reserved: dict[str, Reservation] = {}
         self._not_now: dict[str, set[int]] = {}
+        self._pools: tuple[tuple, list] | None = None  # (usable GPUs per node, pools)
+        self._facts: dict = {}
 
     # ---- the schedule ------------------------------------------------------------------
     def problem(self, view: RoundView) -> ScheduleProblem:
@@ -186,13 +188,21 @@ class PlanningEngine(Policy):
             running.append(RunningSlot(name, tuple(r.gpus), end))
             self.last_running[name] = (list(r.gpus), end)
         pending = [PendingJob(j.manifest, j.submit_s) for j in view.queue]
+        usable = {n: state.nodes[n].gpu_count - len(state.unusable(n)) for n in state.nodes}
+        key = tuple(usable.values())
+        if self._pools is None or self._pools[0] != key:
+            from hyperplace.formulations.schedule import build_pools
+
+            self._pools = (key, build_pools(instance, usable.__getitem__))
+        if len(self._facts) > 100_000:
+            self._facts.clear()
         queued = {j.name for j in view.queue}
         res = {n: r for n, r in self._reserved.items() if n in queued}
         return build_schedule_problem(
             instance, pending, running, view.now, duration, horizon_s=self.horizon_s,
             step_s=self.step_s, objective=self.objective, max_options=self.max_options,
-            reservations=res, not_now=self._not_now,
-            usable=lambda n: state.nodes[n].gpu_count - len(state.unusable(n)))
+            reservations=res, not_now=self._not_now, pools=self._pools[1],
+            facts_cache=self._facts)
 
     def forecasts(self) -> dict[str, tuple[float | None, str]]:
         """Job -> (planned start, absolute seconds, or None; pool) from the last round."""
@@ -232,8 +242,8 @@ class PlanningEngine(Policy):
             pid = result.entries[n].pool
             small = not jobs_of[n].node_demand.get(pid, 0)
             groups.setdefault((small, pid), []).append(n)
-        pinned = {}
-        for n in by_name:
+        pinned = {j.name: j.manifest for j in view.queue}
+        for n in now_jobs:
             e = result.entries.get(n)
             pool = problem.pools[e.pool] if e is not None and e.pool is not None else None
             pinned[n] = _pin_type(by_name[n].manifest, pool.gpu_type if pool else None)

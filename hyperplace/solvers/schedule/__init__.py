@@ -35,7 +35,7 @@ import numpy as np
 
 from hyperplace.formulations.schedule import ScheduleJob, ScheduleProblem
 
-GREEDY_SPAN = 8  # the list schedule's profile covers this many horizons (forecasts past H)
+GREEDY_SPAN = 4  # the list schedule's profile covers this many horizons (forecasts past H)
 
 
 @dataclass
@@ -100,14 +100,21 @@ class Profile:
         self.ncap = np.array([pl.whole_nodes for pl in problem.pools], dtype=np.int64)
         self.nused = np.zeros((len(problem.pools), length), dtype=np.int64)
         self.anc = [problem.ancestors(pl.id) for pl in problem.pools]
-        for b in problem.busy:
-            end = min(length, problem.busy_steps(b))
-            if end > 0:
-                self.used[self.anc[b.pool], :end] += b.gpus
-        for b in problem.node_busy:
-            end = min(length, problem.busy_steps(b))
-            if end > 0:
-                self.nused[self.anc[b.pool], :end] += b.gpus
+        for busy, into in ((problem.busy, self.used), (problem.node_busy, self.nused)):
+            # running jobs: a difference array per pool (+g at 0, -g at the end), summed up
+            agg: dict[tuple[int, int], int] = {}
+            for b in busy:
+                end = min(length, problem.busy_steps(b))
+                if end > 0:
+                    agg[(b.pool, end)] = agg.get((b.pool, end), 0) + b.gpus
+            if not agg:
+                continue
+            delta = np.zeros((len(problem.pools), length + 1), dtype=np.int64)
+            for (pool, end), g in agg.items():
+                for a in self.anc[pool]:
+                    delta[a, 0] += g
+                    delta[a, end] -= g
+            into += np.cumsum(delta, axis=1)[:, :length]
 
     def earliest(self, pool: int, demand: int, dur: int, lo: int = 0, nodes: int = 0
                  ) -> int | None:
@@ -195,7 +202,8 @@ def list_schedule(problem: ScheduleProblem, jobs: list[ScheduleJob],
 
 
 def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Planned],
-           time_limit_s: float, seed: int, workers: int):
+           deadline: float, seed: int, workers: int):
+    """CP-SAT over ``jobs``; the search ends at ``deadline`` (``time.perf_counter()``)."""
     from ortools.sat.python import cp_model
 
     H = problem.steps
@@ -294,7 +302,10 @@ def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Pl
         m.AddCumulative(ivs, dem, max(p.whole_nodes, at0))
     m.Minimize(sum(obj))
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+    left = deadline - time.perf_counter()
+    if left < 0.01:
+        return None, None, "none"
+    solver.parameters.max_time_in_seconds = left
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed
     st = solver.Solve(m)
@@ -330,17 +341,22 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
     t0 = time.perf_counter()
     order = list_order(problem)
     schedulable = [j for j in order if j.options]
+    tg = time.perf_counter()
     greedy = list_schedule(problem, order)
+    greedy_s = time.perf_counter() - tg
     head = schedulable[:window] if window > 0 else []
     names = {j.name for j in head}
     g_obj = _objective_of(problem, greedy, names)
     notes: list[str] = []
     status, bound, entries = "greedy", None, greedy
     if solver != "greedy" and head:
-        left = budget_s - (time.perf_counter() - t0) - 0.02 * max(1, len(order) // 500)
+        # kept back: the list schedule around CP-SAT's solution (as long as the first one
+        # took) and the objective's evaluation
+        deadline = t0 + budget_s - 1.2 * greedy_s - 0.01
+        left = deadline - time.perf_counter()
         got = None
         if left > 0.01:
-            got, bound, st = _cpsat(problem, head, greedy, left, seed, workers)
+            got, bound, st = _cpsat(problem, head, greedy, deadline, seed, workers)
         if got is not None:
             c_obj = _objective_of(problem, got, names)
             if c_obj <= g_obj:
