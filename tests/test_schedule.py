@@ -333,3 +333,61 @@ def test_simulate_refuses_a_zero_horizon_or_window_in_one_line(args, field, caps
     assert code == 2
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and field in lines[0]
+
+
+# ---- forecasts in solve and the service -------------------------------------------------------
+
+def test_solve_gives_every_job_a_forecast_and_uses_durations_and_remaining_times(tmp_path,
+                                                                                 capsys):
+    import json
+
+    import yaml
+
+    from cli_run import run_main
+    from hyperplace.check import check
+    from hyperplace.models import PlacementPlan
+    from hyperplace.sim.planning import forecast_plan
+
+    inst = instance(h_leaves=1, a_leaves=0)
+    h = [n.name for n in inst.clusters[0].nodes]
+    nodes = [n.model_copy(update={"allocated": {i: "r" for i in range(8)}}) if n.name == h[0]
+             else n for n in inst.clusters[0].nodes]
+    jobs = [manifest("now", 8, "h100"), manifest("later", 16, "h100")]
+    jobs[1] = jobs[1].model_copy(update={"metadata": jobs[1].metadata.model_copy(
+        update={"annotations": {"hyperplace.io/duration": "2h"}})})
+    from hyperplace.models.instance import RunningJob
+
+    spec = inst.spec.model_copy(update={
+        "clusters": [inst.clusters[0].model_copy(update={"nodes": nodes})], "jobs": jobs,
+        "running_jobs": [RunningJob(name="r", remaining_s=1800.0)]})
+    busy = Instance(metadata=inst.metadata, spec=spec)
+    path = tmp_path / "inst.yaml"
+    path.write_text(yaml.safe_dump(busy.to_doc() if hasattr(busy, "to_doc") else
+                                   busy.model_dump(mode="json", by_alias=True)))
+    code = run_main(["solve", "-i", str(path), "-f", "json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    plan = PlacementPlan.model_validate(json.loads(out))
+    assert check(plan, busy) == []
+    fc = {f.job: f for f in plan.forecasts}
+    assert set(fc) == {"now", "later"}
+    assert fc["now"].starts_now
+    # "later" waits for "now" (8 H100 for 1 h at reference speed, faster on H100) or for
+    # the running job (1800 s): it gets a start after both could free a node, in the leaf
+    from hyperplace.sim.speed import SpeedModel
+
+    now_end = 3600.0 / SpeedModel(busy).planned_speed(jobs[0], "H100-80", 0)
+    assert not fc["later"].starts_now and fc["later"].gpu_type == "H100-80"
+    assert max(1800.0, now_end) <= fc["later"].earliest_s < max(1800.0, now_end) + 2 * 300
+    assert "run time 1 h assumed" not in fc["later"].text  # it gives its duration
+    again = forecast_plan(busy, plan)
+    assert {f.job: f.earliest_s for f in again} == {f.job: f.earliest_s for f in plan.forecasts}
+    # a duration that does not parse: one line naming the annotation, exit 2
+    bad = jobs[1].model_copy(update={"metadata": jobs[1].metadata.model_copy(
+        update={"annotations": {"hyperplace.io/duration": "soon"}})})
+    spec2 = spec.model_copy(update={"jobs": [jobs[0], bad]})
+    doc = Instance(metadata=inst.metadata, spec=spec2).model_dump(mode="json", by_alias=True)
+    path.write_text(yaml.safe_dump(doc))
+    code = run_main(["solve", "-i", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "hyperplace.io/duration" in err[0]

@@ -79,6 +79,9 @@ def test_placement_on_every_bundled_instance(http: httpx.Client, name: str) -> N
     assert plan.metadata.instance == name and plan.budget_s == 5
     assert check(plan, load_instance(name)) == []
     assert r.headers["X-Hyperplace-Budget-S"] == "5"
+    # every job has a forecast: admitted ones now, pending ones a start window and pool (#21)
+    assert {f.job for f in plan.forecasts} == {j.name for j in load_instance(name).jobs}
+    assert all(f.starts_now for f in plan.forecasts if f.job in plan.admitted)
 
 
 def test_placement_inline_instance_and_own_queue(http: httpx.Client) -> None:

@@ -270,8 +270,16 @@ def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
         print_migrations(plan, console)
     if plan.pending:
         shown, hidden = r.cap(plan.pending, top, show_all)
-        r.print_table(console, [Column("job"), Column("why", "text", min_width=30)],
-                      [[pj.job, "\n".join(pj.reasons)] for pj in shown], "pending jobs")
+        fc = {f.job: f.text for f in plan.forecasts}
+        if fc:
+            r.print_table(console, [Column("job"), Column("why", "text", min_width=30),
+                                    Column("forecast (start, GPUs, pool)", "text",
+                                           min_width=20)],
+                          [[pj.job, "\n".join(pj.reasons), fc.get(pj.job, "")]
+                           for pj in shown], "pending jobs")
+        else:
+            r.print_table(console, [Column("job"), Column("why", "text", min_width=30)],
+                          [[pj.job, "\n".join(pj.reasons)] for pj in shown], "pending jobs")
         if hidden:
             r.print_line(console, r.more_line(hidden, "pending job"))
 
@@ -359,6 +367,11 @@ def solve_command(
                                    policy=policy.value, seed=seed, deadline=deadline,
                                    preemption=preemption.value, migration=migration,
                                    hot_spares=hot_spares)
+        # every job's forecast: admitted now, pending ones from the over-time schedule
+        # (the list schedule: milliseconds, so the budget holds; hyperplace.sim.planning)
+        from hyperplace.sim.planning import forecast_plan
+
+        plan = plan.model_copy(update={"forecasts": forecast_plan(inst, plan)})
         # which instance a later `hyperplace check PLAN` may use without options: a bundled
         # name only; a file is named for the record, and check reads it only when asked
         source = None if cluster is not None else (instance or plan.metadata.instance)

@@ -49,10 +49,16 @@ pools of the nodes they hold.
 **Objective** (minimised), priorities as strata: within a priority class, ``sum w_j * end_j``
 with ``w_j`` from ``objective``:
 
-* ``slowdown`` (default): ``w_j = 1 / max(best_j, 10 s)``, ``best_j`` the job's shortest
-  predicted duration: the sum of bounded slowdowns ``(end_j - submit_j) / max(best_j, 10 s)``
-  up to a constant (submit times and ``now`` are constants).
-* ``completion``: ``w_j = 1``: the sum of completion times (mean JCT).
+* ``completion`` (default): ``w_j = 1``: the sum of completion times (mean JCT).
+* ``slowdown``: ``w_j = 1 / max(best_j, 10 s)``, ``best_j`` the job's shortest predicted
+  duration: the sum of bounded slowdowns ``(end_j - submit_j) / max(best_j, 10 s)`` up to a
+  constant (submit times and ``now`` are constants).
+
+Chosen by measurement (``simulate`` of 400 Philly jobs at ``--load 8`` on
+``mixed-a100-h100``, 2026-12-01, machine load ~8 on 2 cores): ``completion`` gave mean JCT
+3.22 h and p99 54.7 h against 4.56 h and 91.3 h with ``slowdown``, at the same mean bounded
+slowdown (1.18): weighting short jobs up makes long ones wait for the fast type for longer
+than the short ones gain.
 
 Each class's weights are scaled so that one step of its least-weighted job outweighs
 every class below it at its worst (every job of those classes unscheduled): a higher
@@ -155,7 +161,7 @@ class ScheduleProblem:
     pools: list[Pool]
     jobs: list[ScheduleJob]
     busy: list[Busy]
-    objective: str = "slowdown"
+    objective: str = "completion"
     node_busy: list[Busy] = field(default_factory=list)  # nodes (gpus = node count) a gang
     # cannot take until the running jobs on them end
     reservations: dict[str, Reservation] = field(default_factory=dict)
@@ -536,7 +542,7 @@ class RunningSlot:
 
 def build_schedule_problem(instance: Instance, pending: list[PendingJob],
                            running: list[RunningSlot], now: float, duration: Duration, *,
-                           horizon_s: float, step_s: float, objective: str = "slowdown",
+                           horizon_s: float, step_s: float, objective: str = "completion",
                            max_options: int = 6, reservations: dict[str, Reservation] | None
                            = None, usable: Callable[[str], int] | None = None,
                            not_now: dict[str, set[int]] | None = None,

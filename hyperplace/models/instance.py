@@ -38,6 +38,10 @@ class RunningJob(HPModel):
     job: TrainingJob | None = Field(
         default=None, description="its manifest (units, hop limits): what migration and "
                                   "repair need to place it elsewhere; without one it stays")
+    remaining_s: float | None = Field(
+        default=None, ge=0, le=10**9, allow_inf_nan=False,
+        description="predicted seconds until it ends: the over-time schedule's forecasts "
+                    "count its GPUs free from then (without it a default is assumed and said)")
 
     @classmethod
     def started(cls, job: TrainingJob, queue: str) -> "RunningJob":

@@ -311,9 +311,15 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
                            policy=payload["policy"], seed=payload["seed"], warm=warm,
                            preemption=payload.get("preemption", "never"),
                            hot_spares=payload.get("hot_spares", 0), migration=migration)
+    from hyperplace.sim.planning import forecast_plan  # (#21) when and where, every job
+
+    try:
+        forecasts = forecast_plan(inst, plan)
+    except InputError as exc:
+        raise input_problem(exc) from None
     plan = plan.model_copy(update={
         "metadata": plan.metadata.model_copy(update={"instance": label}),
-        "budget_s": payload["budget_s"]})
+        "budget_s": payload["budget_s"], "forecasts": forecasts})
     info: dict[str, Any] = {
             "status": plan.status.value, "solve_s": plan.runtime_s,
             "fallback": plan.status.value == "fallback", "instance": label,

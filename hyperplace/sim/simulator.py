@@ -58,7 +58,7 @@ class SimConfig:
     # model per round, objective (slowdown | completion), time step (None: horizon / 288)
     horizon_s: float = 24 * 3600.0
     schedule_window: int = 200
-    schedule_objective: str = "slowdown"
+    schedule_objective: str = "completion"
     step_s: float | None = None
 
 
