@@ -228,6 +228,20 @@ def pending_breakdown(plan: PlacementPlan) -> str:
                             sorted(kinds.items(), key=lambda kv: -kv[1]))
 
 
+def _forecast_cell(f) -> str:
+    """A forecast in a few words for the table ("in ~1h05m, 16 H100-80 leaf000"); the
+    plan's ``forecasts[].text`` has the whole sentence."""
+    from hyperplace.solvers.schedule import _dur
+
+    if f.earliest_s is None:
+        return "not planned"
+    when = "now" if f.starts_now else f"in ~{_dur(f.earliest_s)}"
+    where = f"{f.gpus} {f.gpu_type or 'mixed'}"
+    if f.domain:
+        where += " " + f.domain.split(":")[-1]
+    return f"{when}, {where}"
+
+
 def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
                  explain: bool = False, top: int | None = None, show_all: bool = False) -> None:
     from hyperplace.commands import render as r
@@ -270,11 +284,10 @@ def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
         print_migrations(plan, console)
     if plan.pending:
         shown, hidden = r.cap(plan.pending, top, show_all)
-        fc = {f.job: f.text for f in plan.forecasts}
+        fc = {f.job: _forecast_cell(f) for f in plan.forecasts}
         if fc:
             r.print_table(console, [Column("job"), Column("why", "text", min_width=30),
-                                    Column("forecast (start, GPUs, pool)", "text",
-                                           min_width=20)],
+                                    Column("forecast")],
                           [[pj.job, "\n".join(pj.reasons), fc.get(pj.job, "")]
                            for pj in shown], "pending jobs")
         else:
