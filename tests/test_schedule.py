@@ -22,7 +22,7 @@ from hyperplace.sim.jobs import SimJob
 from hyperplace.sim.loop import RoundLoop
 from hyperplace.sim.policies import make_policy
 from hyperplace.sim.simulator import SimConfig, simulate
-from hyperplace.solvers.schedule import forecasts, list_order, list_schedule, slots, solve_schedule
+from hyperplace.solvers.schedule import forecasts, slots, solve_schedule
 
 SPEED = {"H100-80": 3.0, "A100-80": 1.0}
 
