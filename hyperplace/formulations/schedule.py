@@ -568,9 +568,13 @@ def build_schedule_problem(instance: Instance, pending: list[PendingJob],
     facts_cache = {} if facts_cache is None else facts_cache
     busy: list[Busy] = []
     node_end: dict[str, float] = {}
+    # only nodes a gang could take count as busy whole nodes (a node with a failed GPU is
+    # never whole: it is not in any pool's whole_nodes either)
+    whole = {n.name for c in instance.clusters for n in c.nodes if not n.faulty}
     for r in running:
         for n, _ in r.gpus:
-            node_end[n] = max(node_end.get(n, 0.0), max(0.0, r.end_s - now))
+            if n in whole:
+                node_end[n] = max(node_end.get(n, 0.0), max(0.0, r.end_s - now))
         per: dict[int, int] = {}
         for n, _ in r.gpus:
             if n in leaf:
