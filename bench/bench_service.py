@@ -227,6 +227,7 @@ def main() -> None:
             solves = asyncio.ensure_future(drive(url, [("POST", "/v1/placement", {
                 "instance": big_doc, "budgetS": solve_budget})] * workers, workers))
             await asyncio.sleep(3.0 if not args.quick else 1.0)  # bodies read, solving
+            busy = (await asyncio.to_thread(httpx.get, url + "/readyz")).json().get("busy")
             out = []
             for label, path, body in (
                     ("kube-scheduler filter", "/v1/extender/filter",
@@ -236,9 +237,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 res = await drive(url, [("POST", path, body)] * (n_ext // 2), 8)
                 out.append((label, res, time.perf_counter() - t0))
-            busy = (await asyncio.to_thread(httpx.get, url + "/readyz")).json().get("busy")
             solved = await solves
-            out.append((f"(the {workers} solves themselves; {busy} busy while measured)",
+            out.append((f"(the {workers} solves themselves; {busy} busy as measuring began)",
                         solved, sum(r["wall"] for r in solved) / len(solved)))
             return out
 

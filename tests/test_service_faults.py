@@ -513,7 +513,7 @@ def test_schemathesis_finds_no_5xx(tmp_path) -> None:
         seen: dict[int, int] = {}
         for op in operations:
             for mode in modes:
-                @settings(max_examples=10, deadline=None, derandomize=True, database=None,
+                @settings(max_examples=6, deadline=None, derandomize=True, database=None,
                           suppress_health_check=list(HealthCheck))
                 @given(op.as_strategy(generation_mode=mode))
                 def one(case) -> None:
@@ -531,4 +531,4 @@ def test_schemathesis_finds_no_5xx(tmp_path) -> None:
                 except Unsatisfiable:  # no negative case exists (an operation without input)
                     assert mode is modes[1] and not op.body and not op.query, op.label
         assert client.get("/readyz").json()["alive"] == 2
-    assert sum(seen.values()) >= 200 and 200 in seen and 422 in seen, seen
+    assert sum(seen.values()) >= 120 and 200 in seen and 422 in seen, seen

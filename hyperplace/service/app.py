@@ -194,6 +194,26 @@ class InlineContext(WorkerContext):
         return validate(Instance, doc, "")
 
 
+# Per endpoint kind: the payload keys a worker takes from the raw body instead (body key).
+RAW_FIELDS: dict[str, dict[str, str | None]] = {
+    kind: {"instance": "instance", "jobs": "jobs", "queues": "queues", **extra}
+    for kind, extra in (("placement", {}), ("federation", {}), ("check", {"plan": "plan"}),
+                        ("estimate", {"training_job": "trainingJob"}))}
+
+
+def with_raw_body(payload: dict[str, Any], request: Request,
+                  fields: dict[str, str | None]) -> dict[str, Any]:
+    """A large body's documents go to the worker as the raw bytes it came in (the worker
+    parses them): pickling bytes is a copy, pickling a 10 MB dict holds the interpreter
+    (and so the event loop) for a second."""
+    parsed = request.scope.get(PARSED_BODY)
+    if not fields or parsed is None or len(parsed[0]) < THREAD_PARSE_BYTES:
+        return payload
+    out = {**payload, **{k: None for k in fields}}
+    out["raw_body"], out["raw_fields"] = parsed[0], fields
+    return out
+
+
 def too_many_jobs(doc: Any, path: str) -> RequestProblem | None:
     """An instance document with more than MAX_JOBS pending jobs, refused before a worker
     validates it (which would take seconds)."""
@@ -813,11 +833,13 @@ def create_app(config: ServiceConfig) -> FastAPI:
 
 
 def _add_endpoint(app: FastAPI, service: Service, ep: Endpoint) -> None:
-    async def route(body: Annotated[ep.request, BodyParam()]) -> Response:  # type: ignore[name-defined]
+    async def route(request: Request,
+                    body: Annotated[ep.request, BodyParam()]) -> Response:  # type: ignore[name-defined]
         arrived = time.monotonic()
         budget = service.budget(getattr(body, "budget_s", None)) if ep.budgeted \
             else service.config.max_budget_s
-        payload = service.payload_for(ep, body, budget)
+        payload = with_raw_body(service.payload_for(ep, body, budget), request,
+                                RAW_FIELDS.get(ep.kind, {}))
         status, data, info = await service.execute(ep.kind, payload, arrived + budget)
         headers = dict(info.get("headers") or {})
         if ep.budgeted:
@@ -904,10 +926,14 @@ def _cluster_info(rec: ClusterRecord, usage: dict[str, Any] | None = None) -> di
 
 def _add_clusters(app: FastAPI, service: Service) -> None:
     async def store_doc(name: str, doc: Any, version: int, prefix: str = "",
-                        arrivals_from: int | None = None) -> Response:
+                        arrivals_from: int | None = None, request: Request | None = None
+                        ) -> Response:
         updated = service.now()
         payload = {"instance": doc, "name": name, "version": [version, updated],
-                   "prefix": prefix, "arrivals_from": arrivals_from}
+                   "prefix": prefix, "arrivals_from": arrivals_from,
+                   "strip_usage": service.config.keeps_usage}
+        if request is not None:
+            payload = with_raw_body(payload, request, {"instance": None})
         status, data, info = await service.execute(
             "validate-instance", payload, time.monotonic() + service.config.max_budget_s,
             grace_s=None)
@@ -915,14 +941,16 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
             return Response(data, status_code=status, media_type="application/json",
                             headers=info.get("headers") or {})
         text = data.decode()
-        doc = json.loads(text)
+        # parsed off the loop (loads_json's Python hook lets the loop run in between)
+        doc = await asyncio.to_thread(loads_json, text) if len(data) >= THREAD_PARSE_BYTES \
+            else json.loads(text)
         usage = None
         if service.config.keeps_usage:
             # the history is the service's (one copy, in its own table): a document's own
-            # spec.queueUsage replaces it, and is not kept in the document
-            own = doc["spec"].pop("queueUsage", None)
+            # spec.queueUsage replaces it, and is not kept in the document (the worker took
+            # it out of the text and reports it in info)
+            own = info.get("queue_usage") or None
             usage = service.usage_after(name, updated, info.get("held") or {}, own)
-            text = json.dumps(doc)
         rec = ClusterRecord(name, version, doc, info["gpus"], info["free_gpus"],
                             info["pending_jobs"], updated)
         await asyncio.to_thread(service.store.put_cluster, rec, text, usage)
@@ -930,14 +958,14 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
 
     @app.put("/v1/clusters/{name}", response_model=ClusterInfo, responses=ERRORS,
              tags=["clusters"], summary="Store (or replace) a cluster: an Instance document")
-    async def put_cluster(name: ClusterName,
+    async def put_cluster(name: ClusterName, request: Request,
                           instance: Annotated[Annotated[Instance, SkipValidation],
                                               BodyParam()]) -> Response:
         problem = too_many_jobs(instance, "")
         if problem is not None:
             raise problem
         old = service.store.clusters.get(name)
-        return await store_doc(name, instance, (old.version + 1) if old else 1)
+        return await store_doc(name, instance, (old.version + 1) if old else 1, request=request)
 
     @app.patch("/v1/clusters/{name}", response_model=ClusterInfo, responses=ERRORS,
                tags=["clusters"],

@@ -492,6 +492,8 @@ def validate_instance(payload: dict[str, Any], deadline: float, ctx: WorkerConte
     from hyperplace.models.usage import held_gpus_by_queue
 
     doc = instance_document(inst)
+    if payload.get("strip_usage"):  # the service keeps the history in its own table
+        doc["spec"].pop("queueUsage", None)
     if payload.get("name") is not None:
         ctx.remember(payload["name"], payload["version"], inst)
     gpus = sum(n.gpu_count for c in inst.clusters for n in c.nodes)
@@ -515,6 +517,21 @@ def debug_sleep(payload: dict[str, Any], deadline: float, ctx: WorkerContext) ->
 
 # ---- the process ------------------------------------------------------------------------
 
+def with_documents(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload with its documents taken from the raw body the server passed on (already
+    checked there: size, depth, JSON)."""
+    from hyperplace.io import loads_json
+
+    payload = dict(payload)
+    body = loads_json(payload.pop("raw_body").decode("utf-8"))
+    for key, name in payload.pop("raw_fields").items():
+        if name is None:
+            payload[key] = body
+        elif isinstance(body, dict):
+            payload[key] = body.get(name, body.get(key))
+    return payload
+
+
 def run_task(kind: str, payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
     """One task, with every failure turned into an answer (the process survives them)."""
     fn = HANDLERS.get(kind)
@@ -522,6 +539,8 @@ def run_task(kind: str, payload: dict[str, Any], deadline: float, ctx: WorkerCon
         return Reply(404, error_body(404, [{"path": None, "message": f"no such work {kind!r}"}]),
                      {})
     try:
+        if payload.get("raw_body") is not None:
+            payload = with_documents(payload)
         return fn(payload, deadline, ctx)
     except RequestProblem as exc:
         return Reply(exc.status, error_body(exc.status, exc.problems), {"rejected": True})
