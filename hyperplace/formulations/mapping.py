@@ -205,6 +205,7 @@ def _job_units(pm: PlacementModel, values: list[int], jv: JobView, pack: _Packin
     units: list[PlacedUnit] = []
     for uc in jv.classes:
         pieces = pack.placed.get(uc.index, [])
+        got: list[PlacedUnit] | None
         if uc.parts:
             got = _whole_job_units(uc, pieces)
         elif uc.flexible:
