@@ -144,3 +144,12 @@ def test_what_ifs_follow_the_reason_and_say_what_the_budget_left_untried(mixed) 
     answer = why_job(mixed, "tp16-single-node", budget_s=0.05)  # no time for any what-if
     assert answer.state == "pending" and answer.changes == []
     assert answer.untried and any("maxHopCount" in w for w in answer.untried)
+
+
+def test_waiting_says_when_from_the_over_time_schedule(mixed) -> None:
+    from hyperplace.sim.planning import forecast_plan
+
+    answer = why_job(mixed, "tp16-single-node", budget_s=2, what_ifs=False,
+                     forecaster=forecast_plan)
+    assert answer.state == "pending" and answer.forecast
+    assert "assumed" in answer.forecast or "in " in answer.forecast

@@ -49,9 +49,8 @@ def render_answer(answer, out) -> None:  # noqa: ANN001 - JobAnswer, Console
     if answer.untried:
         r.print_line(out, "not tried, the budget ran out (a larger --budget tries them): "
                           + "; ".join(answer.untried))
-    r.print_line(out, "waiting: " + (answer.forecast or "no forecast (this plan does not "
-                                     "say when running jobs end); a later round may admit it "
-                                     "as GPUs free up"))
+    r.print_line(out, "waiting: " + (answer.forecast or "no forecast; a later round may "
+                                     "admit it as GPUs free up"))
 
 
 @one_line_errors
@@ -83,7 +82,9 @@ def why_command(
                          path="--solver")
     inst = with_queue_files(resolve_instance(instance, cluster, jobs), queues or [])
     with interruptible():
-        answer = why_job(inst, job, budget_s=budget, solver=solver)
+        from hyperplace.sim.planning import forecast_plan
+
+        answer = why_job(inst, job, budget_s=budget, solver=solver, forecaster=forecast_plan)
     if fmt == Format.table:
         render_answer(answer, console())
     else:

@@ -29,12 +29,13 @@ KIND = "why-job"
 @handler(KIND)
 def why_task(payload: dict[str, Any], deadline: float, ctx: Any) -> Reply:
     from hyperplace.io import to_document
+    from hyperplace.sim.planning import forecast_plan
     from hyperplace.solvers.workflows.why import why_job
 
     inst, label = resolve_instance(payload, ctx)
     try:
         answer = why_job(inst, payload["job"], budget_s=max(0.05, remaining(deadline)),
-                         solver=payload.get("solver", "auto"))
+                         solver=payload.get("solver", "auto"), forecaster=forecast_plan)
     except InputError as exc:
         if exc.path == "JOB":
             raise RequestProblem(404, [{"path": "job", "message": exc.message}]) from None

@@ -24,7 +24,8 @@ thin shells over this function.
 from __future__ import annotations
 
 import time
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -74,9 +75,15 @@ class JobAnswer(HPModel):
 
 
 def why_job(instance: Instance, job: str, *, budget_s: float = 10.0, solver: str = "auto",
-            policy: str = "performance", seed: int = 0, what_ifs: bool = True) -> JobAnswer:
+            policy: str = "performance", seed: int = 0, what_ifs: bool = True,
+            forecaster: Callable[[Instance, PlacementPlan], list[Any]] | None = None
+            ) -> JobAnswer:
     """Whether ``job`` would be admitted in a round of ``instance`` now, and if not, why and
-    what would admit it (see the module). ``budget_s`` bounds all the solves together."""
+    what would admit it (see the module). ``budget_s`` bounds all the solves together.
+
+    ``forecaster(instance, plan) -> forecasts[]`` (the shells pass the over-time schedule's
+    :func:`hyperplace.sim.planning.forecast_plan`, a layer above this one) says when the job
+    would start by waiting."""
     from hyperplace.solvers.driver import solve_placement
 
     began = time.perf_counter()
@@ -105,6 +112,8 @@ def why_job(instance: Instance, job: str, *, budget_s: float = 10.0, solver: str
                                  f"{_list(placed.node_names, 6)}",
                          runtime_s=time.perf_counter() - began, **common)
     reasons = next((p.reasons for p in plan.pending if p.job == job), [])
+    if forecaster is not None:
+        plan = plan.model_copy(update={"forecasts": forecaster(instance, plan)})
     changes: list[Change] = []
     untried: list[str] = []
     if what_ifs:
