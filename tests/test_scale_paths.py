@@ -92,4 +92,73 @@ def test_a_fallback_says_where_the_budget_went():
     plan = solve_placement(inst, solver="milp", budget_s=1, deadline=time.perf_counter() - 1)
     assert plan.status.value == "fallback" and check(plan, inst) == []
     assert "milp: not run" in plan.message and "start-up and reading used" in plan.message
-    assert "greedy" in plan.message and "kept for the plan" in plan.message
+    assert "greedy" in plan.message and "kept for mapping back" in plan.message
+    # the explanations ran past the deadline: the pending jobs say their analysis was skipped
+    assert plan.pending and all(pj.analysis == "skipped" for pj in plan.pending)
+    assert "got a generic reason only" in plan.message
+
+
+class _Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_reserve_holds_one_greedy_pass_and_no_explanations():
+    from hyperplace.solvers.budget import Budget
+    from hyperplace.solvers.params import BudgetParams
+
+    params = BudgetParams()
+    budget = Budget(10.0, params, clock=_Clock())
+    # reserve_s + reserve_fraction x budget + greedy_reserve_factor x the first pass
+    assert budget.reserve(2.0) == params.reserve_s + params.reserve_fraction * 10.0 + \
+        params.greedy_reserve_factor * 2.0
+    assert params.greedy_reserve_factor == 1.0
+    # the explanations stop before the deadline, by their per-item tail
+    assert budget.explain_deadline(100, 900) == 10.0 - params.explain_tail_s_per_item * 1000
+
+
+def test_greedy_leaves_out_its_second_pass_when_it_would_take_the_exact_models_time():
+    from hyperplace.solvers.budget import Budget
+    from hyperplace.solvers.heuristics.greedy import GreedyStats
+    from hyperplace.solvers.params import BudgetParams
+
+    clock = _Clock()
+    budget = Budget(10.0, BudgetParams(), clock=clock)
+    clock.now = 3.0  # 7 s left; a first pass of 1 s: the reserve is 0.1 + 0.8 + 1.0 = 1.9 s
+    # 5.1 s left for the model without a second pass, 3.9 s after one (1.2 x the first)
+    assert budget.second_pass_ok(3.5, 1.0)  # the model needs 3.5 s: both fit
+    assert not budget.second_pass_ok(4.5, 1.0)  # needs 4.5 s: only without the second pass
+    assert budget.second_pass_ok(6.0, 1.0)  # needs 6 s: cannot run anyway, two passes
+    inst = instance([node(f"n{i}") for i in range(2)], [job(f"j{i}", tp=8) for i in range(3)])
+    p = PlacementProblem(inst)
+    stats = GreedyStats()
+    one = solve_greedy(p, stats=stats, second_pass_ok=lambda first_s: False)
+    assert stats.passes == 1 and stats.second_skipped and len(one.units) == 2
+    both = GreedyStats()
+    solve_greedy(p, stats=both)
+    assert both.passes == 2 and not both.second_skipped and both.first_pass_s > 0
+
+
+def test_jobs_whose_analysis_was_skipped_say_so_in_the_plan():
+    from hyperplace.formulations.mapping import to_plan
+    from hyperplace.models.result import SolveStats, SolveStatus
+
+    inst = instance([node("n0")], [job(f"j{i}", tp=8) for i in range(3)])
+    p = PlacementProblem(inst)
+    a = solve_greedy(p)
+    skipped: set[int] = set()
+    reasons = explain(p, a, deadline=0.0, fits_alone=lambda jv: True, skipped=skipped)
+    assert skipped == set(reasons) and len(skipped) == 2
+    stats = SolveStats(status=SolveStatus.FEASIBLE, solver="greedy", objective=8.0,
+                       bound=None, gap=None, runtime_s=0.0, budget_s=1.0)
+    plan = to_plan(p, a, stats, reasons, skipped=skipped)
+    assert [pj.analysis for pj in plan.pending] == ["skipped", "skipped"]
+    assert check(plan, inst) == []
+    full = to_plan(p, a, stats, explain(p, a, fits_alone=lambda jv: True))
+    assert all(pj.analysis == "full" for pj in full.pending)
+    assert "analysis" not in full.to_doc()["pending"][0]  # the default is left out

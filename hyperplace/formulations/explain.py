@@ -125,7 +125,8 @@ class _Facts:
 
 def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None = None,
             fits_alone: FitProbe | None = None,
-            held_by_spares: SpareProbe | None = None) -> dict[int, list[str]]:
+            held_by_spares: SpareProbe | None = None,
+            skipped: set[int] | None = None) -> dict[int, list[str]]:
     """Reasons for every job the assignment leaves out.
 
     Jobs of one shape (:meth:`PlacementProblem.job_shape`: the same units, requirements and
@@ -151,6 +152,9 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
     held_by_spares : SpareProbe, optional
         With hot spares: the leaves whose spares alone keep the job out (it would fit on
         what the plan leaves free if they could be opened); such a job is told so.
+    skipped : set, optional
+        Filled with the jobs whose per-job analysis was skipped (the deadline passed, or
+        their shape was past :data:`MAX_CONTENTION_PROBES`): their plan entry says so.
 
     Returns
     -------
@@ -215,6 +219,8 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
                        if late else "no fit probe was given" if fits_alone is None
                        else f"more than {MAX_CONTENTION_PROBES} distinct job shapes")
                 reasons = [f"not admitted in this plan (per-job analysis skipped: {why})"]
+                if skipped is not None:
+                    skipped.add(jv.index)
         out[jv.index] = reasons
     return out
 

@@ -606,10 +606,11 @@ def _topology(p: PlacementProblem, units: list[PlacedUnit]) -> TopologyAssignmen
 
 
 def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
-            reasons: dict[int, list[str]], objective_terms: dict[str, float] | None = None
-            ) -> PlacementPlan:
+            reasons: dict[int, list[str]], objective_terms: dict[str, float] | None = None,
+            skipped: set[int] | None = None) -> PlacementPlan:
     """The plan document for an assignment, its statistics, reasons and objective terms
-    (the one plan builder, :class:`~hyperplace.models.plan_builder.PlanBuilder`)."""
+    (the one plan builder, :class:`~hyperplace.models.plan_builder.PlanBuilder`);
+    ``skipped``: pending jobs whose per-job analysis did not fit in the budget."""
     b = PlanBuilder(p.instance)
     for j in sorted(assignment.units):
         jv = p.jobs[j]
@@ -622,7 +623,8 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
                 gpus=jv.gpus, topology=_topology(p, units))
     for jv in p.pending:
         if jv.index not in assignment.units:
-            b.wait(jv.name, reasons.get(jv.index) or ["not admitted"])
+            b.wait(jv.name, reasons.get(jv.index) or ["not admitted"],
+                   analysed=not skipped or jv.index not in skipped)
     return b.build(
         "plan", status=stats.status, solver=stats.solver, objective=stats.objective,
         bound=stats.bound, gap=stats.gap, objective_gaps=stats.objective_gaps,

@@ -61,8 +61,18 @@ class JobSummary(HPModel):
 
 
 class PendingJob(HPModel):
+    """A job the plan leaves pending and why.
+
+    ``analysis``: ``full`` when the reasons come from the per-job analysis (what the job
+    needs against what is free, whom it lost to); ``skipped`` when the solve's budget ran
+    out before that analysis reached the job (or its shape was past the probe limit): the
+    reasons are then true but generic, and a larger budget (or ``hyperplace why``) gives the
+    full answer.
+    """
+
     job: str
     reasons: list[str]
+    analysis: Literal["full", "skipped"] = "full"
 
 
 class Forecast(HPModel):

@@ -86,9 +86,11 @@ class PlanBuilder:
         self.placements += plan.placements
         self.jobs += plan.jobs
 
-    def wait(self, job: str, reasons: list[str]) -> None:
-        """Job ``job`` pending for ``reasons``."""
-        self.pending.append(PendingJob(job=job, reasons=reasons))
+    def wait(self, job: str, reasons: list[str], analysed: bool = True) -> None:
+        """Job ``job`` pending for ``reasons`` (``analysed``: by the per-job analysis, not
+        the generic reason given when the budget ran out first)."""
+        self.pending.append(PendingJob(job=job, reasons=reasons,
+                                       analysis="full" if analysed else "skipped"))
 
     @property
     def placed(self) -> set[str]:

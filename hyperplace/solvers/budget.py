@@ -69,12 +69,30 @@ class Budget:
 
     def reserve(self, greedy_pass_s: float) -> float:
         """THE reserve: seconds kept back from the exact backend for mapping its solution to
-        GPUs, the priority repair and the explanations (each costs about a greedy pass, one
-        of which took ``greedy_pass_s``): ``reserve_s + reserve_fraction x budget +
-        greedy_reserve_factor x greedy_pass_s``."""
+        GPUs and its priority repair (about one greedy pass over the queue; greedy's first
+        pass took ``greedy_pass_s``): ``reserve_s + reserve_fraction x budget +
+        greedy_reserve_factor x greedy_pass_s``.
+
+        The explanations get no share of it: they run in what is left before the plan is
+        built (:meth:`explain_deadline`), and a pending job whose per-job analysis did not
+        fit says so in the plan (``PendingJob.analysis: skipped``)."""
         p = self.params
         return p.reserve_s + p.reserve_fraction * self.budget_s + \
             p.greedy_reserve_factor * greedy_pass_s
+
+    def exact_need_s(self, est_vars: int, vars_per_second: int) -> float:
+        """Seconds the exact backend's model of ``est_vars`` variables needs (the rate the
+        driver judges it by, :meth:`exact_fits`)."""
+        return est_vars / vars_per_second
+
+    def second_pass_ok(self, exact_need_s: float, first_pass_s: float) -> bool:
+        """Whether greedy's second pass (about as long as its first, ``first_pass_s``) may
+        run: yes when the exact model could not run anyway, or still fits after it; no when
+        the second pass would take the time the exact model needs."""
+        without = self.left() - self.reserve(first_pass_s)
+        if without < exact_need_s:
+            return True  # greedy's plan is the answer: make it the better of two passes
+        return without - 1.2 * first_pass_s >= exact_need_s
 
     def exact_left(self, reserve: float) -> float:
         """Seconds the exact backend may use now (never negative)."""

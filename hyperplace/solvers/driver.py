@@ -13,6 +13,7 @@ exact backend had nothing better in time, ``feasible`` for ``--solver greedy``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from bisect import bisect_left
@@ -37,7 +38,13 @@ from hyperplace.models.plan import PlacementPlan
 from hyperplace.models.sharing import running_gpus
 from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
 from hyperplace.solvers.backends.backend import Backend, BackendOptions
-from hyperplace.solvers.heuristics.greedy import fit_probe, repair_priority, solve_greedy, spare_probe
+from hyperplace.solvers.heuristics.greedy import (
+    GreedyStats,
+    fit_probe,
+    repair_priority,
+    solve_greedy,
+    spare_probe,
+)
 from hyperplace.solvers.budget import Budget
 from hyperplace.solvers.params import SolveParams
 from hyperplace.solvers.heuristics.warm import WarmStart
@@ -165,21 +172,30 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                else PlacementProblem(instance, policy, params.model, preemption=preemption,
                                      migration=migration, hot_spares=hot_spares))
     r = _Round(problem, budget, params)
-    _heuristics(r, warm)
-    if solver != "greedy":
-        _exact(r, solver if solver != "auto" else auto_backend(problem, params),
-               BackendOptions(seed=seed, workers=workers))
+    backend_name = None if solver == "greedy" else \
+        solver if solver != "auto" else auto_backend(problem, params)
+    _heuristics(r, warm, backend_name)
+    if backend_name is not None:
+        _exact(r, backend_name, BackendOptions(seed=seed, workers=workers))
+        if r.greedy_stats.second_skipped:
+            r.note(f"greedy ran one pass ({r.greedy_stats.first_pass_s:.1f} s): a second "
+                   f"would have taken the time {backend_name}'s model needs")
     _restrictions(r)
     _bounds(r)
     _gaps(r)
-    reasons = _explanations(r)
+    skipped: set[int] = set()
+    reasons = _explanations(r, skipped)
+    if skipped:
+        r.note(f"{len(skipped):,} of {len(reasons):,} pending jobs got a generic reason only "
+               "(the per-job analysis did not fit in the budget; their entries say "
+               "analysis: skipped)")
     stats = SolveStats(status=r.status, solver=r.name, objective=r.objective, bound=r.bound,
                        gap=relative_gap(r.objective, r.bound), objective_gaps=r.gaps,
                        runtime_s=budget.elapsed(), budget_s=budget_s,
                        message=r.message.strip())
     if warm is not None:
         warm.remember(problem, r.chosen)
-    plan = to_plan(problem, r.chosen, stats, reasons, r.terms)
+    plan = to_plan(problem, r.chosen, stats, reasons, r.terms, skipped)
     return plan.model_copy(update={"hot_spares": hot_spares}) if hot_spares else plan
 
 
@@ -196,6 +212,7 @@ class _Round:
     greedy_start: float = 0.0
     greedy_pass_s: float = 0.0
     greedy_s: float = 0.0
+    greedy_stats: GreedyStats = field(default_factory=GreedyStats)
     name: str = "greedy"
     status: SolveStatus = SolveStatus.FEASIBLE
     message: str = ""
@@ -213,18 +230,29 @@ class _Round:
         self.message += ("; " if self.message.strip() else "") + text
 
 
-def _heuristics(r: _Round, warm: WarmStart | None) -> None:
+def _heuristics(r: _Round, warm: WarmStart | None, backend_name: str | None) -> None:
     """Phase 1: greedy (then the previous round's placements when better, then greedy's
-    preemption or migration heuristic), stopping in time for what follows."""
+    preemption or migration heuristic), stopping in time for what follows.
+
+    Greedy's second pass (another job order) runs only when it leaves the exact backend the
+    time its model needs (:meth:`Budget.second_pass_ok`): on the largest rounds one pass
+    and the exact model beat two passes and no exact model."""
     p, budget, gp = r.problem, r.budget, r.params.greedy
     greedy_start = time.perf_counter()
     stop = budget.greedy_deadline(len(p.pending))
-    greedy = solve_greedy(p, gp, deadline=stop, late_pass_s=budget.late_pass_s)
+    stats = GreedyStats()
+    ok = None
+    if backend_name is not None:
+        need = budget.exact_need_s(estimate_vars(p), r.params.budget.vars_per_second(backend_name))
+        ok = functools.partial(budget.second_pass_ok, need)
+    greedy = solve_greedy(p, gp, deadline=stop, late_pass_s=budget.late_pass_s, stats=stats,
+                          second_pass_ok=ok)
+    r.greedy_stats = stats
     if warm is not None:  # the previous round's placements that still hold, when better
         greedy = warm.start(p, greedy, gp, stop)
-    # one greedy pass: what the reserve is counted in (the migration and preemption
-    # heuristics after it are longer, and nothing after them repeats them)
-    r.greedy_pass_s = time.perf_counter() - greedy_start
+    # one greedy pass (the first): what the reserve is counted in (the migration and
+    # preemption heuristics after it are longer, and nothing after them repeats them)
+    r.greedy_pass_s = stats.first_pass_s
     if p.victims and p.preempting:
         from hyperplace.solvers.heuristics.greedy_preempt import greedy_preempt
 
@@ -378,15 +406,17 @@ def _gaps(r: _Round) -> None:
                 gaps["admitted_jobs"] = lp_gap
 
 
-def _explanations(r: _Round) -> dict[int, list[str]]:
-    """Phase 4: why each pending job is pending, stopping in time for the plan."""
+def _explanations(r: _Round, skipped: set[int]) -> dict[int, list[str]]:
+    """Phase 4: why each pending job is pending, stopping in time for the plan (``skipped``
+    gets the jobs whose per-job analysis did not fit)."""
     p, chosen, gp = r.problem, r.chosen, r.params.greedy
     if chosen.untried:
         r.note(f"greedy ran out of time: {len(chosen.untried)} pending jobs were not tried "
                "(their reasons say so)")
     reasons = explain(p, chosen, deadline=r.budget.explain_deadline(len(p.jobs), p.free_gpus),
                       fits_alone=fit_probe(p, gp),
-                      held_by_spares=spare_probe(p, chosen, gp) if p.spare_allowance else None)
+                      held_by_spares=spare_probe(p, chosen, gp) if p.spare_allowance else None,
+                      skipped=skipped)
     proven = r.status == SolveStatus.OPTIMAL
     if p.victims and p.preempting:
         _preemption_reasons(p, chosen, reasons, proven)
@@ -403,7 +433,7 @@ def _not_run(backend: str, est: int, per_second: int, budget_s: float, available
     spent = [f"start-up and reading used {reading:.1f} s (with what is kept for writing)"
              if reading >= 0.05 else "",
              f"building the problem {building:.1f} s", f"greedy {greedy:.1f} s",
-             f"{reserve:.1f} s kept for the plan and its explanations"]
+             f"{reserve:.1f} s kept for mapping back and the priority repair"]
     text = (f"{backend}: not run: a model of about {est:,} variables needs about "
             f"{est / per_second:.1f} s, {available:.1f} s were left ("
             + ", ".join(x for x in spent if x) + f" of the {budget_s:g} s budget); "

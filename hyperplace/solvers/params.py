@@ -38,9 +38,12 @@ class BudgetParams:
         Seconds kept back on top (default 0.1: a floor for small budgets, where 8 % is
         only milliseconds). >= 0.
     greedy_reserve_factor : float
-        The reserve also holds this many greedy passes, because the priority repair and the
-        explanations' probes each cost up to about one greedy pass (default 1.5, set by
-        hand when the driver was written, not measured separately). >= 0.
+        The reserve also holds this many greedy passes (greedy's first pass, timed), because
+        mapping the exact solution back and its priority repair cost up to about one pass
+        (default 1.0). The explanations are not reserved for: they run in what is left, and
+        pending jobs whose per-job analysis did not fit say so (#25: the old rule, 1.5 x
+        greedy's whole run with both passes and its repair, kept 4.7 s of a 10 s budget at
+        131,072 GPUs and the exact model never started). >= 0.
     cpsat_vars_per_second : int
         Piece variables CP-SAT is given per second of budget before the driver judges the
         model hopeless and returns greedy's plan (default 60,000, set by hand; the bench
@@ -88,7 +91,7 @@ class BudgetParams:
 
     reserve_fraction: float = 0.08
     reserve_s: float = 0.1
-    greedy_reserve_factor: float = 1.5
+    greedy_reserve_factor: float = 1.0
     cpsat_vars_per_second: int = 60_000
     milp_vars_per_second: int = 40_000
     auto_milp_above_vars: int = 3_000

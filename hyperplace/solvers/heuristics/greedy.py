@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 from hyperplace.formulations.explain import FitProbe
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
@@ -453,8 +454,26 @@ def _one_pass(p: PlacementProblem, order: list[JobView], params: GreedyParams,
     return out
 
 
+@dataclass
+class GreedyStats:
+    """What one :func:`solve_greedy` call spent, for the driver's budget rule.
+
+    ``first_pass_s``: the first pass alone (one pass over the queue: what the priority repair
+    of another plan and the explanations' probes each cost at most, about); ``passes``:
+    passes run; ``second_skipped``: the second pass was left out so that the exact backend
+    keeps its time (``second_pass_ok`` said no); ``repair_s``: the priority repair.
+    """
+
+    first_pass_s: float = 0.0
+    passes: int = 0
+    second_skipped: bool = False
+    repair_s: float = 0.0
+
+
 def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
-                 deadline: float | None = None, late_pass_s: float = 0.0) -> Assignment:
+                 deadline: float | None = None, late_pass_s: float = 0.0,
+                 stats: GreedyStats | None = None,
+                 second_pass_ok: Callable[[float], bool] | None = None) -> Assignment:
     """Greedy's plan: the better of :func:`job_orders`' two passes, then the priority repair.
 
     Parameters
@@ -475,6 +494,12 @@ def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
     late_pass_s : float
         Extra seconds for a pass that starts late (the driver gives 5 % of the budget, the
         share the budget promise allows beyond it).
+    stats : GreedyStats, optional
+        Filled with what the passes and the repair took.
+    second_pass_ok : callable, optional
+        Asked with the first pass's seconds before the second pass starts: False leaves the
+        second pass out (the driver says False when it would take the time the exact
+        backend's model needs).
     """
     params = params or _DEFAULTS
     repair_deadline = deadline
@@ -490,10 +515,14 @@ def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
         orders = job_orders(p)
     passes: list[Assignment] = []
     passes_started = 0.0  # set when the first pass begins
+    stats = stats if stats is not None else GreedyStats()
     for order in orders:
         begun = time.perf_counter()
         if passes and deadline is not None and \
                 deadline - begun < (begun - passes_started) * 1.2:
+            break
+        if passes and second_pass_ok is not None and not second_pass_ok(stats.first_pass_s):
+            stats.second_skipped = True
             break
         if not passes:
             passes_started = begun
@@ -502,8 +531,14 @@ def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
         cut = deadline if passes or deadline is None else \
             max(deadline, begun + LATE_PASS_S + late_pass_s)
         passes.append(_one_pass(p, order, params, cut))
+        if len(passes) == 1:
+            stats.first_pass_s = time.perf_counter() - begun
+    stats.passes = len(passes)
     best = max(passes, key=lambda a: _score(p, a))
-    return repair_priority(p, best, params, repair_deadline)
+    repair_start = time.perf_counter()
+    repaired = repair_priority(p, best, params, repair_deadline)
+    stats.repair_s = time.perf_counter() - repair_start
+    return repaired
 
 
 def fit_probe(p: PlacementProblem, params: GreedyParams | None = None) -> FitProbe:
