@@ -327,78 +327,82 @@ def job_demand(gpus: int, gpus_per_node: int) -> int:
     return math.ceil(gpus / gpus_per_node) * gpus_per_node
 
 
+class _PoolTree:
+    """Builds the pools of one instance (see :func:`build_pools`)."""
+
+    def __init__(self, usable: Callable[[str], int]):
+        self.usable = usable
+        self.pools: list[Pool] = []
+
+    def add(self, members: list, **kw) -> int:
+        """A pool over ``members`` (nodes); capacity and whole nodes from ``usable``."""
+        self.pools.append(Pool(
+            id=len(self.pools), nodes=tuple(n.name for n in members),
+            capacity=sum(self.usable(n.name) for n in members),
+            whole_nodes=sum(self.usable(n.name) == n.gpu_count for n in members),
+            gpus_per_node=max(n.gpu_count for n in members), **kw))
+        return len(self.pools) - 1
+
+    @staticmethod
+    def span(cluster, radii: list[int], members: list[str]) -> int:
+        """The lowest tier at which ``members`` share one domain (crossings paid)."""
+        for i, r in enumerate(radii):
+            if len({cluster.network.node_domain(m, r) for m in members}) == 1:
+                return i
+        return len(radii)
+
+    def cluster(self, c) -> None:
+        nodes = list(c.nodes)
+        if not nodes:
+            return
+        radii = list(c.network.radii)
+        root = self.add(nodes, name=f"cluster {c.name}", cluster=c.name, gpu_type=None,
+                        domain=None, tier=self.span(c, radii, [n.name for n in nodes]),
+                        parent=None)
+        for t in sorted({n.gpu_type for n in nodes}):
+            tnodes = [n for n in nodes if n.gpu_type == t]
+            top = self.add(tnodes, name=f"cluster {c.name} {t}", cluster=c.name, gpu_type=t,
+                           domain=None, tier=self.span(c, radii, [n.name for n in tnodes]),
+                           parent=root)
+            # parent of each node at the level above (starts: the type's cluster pool)
+            above = {n.name: top for n in tnodes}
+            for tier in range(len(radii) - 1, -1, -1):
+                above = self.tier(c, t, tnodes, tier, radii[tier], above)
+
+    def tier(self, c, gpu_type: str, tnodes: list, tier: int, radius: int,
+             above: dict[str, int]) -> dict[str, int]:
+        """The domains of one tier under their parents; returns the new parent of each node."""
+        groups: dict[tuple[int, str], list] = {}
+        for n in tnodes:
+            d = c.network.node_domain(n.name, radius)
+            if d is not None:
+                groups.setdefault((above[n.name], d), []).append(n)
+        new_above = dict(above)
+        for (par, d), members in sorted(groups.items(), key=lambda kv: kv[0][1]):
+            if {m.name for m in members} == set(self.pools[par].nodes):
+                continue  # the same nodes as its parent: not repeated
+            level = "leaf" if tier == 0 else "spine" if tier == 1 else f"tier-{tier}"
+            pid = self.add(members, name=f"{level} {d} {gpu_type}", cluster=c.name,
+                           gpu_type=gpu_type, domain=d, tier=tier, parent=par)
+            for m in members:
+                new_above[m.name] = pid
+        return new_above
+
+
 def build_pools(instance: Instance, usable: Callable[[str], int] | None = None) -> list[Pool]:
     """The laminar pool tree of every cluster (module docstring).
 
     ``usable(node)``: GPUs of the node that are not failed (default: ``gpu_count`` minus
     ``faulty``)."""
     if usable is None:
-        def usable(n: str, _idx={nd.name: nd for c in instance.clusters for nd in c.nodes}):
-            node = _idx[n]
-            return node.gpu_count - len(set(node.faulty))
-    pools: list[Pool] = []
+        idx = {nd.name: nd for c in instance.clusters for nd in c.nodes}
 
-    def add(**kw) -> int:
-        pools.append(Pool(id=len(pools), **kw))
-        return len(pools) - 1
-
+        def usable(n: str) -> int:
+            return idx[n].gpu_count - len(set(idx[n].faulty))
+    tree = _PoolTree(usable)
     for c in instance.clusters:
-        nodes = list(c.nodes)
-        if not nodes:
-            continue
-        gpn = max(n.gpu_count for n in nodes)
-        root = add(name=f"cluster {c.name}", cluster=c.name, gpu_type=None, domain=None,
-                   tier=len(c.network.radii), parent=None,
-                   capacity=sum(usable(n.name) for n in nodes),
-                   nodes=tuple(n.name for n in nodes), gpus_per_node=gpn,
-                   whole_nodes=sum(usable(n.name) == n.gpu_count for n in nodes))
-        radii = list(c.network.radii)
-
-        def span(members: list[str]) -> int:
-            """The lowest tier at which ``members`` share one domain (crossings paid)."""
-            for i, r in enumerate(radii):
-                if len({c.network.node_domain(m, r) for m in members}) == 1:
-                    return i
-            return len(radii)
-
-        if len(pools) and pools[root].nodes:
-            pools[root] = Pool(**{**pools[root].__dict__, "tier": span(list(pools[root].nodes))})
-        types = sorted({n.gpu_type for n in nodes})
-        gcount = {n.name: n.gpu_count for n in nodes}
-        for t in types:
-            tnodes = [n for n in nodes if n.gpu_type == t]
-            tgpn = max(n.gpu_count for n in tnodes)
-            top = add(name=f"cluster {c.name} {t}", cluster=c.name, gpu_type=t, domain=None,
-                      tier=span([n.name for n in tnodes]), parent=root,
-                      capacity=sum(usable(n.name) for n in tnodes),
-                      nodes=tuple(n.name for n in tnodes), gpus_per_node=tgpn,
-                      whole_nodes=sum(usable(n.name) == n.gpu_count for n in tnodes))
-            # parent of each node at the level above (starts: the type's cluster pool)
-            above = {n.name: top for n in tnodes}
-            for tier in range(len(radii) - 1, -1, -1):
-                r = radii[tier]
-                groups: dict[tuple[int, str], list[str]] = {}
-                off: list[str] = []
-                for n in tnodes:
-                    d = c.network.node_domain(n.name, r)
-                    if d is None:
-                        off.append(n.name)
-                        continue
-                    groups.setdefault((above[n.name], d), []).append(n.name)
-                new_above = dict(above)
-                for (par, d), members in sorted(groups.items(), key=lambda kv: kv[0][1]):
-                    if set(members) == set(pools[par].nodes):
-                        continue  # the same nodes as its parent: not repeated
-                    level = "leaf" if tier == 0 else "spine" if tier == 1 else f"tier-{tier}"
-                    pid = add(name=f"{level} {d} {t}", cluster=c.name, gpu_type=t, domain=d,
-                              tier=tier, parent=par,
-                              capacity=sum(usable(m) for m in members),
-                              nodes=tuple(members), gpus_per_node=tgpn,
-                              whole_nodes=sum(usable(m) == gcount[m] for m in members))
-                    for m in members:
-                        new_above[m] = pid
-                above = new_above
-    return pools
+        tree.cluster(c)
+    return tree.pools
 
 
 def leaf_pool_of(pools: list[Pool]) -> dict[str, int]:
@@ -437,6 +441,87 @@ def pool_structure(pools: list[Pool], instance: Instance) -> dict:
             "radii": {c: list(clusters[c].network.radii) for c in by_cluster}}
 
 
+def _by_free(pools: list[Pool], free_now: dict[int, int]) -> list[Pool]:
+    """Most GPUs free now first (name on ties)."""
+    return sorted(pools, key=lambda p: (-free_now.get(p.id, p.capacity), p.name))
+
+
+def _max_tier(radius: int | None, radii: list[int]) -> int:
+    """The highest tier index a hop radius allows (-1: one node only)."""
+    if radius is None:
+        return len(radii)
+    if radius == 0:
+        return -1
+    return max(i for i, r in enumerate(radii) if r <= radius)
+
+
+def _type_options(job: TrainingJob, tpools: list[Pool], gpu_type: str, gpus: int,
+                  max_tier: int, free_now: dict[int, int], per_tier: int,
+                  duration: Duration) -> list[tuple[Option, int]]:
+    """The (option, demand) pairs of one GPU type: its cluster pool for a job of one node;
+    else the lowest tier whose domains hold it (``per_tier`` of them) and one domain of each
+    of the next two tiers."""
+    gpn = tpools[0].gpus_per_node
+    need = job_demand(gpus, gpn)
+    if gpus <= gpn:  # one node: no switch crossed anywhere; hop 0 holds too
+        top = next(p for p in tpools if p.domain is None)
+        return [(Option(top.id, duration(job, gpu_type, 0), gpu_type, 0), need)] \
+            if top.capacity >= need else []
+    if max_tier < 0:
+        return []  # hop limit 0 and more than a node
+    fitting = [p for p in tpools if p.capacity >= need and p.tier <= max_tier
+               and p.whole_nodes * gpn >= need]
+    if not fitting:
+        return []
+    low = min(p.tier for p in fitting)
+    chosen = _by_free([p for p in fitting if p.tier == low], free_now)[:per_tier]
+    for tier in sorted({p.tier for p in fitting if p.tier > low})[:2]:
+        chosen += _by_free([p for p in fitting if p.tier == tier], free_now)[:1]
+    return [(Option(p.id, duration(job, gpu_type, p.tier), gpu_type, p.tier), need)
+            for p in chosen]
+
+
+def _mixed_option(job: TrainingJob, cps: list[Pool], ok_types: list[str], gpus: int,
+                  duration: Duration) -> list[tuple[Option, int]]:
+    """The cluster root (several types, at the slowest one's speed) for a multi-node job."""
+    root = next(p for p in cps if p.gpu_type is None)
+    need = job_demand(gpus, root.gpus_per_node)
+    if gpus <= root.gpus_per_node or root.capacity < need:
+        return []
+    slow = max(ok_types, key=lambda t: duration(job, t, root.tier))
+    return [(Option(root.id, duration(job, slow, root.tier), None, root.tier), need)]
+
+
+def _reserved_option(job: TrainingJob, pool: Pool | None, gpus: int, selectors: frozenset,
+                     instance: Instance, duration: Duration) -> list[tuple[Option, int]]:
+    """The pool of a reservation as an option (when its type is still accepted)."""
+    if pool is None or pool.gpu_type is None:
+        return []
+    if not all(s is None or instance.catalog.get(pool.gpu_type).matches(s) for s in selectors):
+        return []
+    need = job_demand(gpus, pool.gpus_per_node)
+    if pool.capacity < need:
+        return []
+    tier = 0 if gpus <= pool.gpus_per_node else pool.tier
+    return [(Option(pool.id, duration(job, pool.gpu_type, tier), pool.gpu_type, tier), need)]
+
+
+def _trim(cands: list[Option], pools: list[Pool], max_options: int,
+          keep_pool: int | None) -> list[Option]:
+    """The ``max_options`` fastest options, keeping the widest one (never worse for the start
+    time: a job with only narrow options may wait needlessly) and a reservation's pool (else
+    a re-plan could only move the job later)."""
+    cands = sorted(cands, key=lambda o: (o.duration_s, pools[o.pool].tier, pools[o.pool].name))
+    keep = cands[:max_options]
+    widest = max(cands, key=lambda o: (pools[o.pool].capacity, -o.duration_s))
+    if widest not in keep:
+        keep[-1] = widest
+    held = next((o for o in cands if o.pool == keep_pool), None)
+    if held is not None and held not in keep:
+        keep[-2 if len(keep) > 1 and keep[-1] is widest else -1] = held
+    return keep
+
+
 def job_options(job: TrainingJob, pools: list[Pool], instance: Instance, duration: Duration,
                 free_now: dict[int, int], *, max_options: int = 6, per_tier: int = 2,
                 keep_pool: int | None = None, facts: tuple | None = None,
@@ -445,81 +530,30 @@ def job_options(job: TrainingJob, pools: list[Pool], instance: Instance, duratio
     """The capacity options of ``job`` (module docstring), its demand per pool and, when it
     has none, why. ``facts``: :func:`job_facts` of the job (computed when not given);
     ``structure``: :func:`pool_structure` of ``pools`` (likewise)."""
-    gpus, selectors, hop = facts if facts is not None else job_facts(job)
-    catalog = instance.catalog
     from hyperplace.formulations.placement.domains import radius_for
 
+    gpus, selectors, hop = facts if facts is not None else job_facts(job)
+    catalog = instance.catalog
     st = structure if structure is not None else pool_structure(pools, instance)
-    cands: list[Option] = []
-    demand: dict[int, int] = {}
+    found: list[tuple[Option, int]] = []
     for cname, cps in st["by_cluster"].items():
-        cluster = st["clusters"][cname]
-        radius = st["radius"].setdefault((cname, hop), radius_for(cluster, hop))
-        radii = st["radii"][cname]
-        max_tier = len(radii) if radius is None else (
-            -1 if radius == 0 else max(i for i, r in enumerate(radii) if r <= radius))
+        radius = st["radius"].setdefault((cname, hop), radius_for(st["clusters"][cname], hop))
+        max_tier = _max_tier(radius, st["radii"][cname])
         ok_types = [p.gpu_type for p in cps if p.gpu_type is not None and p.domain is None
                     and all(s is None or catalog.get(p.gpu_type).matches(s) for s in selectors)]
         for t in ok_types:
-            tpools = [p for p in cps if p.gpu_type == t]
-            gpn = tpools[0].gpus_per_node
-            need = job_demand(gpus, gpn)
-            if gpus <= gpn:  # one node: no switch crossed anywhere; hop 0 holds too
-                top = next(p for p in tpools if p.domain is None)
-                if top.capacity >= need:
-                    cands.append(Option(top.id, duration(job, t, 0), t, 0))
-                    demand[top.id] = need
-                continue
-            if max_tier < 0:
-                continue  # hop limit 0 and more than a node
-            fitting = [p for p in tpools if p.capacity >= need and p.tier <= max_tier
-                       and p.whole_nodes * gpn >= need]
-            if not fitting:
-                continue
-            low = min(p.tier for p in fitting)
-            lowest = sorted((p for p in fitting if p.tier == low),
-                            key=lambda p: (-free_now.get(p.id, p.capacity), p.name))[:per_tier]
-            for p in lowest:
-                cands.append(Option(p.id, duration(job, t, p.tier), t, p.tier))
-                demand[p.id] = need
-            higher = sorted({p.tier for p in fitting if p.tier > low})
-            for tier in higher[:2]:
-                ps = sorted((p for p in fitting if p.tier == tier),
-                            key=lambda p: (-free_now.get(p.id, p.capacity), p.name))[:1]
-                for p in ps:
-                    cands.append(Option(p.id, duration(job, t, p.tier), t, p.tier))
-                    demand[p.id] = need
+            found += _type_options(job, [p for p in cps if p.gpu_type == t], t, gpus,
+                                   max_tier, free_now, per_tier, duration)
         if len(ok_types) > 1 and radius is None:
-            root = next(p for p in cps if p.gpu_type is None)
-            need = job_demand(gpus, root.gpus_per_node)
-            if gpus > root.gpus_per_node and root.capacity >= need:
-                slow = max(ok_types, key=lambda t: duration(job, t, root.tier))
-                cands.append(Option(root.id, duration(job, slow, root.tier), None, root.tier))
-                demand[root.id] = need
-    if keep_pool is not None and not any(o.pool == keep_pool for o in cands):
-        p = pools[keep_pool] if 0 <= keep_pool < len(pools) else None
-        if p is not None and p.gpu_type is not None and all(
-                s is None or catalog.get(p.gpu_type).matches(s) for s in selectors):
-            need = job_demand(gpus, p.gpus_per_node)
-            if p.capacity >= need:
-                cands.append(Option(p.id, duration(job, p.gpu_type, 0 if gpus <= p.gpus_per_node
-                                                   else p.tier), p.gpu_type,
-                                    0 if gpus <= p.gpus_per_node else p.tier))
-                demand[p.id] = need
-    if not cands:
+            found += _mixed_option(job, cps, ok_types, gpus, duration)
+    if keep_pool is not None and not any(o.pool == keep_pool for o, _ in found):
+        pool = pools[keep_pool] if 0 <= keep_pool < len(pools) else None
+        found += _reserved_option(job, pool, gpus, selectors, instance, duration)
+    if not found:
         return [], {}, (f"no pool can hold {gpus} GPUs of the types and hop limit it "
                         f"accepts")
-    cands.sort(key=lambda o: (o.duration_s, pools[o.pool].tier, pools[o.pool].name))
-    keep = cands[:max_options]
-    # keep the widest option too (the cluster of its fastest type): it is never worse for
-    # the start time, and a job with only narrow options may wait needlessly
-    widest = max(cands, key=lambda o: (pools[o.pool].capacity, -o.duration_s))
-    if widest not in keep:
-        keep[-1] = widest
-    # a reservation's pool stays an option (else a re-plan could only move the job later)
-    held = next((o for o in cands if o.pool == keep_pool), None)
-    if held is not None and held not in keep:
-        keep[-2 if len(keep) > 1 and keep[-1] is widest else -1] = held
+    demand = {o.pool: d for o, d in found}
+    keep = _trim([o for o, _ in found], pools, max_options, keep_pool)
     return keep, {o.pool: demand[o.pool] for o in keep}, ""
 
 
@@ -538,6 +572,54 @@ class RunningSlot:
     job: str
     gpus: tuple[tuple[str, int], ...]
     end_s: float  # predicted end, absolute
+
+
+def _running_busy(instance: Instance, pools: list[Pool], running: list[RunningSlot],
+                  now: float) -> tuple[list[Busy], list[Busy]]:
+    """Running jobs' GPUs per leaf pool, and the whole nodes they keep busy, to their ends.
+
+    Only nodes a gang could take count as busy whole nodes (a node with a failed GPU is
+    never whole: it is in no pool's whole nodes either)."""
+    leaf = leaf_pool_of(pools)
+    whole = {n.name for c in instance.clusters for n in c.nodes if not n.faulty}
+    busy: list[Busy] = []
+    node_end: dict[str, float] = {}
+    for r in running:
+        end = max(0.0, r.end_s - now)
+        per: dict[int, int] = {}
+        for n, _ in r.gpus:
+            if n in whole:
+                node_end[n] = max(node_end.get(n, 0.0), end)
+            if n in leaf:
+                per[leaf[n]] = per.get(leaf[n], 0) + 1
+        busy += [Busy(r.job, pid, g, end) for pid, g in sorted(per.items())]
+    per_leaf_end: dict[tuple[int, float], int] = {}
+    for n, e in node_end.items():
+        if n in leaf:
+            per_leaf_end[(leaf[n], e)] = per_leaf_end.get((leaf[n], e), 0) + 1
+    node_busy = [Busy(f"nodes-until-{e:g}", pid, k, e)
+                 for (pid, e), k in sorted(per_leaf_end.items())]
+    return busy, node_busy
+
+
+def _schedule_job(pj: "PendingJob", pools: list[Pool], instance: Instance, duration: Duration,
+                  free_now: dict[int, int], max_options: int, reservation: Reservation | None,
+                  facts_cache: dict, structure: dict, not_now) -> ScheduleJob:
+    m = pj.manifest
+    facts = facts_cache.get(m.name)
+    if facts is None:
+        facts = facts_cache[m.name] = job_facts(m)
+    opts, dem, why = job_options(m, pools, instance, duration, free_now,
+                                 max_options=max_options,
+                                 keep_pool=reservation.pool if reservation is not None else None,
+                                 facts=facts, structure=structure)
+    g = facts[0]
+    nd = {pid: math.ceil(g / pools[pid].gpus_per_node) for pid in dem
+          if g >= pools[pid].gpus_per_node}
+    return ScheduleJob(name=m.name, gpus=g,
+                       priority=m.priority if pj.priority is None else pj.priority,
+                       submit_s=pj.submit_s, options=opts, demand=dem, reason=why,
+                       node_demand=nd, not_now=frozenset(not_now))
 
 
 def build_schedule_problem(instance: Instance, pending: list[PendingJob],
@@ -563,65 +645,20 @@ def build_schedule_problem(instance: Instance, pending: list[PendingJob],
         raise ValueError(f"objective: use one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if pools is None:
         pools = build_pools(instance, usable)
-    leaf = leaf_pool_of(pools)
+    busy, node_busy = _running_busy(instance, pools, running, now)
+    used0 = {p.id: 0 for p in pools}
+    for b in busy:
+        p: int | None = b.pool
+        while p is not None:
+            used0[p] += b.gpus
+            p = pools[p].parent
+    free_now = {p.id: p.capacity - used0[p.id] for p in pools}
     structure = pool_structure(pools, instance)
     facts_cache = {} if facts_cache is None else facts_cache
-    busy: list[Busy] = []
-    node_end: dict[str, float] = {}
-    # only nodes a gang could take count as busy whole nodes (a node with a failed GPU is
-    # never whole: it is not in any pool's whole_nodes either)
-    whole = {n.name for c in instance.clusters for n in c.nodes if not n.faulty}
-    for r in running:
-        for n, _ in r.gpus:
-            if n in whole:
-                node_end[n] = max(node_end.get(n, 0.0), max(0.0, r.end_s - now))
-        per: dict[int, int] = {}
-        for n, _ in r.gpus:
-            if n in leaf:
-                per[leaf[n]] = per.get(leaf[n], 0) + 1
-        for pid, g in sorted(per.items()):
-            busy.append(Busy(r.job, pid, g, max(0.0, r.end_s - now)))
-    per_leaf_end: dict[tuple[int, float], int] = {}
-    for n, e in node_end.items():
-        if n in leaf:
-            per_leaf_end[(leaf[n], e)] = per_leaf_end.get((leaf[n], e), 0) + 1
-    node_busy = [Busy(f"nodes-until-{e:g}", pid, k, e)
-                 for (pid, e), k in sorted(per_leaf_end.items())]
-    used0 = {p.id: 0 for p in pools}
-    anc_cache: dict[int, list[int]] = {}
-
-    def anc(pid: int) -> list[int]:
-        if pid not in anc_cache:
-            out, p = [], pid
-            while p is not None:
-                out.append(p)
-                p = pools[p].parent
-            anc_cache[pid] = out
-        return anc_cache[pid]
-
-    for b in busy:
-        for a in anc(b.pool):
-            used0[a] += b.gpus
-    free_now = {p.id: p.capacity - used0[p.id] for p in pools}
-    jobs: list[ScheduleJob] = []
-    for pj in pending:
-        m = pj.manifest
-        r = (reservations or {}).get(m.name)
-        facts = facts_cache.get(m.name)
-        if facts is None:
-            facts = facts_cache[m.name] = job_facts(m)
-        opts, dem, why = job_options(m, pools, instance, duration, free_now,
-                                     max_options=max_options,
-                                     keep_pool=r.pool if r is not None else None,
-                                     facts=facts, structure=structure)
-        g = facts[0]
-        nd = {pid: (math.ceil(g / pools[pid].gpus_per_node)
-                    if g >= pools[pid].gpus_per_node else 0) for pid in dem}
-        jobs.append(ScheduleJob(name=m.name, gpus=g,
-                                priority=m.priority if pj.priority is None else pj.priority,
-                                submit_s=pj.submit_s, options=opts, demand=dem, reason=why,
-                                node_demand={k: v for k, v in nd.items() if v},
-                                not_now=frozenset((not_now or {}).get(m.name, ()))))
+    jobs = [_schedule_job(pj, pools, instance, duration, free_now, max_options,
+                          (reservations or {}).get(pj.manifest.name), facts_cache, structure,
+                          (not_now or {}).get(pj.manifest.name, ()))
+            for pj in pending]
     return ScheduleProblem(now=now, horizon_s=horizon_s, step_s=step_s, pools=pools, jobs=jobs,
                            busy=busy, objective=objective, node_busy=node_busy,
                            reservations=dict(reservations or {}))

@@ -201,106 +201,119 @@ def list_schedule(problem: ScheduleProblem, jobs: list[ScheduleJob],
     return out
 
 
+class _Model:
+    """The CP-SAT model of the window (module docstring), built job by job."""
+
+    def __init__(self, problem: ScheduleProblem):
+        from ortools.sat.python import cp_model
+
+        self.p = problem
+        self.H = problem.steps
+        self.m = cp_model.CpModel()
+        self.w = problem.int_weights()
+        self.lw = problem.lateness_weights()
+        self.gpus: dict[int, list[tuple[object, int]]] = {p.id: [] for p in problem.pools}
+        self.nodes: dict[int, list[tuple[object, int]]] = {p.id: [] for p in problem.pools}
+        self.anc = {p.id: problem.ancestors(p.id) for p in problem.pools}
+        self.vars: dict[str, tuple[object, list[object], object]] = {}
+        self.obj: list = []
+
+    def _interval(self, j: ScheduleJob, k: int, start, now, end, x):
+        """Option ``k``'s optional interval; its length is the longer one when it starts now
+        (step 0 is short) and ``now`` says so."""
+        m, o = self.m, j.options[k]
+        d, d1 = self.p.dur_steps(o), self.p.dur_steps(o, 1)
+        if d == d1:
+            m.Add(end >= start + d).OnlyEnforceIf(x)
+            return m.NewOptionalFixedSizeIntervalVar(start, d, x, f"i_{j.name}_{k}")
+        size = m.NewIntVar(d1, d, f"d_{j.name}_{k}")
+        m.Add(size == d1 + (d - d1) * now)
+        ends = m.NewIntVar(0, self.H + d, f"f_{j.name}_{k}")
+        m.Add(ends == start + size)
+        m.Add(end >= ends).OnlyEnforceIf(x)
+        return m.NewOptionalIntervalVar(start, size, ends, x, f"i_{j.name}_{k}")
+
+    def job(self, j: ScheduleJob, hint: Planned | None) -> None:
+        m, H = self.m, self.H
+        durs = [self.p.dur_steps(o) for o in j.options]  # the longer (started now)
+        start = m.NewIntVar(0, H - 1, f"s_{j.name}")
+        end = m.NewIntVar(0, H + max(durs), f"e_{j.name}")
+        out = m.NewBoolVar(f"u_{j.name}")
+        now = m.NewBoolVar(f"now_{j.name}")  # starts at step 0 (the short one)
+        m.Add(start == 0).OnlyEnforceIf(now)
+        m.Add(start >= 1).OnlyEnforceIf(now.Not())
+        xs = []
+        for k, o in enumerate(j.options):
+            x = m.NewBoolVar(f"x_{j.name}_{k}")
+            if o.pool in j.not_now:
+                m.Add(start >= 1).OnlyEnforceIf(x)
+            iv = self._interval(j, k, start, now, end, x)
+            for a in self.anc[o.pool]:
+                self.gpus[a].append((iv, j.demand[o.pool]))
+                if j.node_demand.get(o.pool, 0):
+                    self.nodes[a].append((iv, j.node_demand[o.pool]))
+            xs.append(x)
+        m.AddExactlyOne([*xs, out])
+        m.Add(end >= H + min(durs)).OnlyEnforceIf(out)
+        m.Add(start == 0).OnlyEnforceIf(out)
+        self.obj.append(self.w[j.name] * end)
+        r = self.p.reserved_step(j)
+        if r is not None:
+            late = m.NewIntVar(0, H, f"l_{j.name}")
+            m.Add(late >= start - r).OnlyEnforceIf(out.Not())
+            m.Add(late >= H - r).OnlyEnforceIf(out)
+            self.obj.append(self.lw[j.name] * late)
+        self.vars[j.name] = (start, xs, out)
+        if hint is not None:
+            inside = hint.start_step is not None and hint.start_step < H
+            m.AddHint(out, not inside)
+            m.AddHint(start, hint.start_step if inside else 0)
+            for k, x in enumerate(xs):
+                m.AddHint(x, inside and hint.option == k)
+
+    def capacity(self, users: dict[int, list[tuple[object, int]]], busy: list,
+                 cap_of, tag: str) -> None:
+        """One cumulative per pool over its users, running jobs as fixed intervals from now
+        to their predicted ends (aggregated per end)."""
+        held: dict[int, dict[int, int]] = {p.id: {} for p in self.p.pools}
+        for b in busy:
+            e = min(self.p.busy_steps(b), self.H + 1)
+            for a in self.anc[b.pool] if e > 0 else ():
+                held[a][e] = held[a].get(e, 0) + b.gpus
+        for p in self.p.pools:
+            if not users[p.id]:
+                continue
+            ivs = [iv for iv, _ in users[p.id]]
+            dem = [d for _, d in users[p.id]]
+            for e, g in sorted(held[p.id].items()):
+                ivs.append(self.m.NewFixedSizeIntervalVar(0, e, f"{tag}_{p.id}_{e}"))
+                dem.append(g)
+            self.m.AddCumulative(ivs, dem, max(cap_of(p), sum(held[p.id].values())))
+
+    def solution(self, solver, jobs: list[ScheduleJob]) -> dict[str, Planned]:
+        got: dict[str, Planned] = {}
+        for j in jobs:
+            start, xs, out = self.vars[j.name]
+            if solver.Value(out):
+                got[j.name] = Planned(j.name, None, None)
+                continue
+            k = next(i for i, x in enumerate(xs) if solver.Value(x))
+            o, at = j.options[k], solver.Value(start)
+            got[j.name] = Planned(j.name, k, at, o.pool, self.p.dur_steps(o, at))
+        return got
+
+
 def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Planned],
            deadline: float, seed: int, workers: int):
     """CP-SAT over ``jobs``; the search ends at ``deadline`` (``time.perf_counter()``)."""
     from ortools.sat.python import cp_model
 
-    H = problem.steps
-    m = cp_model.CpModel()
-    w = problem.int_weights()
-    lw = problem.lateness_weights()
-    per_pool: dict[int, list[tuple[object, int]]] = {p.id: [] for p in problem.pools}
-    per_pool_nodes: dict[int, list[tuple[object, int]]] = {p.id: [] for p in problem.pools}
-    anc = {p.id: problem.ancestors(p.id) for p in problem.pools}
-    vars_: dict[str, tuple[object, list[object], object]] = {}
-    obj = []
+    model = _Model(problem)
     for j in jobs:
-        durs = [problem.dur_steps(o) for o in j.options]  # the longer (started now)
-        later = [problem.dur_steps(o, 1) for o in j.options]
-        start = m.NewIntVar(0, H - 1, f"s_{j.name}")
-        end = m.NewIntVar(0, H + max(durs), f"e_{j.name}")
-        out = m.NewBoolVar(f"u_{j.name}")
-        now = None
-        if any(a != b for a, b in zip(durs, later)):
-            now = m.NewBoolVar(f"now_{j.name}")  # starts at step 0 (the short one)
-            m.Add(start == 0).OnlyEnforceIf(now)
-            m.Add(start >= 1).OnlyEnforceIf(now.Not())
-        xs = []
-        for k, (o, d, d1) in enumerate(zip(j.options, durs, later)):
-            x = m.NewBoolVar(f"x_{j.name}_{k}")
-            if o.pool in j.not_now:
-                m.Add(start >= 1).OnlyEnforceIf(x)
-            if d == d1:
-                iv = m.NewOptionalFixedSizeIntervalVar(start, d, x, f"i_{j.name}_{k}")
-                m.Add(end >= start + d).OnlyEnforceIf(x)
-            else:
-                size = m.NewIntVar(d1, d, f"d_{j.name}_{k}")
-                m.Add(size == d1 + (d - d1) * now)
-                ends = m.NewIntVar(0, H + d, f"f_{j.name}_{k}")
-                m.Add(ends == start + size)
-                iv = m.NewOptionalIntervalVar(start, size, ends, x, f"i_{j.name}_{k}")
-                m.Add(end >= ends).OnlyEnforceIf(x)
-            k_nodes = j.node_demand.get(o.pool, 0)
-            for a in anc[o.pool]:
-                per_pool[a].append((iv, j.demand[o.pool]))
-                if k_nodes:
-                    per_pool_nodes[a].append((iv, k_nodes))
-            xs.append(x)
-        m.AddExactlyOne([*xs, out])
-        m.Add(end >= H + min(durs)).OnlyEnforceIf(out)
-        m.Add(start == 0).OnlyEnforceIf(out)
-        obj.append(w[j.name] * end)
-        r = problem.reserved_step(j)
-        if r is not None:
-            late = m.NewIntVar(0, H, f"l_{j.name}")
-            m.Add(late >= start - r).OnlyEnforceIf(out.Not())
-            m.Add(late >= H - r).OnlyEnforceIf(out)
-            obj.append(lw[j.name] * late)
-        vars_[j.name] = (start, xs, out)
-        h = hint.get(j.name)
-        if h is not None:
-            inside = h.start_step is not None and h.start_step < H
-            m.AddHint(out, not inside)
-            m.AddHint(start, h.start_step if inside else 0)
-            for k, x in enumerate(xs):
-                m.AddHint(x, inside and h.option == k)
-    # running jobs: fixed intervals from now to their predicted ends, aggregated per end
-    busy: dict[int, dict[int, int]] = {p.id: {} for p in problem.pools}
-    for b in problem.busy:
-        e = min(problem.busy_steps(b), H + 1)
-        if e <= 0:
-            continue
-        for a in anc[b.pool]:
-            busy[a][e] = busy[a].get(e, 0) + b.gpus
-    for p in problem.pools:
-        if not per_pool[p.id]:
-            continue
-        ivs = [iv for iv, _ in per_pool[p.id]]
-        dem = [d for _, d in per_pool[p.id]]
-        at0 = sum(busy[p.id].values())
-        for e, g in sorted(busy[p.id].items()):
-            ivs.append(m.NewFixedSizeIntervalVar(0, e, f"b_{p.id}_{e}"))
-            dem.append(g)
-        m.AddCumulative(ivs, dem, max(p.capacity, at0))
-    nbusy: dict[int, dict[int, int]] = {p.id: {} for p in problem.pools}
-    for b in problem.node_busy:
-        e = min(problem.busy_steps(b), H + 1)
-        if e <= 0:
-            continue
-        for a in anc[b.pool]:
-            nbusy[a][e] = nbusy[a].get(e, 0) + b.gpus
-    for p in problem.pools:
-        if not per_pool_nodes[p.id]:
-            continue
-        ivs = [iv for iv, _ in per_pool_nodes[p.id]]
-        dem = [d for _, d in per_pool_nodes[p.id]]
-        at0 = sum(nbusy[p.id].values())
-        for e, g in sorted(nbusy[p.id].items()):
-            ivs.append(m.NewFixedSizeIntervalVar(0, e, f"nb_{p.id}_{e}"))
-            dem.append(g)
-        m.AddCumulative(ivs, dem, max(p.whole_nodes, at0))
-    m.Minimize(sum(obj))
+        model.job(j, hint.get(j.name))
+    model.capacity(model.gpus, problem.busy, lambda p: p.capacity, "b")
+    model.capacity(model.nodes, problem.node_busy, lambda p: p.whole_nodes, "nb")
+    model.m.Minimize(sum(model.obj))
     solver = cp_model.CpSolver()
     left = deadline - time.perf_counter()
     if left < 0.01:
@@ -308,21 +321,12 @@ def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Pl
     solver.parameters.max_time_in_seconds = left
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed
-    st = solver.Solve(m)
+    st = solver.Solve(model.m)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, None, "none"
-    got: dict[str, Planned] = {}
-    for j in jobs:
-        start, xs, out = vars_[j.name]
-        if solver.Value(out):
-            got[j.name] = Planned(j.name, None, None)
-            continue
-        k = next(i for i, x in enumerate(xs) if solver.Value(x))
-        o = j.options[k]
-        at = solver.Value(start)
-        got[j.name] = Planned(j.name, k, at, o.pool, problem.dur_steps(o, at))
     bound = int(math.ceil(solver.BestObjectiveBound() - 1e-6))
-    return got, bound, "optimal" if st == cp_model.OPTIMAL else "feasible"
+    return (model.solution(solver, jobs), bound,
+            "optimal" if st == cp_model.OPTIMAL else "feasible")
 
 
 def _objective_of(problem: ScheduleProblem, entries: dict[str, Planned],
