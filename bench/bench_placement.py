@@ -47,6 +47,8 @@ GENERATED_SEED = 1
 GENERATED_LLM = ((1024, 40), (4096, 150), (16384, 500))
 GENERATED_LLM_FRAGMENTATION = 0.3
 SMALL_GPUS = 1024  # --quick: bundled and peer instances up to this size
+# GB200 NVL72 clusters (#24): (racks, jobs), half the trays busy, seed 1
+GENERATED_NVL72 = ((64, 60), (128, 120), (512, 400))
 
 
 @dataclass
@@ -130,7 +132,33 @@ def instances(quick: bool) -> list[tuple[str, Callable[[], Instance]]]:
         name = f"generated-llm-{gpus}g-{jobs}j"
         out.append((name, lambda g=gpus, j=jobs: generate(
             g, j, GENERATED_TYPES, GENERATED_LLM_FRAGMENTATION, GENERATED_SEED, size_scale=8)))
+    from hyperplace.instances.nvl72 import generate_nvl72
+
+    for racks, jobs in GENERATED_NVL72:
+        out.append((f"generated-nvl72-{racks}r-{jobs}j",
+                    lambda r=racks, j=jobs: generate_nvl72(r, j, 0.5, GENERATED_SEED)))
     return out
+
+
+NVL_HEADER = ("| solver / rule | jobs with a TP/EP unit across trays | ... in one NVLink domain "
+              "| racks whole (before -> after) | racks keeping a whole free tray (before -> "
+              "after) |")
+
+
+def nvlink_table(rows: list[Row], peers: dict[str, list[Row]], inst: Instance) -> list[str]:
+    """Per engine solver and peer rule (seed 0): what the plan does with the racks (#24)."""
+    from hyperplace.benchkit.nvlink_metrics import nvlink_metrics
+
+    out = [NVL_HEADER, "|---|---|---|---|---|"]
+    for label, r in [*((r.solver, r) for r in rows),
+                     *((name, runs[0]) for name, runs in peers.items() if runs)]:
+        m = nvlink_metrics(r.plan, inst) if r.plan is not None else None
+        if m is None:
+            continue
+        out.append(f"| {label} | {m.jobs_multi_tray} | {m.jobs_in_one_domain} | "
+                   f"{m.racks_whole_before} -> {m.racks_whole_after} of {m.racks} | "
+                   f"{m.racks_with_spare_before} -> {m.racks_with_spare_after} |")
+    return out if len(out) > 2 else []
 
 
 _CHILD_JOB: Callable[[], PlacementPlan] | None = None
@@ -438,6 +466,11 @@ def main(argv: list[str] | None = None) -> int:
         f"- generated instances: types {', '.join(GENERATED_TYPES)}, fragmentation "
         f"{GENERATED_FRAGMENTATION}, seed {GENERATED_SEED}; generated-llm-*: job sizes x8 "
         f"(Philly sizes read in 8-GPU nodes), fragmentation {GENERATED_LLM_FRAGMENTATION}",
+        "- generated-nvl72-*: `hyperplace.instances.nvl72.generate_nvl72(racks, jobs, 0.5, "
+        f"{GENERATED_SEED})`: GB200 NVL72 racks (18 trays x 4 GPUs) two per leaf, half the "
+        "trays busy, the NVL72 job mix (TP/EP 8-72 GPUs with the NVLink floor, Kueue slices, "
+        "whole-rack jobs, one-tray fine-tunes); the table under each NVL72 instance says what "
+        "each plan does with the racks (seed 0 for the randomised rules)",
         f"- randomised peer rules ({', '.join(sorted(RANDOMISED))}) run with seeds 0..{args.seeds - 1}; "
         "their figures are mean (min-max) over the seeds; the others are deterministic (1 run)",
         *CONFIG_NOTES,
@@ -468,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
         print(title, flush=True)
         rows, peers, notes = bench_instance(measured, args.budget, solve, cap_s, args.seeds)
         lines = table(rows, peers)
+        racks = nvlink_table(rows, peers, measured)
+        if racks:
+            lines += ["", "NVLink domains (racks):", "", *racks]
         if removed:
             notes.insert(0, "removed as impossible for everyone (not counted for any row): "
                          + "; ".join(f"`{j}`: {why}" for j, why in sorted(removed.items())))

@@ -93,6 +93,24 @@ class Level:
     domains: list[tuple[str, list[str]]]
 
 
+def _clique_level(cluster: Cluster, order: list[str], pos: dict[str, int]) -> Level | None:
+    """The NVLink domains as a level between the node and the leaf (radius 0: trays of one
+    domain are 0 hops apart), other nodes each a domain of their own; None without domains,
+    or when a domain straddles two leaves (the levels must nest)."""
+    net = cluster.network
+    if not net.nvlink_domains:
+        return None
+    radii = net.radii
+    for d in net.nvlink_domains:
+        if radii and len({net.node_domain(n, radii[0]) for n in d.nodes}) > 1:
+            return None
+    doms = [(f"nvl:{d.name}", sorted(d.nodes, key=pos.__getitem__)) for d in net.nvlink_domains]
+    held = {n for d in net.nvlink_domains for n in d.nodes}
+    doms += [(f"node:{n}", [n]) for n in order if n not in held]
+    doms.sort(key=lambda d: pos[d[1][0]])
+    return Level(0, doms)
+
+
 class ClusterView:
     """A cluster's topology levels (node -> leaf -> ... -> cluster), computed once.
 
@@ -112,6 +130,13 @@ class ClusterView:
         self.levels: list[Level] = [Level(0, [(n, [n]) for n in order])]
         network = cluster.network
         pos = {n: i for i, n in enumerate(order)}
+        #: level index of the NVLink domains (racks; Kueue's clique level, Volcano's NVL72
+        #: tier, Slurm's blocks), None without multi-node NVLink domains (#24)
+        self.clique_level: int | None = None
+        cliques = _clique_level(cluster, order, pos)
+        if cliques is not None:
+            self.levels.append(cliques)
+            self.clique_level = 1
         for radius in network.radii:
             found = network.domains(radius)
             seen = {n for nodes in found.values() for n in nodes}
@@ -142,6 +167,18 @@ class ClusterView:
         # HyperNode tiers: the fabric's levels (1 = leaf), not the artificial cluster level
         self.hypernode_levels: list[int] = [
             i for i, level in enumerate(self.levels) if 0 < i and level.radius != INF_RADIUS]
+
+    def unit_hops(self, unit: GangUnit) -> int | None:
+        """The hop limit a peer's user writes for ``unit`` (#24): on a cluster with NVLink
+        domains, 0 (the clique level: Kueue ``podset-required-topology:
+        nvidia.com/gpu.clique``, Volcano ``highestTierAllowed`` of the NVL72 tier, a KAI
+        segment) for a slice or a unit larger than a node that asks for NVLink or one node;
+        else the unit's own ``maxHopCount``."""
+        if self.clique_level is not None and (unit.slice_pods or (
+                unit.gpus > self.node_size(unit) and
+                (unit.min_nvlink_gbps > 0 or unit.max_hop_count == 0))):
+            return 0
+        return unit.max_hop_count
 
     def lca_level(self, a: str, b: str) -> int | None:
         """Lowest level with one domain holding both nodes (None: none below the cluster)."""

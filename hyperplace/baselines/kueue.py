@@ -106,8 +106,8 @@ def topology_request(job: TrainingJob, ps: list[GangUnit], pods_per_unit: int,
     if len(ps) > 1:
         podset_hops = job.between_replicas.max_hop_count
     else:
-        podset_hops = ps[0].max_hop_count if pods_per_unit > 1 else None
-    unit_hops = ps[0].max_hop_count if (len(ps) > 1 and pods_per_unit > 1) else None
+        podset_hops = view.unit_hops(ps[0]) if pods_per_unit > 1 else None
+    unit_hops = view.unit_hops(ps[0]) if (len(ps) > 1 and pods_per_unit > 1) else None
     slice_level, slice_size = 0, 1
     if unit_hops is not None:
         lv = view.level_for_hops(unit_hops)

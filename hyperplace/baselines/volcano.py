@@ -148,7 +148,7 @@ def tier_level(view: ClusterView, hops: int) -> int | None:
     """The level index of ``highestTierAllowed`` for a hop limit (tier 1 at least)."""
     if not view.hypernode_levels:
         return None
-    allowed = [i for i in view.hypernode_levels if view.levels[i].radius <= max(hops, 1)]
+    allowed = [i for i in view.hypernode_levels if view.levels[i].radius <= hops]
     return allowed[-1] if allowed else view.hypernode_levels[0]
 
 
@@ -327,8 +327,9 @@ def _subjobs(units: list[GangUnit], view: ClusterView, config: VolcanoConfig
     parts: list[tuple[list[Pod], int | None]] = []
     for u in units:
         pods = pods_for(u, view.node_size(u))
-        if len(pods) > 1 and u.max_hop_count is not None and config.topology_mode == "hard":
-            parts.append((pods, tier_level(view, u.max_hop_count)))
+        hops = view.unit_hops(u)
+        if len(pods) > 1 and hops is not None and config.topology_mode == "hard":
+            parts.append((pods, tier_level(view, hops)))
         else:
             default += pods
     return ([(default, None)] if default else []) + parts
@@ -425,7 +426,11 @@ def place_job(job: TrainingJob, state: FreeState, views: list[ClusterView],
             reasons.append(f"{view.cluster.name}: no node has a GPU type the job accepts")
             continue
         top = tier_level(view, hops) if hops is not None else None
-        if hops is not None and config.topology_mode == "hard" and top is not None:
+        if top is None and view.clique_level is not None and view.hypernode_levels and \
+                any(view.unit_hops(u) == 0 for u in units):
+            # a unit bound to the NVL72 tier (its subGroup's networkTopology), the job free
+            top = view.hypernode_levels[-1]
+        if top is not None and config.topology_mode == "hard":
             got = _hard_job(units, view, state, rng, config, top)
         else:
             pods = _pods_of(units, view)

@@ -28,6 +28,12 @@ What is checked (each failure is one :class:`Violation` with a stable ``code``):
   ``unit-span``) and the path bottleneck >= ``min_ib_gbps`` (``ib-bandwidth``; a node that
   declares NICs is no faster than their total rate); nodes with
   no path between them (``disconnected``); one cluster only (``cross-cluster-unit``).
+* Multi-node NVLink domains (NVL72 racks, :mod:`.nvlink`): a unit spanning nodes that asks
+  for NVLink, for one node (``maxHopCount: 0``) or is a slice, with a GPU on a tray, lies on
+  the trays of one domain (and partition), ``nvlink-domain``, whose per-GPU rate meets the
+  floor (``nvlink-bandwidth``); a slice keeps each pod whole on one node (``slice-shape``);
+  trays of one domain are 0 hops apart (``Fabric.path``); a domain's ``spareTrays`` are
+  kept whole free like ``hotSpares`` (``hot-spares``).
 * Per job: all node pairs of the job within the DataParallel group's ``maxHopCount``
   (``replica-hop-count``) and ``minInfiniBandBandwidthGbps`` (``replica-ib-bandwidth``);
   one cluster only (``cross-cluster-job``, federation is planned separately).

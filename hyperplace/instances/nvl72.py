@@ -218,3 +218,58 @@ def _meta(name: str, description: str, source: str, assumptions: str) -> ObjectM
 
     return ObjectMeta(name=name, annotations={DESCRIPTION_KEY: description, SOURCE_KEY: source,
                                               "hyperplace.io/assumptions": assumptions})
+
+
+def generate_nvl72(racks: int, jobs: int, load: float = 0.5, seed: int = 1,
+                   racks_per_leaf: int = 2, spines: int = 8) -> Instance:
+    """A generated GB200 NVL72 cluster of ``racks`` racks and a queue of ``jobs`` jobs.
+
+    About ``load`` of the trays run earlier jobs (whole trays, in runs from a random tray of
+    a random rack, as jobs that held a rack part come and go); the queue mixes what NVL72
+    clusters run: TP/EP groups of 8 to 72 GPUs with the NVLink floor (one rack each), Kueue
+    slices of 2, 3 or 6 trays (divisors of 18), whole-rack jobs and one-tray fine-tunes, in
+    proportions 35/15/15/10/25 % (an assumption: no public NVL72 trace exists).
+    """
+    import random
+
+    rng = random.Random(seed)
+    busy: dict[str, dict[int, dict[int, str]]] = {f"r{r:03d}": {} for r in range(racks)}
+    target = int(load * racks * NVL72_TRAYS)
+    held, k = 0, 0
+    while held < target:
+        rack = f"r{rng.randrange(racks):03d}"
+        start, length = rng.randrange(NVL72_TRAYS), rng.choice((1, 2, 4, 8, 16))
+        name = f"running-{k}"
+        k += 1
+        for t in range(start, min(NVL72_TRAYS, start + length)):
+            if t not in busy[rack] and held < target:
+                busy[rack][t] = {g: name for g in range(NVL72_TRAY_GPUS)}
+                held += 1
+    nodes = {r: rack_nodes(r, allocated=busy[r]) for r in busy}
+    cluster = rack_cluster(f"nvl72-{racks}", nodes, racks_per_leaf=racks_per_leaf, spines=spines)
+    queue: list[TrainingJob] = []
+    prios = ("low", "normal", "normal", "high")
+    for j in range(jobs):
+        kind = rng.random()
+        prio = rng.choice(prios)
+        if kind < 0.35:
+            gpus = rng.choice((8, 16, 32, 64, 72))
+            group = rng.choice(("TensorParallel", "ExpertParallel"))
+            queue.append(nvl72_job(f"j{j:05d}-{'tp' if group[0] == 'T' else 'ep'}{gpus}",
+                                   "deepseek-v3" if group[0] == "E" else "llama3-70b", gpus,
+                                   group=group, replicas=rng.choice((1, 1, 2)), priority=prio))
+        elif kind < 0.5:
+            k_ = rng.choice((2, 3, 6))
+            queue.append(nvl72_job(f"j{j:05d}-slices{k_}", "llama3-8b", 4, group="DataParallel",
+                                   replicas=k_ * rng.choice((1, 2, 3)), nvlink_gbps=None,
+                                   slice_pods=k_, priority=prio))
+        elif kind < 0.6:
+            queue.append(nvl72_job(f"j{j:05d}-rack", "llama3-405b", 72, priority=prio))
+        else:
+            queue.append(nvl72_job(f"j{j:05d}-ft", "llama3-8b", 4, priority=prio))
+    return Instance(
+        metadata=_meta(f"generated-nvl72-{racks}r-{jobs}j",
+                       f"{racks} GB200 NVL72 racks ({racks * 72:,} GPUs), {jobs} jobs, load "
+                       f"{load:g}, seed {seed}", "generated (hyperplace.instances.nvl72)",
+                       "job mix and occupancy assumed (no public NVL72 trace)"),
+        spec=InstanceSpec(clusters=[cluster], jobs=queue, gpu_types=declared_types("GB200")))
