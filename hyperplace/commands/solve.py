@@ -287,7 +287,7 @@ def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
         fc = {f.job: _forecast_cell(f) for f in plan.forecasts}
         if fc:
             r.print_table(console, [Column("job"), Column("why", "text", min_width=30),
-                                    Column("forecast")],
+                                    Column("forecast", "text", min_width=14)],
                           [[pj.job, "\n".join(pj.reasons), fc.get(pj.job, "")]
                            for pj in shown], "pending jobs")
         else:
