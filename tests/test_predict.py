@@ -24,7 +24,7 @@ def run(*args: str):
 def test_json_keys_and_parts_add_up_to_the_step() -> None:
     res = run("--model-name", "llama3-8b", "--gpu", "H100", "--tp", "2", "--pp", "2",
               "--dp", "2", "--microbatch-size", "1", "--global-batch", "16", "--seq", "4096",
-              "--zero", "1", "--format", "json")
+              "--zero", "1", "--no-overlap-grad-reduce", "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     for key in ("stepTimeS", "tokensPerS", "tflopsPerGpu", "mfu", "memoryPerGpuGb", "parts",
@@ -48,7 +48,8 @@ def test_predict_and_split_agree_on_the_same_configuration() -> None:
                     tp=4) for i in range(2)]
     link = StageLink(a="stage0", b="stage1", gbps=200 * 8, latency_ms=0.005, kind="ib")
     problem = SplitProblem(model=model.model_copy(update={"micro_batch_size": 2}),
-                           stages=stages, links=[link], microbatches=4, fixed_order=True)
+                           stages=stages, links=[link], microbatches=4, fixed_order=True,
+                           overlap_grad_reduce=True)
     plan = solve_split(problem)
     assert plan.symmetric is not None
     assert plan.symmetric.step_time_s == pytest.approx(pred.step_time_s)

@@ -53,7 +53,8 @@ def test_predict_split_and_simulator_give_the_same_speed():
     m = cfg.global_batch // (cfg.micro_batch * cfg.dp)
     problem = SplitProblem(model=spec.model_copy(update={"micro_batch_size": cfg.dp}),
                            stages=stages, links=links, microbatches=m, zero=cfg.zero,
-                           recompute=cfg.recompute, fixed_order=True)
+                           recompute=cfg.recompute, fixed_order=True,
+                           overlap_grad_reduce=cfg.dp > 1)
     plan = solve_split(problem, time_limit=5)
     assert plan.symmetric is not None
     assert plan.symmetric.step_time_s == pytest.approx(pred.step_time_s)

@@ -37,16 +37,27 @@ def calibrate_command(
                                            help="calibration to compare against (default: "
                                                 "bundled)"),
     output: str = typer.Option(..., "-o", "--output", help="calibration file to write"),
+    fit_set: str = typer.Option("bundled", "--fit-set",
+                                help="measured large runs to fit the transformer layer on "
+                                     "(CSV as hyperplace/data/fit_set_large_runs.csv), "
+                                     "'bundled' or 'none'"),
 ) -> None:
     """Refit per-layer efficiencies (and step scales) and write a calibration file."""
     try:
         before = load_calibration(calibration)
         after, rows = fit_profiles(profiles or None)
+        report = None
+        if fit_set != "none":
+            from hyperplace.costmodel.scale_fit import fit_scale, read_fit_set
+
+            report = fit_scale(after, read_fit_set(None if fit_set == "bundled" else fit_set))
+            after = report.calibration
         obs = read_observations(observations) if observations else []
         if obs:
             after = fit_step_scales(after, obs, observations or "")
         after.created_by = "hyperplace calibrate" + "".join(
             f" --profiles {p}" for p in profiles) + (
+            f" --fit-set {fit_set}" if fit_set != "bundled" else "") + (
             f" --observations {observations}" if observations else "")
         table = Table(title="median absolute error per (model, GPU): before -> after")
         for col in ("model", "GPU", "what", "rows", "before", "after"):
@@ -60,6 +71,10 @@ def calibrate_command(
             err_b = statistics.median(abs(predict_row(before, r) / r.time_s - 1) for r in mine)
             err_a = statistics.median(abs(predict_row(after, r) / r.time_s - 1) for r in mine)
             table.add_row(model, gpu, "layer time", str(len(mine)), _pct(err_b), _pct(err_a))
+        if report is not None:
+            for res in report.results:
+                table.add_row(res.row.run, res.row.gpu, "fit-set step (LOO)", "1", "-",
+                              _pct(abs(res.loo_error)))
         if obs:
             eb = step_errors(before, obs, observations or "")
             ea = step_errors(after, obs, observations or "")

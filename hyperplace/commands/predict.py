@@ -35,6 +35,7 @@ class Precision(str, Enum):
     bf16 = "bf16"
     fp16 = "fp16"
     fp32 = "fp32"
+    fp8 = "fp8"
 
 
 def render(pred: Prediction, console: Console) -> None:
@@ -88,7 +89,14 @@ def predict_command(
         False, "--sequence-parallel/--no-sequence-parallel",
         help="Megatron sequence parallelism (activations sharded over TP)"),
     precision: Precision = typer.Option(Precision.bf16, "--precision",
-                                         help="training precision"),
+                                         help="training precision (fp8: Transformer Engine "
+                                              "GEMMs, on types with FP8 tensor cores)"),
+    virtual_stages: int = typer.Option(1, "--virtual-stages",
+                                       help="interleaved 1F1B: model chunks per pipeline rank"),
+    cp: int = typer.Option(1, "--cp", help="context-parallel degree (GPUs = TP x CP x PP x DP)"),
+    overlap_grad_reduce: bool = typer.Option(
+        True, "--overlap-grad-reduce/--no-overlap-grad-reduce",
+        help="DP gradient reduction under the last micro-batch's backward (default on)"),
     calibration: str | None = typer.Option(None, "--calibration",
                                            help="calibration file (hyperplace calibrate)"),
     output_format: Format = typer.Option(Format.table, "--format",
@@ -101,7 +109,8 @@ def predict_command(
         pred = predict(spec, gpu, tp=tp, pp=pp, dp=dp, micro_batch=microbatch_size,
                        global_batch=global_batch, seq=seq, recompute=recompute, zero=zero,
                        flash=flash, sequence_parallel=sequence_parallel,
-                       precision=precision.value, calibration=fitted)
+                       precision=precision.value, virtual_stages=virtual_stages, cp=cp,
+                       overlap_grad_reduce=overlap_grad_reduce, calibration=fitted)
     except InputError as exc:
         typer.echo(f"error: {exc.one_line()}", err=True)
         raise typer.Exit(2) from None

@@ -23,7 +23,7 @@ from hyperplace.costmodel.hardware import nearest_measured
 from hyperplace.errors import InputError
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 KIND = "CostModelCalibration"
 DEFAULT_FILE = "costmodel_calibration.json"
 MAX_FILE_BYTES = 5_000_000
@@ -38,6 +38,10 @@ class GpuFit:
     rows: int = 0
     models: list[str] = field(default_factory=list)
     precisions: list[str] = field(default_factory=list)  # what the fitted rows ran at
+    # Set by the fit on measured large runs (scale_fit): the exposed share of communication
+    # (1 - overlap) and the leave-one-out error of that fit.
+    comm_exposure: float | None = None
+    held_out: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -77,6 +81,11 @@ class Calibration:
         share = fit.fwd_share.get(shape.kind, 1 / 3)
         return total * share, total * (1 - share), tp
 
+    def comm_exposure(self, gpu: GPUType, catalog: GPUCatalog | None = None) -> float:
+        """Exposed share of data-parallel communication (1: not overlapped)."""
+        fit, _ = self.fit_for(gpu, catalog)
+        return 1.0 if fit.comm_exposure is None else fit.comm_exposure
+
     def scale_for(self, model: str, gpu: str) -> float:
         return self.step_scale.get(f"{model}|{gpu}", self.step_scale.get(f"*|{gpu}", 1.0))
 
@@ -92,7 +101,10 @@ class Calibration:
             "columns": {k: list(v) for k, v in COLUMNS.items()},
             "pooled": {"coefficients": self.pooled, "fwdShare": self.pooled_fwd_share},
             "gpus": {name: {"coefficients": f.coefficients, "fwdShare": f.fwd_share,
-                            "rows": f.rows, "models": f.models, "precisions": f.precisions}
+                            "rows": f.rows, "models": f.models, "precisions": f.precisions,
+                            **({"commExposure": f.comm_exposure}
+                               if f.comm_exposure is not None else {}),
+                            **({"heldOut": f.held_out} if f.held_out else {})}
                      for name, f in sorted(self.gpus.items())},
             "precision": dict(sorted(self.precision.items())),
             "stepScale": dict(sorted(self.step_scale.items())),
@@ -133,6 +145,13 @@ class Calibration:
                                  path=path)
             return {str(k): float(v) for k, v in value.items()}
 
+        def _exposure(value: Any, path: str) -> float | None:
+            if value is None:
+                return None
+            if not isinstance(value, (int, float)) or not 0 <= value <= 5:
+                raise InputError("expected a number in [0, 5]", source=source, path=path)
+            return float(value)
+
         gpus_doc = doc.get("gpus")
         if not isinstance(gpus_doc, dict) or not gpus_doc:
             raise InputError("expected at least one fitted GPU type", source=source,
@@ -149,7 +168,9 @@ class Calibration:
                 coefficients=kinds(g.get("coefficients"), f"gpus.{name}.coefficients"),
                 fwd_share=shares(g.get("fwdShare", {}), f"gpus.{name}.fwdShare"),
                 rows=int(g.get("rows", 0)), models=list(g.get("models", [])),
-                precisions=[str(x) for x in g.get("precisions", [])])
+                precisions=[str(x) for x in g.get("precisions", [])],
+                comm_exposure=_exposure(g.get("commExposure"), f"gpus.{name}.commExposure"),
+                held_out=dict(g.get("heldOut") or {}))
         pooled = doc.get("pooled") or {}
         scale = doc.get("stepScale", {}) or {}
         for key, value in scale.items():

@@ -47,6 +47,9 @@ from hyperplace.models.profiles import (
 )
 
 RIDGE = 0.01  # pull of each type's coefficients towards the pooled ones (relative units)
+# A pooled coefficient of 0 must not pin the per-type one at 0: the pull is scaled by at
+# least this floor.
+PRIOR_FLOOR = 0.5
 COMPUTE_BOUND_PARAMS = 50e6
 PROFILE_COLUMNS = ("model", "gpu_type", "micro_batch_size", "tensor_parallel", "layer",
                    "fwd_s", "bwd_s", "update_s")
@@ -228,17 +231,22 @@ def profile_rows_to_fit_rows(rows: list[dict[str, str]], catalog: GPUCatalog | N
 
 
 def nnls(matrix: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """Non-negative least squares by an active set: drop negative coefficients and refit."""
-    active = list(range(matrix.shape[1]))
-    while active:
-        solution = np.linalg.lstsq(matrix[:, active], target, rcond=None)[0]
-        if (solution >= 0).all():
-            out = np.zeros(matrix.shape[1])
-            out[active] = solution
-            return out
-        worst = int(np.argmin(solution))
-        active.pop(worst)
-    return np.zeros(matrix.shape[1])
+    """Exact non-negative least squares for the few columns a layer kind has: the best
+    unconstrained solution over every subset of columns whose solution is non-negative
+    (2^n least-squares solves, n <= 7)."""
+    n = matrix.shape[1]
+    best, best_res = np.zeros(n), float(np.sum(target ** 2))
+    for mask in range(1, 1 << n):
+        cols = [j for j in range(n) if mask >> j & 1]
+        sol = np.linalg.lstsq(matrix[:, cols], target, rcond=None)[0]
+        if (sol < 0).any():
+            continue
+        res = float(np.sum((matrix[:, cols] @ sol - target) ** 2))
+        if res < best_res - 1e-15:
+            best = np.zeros(n)
+            best[cols] = sol
+            best_res = res
+    return best
 
 
 def _design(rows: list[Row], catalog: GPUCatalog) -> tuple[np.ndarray, np.ndarray]:
@@ -269,7 +277,7 @@ def fit(rows: list[Row], catalog: GPUCatalog | None = None, ridge: float = RIDGE
             kind_rows = [r for r in rows if r.kind == kind and r.gpu == gpu]
             prior = np.array(pooled[kind])
             n = len(COLUMNS[kind])
-            penalty = math.sqrt(ridge) * np.eye(n) / np.maximum(prior, 1e-2)
+            penalty = math.sqrt(ridge) * np.eye(n) / np.maximum(prior, PRIOR_FLOOR)
             if kind_rows:
                 matrix, target = _design(kind_rows, catalog)
                 matrix = np.vstack([matrix, penalty])

@@ -21,7 +21,7 @@ from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
 
 FP32_TFLOPS = {"V100": 15.7, "A100": 19.5, "H100": 67.0, "H200": 67.0, "B200": 80.0,
                "MI300X": 163.4}
-PRECISIONS = ("bf16", "fp16", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 # Sailor's GPU names -> catalog names (GH-96 is a GH200 superchip: its GPU is an H100).
 SAILOR_GPU = {"V100-16": "V100-16", "A100-40": "A100-40", "A100-80": "A100-80",
               "GH-96": "H100-80"}
@@ -32,6 +32,8 @@ def peak_flops(gpu: GPUType, precision: str = "bf16") -> float:
     """Dense peak FLOP/s at a precision (V100 has no BF16: its FP16 tensor peak is used)."""
     if precision == "fp32":
         return FP32_TFLOPS.get(gpu.family, gpu.bf16_tflops / 8) * 1e12
+    if precision == "fp8":  # dense FP8 tensor peak: twice BF16 on Hopper, Blackwell, MI300
+        return 2.0 * gpu.bf16_tflops * 1e12
     return gpu.bf16_tflops * 1e12
 
 

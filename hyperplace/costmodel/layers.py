@@ -27,7 +27,7 @@ from hyperplace.costmodel.features import ADAM_BYTES_PER_PARAM, MS, LayerShape
 from hyperplace.costmodel.hardware import intra_node_bandwidth
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
 from hyperplace.models.model_spec import Layer, ModelSpec
-from hyperplace.models.transformer import head_flops
+from hyperplace.models.transformer import head_flops, is_moe_layer
 
 GPUS_PER_NODE = 8
 GRAD_BYTES = 2  # bf16 gradients all-reduced (Megatron --bf16 with grads reduced in bf16)
@@ -50,17 +50,26 @@ class LayerTimes:
 
 
 def _shapes(spec: ModelSpec, layer: Layer, index: int, per_replica: float, tp: int,
-            precision: str) -> list[LayerShape]:
+            precision: str, cp: int = 1) -> list[LayerShape]:
     """The fitted kinds a split layer is made of: the embedding folded into the first
     transformer layer and the final norm and LM head into the last, as the split counts."""
     s, h, a, vocab = spec.seq_length, spec.hidden_size, spec.num_heads, spec.vocab_size
     scale = per_replica / spec.micro_batch_size  # layer FLOPs are per stage micro-batch
     flash = spec.flash_attention
 
+    dims = spec.has_dimensions and spec.layer_params is None
+    ffn = 0
+    if dims:
+        moe = is_moe_layer(spec, index)
+        ffn = (spec.moe_ffn * (spec.experts_per_token + spec.shared_experts) if moe
+               else spec.ffn)
+
     def shape(kind: str, flops: float) -> LayerShape:
         return LayerShape(kind=kind, flops=flops, micro_batch=per_replica, seq=s, hidden=h,
                           heads=a, vocab=vocab, params=layer.params, tp=tp,
-                          precision=precision, flash=flash)
+                          precision=precision, flash=flash, kv_heads=spec.kv_heads,
+                          ffn=ffn, gated=spec.gated_mlp, cp=cp,
+                          sequence_parallel=spec.sequence_parallel)
 
     if not spec.has_dimensions:
         if layer.kind == "transformer":

@@ -255,7 +255,9 @@ def build_split_data(
             cache[s.name] = stage_rows(problem, s, layers, catalog, calibration)
         rows.append(cache[s.name])
     m = problem.microbatches
+    v = problem.virtual_stages
     inflight = np.array([min(P - k, m) for k in range(P)], dtype=float)
+    inflight *= interleaved_memory_factor(P, v)
     time = np.vstack([r.time for r in rows])
     mem = np.vstack([r.state_mem + inflight[k] * r.act_mem for k, r in enumerate(rows)])
     links = [find_link(problem, stages[k], stages[k + 1]) for k in range(P - 1)]
@@ -263,7 +265,8 @@ def build_split_data(
     out_bytes = np.array([layer.output_bytes for layer in layers])
     for k, link in enumerate(links):
         bps = link.gbps * 1e9 / 8
-        xfer[k, 1:L] = 2 * (out_bytes[: L - 1] / bps + link.latency_s)
+        # interleaving: each rank sends its v chunks' boundaries every micro-batch
+        xfer[k, 1:L] = 2 * v * (out_bytes[: L - 1] / bps + link.latency_s)
     zero = np.zeros((P, 1))
     return SplitData(
         problem=problem, stages=stages, layers=layers, gpus=[r.gpu for r in rows], time=time,
@@ -281,6 +284,20 @@ def build_split_data(
 
 
 # ------------------------------------------------------------------------------ evaluating
+
+
+def pipeline_time(m: int, bottleneck: float, total: float, v: int = 1) -> float:
+    """1F1B time of ``m`` micro-batches: ``m·max + (Σ − max)/v``. With equal stages of time
+    ``t`` this is ``m·t + (p − 1)·t/v``: the interleaved schedule's bubble fraction
+    ``(p − 1)/(v·m)`` (Narayanan et al., SC'21, section 2.2); ``v = 1`` is plain 1F1B,
+    ``(m − 1)·max + Σ``."""
+    return m * bottleneck + (total - bottleneck) / v
+
+
+def interleaved_memory_factor(p: int, v: int) -> float:
+    """Activation memory of the first stage under interleaving relative to plain 1F1B:
+    ``1 + (p − 1)/(p·v)`` (Korthikanti et al. 2022, section 4.2.3), 1 for ``v = 1``."""
+    return 1.0 if v <= 1 else 1.0 + (p - 1) / (p * v)
 
 
 def validate_cuts(data: SplitData, cuts: list[int]) -> None:
@@ -311,6 +328,10 @@ def evaluate_split(data: SplitData, cuts: list[int]) -> SplitEvaluation:
         load.append(c + x)
         memory.append(mem)
         dp = float(data.dp_sync_layer[k, a:b].sum() + data.dp_sync_const[k])
+        if data.problem.overlap_grad_reduce and data.fwd is not None:
+            # buckets reduce while the last micro-batch's backward runs: only the rest shows
+            window = float((data.time[k, a:b] - data.fwd[k, a:b]).sum())
+            dp = max(0.0, dp - window)
         dp_sync.append(dp)
         opt = 0.0
         if data.optimizer_layer is not None and data.optimizer_const is not None:
@@ -321,7 +342,7 @@ def evaluate_split(data: SplitData, cuts: list[int]) -> SplitEvaluation:
     bottleneck = max(load)
     total = sum(load)
     m = data.problem.microbatches
-    pipeline = (m - 1) * bottleneck + total
+    pipeline = pipeline_time(m, bottleneck, total, data.problem.virtual_stages)
     return SplitEvaluation(
         cuts=list(cuts), compute_s=compute, transfer_s=transfer, load_s=load,
         memory_bytes=memory, capacity_bytes=[float(c) for c in data.mem_cap], dp_sync_s=dp_sync,

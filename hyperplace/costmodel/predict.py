@@ -22,12 +22,13 @@ from typing import Any, Literal, cast
 from hyperplace.costmodel.calibration import Calibration, default_calibration
 from hyperplace.costmodel.hardware import peak_flops
 from hyperplace.errors import InputError
-from hyperplace.models.gpu import GPUCatalog, default_catalog
+from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
 from hyperplace.models.model_spec import ModelSpec
 from hyperplace.models.split import SplitProblem, Stage, StageLink
 
 GB = 1e9
-Precision = Literal["bf16", "fp16", "fp32"]
+Precision = Literal["bf16", "fp16", "fp32", "fp8"]
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 INTRA_CLUSTER_LATENCY_MS = 0.005
 
 
@@ -76,6 +77,24 @@ class Prediction:
         }
 
 
+def fidelity_note(calibration: Calibration, gpu: GPUType, catalog: GPUCatalog) -> str:
+    """Which measurements the coefficients came from, and their held-out error."""
+    fit, how = calibration.fit_for(gpu, catalog)
+    held = fit.held_out
+    if held:
+        twin = f" (same chip as {held['sameChipAs']})" if held.get("sameChipAs") else ""
+        if held.get("borrowedFrom"):
+            twin = (f" (measured at small shapes only: transformer layers priced with "
+                    f"{held['borrowedFrom']}'s coefficients through the same form)")
+        return (f"coefficients: {how}{twin}; transformer layers fitted on "
+                f"{', '.join(held.get('fitSet', []))} ({held.get('rows', 0)} runs): "
+                f"leave-one-out step-time error median {100 * held.get('looMedianAbs', 0):.1f}"
+                f"%, {100 * held.get('looWithin15', 0):.0f}% within 15%, max "
+                f"{100 * held.get('looMaxAbs', 0):.1f}%")
+    return (f"coefficients: {how}; fitted on small-shape per-layer profiles "
+            f"({', '.join(fit.models) or 'none'}) only: no held-out error at scale")
+
+
 def _positive(value: int, option: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InputError(f"must be a positive integer, got {value!r}", path=option)
@@ -106,11 +125,22 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
             micro_batch: int = 1, global_batch: int | None = None, seq: int | None = None,
             recompute: bool = False, zero: int = 0, flash: bool | None = None,
             sequence_parallel: bool | None = None, precision: str = "bf16",
+            virtual_stages: int = 1, cp: int = 1, overlap_grad_reduce: bool = True,
             calibration: Calibration | None = None,
             catalog: GPUCatalog | None = None) -> Prediction:
-    """Price one configuration (see the module docstring); InputError on bad input."""
-    from hyperplace.costmodel.pipeline import build_split_data, evaluate_split, stage_rows
-    from hyperplace.solvers.split.baselines import symmetric_cuts
+    """Price one configuration (see the module docstring); InputError on bad input.
+
+    ``virtual_stages``: interleaved 1F1B with that many model chunks per pipeline rank;
+    ``cp``: context parallelism (each of ``cp`` ranks holds ``s/cp`` of every sequence;
+    GPUs = TP x CP x PP x DP).
+    """
+    from hyperplace.costmodel.kernels import has_fp8
+    from hyperplace.costmodel.pipeline import (
+        build_split_data,
+        counts_to_cuts,
+        evaluate_split,
+        stage_rows,
+    )
 
     catalog = catalog or default_catalog()
     calibration = calibration or default_calibration()
@@ -120,13 +150,36 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
                          path="--gpu")
     if zero not in (0, 1, 2, 3):
         raise InputError(f"must be 0, 1, 2 or 3, got {zero}", path="--zero")
-    if precision not in ("bf16", "fp16", "fp32"):
-        raise InputError(f"must be bf16, fp16 or fp32, got {precision!r}", path="--precision")
+    if precision not in PRECISIONS:
+        raise InputError(f"must be one of {', '.join(PRECISIONS)}, got {precision!r}",
+                         path="--precision")
+    if precision == "fp8" and not has_fp8(gpu):
+        raise InputError(f"{gpu.name} has no FP8 tensor cores (FP8 needs Hopper, Ada, "
+                         "Blackwell or MI300-class GPUs)", path="--precision")
+    _positive(virtual_stages, "--virtual-stages")
+    _positive(cp, "--cp")
+    if virtual_stages > 1:
+        if pp == 1:
+            raise InputError("interleaving needs pipeline stages: use --pp > 1",
+                             path="--virtual-stages")
+        if spec.num_layers % (pp * virtual_stages):
+            raise InputError(f"PP {pp} x {virtual_stages} virtual stages does not divide the "
+                             f"model's {spec.num_layers} layers", path="--virtual-stages")
     global_batch = global_batch if global_batch is not None else micro_batch * dp
     m = validate_configuration(spec, tp, pp, dp, micro_batch, global_batch)
+    if virtual_stages > 1 and m % pp:
+        raise InputError(f"interleaved 1F1B needs the {m} micro-batches per step to be a "
+                         f"multiple of PP {pp}", path="--global-batch")
+    seq_len = seq if seq is not None else spec.seq_length
+    if cp > 1 and seq_len % (2 * cp):
+        raise InputError(f"context parallelism {cp} needs the sequence length {seq_len} to "
+                         f"be a multiple of 2 x CP = {2 * cp}", path="--cp")
     update: dict[str, Any] = {"micro_batch_size": micro_batch * dp}
     if seq is not None:
         _positive(seq, "--seq")
+        if spec.has_dimensions and seq > spec.seq_length:
+            raise InputError(f"sequence length {seq} is above the model's {spec.seq_length}",
+                             path="--seq")
         if not spec.has_dimensions and seq != spec.seq_length:
             raise InputError(f"the model's layers were measured at sequence length "
                              f"{spec.seq_length}; drop --seq", path="--seq")
@@ -140,22 +193,27 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
     if sequence_parallel is not None:
         update["sequence_parallel"] = sequence_parallel
     model = spec.model_copy(update=update)
+    # CP ranks are data-parallel ranks for the stage's arithmetic: each holds a 1/cp share
+    # of every micro-batch's tokens, and gradients are reduced over DP x CP
     stages = [Stage(name=f"stage{i}", cluster="cluster", gpu_type=gpu.name,
-                    gpu_count=tp * dp, tp=tp) for i in range(pp)]
+                    gpu_count=tp * dp * cp, tp=tp) for i in range(pp)]
     # Megatron's scatter-gather P2P: every TP rank of every replica sends its own share over
     # its own NIC, so a boundary moves at tp·dp NICs' bandwidth.
-    links = [StageLink(a=a.name, b=b.name, gbps=gpu.nic_gbps * tp * dp,
+    links = [StageLink(a=a.name, b=b.name, gbps=gpu.nic_gbps * tp * dp * cp,
                        latency_ms=INTRA_CLUSTER_LATENCY_MS, kind="ib")
              for a, b in zip(stages, stages[1:])]
     problem = SplitProblem(model=model, stages=stages, links=links, microbatches=m, zero=zero,
                            recompute=recompute, fixed_order=True,
+                           virtual_stages=virtual_stages,
+                           overlap_grad_reduce=overlap_grad_reduce and dp * cp > 1,
                            precision=cast(Precision, precision))
     layer_list = model.build_layers()
     # Every stage is the same GPUs: price the layers once for all of them.
     rows = stage_rows(problem, stages[0], layer_list, catalog, calibration)
     data = build_split_data(problem, catalog=catalog, calibration=calibration,
                             layers=layer_list, cache={s.name: rows for s in stages})
-    cuts = symmetric_cuts(data)
+    q, r = divmod(len(layer_list), pp)  # Megatron's even division (split's symmetric cuts)
+    cuts = counts_to_cuts([q + (1 if k < r else 0) for k in range(pp)])
     ev = evaluate_split(data, cuts)
 
     k = max(range(pp), key=lambda i: ev.load_s[i])
@@ -173,7 +231,7 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
     step = ev.step_time_s
     flops_per_sequence = sum(layer.flops for layer in layer_list) / model.micro_batch_size
     model_flops = flops_per_sequence * global_batch
-    gpus = tp * pp * dp
+    gpus = tp * pp * dp * cp
     model_tflops = model_flops / step / gpus / 1e12
     hardware_tflops = model_tflops * (4 / 3 if recompute else 1.0)
     layers = []
@@ -198,6 +256,8 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
     if memory > capacity:
         notes.append(f"does not fit: {memory:.1f} GB per GPU needed, {capacity:g} GB available"
                      " (try --recompute, --zero, more TP or PP)")
+    fidelity = fidelity_note(calibration, gpu, catalog)
+    notes.append(fidelity)
     scale = calibration.scale_for(model.name, gpu.name)
     if scale != 1.0:
         notes.append(f"layer times scaled by {scale:.3f} from observed step times")
@@ -206,7 +266,7 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
         global_batch=global_batch, seq=model.seq_length, microbatches=m, step_time_s=step,
         tokens_per_s=global_batch * model.seq_length / step,
         model_tflops_per_gpu=model_tflops, hardware_tflops_per_gpu=hardware_tflops,
-        mfu=model_tflops * 1e12 / peak_flops(gpu, precision), memory_per_gpu_gb=memory,
+        mfu=model_tflops * 1e12 / peak_flops(gpu, "bf16" if precision == "fp8" else precision), memory_per_gpu_gb=memory,
         memory_capacity_gb=capacity, parts=parts, layers=layers,
         layers_per_stage=[cuts[i + 1] - cuts[i] for i in range(pp)],
         sources=sorted(set(data.time_sources)), notes=notes)

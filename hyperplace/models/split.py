@@ -37,7 +37,7 @@ class Stage(HPModel):
     gpu_count: int = Field(gt=0, le=MAX_STAGE_GPUS, strict=True)
     tp: int | None = Field(default=None, gt=0, description="tensor parallel; default min(count, 8)")
     optional: bool = Field(default=False, description="may stay empty (left out of the pipeline)")
-    precision: Literal["bf16", "fp16", "fp32"] | None = Field(
+    precision: Literal["bf16", "fp16", "fp32", "fp8"] | None = Field(
         default=None, description="this stage's training precision; default the problem's")
 
     @model_validator(mode="after")
@@ -80,7 +80,12 @@ class SplitProblem(HPModel):
     microbatches: int = Field(default=8, gt=0, description="micro-batches per step (m)")
     zero: int = Field(default=0, ge=0, le=3, description="ZeRO stage, sharded over a stage's DP")
     recompute: bool = Field(default=False, description="full activation recomputation")
-    precision: Literal["bf16", "fp16", "fp32"] = Field(
+    virtual_stages: int = Field(default=1, gt=0, le=1024, strict=True,
+                                description="interleaved 1F1B: model chunks per pipeline rank")
+    overlap_grad_reduce: bool = Field(
+        default=False, description="the DP gradient reduction runs under the last micro-batch's "
+        "backward pass (Megatron-Core --overlap-grad-reduce, PyTorch DDP/FSDP buckets)")
+    precision: Literal["bf16", "fp16", "fp32", "fp8"] = Field(
         default="bf16", description="training precision (peak FLOPs and bytes per value)")
     fixed_order: bool = Field(default=False, description="keep the stages in the given order")
     runtime_overhead_gb: float = Field(default=2.5, ge=0, description="framework, CUDA context")
