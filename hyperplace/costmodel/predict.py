@@ -162,9 +162,9 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
         if pp == 1:
             raise InputError("interleaving needs pipeline stages: use --pp > 1",
                              path="--virtual-stages")
-        if spec.num_layers % (pp * virtual_stages):
-            raise InputError(f"PP {pp} x {virtual_stages} virtual stages does not divide the "
-                             f"model's {spec.num_layers} layers", path="--virtual-stages")
+        if spec.num_layers < pp * virtual_stages:
+            raise InputError(f"PP {pp} x {virtual_stages} virtual stages is more chunks than "
+                             f"the model's {spec.num_layers} layers", path="--virtual-stages")
     global_batch = global_batch if global_batch is not None else micro_batch * dp
     m = validate_configuration(spec, tp, pp, dp, micro_batch, global_batch)
     if virtual_stages > 1 and m % pp:
