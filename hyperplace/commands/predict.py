@@ -83,7 +83,11 @@ def predict_command(
     seq: int | None = typer.Option(None, "--seq", help="sequence length (default: model's)"),
     recompute: bool = typer.Option(False, "--recompute/--no-recompute",
                                    help="full activation recomputation"),
-    zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3"),
+    selective_recompute: bool = typer.Option(
+        False, "--selective-recompute",
+        help="recompute the attention core and the MLP activation (keeps less activation)"),
+    zero: int = typer.Option(0, "--zero", help="ZeRO stage 0-3 (3: FSDP; 1: distributed "
+                                                "optimizer)"),
     flash: bool = typer.Option(True, "--flash/--no-flash", help="FlashAttention (default on)"),
     sequence_parallel: bool = typer.Option(
         False, "--sequence-parallel/--no-sequence-parallel",
@@ -110,7 +114,8 @@ def predict_command(
                        global_batch=global_batch, seq=seq, recompute=recompute, zero=zero,
                        flash=flash, sequence_parallel=sequence_parallel,
                        precision=precision.value, virtual_stages=virtual_stages, cp=cp,
-                       overlap_grad_reduce=overlap_grad_reduce, calibration=fitted)
+                       overlap_grad_reduce=overlap_grad_reduce,
+                       selective_recompute=selective_recompute, calibration=fitted)
     except InputError as exc:
         typer.echo(f"error: {exc.one_line()}", err=True)
         raise typer.Exit(2) from None

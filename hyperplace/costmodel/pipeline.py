@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -24,9 +25,11 @@ from hyperplace.errors import InputError
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
 from hyperplace.models.model_spec import Layer
 from hyperplace.models.split import SplitProblem, Stage, StageLink
-from hyperplace.models.transformer import param_state_bytes_per_param
 
 GB = 1e9
+# PyTorch's caching allocator reserves more than it has allocated (block rounding, freed
+# blocks of other sizes): a few per cent on a steady training loop; assumed 5 %.
+FRAGMENTATION_RESERVE = 0.05
 GRAD_BUCKET_BYTES = 40e6  # Megatron-LM's default gradient bucket (40 M elements) order
 INF = math.inf
 
@@ -199,30 +202,70 @@ class StageRows:
     note: str = ""
 
 
+def memory_terms(problem: SplitProblem, stage: Stage, layers: list[Layer]
+                 ) -> dict[str, Any]:
+    """Bytes per GPU of one stage, term by term as the frameworks report them (PyTorch's
+    allocator, Megatron's memory report): per layer (arrays) weights, gradients, optimizer
+    state (mixed-precision Adam: 2 + 2 + 12 bytes per parameter, sharded by ZeRO / the
+    distributed optimizer over the stage's DP x CP ranks), the LM head's FP32 logits and
+    their gradient (a transient peak on the stage holding the head), activations per
+    micro-batch in flight (:func:`hyperplace.models.transformer.activation_per_token`;
+    full recomputation keeps only each layer's input); per stage (floats) the runtime
+    (CUDA context, NCCL, framework: ``runtime_overhead_gb``), communication buffers (two
+    gradient buckets; ZeRO-3's prefetched layer) and full recomputation's working set (one
+    layer's activations rebuilt). The fragmentation reserve (:data:`FRAGMENTATION_RESERVE`
+    of all of it) is added by the caller."""
+    t, d = stage.tensor_parallel, stage.data_parallel
+    model = problem.model
+    params = np.array([layer.params for layer in layers])
+    zero = problem.zero
+    weights = params * (2.0 / d if zero >= 3 else 2.0) / t
+    grads = params * (2.0 / d if zero >= 2 else 2.0) / t
+    opt = params * (12.0 / d if zero >= 1 else 12.0) / t
+    if zero == 0 and problem.fp32_grad_accum:
+        grads = grads * 2.0
+    sp = model.has_dimensions and model.sequence_parallel
+    if problem.recompute:
+        act = np.array([layer.recompute_bytes / (t if sp else 1) for layer in layers]) / d
+    else:
+        act = np.array([layer.activation_bytes(t) for layer in layers]) / d
+    logits = np.zeros(len(layers))
+    if model.has_dimensions and model.vocab_size:
+        tokens = model.micro_batch_size * model.seq_length / d
+        logits[-1] = 2 * 4.0 * tokens * model.vocab_size / t
+    buffers = 2 * GRAD_BUCKET_BYTES if d > 1 else 0.0
+    if zero >= 3:
+        buffers += 2 * 2.0 * float(params.max()) / t  # the next layer's gathered weights
+    working = (max(layer.activation_bytes(t) for layer in layers) / d
+               if problem.recompute else 0.0)
+    return {"weights": weights, "gradients": grads, "optimizer": opt, "logits": logits,
+            "activations": act, "runtime": problem.runtime_overhead_gb * GB,
+            "buffers": buffers, "recomputeWorkingSet": working}
+
+
 def stage_rows(problem: SplitProblem, stage: Stage, layers: list[Layer],
                catalog: GPUCatalog, calibration: Calibration | None = None) -> StageRows:
     """Times (from :func:`hyperplace.costmodel.stage_layer_times`, the one cost model),
     memory and synchronisation of every layer on one stage."""
     g = _gpu(catalog, stage)
     t, d = stage.tensor_parallel, stage.data_parallel
-    bpp = param_state_bytes_per_param(problem.zero, d)
     times = stage_layer_times(problem.model, layers, g, t, d, recompute=problem.recompute,
                               precision=stage.precision or problem.precision,
                               calibration=calibration, catalog=catalog)
     params = np.array([layer.params for layer in layers])
-    state = params * bpp / t
-    act = np.array([layer.activation_bytes(t, problem.recompute) for layer in layers]) / d
+    terms = memory_terms(problem, stage, layers)
+    state = terms["weights"] + terms["gradients"] + terms["optimizer"] + terms["logits"]
+    act = terms["activations"]
     per_byte, latency = _sync_cost(g, stage, problem, catalog)
     dp = per_byte * GRAD_BYTES * params / t
     optimizer = optimizer_times(layers, g, t, d, problem.zero, calibration, catalog)
-    const = problem.runtime_overhead_gb * GB
-    if problem.recompute:
-        # Recomputing one layer rebuilds its full activations once (working set).
-        const += max(layer.activation_bytes(t) for layer in layers) / d
-    return StageRows(gpu=g, time=times.total, fwd=times.fwd, tp_comm=times.tp_comm, state_mem=state,
-                     act_mem=act, dp_sync=dp, dp_const=latency, optimizer=optimizer,
+    const = float(terms["runtime"] + terms["buffers"] + terms["recomputeWorkingSet"])
+    reserve = 1.0 + FRAGMENTATION_RESERVE
+    return StageRows(gpu=g, time=times.total, fwd=times.fwd, tp_comm=times.tp_comm,
+                     state_mem=state * reserve, act_mem=act * reserve, dp_sync=dp,
+                     dp_const=latency, optimizer=optimizer,
                      optimizer_const=optimizer_fixed(g, calibration, catalog),
-                     mem_const=const, cap=g.hbm_gb * GB,
+                     mem_const=const * reserve, cap=g.hbm_gb * GB,
                      source="+".join(sorted(set(times.sources))), note=times.note)
 
 

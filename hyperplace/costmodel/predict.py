@@ -17,6 +17,8 @@ rest of the pipeline time), DP sync and optimizer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 from typing import Any, Literal, cast
 
 from hyperplace.costmodel.calibration import Calibration, default_calibration
@@ -52,6 +54,7 @@ class Prediction:
     mfu: float
     memory_per_gpu_gb: float
     memory_capacity_gb: float
+    memory: dict[str, float]
     parts: dict[str, float]
     layers: list[dict[str, Any]]
     layers_per_stage: list[int]
@@ -72,9 +75,23 @@ class Prediction:
             "hardwareTflopsPerGpu": self.hardware_tflops_per_gpu, "mfu": self.mfu,
             "memoryPerGpuGb": self.memory_per_gpu_gb,
             "memoryCapacityGb": self.memory_capacity_gb, "fits": self.fits,
+            "memory": self.memory,
             "parts": self.parts, "layersPerStage": self.layers_per_stage,
             "layers": self.layers, "timeSources": self.sources, "notes": self.notes,
         }
+
+
+def even_layers(layers: int, pp: int) -> list[int]:
+    """Layers per stage: as even as possible; when they do not divide, the first and last
+    stages (which also hold the embedding and the LM head, and the first the most
+    activations in flight) get the fewer layers, as Llama 3 405B ran 126 layers on 16
+    stages (Dubey et al. 2024, section 3.3.2)."""
+    q, r = divmod(layers, pp)
+    counts = [q] * pp
+    order = [k for k in range(1, pp - 1)] + [pp - 1, 0] if pp > 2 else list(range(pp))
+    for k in order[:r]:
+        counts[k] += 1
+    return counts
 
 
 def fidelity_note(calibration: Calibration, gpu: GPUType, catalog: GPUCatalog) -> str:
@@ -126,6 +143,7 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
             recompute: bool = False, zero: int = 0, flash: bool | None = None,
             sequence_parallel: bool | None = None, precision: str = "bf16",
             virtual_stages: int = 1, cp: int = 1, overlap_grad_reduce: bool = True,
+            selective_recompute: bool = False,
             calibration: Calibration | None = None,
             catalog: GPUCatalog | None = None) -> Prediction:
     """Price one configuration (see the module docstring); InputError on bad input.
@@ -136,7 +154,9 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
     """
     from hyperplace.costmodel.kernels import has_fp8
     from hyperplace.costmodel.pipeline import (
+        FRAGMENTATION_RESERVE,
         build_split_data,
+        memory_terms,
         counts_to_cuts,
         evaluate_split,
         stage_rows,
@@ -192,6 +212,11 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
         update["flash_attention"] = flash
     if sequence_parallel is not None:
         update["sequence_parallel"] = sequence_parallel
+    if selective_recompute:
+        if recompute:
+            raise InputError("choose full (--recompute) or selective recomputation, not both",
+                             path="--selective-recompute")
+        update["selective_recompute"] = True
     model = spec.model_copy(update=update)
     # CP ranks are data-parallel ranks for the stage's arithmetic: each holds a 1/cp share
     # of every micro-batch's tokens, and gradients are reduced over DP x CP
@@ -212,8 +237,7 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
     rows = stage_rows(problem, stages[0], layer_list, catalog, calibration)
     data = build_split_data(problem, catalog=catalog, calibration=calibration,
                             layers=layer_list, cache={s.name: rows for s in stages})
-    q, r = divmod(len(layer_list), pp)  # Megatron's even division (split's symmetric cuts)
-    cuts = counts_to_cuts([q + (1 if k < r else 0) for k in range(pp)])
+    cuts = counts_to_cuts(even_layers(len(layer_list), pp))
     ev = evaluate_split(data, cuts)
 
     k = max(range(pp), key=lambda i: ev.load_s[i])
@@ -249,9 +273,18 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
                        "bwdS": total - fwd})
     notes = list(data.cost_notes)
     if pp > 1:
-        notes.append("layers divided evenly over the stages (Megatron's default); "
-                     "hyperplace split finds the best uneven split")
+        notes.append("layers divided evenly over the stages (the fewer on the first and "
+                     "last when they do not divide); hyperplace split finds the best split")
     memory = max(ev.memory_bytes) / GB
+    worst = max(range(pp), key=lambda i: ev.memory_bytes[i])
+    terms = memory_terms(problem, stages[worst], layer_list)
+    a, b = cuts[worst], cuts[worst + 1]
+    breakdown = {name: float(np.sum(value[a:b])) / GB if isinstance(value, np.ndarray)
+                 else float(value) / GB for name, value in terms.items()}
+    breakdown["activations"] *= float(data.inflight[worst])
+    breakdown["fragmentationReserve"] = FRAGMENTATION_RESERVE * sum(breakdown.values())
+    breakdown = {"stage": worst, "microbatchesInFlight": float(data.inflight[worst]),
+                 **breakdown}
     capacity = gpu.hbm_gb
     if memory > capacity:
         notes.append(f"does not fit: {memory:.1f} GB per GPU needed, {capacity:g} GB available"
@@ -267,7 +300,7 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
         tokens_per_s=global_batch * model.seq_length / step,
         model_tflops_per_gpu=model_tflops, hardware_tflops_per_gpu=hardware_tflops,
         mfu=model_tflops * 1e12 / peak_flops(gpu, "bf16" if precision == "fp8" else precision), memory_per_gpu_gb=memory,
-        memory_capacity_gb=capacity, parts=parts, layers=layers,
+        memory_capacity_gb=capacity, memory=breakdown, parts=parts, layers=layers,
         layers_per_stage=[cuts[i + 1] - cuts[i] for i in range(pp)],
         sources=sorted(set(data.time_sources)), notes=notes)
 

@@ -127,6 +127,10 @@ class ModelSpec(HPModel):
     parameters: float | None = Field(default=None, gt=0, description="informational total")
     flash_attention: bool = True
     sequence_parallel: bool = False
+    selective_recompute: bool = Field(default=False, description="recompute the attention "
+                                      "core and the MLP activation function in backward")
+    dropout: bool | None = Field(default=None, description="trained with dropout; default: "
+                                 "ungated (GPT/OPT-style) models yes, gated (Llama-style) no")
     assumed: str = Field(default="", description="why the dimensions are assumed, if they are")
     source: str = Field(default="", description="where the configuration comes from")
     layer_overrides: list[LayerOverride] = Field(default_factory=list)

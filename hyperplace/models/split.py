@@ -89,6 +89,7 @@ class SplitProblem(HPModel):
         default="bf16", description="training precision (peak FLOPs and bytes per value)")
     fixed_order: bool = Field(default=False, description="keep the stages in the given order")
     runtime_overhead_gb: float = Field(default=2.5, ge=0, description="framework, CUDA context")
+    fp32_grad_accum: bool = Field(default=False, description="gradients kept in FP32 (ZeRO 0)")
     intra_cluster_gbps: float = Field(default=DEFAULT_INTRA_CLUSTER_GBPS, gt=0)
     intra_cluster_latency_ms: float = Field(default=DEFAULT_INTRA_CLUSTER_LATENCY_MS, ge=0)
     inter_cluster_gbps: float = Field(default=DEFAULT_INTER_CLUSTER_GBPS, gt=0)

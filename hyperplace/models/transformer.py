@@ -27,9 +27,6 @@ if TYPE_CHECKING:
     from hyperplace.models.model_spec import ModelSpec
 
 BF16_BYTES = 2
-# Bytes each tensor-parallel rank keeps whole for a layer without sequence parallelism,
-# in units of s·b·h (Korthikanti et al. 2022, Section 4.2.2: layer-norm inputs and dropout masks).
-REPLICATED_SBH = 10.0
 
 
 def transformer_layer_flops(b: int, s: int, h: int) -> float:
@@ -86,28 +83,60 @@ def head_flops(spec: "ModelSpec", b: int, s: int) -> float:
     return 6.0 * b * s * spec.hidden_size * spec.vocab_size
 
 
-def mlp_activation_sbh(spec: "ModelSpec", index: int) -> float:
-    """Activation bytes the MLP keeps, in units of s·b·h (19 for a 4h-wide GELU MLP)."""
+def mlp_width(spec: "ModelSpec", index: int) -> float:
+    """The MLP width a token goes through (active experts' widths for MoE)."""
     if is_moe_layer(spec, index):
-        width = spec.moe_ffn * (spec.experts_per_token + spec.shared_experts)
-    else:
-        width = spec.ffn
-    per_width = 4.0 * (1.5 if spec.gated_mlp else 1.0)
-    return 3.0 + per_width * width / spec.hidden_size
+        return float(spec.moe_ffn * (spec.experts_per_token + spec.shared_experts))
+    return float(spec.ffn)
+
+
+def uses_dropout(spec: "ModelSpec") -> bool:
+    """Dropout as trained: the model's field, else GPT/OPT-style (ungated) models yes,
+    Llama-style (gated) no."""
+    return spec.dropout if spec.dropout is not None else not spec.gated_mlp
+
+
+def activation_per_token(spec: "ModelSpec", index: int, s: int,
+                         selective: bool = False) -> tuple[float, float]:
+    """(replicated, sharded) bytes a layer keeps per token for its backward pass.
+
+    Korthikanti et al. 2022 (Section 4.1) counted for a GPT layer: ``34·h + 5·a·s`` bytes,
+    of which ``10·h`` replicated on every TP rank without sequence parallelism. The same
+    count term by term, for any widths (16-bit values, 1-byte dropout masks):
+
+    * replicated: the two norms' inputs ``4h``, the QKV and MLP-up inputs ``2h + 2h``, a
+      dropout mask after attention and after the MLP ``h + h`` (when the model uses dropout);
+    * sharded: Q ``2h``, K and V ``4·kv·d``, the output projection's input ``2h``; the MLP's
+      up output ``2·g·f`` (``g = 2`` gated) and its activation output ``2f``;
+    * the score matrix without FlashAttention: softmax output ``2·a·s``, and with dropout
+      its mask ``a·s`` and output ``2·a·s``; selective recomputation (Korthikanti's
+      attention-only, plus the MLP activation function as Megatron-Core's
+      ``--recompute-modules`` allows) recomputes them and the activation output instead.
+    """
+    h, a = float(spec.hidden_size), spec.num_heads
+    kv_d = spec.kv_heads * h / a
+    drop = uses_dropout(spec)
+    f = mlp_width(spec, index)
+    g = 2.0 if spec.gated_mlp else 1.0
+    selective = selective or spec.selective_recompute
+    replicated = 8.0 * h + (2.0 * h if drop else 0.0)
+    # selective recomputation also recomputes the MLP's activation function from its
+    # input (Megatron-Core --recompute-modules ... act): its output is not kept
+    sharded = 4.0 * h + 4.0 * kv_d + 2.0 * g * f + (0.0 if selective else 2.0 * f)
+    if not spec.flash_attention and not selective:
+        sharded += (5.0 if drop else 2.0) * a * s
+    return replicated, sharded
 
 
 def activation_bytes(spec: "ModelSpec", index: int, b: int, s: int) -> tuple[float, float]:
-    """(replicated, sharded) activation bytes of a layer per micro-batch (Korthikanti 2022).
-
-    With sequence parallelism nothing is replicated; with FlashAttention the ``5·a·s/h``
-    score term is gone.
-    """
-    sbh = float(s * b * spec.hidden_size)
-    scores = 0.0 if spec.flash_attention else 5.0 * spec.num_heads * s / spec.hidden_size
-    total = 11.0 + mlp_activation_sbh(spec, index) + 4.0 + scores
+    """(replicated, sharded) activation bytes of a layer per micro-batch
+    (:func:`activation_per_token` x tokens); with sequence parallelism nothing is
+    replicated."""
+    replicated, sharded = activation_per_token(spec, index, s)
+    tokens = float(s * b)
     if spec.sequence_parallel:
-        return 0.0, total * sbh
-    return REPLICATED_SBH * sbh, (total - REPLICATED_SBH) * sbh
+        return 0.0, (replicated + sharded) * tokens
+    return replicated * tokens, sharded * tokens
 
 
 def param_state_bytes_per_param(zero: int, dp: int, fp32_grad_accum: bool = False) -> float:

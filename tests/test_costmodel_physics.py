@@ -1,0 +1,157 @@
+"""The physical forms of the cost model against hand-computed values (#22)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from hyperplace.cli import app
+from hyperplace.costmodel.kernels import LayerDims, elementwise_bytes, shape_efficiency
+from hyperplace.costmodel.pipeline import FRAGMENTATION_RESERVE, interleaved_memory_factor, pipeline_time
+from hyperplace.costmodel.predict import even_layers, predict
+from hyperplace.models.gpu import default_catalog
+from hyperplace.models.model_spec import ModelSpec
+from hyperplace.models.presets import model_preset
+from hyperplace.models.transformer import activation_per_token, layer_flops
+
+runner = CliRunner()
+GB = 1e9
+
+
+def test_layer_flops_by_hand_for_two_sizes():
+    # GPT 1.7B of SC'21 (h 2304, MHA, 4h MLP): 72·b·s·h²·(1 + s/(6h)) per layer
+    gpt = ModelSpec(name="g", num_layers=24, hidden_size=2304, num_heads=24, seq_length=2048,
+                    vocab_size=51200)
+    b, s, h = 2, 2048, 2304
+    assert layer_flops(gpt, 0, b, s) == pytest.approx(72 * b * s * h * h * (1 + s / (6 * h)))
+    # Llama 3 8B (GQA 8 of 32 heads, SwiGLU 14336): 6·b·s·(2h² + 2·h·kv·d + 3·h·f) + 12·b·s²·h
+    llama = model_preset("llama3-8b")
+    h, f, kv_d = 4096, 14336, 8 * 128
+    matmul = 2 * h * h + 2 * h * kv_d + 3 * h * f
+    assert layer_flops(llama, 3, 1, 8192) == pytest.approx(
+        6 * 8192 * matmul + 12 * 8192 * 8192 * h)
+
+
+def test_layer_bytes_by_hand_for_two_sizes():
+    # memory-bound bytes, forward + backward = 3 x forward, 16-bit values
+    gpt = LayerDims(tokens=2048, seq=2048, hidden=2304, heads=24, kv_heads=24, ffn=9216,
+                    gated=False, tp=1, flash=False)
+    per_token = 11 * 2304 + 2 * 9216 + 4.5 * 24 * 2048
+    assert elementwise_bytes(gpt, 2) == pytest.approx(3 * 2 * 2048 * per_token)
+    # Llama-style, TP 8 with sequence parallelism, FlashAttention: everything sharded
+    llama = LayerDims(tokens=8192, seq=8192, hidden=16384, heads=128, kv_heads=8, ffn=53248,
+                      gated=True, tp=8, sequence_parallel=True, flash=True)
+    rope = 4 * (16384 + 2 * 8 * 128) / 8
+    per_token = 11 * 16384 / 8 + 3 * 53248 / 8 + rope
+    assert elementwise_bytes(llama, 2) == pytest.approx(3 * 2 * 8192 * per_token)
+    # activations kept (Korthikanti: 10 h replicated + 24 h sharded for GPT without scores)
+    spec = ModelSpec(name="g", num_layers=2, hidden_size=2304, num_heads=24, seq_length=2048,
+                     flash_attention=False)
+    assert activation_per_token(spec, 0, 2048) == pytest.approx((10 * 2304, 24 * 2304 + 5 * 24 * 2048))
+    l405 = model_preset("llama3-405b")
+    rep, shard = activation_per_token(l405, 1, 8192)
+    assert rep == 8 * 16384  # no dropout masks: Llama trains without dropout
+    assert shard == 4 * 16384 + 4 * 1024 + 2 * 2 * 53248 + 2 * 53248
+
+
+def test_gemm_shape_efficiency_by_hand():
+    h100 = default_catalog().get("H100-80")
+    # 4096 x 6144 output: 32 x 24 = 768 tiles of 128 x 256 on 132 SMs -> 6 waves
+    q_wave = 4096 * 6144 / (6 * 132 * 128 * 256)
+    assert shape_efficiency(4096, 6144, 2048, h100) == pytest.approx(q_wave * 2048 / 2176)
+    assert shape_efficiency(4096, 6144, 256, h100) < shape_efficiency(4096, 6144, 8192, h100)
+
+
+def test_interleaved_bubble_is_the_closed_form():
+    t, p, m, v = 0.25, 4, 8, 2
+    step = pipeline_time(m, t, p * t, v)
+    assert (step - m * t) / (m * t) == pytest.approx((p - 1) / (v * m))
+    assert pipeline_time(m, t, p * t, 1) == pytest.approx((m - 1) * t + p * t)
+    assert interleaved_memory_factor(p, v) == pytest.approx(1 + (p - 1) / (p * v))
+    # predict: equal stages, the bubble part shrinks by v
+    spec = model_preset("llama3-8b")
+    plain = predict(spec, "H100", tp=4, pp=4, dp=1, micro_batch=1, global_batch=16)
+    inter = predict(spec, "H100", tp=4, pp=4, dp=1, micro_batch=1, global_batch=16,
+                    virtual_stages=2)
+    assert inter.parts["bubble"] < plain.parts["bubble"]
+
+
+def test_memory_per_term_by_hand():
+    spec = model_preset("llama3-8b")
+    tp, dp, seq = 2, 4, 4096
+    pred = predict(spec, "H100", tp=tp, dp=dp, micro_batch=1, global_batch=dp, seq=seq,
+                   zero=1, sequence_parallel=True)
+    h, f, kv_d, V, L = 4096, 14336, 1024, 128256, 32
+    layer = 2 * h * h + 2 * h * kv_d + 3 * h * f + 2 * h
+    params = L * layer + V * h + (V * h + h)  # layers, embedding, untied head + final norm
+    mem = pred.memory
+    assert mem["weights"] == pytest.approx(2 * params / tp / GB)
+    assert mem["gradients"] == pytest.approx(2 * params / tp / GB)
+    assert mem["optimizer"] == pytest.approx(12 * params / tp / dp / GB)
+    per_token = 8 * h + 4 * h + 4 * kv_d + 6 * f  # SP: all of it sharded over TP
+    assert mem["activations"] == pytest.approx(L * per_token * seq / tp / GB)
+    assert mem["logits"] == pytest.approx(2 * 4 * seq * V / tp / GB)
+    assert mem["runtime"] == pytest.approx(2.5)
+    terms = sum(v for k, v in mem.items()
+                if k not in ("stage", "microbatchesInFlight", "fragmentationReserve"))
+    assert mem["fragmentationReserve"] == pytest.approx(FRAGMENTATION_RESERVE * terms)
+    assert pred.memory_per_gpu_gb == pytest.approx(terms * (1 + FRAGMENTATION_RESERVE))
+
+
+def test_llama3_405b_on_16k_h100_fits_with_its_published_parallelism():
+    spec = model_preset("llama3-405b")
+    assert even_layers(126, 16) == [7] + [8] * 14 + [7]
+    pred = predict(spec, "H100", tp=8, pp=16, dp=128, micro_batch=1, global_batch=2048,
+                   zero=1, sequence_parallel=True, selective_recompute=True)
+    assert pred.fits
+    full = predict(spec, "H100", tp=8, pp=16, dp=128, micro_batch=1, global_batch=2048,
+                   zero=1, sequence_parallel=True, recompute=True)
+    assert full.memory_per_gpu_gb < pred.memory_per_gpu_gb
+    assert full.step_time_s > pred.step_time_s
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--tp", "3"], "--tp"),
+    (["--pp", "1", "--virtual-stages", "2"], "--virtual-stages"),
+    (["--cp", "3"], "--cp"),
+    (["--gpu", "A100-80", "--precision", "fp8"], "--precision"),
+    (["--seq", "16384"], "--seq"),
+    (["--virtual-stages", "0", "--pp", "2"], "--virtual-stages"),
+    (["--recompute", "--selective-recompute"], "--selective-recompute"),
+])
+def test_bad_parallelism_is_one_line_naming_the_flag(args, field):
+    base = {"--gpu": "H100"}
+    for k, v in zip(args[::2], args[1::2]):
+        if not v.startswith("--"):
+            base[k] = v
+    argv = ["predict", "--model-name", "llama3-8b"]
+    flags = [a for a in args if a.startswith("--") and a not in base]
+    for k, v in base.items():
+        argv += [k, v]
+    argv += flags
+    res = runner.invoke(app, argv)
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0]
+
+
+def test_zero_dimension_model_file_is_refused(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("name: m\nnumLayers: 0\nhiddenSize: 1024\nnumHeads: 16\nseqLength: 2048\n")
+    res = runner.invoke(app, ["predict", "--model", str(path), "--gpu", "H100"])
+    assert res.exit_code == 2
+    assert "numLayers" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_prediction_says_what_it_was_fitted_on():
+    res = runner.invoke(app, ["predict", "--model-name", "llama3-70b", "--gpu", "H100", "--tp",
+                              "8", "--pp", "2", "--dp", "2", "--global-batch", "16",
+                              "--format", "json"])
+    doc = json.loads(res.stdout)
+    note = next(n for n in doc["notes"] if n.startswith("coefficients"))
+    assert "Megatron-Core" in note and "leave-one-out" in note
+    b200 = runner.invoke(app, ["predict", "--model-name", "llama3-8b", "--gpu", "B200",
+                               "--format", "json"])
+    assert any("no measurement" in n for n in json.loads(b200.stdout)["notes"])
