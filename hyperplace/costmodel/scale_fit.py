@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from hyperplace.costmodel.calibration import Calibration, GpuFit
+from hyperplace.costmodel.calibration import Calibration
 from hyperplace.costmodel.features import COLUMNS
 from hyperplace.errors import InputError
 from hyperplace.models.model_spec import ModelSpec
