@@ -13,7 +13,7 @@ from hyperplace.costmodel.collectives import (
     moe_dispatch_bytes,
     moe_step_alltoall_s,
 )
-from hyperplace.instances.nvl72 import declared_types, rack_cluster, rack_nodes
+from hyperplace.instances.nvl72 import rack_cluster, rack_nodes
 from hyperplace.models import Instance, InstanceSpec
 from hyperplace.models.job import ObjectMeta
 from hyperplace.models.presets import model_preset
@@ -59,7 +59,7 @@ def test_an_ep_group_without_a_floor_stays_in_one_rack_where_it_can(solver):
                                                  for i in range(13)})}
     ep = job("moe", tp=16, accel="GB200", nvlink=0, mem=180, group_type="ExpertParallel")
     inst = Instance(metadata=ObjectMeta(name="moe"), spec=InstanceSpec(
-        clusters=[rack_cluster("gb", racks)], jobs=[ep], gpu_types=declared_types("GB200")))
+        clusters=[rack_cluster("gb", racks)], jobs=[ep]))
     plan = solve_placement(inst, solver=solver, budget_s=10)
     assert plan.admitted == ["moe"] and check(plan, inst) == []
     net = inst.clusters[0].network

@@ -4,7 +4,7 @@ HGX nodes. Every plan goes through the independent checker, on every backend."""
 from __future__ import annotations
 
 from hyperplace.check import check
-from hyperplace.instances.nvl72 import declared_types, rack_cluster, rack_domain, rack_nodes
+from hyperplace.instances.nvl72 import rack_cluster, rack_domain, rack_nodes
 from hyperplace.models import Instance, InstanceSpec, Node
 from hyperplace.models.job import ObjectMeta
 from hyperplace.solvers.driver import solve_placement
@@ -13,7 +13,7 @@ from placement_helpers import job, node
 
 def _inst(cluster, jobs, *types):
     return Instance(metadata=ObjectMeta(name="nvl"), spec=InstanceSpec(
-        clusters=[cluster], jobs=jobs, gpu_types=declared_types("GB200", *types)))
+        clusters=[cluster], jobs=jobs))
 
 
 def _gb_job(name, gpus, *, replicas=1, group_type="TensorParallel", nvlink=1800.0, **kw):

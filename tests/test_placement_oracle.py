@@ -144,12 +144,11 @@ def nvlink_rounds(draw):
 
 
 def _nvlink_instance(cluster, jobs):
-    from hyperplace.instances.nvl72 import declared_types
     from hyperplace.models import Instance, InstanceSpec
     from hyperplace.models.job import ObjectMeta
 
     return Instance(metadata=ObjectMeta(name="nvl"), spec=InstanceSpec(
-        clusters=[cluster], jobs=jobs, gpu_types=declared_types("GB200")))
+        clusters=[cluster], jobs=jobs))
 
 
 @settings(max_examples=int(os.environ.get("HP_ORACLE_NVLINK_EXAMPLES", "12")), deadline=None,

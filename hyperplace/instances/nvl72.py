@@ -12,37 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from hyperplace.models import Cluster, FabricSpec, GPUType, Instance, InstanceSpec, Node, TrainingJob
+from hyperplace.models import Cluster, FabricSpec, Instance, InstanceSpec, Node, TrainingJob
 from hyperplace.models.fabric import Link, Switch
-from hyperplace.models.gpu import GPUCatalog
 from hyperplace.models.job import ObjectMeta
 from hyperplace.models.nvlink import NVLinkDomain
 from hyperplace.models.slices import CLIQUE_LABEL, SLICE_SIZE, SLICE_TOPOLOGY
 
 #: NVL72: compute trays per rack, GPUs per tray, NVLink switch trays, per-GPU NVLink GB/s
 NVL72_TRAYS, NVL72_TRAY_GPUS, NVL72_SWITCH_TRAYS, NVL72_GBPS = 18, 4, 9, 1800.0
-
-#: Stand-ins used only while the GPU catalog has no rack-scale type of that name (the
-#: catalog's own GB200/GB300 rows, with their datasheet sources, take precedence).
-_FALLBACK: dict[str, dict[str, Any]] = {
-    "GB200": dict(family="GB200", bf16_tflops=2500.0, hbm_gb=186.0, hbm_tb_s=8.0,
-                  nvlink_gbps=1800.0, nvlink_generation=5, pcie_generation=6, nic_gbps=400.0,
-                  mfu=0.40, cost_per_hour=9.0,
-                  source="NVIDIA GB200 NVL72 datasheet: 360 PF dense BF16 / 72 GPUs, 13.4 TB "
-                         "HBM3e / 72, 576 TB/s / 72, 130 TB/s NVLink / 72"),
-    "GB300": dict(family="GB300", bf16_tflops=2500.0, hbm_gb=279.0, hbm_tb_s=8.0,
-                  nvlink_gbps=1800.0, nvlink_generation=5, pcie_generation=6, nic_gbps=800.0,
-                  mfu=0.40, cost_per_hour=11.0,
-                  source="NVIDIA GB300 NVL72 datasheet: 20 TB HBM3e / 72, 130 TB/s NVLink / "
-                         "72, ConnectX-8 800 Gb/s per GPU"),
-}
-
-
-def declared_types(*names: str) -> list[GPUType]:
-    """GPU types an instance must declare for ``names`` (none once the catalog has them)."""
-    catalog = GPUCatalog()
-    return [GPUType(name=n, **_FALLBACK[n]) for n in names if n not in catalog]
-
 
 def rack_nodes(rack: str, gpu_type: str = "GB200", *, trays: int = NVL72_TRAYS,
                allocated: dict[int, dict[int, str]] | None = None,
@@ -179,7 +156,7 @@ def build_gb200_nvl72() -> Instance:
                        "1.8 TB/s per GPU): nvidia.com/en-us/data-center/gb200-nvl72/",
                        "two racks per leaf, 4 x 800 Gb/s spines (an assumption); 400 Gb/s "
                        "per GPU NIC (ConnectX-7)"),
-        spec=InstanceSpec(clusters=[cluster], jobs=jobs, gpu_types=declared_types("GB200")))
+        spec=InstanceSpec(clusters=[cluster], jobs=jobs))
 
 
 def build_mixed_h100_nvl72() -> Instance:
@@ -210,7 +187,7 @@ def build_mixed_h100_nvl72() -> Instance:
                        "trees of two depths (tray -> rack -> leaf, node -> leaf)",
                        "DGX H100 and GB200 NVL72 datasheets",
                        "H100 nodes 8 per leaf, one rack per leaf, 4 spines (an assumption)"),
-        spec=InstanceSpec(clusters=[cluster], jobs=jobs, gpu_types=declared_types("GB200")))
+        spec=InstanceSpec(clusters=[cluster], jobs=jobs))
 
 
 def _meta(name: str, description: str, source: str, assumptions: str) -> ObjectMeta:
@@ -272,4 +249,4 @@ def generate_nvl72(racks: int, jobs: int, load: float = 0.5, seed: int = 1,
                        f"{racks} GB200 NVL72 racks ({racks * 72:,} GPUs), {jobs} jobs, load "
                        f"{load:g}, seed {seed}", "generated (hyperplace.instances.nvl72)",
                        "job mix and occupancy assumed (no public NVL72 trace)"),
-        spec=InstanceSpec(clusters=[cluster], jobs=queue, gpu_types=declared_types("GB200")))
+        spec=InstanceSpec(clusters=[cluster], jobs=queue))
