@@ -208,6 +208,25 @@ def test_restart_with_deleted_cluster_fails_the_run_and_starts(tmp_path) -> None
         assert len(node["faulty"]) == 8
 
 
+def test_concurrent_patches_are_never_lost(http: httpx.Client) -> None:
+    inst = instance_document(load_instance(SMALL))
+    base = http.put("/v1/clusters/racy", json=inst).json()
+    job = inst["spec"]["jobs"][0]
+
+    def arrive(i: int) -> int:
+        arrival = json.loads(json.dumps(job))
+        arrival["metadata"]["name"] = f"arrival-{i}"
+        return http.patch("/v1/clusters/racy", json={"arrivals": [arrival]}).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        assert list(ex.map(arrive, range(8))) == [200] * 8
+    after = http.get("/v1/clusters/racy").json()
+    assert after["version"] == base["version"] + 8
+    assert after["pendingJobs"] == base["pendingJobs"] + 8
+    names = {j["metadata"]["name"] for j in after["instance"]["spec"]["jobs"]}
+    assert {f"arrival-{i}" for i in range(8)} <= names
+
+
 def test_two_servers_on_one_database(tmp_path) -> None:
     db = tmp_path / "one.sqlite"
     first = LocalServer(db=db, workers=1).start()

@@ -287,6 +287,7 @@ class Service:
         self.drain_task: asyncio.Task | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._node_sets: dict[str, tuple[tuple[int, float], frozenset[str]]] = {}
+        self._cluster_locks: dict[str, asyncio.Lock] = {}
         self.clock: Callable[[], float] = time.time
         self.clock_offset_s = 0.0
 
@@ -481,8 +482,22 @@ class Service:
             await asyncio.to_thread(self.store.save_run, run)
         return applied
 
+    def cluster_lock(self, name: str) -> asyncio.Lock:
+        """One writer at a time per stored cluster (PUT, PATCH, an applied round): each
+        reads the stored version and writes the next, with awaits in between, so without
+        it two concurrent PATCHes would both build on the same version and one be lost."""
+        lock = self._cluster_locks.get(name)
+        if lock is None:
+            lock = self._cluster_locks[name] = asyncio.Lock()
+        return lock
+
     async def _apply(self, name: str, payload: dict[str, Any], info: dict[str, Any],
                      run: RunRecord | None) -> dict[str, str]:
+        async with self.cluster_lock(name):
+            return await self._apply_locked(name, payload, info, run)
+
+    async def _apply_locked(self, name: str, payload: dict[str, Any], info: dict[str, Any],
+                            run: RunRecord | None) -> dict[str, str]:
         rec = self.store.clusters.get(name)
         if rec is None:
             return {"X-Hyperplace-Applied": "no: the cluster was deleted"}
@@ -964,21 +979,25 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
         problem = too_many_jobs(instance, "")
         if problem is not None:
             raise problem
-        old = service.store.clusters.get(name)
-        return await store_doc(name, instance, (old.version + 1) if old else 1, request=request)
+        async with service.cluster_lock(name):
+            old = service.store.clusters.get(name)
+            return await store_doc(name, instance, (old.version + 1) if old else 1,
+                                   request=request)
 
     @app.patch("/v1/clusters/{name}", response_model=ClusterInfo, responses=ERRORS,
                tags=["clusters"],
                summary="Apply deltas: completions, failures, repairs, allocations, arrivals")
     async def patch_cluster(name: ClusterName, patch: ClusterPatch) -> Response:
-        rec = service.store.clusters.get(name)
-        if rec is None:
-            return json_error(404, f"no stored cluster {name!r}", path="name")
-        interrupted: list[str] = []
-        doc = apply_patch(rec.doc, patch, interrupted)
-        after = len(doc["spec"].get("jobs") or [])
-        first_arrival = after - len(patch.arrivals) if patch.arrivals else None
-        resp = await store_doc(name, doc, rec.version + 1, arrivals_from=first_arrival)
+        async with service.cluster_lock(name):
+            rec = service.store.clusters.get(name)
+            if rec is None:
+                return json_error(404, f"no stored cluster {name!r}", path="name")
+            interrupted: list[str] = []
+            # a deep copy of the stored document: off the loop (Python code: the loop runs)
+            doc = await asyncio.to_thread(apply_patch, rec.doc, patch, interrupted)
+            after = len(doc["spec"].get("jobs") or [])
+            first_arrival = after - len(patch.arrivals) if patch.arrivals else None
+            resp = await store_doc(name, doc, rec.version + 1, arrivals_from=first_arrival)
         if resp.status_code != 200:
             return resp
         return JSONResponse({**json.loads(bytes(resp.body)), "interruptedJobs": interrupted})
