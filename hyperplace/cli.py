@@ -55,6 +55,7 @@ def _mount() -> None:
         estimate,
         federate,
         instances,
+        plan,
         predict,
         repair,
         simulate,
@@ -73,6 +74,7 @@ def _mount() -> None:
     federate.register(app)
     estimate.register(app)
     predict.register(app)
+    plan.register(app)
     calibrate.register(app)
     defrag.register(app)
     repair.register(app)
@@ -91,6 +93,7 @@ SHORT_HELP = {
     "federate": "split jobs across member clusters, as placed",
     "estimate": "replicas of a job that fit in each member cluster now",
     "predict": "step time, tokens/s, MFU and memory of one configuration",
+    "plan": "best parallel configurations of a model on an allocation",
     "calibrate": "refit the cost model to profiles and observed step times",
     "defrag": "migrate running jobs so that a job fits or free domains grow",
     "repair": "re-place the running jobs that hold failed GPUs",

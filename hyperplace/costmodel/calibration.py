@@ -29,6 +29,22 @@ DEFAULT_FILE = "costmodel_calibration.json"
 MAX_FILE_BYTES = 5_000_000
 
 
+_FEATURES: dict[tuple, list[float]] = {}
+
+
+def _cached_features(shape: LayerShape, gpu: GPUType,
+                     catalog: GPUCatalog | None) -> list[float]:
+    """:func:`features` memoised per (shape, type): the planner and the speed model price the
+    same layer shapes many times."""
+    key = (shape, gpu)
+    hit = _FEATURES.get(key)
+    if hit is None:
+        if len(_FEATURES) > 200_000:
+            _FEATURES.clear()
+        hit = _FEATURES[key] = features(shape, gpu, catalog)
+    return hit
+
+
 @dataclass
 class GpuFit:
     """One GPU type's fitted coefficients per layer kind, and what they were fitted on."""
@@ -74,7 +90,7 @@ class Calibration:
         """(forward s, backward s, of which TP communication s) of one layer, one micro-batch."""
         fit, _ = self.fit_for(gpu, catalog)
         coef = fit.coefficients[shape.kind]
-        row = features(shape, gpu, catalog)
+        row = _cached_features(shape, gpu, catalog)
         total = sum(c * x for c, x in zip(coef, row))
         tp = sum(c * x for c, x, name in zip(coef, row, COLUMNS[shape.kind])
                  if name in TP_COLUMNS)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hyperplace.costmodel.calibration import Calibration
+from hyperplace.costmodel.calibration import Calibration, default_calibration
 from hyperplace.costmodel.layers import (
     GRAD_BYTES,
     dp_allreduce_time,
@@ -258,10 +258,19 @@ def stage_rows(problem: SplitProblem, stage: Stage, layers: list[Layer],
     act = terms["activations"]
     per_byte, latency = _sync_cost(g, stage, problem, catalog)
     dp = per_byte * GRAD_BYTES * params / t
+    time_s, fwd_s = times.total, times.fwd
+    if problem.zero >= 3 and d > 1:
+        # ZeRO-3 / FSDP: each micro-batch all-gathers a layer's weights for the forward and
+        # again for the backward (an all-gather moves half an all-reduce's bytes), the
+        # prefetch hiding the exposed share the fit found for communication
+        exposure = (calibration or default_calibration()).comm_exposure(g, catalog)
+        gather = 2 * 0.5 * per_byte * GRAD_BYTES * params / t * exposure
+        time_s = time_s + gather
+        fwd_s = fwd_s + gather / 2
     optimizer = optimizer_times(layers, g, t, d, problem.zero, calibration, catalog)
     const = float(terms["runtime"] + terms["buffers"] + terms["recomputeWorkingSet"])
     reserve = 1.0 + FRAGMENTATION_RESERVE
-    return StageRows(gpu=g, time=times.total, fwd=times.fwd, tp_comm=times.tp_comm,
+    return StageRows(gpu=g, time=time_s, fwd=fwd_s, tp_comm=times.tp_comm,
                      state_mem=state * reserve, act_mem=act * reserve, dp_sync=dp,
                      dp_const=latency, optimizer=optimizer,
                      optimizer_const=optimizer_fixed(g, calibration, catalog),

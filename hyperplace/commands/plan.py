@@ -1,0 +1,86 @@
+"""``hyperplace plan``: the best parallel configurations of a model on an allocation.
+
+Examples::
+
+    hyperplace plan --model-name llama3-405b --gpus H100x16384
+    hyperplace plan --model my-model.yaml --gpus A100-80x64,H100x64 --format json
+
+Searches TP / CP / PP (with virtual stages) / DP, micro-batch, recomputation and sharding
+within memory (:mod:`hyperplace.costmodel.plan`), every candidate priced by the same cost
+model as ``predict``. Exit codes: 0 an answer (also when nothing fits: it says why), 2 bad
+input (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hyperplace.costmodel.calibration import load_calibration
+from hyperplace.costmodel.plan import PlanResult, parse_gpus, plan
+from hyperplace.errors import InputError
+from hyperplace.models.profiles import resolve_model
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def render(res: PlanResult, console: Console) -> None:
+    console.print(f"{res.model} on {res.gpus:,} x {res.gpu}, global batch {res.global_batch}: "
+                  f"{res.priced} configurations priced, {res.pruned} pruned, "
+                  f"{res.seconds:.2f} s")
+    table = Table(title="best configurations")
+    for col in ("#", "configuration", "step s", "tokens/s", "MFU", "memory GB"):
+        table.add_column(col, justify="left" if col == "configuration" else "right")
+    for i, b in enumerate(res.best, start=1):
+        p = b.prediction
+        table.add_row(str(i), b.candidate.label(), f"{p.step_time_s:.3f}",
+                      f"{p.tokens_per_s:,.0f}", f"{100 * p.mfu:.1f}%",
+                      f"{p.memory_per_gpu_gb:.1f}")
+    console.print(table)
+    if not res.best:
+        console.print("nothing fits in memory")
+    for loser in res.losers:
+        extra = ", ".join(f"{k} {v}" for k, v in loser.items() if k not in ("reason", "example"))
+        console.print(f"why others lose: {loser['reason']} (e.g. {loser['example']}; {extra})")
+    for note in res.notes:
+        console.print(f"note: {note}")
+
+
+def plan_command(
+    model: str | None = typer.Option(None, "--model", help="ModelSpec YAML/JSON file"),
+    model_name: str | None = typer.Option(None, "--model-name", help="preset, e.g. llama3-70b"),
+    gpus: str = typer.Option(..., "--gpus", help="allocation, TYPExN[,TYPExN]"),
+    global_batch: int | None = typer.Option(None, "--global-batch",
+                                            help="sequences per step (default ~4M tokens)"),
+    top: int = typer.Option(5, "--top", help="configurations to show"),
+    calibration: str | None = typer.Option(None, "--calibration",
+                                           help="calibration file (hyperplace calibrate)"),
+    output_format: Format = typer.Option(Format.table, "--format", help="table or json"),
+) -> None:
+    """Search the parallel configurations of a model on GPUs: best step time within memory."""
+    try:
+        if top <= 0:
+            raise InputError(f"must be a positive integer, got {top}", path="--top")
+        spec = resolve_model(path=model, preset=model_name)
+        fitted = load_calibration(calibration) if calibration else None
+        res = plan(spec, parse_gpus(gpus), global_batch=global_batch, top=top,
+                   calibration=fitted)
+    except InputError as exc:
+        typer.echo(f"error: {exc.one_line()}", err=True)
+        raise typer.Exit(2) from None
+    if output_format == Format.json:
+        typer.echo(json.dumps(res.to_doc(), indent=2))
+    else:
+        render(res, Console(width=None if sys.stdout.isatty() else 140))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_command)

@@ -1,0 +1,252 @@
+"""``hyperplace plan``: the best parallel configurations of one model on an allocation.
+
+The search space: TP (powers of two up to 8, dividing the heads and the GPUs), CP (1, 2, 4,
+dividing the sequence), PP (divisors of the rest, up to the layers), interleaving (1, 2, 4
+virtual stages), micro-batch (1, 2, 4), recomputation (none, selective, full) and sharding
+(distributed optimizer, or ZeRO-3 / FSDP), DP the rest; the global batch is fixed (the
+user's, or about 4 M tokens), so configurations compare by step time. Every candidate is
+priced by :func:`hyperplace.costmodel.predict.predict`, the one cost model.
+
+Pruning, each exact for the ranking: a configuration whose weights, gradients and
+optimizer state alone exceed the memory is not priced; cheaper recomputation and sharding
+are tried first and the costlier variants only when the cheaper one does not fit (a
+costlier variant of a fitting configuration is never faster: it adds work or
+communication and changes nothing else). :func:`brute_force` prices every candidate for the
+tests.
+
+An allocation of several types runs at its slowest type (synchronous training; the layer
+split across unequal stages is ``hyperplace split``'s), and the answer says so.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hyperplace.costmodel.calibration import Calibration, default_calibration
+from hyperplace.costmodel.predict import Prediction, predict
+from hyperplace.errors import InputError
+from hyperplace.models.gpu import GPUCatalog, default_catalog
+from hyperplace.models.model_spec import ModelSpec
+
+TARGET_TOKENS = 4 * 1024 * 1024
+MICRO_BATCHES = (1, 2)
+VIRTUAL = (1, 2, 4)
+CP = (1, 2, 4)  # tried only for sequences of LONG_SEQ tokens or more
+LONG_SEQ = 16384
+RECOMPUTE = ("none", "selective", "full")
+MAX_GPUS = 1 << 20
+
+
+@dataclass(frozen=True)
+class Candidate:
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    virtual_stages: int
+    micro_batch: int
+    recompute: str
+    zero: int
+
+    def label(self) -> str:
+        v = f" V{self.virtual_stages}" if self.virtual_stages > 1 else ""
+        cp = f" CP{self.cp}" if self.cp > 1 else ""
+        return (f"TP{self.tp}{cp} PP{self.pp}{v} DP{self.dp} mb{self.micro_batch} "
+                f"recompute {self.recompute} ZeRO-{self.zero}")
+
+
+@dataclass
+class Planned:
+    candidate: Candidate
+    prediction: Prediction
+
+    def to_doc(self) -> dict[str, Any]:
+        p = self.prediction
+        return {"config": self.candidate.__dict__, "label": self.candidate.label(),
+                "stepTimeS": p.step_time_s, "tokensPerS": p.tokens_per_s, "mfu": p.mfu,
+                "memoryPerGpuGb": p.memory_per_gpu_gb, "fits": p.fits, "parts": p.parts}
+
+
+@dataclass
+class PlanResult:
+    model: str
+    gpu: str
+    gpus: int
+    global_batch: int
+    best: list[Planned]
+    losers: list[dict[str, Any]]
+    priced: int
+    pruned: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"model": self.model, "gpuType": self.gpu, "gpus": self.gpus,
+                "globalBatch": self.global_batch, "best": [b.to_doc() for b in self.best],
+                "whyOthersLose": self.losers, "priced": self.priced, "pruned": self.pruned,
+                "searchSeconds": self.seconds, "notes": self.notes}
+
+
+def parse_gpus(text: str) -> list[tuple[str, int]]:
+    """``TYPExN[,TYPExN]`` -> [(type, n)]; InputError naming --gpus."""
+    out = []
+    for part in text.split(","):
+        name, sep, count = part.strip().rpartition("x")
+        if not sep or not name or not count.isdigit() or int(count) <= 0:
+            raise InputError(f"expected TYPExN[,TYPExN] with N > 0, got {part.strip()!r}",
+                             path="--gpus")
+        out.append((name, int(count)))
+    if sum(n for _, n in out) > MAX_GPUS:
+        raise InputError(f"more than {MAX_GPUS:,} GPUs", path="--gpus")
+    return out
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def default_global_batch(spec: ModelSpec, gpus: int) -> int:
+    """About :data:`TARGET_TOKENS` tokens per step, at least one sequence per GPU, a power
+    of two so that most degrees divide it."""
+    seqs = max(1, TARGET_TOKENS // spec.seq_length, gpus // 8)
+    return 1 << (seqs - 1).bit_length()
+
+
+def candidates(spec: ModelSpec, gpus: int, global_batch: int) -> list[Candidate]:
+    out = []
+    for tp in (1, 2, 4, 8):
+        if tp > gpus or gpus % tp or spec.num_heads % tp or spec.kv_heads % tp and tp > 1 \
+                and spec.kv_heads < tp and tp % spec.kv_heads:
+            continue
+        for cp in (CP if spec.seq_length >= LONG_SEQ else (1,)):
+            if gpus % (tp * cp) or spec.seq_length % (2 * cp):
+                continue
+            rest = gpus // (tp * cp)
+            for pp in _divisors(rest, spec.num_layers):
+                dp = rest // pp
+                for mb in MICRO_BATCHES:
+                    if global_batch % (mb * dp):
+                        continue
+                    m = global_batch // (mb * dp)
+                    for v in VIRTUAL:
+                        if v > 1 and (pp == 1 or spec.num_layers < pp * v or m % pp):
+                            continue
+                        for rc in RECOMPUTE:
+                            for zero in ((1, 3) if dp * cp > 1 else (0,)):
+                                out.append(Candidate(tp, cp, pp, dp, v, mb, rc, zero))
+    return out
+
+
+def _state_bound_gb(spec: ModelSpec, c: Candidate) -> float:
+    """Weights + gradients + optimizer state per GPU: a lower bound on its memory."""
+    params = spec.total_params() / (c.tp * c.pp)
+    shards = c.dp * c.cp
+    per = {0: 16.0, 1: 4.0 + 12.0 / shards, 3: 16.0 / shards}[c.zero]
+    return params * per / 1e9
+
+
+def _price(spec: ModelSpec, gpu: str, c: Candidate, global_batch: int,
+           calibration: Calibration, catalog: GPUCatalog) -> Prediction:
+    return predict(spec, gpu, tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp,
+                   virtual_stages=c.virtual_stages, micro_batch=c.micro_batch,
+                   global_batch=global_batch, recompute=c.recompute == "full",
+                   selective_recompute=c.recompute == "selective", zero=c.zero,
+                   sequence_parallel=c.tp > 1, calibration=calibration, catalog=catalog)
+
+
+def _ranked(planned: list[Planned]) -> list[Planned]:
+    """Fastest first; among equal step times the simpler configuration (less CP, smaller
+    micro-batch, fewer virtual stages, less recomputation and sharding)."""
+    return sorted(planned, key=lambda p: (-round(p.prediction.tokens_per_s, 6), p.candidate.cp,
+                                          p.candidate.micro_batch, p.candidate.virtual_stages,
+                                          RECOMPUTE.index(p.candidate.recompute),
+                                          p.candidate.zero))
+
+
+def brute_force(spec: ModelSpec, gpu: str, gpus: int, global_batch: int,
+                calibration: Calibration | None = None,
+                catalog: GPUCatalog | None = None) -> list[Planned]:
+    """Every candidate priced, fitting ones by tokens/s (the planner's oracle)."""
+    calibration = calibration or default_calibration()
+    catalog = catalog or default_catalog()
+    out = [Planned(c, _price(spec, gpu, c, global_batch, calibration, catalog))
+           for c in candidates(spec, gpus, global_batch)]
+    return _ranked([p for p in out if p.prediction.fits])
+
+
+def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: int | None = None,
+         top: int = 5, calibration: Calibration | None = None,
+         catalog: GPUCatalog | None = None) -> PlanResult:
+    """The best configurations (module docstring)."""
+    began = time.perf_counter()
+    calibration = calibration or default_calibration()
+    catalog = catalog or default_catalog()
+    notes = []
+    types = []
+    for name, _ in allocation:
+        t = catalog.find(name)
+        if t is None:
+            raise InputError(f"unknown GPU type {name!r}", path="--gpus")
+        types.append(t)
+    gpus = sum(n for _, n in allocation)
+    slow = min(types, key=lambda t: t.bf16_tflops)
+    if len({t.name for t in types}) > 1:
+        notes.append(f"a mix of {', '.join(sorted({t.name for t in types}))}: priced at the "
+                     f"slowest, {slow.name} (synchronous training); hyperplace split gives "
+                     "the exact layer split across unequal stages")
+    gb = global_batch or default_global_batch(spec, gpus)
+    if global_batch is not None and global_batch <= 0:
+        raise InputError("must be a positive integer", path="--global-batch")
+    cap = slow.hbm_gb
+    cands = candidates(spec, gpus, gb)
+    if not cands:
+        raise InputError(f"no TP x CP x PP x DP x micro-batch of {gpus} GPUs divides the "
+                         f"global batch {gb}", path="--global-batch")
+    priced: list[Planned] = []
+    pruned = n_priced = 0
+    fitting: dict[tuple, list[tuple[int, int]]] = {}
+    losers: dict[str, dict[str, Any]] = {}
+    order = {"none": 0, "selective": 1, "full": 2}
+    for c in sorted(cands, key=lambda c: (order[c.recompute], c.zero)):
+        base = (c.tp, c.cp, c.pp, c.dp, c.virtual_stages, c.micro_batch)
+        mine = (order[c.recompute], c.zero)
+        if any(r <= mine[0] and z <= mine[1] for r, z in fitting.get(base, [])):
+            pruned += 1  # a variant with less recomputation and sharding fits: it is faster
+            continue
+        bound = _state_bound_gb(spec, c)
+        if bound > cap:
+            pruned += 1
+            key = "weights, gradients and optimizer state alone exceed the memory"
+            losers.setdefault(key, {"reason": key, "example": c.label(),
+                                    "neededGb": round(bound, 1), "capacityGb": cap})
+            continue
+        p = _price(spec, slow.name, c, gb, calibration, catalog)
+        n_priced += 1
+        if p.fits:
+            fitting.setdefault(base, []).append(mine)
+            priced.append(Planned(c, p))
+        else:
+            terms = {k: v for k, v in p.memory.items() if k not in ("stage",
+                                                                    "microbatchesInFlight")}
+            big = max(terms, key=terms.get)
+            key = f"does not fit: {big} dominates"
+            losers.setdefault(key, {"reason": key, "example": c.label(),
+                                    "neededGb": round(p.memory_per_gpu_gb, 1),
+                                    "overByGb": round(p.memory_per_gpu_gb - cap, 1)})
+    ranked = _ranked(priced)
+    if ranked:
+        best = ranked[0].prediction
+        for other in ranked[top:top + 3]:
+            o = other.prediction
+            diff = {k: o.parts[k] - best.parts.get(k, 0.0) for k in o.parts}
+            worst = max(diff, key=diff.get)
+            key = f"slower: more {worst}"
+            losers.setdefault(key, {"reason": key, "example": other.candidate.label(),
+                                    "slowerBy": round(o.step_time_s / best.step_time_s - 1, 4),
+                                    "extraS": round(diff[worst], 4)})
+    return PlanResult(model=spec.name, gpu=slow.name, gpus=gpus, global_batch=gb,
+                      best=ranked[:top], losers=list(losers.values()),
+                      priced=n_priced, pruned=pruned,
+                      seconds=time.perf_counter() - began, notes=notes)

@@ -1,0 +1,62 @@
+"""hyperplace plan: the pruned search finds what brute force finds; bad input exits 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from hyperplace.cli import app
+from hyperplace.costmodel.plan import brute_force, candidates, plan
+from hyperplace.models.presets import model_preset
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("name,gpus,batch", [("llama3-8b", 16, 64), ("opt-30b", 8, 16)])
+def test_plan_matches_brute_force_on_a_small_space(name, gpus, batch):
+    spec = model_preset(name)
+    res = plan(spec, [("H100-80", gpus)], global_batch=batch, top=3)
+    oracle = brute_force(spec, "H100-80", gpus, batch)
+    assert res.best and oracle
+    assert res.best[0].candidate == oracle[0].candidate
+    assert res.best[0].prediction.step_time_s == pytest.approx(oracle[0].prediction.step_time_s)
+    # the next ones too: the oracle without variants that only add recomputation or
+    # sharding to a shape that already fits (never faster; the search does not list them)
+    order = {"none": 0, "selective": 1, "full": 2}
+
+    def shape(c):
+        return (c.tp, c.cp, c.pp, c.dp, c.virtual_stages, c.micro_batch)
+
+    fitting = [o.candidate for o in oracle]
+    lean = [o for o in oracle if not any(
+        shape(f) == shape(o.candidate) and f != o.candidate
+        and order[f.recompute] <= order[o.candidate.recompute] and f.zero <= o.candidate.zero
+        for f in fitting)]
+    assert [b.candidate for b in res.best] == [o.candidate for o in lean[:3]]
+    assert res.priced + res.pruned == len(candidates(spec, gpus, batch))
+    assert all(b.prediction.fits for b in res.best)
+
+
+def test_plan_cli_json_and_why_others_lose():
+    res = runner.invoke(app, ["plan", "--model-name", "llama3-70b", "--gpus", "H100x64",
+                              "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["best"] and doc["whyOthersLose"]
+    first = doc["best"][0]
+    assert first["fits"] and first["memoryPerGpuGb"] <= 80
+    assert {"stepTimeS", "tokensPerS", "mfu", "label"} <= set(first)
+
+
+def test_plan_of_a_mix_prices_the_slowest_and_says_so():
+    res = plan(model_preset("llama3-8b"), [("A100-80", 8), ("H100-80", 8)], global_batch=32)
+    assert res.gpu == "A100-80" and any("slowest" in n for n in res.notes)
+
+
+@pytest.mark.parametrize("gpus", ["H100", "H100x0", "x8", "NOPEx8"])
+def test_bad_allocation_is_one_line_naming_gpus(gpus):
+    res = runner.invoke(app, ["plan", "--model-name", "llama3-8b", "--gpus", gpus])
+    assert res.exit_code == 2
+    assert "--gpus" in res.stderr and len(res.stderr.strip().splitlines()) == 1
