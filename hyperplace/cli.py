@@ -55,6 +55,7 @@ def _mount() -> None:
         estimate,
         federate,
         instances,
+        manifests,
         plan,
         predict,
         repair,
@@ -67,6 +68,7 @@ def _mount() -> None:
 
     instances.register(app)
     solve.register(app)
+    manifests.register(app)
     why.register(app)
     simulate.register(app)
     whatif.register(app)

@@ -594,6 +594,20 @@ LEVELS = ["hyperplace.io/cluster", "hyperplace.io/spine-domain", "hyperplace.io/
 
 
 def _topology(p: PlacementProblem, units: list[PlacedUnit]) -> TopologyAssignment:
+    from hyperplace.instances.writers import label_levels
+
+    levels = label_levels(p.instance)
+    if levels is not None:
+        # the cluster's own topology labels (Kueue TAS, Topograph...): the levels a Kueue
+        # Topology names, values as the nodes carry them (#23)
+        by_label: dict[tuple[str, ...], int] = defaultdict(int)
+        for u in units:
+            for node, gpus in u.pieces:
+                n = p.instance.node_index[node][1]
+                by_label[tuple(n.labels.get(k) or (n.name if k == levels[-1] else "-")
+                               for k in levels)] += len(gpus)
+        return TopologyAssignment(levels=levels, domains=[
+            TopologyDomain(values=list(k), count=c) for k, c in sorted(by_label.items())])
     counts: dict[tuple[str, ...], int] = defaultdict(int)
     for u in units:
         for node, gpus in u.pieces:

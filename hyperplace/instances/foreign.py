@@ -25,10 +25,14 @@ from typing import Any
 
 from hyperplace.errors import InputError
 
-CLUSTER_KINDS = frozenset({"Node", "NodeList", "Pod", "PodList"})
+CLUSTER_KINDS = frozenset({"Node", "NodeList", "Pod", "PodList", "ResourceSlice",
+                           "ResourceSliceList"})
 QUEUE_KINDS = frozenset({"ResourceFlavor", "ClusterQueue", "LocalQueue", "Cohort", "Queue",
                          "QueueList"})
 TOPOLOGY_KIND = "Topology"
+#: Objects hyperplace writes beside the jobs (``hyperplace manifests``, ``federate --out``):
+#: checked by ``validate``, skipped (with a note) where jobs or clusters are read.
+WRITTEN_KINDS = {("resource.k8s.io", "ResourceClaim"), ("policy.karmada.io", "PropagationPolicy")}
 
 
 def _group(api_version: Any) -> str:
@@ -66,6 +70,8 @@ def classify(doc: Any) -> str | None:
         return "queue"
     if job_kind(doc):
         return "job"
+    if (group, kind) in WRITTEN_KINDS:
+        return "written"
     return None
 
 
@@ -75,6 +81,7 @@ class Expanded:
 
     docs: list[tuple[dict[str, Any], str | None]]
     queues: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    written: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     topologies: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -98,8 +105,11 @@ def expand(docs: list[dict[str, Any]], source: str, *, gpu_type: str | None = No
     out = Expanded(docs=[])
     nodes: list[tuple[dict[str, Any], str]] = []
     pods: list[tuple[dict[str, Any], str]] = []
+    slices: list[tuple[dict[str, Any], str]] = []
     cluster_at: int | None = None
     topology_docs = [d for d in docs if classify(d) == "topology"]
+    claim_counts = {str((d.get("metadata") or {}).get("name")): _claim_count(d)
+                    for d in docs if classify(d) == "written" and d.get("kind") == "ResourceClaim"}
 
     def levels_seen():
         return levels_from_topology(topology_docs[0], source) if topology_docs else None
@@ -116,11 +126,16 @@ def expand(docs: list[dict[str, Any]], source: str, *, gpu_type: str | None = No
             if cluster_at is None:
                 cluster_at = len(out.docs)
                 out.docs.append(({}, label))  # placeholder, filled below
-            items = doc.get("items") if doc.get("kind") in ("List", "NodeList", "PodList") \
-                else [doc]
+            items = doc.get("items") if doc.get("kind") in (
+                "List", "NodeList", "PodList", "ResourceSliceList") else [doc]
             first = (items or [{}])[0]
-            (pods if first.get("kind") == "Pod" or doc.get("kind") in ("Pod", "PodList")
+            kind = first.get("kind") if isinstance(first, dict) else None
+            kind = kind or str(doc.get("kind", "")).removesuffix("List")
+            (pods if kind == "Pod" else slices if kind == "ResourceSlice"
              else nodes).append((doc, _prefix(label)))
+        elif what == "written":
+            out.written.append((label or "document 1", doc))
+            check_written(doc, source, _prefix(label))
         elif what == "topology":
             out.topologies.append(doc)
             out.queues.append((f"{_prefix(label)}".rstrip(": ") or "document 1", doc))
@@ -135,10 +150,16 @@ def expand(docs: list[dict[str, Any]], source: str, *, gpu_type: str | None = No
             items = doc.get("items") if doc.get("kind") == "List" else [doc]
             for k, item in enumerate(items):
                 where = _prefix(label) + (f"items[{k}]." if doc.get("kind") == "List" else "")
-                job, notes = job_document(item, source, where, levels=levels_seen())
+                job, notes = job_document(item, source, where, levels=levels_seen(),
+                                          claims=claim_counts)
                 if job is not None:
                     out.docs.append((job, label))
                 out.notes += notes
+    if cluster_at is not None and not nodes and not pods:
+        out.docs.pop(cluster_at)
+        out.notes.append(f"{source}: {len(slices)} ResourceSlice document(s) without their "
+                         "Nodes: they add device ids to the nodes they name when read with them")
+        cluster_at = None
     if cluster_at is not None:
         if not nodes:
             raise InputError("Pods but no Node: the pods say what runs, the nodes what there "
@@ -147,13 +168,48 @@ def expand(docs: list[dict[str, Any]], source: str, *, gpu_type: str | None = No
         if out.topologies:
             t = out.topologies[0]
             levels = levels_from_topology(t, source)
-        kc = import_kubernetes_nodes(nodes, source, pod_docs=pods, gpu_type=gpu_type,
+        kc = import_kubernetes_nodes(nodes, source, pod_docs=pods, slice_docs=slices,
+                                     gpu_type=gpu_type,
                                      levels=levels, name=cluster_name or _stem(source))
         from hyperplace.instances.importing import cluster_document
 
         out.docs[cluster_at] = (cluster_document(kc.cluster, []), out.docs[cluster_at][1])
         out.notes += kc.notes
     return out
+
+
+def _claim_count(doc: dict[str, Any]) -> int:
+    reqs = ((doc.get("spec") or {}).get("devices") or {}).get("requests") or []
+    return sum(int((r.get("exactly") or {}).get("count", 1)) for r in reqs
+               if isinstance(r, dict) and (r.get("exactly") or {}).get("deviceClassName")
+               in ("gpu.nvidia.com", None))
+
+
+def check_written(doc: dict[str, Any], source: str, where: str) -> str:
+    """The fields hyperplace relies on in an object it writes; a one-line summary."""
+    spec = doc.get("spec")
+    if not isinstance(spec, dict):
+        raise InputError("required field is missing", source=source, path=f"{where}spec")
+    if doc.get("kind") == "ResourceClaim":
+        reqs = (spec.get("devices") or {}).get("requests")
+        if not isinstance(reqs, list) or not reqs:
+            raise InputError("needs at least one request", source=source,
+                             path=f"{where}spec.devices.requests")
+        total = 0
+        for i, r in enumerate(reqs):
+            ex = r.get("exactly") if isinstance(r, dict) else None
+            count = ex.get("count", 1) if isinstance(ex, dict) else None
+            if not isinstance(ex, dict) or not ex.get("deviceClassName") or \
+                    not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                raise InputError("needs exactly.deviceClassName and a count >= 1",
+                                 source=source, path=f"{where}spec.devices.requests[{i}]")
+            total += count
+        return f"ResourceClaim {doc.get('metadata', {}).get('name')}, {total} device(s)"
+    sel = spec.get("resourceSelectors")
+    if not isinstance(sel, list) or not sel:
+        raise InputError("needs resourceSelectors", source=source,
+                         path=f"{where}spec.resourceSelectors")
+    return f"PropagationPolicy {doc.get('metadata', {}).get('name')}"
 
 
 def _stem(source: str) -> str:

@@ -195,6 +195,7 @@ def _kubernetes(files: list[str], *, name: str | None, gpu_type: str | None,
 
     nodes: list[tuple[dict[str, Any], str]] = []
     pods: list[tuple[dict[str, Any], str]] = []
+    slices: list[tuple[dict[str, Any], str]] = []
     levels = None
     for f in files:
         docs = load_documents(f)
@@ -208,6 +209,10 @@ def _kubernetes(files: list[str], *, name: str | None, gpu_type: str | None,
                                            for x in items or []) or d.get("kind") in ("Pod",
                                                                                     "PodList"):
                 pods.append((d, label))
+            elif what == "cluster" and any(isinstance(x, dict) and x.get("kind") ==
+                                           "ResourceSlice" for x in items or []) or \
+                    d.get("kind") in ("ResourceSlice", "ResourceSliceList"):
+                slices.append((d, label))
             elif what == "cluster":
                 nodes.append((d, label))
             elif what in ("queue", "job"):
@@ -218,7 +223,8 @@ def _kubernetes(files: list[str], *, name: str | None, gpu_type: str | None,
     if not nodes:
         raise InputError("no Node: give `kubectl get nodes -o json` output", source=files[0])
     source = files[0] if len(files) == 1 else ", ".join(files)
-    kc = import_kubernetes_nodes(nodes, source, pod_docs=pods, gpu_type=gpu_type, levels=levels,
+    kc = import_kubernetes_nodes(nodes, source, pod_docs=pods, slice_docs=slices,
+                                 gpu_type=gpu_type, levels=levels,
                                  name=name or Path(files[0]).stem.removesuffix("-nodes")
                                  if files[0] != "-" else name or "kubernetes",
                                  node_gbps=node_gbps, nodes_per_leaf=nodes_per_leaf)

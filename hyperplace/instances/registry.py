@@ -57,9 +57,10 @@ BUNDLED = (
 
 KINDS = ("Instance", "Cluster", "FoundationModelTrainingJob", "HyperNode", "HyperJob")
 #: Kinds read in their owners' formats (:mod:`hyperplace.instances.foreign`), for messages.
-FOREIGN_KINDS = ("Node", "NodeList", "Pod", "PodList", "List", "Topology", "ResourceFlavor",
-                 "ClusterQueue", "LocalQueue", "Cohort", "Queue", "Job", "PodGroup", "JobSet",
-                 "PyTorchJob", "MPIJob")
+FOREIGN_KINDS = ("Node", "NodeList", "Pod", "PodList", "ResourceSlice", "List", "Topology",
+                 "ResourceFlavor", "ClusterQueue", "LocalQueue", "Cohort", "Queue", "Job",
+                 "PodGroup", "JobSet", "PyTorchJob", "MPIJob", "ResourceClaim",
+                 "PropagationPolicy")
 _JOB_KIND = "FoundationModelTrainingJob"
 _JOB_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -530,6 +531,13 @@ def validate_file(path: str | Path) -> str:
     if hypernodes:
         parts.append(check_hypernodes(hypernodes, source))
     parts += _check_queue_documents(ex, source, clusters)
+    if ex.written:
+        from hyperplace.instances.foreign import check_written
+
+        kinds = sorted({d.get("kind", "") for _, d in ex.written})
+        parts.append(f"{len(ex.written)} written object(s) ({', '.join(kinds)}): " + ", ".join(
+            check_written(d, source, "") for _, d in ex.written[:3])
+            + (", ..." if len(ex.written) > 3 else ""))
     if ex.notes:
         parts.append(f"{len(ex.notes)} note(s): " + "; ".join(
             n.removeprefix(f"{source}: ") for n in ex.notes))

@@ -17,7 +17,8 @@ Kinds read (``apiVersion`` group, kind):
   ``MPIJob`` (``spec.mpiReplicaSpecs``: Launcher, Worker): ``replicas`` pods per role.
 
 From each pod template: the GPUs (containers' ``nvidia.com/gpu`` requests, limits when no
-request), the GPU type (``nodeSelector`` or required node affinity on
+request; else the DRA ResourceClaims its ``resourceClaims`` name, when they are in the same
+file, as ``hyperplace manifests`` writes them), the GPU type (``nodeSelector`` or required node affinity on
 ``nvidia.com/gpu.product``, read through the catalog's aliases: ``NVIDIA-H100-80GB-HBM3``
 -> ``H100-80``; ``In`` with several values -> any of them), tolerations (kept; a
 ``gpu-type`` toleration selects types as in the seed's manifests), and Kueue's
@@ -156,6 +157,16 @@ def _pod_sets(doc: dict[str, Any], src: str, where: str) -> list[PodSet]:
                      path=f"{where}kind")
 
 
+def claimed_gpus(pod_spec: Mapping[str, Any], claims: Mapping[str, int]) -> int:
+    """GPUs a pod takes through DRA: its ``resourceClaims`` that name a ResourceClaim given
+    beside it (as ``hyperplace manifests`` writes them), by their request counts."""
+    total = 0
+    for rc in pod_spec.get("resourceClaims") or []:
+        if isinstance(rc, dict) and rc.get("resourceClaimName") in claims:
+            total += claims[rc["resourceClaimName"]]
+    return total
+
+
 def selector_types(pod_spec: Mapping[str, Any], cat: GPUCatalog, src: str, where: str
                     ) -> str | None:
     """GPU types a pod spec's nodeSelector / required node affinity allows, as ``a|b``."""
@@ -202,7 +213,8 @@ def _hops_for_level(level: str, levels: Mapping[int, Sequence[str]], src: str, p
 
 def job_document(doc: dict[str, Any], src: str, where: str = "", *,
                  levels: Mapping[int, Sequence[str]] | None = None,
-                 catalog: GPUCatalog | None = None) -> tuple[dict[str, Any] | None, list[str]]:
+                 catalog: GPUCatalog | None = None, claims: Mapping[str, int] | None = None,
+                 ) -> tuple[dict[str, Any] | None, list[str]]:
     """(``FoundationModelTrainingJob`` document, notes) for one workload document; None
     (and a note) for a job none of whose pods asks for a GPU."""
     cat = catalog or default_catalog()
@@ -235,7 +247,8 @@ def job_document(doc: dict[str, Any], src: str, where: str = "", *,
         sizes = []
         for ps in _pod_sets(doc, src, where):
             pod_spec = _m(ps.template.get("spec"), src, f"{ps.path}.spec")
-            gpus = container_gpus(pod_spec, src, f"{ps.path}.spec.")
+            gpus = container_gpus(pod_spec, src, f"{ps.path}.spec.") or \
+                claimed_gpus(pod_spec, claims or {})
             if ps.count == 0:
                 continue
             if gpus == 0:

@@ -49,6 +49,13 @@ Network tiers
 Labels and taints
     Every node label is kept (ResourceFlavors, nodeSelectors and affinities match them);
     ``spec.unschedulable`` nodes (cordoned) keep their GPUs but all are marked faulty.
+DRA ResourceSlices (``kubectl get resourceslices -o json``, optional)
+    The NVIDIA DRA driver (``gpu.nvidia.com``) publishes each GPU of a node as a device named
+    ``gpu-<minor>`` with attributes ``uuid`` and ``resource.kubernetes.io/pciBusID``
+    (NVIDIA/k8s-dra-driver-gpu ``cmd/gpu-kubelet-plugin/deviceinfo.go``). Ordered by minor
+    number they are the node's GPU indices; the node keeps them as the labels
+    ``hyperplace.io/gpu-uuids`` and ``hyperplace.io/gpu-pci-bus-ids`` (comma-separated, index
+    order), which is what lets the written ResourceClaims select the planned devices.
 Pods (what runs)
     A pod bound to a node (``spec.nodeName``) in phase Pending or Running holds the sum of
     its containers' ``nvidia.com/gpu`` requests (limits when no request) on that node; the
@@ -103,6 +110,9 @@ DEFAULT_LEVELS: dict[int, tuple[str, ...]] = {
     4: ("fabric.topograph.run/tier-3",),
 }
 MAX_TIER = 4
+UUIDS_LABEL = "hyperplace.io/gpu-uuids"
+BUS_IDS_LABEL = "hyperplace.io/gpu-pci-bus-ids"
+DRA_DRIVER = "gpu.nvidia.com"
 _JOB_LABELS = ("volcano.sh/job-name", "training.kubeflow.org/job-name",
                "jobset.sigs.k8s.io/jobset-name", "batch.kubernetes.io/job-name", "job-name")
 _QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKMGTPE]i?|m)?\s*$")
@@ -313,6 +323,42 @@ def _fabric(nodes: list[Node], facts: dict[str, NodeFacts], levels: Mapping[int,
         bool(unlabelled)
 
 
+def _attr(device: Mapping[str, Any], key: str) -> str | None:
+    value = (device.get("attributes") or {}).get(key)
+    if isinstance(value, dict):
+        v = value.get("string", value.get("stringValue"))
+        return str(v) if v is not None else None
+    return None
+
+
+def read_slices(docs: Iterable[tuple[dict[str, Any], str]], src: str
+                ) -> tuple[dict[str, dict[str, list[str]]], list[str]]:
+    """node -> {"uuids": [...], "busIds": [...]} in GPU index order, from the NVIDIA DRA
+    driver's ResourceSlices; and notes."""
+    out: dict[str, dict[str, list[str]]] = {}
+    notes: list[str] = []
+    for doc, where in docs:
+        for sl, path in _list_items(doc, "ResourceSlice", src, where):
+            spec = _mapping(sl.get("spec"), src, f"{path}spec")
+            if spec.get("driver") != DRA_DRIVER or not spec.get("nodeName"):
+                continue
+            devices = spec.get("devices") or []
+            if not isinstance(devices, list):
+                raise InputError("expected a list", source=src, path=f"{path}spec.devices")
+            gpus = []
+            for k, d in enumerate(devices):
+                d = _mapping(d, src, f"{path}spec.devices[{k}]")
+                m = re.fullmatch(r"gpu-(\d+)", str(d.get("name", "")))
+                if m and _attr(d, "type") in (None, "gpu"):
+                    gpus.append((int(m.group(1)), _attr(d, "uuid") or "",
+                                 _attr(d, "resource.kubernetes.io/pciBusID") or ""))
+            entry = out.setdefault(str(spec["nodeName"]), {"uuids": [], "busIds": []})
+            for _, uuid, bus in sorted(gpus):
+                entry["uuids"].append(uuid)
+                entry["busIds"].append(bus)
+    return out, notes
+
+
 @dataclass
 class PodUse:
     job: str
@@ -382,6 +428,7 @@ def import_kubernetes_nodes(
     *,
     name: str = "kubernetes",
     pod_docs: Sequence[tuple[dict[str, Any], str]] = (),
+    slice_docs: Sequence[tuple[dict[str, Any], str]] = (),
     gpu_type: str | None = None,
     levels: Mapping[int, Sequence[str]] | None = None,
     node_gbps: float | None = None,
@@ -446,6 +493,20 @@ def import_kubernetes_nodes(
                              path=f"{use.path}spec")
         for g in free[:use.gpus]:
             plan["allocated"][g] = use.job
+    slices, slice_notes = read_slices(slice_docs, src)
+    notes += slice_notes
+    for node, devs in slices.items():
+        plan = plans.get(node)
+        if plan is None:
+            continue
+        if len(devs["uuids"]) != plan["gpu_count"]:
+            notes.append(f"ResourceSlices of {node!r} list {len(devs['uuids'])} GPUs, the node "
+                         f"has {plan['gpu_count']}: device ids not used")
+            continue
+        if all(devs["uuids"]):
+            plan["labels"][UUIDS_LABEL] = ",".join(devs["uuids"])
+        if all(devs["busIds"]):
+            plan["labels"][BUS_IDS_LABEL] = ",".join(devs["busIds"])
     proto = [Node(name=p["name"], gpu_type=p["gpu_type"], gpu_count=p["gpu_count"])
              for p in plans.values()]
     fabric, _ = _fabric(proto, facts, lv, gbps, uplink_gbps or max(gbps.values()),

@@ -1,0 +1,306 @@
+"""Plans written as what the cluster enforces: Kubernetes (DRA, Volcano, Kueue) and Slurm.
+
+A :class:`~hyperplace.models.plan.PlacementPlan` names, per gang unit, the exact GPUs
+(node, index). Kubernetes and Slurm can hold a job to that only through their own objects;
+this module writes them (see the README's table of what is read and written):
+
+Kubernetes (:func:`kubernetes_manifests`)
+    Per admitted job one Volcano ``Job`` (``batch.volcano.sh/v1alpha1``) with one task per
+    pod (a pod = the GPUs of one unit on one node): the task's pod is pinned to its node
+    (required node affinity on ``kubernetes.io/hostname``) and takes its GPUs through a DRA
+    ``ResourceClaim`` (``resource.k8s.io/v1``) written beside it, referenced from the pod's
+    ``resourceClaims`` and the container's ``resources.claims``. The claim asks the NVIDIA
+    DRA driver's device class ``gpu.nvidia.com`` for exactly the pod's GPU count, selected by
+    the driver's device attributes (NVIDIA/k8s-dra-driver-gpu,
+    ``cmd/gpu-kubelet-plugin/deviceinfo.go``: ``uuid``, ``productName``; and the standard
+    ``resource.kubernetes.io/pciBusID``): ``device.attributes['gpu.nvidia.com'].uuid in
+    [...]`` when the node's GPU UUIDs are known (the ``hyperplace.io/gpu-uuids`` label, from
+    ResourceSlices at import), else ``device.attributes['resource.kubernetes.io'].pciBusID in
+    [...]`` (``hyperplace.io/gpu-pci-bus-ids``), else only the count (the node is still pinned;
+    which of its GPUs is the driver's choice, and the claim's ``hyperplace.io/exact`` annotation
+    says ``false``). The Job's ``spec.networkTopology`` is ``mode: hard`` with
+    ``highestTierAllowed`` the smallest HyperNode tier that holds all its nodes (tier t spans
+    ``2t - 1`` hops), ``minAvailable`` all its pods, and ``queue`` its Volcano queue.
+    Each job's Kueue ``TopologyAssignment`` (:func:`topology_assignment`) is written in the
+    levels of the user's Kueue ``Topology`` (its ``nodeLabel`` keys, the values read from
+    the nodes' labels), pod counts per domain, into the job's
+    ``kueue.x-k8s.io/topology-assignment`` annotation (JSON) and the plan file.
+Slurm (:func:`sbatch_script`)
+    ``#SBATCH --nodes``, ``--nodelist`` (the planned nodes), ``--gres=gpu:N`` (GPUs per
+    node), ``--switches=K`` (the leaf switches the nodes span), and per node the GPU
+    pod's GPU indices as ``CUDA_VISIBLE_DEVICES`` in an ``srun`` line per pod (unit on a node),
+    since ``--gres`` counts GPUs and cannot name them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hyperplace.instances.importers.kubernetes import BUS_IDS_LABEL, DRA_DRIVER, HOSTNAME_LABEL, \
+    UUIDS_LABEL
+from hyperplace.models.gpu import gfd_product
+from hyperplace.models.instance import Instance
+from hyperplace.models.plan import PlacementPlan
+
+TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/topology-assignment"
+GPUS_ANNOTATION = "hyperplace.io/gpus"
+EXACT_ANNOTATION = "hyperplace.io/exact"
+DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
+
+
+def dns_name(*parts: str, limit: int = 63) -> str:
+    """A DNS-1123 label from ``parts`` (lower case, ``-`` for anything else)."""
+    text = "-".join(p for p in parts if p)
+    text = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return (text[:limit].rstrip("-")) or "x"
+
+
+def pods_of(plan: PlacementPlan, job: str) -> list[tuple[str, str, list[int]]]:
+    """(unit, node, GPU indices) of a job's pods: each unit's GPUs on each node, in order."""
+    out = []
+    for up in plan.placements:
+        if up.job != job:
+            continue
+        by_node: dict[str, list[int]] = defaultdict(list)
+        for g in up.gpus:
+            by_node[g.node].append(g.gpu)
+        for node, gpus in by_node.items():
+            out.append((up.unit, node, sorted(gpus)))
+    return out
+
+
+def device_selector(instance: Instance, node_name: str, gpus: Sequence[int]) -> tuple[str | None, bool]:
+    """(CEL expression selecting exactly these GPUs of the node, exact?)."""
+    _, node = instance.node_index[node_name]
+    for label, attr in ((UUIDS_LABEL, "device.attributes['gpu.nvidia.com'].uuid"),
+                        (BUS_IDS_LABEL, "device.attributes['resource.kubernetes.io'].pciBusID")):
+        ids = node.labels.get(label, "").split(",")
+        if len(ids) == node.gpu_count and all(ids):
+            chosen = ", ".join(f"'{ids[g]}'" for g in gpus)
+            return f"{attr} in [{chosen}]", True
+    return None, False
+
+
+def resource_claim(instance: Instance, job: str, unit: str, node: str, gpus: Sequence[int],
+                   namespace: str | None) -> dict[str, Any]:
+    expr, exact = device_selector(instance, node, gpus)
+    request: dict[str, Any] = {"deviceClassName": DRA_DRIVER, "allocationMode": "ExactCount",
+                               "count": len(gpus)}
+    if expr:
+        request["selectors"] = [{"cel": {"expression": expr}}]
+    meta: dict[str, Any] = {"name": dns_name(job, unit, node, limit=253),
+                            "labels": {"hyperplace.io/job": dns_name(job)},
+                            "annotations": {GPUS_ANNOTATION: f"{node}:{','.join(map(str, gpus))}",
+                                            EXACT_ANNOTATION: "true" if exact else "false"}}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta,
+            "spec": {"devices": {"requests": [{"name": "gpus", "exactly": request}]}}}
+
+
+def topology_levels(instance: Instance, topology: Mapping[str, Any] | None) -> list[str]:
+    """The TopologyAssignment levels: the Kueue Topology's ``nodeLabel`` keys (outermost
+    first), else the topology label keys the nodes carry (the importer's default map),
+    ending with ``kubernetes.io/hostname``."""
+    if topology is not None:
+        keys = [str(lv["nodeLabel"]) for lv in topology["spec"]["levels"]]
+    else:
+        from hyperplace.instances.importers.kubernetes import DEFAULT_LEVELS
+
+        labels = [n.labels for c in instance.clusters for n in c.nodes]
+        keys = []
+        for tier in sorted(DEFAULT_LEVELS, reverse=True):
+            for k in DEFAULT_LEVELS[tier]:
+                if any(k in lab for lab in labels):
+                    keys.append(k)
+                    break
+    if HOSTNAME_LABEL not in keys:
+        keys.append(HOSTNAME_LABEL)
+    return keys
+
+
+def label_levels(instance: Instance) -> list[str] | None:
+    """The topology label keys the nodes carry, outermost first, then the hostname; None
+    when no node carries one (a generated or file-described fabric: hyperplace's own levels
+    then)."""
+    cached = _LEVELS_CACHE.get(id(instance))
+    if cached is not None and cached[0] is instance:
+        return cached[1]
+    levels = topology_levels(instance, None)
+    out = levels if len(levels) > 1 else None
+    _LEVELS_CACHE.clear()  # one instance at a time: a plan is built for one round
+    _LEVELS_CACHE[id(instance)] = (instance, out)
+    return out
+
+
+_LEVELS_CACHE: dict[int, tuple[Instance, list[str] | None]] = {}
+
+
+def topology_assignment(instance: Instance, plan: PlacementPlan, job: str,
+                        levels: Sequence[str]) -> dict[str, Any]:
+    """Kueue's TopologyAssignment (``levels``, ``domains[{values, count}]``) of the job's
+    pods, the values read from the nodes' own labels (the hostname level is the node name
+    when the label is missing)."""
+    counts: dict[tuple[str, ...], int] = defaultdict(int)
+    for _unit, node_name, _gpus in pods_of(plan, job):
+        _, node = instance.node_index[node_name]
+        values = []
+        for key in levels:
+            value = node.labels.get(key) or (node.name if key == HOSTNAME_LABEL else None)
+            if value is None:
+                raise ValueError(f"node {node.name!r} has no label {key!r}, a level of the "
+                                 "Kueue Topology")
+            values.append(value)
+        counts[tuple(values)] += 1
+    return {"levels": list(levels),
+            "domains": [{"values": list(v), "count": c} for v, c in sorted(counts.items())]}
+
+
+def _tier_span(instance: Instance, nodes: Sequence[str]) -> int:
+    """The smallest HyperNode tier holding all ``nodes``: tier t = hop radius 2t - 1."""
+    hops = 0
+    for i, a in enumerate(nodes):
+        for b in nodes[i + 1:]:
+            h = _cluster_of(instance, a).network.hop_count(a, b)
+            hops = max(hops, h if h is not None else 2 * 4 - 1)
+    return max(1, (hops + 2) // 2)
+
+
+def _cluster_of(instance: Instance, node: str) -> Any:
+    return instance.node_index[node][0]
+
+
+def volcano_job(instance: Instance, plan: PlacementPlan, job: str, claims: Mapping[tuple, str],
+                *, namespace: str | None, queue: str | None, image: str,
+                topology: dict[str, Any] | None) -> dict[str, Any]:
+    tasks = []
+    pods = pods_of(plan, job)
+    for unit, node_name, gpus in pods:
+        _, node = instance.node_index[node_name]
+        claim = claims[(unit, node_name)]
+        spec: dict[str, Any] = {
+            "restartPolicy": "OnFailure",
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{
+                    "key": HOSTNAME_LABEL, "operator": "In",
+                    "values": [node.labels.get(HOSTNAME_LABEL, node.name)]}]}]}}},
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": claim}],
+            "containers": [{"name": "trainer", "image": image,
+                            "resources": {"claims": [{"name": "gpus"}]}}],
+        }
+        product = gfd_product(node.gpu_type)
+        if product:
+            spec["nodeSelector"] = {"nvidia.com/gpu.product": product}
+        tasks.append({"name": dns_name(unit, node_name), "replicas": 1, "minAvailable": 1,
+                      "template": {"metadata": {"annotations": {
+                          GPUS_ANNOTATION: f"{node_name}:{','.join(map(str, gpus))}"}},
+                          "spec": spec}})
+    nodes = sorted({n for _, n, _ in pods})
+    ann: dict[str, str] = {}
+    if topology is not None:
+        ann[TOPOLOGY_ANNOTATION] = json.dumps(topology, separators=(",", ":"))
+    meta: dict[str, Any] = {"name": dns_name(job), "labels": {"hyperplace.io/job": dns_name(job)},
+                            "annotations": ann}
+    if namespace:
+        meta["namespace"] = namespace
+    spec_out: dict[str, Any] = {"schedulerName": "volcano", "minAvailable": len(tasks),
+                                "networkTopology": {"mode": "hard",
+                                                    "highestTierAllowed": _tier_span(instance, nodes)},
+                                "tasks": tasks}
+    if queue:
+        spec_out["queue"] = queue
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": meta,
+            "spec": spec_out}
+
+
+def kubernetes_manifests(instance: Instance, plan: PlacementPlan, *,
+                         topology: Mapping[str, Any] | None = None,
+                         namespace: str | None = None, image: str = DEFAULT_IMAGE
+                         ) -> dict[str, list[dict[str, Any]]]:
+    """job -> its documents (ResourceClaims, then the Volcano Job), for every admitted job."""
+    levels = topology_levels(instance, topology)
+    jobs = {j.name: j for j in instance.jobs}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for summary in plan.jobs:
+        job = summary.job
+        manifest = jobs.get(job)
+        ns = namespace or (manifest.metadata.namespace if manifest else None)
+        queue = None
+        if manifest is not None:
+            queue = manifest.metadata.labels.get("volcano.sh/queue-name")
+        claims: dict[tuple, str] = {}
+        docs = []
+        for unit, node, gpus in pods_of(plan, job):
+            rc = resource_claim(instance, job, unit, node, gpus, ns)
+            claims[(unit, node)] = rc["metadata"]["name"]
+            docs.append(rc)
+        ta = topology_assignment(instance, plan, job, levels)
+        docs.append(volcano_job(instance, plan, job, claims, namespace=ns, queue=queue,
+                                image=image, topology=ta))
+        out[job] = docs
+    return out
+
+
+def sbatch_script(instance: Instance, plan: PlacementPlan, job: str, *,
+                  command: str = "python train.py") -> str:
+    """An sbatch script holding the job to its planned nodes and GPUs (module docstring)."""
+    per_node: dict[str, list[int]] = defaultdict(list)
+    for _unit, node, gpus in pods_of(plan, job):
+        per_node[node] += gpus
+    if not per_node:
+        raise ValueError(f"job {job!r} is not admitted in the plan")
+    nodes = sorted(per_node)
+    counts = {len(v) for v in per_node.values()}
+    leaves = set()
+    for n in nodes:
+        leaves.add(_cluster_of(instance, n).network.leaf_of(n))
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={job}", f"#SBATCH --nodes={len(nodes)}",
+             f"#SBATCH --nodelist={','.join(nodes)}",
+             f"#SBATCH --gres=gpu:{max(counts)}",
+             f"#SBATCH --switches={len(leaves)}",
+             f"# hyperplace plan: {'; '.join(f'{n}:{sorted(g)}' for n, g in sorted(per_node.items()))}",
+             ""]
+    for _unit, n, gpus in pods_of(plan, job):  # one task per pod, on its planned GPUs
+        lines.append(f"srun --nodes=1 --ntasks=1 --exact --nodelist={n} --export=ALL,"
+                     f"CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))} {command} &")
+    lines += ["wait", ""]
+    return "\n".join(lines)
+
+
+def placements_from_manifests(docs: Sequence[Mapping[str, Any]], instance: Instance
+                              ) -> dict[str, dict[str, list[int]]]:
+    """Read written manifests back: job -> node -> GPU indices, from each pod's node
+    affinity and its ResourceClaim's device selector (UUIDs or PCI bus ids mapped back to
+    indices through the node's labels; a count-only claim falls back to its annotation)."""
+    claims = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ResourceClaim"}
+    out: dict[str, dict[str, list[int]]] = {}
+    for d in docs:
+        if d.get("kind") != "Job":
+            continue
+        job = d["metadata"]["name"]
+        for task in d["spec"]["tasks"]:
+            spec = task["template"]["spec"]
+            term = spec["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+            host = term["matchExpressions"][0]["values"][0]
+            node = next(n for c in instance.clusters for n in c.nodes
+                        if n.labels.get(HOSTNAME_LABEL, n.name) == host)
+            claim = claims[spec["resourceClaims"][0]["resourceClaimName"]]
+            req = claim["spec"]["devices"]["requests"][0]["exactly"]
+            gpus: list[int]
+            if req.get("selectors"):
+                expr = req["selectors"][0]["cel"]["expression"]
+                ids = re.findall(r"'([^']+)'", expr.split(" in ", 1)[1])
+                label = UUIDS_LABEL if ".uuid in" in expr else BUS_IDS_LABEL
+                known = node.labels[label].split(",")
+                gpus = sorted(known.index(i) for i in ids)
+            else:
+                gpus = [int(g) for g in claim["metadata"]["annotations"][GPUS_ANNOTATION]
+                        .split(":", 1)[1].split(",")]
+            assert len(gpus) == req["count"]
+            out.setdefault(job, {}).setdefault(node.name, []).extend(gpus)
+    return {j: {n: sorted(g) for n, g in v.items()} for j, v in out.items()}
