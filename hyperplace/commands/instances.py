@@ -45,6 +45,8 @@ class ImportFormat(StrEnum):
     hypernode = "hypernode"
     alibaba = "alibaba"
     kubernetes = "kubernetes"
+    slurm = "slurm"
+    ibnetdiscover = "ibnetdiscover"
 
 instances_app = typer.Typer(
     help="Instances: list and show the bundled ones, export, generate, import your own "

@@ -13,6 +13,9 @@ objects; this module assembles their output into one ``Cluster`` document:
   optionally with ``kubectl get pods -A -o json`` (what runs: ``allocated``) and a Kueue
   ``Topology`` (the levels) among the files; one cluster from all of them
   (:mod:`hyperplace.instances.importers.kubernetes`).
+* ``slurm`` / ``ibnetdiscover``: Slurm ``topology.conf`` (tree, block), ``gres.conf`` with
+  ``Links=``, ``ibnetdiscover`` output, told apart by content; the GPUs from ``gres.conf`` or
+  ``--gpu-type``/``--gpus-per-node`` (:mod:`hyperplace.instances.importers.slurm`).
 * ``alibaba``: an Alibaba GPU machine list (2023 ``sn,...,gpu,model`` or PAI 2020
   ``machine,gpu_type,...,cap_gpu``), one cluster per file on an assumed fat-tree.
 """
@@ -20,6 +23,7 @@ objects; this module assembles their output into one ``Cluster`` document:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +34,8 @@ from hyperplace.io import dump_yaml, read_text_limited
 from hyperplace.models import Cluster, FabricGenerator, FabricSpec, GPUCatalog, GPUType, Node
 from hyperplace.models.limits import MAX_GPUS
 
-FORMATS = ("nvidia-smi", "nccl-xml", "dgx1", "hypernode", "alibaba", "kubernetes")
+FORMATS = ("nvidia-smi", "nccl-xml", "dgx1", "hypernode", "alibaba", "kubernetes", "slurm",
+           "ibnetdiscover")
 
 #: Node label the importers set to what they assumed (e.g. ``gpu-type,nic-speed``).
 ASSUMED_LABEL = "hyperplace.io/assumed"
@@ -231,6 +236,30 @@ def _kubernetes(files: list[str], *, name: str | None, gpu_type: str | None,
     return kc.cluster, kc.notes
 
 
+def _slurm(files: list[str], *, name: str | None, gpu_type: str | None, gpus_per_node: int,
+           node_gbps: float) -> tuple[Cluster, list[str]]:
+    """Slurm topology.conf (tree/block), gres.conf and ibnetdiscover files, told apart by
+    their content (:mod:`hyperplace.instances.importers.slurm`)."""
+    from hyperplace.instances.importers.slurm import import_slurm
+
+    topo, gres, ib = [], [], []
+    for f in files:
+        text = read_text_limited(f)
+        src = "<stdin>" if f == "-" else f
+        if re.search(r"(?m)^(Switch|Ca)\s+\d+\s+\"[SH]-", text):
+            ib.append((text, src))
+        elif re.search(r"(?im)^\s*(switchname|blockname)=", text):
+            topo.append((text, src))
+        elif re.search(r"(?im)\bname=gpu\b", text):
+            gres.append((text, src))
+        else:
+            raise InputError("not a Slurm topology.conf (SwitchName=/BlockName= lines), a "
+                             "gres.conf (Name=gpu lines) or ibnetdiscover output", source=src)
+    nodes, fabric, notes = import_slurm(topo, gres=gres, ib=ib, gpu_type=gpu_type,
+                                        gpus_per_node=gpus_per_node, node_gbps=node_gbps)
+    return _cluster(name or _stem(files[0]), nodes, fabric, files[0]), notes
+
+
 def _alibaba(files: list[str], name: str | None) -> list[tuple[Cluster, list[GPUType]]]:
     from hyperplace.instances import importers as imp
 
@@ -269,7 +298,8 @@ def import_cluster(kind: str, files: list[str], *, name: str | None = None, coun
     if name is not None and (not name or len(name) > 253 or not name.isprintable()):
         raise InputError("must be 1 to 253 printable characters", path="--name")
     notes: list[str] = []
-    if kind in ("hypernode", "kubernetes", "alibaba") and not isinstance(gpu_type, str) \
+    if kind in ("hypernode", "kubernetes", "alibaba", "slurm", "ibnetdiscover") and \
+            not isinstance(gpu_type, str) \
             and gpu_type is not None:
         if len(gpu_type) > 1:
             raise InputError(f"one type for a {kind} import (it applies to every node)",
@@ -279,6 +309,10 @@ def import_cluster(kind: str, files: list[str], *, name: str | None = None, coun
         raise InputError("only for nccl-xml files that list no GPU", path="--gpu-count")
     if kind == "alibaba":
         clusters = _alibaba(files, name)
+    elif kind in ("slurm", "ibnetdiscover"):
+        sc, notes = _slurm(files, name=name, gpu_type=gpu_type, gpus_per_node=gpus_per_node,
+                           node_gbps=node_gbps)
+        clusters = [(sc, [])]
     elif kind == "kubernetes":
         kc, notes = _kubernetes(files, name=name, gpu_type=gpu_type,
                                 node_gbps=None if node_gbps == 400.0 else node_gbps,

@@ -1,0 +1,79 @@
+"""Slurm topology.conf (tree and block) as Topograph writes them, gres.conf Links=, and an
+ibnetdiscover dump of a DGX SuperPOD (tests/data/slurm, provenance line in each file)."""
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hyperplace.errors import InputError
+from hyperplace.instances.importers.slurm import import_slurm, parse_gres_conf, \
+    parse_ibnetdiscover, parse_topology_conf
+from hyperplace.instances.importing import import_cluster
+from hyperplace.instances.registry import instance_from_documents
+from hyperplace.io import load_documents
+
+SLURM = Path(__file__).parent / "data" / "slurm"
+TREE = SLURM / "topograph-oci-sim-tree.conf"
+BLOCK = SLURM / "topograph-dra-block.conf"
+IB = SLURM / "ibnetdiscover-superpod.out"
+
+
+def test_tree_tiers_and_hops(tmp_path):
+    tree = parse_topology_conf(TREE.read_text(), str(TREE))
+    assert Counter(tree.switches.values()) == {1: 12, 2: 6, 3: 1}
+    assert len(tree.nodes) == 96
+    text, _ = import_cluster("slurm", [str(TREE)], gpu_type="H100", gpus_per_node=8)
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    c = instance_from_documents(load_documents(p), str(p)).clusters[0]
+    assert c.network.hop_count("srv1101", "srv1108") == 1   # one leaf
+    assert c.network.hop_count("srv1101", "srv1201") == 3   # leaves under spine-1
+    assert c.network.hop_count("srv1101", "srv6208") == 5   # through the core
+
+
+def test_block_file_makes_nvlink_domains_with_the_tree(tmp_path):
+    text, summary = import_cluster("slurm", [str(TREE), str(BLOCK)], gpu_type="GB200",
+                                   gpus_per_node=4)
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    c = instance_from_documents(load_documents(p), str(p)).clusters[0]
+    doms = {d.name: d.nodes for d in c.fabric.nvlink_domains}
+    assert doms["rack11"] == [f"srv{1101 + i}" for i in range(8)]
+    assert c.network.hop_count("srv1101", "srv1108") == 0  # one NVLink domain
+
+
+def test_ibnetdiscover_superpod():
+    fab = parse_ibnetdiscover(IB.read_text(), str(IB))
+    assert Counter(fab.switches.values()) == {1: 31, 2: 9}   # 31 leaf, 9 spine NDR switches
+    assert len(fab.hosts) == 121 and fab.unnamed == 69
+    assert "B11-P1-CUFM-02" not in fab.hosts                  # the UFM server holds no GPUs
+    host_links = [(g, n) for (a, b), (g, n) in fab.links.items()
+                  if a in fab.hosts or b in fab.hosts]
+    assert {g for g, _ in host_links} == {400.0}              # 4xNDR
+    nodes, fabric, notes = import_slurm([], ib=[(IB.read_text(), str(IB))], gpu_type="H100")
+    assert len(nodes) == 121 and "31 leaf and 9 spine" in notes[0]
+
+
+def test_gres_links_make_nvlink_pairs():
+    # gres.conf(5) form: one line per GPU, Links= counts NVLinks to each GPU (-1: itself)
+    text = ("NodeName=dgx1 Name=gpu Type=v100 File=/dev/nvidia0 Links=-1,2,1,0\n"
+            "NodeName=dgx1 Name=gpu Type=v100 File=/dev/nvidia1 Links=2,-1,0,1\n"
+            "NodeName=dgx1 Name=gpu Type=v100 File=/dev/nvidia2 Links=1,0,-1,2\n"
+            "NodeName=dgx1 Name=gpu Type=v100 File=/dev/nvidia3 Links=0,1,2,-1\n")
+    g = parse_gres_conf(text, "gres.conf")["dgx1"]
+    assert g.gpus == 4 and g.gpu_type == "v100"
+    nodes, _, _ = import_slurm([], gres=[(text, "gres.conf")])
+    (n,) = nodes
+    assert n.gpu_type == "V100-32" and n.nvlink.value == "explicit"
+    assert {(p.a, p.b): p.gbps for p in n.nvlink_pairs} == {
+        (0, 1): 100.0, (0, 2): 50.0, (1, 3): 50.0, (2, 3): 100.0}
+
+
+def test_bad_lines_name_the_line():
+    with pytest.raises(InputError) as e:
+        parse_topology_conf("SwitchName=s1 Switches=s[2-3]\nSwitchName=s2 Nodes=a\n", "t.conf")
+    assert "names switch 's3'" in e.value.message
+    with pytest.raises(InputError) as e:
+        import_cluster("slurm", [str(TREE)])
+    assert e.value.path == "--gpu-type"
