@@ -87,6 +87,7 @@ class FederatedJob:
     hyperjob: HyperJob | None = None
     replicated_job: str | None = None
     namespace: str | None = None
+    model_note: str = ""  # how the model was chosen when the job names none known
 
     @property
     def stages(self) -> int:
@@ -145,6 +146,53 @@ def _model(name: str, where: str) -> ModelSpec:
         raise InputError(exc.message, path=where) from None
 
 
+#: What a job that names no known model is priced as (README "Federation"): a dense 8B
+#: transformer (the smallest bundled LLM preset). The job is still placed and federated,
+#: whole or by replicas, and the plan's notes say it was priced so.
+DEFAULT_MODEL = "llama3-8b"
+#: Architecture fields a job may give instead of a preset (annotations, integers).
+ARCH_ANNOTATIONS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_heads",
+                    "seq": "seq_length", "vocab": "vocab_size", "experts": "num_experts",
+                    "experts-per-token": "experts_per_token", "ffn-hidden": "ffn_hidden_size"}
+
+
+def job_model(job: TrainingJob) -> tuple[ModelSpec, str]:
+    """(model, note) as real jobs give it: a bundled preset (``spec.model``), a model file
+    ``spec.model`` points to (YAML/JSON, :func:`load_model_file`), architecture fields in
+    ``hyperplace.io/model-<field>`` annotations (layers, hidden, heads, seq, vocab, experts,
+    ...); else :data:`DEFAULT_MODEL`, and the note says so."""
+    from pathlib import Path
+
+    name = job.spec.model
+    try:
+        return model_preset(name), ""
+    except InputError:
+        pass
+    if name.endswith((".yaml", ".yml", ".json")) and Path(name).is_file():
+        from hyperplace.models.model_file import load_model_file
+
+        return load_model_file(name), ""
+    ann = job.metadata.annotations
+    fields: dict[str, int] = {}
+    for key, attr in ARCH_ANNOTATIONS.items():
+        raw = ann.get(f"hyperplace.io/model-{key}")
+        if raw is not None:
+            if not raw.isdigit() or int(raw) < 1:
+                raise InputError(f"must be a positive integer, got {raw!r}",
+                                 path=f"{job.name}: metadata.annotations.hyperplace.io/model-{key}")
+            fields[attr] = int(raw)
+    if {"num_layers", "hidden_size", "num_heads"} <= set(fields):
+        fields.setdefault("seq_length", 4096)
+        try:
+            return ModelSpec(name=name, **fields), ""
+        except ValueError as exc:
+            raise InputError(str(exc).splitlines()[0],
+                             path=f"{job.name}: metadata.annotations") from None
+    return (model_preset(DEFAULT_MODEL),
+            f"{job.name}: model {name!r} is no bundled preset, model file or architecture: "
+            f"priced as {DEFAULT_MODEL} (the default)")
+
+
 def from_training_job(job: TrainingJob) -> FederatedJob:
     """A FoundationModelTrainingJob: stages = its model-parallel groups, replicas = replicaCount."""
     mp = [g for g in job.spec.resource_groups if g.type in MODEL_PARALLEL]
@@ -156,12 +204,13 @@ def from_training_job(job: TrainingJob) -> FederatedJob:
                          path=f"{job.name}: spec.resourceGroups")
     stages = mp or ([dp] if dp else [])
     ann = job.metadata.annotations
+    model, model_note = job_model(job)
     affinities = (parse_affinities(ann[ANNOTATION_AFFINITIES],
                                    f"{job.name}: metadata.annotations")
                   if ANNOTATION_AFFINITIES in ann else [])
     return FederatedJob(
         name=job.name, kind="FoundationModelTrainingJob", priority=job.priority,
-        model=_model(job.spec.model, f"{job.name}: spec.model"), job=job,
+        model=model, model_note=model_note, job=job,
         stage_groups=list(stages), dp_group=dp if mp else None,
         replicas=job.spec.replica_count, microbatches=_microbatches(ann, job.name),
         affinities=affinities, namespace=job.metadata.namespace,

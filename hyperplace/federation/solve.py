@@ -412,7 +412,7 @@ def _job_plan(problem: FederationProblem, cand, placements, all_shapes,
         verification=Verification(
             placement_status={cl: placements[cl].plan.status.value for cl in shape.clusters},
             checker_violations=violations),
-        notes=[js.best_note] if js.best_note else [],
+        notes=[n for n in (js.best_note, job.model_note) if n],
     )
 
 
