@@ -158,3 +158,33 @@ def test_gfd_clique_makes_nvlink_domains():
     assert all(d.gbps_per_gpu in (None, 1800) for d in doms)  # None: the type's 1800
     assert c.network.hop_count("kind-worker", "kind-worker2") == 0
     assert c.network.hop_count("kind-worker2", "kind-worker3") > 0
+
+
+def test_volcano_hierarchy_annotations_make_nested_cohorts():
+    from hyperplace.models.queue import QueueError, parse_queues
+
+    def q(name, path, weights):
+        return (name, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                       "metadata": {"name": name, "annotations": {
+                           "volcano.sh/hierarchy": path, "volcano.sh/hierarchy-weights": weights}},
+                       "spec": {"weight": 1}})
+    qs = parse_queues([q("prod", "root/eng/prod", "1/2/8"), q("dev", "root/eng/dev", "1/2/2"),
+                       q("sci", "root/sci", "1/4")])
+    assert {n: (x.cohort, x.weight) for n, x in qs.queues.items()} == {
+        "prod": ("volcano/root/eng", 8.0), "dev": ("volcano/root/eng", 2.0),
+        "sci": ("volcano/root", 4.0)}
+    assert qs.cohort_parents == {"volcano/root/eng": "volcano/root"}
+    with pytest.raises(QueueError) as e:
+        parse_queues([q("prod", "root/eng/other", "1/2/8")])
+    assert e.value.path.endswith("annotations.volcano.sh/hierarchy")
+
+
+def test_queue_file_matching_no_job_warns(capsys):
+    from cli_run import run_main
+
+    code = run_main(["solve", "--cluster", str(NODES), "--jobs",
+                     str(K8S / "volcano-mindspore-gpu.yaml"), "--queues",
+                     str(K8S / "kueue-sample-gpu-queues.yaml"), "--budget", "2"])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "no pending job names any of its queues (tas-cluster-queue, tas-user-queue)" in err

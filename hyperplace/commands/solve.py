@@ -129,10 +129,15 @@ def with_queue_files(inst: Instance, paths: list[Path]) -> Instance:
                                  path=f"document {i + 1}")
             docs.append((f"{path}: document {i + 1}", doc))
     try:
-        return inst.with_queue_documents(docs)
+        out = inst.with_queue_documents(docs)
     except (QueueError, ValueError) as exc:
         # "queues.yaml: document 2.spec.cohort" reads better as "document 2: spec.cohort"
         raise InputError(re.sub(r"(document \d+)\.", r"\1: ", str(exc))) from None
+    from hyperplace.instances.foreign import unmatched_queue_files
+
+    for warning in unmatched_queue_files(out, docs):
+        print(f"warning: {warning}", file=sys.stderr)
+    return out
 
 
 def _ranges(indices: list[int]) -> str:

@@ -603,8 +603,8 @@ def _topology(p: PlacementProblem, units: list[PlacedUnit]) -> TopologyAssignmen
         by_label: dict[tuple[str, ...], int] = defaultdict(int)
         for u in units:
             for node, gpus in u.pieces:
-                n = p.instance.node_index[node][1]
-                by_label[tuple(n.labels.get(k) or (n.name if k == levels[-1] else "-")
+                host = p.instance.node_index[node][1]
+                by_label[tuple(host.labels.get(k) or (host.name if k == levels[-1] else "-")
                                for k in levels)] += len(gpus)
         return TopologyAssignment(levels=levels, domains=[
             TopologyDomain(values=list(k), count=c) for k, c in sorted(by_label.items())])

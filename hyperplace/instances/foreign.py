@@ -178,6 +178,29 @@ def expand(docs: list[dict[str, Any]], source: str, *, gpu_type: str | None = No
     return out
 
 
+def unmatched_queue_files(instance: Any, docs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """One warning per queue file none of whose queues a pending job names (the jobs then
+    run in ``default``, free of those quotas: usually a label typo or the wrong file)."""
+    if not instance.jobs or instance.queue_set is None:
+        return []
+    used = {instance.queue_of(j) for j in instance.jobs}
+    labels = {j.metadata.labels.get("kueue.x-k8s.io/queue-name") for j in instance.jobs}
+    by_file: dict[str, set[str]] = {}
+    for where, d in docs:
+        f = where.split(": document")[0]
+        name = (d.get("metadata") or {}).get("name")
+        if d.get("kind") in ("ClusterQueue", "LocalQueue", "Queue") and name:
+            by_file.setdefault(f, set()).add(str(name))
+        else:
+            by_file.setdefault(f, set())
+    out = []
+    for f, names in by_file.items():
+        if names and not names & (used | labels):
+            out.append(f"{f}: no pending job names any of its queues ({', '.join(sorted(names))});"
+                       f" the jobs name {', '.join(sorted(used))}")
+    return out
+
+
 def _claim_count(doc: dict[str, Any]) -> int:
     reqs = ((doc.get("spec") or {}).get("devices") or {}).get("requests") or []
     return sum(int((r.get("exactly") or {}).get("count", 1)) for r in reqs

@@ -23,7 +23,9 @@ Volcano (``scheduling.volcano.sh/v1beta1``)
     when no ``guarantee`` is given (Volcano's capacity plugin reclaims up to ``deserved``).
     Volcano quotas are not per GPU type: they map to the wildcard flavor ``*``. All Volcano
     queues share one cluster-wide cohort, as Volcano's proportion plugin shares the whole
-    cluster by weight. Jobs name a Volcano queue with the ``volcano.sh/queue-name`` label or
+    cluster by weight; hierarchical queues (``volcano.sh/hierarchy: root/eng/prod`` with
+    ``volcano.sh/hierarchy-weights``, or ``spec.parent``) get their subtree as cohort, nested
+    under the levels above. Jobs name a Volcano queue with the ``volcano.sh/queue-name`` label or
     the ``scheduling.volcano.sh/queue-name`` annotation.
 
 A job that names no queue belongs to the ``default`` queue, which is unlimited unless one is
@@ -32,6 +34,7 @@ declared under that name.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -317,6 +320,42 @@ def _volcano_queue(doc: Mapping[str, Any], path: str) -> Queue:
                  preemption="reclaim-within-cohort" if spec.get("reclaimable", True) else "never")
 
 
+HIERARCHY = "volcano.sh/hierarchy"
+HIERARCHY_WEIGHTS = "volcano.sh/hierarchy-weights"
+
+
+def _volcano_hierarchy(q: Queue, doc: Mapping[str, Any], path: str,
+                       cohort_parents: dict[str, str]) -> Queue:
+    """Volcano's hierarchical queues: the ``volcano.sh/hierarchy`` annotation (``root/eng/
+    prod``, the queue's own name last) and ``volcano.sh/hierarchy-weights`` (``1/2/8``), or
+    ``spec.parent`` (a parent queue's name). The queue's cohort is its parent path, each
+    level's parent the level above (so queues of one subtree lend to each other first), and
+    its weight the last hierarchy weight."""
+    ann = _mapping(_mapping(doc.get("metadata"), f"{path}.metadata").get("annotations"),
+                   f"{path}.metadata.annotations")
+    parent = _mapping(doc.get("spec"), f"{path}.spec").get("parent")
+    if HIERARCHY not in ann:
+        if isinstance(parent, str) and parent and parent != "root":
+            return dataclasses.replace(q, cohort=f"{VOLCANO_COHORT}/{parent}")
+        return q
+    parts = [p for p in str(ann[HIERARCHY]).split("/") if p]
+    where = f"{path}.metadata.annotations.{HIERARCHY}"
+    if not parts or parts[-1] != q.name:
+        raise QueueError(where, f"{ann[HIERARCHY]!r} must end with the queue's name {q.name!r}")
+    weight = q.weight
+    if HIERARCHY_WEIGHTS in ann:
+        raw = str(ann[HIERARCHY_WEIGHTS]).split("/")
+        if len(raw) != len(parts):
+            raise QueueError(f"{path}.metadata.annotations.{HIERARCHY_WEIGHTS}",
+                             f"{len(raw)} weights for {len(parts)} hierarchy levels")
+        weight = _quantity(raw[-1], f"{path}.metadata.annotations.{HIERARCHY_WEIGHTS}") or 1.0
+    levels = [f"{VOLCANO_COHORT}/" + "/".join(parts[:k]) for k in range(1, len(parts))]
+    for child, up in zip(levels[1:], levels):
+        cohort_parents.setdefault(child, up)
+    return dataclasses.replace(q, cohort=levels[-1] if levels else VOLCANO_COHORT,
+                               weight=weight)
+
+
 def parse_queues(docs: Iterable[tuple[str, Mapping[str, Any]]],
                  known_types: Iterable[str] | None = None,
                  nodes: Sequence[Any] | None = None) -> QueueSet:
@@ -352,7 +391,7 @@ def parse_queues(docs: Iterable[tuple[str, Mapping[str, Any]]],
         if kind == "ClusterQueue":
             q = _kueue_cluster_queue(doc, path, flavors, known_types, nodes)
         elif kind == "Queue" and str(doc.get("apiVersion", "")).startswith("scheduling.volcano.sh/"):
-            q = _volcano_queue(doc, path)
+            q = _volcano_hierarchy(_volcano_queue(doc, path), doc, path, cohort_parents)
         elif kind == "LocalQueue":
             target = _mapping(doc.get("spec"), f"{path}.spec").get("clusterQueue")
             if not isinstance(target, str) or not target:
