@@ -77,3 +77,21 @@ def test_bad_lines_name_the_line():
     with pytest.raises(InputError) as e:
         import_cluster("slurm", [str(TREE)])
     assert e.value.path == "--gpu-type"
+
+
+def test_scontrol_show_nodes_multiline_and_one_line():
+    from hyperplace.instances.importers.slurm import parse_scontrol_nodes
+
+    (n,) = parse_scontrol_nodes((SLURM / "scontrol-show-node-gpudev002.txt").read_text(), "s")
+    assert (n.name, n.gpus, n.gpu_type, n.used, n.down) == ("gpudev002", 2, "v100", [0, 1], False)
+    nodes, _, _ = import_slurm([], scontrol=[((SLURM / "scontrol-show-node-gpudev002.txt")
+                                              .read_text(), "s")])
+    assert nodes[0].gpu_type.startswith("V100") and nodes[0].allocated == {
+        0: "slurm-allocated", 1: "slurm-allocated"}
+    # the -o form: one line, GresUsed names the indices, OS= holds spaces
+    one = ("NodeName=cg14 Arch=x86_64 CoresPerSocket=16 Gres=gpu:h100:8(S:0-1) "
+           "GresUsed=gpu:h100:3(IDX:0-1,5) OS=Linux 5.14 #1 SMP PREEMPT_DYNAMIC State=MIXED "
+           "AllocTRES=cpu=4,gres/gpu=3\n"
+           "NodeName=cg15 Arch=x86_64 Gres=gpu:h100:8 State=DOWN+DRAIN AllocTRES=\n")
+    a, b = parse_scontrol_nodes(one, "o")
+    assert a.used == [0, 1, 5] and a.gpu_type == "h100" and b.down

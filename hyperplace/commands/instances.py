@@ -270,7 +270,9 @@ def import_command(
         "YAML, an Alibaba machine list (CSV), or kubectl get nodes/pods -o json and a Kueue "
         "Topology (kubernetes); - reads standard input")],
     source: Annotated[ImportFormat, typer.Option(
-        "--from", help="what the files are", case_sensitive=False)],
+        "--from", metavar="FORMAT", case_sensitive=False,
+        help="what the files are: nvidia-smi, nccl-xml, dgx1, hypernode, alibaba, "
+        "kubernetes, slurm, ibnetdiscover")],
     output: Annotated[str | None, typer.Option(
         "--output", "-o", help="Cluster file to write (default: stdout)")] = None,
     name: Annotated[str | None, typer.Option(

@@ -242,20 +242,23 @@ def _slurm(files: list[str], *, name: str | None, gpu_type: str | None, gpus_per
     their content (:mod:`hyperplace.instances.importers.slurm`)."""
     from hyperplace.instances.importers.slurm import import_slurm
 
-    topo, gres, ib = [], [], []
+    topo, gres, ib, sc = [], [], [], []
     for f in files:
         text = read_text_limited(f)
         src = "<stdin>" if f == "-" else f
         if re.search(r"(?m)^(Switch|Ca)\s+\d+\s+\"[SH]-", text):
             ib.append((text, src))
+        elif re.search(r"(?m)^\s*NodeName=\S+.*\b(Arch|CPUTot|CoresPerSocket|State)=", text):
+            sc.append((text, src))
         elif re.search(r"(?im)^\s*(switchname|blockname)=", text):
             topo.append((text, src))
         elif re.search(r"(?im)\bname=gpu\b", text):
             gres.append((text, src))
         else:
             raise InputError("not a Slurm topology.conf (SwitchName=/BlockName= lines), a "
-                             "gres.conf (Name=gpu lines) or ibnetdiscover output", source=src)
-    nodes, fabric, notes = import_slurm(topo, gres=gres, ib=ib, gpu_type=gpu_type,
+                             "gres.conf (Name=gpu lines), `scontrol show nodes` output or "
+                             "ibnetdiscover output", source=src)
+    nodes, fabric, notes = import_slurm(topo, gres=gres, ib=ib, scontrol=sc, gpu_type=gpu_type,
                                         gpus_per_node=gpus_per_node, node_gbps=node_gbps)
     return _cluster(name or _stem(files[0]), nodes, fabric, files[0]), notes
 

@@ -11,6 +11,12 @@ Slurm ``topology.conf`` (slurm.schedmd.com/topology.conf.html)
     ``NodeName=<hostlist> Name=gpu [Type=t] File=/dev/nvidia<i> Links=a,b,...``: one line per
     GPU; ``Links`` counts the NVLinks from that GPU to each GPU of the node (``-1`` itself),
     so the node's NVLink pairs are the counts times the type's per-link figure.
+``scontrol show nodes`` (``-o``, one line per node, or the multi-line form)
+    ``NodeName``, ``Gres=gpu[:type]:N`` (the GPUs; the type through the catalog, else a
+    feature naming a GPU type, ``ActiveFeatures=skylake,v100``), ``GresUsed=gpu:..(IDX:0-3)``
+    (the GPUs in use, by index) or ``AllocTRES=..gres/gpu=N`` (a count: the lowest indices),
+    held by ``slurm-allocated``; a node whose ``State`` is ``DOWN``/``DRAIN``/``FAIL`` has its
+    GPUs faulty.
 ``ibnetdiscover`` output
     ``Switch <ports> "S-<guid>" # "<description>"`` blocks and ``Ca <ports> "H-<guid>" #
     "<host> <hca>"`` blocks with one line per connected port: ``[p] "S-..."[q] ... # "desc"
@@ -172,6 +178,64 @@ def gres_pairs(g: GresNode, per_link: float, node: str, source: str) -> list[GPU
 
 
 @dataclass
+class ScontrolNode:
+    name: str
+    gpus: int
+    gpu_type: str | None
+    used: list[int]
+    down: bool
+
+
+_FIELD = re.compile(r"(\w+)=(.*?)(?=\s+\w+=|\s*$)")
+
+
+def parse_scontrol_nodes(text: str, source: str, catalog: GPUCatalog | None = None
+                         ) -> list[ScontrolNode]:
+    """Nodes of ``scontrol show nodes`` output (module docstring)."""
+    cat = catalog or default_catalog()
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    records = [r for r in re.split(r"(?=\bNodeName=)", body) if r.strip().startswith("NodeName=")]
+    out = []
+    for k, rec in enumerate(records):
+        f = dict(_FIELD.findall(" ".join(rec.split())))
+        name = f.get("NodeName", "")
+        where = f"node {k + 1} ({name})"
+        gres = f.get("Gres", "(null)")
+        gpus, gtype = 0, None
+        for part in re.split(r",(?![^(]*\))", gres):
+            m = re.fullmatch(r"gpu(?::([^:()]+))?:(\d+)(?:\(.*\))?", part.strip())
+            if m:
+                gpus += int(m.group(2))
+                gtype = gtype or m.group(1)
+        if gpus == 0:
+            continue
+        if gtype is None or cat.find(gtype) is None:
+            for feat in (f.get("ActiveFeatures") or f.get("AvailableFeatures") or "").split(","):
+                if feat and cat.find(feat) is not None:
+                    gtype = feat
+                    break
+        used: list[int] = []
+        m = re.search(r"IDX:([0-9,\-]+)", f.get("GresUsed", ""))
+        if m:
+            for r in m.group(1).split(","):
+                lo, _, hi = r.partition("-")
+                used += range(int(lo), int(hi or lo) + 1)
+        else:
+            m = re.search(r"gres/gpu=(\d+)", f.get("AllocTRES", ""))
+            used = list(range(int(m.group(1)))) if m else []
+        if any(g >= gpus for g in used):
+            raise InputError(f"GPUs in use {used} beyond its {gpus} GPUs", source=source,
+                             path=where)
+        state = f.get("State", "").upper()
+        out.append(ScontrolNode(name, gpus, gtype, used,
+                                any(s in state for s in ("DOWN", "DRAIN", "FAIL"))))
+    if not out:
+        raise InputError("no node with a gpu Gres: not `scontrol show nodes` output of GPU "
+                         "nodes", source=source)
+    return out
+
+
+@dataclass
 class IBFabric:
     hosts: list[str]
     switches: dict[str, int]          # name -> tier
@@ -261,7 +325,8 @@ def parse_ibnetdiscover(text: str, source: str) -> IBFabric:
 
 
 def import_slurm(topology_texts: list[tuple[str, str]], *, gres: list[tuple[str, str]] = (),
-                 ib: list[tuple[str, str]] = (), gpu_type: str | None = None,
+                 ib: list[tuple[str, str]] = (), scontrol: list[tuple[str, str]] = (),
+                 gpu_type: str | None = None,
                  gpus_per_node: int = 8, node_gbps: float = 400.0,
                  catalog: GPUCatalog | None = None) -> tuple[list[Node], FabricSpec, list[str]]:
     """(nodes, fabric, notes) from topology.conf texts, gres.conf texts and ibnetdiscover
@@ -299,6 +364,12 @@ def import_slurm(topology_texts: list[tuple[str, str]], *, gres: list[tuple[str,
     for name in gres_nodes:
         if name not in node_names:
             node_names.append(name)
+    sc_nodes: dict[str, ScontrolNode] = {}
+    for text, src in scontrol:
+        for n in parse_scontrol_nodes(text, src, cat):
+            sc_nodes[n.name] = n
+            if n.name not in node_names:
+                node_names.append(n.name)
     if blocks and not node_names:
         for text, src in blocks:
             for d in domains_from_block_conf(text, src):
@@ -309,7 +380,8 @@ def import_slurm(topology_texts: list[tuple[str, str]], *, gres: list[tuple[str,
     nodes = []
     for name in node_names:
         g = gres_nodes.get(name)
-        tname = gpu_type or (g.gpu_type if g else None)
+        sc = sc_nodes.get(name)
+        tname = gpu_type or (g.gpu_type if g else None) or (sc.gpu_type if sc else None)
         if tname is None:
             raise InputError(f"node {name!r}: the files do not say its GPU type: give --gpu-type",
                              path="--gpu-type")
@@ -317,13 +389,16 @@ def import_slurm(topology_texts: list[tuple[str, str]], *, gres: list[tuple[str,
         if t is None:
             raise InputError(f"unknown GPU type {tname!r} (known: {', '.join(cat.names())})",
                              path="--gpu-type")
-        count = g.gpus if g else gpus_per_node
+        count = g.gpus if g else sc.gpus if sc else gpus_per_node
         pairs = gres_pairs(g, t.nvlink_per_link_gbps, name, "gres.conf") if g and g.links else []
         kind = NVLinkTopology.EXPLICIT if pairs else (
             NVLinkTopology.NVSWITCH if t.nvlink_gbps > 0 and count in (4, 8) else NVLinkTopology.PCIE)
         labels = {} if (g and g.links) or t.nvlink_gbps == 0 else {"hyperplace.io/assumed": "nvlink"}
+        faulty = list(range(count)) if sc and sc.down else []
+        allocated = {i: "slurm-allocated" for i in sc.used} if sc and not sc.down else {}
         nodes.append(Node(name=name, gpu_type=t.name, gpu_count=count, nvlink=kind,
-                          nvlink_pairs=pairs, labels=labels))
+                          nvlink_pairs=pairs, labels=labels, faulty=faulty,
+                          allocated=allocated))
     domains = []
     for text, src in blocks:
         domains += domains_from_block_conf(text, src, known=node_names)
