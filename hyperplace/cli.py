@@ -86,10 +86,11 @@ def _mount() -> None:
 #: "..."); each command's own -h has its full help. A command not listed here gets the
 #: first clause of its help.
 SHORT_HELP = {
-    "validate": "check Instance, Cluster, job and HyperNode files",
+    "validate": "check Instance, Cluster, job, queue and Kubernetes files",
     "solve": "one scheduling round: which pending jobs run, on which GPUs",
     "why": "why a job is pending, and the smallest change that admits it",
     "check": "check a plan with the independent checker",
+    "manifests": "a plan as DRA claims + Volcano Jobs, or sbatch scripts",
     "simulate": "replay a trace under the engine and its peers, side by side",
     "whatif": "what-if sweeps, resumable, one SQLite row per scenario",
     "federate": "split jobs across member clusters, as placed",
