@@ -459,94 +459,119 @@ def _victim_node(p: PlacementProblem, node: NodeView,
             del mine[:size]
 
 
+@dataclass
+class _HintIndex:
+    """The model's piece variables by what they place, for writing a hint."""
+
+    uniform: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (class, size, nc)
+    cliques: dict[tuple[int, int, tuple[int, ...]], int] = field(default_factory=dict)
+    # flexible units: (class, unit index, node class) -> {size: var}; (.., clique) -> var
+    flex_sizes: dict[tuple[int, int, int], dict[int, int]] = field(
+        default_factory=lambda: defaultdict(dict))
+    flex_cliques: dict[tuple[int, int, int, tuple[int, ...]], int] = field(default_factory=dict)
+    class_of_node: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, pm: PlacementModel) -> _HintIndex:
+        idx = cls(class_of_node={n.name: nc.index for nc in pm.problem.node_classes
+                                 for n in nc.nodes})
+        for pv in pm.pieces:
+            if pv.unit is not None:
+                if pv.clique is None:
+                    idx.flex_sizes[(pv.uclass, pv.unit, pv.node_class)][pv.piece] = pv.var
+                else:
+                    idx.flex_cliques[(pv.uclass, pv.unit, pv.node_class, pv.clique)] = pv.var
+            elif pv.clique is None:
+                idx.uniform[(pv.uclass, pv.piece, pv.node_class)] = pv.var
+            else:
+                idx.cliques[(pv.uclass, pv.node_class, pv.clique)] = pv.var
+        return idx
+
+    def piece(self, primary: dict[int, int], model_class: int, node: str,
+              gpus: tuple[int, ...]) -> None:
+        """One piece of ``gpus`` on ``node``: counted on a uniform node class, the exact
+        clique on another."""
+        nci = self.class_of_node[node]
+        key = (model_class, len(gpus), nci)
+        if key in self.uniform:
+            _count(primary, self.uniform[key])
+        else:
+            cv = self.cliques.get((model_class, nci, tuple(sorted(gpus))))
+            if cv is not None:
+                primary[cv] = 1
+
+
+def _count(primary: dict[int, int], v: int, n: int = 1) -> None:
+    primary[v] = primary.get(v, 0) + n
+
+
 def encode(pm: PlacementModel, assignment: Assignment) -> list[int]:
     """A complete hint (auxiliaries too) for the model from an assignment (e.g. greedy's)."""
     p = pm.problem
-    primary: dict[int, int] = {}
-    uniform_index: dict[tuple[int, int, int], int] = {}
-    clique_index: dict[tuple[int, int, tuple[int, ...]], int] = {}
-    # flexible units: (class, unit index, node class) -> {size: var}; (.., clique) -> var
-    flex_sizes: dict[tuple[int, int, int], dict[int, int]] = defaultdict(dict)
-    flex_cliques: dict[tuple[int, int, int, tuple[int, ...]], int] = {}
-    for pv in pm.pieces:
-        if pv.unit is not None:
-            if pv.clique is None:
-                flex_sizes[(pv.uclass, pv.unit, pv.node_class)][pv.piece] = pv.var
-            else:
-                flex_cliques[(pv.uclass, pv.unit, pv.node_class, pv.clique)] = pv.var
-        elif pv.clique is None:
-            uniform_index[(pv.uclass, pv.piece, pv.node_class)] = pv.var
-        else:
-            clique_index[(pv.uclass, pv.node_class, pv.clique)] = pv.var
-    class_of_node = {n.name: nc.index for nc in p.node_classes for n in nc.nodes}
-    for v in assignment.stopped:
-        primary[pm.stop[v]] = 1
+    idx = _HintIndex.of(pm)
+    primary: dict[int, int] = {pm.stop[v]: 1 for v in assignment.stopped}
     leader_of = {m: leader for leader, members in pm.bundles.items() for m in members}
     for j, units in assignment.units.items():
         if j not in leader_of:
             continue
-        rv = pm.run[leader_of[j]]
-        primary[rv] = primary.get(rv, 0) + 1
-        jv = p.jobs[j]
+        _count(primary, pm.run[leader_of[j]])
         for u in units:
             uc = p.classes[u.uclass]
-            if uc.whole_job:
-                continue
-            model_class = pm.class_alias.get(u.uclass, u.uclass)
-            if uc.flexible:
-                _encode_flexible(pm, uc, u, class_of_node, flex_sizes, flex_cliques, primary)
-                continue
-            for node, gpus in u.pieces:
-                nci = class_of_node[node]
-                key = (model_class, len(gpus), nci)
-                if key in uniform_index:
-                    v = uniform_index[key]
-                    primary[v] = primary.get(v, 0) + 1
-                else:
-                    cv = clique_index.get((model_class, nci, tuple(sorted(gpus))))
-                    if cv is not None:
-                        primary[cv] = 1
-            if uc.pooled:  # which cut pattern the unit took, and in which domain
-                cut = tuple(sorted((len(g) for _, g in u.pieces), reverse=True))
-                k = next((i for i, pat in enumerate(uc.patterns)
-                          if tuple(sorted(pat, reverse=True)) == cut), None)
-                if k is not None:
-                    doms: list[DomainKey | None] = [None]
-                    if uc.hop_limit is not None:
-                        doms.append(p.domain(p.node_by_name[u.pieces[0][0]], uc.hop_limit))
-                    for dom in doms:
-                        qv_or_none = pm.pattern_vars.get((u.uclass, dom, k))
-                        if qv_or_none is not None:
-                            primary[qv_or_none] = primary.get(qv_or_none, 0) + 1
-            elif uc.multi_node and uc.hop_limit is not None:
-                d = p.domain(p.node_by_name[u.pieces[0][0]], uc.hop_limit)
-                yv = pm.unit_domain.get((u.uclass, d))
-                if yv is not None:
-                    primary[yv] = primary.get(yv, 0) + 1
-        # whole-job piece: all units on one node
+            if uc.flexible and not uc.whole_job:
+                _encode_flexible(pm, uc, u, idx.class_of_node, idx.flex_sizes,
+                                 idx.flex_cliques, primary)
+            elif not uc.whole_job:
+                _encode_unit(pm, idx, primary, uc, u)
         whole = [u for u in units if p.classes[u.uclass].whole_job]
-        if whole:
-            node = whole[0].pieces[0][0]
-            nci = class_of_node[node]
+        if whole:  # whole-job piece: all units on one node
             gpus = tuple(sorted(g for u in whole for g in u.pieces[0][1]))
-            model_class = pm.class_alias.get(whole[0].uclass, whole[0].uclass)
-            key = (model_class, len(gpus), nci)
-            if key in uniform_index:
-                v = uniform_index[key]
-                primary[v] = primary.get(v, 0) + 1
-            elif (model_class, nci, gpus) in clique_index:
-                primary[clique_index[(model_class, nci, gpus)]] = 1
-        # the job's domain: one that holds all its nodes (several may, on non-tree fabrics)
-        common: set[DomainKey] | None = None
-        for node in {nd for u in units for nd, _ in u.pieces}:
-            ds = set(p.domains_of(p.node_by_name[node], jv.hop_limit, job_level=True))
-            common = ds if common is None else common & ds
-        for d in sorted(common or ()):
-            zv = pm.job_domain.get((j, d))
-            if zv is not None:
-                primary[zv] = 1
-                break
+            idx.piece(primary, pm.class_alias.get(whole[0].uclass, whole[0].uclass),
+                      whole[0].pieces[0][0], gpus)
+        _encode_job_domain(pm, primary, j, units)
     return pm.complete(primary)
+
+
+def _encode_unit(pm: PlacementModel, idx: _HintIndex, primary: dict[int, int], uc: UnitClass,
+                 u: PlacedUnit) -> None:
+    """One unit's pieces, and which cut pattern it took and in which domain (pooled), or
+    the domain of its own hop limit (multi-node)."""
+    p = pm.problem
+    model_class = pm.class_alias.get(u.uclass, u.uclass)
+    for node, gpus in u.pieces:
+        idx.piece(primary, model_class, node, gpus)
+    if uc.pooled:
+        cut = tuple(sorted((len(g) for _, g in u.pieces), reverse=True))
+        k = next((i for i, pat in enumerate(uc.patterns)
+                  if tuple(sorted(pat, reverse=True)) == cut), None)
+        if k is None:
+            return
+        doms: list[DomainKey | None] = [None]
+        if uc.hop_limit is not None:
+            doms.append(p.domain(p.node_by_name[u.pieces[0][0]], uc.hop_limit))
+        for dom in doms:
+            qv = pm.pattern_vars.get((u.uclass, dom, k))
+            if qv is not None:
+                _count(primary, qv)
+    elif uc.multi_node and uc.hop_limit is not None:
+        d = p.domain(p.node_by_name[u.pieces[0][0]], uc.hop_limit)
+        yv = pm.unit_domain.get((u.uclass, d))
+        if yv is not None:
+            _count(primary, yv)
+
+
+def _encode_job_domain(pm: PlacementModel, primary: dict[int, int], j: int,
+                       units: list[PlacedUnit]) -> None:
+    """The job's domain: one that holds all its nodes (several may, on non-tree fabrics)."""
+    p = pm.problem
+    common: set[DomainKey] | None = None
+    for node in {nd for u in units for nd, _ in u.pieces}:
+        ds = set(p.domains_of(p.node_by_name[node], p.jobs[j].hop_limit, job_level=True))
+        common = ds if common is None else common & ds
+    for d in sorted(common or ()):
+        zv = pm.job_domain.get((j, d))
+        if zv is not None:
+            primary[zv] = 1
+            break
 
 
 def _encode_flexible(pm: PlacementModel, uc: UnitClass, u: PlacedUnit, class_of_node: dict[str, int],
@@ -678,36 +703,7 @@ def migrations(p: PlacementProblem, a: Assignment) -> list[Migration]:
     if not p.migrating or not (a.stopped or partial):
         return []
     assert p.migration is not None
-    users: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    for j, units in a.units.items():
-        for u in units:
-            for node, gpus in u.pieces:
-                held = p.node_by_name[node].stoppable
-                for g in gpus:
-                    if g in held and not p.is_copy(j):
-                        users[held[g]][j] += 1
-    # a job moved for another mover's copy is moved for that mover's pending job
-    copy_users: dict[int, set[int]] = defaultdict(set)  # mover -> movers whose copies use it
-    for v in a.stopped:
-        copy = p.victims[v].copy
-        for u in a.units.get(copy, []) if copy is not None else []:
-            for node, gpus in u.pieces:
-                held = p.node_by_name[node].stoppable
-                copy_users.update({held[g]: copy_users[held[g]] | {v} for g in gpus
-                                   if g in held and held[g] != v})
-
-    def for_job(v: int, seen: frozenset[int] = frozenset()) -> str:
-        by = users.get(v, {})
-        if by:
-            user = min(by, key=lambda j: (-p.jobs[j].priority, -by[j], p.jobs[j].name))
-            return p.jobs[user].name
-        for w in sorted(copy_users.get(v, ()), key=lambda w: p.victims[w].name):
-            if w not in seen:
-                found = for_job(w, seen | {v})
-                if found:
-                    return found
-        return ""
-
+    for_job = _MoverUsers(p, a).for_job
     out = []
     for v in sorted(a.stopped | partial, key=lambda v: p.victims[v].name):
         victim = p.victims[v]
@@ -722,6 +718,47 @@ def migrations(p: PlacementProblem, a: Assignment) -> list[Migration]:
                              from_nodes=sorted({n for n, _ in victim.gpus}),
                              to_nodes=sorted({n for n, _ in new})))
     return out
+
+
+class _MoverUsers:
+    """For whom each mover moved: the pending jobs on its old GPUs, and (a job moved for
+    another mover's copy is moved for that mover's pending job) the movers whose copies
+    use them."""
+
+    def __init__(self, p: PlacementProblem, a: Assignment) -> None:
+        self.p = p
+        self.users: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        for j, units in a.units.items():
+            for u in units:
+                for node, gpus in u.pieces:
+                    held = p.node_by_name[node].stoppable
+                    for g in gpus:
+                        if g in held and not p.is_copy(j):
+                            self.users[held[g]][j] += 1
+        # mover -> movers whose copies use it
+        self.copy_users: dict[int, set[int]] = defaultdict(set)
+        for v in a.stopped:
+            copy = p.victims[v].copy
+            for u in a.units.get(copy, []) if copy is not None else []:
+                for node, gpus in u.pieces:
+                    held = p.node_by_name[node].stoppable
+                    self.copy_users.update({held[g]: self.copy_users[held[g]] | {v}
+                                            for g in gpus if g in held and held[g] != v})
+
+    def for_job(self, v: int, seen: frozenset[int] = frozenset()) -> str:
+        """The highest-priority pending job on mover ``v``'s old GPUs, then the one using
+        most of them; else the one of a mover whose copy uses them; else ""."""
+        p = self.p
+        by = self.users.get(v, {})
+        if by:
+            user = min(by, key=lambda j: (-p.jobs[j].priority, -by[j], p.jobs[j].name))
+            return p.jobs[user].name
+        for w in sorted(self.copy_users.get(v, ()), key=lambda w: p.victims[w].name):
+            if w not in seen:
+                found = self.for_job(w, seen | {v})
+                if found:
+                    return found
+        return ""
 
 
 def preemptions(p: PlacementProblem, a: Assignment) -> list[Preemption]:
