@@ -79,43 +79,57 @@ def greedy_migrate(p: PlacementProblem, a: Assignment, params: GreedyParams | No
                 if not _migrate_for(p, jv, state, quota, out, params, memo, limit, deadline)]
         if not left or _late(deadline) or (limit is not None and len(out.stopped) >= limit):
             continue
-        # the jobs of this level still out may take the GPUs of admitted pending jobs of
-        # lower priority (objective 1 weighs one GPU of a level above all GPUs below it);
-        # those go back where they were when that is still free, else elsewhere, else wait
-        lower = sorted((j for j in out.units if not p.is_copy(j) and p.jobs[j].priority < level),
-                       key=lambda j: (-p.jobs[j].priority, -p.jobs[j].gpus, j))
-        if not lower:
-            continue
-        released = {j: out.units.pop(j) for j in lower}
-        memo.failed.clear()  # the state changes: what failed may fit now
-        for j, units in released.items():
-            quota.add(p.jobs[j].queue, units, -1)
-            for u in units:
-                for node, gpus in u.pieces:
-                    state.give(node, gpus)
-        for jv in left:
-            _migrate_for(p, jv, state, quota, out, params, memo, limit, deadline)
-        memo.failed.clear()
-        for j, units in released.items():
-            jv = p.jobs[j]
-            if all(set(gpus) <= set(state.free[node]) for u in units for node, gpus in u.pieces):
-                again: list[PlacedUnit] | None = units
-                for u in units:
-                    for node, gpus in u.pieces:
-                        state.take(node, gpus)
-            else:
-                again = try_place_job(p, jv, state, params.max_domain_trials)
-            if again is None:
-                continue
-            quota.add(jv.queue, again, +1)
-            if quota.ok():
-                out.units[j] = again
-                continue
-            quota.add(jv.queue, again, -1)
-            for u in again:
-                for node, gpus in u.pieces:
-                    state.give(node, gpus)
+        _displace_lower(p, level, left, state, quota, out, params, memo, limit, deadline)
     return out
+
+
+def _displace_lower(p: PlacementProblem, level: int, left: list[JobView], state: State,
+                    quota: QuotaUse, out: Assignment, params: GreedyParams, memo: _Memo,
+                    limit: int | None, deadline: float | None) -> None:
+    """The jobs of ``level`` still out may take the GPUs of admitted pending jobs of lower
+    priority (objective 1 weighs one GPU of a level above all GPUs below it); those go back
+    where they were when that is still free, else elsewhere, else wait."""
+    lower = sorted((j for j in out.units if not p.is_copy(j) and p.jobs[j].priority < level),
+                   key=lambda j: (-p.jobs[j].priority, -p.jobs[j].gpus, j))
+    if not lower:
+        return
+    released = {j: out.units.pop(j) for j in lower}
+    memo.failed.clear()  # the state changes: what failed may fit now
+    for j, units in released.items():
+        quota.add(p.jobs[j].queue, units, -1)
+        _give(state, units)
+    for jv in left:
+        _migrate_for(p, jv, state, quota, out, params, memo, limit, deadline)
+    memo.failed.clear()
+    for j, units in released.items():
+        _readmit(p, p.jobs[j], units, state, quota, out, params)
+
+
+def _give(state: State, units: list[PlacedUnit]) -> None:
+    for u in units:
+        for node, gpus in u.pieces:
+            state.give(node, gpus)
+
+
+def _readmit(p: PlacementProblem, jv: JobView, units: list[PlacedUnit], state: State,
+             quota: QuotaUse, out: Assignment, params: GreedyParams) -> None:
+    """A released job back where it was when that is still free, else elsewhere, when its
+    queue's quota allows; else it waits."""
+    if all(set(gpus) <= set(state.free[node]) for u in units for node, gpus in u.pieces):
+        again: list[PlacedUnit] | None = units
+        for u in units:
+            for node, gpus in u.pieces:
+                state.take(node, gpus)
+    else:
+        again = try_place_job(p, jv, state, params.max_domain_trials)
+    if again is None:
+        return
+    quota.add(jv.queue, again, +1)
+    if quota.ok():
+        out.units[jv.index] = again
+        return
+    quota.add(jv.queue, again, -1)
+    _give(state, again)
 
 
 def _late(deadline: float | None) -> bool:

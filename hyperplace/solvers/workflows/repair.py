@@ -53,7 +53,7 @@ from pathlib import Path
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.migration import MigrationPolicy, PartialRepair
-from hyperplace.models.plan import GPURef, PendingJob, PlacementPlan, PlanMeta
+from hyperplace.models.plan import GPURef, Migration, PendingJob, PlacementPlan, PlanMeta
 from hyperplace.models.plan_builder import PlanBuilder
 from hyperplace.models.sharing import released, running_gpus, whole_free_per_leaf, with_failures
 from hyperplace.solvers.driver import solve_placement
@@ -196,6 +196,26 @@ def repair(instance: Instance, failed: list[tuple[str, int | None]],
                                            manifests, dead, strategy, solver, budget_s)
         done += done2
     reasons = {j.name: ["repair places no pending job (solve does)"] for j in broken.jobs}
+    msg = _message(strategy, done, broken, new, hot_spares)
+    if strategy != "replace-everything":
+        plan = solved.model_copy(update={
+            "pending": [PendingJob(job=j.name, reasons=reasons[j.name]) for j in broken.jobs],
+            "message": "; ".join(filter(None, [msg, solved.message])),
+            "runtime_s": time.perf_counter() - start, "budget_s": budget_s,
+            "metadata": PlanMeta(name=f"{broken.name}-repair", instance=broken.name)})
+        return RepairResult(plan.model_copy(update={"hot_spares": hot_spares}), done)
+    from hyperplace.solvers.workflows.defrag import compose_plan
+
+    b, migrations = _moved(broken, new, manifests)
+    plan = compose_plan(b, migrations, reasons, kind="repair", solver=solver, start=start,
+                        budget_s=budget_s, message=msg)
+    return RepairResult(plan.model_copy(update={"hot_spares": hot_spares}), done)
+
+
+def _message(strategy: str, done: list[RepairedJob], broken: Instance,
+             new: dict[str, dict[str, list[GPU]]], hot_spares: int) -> str:
+    """What the repair did, in one line: GPUs moved, work lost, jobs repaired; the leaves
+    that still keep their hot spares; the jobs not repaired."""
     lost = sum(j.lost_gpu_seconds for j in done if j.placed)
     msg = (f"repair ({strategy}): {sum(j.gpus_moved for j in done)} GPUs moved, "
            f"{lost:,.0f} GPU-seconds of work lost, {sum(j.placed for j in done)} of "
@@ -208,14 +228,14 @@ def repair(instance: Instance, failed: list[tuple[str, int | None]],
     stuck = [j.job for j in done if not j.placed]
     if stuck:
         msg += f"; not repaired: {', '.join(stuck[:8])}"
-    if strategy != "replace-everything":
-        plan = solved.model_copy(update={
-            "pending": [PendingJob(job=j.name, reasons=reasons[j.name]) for j in broken.jobs],
-            "message": "; ".join(filter(None, [msg, solved.message])),
-            "runtime_s": time.perf_counter() - start, "budget_s": budget_s,
-            "metadata": PlanMeta(name=f"{broken.name}-repair", instance=broken.name)})
-        return RepairResult(plan.model_copy(update={"hot_spares": hot_spares}), done)
-    from hyperplace.solvers.workflows.defrag import compose_plan, migration
+    return msg
+
+
+def _moved(broken: Instance, new: dict[str, dict[str, list[GPU]]],
+           manifests: dict[str, TrainingJob]) -> tuple[PlanBuilder, list[Migration]]:
+    """The moved jobs' placements (peers' style topology: the from-scratch round's) and
+    their ``migrations[]`` entries."""
+    from hyperplace.solvers.workflows.defrag import migration
 
     b = PlanBuilder(broken)
     for n, units in new.items():
@@ -226,9 +246,7 @@ def repair(instance: Instance, failed: list[tuple[str, int | None]],
                     topology=b.host_topology([g for _, refs in placed for g in refs]))
     migrations = [migration(broken, n, {g for gs in new[n].values() for g in gs}, "repair")
                   for n in new]
-    plan = compose_plan(b, migrations, reasons, kind="repair", solver=solver, start=start,
-                        budget_s=budget_s, message=msg)
-    return RepairResult(plan.model_copy(update={"hot_spares": hot_spares}), done)
+    return b, migrations
 
 
 def _in_the_model(broken: Instance, hit: list[str], held: dict[str, list[GPU]],
