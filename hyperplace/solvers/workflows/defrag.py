@@ -36,12 +36,15 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hyperplace.models.migration import MigrationPolicy
 from hyperplace.models.priority import priority_weights
+from hyperplace.models.cluster import Cluster
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
+from hyperplace.models.node import Node
 from hyperplace.models.plan import Migration, PendingJob, PlacementPlan, PlanMeta
 from hyperplace.models.plan_builder import PlanBuilder
 from hyperplace.models.result import SolveStatus, relative_gap
@@ -136,42 +139,59 @@ def _targets(state: Instance, exclude: set[str], moves_left: int,
     a set counts when every job in it helps empty a node (and, unless ``any_gain``, when
     the largest free domain grows)."""
     best = largest_free_domains(state)
-    info = state.running_job_info
     held = running_gpus(state)
     movable = set(state.running_manifests) - exclude
     out: list[_Target] = []
     for c in state.clusters:
-        by_name = {n.name: n for n in c.nodes}
-        for leaf, members in sorted(c.network.domains(2).items()):
-            per_type: dict[str, list] = defaultdict(list)
-            for name in members:
-                n = by_name.get(name)
-                if n is not None and not n.faulty:
-                    per_type[n.gpu_type].append(n)
-            for t, nodes in sorted(per_type.items()):
-                free_gpus = sum(n.gpu_count for n in nodes if not n.allocated)
-                busy = [n for n in nodes if n.allocated and set(n.allocated.values()) <= movable]
-                names = sorted({j for n in busy for j in n.allocated.values()})
-                cands = sorted((Candidate(j, info[j].priority, info[j].queue, tuple(held[j]),
-                                          len(held[j]) * info[j].checkpoint_age_s, "defrag")
-                                for j in names), key=lambda x: (x.lost, len(x.gpus), x.name))
-                for k, combo in enumerate(victim_sets(cands)):
-                    if k >= MAX_SETS_PER_LEAF:
-                        break
-                    if len(combo) > moves_left:
-                        continue
-                    chosen = {x.name for x in combo}
-                    cleared = [n for n in busy if set(n.allocated.values()) <= chosen]
-                    if {j for n in cleared for j in n.allocated.values()} != chosen:
-                        continue  # a job in the set empties no node: not needed
-                    gain = free_gpus + sum(n.gpu_count for n in cleared) - best.get(t, 0)
-                    if gain > 0 or any_gain:
-                        out.append(_Target(
-                            gain, sum(x.lost for x in combo), sum(len(x.gpus) for x in combo),
-                            c.name, leaf, t,
-                            [n.name for n in nodes if not n.allocated] + [n.name for n in cleared],
-                            tuple(sorted(chosen))))
+        for leaf, t, nodes in _leaf_types(c):
+            out += _leaf_targets(state, held, c.name, leaf, t, nodes, movable, moves_left,
+                                 best.get(t, 0), any_gain)
     return sorted(out, key=lambda x: (-x.gain, x.lost, x.gpus, x.leaf, x.gpu_type))
+
+
+def _leaf_types(c: Cluster) -> Iterator[tuple[str, str, list[Node]]]:
+    """(leaf, GPU type, its healthy nodes of that type) of a cluster, in order."""
+    by_name = {n.name: n for n in c.nodes}
+    for leaf, members in sorted(c.network.domains(2).items()):
+        per_type: dict[str, list[Node]] = defaultdict(list)
+        for name in members:
+            n = by_name.get(name)
+            if n is not None and not n.faulty:
+                per_type[n.gpu_type].append(n)
+        for t, nodes in sorted(per_type.items()):
+            yield leaf, t, nodes
+
+
+def _leaf_targets(state: Instance, held: dict[str, list[tuple[str, int]]], cluster: str,
+                  leaf: str, t: str, nodes: list[Node], movable: set[str], moves_left: int,
+                  best: int, any_gain: bool) -> list[_Target]:
+    """The targets of one leaf and GPU type: sets of the movable jobs on its occupied nodes
+    (``held``: their GPUs), in order of lost work, each of whose jobs helps empty a node."""
+    info = state.running_job_info
+    free_gpus = sum(n.gpu_count for n in nodes if not n.allocated)
+    busy = [n for n in nodes if n.allocated and set(n.allocated.values()) <= movable]
+    names = sorted({j for n in busy for j in n.allocated.values()})
+    cands = sorted((Candidate(j, info[j].priority, info[j].queue, tuple(held[j]),
+                              len(held[j]) * info[j].checkpoint_age_s, "defrag")
+                    for j in names), key=lambda x: (x.lost, len(x.gpus), x.name))
+    out = []
+    for k, combo in enumerate(victim_sets(cands)):
+        if k >= MAX_SETS_PER_LEAF:
+            break
+        if len(combo) > moves_left:
+            continue
+        chosen = {x.name for x in combo}
+        cleared = [n for n in busy if set(n.allocated.values()) <= chosen]
+        if {j for n in cleared for j in n.allocated.values()} != chosen:
+            continue  # a job in the set empties no node: not needed
+        gain = free_gpus + sum(n.gpu_count for n in cleared) - best
+        if gain > 0 or any_gain:
+            out.append(_Target(
+                gain, sum(x.lost for x in combo), sum(len(x.gpus) for x in combo),
+                cluster, leaf, t,
+                [n.name for n in nodes if not n.allocated] + [n.name for n in cleared],
+                tuple(sorted(chosen))))
+    return out
 
 
 def defrag_cluster(instance: Instance, specs: list[TrainingJob] | None = None, *,
