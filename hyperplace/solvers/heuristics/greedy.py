@@ -608,13 +608,7 @@ def repair_priority(p: PlacementProblem, a: Assignment,
     on_victims = {j for j, units in a.units.items() for u in units for node, gpus in u.pieces
                   if set(gpus) & set(p.node_by_name[node].stoppable)}
     on_victims |= {j for j in a.units if p.is_copy(j)}  # a migrated job stays where it moved
-    state = State(p)
-    ledger = QuotaLedger(p)
-    for j, units in out.units.items():
-        ledger.admit(p.jobs[j], units)
-        for u in units:
-            for node, gpus in u.pieces:
-                state.take(node, gpus)
+    state, ledger = _state_of(p, out)
     pending = sorted((jv for jv in p.pending if jv.index not in out.units and not jv.impossible),
                      key=lambda j: (-j.priority, -j.gpus, j.index))
     # admitted jobs by priority level, so that finding the lower-priority ones costs nothing
@@ -642,34 +636,53 @@ def repair_priority(p: PlacementProblem, a: Assignment,
             version += 1
             continue
         lower = [j for j in admitted.below(jv.priority) if j not in on_victims]
-        if not lower:
+        if not lower or not _over_lower(p, jv, lower, out, state, ledger, admitted, trials):
             failed[key] = version
             continue
-        released = {j: out.units.pop(j) for j in lower}
-        admitted.discard(lower)
-        for j, units in released.items():
-            _give_back(state, units)
-            ledger.release(p.jobs[j], units)
-        placed = _place_within_quota(p, jv, state, ledger, trials)
-        if placed is None:  # no better: put everything back as it was
-            for j, units in released.items():
-                out.units[j] = units
-                admitted.add(j)
-                ledger.admit(p.jobs[j], units)
-                for u in units:
-                    for node, gpus in u.pieces:
-                        state.take(node, gpus)
-            failed[key] = version
-            continue
-        out.units[jv.index] = placed
-        admitted.add(jv.index)
         version += 1
-        for j in lower:  # the released jobs return where they still fit
-            again = _place_within_quota(p, p.jobs[j], state, ledger, trials)
-            if again is not None:
-                out.units[j] = again
-                admitted.add(j)
     return out
+
+
+def _state_of(p: PlacementProblem, a: Assignment) -> tuple[State, QuotaLedger]:
+    """Greedy's GPU state and quota ledger with plan ``a`` in place."""
+    state = State(p)
+    ledger = QuotaLedger(p)
+    for j, units in a.units.items():
+        ledger.admit(p.jobs[j], units)
+        for u in units:
+            for node, gpus in u.pieces:
+                state.take(node, gpus)
+    return state, ledger
+
+
+def _over_lower(p: PlacementProblem, jv: JobView, lower: list[int], out: Assignment,
+                state: State, ledger: QuotaLedger, admitted: _ByPriority, trials: int) -> bool:
+    """Release the admitted jobs of lower priority, place ``jv`` and put the released jobs
+    back where they still fit; or, when ``jv`` does not fit even so, put everything back as
+    it was. Whether ``jv`` was placed."""
+    released = {j: out.units.pop(j) for j in lower}
+    admitted.discard(lower)
+    for j, units in released.items():
+        _give_back(state, units)
+        ledger.release(p.jobs[j], units)
+    placed = _place_within_quota(p, jv, state, ledger, trials)
+    if placed is None:  # no better: put everything back as it was
+        for j, units in released.items():
+            out.units[j] = units
+            admitted.add(j)
+            ledger.admit(p.jobs[j], units)
+            for u in units:
+                for node, gpus in u.pieces:
+                    state.take(node, gpus)
+        return False
+    out.units[jv.index] = placed
+    admitted.add(jv.index)
+    for j in lower:  # the released jobs return where they still fit
+        again = _place_within_quota(p, p.jobs[j], state, ledger, trials)
+        if again is not None:
+            out.units[j] = again
+            admitted.add(j)
+    return True
 
 
 class _ByPriority:
