@@ -289,38 +289,8 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[DomainKey], state
                 units.append(PlacedUnit(uc.index, u.name, [(got[0], grp)]))
             continue
         for u in uc.units:
-            candidates = [leaves]
-            if uc.multi_node and not uc.nvlink_bound and jv.traffic_class in ("tp", "ep"):
-                candidates = one_rack_first(p, uc, leaves, state)
-            if uc.multi_node and uc.hop_limit is not None:
-                sub = [[leaf for leaf in ls if leaf in leaf_set]
-                       for d, ls in p.leaves_by_domain(uc.hop_limit, False).items()
-                       if not (uc.nvlink_bound and d.is_single_node)]
-                types = p.eligible_types(uc.gpu_types, uc.min_memory_gb)
-                sub = [ls for ls in sub if sum(state.leaf_free[leaf][t] for leaf in ls for t in types) >= uc.size]
-                candidates = sorted(sub, key=lambda ls: sum(state.leaf_free[leaf][t] for leaf in ls for t in types))
-            done = None
-            for cand in candidates:
-                if uc.flexible:
-                    done = _place_flexible_unit(p, jv, uc, cand, state, job_leaves)
-                    if done is not None:
-                        break
-                    continue
-                for pattern in uc.patterns or (tuple(uc.pieces),):  # fewest pieces first
-                    pieces: list[tuple[str, tuple[int, ...]]] = []
-                    for size in pattern:
-                        got = _place_piece(p, jv, uc, size, cand, state, job_leaves)
-                        if got is None:
-                            break
-                        state.take(*got)
-                        pieces.append(got)
-                    if len(pieces) == len(pattern):
-                        done = pieces
-                        break
-                    for node, gpus in pieces:
-                        state.give(node, gpus)
-                if done is not None:
-                    break
+            done = _place_unit(p, jv, uc, _unit_candidates(p, jv, uc, leaves, leaf_set, state),
+                               state, job_leaves)
             if done is None:
                 undo()
                 return None
@@ -329,6 +299,51 @@ def _try_domain(p: PlacementProblem, jv: JobView, leaves: list[DomainKey], state
                 job_leaves.add(p.node_by_name[node].leaf)
             units.append(PlacedUnit(uc.index, u.name, done))
     return units
+
+
+def _unit_candidates(p: PlacementProblem, jv: JobView, uc: UnitClass, leaves: list[DomainKey],
+                     leaf_set: set[DomainKey], state: State) -> list[list[DomainKey]]:
+    """Where one unit is tried, in order: the job's leaves; a TP/EP unit that may span
+    nodes, one rack first; a multi-node unit with a hop limit, each domain of that limit
+    with room for it, fewest free GPUs first."""
+    candidates = [leaves]
+    if uc.multi_node and not uc.nvlink_bound and jv.traffic_class in ("tp", "ep"):
+        candidates = one_rack_first(p, uc, leaves, state)
+    if uc.multi_node and uc.hop_limit is not None:
+        sub = [[leaf for leaf in ls if leaf in leaf_set]
+               for d, ls in p.leaves_by_domain(uc.hop_limit, False).items()
+               if not (uc.nvlink_bound and d.is_single_node)]
+        types = p.eligible_types(uc.gpu_types, uc.min_memory_gb)
+        sub = [ls for ls in sub if sum(state.leaf_free[leaf][t] for leaf in ls for t in types) >= uc.size]
+        candidates = sorted(sub, key=lambda ls: sum(state.leaf_free[leaf][t] for leaf in ls for t in types))
+    return candidates
+
+
+def _place_unit(p: PlacementProblem, jv: JobView, uc: UnitClass,
+                candidates: list[list[DomainKey]], state: State, job_leaves: set[DomainKey]
+                ) -> list[tuple[str, tuple[int, ...]]] | None:
+    """One unit's pieces in the first candidate leaves where they fit (a flexible unit as
+    few pieces as best fit finds; another by its cut patterns, fewest pieces first); taken
+    on ``state``, or None and ``state`` unchanged."""
+    for cand in candidates:
+        if uc.flexible:
+            done = _place_flexible_unit(p, jv, uc, cand, state, job_leaves)
+            if done is not None:
+                return done
+            continue
+        for pattern in uc.patterns or (tuple(uc.pieces),):  # fewest pieces first
+            pieces: list[tuple[str, tuple[int, ...]]] = []
+            for size in pattern:
+                got = _place_piece(p, jv, uc, size, cand, state, job_leaves)
+                if got is None:
+                    break
+                state.take(*got)
+                pieces.append(got)
+            if len(pieces) == len(pattern):
+                return pieces
+            for node, gpus in pieces:
+                state.give(node, gpus)
+    return None
 
 
 def one_rack_first(p: PlacementProblem, uc: UnitClass, leaves: list[DomainKey],
