@@ -75,31 +75,39 @@ def greedy_preempt(p: PlacementProblem, a: Assignment, params: GreedyParams | No
     pending = sorted((jv for jv in p.jobs if jv.index not in out.units and not jv.impossible),
                      key=lambda j: (-j.priority, -j.gpus, j.index))
     for jv in pending:
-        if deadline is not None and time.perf_counter() > deadline:
+        if _late(deadline):
             break
-        cands = [v for v in p.victims if jv.index in v.allowed and v.index not in out.stopped]
-        cands = sorted(cands, key=lambda v: (v.lost, v.name))[:MAX_CANDIDATES]
-        reach = sum(len(f) for f in state.free.values())
-        done = False
-        for tried, combo in enumerate(_sets(cands)):
-            if tried >= MAX_SETS or (deadline is not None and time.perf_counter() > deadline):
-                break
-            if reach + sum(len(v.gpus) for v in combo) < jv.gpus:
-                continue
-            if _attempt(p, jv, combo, state, quota, out, params):
-                done = True
-                break
-        if done:
-            continue
-        # the ordered sets ran out (or their limit): clear node after node, per domain
-        for combo in _node_sets(p, jv, state, [v for v in p.victims if jv.index in v.allowed
-                                               and v.index not in out.stopped]):
-            if deadline is not None and time.perf_counter() > deadline:
-                break
-            if _attempt(p, jv, combo, state, quota, out, params):
-                break
+        _preempt_for(p, jv, state, quota, out, params, deadline)
     _keep_unneeded(p, out, quota)
     return out
+
+
+def _late(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() > deadline
+
+
+def _preempt_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaUse,
+                 out: Assignment, params: GreedyParams, deadline: float | None) -> None:
+    """Victim sets for one pending job in order of lost work (at most ``MAX_SETS``, of its
+    ``MAX_CANDIDATES`` cheapest candidates), then, when those ran out, node after node per
+    domain; the first that places it whole is taken."""
+    cands = [v for v in p.victims if jv.index in v.allowed and v.index not in out.stopped]
+    cands = sorted(cands, key=lambda v: (v.lost, v.name))[:MAX_CANDIDATES]
+    reach = sum(len(f) for f in state.free.values())
+    for tried, combo in enumerate(_sets(cands)):
+        if tried >= MAX_SETS or _late(deadline):
+            break
+        if reach + sum(len(v.gpus) for v in combo) < jv.gpus:
+            continue
+        if _attempt(p, jv, combo, state, quota, out, params):
+            return
+    # the ordered sets ran out (or their limit): clear node after node, per domain
+    for combo in _node_sets(p, jv, state, [v for v in p.victims if jv.index in v.allowed
+                                           and v.index not in out.stopped]):
+        if _late(deadline):
+            break
+        if _attempt(p, jv, combo, state, quota, out, params):
+            break
 
 
 def _keep_unneeded(p: PlacementProblem, out: Assignment, quota: QuotaUse) -> None:
