@@ -441,55 +441,78 @@ class PlacementModelBuilder:
             tag = f"{jv.name},{unit.name}"
             placed: list[tuple[int, int, NodeClass]] = []  # (var, size, node class)
             for nc in classes:
-                rep = nc.rep
-                sizes = uc.sizes_on(rep)
                 if nc.uniform:
-                    for size in sizes:
-                        capacity = p.piece_capacity(uc, size, rep)
-                        if capacity < 1:
-                            continue
-                        per_node = capacity if uc.merges_on(rep) else 1
-                        ub = min(uc.size // size, per_node * nc.multiplicity)
-                        v = self.lm.var(f"k[{tag},{size},nc{nc.index}]", 0, ub)
-                        self._add_piece(PieceVar(uc.index, size, nc.index, v, unit=i))
-                        self.cap_terms[nc.index].append((v, size))
-                        placed.append((v, size, nc))
-                    continue
-                on_node = []
-                for size in sizes:
-                    for clique in rep.cliques(size, uc.min_nvlink_gbps, rep.reachable):
-                        if rep.stoppable and not self._may_use(block.job, rep, clique):
-                            continue
-                        v = self.lm.bool(f"w[{tag},{rep.name},{clique}]")
-                        self._add_piece(PieceVar(uc.index, size, nc.index, v, clique, unit=i))
-                        for g in clique:
-                            self.gpu_terms[(nc.index, g)].append(v)
-                        placed.append((v, size, nc))
-                        on_node.append(v)
-                if len(on_node) > 1:
-                    self.lm.add([(v, 1) for v in on_node], hi=1, name=f"onepiece[{tag},{rep.name}]")
+                    self._flexible_counts(uc, i, tag, nc, placed)
+                else:
+                    self._flexible_cliques(block, uc, i, tag, nc, placed)
             self.lm.eq([(v, size) for v, size, _ in placed] + [(block.run, -uc.size)], 0,
                        f"gang[{tag}]")
-            for v, size, nc in placed:
-                n0 = nc.rep
-                block.touched_leaf[n0.leaf].append(v)
-                if n0.attach_gbps is not None and 3 in n0.cluster.network.radii:
-                    block.touched_spine[p.domain(n0, 3)].append(v)
-                self.obj_policy.append((v, size * p.policy_penalty(n0.gpu_type)))
-                self.job_gpu_terms[block.job].append((v, size, n0.gpu_type.name))
-                if piece_cost:
-                    self.obj_comm.append((v, piece_cost))
+            self._flexible_terms(block, placed, piece_cost)
             if own_domains:
                 self._flexible_unit_domain(block, uc, i, placed)
             if block.in_domain:
-                per_dom: dict[tuple[DomainKey, ...], list[int]] = defaultdict(list)
-                for v, _, nc in placed:
-                    ds = tuple(d for d in p.domains_of(nc.rep, jv.hop_limit, job_level=True)
-                               if d in block.in_domain)
-                    per_dom[ds].append(v)
-                for ds, vs in per_dom.items():
-                    self.lm.add([(v, 1) for v in vs] + [(block.in_domain[d], -uc.size) for d in ds],
-                                hi=0, name=f"indomain[{tag},{'|'.join(ds)}]")
+                self._flexible_in_domain(block, uc, tag, placed)
+
+    def _flexible_counts(self, uc: UnitClass, i: int, tag: str, nc: NodeClass,
+                         placed: list[tuple[int, int, NodeClass]]) -> None:
+        """Unit ``i``'s pieces on a uniform node class: a count per piece size."""
+        p, rep = self.p, nc.rep
+        for size in uc.sizes_on(rep):
+            capacity = p.piece_capacity(uc, size, rep)
+            if capacity < 1:
+                continue
+            per_node = capacity if uc.merges_on(rep) else 1
+            ub = min(uc.size // size, per_node * nc.multiplicity)
+            v = self.lm.var(f"k[{tag},{size},nc{nc.index}]", 0, ub)
+            self._add_piece(PieceVar(uc.index, size, nc.index, v, unit=i))
+            self.cap_terms[nc.index].append((v, size))
+            placed.append((v, size, nc))
+
+    def _flexible_cliques(self, block: _JobBlock, uc: UnitClass, i: int, tag: str,
+                          nc: NodeClass, placed: list[tuple[int, int, NodeClass]]) -> None:
+        """Unit ``i``'s pieces on a non-uniform node: a boolean per qualifying GPU set, at
+        most one set per unit and node."""
+        rep = nc.rep
+        on_node = []
+        for size in uc.sizes_on(rep):
+            for clique in rep.cliques(size, uc.min_nvlink_gbps, rep.reachable):
+                if rep.stoppable and not self._may_use(block.job, rep, clique):
+                    continue
+                v = self.lm.bool(f"w[{tag},{rep.name},{clique}]")
+                self._add_piece(PieceVar(uc.index, size, nc.index, v, clique, unit=i))
+                for g in clique:
+                    self.gpu_terms[(nc.index, g)].append(v)
+                placed.append((v, size, nc))
+                on_node.append(v)
+        if len(on_node) > 1:
+            self.lm.add([(v, 1) for v in on_node], hi=1, name=f"onepiece[{tag},{rep.name}]")
+
+    def _flexible_terms(self, block: _JobBlock, placed: list[tuple[int, int, NodeClass]],
+                        piece_cost: int) -> None:
+        """A flexible unit's pieces in the domains it touches and in objectives 2 and 4."""
+        p = self.p
+        for v, size, nc in placed:
+            n0 = nc.rep
+            block.touched_leaf[n0.leaf].append(v)
+            if n0.attach_gbps is not None and 3 in n0.cluster.network.radii:
+                block.touched_spine[p.domain(n0, 3)].append(v)
+            self.obj_policy.append((v, size * p.policy_penalty(n0.gpu_type)))
+            self.job_gpu_terms[block.job].append((v, size, n0.gpu_type.name))
+            if piece_cost:
+                self.obj_comm.append((v, piece_cost))
+
+    def _flexible_in_domain(self, block: _JobBlock, uc: UnitClass, tag: str,
+                            placed: list[tuple[int, int, NodeClass]]) -> None:
+        """A flexible unit's pieces lie in the job's chosen domain."""
+        p, jv = self.p, block.view
+        per_dom: dict[tuple[DomainKey, ...], list[int]] = defaultdict(list)
+        for v, _, nc in placed:
+            ds = tuple(d for d in p.domains_of(nc.rep, jv.hop_limit, job_level=True)
+                       if d in block.in_domain)
+            per_dom[ds].append(v)
+        for ds, vs in per_dom.items():
+            self.lm.add([(v, 1) for v in vs] + [(block.in_domain[d], -uc.size) for d in ds],
+                        hi=0, name=f"indomain[{tag},{'|'.join(ds)}]")
 
     def _flexible_unit_domain(self, block: _JobBlock, uc: UnitClass, i: int,
                               placed: list[tuple[int, int, NodeClass]]) -> None:
