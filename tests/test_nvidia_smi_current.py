@@ -88,3 +88,19 @@ def test_stdin(capsys, monkeypatch):
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "gpuType: H800" in out.out and "name: stdin" in out.out
+
+
+def test_nccl_files_without_gpus_take_count_and_type_per_file(tmp_path):
+    """AWS g5.48xl and p5 NCCL files list no <gpu>: --gpu-count and --gpu-type per file."""
+    from hyperplace.instances.importers import bundled
+
+    g5 = Path(__file__).parent / "data" / "nccl" / "aws_g5.48xl-topo.xml"
+    with pytest.raises(InputError) as e:
+        import_cluster("nccl-xml", [str(g5)])
+    assert "give --gpu-count" in e.value.message
+    p5 = tmp_path / "p5.xml"
+    p5.write_bytes(bundled("topology", "aws_p5.48xl-topo.xml").read_bytes())
+    text, summary = import_cluster("nccl-xml", [str(g5), str(p5)], gpu_count=[8, 8],
+                                   gpu_type=["A10G", "H100"])
+    assert "2 nodes, 16 GPUs (A10, H100-80)" in summary
+    assert "gpuType: A10" in text and "nvlink: pcie" in text  # A10G: PCIe only
