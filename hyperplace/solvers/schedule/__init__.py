@@ -116,20 +116,28 @@ class Profile:
                     delta[a, end] -= g
             into += np.cumsum(delta, axis=1)[:, :length]
 
-    def earliest(self, pool: int, demand: int, dur: int, lo: int = 0, nodes: int = 0
-                 ) -> int | None:
-        if dur > self.length:
-            return None
+    def bad_steps(self, pool: int, demand: int, nodes: int = 0) -> np.ndarray:
+        """Cumulative count of the steps at which ``pool`` (or a pool above it) lacks
+        ``demand`` GPUs or ``nodes`` whole nodes (length + 1 entries, from 0)."""
         anc = self.anc[pool]
         free = (self.cap[anc][:, None] - self.used[anc]).min(axis=0)
         short = free < demand
         if nodes:
             nfree = (self.ncap[anc][:, None] - self.nused[anc]).min(axis=0)
             short |= nfree < nodes
-        bad = np.concatenate([[0], np.cumsum(short)])
+        return np.concatenate([[0], np.cumsum(short)])
+
+    def first_fit(self, bad: np.ndarray, dur: int, lo: int = 0) -> int | None:
+        """The first start >= ``lo`` with no bad step in ``[start, start + dur)``."""
+        if dur > self.length:
+            return None
         win = bad[dur:] - bad[:-dur]  # bad steps in [s, s + dur)
         ok = np.flatnonzero(win[lo:] == 0)
         return int(ok[0]) + lo if ok.size else None
+
+    def earliest(self, pool: int, demand: int, dur: int, lo: int = 0, nodes: int = 0
+                 ) -> int | None:
+        return self.first_fit(self.bad_steps(pool, demand, nodes), dur, lo)
 
     def take(self, pool: int, demand: int, start: int, dur: int, nodes: int = 0) -> None:
         self.used[self.anc[pool], start:start + dur] += demand
@@ -178,13 +186,12 @@ def list_schedule(problem: ScheduleProblem, jobs: list[ScheduleJob],
             continue
         best: tuple[int, int, int, int] | None = None
         for k, o in enumerate(j.options):
-            nd = j.node_demand.get(o.pool, 0)
+            bad = prof.bad_steps(o.pool, j.demand[o.pool], j.node_demand.get(o.pool, 0))
             d = problem.dur_steps(o, 0)
-            s = None if o.pool in j.not_now else prof.earliest(o.pool, j.demand[o.pool], d,
-                                                                 nodes=nd)
-            if s != 0:
+            s = None if o.pool in j.not_now or d > prof.length or bad[d] else 0
+            if s != 0:  # not now: from step 1, at the length of a later start
                 d = problem.dur_steps(o, 1)
-                s = prof.earliest(o.pool, j.demand[o.pool], d, lo=1, nodes=nd)
+                s = prof.first_fit(bad, d, lo=1)
             if s is None:
                 continue
             key = (s + d, problem.pools[o.pool].tier, k, s)
