@@ -199,7 +199,7 @@ def why_job(instance: Instance, job: str, *, budget_s: float = 10.0, solver: str
 def _fewer_gpus(job: TrainingJob) -> list[tuple[str, TrainingJob]]:
     """Smaller asks, largest first: fewer replicas, or (one replica) a smaller largest
     model-parallel group, halving."""
-    from hyperplace.commands.render import plural
+    from hyperplace.words import plural
 
     out: list[tuple[str, TrainingJob]] = []
     r = job.spec.replica_count
