@@ -40,7 +40,7 @@ def http(server: LocalServer):
 
 def _still_serving(http: httpx.Client) -> None:
     assert http.get("/healthz").json() == {"status": "ok"}
-    r = http.post("/v1/placement", json={"bundled": "seed-beijing-shanghai", "budgetS": 2})
+    r = http.post("/v1/placement", json={"bundled": "seed-beijing-shanghai", "budgetS": 10})
     assert r.status_code == 200, r.text
 
 
@@ -59,7 +59,7 @@ def test_health_ready_openapi_metrics(http: httpx.Client) -> None:
         assert path in spec["paths"], path
     schemas = spec["components"]["schemas"]
     assert {"InstanceSpec", "TrainingJob", "PlacementPlan", "SplitProblem"} <= set(schemas)
-    http.post("/v1/placement", json={"bundled": "seed-beijing-shanghai", "budgetS": 1})
+    http.post("/v1/placement", json={"bundled": "seed-beijing-shanghai", "budgetS": 10})
     text = http.get("/metrics").text
     assert 'hyperplace_requests_total{endpoint="/v1/placement",status="200"}' in text
     for name in ("hyperplace_request_seconds_bucket", "hyperplace_solve_seconds_bucket",
@@ -87,12 +87,12 @@ def test_placement_on_every_bundled_instance(http: httpx.Client, name: str) -> N
 def test_placement_inline_instance_and_own_queue(http: httpx.Client) -> None:
     inst = load_instance(SMALL)
     doc = instance_document(inst)
-    r = http.post("/v1/placement", json={"instance": doc, "budgetS": 3, "solver": "greedy"})
+    r = http.post("/v1/placement", json={"instance": doc, "budgetS": 10, "solver": "greedy"})
     assert r.status_code == 200, r.text
     plan = PlacementPlan.model_validate(r.json())
     assert check(plan, inst) == []
     jobs = doc["spec"]["jobs"][:2]
-    r = http.post("/v1/placement", json={"bundled": SMALL, "jobs": jobs, "budgetS": 3})
+    r = http.post("/v1/placement", json={"bundled": SMALL, "jobs": jobs, "budgetS": 10})
     plan = PlacementPlan.model_validate(r.json())
     assert {*plan.admitted, *(p.job for p in plan.pending)} == {j["metadata"]["name"] for j in jobs}
     assert check(plan, inst.with_jobs(inst.jobs[:2])) == []
@@ -105,7 +105,7 @@ def test_budget_is_capped_by_the_server(http: httpx.Client) -> None:
 
 
 def test_check_endpoint(http: httpx.Client) -> None:
-    plan = http.post("/v1/placement", json={"bundled": SMALL, "budgetS": 3}).json()
+    plan = http.post("/v1/placement", json={"bundled": SMALL, "budgetS": 10}).json()
     r = http.post("/v1/check", json={"bundled": SMALL, "plan": plan})
     assert r.json() == {"ok": True, "violations": []}
     bad = json.loads(json.dumps(plan))
@@ -309,7 +309,7 @@ def _wait(http: httpx.Client, run_id: str, states: set[str], timeout: float = 60
 
 def test_run_submit_poll_result(http: httpx.Client) -> None:
     r = http.post("/v1/runs", json={"kind": "placement",
-                                    "request": {"bundled": SMALL, "budgetS": 3}})
+                                    "request": {"bundled": SMALL, "budgetS": 10}})
     assert r.status_code == 202 and r.headers["Location"] == f"/v1/runs/{r.json()['id']}"
     status = _wait(http, r.json()["id"], {"succeeded", "failed"})
     assert status["state"] == "succeeded" and status["progress"] == 1.0
@@ -347,7 +347,7 @@ def test_cancel_stops_the_solve_and_frees_the_worker(http: httpx.Client) -> None
     # both workers free again: two rounds at once are answered at once, not after 40 s
     with concurrent.futures.ThreadPoolExecutor(2) as ex:
         codes = list(ex.map(lambda _: http.post("/v1/placement", json={
-            "bundled": "seed-beijing-shanghai", "budgetS": 2}).status_code, range(2)))
+            "bundled": "seed-beijing-shanghai", "budgetS": 10}).status_code, range(2)))
     assert codes == [200, 200] and time.monotonic() - started < 10
     assert http.get(f"/v1/runs/{run_id}").json()["state"] == "cancelled"
 
@@ -463,7 +463,7 @@ def test_stored_cluster_rounds_and_extenders(http: httpx.Client) -> None:
     other = load_instance("seed-beijing-shanghai")
     assert http.put("/v1/clusters/prod", json=instance_document(other)).json()["version"] == 1
     for _ in range(2):  # both workers
-        again = http.post("/v1/placement", json={"cluster": "prod", "budgetS": 3})
+        again = http.post("/v1/placement", json={"cluster": "prod", "budgetS": 10})
         assert check(PlacementPlan.model_validate(again.json()), other) == []
     assert http.delete("/v1/clusters/prod").status_code == 204
 
@@ -473,9 +473,9 @@ def test_stored_cluster_rounds_and_extenders(http: httpx.Client) -> None:
 def test_python_client(server: LocalServer) -> None:
     with Client(server.url) as hp:
         assert hp.healthy() and hp.ready()
-        plan = hp.placement(SMALL, budget_s=3)
+        plan = hp.placement(SMALL, budget_s=10)
         assert hp.check(plan, SMALL) == []
-        run_id = hp.submit_run(SMALL, budget_s=3)
+        run_id = hp.submit_run(SMALL, budget_s=10)
         assert check(hp.wait_run(run_id), load_instance(SMALL)) == []
         with pytest.raises(ServiceError) as err:
             hp.placement(SMALL, budget_s=-1)
@@ -498,7 +498,7 @@ def test_token_body_limit_and_saturation(tmp_path) -> None:
                 r = client.request(method, path, headers=headers, json={"bundled": SMALL})
                 assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
         client.headers["Authorization"] = "Bearer s3cret-token"
-        r = client.post("/v1/placement", json={"bundled": SMALL, "budgetS": 2})
+        r = client.post("/v1/placement", json={"bundled": SMALL, "budgetS": 10})
         assert r.status_code == 200
         big = {"bundled": SMALL, "jobs": [], "padding": "x" * 200_000}
         assert client.post("/v1/placement", json=big).status_code == 413
@@ -544,8 +544,8 @@ def test_restart_loses_nothing(tmp_path) -> None:
     inst = load_instance(SMALL)
     with LocalServer(db=db, workers=1) as srv, Client(srv.url) as hp:
         hp.put_cluster("keep", inst)
-        plan = hp.placement(cluster="keep", budget_s=3, apply=True)
-        run_id = hp.submit_run(SMALL, budget_s=3)
+        plan = hp.placement(cluster="keep", budget_s=10, apply=True)
+        run_id = hp.submit_run(SMALL, budget_s=10)
         hp.wait_run(run_id)
     assert srv.returncode in (0, -15)  # uvicorn re-raises the SIGTERM it handled
     with LocalServer(db=db, workers=1) as srv2, Client(srv2.url) as hp:

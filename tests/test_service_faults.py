@@ -76,7 +76,7 @@ def http(server: LocalServer):
 def _serving(http: httpx.Client) -> None:
     ready = http.get("/readyz").json()
     assert ready["status"] == "ready" and ready["alive"] == ready["workers"], ready
-    r = http.post("/v1/placement", json={"bundled": "seed-beijing-shanghai", "budgetS": 2})
+    r = http.post("/v1/placement", json={"bundled": "seed-beijing-shanghai", "budgetS": 10})
     assert r.status_code == 200, r.text
 
 
@@ -193,8 +193,8 @@ def test_restart_with_deleted_cluster_fails_the_run_and_starts(tmp_path) -> None
             ex.submit(client.post, "/v1/debug/sleep", params={"seconds": 20})
             time.sleep(0.5)  # the only worker is busy: runs stay queued
             gone = client.post("/v1/runs", json={"request": {"cluster": "soon-gone",
-                                                             "budgetS": 2}})
-            kept = client.post("/v1/runs", json={"request": {"cluster": "kept", "budgetS": 2}})
+                                                             "budgetS": 10}})
+            kept = client.post("/v1/runs", json={"request": {"cluster": "kept", "budgetS": 10}})
             assert gone.status_code == 202 == kept.status_code, (gone.text, kept.text)
             assert client.delete("/v1/clusters/soon-gone").status_code == 204
             srv.kill()
@@ -294,7 +294,7 @@ def test_cancel_never_contradicts_the_final_state(http: httpx.Client) -> None:
     outcomes = []
     for i in range(12):
         run = http.post("/v1/runs", json={"request": {"bundled": "seed-beijing-shanghai",
-                                                      "budgetS": 1, "solver": "greedy"}})
+                                                      "budgetS": 10, "solver": "greedy"}})
         assert run.status_code == 202, run.text
         time.sleep(0.02 * i)
         r = http.delete(f"/v1/runs/{run.json()['id']}")
@@ -317,17 +317,17 @@ def test_plans_are_per_stored_cluster_and_namespace(http: httpx.Client) -> None:
     doc = instance_document(inst)
     nodes = [n.name for c in inst.clusters for n in c.nodes]
     job = PlacementPlan.model_validate(http.post("/v1/placement", json={
-        "bundled": SMALL, "budgetS": 2}).json()).jobs[0].job
+        "bundled": SMALL, "budgetS": 10}).json()).jobs[0].job
     flt = {"Pod": _pod(job), "NodeNames": nodes}
     assert http.post("/v1/extender/filter", json=flt).json()["FailedNodes"] == {}
     # a dry run on a bundled instance (no stored cluster) changes nothing here
-    assert http.post("/v1/placement", json={"bundled": SMALL, "budgetS": 2}).status_code == 200
+    assert http.post("/v1/placement", json={"bundled": SMALL, "budgetS": 10}).status_code == 200
     assert http.post("/v1/extender/filter", json=flt).json()["FailedNodes"] == {}
     # cluster A (renamed nodes) is planned: its plan speaks for A's nodes only
     a = json.loads(json.dumps(doc).replace('"h100-', '"a-h100-').replace('"a100-', '"a-a100-'))
     http.put("/v1/clusters/iso-a", json=a).raise_for_status()
     plan = PlacementPlan.model_validate(
-        http.post("/v1/placement", json={"cluster": "iso-a", "budgetS": 3}).json())
+        http.post("/v1/placement", json={"cluster": "iso-a", "budgetS": 10}).json())
     assert check(plan, Instance.model_validate(a)) == []
     placed = next(p for p in plan.jobs if p.job == job)
     a_nodes = [n for n in (x.replace("h100-", "a-h100-").replace("a100-", "a-a100-")
@@ -400,14 +400,14 @@ def test_apply_with_a_job_named_as_people_write_them(http: httpx.Client) -> None
     job["metadata"]["name"] = "team a/job 1"
     inst["spec"]["jobs"] = [job]
     http.put("/v1/clusters/spaced", json=inst).raise_for_status()
-    r = http.post("/v1/placement", json={"cluster": "spaced", "budgetS": 3, "apply": True})
+    r = http.post("/v1/placement", json={"cluster": "spaced", "budgetS": 10, "apply": True})
     assert r.status_code == 200 and r.headers["X-Hyperplace-Applied"] == "yes", r.text
     assert r.json()["jobs"][0]["job"] == "team a/job 1"
     assert http.get("/v1/clusters/spaced").json()["pendingJobs"] == 0
     r = http.patch("/v1/clusters/spaced", json={"completions": ["team a/job 1"]})
     assert r.status_code == 200, r.text
     http.put("/v1/clusters/spaced", json=inst).raise_for_status()
-    run = http.post("/v1/runs", json={"request": {"cluster": "spaced", "budgetS": 3,
+    run = http.post("/v1/runs", json={"request": {"cluster": "spaced", "budgetS": 10,
                                                   "apply": True}})
     assert run.status_code == 202, run.text
     assert _wait_run(http, run.json()["id"], {"succeeded", "failed"})["state"] == "succeeded"
@@ -468,7 +468,7 @@ def test_queue_full_429_text_and_run_wait_not_charged(tmp_path) -> None:
         time.sleep(0.4)
         # a run with a 1 s budget waits ~3 s for the only worker, then runs with all of it
         run = client.post("/v1/runs", json={"request": {"bundled": "seed-beijing-shanghai",
-                                                        "budgetS": 1}})
+                                                        "budgetS": 5}})
         assert run.status_code == 202, run.text
         r = client.post("/v1/debug/sleep", params={"seconds": 0.1})
         assert r.status_code == 429 and "queue is full (1 waiting)" in r.json()["error"]
@@ -483,7 +483,7 @@ def test_finished_runs_expire_and_requests_are_not_kept(tmp_path) -> None:
     db = tmp_path / "r.sqlite"
     with LocalServer("--run-retention", "0.0005", db=db, workers=1) as srv, \
             httpx.Client(base_url=srv.url, timeout=30) as client:
-        run = client.post("/v1/runs", json={"request": {"bundled": SMALL, "budgetS": 1}})
+        run = client.post("/v1/runs", json={"request": {"bundled": SMALL, "budgetS": 5}})
         rid = run.json()["id"]
         _wait_run(client, rid, {"succeeded"})
     import sqlite3
