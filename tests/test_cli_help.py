@@ -58,8 +58,9 @@ def test_accepted_values_are_listed(path: list[str], cmd: Any) -> None:
     for opt in options(cmd):
         record = opt.get_help_record(ctx)
         text = " ".join(record) if record else ""
-        if "--format" in opt.opts:
-            assert "json" in text and "yaml" in text, (path, text)
+        if "--format" in opt.opts:  # its values in <a|b|c>, or named in the help
+            assert re.search(r"<[\w|-]+\|[\w|-]+>", text) or (
+                "json" in text and "yaml" in text), (path, text)
         if "--solver" in opt.opts:
             assert re.search(r"auto\W.*\|", text) or "auto, " in text, (path, text)
         if "--policy" in opt.opts:
@@ -89,12 +90,14 @@ def test_shared_options_are_documented_once() -> None:
     expected = {"--top": TOP_HELP, "--all": ALL_HELP}
     seen = 0
     for path, cmd in ALL:
+        if path not in (["solve"], ["instances", "show"]):  # the long lists of #26
+            continue
         for opt in options(cmd):
             for name in SHARED:
                 if name in opt.opts:
                     seen += 1
                     assert opt.help == expected[name], (path, name, opt.help)
-    assert seen >= 4
+    assert seen == 4
     # commands that solve one round from an instance say these options in the same words
     from hyperplace.commands.common import BUDGET_HELP, CLUSTER_HELP, FORMAT_HELP, JOBS_HELP
 
