@@ -90,3 +90,27 @@ def test_network_factor_and_slowest_type():
 def test_bad_gpu_count_names_the_field():
     with pytest.raises(InputError, match="gpus"):
         type_speed("llama3-8b", "H100-80", 0)
+
+
+def test_a_job_may_declare_its_parallelism_or_auto():
+    from hyperplace.models.job import Parallelism
+
+    declared = Parallelism(tp=8, pp=2, micro_batch=1, recompute="full")
+    mine = type_speed("llama3-70b", "H100-80", 16, parallelism=declared)
+    assert (mine.config.tp, mine.config.pp, mine.config.recompute) == (8, 2, True)
+    pred = predict(model_preset("llama3-70b"), "H100", tp=8, pp=2, dp=1, micro_batch=1,
+                   global_batch=mine.config.global_batch, recompute=True, zero=1,
+                   sequence_parallel=True)
+    assert mine.step_time_s == pytest.approx(pred.step_time_s)
+    auto = type_speed("llama3-8b", "H100-80", 8, parallelism="auto")
+    default = type_speed("llama3-8b", "H100-80", 8)
+    assert auto.fits and auto.tokens_per_s >= default.tokens_per_s * (1 - 1e-9) or not default.fits
+    with pytest.raises(InputError, match="spec.parallelism"):
+        type_speed("llama3-8b", "H100-80", 12, parallelism=Parallelism(tp=8))
+    # the field on a job's spec, camelCase on the wire
+    job = model_parallel_job("j", "q", replicas=2, memory_gb=None, dp_ib_gbps=None)
+    spec = job.spec.model_validate({**job.spec.model_dump(by_alias=True),
+                                    "parallelism": {"tp": 8, "virtualStages": 1}})
+    assert spec.parallelism.tp == 8
+    assert job.spec.model_validate({**job.spec.model_dump(by_alias=True),
+                                    "parallelism": "auto"}).parallelism == "auto"

@@ -18,7 +18,8 @@ is priced as the dense transformer preset sized to its GPU count (:data:`DEFAULT
 up to 4 GPUs ``gpt-neo-2.7b``, up to 32 ``llama3-8b``, up to 512 ``llama3-70b``, beyond that
 ``llama3-405b``; the answer says which rule applied.
 
-**The configuration** (until a job declares its parallelism or the planner picks one):
+**The configuration**: the job's declared ``spec.parallelism`` (degrees, schedule, memory
+options; ``auto``: the planner's best, :mod:`hyperplace.costmodel.plan`), else this rule:
 TP the largest power of two <= 8 dividing the GPUs per job and the heads; PP the smallest
 divisor of the rest that fits in memory, with the distributed optimizer (ZeRO-1) and, if
 needed, full recomputation; DP the rest; micro-batch 1 and ``max(8, 4·PP)`` micro-batches
@@ -225,10 +226,43 @@ _cache: dict[tuple, TypeSpeed] = {}
 _job_cache: dict[tuple, "JobSpeed"] = {}
 
 
+def declared_config(spec: ModelSpec, gpu: GPUType, gpus: int, par: Any,
+                    calibration: Calibration, catalog: GPUCatalog) -> tuple[Config, Any]:
+    """A job's declared parallelism (``spec.parallelism``), or the planner's best for
+    ``auto``; InputError naming the field when the degrees do not fit the GPUs."""
+    from hyperplace.costmodel.plan import plan
+    from hyperplace.costmodel.predict import predict
+
+    if par == "auto":
+        res = plan(spec, [(gpu.name, gpus)], top=1, calibration=calibration, catalog=catalog)
+        if not res.best:
+            return default_config(spec, gpu, gpus, calibration, catalog)
+        c, pred = res.best[0].candidate, res.best[0].prediction
+        return Config(tp=c.tp, pp=c.pp, dp=c.dp * c.cp, micro_batch=c.micro_batch,
+                      global_batch=res.global_batch, recompute=c.recompute == "full",
+                      zero=c.zero), pred
+    per = par.tp * par.pp * par.cp
+    if gpus % per:
+        raise InputError(f"TP {par.tp} x PP {par.pp} x CP {par.cp} = {per} does not divide "
+                         f"the job's {gpus} GPUs", path="spec.parallelism")
+    dp = gpus // per
+    gb = par.global_batch or dp * par.micro_batch * max(8, 4 * par.pp)
+    pred = predict(spec, gpu.name, tp=par.tp, pp=par.pp, dp=dp, cp=par.cp,
+                   virtual_stages=par.virtual_stages, micro_batch=par.micro_batch,
+                   global_batch=gb, recompute=par.recompute == "full",
+                   selective_recompute=par.recompute == "selective", zero=par.zero,
+                   precision=par.precision, sequence_parallel=par.tp > 1,
+                   calibration=calibration, catalog=catalog)
+    return Config(tp=par.tp, pp=par.pp, dp=dp * par.cp, micro_batch=par.micro_batch,
+                  global_batch=gb, recompute=par.recompute == "full", zero=par.zero), pred
+
+
 def type_speed(model: str | ModelSpec | None, gpu: GPUType | str, gpus: int, *,
-               catalog: GPUCatalog | None = None,
-               calibration: Calibration | None = None) -> TypeSpeed:
-    """A model's throughput on ``gpus`` GPUs of one type, network aside (cached)."""
+               catalog: GPUCatalog | None = None, calibration: Calibration | None = None,
+               parallelism: Any = None) -> TypeSpeed:
+    """A model's throughput on ``gpus`` GPUs of one type, network aside (cached);
+    ``parallelism``: a job's declared :class:`~hyperplace.models.job.Parallelism` or
+    ``"auto"`` (default: :func:`default_config`)."""
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 < gpus <= MAX_GPUS:
         raise InputError(f"must be a positive integer at most {MAX_GPUS}, got {gpus!r}",
                          path="gpus")
@@ -241,17 +275,20 @@ def type_speed(model: str | ModelSpec | None, gpu: GPUType | str, gpus: int, *,
     calibration = calibration or active_calibration()
     spec, rule = resolve_job_model(model, gpus)
     mkey = spec if isinstance(model, ModelSpec) else spec.name
-    key = (mkey, gpu, gpus, _cal_key(calibration))
+    key = (mkey, gpu, gpus, _cal_key(calibration), parallelism)
     hit = _cache.get(key)
     if hit is not None:
         return hit
     one = GPUCatalog([gpu]) if catalog.find(gpu.name) != gpu else catalog
-    cfg, pred = default_config(spec, gpu, gpus, calibration, one)
+    if parallelism is None:
+        cfg, pred = default_config(spec, gpu, gpus, calibration, one)
+    else:
+        cfg, pred = declared_config(spec, gpu, gpus, parallelism, calibration, one)
     step = pred.step_time_s
     parts = pred.parts
     shares = {"collective": parts["dpSync"] / step, "p2p": parts["p2p"] / step,
               "tp": parts["tpComm"] / step}
-    used = cfg.tp * cfg.pp * cfg.dp
+    used = cfg.tp * cfg.pp * cfg.dp  # dp counts CP ranks too
     hit = TypeSpeed(model=spec.name, model_rule=rule, gpu_type=gpu.name, gpus=gpus,
                     config=cfg, step_time_s=step,
                     tokens_per_s=pred.tokens_per_s * gpus / used, fits=pred.fits,
@@ -287,14 +324,14 @@ def network_factor(spread: Spread | None, shares: dict[str, float]) -> float:
 def job_speed(model: str | ModelSpec | None, gpu_types: str | GPUType | Sequence[str | GPUType],
               gpus: int, spread: Spread | None = None, *, catalog: GPUCatalog | None = None,
               calibration: Calibration | None = None,
-              reference: str = REFERENCE_TYPE) -> JobSpeed:
+              reference: str = REFERENCE_TYPE, parallelism: Any = None) -> JobSpeed:
     """How fast a job (its ``model`` name or spec) runs on ``gpus`` GPUs of ``gpu_types``
     spread as ``spread``: THE speed function (module docstring)."""
     catalog = catalog or default_catalog()
     types = [gpu_types] if isinstance(gpu_types, (str, GPUType)) else list(gpu_types)
     cal = calibration or active_calibration()
     fast = (model if not isinstance(model, ModelSpec) else id(model), tuple(types), gpus,
-            spread, reference, _cal_key(cal))
+            spread, reference, _cal_key(cal), parallelism)
     if any(isinstance(t, str) for t in types):  # names mean what this catalog says
         fast = (*fast, tuple(catalog.find(t) if isinstance(t, str) else t for t in types))
     hit = _job_cache.get(fast)
@@ -302,10 +339,11 @@ def job_speed(model: str | ModelSpec | None, gpu_types: str | GPUType | Sequence
         return hit
     if not types:
         raise InputError("a placement needs at least one GPU type", path="gpuTypes")
-    speeds = [type_speed(model, t, gpus, catalog=catalog, calibration=calibration)
-              for t in dict.fromkeys(types)]
+    speeds = [type_speed(model, t, gpus, catalog=catalog, calibration=calibration,
+                         parallelism=parallelism) for t in dict.fromkeys(types)]
     slow = min(speeds, key=lambda s: s.tokens_per_s)
-    ref = type_speed(model, reference, gpus, catalog=catalog, calibration=calibration)
+    ref = type_speed(model, reference, gpus, catalog=catalog, calibration=calibration,
+                     parallelism=parallelism)
     factor = network_factor(spread, slow.shares)
     out = JobSpeed(model=slow.model, model_rule=slow.model_rule, gpu_type=slow.gpu_type,
                     gpus=gpus, tokens_per_s=slow.tokens_per_s / factor,
@@ -321,11 +359,13 @@ def job_speed(model: str | ModelSpec | None, gpu_types: str | GPUType | Sequence
 
 def relative_speed(model: str | ModelSpec | None, gpu: GPUType | str, gpus: int, *,
                    catalog: GPUCatalog | None = None, calibration: Calibration | None = None,
-                   reference: str = REFERENCE_TYPE) -> float:
+                   reference: str = REFERENCE_TYPE, parallelism: Any = None) -> float:
     """Throughput of ``model`` on ``gpus`` GPUs of ``gpu`` relative to the reference type
     (the simulator's speed 1.0), network aside."""
-    mine = type_speed(model, gpu, gpus, catalog=catalog, calibration=calibration)
-    ref = type_speed(model, reference, gpus, catalog=catalog, calibration=calibration)
+    mine = type_speed(model, gpu, gpus, catalog=catalog, calibration=calibration,
+                      parallelism=parallelism)
+    ref = type_speed(model, reference, gpus, catalog=catalog, calibration=calibration,
+                     parallelism=parallelism)
     return mine.tokens_per_s / ref.tokens_per_s
 
 

@@ -83,8 +83,27 @@ class Toleration(HPModel):
     effect: str | None = None
 
 
+class Parallelism(HPModel):
+    """How a job trains, as the cost model prices it (``hyperplace predict``'s flags):
+    degrees (DP is the rest of the job's GPUs), schedule and memory options. A job may
+    instead declare ``parallelism: auto``: the planner (``hyperplace plan``) picks."""
+
+    tp: int = Field(default=1, gt=0, le=1024, strict=True)
+    pp: int = Field(default=1, gt=0, le=4096, strict=True)
+    cp: int = Field(default=1, gt=0, le=1024, strict=True)
+    virtual_stages: int = Field(default=1, gt=0, le=1024, strict=True)
+    micro_batch: int = Field(default=1, gt=0, le=65536, strict=True)
+    global_batch: int | None = Field(default=None, gt=0, le=1 << 24, strict=True)
+    recompute: Literal["none", "selective", "full"] = "none"
+    zero: int = Field(default=1, ge=0, le=3, strict=True)
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+
+
 class TrainingJobSpec(HPModel):
     model: str = Field(min_length=1)
+    parallelism: Parallelism | Literal["auto"] | None = Field(
+        default=None, description="how the job trains (the cost model prices its speed with "
+        "it); 'auto': the planner's best; none: the speed model's default rule")
     replica_count: int = Field(default=1, gt=0, le=16384, strict=True,
                                description="at most 16,384 replicas (131,072 GPUs at TP 8)")
     resource_groups: list[ResourceGroup] = Field(min_length=1)

@@ -69,22 +69,23 @@ class SpeedModel:
             hit = self._job_facts[job.name] = (job.spec.model, job.total_gpus, sel, pp)
         return hit
 
-    def _relative(self, model: str, gpu_type: str, gpus: int) -> float:
+    def _relative(self, model: str, gpu_type: str, gpus: int, par: object = None) -> float:
         return relative_speed(model, self.instance.catalog.get(gpu_type), gpus,
-                              catalog=self.instance.catalog, reference=self.reference)
+                              catalog=self.instance.catalog, reference=self.reference,
+                              parallelism=par)
 
     def gpu_speed(self, gpu_type: str, job: TrainingJob | None = None) -> float:
         """The type's speed for ``job`` (network aside), or its ranking speed without one."""
         if job is None:
             return rank_speed(self.instance.catalog.get(gpu_type), self.instance.catalog)
         model, gpus, _, _ = self._facts(job)
-        return self._relative(model, gpu_type, gpus)
+        return self._relative(model, gpu_type, gpus, job.spec.parallelism)
 
     def _speeds(self, job: TrainingJob) -> tuple[float, float]:
         """(slowest, fastest) type speed the job's type selector allows."""
         model, gpus, sel, _ = self._facts(job)
-        speeds = [self._relative(model, t.name, gpus) for t in self._types.values()
-                  if sel is None or t.matches(sel)] or [1.0]
+        speeds = [self._relative(model, t.name, gpus, job.spec.parallelism)
+                  for t in self._types.values() if sel is None or t.matches(sel)] or [1.0]
         return min(speeds), max(speeds)
 
     def best_speed(self, job: TrainingJob) -> float:
@@ -129,7 +130,7 @@ class SpeedModel:
         catalog = self.instance.catalog
         return job_speed(model, [catalog.get(t) for t in types], gpus,
                          self.spread(job, unit_nodes), catalog=catalog,
-                         reference=self.reference).relative
+                         reference=self.reference, parallelism=job.spec.parallelism).relative
 
     def planned_speed(self, job: TrainingJob, gpu_type: str | None, tiers: int,
                       cluster: str | None = None) -> float:
@@ -144,7 +145,8 @@ class SpeedModel:
             types = [t for t in self._types.values() if sel is None or t.matches(sel)]
             if not types:
                 return 1e-9
-            gpu = min(types, key=lambda t: self._relative(model, t.name, gpus))
+            gpu = min(types, key=lambda t: self._relative(model, t.name, gpus,
+                                                          job.spec.parallelism))
         else:
             gpu = catalog.get(gpu_type)
         spread = None
@@ -153,4 +155,4 @@ class SpeedModel:
             spread = Spread(tiers=tiers, oversubscription=self._oversub.get(name, 1.0),
                             pipeline=pp, tp_cut_tiers=None)
         return job_speed(model, [gpu], gpus, spread, catalog=catalog,
-                         reference=self.reference).relative
+                         reference=self.reference, parallelism=job.spec.parallelism).relative
