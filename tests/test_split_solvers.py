@@ -172,10 +172,11 @@ def test_seed_example_is_six_two(solver: str) -> None:
 
 def test_early_positions_hold_more_activations_and_that_decides() -> None:
     # Two identical A100-80 stages, four identical layers: compute alone says 2/2. 1F1B keeps
-    # min(2, m) micro-batches in flight on stage 0 and one on stage 1. At 25 GB of
-    # activations per layer per micro-batch (77.5 GB usable after the runtime overhead):
-    # stage 0 fits 2 x 25 (one layer) but not 4 x 25; stage 1 fits 3 x 25.
-    model = custom_model([1e14] * 4, [1e6] * 4, 25e9)
+    # min(2, m) micro-batches in flight on stage 0 and one on stage 1. At 24 GB of
+    # activations per layer per micro-batch (80 GB less the runtime overhead, everything
+    # with the 5 % fragmentation reserve): stage 0 fits 2 x 24 (one layer) but not 4 x 24;
+    # stage 1 fits 3 x 24.
+    model = custom_model([1e14] * 4, [1e6] * 4, 24e9)
     stages = [Stage(name="first", cluster="c", gpu_type="A100-80", gpu_count=1),
               Stage(name="second", cluster="c", gpu_type="A100-80", gpu_count=1)]
     one = SplitProblem(model=model, stages=stages, microbatches=1, fixed_order=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from hyperplace.costmodel.calibration import Calibration
 from hyperplace.costmodel.layers import stage_layer_times
+from hyperplace.costmodel.pipeline import zero3_gather_seconds
 from hyperplace.models.gpu import default_catalog
-from hyperplace.models.transformer import param_state_bytes_per_param
 from hyperplace.models.split import SplitPlan, SplitProblem, Stage
 
 RTOL = 1e-6
@@ -91,23 +91,37 @@ def check_split(plan: SplitPlan, problem: SplitProblem,
         t = s.tp or min(s.gpu_count, 8)
         d = s.gpu_count // t
         compute = 0.0
-        mem = problem.runtime_overhead_gb * 1e9
+        # memory per GPU, term by term (the frameworks' accounting: 2-byte weights and
+        # gradients, 12 bytes of Adam state, sharded by ZeRO over the stage's replicas)
+        mem = problem.runtime_overhead_gb * 1e9 + (2 * 40e6 if d > 1 else 0.0)
         inflight = min(P - pos, m)
-        bpp = param_state_bytes_per_param(problem.zero, d)
+        z = problem.zero
+        w_b = 2.0 / d if z >= 3 else 2.0
+        g_b = (2.0 / d if z >= 2 else 2.0) * (2.0 if z == 0 and problem.fp32_grad_accum else 1.0)
+        o_b = 12.0 / d if z >= 1 else 12.0
         times = stage_layer_times(problem.model, layers, g, t, d, recompute=problem.recompute,
                                   precision=s.precision or problem.precision,
                                   calibration=calibration)
+        # ZeRO-3's weight all-gathers: the cost model's own figure, like the layer times
+        gathers = zero3_gather_seconds(problem, s, layers, catalog, calibration)
+        model = problem.model
+        sp = model.has_dimensions and model.sequence_parallel
         for i in range(a.first_layer or 0, (a.last_layer or 0) + 1):
             layer = layers[i]
-            compute += float(times.fwd[i] + times.bwd[i])
+            compute += float(times.fwd[i] + times.bwd[i] + gathers[i])
             if problem.recompute:
-                act = layer.recompute_bytes
+                act = layer.recompute_bytes / (t if sp else 1)
             else:
                 act = layer.activation_bytes_replicated + layer.activation_bytes_sharded / t
-            mem += layer.params * bpp / t + inflight * act / d
+            mem += layer.params * (w_b + g_b + o_b) / t + inflight * act / d
+            if i == L - 1 and model.has_dimensions and model.vocab_size:
+                mem += 8.0 * model.micro_batch_size * model.seq_length / d * model.vocab_size / t
+        if z >= 3 and d > 1:
+            mem += 4.0 * max(ly.params for ly in layers) / t  # the prefetched layer
         if problem.recompute:
             mem += max(ly.activation_bytes_replicated + ly.activation_bytes_sharded / t
                        for ly in layers) / d
+        mem *= 1.05  # the allocator's fragmentation reserve
         transfer = 0.0
         first, last = a.first_layer or 0, a.last_layer or 0  # set: checked above
         for nb_pos, boundary_layer in ((pos - 1, first - 1), (pos + 1, last)):

@@ -234,13 +234,30 @@ def memory_terms(problem: SplitProblem, stage: Stage, layers: list[Layer]
         tokens = model.micro_batch_size * model.seq_length / d
         logits[-1] = 2 * 4.0 * tokens * model.vocab_size / t
     buffers = 2 * GRAD_BUCKET_BYTES if d > 1 else 0.0
-    if zero >= 3:
+    if zero >= 3 and d > 1:
         buffers += 2 * 2.0 * float(params.max()) / t  # the next layer's gathered weights
     working = (max(layer.activation_bytes(t) for layer in layers) / d
                if problem.recompute else 0.0)
     return {"weights": weights, "gradients": grads, "optimizer": opt, "logits": logits,
             "activations": act, "runtime": problem.runtime_overhead_gb * GB,
             "buffers": buffers, "recomputeWorkingSet": working}
+
+
+def zero3_gather_seconds(problem: SplitProblem, stage: Stage, layers: list[Layer],
+                         catalog: GPUCatalog, calibration: Calibration | None = None
+                         ) -> np.ndarray:
+    """Per layer and micro-batch: ZeRO-3 / FSDP all-gathers a layer's weights for the
+    forward and again for the backward (an all-gather moves half an all-reduce's bytes),
+    the prefetch hiding all but the exposed share the fit found for communication; zero
+    without ZeRO-3 or data parallelism."""
+    t, d = stage.tensor_parallel, stage.data_parallel
+    if problem.zero < 3 or d <= 1:
+        return np.zeros(len(layers))
+    g = _gpu(catalog, stage)
+    per_byte, _ = _sync_cost(g, stage, problem, catalog)
+    exposure = (calibration or default_calibration()).comm_exposure(g, catalog)
+    params = np.array([layer.params for layer in layers])
+    return 2 * 0.5 * per_byte * GRAD_BYTES * params / t * exposure
 
 
 def stage_rows(problem: SplitProblem, stage: Stage, layers: list[Layer],
@@ -258,15 +275,8 @@ def stage_rows(problem: SplitProblem, stage: Stage, layers: list[Layer],
     act = terms["activations"]
     per_byte, latency = _sync_cost(g, stage, problem, catalog)
     dp = per_byte * GRAD_BYTES * params / t
-    time_s, fwd_s = times.total, times.fwd
-    if problem.zero >= 3 and d > 1:
-        # ZeRO-3 / FSDP: each micro-batch all-gathers a layer's weights for the forward and
-        # again for the backward (an all-gather moves half an all-reduce's bytes), the
-        # prefetch hiding the exposed share the fit found for communication
-        exposure = (calibration or default_calibration()).comm_exposure(g, catalog)
-        gather = 2 * 0.5 * per_byte * GRAD_BYTES * params / t * exposure
-        time_s = time_s + gather
-        fwd_s = fwd_s + gather / 2
+    gather = zero3_gather_seconds(problem, stage, layers, catalog, calibration)
+    time_s, fwd_s = times.total + gather, times.fwd + gather / 2
     optimizer = optimizer_times(layers, g, t, d, problem.zero, calibration, catalog)
     const = float(terms["runtime"] + terms["buffers"] + terms["recomputeWorkingSet"])
     reserve = 1.0 + FRAGMENTATION_RESERVE
