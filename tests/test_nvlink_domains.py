@@ -277,3 +277,20 @@ def test_nvlink_domain_bad_input_is_one_line(tmp_path, capsys):
     bad(lambda c: c["fabric"]["nvlinkDomains"][0].update(partitionTrays=4), "partitionTrays")
     msg = bad(lambda c: c["nodes"][3].update(gpuCount=8), "nodes[3].gpuCount")
     assert "4 GPUs" in msg
+
+
+def test_kai_segments_read_as_slices(solver):
+    # KAI-Scheduler's segment annotations mean the same: 6 one-tray pods in segments of 3
+    j = _sliced("kai", 6, 3)
+    meta = j.metadata.model_copy(update={"annotations": {
+        "kai.scheduler/segment-size": "3",
+        "kai.scheduler/segment-topology-required-placement": "nvidia.com/gpu.clique"}})
+    j = j.model_copy(update={"metadata": meta})
+    racks = _racks({"r00": 15, "r01": 15})
+    inst = _inst(rack_cluster("gb", racks), [j])
+    assert [u.name for u in inst.jobs[0].units()] == ["tp/slice0", "tp/slice1"]
+    plan = solve_placement(inst, solver=solver, budget_s=10)
+    assert plan.admitted == ["kai"] and check(plan, inst) == []
+    used = _domains_used(plan, inst)
+    assert {frozenset(used[("kai", f"tp/slice{i}")]) for i in range(2)} == \
+        {frozenset({"r00"}), frozenset({"r01"})}
