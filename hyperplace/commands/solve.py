@@ -236,11 +236,11 @@ def pending_breakdown(plan: PlacementPlan) -> str:
 def _forecast_cell(f) -> str:
     """A forecast in a few words for the table ("in ~1h05m, 16 H100-80 leaf000"); the
     plan's ``forecasts[].text`` has the whole sentence."""
-    from hyperplace.solvers.schedule import _dur
+    from hyperplace.solvers.schedule import duration_words
 
     if f.earliest_s is None:
         return "not planned"
-    when = "now" if f.starts_now else f"in ~{_dur(f.earliest_s)}"
+    when = "now" if f.starts_now else f"in ~{duration_words(f.earliest_s)}"
     where = f"{f.gpus} {f.gpu_type or 'mixed'}"
     if f.domain:
         where += " " + f.domain.split(":")[-1]

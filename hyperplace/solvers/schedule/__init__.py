@@ -392,7 +392,7 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
                           greedy_objective=g_obj, notes=notes)
 
 
-def _dur(s: float) -> str:
+def duration_words(s: float) -> str:
     s = int(round(s))
     if s < 60:
         return f"{s}s"
@@ -417,7 +417,7 @@ def forecasts(result: ScheduleResult, clock: float | None = None) -> list:
         e = result.entries.get(j.name)
         if e is None or e.start_step is None:
             why = j.reason or (f"no start within {GREEDY_SPAN} horizons of "
-                               f"{_dur(p.horizon_s)}")
+                               f"{duration_words(p.horizon_s)}")
             out.append(Forecast(job=j.name, gpus=j.gpus, text=f"not planned: {why}"))
             continue
         pool = p.pools[e.pool]
@@ -429,7 +429,7 @@ def forecasts(result: ScheduleResult, clock: float | None = None) -> list:
         if e.start_step == 0:
             when = "now"
         else:
-            when = f"in {_dur(lo)}-{_dur(hi)}"
+            when = f"in {duration_words(lo)}-{duration_words(hi)}"
             if clock is not None:
                 at = _dt.datetime.fromtimestamp(clock + lo, _dt.timezone.utc)
                 when = f"about {at:%H:%M} UTC ({when})"
