@@ -161,68 +161,92 @@ def explain(p: PlacementProblem, assignment: Assignment, deadline: float | None 
     dict
         Job index -> reasons, for every job not in ``assignment``.
     """
-    facts = _Facts(p)
-    rivals_by_types: dict[frozenset[str], list[JobView]] = {}
-    static: dict[tuple[object, ...], list[str]] = {}  # shape -> reasons on an empty round
-    alone: dict[tuple[object, ...], bool] = {}  # shape -> fits alone on the free GPUs
-    lost: dict[tuple[frozenset[str], int], list[str]] = {}  # (types, priority) -> rivals
-    spared: dict[tuple[object, ...], list[DomainKey]] = {}  # shape -> leaves whose spares it needs
-    whole: dict[DomainKey, int] = {}  # leaf -> whole free nodes (when a job is held by spares)
+    ex = _Explainer(p, assignment, fits_alone, held_by_spares, skipped)
     out: dict[int, list[str]] = {}
-    probes = 0
-    quota_use = _admitted_quota_use(p, assignment) if p.quotas.active else {}
     for jv in p.pending:
-        if jv.index in assignment.units:
-            continue
+        if jv.index not in assignment.units:
+            out[jv.index] = ex.reasons(jv, deadline is not None and time.perf_counter() >= deadline)
+    return out
+
+
+class _Explainer:
+    """The per-shape analyses of :func:`explain`, each done once, and the probes spent."""
+
+    def __init__(self, p: PlacementProblem, assignment: Assignment,
+                 fits_alone: FitProbe | None, held_by_spares: SpareProbe | None,
+                 skipped: set[int] | None) -> None:
+        self.p, self.a, self.skipped = p, assignment, skipped
+        self.fits_alone, self.held_by_spares = fits_alone, held_by_spares
+        self.facts = _Facts(p)
+        self.rivals_by_types: dict[frozenset[str], list[JobView]] = {}
+        self.static: dict[tuple[object, ...], list[str]] = {}  # shape -> on an empty round
+        self.alone: dict[tuple[object, ...], bool] = {}  # shape -> fits alone on the free GPUs
+        self.lost: dict[tuple[frozenset[str], int], list[str]] = {}  # (types, priority) -> rivals
+        self.spared: dict[tuple[object, ...], list[DomainKey]] = {}  # shape -> leaves it needs
+        self.whole: dict[DomainKey, int] = {}  # leaf -> whole free nodes (held by spares)
+        self.probes = 0
+        self.quota_use = _admitted_quota_use(p, assignment) if p.quotas.active else {}
+
+    def reasons(self, jv: JobView, late: bool) -> list[str]:
+        """Why ``jv`` is pending; ``late``: past the deadline (cheaper reasons)."""
+        p, a = self.p, self.a
         reasons = [render_reason(r) for r in jv.impossible]
-        if jv.index in assignment.notes:
-            reasons.append(f"dropped when mapping to GPUs: {assignment.notes[jv.index]}")
-        late = deadline is not None and time.perf_counter() >= deadline
+        if jv.index in a.notes:
+            reasons.append(f"dropped when mapping to GPUs: {a.notes[jv.index]}")
         shape = p.job_shape(jv)
-        if not reasons and (shape in static or not late):  # late: a cheaper reason below
-            if shape not in static:
-                static[shape] = _static_reasons(p, facts, jv)
-            reasons = list(static[shape])
+        if not reasons and (shape in self.static or not late):  # late: a cheaper reason below
+            if shape not in self.static:
+                self.static[shape] = _static_reasons(p, self.facts, jv)
+            reasons = list(self.static[shape])
         if not reasons and p.quotas.active:
-            reasons = _quota_reasons(p, jv, assignment, quota_use)
-        if not reasons and held_by_spares is not None and not late and \
-                probes < MAX_CONTENTION_PROBES:
-            if shape not in spared:
-                probes += 1
-                spared[shape] = held_by_spares(jv)
-            if spared[shape]:
-                whole = whole or whole_free_counts(p.nodes)
-                declared = declared_spares(p.nodes)
-                reasons = ["held back by the hot-spare rule: " + "; ".join(
-                    spare_words(leaf, p.hot_spares, whole[leaf], declared.get(leaf, 0))
-                    for leaf in spared[shape][:3])]
-        if not reasons and jv.index in assignment.untried:
+            reasons = _quota_reasons(p, jv, a, self.quota_use)
+        if not reasons:
+            reasons = self._spares(jv, shape, late)
+        if not reasons and jv.index in a.untried:
             reasons = ["not tried: the time budget ran out before the search reached it "
                        "(jobs are tried highest priority first); a larger budget would try it"]
-        if not reasons:
-            if fits_alone is not None and shape not in alone and \
-                    probes < MAX_CONTENTION_PROBES and not late:
-                probes += 1
-                alone[shape] = fits_alone(jv)
-            if shape in alone and alone[shape]:
-                key = (p.types_for(jv.classes), jv.priority)
-                if key not in lost:
-                    lost[key] = _contention(p, jv, assignment, rivals_by_types)
-                reasons = list(lost[key])
-            elif shape in alone:
-                desc = " + ".join(f"{uc.count}x{uc.size}" for uc in jv.classes)
-                reasons = [f"fragmented: enough eligible GPUs are free, but not as {desc} "
-                           f"GPUs meeting the NVLink and {_hop_words(jv.hop_limit)} "
-                           "constraints together"]
-            else:
-                why = ("the time budget was spent; a larger budget gives the full reason"
-                       if late else "no fit probe was given" if fits_alone is None
-                       else f"more than {MAX_CONTENTION_PROBES} distinct job shapes")
-                reasons = [f"not admitted in this plan (per-job analysis skipped: {why})"]
-                if skipped is not None:
-                    skipped.add(jv.index)
-        out[jv.index] = reasons
-    return out
+        return reasons or self._contention(jv, shape, late)
+
+    def _spares(self, jv: JobView, shape: tuple[object, ...], late: bool) -> list[str]:
+        """With hot spares: the leaves whose spares alone keep the job out, if any."""
+        p = self.p
+        if self.held_by_spares is None or late or self.probes >= MAX_CONTENTION_PROBES:
+            return []
+        if shape not in self.spared:
+            self.probes += 1
+            self.spared[shape] = self.held_by_spares(jv)
+        if not self.spared[shape]:
+            return []
+        self.whole = self.whole or whole_free_counts(p.nodes)
+        declared = declared_spares(p.nodes)
+        return ["held back by the hot-spare rule: " + "; ".join(
+            spare_words(leaf, p.hot_spares, self.whole[leaf], declared.get(leaf, 0))
+            for leaf in self.spared[shape][:3])]
+
+    def _contention(self, jv: JobView, shape: tuple[object, ...], late: bool) -> list[str]:
+        """Whom the job lost to when it fits alone, else that it is fragmented; or that the
+        analysis was skipped (and why)."""
+        p = self.p
+        if self.fits_alone is not None and shape not in self.alone and \
+                self.probes < MAX_CONTENTION_PROBES and not late:
+            self.probes += 1
+            self.alone[shape] = self.fits_alone(jv)
+        if shape in self.alone and self.alone[shape]:
+            key = (p.types_for(jv.classes), jv.priority)
+            if key not in self.lost:
+                self.lost[key] = _contention(p, jv, self.a, self.rivals_by_types)
+            return list(self.lost[key])
+        if shape in self.alone:
+            desc = " + ".join(f"{uc.count}x{uc.size}" for uc in jv.classes)
+            return [f"fragmented: enough eligible GPUs are free, but not as {desc} "
+                    f"GPUs meeting the NVLink and {_hop_words(jv.hop_limit)} "
+                    "constraints together"]
+        why = ("the time budget was spent; a larger budget gives the full reason"
+               if late else "no fit probe was given" if self.fits_alone is None
+               else f"more than {MAX_CONTENTION_PROBES} distinct job shapes")
+        if self.skipped is not None:
+            self.skipped.add(jv.index)
+        return [f"not admitted in this plan (per-job analysis skipped: {why})"]
 
 
 def _static_reasons(p: PlacementProblem, facts: _Facts, jv: JobView) -> list[str]:
