@@ -71,8 +71,9 @@ MAX_VERIFY_ROUNDS = 8
 KARMADA_PLACE_BUDGET_S = 0.3
 MAX_GREEDY_TRIES = 8
 COST_MODEL_NOTE = ("step times from hyperplace's layer-split cost model (solve_split): "
-                   "per-layer FLOPs at each GPU type's planning MFU (or measured per-layer "
-                   "times where a profile exists), 1F1B pipeline, NVLink/IB/WAN transfers")
+                   "per-layer times of the model fitted on measured large runs (or measured "
+                   "per-layer times where a profile exists), 1F1B pipeline, NVLink/IB/WAN "
+                   "transfers")
 
 
 @dataclass
