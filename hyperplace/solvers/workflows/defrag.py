@@ -162,18 +162,24 @@ def _leaf_types(c: Cluster) -> Iterator[tuple[str, str, list[Node]]]:
             yield leaf, t, nodes
 
 
+def _candidates(state: Instance, held: dict[str, list[tuple[str, int]]], busy: list[Node]
+                ) -> list[Candidate]:
+    """The jobs on ``busy`` nodes as candidates to move, least lost work first."""
+    info = state.running_job_info
+    names = sorted({j for n in busy for j in n.allocated.values()})
+    return sorted((Candidate(j, info[j].priority, info[j].queue, tuple(held[j]),
+                             len(held[j]) * info[j].checkpoint_age_s, "defrag")
+                   for j in names), key=lambda x: (x.lost, len(x.gpus), x.name))
+
+
 def _leaf_targets(state: Instance, held: dict[str, list[tuple[str, int]]], cluster: str,
                   leaf: str, t: str, nodes: list[Node], movable: set[str], moves_left: int,
                   best: int, any_gain: bool) -> list[_Target]:
     """The targets of one leaf and GPU type: sets of the movable jobs on its occupied nodes
     (``held``: their GPUs), in order of lost work, each of whose jobs helps empty a node."""
-    info = state.running_job_info
     free_gpus = sum(n.gpu_count for n in nodes if not n.allocated)
     busy = [n for n in nodes if n.allocated and set(n.allocated.values()) <= movable]
-    names = sorted({j for n in busy for j in n.allocated.values()})
-    cands = sorted((Candidate(j, info[j].priority, info[j].queue, tuple(held[j]),
-                              len(held[j]) * info[j].checkpoint_age_s, "defrag")
-                    for j in names), key=lambda x: (x.lost, len(x.gpus), x.name))
+    cands = _candidates(state, held, busy)
     out = []
     for k, combo in enumerate(victim_sets(cands)):
         if k >= MAX_SETS_PER_LEAF:

@@ -254,11 +254,58 @@ class PlacementSession:
         freed now count towards their queue up to then."""
         queue = list(self._instance.jobs)
         names = {j.name for j in queue}
+        running = self.running
+        withdrawn, done, failed, healed, nodes = self._checked(delta, names, running)
+        interrupted = sorted({job for node, gpus in failed.items()
+                              for gpu, job in nodes[node].allocated.items()
+                              if gpus is None or gpu in gpus} - done)
+        freed = done | set(interrupted)
+
+        def change(n: Node) -> Node:
+            return _changed_node(n, freed, failed, healed)
+
+        new_queue = self._next_queue(delta, queue, withdrawn, interrupted, freed, running)
+        nodes_touched = set(failed) | set(healed) | {
+            node for job in freed for node in running.get(job, {})}
+        listed = self._instance.spec.running_jobs
+        running_jobs = [r for r in listed if r.name not in freed] \
+            if any(r.name in freed for r in listed) else None
+        self.accrue(now_s)
+        self._replace(change, new_queue, only=nodes_touched, running_jobs=running_jobs)
+        if self._holdings is not None:
+            for job in freed:
+                self._holdings.pop(job, None)
+        return interrupted
+
+    # ---- helpers ----------------------------------------------------------------------
+    def _next_queue(self, delta: RoundDelta, queue: list[TrainingJob], withdrawn: set[str],
+                    interrupted: list[str], freed: set[str],
+                    running: dict[str, dict[str, list[int]]]) -> list[TrainingJob]:
+        """The pending queue after the delta: without the withdrawn jobs, with the
+        interrupted ones requeued (when asked) and the arrivals (checked: not pending, not
+        running)."""
+        names = {j.name for j in queue}
+        new_queue = [j for j in queue if j.name not in withdrawn]
+        for name in interrupted:
+            if self.requeue_interrupted and name in self._manifests and name not in names:
+                new_queue.append(self._manifests[name])
+        for job in delta.arrivals:
+            if job.name in names or any(j.name == job.name for j in new_queue):
+                raise InputError(f"job {job.name!r} is already pending", path="arrivals")
+            if job.name in running and job.name not in freed:
+                raise InputError(f"job {job.name!r} is running", path="arrivals")
+            new_queue.append(job)
+        return new_queue
+
+    def _checked(self, delta: RoundDelta, names: set[str], running: dict[str, dict[str, list[int]]]
+                 ) -> tuple[set[str], set[str], dict[str, set[int] | None],
+                            dict[str, set[int] | None], dict[str, Node]]:
+        """The delta's withdrawals, completions, failures and recoveries, each checked
+        against the round (InputError naming the field otherwise), and the nodes by name."""
         withdrawn = set(delta.withdrawals)
         missing = withdrawn - names
         if missing:
             raise InputError(f"job {sorted(missing)[0]!r} is not pending", path="withdrawals")
-        running = self.running
         done = set(delta.completions)
         missing = done - running.keys()
         if missing:
@@ -273,47 +320,8 @@ class PlacementSession:
                 bad = [g for g in gpus or () if not 0 <= g < nodes[node].gpu_count]
                 if bad:
                     raise InputError(f"node {node!r} has no GPU {bad[0]}", path=path)
-        interrupted = sorted({job for node, gpus in failed.items()
-                              for gpu, job in nodes[node].allocated.items()
-                              if gpus is None or gpu in gpus} - done)
-        freed = done | set(interrupted)
+        return withdrawn, done, failed, healed, nodes
 
-        def change(n: Node) -> Node:
-            update: dict = {}
-            if freed and any(job in freed for job in n.allocated.values()):
-                update["allocated"] = {g: j for g, j in n.allocated.items() if j not in freed}
-            if n.name in failed or n.name in healed:
-                faulty = set(n.faulty)
-                gone = failed.get(n.name, ())
-                faulty |= set(range(n.gpu_count)) if gone is None else set(gone)
-                back = healed.get(n.name, ())
-                faulty -= set(range(n.gpu_count)) if back is None else set(back)
-                update["faulty"] = sorted(faulty)
-            return _copy(n, update) if update else n
-
-        new_queue = [j for j in queue if j.name not in withdrawn]
-        for name in interrupted:
-            if self.requeue_interrupted and name in self._manifests and name not in names:
-                new_queue.append(self._manifests[name])
-        for job in delta.arrivals:
-            if job.name in names or any(j.name == job.name for j in new_queue):
-                raise InputError(f"job {job.name!r} is already pending", path="arrivals")
-            if job.name in running and job.name not in freed:
-                raise InputError(f"job {job.name!r} is running", path="arrivals")
-            new_queue.append(job)
-        nodes_touched = set(failed) | set(healed) | {
-            node for job in freed for node in running.get(job, {})}
-        listed = self._instance.spec.running_jobs
-        running_jobs = [r for r in listed if r.name not in freed] \
-            if any(r.name in freed for r in listed) else None
-        self.accrue(now_s)
-        self._replace(change, new_queue, only=nodes_touched, running_jobs=running_jobs)
-        if self._holdings is not None:
-            for job in freed:
-                self._holdings.pop(job, None)
-        return interrupted
-
-    # ---- helpers ----------------------------------------------------------------------
     def _replace(self, change, jobs: list[TrainingJob], only: set[str] | None = None,
                  running_jobs: list[RunningJob] | None = None) -> None:
         """A new instance with nodes passed through ``change`` and ``jobs`` as the queue
@@ -348,6 +356,23 @@ def preload_backends(solver: str) -> None:
         import hyperplace.solvers.backends.cpsat  # noqa: F401
     if solver in ("auto", "milp"):
         import hyperplace.solvers.backends.milp  # noqa: F401
+
+
+def _changed_node(n: Node, freed: set[str], failed: dict[str, set[int] | None],
+                  healed: dict[str, set[int] | None]) -> Node:
+    """``n`` without the GPUs of ``freed`` jobs, with its failed GPUs faulty and its
+    recovered ones back (None: the whole node)."""
+    update: dict = {}
+    if freed and any(job in freed for job in n.allocated.values()):
+        update["allocated"] = {g: j for g, j in n.allocated.items() if j not in freed}
+    if n.name in failed or n.name in healed:
+        faulty = set(n.faulty)
+        gone = failed.get(n.name, ())
+        faulty |= set(range(n.gpu_count)) if gone is None else set(gone)
+        back = healed.get(n.name, ())
+        faulty -= set(range(n.gpu_count)) if back is None else set(back)
+        update["faulty"] = sorted(faulty)
+    return _copy(n, update) if update else n
 
 
 def _copy(model, update: dict, keep: tuple[str, ...] = ()):
