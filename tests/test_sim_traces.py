@@ -47,9 +47,15 @@ def test_mapping_rule_and_load_scaling():
             assert len(units) == 1 and units[0].gpus == j.gpus
         else:
             assert all(u.gpus == 8 for u in units) and j.gpus % 8 == 0
-    gpus = 256
-    scale_to_load(wl.jobs, gpus, 0.8)
-    assert offered_load(wl.jobs, gpus) == pytest.approx(0.8)
+    from hyperplace.sim.workload import MODEL_DRAW
+
+    sizes = {m: top for top, choices in MODEL_DRAW for m, _ in choices}
+    for j in wl.jobs:  # every job got a model its size can train (first row that has it)
+        rows = [top for top, choices in MODEL_DRAW if j.manifest.spec.model in dict(choices)]
+        assert rows and j.manifest.spec.model in sizes
+    full = trace_jobs(load_trace("philly"), inst)
+    scale_to_load(full.jobs, inst, 0.8)
+    assert offered_load(full.jobs, inst) == pytest.approx(0.8)
     ali = trace_jobs(load_trace("alibaba-2023", limit=300), load_instance("alibaba-2023"))
     assert any(j.manifest.spec.tolerations for j in ali.jobs)
 
@@ -101,12 +107,14 @@ def test_bad_options_are_one_line_exit_2(capsys, args, message):
 
 def test_simulate_cli_writes_outputs(tmp_path: Path, capsys):
     code, out, _ = run_cli(["simulate", "--window", "0:3600", "--policy", "engine",
-                            "--policy", "fifo-firstfit", "--budget", "0.5", "--load", "1.0",
+                            "--policy", "fifo-firstfit", "--budget", "0.5", "--load", "trace",
                             "--no-progress", "--no-charts", "-o", str(tmp_path)], capsys)
     assert code == 0, out
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [p["policy"] for p in summary["policies"]] == ["engine", "fifo"]
-    assert summary["workload"]["offered_load"] == pytest.approx(1.0)
+    w = summary["workload"]
+    assert w["offered_load"] == pytest.approx(w["trace_offered_load"]) and w["offered_load"] > 0
+    assert "reached within the arrival window" in out
     for name in ("policies.csv", "jobs.csv", "timeline.csv", "rounds.csv"):
         assert (tmp_path / name).stat().st_size > 0
     assert "engine vs best peer" in out

@@ -17,9 +17,9 @@ from hyperplace.errors import InputError
 from hyperplace.sim.whatif import comparable, load_sweep, run_sweep
 
 SWEEP = {
-    "base": {"instance": "mixed-a100-h100", "trace": "philly", "window": [0, 5400],
+    "base": {"instance": "dgx1-v100", "trace": "philly", "jobs": 150,
              "policy": "fifo", "load": 1.2, "round": 60},
-    "grid": {"addNodes": [{"type": "H100-80", "count": 2}, {"type": "A100-80", "count": -2}],
+    "grid": {"addNodes": [{"type": "V100-32", "count": 2}, {"type": "V100-32", "count": -2}],
              "policy": ["fifo", "kueue", "slurm"], "load": [0.8, 1.5]},
 }
 
@@ -68,7 +68,7 @@ def test_sweep_resumes_after_kill_9_and_loses_nothing(tmp_path: Path):
 
 
 def test_failed_scenario_is_recorded_and_the_sweep_goes_on(tmp_path: Path):
-    doc = {"base": dict(SWEEP["base"], window=[0, 1800]),
+    doc = {"base": dict(SWEEP["base"], jobs=40, load="trace"),
            "grid": {"addNodes": [{"type": "H100-80", "count": -99}, {"type": "H100-80", "count": 1}]}}
     rows = run_sweep(load_sweep(write(tmp_path, doc)), tmp_path / "o", workers=1)
     status = {r["id"]: r["status"] for r in rows}
@@ -79,7 +79,7 @@ def test_failed_scenario_is_recorded_and_the_sweep_goes_on(tmp_path: Path):
 
 def test_ray_backend_equals_local(tmp_path: Path):
     pytest.importorskip("ray")
-    doc = {"base": dict(SWEEP["base"], window=[0, 1800]),
+    doc = {"base": dict(SWEEP["base"], jobs=40, load="trace"),
            "grid": {"policy": ["kueue", "slurm"], "failures": [50000]}}
     sweep = load_sweep(write(tmp_path, doc))
     local = run_sweep(sweep, tmp_path / "local", backend="local", workers=1)

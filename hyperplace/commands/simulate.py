@@ -93,6 +93,7 @@ def print_summary(summary: dict, console: Console) -> None:
     cols = [Column("policy"), Column("done", justify="right"),
             Column("JCT mean", justify="right"), Column("wait mean", justify="right"),
             Column("util (window)", justify="right"),
+            Column("waiting jobs", "optional", "right"),
             Column("JCT p99", "optional", "right"), Column("wait p99", "optional", "right"),
             Column("slowdown", "optional", "right"), Column("makespan", "optional", "right"),
             Column("JCT p50", "optional", "right"),
@@ -105,6 +106,7 @@ def print_summary(summary: dict, console: Console) -> None:
         rows.append([row["policy"], f"{row['finished']:,}/{row['jobs']:,}",
                      _fmt(row["jct_mean_s"], 3600), _fmt(row["wait_mean_s"], 3600),
                      _fmt(row["utilisation_in_window"], 0.01, 1) + "%",
+                     _fmt(row.get("waiting_jobs_mean"), 1, 1),
                      _fmt(row["jct_p99_s"], 3600), _fmt(row["wait_p99_s"], 3600),
                      _fmt(row["bounded_slowdown_mean"]), _fmt(row["makespan_s"], 3600),
                      _fmt(row["jct_median_s"], 3600),
@@ -114,6 +116,10 @@ def print_summary(summary: dict, console: Console) -> None:
                      f"{_fmt(row['solve_max_s'], 1, 3)}", r.count(row["fallback_rounds"])])
     r.print_table(console, cols, rows, "policies (times in hours)",
                   hint="-o DIR writes every metric to summary.json and CSVs")
+    r.print_line(console, "reached within the arrival window: " + "; ".join(
+        f"{row['policy']} utilisation {_fmt(row['utilisation_in_window'], 0.01, 1)}%, "
+        f"{_fmt(row.get('waiting_jobs_mean'), 1, 1)} jobs waiting on average"
+        for row in summary["policies"]))
     note = failure_note(summary)
     if note:
         r.print_line(console, note)
@@ -129,7 +135,8 @@ def simulate_command(
     policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="engine, engine-rounds, engine-wait, fifo (first fit), kueue (BestEffortFIFO), kueue-strict (StrictFIFO), volcano, volcano-proportion, slurm (backfill); also spelled fifo-firstfit, kueue-style, kueue-besteffort, kueue-strictfifo, volcano-style, proportion, slurm-style, slurm-backfill; repeat for several (default: all but engine-wait and volcano-proportion)")] = None,
     round_s: Annotated[float, typer.Option("--round", help="seconds between scheduling rounds")] = 60.0,
     budget: Annotated[float, typer.Option(help="engine time budget per round, seconds")] = 1.0,
-    load: Annotated[str, typer.Option(help="offered load relative to the instance's capacity, or 'trace' for the trace's own rate")] = "1.0",
+    load: Annotated[str, typer.Option(help="offered work over the instance's capacity at each GPU type's speed for that work (1.0 saturates any instance), or 'trace' for the trace's own rate")] = "1.0",
+    prediction_error: Annotated[float, typer.Option("--prediction-error", help="sigma of the lognormal error of the run-time predictions every policy sees (predicted = work x exp(N(0, sigma))); 0 = exact")] = 0.5,
     failures: Annotated[float, typer.Option(help="failure rate as a multiple of Meta's Llama 3 rate (419 per 54 days on 16,384 GPUs); 0 = none")] = 0.0,
     seed: Annotated[int, typer.Option(help="seed for failures, the fm workload and the solver")] = 0,
     window: Annotated[str | None, typer.Option(help="START:END seconds of the trace to replay (from its first job)")] = None,
@@ -168,6 +175,7 @@ def simulate_command(
     if schedule_objective not in ("slowdown", "completion"):
         raise InputError(f"use slowdown or completion, got {schedule_objective!r}",
                          path="--schedule-objective")
+    _finite("--prediction-error", prediction_error)
     if preemption not in ("never", "reclaim-within-cohort"):
         raise InputError(f"use never or reclaim-within-cohort, got {preemption!r}",
                          path="--preemption")
@@ -188,7 +196,7 @@ def simulate_command(
         raise InputError(f"must be >= 1, got {jobs}", path="--jobs")
     inst = with_queue_files(load_instance(instance), queues or [])
     req = SimRequest(trace=trace, start_s=lo, end_s=hi, limit=jobs, workload=workload,
-                     load=parse_load(load), policies=names)
+                     load=parse_load(load), policies=names, prediction_error=prediction_error)
     config = SimConfig(round_s=round_s, budget_s=budget, failures=failures, seed=seed,
                        network=network, solver=solver,
                        half_life_s=half_life * 3600.0 if half_life > 0 else None,

@@ -6,6 +6,9 @@ one leaf switch; see :mod:`hyperplace.sim.speed`). Its run time in a simulation 
 divided by the speed of the placement it gets, so topology and GPU type show in completion
 times. ``checkpoint_s`` is how often it saves progress (work lost on a failure is the work
 since the last checkpoint); ``limit_s`` is the time limit a user would give Slurm.
+``predicted_work_s`` is the only work figure a scheduler sees (the cost model's prediction,
+with the replay's prediction error, :func:`hyperplace.sim.workload.with_predictions`;
+``None``: exact, the work itself).
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ class SimJob:
     limit_s: float | None = None
     source: str = ""
     queue: str = "default"  # the queue its GPUs count against (its manifest's label says so)
+    predicted_work_s: float | None = None  # what schedulers see (None: the true work)
+
+    @property
+    def predicted_s(self) -> float:
+        """The predicted work (the true work when no prediction was set)."""
+        return self.work_s if self.predicted_work_s is None else self.predicted_work_s
 
 
 @dataclass

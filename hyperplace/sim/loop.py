@@ -118,6 +118,18 @@ class RoundLoop:
             done += (now - r.start_s) * r.speed
         return max(0.0, rec.job.work_s - done)
 
+    def predicted_remaining(self, name: str, now: float) -> float:
+        """Remaining work as a scheduler predicts it: predicted work minus what was done
+        (a job past its prediction is predicted to need one more minute at its speed)."""
+        rec = self.records[name]
+        r = self.running.get(name)
+        done = rec.done_work_s
+        speed = 1.0
+        if r is not None:
+            done += (now - r.start_s) * r.speed
+            speed = r.speed
+        return max(60.0 * speed, rec.job.predicted_s - done)
+
     def finish(self, name: str, now: float) -> None:
         """The job ended (its work is done): release its GPUs."""
         self.accrue(now)
@@ -192,7 +204,8 @@ class RoundLoop:
     def view(self, now: float) -> RoundView:
         return RoundView(now=now, state=self.state, queue=list(self.queue.values()),
                          running=self.running, speed=self.speed,
-                         remaining_work={n: self.remaining_work(n, now) for n in self.queue})
+                         remaining_work={n: self.predicted_remaining(n, now)
+                                         for n in self.queue})
 
     def run_round(self, now: float) -> RoundResult:
         """Ask the policy, check its plan if asked to, start the jobs it chose."""
@@ -232,9 +245,10 @@ class RoundLoop:
                 rec.queued_since = None
             rec.speeds.append(speed)
             work = self.remaining_work(name, now)
-            end = now + work / speed
-            limit_end = now + getattr(self.policy, "limit", lambda j, s: work / speed)(job, self.speed)
+            end = now + work / speed  # the true end (the replay's clock; no policy sees it)
+            guess = self.predicted_remaining(name, now) / speed
+            limit_end = now + getattr(self.policy, "limit", lambda j, s: guess)(job, self.speed)
             self.running[name] = Running(job=job, start_s=now, speed=speed, gpus=gpus,
-                                         predicted_end_s=end, limit_end_s=limit_end)
+                                         predicted_end_s=now + guess, limit_end_s=limit_end)
             started.append(Started(job=job, gpus=gpus, speed=speed, end_s=end))
         return RoundResult(now=now, started=started, decision=decision, violations=violations)

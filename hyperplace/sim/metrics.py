@@ -9,6 +9,8 @@
 * Utilisation within the arrival window: busy GPU-seconds between the first and the last
   submission over (GPUs x that window). Utilisation until the last job ends is mostly the
   long tail, so it is not the headline.
+* Mean waiting jobs: the number of jobs in the queue, time-averaged over the arrival window
+  (beside the utilisation: together they say whether the offered load made contention).
 * Free-but-unusable GPUs: GPUs idle (not running, not failed) while jobs wait, time-averaged
   over the arrival window: capacity the policy could not turn into work (fragmentation,
   type or topology mismatch, or a policy that chose to wait).
@@ -86,6 +88,7 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
     window = max(t1 - t0, 1e-9)
     busy = _integral(run, "busy", t0, t1)
     idle = _integral(run, "free", t0, t1, when_queued=True)
+    waiting = _integral(run, "queued", t0, t1)
     end = max((r.end_s for r in done), default=t0)
     down = _integral(run, "down", t0, max(end, t1))
     solve = [r.solve_s for r in run.rounds]
@@ -101,6 +104,7 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
         "makespan_s": end - t0 if done else None,
         "utilisation_in_window": busy / (run.total_gpus * window) if t1 > t0 else None,
         "free_unusable_gpus_mean": idle / window if t1 > t0 else None,
+        "waiting_jobs_mean": waiting / window if t1 > t0 else None,
         "gpu_hours_lost_to_failures": sum(r.lost_gpu_s for r in run.records) / 3600,
         "gpu_hours_lost_to_preemption": sum(r.lost_preempted_gpu_s for r in run.records) / 3600,
         "preemptions": sum(r.preemptions for r in run.records),

@@ -130,7 +130,7 @@ class RoundView:
     queue: list[SimJob]
     running: dict[str, Running]
     speed: SpeedModel
-    remaining_work: dict[str, float]
+    remaining_work: dict[str, float]  # predicted (what a scheduler knows), not the true work
 
 
 @dataclass
@@ -262,8 +262,9 @@ class ProportionPolicy(Policy):
 
 
 def user_time_limit(job: SimJob, speed: SpeedModel, factor: float = SLURM_OVERESTIMATE) -> float:
-    """The time limit a user would give Slurm: slowest accepted type's run time x factor."""
-    return factor * job.work_s / max(speed.slowest_speed(job.manifest), 1e-9)
+    """The time limit a user would give Slurm: slowest accepted type's predicted run time x
+    factor (the job's predicted work, as every policy sees it)."""
+    return factor * job.predicted_s / max(speed.slowest_speed(job.manifest), 1e-9)
 
 
 class SlurmBackfill(Policy):
@@ -441,7 +442,8 @@ class EnginePolicy(Policy):
         bump = min(1000, int(waited // self.aging_s)) if self.aging_s > 0 else 0
         bonus = 0
         if self.order == "sjf":
-            run = view.remaining_work.get(j.name, j.work_s) / view.speed.best_speed(j.manifest)
+            run = (view.remaining_work.get(j.name, j.predicted_s)
+                   / view.speed.best_speed(j.manifest))
             bonus = sum(run < t for t in SHORT_THRESHOLDS_S)
         return j.manifest.priority + bump + bonus + self._fair_share_bonus(view).get(j.queue, 0)
 
@@ -584,7 +586,7 @@ def drain_for_head(view: RoundView, starts: dict[str, dict[str, list[GPU]]],
         if not used:
             continue
         speed = view.speed.speed(job.manifest, units)
-        end = view.now + view.remaining_work.get(name, job.work_s) / speed
+        end = view.now + view.remaining_work.get(name, job.predicted_s) / speed
         if end <= shadow:
             continue
         if used <= spare:
@@ -638,7 +640,7 @@ def hold_for_faster(view: RoundView, starts: dict[str, dict[str, list[GPU]]],
                 t_free = end
         if t_free is None or t_free <= view.now:
             continue  # nothing to wait for, or the engine had reasons not to use free ones
-        work = view.remaining_work.get(name, job.work_s)
+        work = view.remaining_work.get(name, job.predicted_s)
         finish_now = view.now + work / now_speed
         finish_wait = t_free + work / best
         if finish_wait < view.now + (finish_now - view.now) * (1 - margin):

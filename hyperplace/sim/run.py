@@ -4,8 +4,9 @@ what-if sweeps)."""
 from __future__ import annotations
 
 import copy
+import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 from hyperplace.errors import InputError
@@ -13,13 +14,16 @@ from hyperplace.models import Instance
 from hyperplace.sim.metrics import summarize
 from hyperplace.sim.policies import canonical_policy
 from hyperplace.sim.simulator import PolicyRun, SimConfig, simulate
+from hyperplace.sim.speed import SpeedModel
 from hyperplace.sim.traces import load_trace
 from hyperplace.sim.workload import (
+    PREDICTION_SIGMA,
     Workload,
     foundation_model_jobs,
     offered_load,
     scale_to_load,
     trace_jobs,
+    with_predictions,
 )
 
 WORKLOADS = ("trace", "fm")
@@ -36,28 +40,43 @@ class SimRequest:
     workload: str = "trace"
     load: float | str = 1.0
     policies: list[str] = field(default_factory=lambda: ["engine", "fifo"])
+    # sigma of the lognormal prediction error (hyperplace.sim.workload); 0: exact
+    prediction_error: float = PREDICTION_SIGMA
+    # the instance the load is relative to (None: the replayed one). A what-if that changes
+    # capacity passes its base instance here to keep the arrival rate (see whatif)
+    load_reference: Instance | None = field(default=None, repr=False, compare=False)
 
 
 def build_workload(req: SimRequest, instance: Instance, seed: int) -> tuple[Workload, dict]:
     """The jobs to replay (mapped, filtered, load-scaled) and facts about them."""
     trace = load_trace(req.trace, start_s=req.start_s, end_s=req.end_s, limit=req.limit)
+    if not math.isfinite(req.prediction_error) or req.prediction_error < 0:
+        raise InputError(f"must be a finite number >= 0, got {req.prediction_error}",
+                         path="--prediction-error")
     if req.workload == "fm":
         wl = foundation_model_jobs(trace, instance, seed)
     elif req.workload == "trace":
-        wl = trace_jobs(trace, instance)
+        wl = trace_jobs(trace, instance, seed)
     else:
         raise InputError(f"--workload: unknown workload {req.workload!r}; use one of "
                          f"{', '.join(WORKLOADS)}")
     if not wl.jobs:
         raise InputError("no job of the trace window fits the instance", source=req.trace)
+    with_predictions(wl.jobs, req.prediction_error, seed)
     gpus = sum(n.gpu_count for c in instance.clusters for n in c.nodes)
-    own = offered_load(wl.jobs, gpus)
+    speed = SpeedModel(instance)
+    ref = SpeedModel(req.load_reference) if req.load_reference is not None else speed
+    own = offered_load(wl.jobs, speed)
     if req.load != "trace":
-        scale_to_load(wl.jobs, gpus, float(req.load))
+        try:
+            scale_to_load(wl.jobs, ref, float(req.load))
+        except ValueError as exc:
+            raise InputError(str(exc), path="--load") from None
     facts = {"trace": trace.name, "trace_jobs": len(trace.rows), "jobs": len(wl.jobs),
              "skipped_in_trace": wl.trace_skipped, "dropped_too_large": wl.dropped_too_large,
              "dropped_type_constraints": wl.dropped_constraints,
-             "trace_offered_load": own, "offered_load": offered_load(wl.jobs, gpus),
+             "trace_offered_load": own, "offered_load": offered_load(wl.jobs, speed),
+             "prediction_error_sigma": req.prediction_error,
              "arrival_window_s": wl.jobs[-1].submit_s - wl.jobs[0].submit_s,
              "instance_gpus": gpus}
     return wl, facts
@@ -80,7 +99,9 @@ def run_simulation(instance: Instance, req: SimRequest, config: SimConfig,
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
         runs.append(run)
-    summary = {"instance": instance.name, "request": asdict(req), "config": asdict(config),
+    request = {f.name: copy.copy(getattr(req, f.name)) for f in fields(req)
+               if f.name != "load_reference"}
+    summary = {"instance": instance.name, "request": request, "config": asdict(config),
                "workload": facts, "policies": rows, "ratios": ratios(rows)}
     return summary, runs
 

@@ -60,6 +60,10 @@ class SimConfig:
     schedule_window: int = 200
     schedule_objective: str = "completion"
     step_s: float | None = None
+    # stop the replay at this time (None: when every job has finished); jobs not finished
+    # by then count as unfinished, metrics within the arrival window are unaffected when it
+    # is at or after the last arrival
+    until_s: float | None = None
 
 
 @dataclass
@@ -155,6 +159,9 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
     while events:
         t, kind, _, payload = heapq.heappop(events)
         if finished == total:
+            break
+        if config.until_s is not None and t > config.until_s:
+            sample(config.until_s)
             break
         if kind == ARRIVE:
             arrivals_left -= 1

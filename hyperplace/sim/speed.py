@@ -95,6 +95,23 @@ class SpeedModel:
     def slowest_speed(self, job: TrainingJob) -> float:
         return self._speeds(job)[0]
 
+    def capacity(self, job: TrainingJob) -> float:
+        """The instance's GPUs at ``job``'s speed on each of their types: reference
+        GPU-seconds of ``job``'s work the whole instance does per second (what
+        ``simulate --load`` divides by, :mod:`hyperplace.sim.workload`; every node counts,
+        also those of types the job does not accept)."""
+        return sum(k * self.gpu_speed(t, job) for t, k in self.type_counts.items())
+
+    @cached_property
+    def type_counts(self) -> dict[str, int]:
+        """GPU type (catalog name) -> GPUs of that type in the instance."""
+        out: dict[str, int] = {}
+        for c in self.instance.clusters:
+            for n in c.nodes:
+                name = self.instance.catalog.get(n.gpu_type).name
+                out[name] = out.get(name, 0) + n.gpu_count
+        return out
+
     def crossings(self, nodes: list[str]) -> int:
         """Switch tiers the node set crosses beyond one leaf (0: one node or one leaf)."""
         if len(set(nodes)) <= 1:

@@ -13,7 +13,10 @@ Built-in traces (copied into the package with their provenance in
 A CSV ``FILE`` needs the columns ``submit_time_s``, ``duration_s`` and ``num_gpus``; it may
 add ``name``, ``gpu_type`` (``|``-separated allowed types) and ``queue`` (the Kueue
 ClusterQueue/LocalQueue or Volcano Queue the job is submitted to; the instance's
-``spec.queues`` or ``simulate --queues`` must declare it; empty: ``default``). Rows must be
+``spec.queues`` or ``simulate --queues`` must declare it; empty: ``default``) and ``model``
+(the job's model, a preset name of :mod:`hyperplace.models.presets` or one of its aliases,
+as ElasticFlow-style traces name each job's model; empty: drawn, see
+:mod:`hyperplace.sim.workload`). Rows must be
 in submit order. Limits: at most :data:`MAX_ROWS` rows and :data:`MAX_BYTES` bytes.
 
 Bad input (missing columns, a non-numeric, negative or non-finite duration or submit time,
@@ -47,6 +50,7 @@ class TraceRow:
     gpu_types: tuple[str, ...] = ()
     line: int = 0
     queue: str = ""
+    model: str = ""
 
 
 @dataclass
@@ -103,6 +107,20 @@ def _check_order(rows: list[TraceRow], src: str) -> None:
                              "order)", source=src)
 
 
+def _model(text: str, line: int, src: str) -> str:
+    """A trace's ``model`` field as a preset name ('' when empty)."""
+    from hyperplace.models.presets import ALIASES, preset_names
+
+    name = text.strip().lower()
+    if not name:
+        return ""
+    name = ALIASES.get(name, name)
+    if name not in preset_names():
+        raise InputError(f"line {line}: model: unknown model {text.strip()!r} (known: "
+                         f"{', '.join(preset_names())})", source=src)
+    return name
+
+
 def _read_text(path: Path) -> str:
     try:
         size = path.stat().st_size
@@ -139,10 +157,11 @@ def parse_csv_trace(text: str, src: str) -> Trace:
         if len(queue) > 253 or any(not ch.isprintable() for ch in queue):
             raise InputError(f"line {line}: queue: a queue name is 1 to 253 printable "
                              "characters", source=src)
+        model = _model(rec.get("model") or "", line, src)
         rows.append(TraceRow(name=(rec.get("name") or "").strip() or f"job-{i:05d}",
                              submit_s=_number(rec["submit_time_s"], "submit_time_s", line, src),
                              duration_s=_number(rec["duration_s"], "duration_s", line, src),
-                             gpus=gpus, gpu_types=types, line=line, queue=queue))
+                             gpus=gpus, gpu_types=types, line=line, queue=queue, model=model))
     _check_order(rows, src)
     return Trace(name=Path(src).stem, source=src, rows=rows)
 
@@ -222,5 +241,5 @@ def load_trace(name_or_path: str, *, start_s: float | None = None, end_s: float 
                          f"{'end' if end_s is None else f'{end_s:g}'}) s", source=trace.source)
     base = kept[0].submit_s
     trace.rows = [TraceRow(r.name, r.submit_s - base, r.duration_s, r.gpus, r.gpu_types, r.line,
-                           r.queue) for r in kept]
+                           r.queue, r.model) for r in kept]
     return trace

@@ -8,6 +8,8 @@ A sweep file (YAML)::
       window: [0, 7200]         # seconds of the trace (optional)
       workload: trace           # trace | fm
       load: 1.0                 # or "trace"
+      capacityChange: keep-rate # keep-rate (default) | keep-load: see below
+      predictionError: 0.5      # sigma of the lognormal run-time prediction error
       policy: engine
       round: 60
       budget: 1.0
@@ -21,6 +23,14 @@ A sweep file (YAML)::
       policy: [fifo, slurm]
       load: [0.8, 1.2]
       failures: [1.0]
+
+**Capacity changes and the load.** ``load`` is offered work over the *base* instance's
+capacity. A scenario that changes capacity (``addNodes``) keeps the base's arrival rate by
+default (``capacityChange: keep-rate``: the same jobs arrive at the same times on the
+bigger or smaller instance, the question "what if we add nodes" asks, so adding nodes
+lowers the load and waits); ``keep-load`` rescales the arrivals to the changed instance's
+capacity instead (the same load on more GPUs: more jobs per hour). ``oversubscription`` and
+``failSwitch`` change no capacity the load counts; the arrivals stay the base's.
 
 Each scenario is one simulation under one policy. Its result (the metrics of
 :func:`hyperplace.sim.metrics.summarize`, or its error) is written to ``sweep.sqlite`` in the
@@ -55,7 +65,8 @@ from hyperplace.io import write_atomic
 
 MAX_SCENARIOS = 2000
 BASE_KEYS = {"instance", "trace", "window", "workload", "load", "policy", "round", "budget",
-             "failures", "seed", "jobs", "network", "solver"}
+             "failures", "seed", "jobs", "network", "solver", "capacityChange",
+             "predictionError"}
 GRID_KEYS = {"addNodes", "failSwitch", "oversubscription", "budget", "policy", "load",
              "failures", "seed", "round"}
 TIMING_KEYS = {"solve_p50_s", "solve_p99_s", "solve_max_s", "wall_s", "fallback_rounds",
@@ -124,6 +135,11 @@ def load_sweep(path: str | Path) -> Sweep:
             _check_value(key, v, instance, src, f"grid.{key}[{i}]", canonical_policy)
         axes.append((key, values))
     _check_value("policy", base["policy"], instance, src, "base.policy", canonical_policy)
+    if str(base.get("capacityChange", "keep-rate")) not in ("keep-rate", "keep-load"):
+        raise InputError("must be keep-rate or keep-load", source=src, path="base.capacityChange")
+    pe = base.get("predictionError", 0.5)
+    if not (_is_num(pe) and 0 <= float(pe) < math.inf):
+        raise InputError("must be a finite number >= 0", source=src, path="base.predictionError")
     for key in ("budget", "load", "failures", "round"):
         if key in base:
             _check_value(key, base[key], instance, src, f"base.{key}", canonical_policy)
@@ -256,11 +272,15 @@ def run_scenario(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any
     t0 = time.perf_counter()
     p = dict(base, **{k: v for k, v in changes.items() if k not in ("addNodes", "failSwitch",
                                                                      "oversubscription")})
-    instance = apply_changes(load_instance(str(base["instance"])), changes)
+    base_instance = load_instance(str(base["instance"]))
+    instance = apply_changes(base_instance, changes)
     window = p.get("window") or [None, None]
+    keep_rate = str(p.get("capacityChange", "keep-rate")) == "keep-rate"
     req = SimRequest(trace=str(p.get("trace", "philly")), start_s=window[0], end_s=window[1],
                      limit=p.get("jobs"), workload=p.get("workload", "trace"),
-                     load=p.get("load", 1.0), policies=[str(p.get("policy", "engine"))])
+                     load=p.get("load", 1.0), policies=[str(p.get("policy", "engine"))],
+                     prediction_error=float(p.get("predictionError", 0.5)),
+                     load_reference=base_instance if keep_rate else None)
     config = SimConfig(round_s=float(p.get("round", 60)), budget_s=float(p.get("budget", 1.0)),
                        failures=float(p.get("failures", 0.0)), seed=int(p.get("seed", 0)),
                        network=bool(p.get("network", True)), solver=str(p.get("solver", "auto")),

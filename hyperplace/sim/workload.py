@@ -21,11 +21,40 @@
   instance does not declare is refused with the line.
 * Priorities are not taken from traces (Philly has none; Alibaba's QoS is a latency class):
   every job is ``normal``.
+* **Model** (``spec.model``): the trace's own ``model`` field when it has one, else a seeded
+  draw (:func:`draw_model`, seed ``models-<seed>-<job name>``, so a job's model does not
+  depend on the rest of the window) from :data:`MODEL_DRAW`, the families whose size is
+  consistent with the job's GPU count (a 1-GPU job trains a sub-billion to 8B model, a
+  256-GPU job a 70B to 405B one). The model decides the job's speed on each GPU type and
+  placement through THE speed model (:func:`hyperplace.costmodel.speed.job_speed`, read by
+  :class:`~hyperplace.sim.speed.SpeedModel`).
+* **Predictions**: schedulers never see a job's true work. Each job gets one predicted work
+  ``work x exp(N(0, sigma))`` (lognormal, median-unbiased, seeded per job:
+  ``prediction-<seed>-<job name>``), :data:`PREDICTION_SIGMA` = 0.5 by default (a median
+  absolute error of about 40 %, between the ML predictors of the GPU-cluster literature and
+  user estimates, which Tsafrir et al. find several times off); ``sigma = 0`` makes
+  predictions exact. Every policy of a run sees the same predictions: the engine plans with
+  them (remaining predicted work), Slurm's user time limit is built from them.
 
-**Offered load** (``--load``): GPU-seconds asked per second of the arrival window, over the
-instance's GPUs: ``sum(gpus x work) / (window x GPUs)``. Load 1.0 asks for every GPU for the
-whole window, on any instance. A target load rescales the submit times (the order, sizes and
-durations are kept); ``trace`` keeps the trace's own times.
+**Offered load** (``--load``): offered work over the instance's capacity *at each GPU
+type's speed for that work*, within the arrival window ``[first submit, last submit]``.
+Job ``j``'s speed over the instance is ``capacity_j / GPUs``, where ``capacity_j = sum over
+the instance's GPU types t of GPUs_t x speed_j(t)``
+(:meth:`~hyperplace.sim.speed.SpeedModel.capacity`), so it runs ``run_j = work_j x GPUs /
+capacity_j`` seconds; the load is ``sum_j gpus_j x min(run_j, end - submit_j) / (GPUs x
+window)``: the share of the instance's GPU time the jobs would hold inside the window if
+each ran from its arrival. Work past the window's end is not counted: a trace's jobs of
+days would otherwise make "load 1.0" a nearly idle instance in any window shorter than they
+run (the Philly sample's 3 h window at the old ``sum gpus x work / (window x GPUs)``: 1.4 %
+utilisation at "load 1.0"). Load 1.0 asks for every GPU for the whole window on any
+instance, whatever its types (a job that accepts only some types asks more of them). A
+target load rescales the submit times (found by bisection: the order, sizes and durations
+are kept); ``trace`` keeps the trace's own times. A load the window's jobs cannot offer (too
+few GPUs asked even if all arrived at once), or only as a burst (arrivals squeezed into
+less than :data:`MIN_WINDOW_S`), is refused naming ``--load``: the Alibaba sample's 1,439
+GPUs cannot load the 6,212-GPU ``alibaba-2023`` inventory, nor Philly's 2,000 jobs (2,674
+GPUs, mostly of one GPU) the 1,024-GPU SuperPOD beyond a burst. The replay reports the utilisation
+actually reached within the arrival window and the mean number of waiting jobs beside it.
 
 **Foundation-model-shaped workload** (:func:`foundation_model_jobs`): the arrival times and
 durations of a real trace, with job sizes drawn (seeded) from :data:`FM_SIZE_WEIGHTS`, chosen
@@ -51,7 +80,49 @@ from hyperplace.instances.generator import model_parallel_job, small_job
 from hyperplace.models import Instance, TrainingJob
 from hyperplace.models.instance import in_queue
 from hyperplace.sim.jobs import SimJob
+from hyperplace.sim.speed import SpeedModel
 from hyperplace.sim.traces import Trace, TraceRow
+
+# The model draw by GPU count: (largest GPU count, [(preset, weight)]). Sizes follow what
+# each family is trained on in public recipes (a 1-GPU job fine-tunes at most an 8B model,
+# a job of 128+ GPUs pretrains 70B and more); the weights are our documented assumption.
+MODEL_DRAW: tuple[tuple[int, tuple[tuple[str, float], ...]], ...] = (
+    (1, (("opt-350m", 0.5), ("gpt-neo-2.7b", 0.35), ("llama3-8b", 0.15))),
+    (8, (("gpt-neo-2.7b", 0.3), ("llama3-8b", 0.45), ("opt-30b", 0.25))),
+    (64, (("llama3-8b", 0.35), ("opt-30b", 0.25), ("mixtral-8x7b", 0.2), ("llama3-70b", 0.2))),
+    (1 << 30, (("llama3-70b", 0.6), ("gpt3-175b", 0.25), ("llama3-405b", 0.15))),
+)
+PREDICTION_SIGMA = 0.5
+# a target load is refused when it needs the arrivals squeezed into less than this: the
+# utilisation within so short a window is the ramp-up, not contention
+MIN_WINDOW_S = 3600.0
+
+
+def draw_model(name: str, gpus: int, seed: int = 0) -> str:
+    """The seeded model draw of the mapping rule for a job of ``gpus`` GPUs."""
+    rng = random.Random(f"models-{seed}-{name}")
+    for top, choices in MODEL_DRAW:
+        if gpus <= top:
+            return rng.choices([m for m, _ in choices], [w for _, w in choices])[0]
+    raise AssertionError("unreachable: the last MODEL_DRAW row takes every size")
+
+
+def predicted_work(name: str, work_s: float, sigma: float, seed: int = 0) -> float:
+    """``work x exp(N(0, sigma))``, seeded per job (the mapping rule's predictions)."""
+    if sigma <= 0:
+        return work_s
+    rng = random.Random(f"prediction-{seed}-{name}")
+    return work_s * math.exp(rng.gauss(0.0, sigma))
+
+
+def with_predictions(jobs: list[SimJob], sigma: float = PREDICTION_SIGMA, seed: int = 0
+                     ) -> list[SimJob]:
+    """Give every job its predicted work (in place; see the mapping rule)."""
+    if not math.isfinite(sigma) or sigma < 0:
+        raise ValueError(f"the prediction error must be finite and >= 0, got {sigma}")
+    for j in jobs:
+        j.predicted_work_s = predicted_work(j.name, j.work_s, sigma, seed)
+    return jobs
 
 GPUS_PER_NODE = 8
 
@@ -106,11 +177,12 @@ def _eligible_gpus(job: TrainingJob, instance: Instance) -> int:
     return best
 
 
-def manifest_for(name: str, gpus: int, tolerate: str | None) -> TrainingJob:
+def manifest_for(name: str, gpus: int, tolerate: str | None, model: str = "trace"
+                 ) -> TrainingJob:
     """The mapping rule of the module docstring for one trace row."""
     if gpus <= GPUS_PER_NODE:
-        return small_job(name, "trace", gpus, tolerate=tolerate)
-    return model_parallel_job(name, "trace", replicas=math.ceil(gpus / GPUS_PER_NODE),
+        return small_job(name, model, gpus, tolerate=tolerate)
+    return model_parallel_job(name, model, replicas=math.ceil(gpus / GPUS_PER_NODE),
                               tolerate=tolerate, memory_gb=None, dp_ib_gbps=None)
 
 
@@ -122,13 +194,14 @@ def _queued(manifest: TrainingJob, trace: Trace, row: TraceRow, instance: Instan
         raise InputError(f"line {row.line}: queue: {exc}", source=trace.source) from None
 
 
-def trace_jobs(trace: Trace, instance: Instance) -> Workload:
+def trace_jobs(trace: Trace, instance: Instance, seed: int = 0) -> Workload:
     """The trace's rows as jobs on ``instance`` (the mapping rule above)."""
     out = Workload(jobs=[], trace_skipped=trace.skipped)
     for row in trace.rows:
         tolerate, dropped = _selector(row.gpu_types, instance)
         out.dropped_constraints += dropped
-        manifest = manifest_for(row.name, row.gpus, tolerate)
+        model = row.model or draw_model(row.name, row.gpus, seed)
+        manifest = manifest_for(row.name, row.gpus, tolerate, model)
         gpus = manifest.total_gpus
         if gpus > _eligible_gpus(manifest, instance):
             out.dropped_too_large += 1
@@ -157,10 +230,11 @@ def foundation_model_jobs(trace: Trace, instance: Instance, seed: int = 0) -> Wo
         pinned = rng.random() < 0.5
         tolerate = fast_family.lower() if pinned else "|".join(f.lower() for f in families)
         name = f"fm-{i:05d}"
+        model = row.model or draw_model(name, gpus, seed)
         if gpus <= GPUS_PER_NODE:
             nvlink = min(instance.catalog.get(t).nvlink_gbps for t in present
                          if not pinned or instance.catalog.get(t).family == fast_family)
-            manifest = small_job(name, "llm", gpus, tolerate=tolerate,
+            manifest = small_job(name, model, gpus, tolerate=tolerate,
                                  nvlink_gbps=nvlink if gpus > 1 else None)
         else:
             nodes = gpus // GPUS_PER_NODE
@@ -169,7 +243,7 @@ def foundation_model_jobs(trace: Trace, instance: Instance, seed: int = 0) -> Wo
                 stages = rng.choice((2, 4))
             replicas = nodes // stages
             hops = 1 if (replicas >= 2 and nodes <= nodes_per_leaf and rng.random() < 0.3) else None
-            manifest = model_parallel_job(name, "llm", replicas=replicas, pipeline_stages=stages,
+            manifest = model_parallel_job(name, model, replicas=replicas, pipeline_stages=stages,
                                           tolerate=tolerate, memory_gb=None, dp_ib_gbps=None,
                                           dp_max_hops=hops)
         if manifest.total_gpus > _eligible_gpus(manifest, instance):
@@ -190,23 +264,82 @@ def _nodes_per_leaf(instance: Instance) -> int:
     return best
 
 
-def offered_load(jobs: list[SimJob], gpus: int) -> float:
-    """GPU-seconds asked per second of the arrival window, over ``gpus`` GPUs."""
-    if not jobs or gpus <= 0:
-        return 0.0
-    span = jobs[-1].submit_s - jobs[0].submit_s
+def _speed(speed: SpeedModel | Instance) -> SpeedModel:
+    return speed if isinstance(speed, SpeedModel) else SpeedModel(speed)
+
+
+def _shares(jobs: list[SimJob], sm: SpeedModel) -> list[tuple[float, float]]:
+    """Per job: (fraction of the instance it holds while running, its run time at the
+    instance's mean speed for its work)."""
+    total = max(sum(sm.type_counts.values()), 1)
+    out = []
+    for j in jobs:
+        cap = max(sm.capacity(j.manifest), 1e-9)
+        out.append((j.gpus / total, j.work_s * total / cap))
+    return out
+
+
+def _load(shares: list[tuple[float, float]], submits: list[float], factor: float) -> float:
+    t0 = submits[0]
+    span = (submits[-1] - t0) * factor
     if span <= 0:
         return math.inf
-    return sum(j.gpus * j.work_s for j in jobs) / (span * gpus)
+    end = t0 + span
+    held = sum(frac * min(run, end - (t0 + (s - t0) * factor))
+               for (frac, run), s in zip(shares, submits))
+    return held / span
 
 
-def scale_to_load(jobs: list[SimJob], gpus: int, load: float) -> list[SimJob]:
-    """The same jobs with submit times stretched or squeezed to offered load ``load``."""
-    now = offered_load(jobs, gpus)
-    if load <= 0 or not math.isfinite(now) or now <= 0:
+def offered_load(jobs: list[SimJob], speed: SpeedModel | Instance) -> float:
+    """Offered work over the instance's capacity at each type's speed for that work, within
+    the arrival window (module docstring)."""
+    if not jobs:
+        return 0.0
+    return _load(_shares(jobs, _speed(speed)), [j.submit_s for j in jobs], 1.0)
+
+
+def max_offered_load(jobs: list[SimJob], speed: SpeedModel | Instance) -> float:
+    """The load the jobs offer as their arrivals are squeezed together (the supremum):
+    ``sum_j gpus_j x (1 - (submit_j - first) / window) / GPUs``."""
+    if len(jobs) < 2 or jobs[-1].submit_s <= jobs[0].submit_s:
+        return math.inf
+    total = max(sum(_speed(speed).type_counts.values()), 1)
+    t0, span = jobs[0].submit_s, jobs[-1].submit_s - jobs[0].submit_s
+    return sum(j.gpus * (1 - (j.submit_s - t0) / span) for j in jobs) / total
+
+
+def scale_to_load(jobs: list[SimJob], speed: SpeedModel | Instance, load: float
+                  ) -> list[SimJob]:
+    """The same jobs with submit times stretched or squeezed to offered load ``load``
+    (the load falls as the window stretches: found by bisection on the stretch factor)."""
+    if load <= 0 or len(jobs) < 2 or jobs[-1].submit_s <= jobs[0].submit_s:
         return jobs
-    factor = now / load
+    shares = _shares(jobs, _speed(speed))
+    submits = [j.submit_s for j in jobs]
+    most = max_offered_load(jobs, speed)
+    if load > most * (1 - 1e-9):
+        raise ValueError(f"the window's {len(jobs)} jobs offer at most {most:.3g} (all "
+                         f"arriving at once) on this instance; replay more jobs or ask less")
+    lo, hi = 1.0, 1.0
+    while _load(shares, submits, lo) < load and lo > 1e-12:
+        lo /= 2
+    while _load(shares, submits, hi) > load and hi < 1e12:
+        hi *= 2
+    for _ in range(100):
+        mid = math.sqrt(lo * hi)
+        if _load(shares, submits, mid) > load:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1 + 1e-12:
+            break
+    factor = math.sqrt(lo * hi)
     t0 = jobs[0].submit_s
+    window = (jobs[-1].submit_s - t0) * factor
+    if window < MIN_WINDOW_S:
+        raise ValueError(f"the window's {len(jobs)} jobs offer {load:g} only as a burst "
+                         f"(arrivals within {window:.0f} s, under {MIN_WINDOW_S:.0f} s); "
+                         "replay more jobs or ask less")
     for j in jobs:
         j.submit_s = t0 + (j.submit_s - t0) * factor
     return jobs

@@ -1,0 +1,78 @@
+"""Load that means contention (#21 item 1): --load 1.0 saturates every bundled instance a
+bundled trace can load; loads a trace cannot offer are refused naming --load."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from hyperplace.errors import InputError
+from hyperplace.instances import load_instance
+from hyperplace.sim.metrics import summarize
+from hyperplace.sim.run import SimRequest, build_workload
+from hyperplace.sim.simulator import SimConfig, simulate
+from hyperplace.sim.speed import SpeedModel
+from hyperplace.sim.workload import offered_load
+from tests.cli_run import run_main
+
+# (trace, instance, jobs): every bundled trace on every bundled single-cluster instance it
+# can load; the job counts keep the test to seconds (fewer jobs of the window)
+REACHABLE = [("philly", "mixed-a100-h100", None), ("philly", "dgx1-v100", 800),
+             ("alibaba-2023", "mixed-a100-h100", 800), ("alibaba-2023", "dgx1-v100", 200)]
+UNREACHABLE = [("philly", "superpod-h100-4su"), ("philly", "alibaba-2023"),
+               ("alibaba-2023", "superpod-h100-4su"), ("alibaba-2023", "alibaba-2023")]
+
+
+@pytest.mark.parametrize("trace, inst, jobs", REACHABLE)
+def test_load_one_saturates_the_instance(trace: str, inst: str, jobs: int | None):
+    instance = load_instance(inst)
+    wl, facts = build_workload(SimRequest(trace=trace, load=1.0, limit=jobs), instance, 0)
+    assert facts["offered_load"] == pytest.approx(1.0, rel=1e-6)
+    assert offered_load(wl.jobs, SpeedModel(instance)) == pytest.approx(1.0, rel=1e-6)
+    best = 0.0
+    for policy in ("volcano",) if inst == "dgx1-v100" else ("volcano", "kueue"):
+        cfg = SimConfig(until_s=wl.jobs[-1].submit_s)  # only the window's metrics matter
+        row = summarize(simulate(instance, copy.deepcopy(wl.jobs), policy, cfg))
+        assert row["waiting_jobs_mean"] > 0
+        best = max(best, row["utilisation_in_window"])
+    assert best >= 0.7, (trace, inst, best)
+
+
+@pytest.mark.parametrize("trace, inst", UNREACHABLE)
+def test_a_load_the_trace_cannot_offer_is_refused(trace: str, inst: str, capsys):
+    with pytest.raises(InputError, match="--load"):
+        build_workload(SimRequest(trace=trace, load=1.0), load_instance(inst), 0)
+    if inst == "superpod-h100-4su":
+        code = run_main(["simulate", "--trace", trace, "--instance", inst,
+                         "--policy", "fifo", "--no-progress"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "--load" in err
+
+
+def test_load_counts_each_types_speed_for_the_work():
+    """The same jobs offer less load on H100s than on A100s (they run faster there)."""
+    mixed = load_instance("mixed-a100-h100")
+    wl, _ = build_workload(SimRequest(trace="philly", load="trace"), mixed, 0)
+    sm = SpeedModel(mixed)
+    j = wl.jobs[0].manifest
+    a100, h100 = sm.gpu_speed("A100-80", j), sm.gpu_speed("H100-80", j)
+    assert h100 > a100
+    assert sm.capacity(j) == pytest.approx(128 * a100 + 128 * h100)
+
+
+def test_whatif_add_nodes_keeps_the_arrival_rate_by_default():
+    from hyperplace.sim.whatif import run_scenario
+
+    base = {"instance": "dgx1-v100", "trace": "philly", "jobs": 400, "policy": "volcano",
+            "load": 1.0}
+    plain = run_scenario(base, {})
+    more = run_scenario(base, {"addNodes": {"type": "V100-32", "count": 4}})
+    same_load = run_scenario(dict(base, capacityChange="keep-load"),
+                             {"addNodes": {"type": "V100-32", "count": 4}})
+    w = plain["workload"]["arrival_window_s"]
+    assert more["workload"]["arrival_window_s"] == pytest.approx(w)   # same arrivals
+    assert more["workload"]["offered_load"] < 0.8                     # on 1.5x the GPUs
+    assert same_load["workload"]["offered_load"] == pytest.approx(1.0, rel=1e-6)
+    assert same_load["workload"]["arrival_window_s"] < w
+    assert more["wait_mean_s"] <= plain["wait_mean_s"]
