@@ -236,6 +236,9 @@ class FreeState:
             name: n.gpu_count - len(n.faulty) for name, n in self.nodes.items()}
         # quota (GPUs) reserved per cluster by admitted jobs whose pods are not bound
         self.reserved: dict[str, int] = {}
+        # job name -> seconds it has waited (the over-time simulation sets it; rules with a
+        # time-based relaxation read it: Slurm's max_switch_wait)
+        self.waited_s: dict[str, float] = {}
 
     def copy(self, nodes: list[str] | None = None) -> FreeState:
         """A scratch copy (of ``nodes`` only, when given) for dry runs."""
@@ -248,6 +251,7 @@ class FreeState:
         out.used = {n: self.used[n] for n in keys}
         out.allocatable = {n: self.allocatable[n] for n in keys}
         out.reserved = dict(self.reserved)
+        out.waited_s = self.waited_s
         return out
 
     def count(self, node: str) -> int:

@@ -17,12 +17,19 @@ Re-implemented from SchedMD/slurm at commit 284c3b9,
   that does not; when neither fits their parents are compared the same way, then the
   leaf with more usable nodes wins, then the lower level; ties keep the first leaf.
   "Fits" is Slurm's node and CPU count test; with GPU tasks of different sizes we test
-  that the leaf's usable nodes can hold the remaining tasks.
+  that the switch's usable nodes can hold the remaining tasks. The "fits" that
+  ``_topo_choose_best_switch`` uses for a closer leaf is the one of the level the
+  comparison climbed to (``*i_fit_out = i_fit`` inside the loop, L66-73), not the leaf's.
 * Nodes of the chosen leaf are taken in bitmap (index) order, not by free resources
   (L1302-1306 says so), each node taking as many of the remaining tasks as its free GPUs
   allow (block distribution).
 * ``--switches=1`` (a hop limit of 1: one leaf switch) makes a job whose allocation spans
-  more leaves wait (L1362-1416): it stays pending. Slurm's tree plugin has no constraint
+  more leaves wait (L705-730) until it has waited ``max_switch_wait`` (default 300 s,
+  ``src/slurmctld/job_mgr.c`` ``_max_switch_wait`` L869-872; the wait starts at its first
+  evaluation, L184-189): then it runs across leaves (``best_switch = true``, L721-723).
+  The over-time simulation tells the rule how long each job has waited
+  (``FreeState.waited_s``); a single round has waited 0 s, so the job stays pending.
+  Slurm's tree plugin has no constraint
   for a spine (hop 3), so such a job may be spread over spines and the checker says so.
   A hop limit of 0 is ``-N 1``: all tasks on one node.
 * Which GPUs of a node a task gets: ``gpu_choice.slurm_gres_choice`` (cons_tres with the
@@ -121,18 +128,17 @@ def _compare(tree: _Tree, i: int, j: int, pods: list[Pod], free: dict[str, int]
     """``_topo_compare_switches``: (1 if leaf i is the better fit, -1 if j, 0 if equal; i fits)."""
     up = 0
     ni, nj = tree.leaves[i], tree.leaves[j]
-    i_fit_leaf = _holds(pods, ni, free, tree.view)
     while True:
-        i_fit = _holds(pods, ni, free, tree.view)
+        i_fit = _holds(pods, ni, free, tree.view)  # i's fit at the level reached (L66-73)
         j_fit = _holds(pods, nj, free, tree.view)
         if i_fit and j_fit:
             if len(ni) != len(nj):
-                return (1 if len(ni) < len(nj) else -1), i_fit_leaf
+                return (1 if len(ni) < len(nj) else -1), i_fit
             break
         if i_fit:
-            return 1, i_fit_leaf
+            return 1, i_fit
         if j_fit:
-            return -1, i_fit_leaf
+            return -1, i_fit
         top = len(tree.view.levels) - 1
         if tree.leaf + up >= top:
             break
@@ -142,8 +148,8 @@ def _compare(tree: _Tree, i: int, j: int, pods: list[Pod], free: dict[str, int]
             break  # same parent: stop climbing (L84-91)
         ni, nj = tree.parent_nodes(i, up), tree.parent_nodes(j, up)
     if len(ni) != len(nj):
-        return (1 if len(ni) > len(nj) else -1), i_fit_leaf
-    return 0, i_fit_leaf
+        return (1 if len(ni) > len(nj) else -1), i_fit
+    return 0, i_fit
 
 
 def _choose_leaf(tree: _Tree, candidates: list[int], dist: dict[int, int], pods: list[Pod],
@@ -162,8 +168,11 @@ def _choose_leaf(tree: _Tree, candidates: list[int], dist: dict[int, int], pods:
     return best
 
 
+MAX_SWITCH_WAIT_S = 300.0  # job_mgr.c _max_switch_wait: default max_switch_wait
+
+
 def _select(pods: list[Pod], view: ClusterView, usable: list[str], free: dict[str, int],
-            hops: int | None) -> list[tuple[Pod, str]] | str:
+            hops: int | None, waited_s: float = 0.0) -> list[tuple[Pod, str]] | str:
     """Nodes for every task, or why the job waits."""
     if hops == 0:  # -N 1
         tree = _Tree(view, [n for n in usable if _holds(pods, [n], free, view)])
@@ -193,7 +202,8 @@ def _select(pods: list[Pod], view: ClusterView, usable: list[str], free: dict[st
     if remaining:
         return (f"{len(remaining)} of {len(pods)} tasks found no node with enough free GPUs "
                 "of an accepted type")
-    if hops is not None and hops <= 1 and len({l for l in used_leaves}) > 1:
+    if (hops is not None and hops <= 1 and len(set(used_leaves)) > 1
+            and waited_s < MAX_SWITCH_WAIT_S):
         return (f"--switches=1: the allocation needs {len(used_leaves)} leaf switches; the job "
                 "waits for one switch")
     return chosen
@@ -214,7 +224,8 @@ def place_job(job: TrainingJob, state: FreeState, views: list[ClusterView],
                   if state.count(n) >= smallest and any(view.suits(u, node) for u in units)]
         free = {n: state.count(n) for n in usable}
         hops = job_switch_limit(job, units, pods)
-        got = _select(pods, view, usable, dict(free), hops)
+        got = _select(pods, view, usable, dict(free), hops,
+                      state.waited_s.get(job.name, 0.0))
         if isinstance(got, str):
             reasons.append(f"slurm: {view.cluster.name}: {got}")
             continue

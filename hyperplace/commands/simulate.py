@@ -120,6 +120,8 @@ def print_summary(summary: dict, console: Console) -> None:
         f"{row['policy']} utilisation {_fmt(row['utilisation_in_window'], 0.01, 1)}%, "
         f"{_fmt(row.get('waiting_jobs_mean'), 1, 1)} jobs waiting on average"
         for row in summary["policies"]))
+    if summary["workload"].get("load_note"):
+        r.print_line(console, "--load: " + summary["workload"]["load_note"])
     note = failure_note(summary)
     if note:
         r.print_line(console, note)
@@ -132,7 +134,7 @@ def print_summary(summary: dict, console: Console) -> None:
 def simulate_command(
     trace: Annotated[str, typer.Option(help="philly | alibaba-2023 | a CSV file (submit_time_s, duration_s, num_gpus[, gpu_type, name, queue])")] = "philly",
     instance: Annotated[str, typer.Option("--instance", "-i", help="bundled instance name or Instance file")] = "mixed-a100-h100",
-    policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="engine, engine-rounds, engine-wait, fifo (first fit), kueue (BestEffortFIFO), kueue-strict (StrictFIFO), volcano, volcano-proportion, slurm (backfill); also spelled fifo-firstfit, kueue-style, kueue-besteffort, kueue-strictfifo, volcano-style, proportion, slurm-style, slurm-backfill; repeat for several (default: all but engine-wait and volcano-proportion)")] = None,
+    policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="engine, engine-rounds, engine-wait, fifo (first fit), kueue (BestEffortFIFO), kueue-strict (StrictFIFO), volcano, volcano-proportion, slurm (backfill as a site configures it), slurm-default (backfill as shipped: a weaker variant); also spelled fifo-firstfit, kueue-style, kueue-besteffort, kueue-strictfifo, volcano-style, proportion, slurm-style, slurm-backfill; repeat for several (default: all but engine-wait and volcano-proportion)")] = None,
     round_s: Annotated[float, typer.Option("--round", help="seconds between scheduling rounds")] = 60.0,
     budget: Annotated[float, typer.Option(help="engine time budget per round, seconds")] = 1.0,
     load: Annotated[str, typer.Option(help="offered work over the instance's capacity at each GPU type's speed for that work (1.0 saturates any instance), or 'trace' for the trace's own rate")] = "1.0",

@@ -45,20 +45,34 @@ Peers, each with its own per-job placement rule (:mod:`hyperplace.sim.peers`) an
   :class:`~hyperplace.formulations.placement.quotas.QuotaBook` rows the engine's model has)
   are kept too: a placement that would break one is undone and the job waits, so both
   keep the operator's quotas. The other peers are queue-unaware.
-* ``slurm``: the backfill scheduler (SchedMD/slurm ``src/plugins/sched/backfill/backfill.c``):
-  jobs in priority order; each job that cannot start now gets a reservation at its earliest
-  start time on the nodes it would get then (``_add_reservation`` at line 3851), as long as
-  that time is inside ``bf_window`` (default one day, line 104; later jobs get none, lines
-  3700-3716); a later job starts now only if it fits on what is free *and* not reserved over
-  its whole run (``_test_resv_overlap``, line 3722). Running jobs are expected to end at
-  their start plus their time limit (``_set_slot_time``, lines 1973-1977); at most
-  ``bf_max_job_test`` = 500 jobs are tried per cycle (line 116). The user's time limit is the
-  job's run time on the slowest GPU type it accepts times :data:`SLURM_OVERESTIMATE`
-  (users over-estimate: Tsafrir, Etsion and Feitelson, "Backfilling using system-generated
-  predictions rather than user runtime estimates", IEEE TPDS 2007, report most estimates
-  several times the actual run time; 2.0 is our documented choice). A job that overruns its
-  limit is expected to end one ``bf_resolution`` (60 s, line 103) from now; it is not killed.
-  Placement by Slurm's tree rule.
+* ``slurm``: the backfill scheduler (SchedMD/slurm ``src/plugins/sched/backfill/backfill.c``
+  at commit 284c3b9) as a competent site configures it: jobs in **multifactor priority**
+  order (age, job size and fair share, equal weights, :meth:`SlurmBackfill.priority`,
+  ``src/plugins/priority/multifactor/priority_multifactor.c`` L2151-2215, L630-646); each
+  job that cannot start now gets a reservation at its earliest start time on the nodes it
+  would get then (``_add_reservation`` at line 3851), as long as that time is inside
+  ``bf_window``, set to **at least the longest time limit** of the round (the slurm.conf
+  man page's advice; the default is one day, line 104; later jobs get none, lines
+  3700-3716); a reservation holds **whole nodes** (the node bitmap is removed from the
+  window's availability, ``bit_and_not`` at line 4233); a later job starts now only if it
+  fits on what is free *and* not reserved over its whole run (``_test_resv_overlap``, line
+  3722). Running jobs are expected to end at their start plus their time limit
+  (``_set_slot_time``, lines 1973-1977); at most ``bf_max_job_test`` = 500 jobs are tried
+  per cycle (line 116). The user's time limit is the job's *predicted* run time on the
+  slowest GPU type it accepts times :data:`SLURM_OVERESTIMATE` (users over-estimate:
+  Tsafrir, Etsion and Feitelson, "Backfilling using system-generated predictions rather
+  than user runtime estimates", IEEE TPDS 2007, report most estimates several times the
+  actual run time; 2.0 is our documented choice). A job that overruns its limit is
+  expected to end one ``bf_resolution`` (60 s, line 103) from now; it is not killed.
+  Placement by Slurm's tree rule, with ``max_switch_wait`` (300 s) for ``--switches``.
+* ``slurm-default`` (a named weaker variant, not in the default comparisons): the same
+  backfill as shipped: ``bf_window`` one day, first come first served, reservations of
+  only the GPUs a job needs.
+
+The queue policies (``fifo``, ``kueue``, ``kueue-strict``, ``volcano``) walk the queue in
+priority order, then submit time: Kueue's ``baseCompareFunc`` (kubernetes-sigs/kueue at
+ff69552 ``pkg/cache/queue/cluster_queue.go`` L857-870: effective priority, then the queue
+order timestamp) and Volcano's ``JobOrderFn`` (``session_plugins.go`` L737).
 
 The engine (``engine``): the pending window (the ``window`` highest-priority jobs) solved at
 once by :func:`~hyperplace.solvers.driver.solve_placement` within the round's budget. The
@@ -93,11 +107,21 @@ SLURM_OVERESTIMATE = 2.0
 BF_RESOLUTION_S = 60.0
 BF_WINDOW_S = 24 * 3600.0
 BF_MAX_JOB_TEST = 500
+# Slurm multifactor priority as a site configures it (priority/multifactor): age, job size
+# and fair share, equal weights; PriorityMaxAge is Slurm's default, 7 days
+PRIORITY_WEIGHT_AGE = 1000
+PRIORITY_WEIGHT_JOB_SIZE = 1000
+PRIORITY_WEIGHT_FAIRSHARE = 1000
+PRIORITY_MAX_AGE_S = 7 * 24 * 3600.0
 # predicted run times under which the engine's short-job bonus adds one priority level each
 SHORT_THRESHOLDS_S = (3600.0, 6 * 3600.0, 24 * 3600.0)
 
 PEER_POLICIES = ("fifo", "kueue-strict", "kueue", "volcano", "volcano-proportion", "slurm")
-POLICIES = ("engine", "engine-rounds", "engine-wait", *PEER_POLICIES)
+# weaker configurations, kept as named variants only (not in the default comparisons):
+# slurm-default = backfill as configured out of the box (bf_window one day, first come
+# first served, reservations of only the GPUs the job needs)
+PEER_VARIANTS = ("slurm-default",)
+POLICIES = ("engine", "engine-rounds", "engine-wait", *PEER_POLICIES, *PEER_VARIANTS)
 ALIASES = {"fifo-firstfit": "fifo", "kueue-style": "kueue", "kueue-besteffort": "kueue",
            "kueue-strictfifo": "kueue-strict", "volcano-style": "volcano",
            "slurm-style": "slurm", "slurm-backfill": "slurm", "proportion": "volcano-proportion"}
@@ -179,8 +203,11 @@ class QueuePolicy(Policy):
     def decide(self, view: RoundView) -> Decision:
         t0 = time.perf_counter()
         fs = self.placer.state(view.state.instance([j.manifest for j in view.queue]))
+        fs.waited_s = {j.name: view.now - j.submit_s for j in view.queue}
         starts: dict[str, dict[str, list[GPURef]]] = {}
-        for job in view.queue:
+        # priority, then creation (submit) time: Kueue's queue order
+        # (pkg/cache/queue/cluster_queue.go queueOrderingFunc), Volcano's JobOrderFn
+        for job in sorted(view.queue, key=lambda j: (-j.manifest.priority, j.submit_s)):
             got = self.placer.place(job.manifest, fs)
             if got is not None:
                 starts[job.name] = got
@@ -273,13 +300,50 @@ class SlurmBackfill(Policy):
     name = "slurm"
 
     def __init__(self, instance: Instance, factor: float = SLURM_OVERESTIMATE,
-                 window_s: float = BF_WINDOW_S, max_job_test: int = BF_MAX_JOB_TEST,
-                 seed: int = 0):
+                 window_s: float | None = None, max_job_test: int = BF_MAX_JOB_TEST,
+                 seed: int = 0, multifactor: bool = True, whole_nodes: bool = True,
+                 name: str = "slurm"):
+        self.name = name
         self.placer = PeerPlacer(instance, "slurm", seed)
         self.factor = factor
-        self.window_s = window_s
+        self.window_s = window_s  # None: at least the longest time limit (Slurm's advice)
         self.max_job_test = max_job_test
+        self.multifactor = multifactor
+        self.whole_nodes = whole_nodes
         self._limits: dict[str, float] = {}
+
+    def priority(self, view: RoundView, job: SimJob) -> float:
+        """Slurm's multifactor priority (``priority_multifactor.c`` L2151-2215, weights
+        applied L630-646): ``W_age x min(age / PriorityMaxAge, 1) + W_size x GPUs /
+        cluster GPUs`` (PriorityFavorSmall=NO: larger jobs rank higher, as by default)
+        ``+ W_fairshare x F`` with ``F = 2 ** (-usage share / weight share)`` of the job's
+        queue (its account) over the decayed usage history; one account: F is the same for
+        every job. The manifest's priority class ranks first (a partition's PriorityTier)."""
+        age = min(max(0.0, view.now - job.submit_s) / PRIORITY_MAX_AGE_S, 1.0)
+        size = job.gpus / max(view.state.total_gpus, 1)
+        fs = self._fair_share(view).get(job.queue, 1.0)
+        return (PRIORITY_WEIGHT_AGE * age + PRIORITY_WEIGHT_JOB_SIZE * size
+                + PRIORITY_WEIGHT_FAIRSHARE * fs)
+
+    def _fair_share(self, view: RoundView) -> dict[str, float]:
+        usage = view.state.queue_usage
+        qs = view.state.base.queue_set
+        if not usage or qs is None:
+            return {}
+        from hyperplace.models.usage import fair_share_factors
+
+        weights = {q.name: q.weight for q in qs.queues.values()}
+        for q in (*usage, *(j.queue for j in view.queue)):
+            weights.setdefault(q, 1.0)
+        return fair_share_factors(usage, weights)
+
+    def ordered(self, view: RoundView) -> list[SimJob]:
+        """The queue in Slurm's order: priority class, then multifactor priority, then
+        submit time (``slurm-default``: first come first served)."""
+        if not self.multifactor:
+            return sorted(view.queue, key=lambda j: (-j.manifest.priority, j.submit_s))
+        return sorted(view.queue, key=lambda j: (-j.manifest.priority,
+                                                 -self.priority(view, j), j.submit_s))
 
     def limit(self, job: SimJob, speed: SpeedModel) -> float:
         if job.name not in self._limits:
@@ -307,13 +371,20 @@ class SlurmBackfill(Policy):
         reservations: list[tuple[float, float, dict[str, int]]] = []
         starts: dict[str, dict[str, list[GPURef]]] = {}
         tried = 0
-        for job in view.queue:
+        queue = self.ordered(view)
+        window_s = self.window_s
+        if window_s is None:  # bf_window >= the longest time limit (slurm.conf(5))
+            limits = [self.limit(j, view.speed) for j in queue]
+            limits += [r.limit_end_s - now for r in view.running.values()]
+            window_s = max([BF_WINDOW_S, *limits])
+        waited = {j.name: now - j.submit_s for j in queue}
+        for job in queue:
             if tried >= self.max_job_test:
                 break
             tried += 1
             limit = self.limit(job, view.speed)
             candidates = sorted(t for t in times | {e for _, e, _ in reservations}
-                                if now < t <= now + self.window_s)
+                                if now < t <= now + window_s)
             for t in [now, *candidates]:
                 counts = self._free_over(t, t + limit, free_now, releases, reservations)
                 if t == now:
@@ -321,6 +392,7 @@ class SlurmBackfill(Policy):
                 else:
                     free = {n: list(range(max(0, counts[n]))) for n in free_now}
                 fs = self.placer.state(round_instance, free)
+                fs.waited_s = waited
                 got = self.placer.place(job.manifest, fs)
                 if got is None:
                     continue
@@ -337,6 +409,8 @@ class SlurmBackfill(Policy):
                         releases[n].append((now + limit, k))
                     times.add(now + limit)
                 else:
+                    if self.whole_nodes:  # backfill reserves nodes (backfill.c L4233-4236)
+                        per = {n: state.nodes[n].gpu_count for n in per}
                     reservations.append((t, t + limit, per))
                 break
         solve_s = time.perf_counter() - t0
@@ -671,6 +745,9 @@ def make_policy(name: str, instance: Instance, *, budget_s: float = 1.0, solver:
         return pol
     if key == "slurm":
         return SlurmBackfill(instance, factor=slurm_factor, seed=seed)
+    if key == "slurm-default":
+        return SlurmBackfill(instance, factor=slurm_factor, seed=seed, window_s=BF_WINDOW_S,
+                             multifactor=False, whole_nodes=False, name="slurm-default")
     if key == "volcano-proportion":
         return ProportionPolicy(instance, seed)
     rule, blocking = {"fifo": ("slurm", True), "kueue-strict": ("kueue", True),

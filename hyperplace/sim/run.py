@@ -67,16 +67,14 @@ def build_workload(req: SimRequest, instance: Instance, seed: int) -> tuple[Work
     speed = SpeedModel(instance)
     ref = SpeedModel(req.load_reference) if req.load_reference is not None else speed
     own = offered_load(wl.jobs, speed)
+    note = None
     if req.load != "trace":
-        try:
-            scale_to_load(wl.jobs, ref, float(req.load))
-        except ValueError as exc:
-            raise InputError(str(exc), path="--load") from None
+        note = scale_to_load(wl.jobs, ref, float(req.load))
     facts = {"trace": trace.name, "trace_jobs": len(trace.rows), "jobs": len(wl.jobs),
              "skipped_in_trace": wl.trace_skipped, "dropped_too_large": wl.dropped_too_large,
              "dropped_type_constraints": wl.dropped_constraints,
              "trace_offered_load": own, "offered_load": offered_load(wl.jobs, speed),
-             "prediction_error_sigma": req.prediction_error,
+             "prediction_error_sigma": req.prediction_error, "load_note": note,
              "arrival_window_s": wl.jobs[-1].submit_s - wl.jobs[0].submit_s,
              "instance_gpus": gpus}
     return wl, facts

@@ -49,11 +49,12 @@ run (the Philly sample's 3 h window at the old ``sum gpus x work / (window x GPU
 utilisation at "load 1.0"). Load 1.0 asks for every GPU for the whole window on any
 instance, whatever its types (a job that accepts only some types asks more of them). A
 target load rescales the submit times (found by bisection: the order, sizes and durations
-are kept); ``trace`` keeps the trace's own times. A load the window's jobs cannot offer (too
-few GPUs asked even if all arrived at once), or only as a burst (arrivals squeezed into
-less than :data:`MIN_WINDOW_S`), is refused naming ``--load``: the Alibaba sample's 1,439
-GPUs cannot load the 6,212-GPU ``alibaba-2023`` inventory, nor Philly's 2,000 jobs (2,674
-GPUs, mostly of one GPU) the 1,024-GPU SuperPOD beyond a burst. The replay reports the utilisation
+are kept); ``trace`` keeps the trace's own times. Arrivals are never squeezed into less than
+:data:`MIN_WINDOW_S` (or their own span if shorter): a load the window's jobs cannot offer
+(too few GPUs asked even if all arrived at once) or only as a burst is replayed at the most
+they offer over that window, and the replay says so (``load_note``): the Alibaba sample's
+1,439 GPUs cannot load the 6,212-GPU ``alibaba-2023`` inventory, nor Philly's 2,000 jobs
+(2,674 GPUs, mostly of one GPU) the 1,024-GPU SuperPOD. The replay reports the utilisation
 actually reached within the arrival window and the mean number of waiting jobs beside it.
 
 **Foundation-model-shaped workload** (:func:`foundation_model_jobs`): the arrival times and
@@ -93,8 +94,8 @@ MODEL_DRAW: tuple[tuple[int, tuple[tuple[str, float], ...]], ...] = (
     (1 << 30, (("llama3-70b", 0.6), ("gpt3-175b", 0.25), ("llama3-405b", 0.15))),
 )
 PREDICTION_SIGMA = 0.5
-# a target load is refused when it needs the arrivals squeezed into less than this: the
-# utilisation within so short a window is the ramp-up, not contention
+# arrivals are never squeezed into less than this (or their own span): the utilisation
+# within so short a window is the ramp-up, not contention
 MIN_WINDOW_S = 3600.0
 
 
@@ -309,37 +310,42 @@ def max_offered_load(jobs: list[SimJob], speed: SpeedModel | Instance) -> float:
 
 
 def scale_to_load(jobs: list[SimJob], speed: SpeedModel | Instance, load: float
-                  ) -> list[SimJob]:
-    """The same jobs with submit times stretched or squeezed to offered load ``load``
-    (the load falls as the window stretches: found by bisection on the stretch factor)."""
+                  ) -> str | None:
+    """Stretch or squeeze the jobs' submit times (in place) to offered load ``load`` (the
+    load falls as the window stretches: found by bisection on the stretch factor).
+
+    The arrivals are never squeezed into less than ``min(MIN_WINDOW_S, their own span)``: a
+    load the jobs can offer only as a burst, or not at all, is replayed at the most they
+    offer over that window, and the returned note says so (None when ``load`` was met).
+    """
     if load <= 0 or len(jobs) < 2 or jobs[-1].submit_s <= jobs[0].submit_s:
-        return jobs
+        return None
     shares = _shares(jobs, _speed(speed))
     submits = [j.submit_s for j in jobs]
-    most = max_offered_load(jobs, speed)
-    if load > most * (1 - 1e-9):
-        raise ValueError(f"the window's {len(jobs)} jobs offer at most {most:.3g} (all "
-                         f"arriving at once) on this instance; replay more jobs or ask less")
-    lo, hi = 1.0, 1.0
-    while _load(shares, submits, lo) < load and lo > 1e-12:
-        lo /= 2
-    while _load(shares, submits, hi) > load and hi < 1e12:
-        hi *= 2
-    for _ in range(100):
-        mid = math.sqrt(lo * hi)
-        if _load(shares, submits, mid) > load:
-            lo = mid
-        else:
-            hi = mid
-        if hi / lo < 1 + 1e-12:
-            break
-    factor = math.sqrt(lo * hi)
+    span = submits[-1] - submits[0]
+    floor = min(MIN_WINDOW_S, span) / span  # the smallest stretch factor allowed
+    note = None
+    if _load(shares, submits, floor) < load:
+        factor = floor
+        note = (f"the window's {len(jobs)} jobs offer at most "
+                f"{_load(shares, submits, factor):.3g} of load {load:g} over "
+                f"{factor * span / 3600:.2g} h (fewer GPUs asked than the instance has, or "
+                f"only as a burst); replayed at that: give more jobs (--window, --jobs) for "
+                "more contention")
+    else:
+        lo, hi = floor, max(1.0, floor)
+        while _load(shares, submits, hi) > load and hi < 1e12:
+            hi *= 2
+        for _ in range(200):
+            mid = math.sqrt(lo * hi)
+            if _load(shares, submits, mid) > load:
+                lo = mid
+            else:
+                hi = mid
+            if hi / lo < 1 + 1e-12:
+                break
+        factor = math.sqrt(lo * hi)
     t0 = jobs[0].submit_s
-    window = (jobs[-1].submit_s - t0) * factor
-    if window < MIN_WINDOW_S:
-        raise ValueError(f"the window's {len(jobs)} jobs offer {load:g} only as a burst "
-                         f"(arrivals within {window:.0f} s, under {MIN_WINDOW_S:.0f} s); "
-                         "replay more jobs or ask less")
     for j in jobs:
         j.submit_s = t0 + (j.submit_s - t0) * factor
-    return jobs
+    return note

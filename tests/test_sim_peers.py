@@ -1,0 +1,111 @@
+"""Faithful peers (#21 item 5): Slurm's tree rule takes "fits" at the level it climbed to,
+--switches waits max_switch_wait then runs across leaves, multifactor priority, whole-node
+reservations, bf_window at least the longest time limit; queue policies walk in priority
+order."""
+
+from __future__ import annotations
+
+import pytest
+
+from hyperplace.baselines import cluster_views, new_state
+from hyperplace.baselines.slurm import MAX_SWITCH_WAIT_S, place_job
+from hyperplace.instances.generator import model_parallel_job, small_job
+from hyperplace.models import Instance
+from hyperplace.sim.jobs import SimJob
+from hyperplace.sim.policies import SlurmBackfill, make_policy
+from hyperplace.sim.simulator import SimConfig, simulate
+from hyperplace.check import check
+from hyperplace.baselines.common import build_plan, JobOutcome
+
+
+def fat_tree(nodes_per_leaf: int = 2, leaves: int = 2) -> Instance:
+    """``leaves`` leaves of ``nodes_per_leaf`` DGX H100 nodes each."""
+    from hyperplace.models import Cluster, FabricGenerator, FabricSpec, InstanceSpec, Node
+    from hyperplace.models.job import ObjectMeta
+
+    nodes = [Node(name=f"n{i}", gpu_type="H100-80", gpu_count=8)
+             for i in range(nodes_per_leaf * leaves)]
+    gen = FabricGenerator(type="fat-tree-2", nodes_per_leaf=nodes_per_leaf, spines=2,
+                          uplink_gbps=400.0)
+    cluster = Cluster(name="c", nodes=nodes, fabric=FabricSpec(generator=gen))
+    return Instance(metadata=ObjectMeta(name="t"), spec=InstanceSpec(clusters=[cluster]))
+
+
+def test_switches_waits_max_switch_wait_then_runs_across_leaves():
+    inst = fat_tree()
+    # 3 replicas of 8 GPUs, one leaf asked for (maxHopCount 1): 2 nodes per leaf, so it
+    # cannot fit on one leaf of the empty cluster
+    job = model_parallel_job("big", "m", replicas=3, memory_gb=None, dp_ib_gbps=None,
+                             dp_max_hops=1)
+    views = cluster_views(inst)
+    state = new_state(inst, "slurm-tree-style")
+    out = place_job(job, state, views)
+    assert not out.units and "--switches=1" in " ".join(out.reasons)
+    state = new_state(inst, "slurm-tree-style")
+    state.waited_s = {"big": MAX_SWITCH_WAIT_S}
+    out = place_job(job, state, views)
+    assert out.units and sum(len(g) for g in out.units.values()) == 24
+    plan = build_plan(inst.model_copy(update={"spec": inst.spec.model_copy(
+        update={"jobs": [job]})}), "slurm-tree-style", {"big": JobOutcome(units=out.units)}, 0.0)
+    # the checker names the hop limit it broke (Slurm ran the job across leaves)
+    codes = {v.code for v in check(plan, plan_instance(inst, job))}
+    assert codes and all("hop" in c for c in codes), codes
+
+
+def plan_instance(inst: Instance, job) -> Instance:
+    return inst.model_copy(update={"spec": inst.spec.model_copy(update={"jobs": [job]})})
+
+
+def sim_job(name: str, gpus: int, submit: float, work: float) -> SimJob:
+    m = small_job(name, "llama3-8b", gpus) if gpus <= 8 else model_parallel_job(
+        name, "llama3-70b", replicas=gpus // 8, memory_gb=None, dp_ib_gbps=None)
+    return SimJob(name=name, submit_s=submit, work_s=work, gpus=gpus, manifest=m)
+
+
+def test_multifactor_priority_ranks_age_and_size():
+    inst = fat_tree()
+    pol = SlurmBackfill(inst)
+    from hyperplace.sim.loop import RoundLoop
+
+    loop = RoundLoop(inst, pol)
+    old_small, new_big = sim_job("a", 1, 0.0, 100.0), sim_job("b", 32, 3000.0, 100.0)
+    for j in (old_small, new_big):
+        loop.submit(j, j.submit_s)
+    view = loop.view(3600.0)
+    # one hour of age is worth 1000/168 points, the whole cluster's size 1000 points
+    assert pol.priority(view, new_big) > pol.priority(view, old_small)
+    assert [j.name for j in pol.ordered(view)] == ["b", "a"]
+    weak = make_policy("slurm-default", inst)
+    assert [j.name for j in weak.ordered(view)] == ["a", "b"]
+
+
+@pytest.mark.parametrize("policy", ["slurm", "slurm-default", "kueue", "volcano", "fifo"])
+def test_peers_replay_checked(policy: str):
+    inst = fat_tree(nodes_per_leaf=2, leaves=2)
+    jobs = [sim_job(f"j{i}", g, 30.0 * i, w) for i, (g, w) in enumerate(
+        [(8, 4000), (16, 3000), (32, 2000), (1, 500), (4, 800), (8, 300), (16, 900),
+         (2, 100)])]
+    run = simulate(inst, jobs, policy, SimConfig(check=True, round_s=60))
+    assert run.unfinished == 0
+    assert all(r.end_s is not None for r in run.records)
+
+
+def test_whole_node_reservations_keep_backfill_off_the_reserved_nodes():
+    """A reserved 32-GPU job holds whole nodes: a 1-GPU job that would end after the
+    reservation starts may not take a GPU of them (per-GPU reservations let it)."""
+    inst = fat_tree(nodes_per_leaf=2, leaves=2)
+    jobs = [sim_job("running", 24, 0.0, 600.0), sim_job("head", 32, 1.0, 600.0),
+            sim_job("small", 1, 2.0, 5000.0)]
+    whole = simulate(inst, [*map(_copy, jobs)], "slurm", SimConfig(round_s=60))
+    per_gpu = simulate(inst, [*map(_copy, jobs)], "slurm-default", SimConfig(round_s=60))
+    start = {r.job.name: r.first_start_s for r in whole.records}
+    # whole nodes: the 1-GPU job cannot go on the free node the head's reservation holds
+    assert start["small"] >= start["head"]
+    start_pg = {r.job.name: r.first_start_s for r in per_gpu.records}
+    assert start_pg["small"] <= start["small"]
+
+
+def _copy(j: SimJob) -> SimJob:
+    import copy
+
+    return copy.deepcopy(j)
