@@ -17,7 +17,7 @@ from hyperplace.errors import InputError
 from hyperplace.sim.whatif import comparable, load_sweep, run_sweep
 
 SWEEP = {
-    "base": {"instance": "dgx1-v100", "trace": "philly", "jobs": 150,
+    "base": {"instance": "dgx1-v100", "trace": "philly", "jobs": 60,
              "policy": "fifo", "load": 1.2, "round": 60},
     "grid": {"addNodes": [{"type": "V100-32", "count": 2}, {"type": "V100-32", "count": -2}],
              "policy": ["fifo", "kueue", "slurm"], "load": [0.8, 1.5]},

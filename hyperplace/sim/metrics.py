@@ -9,6 +9,10 @@
 * Utilisation within the arrival window: busy GPU-seconds between the first and the last
   submission over (GPUs x that window). Utilisation until the last job ends is mostly the
   long tail, so it is not the headline.
+* Bubbles: GPU-hours free (not running, not failed) while a job that fits by count waits
+  (free GPUs >= the smallest waiting job's), within the arrival window: the seed's
+  "resource bubbles", capacity idle although some waiting job asks for no more of it (its
+  type, topology or a reservation may still keep it out).
 * Mean waiting jobs: the number of jobs in the queue, time-averaged over the arrival window
   (beside the utilisation: together they say whether the offered load made contention).
 * Free-but-unusable GPUs: GPUs idle (not running, not failed) while jobs wait, time-averaged
@@ -77,6 +81,29 @@ def _integral(run: PolicyRun, attr: str, t0: float, t1: float, *, when_queued: b
     return total
 
 
+def bubble_gpu_s(run: PolicyRun, t0: float, t1: float) -> float:
+    """GPU-seconds free while a job that fits by count waits, within [t0, t1]."""
+    total = 0.0
+    samples = run.samples
+    for a, b in zip(samples, [*samples[1:], None]):
+        start, end = max(a.time_s, t0), min(b.time_s if b is not None else t1, t1)
+        if end > start and a.smallest_waiting and a.free >= a.smallest_waiting:
+            total += a.free * (end - start)
+    return total
+
+
+def bubble_series(run: PolicyRun, bins: int = 60) -> list[tuple[float, float]]:
+    """(bin start hour, mean bubble GPUs in the bin) over the arrival window: the chart's
+    'bubbles over time'."""
+    t0 = min((r.job.submit_s for r in run.records), default=0.0)
+    t1 = run.arrival_end_s
+    if t1 <= t0:
+        return []
+    step = (t1 - t0) / bins
+    return [(((t0 + i * step) / 3600), bubble_gpu_s(run, t0 + i * step, t0 + (i + 1) * step)
+             / step) for i in range(bins)]
+
+
 def summarize(run: PolicyRun) -> dict[str, Any]:
     """The metrics of the module docstring for one policy's replay."""
     done = [r for r in run.records if r.end_s is not None]
@@ -89,6 +116,7 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
     busy = _integral(run, "busy", t0, t1)
     idle = _integral(run, "free", t0, t1, when_queued=True)
     waiting = _integral(run, "queued", t0, t1)
+    bubbles = bubble_gpu_s(run, t0, t1)
     end = max((r.end_s for r in done), default=t0)
     down = _integral(run, "down", t0, max(end, t1))
     solve = [r.solve_s for r in run.rounds]
@@ -105,6 +133,7 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
         "utilisation_in_window": busy / (run.total_gpus * window) if t1 > t0 else None,
         "free_unusable_gpus_mean": idle / window if t1 > t0 else None,
         "waiting_jobs_mean": waiting / window if t1 > t0 else None,
+        "bubble_gpu_hours": bubbles / 3600,
         "gpu_hours_lost_to_failures": sum(r.lost_gpu_s for r in run.records) / 3600,
         "gpu_hours_lost_to_preemption": sum(r.lost_preempted_gpu_s for r in run.records) / 3600,
         "preemptions": sum(r.preemptions for r in run.records),

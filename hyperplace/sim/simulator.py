@@ -84,6 +84,7 @@ class Sample:
     free: int
     down: int
     queued: int
+    smallest_waiting: int = 0  # GPUs of the smallest waiting job (0: none waits)
 
 
 @dataclass
@@ -149,11 +150,12 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
 
     def sample(t: float) -> None:
         s = Sample(t, loop.state.busy_count(), loop.state.free_count(), loop.state.down_count(),
-                   len(loop.queue))
+                   len(loop.queue), min((j.gpus for j in loop.queue.values()), default=0))
         if samples and samples[-1].time_s == t:
             samples[-1] = s
         elif not samples or (samples[-1].busy, samples[-1].free, samples[-1].down,
-                             samples[-1].queued) != (s.busy, s.free, s.down, s.queued):
+                             samples[-1].queued, samples[-1].smallest_waiting) != (
+                                 s.busy, s.free, s.down, s.queued, s.smallest_waiting):
             samples.append(s)
 
     while events:
