@@ -24,6 +24,12 @@ SWEEP = {
 }
 
 
+# a short window for the tests that only need a few quick scenarios (its 1.2 is more load
+# than the window's jobs offer: replayed at their most, on the trace's own times)
+SMALL = {"instance": "mixed-a100-h100", "trace": "philly", "window": [0, 1800],
+         "policy": "fifo", "load": 1.2, "round": 60}
+
+
 def write(tmp_path: Path, doc: dict, name: str = "sweep.yaml") -> Path:
     path = tmp_path / name
     path.write_text(yaml.safe_dump(doc))
@@ -68,7 +74,7 @@ def test_sweep_resumes_after_kill_9_and_loses_nothing(tmp_path: Path):
 
 
 def test_failed_scenario_is_recorded_and_the_sweep_goes_on(tmp_path: Path):
-    doc = {"base": dict(SWEEP["base"], jobs=40, load="trace"),
+    doc = {"base": SMALL,
            "grid": {"addNodes": [{"type": "H100-80", "count": -99}, {"type": "H100-80", "count": 1}]}}
     rows = run_sweep(load_sweep(write(tmp_path, doc)), tmp_path / "o", workers=1)
     status = {r["id"]: r["status"] for r in rows}
@@ -79,7 +85,7 @@ def test_failed_scenario_is_recorded_and_the_sweep_goes_on(tmp_path: Path):
 
 def test_ray_backend_equals_local(tmp_path: Path):
     pytest.importorskip("ray")
-    doc = {"base": dict(SWEEP["base"], jobs=40, load="trace"),
+    doc = {"base": SMALL,
            "grid": {"policy": ["kueue", "slurm"], "failures": [50000]}}
     sweep = load_sweep(write(tmp_path, doc))
     local = run_sweep(sweep, tmp_path / "local", backend="local", workers=1)
