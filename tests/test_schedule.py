@@ -255,7 +255,7 @@ def test_engine_rounds_keep_reservations_and_start_jobs_inside_their_pools():
     reserved: dict[str, float] = {}
     ends: list[tuple[float, str]] = []
     checked = 0
-    rounds_held = 0
+    rounds_held = rounds = 0
     carried_out = True  # the previous round's plan happened (no job it started was held)
     while t < 40_000 and (pending or loop.queue or loop.running):
         for r in [x for x in ends if x[0] <= t]:
@@ -290,9 +290,11 @@ def test_engine_rounds_keep_reservations_and_start_jobs_inside_their_pools():
                         and n in loop.queue}
             carried_out = not held
             rounds_held += held
+            rounds += 1
         t += 60.0
     assert checked > 10
-    assert rounds_held <= 5
+    # the pool counts are a relaxation of exact GPUs: some rounds hold a job, few
+    assert rounds_held <= rounds // 10, (rounds_held, rounds)
 
 
 # ---- the simulator ---------------------------------------------------------------------------

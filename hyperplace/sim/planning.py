@@ -18,7 +18,9 @@ Each round :class:`PlanningEngine` (policy ``engine``):
    mixed pool keep their own type selector. A job the placement cannot place (fragmentation
    the pool counts do not see, or a wide pool whose free nodes are reserved later: per time
    the laminar counts are exact, but a job keeps its nodes for its whole run) waits, and the
-   next round's schedule may not start it in that pool at once;
+   next round's schedule may not start it in that pool at once. When nothing runs and
+   nothing the schedule starts could be placed, the queue is placed as the round engine
+   would (an idle cluster never waits on the schedule's relaxation);
 4. keeps the schedule: every pending job's forecast (:meth:`forecasts`) and the reservations
    of the next round.
 
@@ -286,6 +288,19 @@ class PlanningEngine(Policy):
         finally:
             for n in taken:
                 state.release(n)
+        if not starts and not view.running and view.queue:
+            # an idle cluster with jobs waiting and nothing the schedule starts placeable
+            # (its pool counts are a relaxation of the placement model's rules): place the
+            # queue as the round engine would, so the replay never stalls on an idle cluster
+            plan = solve_placement(state.instance([j.manifest for j in view.queue]),
+                                   solver=self.solver, budget_s=max(0.05, self.budget_s
+                                                                    - (time.perf_counter() - t0)),
+                                   seed=self.seed, workers=1)
+            statuses.append(plan.status.value)
+            for p in plan.placements:
+                starts.setdefault(p.job, {})[p.unit] = [(g.node, g.gpu) for g in p.gpus]
+                pinned[p.job] = by_name[p.job].manifest
+            held = [n for n in held if n not in starts]
         instance = state.instance([pinned[j.name] for j in view.queue])
         outcomes = {n: JobOutcome(units={u: [GPURef(node=a, gpu=b) for a, b in gs]
                                          for u, gs in units.items()})
