@@ -29,7 +29,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_is_clean():
-    result = _run("ruff", "check", "hyperplace")
+    result = _run("ruff", "check", "hyperplace", "tests")
     assert result.returncode == 0, result.stdout + result.stderr
 
 

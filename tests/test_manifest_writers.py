@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import jsonschema
-import pytest
 import yaml
 
 from cli_run import run_main

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hyperplace.check import check
 from hyperplace.instances.nvl72 import rack_cluster, rack_domain, rack_nodes
-from hyperplace.models import Instance, InstanceSpec, Node
+from hyperplace.models import Instance, InstanceSpec
 from hyperplace.models.job import ObjectMeta
 from hyperplace.solvers.driver import solve_placement
 from placement_helpers import job, node
@@ -135,7 +135,7 @@ def test_slices_of_four_trays_each_stay_in_one_rack(solver):
 
 
 def test_the_checker_refuses_a_slice_across_racks():
-    from hyperplace.models.plan import GPURef, PlacementPlan, UnitPlacement
+    from hyperplace.models.plan import GPURef, UnitPlacement
 
     racks = _racks()
     inst = _inst(rack_cluster("gb", racks), [_sliced("s", 2, 2)])
