@@ -393,3 +393,27 @@ def test_solve_gives_every_job_a_forecast_and_uses_durations_and_remaining_times
     code = run_main(["solve", "-i", str(path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "hyperplace.io/duration" in err[0]
+
+
+def test_solve_leaves_forecasts_out_when_the_budget_has_no_room_and_says_so(capsys,
+                                                                              monkeypatch):
+    import json
+
+    from cli_run import run_main
+    from hyperplace.check import check
+    from hyperplace.commands import solve as solve_command
+    from hyperplace.instances import load_instance
+    from hyperplace.models import PlacementPlan
+
+    # forecasts priced at an hour a job: no budget has room for them
+    monkeypatch.setattr(solve_command, "FORECAST_S_PER_JOB", 3600.0)
+    code = run_main(["solve", "-i", "mixed-a100-h100", "--budget", "2", "-f", "json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    plan = PlacementPlan.model_validate(json.loads(out))
+    assert plan.forecasts == [] and "no forecasts: they need about" in plan.message
+    assert check(plan, load_instance("mixed-a100-h100")) == []
+    monkeypatch.undo()
+    code = run_main(["solve", "-i", "mixed-a100-h100", "--budget", "2", "-f", "json"])
+    plan = PlacementPlan.model_validate(json.loads(capsys.readouterr().out))
+    assert code == 0 and len(plan.forecasts) == len(load_instance("mixed-a100-h100").jobs)
