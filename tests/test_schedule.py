@@ -401,12 +401,12 @@ def test_solve_leaves_forecasts_out_when_the_budget_has_no_room_and_says_so(caps
 
     from cli_run import run_main
     from hyperplace.check import check
-    from hyperplace.commands import solve as solve_command
+    from hyperplace.sim import planning
     from hyperplace.instances import load_instance
     from hyperplace.models import PlacementPlan
 
     # forecasts priced at an hour a job: no budget has room for them
-    monkeypatch.setattr(solve_command, "FORECAST_S_PER_JOB", 3600.0)
+    monkeypatch.setattr(planning, "FORECAST_S_PER_JOB", 3600.0)
     code = run_main(["solve", "-i", "mixed-a100-h100", "--budget", "2", "-f", "json"])
     out = capsys.readouterr().out
     assert code == 0

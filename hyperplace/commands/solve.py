@@ -70,13 +70,6 @@ def pause_collector() -> None:
         gc.disable()
 
 
-#: Seconds per job the forecasts after a solve take (the list schedule over every pending
-#: job): measured 3.6 s for 16,384 jobs on 131,072 GPUs (2.2e-4 s a job, 2-core Xeon,
-#: 2026-12-01, load 1.3), kept with margin. Forecasts that do not fit in what the budget
-#: has left are not made, and the plan says so.
-FORECAST_S_PER_JOB = 3e-4
-
-
 def end_process() -> None:
     """End a command's own process now, exit code 0, once its output is written and flushed.
 
@@ -395,11 +388,11 @@ def solve_command(
         # every job's forecast: admitted now, pending ones from the over-time schedule
         # (the list schedule, hyperplace.sim.planning), when it fits in what the budget
         # has left: it runs after the solve, so it is not in the solve's own deadline
-        need = FORECAST_S_PER_JOB * len(inst.jobs)
-        if need <= deadline - time.perf_counter():
-            from hyperplace.sim.planning import forecast_plan
+        from hyperplace.sim import planning
 
-            plan = plan.model_copy(update={"forecasts": forecast_plan(inst, plan)})
+        need = planning.FORECAST_S_PER_JOB * len(inst.jobs)
+        if need <= deadline - time.perf_counter():
+            plan = plan.model_copy(update={"forecasts": planning.forecast_plan(inst, plan)})
         else:
             plan = plan.model_copy(update={"message": "; ".join(filter(None, [
                 plan.message, f"no forecasts: they need about {need:.1f} s for "

@@ -311,12 +311,20 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
                            policy=payload["policy"], seed=payload["seed"], warm=warm,
                            preemption=payload.get("preemption", "never"),
                            hot_spares=payload.get("hot_spares", 0), migration=migration)
-    from hyperplace.sim.planning import forecast_plan  # (#21) when and where, every job
+    from hyperplace.sim import planning  # (#21) when and where, every job
 
-    try:
-        forecasts = forecast_plan(inst, plan)
-    except InputError as exc:
-        raise input_problem(exc) from None
+    forecasts: list[Any] = []
+    need = planning.FORECAST_S_PER_JOB * len(inst.jobs)
+    if need <= remaining(deadline):  # after the solve: only in what its budget left
+        try:
+            forecasts = planning.forecast_plan(inst, plan)
+        except InputError as exc:
+            raise input_problem(exc) from None
+    else:
+        plan = plan.model_copy(update={"message": "; ".join(filter(None, [
+            plan.message, f"no forecasts: they need about {need:.1f} s for {len(inst.jobs):,} "
+            "jobs and the budget has less left (a larger budgetS, or GET "
+            "/v1/clusters/{name}/jobs/{job} for one job)"]))})
     plan = plan.model_copy(update={
         "metadata": plan.metadata.model_copy(update={"instance": label}),
         "budget_s": payload["budget_s"], "forecasts": forecasts})
