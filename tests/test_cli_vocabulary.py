@@ -53,3 +53,16 @@ def test_dash_h_shows_help(path: list[str]) -> None:
     result = runner.invoke(app, [*path, "-h"])
     assert result.exit_code == 0, result.output
     assert "Usage" in result.output
+
+
+def test_seeds_outside_their_range_are_refused(tmp_path, capsys):
+    from cli_run import run_main
+
+    for args in (["instances", "generate", "--gpus", "64", "--jobs", "2", "--seed", "-1",
+                  "-o", str(tmp_path / "g.yaml")],
+                 ["instances", "generate", "--gpus", "64", "--jobs", "2", "--seed",
+                  "3000000000", "-o", str(tmp_path / "g.yaml")],
+                 ["simulate", "--instance", "mixed-a100-h100", "--seed", "-1"]):
+        assert run_main(args) == 2, args
+        assert "--seed" in capsys.readouterr().err
+    assert not (tmp_path / "g.yaml").exists()

@@ -208,7 +208,8 @@ def generate_command(
     load: Annotated[float | None, typer.Option(
         "--load", help="share of GPUs held by running jobs, 0..1 (default 0.3); how "
         "fragmented the free GPUs end up is printed, as `instances show` defines it")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="same seed, same file")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=2**31 - 1,
+                                      help="same seed, same file (0..2,147,483,647)")] = 0,
     fabric: Annotated[str, typer.Option(
         "--fabric", help="auto, fat-tree-2, fat-tree-3 or superpod-rail")] = "auto",
     faulty: Annotated[int, typer.Option(

@@ -140,7 +140,8 @@ def simulate_command(
     load: Annotated[str, typer.Option(help="offered work over the instance's capacity at each GPU type's speed for that work (1.0 saturates any instance), or 'trace' for the trace's own rate")] = "1.0",
     prediction_error: Annotated[float, typer.Option("--prediction-error", help="sigma of the lognormal error of the run-time predictions every policy sees (predicted = work x exp(N(0, sigma))); 0 = exact")] = 0.5,
     failures: Annotated[float, typer.Option(help="failure rate as a multiple of Meta's Llama 3 rate (419 per 54 days on 16,384 GPUs); 0 = none")] = 0.0,
-    seed: Annotated[int, typer.Option(help="seed for failures, the fm workload and the solver")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=2**31 - 1, help="seed for failures, the fm "
+                                      "workload and the solver (0..2,147,483,647)")] = 0,
     window: Annotated[str | None, typer.Option(help="START:END seconds of the trace to replay (from its first job)")] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", help="replay at most this many jobs of the window")] = None,
     workload: Annotated[str, typer.Option(help="trace (the trace's own jobs) or fm (foundation-model-shaped sizes on the trace's timing)")] = "trace",

@@ -137,4 +137,5 @@ def check_tray_nodes(gpu_counts: dict[str, tuple[str, int]], order: list[str]) -
         if want is not None and count != want:
             raise ValueError(f"nodes[{i}].gpuCount: a {gpu_type} node is one compute tray of "
                              f"{want} GPUs, not {count} (describe the rack as an NVLink "
-                             "domain of trays under fabric.nvlinkDomains)")
+                             "domain of trays under fabric.nvlinkDomains; importers take "
+                             f"--gpus-per-node {want})")
