@@ -4,7 +4,6 @@ reStructuredText markup), every accepted value listed, one help text per shared 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,16 +12,11 @@ from typer.testing import CliRunner
 
 from hyperplace.cli import app
 
+from test_cli_vocabulary import commands  # every command, walked once
+
 runner = CliRunner()
 
 
-def commands() -> Iterator[tuple[list[str], Any]]:
-    def walk(cmd: Any, path: list[str]) -> Iterator[tuple[list[str], Any]]:
-        yield path, cmd
-        for name, sub in getattr(cmd, "commands", {}).items():
-            yield from walk(sub, [*path, name])
-
-    yield from walk(typer.main.get_command(app), [])
 
 
 ALL = list(commands())

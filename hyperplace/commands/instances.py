@@ -151,24 +151,23 @@ def show_command(
             [[str(t.tier), str(t.radius), r.count(t.domain_count),
               r.count(t.domains[0].free_gpus if t.domains else 0)] for t in cluster.tiers],
             "Domains per tier (nodes pairwise within the hop radius)")
+        def domain_table(domains, total: int, title: str, what: str, member: str) -> None:
+            shown, hidden = r.cap(domains, top, all_domains)
+            if hidden:
+                title += f", top {len(shown)} of {r.count(total)} (--all for every one)"
+            r.print_table(out, [Column(what), *[Column(c, justify="right") for c in (
+                f"{member}s", "GPUs", "free", f"whole-free {member}s")]],
+                [[d.name, r.count(d.nodes), r.count(d.gpus), r.count(d.free_gpus),
+                  r.count(d.whole_free_nodes)] for d in shown], title)
+
         for tier in cluster.tiers:
-            shown, hidden = r.cap(tier.domains, top, all_domains)
-            title = f"Free GPUs per tier-{tier.tier} domain (hop <= {tier.radius})"
-            if hidden:
-                title += f", top {len(shown)} of {r.count(tier.domain_count)} (--all for every one)"
-            r.print_table(out, [Column("domain"), *[Column(c, justify="right") for c in (
-                "nodes", "GPUs", "free", "whole-free nodes")]],
-                [[d.name, r.count(d.nodes), r.count(d.gpus), r.count(d.free_gpus),
-                  r.count(d.whole_free_nodes)] for d in shown], title)
+            domain_table(tier.domains, tier.domain_count,
+                         f"Free GPUs per tier-{tier.tier} domain (hop <= {tier.radius})",
+                         "domain", "node")
         if cluster.nvlink_domains:  # racks (#24): the NVLink level below the leaves
-            shown, hidden = r.cap(cluster.nvlink_domains, top, all_domains)
-            title = "Free GPUs per NVLink domain (rack; trays share one NVLink switch layer)"
-            if hidden:
-                title += f", top {len(shown)} of {r.count(len(cluster.nvlink_domains))} (--all for every one)"
-            r.print_table(out, [Column("NVLink domain"), *[Column(c, justify="right") for c in (
-                "trays", "GPUs", "free", "whole-free trays")]],
-                [[d.name, r.count(d.nodes), r.count(d.gpus), r.count(d.free_gpus),
-                  r.count(d.whole_free_nodes)] for d in shown], title)
+            domain_table(cluster.nvlink_domains, len(cluster.nvlink_domains),
+                         "Free GPUs per NVLink domain (rack; trays share one NVLink switch "
+                         "layer)", "NVLink domain", "tray")
 
 
 @instances_app.command("export")

@@ -14,7 +14,6 @@ input (one line on stderr).
 from __future__ import annotations
 
 import json
-import sys
 from enum import Enum
 
 import typer
@@ -79,7 +78,9 @@ def plan_command(
     if output_format == Format.json:
         typer.echo(json.dumps(res.to_doc(), indent=2))
     else:
-        render(res, Console(width=None if sys.stdout.isatty() else 140))
+        from hyperplace.commands.render import console
+
+        render(res, console())
 
 
 def register(app: typer.Typer) -> None:

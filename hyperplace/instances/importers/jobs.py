@@ -58,6 +58,7 @@ from hyperplace.instances.importers.kubernetes import (
     PRODUCT_LABELS,
     container_gpus,
     gpu_quantity,
+    mapping_or_empty,
 )
 from hyperplace.models.gpu import GPUCatalog, default_catalog
 
@@ -86,14 +87,6 @@ def is_job_document(doc: Mapping[str, Any]) -> bool:
     return (_group(doc.get("apiVersion")), doc.get("kind")) in WORKLOAD_KINDS
 
 
-def _m(value: Any, src: str, path: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InputError(f"expected a mapping, got {type(value).__name__}", source=src, path=path)
-    return value
-
-
 def _count(value: Any, default: int, src: str, path: str) -> int:
     if value is None:
         return default
@@ -111,18 +104,18 @@ class PodSet:
 
 def _pod_sets(doc: dict[str, Any], src: str, where: str) -> list[PodSet]:
     kind, group = doc.get("kind"), _group(doc.get("apiVersion"))
-    spec = _m(doc.get("spec"), src, f"{where}spec")
+    spec = mapping_or_empty(doc.get("spec"), src, f"{where}spec")
     if (group, kind) == ("batch.volcano.sh", "Job"):
         tasks = spec.get("tasks")
         if not isinstance(tasks, list) or not tasks:
             raise InputError("a Volcano Job needs spec.tasks", source=src, path=f"{where}spec.tasks")
         return [PodSet(str((t or {}).get("name", f"task-{i}")),
                        _count((t or {}).get("replicas"), 1, src, f"{where}spec.tasks[{i}].replicas"),
-                       _m((t or {}).get("template"), src, f"{where}spec.tasks[{i}].template"),
+                       mapping_or_empty((t or {}).get("template"), src, f"{where}spec.tasks[{i}].template"),
                        f"{where}spec.tasks[{i}].template") for i, t in enumerate(tasks)]
     if (group, kind) == ("batch", "Job"):
         return [PodSet("job", _count(spec.get("parallelism"), 1, src, f"{where}spec.parallelism"),
-                       _m(spec.get("template"), src, f"{where}spec.template"),
+                       mapping_or_empty(spec.get("template"), src, f"{where}spec.template"),
                        f"{where}spec.template")]
     if kind == "JobSet":
         rjs = spec.get("replicatedJobs")
@@ -132,26 +125,26 @@ def _pod_sets(doc: dict[str, Any], src: str, where: str) -> list[PodSet]:
         out = []
         for i, rj in enumerate(rjs):
             p = f"{where}spec.replicatedJobs[{i}]"
-            rj = _m(rj, src, p)
-            job_spec = _m(_m(rj.get("template"), src, f"{p}.template").get("spec"), src,
+            rj = mapping_or_empty(rj, src, p)
+            job_spec = mapping_or_empty(mapping_or_empty(rj.get("template"), src, f"{p}.template").get("spec"), src,
                           f"{p}.template.spec")
             n = _count(rj.get("replicas"), 1, src, f"{p}.replicas") * \
                 _count(job_spec.get("parallelism"), 1, src, f"{p}.template.spec.parallelism")
             out.append(PodSet(str(rj.get("name", f"rj-{i}")), n,
-                              _m(job_spec.get("template"), src, f"{p}.template.spec.template"),
+                              mapping_or_empty(job_spec.get("template"), src, f"{p}.template.spec.template"),
                               f"{p}.template.spec.template"))
         return out
     if kind in ("PyTorchJob", "MPIJob"):
         key = "pytorchReplicaSpecs" if kind == "PyTorchJob" else "mpiReplicaSpecs"
-        roles = _m(spec.get(key), src, f"{where}spec.{key}")
+        roles = mapping_or_empty(spec.get(key), src, f"{where}spec.{key}")
         if not roles:
             raise InputError(f"a {kind} needs spec.{key}", source=src, path=f"{where}spec.{key}")
         out = []
         for role, rs in roles.items():
             p = f"{where}spec.{key}.{role}"
-            rs = _m(rs, src, p)
+            rs = mapping_or_empty(rs, src, p)
             out.append(PodSet(str(role), _count(rs.get("replicas"), 1, src, f"{p}.replicas"),
-                              _m(rs.get("template"), src, f"{p}.template"), f"{p}.template"))
+                              mapping_or_empty(rs.get("template"), src, f"{p}.template"), f"{p}.template"))
         return out
     raise InputError(f"not a workload kind hyperplace reads: {kind!r}", source=src,
                      path=f"{where}kind")
@@ -170,14 +163,14 @@ def claimed_gpus(pod_spec: Mapping[str, Any], claims: Mapping[str, int]) -> int:
 def selector_types(pod_spec: Mapping[str, Any], cat: GPUCatalog, src: str, where: str
                     ) -> str | None:
     """GPU types a pod spec's nodeSelector / required node affinity allows, as ``a|b``."""
-    sel = _m(pod_spec.get("nodeSelector"), src, f"{where}nodeSelector")
+    sel = mapping_or_empty(pod_spec.get("nodeSelector"), src, f"{where}nodeSelector")
     values: list[tuple[str, str]] = []
     for k in PRODUCT_LABELS:
         if k in sel:
             values.append((str(sel[k]), f"{where}nodeSelector.{k}"))
-    aff = _m(_m(pod_spec.get("affinity"), src, f"{where}affinity").get("nodeAffinity"), src,
+    aff = mapping_or_empty(mapping_or_empty(pod_spec.get("affinity"), src, f"{where}affinity").get("nodeAffinity"), src,
              f"{where}affinity.nodeAffinity")
-    req = _m(aff.get("requiredDuringSchedulingIgnoredDuringExecution"), src,
+    req = mapping_or_empty(aff.get("requiredDuringSchedulingIgnoredDuringExecution"), src,
              f"{where}affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution")
     alts: list[str] = []
     for ti, term in enumerate(req.get("nodeSelectorTerms") or []):
@@ -220,20 +213,20 @@ def job_document(doc: dict[str, Any], src: str, where: str = "", *,
     cat = catalog or default_catalog()
     lv = levels or DEFAULT_LEVELS
     kind = doc.get("kind")
-    meta = _m(doc.get("metadata"), src, f"{where}metadata")
+    meta = mapping_or_empty(doc.get("metadata"), src, f"{where}metadata")
     name = meta.get("name") or meta.get("generateName")
     if not isinstance(name, str) or not name:
         raise InputError("required field is missing", source=src, path=f"{where}metadata.name")
     name = name.rstrip("-")
-    labels = {str(k): str(v) for k, v in _m(meta.get("labels"), src,
+    labels = {str(k): str(v) for k, v in mapping_or_empty(meta.get("labels"), src,
                                             f"{where}metadata.labels").items()}
-    annotations = {str(k): str(v) for k, v in _m(meta.get("annotations"), src,
+    annotations = {str(k): str(v) for k, v in mapping_or_empty(meta.get("annotations"), src,
                                                  f"{where}metadata.annotations").items()}
-    spec = _m(doc.get("spec"), src, f"{where}spec")
+    spec = mapping_or_empty(doc.get("spec"), src, f"{where}spec")
     notes: list[str] = []
     if kind == "PodGroup":
         members = _count(spec.get("minMember"), 1, src, f"{where}spec.minMember")
-        res = _m(spec.get("minResources"), src, f"{where}spec.minResources")
+        res = mapping_or_empty(spec.get("minResources"), src, f"{where}spec.minResources")
         total = gpu_quantity(res.get("nvidia.com/gpu", 0), src,
                              f"{where}spec.minResources.nvidia.com/gpu")
         if total == 0:
@@ -246,7 +239,7 @@ def job_document(doc: dict[str, Any], src: str, where: str = "", *,
     else:
         sizes = []
         for ps in _pod_sets(doc, src, where):
-            pod_spec = _m(ps.template.get("spec"), src, f"{ps.path}.spec")
+            pod_spec = mapping_or_empty(ps.template.get("spec"), src, f"{ps.path}.spec")
             gpus = container_gpus(pod_spec, src, f"{ps.path}.spec.") or \
                 claimed_gpus(pod_spec, claims or {})
             if ps.count == 0:
@@ -255,7 +248,7 @@ def job_document(doc: dict[str, Any], src: str, where: str = "", *,
                 notes.append(f"{src}: {name}: {ps.count} pod(s) of {ps.name!r} ask for no GPU: "
                              "not placed by hyperplace")
                 continue
-            sizes.append((ps.count, gpus, pod_spec, _m(ps.template.get("metadata"), src,
+            sizes.append((ps.count, gpus, pod_spec, mapping_or_empty(ps.template.get("metadata"), src,
                                                       f"{ps.path}.metadata"), ps.path))
     if not sizes:
         return None, [f"{src}: {name}: no pod asks for a GPU (nvidia.com/gpu in a container's "
@@ -273,7 +266,7 @@ def job_document(doc: dict[str, Any], src: str, where: str = "", *,
                                  path=f"{path}.spec.nodeSelector")
             accel = sel or accel
             for ti, t in enumerate(pod_spec.get("tolerations") or []):
-                t = _m(t, src, f"{path}.spec.tolerations[{ti}]")
+                t = mapping_or_empty(t, src, f"{path}.spec.tolerations[{ti}]")
                 entry = {k: t[k] for k in ("key", "operator", "value", "effect") if t.get(k)}
                 if entry.get("key") and entry not in tolerations:
                     tolerations.append(entry)
@@ -285,7 +278,7 @@ def job_document(doc: dict[str, Any], src: str, where: str = "", *,
         for key in (REQUIRED_TOPOLOGY, PREFERRED_TOPOLOGY):
             if key in ann:
                 annotations.setdefault(key, ann[key])
-    nt = _m(spec.get("networkTopology"), src, f"{where}spec.networkTopology")
+    nt = mapping_or_empty(spec.get("networkTopology"), src, f"{where}spec.networkTopology")
     if nt.get("mode", "hard") == "hard" and "highestTierAllowed" in nt:
         tier = nt["highestTierAllowed"]
         if isinstance(tier, bool) or not isinstance(tier, int) or tier < 1:

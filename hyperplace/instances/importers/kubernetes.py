@@ -142,7 +142,8 @@ def gpu_quantity(value: Any, src: str, path: str) -> int:
     return int(q)
 
 
-def _mapping(value: Any, src: str, path: str) -> dict[str, Any]:
+def mapping_or_empty(value: Any, src: str, path: str) -> dict[str, Any]:
+    """``value`` as a mapping (an absent one is empty), else an error naming ``path``."""
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -205,15 +206,15 @@ class NodeFacts:
 
 
 def _node_facts(obj: dict[str, Any], src: str, where: str) -> NodeFacts | None:
-    meta = _mapping(obj.get("metadata"), src, f"{where}metadata")
+    meta = mapping_or_empty(obj.get("metadata"), src, f"{where}metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise InputError("required field is missing", source=src, path=f"{where}metadata.name")
-    labels = {str(k): str(v) for k, v in _mapping(meta.get("labels"), src,
+    labels = {str(k): str(v) for k, v in mapping_or_empty(meta.get("labels"), src,
                                                     f"{where}metadata.labels").items()}
-    status = _mapping(obj.get("status"), src, f"{where}status")
-    capacity = _mapping(status.get("capacity"), src, f"{where}status.capacity")
-    allocatable = _mapping(status.get("allocatable"), src, f"{where}status.allocatable")
+    status = mapping_or_empty(obj.get("status"), src, f"{where}status")
+    capacity = mapping_or_empty(status.get("capacity"), src, f"{where}status.capacity")
+    allocatable = mapping_or_empty(status.get("allocatable"), src, f"{where}status.allocatable")
     gpus = 0
     resource = None
     for r in GPU_RESOURCES:
@@ -234,7 +235,7 @@ def _node_facts(obj: dict[str, Any], src: str, where: str) -> NodeFacts | None:
     memory = None
     if labels.get(MEMORY_LABEL):
         memory = quantity(labels[MEMORY_LABEL], src, f"{where}metadata.labels.{MEMORY_LABEL}")
-    unschedulable = bool(_mapping(obj.get("spec"), src, f"{where}spec").get("unschedulable"))
+    unschedulable = bool(mapping_or_empty(obj.get("spec"), src, f"{where}spec").get("unschedulable"))
     return NodeFacts(name, gpus, gpus - usable, product, memory, labels, unschedulable, where)
 
 
@@ -339,7 +340,7 @@ def read_slices(docs: Iterable[tuple[dict[str, Any], str]], src: str
     notes: list[str] = []
     for doc, where in docs:
         for sl, path in _list_items(doc, "ResourceSlice", src, where):
-            spec = _mapping(sl.get("spec"), src, f"{path}spec")
+            spec = mapping_or_empty(sl.get("spec"), src, f"{path}spec")
             if spec.get("driver") != DRA_DRIVER or not spec.get("nodeName"):
                 continue
             devices = spec.get("devices") or []
@@ -347,7 +348,7 @@ def read_slices(docs: Iterable[tuple[dict[str, Any], str]], src: str
                 raise InputError("expected a list", source=src, path=f"{path}spec.devices")
             gpus = []
             for k, d in enumerate(devices):
-                d = _mapping(d, src, f"{path}spec.devices[{k}]")
+                d = mapping_or_empty(d, src, f"{path}spec.devices[{k}]")
                 m = re.fullmatch(r"gpu-(\d+)", str(d.get("name", "")))
                 if m and _attr(d, "type") in (None, "gpu"):
                     gpus.append((int(m.group(1)), _attr(d, "uuid") or "",
@@ -383,9 +384,9 @@ def container_gpus(spec: Mapping[str, Any], src: str, where: str) -> int:
     requests, limits when no request (Kubernetes sets request = limit for extended
     resources); init containers run before and count only if larger."""
     def one(c: Mapping[str, Any], path: str) -> int:
-        res = _mapping(c.get("resources"), src, f"{path}.resources")
+        res = mapping_or_empty(c.get("resources"), src, f"{path}.resources")
         for part in ("requests", "limits"):
-            block = _mapping(res.get(part), src, f"{path}.resources.{part}")
+            block = mapping_or_empty(res.get(part), src, f"{path}.resources.{part}")
             for r in GPU_RESOURCES:
                 if r in block:
                     return gpu_quantity(block[r], src, f"{path}.resources.{part}.{r}")
@@ -404,8 +405,8 @@ def read_pods(docs: Iterable[tuple[dict[str, Any], str]], src: str) -> list[PodU
     out = []
     for doc, where in docs:
         for pod, path in _list_items(doc, "Pod", src, where):
-            meta = _mapping(pod.get("metadata"), src, f"{path}metadata")
-            spec = _mapping(pod.get("spec"), src, f"{path}spec")
+            meta = mapping_or_empty(pod.get("metadata"), src, f"{path}metadata")
+            spec = mapping_or_empty(pod.get("spec"), src, f"{path}spec")
             phase = (pod.get("status") or {}).get("phase", "Pending")
             node = spec.get("nodeName")
             if not node or phase not in ("Pending", "Running", "Unknown"):
