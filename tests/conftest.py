@@ -13,11 +13,14 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-# Under CI (CI=true) property tests draw the same examples every run, so a green main stays
-# green; locally they keep exploring new examples (and keep the failures they find).
+# Property tests draw the same examples every run (the README's test command, as CI runs it),
+# so a green main stays green on every machine. To explore new examples (and keep the failures
+# found in .hypothesis/), run with HYPOTHESIS_PROFILE=explore: exploration on 2026-12-01 found
+# greedy's preemption heuristic leaving a higher-priority job pending (a priority inversion,
+# pinned in tests/test_sharing_preemption.py as a strict xfail).
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
-if os.environ.get("CI", "").lower() == "true":
-    settings.load_profile("ci")
+settings.register_profile("explore", deadline=None, print_blob=True)
+settings.load_profile("explore" if os.environ.get("HYPOTHESIS_PROFILE") == "explore" else "ci")
 
 DATA = Path(__file__).parent / "data"
 PLACEMENT_SOLVERS = ("greedy", "cpsat", "milp")
