@@ -155,3 +155,41 @@ def test_prediction_says_what_it_was_fitted_on():
     b200 = runner.invoke(app, ["predict", "--model-name", "llama3-8b", "--gpu", "B200",
                                "--format", "json"])
     assert any("no measurement" in n for n in json.loads(b200.stdout)["notes"])
+
+
+def test_selective_recompute_charges_the_attention_forward_and_activation_by_hand():
+    """Llama 3 70B on H100, TP 8, one 8k sequence, FlashAttention: selective recomputation
+    repeats the attention kernel's forward (a third of its causal 12·s²·h/2 FLOPs over TP,
+    at the FlashAttention fraction of the BF16 peak) and the SwiGLU activation (read 2f,
+    write f per token over TP, at HBM bandwidth), priced with the layer's own coefficients
+    and added to the backward pass only."""
+    from hyperplace.costmodel.calibration import default_calibration
+    from hyperplace.costmodel.features import COLUMNS, LayerShape, selective_recompute_features
+    from hyperplace.costmodel.kernels import FLASH_DEFAULT
+
+    gpu = default_catalog().get("H100-80")
+    s, h, f, tp = 8192, 8192, 28672, 8
+    base = dict(kind="transformer", flops=1.0, micro_batch=1, seq=s, hidden=h, heads=64,
+                kv_heads=8, ffn=f, gated=True, tp=tp, flash=True, sequence_parallel=True)
+    row = dict(zip(COLUMNS["transformer"],
+                   selective_recompute_features(LayerShape(**base, selective_recompute=True),
+                                                gpu)))
+    attention = 12.0 * s * s * h / tp / 2 / 3 / (989e12 * FLASH_DEFAULT)
+    activation = 2 * s * 3 * f / tp / (3.35e12)
+    assert row["attention"] == pytest.approx(attention, rel=1e-3)
+    assert row["elementwise"] == pytest.approx(activation, rel=2e-2)  # HBM 3.35 TB/s
+    assert row["gemm"] == row["fixed"] == row["tpComm"] == 0.0
+    cal = default_calibration()
+    plain = cal.layer_time(LayerShape(**base), gpu)
+    again = cal.layer_time(LayerShape(**base, selective_recompute=True), gpu)
+    coef = dict(zip(COLUMNS["transformer"], cal.fit_for(gpu)[0].coefficients["transformer"]))
+    assert again[0] == plain[0]  # the forward is unchanged
+    assert again[1] - plain[1] == pytest.approx(coef["attention"] * row["attention"]
+                                                + coef["elementwise"] * row["elementwise"])
+    # and predict charges it: slower than keeping the activations, faster than full
+    spec = model_preset("llama3-70b")
+    kw = dict(tp=8, pp=4, dp=2, global_batch=64)
+    none = predict(spec, "H100-80", **kw).step_time_s
+    sel = predict(spec, "H100-80", selective_recompute=True, **kw).step_time_s
+    full = predict(spec, "H100-80", recompute=True, **kw).step_time_s
+    assert none < sel < full

@@ -8,7 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from hyperplace.cli import app
-from hyperplace.costmodel.plan import brute_force, candidates, plan
+from hyperplace.costmodel.calibration import default_calibration
+from hyperplace.costmodel.plan import brute_force, candidates, compute_bound_s, plan, price_candidate
+from hyperplace.models.gpu import default_catalog
 from hyperplace.models.presets import model_preset
 
 runner = CliRunner()
@@ -37,6 +39,23 @@ def test_plan_matches_brute_force_on_a_small_space(name, gpus, batch):
     assert [b.candidate for b in res.best] == [o.candidate for o in lean[:3]]
     assert res.priced + res.pruned == len(candidates(spec, gpus, batch))
     assert all(b.prediction.fits for b in res.best)
+
+
+@pytest.mark.parametrize("name,gpu,gpus,batch", [("llama3-8b", "H100-80", 16, 64),
+                                                  ("opt-30b", "A100-80", 8, 16),
+                                                  ("llama3-70b", "H100-80", 32, 32)])
+def test_compute_bound_never_exceeds_the_predicted_step(name, gpu, gpus, batch):
+    """The planner stops at the first candidate whose compute bound is slower than the best
+    found: the bound must hold for every candidate, fitting or not (memoised per group as
+    the planner does)."""
+    spec, cal, cat = model_preset(name), default_calibration(), default_catalog()
+    memo: dict = {}
+    cands = candidates(spec, gpus, batch)
+    assert len(cands) > 20
+    for c in cands:
+        bound = compute_bound_s(spec, gpu, c, batch, cal, cat, memo)
+        step = price_candidate(spec, gpu, c, batch, cal, cat).step_time_s
+        assert 0 < bound <= step * (1 + 1e-9), c.label()
 
 
 def test_plan_cli_json_and_why_others_lose():

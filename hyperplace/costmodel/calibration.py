@@ -18,7 +18,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hyperplace.costmodel.features import COLUMNS, KINDS, TP_COLUMNS, LayerShape, features
+from hyperplace.costmodel.features import (
+    COLUMNS,
+    KINDS,
+    TP_COLUMNS,
+    LayerShape,
+    features,
+    selective_recompute_features,
+)
 from hyperplace.costmodel.hardware import nearest_measured
 from hyperplace.errors import InputError
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
@@ -42,6 +49,19 @@ def _cached_features(shape: LayerShape, gpu: GPUType,
         if len(_FEATURES) > 200_000:
             _FEATURES.clear()
         hit = _FEATURES[key] = features(shape, gpu, catalog)
+    return hit
+
+
+_RECOMPUTE: dict[tuple, list[float]] = {}
+
+
+def _cached_recompute(shape: LayerShape, gpu: GPUType) -> list[float]:
+    key = (shape, gpu)
+    hit = _RECOMPUTE.get(key)
+    if hit is None:
+        if len(_RECOMPUTE) > 200_000:
+            _RECOMPUTE.clear()
+        hit = _RECOMPUTE[key] = selective_recompute_features(shape, gpu)
     return hit
 
 
@@ -95,7 +115,10 @@ class Calibration:
         tp = sum(c * x for c, x, name in zip(coef, row, COLUMNS[shape.kind])
                  if name in TP_COLUMNS)
         share = fit.fwd_share.get(shape.kind, 1 / 3)
-        return total * share, total * (1 - share), tp
+        again = 0.0
+        if shape.selective_recompute:
+            again = sum(c * x for c, x in zip(coef, _cached_recompute(shape, gpu)))
+        return total * share, total * (1 - share) + again, tp
 
     def comm_exposure(self, gpu: GPUType, catalog: GPUCatalog | None = None) -> float:
         """Exposed share of data-parallel communication (1: not overlapped)."""

@@ -91,6 +91,7 @@ class LayerShape:
     gated: bool = False
     cp: int = 1  # context parallelism: the sequence split over cp ranks
     sequence_parallel: bool = False
+    selective_recompute: bool = False  # attention core and MLP activation recomputed
 
     def dims(self) -> LayerDims | None:
         if self.ffn <= 0 or self.hidden <= 0 or self.heads <= 0:
@@ -163,4 +164,35 @@ def features(shape: LayerShape, gpu: GPUType, catalog: GPUCatalog | None = None)
         values["tpComm"] = count * tp_allreduce_time(gpu, t, nbytes, catalog)
     else:
         values["tpComm"] = 0.0
+    return [values[c] for c in COLUMNS[shape.kind]]
+
+
+def selective_recompute_features(shape: LayerShape, gpu: GPUType) -> list[float]:
+    """The forward work selective recomputation repeats in the backward pass, as a row in
+    the order of ``COLUMNS[shape.kind]`` (priced with the same fitted coefficients as the
+    layer's own terms): the attention core (Korthikanti et al. 2022, section 4.2: QKᵀ,
+    softmax, dropout, AV; with FlashAttention its forward kernel, a third of the kernel's
+    forward+backward FLOPs) and the MLP activation function (read ``g·f``, write ``f`` per
+    token: a third of the activation's forward+backward traffic), both forward only.
+    Zeros for anything but a transformer layer with dimensions."""
+    dims = shape.dims()
+    if shape.kind != "transformer" or dims is None or not shape.selective_recompute:
+        return [0.0] * len(COLUMNS[shape.kind])
+    el = 2 if shape.precision == "fp8" else element_bytes(shape.precision)
+    bw = memory_bandwidth(gpu)
+    peak = peak_flops(gpu, shape.precision)
+    values = {c: 0.0 for c in COLUMNS[shape.kind]}
+    values["attention"] = flash_seconds(dims, gpu, peak / 2 if shape.precision == "fp8"
+                                        else peak) / 3.0
+    act = (3.0 if dims.gated else 2.0) * dims.ffn / dims.tp  # bytes per token / el, fwd
+    per_token = act
+    if not dims.flash:
+        head_dim = dims.hidden / dims.heads
+        batch = dims.tokens / (dims.seq / dims.cp) * dims.heads / dims.tp
+        s_q = dims.seq / dims.cp
+        values["gemm"] = sum(gemm_time(m, k, n, gpu, peak, bw, el, batch)
+                             for m, k, n in ((s_q, head_dim, dims.seq),
+                                             (s_q, dims.seq, head_dim)))
+        per_token += 4.5 * dims.heads * dims.seq / dims.tp
+    values["elementwise"] = el * dims.tokens * per_token / bw
     return [values[c] for c in COLUMNS[shape.kind]]

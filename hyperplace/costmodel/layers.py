@@ -69,7 +69,8 @@ def _shapes(spec: ModelSpec, layer: Layer, index: int, per_replica: float, tp: i
                           heads=a, vocab=vocab, params=layer.params, tp=tp,
                           precision=precision, flash=flash, kv_heads=spec.kv_heads,
                           ffn=ffn, gated=spec.gated_mlp, cp=cp,
-                          sequence_parallel=spec.sequence_parallel)
+                          sequence_parallel=spec.sequence_parallel,
+                          selective_recompute=spec.selective_recompute)
 
     if not spec.has_dimensions:
         if layer.kind == "transformer":
@@ -110,9 +111,17 @@ def stage_layer_times(spec: ModelSpec, layers: list[Layer], gpu: GPUType, tp: in
     sources = []
     scale = calibration.scale_for(spec.name, gpu.name)
     _, fit_note = calibration.fit_for(gpu, catalog)
+    # the fitted time depends on the layer only through its FLOPs, parameters and whether
+    # it is the first, the last or an MoE layer: price each distinct one once
+    memo: dict[tuple, tuple[float, float, float]] = {}
     for i, layer in enumerate(layers):
-        model_f, model_b, model_tp = fitted_layer_time(calibration, spec, layer, i, gpu, tp,
-                                                       per_replica, precision, catalog)
+        key = (layer.kind, layer.flops, layer.params, i == 0, i == spec.num_layers - 1,
+               spec.has_dimensions and is_moe_layer(spec, i))
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = fitted_layer_time(calibration, spec, layer, i, gpu, tp,
+                                                per_replica, precision, catalog)
+        model_f, model_b, model_tp = got
         exact = layer.measured_time(gpu.name, tp)
         if exact is not None:
             f, b, source = exact.fwd_s / dp, exact.bwd_s / dp, "measured"

@@ -11,8 +11,10 @@ Pruning, each exact for the ranking: a configuration whose weights, gradients an
 optimizer state alone exceed the memory is not priced; cheaper recomputation and sharding
 are tried first and the costlier variants only when the cheaper one does not fit (a
 costlier variant of a fitting configuration is never faster: it adds work or
-communication and changes nothing else). :func:`brute_force` prices every candidate for the
-tests.
+communication and changes nothing else); and candidates are priced in the order of a lower
+bound on their step time from their layers' compute alone (:func:`compute_bound_s`), the
+search stopping at the first whose bound is slower than the ``top`` best found (every later
+one is slower still). :func:`brute_force` prices every candidate for the tests.
 
 An allocation of several types runs at its slowest type (synchronous training; the layer
 split across unequal stages is ``hyperplace split``'s), and the answer says so.
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hyperplace.costmodel.calibration import Calibration, default_calibration
-from hyperplace.costmodel.predict import Prediction, predict
+from hyperplace.costmodel.predict import Prediction, layer_seconds, predict
 from hyperplace.errors import InputError
 from hyperplace.models.gpu import GPUCatalog, default_catalog
 from hyperplace.models.model_spec import ModelSpec
@@ -36,6 +38,8 @@ VIRTUAL = (1, 2, 4)
 CP = (1, 2, 4)  # tried only for sequences of LONG_SEQ tokens or more
 LONG_SEQ = 16384
 RECOMPUTE = ("none", "selective", "full")
+# relative slack of the compute bound against a found step time (floating-point rounding)
+BOUND_SLACK = 1e-6
 MAX_GPUS = 1 << 20
 
 
@@ -139,21 +143,45 @@ def candidates(spec: ModelSpec, gpus: int, global_batch: int) -> list[Candidate]
     return out
 
 
-def _state_bound_gb(spec: ModelSpec, c: Candidate) -> float:
+def _state_bound_gb(total_params: float, c: Candidate) -> float:
     """Weights + gradients + optimizer state per GPU: a lower bound on its memory."""
-    params = spec.total_params() / (c.tp * c.pp)
+    params = total_params / (c.tp * c.pp)
     shards = c.dp * c.cp
     per = {0: 16.0, 1: 4.0 + 12.0 / shards, 3: 16.0 / shards}[c.zero]
     return params * per / 1e9
 
 
-def _price(spec: ModelSpec, gpu: str, c: Candidate, global_batch: int,
+def price_candidate(spec: ModelSpec, gpu: str, c: Candidate, global_batch: int,
            calibration: Calibration, catalog: GPUCatalog) -> Prediction:
     return predict(spec, gpu, tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp,
                    virtual_stages=c.virtual_stages, micro_batch=c.micro_batch,
                    global_batch=global_batch, recompute=c.recompute == "full",
                    selective_recompute=c.recompute == "selective", zero=c.zero,
                    sequence_parallel=c.tp > 1, calibration=calibration, catalog=catalog)
+
+
+def compute_bound_s(spec: ModelSpec, gpu: str, c: Candidate, global_batch: int,
+                    calibration: Calibration, catalog: GPUCatalog,
+                    memo: dict[tuple, float] | None = None) -> float:
+    """A lower bound on ``c``'s step time from its layers' compute alone. With ``T`` the
+    forward + backward seconds of all layers per micro-batch (:func:`layer_seconds`, the
+    same per-layer times :func:`predict` adds up), every stage's load is at least its
+    compute, the bottleneck at least ``T/p``, and the 1F1B time ``m·max + (Σ − max)/v``
+    grows with both, so ``step >= T/p · (m + (p − 1)/v)``. ``T`` depends on TP, CP,
+    micro-batch and recomputation only (per replica the same tokens whatever DP is), so it
+    is computed once per such group (``memo``)."""
+    key = (c.tp, c.cp, c.micro_batch, c.recompute)
+    per_mb = memo.get(key) if memo is not None else None
+    if per_mb is None:
+        per_mb = layer_seconds(spec, gpu, tp=c.tp, dp=c.dp, cp=c.cp,
+                               micro_batch=c.micro_batch, recompute=c.recompute == "full",
+                               selective_recompute=c.recompute == "selective",
+                               sequence_parallel=c.tp > 1, calibration=calibration,
+                               catalog=catalog)
+        if memo is not None:
+            memo[key] = per_mb
+    m = global_batch // (c.micro_batch * c.dp)
+    return per_mb / c.pp * (m + (c.pp - 1) / c.virtual_stages)
 
 
 def _ranked(planned: list[Planned]) -> list[Planned]:
@@ -171,7 +199,7 @@ def brute_force(spec: ModelSpec, gpu: str, gpus: int, global_batch: int,
     """Every candidate priced, fitting ones by tokens/s (the planner's oracle)."""
     calibration = calibration or default_calibration()
     catalog = catalog or default_catalog()
-    out = [Planned(c, _price(spec, gpu, c, global_batch, calibration, catalog))
+    out = [Planned(c, price_candidate(spec, gpu, c, global_batch, calibration, catalog))
            for c in candidates(spec, gpus, global_batch)]
     return _ranked([p for p in out if p.prediction.fits])
 
@@ -200,6 +228,7 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
     if global_batch is not None and global_batch <= 0:
         raise InputError("must be a positive integer", path="--global-batch")
     cap = slow.hbm_gb
+    total_params = spec.total_params()
     cands = candidates(spec, gpus, gb)
     if not cands:
         raise InputError(f"no TP x CP x PP x DP x micro-batch of {gpus} GPUs divides the "
@@ -209,24 +238,41 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
     fitting: dict[tuple, list[tuple[int, int]]] = {}
     losers: dict[str, dict[str, Any]] = {}
     order = {"none": 0, "selective": 1, "full": 2}
-    for c in sorted(cands, key=lambda c: (order[c.recompute], c.zero)):
+    memo: dict[tuple, float] = {}
+    bounds = {c: compute_bound_s(spec, slow.name, c, gb, calibration, catalog, memo)
+              for c in cands}
+    # cheapest bound first; among equal bounds less recomputation and sharding first (the
+    # variant rule below needs them priced before the costlier ones)
+    queue = sorted(cands, key=lambda c: (bounds[c], order[c.recompute], c.zero))
+    kth: list[float] = []  # the best ``top`` fitting step times so far, ascending
+    for i, c in enumerate(queue):
+        if len(kth) >= top and bounds[c] > kth[top - 1] * (1 + BOUND_SLACK):
+            # every later candidate's compute alone is slower than the top ``top``
+            rest = len(queue) - i
+            pruned += rest
+            key = "slower by compute alone than the best found"
+            losers.setdefault(key, {"reason": key, "example": c.label(),
+                                    "boundS": round(bounds[c], 4),
+                                    "bestS": round(kth[0], 4), "candidates": rest})
+            break
         base = (c.tp, c.cp, c.pp, c.dp, c.virtual_stages, c.micro_batch)
         mine = (order[c.recompute], c.zero)
         if any(r <= mine[0] and z <= mine[1] for r, z in fitting.get(base, [])):
             pruned += 1  # a variant with less recomputation and sharding fits: it is faster
             continue
-        bound = _state_bound_gb(spec, c)
+        bound = _state_bound_gb(total_params, c)
         if bound > cap:
             pruned += 1
             key = "weights, gradients and optimizer state alone exceed the memory"
             losers.setdefault(key, {"reason": key, "example": c.label(),
                                     "neededGb": round(bound, 1), "capacityGb": cap})
             continue
-        p = _price(spec, slow.name, c, gb, calibration, catalog)
+        p = price_candidate(spec, slow.name, c, gb, calibration, catalog)
         n_priced += 1
         if p.fits:
             fitting.setdefault(base, []).append(mine)
             priced.append(Planned(c, p))
+            kth = sorted([*kth, p.step_time_s])[:max(top, 1)]
         else:
             terms = {k: v for k, v in p.memory.items() if k not in ("stage",
                                                                     "microbatchesInFlight")}

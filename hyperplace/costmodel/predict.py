@@ -81,6 +81,21 @@ class Prediction:
         }
 
 
+_layers: dict[str, list] = {}
+
+
+def layers_of(model: ModelSpec) -> list:
+    """``model.build_layers()``, memoised on the model's fields (a planner prices hundreds of
+    configurations of the same model; the model is frozen, its layers are too)."""
+    key = model.model_dump_json()
+    hit = _layers.get(key)
+    if hit is None:
+        if len(_layers) > 4096:
+            _layers.clear()
+        hit = _layers[key] = model.build_layers()
+    return list(hit)
+
+
 def even_layers(layers: int, pp: int) -> list[int]:
     """Layers per stage: as even as possible; when they do not divide, the first and last
     stages (which also hold the embedding and the LM head, and the first the most
@@ -92,6 +107,31 @@ def even_layers(layers: int, pp: int) -> list[int]:
     for k in order[:r]:
         counts[k] += 1
     return counts
+
+
+def layer_seconds(spec: ModelSpec, gpu_name: str, *, tp: int, dp: int, cp: int = 1,
+                  micro_batch: int = 1, recompute: bool = False,
+                  selective_recompute: bool = False, sequence_parallel: bool | None = None,
+                  precision: str = "bf16", calibration: Calibration | None = None,
+                  catalog: GPUCatalog | None = None) -> float:
+    """Forward + backward seconds of all of the model's layers for one micro-batch on one
+    TP x CP group, as :func:`predict` prices them (the same layer times, before ZeRO-3
+    gathers and point-to-point): what the planner bounds a configuration's step with."""
+    from hyperplace.costmodel.layers import stage_layer_times
+
+    catalog = catalog or default_catalog()
+    gpu = catalog.find(gpu_name)
+    if gpu is None:
+        raise InputError(f"unknown GPU type {gpu_name!r}", path="--gpu")
+    update: dict[str, Any] = {"micro_batch_size": micro_batch * dp}
+    if sequence_parallel is not None:
+        update["sequence_parallel"] = sequence_parallel
+    if selective_recompute:
+        update["selective_recompute"] = True
+    model = spec.model_copy(update=update)
+    times = stage_layer_times(model, layers_of(model), gpu, tp, dp * cp, recompute=recompute,
+                              precision=precision, calibration=calibration, catalog=catalog)
+    return float(times.total.sum())
 
 
 def fidelity_note(calibration: Calibration, gpu: GPUType, catalog: GPUCatalog) -> str:
@@ -232,7 +272,7 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
                            virtual_stages=virtual_stages,
                            overlap_grad_reduce=overlap_grad_reduce and dp * cp > 1,
                            precision=cast(Precision, precision))
-    layer_list = model.build_layers()
+    layer_list = layers_of(model)
     # Every stage is the same GPUs: price the layers once for all of them.
     rows = stage_rows(problem, stages[0], layer_list, catalog, calibration)
     data = build_split_data(problem, catalog=catalog, calibration=calibration,
@@ -259,8 +299,9 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
     model_tflops = model_flops / step / gpus / 1e12
     hardware_tflops = model_tflops * (4 / 3 if recompute else 1.0)
     layers = []
+    stage_of = np.searchsorted(np.asarray(cuts), np.arange(len(layer_list)), side="right") - 1
     for i, layer in enumerate(layer_list):
-        stage = next(s for s in range(pp) if cuts[s] <= i < cuts[s + 1])
+        stage = int(stage_of[i])
         kind: str = layer.kind
         if model.has_dimensions and model.vocab_size:
             if i == 0:
