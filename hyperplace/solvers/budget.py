@@ -108,6 +108,12 @@ class Budget:
         limit = self.left() - reserve
         return None if limit <= self.params.min_exact_s else limit
 
+    def aggregate_fits(self, jobs: int) -> bool:
+        """The aggregated model's bound (about ``aggregate_s_per_job`` a job) is worth
+        computing now: it costs at most ``aggregate_share`` of what is left."""
+        p = self.params
+        return p.aggregate_s_per_job * jobs + 0.005 <= p.aggregate_share * self.left()
+
     def bounds_deadline(self, jobs: int) -> float:
         """When the LP bounds stop: in time for the explanations and the plan."""
         return self.deadline - self.params.reserve_s - self.params.bound_tail_s_per_job * jobs

@@ -87,6 +87,14 @@ class BudgetParams:
     explain_tail_s_per_item : float
         Seconds per job and free GPU the explanations stop early by, for building the plan
         (default 1e-5: about 10 us each).
+    aggregate_s_per_job : float
+        What the aggregated model's LP bound (``solvers.backends.aggregate``) costs per job
+        of the round, to judge whether it fits (default 3e-5: measured 1.6e-5 s a job at
+        131,072 GPUs / 16,384 jobs, 0.27 s at load 2, 2026-12-02; kept with margin). >= 0.
+    aggregate_share : float
+        The aggregated bound runs when its estimated cost is at most this share of what is
+        left of the budget (default 0.1: it is cheap, and greedy's plan comes first). In
+        [0, 1].
     """
 
     reserve_fraction: float = 0.08
@@ -103,15 +111,19 @@ class BudgetParams:
     min_exact_s: float = 0.02
     bound_tail_s_per_job: float = 1e-4
     explain_tail_s_per_item: float = 1e-5
+    aggregate_s_per_job: float = 3e-5
+    aggregate_share: float = 0.1
 
     def __post_init__(self) -> None:
         if not 0 <= self.reserve_fraction < 1:
             raise ValueError(f"reserve_fraction must be in [0, 1) (got {self.reserve_fraction!r})")
         for name in ("reserve_s", "greedy_reserve_factor", "min_cut_budget_s",
                      "late_pass_fraction", "greedy_tail_s_per_job", "min_exact_s",
-                     "bound_tail_s_per_job", "explain_tail_s_per_item"):
+                     "bound_tail_s_per_job", "explain_tail_s_per_item", "aggregate_s_per_job"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)!r})")
+        if not 0 <= self.aggregate_share <= 1:
+            raise ValueError(f"aggregate_share must be in [0, 1] (got {self.aggregate_share!r})")
         for name in ("cpsat_vars_per_second", "milp_vars_per_second", "auto_milp_above_vars",
                      "movers_per_second", "min_movers"):
             _positive_int(name, getattr(self, name))
