@@ -138,7 +138,8 @@ def test_alibaba_is_the_whole_real_gpu_fleet() -> None:
     assert sum(n.gpu_count for n in nodes) == sum(int(r["gpu"]) for r in rows)
     assert len(inst.jobs) == ALIBABA_QUEUE_CAP
     declared = {t.name for t in inst.spec.gpu_types}
-    assert {"G2", "T4"} <= declared
+    assert {"G2", "P100"} <= declared and "T4" not in declared  # T4: the catalog's row
+    assert {n.gpu_type for n in nodes} >= {"T4", "A10"}
     for job in inst.jobs:
         selector = job.allowed_types(job.spec.resource_groups[0])
         assert selector is None or all(part in inst.catalog for part in selector.split("|"))

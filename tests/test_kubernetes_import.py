@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from hyperplace.check import check
@@ -17,6 +18,7 @@ from hyperplace.instances.importers.kubernetes import import_kubernetes_nodes
 from hyperplace.instances.importing import import_cluster
 from hyperplace.instances.registry import load_cluster_and_jobs, validate_file
 from hyperplace.io import load_documents
+from hyperplace.models.plan import PlacementPlan
 
 K8S = Path(__file__).parent / "data" / "k8s"
 NODES = K8S / "nodes-kueue-tas-h100.json"
@@ -188,3 +190,32 @@ def test_queue_file_matching_no_job_warns(capsys):
     assert code == 0
     err = capsys.readouterr().err
     assert "no pending job names any of its queues (tas-cluster-queue, tas-user-queue)" in err
+
+
+def test_cpu_only_workload_is_reported_skipped_in_plan_and_table(tmp_path, capsys):
+    """A new user's finding: Kueue's CPU-only JobSet sample vanished from `solve` (no job
+    admitted, none pending). It is now skipped with its reason, in the plan and the table,
+    while a GPU job beside it is placed as before."""
+    from cli_run import run_main
+
+    gpu_job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "gpu-train"},
+               "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {
+                   "containers": [{"name": "c", "image": "x",
+                                   "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text((K8S / "kueue-sample-jobset-tas-required.yaml").read_text()
+                    + "\n---\n" + yaml.safe_dump(gpu_job))
+    inst = load_cluster_and_jobs(NODES, jobs)
+    assert [j.name for j in inst.jobs] == ["gpu-train"]
+    assert [s.job for s in inst.spec.skipped] == ["jobset-tas-required"]
+    out = tmp_path / "plan.yaml"
+    args = ["solve", "--cluster", str(NODES), "--jobs", str(jobs), "--budget", "3"]
+    assert run_main(args) == 0
+    table = " ".join(capsys.readouterr().out.split())
+    assert run_main([*args, "-o", str(out)]) == 0
+    assert "skipped 1 job, not placed: jobset-tas-required (no pod asks for a GPU" in table
+    plan = yaml.safe_load(out.read_text())
+    assert plan["skipped"] == [{"job": "jobset-tas-required", "reason": inst.spec.skipped[0].reason}]
+    assert [j["job"] for j in plan["jobs"]] == ["gpu-train"] and plan.get("pending", []) == []
+    parsed = PlacementPlan.model_validate(plan)
+    assert check(parsed, inst) == []

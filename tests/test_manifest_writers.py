@@ -169,3 +169,22 @@ def test_cli_manifests(tmp_path, capsys):
     assert run_main(["manifests", str(plan), "--to", "slurm", "--cluster",
                      str(K8S / "nodes-kueue-tas-h100.json"), "--jobs", str(jobs)]) == 0
     assert "#SBATCH --nodelist=" in capsys.readouterr().out
+
+
+def test_manifests_finds_the_bundled_instance_a_plan_names(tmp_path, capsys):
+    """A new user's finding: `hyperplace manifests PLAN` on a plan solved on a bundled
+    instance asked for --instance although the plan names it (check found it)."""
+    plan = tmp_path / "plan.yaml"
+    assert run_main(["solve", "-i", "dgx1-v100", "--budget", "3", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    assert run_main(["manifests", str(plan), "--to", "slurm"]) == 0
+    out = capsys.readouterr().out
+    placed = yaml.safe_load(plan.read_text())["jobs"]
+    assert placed and out.count("#SBATCH --nodelist=") == len(placed)
+    # a plan naming a file (or nothing) is refused in one line naming the field
+    doc = yaml.safe_load(plan.read_text())
+    doc["metadata"]["instance"] = "/etc/passwd"
+    plan.write_text(yaml.safe_dump(doc))
+    assert run_main(["manifests", str(plan), "--to", "slurm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "metadata.instance" in err and "not a bundled" in err

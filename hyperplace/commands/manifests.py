@@ -30,7 +30,8 @@ def manifests_command(
     to: Annotated[Target, typer.Option("--to", help="kubernetes (DRA ResourceClaims + Volcano "
                                        "Jobs + Kueue TopologyAssignment) or slurm (sbatch)")],
     instance: Annotated[str | None, typer.Option(
-        "--instance", "-i", help="bundled name or Instance file the plan was solved on")] = None,
+        "--instance", "-i", help="bundled name or Instance file the plan was solved on "
+        "(default: the bundled instance the plan names)")] = None,
     cluster: Annotated[Path | None, typer.Option(
         help="Cluster, Instance or Kubernetes node file the plan was solved on")] = None,
     jobs: Annotated[Path | None, typer.Option(help="the jobs it was solved with")] = None,
@@ -43,13 +44,12 @@ def manifests_command(
 ) -> None:
     """Write a plan as Kubernetes objects or sbatch scripts that hold its jobs to its GPUs."""
     from hyperplace.check import check, format_violations
-    from hyperplace.commands.solve import resolve_instance
+    from hyperplace.commands.solve import instance_named_by, resolve_instance
     from hyperplace.instances.writers import kubernetes_manifests, sbatch_script
 
     plan = parse(PlacementPlan, load_documents(plan_file)[0], source=str(plan_file))
-    if instance is None and cluster is None:
-        raise InputError("give the instance the plan was solved on: --cluster (and --jobs) or "
-                         "--instance", path="--cluster")
+    if instance is None and cluster is None and jobs is None:
+        instance = instance_named_by(plan, plan_file)  # a bundled instance, as check does
     inst = resolve_instance(instance, cluster, jobs)
     violations = check(plan, inst)
     if violations:

@@ -198,6 +198,10 @@ def plan_summary(plan: PlacementPlan, title: str, explain: bool = False
                      f"({r.plural(sum(j.gpus for j in admitted), 'GPU')})"))
         rows.append(("pending", r.plural(len(plan.pending), "job")
                      + pending_breakdown(plan)))
+    if plan.skipped:
+        rows.append(("skipped", r.plural(len(plan.skipped), "job") + ", not placed: " + "; ".join(
+            f"{s.job} ({s.reason})" for s in plan.skipped[:5])
+            + (f"; +{len(plan.skipped) - 5} more" if len(plan.skipped) > 5 else "")))
     if moved - repaired:
         rows.append(("migrated", f"{r.plural(len(moved - repaired), 'running job')} "
                      "(in the admitted jobs' table, marked migrated)"))
@@ -428,6 +432,25 @@ def solve_command(
     end_process()
 
 
+def instance_named_by(plan: PlacementPlan, plan_file: Path) -> str:
+    """The bundled instance a plan names (``metadata.instance``), for commands given a plan
+    and no instance; a plan naming none, or a file, is refused with what to pass instead."""
+    from hyperplace.instances.registry import bundled_names
+
+    name = plan.metadata.instance
+    if not name:
+        raise InputError("the plan does not name its instance (it was solved from "
+                         "--cluster/--jobs); pass the same --cluster and --jobs, or --instance",
+                         source=str(plan_file), path="metadata.instance")
+    if name not in bundled_names():
+        # a plan is data: it may name a bundled instance, but never make a command open a
+        # local path on its own (a tampered plan could name any file)
+        raise InputError(f"names {name!r}, which is not a bundled instance; to use a file, "
+                         f"pass it: --instance FILE (or --cluster and --jobs)",
+                         source=str(plan_file), path="metadata.instance")
+    return name
+
+
 def check_command(
     plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="PlacementPlan YAML/JSON")],
     instance: Annotated[str | None, typer.Option(
@@ -448,23 +471,12 @@ def check_command(
 ) -> None:
     """Check a plan against an instance with the independent checker (exit 1 on violations)."""
     from hyperplace.check import check, format_violations
-    from hyperplace.instances.registry import bundled_names
 
     docs = load_documents(plan_file)
     plan = parse(PlacementPlan, docs[0], source=str(plan_file))
     name = instance
     if name is None and cluster is None and jobs is None:
-        name = plan.metadata.instance
-        if not name:
-            raise InputError("the plan does not name its instance (it was solved from "
-                             "--cluster/--jobs); pass the same --cluster and --jobs, or --instance",
-                             source=str(plan_file), path="metadata.instance")
-        if name not in bundled_names():
-            # a plan is data: it may name a bundled instance, but never make check open a
-            # local path on its own (a tampered plan could name any file)
-            raise InputError(f"names {name!r}, which is not a bundled instance; to check "
-                             f"against a file, pass it: --instance FILE",
-                             source=str(plan_file), path="metadata.instance")
+        name = instance_named_by(plan, plan_file)
     inst = with_queue_files(resolve_instance(name, cluster, jobs), queues or [])
     if running is not None:
         from hyperplace.commands.defrag import with_running_files

@@ -84,6 +84,7 @@ class Expanded:
     written: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     topologies: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (job, why not placed)
 
 
 def _prefix(label: str | None) -> str:
@@ -154,6 +155,9 @@ def expand(docs: list[dict[str, Any]], source: str, *, gpu_type: str | None = No
                                           claims=claim_counts)
                 if job is not None:
                     out.docs.append((job, label))
+                else:
+                    out.skipped.append((skipped_name(item), notes[-1].removeprefix(
+                        f"{source}: {skipped_name(item)}: ")))
                 out.notes += notes
     if cluster_at is not None and not nodes and not pods:
         out.docs.pop(cluster_at)
@@ -199,6 +203,12 @@ def unmatched_queue_files(instance: Any, docs: list[tuple[str, dict[str, Any]]])
             out.append(f"{f}: no pending job names any of its queues ({', '.join(sorted(names))});"
                        f" the jobs name {', '.join(sorted(used))}")
     return out
+
+
+def skipped_name(doc: dict[str, Any]) -> str:
+    """The name a workload hyperplace leaves out is reported under."""
+    meta = doc.get("metadata") or {}
+    return str(meta.get("name") or meta.get("generateName") or "?").rstrip("-")
 
 
 def _claim_count(doc: dict[str, Any]) -> int:

@@ -232,7 +232,7 @@ def _build_instance(name: str, clusters: list[ParsedCluster], jobs: list[Trainin
                     source: str, base: Instance | None = None) -> Instance:
     if base is not None:
         doc: dict[str, Any] = {"metadata": base.metadata,
-                               "spec": base.spec.model_copy(update={"jobs": jobs})}
+                               "spec": base.spec.model_copy(update={"jobs": jobs, "skipped": []})}
     else:
         types: list[GPUType] = []
         for pc in clusters:
@@ -317,7 +317,7 @@ def instance_from_documents(docs: list[dict[str, Any]], source: str) -> Instance
     """One Instance document, or Cluster documents followed by job documents (either may be
     given in their owners' formats: Kubernetes Nodes and Pods, workloads, Kueue queues)."""
     ex = _expand(docs, source)
-    inst = _instance_from_expanded(ex.docs, source)
+    inst = _with_skipped(_instance_from_expanded(ex.docs, source), ex.skipped)
     return _with_queues(inst, [(q, d) for q, d in ex.queues
                                if d.get("kind") != "Topology"], source)
 
@@ -354,8 +354,22 @@ def _instance_from_expanded(labelled: list[tuple[dict[str, Any], str | None]], s
     return _build_instance(name, clusters, [j for j, _, _ in jobs], source)
 
 
-def read_jobs(path: str | Path) -> list[tuple[TrainingJob, str, str | None]]:
-    """Jobs of a multi-document file, or of every YAML/JSON file of a directory (by name)."""
+def _with_skipped(inst: Instance, skipped: list[tuple[str, str]]) -> Instance:
+    """The instance remembering the workloads it does not place (a plan reports them)."""
+    if not skipped:
+        return inst
+    from hyperplace.models.job import SkippedJob
+
+    known = {s.job for s in inst.spec.skipped}
+    extra = [SkippedJob(job=j, reason=r) for j, r in skipped if j not in known]
+    return inst.model_copy(update={"spec": inst.spec.model_copy(
+        update={"skipped": [*inst.spec.skipped, *extra]})})
+
+
+def read_jobs(path: str | Path, skipped: list[tuple[str, str]] | None = None
+              ) -> list[tuple[TrainingJob, str, str | None]]:
+    """Jobs of a multi-document file, or of every YAML/JSON file of a directory (by name);
+    workloads left out (no GPU asked) are added to ``skipped`` as (job, reason)."""
     p = Path(path)
     files = [p]
     if p.is_dir():
@@ -366,7 +380,10 @@ def read_jobs(path: str | Path) -> list[tuple[TrainingJob, str, str | None]]:
     for f in files:
         source = str(f)
         docs = load_documents(f)
-        for doc, label in _expand(docs, source).docs:
+        ex = _expand(docs, source)
+        if skipped is not None:
+            skipped += ex.skipped
+        for doc, label in ex.docs:
             kind = document_kind(doc, source, label)
             if kind != _JOB_KIND:
                 raise InputError(f"expected {_JOB_KIND}, got {kind!r}", source=source,
@@ -383,7 +400,8 @@ def load_cluster_and_jobs(cluster_file: str | Path, jobs_file_or_dir: str | Path
     """
     source = str(cluster_file)
     ex = _expand(load_documents(cluster_file), source)
-    jobs = read_jobs(jobs_file_or_dir)
+    skipped: list[tuple[str, str]] = list(ex.skipped)
+    jobs = read_jobs(jobs_file_or_dir, skipped)
     _check_unique_jobs(jobs)
     job_models = [j for j, _, _ in jobs]
     queues = [(q, d) for q, d in ex.queues if d.get("kind") != "Topology"]
@@ -393,7 +411,8 @@ def load_cluster_and_jobs(cluster_file: str | Path, jobs_file_or_dir: str | Path
     if first == "Instance":
         base = _instance_from_expanded(ex.docs, source)
         _check_jobs_against(jobs, base.spec.gpu_types, base.clusters)
-        return _with_queues(_build_instance(base.name, [], job_models, source, base=base),
+        return _with_queues(_with_skipped(_build_instance(base.name, [], job_models, source,
+                                                          base=base), skipped),
                             queues, source)
     clusters: list[ParsedCluster] = []
     for doc, label in ex.docs:
@@ -405,7 +424,8 @@ def load_cluster_and_jobs(cluster_file: str | Path, jobs_file_or_dir: str | Path
         clusters.append(parse_cluster(doc, source, label))
     _check_jobs_against(jobs, _declared_types(clusters), [pc.cluster for pc in clusters])
     name = "+".join(pc.cluster.name for pc in clusters)
-    return _with_queues(_build_instance(name, clusters, job_models, source), queues, source)
+    return _with_queues(_with_skipped(_build_instance(name, clusters, job_models, source),
+                                      skipped), queues, source)
 
 
 # ---- bundled instances ------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 from hyperplace.models.base import HPModel
 from hyperplace.models.cluster import Cluster, Federation, InterClusterLink
 from hyperplace.models.gpu import GPUCatalog, GPUType
-from hyperplace.models.job import MODEL_PARALLEL, ObjectMeta, TrainingJob
+from hyperplace.models.job import MODEL_PARALLEL, ObjectMeta, SkippedJob, TrainingJob
 from hyperplace.models.limits import MAX_GPUS, MAX_JOBS, MAX_UNITS
 from hyperplace.models.node import Node
 from hyperplace.models.queue import (
@@ -64,6 +64,10 @@ class InstanceSpec(HPModel):
     inter_cluster_links: list[InterClusterLink] = Field(default_factory=list)
     jobs: list[TrainingJob] = Field(default_factory=list, max_length=MAX_JOBS,
                                     description="the pending queue")
+    skipped: list[SkippedJob] = Field(
+        default_factory=list, max_length=MAX_JOBS,
+        description="jobs read from Kubernetes workloads that hyperplace does not place "
+                    "(no pod asks for a GPU), with the reason; every plan repeats them")
     model: str | None = Field(default=None, description="model preset for the layer split")
     queues: list[dict[str, Any]] = Field(
         default_factory=list, max_length=1000,

@@ -48,6 +48,15 @@ MODEL_PARALLEL = (GroupType.TENSOR_PARALLEL, GroupType.PIPELINE_PARALLEL, GroupT
 PRIORITY_LEVELS = {"low": 1, "normal": 2, "medium": 2, "high": 3, "critical": 4}
 
 
+class SkippedJob(HPModel):
+    """A job read from its owner's documents that hyperplace does not place, and why (a
+    CPU-only workload: no pod asks for a GPU). Kept so the plan and the table say so
+    instead of the job vanishing."""
+
+    job: str
+    reason: str
+
+
 class ObjectMeta(HPModel):
     name: Name
     namespace: str | None = None

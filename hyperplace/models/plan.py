@@ -27,6 +27,7 @@ from typing import Literal
 from pydantic import Field
 
 from hyperplace.models.base import HPModel
+from hyperplace.models.job import SkippedJob
 from hyperplace.models.result import SolveStatus
 
 
@@ -144,6 +145,9 @@ class PlacementPlan(HPModel):
     placements: list[UnitPlacement] = Field(default_factory=list)
     jobs: list[JobSummary] = Field(default_factory=list)
     pending: list[PendingJob] = Field(default_factory=list)
+    skipped: list[SkippedJob] = Field(default_factory=list, description=(
+        "jobs of the input hyperplace does not place, with the reason (a workload none of "
+        "whose pods asks for a GPU): neither admitted nor pending"))
     objective_terms: dict[str, float] = Field(default_factory=dict)
     preemptions: list[Preemption] = Field(default_factory=list)
     preemption_policy: str | None = Field(

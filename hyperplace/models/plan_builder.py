@@ -101,5 +101,7 @@ class PlanBuilder:
         name = self.instance.name
         return PlacementPlan(metadata=PlanMeta(name=f"{name}-{kind}", instance=name),
                              placements=self.placements, jobs=self.jobs, pending=self.pending,
-                             **fields)
+                             **({"skipped": list(self.instance.spec.skipped)}
+                                if self.instance.spec.skipped and "skipped" not in fields
+                                else {}), **fields)
 

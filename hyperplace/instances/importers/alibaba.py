@@ -10,12 +10,14 @@ clusters have, not on a synthetic one:
   cap_gpu), from the NSDI'22 paper "MLaaS in the Wild" (alibaba/clusterdata, CC-BY-4.0).
 
 GPU models map to catalog types where the catalog has them (:data:`MODEL_TO_TYPE`): V100M16 ->
-V100-16, V100M32 -> V100-32, and the 2020 trace's plain ``V100`` -> V100-16 (the trace names
-the 32 GB part V100M32). The others get a declared :class:`GPUType` (:data:`TRACE_GPU_TYPES`)
-returned beside the cluster, with figures and sources in each type's ``source``:
+V100-16, V100M32 -> V100-32, the 2020 trace's plain ``V100`` -> V100-16 (the trace names
+the 32 GB part V100M32), T4 -> T4 and A10 -> A10 (the catalog's datasheet rows,
+``hyperplace/data/gpu_specs.csv``). The others get a declared :class:`GPUType`
+(:data:`TRACE_GPU_TYPES`) returned beside the cluster, with figures and sources in each
+type's ``source``:
 
-* T4, P100 (the 2-GPU nodes: PCIe cards), A10: NVIDIA datasheet figures; T4 and P100 have no
-  BF16, so their FP16 tensor/half figure stands in (as the catalog does for V100).
+* P100 (the 2-GPU nodes: PCIe cards): NVIDIA datasheet figures; it has no BF16, so its FP16
+  half-precision figure stands in (as the catalog does for V100).
 * MISC (2020): "GPUs of older generations, e.g. K40m, K80, M60" (trace README): the
   element-wise minimum of those three datasheets, FP32 since they have no fast FP16.
 * G1, G2, G3 (2023): "undisclosed internal GPU codes" (trace README). Placeholders with the
@@ -69,6 +71,8 @@ MODEL_TO_TYPE = {
     "V100M16": "V100-16",
     "V100M32": "V100-32",
     "V100": "V100-16",
+    "T4": "T4",
+    "A10": "A10",
 }
 
 _TRACE = "alibaba/clusterdata cluster-trace-gpu-v2023 / -v2020 README"
@@ -86,25 +90,15 @@ def _v100_placeholder(name: str) -> GPUType:
 
 
 # Declared types for models the catalog lacks. nic_gbps = ASSUMED_NODE_GBPS shared by the GPUs
-# of the type's usual node (T4/P100: 2, A10: 1, MISC/G*: 8 in the traces). cost_per_hour is a
+# of the type's usual node (P100: 2, MISC/G*: 8 in the traces). cost_per_hour is a
 # rough relative price in the catalog's units (V100-16 = 0.9), used only by --policy cost.
 TRACE_GPU_TYPES: dict[str, GPUType] = {
-    "T4": GPUType(
-        name="T4", family="T4", bf16_tflops=65.0, hbm_gb=16.0, hbm_tb_s=0.32, nvlink_gbps=0.0,
-        pcie_generation=3, nic_gbps=ASSUMED_NODE_GBPS / 2, mfu=0.35, cost_per_hour=0.35,
-        source="NVIDIA T4 datasheet: 65 TFLOPS FP16 mixed precision (no BF16), 16 GB GDDR6, "
-               "320 GB/s, PCIe Gen3 x16, no NVLink"),
     "P100": GPUType(
         name="P100", family="P100", bf16_tflops=18.7, hbm_gb=16.0, hbm_tb_s=0.732,
         nvlink_gbps=0.0, pcie_generation=3, nic_gbps=ASSUMED_NODE_GBPS / 2, mfu=0.35,
         cost_per_hour=0.45,
         source="NVIDIA Tesla P100 PCIe datasheet: 18.7 TFLOPS FP16 (no BF16, no tensor cores), "
                "16 GB HBM2, 732 GB/s, PCIe Gen3; 2-GPU nodes in the traces, so the PCIe card"),
-    "A10": GPUType(
-        name="A10", family="A10", bf16_tflops=125.0, hbm_gb=24.0, hbm_tb_s=0.6, nvlink_gbps=0.0,
-        pcie_generation=4, nic_gbps=ASSUMED_NODE_GBPS, mfu=0.40, cost_per_hour=0.6,
-        source="NVIDIA A10 datasheet: 125 TFLOPS BF16 tensor dense (250 sparse), 24 GB GDDR6, "
-               "600 GB/s, PCIe Gen4, no NVLink"),
     "MISC": GPUType(
         name="MISC", family="MISC", bf16_tflops=4.29, hbm_gb=8.0, hbm_tb_s=0.16, nvlink_gbps=0.0,
         pcie_generation=3, nic_gbps=ASSUMED_NODE_GBPS / 8, mfu=0.30, cost_per_hour=0.2,

@@ -251,8 +251,8 @@ def job_document(doc: dict[str, Any], src: str, where: str = "", *,
             sizes.append((ps.count, gpus, pod_spec, mapping_or_empty(ps.template.get("metadata"), src,
                                                       f"{ps.path}.metadata"), ps.path))
     if not sizes:
-        return None, [f"{src}: {name}: no pod asks for a GPU (nvidia.com/gpu in a container's "
-                      "resources): nothing for hyperplace to place, left out"]
+        return None, [f"{src}: {name}: no pod asks for a GPU (no nvidia.com/gpu in a "
+                      "container's resources, no GPU ResourceClaim)"]
     # one accelerator selector, tolerations and hop limit for the gang (the strictest)
     accel: str | None = None
     tolerations: list[dict[str, Any]] = []
