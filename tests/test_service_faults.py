@@ -142,6 +142,38 @@ def test_a_failed_hand_off_fails_that_task_not_the_slot() -> None:
     asyncio.run(main())
 
 
+def test_cancel_after_the_answer_is_in_the_pipe_never_fails_the_next_task() -> None:
+    """The cause of runs that ended "failed" (and of an unrelated 500 "exit code -9") in the
+    cancel race: the worker had written its answer, DELETE killed it before the runner read
+    the answer, and the runner then sent the next task to the dead process. Made
+    deterministic by blocking the loop while the answer is written."""
+    import asyncio
+
+    from hyperplace.service.pool import Cancelled, WorkerPool
+
+    async def main() -> None:
+        pool = WorkerPool(1, 4)
+        await pool.start()
+        try:
+            first = pool.submit("debug-sleep", {"seconds": 0.05}, time.monotonic() + 30)
+            end = time.monotonic() + 30
+            while first.state != "running" and time.monotonic() < end:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)  # the hand-off (a thread) is done
+            time.sleep(1.0)  # the loop blocked: the worker's answer waits in the pipe
+            assert pool.cancel(first.id)  # the task is still the pool's: DELETE says cancelled
+            second = pool.submit("debug-sleep", {"seconds": 0}, time.monotonic() + 30)
+            reply = await asyncio.wait_for(second.future, 30)  # was WorkerCrashed (-9)
+            assert reply.status == 200, reply
+            with pytest.raises(Cancelled):  # the answer that came anyway is not a success
+                await first.future
+            assert pool.replaced == 1 and pool.alive == 1
+        finally:
+            await pool.close(0)
+
+    asyncio.run(main())
+
+
 # ---- the hard deadline, orphans, readiness ------------------------------------------------------
 
 def test_hard_deadline_kills_the_solver_503_and_no_extra_solvers(http: httpx.Client) -> None:
@@ -164,6 +196,95 @@ def test_hard_deadline_kills_the_solver_503_and_no_extra_solvers(http: httpx.Cli
     assert len(gone) == 1 and not any(_alive(p) for p in gone), (before, after)
     assert len(after["pids"]) == 2 and all(_alive(p) for p in after["pids"])
     _serving(http)
+
+
+def _raw_post(url: str, path: str, body: bytes, pieces: int = 1, pause_s: float = 0.0,
+              declared: int | None = None) -> tuple[socket.socket, float]:
+    """Open a connection and send a POST's headers and its body in ``pieces`` with
+    ``pause_s`` between them (a slow client); the socket stays open (the caller reads)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sent_at = time.monotonic()
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {declared or len(body)}\r\n\r\n".encode())
+    step = -(-len(body) // pieces)
+    for i in range(0, len(body), step):
+        if i:
+            time.sleep(pause_s)
+        sock.sendall(body[i:i + step])
+    return sock, sent_at
+
+
+def _status_and_body(sock: socket.socket) -> tuple[int, dict]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, rest = data.split(b"\r\n\r\n", 1)
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length")))
+    while len(rest) < length:
+        rest += sock.recv(65536)
+    return int(head.split()[1]), json.loads(rest[:length])
+
+
+def test_a_budget_counts_from_the_request_s_arrival(http: httpx.Client,
+                                                    server: LocalServer) -> None:
+    """Reading the request comes out of its budget: a 1 s budget whose body takes 1.5 s to
+    arrive is answered 503 with Retry-After as soon as it is read, never solved late."""
+    body = json.dumps({"bundled": "seed-beijing-shanghai", "budgetS": 1}).encode()
+    sock, sent_at = _raw_post(server.url, "/v1/placement", body, pieces=4, pause_s=0.5)
+    with sock:
+        status, answer = _status_and_body(sock)
+    assert status == 503 and "budget ran out" in answer["error"], answer
+    assert "reading" in answer["error"], answer
+    _serving(http)
+
+
+def test_a_queued_request_is_answered_at_its_deadline() -> None:
+    """A request waiting for a worker gets its 503 (with Retry-After) at its deadline plus
+    the overhead, not when a worker frees up."""
+    from hyperplace.service.config import OVERHEAD_S
+
+    with LocalServer(workers=1, test_hooks=True) as srv, \
+            httpx.Client(base_url=srv.url, timeout=30) as client, \
+            concurrent.futures.ThreadPoolExecutor(2) as ex:
+        busy = ex.submit(client.post, "/v1/debug/sleep", params={"seconds": 8})
+        _wait_busy(client, 1)
+        start = time.monotonic()
+        r = client.post("/v1/debug/sleep", params={"seconds": 0.1, "budget": 1})
+        took = time.monotonic() - start
+        assert r.status_code == 503 and int(r.headers["Retry-After"]) >= 1, r.text
+        assert took < 1 + OVERHEAD_S + 3 and not busy.done(), took  # well before the 8 s
+        assert busy.result().status_code == 200
+
+
+def test_large_bodies_are_taken_in_a_few_at_a_time() -> None:
+    """At most INTAKE_SLOTS large bodies are read and parsed at once; one that could not be
+    taken in within the largest budget is refused from its headers (429, Retry-After)."""
+    from hyperplace.service.app import INTAKE_SLOTS
+
+    with LocalServer("--max-budget", "0.05", workers=1) as srv, \
+            httpx.Client(base_url=srv.url, timeout=30) as client:
+        big = 2_000_000
+        slow = [_raw_post(srv.url, "/v1/placement", b"{", declared=big)[0]
+                for _ in range(INTAKE_SLOTS)]
+        try:
+            time.sleep(0.5)
+            r = client.post("/v1/placement", json={"bundled": SMALL, "jobs": [],
+                                                   "queues": [{"x": "y" * 100_000}]})
+            assert r.status_code == 429 and "taking in" in r.json()["error"], r.text
+            assert int(r.headers["Retry-After"]) >= 1
+            assert client.get("/healthz").status_code == 200  # small requests go on
+        finally:
+            for sock in slow:
+                sock.close()
+        end = time.monotonic() + 10
+        while time.monotonic() < end:  # the gate is free again once the clients went away
+            r = client.post("/v1/check", json={"bundled": SMALL, "plan": {"x": "y" * 100_000}})
+            if r.status_code != 429:
+                break
+            time.sleep(0.1)
+        assert r.status_code in (422, 503), r.text  # taken in (its 0.05 s budget may be gone)
 
 
 def test_workers_die_with_the_server_on_kill_9(tmp_path) -> None:

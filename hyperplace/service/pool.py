@@ -99,6 +99,7 @@ class Task:
     state: str = "queued"
     started: float | None = None
     cancelled: bool = False
+    expiry: asyncio.TimerHandle | None = None  # fails it at its deadline if still queued
 
 
 @dataclass
@@ -108,6 +109,7 @@ class Slot:
     conn: Any = None
     task: Task | None = None
     started_tasks: int = 0
+    killed: bool = False  # its process was sent SIGKILL (cancel): replace before reuse
 
 
 class WorkerPool:
@@ -148,11 +150,13 @@ class WorkerPool:
                                  daemon=True, name=f"hyperplace-worker-{slot.index}")
         proc.start()
         child.close()
-        slot.process, slot.conn = proc, parent
+        slot.process, slot.conn, slot.killed = proc, parent, False
 
     def _kill(self, slot: Slot) -> None:
-        if slot.process is not None and slot.process.is_alive():
-            slot.process.kill()
+        if slot.process is not None:
+            slot.killed = True
+            if slot.process.is_alive():
+                slot.process.kill()
 
     def drain(self) -> None:
         """Stop taking work at once (readyz unready, new work 503) and answer every queued
@@ -208,20 +212,41 @@ class WorkerPool:
     def worker_pids(self) -> list[int | None]:
         return [s.process.pid if s.process is not None else None for s in self._slots]
 
+    def _mean_task_s(self) -> float:
+        """The recent mean task time (1 s before anything finished)."""
+        return sum(self._recent) / len(self._recent) if self._recent else 1.0
+
     def retry_after(self) -> float:
         """Seconds until a queue place is likely free: queued work over the workers, at the
         recent mean task time (1 s before anything finished)."""
-        mean = sum(self._recent) / len(self._recent) if self._recent else 1.0
-        return max(1.0, math.ceil(mean * (len(self._queue) + 1) / self.size))
+        return max(1.0, math.ceil(self._mean_task_s() * (len(self._queue) + 1) / self.size))
+
+    def _task_s(self, task: Task, now: float) -> float:
+        """How long a task is expected to hold a worker from ``now``: the recent mean task
+        time, never more than it may (its deadline plus its grace)."""
+        mean = self._mean_task_s()
+        grace = self.hard_timeout_s if task.grace_s is None else task.grace_s
+        if task.state == "running" and task.started is not None:
+            return max(0.0, min(task.started + mean, task.deadline + grace) - now)
+        budget = task.budget_s if task.budget_s is not None else task.deadline - now
+        return max(0.0, min(mean, budget + grace))
 
     def expected_wait(self) -> float:
-        """Seconds a task queued now would wait for a worker: the work queued and running,
-        at the recent mean task time, spread over the workers (0 while a worker is idle)."""
-        ahead = len(self._queue) + self.busy
-        if ahead < self.size or not self._recent:
-            return 0.0
-        mean = sum(self._recent) / len(self._recent)
-        return mean * (ahead - self.size + 1) / self.size
+        """Seconds a task queued now would wait for a worker: the running tasks' expected
+        ends and the queued tasks after them, each at the recent mean task time but never
+        past its own deadline plus grace, assigned to the workers in queue order (0 while a
+        worker is idle)."""
+        import heapq
+
+        now = time.monotonic()
+        free = [self._task_s(s.task, now) if s.task is not None else 0.0 for s in self._slots]
+        heapq.heapify(free)
+        for task in self._queue:
+            if task.cancelled:
+                continue
+            start = heapq.heappop(free)
+            heapq.heappush(free, start + self._task_s(task, now))
+        return free[0]
 
     def submit(self, kind: str, payload: dict[str, Any], deadline: float, *,
                task_id: str | None = None, fetch: Callable[[str, int], Any] | None = None,
@@ -233,6 +258,10 @@ class WorkerPool:
         then only bounds how long it may wait."""
         if self.closing or not self.ready:
             raise Unavailable("the server is starting or shutting down")
+        if budget_s is None and deadline <= time.monotonic():
+            raise Expired("its budget ran out before it reached the queue (reading and "
+                          "parsing the request took it all); retry with a larger budget or "
+                          "later")
         if len(self._queue) >= self.queue_limit:
             raise Saturated(self.retry_after(), f"the queue is full ({self.queue_limit} "
                             f"waiting); retry in {self.retry_after():.0f} s")
@@ -247,9 +276,28 @@ class WorkerPool:
                     deadline=deadline, fetch=fetch, grace_s=grace_s, budget_s=budget_s)
         self._tasks[task.id] = task
         self._queue.append(task)
+        # answered at its deadline if no worker took it by then (not when one frees up)
+        task.expiry = asyncio.get_running_loop().call_at(
+            self._loop_time(deadline), self._expire, task)
         assert self._wakeup is not None
         self._wakeup.set()
         return task
+
+    @staticmethod
+    def _loop_time(deadline: float) -> float:
+        """A ``time.monotonic()`` instant on the event loop's clock."""
+        loop = asyncio.get_running_loop()
+        return loop.time() + (deadline - time.monotonic())
+
+    def _expire(self, task: Task) -> None:
+        if task.state != "queued" or task.future.done():
+            return
+        try:
+            self._queue.remove(task)
+        except ValueError:
+            pass
+        self._fail(task, Expired("its budget ran out while it waited for a worker; retry, "
+                                 "with a larger budget or later"))
 
     async def run(self, kind: str, payload: dict[str, Any], deadline: float, **kw: Any) -> Reply:
         task = self.submit(kind, payload, deadline, **kw)
@@ -276,6 +324,8 @@ class WorkerPool:
 
     def _fail(self, task: Task, exc: Exception) -> None:
         self._tasks.pop(task.id, None)
+        if task.expiry is not None:
+            task.expiry.cancel()
         if not task.future.done():
             task.future.set_exception(exc)
 
@@ -302,6 +352,8 @@ class WorkerPool:
                 self._fail(task, Expired("its budget ran out while it waited for a worker; "
                                          "retry, with a larger budget or later"))
                 continue
+            if task.expiry is not None:
+                task.expiry.cancel()
             task.state, task.started = "running", time.monotonic()
             if task.budget_s is not None:
                 task.deadline = task.started + task.budget_s
@@ -341,9 +393,18 @@ class WorkerPool:
                 await self._replace(slot)
             else:
                 self._recent.append(time.monotonic() - task.started)
-                self._tasks.pop(task.id, None)
-                if not task.future.done():
-                    task.future.set_result(reply)
+                if task.cancelled:  # DELETE said "cancelled": the answer that came anyway
+                    self._fail(task, Cancelled("cancelled while running; its worker was "
+                                               "stopped"))
+                else:
+                    self._tasks.pop(task.id, None)
+                    if not task.future.done():
+                        task.future.set_result(reply)
+                if slot.killed:
+                    # the answer was already in the pipe when cancel killed the worker: the
+                    # next task must not be sent to the dead process (it failed as "worker
+                    # died, exit code -9", a 500 for an unrelated request or run)
+                    await self._replace(slot)
             finally:
                 slot.task = None
 
