@@ -14,14 +14,16 @@ from hyperplace.sim.simulator import SimConfig, simulate
 from hyperplace.sim.speed import SpeedModel
 from hyperplace.sim.workload import offered_load
 
-# (trace, instance, jobs): every bundled trace on every bundled single-cluster instance it
-# can load; the job counts keep the test to seconds (fewer jobs of the window). The others
-# (UNREACHABLE) are replayed at the most their jobs offer, with a note.
-REACHABLE = [("philly", "mixed-a100-h100", None),
-             pytest.param("philly", "dgx1-v100", 800, marks=pytest.mark.xfail(
-                 strict=True, reason="known shortfall: 0.65 (0.72 with 1,200 jobs): Philly's "
-                 "multi-node jobs on 8 nodes of 8 V100 and the window's ramp-up")),
-             ("alibaba-2023", "mixed-a100-h100", None), ("alibaba-2023", "dgx1-v100", 400)]
+# (trace, instance, jobs): every bundled trace, whole (jobs None), on every bundled
+# single-cluster instance it can load. Why a window of the trace fell short (Philly's first
+# 800 jobs on dgx1-v100: 0.65 with Volcano): the replay starts from an empty cluster and the
+# window's first arrivals are sparse, so its first quarter runs at 0.17 utilisation (the
+# next three at 0.92, 0.59, 0.92); the whole sample's longer window (48 days) weighs that
+# ramp-up less (quarters 0.41, 0.77, 0.91, 0.86: 0.74). Load 1.0 is the average over the
+# window, and no load makes its quiet start busy. The others (UNREACHABLE) are replayed at the
+# most their jobs offer, with a note.
+REACHABLE = [("philly", "mixed-a100-h100", None), ("philly", "dgx1-v100", None),
+             ("alibaba-2023", "mixed-a100-h100", None), ("alibaba-2023", "dgx1-v100", None)]
 UNREACHABLE = [("philly", "superpod-h100-4su"), ("philly", "alibaba-2023"),
                ("alibaba-2023", "superpod-h100-4su"), ("alibaba-2023", "alibaba-2023")]
 
