@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -17,7 +18,7 @@ from cli_run import run_main
 from hyperplace.check import check
 from hyperplace.instances.registry import instance_from_documents
 from hyperplace.instances.writers import kubernetes_manifests, placements_from_manifests, \
-    sbatch_script
+    sbatch_script, v1beta2_domains
 from hyperplace.io import load_documents
 from hyperplace.solvers.driver import solve_placement
 
@@ -41,12 +42,31 @@ def validate(doc: dict) -> None:
     elif doc["kind"] == "Job":
         jsonschema.Draft7Validator(_crd("batch.volcano.sh_jobs.yaml", "v1alpha1")).validate(doc)
         ta = json.loads(doc["metadata"]["annotations"]["kueue.x-k8s.io/topology-assignment"])
-        wl = _crd("kueue.x-k8s.io_workloads.yaml", "v1beta1")
-        sub = wl["properties"]["status"]["properties"]["admission"]["properties"][
-            "podSetAssignments"]["items"]["properties"]["topologyAssignment"]
-        jsonschema.Draft7Validator(sub).validate(ta)
+        validate_topology_assignment(ta)
     else:
         raise AssertionError(doc["kind"])
+
+
+def validate_topology_assignment(ta: dict) -> str:
+    """Validate against the Kueue Workload CRD version of its shape (v1beta2: slices;
+    v1beta1: domains), with the CRD's CEL rules on slices checked here (jsonschema does not
+    run x-kubernetes-validations); returns the version."""
+    version = "v1beta2" if "slices" in ta else "v1beta1"
+    wl = _crd("kueue.x-k8s.io_workloads.yaml", version)
+    sub = wl["properties"]["status"]["properties"]["admission"]["properties"][
+        "podSetAssignments"]["items"]["properties"]["topologyAssignment"]
+    jsonschema.Draft7Validator(sub).validate(ta)
+    if version == "v1beta2":
+        for sl in ta["slices"]:
+            assert len(sl["valuesPerLevel"]) == len(ta["levels"])
+            for lv in sl["valuesPerLevel"]:
+                assert ("universal" in lv) != ("individual" in lv)
+                if "individual" in lv:
+                    assert len(lv["individual"]["roots"]) == sl["domainCount"]
+            pc = sl["podCounts"]
+            assert ("universal" in pc) != ("individual" in pc)
+            assert "universal" in pc or len(pc["individual"]) == sl["domainCount"]
+    return version
 
 
 def _vks_cluster_docs() -> list[dict]:
@@ -74,11 +94,11 @@ def _gpu_job(parallelism: int, gpus: int, name: str = "tas-sample-required") -> 
     return doc
 
 
-def _round_trip(docs: list[dict]) -> tuple:
+def _round_trip(docs: list[dict], **options) -> tuple:
     inst = instance_from_documents(docs, "round-trip")
     plan = solve_placement(inst, budget_s=10)
     assert plan.jobs and check(plan, inst) == []
-    written = kubernetes_manifests(inst, plan)
+    written = kubernetes_manifests(inst, plan, **options)
     flat = [d for ds in written.values() for d in ds]
     for d in flat:
         validate(d)
@@ -111,7 +131,7 @@ def test_round_trip_with_device_uuids_from_resourceslices():
     ta = json.loads(job["metadata"]["annotations"]["kueue.x-k8s.io/topology-assignment"])
     assert ta["levels"] == ["cloud.provider.com/topology-block",
                             "cloud.provider.com/topology-rack", "kubernetes.io/hostname"]
-    assert sum(d["count"] for d in ta["domains"]) == 2
+    assert sum(c for _, c in v1beta2_domains(ta)) == 2  # Kueue v1beta2 slices by default
     # the plan's own topologyAssignment uses the same levels (GPU counts)
     assert plan.jobs[0].topology_assignment.levels == ta["levels"]
 
@@ -136,7 +156,7 @@ def test_kueue_topology_levels_are_the_users():
               if d["kind"] == "Job"]
     ta = json.loads(job["metadata"]["annotations"]["kueue.x-k8s.io/topology-assignment"])
     assert ta["levels"] == [lv["nodeLabel"] for lv in topo["spec"]["levels"]]
-    nodes = {d["values"][2] for d in ta["domains"]}
+    nodes = {values[2] for values, _ in v1beta2_domains(ta)}
     assert nodes == {n for up in plan.placements for n in {g.node for g in up.gpus}}
 
 
@@ -188,3 +208,72 @@ def test_manifests_finds_the_bundled_instance_a_plan_names(tmp_path, capsys):
     assert run_main(["manifests", str(plan), "--to", "slurm"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "metadata.instance" in err and "not a bundled" in err
+
+
+def test_dra_index_on_driver_25_3_is_exact_without_resourceslices():
+    """No ResourceSlices imported: the NVIDIA DRA driver v25.3 publishes ``index`` (the NVML
+    index, hyperplace's GPU index), so each claim selects exactly the planned GPUs and says
+    by which attribute; the default release (25.12) has no such attribute: count only."""
+    docs = [*load_documents(K8S / "nodes-kueue-tas-h100.json"), _gpu_job(3, 4)]
+    inst, plan, flat = _round_trip(docs, dra_driver="25.3")
+    claims = [d for d in flat if d["kind"] == "ResourceClaim"]
+    assert len(claims) == 3
+    for c in claims:
+        ann = c["metadata"]["annotations"]
+        node, gpus = ann["hyperplace.io/gpus"].split(":")
+        expr = c["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]["expression"]
+        assert expr == f"device.attributes['gpu.nvidia.com'].index in [{gpus.replace(',', ', ')}]"
+        assert ann["hyperplace.io/exact"] == "true"
+        assert ann["hyperplace.io/selected-by"] == "gpu.nvidia.com/index"
+        assert ann["hyperplace.io/dra-driver"] == "v25.3"
+    default = [d for ds in kubernetes_manifests(inst, plan).values() for d in ds
+               if d["kind"] == "ResourceClaim"]
+    assert all(c["metadata"]["annotations"]["hyperplace.io/selected-by"] == "count" and
+               "selectors" not in c["spec"]["devices"]["requests"][0]["exactly"] for c in default)
+
+
+def test_dra_pci_bus_ids_from_an_nccl_topology_file(tmp_path):
+    """Nodes read from NCCL topology files know each GPU's PCI address: claims select the
+    planned GPUs by the driver's bus-id attribute (v25.12: resource.kubernetes.io/pciBusID,
+    v25.8: gpu.nvidia.com/pcieBusID), and read back to the same GPUs."""
+    from hyperplace.instances.importing import import_cluster
+
+    ndv5 = Path(__file__).parent.parent / "hyperplace" / "data" / "topology" / "azure_ndv5-topo.xml"
+    text, _ = import_cluster("nccl-xml", [str(ndv5)], count=2, gpu_type="H100-80")
+    cluster = yaml.safe_load(text)
+    bus = cluster["spec"]["nodes"][0]["labels"]["hyperplace.io/gpu-pci-bus-ids"].split(",")
+    assert len(bus) == 8 and all(re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", b)
+                                 for b in bus)
+    for driver, attr in (("25.12", "device.attributes['resource.kubernetes.io'].pciBusID"),
+                         ("25.8", "device.attributes['gpu.nvidia.com'].pcieBusID")):
+        inst, plan, flat = _round_trip([cluster, _gpu_job(2, 4)], dra_driver=driver)
+        for c in (d for d in flat if d["kind"] == "ResourceClaim"):
+            node, gpus = c["metadata"]["annotations"]["hyperplace.io/gpus"].split(":")
+            want = ", ".join(f"'{bus[int(g)]}'" for g in gpus.split(","))
+            sel = c["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]
+            assert sel["expression"] == f"{attr} in [{want}]"
+
+
+def test_kueue_topology_assignment_v1beta2_and_v1beta1():
+    """The TopologyAssignment is written in the user's Kueue API: v1beta2 slices by default
+    and for a v1beta2 Topology, v1beta1 domains when asked; both validate against Kueue's
+    Workload CRD and name the same domains and pod counts."""
+    topo = load_documents(K8S / "kueue-sample-gpu-queues.yaml")[0]
+    assert topo["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+    docs = [*load_documents(K8S / "nodes-kueue-tas-h100.json"), _gpu_job(3, 8)]
+    inst = instance_from_documents(docs, "x")
+    plan = solve_placement(inst, budget_s=5)
+
+    def ta_of(**kw) -> dict:
+        (job,) = [d for ds in kubernetes_manifests(inst, plan, **kw).values() for d in ds
+                  if d["kind"] == "Job"]
+        return json.loads(job["metadata"]["annotations"]["kueue.x-k8s.io/topology-assignment"])
+    b2, b2_topo, b1 = ta_of(), ta_of(topology=topo), ta_of(topology=topo, kueue_api="v1beta1")
+    assert validate_topology_assignment(b2) == validate_topology_assignment(b2_topo) == "v1beta2"
+    assert validate_topology_assignment(b1) == "v1beta1"
+    assert b2_topo["levels"] == b1["levels"] == [lv["nodeLabel"] for lv in topo["spec"]["levels"]]
+    assert sorted(v1beta2_domains(b2_topo)) == sorted((tuple(d["values"]), d["count"])
+                                                       for d in b1["domains"])
+    assert sum(c for _, c in v1beta2_domains(b2_topo)) == 3
+    old = dict(topo, apiVersion="kueue.x-k8s.io/v1beta1")
+    assert validate_topology_assignment(ta_of(topology=old)) == "v1beta1"

@@ -24,6 +24,17 @@ class Target(StrEnum):
     slurm = "slurm"
 
 
+class DraDriver(StrEnum):
+    v25_3 = "25.3"
+    v25_8 = "25.8"
+    v25_12 = "25.12"
+
+
+class KueueApi(StrEnum):
+    v1beta1 = "v1beta1"
+    v1beta2 = "v1beta2"
+
+
 @one_line_errors
 def manifests_command(
     plan_file: Annotated[Path, typer.Argument(metavar="PLAN", help="PlacementPlan YAML/JSON")],
@@ -39,6 +50,13 @@ def manifests_command(
         "--topology", help="a file holding the Kueue Topology whose levels the "
         "TopologyAssignment uses (e.g. the --queues file)")] = None,
     namespace: Annotated[str | None, typer.Option(help="namespace of the objects")] = None,
+    dra_driver: Annotated[DraDriver, typer.Option(
+        "--dra-driver", help="release of the NVIDIA DRA driver the cluster runs: which device "
+        "attribute the ResourceClaims select by (25.3: index, exact without ResourceSlices; "
+        "25.8/25.12: uuid or PCI bus id when imported)")] = DraDriver.v25_12,
+    kueue_api: Annotated[KueueApi | None, typer.Option(
+        "--kueue-api", help="Kueue API version of the TopologyAssignment (default: the "
+        "--topology document's, else v1beta2)")] = None,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="directory: one file per job (default: stdout)")] = None,
 ) -> None:
@@ -63,7 +81,9 @@ def manifests_command(
     files: dict[str, str] = {}
     if to == Target.kubernetes:
         try:
-            docs = kubernetes_manifests(inst, plan, topology=topo, namespace=namespace)
+            docs = kubernetes_manifests(inst, plan, topology=topo, namespace=namespace,
+                                        dra_driver=dra_driver.value,
+                                        kueue_api=kueue_api.value if kueue_api else None)
         except ValueError as exc:
             raise InputError(str(exc), source=str(topology or plan_file)) from None
         for job, ds in docs.items():

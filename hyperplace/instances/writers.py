@@ -11,20 +11,33 @@ Kubernetes (:func:`kubernetes_manifests`)
     ``ResourceClaim`` (``resource.k8s.io/v1``) written beside it, referenced from the pod's
     ``resourceClaims`` and the container's ``resources.claims``. The claim asks the NVIDIA
     DRA driver's device class ``gpu.nvidia.com`` for exactly the pod's GPU count, selected by
-    the driver's device attributes (NVIDIA/k8s-dra-driver-gpu,
-    ``cmd/gpu-kubelet-plugin/deviceinfo.go``: ``uuid``, ``productName``; and the standard
-    ``resource.kubernetes.io/pciBusID``): ``device.attributes['gpu.nvidia.com'].uuid in
-    [...]`` when the node's GPU UUIDs are known (the ``hyperplace.io/gpu-uuids`` label, from
-    ResourceSlices at import), else ``device.attributes['resource.kubernetes.io'].pciBusID in
-    [...]`` (``hyperplace.io/gpu-pci-bus-ids``), else only the count (the node is still pinned;
-    which of its GPUs is the driver's choice, and the claim's ``hyperplace.io/exact`` annotation
-    says ``false``). The Job's ``spec.networkTopology`` is ``mode: hard`` with
-    ``highestTierAllowed`` the smallest HyperNode tier that holds all its nodes (tier t spans
+    a device attribute the driver publishes (:data:`DRA_ATTRIBUTES`, per driver release,
+    ``--dra-driver``; default :data:`DEFAULT_DRA_DRIVER`), the first of these the instance
+    knows for the node: ``uuid`` (every release) when the node's GPU UUIDs are known
+    (``hyperplace.io/gpu-uuids``, from ResourceSlices at import); the PCI bus id (v25.8:
+    ``gpu.nvidia.com/pcieBusID``; v25.12 on: the standard ``resource.kubernetes.io/pciBusID``)
+    when the bus ids are known (``hyperplace.io/gpu-pci-bus-ids``: from ResourceSlices, or
+    from an NCCL topology file, which lists each GPU's ``busid``); on v25.3 ``index``, the
+    NVML device index (nvidia-smi's order, hyperplace's GPU index), known without any slice,
+    so every v25.3 claim is exact. Otherwise only the count is asked (the node is still
+    pinned; which of its GPUs is the driver's choice). The claim's ``hyperplace.io/exact``
+    annotation says ``true``/``false`` and ``hyperplace.io/selected-by`` names the attribute
+    (or ``count``). No later release publishes an id known without slices: ``index`` and
+    ``minor`` were removed (commits 36fc80ab, 50d90da0, September 2025), and a device's name
+    (``gpu-<minor>``, deviceinfo.go L107) cannot be selected: DRA's CEL sees
+    ``device.driver``, ``device.attributes`` and ``device.capacity`` only. The Job's
+    ``spec.networkTopology`` is ``mode: hard`` with ``highestTierAllowed`` the smallest HyperNode tier that holds all its nodes (tier t spans
     ``2t - 1`` hops), ``minAvailable`` all its pods, and ``queue`` its Volcano queue.
     Each job's Kueue ``TopologyAssignment`` (:func:`topology_assignment`) is written in the
     levels of the user's Kueue ``Topology`` (its ``nodeLabel`` keys, the values read from
     the nodes' labels), pod counts per domain, into the job's
-    ``kueue.x-k8s.io/topology-assignment`` annotation (JSON) and the plan file.
+    ``kueue.x-k8s.io/topology-assignment`` annotation (JSON), in the shape of the user's Kueue
+    API (``--kueue-api``; else the apiVersion of the ``--topology`` document; else
+    :data:`DEFAULT_KUEUE_API`): ``v1beta2`` (Kueue v0.15 on; its storage version from v0.16):
+    ``levels`` + ``slices[{domainCount, valuesPerLevel[{universal | individual.roots}],
+    podCounts{universal | individual}}]`` (kubernetes-sigs/kueue
+    ``apis/kueue/v1beta2/workload_types.go``, ``TopologyAssignmentSlice``); ``v1beta1``:
+    ``levels`` + ``domains[{values, count}]``. The plan file keeps the v1beta1 shape.
 Slurm (:func:`sbatch_script`)
     ``#SBATCH --nodes``, ``--nodelist`` (the planned nodes), ``--gres=gpu:N`` (GPUs per
     node), ``--switches=K`` (the leaf switches the nodes span), and per node the GPU
@@ -49,6 +62,23 @@ from hyperplace.models.plan import PlacementPlan
 TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/topology-assignment"
 GPUS_ANNOTATION = "hyperplace.io/gpus"
 EXACT_ANNOTATION = "hyperplace.io/exact"
+SELECTED_BY_ANNOTATION = "hyperplace.io/selected-by"
+DRIVER_ANNOTATION = "hyperplace.io/dra-driver"
+
+#: Per NVIDIA DRA driver release (NVIDIA/k8s-dra-driver-gpu), the attributes it publishes for
+#: a full GPU that name one device, in the order tried: (id kind, domain, attribute).
+#: v25.3.2 cmd/gpu-kubelet-plugin/deviceinfo.go L98 ``uuid``, L104-105 ``index`` (IntValue,
+#: the NVML index; L101 ``minor``); v25.8.1 deviceinfo.go L88 ``uuid``, L109 ``pcieBusID``;
+#: v25.12.0 cmd/gpu-kubelet-plugin/partitions.go L42 ``uuid``, L37 + L63 the standard
+#: ``resource.kubernetes.io/pciBusID`` (as on main: deviceinfo.go L157, L181; nvlib.go L533).
+DRA_ATTRIBUTES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "25.3": (("uuid", "gpu.nvidia.com", "uuid"), ("index", "gpu.nvidia.com", "index")),
+    "25.8": (("uuid", "gpu.nvidia.com", "uuid"), ("bus", "gpu.nvidia.com", "pcieBusID")),
+    "25.12": (("uuid", "gpu.nvidia.com", "uuid"), ("bus", "resource.kubernetes.io", "pciBusID")),
+}
+DEFAULT_DRA_DRIVER = "25.12"
+KUEUE_APIS = ("v1beta1", "v1beta2")
+DEFAULT_KUEUE_API = "v1beta2"
 DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
 
 
@@ -73,21 +103,26 @@ def pods_of(plan: PlacementPlan, job: str) -> list[tuple[str, str, list[int]]]:
     return out
 
 
-def device_selector(instance: Instance, node_name: str, gpus: Sequence[int]) -> tuple[str | None, bool]:
-    """(CEL expression selecting exactly these GPUs of the node, exact?)."""
+def device_selector(instance: Instance, node_name: str, gpus: Sequence[int],
+                    driver: str = DEFAULT_DRA_DRIVER) -> tuple[str | None, str]:
+    """(CEL expression selecting exactly these GPUs of the node or None, the attribute used
+    as ``domain/name``, or ``count`` when none is known): see the module docstring."""
     _, node = instance.node_index[node_name]
-    for label, attr in ((UUIDS_LABEL, "device.attributes['gpu.nvidia.com'].uuid"),
-                        (BUS_IDS_LABEL, "device.attributes['resource.kubernetes.io'].pciBusID")):
-        ids = node.labels.get(label, "").split(",")
+    known = {"uuid": UUIDS_LABEL, "bus": BUS_IDS_LABEL}
+    for kind, domain, attr in DRA_ATTRIBUTES[driver]:
+        ref = f"device.attributes['{domain}'].{attr}"
+        if kind == "index":
+            return f"{ref} in [{', '.join(str(g) for g in gpus)}]", f"{domain}/{attr}"
+        ids = node.labels.get(known[kind], "").split(",")
         if len(ids) == node.gpu_count and all(ids):
             chosen = ", ".join(f"'{ids[g]}'" for g in gpus)
-            return f"{attr} in [{chosen}]", True
-    return None, False
+            return f"{ref} in [{chosen}]", f"{domain}/{attr}"
+    return None, "count"
 
 
 def resource_claim(instance: Instance, job: str, unit: str, node: str, gpus: Sequence[int],
-                   namespace: str | None) -> dict[str, Any]:
-    expr, exact = device_selector(instance, node, gpus)
+                   namespace: str | None, driver: str = DEFAULT_DRA_DRIVER) -> dict[str, Any]:
+    expr, selected_by = device_selector(instance, node, gpus, driver)
     request: dict[str, Any] = {"deviceClassName": DRA_DRIVER, "allocationMode": "ExactCount",
                                "count": len(gpus)}
     if expr:
@@ -95,7 +130,9 @@ def resource_claim(instance: Instance, job: str, unit: str, node: str, gpus: Seq
     meta: dict[str, Any] = {"name": dns_name(job, unit, node, limit=253),
                             "labels": {"hyperplace.io/job": dns_name(job)},
                             "annotations": {GPUS_ANNOTATION: f"{node}:{','.join(map(str, gpus))}",
-                                            EXACT_ANNOTATION: "true" if exact else "false"}}
+                                            EXACT_ANNOTATION: "true" if expr else "false",
+                                            SELECTED_BY_ANNOTATION: selected_by,
+                                            DRIVER_ANNOTATION: f"v{driver}"}}
     if namespace:
         meta["namespace"] = namespace
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta,
@@ -160,6 +197,54 @@ def topology_assignment(instance: Instance, plan: PlacementPlan, job: str,
             "domains": [{"values": list(v), "count": c} for v, c in sorted(counts.items())]}
 
 
+def kueue_api_of(topology: Mapping[str, Any] | None, given: str | None = None) -> str:
+    """The Kueue API version a TopologyAssignment is written in: ``given``, else the user's
+    Topology document's, else :data:`DEFAULT_KUEUE_API`."""
+    if given is not None:
+        if given not in KUEUE_APIS:
+            raise ValueError(f"Kueue API {given!r} is not one of {', '.join(KUEUE_APIS)}")
+        return given
+    version = str((topology or {}).get("apiVersion", "")).rpartition("/")[2]
+    return version if version in KUEUE_APIS else DEFAULT_KUEUE_API
+
+
+def as_v1beta2(ta: Mapping[str, Any]) -> dict[str, Any]:
+    """A v1beta1 TopologyAssignment (levels, domains) in Kueue v1beta2's shape: one slice
+    covering every domain, a level's value ``universal`` when all domains share it, else
+    ``individual.roots`` (one per domain); pod counts ``universal`` when all are equal."""
+    domains = ta["domains"]
+    per_level = []
+    for i in range(len(ta["levels"])):
+        values = [d["values"][i] for d in domains]
+        per_level.append({"universal": values[0]} if len(set(values)) == 1
+                         else {"individual": {"roots": values}})
+    counts = [int(d["count"]) for d in domains]
+    pods: dict[str, Any] = {"universal": counts[0]} if len(set(counts)) == 1 \
+        else {"individual": counts}
+    return {"levels": list(ta["levels"]),
+            "slices": [{"domainCount": len(domains), "valuesPerLevel": per_level,
+                        "podCounts": pods}]}
+
+
+def v1beta2_domains(ta: Mapping[str, Any]) -> list[tuple[tuple[str, ...], int]]:
+    """(values per level, pods) of every domain of a v1beta2 TopologyAssignment."""
+    out = []
+    for sl in ta["slices"]:
+        n = sl["domainCount"]
+        cols = []
+        for lv in sl["valuesPerLevel"]:
+            if "universal" in lv:
+                cols.append([lv["universal"]] * n)
+            else:
+                ind = lv["individual"]
+                cols.append([f"{ind.get('prefix', '')}{r}{ind.get('suffix', '')}"
+                             for r in ind["roots"]])
+        pc = sl["podCounts"]
+        counts = [pc["universal"]] * n if "universal" in pc else list(pc["individual"])
+        out += [(tuple(c[k] for c in cols), counts[k]) for k in range(n)]
+    return out
+
+
 def _tier_span(instance: Instance, nodes: Sequence[str]) -> int:
     """The smallest HyperNode tier holding all ``nodes``: tier t = hop radius 2t - 1."""
     hops = 0
@@ -219,9 +304,14 @@ def volcano_job(instance: Instance, plan: PlacementPlan, job: str, claims: Mappi
 
 def kubernetes_manifests(instance: Instance, plan: PlacementPlan, *,
                          topology: Mapping[str, Any] | None = None,
-                         namespace: str | None = None, image: str = DEFAULT_IMAGE
+                         namespace: str | None = None, image: str = DEFAULT_IMAGE,
+                         dra_driver: str = DEFAULT_DRA_DRIVER, kueue_api: str | None = None
                          ) -> dict[str, list[dict[str, Any]]]:
     """job -> its documents (ResourceClaims, then the Volcano Job), for every admitted job."""
+    if dra_driver not in DRA_ATTRIBUTES:
+        raise ValueError(f"NVIDIA DRA driver release {dra_driver!r} is not one of "
+                         f"{', '.join(DRA_ATTRIBUTES)}")
+    api = kueue_api_of(topology, kueue_api)
     levels = topology_levels(instance, topology)
     jobs = {j.name: j for j in instance.jobs}
     out: dict[str, list[dict[str, Any]]] = {}
@@ -235,10 +325,12 @@ def kubernetes_manifests(instance: Instance, plan: PlacementPlan, *,
         claims: dict[tuple, str] = {}
         docs = []
         for unit, node, gpus in pods_of(plan, job):
-            rc = resource_claim(instance, job, unit, node, gpus, ns)
+            rc = resource_claim(instance, job, unit, node, gpus, ns, dra_driver)
             claims[(unit, node)] = rc["metadata"]["name"]
             docs.append(rc)
         ta = topology_assignment(instance, plan, job, levels)
+        if api == "v1beta2":
+            ta = as_v1beta2(ta)
         docs.append(volcano_job(instance, plan, job, claims, namespace=ns, queue=queue,
                                 image=image, topology=ta))
         out[job] = docs
@@ -294,10 +386,14 @@ def placements_from_manifests(docs: Sequence[Mapping[str, Any]], instance: Insta
             gpus: list[int]
             if req.get("selectors"):
                 expr = req["selectors"][0]["cel"]["expression"]
-                ids = re.findall(r"'([^']+)'", expr.split(" in ", 1)[1])
-                label = UUIDS_LABEL if ".uuid in" in expr else BUS_IDS_LABEL
-                known = node.labels[label].split(",")
-                gpus = sorted(known.index(i) for i in ids)
+                listed = expr.split(" in ", 1)[1]
+                if ".index in" in expr:
+                    gpus = sorted(int(i) for i in re.findall(r"\d+", listed))
+                else:
+                    ids = re.findall(r"'([^']+)'", listed)
+                    label = UUIDS_LABEL if ".uuid in" in expr else BUS_IDS_LABEL
+                    known = node.labels[label].split(",")
+                    gpus = sorted(known.index(i) for i in ids)
             else:
                 gpus = [int(g) for g in claim["metadata"]["annotations"][GPUS_ANNOTATION]
                         .split(":", 1)[1].split(",")]

@@ -48,6 +48,7 @@ from typing import Literal
 
 from hyperplace.errors import InputError
 from hyperplace.instances.importers._source import Source, bundled, read_text
+from hyperplace.instances.importers.kubernetes import BUS_IDS_LABEL
 from hyperplace.models.gpu import GPUCatalog, GPUType, compute_capability, default_catalog
 from hyperplace.models.node import NIC, GPUPair, Node, NVLinkTopology
 
@@ -340,6 +341,8 @@ def import_nccl_topology(
     if speed_assumed:
         assumed.append("nic-speed")
     node_labels = dict(labels or {})
+    if gpus:  # each GPU's PCI address, index order: the DRA driver publishes it (writers.py)
+        node_labels.setdefault(BUS_IDS_LABEL, ",".join(g.busid for g in gpus))
     if assumed:
         node_labels[ASSUMED_LABEL] = ",".join(assumed)
     return Node(
