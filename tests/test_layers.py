@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
      "hyperplace.solvers.schedule"),           # and the over-time schedule's solvers
     ("hyperplace.solvers.heuristics",),        # greedy rules, warm starts, victim sets
     ("hyperplace.solvers.driver",),            # solve_placement
+    ("hyperplace.solvers.decompose",),         # rounds solved cluster by cluster
     ("hyperplace.solvers.workflows", "hyperplace.solvers"),  # what calls the driver
     ("hyperplace.baselines",),                 # the peers' rules
     ("hyperplace.federation", "hyperplace.sim", "hyperplace.draw"),

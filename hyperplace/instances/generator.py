@@ -265,6 +265,82 @@ def scatter_running_jobs(free: list[list[int]], target_gpus: int, rng: random.Ra
     return allocated
 
 
+def _cluster(name: str, prefix: str, node_count: int, types: list[GPUType],
+             fragmentation: float, faulty_gpus: int, state_rng: random.Random,
+             fabric_gen: FabricGenerator) -> Cluster:
+    """One generated cluster: ``node_count`` 8-GPU nodes, the types in contiguous blocks,
+    ``faulty_gpus`` faulty and ``fragmentation`` of the rest held by running jobs."""
+    sizes = philly_gpu_counts()
+    total = node_count * GPUS_PER_NODE
+    per_type = [node_count // len(types)] * len(types)
+    for i in range(node_count - sum(per_type)):
+        per_type[i] += 1
+    node_types = [t for t, k in zip(types, per_type) for _ in range(k)]
+    names = [f"{prefix}{t.family.lower()}-{i:05d}" for i, t in enumerate(node_types)]
+
+    free = [list(range(GPUS_PER_NODE)) for _ in names]
+    faulty: list[list[int]] = [[] for _ in names]
+    for pos in sorted(state_rng.sample(range(total), min(faulty_gpus, total))):
+        node, gpu = divmod(pos, GPUS_PER_NODE)
+        faulty[node].append(gpu)
+        free[node].remove(gpu)
+    usable = total - min(faulty_gpus, total)
+    allocated = scatter_running_jobs(free, round(fragmentation * usable), state_rng, sizes,
+                                     prefix=f"{prefix}run")
+    nodes = [
+        Node(name=n, gpu_type=t.name, gpu_count=GPUS_PER_NODE, allocated=a, faulty=f)
+        for n, t, a, f in zip(names, node_types, allocated, faulty)
+    ]
+    return Cluster(name=name, region="synthetic", nodes=nodes,
+                   fabric=FabricSpec(generator=fabric_gen))
+
+
+def generate_federation(clusters: int, gpus_per_cluster: int, jobs: int,
+                        gpu_types: list[str] | None = None, fragmentation: float = 0.3,
+                        seed: int = 0, size_scale: int = 1) -> Instance:
+    """``clusters`` generated clusters of ``gpus_per_cluster`` GPUs each (``c00``,
+    ``c01``...; node and running-job names prefixed with the cluster's) and one queue of
+    ``jobs`` jobs drawn as :func:`generate` draws them, every job sized to fit one cluster.
+    Each cluster's state has its own random stream (``seed`` and its position)."""
+    if clusters < 1:
+        raise InputError(f"must be 1 or more, got {clusters}", path="clusters")
+    if gpus_per_cluster < GPUS_PER_NODE:
+        raise InputError(f"must be at least {GPUS_PER_NODE} (one node), got "
+                         f"{gpus_per_cluster}", path="gpus_per_cluster")
+    if jobs < 0:
+        raise InputError(f"must be 0 or more, got {jobs}", path="jobs")
+    if not 0.0 <= fragmentation <= 1.0:
+        raise InputError(f"must be within [0, 1], got {fragmentation}", path="fragmentation")
+    types = _resolve_types(gpu_types)
+    node_count = math.ceil(gpus_per_cluster / GPUS_PER_NODE)
+    fabric_gen = fabric_for("auto", node_count * GPUS_PER_NODE)
+    members = [_cluster(f"c{k:02d}", f"c{k:02d}-", node_count, types, fragmentation, 0,
+                        random.Random(f"hyperplace-state-{seed}-{k}"), fabric_gen)
+               for k in range(clusters)]
+    queue_rng = random.Random(f"hyperplace-queue-{seed}")
+    largest = node_count * GPUS_PER_NODE
+    sizes = philly_gpu_counts()
+    width = len(str(max(jobs, 1)))
+    queue = [job_of_size(f"job-{i:0{width}d}",
+                         min(largest, queue_rng.choice(sizes) * size_scale), types, queue_rng)
+             for i in range(1, jobs + 1)]
+    total = clusters * largest
+    type_list = ",".join(t.name for t in types)
+    meta = ObjectMeta(
+        name=f"federation-{clusters}x{largest}g-{jobs}j-seed{seed}",
+        annotations={
+            DESCRIPTION_KEY: (f"synthetic federation: {clusters} clusters of {largest} GPUs "
+                              f"({total} GPUs, {type_list}), {fragmentation:.0%} held by "
+                              f"running jobs, {jobs} pending jobs"),
+            SOURCE_KEY: (f"hyperplace.instances.generate_federation(clusters={clusters}, "
+                         f"gpus_per_cluster={gpus_per_cluster}, jobs={jobs}, "
+                         f"gpu_types={type_list}, fragmentation={fragmentation}, seed={seed}, "
+                         f"size_scale={size_scale}); job sizes drawn from {PHILLY_SOURCE}"),
+        },
+    )
+    return Instance(metadata=meta, spec=InstanceSpec(clusters=members, jobs=queue))
+
+
 def _resolve_types(gpu_types: list[str] | None) -> list[GPUType]:
     catalog = GPUCatalog()
     names = list(gpu_types) if gpu_types else list(DEFAULT_GPU_TYPES)
@@ -305,27 +381,8 @@ def generate(gpus: int, jobs: int, gpu_types: list[str] | None = None,
     sizes = philly_gpu_counts()
     state_rng = random.Random(f"hyperplace-state-{seed}")
     queue_rng = random.Random(f"hyperplace-queue-{seed}")
-
-    per_type = [node_count // len(types)] * len(types)
-    for i in range(node_count - sum(per_type)):
-        per_type[i] += 1
-    node_types = [t for t, k in zip(types, per_type) for _ in range(k)]
-    names = [f"{t.family.lower()}-{i:05d}" for i, t in enumerate(node_types)]
-
-    free = [list(range(GPUS_PER_NODE)) for _ in names]
-    faulty: list[list[int]] = [[] for _ in names]
-    for pos in sorted(state_rng.sample(range(total), min(faulty_gpus, total))):
-        node, gpu = divmod(pos, GPUS_PER_NODE)
-        faulty[node].append(gpu)
-        free[node].remove(gpu)
-    usable = total - min(faulty_gpus, total)
-    allocated = scatter_running_jobs(free, round(fragmentation * usable), state_rng, sizes)
-    nodes = [
-        Node(name=n, gpu_type=t.name, gpu_count=GPUS_PER_NODE, allocated=a, faulty=f)
-        for n, t, a, f in zip(names, node_types, allocated, faulty)
-    ]
-    cluster = Cluster(name="generated", region="synthetic", nodes=nodes,
-                      fabric=FabricSpec(generator=fabric_gen))
+    cluster = _cluster("generated", "", node_count, types, fragmentation, faulty_gpus,
+                       state_rng, fabric_gen)
     width = len(str(max(jobs, 1)))
     queue = [job_of_size(f"job-{i:0{width}d}", queue_rng.choice(sizes) * size_scale, types,
                          queue_rng)

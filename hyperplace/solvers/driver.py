@@ -171,8 +171,18 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
     problem = (warm.build(instance, policy, params.model, hot_spares) if warm is not None
                else PlacementProblem(instance, policy, params.model, preemption=preemption,
                                      migration=migration, hot_spares=hot_spares))
-    r = _Round(problem, budget, params)
-    _aggregate(r)
+    r = SolveRound(problem, budget, params, budget_s=budget_s)
+    search(r, solver, warm=warm, seed=seed, workers=workers)
+    return finish(r, warm=warm, hot_spares=hot_spares)
+
+
+def search(r: SolveRound, solver: str, *, warm: WarmStart | None = None, seed: int = 0,
+           workers: int = 2, aggregate: bool = True) -> None:
+    """Phases 0-2 of a round: the aggregated bound (when ``aggregate``), greedy, the exact
+    backend; ``r.chosen`` is then the plan's assignment."""
+    problem, params = r.problem, r.params
+    if aggregate:
+        _aggregate(r)
     backend_name = None if solver == "greedy" else \
         solver if solver != "auto" else auto_backend(problem, params)
     _heuristics(r, warm, backend_name)
@@ -181,6 +191,12 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
         if r.greedy_stats.second_skipped:
             r.note(f"greedy ran one pass ({r.greedy_stats.first_pass_s:.1f} s): a second "
                    f"would have taken the time {backend_name}'s model needs")
+
+
+def finish(r: SolveRound, *, warm: WarmStart | None = None, hot_spares: int = 0
+           ) -> PlacementPlan:
+    """Phases 3-4 of a round: bounds, gaps, explanations, and the plan of ``r.chosen``."""
+    problem, budget = r.problem, r.budget
     _restrictions(r)
     _bounds(r)
     _gaps(r)
@@ -192,7 +208,7 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
                "analysis: skipped)")
     stats = SolveStats(status=r.status, solver=r.name, objective=r.objective, bound=r.bound,
                        gap=relative_gap(r.objective, r.bound), objective_gaps=r.gaps,
-                       runtime_s=budget.elapsed(), budget_s=budget_s,
+                       runtime_s=budget.elapsed(), budget_s=r.budget_s,
                        message=r.message.strip())
     if warm is not None:
         warm.remember(problem, r.chosen)
@@ -201,13 +217,14 @@ def solve_placement(instance: Instance, *, solver: str = "auto", budget_s: float
 
 
 @dataclass
-class _Round:
+class SolveRound:
     """What the phases of one solve share: the problem, the budget, the plan chosen so far
-    and what the plan will say of it."""
+    and what the plan will say of it (``budget_s``: the budget the plan reports)."""
 
     problem: PlacementProblem
     budget: Budget
     params: SolveParams
+    budget_s: float | None = None
     greedy: Assignment = field(default_factory=Assignment)
     chosen: Assignment = field(default_factory=Assignment)
     greedy_start: float = 0.0
@@ -234,7 +251,7 @@ class _Round:
         self.message += ("; " if self.message.strip() else "") + text
 
 
-def _aggregate(r: _Round) -> None:
+def _aggregate(r: SolveRound) -> None:
     """Phase 0: the aggregated model's LP bound on objective 1 (leaves folded, jobs by
     shape: a few hundred columns, :mod:`~hyperplace.solvers.backends.aggregate`), when the
     budget affords it (:meth:`Budget.aggregate_fits`). It runs first because it needs no
@@ -251,7 +268,7 @@ def _aggregate(r: _Round) -> None:
     r.agg_bound, r.agg_s = found.bound, found.seconds
 
 
-def _heuristics(r: _Round, warm: WarmStart | None, backend_name: str | None) -> None:
+def _heuristics(r: SolveRound, warm: WarmStart | None, backend_name: str | None) -> None:
     """Phase 1: greedy (then the previous round's placements when better, then greedy's
     preemption or migration heuristic), stopping in time for what follows.
 
@@ -286,7 +303,7 @@ def _heuristics(r: _Round, warm: WarmStart | None, backend_name: str | None) -> 
     r.greedy_start, r.greedy_s = greedy_start, time.perf_counter() - greedy_start
 
 
-def _exact(r: _Round, backend_name: str, options: BackendOptions) -> None:
+def _exact(r: SolveRound, backend_name: str, options: BackendOptions) -> None:
     """Phase 2: the exact backend, hinted with greedy's plan, when the model fits in what is
     left after the reserve; greedy's plan is the fallback."""
     p, budget, bp = r.problem, r.budget, r.params.budget
@@ -314,7 +331,7 @@ def _exact(r: _Round, backend_name: str, options: BackendOptions) -> None:
         r.name = f"greedy (fallback from {backend_name})"
 
 
-def _hint(r: _Round, pm: PlacementModel) -> list[int] | None:
+def _hint(r: SolveRound, pm: PlacementModel) -> list[int] | None:
     """Greedy's plan as the backend's hint, and its objective 1 as a cut (the optimum's top
     tier is at least greedy's; later tiers are conditional); None when the model rejects it."""
     hint: list[int] | None = encode(pm, r.greedy)
@@ -328,7 +345,7 @@ def _hint(r: _Round, pm: PlacementModel) -> list[int] | None:
     return hint
 
 
-def _take_exact(r: _Round, backend: Backend, raw: RawSolution) -> None:
+def _take_exact(r: SolveRound, backend: Backend, raw: RawSolution) -> None:
     """The backend's solution mapped back to GPUs, repaired for priority when not proven,
     kept when it scores at least as well as greedy's plan."""
     p, pm = r.problem, r.pm
@@ -356,7 +373,7 @@ def _take_exact(r: _Round, backend: Backend, raw: RawSolution) -> None:
         r.message += "; greedy's plan admits more, returning it"
 
 
-def _restrictions(r: _Round) -> None:
+def _restrictions(r: SolveRound) -> None:
     """The model sees fewer placements than the rules allow: its optimum and its bounds (the
     backend's, the relaxation's) hold only within it; the demand bound does not."""
     r.restricted = r.problem.restrictions()
@@ -369,7 +386,7 @@ def _restrictions(r: _Round) -> None:
     r.bound, r.raw_used = None, None
 
 
-def _bounds(r: _Round) -> None:
+def _bounds(r: SolveRound) -> None:
     """Phase 3: the plan's objective terms and the best valid bound on objective 1 (the
     solver's, the aggregated model's (phase 0), the LP relaxation's when it fits in what is
     left and the others are not tight, or the demand bound)."""
@@ -414,7 +431,7 @@ def _bounds(r: _Round) -> None:
                           "(lower objectives not proven)")
 
 
-def _gaps(r: _Round) -> None:
+def _gaps(r: SolveRound) -> None:
     """Phase 3, continued: the gap of every objective; objective 1 proven and objective 2
     not, the relaxation's bound on admitted jobs among plans at this objective 1 when
     tighter than the backend's (solvers.backends.relax)."""
@@ -434,7 +451,7 @@ def _gaps(r: _Round) -> None:
                 gaps["admitted_jobs"] = lp_gap
 
 
-def _explanations(r: _Round, skipped: set[int]) -> dict[int, list[str]]:
+def _explanations(r: SolveRound, skipped: set[int]) -> dict[int, list[str]]:
     """Phase 4: why each pending job is pending, stopping in time for the plan (``skipped``
     gets the jobs whose per-job analysis did not fit)."""
     p, chosen, gp = r.problem, r.chosen, r.params.greedy

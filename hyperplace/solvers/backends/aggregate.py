@@ -53,6 +53,8 @@ class AggregateBound:
     rows: int
     seconds: float
     status: str = ""
+    #: pending job index -> the cluster it goes to (``aggregate_bound(assign=True)``)
+    assignment: dict[int, str] | None = None
 
 
 @dataclass
@@ -89,9 +91,17 @@ def _fold(p: PlacementProblem) -> list[_Folded]:
     return list(groups.values())
 
 
+def _class_key(uc: UnitClass) -> tuple[object, ...]:
+    return (uc.size, len(uc.units), tuple(uc.pieces), uc.piece_sizes, uc.patterns, uc.parts,
+            uc.gpu_types, uc.min_memory_gb, uc.min_nvlink_gbps, uc.min_ib_gbps, uc.hop_limit,
+            uc.nvlink_bound, uc.group_type)
+
+
 def _shape_key(p: PlacementProblem, jv: JobView) -> tuple[object, ...]:
-    # everything the placement rules read of a job but its name (cached on the problem)
-    return (p.job_shape(jv), jv.priority)
+    """What the aggregated model reads of a job (its name, group names and hop limit
+    between replicas aside: the model drops domains)."""
+    return (jv.priority, jv.gpus, jv.queue, jv.min_ib_gbps, p.needs_fabric(jv),
+            jv.allowed_nodes, tuple(_class_key(uc) for uc in jv.classes))
 
 
 class _Lp:
@@ -124,7 +134,7 @@ class _Lp:
             self.c.append(col)
             self.v.append(a)
 
-    def maximise(self, time_limit_s: float) -> tuple[float | None, str]:
+    def maximise(self, time_limit_s: float) -> tuple[float | None, str, list[float] | None]:
         import highspy
         import numpy as np
 
@@ -133,7 +143,7 @@ class _Lp:
 
         n, m = len(self.lb), len(self.rows_lo)
         if n == 0:
-            return 0.0, "empty"
+            return 0.0, "empty", []
         with quiet_stdout():
             h = highspy.Highs()  # type: ignore[no-untyped-call]
         h.setOptionValue("output_flag", False)
@@ -154,30 +164,51 @@ class _Lp:
         run_interruptibly(h.run, h.cancelSolve)
         status = h.getModelStatus().name
         if status != "kOptimal":
-            return None, status
-        return -float(h.getInfo().objective_function_value), status
+            return None, status, None
+        return -float(h.getInfo().objective_function_value), status, \
+            list(h.getSolution().col_value)
 
 
-def aggregate_bound(p: PlacementProblem, deadline: float | None = None) -> AggregateBound:
+def aggregate_bound(p: PlacementProblem, deadline: float | None = None, *,
+                    assign: bool = False) -> AggregateBound:
     """An upper bound on objective 1 (priority-weighted admitted GPUs) of every valid plan of
     ``p``, from the aggregated model's LP relaxation (see the module docstring); ``bound`` is
     None when the round preempts, migrates or repairs, or HiGHS did not finish by
-    ``deadline`` (a ``time.perf_counter()`` value)."""
+    ``deadline`` (a ``time.perf_counter()`` value).
+
+    A job runs in one cluster: with several clusters each shape has a ``run`` column per
+    cluster. ``assign``: also say which cluster each pending job goes to
+    (:attr:`AggregateBound.assignment`, the LP's counts rounded down per shape, the rest to
+    the cluster the LP gave most of the shape, else the one with most room for it), what a
+    decomposition by cluster solves."""
     t0 = time.perf_counter()
     if p.victims or p.preempting or p.migrating or p.repairing:
         return AggregateBound(None, 0, 0, 0, 0, 0.0, "not for rounds with running jobs to stop")
     folded = _fold(p)
+    by_cluster: dict[str, list[int]] = defaultdict(list)
+    for fi, g in enumerate(folded):
+        by_cluster[g.rep.rep.cluster.name].append(fi)
     shapes: dict[tuple[object, ...], list[JobView]] = defaultdict(list)
     for jv in p.pending:
         if not jv.impossible and jv.migrant is None:
             shapes[_shape_key(p, jv)].append(jv)
     lp = _Lp()
     cap: dict[int, list[tuple[int, int]]] = defaultdict(list)  # folded class -> (col, size)
+    runs: list[tuple[list[JobView], dict[str, tuple[int, float]]]] = []
     for members in shapes.values():
         jv = members[0]
-        run = lp.col(0, len(members), float(p.weights[jv.priority]) * jv.gpus)
-        for uc in jv.classes:
-            _class_columns(p, lp, jv, uc, run, folded, cap)
+        cols: dict[str, tuple[int, float]] = {}
+        for cluster, indices in by_cluster.items():
+            room = _room(p, jv, folded, indices)
+            if room <= 0:
+                continue
+            run = lp.col(0, len(members), float(p.weights[jv.priority]) * jv.gpus)
+            cols[cluster] = (run, room)
+            for uc in jv.classes:
+                _class_columns(p, lp, jv, uc, run, folded, indices, cap)
+        if len(cols) > 1:
+            lp.row([(run, 1.0) for run, _ in cols.values()], -math.inf, len(members))
+        runs.append((members, cols))
     for fi, terms in cap.items():
         g = folded[fi]
         f, m = g.rep.free_per_node, g.nodes
@@ -193,21 +224,60 @@ def aggregate_bound(p: PlacementProblem, deadline: float | None = None) -> Aggre
     if left <= 0.01:
         return AggregateBound(None, len(folded), len(shapes), len(lp.lb), len(lp.rows_lo),
                               time.perf_counter() - t0, "no time left")
-    value, status = lp.maximise(min(left, 60.0))
+    value, status, x = lp.maximise(min(left, 60.0))
     bound = None if value is None else float(math.ceil(value * (1 + SAFETY) + SAFETY))
-    return AggregateBound(bound, len(folded), len(shapes), len(lp.lb), len(lp.rows_lo),
-                          time.perf_counter() - t0, status)
+    found = AggregateBound(bound, len(folded), len(shapes), len(lp.lb), len(lp.rows_lo),
+                           time.perf_counter() - t0, status)
+    if assign:
+        found.assignment = _assignment(runs, x)
+    return found
+
+
+def _room(p: PlacementProblem, jv: JobView, folded: list[_Folded], indices: list[int]) -> int:
+    """Free GPUs of the cluster's folded classes where every unit class of the job may sit
+    (0: the job cannot run in that cluster)."""
+    total = 0
+    for uc in jv.classes:
+        mine = sum(folded[fi].nodes * len(folded[fi].rep.rep.free) for fi in indices
+                   if p.node_eligible(jv, uc, folded[fi].rep.rep))
+        if mine <= 0:
+            return 0
+        total += mine
+    return total
+
+
+def _assignment(runs: list[tuple[list[JobView], dict[str, tuple[int, float]]]],
+                x: list[float] | None) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for members, cols in runs:
+        if not cols:
+            continue
+        amounts = {c: (x[col] if x is not None else 0.0) for c, (col, _) in cols.items()}
+        queue = iter(members)
+        for cluster, amount in sorted(amounts.items(), key=lambda t: -t[1]):
+            for _ in range(int(math.floor(amount + 1e-6))):
+                jv = next(queue, None)
+                if jv is None:
+                    break
+                out[jv.index] = cluster
+        best = max(cols, key=lambda c: (amounts[c], cols[c][1]))
+        for jv in queue:
+            out[jv.index] = best
+    return out
 
 
 def _class_columns(p: PlacementProblem, lp: _Lp, jv: JobView, uc: UnitClass, run: int,
-                   folded: list[_Folded], cap: dict[int, list[tuple[int, int]]]) -> None:
-    """Piece columns of one unit class of a shape on the folded classes, and its gang rows:
-    per piece size for fixed pieces, the GPUs held for a cut class."""
+                   folded: list[_Folded], indices: list[int],
+                   cap: dict[int, list[tuple[int, int]]]) -> None:
+    """Piece columns of one unit class of a shape on the folded classes ``indices`` (of one
+    cluster), and its gang rows: per piece size for fixed pieces, the GPUs held for a cut
+    class."""
     sizes = uc.size_options
     smallest = min(sizes) if sizes else uc.size
     gang: dict[int, list[tuple[int, float]]] = defaultdict(list)
     gpus: list[tuple[int, float]] = []
-    for fi, g in enumerate(folded):
+    for fi in indices:
+        g = folded[fi]
         rep = g.rep.rep
         if len(rep.free) < smallest or not p.node_eligible(jv, uc, rep):
             continue

@@ -1,0 +1,108 @@
+"""A round of several clusters solved cluster by cluster (hyperplace.solvers.decompose): its
+plan passes the checker and equals the monolithic optimum on objective 1 where both can be
+solved, its budget is split by measured need, and its labels stay honest. Also the two
+budget rules around a plan (#25): explanations stop at their deadline, so they never push a
+plan past its budget, and the reserve for writing follows its documented rule."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hyperplace.check import check
+from hyperplace.deadline import command_deadline, write_reserve_s
+from hyperplace.formulations.explain import explain
+from hyperplace.formulations.mapping import Assignment
+from hyperplace.formulations.placement import PlacementProblem
+from hyperplace.instances.generator import generate, generate_federation
+from hyperplace.solvers.decompose import Part, solve_decomposed
+from hyperplace.solvers.driver import solve_placement
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_decomposed_plan_is_valid_and_equals_the_monolithic_optimum(seed):
+    inst = generate_federation(3, 128, 40, None, 0.6, seed, size_scale=2)
+    mono = solve_placement(inst, solver="milp", budget_s=60)
+    assert mono.status.value == "optimal" and check(mono, inst) == []
+    parts: list[Part] = []
+    dec = solve_decomposed(inst, budget_s=20, parts_out=parts)
+    assert check(dec, inst) == []
+    assert dec.objective == mono.objective
+    assert len(parts) >= 2 and dec.solver.startswith("decomposed")
+    # the whole round's bound: valid against the optimum; never optimal on a part's proof
+    assert dec.bound is not None and dec.bound >= mono.objective
+    assert dec.status.value in ("feasible", "fallback")
+    assert dec.objective_terms["admitted_jobs"] == len(dec.jobs)
+
+
+def test_each_job_goes_to_one_cluster_and_unplaced_jobs_are_explained():
+    inst = generate_federation(2, 64, 60, None, 0.8, 7, size_scale=2)
+    parts: list[Part] = []
+    dec = solve_decomposed(inst, budget_s=10, parts_out=parts)
+    assert check(dec, inst) == []
+    sent = [j for part in parts for j in part.jobs]
+    assert len(sent) == len(set(sent))  # one cluster per job
+    assert {pj.job for pj in dec.pending} | set(dec.admitted) == {j.name for j in inst.jobs}
+    assert all(pj.reasons for pj in dec.pending)
+    for job in dec.jobs:  # every admitted job sits in one cluster
+        assert len({n.split("-")[0] for n in job.node_names}) == 1
+
+
+def test_the_budget_is_split_by_measured_need():
+    inst = generate_federation(3, 256, 90, None, 0.5, 3, size_scale=2)
+    parts: list[Part] = []
+    budget = 6.0
+    plan = solve_decomposed(inst, budget_s=budget, parts_out=parts)
+    assert check(plan, inst) == []
+    assert all(part.need_s > 0 for part in parts)
+    # solved largest need first; each part's share is what was left in proportion to its
+    # need among the parts not yet solved, so the first share follows the needs exactly
+    assert [part.need_s for part in parts] == sorted((q.need_s for q in parts), reverse=True)
+    first = parts[0]
+    assert first.budget_s <= budget * first.need_s / sum(q.need_s for q in parts) + 1e-9
+    assert plan.runtime_s <= 1.05 * budget + 0.05
+
+
+def test_one_cluster_is_the_driver_round():
+    inst = generate(256, 30, None, 0.6, 1, size_scale=2)
+    whole = solve_placement(inst, budget_s=10)
+    dec = solve_decomposed(inst, budget_s=10)
+    assert check(dec, inst) == []
+    assert dec.objective == whole.objective and not dec.solver.startswith("decomposed")
+
+
+def test_explanations_stop_at_their_deadline():
+    """Explanations run in what is left of the budget; past their deadline they stop, and
+    the jobs not reached get a generic reason (analysis: skipped), so the plan is built in
+    time. Here every per-job probe takes 20 ms and the deadline is 0.1 s away: at most one
+    probe runs past it."""
+    inst = generate(512, 200, None, 0.3, 5)
+    p = PlacementProblem(inst)
+    probes = []
+
+    def slow_probe(jv):
+        probes.append(jv.name)
+        time.sleep(0.02)
+        return True
+
+    skipped: set[int] = set()
+    start = time.perf_counter()
+    reasons = explain(p, Assignment(), deadline=start + 0.1, fits_alone=slow_probe,
+                      skipped=skipped)
+    spent = time.perf_counter() - start
+    assert spent <= 0.1 + 0.02 + 0.05  # the deadline, one probe, the generic reasons
+    assert skipped and len(probes) < len(reasons)
+    assert all(reasons[j] for j in skipped)
+
+
+def test_the_write_reserve_follows_its_documented_rule():
+    """deadline.write_reserve_s: 0.05 s plus 8 us per pending job and per free GPU; the
+    solve's deadline is the command's start plus the budget minus that reserve."""
+    inst = generate(1024, 300, None, 0.4, 2)
+    free = sum(n.free_count for c in inst.clusters for n in c.nodes)
+    assert write_reserve_s(inst) == pytest.approx(0.05 + 8e-6 * (free + len(inst.jobs)))
+    assert command_deadline(10.0, write_reserve_s(inst), since=100.0) == \
+        pytest.approx(100.0 + 10.0 - write_reserve_s(inst))
+    bigger = generate(2048, 600, None, 0.4, 2)
+    assert write_reserve_s(bigger) > write_reserve_s(inst)
