@@ -21,6 +21,11 @@ class InputError(ValueError):
         return f"{where}: {self.message}" if where else self.message
 
 
+class ConflictError(InputError):
+    """Valid input that contradicts the current state (a GPU another job holds, a job already
+    queued): the service answers 409 rather than 422."""
+
+
 def field_path(loc: Sequence[int | str]) -> str:
     """Render a pydantic location tuple as ``spec.resourceGroups[0].gpusPerGroup``."""
     out = ""

@@ -46,6 +46,7 @@ from hyperplace.models.queue import DEFAULT_QUEUE
 
 if TYPE_CHECKING:
     from hyperplace.models.instance import Instance
+    from hyperplace.models.queue import QueueSet
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -152,14 +153,20 @@ def held_gpus_by_queue(instance: "Instance") -> dict[str, int]:
     return held
 
 
+def known_queue_usage(queue_set: "QueueSet | None", gpu_hours: Mapping[str, float]
+                      ) -> dict[str, float]:
+    """``gpu_hours`` as a ``spec.queueUsage``: positive values of the queues ``queue_set``
+    declares (``default`` alone without declared queues), sorted by queue."""
+    return {q: float(u) for q, u in sorted(gpu_hours.items())
+            if u > 0 and (queue_set.known(q) if queue_set is not None else q == DEFAULT_QUEUE)}
+
+
 def with_queue_usage(instance: "Instance", gpu_hours: Mapping[str, float]) -> "Instance":
     """``instance`` with ``gpu_hours`` as its ``spec.queueUsage``, keeping only queues it
     declares (a queue dropped from the documents since takes no part); the same object when
     nothing changes. Derived values cached on the instance stay (none depends on the usage).
     """
-    qs = instance.queue_set
-    usage = {q: float(u) for q, u in sorted(gpu_hours.items())
-             if u > 0 and (qs.known(q) if qs is not None else q == DEFAULT_QUEUE)}
+    usage = known_queue_usage(instance.queue_set, gpu_hours)
     if usage == instance.spec.queue_usage:
         return instance
     spec = instance.spec.model_copy(update={"queue_usage": usage})

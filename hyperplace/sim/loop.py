@@ -6,6 +6,12 @@ time it happened, and asked to run a round at a time of the caller's choosing. I
 reads a clock itself; the simulator (:mod:`hyperplace.sim.simulator`) is one caller, a
 controller reacting to cluster events would be another.
 
+The state itself (GPUs, failures, the queue, usage history) is the one round state,
+:class:`~hyperplace.solvers.workflows.session.RoundState` (as :class:`~hyperplace.sim.state.ClusterState`):
+every event is a :class:`~hyperplace.solvers.workflows.session.RoundDelta` applied to it and
+every round's starts are a commit; the loop keeps what only a replay needs (each job's work,
+checkpoints, speed and record).
+
 A round builds the current :class:`~hyperplace.models.Instance` (running jobs hold their
 GPUs, failed hardware is ``faulty``), asks the policy, optionally runs the independent
 checker on the plan (``check=True``: every round's state and plan are checked, as the tests
@@ -26,11 +32,11 @@ from dataclasses import dataclass, field
 from hyperplace.check import Violation, check
 from hyperplace.models.usage import QueueUsage
 from hyperplace.models import Instance
-from hyperplace.models.instance import RunningJob
 from hyperplace.sim.jobs import JobRecord, SimJob
 from hyperplace.sim.policies import Decision, Policy, Running, RoundView
 from hyperplace.sim.speed import SpeedModel
 from hyperplace.sim.state import GPU, ClusterState
+from hyperplace.solvers.workflows.session import RoundDelta
 
 
 @dataclass
@@ -58,8 +64,8 @@ class RoundLoop:
 
     def __init__(self, instance: Instance, policy: Policy, speed: SpeedModel | None = None, *,
                  check: bool = False, half_life_s: float | None = None):
-        self.state = ClusterState(instance)
-        self.usage = QueueUsage(half_life_s)
+        self.state = ClusterState(instance, half_life_s=half_life_s)
+        self.state.on_accrue = self._count_gpu_seconds
         # GPU-seconds each queue held (no decay), in all and within ``window`` (the arrival
         # window, set by the simulator): what the metrics report per queue
         self.gpu_seconds: dict[str, float] = {}
@@ -68,10 +74,18 @@ class RoundLoop:
         self.policy = policy
         self.speed = speed or SpeedModel(self.state.base)
         self.check = check
-        self.queue: dict[str, SimJob] = {}
         self.running: dict[str, Running] = {}
         self.records: dict[str, JobRecord] = {}
         self.rounds = 0
+
+    @property
+    def queue(self) -> dict[str, SimJob]:
+        """The pending jobs in queue order (the round state's queue)."""
+        return self.state.queue
+
+    @property
+    def usage(self) -> QueueUsage:
+        return self.state.usage
 
     # ---- usage ------------------------------------------------------------------------
     def queue_of(self, job: SimJob) -> str:
@@ -80,12 +94,12 @@ class RoundLoop:
         return self.state.base.queue_of(job.manifest)
 
     def accrue(self, now: float) -> None:
-        """GPUs held since the last event count towards their queues (called before
-        anything changes who holds what)."""
-        held: dict[str, float] = {}
-        for r in self.running.values():
-            held[r.job.queue] = held.get(r.job.queue, 0) + len(r.gpus)
-        last = self.usage.time_s
+        """GPUs held since the last event count towards their queues (the round state does
+        this before anything changes who holds what)."""
+        self.state.accrue(now)
+
+    def _count_gpu_seconds(self, last: float | None, now: float, held: dict[str, float]) -> None:
+        """The metrics' GPU-seconds per queue, in all and within the arrival window."""
         if last is not None and now > last:
             lo, hi = self.window if self.window is not None else (last, now)
             inside = max(0.0, min(now, hi) - max(last, lo))
@@ -94,21 +108,13 @@ class RoundLoop:
                 if inside > 0:
                     self.gpu_seconds_in_window[q] = \
                         self.gpu_seconds_in_window.get(q, 0.0) + g * inside
-        self.usage.advance(now, held)
 
     # ---- events -----------------------------------------------------------------------
     def submit(self, job: SimJob, now: float) -> None:
         job.queue = self.queue_of(job)
         rec = self.records.setdefault(job.name, JobRecord(job=job))
         rec.queued_since = now
-        self.queue[job.name] = job
-
-    def _requeue(self, name: str, now: float) -> None:
-        job = self.records[name].job
-        self.records[name].queued_since = now
-        self.queue[name] = job
-        # keep submit order: a re-queued job goes back to its place, not the tail
-        self.queue = dict(sorted(self.queue.items(), key=lambda kv: kv[1].submit_s))
+        self.state.apply(RoundDelta(arrivals=[job]), now_s=now)
 
     def remaining_work(self, name: str, now: float) -> float:
         rec = self.records[name]
@@ -132,13 +138,12 @@ class RoundLoop:
 
     def finish(self, name: str, now: float) -> None:
         """The job ended (its work is done): release its GPUs."""
-        self.accrue(now)
+        self.state.apply(RoundDelta(completions=[name]), now_s=now)
         r = self.running.pop(name)
         rec = self.records[name]
         rec.run_s += now - r.start_s
         rec.done_work_s = rec.job.work_s
         rec.end_s = now
-        self.state.release(name)
 
     def interrupt(self, name: str, now: float, *, cause: str = "failure") -> float:
         """A failure (``cause``: or a ``preemption``, a ``migration``) stopped the job: keep
@@ -146,7 +151,11 @@ class RoundLoop:
 
         Returns the GPU-seconds of work lost.
         """
-        self.accrue(now)
+        self.state.apply(RoundDelta(interruptions=[name]), now_s=now)
+        return self._stopped(name, now, cause)
+
+    def _stopped(self, name: str, now: float, cause: str = "failure") -> float:
+        """The record of a job the round state has just interrupted (and re-queued)."""
         r = self.running.pop(name)
         rec = self.records[name]
         elapsed = now - r.start_s
@@ -164,41 +173,28 @@ class RoundLoop:
             rec.lost_gpu_s += lost
             rec.restarts += 1
         rec.run_s += elapsed
-        self.state.release(name)
-        self._requeue(name, now)
+        rec.queued_since = now
         return lost
+
+    def _hit(self, delta: RoundDelta, now: float) -> list[str]:
+        hit = self.state.apply(delta, now_s=now)
+        for name in hit:
+            self._stopped(name, now)
+        return hit
 
     def fail_gpus(self, gpus: list[GPU], now: float) -> list[str]:
         """GPUs failed: mark them, interrupt the jobs on them; returns the jobs hit."""
-        hit = sorted(self.state.jobs_on(gpus) & set(self.running))
-        for node, i in gpus:
-            self.state.fail_gpu(node, i)
-        for name in hit:
-            self.interrupt(name, now)
-        return hit
+        return self._hit(RoundDelta(failures=list(gpus)), now)
 
     def fail_nodes(self, nodes: list[str], now: float) -> list[str]:
-        hit = sorted(self.state.jobs_on_nodes(nodes) & set(self.running))
-        for n in nodes:
-            self.state.fail_node(n)
-        for name in hit:
-            self.interrupt(name, now)
-        return hit
+        return self._hit(RoundDelta(node_failures=list(nodes)), now)
 
     def fail_switch(self, switch: str, now: float) -> list[str]:
-        nodes = self.state.switch_nodes(switch)
-        hit = sorted(self.state.jobs_on_nodes(nodes) & set(self.running))
-        self.state.fail_switch(switch)
-        for name in hit:
-            self.interrupt(name, now)
-        return hit
+        return self._hit(RoundDelta(switch_failures=[switch]), now)
 
     def crash_jobs(self, names: list[str], now: float) -> list[str]:
         """A software fault (no hardware down): the jobs restart from their checkpoints."""
-        hit = [n for n in names if n in self.running]
-        for name in hit:
-            self.interrupt(name, now)
-        return hit
+        return self._hit(RoundDelta(interruptions=[n for n in names if n in self.running]), now)
 
     # ---- a round ----------------------------------------------------------------------
     def view(self, now: float) -> RoundView:
@@ -229,13 +225,13 @@ class RoundLoop:
         for name in decision.migrated:  # checkpointed; restarts below on its new GPUs
             if name in self.running:
                 self.interrupt(name, now, cause="migration")
+        self.state.commit({name: [g for unit in units.values() for g in unit]
+                           for name, units in decision.starts.items()}, now_s=now,
+                          path="decision")
         started = []
         for name, units in decision.starts.items():
-            job = self.queue.pop(name)
+            job = self.state.started[name]
             gpus = [g for unit in units.values() for g in unit]
-            self.state.allocate(name, gpus)
-            if self.state.base.spec.queues:
-                self.state.set_running_info(RunningJob.started(job.manifest, job.queue))
             speed = self.speed.speed(job.manifest, units)
             rec = self.records[name]
             if rec.first_start_s is None:

@@ -1,14 +1,22 @@
-"""Scheduling rounds that are not cold starts: a session carries one cluster from round to round.
+"""The round state: one cluster (or federation) carried from round to round.
 
-A scheduler (the over-time simulator, the service) runs many rounds on one cluster whose state
-changes a little between them: a few jobs arrive, a few finish, a GPU or a node fails. Solving
-every round from the files would rebuild what did not change. A :class:`PlacementSession`
-keeps the current :class:`~hyperplace.models.instance.Instance` (cluster state and pending
-queue) and applies changes to it in place of re-reading it:
+A scheduler (the over-time simulator, the service, a controller) runs many rounds on one
+cluster whose state changes a little between them: a few jobs arrive, a few finish, a GPU,
+a node or a switch fails. :class:`RoundState` is the one implementation of that state: which
+GPUs run which job, which are down, the pending queue, the running jobs' queues and the
+queues' usage history. It changes only through :meth:`RoundState.apply` (a
+:class:`RoundDelta`: arrivals, completions, interruptions, failures, repairs, withdrawals,
+allocations) and :meth:`RoundState.commit` (a round's starts), and gives each round its
+:class:`~hyperplace.models.instance.Instance` on demand (:meth:`RoundState.instance`). The
+simulator's loop (:class:`hyperplace.sim.loop.RoundLoop`) and the service's PATCH and apply
+paths (``hyperplace.service.state``, which translates its JSON to a delta at the edge) drive
+it; :class:`PlacementSession` is a round state with a solver.
+
+A :class:`PlacementSession` keeps the state in place of re-reading the files every round:
 
 * the fabric (switch graph, hop counts, domains of every tier) is built once per cluster and
   shared by every later round, since nodes keep their names and cables between rounds;
-* unchanged nodes and jobs are the same objects from round to round (nothing is validated
+* unchanged nodes are the same objects from round to round (nothing is validated
   again), so caches keyed on them stay warm;
 * the previous round's problem and plan are handed to the next round
   (:class:`~hyperplace.solvers.heuristics.warm.WarmStart`): views of unchanged nodes (pair bandwidths,
@@ -36,83 +44,573 @@ Every plan comes from :func:`~hyperplace.solvers.driver.solve_placement` on the 
 current instance, so it carries the same promises (checker-valid, status, bound, gap, within
 the budget); :attr:`PlacementSession.instance` is that instance, for the checker.
 
-**Usage history** (``half_life_s``): as the simulator does, a session can remember which
-queue got the GPUs over past rounds, with Slurm's decay
-(:class:`~hyperplace.models.usage.QueueUsage`, the one implementation of the
-rule): the GPUs each queue holds between two calls count towards it, the total halves every
-``half_life_s`` seconds, and every round's instance carries the result as
+**Usage history** (``half_life_s``): a round state can remember which queue got the GPUs
+over past rounds, with Slurm's decay (:class:`~hyperplace.models.usage.QueueUsage`, the one
+implementation of the rule): the GPUs each queue holds between two events count towards it,
+the total halves every ``half_life_s`` seconds, and a round's instance carries the result as
 ``spec.queueUsage``, so a queue that got less over recent rounds is preferred by the
 fair-share objective (a queue whose jobs never win a round's tie does not wait for ever).
-The session has no clock of its own that it trusts: :meth:`~PlacementSession.solve`,
-:meth:`~PlacementSession.commit` and :meth:`~PlacementSession.apply` take the time of the
-event as ``now_s`` (seconds, any origin; a simulation passes its own times); without it the
-session reads ``clock`` (default ``time.time``, for a controller running rounds in real
-time). A time earlier than the last one accrues nothing. A starting instance's own
+The state has no clock of its own that it trusts: :meth:`~RoundState.apply`,
+:meth:`~RoundState.commit` and :meth:`~RoundState.accrue` take the time of the event as
+``now_s`` (seconds, any origin; a simulation passes its own times); without it they read the
+injected ``clock`` (default ``time.time``, for a controller running rounds in real time). A
+time earlier than the last one accrues nothing. A starting instance's own
 ``spec.queueUsage`` is the history at the first call. Without ``half_life_s`` the instance's
-``spec.queueUsage`` (if any) is left as given.
+``spec.queueUsage`` (if any) is left as given. The history accrues before every change of
+who holds which GPUs (a delta that frees or takes GPUs, a commit) and whenever a caller asks
+(:meth:`~RoundState.accrue`: a round; :class:`PlacementSession` also at every call).
 
 With declared queues (``spec.queues``), committing a plan lists its jobs in
 ``spec.runningJobs`` with their queue and priority (quotas and fair share count them under
 their queue in later rounds); a job that completes or is interrupted leaves that list.
 
 Running jobs are tracked by the GPUs they hold (``Node.allocated`` maps a GPU to its job),
-so a session can start from any instance: jobs running in it when the session starts can
-complete like the ones the session committed. A job hit by a failure loses all its GPUs; if
-the session committed it (it knows its manifest), it returns to the queue (at the end, as a
-new arrival would) unless ``requeue_interrupted`` is False.
+so a state can start from any instance: jobs running in it when the state starts can
+complete like the ones it committed. A job hit by a failure loses all its GPUs; if the state
+started it (it knows its queue entry), it returns to the queue (``requeue``: at the end, in
+an order of the caller's, or not at all).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from typing import Any
 
-from hyperplace.errors import InputError
-from hyperplace.models.usage import (
-    QueueUsage,
-    held_gpus_by_queue,
-    with_queue_usage,
-)
-from hyperplace.models.cluster import Cluster
+from hyperplace.errors import ConflictError, InputError
 from hyperplace.models.instance import Instance, RunningJob
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.node import Node
 from hyperplace.models.plan import PlacementPlan
+from hyperplace.models.usage import DEFAULT_QUEUE, QueueUsage, known_queue_usage
 from hyperplace.solvers.heuristics.warm import WarmStart
 
-__all__ = ["PlacementSession", "RoundDelta"]
+__all__ = ["GPU", "PlacementSession", "RoundDelta", "RoundState", "fresh_node"]
+
+GPU = tuple[str, int]
+#: a failed or repaired GPU set: a node name (every GPU of it), (node, GPU) or (node, [GPUs])
+GPUItem = str | tuple[str, int] | tuple[str, list[int]]
 
 
 @dataclass(frozen=True)
 class RoundDelta:
-    """What changed since the last round.
+    """What changed since the last round (applied in the order of the fields below).
 
     Attributes
     ----------
-    arrivals : list of TrainingJob
-        Jobs joining the end of the pending queue (names must be new).
-    completions : list of str
-        Running jobs that finished; their GPUs become free.
-    failures : list of str or (str, int)
-        A node name (every GPU of it fails) or a (node, GPU index) pair. A failed GPU is
-        marked faulty; a job holding it is interrupted and loses all its GPUs.
-    recoveries : list of str or (str, int)
-        Faulty GPUs (or every faulty GPU of a node) that are back in service.
     withdrawals : list of str
         Pending jobs removed from the queue (cancelled by their owner).
+    completions : list of str
+        Running jobs that finished; their GPUs become free.
+    interruptions : list of str
+        Running jobs stopped without a hardware fault (a crash, a preemption, a migration):
+        their GPUs become free, and they return to the queue as a failure's jobs do.
+    failures : list of str, (str, int) or (str, list of int)
+        A node name (every GPU of it fails), a (node, GPU index) pair or a node and a list
+        of GPU indices. A failed GPU is marked faulty; a job holding it is interrupted and
+        loses all its GPUs.
+    node_failures, switch_failures : list of str
+        Hosts (or the nodes attached to a switch) down as a whole, kept apart from their
+        GPUs' own faults (repairing the host does not repair a GPU that failed on its own).
+    recoveries : same form as ``failures``
+        Faulty GPUs (or every faulty GPU of a node) that are back in service.
+    node_repairs, switch_repairs : list of str
+        Hosts and switches back.
+    allocations : list of (job, list of (node, GPU))
+        Jobs started elsewhere (or as a plan says): their GPUs become theirs (a GPU already
+        theirs stays), and a pending one leaves the queue.
+    arrivals : list
+        Queue entries (TrainingJobs, or what the state's queue holds) joining the end of
+        the pending queue (names must be new).
     """
 
-    arrivals: list[TrainingJob] = field(default_factory=list)
+    arrivals: list[Any] = field(default_factory=list)
     completions: list[str] = field(default_factory=list)
-    failures: list[str | tuple[str, int]] = field(default_factory=list)
-    recoveries: list[str | tuple[str, int]] = field(default_factory=list)
+    failures: list[GPUItem] = field(default_factory=list)
+    recoveries: list[GPUItem] = field(default_factory=list)
     withdrawals: list[str] = field(default_factory=list)
+    allocations: list[tuple[str, list[GPU]]] = field(default_factory=list)
+    interruptions: list[str] = field(default_factory=list)
+    node_failures: list[str] = field(default_factory=list)
+    node_repairs: list[str] = field(default_factory=list)
+    switch_failures: list[str] = field(default_factory=list)
+    switch_repairs: list[str] = field(default_factory=list)
+
+
+def fresh_node(node: Node, allocated: dict[int, str], faulty: list[int]) -> Node:
+    """A copy of ``node`` with new state (no stale cached properties carried over)."""
+    data = {k: v for k, v in node.__dict__.items() if k in Node.model_fields}
+    data["allocated"] = allocated
+    data["faulty"] = faulty
+    return Node.model_construct(**data)
+
+
+def _manifest(item: Any) -> TrainingJob:
+    return item
+
+
+def _name(item: Any) -> Any:
+    return item.name
+
+
+class RoundState:
+    """GPU ownership, failures, the pending queue and usage history, updated in place.
+
+    Parameters
+    ----------
+    instance : Instance, optional
+        The clusters (nodes, fabric, GPU types) and, with ``fresh=False`` (the default), the
+        state at the start: running jobs in ``allocated``, faulty GPUs, ``spec.runningJobs``,
+        the queue and ``spec.queueUsage``. ``fresh=True`` starts with every GPU free and an
+        empty queue (the simulator's replays). Without an instance, ``gpus`` (node name ->
+        GPU count), ``allocated``, ``faulty`` and ``queue`` give the state (a stored
+        document's, in the service); :meth:`instance` then has nothing to build.
+    half_life_s : float, optional
+        Keep per-queue usage history with this half-life (see the module docstring).
+    usage_in_instance : bool
+        Round instances carry the history as ``spec.queueUsage`` even without declared
+        queues (with declared queues they always do).
+    requeue : "end", a key function or None
+        Where an interrupted job the state started goes: the end of the queue, the queue
+        sorted by ``requeue(entry)`` (stable), or nowhere (the caller resubmits it).
+    manifest, name : callables
+        A queue entry's TrainingJob and name (default: the entry is a TrainingJob).
+    clock : callable
+        The time of a call that gives no ``now_s`` (default ``time.time``).
+    """
+
+    def __init__(self, instance: Instance | None = None, *, fresh: bool = False,
+                 half_life_s: float | None = None, usage_in_instance: bool = False,
+                 requeue: str | Callable[[Any], Any] | None = "end",
+                 manifest: Callable[[Any], TrainingJob] = _manifest,
+                 name: Callable[[Any], Any] = _name, clock: Callable[[], float] = time.time,
+                 gpus: Mapping[str, int] | None = None,
+                 allocated: Mapping[str, Mapping[int, str]] | None = None,
+                 faulty: Mapping[str, Iterable[int]] | None = None,
+                 queue: Iterable[Any] = ()):
+        self.requeue = requeue
+        self.manifest = manifest
+        self.name_of = name
+        self.clock = clock
+        self.usage_in_instance = usage_in_instance
+        self.base: Instance | None = None
+        self.nodes: dict[str, Node] = {}
+        self.cluster_of: dict[str, str] = {}
+        self.switches_of: dict[str, set[str]] = {}
+        self.running_info: dict[str, RunningJob] = {}
+        self.queue_usage: dict[str, float] = {}
+        start_usage: dict[str, float] = {}
+        if instance is not None:
+            self._take_instance(instance)
+            if not fresh:  # the running jobs' entries are the state's own from here on
+                self.base = self.base.model_copy(update={"spec": self.base.spec.model_copy(
+                    update={"running_jobs": []})})
+                gpus = {n: node.gpu_count for n, node in self.nodes.items()}
+                nodes = [n for c in instance.clusters for n in c.nodes]
+                allocated = {n.name: n.allocated for n in nodes}
+                faulty = {n.name: n.faulty for n in nodes}
+                queue = instance.jobs
+                self.running_info = {r.name: r for r in instance.spec.running_jobs}
+                start_usage = dict(instance.spec.queue_usage)
+                self.queue_usage = dict(start_usage)
+        if gpus is None:
+            gpus = {n: node.gpu_count for n, node in self.nodes.items()}
+        self.gpus: dict[str, int] = dict(gpus)
+        self.owner: dict[str, dict[int, str]] = {n: dict((allocated or {}).get(n, {}))
+                                                 for n in self.gpus}
+        self.failed_gpus: dict[str, set[int]] = defaultdict(set)
+        for n, bad in (faulty or {}).items():
+            if bad:
+                self.failed_gpus[n] = set(bad)
+        self.failed_nodes: set[str] = set()
+        self.failed_switches: set[str] = set()
+        self.jobs: dict[str, list[GPU]] = {}
+        for n, own in self.owner.items():
+            for g, job in own.items():
+                self.jobs.setdefault(job, []).append((n, g))
+        self.queue: dict[Any, Any] = {}
+        for item in queue:
+            key = self.name_of(item)
+            self.queue[object() if key is None else key] = item
+        self.started: dict[str, Any] = {}  # queue entries of the jobs this state started
+        self.usage = QueueUsage(half_life_s or None, start_usage)
+        #: called as ``on_accrue(last_s, now_s, held)`` before the history moves (metrics)
+        self.on_accrue: Callable[[float | None, float, dict[str, float]], None] | None = None
+        self.version = 0
+        self._cache: tuple[int, tuple[Any, ...], Instance] | None = None
+        self._nodes: dict[str, Node] = {}  # the last round's node objects
+
+    def _take_instance(self, instance: Instance) -> None:
+        """The clusters of ``instance`` with every GPU free and no queue: the base every
+        round's instance is a copy of (the fabric, built once, is shared)."""
+        clusters = []
+        for c in instance.clusters:
+            nodes = [fresh_node(n, {}, []) for n in c.nodes]
+            clusters.append(c.model_copy(update={"nodes": nodes}))
+            # the fabric depends only on node names: keep the cached one if present
+            if "network" in c.__dict__:
+                clusters[-1].__dict__["network"] = c.__dict__["network"]
+            clusters[-1].__dict__.pop("node_by_name", None)
+        self.base = instance.model_copy(update={"spec": instance.spec.model_copy(
+            update={"clusters": clusters, "jobs": []})})
+        for key in ("node_index", "federation", "running_job_info"):
+            self.base.__dict__.pop(key, None)
+        self.nodes = {n.name: n for c in self.base.clusters for n in c.nodes}
+        self.cluster_of = {n.name: c.name for c in self.base.clusters for n in c.nodes}
+        for c in self.base.clusters:
+            for node, sw in c.network.attachments.items():
+                self.switches_of[node] = set(sw)
+
+    # ---- queries ---------------------------------------------------------------
+    @property
+    def total_gpus(self) -> int:
+        return sum(self.gpus.values())
+
+    def node_down(self, node: str) -> bool:
+        return node in self.failed_nodes or bool(self.switches_of.get(node, set())
+                                                 & self.failed_switches)
+
+    def unusable(self, node: str) -> set[int]:
+        if self.node_down(node):
+            return set(range(self.gpus[node]))
+        return set(self.failed_gpus.get(node, ()))
+
+    def free_gpus(self, node: str) -> list[int]:
+        bad = self.unusable(node)
+        own = self.owner[node]
+        return [i for i in range(self.gpus[node]) if i not in bad and i not in own]
+
+    def free_count(self) -> int:
+        return sum(len(self.free_gpus(n)) for n in self.gpus)
+
+    def busy_count(self) -> int:
+        return sum(len(o) for o in self.owner.values())
+
+    def down_count(self) -> int:
+        return sum(len(self.unusable(n)) for n in self.gpus)
+
+    def switch_nodes(self, switch: str) -> list[str]:
+        return [n for n, sws in self.switches_of.items() if switch in sws]
+
+    def switches(self) -> set[str]:
+        return {s for sws in self.switches_of.values() for s in sws}
+
+    def jobs_on(self, gpus: Iterable[GPU]) -> set[str]:
+        return {self.owner[n][i] for n, i in gpus if i in self.owner.get(n, {})}
+
+    def jobs_on_nodes(self, nodes: Iterable[str]) -> set[str]:
+        return {j for n in nodes for j in self.owner[n].values()}
+
+    def pending(self) -> list[Any]:
+        return list(self.queue.values())
+
+    def held_by_queue(self) -> dict[str, float]:
+        """GPUs each queue holds: a running job's count towards its ``spec.runningJobs``
+        queue (``default`` when it is not listed), in the order the jobs started."""
+        held: dict[str, float] = {}
+        for job, gpus in self.jobs.items():
+            info = self.running_info.get(job)
+            q = info.queue if info is not None else DEFAULT_QUEUE
+            held[q] = held.get(q, 0) + len(gpus)
+        return held
+
+    # ---- usage history -----------------------------------------------------------
+    def now(self, now_s: float | None = None) -> float:
+        return self.clock() if now_s is None else float(now_s)
+
+    def accrue(self, now_s: float | None = None) -> dict[str, float]:
+        """Bring the usage history to ``now_s`` (default: ``clock()``): the GPUs each queue
+        has held since the last call count towards it and the whole history decays (see
+        :meth:`QueueUsage.advance`); returns the decayed GPU-hours per queue."""
+        now = self.now(now_s)
+        held = self.held_by_queue()
+        if self.on_accrue is not None:
+            self.on_accrue(self.usage.time_s, now, held)
+        self.usage.advance(now, held)
+        return self.usage.snapshot()
+
+    def set_queue_usage(self, usage: dict[str, float]) -> None:
+        """What round instances carry as ``spec.queueUsage`` (see ``usage_in_instance``)."""
+        if usage != self.queue_usage:
+            self.queue_usage = dict(usage)
+            self.version += 1
+
+    # ---- low-level updates (a round's trial placements use these too) --------------
+    def allocate(self, job: str, gpus: list[GPU]) -> None:
+        for node, i in gpus:
+            if i in self.owner[node] or i in self.unusable(node):
+                raise ValueError(f"GPU {node}:{i} is not free for {job}")
+        for node, i in gpus:
+            self.owner[node][i] = job
+        self.jobs[job] = list(gpus)
+        self.version += 1
+
+    def set_running_info(self, info: RunningJob) -> None:
+        """Queue and priority of a running job, for the rounds' quotas and fair share."""
+        self.running_info[info.name] = info
+        self.version += 1
+
+    def release(self, job: str) -> list[GPU]:
+        self.running_info.pop(job, None)
+        gpus = self.jobs.pop(job, [])
+        for node, i in gpus:
+            if self.owner[node].get(i) == job:
+                del self.owner[node][i]
+        self.version += 1
+        return gpus
+
+    def fail_gpu(self, node: str, gpu: int) -> None:
+        self.failed_gpus[node].add(gpu)
+        self.version += 1
+
+    def repair_gpu(self, node: str, gpu: int) -> None:
+        self.failed_gpus[node].discard(gpu)
+        self.version += 1
+
+    def fail_node(self, node: str) -> None:
+        self.failed_nodes.add(node)
+        self.version += 1
+
+    def repair_node(self, node: str) -> None:
+        self.failed_nodes.discard(node)
+        self.version += 1
+
+    def fail_switch(self, switch: str) -> list[str]:
+        self.failed_switches.add(switch)
+        self.version += 1
+        return self.switch_nodes(switch)
+
+    def repair_switch(self, switch: str) -> None:
+        self.failed_switches.discard(switch)
+        self.version += 1
+
+    # ---- deltas and commits --------------------------------------------------------
+    def apply(self, delta: RoundDelta, *, now_s: float | None = None) -> list[str]:
+        """Apply what changed; returns the running jobs it interrupted (``interruptions``
+        in their order, then the jobs a failure hit, by name).
+
+        Every item is checked against the state before anything changes (an
+        :class:`~hyperplace.errors.InputError` naming the field, or a
+        :class:`~hyperplace.errors.ConflictError` for a job already queued or a GPU another
+        job holds), so a refused delta leaves the state as it was. With usage history, a
+        delta that frees or takes GPUs happens at ``now_s`` (default ``clock()``): GPUs
+        freed now count towards their queue up to then.
+        """
+        failed = self._gpu_items(delta.failures, "failures")
+        healed = self._gpu_items(delta.recoveries, "recoveries")
+        self._check_jobs(delta)
+        self._check_names(delta)
+        takes = [(job, self._check_take(job, gpus, f"allocations[{i}]"))
+                 for i, (job, gpus) in enumerate(delta.allocations)]
+        done = set(delta.completions)
+        hit = self.jobs_on((n, g) for n, gs in failed.items() for g in gs)
+        hit |= self.jobs_on_nodes(delta.node_failures)
+        hit |= self.jobs_on_nodes(n for sw in delta.switch_failures for n in self.switch_nodes(sw))
+        first = list(dict.fromkeys(j for j in delta.interruptions if j not in done))
+        interrupted = first + sorted(hit - done - set(first))
+        arrivals = self._checked_arrivals(delta, done | set(interrupted))
+        if done or interrupted or takes:
+            self.accrue(now_s)
+        for name in delta.withdrawals:
+            self.queue.pop(name, None)
+        for name in done:
+            self.release(name)
+            self.started.pop(name, None)
+        for node, gpus in failed.items():
+            for g in gpus:
+                self.fail_gpu(node, g)
+        for node in delta.node_failures:
+            self.fail_node(node)
+        for sw in delta.switch_failures:
+            self.fail_switch(sw)
+        for name in interrupted:
+            self.release(name)
+            self._requeue(name)
+        for node, gpus in healed.items():
+            for g in gpus:
+                self.repair_gpu(node, g)
+        for node in delta.node_repairs:
+            self.repair_node(node)
+        for sw in delta.switch_repairs:
+            self.repair_switch(sw)
+        for job, gpus in takes:
+            self._take(job, gpus)
+        for key, item in arrivals:
+            self.queue[key] = item
+        return interrupted
+
+    def commit(self, starts: Mapping[str, list[GPU]], *, now_s: float | None = None,
+               path: str = "starts") -> None:
+        """Start pending jobs on their GPUs (a round's plan): each leaves the queue and holds
+        its GPUs; with declared queues it is listed in ``spec.runningJobs`` under its queue.
+        Every job must be pending and every GPU free (an error naming ``path`` otherwise)."""
+        for name in sorted(set(starts) - self.queue.keys()):
+            raise InputError(f"job {name!r} is not in the pending queue", path=f"{path}.jobs")
+        for name, gpus in starts.items():
+            for node, g in gpus:
+                if node not in self.gpus or g in self.owner[node] or g in self.unusable(node):
+                    raise InputError(f"GPU {g} of node {node} is not free",
+                                     path=f"{path}.placements")
+        if starts:
+            self.accrue(now_s)
+        for name, gpus in starts.items():
+            self._take(name, list(gpus))
+
+    def _take(self, job: str, gpus: list[GPU]) -> None:
+        """``job`` holds ``gpus`` too (checked); a pending job leaves the queue."""
+        new = [(n, g) for n, g in gpus if self.owner[n].get(g) != job]
+        for node, g in new:
+            self.owner[node][g] = job
+        self.jobs.setdefault(job, []).extend(new)
+        item = self.queue.pop(job, None)
+        if item is not None:
+            self.started[job] = item
+            if self.base is not None and self.base.spec.queues:
+                manifest = self.manifest(item)
+                self.running_info[job] = RunningJob.started(manifest, self.base.queue_of(manifest))
+        self.version += 1
+
+    def _requeue(self, name: str) -> None:
+        item = self.started.pop(name, None)
+        if item is None or self.requeue is None or name in self.queue:
+            return
+        self.queue[name] = item
+        if callable(self.requeue):  # keep the caller's order (a stable sort)
+            self.queue = dict(sorted(self.queue.items(), key=lambda kv: self.requeue(kv[1])))
+
+    # ---- checks ------------------------------------------------------------------------
+    def _check_jobs(self, delta: RoundDelta) -> None:
+        for i, name in enumerate(delta.withdrawals):
+            if name not in self.queue:
+                raise InputError(f"job {name!r} is not pending", path=f"withdrawals[{i}]")
+        for fld in ("completions", "interruptions"):
+            for i, name in enumerate(getattr(delta, fld)):
+                if name not in self.jobs:
+                    raise InputError(f"job {name!r} is not running", path=f"{fld}[{i}]")
+
+    def _check_names(self, delta: RoundDelta) -> None:
+        for fld, names, known in (("node_failures", delta.node_failures, self.gpus),
+                                  ("node_repairs", delta.node_repairs, self.gpus),
+                                  ("switch_failures", delta.switch_failures, self.switches()),
+                                  ("switch_repairs", delta.switch_repairs, self.switches())):
+            for i, name in enumerate(names):
+                if name not in known:
+                    raise InputError(f"unknown {fld.split('_')[0]} {name!r}", path=f"{fld}[{i}]")
+
+    def _gpu_items(self, items: Iterable[GPUItem], fld: str) -> dict[str, list[int]]:
+        """node -> GPU indices of ``failures`` or ``recoveries`` (checked)."""
+        out: dict[str, list[int]] = {}
+        for i, item in enumerate(items):
+            path = f"{fld}[{i}]"
+            if isinstance(item, str):
+                node, gpus, where = item, None, None
+            else:
+                try:
+                    node, gpus = item
+                except (TypeError, ValueError):
+                    raise InputError(f"expected a node name or a (node, GPU) pair, got {item!r}",
+                                     path=path) from None
+                where = "gpu" if isinstance(gpus, int) else "gpus"
+                gpus = [gpus] if isinstance(gpus, int) else gpus
+            if node not in self.gpus:
+                raise InputError(f"unknown node {node!r}", path=f"{path}.node"
+                                 if where else path)
+            count = self.gpus[node]
+            if gpus is None:
+                gpus = range(count)
+            got = out.setdefault(node, [])
+            for k, g in enumerate(gpus):
+                if not isinstance(g, int) or not 0 <= g < count:
+                    sub = f"{path}.gpu" if where == "gpu" else f"{path}.gpus[{k}]"
+                    raise InputError(f"node {node!r} has no GPU {g} (it has GPUs 0..{count - 1})",
+                                     path=sub)
+                if g not in got:
+                    got.append(g)
+        return out
+
+    def _check_take(self, job: str, gpus: list[GPU], path: str) -> list[GPU]:
+        for k, (node, g) in enumerate(gpus):
+            where = f"{path}.gpus[{k}]"
+            if node not in self.gpus:
+                raise InputError(f"unknown node {node!r}", path=f"{where}.node")
+            if not 0 <= g < self.gpus[node]:
+                raise InputError(f"node {node!r} has no GPU {g} "
+                                 f"(it has GPUs 0..{self.gpus[node] - 1})", path=where)
+            held = self.owner[node].get(g)
+            if held is not None and held != job:
+                raise ConflictError(f"GPU {node}/{g} is held by {held!r}", path=where)
+            if held is None and g in self.unusable(node):
+                raise InputError(f"GPU {node}/{g} is faulty", path=where)
+        return list(gpus)
+
+    def _checked_arrivals(self, delta: RoundDelta, freed: set[str]) -> list[tuple[Any, Any]]:
+        """(queue key, entry) of each arrival: not pending (after the withdrawals), not
+        running (unless this delta frees it). An entry without a name is kept for the
+        caller's own validation (the service's documents)."""
+        gone = set(delta.withdrawals) | {job for job, _ in delta.allocations}
+        pending = {k for k in self.queue if k not in gone}
+        out = []
+        for i, item in enumerate(delta.arrivals):
+            name = self.name_of(item)
+            path = f"arrivals[{i}].metadata.name"
+            if name is None:
+                out.append((object(), item))
+                continue
+            if name in pending:
+                raise ConflictError(f"job {name!r} is already pending", path=path)
+            if name in self.jobs and name not in freed:
+                raise InputError(f"job {name!r} is running", path=path)
+            pending.add(name)
+            out.append((name, item))
+        return out
+
+    # ---- the instance a round sees ---------------------------------------------
+    def _round_node(self, base: Node) -> Node:
+        """The node as a round sees it: the previous round's object when its GPU state did
+        not change (so the next round's problem reuses its view), else a fresh copy."""
+        owner, down = self.owner[base.name], sorted(self.unusable(base.name))
+        last = self._nodes.get(base.name)
+        if last is not None and last.allocated == owner and last.faulty == down:
+            return last
+        node = fresh_node(base, dict(owner), down)
+        self._nodes[base.name] = node
+        return node
+
+    def instance(self, pending: list[TrainingJob] | None = None) -> Instance:
+        """The current state with ``pending`` as the queue (default: the state's queue),
+        cached while nothing changes."""
+        if self.base is None:
+            raise ValueError("this round state was built without an instance")
+        if pending is None:
+            pending = [self.manifest(item) for item in self.queue.values()]
+        key = tuple(j.name for j in pending)
+        if self._cache and self._cache[0] == self.version and self._cache[1] == key:
+            return self._cache[2]
+        clusters = []
+        for c in self.base.clusters:
+            nodes = [self._round_node(n) for n in c.nodes]
+            copy = c.model_copy(update={"nodes": nodes})
+            copy.__dict__["network"] = c.network
+            copy.__dict__.pop("node_by_name", None)
+            clusters.append(copy)
+        update: dict = {"clusters": clusters, "jobs": list(pending)}
+        if self.base.spec.queues or self.running_info:
+            update["running_jobs"] = [self.running_info[j] for j in sorted(self.running_info)]
+        if self.base.spec.queues or self.usage_in_instance:
+            update["queue_usage"] = dict(self.queue_usage)
+        inst = self.base.model_copy(update={"spec": self.base.spec.model_copy(update=update)})
+        inst.__dict__["catalog"] = self.base.catalog
+        for k in ("node_index", "federation", "running_job_info"):
+            inst.__dict__.pop(k, None)
+        self._cache = (self.version, key, inst)
+        return inst
 
 
 class PlacementSession:
-    """One cluster (or federation) across scheduling rounds.
+    """One cluster (or federation) across scheduling rounds: a :class:`RoundState` and the
+    solver that plans its rounds.
 
     Parameters
     ----------
@@ -132,53 +630,53 @@ class PlacementSession:
     def __init__(self, instance: Instance, *, solver: str = "auto", policy: str = "performance",
                  seed: int = 0, workers: int = 2, requeue_interrupted: bool = True,
                  half_life_s: float | None = None, clock: Callable[[], float] = time.time):
-        self._instance = instance
+        self.state = RoundState(instance, half_life_s=half_life_s, clock=clock,
+                                usage_in_instance=bool(half_life_s),
+                                requeue="end" if requeue_interrupted else None)
         self.solver = solver
         self.policy = policy
         self.seed = seed
         self.workers = workers
-        self.requeue_interrupted = requeue_interrupted
         self.last_plan: PlacementPlan | None = None
         self.rounds = 0
-        self._manifests: dict[str, TrainingJob] = {}  # committed jobs, for requeueing
-        self._holdings: dict[str, dict[str, list[int]]] | None = None  # job -> node -> GPUs
         self.warm = WarmStart()
-        self.usage = QueueUsage(half_life_s or None, dict(instance.spec.queue_usage))
-        self.clock = clock
         preload_backends(solver)
 
     # ---- state ------------------------------------------------------------------------
     @property
     def instance(self) -> Instance:
         """The current round's instance (cluster state and pending queue)."""
-        return self._instance
+        return self.state.instance()
+
+    @property
+    def usage(self) -> QueueUsage:
+        return self.state.usage
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.state.clock
 
     @property
     def running(self) -> dict[str, dict[str, list[int]]]:
         """Running job -> node -> the GPU indices it holds."""
-        if self._holdings is None:
-            held: dict[str, dict[str, list[int]]] = {}
-            for c in self._instance.clusters:
-                for n in c.nodes:
-                    for gpu, job in n.allocated.items():
-                        held.setdefault(job, {}).setdefault(n.name, []).append(gpu)
-            self._holdings = held
-        return self._holdings
+        held: dict[str, dict[str, list[int]]] = {}
+        for job, gpus in self.state.jobs.items():
+            per = held.setdefault(job, {})
+            for node, g in gpus:
+                per.setdefault(node, []).append(g)
+        return held
 
     @property
     def pending(self) -> list[TrainingJob]:
-        return list(self._instance.jobs)
+        return self.state.pending()
 
     def accrue(self, now_s: float | None = None) -> dict[str, float]:
-        """Bring the usage history to ``now_s`` (default: ``clock()``): the GPUs each queue
-        has held since the last call count towards it, and the whole history decays (see
-        :meth:`QueueUsage.advance`); returns the decayed GPU-hours per queue. Called by
-        :meth:`solve`, :meth:`commit` and :meth:`apply` before they change anything."""
+        """Bring the usage history to ``now_s`` (default: ``clock()``); returns the decayed
+        GPU-hours per queue (see :meth:`RoundState.accrue`). Called by :meth:`solve`,
+        :meth:`commit` and :meth:`apply` before they change anything."""
         if not self.usage.enabled:
             return {}
-        now = self.clock() if now_s is None else float(now_s)
-        self.usage.advance(now, held_gpus_by_queue(self._instance))
-        return self.usage.snapshot()
+        return self.state.accrue(now_s)
 
     # ---- rounds -----------------------------------------------------------------------
     def solve(self, budget_s: float = 10.0, *, deadline: float | None = None,
@@ -193,11 +691,12 @@ class PlacementSession:
         from hyperplace.solvers.driver import solve_placement
 
         if self.usage.enabled:
-            self._instance = with_queue_usage(self._instance, self.accrue(now_s))
-
+            base = self.state.base
+            self.state.set_queue_usage(known_queue_usage(
+                base.queue_set if base is not None else None, self.accrue(now_s)))
         if deadline is not None:
             budget_s = max(0.0, min(budget_s, deadline - time.perf_counter()))
-        plan = solve_placement(self._instance, solver=self.solver, budget_s=budget_s,
+        plan = solve_placement(self.instance, solver=self.solver, budget_s=budget_s,
                                policy=self.policy, seed=self.seed, workers=self.workers,
                                warm=self.warm)
         self.last_plan = plan
@@ -208,145 +707,20 @@ class PlacementSession:
         """Start the plan's admitted jobs: their GPUs become allocated to them and they
         leave the queue. The plan must come from this session's current instance. With
         usage history they start at ``now_s`` (default: ``clock()``)."""
-        admitted = {j.job for j in plan.jobs}
-        queue = {j.name: j for j in self._instance.jobs}
-        unknown = admitted - queue.keys()
-        if unknown:
-            raise InputError(f"job {sorted(unknown)[0]!r} is not in the pending queue",
-                             path="plan.jobs")
-        take: dict[str, dict[int, str]] = {}
+        starts: dict[str, list[GPU]] = {name: [] for name in sorted({j.job for j in plan.jobs})}
         for pl in plan.placements:
-            for g in pl.gpus:
-                take.setdefault(g.node, {})[g.gpu] = pl.job
-
-        def change(n: Node) -> Node:
-            got = take.get(n.name)
-            if not got:
-                return n
-            busy = set(n.allocated) | set(n.faulty)
-            clash = busy.intersection(got)
-            if clash:
-                raise InputError(f"GPU {min(clash)} of node {n.name} is not free",
-                                 path="plan.placements")
-            return _copy(n, {"allocated": {**n.allocated, **got}})
-
-        running_jobs = None
-        if self._instance.queue_set is not None and admitted:
-            inst = self._instance
-            running_jobs = [*inst.spec.running_jobs, *(
-                RunningJob.started(queue[name], inst.queue_of(queue[name]))
-                for name in sorted(admitted))]
-        self.accrue(now_s)
-        self._replace(change, [j for j in self._instance.jobs if j.name not in admitted],
-                      running_jobs=running_jobs)
-        for name in admitted:
-            self._manifests[name] = queue[name]
-            if self._holdings is not None:
-                self._holdings[name] = {}
-        if self._holdings is not None:
-            for node, got in take.items():
-                for gpu, job in got.items():
-                    self._holdings[job].setdefault(node, []).append(gpu)
+            starts.setdefault(pl.job, []).extend((g.node, g.gpu) for g in pl.gpus)
+        now = self.state.now(now_s)
+        self.accrue(now)
+        self.state.commit(starts, now_s=now, path="plan")
 
     def apply(self, delta: RoundDelta, *, now_s: float | None = None) -> list[str]:
-        """Apply what changed since the last round; returns the jobs a failure interrupted.
-        With usage history the changes happen at ``now_s`` (default: ``clock()``): GPUs
-        freed now count towards their queue up to then."""
-        queue = list(self._instance.jobs)
-        names = {j.name for j in queue}
-        running = self.running
-        withdrawn, done, failed, healed, nodes = self._checked(delta, names, running)
-        interrupted = sorted({job for node, gpus in failed.items()
-                              for gpu, job in nodes[node].allocated.items()
-                              if gpus is None or gpu in gpus} - done)
-        freed = done | set(interrupted)
-
-        def change(n: Node) -> Node:
-            return _changed_node(n, freed, failed, healed)
-
-        new_queue = self._next_queue(delta, queue, withdrawn, interrupted, freed, running)
-        nodes_touched = set(failed) | set(healed) | {
-            node for job in freed for node in running.get(job, {})}
-        listed = self._instance.spec.running_jobs
-        running_jobs = [r for r in listed if r.name not in freed] \
-            if any(r.name in freed for r in listed) else None
-        self.accrue(now_s)
-        self._replace(change, new_queue, only=nodes_touched, running_jobs=running_jobs)
-        if self._holdings is not None:
-            for job in freed:
-                self._holdings.pop(job, None)
-        return interrupted
-
-    # ---- helpers ----------------------------------------------------------------------
-    def _next_queue(self, delta: RoundDelta, queue: list[TrainingJob], withdrawn: set[str],
-                    interrupted: list[str], freed: set[str],
-                    running: dict[str, dict[str, list[int]]]) -> list[TrainingJob]:
-        """The pending queue after the delta: without the withdrawn jobs, with the
-        interrupted ones requeued (when asked) and the arrivals (checked: not pending, not
-        running)."""
-        names = {j.name for j in queue}
-        new_queue = [j for j in queue if j.name not in withdrawn]
-        for name in interrupted:
-            if self.requeue_interrupted and name in self._manifests and name not in names:
-                new_queue.append(self._manifests[name])
-        for job in delta.arrivals:
-            if job.name in names or any(j.name == job.name for j in new_queue):
-                raise InputError(f"job {job.name!r} is already pending", path="arrivals")
-            if job.name in running and job.name not in freed:
-                raise InputError(f"job {job.name!r} is running", path="arrivals")
-            new_queue.append(job)
-        return new_queue
-
-    def _checked(self, delta: RoundDelta, names: set[str], running: dict[str, dict[str, list[int]]]
-                 ) -> tuple[set[str], set[str], dict[str, set[int] | None],
-                            dict[str, set[int] | None], dict[str, Node]]:
-        """The delta's withdrawals, completions, failures and recoveries, each checked
-        against the round (InputError naming the field otherwise), and the nodes by name."""
-        withdrawn = set(delta.withdrawals)
-        missing = withdrawn - names
-        if missing:
-            raise InputError(f"job {sorted(missing)[0]!r} is not pending", path="withdrawals")
-        done = set(delta.completions)
-        missing = done - running.keys()
-        if missing:
-            raise InputError(f"job {sorted(missing)[0]!r} is not running", path="completions")
-        failed = _by_node(delta.failures, "failures")
-        healed = _by_node(delta.recoveries, "recoveries")
-        nodes = {n.name: n for c in self._instance.clusters for n in c.nodes}
-        for path, spec in (("failures", failed), ("recoveries", healed)):
-            for node, gpus in spec.items():
-                if node not in nodes:
-                    raise InputError(f"unknown node {node!r}", path=path)
-                bad = [g for g in gpus or () if not 0 <= g < nodes[node].gpu_count]
-                if bad:
-                    raise InputError(f"node {node!r} has no GPU {bad[0]}", path=path)
-        return withdrawn, done, failed, healed, nodes
-
-    def _replace(self, change, jobs: list[TrainingJob], only: set[str] | None = None,
-                 running_jobs: list[RunningJob] | None = None) -> None:
-        """A new instance with nodes passed through ``change`` and ``jobs`` as the queue
-        (and ``running_jobs`` as ``spec.runningJobs`` when given).
-
-        Clusters are copied, not rebuilt, so the cached fabric (``Cluster.network``) carries
-        over; unchanged nodes stay the same objects. Nothing is validated again: every change
-        here keeps the instance valid by construction (checked above).
-        """
-        clusters: list[Cluster] = []
-        for c in self._instance.clusters:
-            if only is not None and not any(n.name in only for n in c.nodes):
-                new_nodes = c.nodes
-            else:
-                new_nodes = [change(n) for n in c.nodes]
-            if all(a is b for a, b in zip(new_nodes, c.nodes)):
-                clusters.append(c)
-                continue
-            # node objects changed; the fabric (same names, same cables) did not
-            clusters.append(_copy(c, {"nodes": new_nodes}, keep=("network",)))
-        update: dict = {"clusters": clusters, "jobs": jobs}
-        if running_jobs is not None:
-            update["running_jobs"] = running_jobs
-        spec = self._instance.spec.model_copy(update=update)
-        self._instance = _copy(self._instance, {"spec": spec}, keep=("catalog", "queue_set"))
+        """Apply what changed since the last round (:meth:`RoundState.apply`); returns the
+        jobs a failure interrupted. With usage history the changes happen at ``now_s``
+        (default: ``clock()``): GPUs freed now count towards their queue up to then."""
+        now = self.state.now(now_s)
+        self.accrue(now)
+        return self.state.apply(delta, now_s=now)
 
 
 def preload_backends(solver: str) -> None:
@@ -356,49 +730,3 @@ def preload_backends(solver: str) -> None:
         import hyperplace.solvers.backends.cpsat  # noqa: F401
     if solver in ("auto", "milp"):
         import hyperplace.solvers.backends.milp  # noqa: F401
-
-
-def _changed_node(n: Node, freed: set[str], failed: dict[str, set[int] | None],
-                  healed: dict[str, set[int] | None]) -> Node:
-    """``n`` without the GPUs of ``freed`` jobs, with its failed GPUs faulty and its
-    recovered ones back (None: the whole node)."""
-    update: dict = {}
-    if freed and any(job in freed for job in n.allocated.values()):
-        update["allocated"] = {g: j for g, j in n.allocated.items() if j not in freed}
-    if n.name in failed or n.name in healed:
-        faulty = set(n.faulty)
-        gone = failed.get(n.name, ())
-        faulty |= set(range(n.gpu_count)) if gone is None else set(gone)
-        back = healed.get(n.name, ())
-        faulty -= set(range(n.gpu_count)) if back is None else set(back)
-        update["faulty"] = sorted(faulty)
-    return _copy(n, update) if update else n
-
-
-def _copy(model, update: dict, keep: tuple[str, ...] = ()):
-    """``model_copy`` that drops the copied ``cached_property`` values (they describe the
-    old fields), except those in ``keep`` that do not depend on the updated fields."""
-    out = model.model_copy(update=update)
-    for name in [k for k in out.__dict__ if k not in type(out).model_fields and k not in keep]:
-        if isinstance(getattr(type(out), name, None), cached_property):
-            del out.__dict__[name]
-    return out
-
-
-def _by_node(items: Iterable[str | tuple[str, int]], path: str) -> dict[str, set[int] | None]:
-    """node -> GPU indices (None = every GPU of the node)."""
-    out: dict[str, set[int] | None] = {}
-    for item in items:
-        if isinstance(item, str):
-            out[item] = None
-            continue
-        try:
-            node, gpu = item
-            gpu = int(gpu)
-        except (TypeError, ValueError):
-            raise InputError(f"expected a node name or a (node, GPU) pair, got {item!r}",
-                             path=path) from None
-        cur = out.setdefault(node, set())
-        if cur is not None:
-            cur.add(gpu)
-    return out
