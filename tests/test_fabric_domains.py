@@ -172,6 +172,18 @@ def test_line_of_leaves_plans_keep_the_hop_limit(solver, hops):
     for (radius, _), nodes in by_label.items():
         for a, b in itertools.combinations(sorted(nodes), 2):
             assert fabric.hop_count(a, b) <= radius
+    # and consistent (#23): nodes of a job one hop apart (dual-homed x beside n1 or n2) share
+    # one leaf value, not their switch groups' (t1:L1+L2 vs t1:L1); leaves nest in spines
+    for j in plan.jobs:
+        nodes = [d.values[3] for d in j.topology_assignment.domains]
+        if all(fabric.hop_count(a, b) <= 1 for a, b in itertools.combinations(nodes, 2)):
+            assert len({d.values[2] for d in j.topology_assignment.domains}) == 1, j
+        spine_of = {}
+        for d in j.topology_assignment.domains:
+            assert spine_of.setdefault(d.values[2], d.values[1]) == d.values[1]
+    if hops == 1:
+        (hi,) = [j for j in plan.jobs if j.job == "hi"]
+        assert "x" in hi.node_names and len({d.values[2] for d in hi.topology_assignment.domains}) == 1
 
 
 @pytest.mark.parametrize("solver", SOLVERS)

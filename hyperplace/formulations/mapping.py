@@ -17,6 +17,7 @@ from hyperplace.formulations.placement import (
     PlacementModel,
     PlacementProblem,
     UnitClass,
+    radius_for,
 )
 from hyperplace.formulations.placement.spares import opened_whole_nodes, spare_leaf
 from hyperplace.models.plan import (
@@ -27,6 +28,7 @@ from hyperplace.models.plan import (
     TopologyAssignment,
     TopologyDomain,
 )
+from hyperplace.models.fabric import Fabric
 from hyperplace.models.plan_builder import PlanBuilder
 from hyperplace.models.result import SolveStats
 
@@ -633,15 +635,76 @@ def _topology(p: PlacementProblem, units: list[PlacedUnit]) -> TopologyAssignmen
                                for k in levels)] += len(gpus)
         return TopologyAssignment(levels=levels, domains=[
             TopologyDomain(values=list(k), count=c) for k, c in sorted(by_label.items())])
+    levels_of = _job_domains(p, [node for u in units for node, _ in u.pieces])
     counts: dict[tuple[str, ...], int] = defaultdict(int)
     for u in units:
         for node, gpus in u.pieces:
             n = p.node_by_name[node]
-            spine = p.domain(n, 3).label if n.attach_gbps is not None else "-"
-            leaf = n.leaf.label
+            spine, leaf = levels_of[node]
             counts[(n.cluster.name, spine, leaf, node)] += len(gpus)
     return TopologyAssignment(levels=LEVELS, domains=[
         TopologyDomain(values=list(k), count=c) for k, c in sorted(counts.items())])
+
+
+def _job_domains(p: PlacementProblem, nodes: list[str]) -> dict[str, tuple[str, str]]:
+    """node -> (spine-domain, leaf-domain) values for one job's nodes.
+
+    On trees the domains partition the nodes: each node's own. On fabrics whose domains
+    overlap (a node cabled to two leaves) a node lies in several leaf domains, and its own
+    (its switch group) would give two nodes one hop apart different leaf values. There the
+    job's nodes are covered by the fewest true domains (:func:`_cover`): leaf domains
+    (radius 1) first, then spine domains holding whole leaf groups, so a value always names
+    nodes pairwise within its radius, leaf values nest in spine values, and nodes sharing
+    a leaf get one value whenever one leaf domain holds them all."""
+    out: dict[str, tuple[str, str]] = {}
+    by_cluster: dict[str, list[NodeView]] = defaultdict(list)
+    for name in dict.fromkeys(nodes):
+        n = p.node_by_name[name]
+        by_cluster[n.cluster.name].append(n)
+    for views in by_cluster.values():
+        net = views[0].cluster.network
+        r = radius_for(views[0].cluster, 3)
+        if net.is_tree or any(v.attach_gbps is None or net.nvlink_domain_of(v.name) is not None
+                              for v in views):
+            for v in views:
+                out[v.name] = (p.domain(v, 3).label if v.attach_gbps is not None else "-",
+                               v.leaf.label)
+            continue
+        names = [v.name for v in views]
+        leaf = _cover(net, names, 1)
+        groups: dict[str, list[str]] = defaultdict(list)
+        for name in names:
+            groups[leaf[name]].append(name)
+        spine = _cover(net, names, r, list(groups.values())) if r else \
+            {v.name: p.domain(v, 3).label for v in views}
+        for name in names:
+            out[name] = (spine[name], leaf[name])
+    return out
+
+
+def _cover(net: Fabric, nodes: list[str], radius: int, groups: list[list[str]] | None = None
+           ) -> dict[str, str]:
+    """node -> a domain of ``radius`` holding it: greedily the domain holding the most of the
+    uncovered groups (each kept whole; default: single nodes), ties by name. Every group
+    lies in some domain holding its first node (its nodes are pairwise within the radius,
+    so a maximal such set holds them), so the loop ends."""
+    todo = [list(g) for g in (groups or [[n] for n in nodes])]
+    members = net.domains(radius)
+    out: dict[str, str] = {}
+    while todo:
+        names = sorted({d for g in todo for d in net.node_domains(g[0], radius)})
+        best, held = "", []
+        for d in names:
+            inside = set(members[d])
+            these = [g for g in todo if set(g) <= inside]
+            if sum(map(len, these)) > sum(map(len, held)):
+                best, held = d, these
+        if not held:  # cannot happen (docstring); never loop
+            raise AssertionError(f"no domain of radius {radius} holds {todo[0]}")
+        for g in held:
+            out.update(dict.fromkeys(g, best))
+        todo = [g for g in todo if g not in held]
+    return out
 
 
 def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
