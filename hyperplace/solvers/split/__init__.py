@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from hyperplace.costmodel.calibration import Calibration
 from hyperplace.formulations.layer_split import (
@@ -86,23 +87,23 @@ def _better(a: tuple[float, float], b: tuple[float, float] | None) -> bool:
     return a[0] <= b[0] * (1 + TIE_RTOL) and a[1] < b[1] * (1 - TIE_RTOL)
 
 
-def solve_split(
-    problem: SplitProblem,
-    solver: str = "auto",
-    time_limit: float | None = 10.0,
-    catalog: GPUCatalog | None = None,
-    calibration: Calibration | None = None,
-) -> SplitPlan:
-    """Best contiguous layer split of ``problem`` under the cost model, with baselines.
+@dataclass
+class _Search:
+    """What the search over subsets and orders found (phase 2 of :func:`solve_split`)."""
 
-    ``calibration`` (default: the bundled one, fitted on Sailor's profiles) is the fitted
-    cost model that prices every layer (``hyperplace calibrate`` writes others).
-    """
+    best: tuple[tuple[float, float], SplitData, list[int]] | None = None
+    least_bad: tuple[float, SplitData] | None = None
+    n_orders: int = 0
+    orders_exact: bool = True
+    first_data: SplitData | None = None
+
+
+def _price_stages(problem: SplitProblem, solver: str, catalog: GPUCatalog,
+                  calibration: Calibration | None) -> tuple[list, dict[str, StageRows]]:
+    """Phase 1: check the input and price every stage's layers once."""
     if solver not in SOLVER_NAMES:
         raise InputError(f"unknown solver {solver!r}; choose from {', '.join(SOLVER_NAMES)}",
                          path="solver")
-    start = time.perf_counter()
-    catalog = catalog or default_catalog()
     layers = problem.model.build_layers()
     if not layers:
         raise InputError("model has zero layers", path="model")
@@ -113,65 +114,88 @@ def solve_split(
     cache: dict[str, StageRows] = {}
     for s in problem.stages:  # surfaces unknown GPU types before any search
         cache[s.name] = stage_rows(problem, s, layers, catalog, calibration)
+    return layers, cache
 
-    subsets, subsets_exact = _subsets(problem)
-    best: tuple[tuple[float, float], SplitData, list[int]] | None = None
-    least_bad: tuple[float, SplitData] | None = None
-    n_orders = 0
-    orders_exact = True
-    first_data: SplitData | None = None
+
+def _orders(problem: SplitProblem, subset: list[Stage]) -> tuple[list[list[Stage]], bool]:
+    """Candidate orders of one subset (and whether they are all of them)."""
+    sub_problem = problem.model_copy(update={"stages": subset})
+    orders, exact = candidate_orders(sub_problem)
+    if not problem.fixed_order and [s.name for s in subset] not in (
+            [s.name for s in o] for o in orders):
+        # Fewest WAN crossings is not always the lowest bottleneck (a heavy boundary can
+        # be the one left on the WAN), so the order the user listed is always a
+        # candidate too: the plan is never worse than its best split in that order.
+        orders = [*orders, list(subset)]
+    return orders, exact
+
+
+def _try_order(search: _Search, data: SplitData) -> None:
+    """Rank one order's exact DP split into ``search`` (or its least-bad overflow)."""
+    search.first_data = search.first_data or data
+    sol = solve_dp(data)
+    if sol.cuts is None:
+        mats = [data.memory_matrix(k) - data.mem_cap[k] for k in range(data.num_stages)]
+        worst, _ = minmax_path(mats)
+        if search.least_bad is None or worst < search.least_bad[0]:
+            search.least_bad = (worst, data)
+        return
+    key = _rank_key(data, sol.cuts)
+    if search.best is None or _better(key, search.best[0]):
+        search.best = (key, data, sol.cuts)
+
+
+def _search(problem: SplitProblem, subsets: list[list[Stage]], layers: list,
+            cache: dict[str, StageRows], catalog: GPUCatalog,
+            calibration: Calibration | None) -> _Search:
+    """Phase 2: every subset and candidate order, ranked by the exact DP."""
+    search = _Search()
     for subset in subsets:
         if len(subset) > len(layers):
             continue
-        sub_problem = problem.model_copy(update={"stages": subset})
-        orders, exact = candidate_orders(sub_problem)
-        orders_exact &= exact
-        if not problem.fixed_order and [s.name for s in subset] not in (
-                [s.name for s in o] for o in orders):
-            # Fewest WAN crossings is not always the lowest bottleneck (a heavy boundary can
-            # be the one left on the WAN), so the order the user listed is always a
-            # candidate too: the plan is never worse than its best split in that order.
-            orders = [*orders, list(subset)]
+        orders, exact = _orders(problem, subset)
+        search.orders_exact &= exact
         for order in orders:
-            n_orders += 1
-            data = build_split_data(problem, order, catalog, layers=layers, cache=cache,
-                                    calibration=calibration)
-            first_data = first_data or data
-            sol = solve_dp(data)
-            if sol.cuts is None:
-                mats = [data.memory_matrix(k) - data.mem_cap[k] for k in range(data.num_stages)]
-                worst, _ = minmax_path(mats)
-                if least_bad is None or worst < least_bad[0]:
-                    least_bad = (worst, data)
-                continue
-            key = _rank_key(data, sol.cuts)
-            if best is None or _better(key, best[0]):
-                best = (key, data, sol.cuts)
+            search.n_orders += 1
+            _try_order(search, build_split_data(problem, order, catalog, layers=layers,
+                                                cache=cache, calibration=calibration))
+    return search
 
+
+def _search_notes(problem: SplitProblem, search: _Search, subsets_exact: bool) -> list[str]:
     notes: list[str] = []
     if not problem.fixed_order and len(problem.stages) > 1:
         notes.append(
-            f"stage order chosen among {n_orders} candidate orders "
-            + ("(every order with the fewest WAN crossings, and the given order)" if orders_exact
+            f"stage order chosen among {search.n_orders} candidate orders "
+            + ("(every order with the fewest WAN crossings, and the given order)"
+               if search.orders_exact
                else "(heuristic orders and the given order: too many stages to enumerate)")
         )
     if not subsets_exact:
         notes.append("too many optional stages to enumerate: all stages kept")
+    return notes
 
-    if best is None:
-        assert first_data is not None
-        data = least_bad[1] if least_bad else first_data
-        reason = memory_diagnosis(data)
-        sol = SplitSolution(solver=solver if solver != "auto" else "dp",
-                            status=SolveStatus.INFEASIBLE,
-                            runtime_s=time.perf_counter() - start, message=reason)
-        sym = summarise_baseline("symmetric", data, symmetric_cuts(data), None)
-        return to_plan(data, sol, symmetric=sym, notes=notes, infeasible_reason=reason)
 
-    _, data, dp_cuts = best
+def _infeasible(search: _Search, solver: str, start: float, notes: list[str]) -> SplitPlan:
+    """Phase 3 when nothing fits: the least-bad order's memory diagnosis."""
+    assert search.first_data is not None
+    data = search.least_bad[1] if search.least_bad else search.first_data
+    reason = memory_diagnosis(data)
+    sol = SplitSolution(solver=solver if solver != "auto" else "dp",
+                        status=SolveStatus.INFEASIBLE,
+                        runtime_s=time.perf_counter() - start, message=reason)
+    sym = summarise_baseline("symmetric", data, symmetric_cuts(data), None)
+    return to_plan(data, sol, symmetric=sym, notes=notes, infeasible_reason=reason)
+
+
+def _run_backend(data: SplitData, dp_cuts: list[int], solver: str,
+                 time_limit: float | None, start: float) -> SplitSolution:
+    """Phase 3: the requested backend on the chosen order; the proportional split when it
+    fails or stops without a plan, the DP's split when it wrongly claims infeasible."""
     backend_name = "dp" if solver == "auto" else solver
     try:
-        remaining = None if time_limit is None else max(0.1, time_limit - (time.perf_counter() - start))
+        remaining = (None if time_limit is None
+                     else max(0.1, time_limit - (time.perf_counter() - start)))
         sol = SOLVERS[backend_name](data, time_limit=remaining)
     except Exception as exc:  # a backend failure must not lose the user a plan
         sol = SplitSolution(solver=backend_name, status=SolveStatus.ERROR,
@@ -187,13 +211,20 @@ def solve_split(
         sol = SplitSolution(solver=backend_name, status=SolveStatus.ERROR, cuts=dp_cuts,
                             message=f"{backend_name} claimed infeasible; DP split returned")
     sol.runtime_s = time.perf_counter() - start
+    return sol
 
+
+def _with_baselines(problem: SplitProblem, data: SplitData, dp_cuts: list[int],
+                    sol: SplitSolution, layers: list, cache: dict[str, StageRows],
+                    catalog: GPUCatalog, calibration: Calibration | None,
+                    notes: list[str]) -> SplitPlan:
+    """Phase 4: the symmetric and proportional baselines against the optimum, the plan."""
     optimum = evaluate_split(data, sol.cuts).bottleneck_s if sol.cuts else None
     if sol.status != SolveStatus.OPTIMAL:
         optimum = evaluate_split(data, dp_cuts).bottleneck_s
     # Symmetric is what people run today: every stage, in the order they listed them.
     given = (build_split_data(problem, list(problem.stages), catalog, layers=layers,
-                               cache=cache, calibration=calibration)
+                              cache=cache, calibration=calibration)
              if len(problem.stages) <= len(layers) else data)
     sym = summarise_baseline("symmetric", given, symmetric_cuts(given), optimum)
     prop_cuts = proportional_cuts(data)
@@ -204,3 +235,30 @@ def solve_split(
     if left_out:
         notes.append("left empty: " + ", ".join(s.name for s in left_out))
     return to_plan(data, sol, symmetric=sym, proportional=prop, left_out=left_out, notes=notes)
+
+
+def solve_split(
+    problem: SplitProblem,
+    solver: str = "auto",
+    time_limit: float | None = 10.0,
+    catalog: GPUCatalog | None = None,
+    calibration: Calibration | None = None,
+) -> SplitPlan:
+    """Best contiguous layer split of ``problem`` under the cost model, with baselines.
+
+    ``calibration`` (default: the bundled one, fitted on Sailor's profiles) is the fitted
+    cost model that prices every layer (``hyperplace calibrate`` writes others). Phases:
+    price the stages, search subsets and orders, run the backend, add the baselines.
+    """
+    start = time.perf_counter()
+    catalog = catalog or default_catalog()
+    layers, cache = _price_stages(problem, solver, catalog, calibration)
+    subsets, subsets_exact = _subsets(problem)
+    search = _search(problem, subsets, layers, cache, catalog, calibration)
+    notes = _search_notes(problem, search, subsets_exact)
+    if search.best is None:
+        return _infeasible(search, solver, start, notes)
+    _, data, dp_cuts = search.best
+    sol = _run_backend(data, dp_cuts, solver, time_limit, start)
+    return _with_baselines(problem, data, dp_cuts, sol, layers, cache, catalog, calibration,
+                           notes)
