@@ -358,3 +358,32 @@ def test_karmada_divisions_are_placed_together_not_just_booked():
     assert sorted(a.placeable_as_placed for a in alts.values()) == [False, True]
     plan = federate(problem, budget_s=10)
     assert len(plan.jobs) == 1 and len(plan.pending) == 1  # the engine admits what fits
+
+
+def test_a_single_stage_job_naming_no_parallelism_is_priced_with_the_planner():
+    """One cluster holds the whole job: its price is the planner's best configuration for
+    its GPUs at the job's own tokens per step (and the plan says which), not the fixed
+    TP-per-unit shape; a job declaring its parallelism keeps its own shape."""
+    from hyperplace.costmodel.plan import plan as plan_job
+    from hyperplace.models.job import Parallelism
+    from hyperplace.models.presets import model_preset
+
+    clusters = [member("east", "H100-80", 4)]
+    inst = federation_instance("one", clusters, [])
+    job = pipeline_job("mono", "llama3-8b", stages=1, replicas=2)  # 2 x 8 GPUs
+    problem = _problem(inst, [job])
+    fplan = federate(problem, budget_s=10)
+    (jp,) = fplan.jobs
+    assert jp.shape == "monolithic"
+    fjob = problem.jobs[0]
+    batch = fjob.microbatches * fjob.model.micro_batch_size * fjob.replicas
+    best = plan_job(model_preset("llama3-8b"), [("H100-80", 16)], global_batch=batch,
+                    top=1).best[0]
+    assert jp.predicted.configuration == best.candidate.label()
+    assert jp.predicted.step_time_s == pytest.approx(best.prediction.step_time_s)
+    assert_valid(problem, fplan)
+    declared = job.model_copy(update={"spec": job.spec.model_copy(
+        update={"parallelism": Parallelism(tp=8)})})
+    own = federate(_problem(inst, [declared]), budget_s=10).jobs[0]
+    assert own.predicted.configuration is None
+    assert own.predicted.step_time_s >= jp.predicted.step_time_s * (1 - 1e-9)

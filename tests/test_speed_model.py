@@ -32,16 +32,21 @@ def _instance() -> Instance:
 
 
 def test_predict_split_and_simulator_give_the_same_speed():
+    from hyperplace.models.job import Parallelism
+
     model = "llama3-70b"  # on 16 GPUs: TP 8 x PP 2, so split has two stages to price
     gpus = 16
-    fast = type_speed(model, "H100-80", gpus)
-    ref = type_speed(model, "A100-80", gpus)
+    declared = Parallelism(tp=8, pp=2, micro_batch=1, global_batch=32, zero=1, recompute="full")
+    fast = type_speed(model, "H100-80", gpus, parallelism=declared)
+    ref = type_speed(model, "A100-80", gpus, parallelism=declared)
     cfg = fast.config
-    assert cfg.pp == 2
+    assert (cfg.tp, cfg.pp, cfg.dp) == (8, 2, 1)
     spec = model_preset(model)
     # predict with the facade's configuration: the same step and tokens/s
     pred = predict(spec, "H100-80", tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, micro_batch=cfg.micro_batch,
-                   global_batch=cfg.global_batch, recompute=cfg.recompute, zero=cfg.zero)
+                   global_batch=cfg.global_batch, recompute=cfg.recompute, zero=cfg.zero,
+                   sequence_parallel=True)
+    assert pred.fits
     assert pred.step_time_s == pytest.approx(fast.step_time_s)
     assert pred.tokens_per_s == pytest.approx(fast.tokens_per_s)
     # split prices the same stages: its even (symmetric) split is predict's step
@@ -51,7 +56,8 @@ def test_predict_split_and_simulator_give_the_same_speed():
                        latency_ms=INTRA_CLUSTER_LATENCY_MS, kind="ib")
              for a, b in zip(stages, stages[1:])]
     m = cfg.global_batch // (cfg.micro_batch * cfg.dp)
-    problem = SplitProblem(model=spec.model_copy(update={"micro_batch_size": cfg.dp}),
+    problem = SplitProblem(model=spec.model_copy(update={"micro_batch_size": cfg.dp,
+                                                         "sequence_parallel": True}),
                            stages=stages, links=links, microbatches=m, zero=cfg.zero,
                            recompute=cfg.recompute, fixed_order=True,
                            overlap_grad_reduce=cfg.dp > 1)
@@ -61,12 +67,46 @@ def test_predict_split_and_simulator_give_the_same_speed():
     # the simulator: a 16-GPU job of this model on the H100 leaf runs at the same ratio
     inst = _instance()
     job = model_parallel_job("j", "q", replicas=2, memory_gb=None, dp_ib_gbps=None)
-    job = job.model_copy(update={"spec": job.spec.model_copy(update={"model": model})})
+    job = job.model_copy(update={"spec": job.spec.model_copy(
+        update={"model": model, "parallelism": declared})})
     units = [u.name for u in job.units()]
     on_h100 = {units[0]: [("h0", i) for i in range(8)], units[1]: [("h1", i) for i in range(8)]}
     sim = SpeedModel(inst).speed(job, on_h100)
     assert sim == pytest.approx(pred.tokens_per_s / ref.tokens_per_s)
-    assert sim == pytest.approx(job_speed(model, "H100-80", gpus).relative)
+    assert sim == pytest.approx(job_speed(model, "H100-80", gpus, parallelism=declared).relative)
+
+
+def test_a_job_declaring_auto_is_priced_with_the_planners_best():
+    """``spec.parallelism: auto`` (and none, when PLAN_UNDECLARED): the planner's best on
+    that type and GPU count, memoised; at least as fast as the default rule; the simulator
+    and planned speeds use it."""
+    from hyperplace.costmodel.plan import plan
+    from hyperplace.costmodel.speed import DEFAULT_RULE, planner_stats
+
+    model, gpus = "llama3-70b", 64
+    best = plan(model_preset(model), [("H100-80", gpus)], top=1).best[0]
+    mine = type_speed(model, "H100-80", gpus, parallelism="auto")
+    assert mine.fits and mine.step_time_s == pytest.approx(best.prediction.step_time_s)
+    c = best.candidate
+    assert (mine.config.tp, mine.config.pp, mine.config.dp) == (c.tp, c.pp, c.dp * c.cp)
+    rule = type_speed(model, "H100-80", gpus, parallelism=DEFAULT_RULE)
+    assert mine.tokens_per_s >= rule.tokens_per_s * (1 - 1e-9)
+    plans = planner_stats["plans"]
+    for _ in range(3):  # memoised: no new search
+        type_speed(model, "H100-80", gpus, parallelism="auto")
+    assert planner_stats["plans"] == plans
+    inst = _instance()
+    job = model_parallel_job("j", "q", replicas=2, memory_gb=None, dp_ib_gbps=None)
+    job = job.model_copy(update={"spec": job.spec.model_copy(
+        update={"model": model, "parallelism": "auto"})})
+    speeds = SpeedModel(inst, network=False)
+    h100 = type_speed(model, "H100-80", 16, parallelism="auto").tokens_per_s
+    a100 = type_speed(model, "A100-80", 16, parallelism="auto").tokens_per_s
+    assert speeds.planned_speed(job, "H100-80", 0) == pytest.approx(h100 / a100)
+    # a job nothing fits (an 8B model on one 80 GB GPU, full Adam state): the default rule
+    # prices it and says it does not fit
+    lone = type_speed("llama3-8b", "H100-80", 1, parallelism="auto")
+    assert not lone.fits
 
 
 def test_default_model_rule_is_one_table():

@@ -19,11 +19,13 @@ up to 4 GPUs ``gpt-neo-2.7b``, up to 32 ``llama3-8b``, up to 512 ``llama3-70b``,
 ``llama3-405b``; the answer says which rule applied.
 
 **The configuration**: the job's declared ``spec.parallelism`` (degrees, schedule, memory
-options; ``auto``: the planner's best, :mod:`hyperplace.costmodel.plan`), else this rule:
-TP the largest power of two <= 8 dividing the GPUs per job and the heads; PP the smallest
-divisor of the rest that fits in memory, with the distributed optimizer (ZeRO-1) and, if
-needed, full recomputation; DP the rest; micro-batch 1 and ``max(8, 4·PP)`` micro-batches
-per step (:func:`default_config`).
+options); for ``auto`` (and for none when :data:`PLAN_UNDECLARED`) the planner's best on
+that type and GPU count (:mod:`hyperplace.costmodel.plan`, memoised per model, type and
+GPUs: :func:`planned_config`). Otherwise, and where the planner has no configuration
+(nothing fits or divides), this rule: TP the largest power of two <= 8 dividing the GPUs per job and the heads; PP the
+smallest divisor of the rest that fits in memory, with the distributed optimizer (ZeRO-1)
+and, if needed, full recomputation; DP the rest; micro-batch 1 and ``max(8, 4·PP)``
+micro-batches per step (:func:`default_config`).
 
 **Network.** The step's predicted parts say what share of it is DP synchronisation,
 pipeline point-to-point and TP communication; each share runs at the bandwidth the
@@ -61,6 +63,12 @@ DEFAULT_BY_GPUS: tuple[tuple[float, str], ...] = (
     (4, "gpt-neo-2.7b"), (32, "llama3-8b"), (512, "llama3-70b"), (math.inf, "llama3-405b"))
 # For ranking GPU types without a job (solve --policy performance): a llama3-70b on 64 GPUs.
 RANK_MODEL, RANK_GPUS = "llama3-70b", 64
+# ``parallelism=DEFAULT_RULE``: price with the default rule (:func:`default_config`), not the
+# planner; what ranking GPU types without a job uses (cheap: no search).
+DEFAULT_RULE = "default-rule"
+# A job declaring no parallelism is priced with the planner's best (as ``auto``) when True,
+# else with the default rule.
+PLAN_UNDECLARED = False
 CROSS_POD_COLLECTIVE_BW = 0.83   # Arnold: up to 17 % collective bandwidth lost across pods
 CROSS_POD_P2P_BW = 0.30          # Arnold: up to 70 % point-to-point bandwidth lost
 TP_OFF_NVLINK_BW = 1 / 9.0       # NIC vs NVLink per GPU on DGX H100 (400 Gb/s vs 450 GB/s)
@@ -115,6 +123,7 @@ class Config:
     global_batch: int
     recompute: bool
     zero: int
+    label: str = ""  # the planner's label of its configuration (empty: the default rule)
 
 
 @dataclass(frozen=True)
@@ -223,24 +232,69 @@ def default_config(spec: ModelSpec, gpu: GPUType, gpus: int,
 
 
 _cache: dict[tuple, TypeSpeed] = {}
+_fast: dict[tuple, TypeSpeed] = {}
+_alive_catalogs: dict[int, GPUCatalog] = {}
 _job_cache: dict[tuple, "JobSpeed"] = {}
+_planned: dict[tuple, tuple[Config, Any] | None] = {}
+planner_stats = {"plans": 0, "seconds": 0.0, "fallbacks": 0}
+
+
+def planned_config(spec: ModelSpec, gpu: GPUType, gpus: int, calibration: Calibration,
+                   catalog: GPUCatalog, global_batch: int | None = None
+                   ) -> tuple[Config, Any] | None:
+    """The planner's best configuration of ``spec`` on ``gpus`` GPUs of ``gpu`` and its
+    prediction (:func:`hyperplace.costmodel.plan.plan`, top 1, at ``global_batch`` sequences
+    or its default of about 4 M tokens), memoised per (model, type, GPUs, batch,
+    calibration): a job that declares
+    ``parallelism: auto`` or none. Where nothing the planner searches fits or divides (a
+    prime GPU count above the layers, a model too large for the GPUs), the default rule
+    (:func:`default_config`) prices it and ``planner_stats['fallbacks']`` counts it."""
+    import time
+
+    from hyperplace.costmodel.plan import plan
+
+    mkey = spec.model_dump_json()
+    key = (mkey, gpu, gpus, _cal_key(calibration), global_batch)
+    if key in _planned:
+        return _planned[key]
+    began = time.perf_counter()
+    try:
+        res = plan(spec, [(gpu.name, gpus)], global_batch=global_batch, top=1,
+                   calibration=calibration, catalog=catalog)
+        best = res.best[0] if res.best else None
+    except InputError:
+        best = None
+    planner_stats["plans"] += 1
+    if best is None and global_batch is not None:
+        hit = None  # the caller keeps its own shape
+    elif best is None:
+        planner_stats["fallbacks"] += 1
+        hit = default_config(spec, gpu, gpus, calibration, catalog)
+    else:
+        c, pred = best.candidate, best.prediction
+        hit = (Config(tp=c.tp, pp=c.pp, dp=c.dp * c.cp, micro_batch=c.micro_batch,
+                      global_batch=res.global_batch, recompute=c.recompute == "full",
+                      zero=c.zero, label=c.label()), pred)
+    planner_stats["seconds"] += time.perf_counter() - began
+    if len(_planned) > 100_000:
+        _planned.clear()
+    _planned[key] = hit
+    return hit
 
 
 def declared_config(spec: ModelSpec, gpu: GPUType, gpus: int, par: Any,
                     calibration: Calibration, catalog: GPUCatalog) -> tuple[Config, Any]:
     """A job's declared parallelism (``spec.parallelism``), or the planner's best for
-    ``auto``; InputError naming the field when the degrees do not fit the GPUs."""
-    from hyperplace.costmodel.plan import plan
+    ``auto`` or none (:func:`planned_config`); InputError naming the field when the degrees
+    do not fit the GPUs."""
     from hyperplace.costmodel.predict import predict
 
-    if par == "auto":
-        res = plan(spec, [(gpu.name, gpus)], top=1, calibration=calibration, catalog=catalog)
-        if not res.best:
-            return default_config(spec, gpu, gpus, calibration, catalog)
-        c, pred = res.best[0].candidate, res.best[0].prediction
-        return Config(tp=c.tp, pp=c.pp, dp=c.dp * c.cp, micro_batch=c.micro_batch,
-                      global_batch=res.global_batch, recompute=c.recompute == "full",
-                      zero=c.zero), pred
+    if par == DEFAULT_RULE or (par is None and not PLAN_UNDECLARED):
+        return default_config(spec, gpu, gpus, calibration, catalog)
+    if par is None or par == "auto":
+        hit = planned_config(spec, gpu, gpus, calibration, catalog)
+        assert hit is not None  # without a batch of its own it falls back to the rule
+        return hit
     per = par.tp * par.pp * par.cp
     if gpus % per:
         raise InputError(f"TP {par.tp} x PP {par.pp} x CP {par.cp} = {per} does not divide "
@@ -267,23 +321,31 @@ def type_speed(model: str | ModelSpec | None, gpu: GPUType | str, gpus: int, *,
         raise InputError(f"must be a positive integer at most {MAX_GPUS}, got {gpus!r}",
                          path="gpus")
     catalog = catalog or default_catalog()
+    calibration = calibration or active_calibration()
+    fast = None
+    if model is None or isinstance(model, str):
+        # a repeated call (thousands of jobs, a few dozen keys): one look-up, before the
+        # model's name is resolved
+        _alive_catalogs[id(catalog)] = catalog
+        fast = (model, gpu, gpus, _cal_key(calibration), parallelism, id(catalog))
+        hit = _fast.get(fast)
+        if hit is not None:
+            return hit
     if isinstance(gpu, str):
         found = catalog.find(gpu)
         if found is None:
             raise InputError(f"unknown GPU type {gpu!r}", path="gpuType")
         gpu = found
-    calibration = calibration or active_calibration()
     spec, rule = resolve_job_model(model, gpus)
     mkey = spec if isinstance(model, ModelSpec) else spec.name
     key = (mkey, gpu, gpus, _cal_key(calibration), parallelism)
     hit = _cache.get(key)
     if hit is not None:
+        if fast is not None:
+            _fast[fast] = hit
         return hit
     one = GPUCatalog([gpu]) if catalog.find(gpu.name) != gpu else catalog
-    if parallelism is None:
-        cfg, pred = default_config(spec, gpu, gpus, calibration, one)
-    else:
-        cfg, pred = declared_config(spec, gpu, gpus, parallelism, calibration, one)
+    cfg, pred = declared_config(spec, gpu, gpus, parallelism, calibration, one)
     step = pred.step_time_s
     parts = pred.parts
     shares = {"collective": parts["dpSync"] / step, "p2p": parts["p2p"] / step,
@@ -295,7 +357,10 @@ def type_speed(model: str | ModelSpec | None, gpu: GPUType | str, gpus: int, *,
                     shares=shares, sources=tuple(pred.sources))
     if len(_cache) > 100_000:
         _cache.clear()
+        _fast.clear()
     _cache[key] = hit
+    if fast is not None:
+        _fast[fast] = hit
     return hit
 
 
@@ -372,6 +437,14 @@ def relative_speed(model: str | ModelSpec | None, gpu: GPUType | str, gpus: int,
 def rank_speed(gpu: GPUType | str, catalog: GPUCatalog | None = None,
                calibration: Calibration | None = None) -> float:
     """A GPU type's speed for ranking types without a job (``--policy performance``,
-    fastest-type-first orders): relative speed of :data:`RANK_MODEL` on :data:`RANK_GPUS`."""
+    fastest-type-first orders): relative speed of :data:`RANK_MODEL` on :data:`RANK_GPUS`
+    with the default rule's configuration (a ranking, not a job's price: no search)."""
     return relative_speed(RANK_MODEL, gpu, RANK_GPUS, catalog=catalog,
-                          calibration=calibration)
+                          calibration=calibration, parallelism=DEFAULT_RULE)
+
+
+def clear_caches() -> None:
+    """Forget every memoised speed and plan (benches measuring a cold start)."""
+    for cache in (_cache, _fast, _job_cache, _planned):
+        cache.clear()
+    planner_stats.update(plans=0, seconds=0.0, fallbacks=0)

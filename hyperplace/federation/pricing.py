@@ -24,6 +24,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from hyperplace.costmodel.speed import active_calibration, planned_config
 from hyperplace.federation.asplaced import Location
 from hyperplace.federation.problem import FederatedJob
 from hyperplace.formulations.layer_split import build_split_data, evaluate_split
@@ -66,6 +67,7 @@ class Price:
     wan_gbps: dict[tuple[str, str], float] = field(default_factory=dict)
     even_step_time_s: float | None = None
     reason: str = ""
+    configuration: str | None = None  # the planner's, when it priced the shape
 
     @property
     def tokens_per_s(self) -> float:
@@ -122,13 +124,46 @@ class Pricer:
         problem = self.problem(job, stages, replicas, fixed_order=True)
         return evaluate_split(build_split_data(problem, catalog=self.catalog), cuts)
 
+    def planned(self, job: FederatedJob, loc: Location) -> Price | None:
+        """The whole job at one location priced with the planner's best configuration
+        (:func:`hyperplace.costmodel.speed.planned_config`: TP, PP, virtual stages, CP,
+        micro-batch, recomputation and sharding searched for its GPUs, memoised per model,
+        type, GPUs and batch), when the job is one stage (no pipeline groups of its own) and
+        names no parallelism or ``auto``; at the job's own tokens per step, so it compares
+        with every other shape by step time. None when the planner has nothing that fits or
+        divides the batch (the job's own shape prices it then)."""
+        par = job.job.spec.parallelism
+        if job.stages != 1 or not (par is None or par == "auto") \
+                or not job.model.has_dimensions:
+            return None
+        gpu = self.catalog.get(loc.gpu_type)
+        batch = job.microbatches * job.model.micro_batch_size * job.replicas
+        hit = planned_config(job.model, gpu, job.gpus, active_calibration(), self.catalog,
+                             global_batch=batch)
+        if hit is None:
+            return None
+        cfg, pred = hit
+        parts = pred.parts
+        pipeline = parts["compute"] + parts["tpComm"] + parts["p2p"] + parts["bubble"]
+        layers = job.model.num_layers
+        return Price(
+            True, step_time_s=pred.step_time_s, tokens_per_step=self.tokens_per_step(job),
+            pipeline_s=pipeline, bottleneck_s=pipeline / max(pred.microbatches, 1),
+            dp_sync_intra_s=parts["dpSync"],
+            stages=[StagePlace(0, loc, 0, layers - 1, parts["compute"], parts["p2p"],
+                               pipeline)],
+            layers_per_stage=[layers], configuration=cfg.label)
+
     def monolithic(self, job: FederatedJob, loc: Location) -> Price:
-        """The whole job at one location. Its price depends on the GPU type only (no link
-        between clusters is involved), so it is computed once per type."""
+        """The whole job at one location (the planner's best configuration for a
+        single-stage job naming no parallelism: :meth:`planned`). Its price depends on the
+        GPU type only (no link between clusters is involved), so it is computed once per
+        type."""
         key = (job.name, loc.gpu_type)
         cached = self._mono.get(key)
         if cached is None:
-            cached = self._mono[key] = self.pipeline(job, [(loc, job.stages)])
+            cached = self.planned(job, loc) or self.pipeline(job, [(loc, job.stages)])
+            self._mono[key] = cached
         return dataclasses.replace(cached, stages=[
             dataclasses.replace(sp, location=loc) for sp in cached.stages])
 

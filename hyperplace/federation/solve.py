@@ -240,7 +240,8 @@ def _prediction(price: Price, penalty: float | None) -> Prediction:
                         wan_transfer_s=price.wan_transfer_s,
                         dp_sync_intra_s=price.dp_sync_intra_s,
                         dp_sync_inter_s=price.dp_sync_inter_s),
-        layers_per_stage=price.layers_per_stage, penalty_vs_best_monolithic=penalty)
+        layers_per_stage=price.layers_per_stage, penalty_vs_best_monolithic=penalty,
+        configuration=price.configuration)
 
 
 def _sub_jobs(job: FederatedJob, shape: Shape, placements: dict[str, ClusterPlacement]

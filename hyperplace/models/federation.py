@@ -76,6 +76,10 @@ class Prediction(HPModel):
     layers_per_stage: list[int] = Field(default_factory=list)
     penalty_vs_best_monolithic: float | None = Field(
         default=None, description="step time / the best single-cluster step time (1.0 = none)")
+    configuration: str | None = Field(
+        default=None, description="the training configuration priced when it is the "
+        "planner's (a single-stage job naming no parallelism or 'auto'); none: the job's "
+        "own groups")
 
 
 class Alternative(HPModel):
