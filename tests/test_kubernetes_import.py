@@ -219,3 +219,53 @@ def test_cpu_only_workload_is_reported_skipped_in_plan_and_table(tmp_path, capsy
     assert [j["job"] for j in plan["jobs"]] == ["gpu-train"] and plan.get("pending", []) == []
     parsed = PlacementPlan.model_validate(plan)
     assert check(parsed, inst) == []
+
+
+VGPU_NODES = K8S / "nodes-rke2-vgpu-a16.json"  # a captured `kubectl get nodes -o json` (GFD)
+
+
+def test_captured_gfd_node_dump_is_read_as_it_is(tmp_path, capsys):
+    """A real `kubectl get nodes --output=json` of an RKE2 node with the GPU Operator
+    v24.9.2 (GFD, device plugin v0.17.0) in a VM given an NVIDIA A16 vGPU (PROVENANCE.md):
+    its one GPU is the 4 GB `NVIDIA-A16-4Q` profile, a time-shared slice of an A16 board that
+    the catalog does not have: refused in one line naming the label; placed as one GPU when
+    the user says which type to plan it as. Everything else as the dump says it."""
+    from cli_run import run_main
+
+    (doc,) = load_documents(VGPU_NODES)
+    with pytest.raises(InputError) as err:
+        import_kubernetes_nodes([(doc, "")], str(VGPU_NODES))
+    assert err.value.path == "items[0].metadata.labels.nvidia.com/gpu.product"
+    assert "vGPU profile 'NVIDIA-A16-4Q' (4 GB) of an A16 board" in err.value.message
+    assert run_main(["instances", "import", "--from", "kubernetes", str(VGPU_NODES)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "nvidia.com/gpu.product" in lines[0] and "vGPU" in lines[0]
+
+    kc = import_kubernetes_nodes([(doc, "")], str(VGPU_NODES), gpu_type="T4")
+    (node,) = kc.cluster.nodes
+    assert node.name == "nori" and node.gpu_count == 1 and node.faulty == []  # 1 of 1 allocatable
+    assert node.labels["nvidia.com/gpu.memory"] == "4096"           # MiB, kept for selectors
+    assert node.labels["node-role.kubernetes.io/control-plane"] == "true"  # kept: it has a GPU
+    assert "nvidia.com/gpu.clique" not in node.labels and not kc.cluster.fabric.nvlink_domains
+    # no topology label: the default fat-tree, said so; a 1-GPU PCIe node (T4: no NVLink)
+    assert node.labels["hyperplace.io/assumed"] == "fabric" and node.nvlink == "pcie"
+    assert kc.cluster.fabric.generator.type == "fat-tree-2" and kc.notes == []
+
+
+def test_vgpu_profiles_whole_board_or_slice():
+    """The same captured node with its product and memory set to other GFD vGPU profiles
+    (GRID-A100-40C and -8C, as VMware VKS clusters label them): a whole-board profile is the
+    GPU, a smaller one is refused as a slice."""
+    import copy
+
+    (doc,) = load_documents(VGPU_NODES)
+    for product, mib, want in (("GRID-A100-40C", "40960", "A100-40"), ("GRID-A100-8C", "8192", None)):
+        d = copy.deepcopy(doc)
+        d["items"][0]["metadata"]["labels"].update({"nvidia.com/gpu.product": product,
+                                                    "nvidia.com/gpu.memory": mib})
+        if want:
+            kc = import_kubernetes_nodes([(d, "")], "x")
+            assert kc.cluster.nodes[0].gpu_type == want
+        else:
+            with pytest.raises(InputError, match="8 GB of an A100-40's 40 GB, a time-shared slice"):
+                import_kubernetes_nodes([(d, "")], "x")

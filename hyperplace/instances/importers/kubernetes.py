@@ -14,7 +14,11 @@ GPU type
     GFD's ``nvidia.com/gpu.product`` (``NVIDIA-H100-80GB-HBM3``, ``NVIDIA-GB200``;
     ``-SHARED``/``-MIG-...`` suffixes read as the whole GPU) through the catalog's aliases,
     checked against ``nvidia.com/gpu.memory`` (MiB) when both are there: an H200 labelled
-    with 143771 MiB is never typed H100-80. AMD's device plugin labels
+    with 143771 MiB is never typed H100-80. In a VM given an NVIDIA vGPU
+    (``nvidia.com/vgpu.present: "true"``) the product names a profile,
+    ``<GRID|NVIDIA>-<board>-<framebuffer GB><series>``: a whole-board profile
+    (``GRID-A100-40C``) is that GPU, a smaller one (``NVIDIA-A16-4Q``) a time-shared slice,
+    refused with the profile named (hyperplace places whole GPUs). AMD's device plugin labels
     (``amd.com/gpu.product-name``) are read the same way. ``gpu_type`` (``--gpu-type``)
     overrides the label for every node; a product no catalog entry matches is an error that
     names the node and the label.
@@ -87,6 +91,10 @@ GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 PRODUCT_LABELS = ("nvidia.com/gpu.product", "amd.com/gpu.product-name", "amd.com/gpu.product")
 COUNT_LABEL = "nvidia.com/gpu.count"
 MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB, per GPU
+VGPU_LABEL = "nvidia.com/vgpu.present"  # GFD: "true" in a VM given an NVIDIA vGPU
+#: GFD's product of a vGPU: ``<GRID|NVIDIA>-<board>-<framebuffer GB><series>`` (series A, B,
+#: C = compute, Q = workstation), e.g. ``GRID-A100-40C``, ``NVIDIA-A16-4Q``
+VGPU_PRODUCT = re.compile(r"^(?:GRID|NVIDIA)-(?P<board>.+)-(?P<gb>\d+)(?P<series>[ABCQ])$")
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: Label keys whose value names a node's multi-node NVLink domain, first found wins.
 NVLINK_DOMAIN_LABELS = ("nvidia.com/gpu.clique", "accelerator.topograph.run/domain",
@@ -251,6 +259,9 @@ def _gpu_type(f: NodeFacts, gpu_type: str | None, cat: GPUCatalog, src: str) -> 
     if f.product is None:
         raise InputError(f"node {f.name!r} has {f.gpus} GPUs but no {PRODUCT_LABELS[0]} label "
                          "(GPU Feature Discovery sets it): give --gpu-type", source=src, path=where)
+    vgpu = VGPU_PRODUCT.match(f.product) if f.labels.get(VGPU_LABEL) == "true" else None
+    if vgpu is not None:
+        return _vgpu_type(f.product, vgpu, cat, src, where)
     t = cat.find(f.product)
     if t is None:
         raise InputError(f"GPU product {f.product!r} is not a known GPU type (known: "
@@ -263,6 +274,26 @@ def _gpu_type(f: NodeFacts, gpu_type: str | None, cat: GPUCatalog, src: str) -> 
         closest = min(same, key=lambda c: abs(c.hbm_gb - gb))
         if abs(closest.hbm_gb - gb) < abs(t.hbm_gb - gb):
             t = closest
+    return t
+
+
+def _vgpu_type(product: str, m: re.Match[str], cat: GPUCatalog, src: str, where: str
+               ) -> GPUType:
+    """The type of a vGPU (GFD's ``vgpu.present``): a profile that is its whole board's
+    framebuffer (``GRID-A100-40C``) is that GPU; a smaller one (``NVIDIA-A16-4Q``: 4 GB) is a
+    time-shared slice, which a placement of whole GPUs cannot treat as a GPU: refused,
+    naming the profile (``--gpu-type`` places it as one anyway)."""
+    gb = int(m["gb"])
+    board = cat.find(m["board"])
+    if board is None:
+        raise InputError(f"vGPU profile {product!r} ({gb} GB) of an {m['board']} board, which "
+                         "is not a known GPU type; give --gpu-type or declare it", source=src,
+                         path=where)
+    t = min((c for c in cat if c.family == board.family), key=lambda c: abs(c.hbm_gb - gb))
+    if abs(t.hbm_gb - gb) > 0.1 * t.hbm_gb:
+        raise InputError(f"vGPU profile {product!r}: {gb} GB of an {t.name}'s {t.hbm_gb:g} GB, "
+                         "a time-shared slice of one GPU; hyperplace places whole GPUs (give "
+                         "--gpu-type to place it as one)", source=src, path=where)
     return t
 
 
