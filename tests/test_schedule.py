@@ -46,16 +46,17 @@ def manifest(name: str, gpus: int, tolerate: str | None = None, priority: str = 
 
 def work_duration(work: dict[str, float]):
     def duration(job, gpu_type, crossings):
-        speed = min(SPEED.values()) if gpu_type is None else SPEED[gpu_type]
+        speed = min(SPEED.values()) if gpu_type is None else SPEED.get(gpu_type, 2.0)
         return work[job.name] / speed * (1.25 if crossings else 1.0)
     return duration
 
 
 def problem(inst, jobs, work, running=(), *, horizon=3600.0, step=300.0, now=0.0,
-            objective="slowdown", reservations=None):
+            objective="slowdown", reservations=None, wait_weight=0.0):
     return build_schedule_problem(
         inst, [PendingJob(m, s) for m, s in jobs], list(running), now, work_duration(work),
-        horizon_s=horizon, step_s=step, objective=objective, reservations=reservations)
+        horizon_s=horizon, step_s=step, objective=objective, reservations=reservations,
+        wait_weight=wait_weight)
 
 
 def check_result(inst, jobs, res, running=(), now=0.0):
@@ -152,8 +153,9 @@ def brute_force(p):
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("objective", ["slowdown", "completion"])
-def test_cpsat_objective_equals_brute_force_on_tiny_rounds(seed, objective):
+@pytest.mark.parametrize("objective,wait_weight", [("slowdown", 0.0), ("completion", 0.0),
+                                                   ("completion", 1.0), ("slowdown", 2.5)])
+def test_cpsat_objective_equals_brute_force_on_tiny_rounds(seed, objective, wait_weight):
     rng = random.Random(100 + seed)
     inst = instance(per_leaf=1)
     jobs, work = [], {}
@@ -162,7 +164,8 @@ def test_cpsat_objective_equals_brute_force_on_tiny_rounds(seed, objective):
         jobs.append((m, 0.0))
         work[m.name] = rng.choice([300, 600, 900, 1500])
     running = [RunningSlot("r", tuple(("h0", i) for i in range(8)), rng.choice([0, 300, 600]))]
-    p = problem(inst, jobs, work, running, horizon=1500, step=300, objective=objective)
+    p = problem(inst, jobs, work, running, horizon=1500, step=300, objective=objective,
+                wait_weight=wait_weight)
     res = solve_schedule(p, budget_s=10.0, window=10)
     assert res.status == "optimal"
     assert res.objective == brute_force(p)
@@ -204,6 +207,40 @@ def test_a_job_waits_for_faster_gpus_when_that_finishes_it_sooner():
     p = problem(inst, jobs, work, run, horizon=3600, step=300, objective="completion")
     e = solve_schedule(p, budget_s=5.0).entries["big"]
     assert p.pools[e.pool].gpu_type == "A100-80" and e.start_step == 0
+
+
+def test_waiting_weighs_against_a_faster_type_later():
+    # H100 busy for 900 s; the job runs 3000 s on A100, 1000 s on H100: by completion alone
+    # it waits (900 + 1000 < 3000); with waiting weighed 2x, 3 x 900 + 1000 > 3000: A100 now
+    inst = instance()
+    jobs = [(manifest("big", 16), 0.0)]
+    work = {"big": 3000.0}
+    run = [RunningSlot("r", tuple((n, i) for n in ("h0", "h1") for i in range(8)), 900.0)]
+    for ww, gpu_type, start in ((0.0, "H100-80", 3), (2.0, "A100-80", 0)):
+        p = problem(inst, jobs, work, run, horizon=3600, step=300, objective="completion",
+                    wait_weight=ww)
+        for solver in ("cpsat", "greedy"):
+            e = solve_schedule(p, budget_s=5.0, solver=solver).entries["big"]
+            assert (p.pools[e.pool].gpu_type, e.start_step) == (gpu_type, start), (ww, solver)
+
+
+def test_srpt_order_puts_the_least_work_first_and_ages_the_rest():
+    from hyperplace.solvers.schedule import list_order
+
+    inst = instance(a_leaves=0)
+    jobs = [(manifest("long", 8, "h100"), 0.0), (manifest("short", 8, "h100"), 100.0),
+            (manifest("wide", 16, "h100"), 50.0)]
+    work = {"long": 30000.0, "short": 600.0, "wide": 900.0}
+    p = problem(inst, jobs, work, now=200.0)
+    assert [j.name for j in list_order(p)] == ["long", "wide", "short"]  # submit order
+    p.order = "srpt"
+    assert [j.name for j in list_order(p)] == ["short", "wide", "long"]  # GPU-seconds
+    # after a long wait the long job's aged work is less than a new arrival's
+    jobs[1] = (manifest("short", 8, "h100"), 199_900.0)
+    p = problem(inst, jobs, work, now=200_000.0)
+    p.order, p.aging_s = "srpt", 3600.0
+    names = [j.name for j in list_order(p)]
+    assert names.index("long") < names.index("short")
 
 
 # ---- reservations ----------------------------------------------------------------------------
@@ -417,3 +454,23 @@ def test_solve_leaves_forecasts_out_when_the_budget_has_no_room_and_says_so(caps
     code = run_main(["solve", "-i", "mixed-a100-h100", "--budget", "2", "-f", "json"])
     plan = PlacementPlan.model_validate(json.loads(capsys.readouterr().out))
     assert code == 0 and len(plan.forecasts) == len(load_instance("mixed-a100-h100").jobs)
+
+
+def test_a_job_larger_than_every_nvlink_domain_is_not_planned_and_says_why():
+    # gb200-nvl72's tp128-too-big: a TP-128 group needs one NVLink domain, racks hold 72
+    from hyperplace.instances import load_instance
+
+    inst = load_instance("gb200-nvl72")
+    pending = [(j, 0.0) for j in inst.jobs]
+    p = problem(inst, pending, {j.name: 3600.0 for j in inst.jobs}, horizon=3600, step=300,
+                objective="completion")
+    res = solve_schedule(p, budget_s=2.0)
+    fc = {f.job: f for f in forecasts(res)}
+    big = fc["tp128-too-big"]
+    assert big.earliest_s is None and not big.pool
+    assert big.text.startswith("not planned: group tensor-parallel needs 128 GPUs in one "
+                               "NVLink domain"), big.text
+    assert "offers 72" in big.text
+    # the other jobs (rack-sized or smaller) are planned
+    assert all(f.earliest_s is not None for n, f in fc.items() if n != "tp128-too-big")
+    assert check_result(inst, pending, res) == []

@@ -60,6 +60,15 @@ Chosen by measurement (``simulate`` of 400 Philly jobs at ``--load 8`` on
 slowdown (1.18): weighting short jobs up makes long ones wait for the fast type for longer
 than the short ones gain.
 
+``wait_weight`` adds the job's waiting to its term: ``w_j * (end_j + wait_weight * start_j)``
+(rounded to quarters: ``WAIT_DEN * end + round(WAIT_DEN * wait_weight) * start``; an
+unscheduled job waits the whole horizon). A planned start after now rests on the running jobs'
+*predicted* ends, which are wrong by the prediction error, while capacity left idle now is
+lost for sure: weighing the wait makes "wait for a faster type" win only by a margin (with
+``wait_weight`` 1 a job waits ``s`` for a type that runs it in ``d_fast`` only when
+``2 s + d_fast < d_now``). The default 0 is the plain objective; the engine
+(:mod:`hyperplace.sim.planning`) sets its own, chosen by measurement.
+
 Each class's weights are scaled so that one step of its least-weighted job outweighs
 every class below it at its worst (every job of those classes unscheduled): a higher
 priority never waits for a lower one (when the integers would overflow, each class weighs
@@ -84,6 +93,7 @@ OBJECTIVES = ("slowdown", "completion")
 MAX_COEFF_SUM = 2 ** 60
 WEIGHT_SCALE = 10_000
 SOFT_STRATUM = 1_000
+WAIT_DEN = 4  # wait_weight is rounded to quarters (integer objective)
 
 
 @dataclass(frozen=True)
@@ -166,6 +176,21 @@ class ScheduleProblem:
     # cannot take until the running jobs on them end
     reservations: dict[str, Reservation] = field(default_factory=dict)
     strict_strata: bool = True  # set by int_weights: False when strata had to be soft
+    # the weight of a job's waiting (start steps) beside its completion (module docstring)
+    wait_weight: float = 0.0
+    order: str = "submit"  # the list order after priority and reservations (list_order)
+    aging_s: float = 4 * 3600.0
+
+    @property
+    def coefs(self) -> tuple[int, int]:
+        """(end, start) integer multipliers of a job's weight: ``wait_weight`` as a ratio
+        of quarters (``end + wait_weight * start`` times ``WAIT_DEN``)."""
+        return WAIT_DEN, int(round(self.wait_weight * WAIT_DEN))
+
+    def job_cost(self, start: int, end: int) -> int:
+        """A job's objective term before its weight: ``WAIT_DEN * end + num * start``."""
+        de, ds = self.coefs
+        return de * end + ds * start
 
     @property
     def steps(self) -> int:
@@ -236,9 +261,8 @@ class ScheduleProblem:
         strata: list[tuple[str, int, list[ScheduleJob], int]] = []  # kind, class, jobs, worst
         for c in sorted(members):
             js = members[c]
-            strata.append(("end", c, js, sum(base[j.name] * (H + max(self.dur_steps(o)
-                                                                     for o in j.options))
-                                             for j in js)))
+            strata.append(("end", c, js, sum(base[j.name] * self.job_cost(
+                H, H + max(self.dur_steps(o) for o in j.options)) for j in js)))
             res = [j for j in js if j.name in self.reservations]
             if res:
                 strata.append(("late", c, res, H * len(res)))
@@ -291,13 +315,13 @@ class ScheduleProblem:
                 continue
             got = starts.get(j.name)
             if got is None:
-                end = H + min(self.dur_steps(o) for o in j.options)
+                s, end = H, H + min(self.dur_steps(o) for o in j.options)
                 late = self._late_unscheduled(j)
             else:
                 k, s = got
                 end = s + self.dur_steps(j.options[k], s)
                 late = self._lateness(j, s)
-            total += w[j.name] * end + lw[j.name] * late
+            total += w[j.name] * self.job_cost(s, end) + lw[j.name] * late
         return total
 
     def reserved_step(self, job: ScheduleJob) -> int | None:
@@ -438,7 +462,52 @@ def pool_structure(pools: list[Pool], instance: Instance) -> dict:
         by_cluster.setdefault(p.cluster, []).append(p)
     clusters = {c.name: c for c in instance.clusters}
     return {"by_cluster": by_cluster, "clusters": clusters, "radius": {},
-            "radii": {c: list(clusters[c].network.radii) for c in by_cluster}}
+            "radii": {c: list(clusters[c].network.radii) for c in by_cluster},
+            "nvlink": {c: nvlink_domains(clusters[c], instance) for c in by_cluster}}
+
+
+def nvlink_domains(cluster, instance: Instance) -> dict[str, list[tuple[int, float]]]:
+    """GPU type -> (GPUs a unit may use, per-GPU NVLink GB/s) of each multi-node NVLink
+    domain (NVL72 rack; a partition's trays when partitioned; spare trays left out) of a
+    cluster, as the placement model counts them (:mod:`hyperplace.formulations.placement.
+    nvlink`)."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    net = cluster.network
+    if not net.nvlink_domains:
+        return out
+    by_name = {n.name: n for n in cluster.nodes}
+    for d in net.nvlink_domains:
+        members = [by_name[n] for n in d.nodes if n in by_name]
+        if not members:
+            continue
+        n = members[0]
+        trays = min(d.partition_trays or len(d.nodes), d.usable_trays)
+        gbps = d.gbps_per_gpu if d.gbps_per_gpu is not None else \
+            instance.catalog.get(n.gpu_type).nvlink_gbps
+        out.setdefault(n.gpu_type, []).append((trays * n.gpu_count, gbps))
+    return out
+
+
+def nvlink_shortfall(job: TrainingJob, gpu_type: str, domains: dict[str, list],
+                     gpus_per_node: int) -> str:
+    """Why ``job`` cannot run on ``gpu_type`` in a cluster with these NVLink domains
+    (:func:`nvlink_domains`): a unit bound to one NVLink domain (a slice, or a unit larger
+    than a node that asks for an NVLink floor or ``maxHopCount: 0``, as the placement model
+    binds it) larger than every domain of the type that meets its floor; "" when none."""
+    have = domains.get(gpu_type)
+    if not have:
+        return ""
+    for u in job.units():
+        bound = u.slice_pods > 0 or (u.gpus > gpus_per_node and u.gpus >= 2 and (
+            u.min_nvlink_gbps > 0 or u.max_hop_count == 0))
+        if not bound:
+            continue
+        best = max((g for g, gbps in have if gbps + 1e-9 >= u.min_nvlink_gbps), default=0)
+        if best < u.gpus:
+            return (f"group {u.group} needs {u.gpus} GPUs in one NVLink domain at >= "
+                    f"{u.min_nvlink_gbps:g} GB/s per GPU, but the largest NVLink domain of "
+                    f"{gpu_type} offers {best}")
+    return ""
 
 
 def _by_free(pools: list[Pool], free_now: dict[int, int]) -> list[Pool]:
@@ -536,11 +605,19 @@ def job_options(job: TrainingJob, pools: list[Pool], instance: Instance, duratio
     catalog = instance.catalog
     st = structure if structure is not None else pool_structure(pools, instance)
     found: list[tuple[Option, int]] = []
+    short = ""
     for cname, cps in st["by_cluster"].items():
         radius = st["radius"].setdefault((cname, hop), radius_for(st["clusters"][cname], hop))
         max_tier = _max_tier(radius, st["radii"][cname])
         ok_types = [p.gpu_type for p in cps if p.gpu_type is not None and p.domain is None
                     and all(s is None or catalog.get(p.gpu_type).matches(s) for s in selectors)]
+        nvl = st.get("nvlink", {}).get(cname)
+        if nvl:
+            why = {t: nvlink_shortfall(job, t, nvl, next(p.gpus_per_node for p in cps
+                                                         if p.gpu_type == t))
+                   for t in ok_types}
+            short = short or next((w for w in why.values() if w), "")
+            ok_types = [t for t in ok_types if not why[t]]
         for t in ok_types:
             found += _type_options(job, [p for p in cps if p.gpu_type == t], t, gpus,
                                    max_tier, free_now, per_tier, duration)
@@ -550,8 +627,8 @@ def job_options(job: TrainingJob, pools: list[Pool], instance: Instance, duratio
         pool = pools[keep_pool] if 0 <= keep_pool < len(pools) else None
         found += _reserved_option(job, pool, gpus, selectors, instance, duration)
     if not found:
-        return [], {}, (f"no pool can hold {gpus} GPUs of the types and hop limit it "
-                        f"accepts")
+        return [], {}, short or (f"no pool can hold {gpus} GPUs of the types and hop "
+                                 f"limit it accepts")
     demand = {o.pool: d for o, d in found}
     keep = _trim([o for o, _ in found], pools, max_options, keep_pool)
     return keep, {o.pool: demand[o.pool] for o in keep}, ""
@@ -629,7 +706,8 @@ def build_schedule_problem(instance: Instance, pending: list[PendingJob],
                            = None, usable: Callable[[str], int] | None = None,
                            not_now: dict[str, set[int]] | None = None,
                            pools: list[Pool] | None = None,
-                           facts_cache: dict | None = None) -> ScheduleProblem:
+                           facts_cache: dict | None = None,
+                           wait_weight: float = 0.0) -> ScheduleProblem:
     """The schedule problem of one round (module docstring).
 
     ``pools``: :func:`build_pools` of the instance when the caller keeps them between rounds;
@@ -661,4 +739,4 @@ def build_schedule_problem(instance: Instance, pending: list[PendingJob],
             for pj in pending]
     return ScheduleProblem(now=now, horizon_s=horizon_s, step_s=step_s, pools=pools, jobs=jobs,
                            busy=busy, objective=objective, node_busy=node_busy,
-                           reservations=dict(reservations or {}))
+                           reservations=dict(reservations or {}), wait_weight=wait_weight)

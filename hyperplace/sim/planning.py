@@ -57,6 +57,9 @@ from hyperplace.solvers.schedule import ScheduleResult, forecasts, solve_schedul
 
 DEFAULT_HORIZON_S = 24 * 3600.0
 DEFAULT_STEPS = 288  # 5-minute steps over a day
+WAIT_WEIGHT = 1.0
+ORDER = "srpt"
+AGING_S = 4 * 3600.0
 
 
 def _pin_type(job: TrainingJob, gpu_type: str | None) -> TrainingJob:
@@ -146,7 +149,9 @@ class PlanningEngine(Policy):
     def __init__(self, *, solver: str = "auto", budget_s: float = 1.0, window: int = 200,
                  horizon_s: float = DEFAULT_HORIZON_S, step_s: float | None = None,
                  objective: str = "completion", seed: int = 0, schedule_share: float = 0.6,
-                 max_options: int = 6, round_s: float = 60.0):
+                 max_options: int = 6, round_s: float = 60.0, wait_weight: float = WAIT_WEIGHT,
+                 order: str = ORDER, aging_s: float = AGING_S,
+                 reserve_head: int | None = None):
         for name, v in (("horizon", horizon_s), ("window", window)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: must be positive, got {v!r}")
@@ -160,6 +165,10 @@ class PlanningEngine(Policy):
         self.schedule_share = schedule_share
         self.max_options = max_options
         self.round_s = round_s
+        self.wait_weight = wait_weight
+        self.order = order
+        self.aging_s = aging_s
+        self.reserve_head = reserve_head  # None: every planned start is a reservation
         self.last: ScheduleResult | None = None
         self.last_instance: Instance | None = None
         self.last_running: dict[str, tuple[list[tuple[str, int]], float]] = {}
@@ -200,11 +209,13 @@ class PlanningEngine(Policy):
             self._facts.clear()
         queued = {j.name for j in view.queue}
         res = {n: r for n, r in self._reserved.items() if n in queued}
-        return build_schedule_problem(
+        prob = build_schedule_problem(
             instance, pending, running, view.now, duration, horizon_s=self.horizon_s,
             step_s=self.step_s, objective=self.objective, max_options=self.max_options,
             reservations=res, not_now=self._not_now, pools=self._pools[1],
-            facts_cache=self._facts)
+            facts_cache=self._facts, wait_weight=self.wait_weight)
+        prob.order, prob.aging_s = self.order, self.aging_s
+        return prob
 
     def forecasts(self) -> dict[str, tuple[float | None, str]]:
         """Job -> (planned start, absolute seconds, or None; pool) from the last round."""
@@ -318,9 +329,11 @@ class PlanningEngine(Policy):
         # could not place may not start in that pool in the next round's schedule
         self._not_now = {n: {result.entries[n].pool} for n in held}
         self._reserved = {}
-        for n, e in result.entries.items():
-            if e.start_step is not None and e.start_step > 0:
-                self._reserved[n] = Reservation(n, e.pool, result.start_s(n))
+        planned = sorted((e.start_step, n) for n, e in result.entries.items()
+                         if e.start_step is not None and e.start_step > 0)
+        for _, n in planned[:self.reserve_head]:  # None: all
+            e = result.entries[n]
+            self._reserved[n] = Reservation(n, e.pool, result.start_s(n))
         self.last_instance = instance
         fallback = result.status == "fallback" or "fallback" in statuses[1:]
         return Decision(starts, instance, plan, solve_s, fallback=fallback, held=held,

@@ -82,10 +82,19 @@ class ScheduleResult:
 
 
 def list_order(problem: ScheduleProblem) -> list[ScheduleJob]:
-    """Priority (highest first), then a reservation's start, then submit time."""
+    """Priority (highest first), then a reservation's start, then ``problem.order``:
+    ``submit`` (submit time) or ``srpt`` (least predicted work first: GPU-seconds at the
+    job's best option, divided by ``1 + wait / aging_s`` so that a large job's turn comes)."""
+    aging = max(problem.aging_s, 1e-9)
+
     def key(j: ScheduleJob):
         r = problem.reservations.get(j.name)
-        return (-j.priority, r.start_s if r is not None else math.inf, j.submit_s, j.name)
+        if problem.order == "srpt":
+            rest = j.best_s * j.gpus / (1.0 + max(0.0, problem.now - j.submit_s) / aging)
+        else:
+            rest = j.submit_s
+        return (-j.priority, r.start_s if r is not None else math.inf, rest, j.submit_s,
+                j.name)
     return sorted(problem.jobs, key=key)
 
 
@@ -145,66 +154,80 @@ class Profile:
             self.nused[self.anc[pool], start:start + dur] += nodes
 
 
+def _take(prof: Profile, problem: ScheduleProblem, j: ScheduleJob, k: int,
+          s: int) -> Planned:
+    """Book option ``k`` of ``j`` from step ``s`` in ``prof``; its :class:`Planned`."""
+    o = j.options[k]
+    d = problem.dur_steps(o, s)
+    prof.take(o.pool, j.demand[o.pool], s, d, j.node_demand.get(o.pool, 0))
+    return Planned(j.name, k, s, o.pool, d)
+
+
+def _keep_reservation(prof: Profile, problem: ScheduleProblem, j: ScheduleJob
+                      ) -> Planned | None:
+    """``j`` at its reservation's pool and start when it still fits there (booked)."""
+    r = problem.reservations.get(j.name)
+    if r is None:
+        return None
+    k = next((i for i, o in enumerate(j.options) if o.pool == r.pool), None)
+    if k is None:
+        return None
+    o, s = j.options[k], problem.reserved_step(j)
+    if s >= problem.steps:
+        return None
+    d = problem.dur_steps(o, s)
+    if prof.earliest(o.pool, j.demand[o.pool], d, lo=s,
+                     nodes=j.node_demand.get(o.pool, 0)) != s:
+        return None
+    return _take(prof, problem, j, k, s)
+
+
+def _best_option(prof: Profile, problem: ScheduleProblem, j: ScheduleJob
+                 ) -> tuple[int, int] | None:
+    """(option, start) of ``j`` with the least objective term (:meth:`ScheduleProblem.
+    job_cost`: completion, plus waiting by ``wait_weight``) on ``prof``; ties: the lower
+    tier, the earlier option. None: no option fits within the profile."""
+    best: tuple[int, int, int, int] | None = None
+    for k, o in enumerate(j.options):
+        bad = prof.bad_steps(o.pool, j.demand[o.pool], j.node_demand.get(o.pool, 0))
+        d = problem.dur_steps(o, 0)
+        s = None if o.pool in j.not_now or d > prof.length or bad[d] else 0
+        if s != 0:  # not now: from step 1, at the length of a later start
+            d = problem.dur_steps(o, 1)
+            s = prof.first_fit(bad, d, lo=1)
+        if s is None:
+            continue
+        key = (problem.job_cost(s, s + d), problem.pools[o.pool].tier, k, s)
+        if best is None or key < best:
+            best = key
+    return None if best is None else (best[2], best[3])
+
+
 def list_schedule(problem: ScheduleProblem, jobs: list[ScheduleJob],
                   fixed: dict[str, Planned] | None = None, span: int = GREEDY_SPAN,
                   warm: bool = True) -> dict[str, Planned]:
     """List scheduling of ``jobs`` in the given order around ``fixed`` (module docstring);
     ``warm``: the reservations first, where they still fit."""
-    H = problem.steps
     longest = max((problem.dur_steps(o) for j in problem.jobs for o in j.options), default=1)
-    prof = Profile(problem, span * H + longest + 1)
+    prof = Profile(problem, span * problem.steps + longest + 1)
     by_name = {j.name: j for j in problem.jobs}
     out: dict[str, Planned] = {}
     for name, e in (fixed or {}).items():
         if e.start_step is not None:  # a fixed job left out of the horizon is list scheduled
-            out[name] = e
-            j = by_name[name]
-            o = j.options[e.option]
-            prof.take(o.pool, j.demand[o.pool], e.start_step,
-                      problem.dur_steps(o, e.start_step),
-                      j.node_demand.get(o.pool, 0))
+            out[name] = _take(prof, problem, by_name[name], e.option, e.start_step)
     if warm:
         # the previous round's schedule first: each reservation at its pool and start
         # when it still fits there (in list order), the rest around them
         for j in jobs:
-            r = problem.reservations.get(j.name)
-            if r is None or j.name in out:
-                continue
-            k = next((i for i, o in enumerate(j.options) if o.pool == r.pool), None)
-            if k is None:
-                continue
-            o, s = j.options[k], problem.reserved_step(j)
-            if s >= H:
-                continue
-            d = problem.dur_steps(o, s)
-            nd = j.node_demand.get(o.pool, 0)
-            if prof.earliest(o.pool, j.demand[o.pool], d, lo=s, nodes=nd) == s:
-                prof.take(o.pool, j.demand[o.pool], s, d, nd)
-                out[j.name] = Planned(j.name, k, s, o.pool, d)
+            got = None if j.name in out else _keep_reservation(prof, problem, j)
+            if got is not None:
+                out[j.name] = got
     for j in jobs:
         if j.name in out:
             continue
-        best: tuple[int, int, int, int] | None = None
-        for k, o in enumerate(j.options):
-            bad = prof.bad_steps(o.pool, j.demand[o.pool], j.node_demand.get(o.pool, 0))
-            d = problem.dur_steps(o, 0)
-            s = None if o.pool in j.not_now or d > prof.length or bad[d] else 0
-            if s != 0:  # not now: from step 1, at the length of a later start
-                d = problem.dur_steps(o, 1)
-                s = prof.first_fit(bad, d, lo=1)
-            if s is None:
-                continue
-            key = (s + d, problem.pools[o.pool].tier, k, s)
-            if best is None or key < best:
-                best = key
-        if best is None:
-            out[j.name] = Planned(j.name, None, None)
-            continue
-        _, _, k, s = best
-        o = j.options[k]
-        d = problem.dur_steps(o, s)
-        prof.take(o.pool, j.demand[o.pool], s, d, j.node_demand.get(o.pool, 0))
-        out[j.name] = Planned(j.name, k, s, o.pool, d)
+        best = _best_option(prof, problem, j)
+        out[j.name] = (Planned(j.name, None, None) if best is None
+                       else _take(prof, problem, j, *best))
     return out
 
 
@@ -263,7 +286,10 @@ class _Model:
         m.AddExactlyOne([*xs, out])
         m.Add(end >= H + min(durs)).OnlyEnforceIf(out)
         m.Add(start == 0).OnlyEnforceIf(out)
-        self.obj.append(self.w[j.name] * end)
+        de, ds = self.p.coefs
+        self.obj.append(self.w[j.name] * de * end)
+        if ds:  # an unscheduled job waits the whole horizon (its start is 0 in the model)
+            self.obj.append(self.w[j.name] * ds * (start + H * out))
         r = self.p.reserved_step(j)
         if r is not None:
             late = m.NewIntVar(0, H, f"l_{j.name}")
