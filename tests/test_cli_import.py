@@ -55,7 +55,7 @@ def test_imported_nodes_take_a_queue(tmp_path: Path, capsys) -> None:
     (["--from", "alibaba", str(ROOT / "examples" / "nvidia-smi-topo.txt")],
      "not an Alibaba machine list"),
     (["--from", "nvidia-smi", str(ROOT / "examples" / "nvidia-smi-topo.txt"), "--count",
-      "100000"], "more than the limit of 262,144"),
+      "200000"], "more than the limit of 1,048,576"),
     (["--from", "tpu", "x"], "--from"),
 ], ids=["nccl-no-type", "hypernode-regex", "hypernode-no-type", "alibaba-wrong", "count",
         "format"])

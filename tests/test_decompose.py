@@ -106,3 +106,18 @@ def test_the_write_reserve_follows_its_documented_rule():
         pytest.approx(100.0 + 10.0 - write_reserve_s(inst))
     bigger = generate(2048, 600, None, 0.4, 2)
     assert write_reserve_s(bigger) > write_reserve_s(inst)
+
+
+def test_without_the_lp_jobs_go_by_free_room(monkeypatch):
+    """When the aggregated model cannot run (no time), each job goes to the cluster with the
+    most free GPUs of its types: the plan is still the whole round's, valid and explained."""
+    import hyperplace.solvers.decompose as decompose
+    from hyperplace.solvers.backends.aggregate import AggregateBound
+
+    monkeypatch.setattr(decompose, "aggregate_bound", lambda *a, **k: AggregateBound(
+        None, 0, 0, 0, 0, 0.0, "no time left"))
+    inst = generate_federation(2, 128, 30, None, 0.5, 2, size_scale=2)
+    plan = solve_decomposed(inst, budget_s=10)
+    assert check(plan, inst) == []
+    assert "by free room" in plan.message and plan.jobs
+    assert plan.bound is not None and plan.bound >= plan.objective

@@ -1,8 +1,10 @@
 """Documented input limits, refused at once with the limit named (README "Limits").
 
-Each limit is far above what a real cluster or queue needs (the largest instance the
-placement engine is benchmarked on has 131,072 GPUs and 16,000 pending jobs) and low enough
-that a typo or a hostile file is refused in milliseconds instead of exhausting memory.
+Each limit is far above what a real cluster or queue needs and low enough that a typo or a
+hostile file is refused in milliseconds instead of exhausting memory. The largest instances
+benchmarked (bench/bench_scale.py --large, #25) are a federation of 16 clusters of 65,536
+GPUs with 100,000 pending jobs (the GPU and job limits) and 262,144 GPUs with 32,768 jobs
+in one cluster; their peak RSS per GPU and per job is in bench/results/scale.md.
 The input-file limits (bytes, YAML aliases) are in :mod:`hyperplace.io`.
 """
 
@@ -17,9 +19,9 @@ MAX_NAME_LENGTH = 253
 #: Longest string of any kind in a document (annotations, descriptions, reasons).
 MAX_STRING_LENGTH = 65_536
 #: Most GPUs in one instance (all clusters), and in one generated instance.
-MAX_GPUS = 262_144
+MAX_GPUS = 1_048_576
 #: Most pending jobs in one instance.
-MAX_JOBS = 50_000
+MAX_JOBS = 100_000
 #: Most replicas of one HyperJob replicated job (child Volcano Jobs are named one by one).
 MAX_HYPERJOB_REPLICAS = 16_384
 #: Most gang units one job expands into (replicas x model-parallel groups, plus auxiliaries).

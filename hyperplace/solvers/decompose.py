@@ -79,8 +79,10 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
         return solve_placement(instance, solver=solver, budget_s=left, policy=policy,
                                seed=seed, workers=workers, params=params,
                                deadline=budget.deadline)
-    whole = aggregate_bound(p, budget.deadline, assign=True)
-    assignment = whole.assignment or {}
+    built_s = budget.elapsed()
+    tail = max(params.budget.reserve_s, TAIL_FRACTION * budget_s)
+    whole = aggregate_bound(p, budget.deadline - tail, assign=True)
+    assignment = whole.assignment if whole.assignment is not None else _by_room(p)
     parts = {c.name: Part(c.name, []) for c in instance.clusters}
     for j, cluster in sorted(assignment.items()):
         parts[cluster].jobs.append(j)
@@ -94,7 +96,7 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
         part.need_s = part.build_s + estimate_vars(part.problem) / \
             params.budget.vars_per_second(backend)
     merged = Assignment()
-    tail = max(params.budget.reserve_s, TAIL_FRACTION * budget_s)
+    parts_start = time.perf_counter()
     todo.sort(key=lambda part: -part.need_s)
     for k, part in enumerate(todo):
         assert part.problem is not None
@@ -109,22 +111,57 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
         part.status, part.solver = sub.status.value, sub.name
         part.admitted = len(sub.chosen.units)
         _merge(p, part.problem, sub.chosen, merged)
+    parts_s = time.perf_counter() - parts_start
     r = SolveRound(p, budget, params, budget_s=budget_s)
     r.agg_bound, r.agg_s = whole.bound, whole.seconds
+    t = time.perf_counter()
     r.chosen = r.greedy = repair_priority(p, merged, params.greedy, budget.deadline)
+    repair_s = time.perf_counter() - t
     statuses = {part.status for part in todo}
     exact = statuses <= {SolveStatus.OPTIMAL.value, SolveStatus.FEASIBLE.value}
     r.status = SolveStatus.FEASIBLE if exact or not todo else SolveStatus.FALLBACK
     r.name = f"decomposed ({len(todo)} clusters: " + ", ".join(
         sorted({part.solver for part in todo})) + ")"
-    r.note(f"decomposed by cluster: each job to one cluster by the aggregated model's LP "
-           f"({whole.seconds:.2f} s), parts solved under budgets split by measured need ("
+    how = (f"the aggregated model's LP ({whole.seconds:.2f} s)" if whole.assignment is not None
+           else f"free room (the aggregated model's LP: {whole.status or 'not solved'})")
+    r.note(f"decomposed by cluster: the whole round's problem {built_s:.1f} s, each job to "
+           f"one cluster by {how}, the parts {parts_s:.1f} s, the priority repair of the "
+           f"whole {repair_s:.1f} s; parts solved under budgets split by measured need ("
            + "; ".join(f"{part.cluster} {len(part.jobs)} jobs {part.budget_s:.1f} s "
                        f"{part.status}" for part in todo[:8])
            + ("; ..." if len(todo) > 8 else "") + ")")
     if parts_out is not None:
         parts_out.extend(todo)
     return finish(r)
+
+
+def _by_room(p: PlacementProblem) -> dict[int, str]:
+    """Each pending job to the cluster with the most free GPUs left of the types it may use
+    (queue order, the job's GPUs taken off): the assignment when the LP did not run."""
+    room: dict[tuple[str, str], int] = {}
+    for n in p.nodes:
+        key = (n.cluster.name, n.gpu_type.name)
+        room[key] = room.get(key, 0) + len(n.free)
+    out: dict[int, str] = {}
+    for jv in p.pending:
+        if jv.impossible:
+            continue
+        types = p.types_for(jv.classes)
+        per_cluster: dict[str, int] = {}
+        for (cluster, t), free in room.items():
+            if t in types:
+                per_cluster[cluster] = per_cluster.get(cluster, 0) + free
+        if not per_cluster:
+            continue
+        best = max(per_cluster, key=lambda c: per_cluster[c])
+        out[jv.index] = best
+        left = jv.gpus
+        for (cluster, t) in sorted(room, key=lambda k: -room[k]):
+            if cluster == best and t in types and left > 0:
+                take = min(left, room[(cluster, t)])
+                room[(cluster, t)] -= take
+                left -= take
+    return out
 
 
 def _part_instance(instance: Instance, part: Part, p: PlacementProblem) -> Instance:
