@@ -64,3 +64,72 @@ def test_an_ep_group_without_a_floor_stays_in_one_rack_where_it_can(solver):
     assert plan.admitted == ["moe"] and check(plan, inst) == []
     net = inst.clusters[0].network
     assert {net.nvlink_domain_of(g.node).name for g in plan.placements[0].gpus} == {"r01"}
+
+
+# ---- expert parallelism in predict and plan (#22 item 2) --------------------------------
+
+
+def _mixtral_ep(tp: int, dp: int, ep: int):
+    from hyperplace.costmodel.predict import predict
+
+    return predict(model_preset("mixtral-8x7b"), "H100-80", tp=tp, pp=1, dp=dp,
+                   global_batch=64, ep=ep, zero=1)
+
+
+def test_predicted_all_to_all_matches_a_hand_computed_case():
+    """Mixtral 8x7B (32 MoE layers, hidden 4096, top-2, seq 4096) on 16 H100, one
+    sequence per micro-batch, 64 per step. Per MoE layer and micro-batch four all-to-alls
+    (dispatch and combine, forward and backward) of 4096 tokens x 2 experts x 4096 x 2
+    bytes = 64 MiB per rank.
+    * TP1 x EP8: the group is one 8-GPU node: 7/8 of the bytes over NVLink at 0.8 x 450 GB/s
+      per direction, 7 steps of 2 us; m = 64 / 16 = 4 micro-batches.
+    * TP2 x EP8 (8 DP ranks): 4 EP ranks per node, so 4/8 of the bytes leave the node over
+      the 400 Gb/s NIC (50 GB/s), 4 steps of 5 us: the slower part sets the time."""
+    nbytes = 4096 * 2 * 4096 * 2
+    inside = 7 / 8 * nbytes / (0.8 * 450e9) + 7 * 2e-6
+    assert _mixtral_ep(1, 16, 8).parts["epComm"] == pytest.approx(4 * 4 * 32 * inside)
+    outside = 4 / 8 * nbytes / 50e9 + 4 * 5e-6
+    m = 64 // 8
+    assert _mixtral_ep(2, 8, 8).parts["epComm"] == pytest.approx(m * 4 * 32 * outside)
+    # the parts still add up to the step
+    p = _mixtral_ep(2, 8, 8)
+    assert sum(p.parts.values()) == pytest.approx(p.step_time_s)
+    assert "epComm" not in _mixtral_ep(2, 8, 1).parts
+
+
+def test_expert_parallel_memory_by_hand():
+    """EP shards the routed experts' weights and gradients (not already sharded by ZeRO-1);
+    their optimizer state stays sharded over all DP ranks, as without EP. Mixtral: 32 MoE
+    layers of 8 experts x 3 x 4096 x 14336 parameters; TP 2."""
+    experts = 32 * 8 * 3 * 4096 * 14336
+    one, four = _mixtral_ep(2, 8, 1).memory, _mixtral_ep(2, 8, 4).memory
+    assert one["weights"] - four["weights"] == pytest.approx(2 * experts / 2 * 3 / 4 / 1e9)
+    assert one["gradients"] - four["gradients"] == pytest.approx(2 * experts / 2 * 3 / 4 / 1e9)
+    assert one["optimizer"] == pytest.approx(four["optimizer"])
+
+
+@pytest.mark.parametrize("model,ep,why", [("llama3-8b", "2", "MoE"),
+                                          ("mixtral-8x7b", "3", "experts"),
+                                          ("mixtral-8x7b", "16", "experts"),
+                                          ("deepseek-moe-16b", "16", "DP x CP")])
+def test_bad_expert_parallelism_is_one_line_naming_ep(model, ep, why):
+    from typer.testing import CliRunner
+
+    from hyperplace.cli import app
+
+    res = CliRunner().invoke(app, ["predict", "--model-name", model, "--gpu", "H100",
+                                   "--tp", "1", "--dp", "8", "--ep", ep])
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--ep" in lines[0] and why in lines[0]
+
+
+def test_planner_searches_expert_parallelism_as_brute_force_does():
+    from hyperplace.costmodel.plan import brute_force, plan
+
+    spec = model_preset("deepseek-moe-16b")
+    res = plan(spec, [("H100-80", 8)], global_batch=16, top=1)
+    oracle = brute_force(spec, "H100-80", 8, 16)
+    assert res.best[0].candidate == oracle[0].candidate
+    assert any(o.candidate.ep > 1 for o in oracle)
+    assert res.best[0].prediction.fits

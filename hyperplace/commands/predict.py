@@ -98,6 +98,8 @@ def predict_command(
     virtual_stages: int = typer.Option(1, "--virtual-stages",
                                        help="interleaved 1F1B: model chunks per pipeline rank"),
     cp: int = typer.Option(1, "--cp", help="context-parallel degree (GPUs = TP x CP x PP x DP)"),
+    ep: int = typer.Option(1, "--ep", help="expert-parallel degree of an MoE model (divides "
+                                           "its experts and DP x CP)"),
     overlap_grad_reduce: bool = typer.Option(
         True, "--overlap-grad-reduce/--no-overlap-grad-reduce",
         help="DP gradient reduction under the last micro-batch's backward (default on)"),
@@ -115,7 +117,8 @@ def predict_command(
                        flash=flash, sequence_parallel=sequence_parallel,
                        precision=precision.value, virtual_stages=virtual_stages, cp=cp,
                        overlap_grad_reduce=overlap_grad_reduce,
-                       selective_recompute=selective_recompute, calibration=fitted)
+                       selective_recompute=selective_recompute, ep=ep,
+                       calibration=fitted)
     except InputError as exc:
         typer.echo(f"error: {exc.one_line()}", err=True)
         raise typer.Exit(2) from None

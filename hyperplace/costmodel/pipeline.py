@@ -15,6 +15,7 @@ import numpy as np
 
 from hyperplace.costmodel.calibration import Calibration, default_calibration
 from hyperplace.costmodel.layers import (
+    GPUS_PER_NODE,
     GRAD_BYTES,
     dp_allreduce_time,
     optimizer_fixed,
@@ -62,6 +63,7 @@ class SplitData:
     links: list[LinkInfo]  # P-1 links between neighbours
     time_sources: list[str] = field(default_factory=list)  # per stage: measured/scaled/fitted
     tp_comm: np.ndarray | None = None  # (P, L) part of ``time`` that is TP communication
+    ep_comm: np.ndarray | None = None  # (P, L) part of ``time`` that is EP all-to-all
     fwd: np.ndarray | None = None  # (P, L) forward part of ``time``
     optimizer_layer: np.ndarray | None = None  # (P, L) optimizer update seconds per layer
     optimizer_const: np.ndarray | None = None  # (P,) fixed part of it
@@ -190,6 +192,7 @@ class StageRows:
     time: np.ndarray
     fwd: np.ndarray  # forward part of ``time``
     tp_comm: np.ndarray  # part of ``time`` that is tensor-parallel communication
+    ep_comm: np.ndarray  # part of ``time`` that is expert-parallel all-to-all
     state_mem: np.ndarray  # weights, grads, optimizer state per GPU
     act_mem: np.ndarray  # activations per in-flight micro-batch per GPU
     dp_sync: np.ndarray
@@ -224,6 +227,20 @@ def memory_terms(problem: SplitProblem, stage: Stage, layers: list[Layer]
     opt = params * (12.0 / d if zero >= 1 else 12.0) / t
     if zero == 0 and problem.fp32_grad_accum:
         grads = grads * 2.0
+    ep = problem.expert_parallel
+    if ep > 1:
+        # routed experts sharded over EP ranks: what is not already sharded over all d
+        # DP ranks shrinks by ep (ZeRO's shards of them span the d/ep expert-DP ranks of
+        # each of the ep shards: d in all, as for the dense parameters)
+        experts = expert_params(model, layers)
+        keep = 1.0 - 1.0 / ep
+        if zero < 3:
+            weights = weights - experts * 2.0 / t * keep
+        if zero < 2:
+            grads = grads - experts * (4.0 if zero == 0 and problem.fp32_grad_accum
+                                       else 2.0) / t * keep
+        if zero < 1:
+            opt = opt - experts * 12.0 / t * keep
     sp = model.has_dimensions and model.sequence_parallel
     if problem.recompute:
         act = np.array([layer.recompute_bytes / (t if sp else 1) for layer in layers]) / d
@@ -243,6 +260,64 @@ def memory_terms(problem: SplitProblem, stage: Stage, layers: list[Layer]
             "buffers": buffers, "recomputeWorkingSet": working}
 
 
+# GPUs per NVLink domain (the all-to-all's fast part): an 8-GPU board, or an NVL72 rack.
+NVLINK_DOMAIN_GPUS = {"GB200": 72, "GB300": 72}
+
+
+def expert_params(model: Any, layers: list[Layer]) -> np.ndarray:
+    """Routed-expert parameters of every layer (what expert parallelism shards): ``E``
+    experts of :func:`~hyperplace.models.transformer.mlp_params` each on an MoE layer, zero
+    on dense layers, shared experts and the router (replicated on every EP rank)."""
+    from hyperplace.models.transformer import is_moe_layer, mlp_params
+
+    if not model.has_dimensions or model.num_experts <= 1 or model.layer_params is not None:
+        return np.zeros(len(layers))
+    per = model.num_experts * mlp_params(model, model.moe_ffn)
+    return np.array([per if is_moe_layer(model, i) else 0.0 for i in range(len(layers))])
+
+
+def local_params(problem: SplitProblem, layers: list[Layer]) -> np.ndarray:
+    """Parameters per layer one TP x EP shard holds before ZeRO (its gradients are what the
+    DP sync reduces, its weights what ZeRO-3 gathers): the routed experts over ``ep``."""
+    params = np.array([layer.params for layer in layers])
+    if problem.expert_parallel <= 1:
+        return params
+    return params - expert_params(problem.model, layers) * (1.0 - 1.0 / problem.expert_parallel)
+
+
+def expert_alltoall_seconds(problem: SplitProblem, stage: Stage, layers: list[Layer],
+                            catalog: GPUCatalog) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds per layer and micro-batch of expert parallelism's
+    all-to-alls: per MoE layer a dispatch and a combine forward and the same two backward
+    (:func:`hyperplace.costmodel.collectives.expert_alltoall`), each of the tokens a TP rank
+    holds (``b·s/cp``, over TP with sequence parallelism) x top-k x hidden BF16 values.
+    The EP group is ``ep`` consecutive data-parallel ranks (Megatron-Core's order TP, CP,
+    EP, DP), so ``domain / (TP·CP)`` of them share an NVLink domain (8 GPUs, 72 on NVL72);
+    the rest go over the fabric at the NIC's bandwidth. Not overlapped with compute."""
+    from hyperplace.costmodel.collectives import expert_alltoall, moe_dispatch_bytes
+    from hyperplace.costmodel.features import NVSWITCH_BUS_EFFICIENCY
+
+    ep = problem.expert_parallel
+    zeros = np.zeros(len(layers))
+    experts = expert_params(problem.model, layers)
+    if ep <= 1 or not experts.any():
+        return zeros, zeros
+    model = problem.model
+    g = _gpu(catalog, stage)
+    t, d = stage.tensor_parallel, stage.data_parallel  # d counts CP ranks
+    tokens = model.micro_batch_size * model.seq_length / d
+    if model.sequence_parallel:
+        tokens /= t
+    nbytes = moe_dispatch_bytes(tokens, model.hidden_size, model.experts_per_token)
+    domain = NVLINK_DOMAIN_GPUS.get(g.family, GPUS_PER_NODE)
+    per_domain = max(1, min(ep, domain // max(1, t * problem.context_parallel)))
+    nvlink = NVSWITCH_BUS_EFFICIENCY * g.nvlink_gbps / 2 * 1e9
+    fabric = g.nic_gbps / 8 * 1e9
+    one = expert_alltoall(nbytes, ep, per_domain, nvlink, fabric)
+    per_layer = np.where(experts > 0, 2 * one, 0.0)
+    return per_layer, per_layer.copy()
+
+
 def zero3_gather_seconds(problem: SplitProblem, stage: Stage, layers: list[Layer],
                          catalog: GPUCatalog, calibration: Calibration | None = None
                          ) -> np.ndarray:
@@ -256,7 +331,7 @@ def zero3_gather_seconds(problem: SplitProblem, stage: Stage, layers: list[Layer
     g = _gpu(catalog, stage)
     per_byte, _ = _sync_cost(g, stage, problem, catalog)
     exposure = (calibration or default_calibration()).comm_exposure(g, catalog)
-    params = np.array([layer.params for layer in layers])
+    params = local_params(problem, layers)
     return 2 * 0.5 * per_byte * GRAD_BYTES * params / t * exposure
 
 
@@ -269,18 +344,20 @@ def stage_rows(problem: SplitProblem, stage: Stage, layers: list[Layer],
     times = stage_layer_times(problem.model, layers, g, t, d, recompute=problem.recompute,
                               precision=stage.precision or problem.precision,
                               calibration=calibration, catalog=catalog)
-    params = np.array([layer.params for layer in layers])
     terms = memory_terms(problem, stage, layers)
     state = terms["weights"] + terms["gradients"] + terms["optimizer"] + terms["logits"]
     act = terms["activations"]
     per_byte, latency = _sync_cost(g, stage, problem, catalog)
-    dp = per_byte * GRAD_BYTES * params / t
+    dp = per_byte * GRAD_BYTES * local_params(problem, layers) / t
     gather = zero3_gather_seconds(problem, stage, layers, catalog, calibration)
-    time_s, fwd_s = times.total + gather, times.fwd + gather / 2
+    ep_fwd, ep_bwd = expert_alltoall_seconds(problem, stage, layers, catalog)
+    time_s = times.total + gather + ep_fwd + ep_bwd
+    fwd_s = times.fwd + gather / 2 + ep_fwd
     optimizer = optimizer_times(layers, g, t, d, problem.zero, calibration, catalog)
     const = float(terms["runtime"] + terms["buffers"] + terms["recomputeWorkingSet"])
     reserve = 1.0 + FRAGMENTATION_RESERVE
     return StageRows(gpu=g, time=time_s, fwd=fwd_s, tp_comm=times.tp_comm,
+                     ep_comm=ep_fwd + ep_bwd,
                      state_mem=state * reserve, act_mem=act * reserve, dp_sync=dp,
                      dp_const=latency, optimizer=optimizer,
                      optimizer_const=optimizer_fixed(g, calibration, catalog),
@@ -338,6 +415,7 @@ def build_split_data(
         inflight=inflight, dp_sync_layer=np.vstack([r.dp_sync for r in rows]),
         dp_sync_const=np.array([r.dp_const for r in rows]), links=links,
         time_sources=[r.source for r in rows], tp_comm=np.vstack([r.tp_comm for r in rows]),
+        ep_comm=np.vstack([r.ep_comm for r in rows]),
         fwd=np.vstack([r.fwd for r in rows]),
         optimizer_layer=np.vstack([r.optimizer for r in rows]),
         optimizer_const=np.array([r.optimizer_const for r in rows]),

@@ -2,7 +2,8 @@
 
 The search space: TP (powers of two up to 8, dividing the heads and the GPUs), CP (1, 2, 4,
 dividing the sequence), PP (divisors of the rest, up to the layers), interleaving (1, 2, 4
-virtual stages), micro-batch (1, 2, 4), recomputation (none, selective, full) and sharding
+virtual stages), micro-batch (1, 2), recomputation (none, selective, full), expert
+parallelism for an MoE model (powers of two dividing its experts and DP x CP) and sharding
 (distributed optimizer, or ZeRO-3 / FSDP), DP the rest; the global batch is fixed (the
 user's, or about 4 M tokens), so configurations compare by step time. Every candidate is
 priced by :func:`hyperplace.costmodel.predict.predict`, the one cost model.
@@ -27,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hyperplace.costmodel.calibration import Calibration, default_calibration
-from hyperplace.costmodel.predict import Prediction, layer_seconds, predict
+from hyperplace.costmodel.pipeline import expert_params
+from hyperplace.costmodel.predict import Prediction, layer_seconds, layers_of, predict
 from hyperplace.errors import InputError
 from hyperplace.models.gpu import GPUCatalog, default_catalog
 from hyperplace.models.model_spec import ModelSpec
@@ -53,11 +55,13 @@ class Candidate:
     micro_batch: int
     recompute: str
     zero: int
+    ep: int = 1
 
     def label(self) -> str:
         v = f" V{self.virtual_stages}" if self.virtual_stages > 1 else ""
         cp = f" CP{self.cp}" if self.cp > 1 else ""
-        return (f"TP{self.tp}{cp} PP{self.pp}{v} DP{self.dp} mb{self.micro_batch} "
+        ep = f" EP{self.ep}" if self.ep > 1 else ""
+        return (f"TP{self.tp}{cp} PP{self.pp}{v} DP{self.dp}{ep} mb{self.micro_batch} "
                 f"recompute {self.recompute} ZeRO-{self.zero}")
 
 
@@ -139,16 +143,31 @@ def candidates(spec: ModelSpec, gpus: int, global_batch: int) -> list[Candidate]
                             continue
                         for rc in RECOMPUTE:
                             for zero in ((1, 3) if dp * cp > 1 else (0,)):
-                                out.append(Candidate(tp, cp, pp, dp, v, mb, rc, zero))
+                                for ep in _expert_degrees(spec, dp * cp):
+                                    out.append(Candidate(tp, cp, pp, dp, v, mb, rc, zero, ep))
     return out
 
 
-def _state_bound_gb(total_params: float, c: Candidate) -> float:
-    """Weights + gradients + optimizer state per GPU: a lower bound on its memory."""
-    params = total_params / (c.tp * c.pp)
+def _expert_degrees(spec: ModelSpec, ranks: int) -> list[int]:
+    """EP degrees for an MoE model: powers of two dividing its routed experts and the
+    DP x CP ranks (1 for a dense model)."""
+    if not spec.has_dimensions or spec.num_experts <= 1:
+        return [1]
+    out, ep = [], 1
+    while ep <= min(spec.num_experts, ranks):
+        if spec.num_experts % ep == 0 and ranks % ep == 0:
+            out.append(ep)
+        ep *= 2
+    return out
+
+
+def _state_bound_gb(total_params: float, c: Candidate, experts: float = 0.0) -> float:
+    """Weights + gradients + optimizer state per GPU: a lower bound on its memory (the
+    ``experts`` routed-expert parameters of them sharded by EP where ZeRO does not)."""
     shards = c.dp * c.cp
     per = {0: 16.0, 1: 4.0 + 12.0 / shards, 3: 16.0 / shards}[c.zero]
-    return params * per / 1e9
+    per_expert = {0: 16.0 / c.ep, 1: 4.0 / c.ep + 12.0 / shards, 3: 16.0 / shards}[c.zero]
+    return ((total_params - experts) * per + experts * per_expert) / (c.tp * c.pp) / 1e9
 
 
 def price_candidate(spec: ModelSpec, gpu: str, c: Candidate, global_batch: int,
@@ -157,7 +176,8 @@ def price_candidate(spec: ModelSpec, gpu: str, c: Candidate, global_batch: int,
                    virtual_stages=c.virtual_stages, micro_batch=c.micro_batch,
                    global_batch=global_batch, recompute=c.recompute == "full",
                    selective_recompute=c.recompute == "selective", zero=c.zero,
-                   sequence_parallel=c.tp > 1, calibration=calibration, catalog=catalog)
+                   sequence_parallel=c.tp > 1, ep=c.ep, calibration=calibration,
+                   catalog=catalog)
 
 
 def compute_bound_s(spec: ModelSpec, gpu: str, c: Candidate, global_batch: int,
@@ -188,7 +208,7 @@ def _ranked(planned: list[Planned]) -> list[Planned]:
     """Fastest first; among equal step times the simpler configuration (less CP, smaller
     micro-batch, fewer virtual stages, less recomputation and sharding)."""
     return sorted(planned, key=lambda p: (-round(p.prediction.tokens_per_s, 6), p.candidate.cp,
-                                          p.candidate.micro_batch, p.candidate.virtual_stages,
+                                          p.candidate.ep, p.candidate.micro_batch, p.candidate.virtual_stages,
                                           RECOMPUTE.index(p.candidate.recompute),
                                           p.candidate.zero))
 
@@ -229,6 +249,7 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
         raise InputError("must be a positive integer", path="--global-batch")
     cap = slow.hbm_gb
     total_params = spec.total_params()
+    total_experts = float(expert_params(spec, layers_of(spec)).sum())
     cands = candidates(spec, gpus, gb)
     if not cands:
         raise InputError(f"no TP x CP x PP x DP x micro-batch of {gpus} GPUs divides the "
@@ -255,12 +276,12 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
                                     "boundS": round(bounds[c], 4),
                                     "bestS": round(kth[0], 4), "candidates": rest})
             break
-        base = (c.tp, c.cp, c.pp, c.dp, c.virtual_stages, c.micro_batch)
+        base = (c.tp, c.cp, c.pp, c.dp, c.virtual_stages, c.micro_batch, c.ep)
         mine = (order[c.recompute], c.zero)
         if any(r <= mine[0] and z <= mine[1] for r, z in fitting.get(base, [])):
             pruned += 1  # a variant with less recomputation and sharding fits: it is faster
             continue
-        bound = _state_bound_gb(total_params, c)
+        bound = _state_bound_gb(total_params, c, total_experts)
         if bound > cap:
             pruned += 1
             key = "weights, gradients and optimizer state alone exceed the memory"

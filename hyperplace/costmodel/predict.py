@@ -183,14 +183,16 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
             recompute: bool = False, zero: int = 0, flash: bool | None = None,
             sequence_parallel: bool | None = None, precision: str = "bf16",
             virtual_stages: int = 1, cp: int = 1, overlap_grad_reduce: bool = True,
-            selective_recompute: bool = False,
+            selective_recompute: bool = False, ep: int = 1,
             calibration: Calibration | None = None,
             catalog: GPUCatalog | None = None) -> Prediction:
     """Price one configuration (see the module docstring); InputError on bad input.
 
     ``virtual_stages``: interleaved 1F1B with that many model chunks per pipeline rank;
     ``cp``: context parallelism (each of ``cp`` ranks holds ``s/cp`` of every sequence;
-    GPUs = TP x CP x PP x DP).
+    GPUs = TP x CP x PP x DP); ``ep``: expert parallelism of an MoE model (its routed
+    experts sharded over ``ep`` of the DP x CP ranks, tokens sent to them and back by
+    all-to-alls: :func:`hyperplace.costmodel.pipeline.expert_alltoall_seconds`).
     """
     from hyperplace.costmodel.kernels import has_fp8
     from hyperplace.costmodel.pipeline import (
@@ -218,6 +220,17 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
                          "Blackwell or MI300-class GPUs)", path="--precision")
     _positive(virtual_stages, "--virtual-stages")
     _positive(cp, "--cp")
+    _positive(ep, "--ep")
+    if ep > 1:
+        if not spec.has_dimensions or spec.num_experts <= 1:
+            raise InputError(f"expert parallelism needs an MoE model; {spec.name} has no "
+                             "routed experts", path="--ep")
+        if spec.num_experts % ep:
+            raise InputError(f"EP {ep} does not divide the model's {spec.num_experts} "
+                             "routed experts", path="--ep")
+        if (dp * cp) % ep:
+            raise InputError(f"EP {ep} does not divide DP x CP = {dp * cp} (the expert-"
+                             "parallel group is made of data-parallel ranks)", path="--ep")
     if virtual_stages > 1:
         if pp == 1:
             raise InputError("interleaving needs pipeline stages: use --pp > 1",
@@ -271,7 +284,8 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
                            recompute=recompute, fixed_order=True,
                            virtual_stages=virtual_stages,
                            overlap_grad_reduce=overlap_grad_reduce and dp * cp > 1,
-                           precision=cast(Precision, precision))
+                           precision=cast(Precision, precision), expert_parallel=ep,
+                           context_parallel=cp)
     layer_list = layers_of(model)
     # Every stage is the same GPUs: price the layers once for all of them.
     rows = stage_rows(problem, stages[0], layer_list, catalog, calibration)
@@ -283,15 +297,20 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
     k = max(range(pp), key=lambda i: ev.load_s[i])
     assert data.tp_comm is not None and data.fwd is not None
     tp_part = float(data.tp_comm[k, cuts[k]:cuts[k + 1]].sum())
+    ep_part = float(data.ep_comm[k, cuts[k]:cuts[k + 1]].sum()) if data.ep_comm is not None \
+        else 0.0
     j = max(range(pp), key=lambda i: ev.dp_sync_s[i] + ev.optimizer_s[i])
     parts = {
-        "compute": m * (ev.compute_s[k] - tp_part),
+        "compute": m * (ev.compute_s[k] - tp_part - ep_part),
         "tpComm": m * tp_part,
+        "epComm": m * ep_part,
         "p2p": m * ev.transfer_s[k],
         "bubble": ev.pipeline_time_s - m * ev.load_s[k],
         "dpSync": ev.dp_sync_s[j],
         "optimizer": ev.optimizer_s[j],
     }
+    if ep <= 1:
+        del parts["epComm"]  # no expert parallelism: no all-to-all part
     step = ev.step_time_s
     flops_per_sequence = sum(layer.flops for layer in layer_list) / model.micro_batch_size
     model_flops = flops_per_sequence * global_batch

@@ -305,7 +305,7 @@ def declared_config(spec: ModelSpec, gpu: GPUType, gpus: int, par: Any,
                    virtual_stages=par.virtual_stages, micro_batch=par.micro_batch,
                    global_batch=gb, recompute=par.recompute == "full",
                    selective_recompute=par.recompute == "selective", zero=par.zero,
-                   precision=par.precision, sequence_parallel=par.tp > 1,
+                   precision=par.precision, sequence_parallel=par.tp > 1, ep=par.ep,
                    calibration=calibration, catalog=catalog)
     return Config(tp=par.tp, pp=par.pp, dp=dp * par.cp, micro_batch=par.micro_batch,
                   global_batch=gb, recompute=par.recompute == "full", zero=par.zero), pred

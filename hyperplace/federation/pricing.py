@@ -144,7 +144,8 @@ class Pricer:
             return None
         cfg, pred = hit
         parts = pred.parts
-        pipeline = parts["compute"] + parts["tpComm"] + parts["p2p"] + parts["bubble"]
+        pipeline = (parts["compute"] + parts["tpComm"] + parts.get("epComm", 0.0) + parts["p2p"]
+                    + parts["bubble"])
         layers = job.model.num_layers
         return Price(
             True, step_time_s=pred.step_time_s, tokens_per_step=self.tokens_per_step(job),

@@ -100,6 +100,8 @@ class Parallelism(HPModel):
     tp: int = Field(default=1, gt=0, le=1024, strict=True)
     pp: int = Field(default=1, gt=0, le=4096, strict=True)
     cp: int = Field(default=1, gt=0, le=1024, strict=True)
+    ep: int = Field(default=1, gt=0, le=1024, strict=True,
+                    description="expert parallelism (MoE models): divides DP x CP")
     virtual_stages: int = Field(default=1, gt=0, le=1024, strict=True)
     micro_batch: int = Field(default=1, gt=0, le=65536, strict=True)
     global_batch: int | None = Field(default=None, gt=0, le=1 << 24, strict=True)

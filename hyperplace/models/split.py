@@ -87,6 +87,12 @@ class SplitProblem(HPModel):
         "backward pass (Megatron-Core --overlap-grad-reduce, PyTorch DDP/FSDP buckets)")
     precision: Literal["bf16", "fp16", "fp32", "fp8"] = Field(
         default="bf16", description="training precision (peak FLOPs and bytes per value)")
+    expert_parallel: int = Field(
+        default=1, gt=0, le=65536, strict=True, description="MoE expert parallelism: the "
+        "routed experts of a stage sharded over this many of its data-parallel ranks")
+    context_parallel: int = Field(
+        default=1, gt=0, le=65536, strict=True, description="context-parallel ranks among "
+        "a stage's data-parallel ranks (where an expert-parallel group sits)")
     fixed_order: bool = Field(default=False, description="keep the stages in the given order")
     runtime_overhead_gb: float = Field(default=2.5, ge=0, description="framework, CUDA context")
     fp32_grad_accum: bool = Field(default=False, description="gradients kept in FP32 (ZeRO 0)")
