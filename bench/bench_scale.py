@@ -41,6 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SIZES = {  # label -> (GPUs, pending jobs, budget s)
     "1k": (1_024, 100, 5.0),
@@ -328,7 +329,22 @@ def main(argv: list[str] | None = None) -> int:
                         "bench/results/scale-moveable.md")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--warm-child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--large", action="store_true",
+                        help="the largest fleets (#25, bench/bench_scale_large.py): 131k, 262k "
+                        "and the 1M-GPU federation; writes its section of scale.md")
+    parser.add_argument("--large-sizes", default="io,131k,262k,fed-1M",
+                        help="with --large: io (generation/reading), 131k, 262k, fed-1M")
+    parser.add_argument("--large-fragmentations", default="0.4,0.6,0.9")
+    parser.add_argument("--large-budgets", default="5,10,30")
+    parser.add_argument("--large-busy", action="store_true",
+                        help="with --large: a --busy row at budget 10 (fragmentation 0.6)")
+    parser.add_argument("--no-large-warm", dest="large_warm", action="store_false",
+                        help="with --large: no warm round at 131k")
     args = parser.parse_args(argv)
+    if args.large:
+        import bench_scale_large
+
+        return bench_scale_large.run(args)
     if args.out is None:
         args.out = ROOT / "bench" / "results" / ("scale-moveable.md" if args.moveable
                                                  else "scale.md")
