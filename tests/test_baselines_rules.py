@@ -129,21 +129,46 @@ def _two_leaves():
             _node("n2", "H100-80", {}), _node("n3", "H100-80", {})]
 
 
-def test_volcano_job_without_hard_topology_is_placed_pod_by_pod_over_all_nodes():
-    # 3 TP4 pods, hop limit 1 (one leaf). Hard mode: no leaf has 3 x 4 free in one piece
-    # that binpack... leaf 0 holds 2 pods, leaf 1 holds 4: hard keeps it in leaf 1.
-    # Soft mode walks no tiers: pod by pod over all nodes, binpack fills n0, n1 first.
+def test_volcano_soft_mode_is_hard_mode_up_to_the_cluster_top():
+    # 3 TP4 pods, hop limit 1 (one leaf). Leaf 1 (n2, n3 empty) holds them: hard and soft
+    # (session.go convertSoftToHardTopology: hard with the cluster top as the limit) both
+    # take the lowest tier that fits, leaf 1.
     job = _job("tp4x3", "m", "normal", 3, [_tp(4, "H100", 900, 80), _dp(max_hops=1)])
     inst = instance(_two_leaves(), [job], 2)
     views = cluster_views(inst)
-    hard = FreeState(inst)
-    got = volcano.place_job(job, hard, views, random.Random(0), VolcanoConfig())
-    assert {g.node for gpus in got.units.values() for g in gpus} == {"n2", "n3"}
-    soft = FreeState(inst)
-    got = volcano.place_job(job, soft, views, random.Random(0),
-                            VolcanoConfig(topology_mode="soft"))
-    used = {g.node for gpus in got.units.values() for g in gpus}
-    assert {"n0", "n1"} <= used and len(used) == 3  # crosses leaves: soft is not enforced
+    for mode in ("hard", "soft"):
+        got = volcano.place_job(job, FreeState(inst), views, random.Random(0),
+                                VolcanoConfig(topology_mode=mode))
+        assert {g.node for gpus in got.units.values() for g in gpus} == {"n2", "n3"}, mode
+    # 5 TP4 pods (20 GPUs): no leaf has them (12 and 16 free). Hard refuses; soft climbs
+    # to the cluster top and crosses leaves.
+    big = _job("tp4x5", "m", "normal", 5, [_tp(4, "H100", 900, 80), _dp(max_hops=1)])
+    inst = instance(_two_leaves(), [big], 2)
+    views = cluster_views(inst)
+    hard = volcano.place_job(big, FreeState(inst), views, random.Random(0), VolcanoConfig())
+    assert not hard.units and "tier 1" in hard.reasons[0]
+    soft = volcano.place_job(big, FreeState(inst), views, random.Random(0),
+                             VolcanoConfig(topology_mode="soft"))
+    used = {g.node for gpus in soft.units.values() for g in gpus}
+    assert used == {"n0", "n1", "n2", "n3"}
+
+
+def test_volcano_topology_score_has_the_cluster_top_tier():
+    # fat-tree-2: leaf HyperNodes (tier 1) under one spine HyperNode (tier 2) holding every
+    # node; Volcano adds the cluster top (tier 3, session.go addClusterTopHyperNode), so
+    # maxTier is 3: same leaf 10, LCA at the spine 10 x (3 - 2) / (3 - 1) = 5 (not 0).
+    inst = instance([_node(f"n{i}", "H100-80", {}) for i in range(4)], [], 2)
+    view = cluster_views(inst)[0]
+    assert volcano.tiers(view) == [1, 2]  # the spine holds every node: the top adds no fit
+    assert volcano.network_topology_scores(view, ["n1", "n2", "n3"], ["n0"]) == [10, 5, 5]
+    # fat-tree-3 (leaf, pod, core = every node; cluster top tier 4): 10, 10 x 2/3, 10 x 1/3
+    cluster = Cluster(name="c", nodes=[_node(f"m{i}", "H100-80", {}) for i in range(8)],
+                      fabric=FabricSpec(generator=FabricGenerator(
+                          type="fat-tree-3", nodes_per_leaf=2, leaves_per_pod=2)))
+    inst3 = Instance(metadata=ObjectMeta(name="t3"), spec=InstanceSpec(clusters=[cluster]))
+    view3 = cluster_views(inst3)[0]
+    got = volcano.network_topology_scores(view3, ["m1", "m2", "m4"], ["m0"])
+    assert got == pytest.approx([10, 20 / 3, 10 / 3])
 
 
 def test_volcano_binpack_on_gpus_fills_the_fullest_node():

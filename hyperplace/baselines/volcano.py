@@ -2,14 +2,25 @@
 
 Re-implemented from volcano-sh/volcano at commit ed72c7c (files under ``pkg/scheduler/``):
 
+The cluster-top HyperNode
+    ``framework/session.go`` L286-315 ``addClusterTopHyperNode``: every session adds a
+    virtual HyperNode holding every node, one tier above the highest real tier, as the
+    parent of the real roots; it is in ``HyperNodesTiers`` (L246-247, L472-484), so it is
+    the ``maxTier`` of the network-topology-aware plugin's scores (below) and a tier of the
+    gradient.
+
 Which path a job takes
-    ``actions/allocate/allocate.go`` L197-202 and L308-341: only a job whose
-    ``networkTopology`` is hard mode *with* ``highestTierAllowed`` set
-    (``api/job_info.go`` L1301-1307 ``IsHardTopologyMode``, L1413-1418) goes through
-    ``allocateForJob`` and walks HyperNode tiers. Every other job, soft mode included, is
-    placed task by task over all nodes (``allocateResourcesForTasks`` on
-    ``ClusterTopHyperNode``). Here a job's hop limit (the DataParallel ``maxHopCount`` for
-    a multi-unit job, the unit's own otherwise) becomes ``networkTopology`` in the mode
+    ``actions/allocate/allocate.go`` L305-341: a job with a hard topology or a sub-job
+    (subgroup) policy goes through ``allocateForJob`` and walks HyperNode tiers; every
+    other job is placed task by task over all nodes (``allocateResourcesForTasks`` on
+    ``ClusterTopHyperNode``). **Soft mode is hard mode up to the cluster top**:
+    ``session.go`` L1076-1088 (``adjustNetworkTopologySpec``) and
+    ``convertSoftToHardTopology`` (L1091-1128) rewrite a soft job's ``networkTopology`` to
+    hard with ``highestTierAllowed`` = the cluster-top tier, and a soft sub-job's to hard
+    with the job's tier (``api/sub_job_info.go`` L110-120), so a soft job is dry-run on the
+    lowest tier where it fits, climbing to the whole cluster, and never filtered out.
+    Here a job's hop limit (the DataParallel ``maxHopCount`` for a multi-unit job, the
+    unit's own otherwise) becomes ``networkTopology`` in the mode
     :attr:`VolcanoConfig.topology_mode` says (``hard`` by default: the user who wrote a hop
     limit wants it enforced); a job without one has no ``networkTopology``. Hop 1 is tier
     1 (the leaf HyperNode), hop 3 tier 2, and so on; hop 0 cannot be said with a tier
@@ -23,7 +34,9 @@ Hard mode (``allocateForJob``, allocate.go L370-463)
     and the job goes to the best-scoring one (``selectBestHyperNodeForJob`` L543-558: the
     highest score, ties broken by Go's random map order). A unit larger than one node with
     its own ``maxHopCount`` is a sub-job (a partition) with its own hard tier, placed
-    inside the job's HyperNode the same way (``allocateForSubJob`` L465-539).
+    inside the job's HyperNode the same way (``allocateForSubJob`` L465-539): its
+    gradient (``HyperNodeGradientForSubJobFn``, network_topology_aware.go L310-325) walks
+    the job's HyperNode's subtree from the lowest tier up to the sub-job's tier.
 
 HyperNode score (``HyperNodeOrderFn``, network_topology_aware.go L359-438)
     ``(used + request) / allocatable`` summed over the resources that have a HyperNode
@@ -44,11 +57,14 @@ Task by task (``allocateResourcesForTasks``, allocate.go L719-867)
       only when listed in ``binpack.resources`` (L44-48, L221-224).
     * network-topology-aware, task of a job without topology (L479-516, on by default:
       ``hypernode.binpack.normal-pod.enable`` true, fading 0.8): the HyperNode binpack
-      score of the node's HyperNode at each tier, weighted ``fading^(tier-1)``, averaged.
+      score of the node's HyperNode at each tier, the cluster top included, weighted
+      ``fading^(tier-1)``, averaged.
     * network-topology-aware, task of a job with topology (hard or soft, L559-589): 0 for
-      the first task; then ``(maxTier - tier(LCA)) / (maxTier - minTier)`` of the node's
-      leaf HyperNode and the HyperNode the job's placed tasks span (1 for the same leaf),
-      plus the share of the job's tasks already there when the best scores tie.
+      the first task; then ``(maxTier - tier(LCA)) / (maxTier - minTier)`` (L760-798) of
+      the node's leaf HyperNode and the HyperNode the job's placed tasks span (1 for the
+      same leaf), plus the share of the job's tasks already there when the best scores
+      tie. ``maxTier`` is the cluster top's tier, so an LCA at the highest real tier still
+      scores above 0 and only crossing to the cluster top scores 0.
 
 Configuration (:class:`VolcanoConfig`)
     ``volcano-style`` assumes what a GPU cluster operator following Volcano's docs would
@@ -100,7 +116,8 @@ class VolcanoConfig:
         ``hypernode.binpack.resources`` (weight 1). False: the shipped defaults (CPU and
         memory only), which make every node score the same for GPU-only pods.
     topology_mode
-        The ``networkTopology.mode`` a job's hop limit becomes: ``hard`` or ``soft``.
+        The ``networkTopology.mode`` a job's hop limit becomes: ``hard`` or ``soft`` (hard
+        up to the cluster top: the lowest tier that fits is preferred, none is refused).
     normal_pod_fading
         ``hypernode.binpack.normal-pod.fading`` (default 0.8).
     """
@@ -142,6 +159,21 @@ def job_hop_limit(job: TrainingJob, units: list[GangUnit]) -> int | None:
     if len(units) == 1:
         return units[0].max_hop_count
     return job.between_replicas.max_hop_count
+
+
+def cluster_top(view: ClusterView) -> int:
+    """The level index of the cluster-top HyperNode (every node of the cluster)."""
+    return len(view.levels) - 1
+
+
+def tiers(view: ClusterView) -> list[int]:
+    """The level indices of the gradient's tiers, lowest first: the real HyperNode tiers,
+    then the cluster top (``addClusterTopHyperNode``) unless the highest real tier is a
+    single HyperNode already holding every node (the same node set, so the same fits)."""
+    out = list(view.hypernode_levels)
+    if cluster_top(view) not in out:
+        out.append(cluster_top(view))
+    return out
 
 
 def tier_level(view: ClusterView, hops: int) -> int | None:
@@ -215,35 +247,19 @@ class _Scorer:
             fits = (dom_alloc > 0) & (dom_used + request <= dom_alloc)
             dom_score = np.where(fits, (dom_used + request) / np.maximum(dom_alloc, 1), 0.0)
             total += w * dom_score[member[idx]]
+        # the cluster-top HyperNode, one tier above the real ones: the same for every node
+        w = self.config.normal_pod_fading ** len(levels)
+        weight_sum += w
+        top_used, top_alloc = float(used_all.sum()), float(view.allocatable.sum())
+        if top_alloc > 0 and top_used + request <= top_alloc:
+            total += w * (top_used + request) / top_alloc
         return MAX_NODE_SCORE * total / weight_sum if weight_sum > 0 else np.zeros(len(idx))
 
     def _lca(self, idx: np.ndarray, placed: list[str]) -> np.ndarray:
-        """Per candidate, the lowest level whose domain holds it and every placed node."""
-        view = self.view
-        top = len(view.levels)
-        out = np.zeros(len(idx), dtype=np.int64)
-        for p in set(placed):
-            pi = view.index[p]
-            lca = np.full(len(idx), top, dtype=np.int64)
-            for level in range(top - 1, -1, -1):
-                member = view.member_idx[level]
-                lca = np.where(member[idx] == member[pi], level, lca)
-            out = np.maximum(out, lca)
-        return out
+        return lca_levels(self.view, idx, placed)
 
     def _topology_pod(self, idx: np.ndarray, placed: list[str]) -> np.ndarray:
-        """``batchNodeOrderFnForNetworkAwarePods`` (L559-577) with ``networkTopologyAwareScore``
-        (L760-798): full score in the same leaf HyperNode, else by the LCA's tier."""
-        levels = self.view.hypernode_levels
-        if not levels:
-            return np.zeros(len(idx))
-        lca = self._lca(idx, placed)
-        score = np.zeros(len(idx))
-        score[lca <= levels[0]] = FULL_SCORE
-        if len(levels) > 1:
-            for tier, level in enumerate(levels[1:], start=2):
-                score[lca == level] = (len(levels) - tier) / (len(levels) - 1)
-        return MAX_NODE_SCORE * score
+        return topology_pod_scores(self.view, self._lca(idx, placed))
 
     def _task_share(self, score: np.ndarray, idx: np.ndarray, placed: list[str],
                     total: int) -> np.ndarray:
@@ -259,6 +275,48 @@ class _Scorer:
                              minlength=len(self.view.levels[levels[0]].domains))
         share = counts[member[idx]] / total
         return np.where(best, score + MAX_NODE_SCORE * share, score)
+
+
+def topology_pod_scores(view: ClusterView, lca: np.ndarray) -> np.ndarray:
+    """``batchNodeOrderFnForNetworkAwarePods`` (L559-577) with ``networkTopologyAwareScore``
+    (L760-798): per candidate, given the level ``lca`` of its lowest common HyperNode with
+    the job's placed tasks, full score in the same leaf HyperNode, else ``(maxTier - tier)
+    / (maxTier - minTier)`` with ``maxTier`` the cluster top's tier (one above the highest
+    real tier), times ``MaxNodeScore``."""
+    levels = view.hypernode_levels
+    score = np.zeros(len(lca))
+    if not levels:
+        return score
+    score[lca <= levels[0]] = FULL_SCORE
+    max_tier = len(levels) + 1  # the cluster top's tier (minTier is 1)
+    for tier, level in enumerate(levels[1:], start=2):
+        score[lca == level] = (max_tier - tier) / (max_tier - 1)
+    return MAX_NODE_SCORE * score  # an LCA at the cluster top (or none) scores 0
+
+
+def network_topology_scores(view: ClusterView, candidates: list[str], placed: list[str]
+                            ) -> list[float]:
+    """The network-topology-aware score of each candidate node for the next task of a job
+    with topology whose tasks are on ``placed`` (the part of the node score that is not
+    binpack)."""
+    idx = np.fromiter((view.index[n] for n in candidates), dtype=np.int64,
+                      count=len(candidates))
+    return [float(x) for x in topology_pod_scores(view, lca_levels(view, idx, placed))]
+
+
+def lca_levels(view: ClusterView, idx: np.ndarray, placed: list[str]) -> np.ndarray:
+    """Per candidate (node index), the lowest level whose domain holds it and every placed
+    node (``len(view.levels)``: none)."""
+    top = len(view.levels)
+    out = np.zeros(len(idx), dtype=np.int64)
+    for p in set(placed):
+        pi = view.index[p]
+        lca = np.full(len(idx), top, dtype=np.int64)
+        for level in range(top - 1, -1, -1):
+            member = view.member_idx[level]
+            lca = np.where(member[idx] == member[pi], level, lca)
+        out = np.maximum(out, lca)
+    return out
 
 
 def _place_tasks(pods: list[Pod], nodes: list[str], view: ClusterView, state: FreeState,
@@ -306,7 +364,7 @@ def _gradient(view: ClusterView, state: FreeState, top_level: int, demand: int,
     cache sums them) >= the (sub-)job's minimum (L649-671); inside ``scope`` for a sub-job.
     """
     out = []
-    for level in view.hypernode_levels:
+    for level in tiers(view):
         if level > top_level:
             break
         tier = []
@@ -322,14 +380,17 @@ def _gradient(view: ClusterView, state: FreeState, top_level: int, demand: int,
 
 def _subjobs(units: list[GangUnit], view: ClusterView, config: VolcanoConfig
              ) -> list[tuple[list[Pod], int | None]]:
-    """The default sub-job (units without a tier of their own) and one per partitioned unit."""
+    """The default sub-job (units without a tier of their own) and one per partitioned unit
+    (soft: hard up to the job's tier, ``convertSoftToHardTopology``; the job's HyperNode
+    caps it in :func:`_dry_run`)."""
     default: list[Pod] = []
     parts: list[tuple[list[Pod], int | None]] = []
     for u in units:
         pods = pods_for(u, view.node_size(u))
         hops = view.unit_hops(u)
-        if len(pods) > 1 and hops is not None and config.topology_mode == "hard":
-            parts.append((pods, tier_level(view, hops)))
+        if len(pods) > 1 and hops is not None:
+            parts.append((pods, tier_level(view, hops) if config.topology_mode == "hard"
+                          else cluster_top(view)))
         else:
             default += pods
     return ([(default, None)] if default else []) + parts
@@ -344,13 +405,13 @@ def _dry_run(units: list[GangUnit], level: int, dom: int, view: ClusterView, tri
     total = 0.0
     for pods, sub_level in _subjobs(units, view, config):
         request = sum(p.gpus for p in pods)
-        if sub_level is None or sub_level >= level:
-            tiers = [[(level, dom)]]  # no tier of its own: the job's HyperNode (L307, L324)
-        else:
-            tiers = [[(lv, d) for d in doms]
-                     for lv, doms in _gradient(view, trial, sub_level, request, set(nodes))]
+        if sub_level is None:
+            grads = [[(level, dom)]]  # no tier of its own: the job's HyperNode (L307, L324)
+        else:  # the job's HyperNode's subtree, lowest tier first, up to the sub-job's tier
+            grads = [[(lv, d) for d in doms] for lv, doms in
+                     _gradient(view, trial, min(sub_level, level), request, set(nodes))]
         got = None
-        for candidates in tiers:  # the next tier only when none of this one fits (L505-508)
+        for candidates in grads:  # the next tier only when none of this one fits (L505-508)
             got = _best_subjob_hypernode(pods, candidates, view, trial, rng, config)
             if got is not None:
                 break
@@ -387,14 +448,19 @@ def _best_subjob_hypernode(pods: list[Pod], candidates: list[tuple[int, int]],
 
 
 def _hard_job(units: list[GangUnit], view: ClusterView, state: FreeState, rng: random.Random,
-              config: VolcanoConfig, top_level: int) -> dict[str, list[GPURef]] | str:
-    """``allocateForJob``: tier by tier, dry-run every eligible HyperNode, keep the best."""
+              config: VolcanoConfig, top_level: int, job_topology: bool = True
+              ) -> dict[str, list[GPURef]] | str:
+    """``allocateForJob``: tier by tier, dry-run every eligible HyperNode, keep the best
+    (``job_topology`` False: a sub-job policy only, the job's gradient is the cluster top
+    alone, network_topology_aware.go L307)."""
     pods = _pods_of(units, view)
     if pods is None:
         return "no node has a GPU type the job accepts"
     demand = sum(p.gpus for p in pods)
     gradient = _gradient(view, state, top_level, demand, None)
-    tier_no = view.hypernode_levels.index(top_level) + 1
+    if not job_topology:
+        gradient = [(lv, doms) for lv, doms in gradient if lv == cluster_top(view)]
+    tier_no = tiers(view).index(top_level) + 1
     if not gradient:
         return f"no HyperNode up to tier {tier_no} has {demand} idle GPUs"
     tried = 0
@@ -426,12 +492,20 @@ def place_job(job: TrainingJob, state: FreeState, views: list[ClusterView],
             reasons.append(f"{view.cluster.name}: no node has a GPU type the job accepts")
             continue
         top = tier_level(view, hops) if hops is not None else None
+        if top is not None and config.topology_mode == "soft":
+            top = cluster_top(view)  # session.go L1076-1088: soft is hard up to the top
         if top is None and view.clique_level is not None and view.hypernode_levels and \
                 any(view.unit_hops(u) == 0 for u in units):
             # a unit bound to the NVL72 tier (its subGroup's networkTopology), the job free
             top = view.hypernode_levels[-1]
-        if top is not None and config.topology_mode == "hard":
-            got = _hard_job(units, view, state, rng, config, top)
+        job_topology = top is not None
+        if top is None and any(view.unit_hops(u) is not None
+                               and len(pods_for(u, view.node_size(u))) > 1 for u in units):
+            # a sub-job policy without a job topology: allocateForJob from the cluster top
+            # (allocate.go L308, gradient [[ClusterTopHyperNode]], L307 of the plugin)
+            top = cluster_top(view)
+        if top is not None:
+            got = _hard_job(units, view, state, rng, config, top, job_topology)
         else:
             pods = _pods_of(units, view)
             placed = None if pods is None else _place_tasks(
