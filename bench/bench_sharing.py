@@ -39,7 +39,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from hyperplace.baselines.preemption import kueue_style, volcano_style  # noqa: E402
+from hyperplace.baselines.preemption import (  # noqa: E402
+    kueue_classical_style,
+    kueue_style,
+    volcano_style,
+)
 from hyperplace.check import check  # noqa: E402
 from hyperplace.models.instance import RunningJob  # noqa: E402
 from hyperplace.solvers.workflows.preemption import solve_with_preemption  # noqa: E402
@@ -252,7 +256,7 @@ def _stopped_by_priority(inst, victims) -> tuple[int, int]:
 
 def preemption_section() -> list[str]:
     rows = []
-    keys = ("hyperplace", "hyperplace greedy", "kueue", "volcano")
+    keys = ("hyperplace", "hyperplace greedy", "kueue", "kueue without TAS", "volcano")
     totals = {k: [0, 0.0, 0, 0, 0, 0] for k in keys}
     for n_nodes, per_leaf in ((4, 2), (8, 4), (16, 4)):
         for seed in range(1, 5):
@@ -266,6 +270,7 @@ def preemption_section() -> list[str]:
                                            budget_s=30)
             assert check(greedy, inst) == [], (n_nodes, seed, "greedy")
             kq = kueue_style(inst, inst.jobs[0])
+            kc = kueue_classical_style(inst, inst.jobs[0])
             vo = volcano_style(inst, inst.jobs[0])
             cells = []
             for key, victims, lost, fits in (
@@ -274,6 +279,7 @@ def preemption_section() -> list[str]:
                     ("hyperplace greedy", [p.job for p in greedy.preemptions],
                      sum(p.lost_gpu_seconds for p in greedy.preemptions), "hi" in greedy.admitted),
                     ("kueue", kq.victims, kq.lost_gpu_seconds, kq.fits),
+                    ("kueue without TAS", kc.victims, kc.lost_gpu_seconds, kc.fits),
                     ("volcano", vo.victims, vo.lost_gpu_seconds, vo.fits)):
                 low, normal = _stopped_by_priority(inst, victims)
                 tot = totals[key]
@@ -303,8 +309,9 @@ def preemption_section() -> list[str]:
         "- solve s: wall / CPU seconds of the CP-SAT solve (CPU counts both solver threads)",
         "",
         "| nodes | nodes per leaf | seed | running jobs | pending | hyperplace (CP-SAT) | "
-        "hyperplace greedy | Kueue-style | Volcano-style | status | solve s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "hyperplace greedy | Kueue-style (TAS) | Kueue without TAS | Volcano-style | status | "
+        "solve s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         "| rule | victims | lost GPU-seconds | preemptor placed | stopped jobs for nothing "

@@ -200,12 +200,13 @@ def _several_small_or_one_big():
 
 
 def test_kueue_style_stops_four_jobs_where_one_frees_the_node(solver):
-    from hyperplace.baselines.preemption import kueue_style
+    from hyperplace.baselines.preemption import kueue_classical_style, kueue_style
 
     inst = _several_small_or_one_big()
-    peer = kueue_style(inst, inst.jobs[0])
-    assert sorted(peer.victims) == ["s0", "s1", "s2", "s3"] and peer.lost_gpu_seconds == 800
-    assert peer.fits
+    for peer in (kueue_style(inst, inst.jobs[0]), kueue_classical_style(inst, inst.jobs[0])):
+        # newest first: the four small ones free n0 whole, a TAS assignment exists
+        assert sorted(peer.victims) == ["s0", "s1", "s2", "s3"] and peer.lost_gpu_seconds == 800
+        assert peer.fits
     ours = _solve(inst, solver)
     assert [p.job for p in ours.preemptions] == ["big"]
     assert ours.objective_terms["preempted_lost_gpu_seconds"] == 80 < peer.lost_gpu_seconds
@@ -227,12 +228,21 @@ def _wrong_domains():
 
 
 def test_peers_preempt_and_still_do_not_fit_the_gang(solver):
-    from hyperplace.baselines.preemption import kueue_style, volcano_style
+    from hyperplace.baselines.preemption import (
+        kueue_classical_style,
+        kueue_style,
+        volcano_style,
+    )
 
     inst = _wrong_domains()
-    for peer in (kueue_style(inst, inst.jobs[0]), volcano_style(inst, inst.jobs[0])):
+    # Volcano and Kueue without TAS (quota only) stop both and the gang still does not fit
+    for peer in (kueue_classical_style(inst, inst.jobs[0]), volcano_style(inst, inst.jobs[0])):
         assert sorted(peer.victims) == ["lowA", "lowB"], peer
         assert not peer.fits and peer.lost_gpu_seconds == 480
+    # Kueue with TAS checks the topology assignment (preemption.go workloadFits L678-683):
+    # no leaf can be freed, so nobody is stopped
+    tas = kueue_style(inst, inst.jobs[0])
+    assert tas.rule == "kueue" and tas.victims == [] and not tas.fits
     ours = _solve(inst, solver)
     assert ours.preemptions == [] and ours.admitted == []  # refused: it would not fit
 
@@ -449,3 +459,20 @@ def test_greedy_reclaim_does_not_leave_a_higher_priority_job_pending():
     inst = load_instance(str(Path(__file__).parent / "data" /
                              "greedy_reclaim_priority_inversion.yaml"))
     _solve(inst, "greedy", policy="reclaim-within-cohort")  # the checker refuses the plan
+
+
+def test_kueue_with_tas_stops_until_the_topology_assignment_exists():
+    """Two nodes, each held half by two low jobs (admitted a, c, b, d; newest first). An
+    8-GPU job on one node: by quota alone d and b (4 + 4 free GPUs, on two nodes) fit and
+    the job then cannot be placed; Kueue with TAS goes on (c frees n1 whole) and fills b
+    back: victims d and c, placed."""
+    from hyperplace.baselines.preemption import kueue_classical_style, kueue_style
+
+    nodes = [node("n0", allocated={g: "a" if g < 4 else "b" for g in range(8)}),
+             node("n1", allocated={g: "c" if g < 4 else "d" for g in range(8)})]
+    running = [RunningJob(name=n, priority=1, checkpoint_age_s=10) for n in "acbd"]
+    inst = _with_running(instance(nodes, [job("hi", priority="high")]), running)
+    classical = kueue_classical_style(inst, inst.jobs[0])
+    assert sorted(classical.victims) == ["b", "d"] and not classical.fits
+    tas = kueue_style(inst, inst.jobs[0])
+    assert sorted(tas.victims) == ["c", "d"] and tas.fits and tas.lost_gpu_seconds == 80

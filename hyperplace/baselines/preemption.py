@@ -5,9 +5,10 @@ Whether the preemptor then really fits (its gang, hop and NVLink rules) is decid
 afterwards by :func:`preemptor_fits`, with hyperplace's exact placement of that one job on
 the instance with the victims released: the peers do not decide it with the topology.
 
-Kueue-style (classical preemption without Topology Aware Scheduling)
+Kueue-style (classical preemption with Topology Aware Scheduling, :func:`kueue_style`)
     kubernetes-sigs/kueue at commit ff69552, the policy ``withinClusterQueue:
-    LowerPriority`` (hyperplace's ``lower-priority``):
+    LowerPriority`` (hyperplace's ``lower-priority``), on a TAS flavor as a competent site
+    runs GPU jobs:
     ``pkg/scheduler/preemption/classical/hierarchical_preemption.go``
     ``collectSameQueueCandidates`` (L125-130) and ``classifyPreemptionVariant`` (L81-113,
     own queue L87-88, ``common/preemption_policy.go`` ``SatisfiesPreemptionPolicy`` L27-34:
@@ -17,12 +18,21 @@ Kueue-style (classical preemption without Topology Aware Scheduling)
     ``CandidatesOrdering`` (L42; criteria L35-41) orders them lower priority first, then
     admitted more recently first; ``pkg/scheduler/preemption/preemption.go``
     ``classicalPreemptions`` (L284, loop L320-337) removes candidates in that order until
-    ``workloadFits`` (L669): the request fits the quota still available; then
-    ``fillBackWorkloads`` (L341) puts back, in reverse order (all but the last removed),
-    every victim whose return keeps the fit. Here the ClusterQueue's quota is the
-    cluster's GPUs of the job's types (quotas not modelled), so "fits" counts free GPUs,
-    not where they are. Admission order: the order of ``spec.runningJobs`` (later =
+    ``workloadFits`` (L669-684) holds; then ``fillBackWorkloads`` (L341-354) puts back, in
+    reverse order (all but the last removed), every victim whose return keeps the fit; no
+    fit with every candidate removed: nobody is stopped (L338). ``workloadFits`` asks two
+    things: the request fits the quota still available (L670-677; here the ClusterQueue's
+    quota is the cluster's GPUs of the job's types, quotas not modelled, so this counts
+    free GPUs) **and** ``FindTopologyAssignmentsForWorkload`` (L678-683) finds a TAS
+    assignment for it on the snapshot with the candidates removed: Kueue TAS's own rule
+    (:mod:`hyperplace.baselines.kueue`, the same one the ``kueue`` peer admits with) on
+    the GPUs the victims free. Admission order: the order of ``spec.runningJobs`` (later =
     admitted more recently); jobs not listed come after, by name.
+
+Kueue without TAS (:func:`kueue_classical_style`, a named weaker variant)
+    The same loop with ``workloadFits`` reduced to the quota check (a flavor without a
+    topology: no assignment to find), so "fits" counts free GPUs, not where they are, and
+    a gang may stay unplaceable after its victims are stopped (kueue#5243).
 
 Volcano-style (``preempt`` action)
     volcano-sh/volcano at commit ed72c7c: ``pkg/scheduler/actions/preempt/preempt.go``
@@ -42,8 +52,11 @@ Volcano-style (``preempt`` action)
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
+from hyperplace.baselines import kueue as kueue_rule
+from hyperplace.baselines.common import ClusterView, FreeState
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.sharing import released, running_gpus
@@ -84,9 +97,16 @@ def _admission_order(instance: Instance) -> list[str]:
     return listed + rest
 
 
-def kueue_style(instance: Instance, job: TrainingJob) -> PeerPreemption:
-    """Kueue's classical preemption by quota within the job's ClusterQueue (see the module
-    docstring for the source)."""
+def _tas_assignment_found(instance: Instance, job: TrainingJob, victims: list[str],
+                          views: list[ClusterView]) -> bool:
+    """``FindTopologyAssignmentsForWorkload`` on the round with ``victims`` removed."""
+    state = FreeState(released(instance, victims), "device-plugin")
+    return bool(kueue_rule.place_job(job, state, views, random.Random(0)).units)
+
+
+def kueue_style(instance: Instance, job: TrainingJob, tas: bool = True) -> PeerPreemption:
+    """Kueue's classical preemption within the job's ClusterQueue, the fit checked with the
+    TAS assignment (``tas=False``: by quota only; see the module docstring for the source)."""
     info, held = instance.running_job_info, running_gpus(instance)
     node_type = {n.name: n.gpu_type for c in instance.clusters for n in c.nodes}
     ok = {t: _type_ok(instance, job, t) for t in set(node_type.values())}
@@ -96,27 +116,38 @@ def kueue_style(instance: Instance, job: TrainingJob) -> PeerPreemption:
     cands = [v for v in held if v in info and info[v].priority < job.priority
              and info[v].queue == queue and any(ok[node_type[n]] for n, _ in held[v])]
     cands.sort(key=lambda v: (info[v].priority, -order.index(v)))
+    views = [ClusterView(c, instance.catalog) for c in instance.clusters] if tas else []
 
     def usable(v: str) -> int:
         return sum(1 for n, _ in held[v] if ok[node_type[n]])
 
-    need = job.total_gpus
+    def fits(victims: list[str], free_gpus: int) -> bool:  # workloadFits, L669-684
+        return free_gpus >= job.total_gpus and (
+            not tas or _tas_assignment_found(instance, job, victims, views))
+
+    rule = "kueue" if tas else "kueue-classical"
     targets: list[str] = []
-    fits = free >= need
+    fit = fits(targets, free)
     for v in cands:
-        if fits:
+        if fit:
             break
         targets.append(v)
         free += usable(v)
-        fits = free >= need
-    if not fits:
-        return PeerPreemption("kueue")
+        fit = fits(targets, free)
+    if not fit:
+        return PeerPreemption(rule)
     for i in range(len(targets) - 2, -1, -1):  # fill back, reverse order, all but the last
-        if free - usable(targets[i]) >= need:
+        back = targets[:i] + targets[i + 1:]
+        if fits(back, free - usable(targets[i])):
             free -= usable(targets[i])
-            targets.pop(i)
-    return PeerPreemption("kueue", targets, _lost(instance, targets),
+            targets = back
+    return PeerPreemption(rule, targets, _lost(instance, targets),
                           preemptor_fits(instance, job, targets))
+
+
+def kueue_classical_style(instance: Instance, job: TrainingJob) -> PeerPreemption:
+    """Kueue's classical preemption on a flavor without TAS: the fit counts GPUs only."""
+    return kueue_style(instance, job, tas=False)
 
 
 def volcano_style(instance: Instance, job: TrainingJob) -> PeerPreemption:
