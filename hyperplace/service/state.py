@@ -1,11 +1,20 @@
-"""Deltas to a stored cluster, applied to its JSON document (the worker re-validates the
-result, so a delta can never leave an invalid cluster behind).
+"""Deltas to a stored cluster, applied to its JSON document through the one round state
+(the worker re-validates the result, so a delta can never leave an invalid cluster behind).
 
 A cluster document is the ``Instance`` document the library writes (``instance_document``):
 GPU state lives in each node's ``allocated`` (GPU index -> job) and ``faulty`` lists; the
 pending queue is ``spec.jobs``; running jobs admitted by an applied round are listed in
 ``spec.runningJobs`` with their queue and priority when the cluster declares queues (a job
 that completes or is interrupted leaves that list).
+
+This module is the service's edge of :class:`~hyperplace.solvers.workflows.session.RoundState`
+(the state the simulator and :class:`~hyperplace.solvers.workflows.session.PlacementSession`
+keep too): a PATCH's JSON becomes a :class:`~hyperplace.solvers.workflows.session.RoundDelta`
+on a round state read from the document's nodes and queue, and the state's GPUs and queue are
+written back. The service's wording is translated here: a "completion" of a pending job is a
+withdrawal (it leaves the queue), one of a job the cluster does not know is ignored, and
+interrupted jobs are not requeued (the caller resubmits them as arrivals if it wants). Queue
+entries stay documents (an arrival is validated with the whole document by the worker).
 """
 
 from __future__ import annotations
@@ -13,17 +22,16 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from hyperplace.errors import ConflictError, InputError
 from hyperplace.service.schemas import ClusterPatch
 from hyperplace.service.worker import RequestProblem
+from hyperplace.solvers.workflows.session import RoundDelta, RoundState
 
 
-def _nodes(doc: dict[str, Any]) -> dict[str, tuple[int, dict[str, Any]]]:
-    """node name -> (cluster index, node dict), over every cluster of the document."""
-    out = {}
-    for ci, cluster in enumerate(doc["spec"]["clusters"]):
-        for node in cluster.get("nodes", []):
-            out[node["name"]] = (ci, node)
-    return out
+def _nodes(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """node name -> node dict, over every cluster of the document."""
+    return {node["name"]: node for cluster in doc["spec"]["clusters"]
+            for node in cluster.get("nodes", [])}
 
 
 def _job_name(job: Any) -> Any:
@@ -33,18 +41,29 @@ def _job_name(job: Any) -> Any:
     return meta.get("name") if isinstance(meta, dict) else None
 
 
-def _bad(path: str, message: str, status: int = 422) -> RequestProblem:
-    return RequestProblem(status, [{"path": path, "message": message}])
+def _allocated(node: dict[str, Any]) -> dict[int, str]:
+    return {int(k): v for k, v in (node.get("allocated") or {}).items()}
 
 
-def _gpu_list(node: dict[str, Any], gpus: list[int] | None, path: str) -> list[int]:
-    count = int(node.get("gpuCount", 0))
-    if gpus is None:
-        return list(range(count))
-    for i, g in enumerate(gpus):
-        if g >= count:
-            raise _bad(f"{path}.gpus[{i}]", f"node {node['name']!r} has GPUs 0..{count - 1}")
-    return list(gpus)
+def round_state(doc: dict[str, Any]) -> RoundState:
+    """The round state of a stored document: its nodes' GPUs, running jobs and queue."""
+    nodes = _nodes(doc)
+    return RoundState(gpus={n: int(node.get("gpuCount", 0)) for n, node in nodes.items()},
+                      allocated={n: _allocated(node) for n, node in nodes.items()},
+                      faulty={n: node.get("faulty") or [] for n, node in nodes.items()},
+                      queue=doc["spec"].get("jobs") or [], name=_job_name, requeue=None)
+
+
+def patch_delta(patch: ClusterPatch, state: RoundState) -> RoundDelta:
+    """The round delta a PATCH asks for, in the round state's words."""
+    done = list(dict.fromkeys(patch.completions))
+    return RoundDelta(
+        completions=[j for j in done if j in state.jobs],
+        withdrawals=[j for j in done if j not in state.jobs and j in state.queue],
+        failures=[(f.node, f.gpus) for f in patch.failures],
+        recoveries=[(f.node, f.gpus) for f in patch.repairs],
+        allocations=[(a.job, [(r.node, r.gpu) for r in a.gpus]) for a in patch.allocations],
+        arrivals=list(patch.arrivals))
 
 
 def apply_patch(doc: dict[str, Any], patch: ClusterPatch,
@@ -54,57 +73,28 @@ def apply_patch(doc: dict[str, Any], patch: ClusterPatch,
     A GPU is faulty or allocated, never both: a failure under a running job interrupts that
     job, whose GPUs are all freed (a gang runs whole or not at all); its name is appended to
     ``interrupted`` so the caller can say so (and resubmit it as an arrival if it wants).
+    A refused item is a 422 (409 for a GPU another job holds or a job already queued) naming
+    its field.
     """
     doc = copy.deepcopy(doc)
-    stopped: set[str] = set(patch.completions)
-    nodes = _nodes(doc)
+    state = round_state(doc)
+    try:
+        hit = state.apply(patch_delta(patch, state))
+    except InputError as exc:
+        status = 409 if isinstance(exc, ConflictError) else 422
+        raise RequestProblem(status, [{"path": exc.path, "message": exc.message}]) from None
+    if interrupted is not None:
+        interrupted.extend(j for j in hit if j not in interrupted)
+    for name, node in _nodes(doc).items():
+        owner = state.owner[name]
+        if owner != _allocated(node):
+            node["allocated"] = {str(g): job for g, job in owner.items()}
+        down = sorted(state.unusable(name))
+        if down != sorted(node.get("faulty") or []):
+            node["faulty"] = down
     spec = doc["spec"]
-    queue = spec.setdefault("jobs", [])
-    done = set(patch.completions)
-    if done:
-        for _, node in nodes.values():
-            alloc = node.get("allocated") or {}
-            node["allocated"] = {k: v for k, v in alloc.items() if v not in done}
-        spec["jobs"] = queue = [j for j in queue if _job_name(j) not in done]
-    for field_name, items in (("failures", patch.failures), ("repairs", patch.repairs)):
-        for i, item in enumerate(items):
-            path = f"{field_name}[{i}]"
-            if item.node not in nodes:
-                raise _bad(f"{path}.node", f"no node {item.node!r} in this cluster")
-            node = nodes[item.node][1]
-            gpus = set(_gpu_list(node, item.gpus, path))
-            if field_name == "failures":
-                alloc = node.get("allocated") or {}
-                hit = {alloc[str(g)] for g in gpus if str(g) in alloc}
-                if hit:
-                    stopped |= hit
-                    for _, other in nodes.values():
-                        held = other.get("allocated") or {}
-                        other["allocated"] = {k: v for k, v in held.items() if v not in hit}
-                    if interrupted is not None:
-                        interrupted.extend(sorted(hit - set(interrupted)))
-            faulty = set(node.get("faulty") or [])
-            node["faulty"] = sorted(faulty | gpus if field_name == "failures" else faulty - gpus)
-    for i, alloc in enumerate(patch.allocations):
-        for k, ref in enumerate(alloc.gpus):
-            path = f"allocations[{i}].gpus[{k}]"
-            if ref.node not in nodes:
-                raise _bad(f"{path}.node", f"no node {ref.node!r} in this cluster")
-            node = nodes[ref.node][1]
-            _gpu_list(node, [ref.gpu], path)
-            held = (node.get("allocated") or {}).get(str(ref.gpu))
-            if held is not None and held != alloc.job:
-                raise _bad(path, f"GPU {ref.node}/{ref.gpu} is held by {held!r}", 409)
-            node.setdefault("allocated", {})[str(ref.gpu)] = alloc.job
-        started = alloc.job
-        spec["jobs"] = queue = [j for j in queue if _job_name(j) != started]
-    names = {_job_name(j) for j in queue}
-    for i, job in enumerate(patch.arrivals):
-        name = _job_name(job)
-        if name is not None and name in names:
-            raise _bad(f"arrivals[{i}].metadata.name", f"job {name!r} is already queued", 409)
-        names.add(name)
-        queue.append(job)
+    spec["jobs"] = state.pending()
+    stopped = set(patch.completions) | set(hit)
     if stopped and spec.get("runningJobs"):
         spec["runningJobs"] = [r for r in spec["runningJobs"]
                                if not isinstance(r, dict) or r.get("name") not in stopped]

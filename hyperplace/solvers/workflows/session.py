@@ -402,15 +402,16 @@ class RoundState:
         healed = self._gpu_items(delta.recoveries, "recoveries")
         self._check_jobs(delta)
         self._check_names(delta)
-        takes = [(job, self._check_take(job, gpus, f"allocations[{i}]"))
-                 for i, (job, gpus) in enumerate(delta.allocations)]
         done = set(delta.completions)
         hit = self.jobs_on((n, g) for n, gs in failed.items() for g in gs)
         hit |= self.jobs_on_nodes(delta.node_failures)
         hit |= self.jobs_on_nodes(n for sw in delta.switch_failures for n in self.switch_nodes(sw))
         first = list(dict.fromkeys(j for j in delta.interruptions if j not in done))
         interrupted = first + sorted(hit - done - set(first))
-        arrivals = self._checked_arrivals(delta, done | set(interrupted))
+        freed = done | set(interrupted)
+        takes = [(job, self._check_take(job, gpus, f"allocations[{i}]", freed, failed, healed))
+                 for i, (job, gpus) in enumerate(delta.allocations)]
+        arrivals = self._checked_arrivals(delta, freed)
         if done or interrupted or takes:
             self.accrue(now_s)
         for name in delta.withdrawals:
@@ -530,7 +531,12 @@ class RoundState:
                     got.append(g)
         return out
 
-    def _check_take(self, job: str, gpus: list[GPU], path: str) -> list[GPU]:
+    def _check_take(self, job: str, gpus: list[GPU], path: str, freed: set[str] = frozenset(),
+                    failed: Mapping[str, list[int]] | None = None,
+                    healed: Mapping[str, list[int]] | None = None) -> list[GPU]:
+        """``gpus`` for ``job``, checked against the state after the delta's earlier fields
+        (``freed`` jobs hold nothing, ``failed`` GPUs are down, ``healed`` ones back)."""
+        failed, healed = failed or {}, healed or {}
         for k, (node, g) in enumerate(gpus):
             where = f"{path}.gpus[{k}]"
             if node not in self.gpus:
@@ -539,9 +545,13 @@ class RoundState:
                 raise InputError(f"node {node!r} has no GPU {g} "
                                  f"(it has GPUs 0..{self.gpus[node] - 1})", path=where)
             held = self.owner[node].get(g)
+            if held in freed:
+                held = None
             if held is not None and held != job:
                 raise ConflictError(f"GPU {node}/{g} is held by {held!r}", path=where)
-            if held is None and g in self.unusable(node):
+            down = self.node_down(node) or g in failed.get(node, ()) or (
+                g in self.failed_gpus.get(node, ()) and g not in healed.get(node, ()))
+            if held is None and down:
                 raise InputError(f"GPU {node}/{g} is faulty", path=where)
         return list(gpus)
 
