@@ -87,19 +87,9 @@ def why_job(instance: Instance, job: str, *, budget_s: float = 10.0, solver: str
     from hyperplace.solvers.driver import solve_placement
 
     began = time.perf_counter()
-    running = _running_jobs(instance)
-    if job in running and job not in {j.name for j in instance.jobs}:
-        nodes = sorted(running[job])
-        return JobAnswer(job=job, instance=instance.name, state="running", nodes=nodes,
-                         gpus=sum(running[job].values()),
-                         summary=f"{job} is running on {_list(nodes)}; nothing to admit")
-    manifest = next((j for j in instance.jobs if j.name == job), None)
-    if manifest is None:
-        names = [j.name for j in instance.jobs]
-        raise InputError(f"no job {job!r} in {instance.name}: pending jobs are "
-                         f"{_list(names) or 'none'}"
-                         + (f"; running: {_list(sorted(running))}" if running else ""),
-                         path="JOB")
+    manifest, answer = _pending_manifest(instance, job)
+    if answer is not None:
+        return answer
     base_budget = budget_s * (0.5 if what_ifs else 1.0)
     plan = solve_placement(instance, solver=solver, budget_s=base_budget, policy=policy,
                            seed=seed)
@@ -117,81 +107,127 @@ def why_job(instance: Instance, job: str, *, budget_s: float = 10.0, solver: str
     changes: list[Change] = []
     untried: list[str] = []
     if what_ifs:
-        deadline = began + budget_s
-        tries = sorted(_what_ifs(instance, manifest, plan),
-                       key=lambda t: _relevance(t[0], reasons))
-        if any(_ran_out(r) for r in reasons):  # the round itself needs more time first
-            tries.insert(0, ("budget", f"give the round a larger --budget (it ran out before "
-                             f"deciding this job; tried here with "
-                             f"{max(MIN_WHAT_IF_S, (deadline - time.perf_counter()) / 2):.1f} s)",
-                             instance, "never", _gpus(manifest)))
-        smaller = _fewer_gpus(manifest)
-        searches = max(1, len(smaller)).bit_length() + 1 if smaller else 0
-        planned = len(tries) + searches
-
-        def attempt(kind: str, words: str, inst: Instance, preemption: str, gpus: int
-                    ) -> Change | None:
-            nonlocal planned
-            left = deadline - time.perf_counter()
-            if left < MIN_WHAT_IF_S:
-                untried.append(words)
-                return None
-            share = left / 2 if kind == "budget" else left / max(1, planned)
-            planned = max(1, planned - 1)
-            other = solve_placement(inst, solver=solver, budget_s=max(MIN_WHAT_IF_S, share),
-                                    policy=policy, seed=seed, preemption=preemption)
-            admits = _admits(other, inst, job)
-            return Change(kind=kind, change=words, admits=admits, gpus=gpus,
-                          effects=_effects(plan, other, job) if admits else [])
-
-        def fewer() -> None:  # the largest smaller ask that is admitted: a binary search
-            def probe(i: int) -> Change | None:
-                words, changed = smaller[i]
-                return attempt("fewer-gpus", words, _replace(instance, changed), "never",
-                               _gpus(changed))
-
-            last = probe(len(smaller) - 1)
-            if last is None:
-                return
-            if not last.admits:
-                changes.append(last.model_copy(update={"change": "even " + last.change}))
-                return
-            lo, hi, best = 0, len(smaller) - 1, last
-            while lo < hi:
-                mid = (lo + hi) // 2
-                found = probe(mid)
-                if found is None:
-                    break
-                if found.admits:
-                    hi, best = mid, found
-                else:
-                    lo = mid + 1
-            changes.append(best)
-
-        done_kinds: set[str] = set()
-        fewer_at = min((i for i, t in enumerate(tries)
-                        if _relevance("fewer-gpus", reasons) <= _relevance(t[0], reasons)),
-                       default=len(tries))
-        for i, (kind, words, inst, preemption, gpus) in enumerate(tries):
-            if i == fewer_at and smaller:
-                fewer()
-            if kind in done_kinds:  # the smallest change of a kind that admits is enough
-                continue
-            change = attempt(kind, words, inst, preemption, gpus)
-            if change is None:
-                continue
-            changes.append(change)
-            if change.admits:
-                done_kinds.add(kind)
-        if fewer_at >= len(tries) and smaller:
-            fewer()
-        changes = _ranked(changes)
+        search = _WhatIfSearch(instance, manifest, plan, reasons, began + budget_s,
+                               dict(solver=solver, policy=policy, seed=seed))
+        changes, untried = search.run()
     forecast = _forecast(plan, job)
     return JobAnswer(state="pending", gpus=_gpus(manifest),
                      reasons=list(reasons), changes=changes, forecast=forecast,
                      untried=untried,
                      summary=_summary(job, reasons, changes),
                      runtime_s=time.perf_counter() - began, **common)
+
+
+def _pending_manifest(instance: Instance, job: str
+                      ) -> tuple[TrainingJob, None] | tuple[None, JobAnswer]:
+    """The pending job's manifest, or the answer for a running job (an InputError naming
+    the pending and running jobs when ``job`` is neither)."""
+    running = _running_jobs(instance)
+    if job in running and job not in {j.name for j in instance.jobs}:
+        nodes = sorted(running[job])
+        return None, JobAnswer(job=job, instance=instance.name, state="running", nodes=nodes,
+                               gpus=sum(running[job].values()),
+                               summary=f"{job} is running on {_list(nodes)}; nothing to admit")
+    manifest = next((j for j in instance.jobs if j.name == job), None)
+    if manifest is None:
+        names = [j.name for j in instance.jobs]
+        raise InputError(f"no job {job!r} in {instance.name}: pending jobs are "
+                         f"{_list(names) or 'none'}"
+                         + (f"; running: {_list(sorted(running))}" if running else ""),
+                         path="JOB")
+    return manifest, None
+
+
+class _WhatIfSearch:
+    """The what-ifs of one pending job, tried in order of relevance within what is left of
+    the budget: each kind's smallest change that admits it, and the largest smaller ask
+    that is admitted (a binary search)."""
+
+    def __init__(self, instance: Instance, manifest: TrainingJob, plan: PlacementPlan,
+                 reasons: list[str], deadline: float, solve: dict[str, Any]):
+        self.instance, self.manifest, self.plan = instance, manifest, plan
+        self.job = manifest.name
+        self.reasons = reasons
+        self.deadline = deadline
+        self.solve = solve
+        self.changes: list[Change] = []
+        self.untried: list[str] = []
+        self.smaller = _fewer_gpus(manifest)
+        self.planned = 0
+
+    def run(self) -> tuple[list[Change], list[str]]:
+        tries = self._tries()
+        searches = max(1, len(self.smaller)).bit_length() + 1 if self.smaller else 0
+        self.planned = len(tries) + searches
+        done_kinds: set[str] = set()
+        fewer_at = min((i for i, t in enumerate(tries)
+                        if _relevance("fewer-gpus", self.reasons) <= _relevance(t[0], self.reasons)),
+                       default=len(tries))
+        for i, (kind, words, inst, preemption, gpus) in enumerate(tries):
+            if i == fewer_at and self.smaller:
+                self.fewer()
+            if kind in done_kinds:  # the smallest change of a kind that admits is enough
+                continue
+            change = self.attempt(kind, words, inst, preemption, gpus)
+            if change is None:
+                continue
+            self.changes.append(change)
+            if change.admits:
+                done_kinds.add(kind)
+        if fewer_at >= len(tries) and self.smaller:
+            self.fewer()
+        return _ranked(self.changes), self.untried
+
+    def _tries(self) -> list[tuple[str, str, Instance, str, int]]:
+        tries = sorted(_what_ifs(self.instance, self.manifest, self.plan),
+                       key=lambda t: _relevance(t[0], self.reasons))
+        if any(_ran_out(r) for r in self.reasons):  # the round itself needs more time first
+            left = max(MIN_WHAT_IF_S, (self.deadline - time.perf_counter()) / 2)
+            tries.insert(0, ("budget", f"give the round a larger --budget (it ran out before "
+                             f"deciding this job; tried here with {left:.1f} s)",
+                             self.instance, "never", _gpus(self.manifest)))
+        return tries
+
+    def attempt(self, kind: str, words: str, inst: Instance, preemption: str, gpus: int
+                ) -> Change | None:
+        from hyperplace.solvers.driver import solve_placement
+
+        left = self.deadline - time.perf_counter()
+        if left < MIN_WHAT_IF_S:
+            self.untried.append(words)
+            return None
+        share = left / 2 if kind == "budget" else left / max(1, self.planned)
+        self.planned = max(1, self.planned - 1)
+        other = solve_placement(inst, budget_s=max(MIN_WHAT_IF_S, share),
+                                preemption=preemption, **self.solve)
+        admits = _admits(other, inst, self.job)
+        return Change(kind=kind, change=words, admits=admits, gpus=gpus,
+                      effects=_effects(self.plan, other, self.job) if admits else [])
+
+    def _probe(self, i: int) -> Change | None:
+        words, changed = self.smaller[i]
+        return self.attempt("fewer-gpus", words, _replace(self.instance, changed), "never",
+                            _gpus(changed))
+
+    def fewer(self) -> None:
+        """The largest smaller ask that is admitted: a binary search."""
+        last = self._probe(len(self.smaller) - 1)
+        if last is None:
+            return
+        if not last.admits:
+            self.changes.append(last.model_copy(update={"change": "even " + last.change}))
+            return
+        lo, hi, best = 0, len(self.smaller) - 1, last
+        while lo < hi:
+            mid = (lo + hi) // 2
+            found = self._probe(mid)
+            if found is None:
+                break
+            if found.admits:
+                hi, best = mid, found
+            else:
+                lo = mid + 1
+        self.changes.append(best)
 
 
 # ---- the what-ifs -------------------------------------------------------------------------
