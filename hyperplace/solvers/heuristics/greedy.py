@@ -16,6 +16,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from hyperplace.formulations.explain import FitProbe
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
@@ -28,6 +30,9 @@ from hyperplace.formulations.placement import (
 )
 from hyperplace.formulations.placement.spares import opened_whole_nodes
 from hyperplace.solvers.params import GreedyParams
+
+if TYPE_CHECKING:
+    from hyperplace.formulations.placement.preemption import Victim
 
 _DEFAULTS = GreedyParams()
 #: Seconds a greedy pass that starts after its deadline may still run (part of the budget's
@@ -386,12 +391,29 @@ def _place_flexible_unit(p: PlacementProblem, jv: JobView, uc: UnitClass,
 
 
 class QuotaLedger:
-    """GPUs admitted so far per (queue, quota key); a job is admitted only if its queue's
-    quotas and its cohort's lending still hold (``PlacementProblem.quotas``)."""
+    """The one quota ledger of the greedy rules: GPUs per (queue, quota key) of the jobs
+    admitted so far (``used``) and of the running jobs a round stops (``gone``: preemption
+    victims, migration movers), checked against the queues' quotas and their cohorts'
+    lending (``PlacementProblem.quotas``).
+
+    :meth:`admit` counts a job only if every limit still holds (greedy's rule);
+    :meth:`add` and :meth:`stop` count unconditionally and :meth:`ok` checks the whole
+    (the preempting and migrating rules, which try a set of changes and undo it).
+    """
 
     def __init__(self, p: PlacementProblem):
         self.p = p
         self.used: dict[tuple[str, str], float] = defaultdict(float)
+        self.gone: dict[tuple[str, str], float] = defaultdict(float)
+        self.stopped: dict[int, int] = defaultdict(int)  # victim index -> times stopped
+        self.admitted: dict[str, int] = defaultdict(int)  # queue -> GPUs admitted now
+
+    @cached_property
+    def running(self) -> dict[str, int]:
+        """GPUs each queue's running jobs hold (for the guarantee rows)."""
+        from hyperplace.formulations.placement.preemption import queue_use
+
+        return queue_use(self.p.instance)
 
     def _delta(self, jv: JobView, placed: list[PlacedUnit]) -> dict[tuple[str, str], float]:
         delta: dict[tuple[str, str], float] = defaultdict(float)
@@ -420,6 +442,85 @@ class QuotaLedger:
         if self.p.quotas.active:
             for key, n in self._delta(jv, placed).items():
                 self.used[key] -= n
+
+    def add(self, queue: str, units: list[PlacedUnit], sign: int) -> None:
+        """Count (``sign`` +1) or give back (-1) units admitted for ``queue``, unchecked."""
+        for u in units:
+            for node, gpus in u.pieces:
+                self.admitted[queue] += sign * len(gpus)
+                t = self.p.node_by_name[node].gpu_type.name
+                for key, n in self.p.quotas.usage(queue, t, len(gpus)).items():
+                    self.used[key] += sign * n
+
+    def stop(self, v: Victim, sign: int) -> None:
+        """A running job stopped (+1) or kept after all (-1): its GPUs count no more."""
+        self.stopped[v.index] += sign
+        for node, _ in v.gpus:
+            t = self.p.node_by_name[node].gpu_type.name
+            for key, n in self.p.quotas.usage(v.queue, t, 1).items():
+                self.gone[key] += sign * n
+
+    def ok(self) -> bool:
+        """Every limit holds with what is counted: quotas, cohorts, the reclaim rule and
+        the guarantees of queues whose jobs are stopped."""
+        return self.p.quotas.allows(self.used, self.gone) and self._reclaim_ok() \
+            and self._guarantee_ok()
+
+    def _guarantee_ok(self) -> bool:
+        """The model's guarantee rows (``PlacementModelBuilder._reclaim_keeps_guarantee``):
+        a queue with a stopped victim that some jobs may reclaim keeps its guarantee."""
+        from hyperplace.formulations.placement.preemption import nominal_total
+
+        queues = {self.p.victims[i].queue for i, n in self.stopped.items()
+                  if n > 0 and self.p.victims[i].reclaim_only}
+        for q in queues:
+            sizes = [len(v.gpus) for v in self.p.victims
+                     if v.queue == q and self.stopped.get(v.index, 0) > 0]
+            largest = max((len(v.gpus) for v in self.p.victims if v.queue == q
+                           and v.reclaim_only and self.stopped.get(v.index, 0) > 0))
+            # the model's last[] marks a reclaimable victim: the largest of those
+            total = self.running.get(q, 0) - sum(sizes) + self.admitted[q] + largest
+            if total <= nominal_total(self.p.instance, q) + 1e-9:
+                return False
+        return True
+
+    def _reclaim_ok(self) -> bool:
+        """The model's reclaim rule (``PlacementModelBuilder._reclaim_within_nominal``):
+        while a victim some jobs may stop only by reclaiming is stopped, their queues stay
+        within their nominal quota on the keys covering its GPUs."""
+        book = self.p.quotas
+        if book.queues is None:
+            return True
+        for index, times in self.stopped.items():
+            if times <= 0:
+                continue
+            v = self.p.victims[index]
+            types = {self.p.node_by_name[node].gpu_type.name for node, _ in v.gpus}
+            for q in {self.p.jobs[j].queue for j in v.reclaim_only}:
+                queue = book.queues.queues.get(q)
+                if queue is None:
+                    continue
+                for key in {k for t in types for k in book.keys_for(q, t)} & set(queue.quotas):
+                    use = book.running.get((q, key), 0) + self.used.get((q, key), 0) \
+                        - self.gone.get((q, key), 0)
+                    if use > queue.quotas[key].nominal + 1e-9:
+                        return False
+        return True
+
+
+def state_with_plan(p: PlacementProblem, a: Assignment) -> tuple[State, QuotaLedger]:
+    """Greedy's GPU state and quota ledger with plan ``a`` in place: its units hold their
+    GPUs and count against their queues, its stopped victims (or movers) count no more."""
+    state = State(p)
+    ledger = QuotaLedger(p)
+    for j, units in a.units.items():
+        ledger.add(p.jobs[j].queue, units, +1)
+        for u in units:
+            for node, gpus in u.pieces:
+                state.take(node, gpus)
+    for v in a.stopped:
+        ledger.stop(p.victims[v], +1)
+    return state, ledger
 
 
 def _give_back(state: State, placed: list[PlacedUnit]) -> None:
@@ -623,7 +724,7 @@ def repair_priority(p: PlacementProblem, a: Assignment,
     on_victims = {j for j, units in a.units.items() for u in units for node, gpus in u.pieces
                   if set(gpus) & set(p.node_by_name[node].stoppable)}
     on_victims |= {j for j in a.units if p.is_copy(j)}  # a migrated job stays where it moved
-    state, ledger = _state_of(p, out)
+    state, ledger = state_with_plan(p, out)
     pending = sorted((jv for jv in p.pending if jv.index not in out.units and not jv.impossible),
                      key=lambda j: (-j.priority, -j.gpus, j.index))
     # admitted jobs by priority level, so that finding the lower-priority ones costs nothing
@@ -656,18 +757,6 @@ def repair_priority(p: PlacementProblem, a: Assignment,
             continue
         version += 1
     return out
-
-
-def _state_of(p: PlacementProblem, a: Assignment) -> tuple[State, QuotaLedger]:
-    """Greedy's GPU state and quota ledger with plan ``a`` in place."""
-    state = State(p)
-    ledger = QuotaLedger(p)
-    for j, units in a.units.items():
-        ledger.admit(p.jobs[j], units)
-        for u in units:
-            for node, gpus in u.pieces:
-                state.take(node, gpus)
-    return state, ledger
 
 
 def _over_lower(p: PlacementProblem, jv: JobView, lower: list[int], out: Assignment,

@@ -30,14 +30,12 @@ import time
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import JobView, PlacementProblem
 from hyperplace.formulations.placement.preemption import Victim
-from hyperplace.solvers.heuristics.greedy import State, try_place_job
+from hyperplace.solvers.heuristics.greedy import QuotaLedger, State, state_with_plan, try_place_job
 from hyperplace.solvers.heuristics.greedy_preempt import (
     MAX_CANDIDATES,
     MAX_SETS,
     Options,
     victim_cost,
-    QuotaUse,
-    state_with_plan,
     add_cheapest_nodes,
     ranked,
 )
@@ -84,7 +82,7 @@ def greedy_migrate(p: PlacementProblem, a: Assignment, params: GreedyParams | No
 
 
 def _displace_lower(p: PlacementProblem, level: int, left: list[JobView], state: State,
-                    quota: QuotaUse, out: Assignment, params: GreedyParams, memo: _Memo,
+                    quota: QuotaLedger, out: Assignment, params: GreedyParams, memo: _Memo,
                     limit: int | None, deadline: float | None) -> None:
     """The jobs of ``level`` still out may take the GPUs of admitted pending jobs of lower
     priority (objective 1 weighs one GPU of a level above all GPUs below it); those go back
@@ -112,7 +110,7 @@ def _give(state: State, units: list[PlacedUnit]) -> None:
 
 
 def _readmit(p: PlacementProblem, jv: JobView, units: list[PlacedUnit], state: State,
-             quota: QuotaUse, out: Assignment, params: GreedyParams) -> None:
+             quota: QuotaLedger, out: Assignment, params: GreedyParams) -> None:
     """A released job back where it was when that is still free, else elsewhere, when its
     queue's quota allows; else it waits."""
     if all(set(gpus) <= set(state.free[node]) for u in units for node, gpus in u.pieces):
@@ -184,7 +182,7 @@ class _Memo:
         return found
 
 
-def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaUse,
+def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLedger,
                  out: Assignment, params: GreedyParams, memo: _Memo,
                  limit: int | None, deadline: float | None) -> bool:
     """Try to place ``jv`` by migrating movers (sets in order of lost work, then node by
@@ -271,7 +269,7 @@ def _frees_a_piece(p: PlacementProblem, combo: tuple[Victim, ...], state: State,
 
 
 def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[Victim, ...], state: State,
-             quota: QuotaUse, out: Assignment, params: GreedyParams) -> bool:
+             quota: QuotaLedger, out: Assignment, params: GreedyParams) -> bool:
     """Release ``combo``, place ``jv``, keep the movers it does not need, place the others
     again; on success record it all, else change nothing."""
     trials = params.max_domain_trials

@@ -25,10 +25,10 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 
-from hyperplace.formulations.mapping import Assignment, PlacedUnit
+from hyperplace.formulations.mapping import Assignment
 from hyperplace.formulations.placement import JobView, PlacementProblem
-from hyperplace.formulations.placement.preemption import Victim, nominal_total, queue_use
-from hyperplace.solvers.heuristics.greedy import State, try_place_job
+from hyperplace.formulations.placement.preemption import Victim
+from hyperplace.solvers.heuristics.greedy import QuotaLedger, State, state_with_plan, try_place_job
 from hyperplace.solvers.params import GreedyParams
 
 #: Victims tried per pending job (least lost work first), and victim sets tried per job.
@@ -86,7 +86,7 @@ def _late(deadline: float | None) -> bool:
     return deadline is not None and time.perf_counter() > deadline
 
 
-def _preempt_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaUse,
+def _preempt_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLedger,
                  out: Assignment, params: GreedyParams, deadline: float | None) -> None:
     """Victim sets for one pending job in order of lost work (at most ``MAX_SETS``, of its
     ``MAX_CANDIDATES`` cheapest candidates), then, when those ran out, node after node per
@@ -110,7 +110,7 @@ def _preempt_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaUse
             break
 
 
-def _keep_unneeded(p: PlacementProblem, out: Assignment, quota: QuotaUse) -> None:
+def _keep_unneeded(p: PlacementProblem, out: Assignment, quota: QuotaLedger) -> None:
     """Victims the finished plan does not need keep running: one whose GPUs no placement
     uses and without whose stop every quota still holds (a victim stopped for one job's
     quota may no longer be needed once a later stop frees that quota, e.g. a reclaim
@@ -130,7 +130,7 @@ def _keep_unneeded(p: PlacementProblem, out: Assignment, quota: QuotaUse) -> Non
 
 
 def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[Victim, ...], state: State,
-             quota: QuotaUse, out: Assignment, params: GreedyParams) -> bool:
+             quota: QuotaLedger, out: Assignment, params: GreedyParams) -> bool:
     """Stop ``combo`` and place ``jv`` by greedy's rule; on success record it (victims whose
     GPUs and quota it does not need keep running), else change nothing."""
     freed = [(node, g) for v in combo for node, g in v.gpus]
@@ -225,88 +225,3 @@ def victim_cost(victims: list[Victim] | tuple[Victim, ...]) -> tuple[float, int,
     """Highest level stopped, GPUs stopped, lost work: objective 1's order, roughly."""
     return (max((v.level for v in victims), default=-float("inf")),
             sum(len(v.gpus) for v in victims), sum(v.lost for v in victims))
-
-
-class QuotaUse:
-    """Usage per (queue, quota key) of the jobs admitted and of the victims stopped."""
-
-    def __init__(self, p: PlacementProblem):
-        self.p = p
-        self.used: dict[tuple[str, str], float] = defaultdict(float)
-        self.gone: dict[tuple[str, str], float] = defaultdict(float)
-        self.stopped: dict[int, int] = defaultdict(int)  # victim index -> times stopped
-        self.admitted: dict[str, int] = defaultdict(int)  # queue -> GPUs admitted now
-        self.running = queue_use(p.instance)
-
-    def add(self, queue: str, units: list[PlacedUnit], sign: int) -> None:
-        for u in units:
-            for node, gpus in u.pieces:
-                self.admitted[queue] += sign * len(gpus)
-                t = self.p.node_by_name[node].gpu_type.name
-                for key, n in self.p.quotas.usage(queue, t, len(gpus)).items():
-                    self.used[key] += sign * n
-
-    def stop(self, v: Victim, sign: int) -> None:
-        self.stopped[v.index] += sign
-        for node, _ in v.gpus:
-            t = self.p.node_by_name[node].gpu_type.name
-            for key, n in self.p.quotas.usage(v.queue, t, 1).items():
-                self.gone[key] += sign * n
-
-    def ok(self) -> bool:
-        return self.p.quotas.allows(self.used, self.gone) and self._reclaim_ok() \
-            and self._guarantee_ok()
-
-    def _guarantee_ok(self) -> bool:
-        """The model's guarantee rows (``PlacementModelBuilder._reclaim_keeps_guarantee``):
-        a queue with a stopped victim that some jobs may reclaim keeps its guarantee."""
-        queues = {self.p.victims[i].queue for i, n in self.stopped.items()
-                  if n > 0 and self.p.victims[i].reclaim_only}
-        for q in queues:
-            sizes = [len(v.gpus) for v in self.p.victims
-                     if v.queue == q and self.stopped.get(v.index, 0) > 0]
-            largest = max((len(v.gpus) for v in self.p.victims if v.queue == q
-                           and v.reclaim_only and self.stopped.get(v.index, 0) > 0))
-            # the model's last[] marks a reclaimable victim: the largest of those
-            total = self.running.get(q, 0) - sum(sizes) + self.admitted[q] + largest
-            if total <= nominal_total(self.p.instance, q) + 1e-9:
-                return False
-        return True
-
-    def _reclaim_ok(self) -> bool:
-        """The model's reclaim rule (``PlacementModelBuilder._reclaim_within_nominal``):
-        while a victim some jobs may stop only by reclaiming is stopped, their queues stay
-        within their nominal quota on the keys covering its GPUs."""
-        book = self.p.quotas
-        if book.queues is None:
-            return True
-        for index, times in self.stopped.items():
-            if times <= 0:
-                continue
-            v = self.p.victims[index]
-            types = {self.p.node_by_name[node].gpu_type.name for node, _ in v.gpus}
-            for q in {self.p.jobs[j].queue for j in v.reclaim_only}:
-                queue = book.queues.queues.get(q)
-                if queue is None:
-                    continue
-                for key in {k for t in types for k in book.keys_for(q, t)} & set(queue.quotas):
-                    use = book.running.get((q, key), 0) + self.used.get((q, key), 0) \
-                        - self.gone.get((q, key), 0)
-                    if use > queue.quotas[key].nominal + 1e-9:
-                        return False
-        return True
-
-
-def state_with_plan(p: PlacementProblem, a: Assignment) -> tuple[State, QuotaUse]:
-    """Greedy's GPU state and queue usage with plan ``a`` in place: its units hold their GPUs
-    and count against their queues, its stopped victims (or movers) count no more."""
-    state = State(p)
-    quota = QuotaUse(p)
-    for j, units in a.units.items():
-        quota.add(p.jobs[j].queue, units, +1)
-        for u in units:
-            for node, gpus in u.pieces:
-                state.take(node, gpus)
-    for v in a.stopped:
-        quota.stop(p.victims[v], +1)
-    return state, quota
