@@ -693,11 +693,11 @@ def _cover(net: Fabric, nodes: list[str], radius: int, groups: list[list[str]] |
     out: dict[str, str] = {}
     while todo:
         names = sorted({d for g in todo for d in net.node_domains(g[0], radius)})
-        best, held = "", []
+        best, held = "", list[list[str]]()
         for d in names:
             inside = set(members[d])
             these = [g for g in todo if set(g) <= inside]
-            if sum(map(len, these)) > sum(map(len, held)):
+            if sum(len(g) for g in these) > sum(len(g) for g in held):
                 best, held = d, these
         if not held:  # cannot happen (docstring); never loop
             raise AssertionError(f"no domain of radius {radius} holds {todo[0]}")
