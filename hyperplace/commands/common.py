@@ -17,13 +17,16 @@ from contextlib import contextmanager
 from enum import StrEnum
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
 
 from hyperplace.errors import InputError
 from hyperplace.io import write_atomic
+
+if TYPE_CHECKING:
+    from hyperplace.models.request import RoundRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -101,6 +104,27 @@ def output_dir(path: Path) -> Path:
     except OSError as exc:
         raise InputError(f"cannot create: {exc.strerror or exc}", source=str(path)) from None
     return path
+
+
+#: the command-line flag of each round request field (hyperplace.models.request)
+ROUND_FLAGS = {"solver": "--solver", "policy": "--policy", "budgetS": "--budget",
+               "seed": "--seed", "preemption": "--preemption",
+               "runningMoveable": "--running-moveable", "maxMoves": "--max-moves",
+               "hotSpares": "--hot-spares"}
+
+
+def round_request(**fields: Any) -> "RoundRequest":
+    """The library's round request from a command's options; a bad one names its flag."""
+    from hyperplace.models.request import RoundRequest
+
+    try:
+        return RoundRequest.of(**fields)
+    except InputError as exc:
+        flag = ROUND_FLAGS.get(exc.path or "", exc.path)
+        message = exc.message
+        for field, other in ROUND_FLAGS.items():
+            message = message.replace(field, other)
+        raise InputError(message, path=flag) from None
 
 
 def check_budget(budget: float, option: str = "--budget") -> float:

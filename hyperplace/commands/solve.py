@@ -16,6 +16,7 @@ from rich.console import Console
 
 from hyperplace.commands.common import (
     check_budget,
+    round_request,
     console,
     file_format,
     interruptible,
@@ -33,10 +34,7 @@ from hyperplace.errors import InputError
 from hyperplace.io import dump, load_documents, parse
 from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
-
-
-#: CP-SAT's random seed is a 32-bit signed integer.
-MAX_SEED = 2**31 - 1
+from hyperplace.models.request import MAX_SEED
 
 
 class Solver(StrEnum):
@@ -355,11 +353,13 @@ def solve_command(
     """Solve one scheduling round: which pending jobs run, on exactly which GPUs."""
     from hyperplace.deadline import command_deadline, write_reserve_s
     from hyperplace.solvers.driver import solve_placement
-    from hyperplace.models.migration import MigrationPolicy
 
     began = time.perf_counter()
     pause_collector()
     check_budget(budget)
+    request = round_request(solver=solver.value, policy=policy.value, budget_s=budget,
+                            seed=seed, preemption=preemption.value,
+                            running_moveable=running_moveable, hot_spares=hot_spares)
     file_fmt = file_format(fmt.value if fmt is not None else None, output) if output else None
     if draw is not None and draw.suffix.lower() != ".svg":
         raise InputError(f"pictures are SVG: give a .svg file name, got {str(draw)!r}",
@@ -372,23 +372,14 @@ def solve_command(
         fitted = load_calibration(calibration)
     # the budget runs from process start: reading the files counts, and writing keeps a share
     deadline = command_deadline(budget, write_reserve_s(inst), since=began)
-    if hot_spares < 0:
-        raise InputError(f"must be >= 0, got {hot_spares}", path="--hot-spares")
     as_given = inst  # drawn and tabled as it is
-    if running_moveable and preemption != Preemption.never:
-        raise InputError("choose one of --running-moveable and --preemption for a round",
-                         path="--running-moveable")
     with interruptible():
         # with --preemption the victims, with --running-moveable the migrations, are
         # variables of the same model (one solve)
-        migration = MigrationPolicy() if running_moveable else None
         from hyperplace.costmodel.speed import use_calibration
 
         with use_calibration(fitted):  # --policy performance ranks by THE speed model
-            plan = solve_placement(inst, solver=solver.value, budget_s=budget,
-                                   policy=policy.value, seed=seed, deadline=deadline,
-                                   preemption=preemption.value, migration=migration,
-                                   hot_spares=hot_spares)
+            plan = solve_placement(inst, **request.solve_kwargs(), deadline=deadline)
         # every job's forecast: admitted now, pending ones from the over-time schedule
         # (the list schedule, hyperplace.sim.planning), when it fits in what the budget
         # has left: it runs after the solve, so it is not in the solve's own deadline
