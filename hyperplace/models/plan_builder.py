@@ -99,9 +99,8 @@ class PlanBuilder:
     def build(self, kind: str, **fields: Any) -> PlacementPlan:
         """The plan, named ``<instance>-<kind>``; ``fields``: the other plan fields."""
         name = self.instance.name
+        fields.setdefault("skipped", list(self.instance.spec.skipped))
         return PlacementPlan(metadata=PlanMeta(name=f"{name}-{kind}", instance=name),
                              placements=self.placements, jobs=self.jobs, pending=self.pending,
-                             **({"skipped": list(self.instance.spec.skipped)}
-                                if self.instance.spec.skipped and "skipped" not in fields
-                                else {}), **fields)
+                             **fields)
 
