@@ -275,5 +275,6 @@ def test_kueue_topology_assignment_v1beta2_and_v1beta1():
     assert sorted(v1beta2_domains(b2_topo)) == sorted((tuple(d["values"]), d["count"])
                                                        for d in b1["domains"])
     assert sum(c for _, c in v1beta2_domains(b2_topo)) == 3
-    old = dict(topo, apiVersion="kueue.x-k8s.io/v1beta1")
-    assert validate_topology_assignment(ta_of(topology=old)) == "v1beta1"
+    for version in ("v1beta1", "v1alpha1"):  # Kueue v0.14-0.15 and before v0.14
+        old = dict(topo, apiVersion=f"kueue.x-k8s.io/{version}")
+        assert validate_topology_assignment(ta_of(topology=old)) == "v1beta1"

@@ -32,8 +32,9 @@ Kubernetes (:func:`kubernetes_manifests`)
     levels of the user's Kueue ``Topology`` (its ``nodeLabel`` keys, the values read from
     the nodes' labels), pod counts per domain, into the job's
     ``kueue.x-k8s.io/topology-assignment`` annotation (JSON), in the shape of the user's Kueue
-    API (``--kueue-api``; else the apiVersion of the ``--topology`` document; else
-    :data:`DEFAULT_KUEUE_API`): ``v1beta2`` (Kueue v0.15 on; its storage version from v0.16):
+    API (``--kueue-api``; else the apiVersion of the ``--topology`` document, a ``v1alpha1``
+    Topology (Kueue before v0.14) meaning ``v1beta1``; else :data:`DEFAULT_KUEUE_API`):
+    ``v1beta2`` (Kueue v0.15 on; its storage version from v0.16):
     ``levels`` + ``slices[{domainCount, valuesPerLevel[{universal | individual.roots}],
     podCounts{universal | individual}}]`` (kubernetes-sigs/kueue
     ``apis/kueue/v1beta2/workload_types.go``, ``TopologyAssignmentSlice``); ``v1beta1``:
@@ -205,6 +206,8 @@ def kueue_api_of(topology: Mapping[str, Any] | None, given: str | None = None) -
             raise ValueError(f"Kueue API {given!r} is not one of {', '.join(KUEUE_APIS)}")
         return given
     version = str((topology or {}).get("apiVersion", "")).rpartition("/")[2]
+    if version == "v1alpha1":  # Topology before Kueue v0.14: its Workloads are v1beta1
+        return "v1beta1"
     return version if version in KUEUE_APIS else DEFAULT_KUEUE_API
 
 
