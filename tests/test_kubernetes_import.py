@@ -219,6 +219,12 @@ def test_cpu_only_workload_is_reported_skipped_in_plan_and_table(tmp_path, capsy
     assert [j["job"] for j in plan["jobs"]] == ["gpu-train"] and plan.get("pending", []) == []
     parsed = PlacementPlan.model_validate(plan)
     assert check(parsed, inst) == []
+    assert "1 admitted, 0 pending, 1 skipped" in capsys.readouterr().err
+    # `why` on it says why it is not placed (one line, exit 2), not "no job"
+    assert run_main(["why", "jobset-tas-required", "--cluster", str(NODES), "--jobs",
+                     str(jobs)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is not placed by hyperplace: no pod asks" in err
 
 
 VGPU_NODES = K8S / "nodes-rke2-vgpu-a16.json"  # a captured `kubectl get nodes -o json` (GFD)

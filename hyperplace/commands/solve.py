@@ -411,7 +411,8 @@ def solve_command(
             picture = draw_svg(as_given, plan)
     if output is not None and text is not None:
         write_output(output, text, f"{plan.status.value}, {len(plan.jobs)} admitted, "
-                     f"{len(plan.pending)} pending")
+                     f"{len(plan.pending)} pending"
+                     + (f", {len(plan.skipped)} skipped (not GPU jobs)" if plan.skipped else ""))
     if draw is not None and picture is not None:
         write_output(draw, picture, "picture of the plan")
     if output is None:  # -o FILE: the file and its one-line summary, nothing else

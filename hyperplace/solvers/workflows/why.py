@@ -129,6 +129,9 @@ def _pending_manifest(instance: Instance, job: str
                                gpus=sum(running[job].values()),
                                summary=f"{job} is running on {_list(nodes)}; nothing to admit")
     manifest = next((j for j in instance.jobs if j.name == job), None)
+    skipped = next((s for s in instance.spec.skipped if s.job == job), None)
+    if manifest is None and skipped is not None:  # read, but not a job hyperplace places
+        raise InputError(f"{job!r} is not placed by hyperplace: {skipped.reason}", path="JOB")
     if manifest is None:
         names = [j.name for j in instance.jobs]
         raise InputError(f"no job {job!r} in {instance.name}: pending jobs are "
