@@ -26,6 +26,15 @@ from hyperplace.models.limits import MAX_JOBS
 from hyperplace.models.limits import Name as JobName
 from hyperplace.models.model_spec import ModelSpec
 from hyperplace.models.plan import GPURef, PlacementPlan
+from hyperplace.models.request import (
+    HotSpares,
+    MaxMoves,
+    PolicyName,
+    PreemptionName,
+    RoundRequest,
+    Seed,
+    SolverName,
+)
 from hyperplace.models.split import SplitProblem
 
 # A budget in seconds: positive and finite (NaN and infinities are refused with 422).
@@ -72,25 +81,26 @@ class InstanceSource(Body):
 
 
 class PlacementRequest(InstanceSource):
-    """One scheduling round, as ``hyperplace solve``."""
+    """One scheduling round, as ``hyperplace solve``: the round's fields are the library's
+    :class:`~hyperplace.models.request.RoundRequest` (same types, same limits, same rules)."""
 
     budget_s: Budget | None = None
-    solver: Literal["auto", "cpsat", "milp", "greedy"] = "auto"
-    policy: Literal["performance", "cost"] = "performance"
-    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    solver: SolverName = "auto"
+    policy: PolicyName = "performance"
+    seed: Seed = 0
     apply: bool = Field(default=False, description=(
         "with cluster: record the admitted jobs as running on their GPUs in the stored "
         "cluster and drop them from its queue, so the next round starts from there"))
-    preemption: Literal["never", "lower-priority", "reclaim-within-cohort"] = Field(
+    preemption: PreemptionName = Field(
         default="never", description="as `hyperplace solve --preemption`: running jobs "
         "(spec.runningJobs) the round may stop; the plan lists them in preemptions[]")
-    hot_spares: int = Field(default=0, ge=0, le=1024, description="as `hyperplace solve "
-                            "--hot-spares`: whole free nodes every leaf keeps free for repairs")
+    hot_spares: HotSpares = Field(default=0, description="as `hyperplace solve "
+                                  "--hot-spares`: whole free nodes every leaf keeps free for repairs")
     running_moveable: bool = Field(default=False, description=(
         "as `hyperplace solve --running-moveable`: running jobs with a manifest "
         "(spec.runningJobs[].job) may migrate when that admits more; the plan lists them in "
         "migrations[]"))
-    max_moves: int | None = Field(default=None, ge=0, le=100_000, description=(
+    max_moves: MaxMoves | None = Field(default=None, description=(
         "with runningMoveable: at most this many migrations (default: no limit)"))
 
     @model_validator(mode="after")
@@ -103,11 +113,7 @@ class PlacementRequest(InstanceSource):
             raise ValueError("apply records admitted jobs in the stored cluster but does not "
                              "move running ones: use runningMoveable false with apply, and "
                              "PATCH the migrated jobs' new GPUs")
-        if self.running_moveable and self.preemption != "never":
-            raise ValueError("runningMoveable: a round either preempts or migrates running "
-                             "jobs, not both")
-        if self.max_moves is not None and not self.running_moveable:
-            raise ValueError("maxMoves: only with runningMoveable")
+        RoundRequest.check_rules(self.preemption, self.running_moveable, self.max_moves)
         return self
 
 

@@ -298,19 +298,20 @@ def extender_index(plan: Any, inst: Any = None) -> dict[str, Any]:
 
 @handler("placement")
 def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
-    from hyperplace.models.migration import MigrationPolicy
+    from hyperplace.models.request import RoundRequest
     from hyperplace.solvers.driver import solve_placement
 
     inst, label = resolve_instance(payload, ctx)
-    migration = MigrationPolicy(max_moves=payload.get("max_moves")) \
-        if payload.get("running_moveable") else None
-    budget = max(0.01, remaining(deadline))
+    # the request body was validated as the library's round request; its budget is what
+    # the service's deadline leaves
+    request = RoundRequest.of(
+        solver=payload["solver"], policy=payload["policy"], seed=payload["seed"],
+        budget_s=max(0.01, remaining(deadline)), preemption=payload.get("preemption", "never"),
+        running_moveable=bool(payload.get("running_moveable")),
+        max_moves=payload.get("max_moves"), hot_spares=payload.get("hot_spares", 0))
     # rounds on a stored cluster are not cold starts (an inline instance has no history)
     warm = ctx.warm_start(label, inst) if payload.get("cluster") is not None else None
-    plan = solve_placement(inst, solver=payload["solver"], budget_s=budget,
-                           policy=payload["policy"], seed=payload["seed"], warm=warm,
-                           preemption=payload.get("preemption", "never"),
-                           hot_spares=payload.get("hot_spares", 0), migration=migration)
+    plan = solve_placement(inst, **request.solve_kwargs(), warm=warm)
     from hyperplace.sim import planning  # (#21) when and where, every job
 
     forecasts: list[Any] = []
