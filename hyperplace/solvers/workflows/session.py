@@ -155,6 +155,18 @@ def _name(item: Any) -> Any:
     return item.name
 
 
+@dataclass
+class _Checked:
+    """A delta's items after their checks: what each step of the change needs."""
+
+    failed: dict[str, list[int]]
+    healed: dict[str, list[int]]
+    done: set[str]
+    interrupted: list[str]
+    takes: list[tuple[str, list[GPU]]]
+    arrivals: list[tuple[Any, Any]]
+
+
 class RoundState:
     """GPU ownership, failures, the pending queue and usage history, updated in place.
 
@@ -398,6 +410,14 @@ class RoundState:
         delta that frees or takes GPUs happens at ``now_s`` (default ``clock()``): GPUs
         freed now count towards their queue up to then.
         """
+        checked = self._checked(delta)
+        if checked.done or checked.interrupted or checked.takes:
+            self.accrue(now_s)
+        self._change(delta, checked)
+        return checked.interrupted
+
+    def _checked(self, delta: RoundDelta) -> "_Checked":
+        """Every item of ``delta`` checked against the state (nothing changes yet)."""
         failed = self._gpu_items(delta.failures, "failures")
         healed = self._gpu_items(delta.recoveries, "recoveries")
         self._check_jobs(delta)
@@ -411,36 +431,37 @@ class RoundState:
         freed = done | set(interrupted)
         takes = [(job, self._check_take(job, gpus, f"allocations[{i}]", freed, failed, healed))
                  for i, (job, gpus) in enumerate(delta.allocations)]
-        arrivals = self._checked_arrivals(delta, freed)
-        if done or interrupted or takes:
-            self.accrue(now_s)
+        return _Checked(failed, healed, done, interrupted, takes,
+                        self._checked_arrivals(delta, freed))
+
+    def _change(self, delta: RoundDelta, c: "_Checked") -> None:
+        """Apply a checked delta, in the order of :class:`RoundDelta`'s fields."""
         for name in delta.withdrawals:
             self.queue.pop(name, None)
-        for name in done:
+        for name in c.done:
             self.release(name)
             self.started.pop(name, None)
-        for node, gpus in failed.items():
+        for node, gpus in c.failed.items():
             for g in gpus:
                 self.fail_gpu(node, g)
         for node in delta.node_failures:
             self.fail_node(node)
         for sw in delta.switch_failures:
             self.fail_switch(sw)
-        for name in interrupted:
+        for name in c.interrupted:
             self.release(name)
             self._requeue(name)
-        for node, gpus in healed.items():
+        for node, gpus in c.healed.items():
             for g in gpus:
                 self.repair_gpu(node, g)
         for node in delta.node_repairs:
             self.repair_node(node)
         for sw in delta.switch_repairs:
             self.repair_switch(sw)
-        for job, gpus in takes:
+        for job, gpus in c.takes:
             self._take(job, gpus)
-        for key, item in arrivals:
+        for key, item in c.arrivals:
             self.queue[key] = item
-        return interrupted
 
     def commit(self, starts: Mapping[str, list[GPU]], *, now_s: float | None = None,
                path: str = "starts") -> None:
