@@ -12,6 +12,7 @@ from hyperplace.commands.common import (
     FORMAT_HELP,
     Format,
     check_budget,
+    round_request,
     console,
     file_format,
     interruptible,
@@ -54,8 +55,7 @@ def repair_command(
     from hyperplace.solvers.workflows.repair import STRATEGIES, read_failed, repair
 
     check_budget(budget)
-    if hot_spares < 0:
-        raise InputError(f"must be >= 0, got {hot_spares}", path="--hot-spares")
+    round_request(hot_spares=hot_spares, budget_s=budget)  # the library's limits, by flag
     if strategy not in STRATEGIES:
         raise InputError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}",
                          path="--strategy")

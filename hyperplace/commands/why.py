@@ -18,6 +18,7 @@ from hyperplace.commands.common import (
     JOBS_HELP,
     Format,
     check_budget,
+    round_request,
     interruptible,
     one_line_errors,
 )
@@ -72,14 +73,11 @@ def why_command(
     """Why a job is pending, and the smallest change that would admit it."""
     from hyperplace.commands.render import console
     from hyperplace.commands.solve import resolve_instance, with_queue_files
-    from hyperplace.errors import InputError
     from hyperplace.io import dump
     from hyperplace.solvers.workflows.why import why_job
 
     check_budget(budget)
-    if solver not in ("auto", "cpsat", "milp", "greedy"):
-        raise InputError(f"unknown solver {solver!r}; use auto, cpsat, milp or greedy",
-                         path="--solver")
+    round_request(solver=solver, budget_s=budget)  # the library's limits, named by flag
     inst = with_queue_files(resolve_instance(instance, cluster, jobs), queues or [])
     with interruptible():
         from hyperplace.sim.planning import forecast_plan
