@@ -338,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large-budgets", default="5,10,30")
     parser.add_argument("--large-busy", action="store_true",
                         help="with --large: a --busy row at budget 10 (fragmentation 0.6)")
+    parser.add_argument("--large-check", default="131k",
+                        help="with --large: sizes whose fragmentation-0.6, budget-10 plan the "
+                        "checker verifies (131k, 262k, fed-1M: minutes of CPU each)")
     parser.add_argument("--no-large-warm", dest="large_warm", action="store_false",
                         help="with --large: no warm round at 131k")
     args = parser.parse_args(argv)

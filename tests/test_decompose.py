@@ -121,3 +121,25 @@ def test_without_the_lp_jobs_go_by_free_room(monkeypatch):
     assert check(plan, inst) == []
     assert "by free room" in plan.message and plan.jobs
     assert plan.bound is not None and plan.bound >= plan.objective
+
+
+def test_the_cli_solves_a_federation_round_decomposed(tmp_path, capsys):
+    from cli_run import run_main
+
+    from hyperplace.instances.registry import render_instance
+    from hyperplace.io import load_documents, parse
+    from hyperplace.models.plan import PlacementPlan
+
+    inst = generate_federation(2, 128, 30, None, 0.5, 4, size_scale=2)
+    path = tmp_path / "fed.json"
+    path.write_text(render_instance(inst, "json"))
+    out = tmp_path / "plan.json"
+    assert run_main(["solve", "-i", str(path), "--decompose", "--budget", "10",
+                     "--format", "json", "-o", str(out)]) == 0
+    plan = parse(PlacementPlan, load_documents(str(out))[0])
+    assert plan.solver.startswith("decomposed") and check(plan, inst) == []
+    capsys.readouterr()
+    assert run_main(["solve", "-i", str(path), "--decompose", "--preemption",
+                     "lower-priority"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--decompose" in err[0]

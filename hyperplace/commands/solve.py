@@ -344,6 +344,10 @@ def solve_command(
         "migrate (checkpoint, restart elsewhere), decided in the same model: only when that "
         "admits more pending demand, then least lost work (GPUs x checkpointAgeS), then "
         "fewest moves; a moved job runs again whole; shown as migrations")] = False,
+    decompose: Annotated[bool, typer.Option(
+        "--decompose", help="a round of several clusters solved cluster by cluster: each job "
+        "to one cluster by an aggregated LP, each cluster's part under its share of the "
+        "budget (split by measured need), merged into one plan of the whole round")] = False,
     hot_spares: Annotated[int, typer.Option(
         "--hot-spares", help="whole free nodes to leave free in every leaf domain for repairs "
         "(the solver chooses which; hyperplace repair may use them)")] = 0,
@@ -373,13 +377,23 @@ def solve_command(
     # the budget runs from process start: reading the files counts, and writing keeps a share
     deadline = command_deadline(budget, write_reserve_s(inst), since=began)
     as_given = inst  # drawn and tabled as it is
+    if decompose and (running_moveable or preemption != Preemption.never or hot_spares):
+        raise InputError("--decompose solves rounds without preemption, migration or hot "
+                         "spares", path="--decompose")
     with interruptible():
         # with --preemption the victims, with --running-moveable the migrations, are
         # variables of the same model (one solve)
         from hyperplace.costmodel.speed import use_calibration
 
         with use_calibration(fitted):  # --policy performance ranks by THE speed model
-            plan = solve_placement(inst, **request.solve_kwargs(), deadline=deadline)
+            if decompose:
+                from hyperplace.solvers.decompose import solve_decomposed
+
+                plan = solve_decomposed(inst, solver=request.solver, budget_s=request.budget_s,
+                                        policy=request.policy, seed=request.seed,
+                                        deadline=deadline)
+            else:
+                plan = solve_placement(inst, **request.solve_kwargs(), deadline=deadline)
         # every job's forecast: admitted now, pending ones from the over-time schedule
         # (the list schedule, hyperplace.sim.planning), when it fits in what the budget
         # has left: it runs after the solve, so it is not in the solve's own deadline
