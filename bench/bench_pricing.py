@@ -38,7 +38,7 @@ def main() -> None:
         types = sorted({inst.catalog.get(n.gpu_type).name for c in inst.clusters
                         for n in c.nodes})
         work = [(j.spec.model, j.total_gpus, j.spec.parallelism) for j in inst.jobs]
-        for rule, par in (("planner", "auto"), ("default rule", S.DEFAULT_RULE)):
+        for rule, par in (("planner", None), ("default rule", S.DEFAULT_RULE)):
             S.clear_caches()
             began = time.perf_counter()
             for model, n, declared in work:

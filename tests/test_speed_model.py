@@ -76,8 +76,8 @@ def test_predict_split_and_simulator_give_the_same_speed():
     assert sim == pytest.approx(job_speed(model, "H100-80", gpus, parallelism=declared).relative)
 
 
-def test_a_job_declaring_auto_is_priced_with_the_planners_best():
-    """``spec.parallelism: auto`` (and none, when PLAN_UNDECLARED): the planner's best on
+def test_a_job_naming_no_parallelism_or_auto_is_priced_with_the_planners_best():
+    """No ``spec.parallelism`` or ``auto``: the planner's best on
     that type and GPU count, memoised; at least as fast as the default rule; the simulator
     and planned speeds use it."""
     from hyperplace.costmodel.plan import plan
@@ -89,16 +89,18 @@ def test_a_job_declaring_auto_is_priced_with_the_planners_best():
     assert mine.fits and mine.step_time_s == pytest.approx(best.prediction.step_time_s)
     c = best.candidate
     assert (mine.config.tp, mine.config.pp, mine.config.dp) == (c.tp, c.pp, c.dp * c.cp)
+    # a job naming no parallelism is priced the same (PLAN_UNDECLARED)
+    assert type_speed(model, "H100-80", gpus).step_time_s == mine.step_time_s
     rule = type_speed(model, "H100-80", gpus, parallelism=DEFAULT_RULE)
     assert mine.tokens_per_s >= rule.tokens_per_s * (1 - 1e-9)
     plans = planner_stats["plans"]
     for _ in range(3):  # memoised: no new search
         type_speed(model, "H100-80", gpus, parallelism="auto")
+        type_speed(model, "H100-80", gpus)
     assert planner_stats["plans"] == plans
     inst = _instance()
     job = model_parallel_job("j", "q", replicas=2, memory_gb=None, dp_ib_gbps=None)
-    job = job.model_copy(update={"spec": job.spec.model_copy(
-        update={"model": model, "parallelism": "auto"})})
+    job = job.model_copy(update={"spec": job.spec.model_copy(update={"model": model})})
     speeds = SpeedModel(inst, network=False)
     h100 = type_speed(model, "H100-80", 16, parallelism="auto").tokens_per_s
     a100 = type_speed(model, "A100-80", 16, parallelism="auto").tokens_per_s

@@ -68,7 +68,7 @@ RANK_MODEL, RANK_GPUS = "llama3-70b", 64
 DEFAULT_RULE = "default-rule"
 # A job declaring no parallelism is priced with the planner's best (as ``auto``) when True,
 # else with the default rule.
-PLAN_UNDECLARED = False
+PLAN_UNDECLARED = True
 CROSS_POD_COLLECTIVE_BW = 0.83   # Arnold: up to 17 % collective bandwidth lost across pods
 CROSS_POD_P2P_BW = 0.30          # Arnold: up to 70 % point-to-point bandwidth lost
 TP_OFF_NVLINK_BW = 1 / 9.0       # NIC vs NVLink per GPU on DGX H100 (400 Gb/s vs 450 GB/s)
