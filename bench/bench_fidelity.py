@@ -12,8 +12,9 @@ Usage::
 * **Small shapes**: Sailor's per-layer profiles, median absolute error of the per-layer
   fit per (model, GPU), in sample (they are what ``calibrate --profiles`` fits).
 * **Memory**: every fit-set run trained, so its predicted memory per GPU must be under the
-  type's HBM; and Llama 3 405B on 16,384 H100 (Dubey et al. 2024: TP 8, PP 16, DP 128,
-  8k sequences).
+  type's HBM; Llama 3 405B on 16,384 H100 (Dubey et al. 2024: TP 8, PP 16, DP 128,
+  8k sequences); and published peak memory per GPU (torchtitan's Llama 3.1 benchmarks,
+  ``hyperplace/data/published_peak_memory.csv``) against the prediction.
 * **Latency**: ``predict`` after the first call (goal < 50 ms).
 """
 
@@ -106,6 +107,23 @@ def main() -> None:
                    f"{p.memory_per_gpu_gb:.1f} | 80 | {'yes' if p.fits else 'NO'} | "
                    f"activations {p.memory['activations']:.1f}; "
                    f"{p.model_tflops_per_gpu:.0f} TFLOP/s predicted (published ~400) |")
+    from hyperplace.costmodel.peaks import GIB, predict_peak, read_peaks
+
+    out += ["", "## Memory against published peaks (hyperplace/data/published_peak_memory.csv)",
+            "", "Error = predicted / published - 1; goal within 10 %. Not fitted on.", "",
+            "| run | configuration | published GiB | predicted GiB | error | largest term |",
+            "|---|---|---|---|---|---|"]
+    for row in read_peaks():
+        p = predict_peak(row)
+        c = row.config
+        got = p.memory_per_gpu_gb * 1e9 / GIB
+        terms = {k: v for k, v in p.memory.items() if k not in ("stage", "microbatchesInFlight")}
+        big = max(terms, key=terms.get)
+        rc = "full" if c["recompute"] else "selective" if c["selective_recompute"] else "none"
+        out.append(f"| {row.run} | TP{c['tp']} PP{c['pp']} V{c['virtual_stages']} DP{c['dp']} "
+                   f"mb{c['micro_batch']} ZeRO-{c['zero']} recompute {rc} {c['precision']} | "
+                   f"{row.measured_gib:.1f} | {got:.1f} | {pct(got / row.measured_gib - 1)} | "
+                   f"{big} {terms[big]:.1f} GB |")
     from hyperplace.costmodel.plan import plan
 
     out += ["", "## Planner: its pick vs the published configuration (same GPUs, same batch)",
