@@ -9,7 +9,14 @@ from typer.testing import CliRunner
 
 from hyperplace.cli import app
 from hyperplace.costmodel.calibration import default_calibration
-from hyperplace.costmodel.plan import brute_force, candidates, compute_bound_s, plan, price_candidate
+from hyperplace.costmodel.plan import (
+    brute_force,
+    candidates,
+    compute_bound_s,
+    memory_gb,
+    plan,
+    price_candidate,
+)
 from hyperplace.models.gpu import default_catalog
 from hyperplace.models.presets import model_preset
 
@@ -43,7 +50,8 @@ def test_plan_matches_brute_force_on_a_small_space(name, gpus, batch):
 
 @pytest.mark.parametrize("name,gpu,gpus,batch", [("llama3-8b", "H100-80", 16, 64),
                                                   ("opt-30b", "A100-80", 8, 16),
-                                                  ("llama3-70b", "H100-80", 32, 32)])
+                                                  ("llama3-70b", "H100-80", 32, 32),
+                                                  ("mixtral-8x7b", "H100-80", 16, 32)])
 def test_compute_bound_never_exceeds_the_predicted_step(name, gpu, gpus, batch):
     """The planner stops at the first candidate whose compute bound is slower than the best
     found: the bound must hold for every candidate, fitting or not (memoised per group as
@@ -54,8 +62,12 @@ def test_compute_bound_never_exceeds_the_predicted_step(name, gpu, gpus, batch):
     assert len(cands) > 20
     for c in cands:
         bound = compute_bound_s(spec, gpu, c, batch, cal, cat, memo)
-        step = price_candidate(spec, gpu, c, batch, cal, cat).step_time_s
-        assert 0 < bound <= step * (1 + 1e-9), c.label()
+        priced = price_candidate(spec, gpu, c, batch, cal, cat)
+        assert 0 < bound <= priced.step_time_s * (1 + 1e-9), c.label()
+        # the memory the planner checks before pricing is the one predict reports
+        need, terms = memory_gb(spec, cat.get(gpu), c, batch)
+        assert need == pytest.approx(priced.memory_per_gpu_gb, rel=1e-9), c.label()
+        assert terms["activations"] == pytest.approx(priced.memory["activations"], rel=1e-9)
 
 
 def test_plan_cli_json_and_why_others_lose():

@@ -311,8 +311,10 @@ def expert_alltoall_seconds(problem: SplitProblem, stage: Stage, layers: list[La
     nbytes = moe_dispatch_bytes(tokens, model.hidden_size, model.experts_per_token)
     domain = NVLINK_DOMAIN_GPUS.get(g.family, GPUS_PER_NODE)
     per_domain = max(1, min(ep, domain // max(1, t * problem.context_parallel)))
+    fabric = max(g.nic_gbps, 1.0) / 8 * 1e9
     nvlink = NVSWITCH_BUS_EFFICIENCY * g.nvlink_gbps / 2 * 1e9
-    fabric = g.nic_gbps / 8 * 1e9
+    if nvlink <= 0:  # no NVLink (PCIe boards): every rank's share goes the slow way
+        per_domain, nvlink = 1, fabric
     one = expert_alltoall(nbytes, ep, per_domain, nvlink, fabric)
     per_layer = np.where(experts > 0, 2 * one, 0.0)
     return per_layer, per_layer.copy()

@@ -27,12 +27,27 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from hyperplace.costmodel.calibration import Calibration, default_calibration
-from hyperplace.costmodel.pipeline import expert_params
-from hyperplace.costmodel.predict import Prediction, layer_seconds, layers_of, predict
+from hyperplace.costmodel.pipeline import (
+    FRAGMENTATION_RESERVE,
+    counts_to_cuts,
+    expert_params,
+    interleaved_memory_factor,
+    memory_terms,
+)
+from hyperplace.costmodel.predict import (
+    Prediction,
+    even_layers,
+    layer_seconds,
+    layers_of,
+    predict,
+)
 from hyperplace.errors import InputError
-from hyperplace.models.gpu import GPUCatalog, default_catalog
+from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
 from hyperplace.models.model_spec import ModelSpec
+from hyperplace.models.split import SplitProblem, Stage
 
 TARGET_TOKENS = 4 * 1024 * 1024
 MICRO_BATCHES = (1, 2)
@@ -42,6 +57,7 @@ LONG_SEQ = 16384
 RECOMPUTE = ("none", "selective", "full")
 # relative slack of the compute bound against a found step time (floating-point rounding)
 BOUND_SLACK = 1e-6
+MAX_EXPLAINED = 24  # candidates that do not fit whose dominant memory term is looked up
 MAX_GPUS = 1 << 20
 
 
@@ -122,7 +138,18 @@ def default_global_batch(spec: ModelSpec, gpus: int) -> int:
     return 1 << (seqs - 1).bit_length()
 
 
-def candidates(spec: ModelSpec, gpus: int, global_batch: int) -> list[Candidate]:
+# The pricing space (``space="pricing"``): what the speed model searches for a job that
+# declares no parallelism, thousands of times per simulation: micro-batch 1 and plain or
+# 2-way interleaved 1F1B only (the rest of the space as above).
+PRICING_MICRO_BATCHES = (1,)
+PRICING_VIRTUAL = (1, 2)
+SPACES = ("full", "pricing")
+
+
+def candidates(spec: ModelSpec, gpus: int, global_batch: int,
+               space: str = "full") -> list[Candidate]:
+    micro_batches = PRICING_MICRO_BATCHES if space == "pricing" else MICRO_BATCHES
+    virtual = PRICING_VIRTUAL if space == "pricing" else VIRTUAL
     out = []
     for tp in (1, 2, 4, 8):
         if tp > gpus or gpus % tp or spec.num_heads % tp or spec.kv_heads % tp and tp > 1 \
@@ -134,11 +161,11 @@ def candidates(spec: ModelSpec, gpus: int, global_batch: int) -> list[Candidate]
             rest = gpus // (tp * cp)
             for pp in _divisors(rest, spec.num_layers):
                 dp = rest // pp
-                for mb in MICRO_BATCHES:
+                for mb in micro_batches:
                     if global_batch % (mb * dp):
                         continue
                     m = global_batch // (mb * dp)
-                    for v in VIRTUAL:
+                    for v in virtual:
                         if v > 1 and (pp == 1 or spec.num_layers < pp * v or m % pp):
                             continue
                         for rc in RECOMPUTE:
@@ -204,6 +231,61 @@ def compute_bound_s(spec: ModelSpec, gpu: str, c: Candidate, global_batch: int,
     return per_mb / c.pp * (m + (c.pp - 1) / c.virtual_stages)
 
 
+def memory_gb(spec: ModelSpec, gpu: GPUType, c: Candidate, global_batch: int,
+              memo: dict[tuple, Any] | None = None, breakdown: bool = True
+              ) -> tuple[float, dict[str, float]]:
+    """``c``'s memory per GPU (GB) exactly as :func:`predict` reports it, and the worst
+    stage's terms, without pricing any time: the same model, stages and
+    :func:`~hyperplace.costmodel.pipeline.memory_terms`, the same even layer split and
+    in-flight micro-batches (what the planner checks before pricing a candidate). The
+    terms do not depend on PP, interleaving or the micro-batch count: ``memo`` keeps them per
+    (TP, CP, DP, micro-batch, recomputation, ZeRO, EP); ``breakdown=False`` skips the
+    worst stage's terms (empty)."""
+    key = (c.tp, c.cp, c.dp, c.micro_batch, c.recompute, c.zero, c.ep)
+    hit = memo.get(key) if memo is not None else None
+    if hit is None:
+        model = spec.model_copy(update={"micro_batch_size": c.micro_batch * c.dp,
+                                        "sequence_parallel": c.tp > 1,
+                                        **({"selective_recompute": True}
+                                           if c.recompute == "selective" else {})})
+        layers = layers_of(model)
+        stage = Stage(name="stage0", cluster="cluster", gpu_type=gpu.name,
+                      gpu_count=c.tp * c.dp * c.cp, tp=c.tp)
+        problem = SplitProblem(model=model, stages=[stage], zero=c.zero,
+                               recompute=c.recompute == "full", expert_parallel=c.ep,
+                               context_parallel=c.cp, fixed_order=True)
+        terms = memory_terms(problem, stage, layers)
+        state = terms["weights"] + terms["gradients"] + terms["optimizer"] + terms["logits"]
+        zero = np.zeros(1)
+        hit = (terms, np.concatenate([zero, np.cumsum(state)]),
+               np.concatenate([zero, np.cumsum(terms["activations"])]), len(layers))
+        if memo is not None:
+            memo[key] = hit
+    terms, state_prefix, act_prefix, n_layers = hit
+    m = global_batch // (c.micro_batch * c.dp)
+    cuts = counts_to_cuts(even_layers(n_layers, c.pp))
+    factor = interleaved_memory_factor(c.pp, c.virtual_stages)
+    worst, worst_k = -1.0, 0
+    const = float(terms["runtime"] + terms["buffers"] + terms["recomputeWorkingSet"])
+    for k in range(c.pp):
+        a, b = cuts[k], cuts[k + 1]
+        inflight = min(c.pp - k, m) * factor
+        mem = (float(state_prefix[b] - state_prefix[a])
+               + inflight * float(act_prefix[b] - act_prefix[a]) + const) \
+            * (1 + FRAGMENTATION_RESERVE)
+        if mem > worst:
+            worst, worst_k = mem, k
+    if not breakdown:
+        return worst / 1e9, {}
+    a, b = cuts[worst_k], cuts[worst_k + 1]
+    inflight = min(c.pp - worst_k, m) * factor
+    breakdown = {name: (float(np.sum(v[a:b])) if isinstance(v, np.ndarray) else float(v)) / 1e9
+                 for name, v in terms.items()}
+    breakdown["activations"] *= inflight
+    breakdown["fragmentationReserve"] = FRAGMENTATION_RESERVE * sum(breakdown.values())
+    return worst / 1e9, breakdown
+
+
 def _ranked(planned: list[Planned]) -> list[Planned]:
     """Fastest first; among equal step times the simpler configuration (less CP, smaller
     micro-batch, fewer virtual stages, less recomputation and sharding)."""
@@ -226,8 +308,9 @@ def brute_force(spec: ModelSpec, gpu: str, gpus: int, global_batch: int,
 
 def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: int | None = None,
          top: int = 5, calibration: Calibration | None = None,
-         catalog: GPUCatalog | None = None) -> PlanResult:
-    """The best configurations (module docstring)."""
+         catalog: GPUCatalog | None = None, space: str = "full") -> PlanResult:
+    """The best configurations (module docstring); ``space="pricing"`` searches the
+    speed model's narrower space (:data:`PRICING_MICRO_BATCHES`, :data:`PRICING_VIRTUAL`)."""
     began = time.perf_counter()
     calibration = calibration or default_calibration()
     catalog = catalog or default_catalog()
@@ -250,7 +333,7 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
     cap = slow.hbm_gb
     total_params = spec.total_params()
     total_experts = float(expert_params(spec, layers_of(spec)).sum())
-    cands = candidates(spec, gpus, gb)
+    cands = candidates(spec, gpus, gb, space)
     if not cands:
         raise InputError(f"no TP x CP x PP x DP x micro-batch of {gpus} GPUs divides the "
                          f"global batch {gb}", path="--global-batch")
@@ -260,6 +343,8 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
     losers: dict[str, dict[str, Any]] = {}
     order = {"none": 0, "selective": 1, "full": 2}
     memo: dict[tuple, float] = {}
+    mem_memo: dict[tuple, Any] = {}
+    explained = 0
     bounds = {c: compute_bound_s(spec, slow.name, c, gb, calibration, catalog, memo)
               for c in cands}
     # cheapest bound first; among equal bounds less recomputation and sharding first (the
@@ -287,6 +372,18 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
             key = "weights, gradients and optimizer state alone exceed the memory"
             losers.setdefault(key, {"reason": key, "example": c.label(),
                                     "neededGb": round(bound, 1), "capacityGb": cap})
+            continue
+        need, _ = memory_gb(spec, slow, c, gb, mem_memo, breakdown=False)
+        if need > cap * (1 + 1e-9):  # the memory predict would report: no time to price
+            pruned += 1
+            if explained < MAX_EXPLAINED:  # a few examples of why, not every candidate
+                explained += 1
+                _, terms = memory_gb(spec, slow, c, gb, mem_memo)
+                big = max(terms, key=terms.get)
+                key = f"does not fit: {big} dominates"
+                losers.setdefault(key, {"reason": key, "example": c.label(),
+                                        "neededGb": round(need, 1),
+                                        "overByGb": round(need - cap, 1)})
             continue
         p = price_candidate(spec, slow.name, c, gb, calibration, catalog)
         n_priced += 1

@@ -243,7 +243,8 @@ def planned_config(spec: ModelSpec, gpu: GPUType, gpus: int, calibration: Calibr
                    catalog: GPUCatalog, global_batch: int | None = None
                    ) -> tuple[Config, Any] | None:
     """The planner's best configuration of ``spec`` on ``gpus`` GPUs of ``gpu`` and its
-    prediction (:func:`hyperplace.costmodel.plan.plan`, top 1, at ``global_batch`` sequences
+    prediction (:func:`hyperplace.costmodel.plan.plan` over its pricing space: micro-batch 1,
+    plain or 2-way interleaved 1F1B; top 1, at ``global_batch`` sequences
     or its default of about 4 M tokens), memoised per (model, type, GPUs, batch,
     calibration): a job that declares
     ``parallelism: auto`` or none. Where nothing the planner searches fits or divides (a
@@ -260,7 +261,7 @@ def planned_config(spec: ModelSpec, gpu: GPUType, gpus: int, calibration: Calibr
     began = time.perf_counter()
     try:
         res = plan(spec, [(gpu.name, gpus)], global_batch=global_batch, top=1,
-                   calibration=calibration, catalog=catalog)
+                   calibration=calibration, catalog=catalog, space="pricing")
         best = res.best[0] if res.best else None
     except InputError:
         best = None
