@@ -378,7 +378,7 @@ def test_a_single_stage_job_naming_no_parallelism_is_priced_with_the_planner():
     fjob = problem.jobs[0]
     batch = fjob.microbatches * fjob.model.micro_batch_size * fjob.replicas
     best = plan_job(model_preset("llama3-8b"), [("H100-80", 16)], global_batch=batch,
-                    top=1).best[0]
+                    top=1, space="pricing").best[0]
     assert jp.predicted.configuration == best.candidate.label()
     assert jp.predicted.step_time_s == pytest.approx(best.prediction.step_time_s)
     assert_valid(problem, fplan)

@@ -84,7 +84,7 @@ def test_a_job_naming_no_parallelism_or_auto_is_priced_with_the_planners_best():
     from hyperplace.costmodel.speed import DEFAULT_RULE, planner_stats
 
     model, gpus = "llama3-70b", 64
-    best = plan(model_preset(model), [("H100-80", gpus)], top=1).best[0]
+    best = plan(model_preset(model), [("H100-80", gpus)], top=1, space="pricing").best[0]
     mine = type_speed(model, "H100-80", gpus, parallelism="auto")
     assert mine.fits and mine.step_time_s == pytest.approx(best.prediction.step_time_s)
     c = best.candidate
