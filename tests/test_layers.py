@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hyperplace.solvers.workflows", "hyperplace.solvers"),  # what calls the driver
     ("hyperplace.baselines",),                 # the peers' rules
     ("hyperplace.federation", "hyperplace.sim", "hyperplace.draw"),
+    ("hyperplace.fedsim",),                    # federation over time (uses both above)
     ("hyperplace.benchkit", "hyperplace.client"),
     ("hyperplace.service",),
     ("hyperplace.commands",),

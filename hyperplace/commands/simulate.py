@@ -134,7 +134,7 @@ def print_summary(summary: dict, console: Console) -> None:
 def simulate_command(
     trace: Annotated[str, typer.Option(help="philly | alibaba-2023 | a CSV file (submit_time_s, duration_s, num_gpus[, gpu_type, name, queue])")] = "philly",
     instance: Annotated[str, typer.Option("--instance", "-i", help="bundled instance name or Instance file")] = "mixed-a100-h100",
-    policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="engine, engine-rounds, engine-wait, fifo (first fit), kueue (BestEffortFIFO), kueue-strict (StrictFIFO), volcano, volcano-proportion, slurm (backfill as a site configures it), slurm-default (backfill as shipped: a weaker variant); also spelled fifo-firstfit, kueue-style, kueue-besteffort, kueue-strictfifo, volcano-style, proportion, slurm-style, slurm-backfill; repeat for several (default: all but engine-wait and volcano-proportion)")] = None,
+    policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="engine, engine-rounds, engine-wait, fifo (first fit), kueue (BestEffortFIFO), kueue-strict (StrictFIFO), volcano, volcano-proportion, slurm (backfill as a site configures it), slurm-default (backfill as shipped: a weaker variant); on a federation (2+ member clusters): engine-federated (one global queue, the federation engine splits jobs across clusters when that finishes them sooner), karmada-aggregated, karmada-dynamic, karmada-static (Karmada's division into per-cluster queues, Kueue in each member); also spelled fifo-firstfit, kueue-style, kueue-besteffort, kueue-strictfifo, volcano-style, proportion, slurm-style, slurm-backfill; repeat for several (default: all but engine-wait and volcano-proportion)")] = None,
     round_s: Annotated[float, typer.Option("--round", help="seconds between scheduling rounds")] = 60.0,
     budget: Annotated[float, typer.Option(help="engine time budget per round, seconds")] = 1.0,
     load: Annotated[str, typer.Option(help="offered work over the instance's capacity at each GPU type's speed for that work (1.0 saturates any instance), or 'trace' for the trace's own rate")] = "1.0",
@@ -157,10 +157,12 @@ def simulate_command(
     horizon: Annotated[float, typer.Option("--horizon", help="engine: hours the over-time schedule plans ahead each round (5-minute steps over a day by default: horizon / 288)")] = 24.0,
     schedule_window: Annotated[int, typer.Option("--schedule-window", help="engine: pending jobs in each round's CP-SAT schedule model (priority, then reservation, then submit order); the rest are list scheduled around them")] = 200,
     schedule_objective: Annotated[str, typer.Option("--schedule-objective", help="engine: completion (sum of completion times, the default: measured better on mean and p99 JCT at equal slowdown) or slowdown (sum of bounded slowdowns) within each priority class")] = "completion",
+    federation_split: Annotated[bool, typer.Option("--federation-split/--no-federation-split", help="federation policies: jobs may be split across member clusters (off: every job runs whole in one cluster; the policy names end in -whole)")] = True,
     fair_share_levels: Annotated[int, typer.Option("--fair-share-levels", help="with --half-life: engine priority levels added per queue, round(N x Slurm's fair-share factor), as Slurm's PriorityWeightFairshare (one level = one aging step)")] = 4,
 ) -> None:
     """Replay a trace on an instance under several policies; metrics side by side."""
     from hyperplace.commands.solve import with_queue_files
+    from hyperplace.fedsim import POLICIES as FEDERATION_POLICIES
     from hyperplace.instances import load_instance
     from hyperplace.sim.metrics import write_outputs
     from hyperplace.sim.policies import canonical_policy
@@ -190,10 +192,13 @@ def simulate_command(
                          path="--solver")
     names = policy or ["engine", "fifo", "kueue", "kueue-strict", "volcano", "slurm"]
     for p in names:
+        if p in FEDERATION_POLICIES:
+            continue
         try:
             canonical_policy(p)
         except ValueError as exc:
-            raise InputError(str(exc), path="--policy") from None
+            raise InputError(f"{exc}; on a federation also "
+                             f"{', '.join(FEDERATION_POLICIES)}", path="--policy") from None
     lo, hi = parse_window(window)
     if jobs is not None and jobs < 1:
         raise InputError(f"must be >= 1, got {jobs}", path="--jobs")
@@ -205,7 +210,8 @@ def simulate_command(
                        half_life_s=half_life * 3600.0 if half_life > 0 else None,
                        fair_share_levels=fair_share_levels, preemption=preemption,
                        defrag=defrag, horizon_s=horizon * 3600.0,
-                       schedule_window=schedule_window, schedule_objective=schedule_objective)
+                       schedule_window=schedule_window, schedule_objective=schedule_objective,
+                       federation_split=federation_split)
     if out is not None:
         output_dir(out)
     console = Console(stderr=True)
@@ -219,7 +225,8 @@ def simulate_command(
                 tasks[name] = bar.add_task(f"{name:>12}", total=total)
             bar.update(tasks[name], completed=done)
 
-        summary, runs = run_simulation(inst, req, config, progress=tick)
+        summary, runs = run_simulation(inst, req, config, progress=tick,
+                                       extra=FEDERATION_POLICIES)
     from hyperplace.commands.render import console as out_console
 
     print_summary(summary, out_console())

@@ -28,9 +28,10 @@ def whatif_command(
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar on stderr")] = True,
 ) -> None:
     """Run a what-if sweep; a killed sweep started again skips finished scenarios."""
+    from hyperplace.fedsim import POLICIES as FEDERATION_POLICIES
     from hyperplace.sim.whatif import load_sweep, report, run_sweep
 
-    sweep = load_sweep(sweep_file)
+    sweep = load_sweep(sweep_file, extra=FEDERATION_POLICIES)
     target = output_dir(out or sweep_file.with_name(f"{sweep_file.stem}-whatif"))
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

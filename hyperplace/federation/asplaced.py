@@ -100,6 +100,7 @@ class ClusterPlacement:
     cluster: str
     plan: PlacementPlan
     violations: list[str] = field(default_factory=list)
+    instance: Instance | None = None  # what the plan was solved on (the cluster and its sub-jobs)
 
     @property
     def admitted(self) -> set[str]:
@@ -115,7 +116,7 @@ def place(instance: Instance, cluster: str, jobs: list[TrainingJob], *, budget_s
     inst = cluster_instance(instance, cluster, jobs)
     plan = solve_placement(inst, solver=solver, budget_s=max(budget_s, 0.05))
     violations = [v.message for v in check(plan, inst)]
-    return ClusterPlacement(cluster, plan, violations)
+    return ClusterPlacement(cluster, plan, violations, inst)
 
 
 def locations(instance: Instance, job: FederatedJob, clusters: Iterable[str],

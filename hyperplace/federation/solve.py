@@ -136,8 +136,13 @@ def _greedy(data: FederationData, state: RoundState) -> list[int]:
 
 
 def federate(problem: FederationProblem, *, budget_s: float = 10.0, solver: str = "auto",
-             seed: int = 0) -> FederationPlan:
-    """Decide one federation round of ``problem`` within about ``budget_s`` seconds."""
+             seed: int = 0, placements_out: dict[str, ClusterPlacement] | None = None
+             ) -> FederationPlan:
+    """Decide one federation round of ``problem`` within about ``budget_s`` seconds.
+
+    ``placements_out``, when given, receives each member cluster's verified placement of
+    the chosen sub-jobs (plan and the instance it was solved on), for callers that start
+    them (the simulator, :mod:`hyperplace.fedsim`) and check them independently."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
     start = time.perf_counter()
@@ -200,6 +205,8 @@ def federate(problem: FederationProblem, *, budget_s: float = 10.0, solver: str 
             message = "cpsat answers kept failing verification; greedy's verified answer returned"
     ok, _, placements = state.verify(data, chosen)
     assert ok, "a chosen combination must have been verified"
+    if placements_out is not None:
+        placements_out.update(placements)
     objective = float(sum(data.demand(data.candidates[i]) for i in chosen))
     truncated = any(js.truncated for js in all_shapes.values())
     if status == SolveStatus.OPTIMAL and truncated:

@@ -7,12 +7,12 @@ import copy
 import math
 import time
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from hyperplace.errors import InputError
 from hyperplace.models import Instance
 from hyperplace.sim.metrics import summarize
-from hyperplace.sim.policies import canonical_policy
+from hyperplace.sim.policies import Policy, canonical_policy
 from hyperplace.sim.simulator import PolicyRun, SimConfig, simulate
 from hyperplace.sim.speed import SpeedModel
 from hyperplace.sim.traces import load_trace
@@ -80,11 +80,22 @@ def build_workload(req: SimRequest, instance: Instance, seed: int) -> tuple[Work
     return wl, facts
 
 
+#: A policy built by a layer above sim (the federation's, :data:`hyperplace.fedsim.POLICIES`):
+#: name -> factory(instance, config).
+PolicyFactory = Callable[[Instance, SimConfig], Policy]
+
+
 def run_simulation(instance: Instance, req: SimRequest, config: SimConfig,
-                   progress: Callable[[str, int, int], None] | None = None
+                   progress: Callable[[str, int, int], None] | None = None,
+                   extra: Mapping[str, PolicyFactory] | None = None,
                    ) -> tuple[dict[str, Any], list[PolicyRun]]:
-    """Replay the request's workload under each policy; the summary and the raw runs."""
-    policies = [canonical_policy(p) for p in req.policies]
+    """Replay the request's workload under each policy; the summary and the raw runs.
+
+    ``extra``: policies outside :mod:`hyperplace.sim.policies` by name (the federation's);
+    they are built here, once per replay, so a bad instance is refused before any replay."""
+    extra = extra or {}
+    policies = [p if p in extra else canonical_policy(p) for p in req.policies]
+    built = {p: extra[p](instance, config) for p in policies if p in extra}
     wl, facts = build_workload(req, instance, config.seed)
     runs: list[PolicyRun] = []
     rows = []
@@ -92,7 +103,7 @@ def run_simulation(instance: Instance, req: SimRequest, config: SimConfig,
         jobs = copy.deepcopy(wl.jobs)
         t0 = time.perf_counter()
         cb = (lambda done, total, _n=name: progress(_n, done, total)) if progress else None
-        run = simulate(instance, jobs, name, config, progress=cb)
+        run = simulate(instance, jobs, built.get(name, name), config, progress=cb)
         row = summarize(run)
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)

@@ -22,7 +22,7 @@ from hyperplace.models import Instance
 from hyperplace.sim.failures import Failure, FailureStream
 from hyperplace.sim.jobs import JobRecord, SimJob
 from hyperplace.sim.loop import RoundLoop
-from hyperplace.sim.policies import make_policy
+from hyperplace.sim.policies import Policy, make_policy
 from hyperplace.sim.speed import SpeedModel
 
 REPAIR, FINISH, FAIL, ARRIVE, ROUND = range(5)
@@ -64,6 +64,9 @@ class SimConfig:
     # by then count as unfinished, metrics within the arrival window are unaffected when it
     # is at or after the last arrival
     until_s: float | None = None
+    # federation policies (hyperplace.fedsim): jobs may be split across member clusters
+    # (``simulate --federation-split``, the what-if axis ``federationSplit``)
+    federation_split: bool = True
 
 
 @dataclass
@@ -105,19 +108,28 @@ class PolicyRun:
     queue_weights: dict[str, float] = field(default_factory=dict)  # declared fair-share weights
 
 
-def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimConfig,
+def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, config: SimConfig,
              progress: Callable[[int, int], None] | None = None) -> PolicyRun:
-    """Replay ``jobs`` on ``instance`` under ``policy`` (see the module docstring)."""
-    pol = make_policy(policy, instance, budget_s=config.budget_s, solver=config.solver,
-                      window=config.window, aging_s=config.aging_s, seed=config.seed,
-                      slurm_factor=config.slurm_factor,
-                      fair_share_levels=config.fair_share_levels,
-                      preemption=config.preemption, defrag=config.defrag,
-                      schedule={"horizon_s": config.horizon_s, "window": config.schedule_window,
-                                "objective": config.schedule_objective,
-                                "step_s": config.step_s, "round_s": config.round_s})
+    """Replay ``jobs`` on ``instance`` under ``policy`` (see the module docstring).
+
+    ``policy`` is a name of :mod:`hyperplace.sim.policies` or a :class:`Policy` built by
+    the caller (the federation's, :mod:`hyperplace.fedsim`). Such a policy may bring its own
+    speed model (``speed_model(instance, network)``: a split job's speed is the federation
+    pricing's), ask for a round at a time nothing else triggers one (``wake_s(now)``: a
+    held part's timeout) and add notes to the run (``notes()``)."""
+    pol = policy if isinstance(policy, Policy) else make_policy(
+        policy, instance, budget_s=config.budget_s, solver=config.solver,
+        window=config.window, aging_s=config.aging_s, seed=config.seed,
+        slurm_factor=config.slurm_factor, fair_share_levels=config.fair_share_levels,
+        preemption=config.preemption, defrag=config.defrag,
+        schedule={"horizon_s": config.horizon_s, "window": config.schedule_window,
+                  "objective": config.schedule_objective, "step_s": config.step_s,
+                  "round_s": config.round_s})
     loop = RoundLoop(instance, pol, check=config.check, half_life_s=config.half_life_s)
-    loop.speed = SpeedModel(loop.state.base, network=config.network)
+    own_speed = getattr(pol, "speed_model", None)
+    loop.speed = (own_speed(loop.state.base, config.network) if own_speed is not None
+                  else SpeedModel(loop.state.base, network=config.network))
+    wake = getattr(pol, "wake_s", None)
     if jobs:
         loop.window = (min(j.submit_s for j in jobs), max(j.submit_s for j in jobs))
     for sw in config.fail_switches:
@@ -140,6 +152,7 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
     arrivals_left = len(jobs)
     repairs_left = 0
     round_due: float | None = None
+    wakes: set[float] = set()  # rounds a policy asked for (wake_s)
     dirty = False
     last_round_started = True
     rounds: list[RoundStat] = []
@@ -195,7 +208,9 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
             repairs_left -= 1
             dirty = True
         elif kind == ROUND:
-            round_due = None
+            if t == round_due:
+                round_due = None
+            wakes.discard(t)
             if loop.queue:
                 result = loop.run_round(t)
                 d = result.decision
@@ -205,13 +220,21 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
                     push(s.end_s, FINISH, (s.job.name, id(loop.running[s.job.name])))
                 _record_forecasts(loop, result, t)
                 last_round_started = bool(result.started)
+                due = wake(t) if wake is not None else None
+                if due is not None and due > t:
+                    due = math.ceil(due / config.round_s) * config.round_s if config.round_s \
+                        > 0 else due
+                    if due not in wakes and due != round_due:
+                        wakes.add(due)
+                        push(due, ROUND, None)
             dirty = False
         sample(t)
         if dirty and loop.queue and round_due is None:
             round_due = math.ceil(t / config.round_s) * config.round_s if config.round_s > 0 else t
-            push(round_due, ROUND, None)
+            if round_due not in wakes:  # else the round a policy asked for serves
+                push(round_due, ROUND, None)
         if (not loop.running and loop.queue and arrivals_left == 0 and repairs_left == 0
-                and round_due is None and not last_round_started):
+                and round_due is None and not wakes and not last_round_started):
             break  # nothing can change any more
         if finished == total:
             break
@@ -225,6 +248,7 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str, config: SimCon
     return PolicyRun(policy=pol.name, records=records, rounds=rounds, samples=samples,
                      failures=failures, total_gpus=loop.state.total_gpus,
                      arrival_end_s=arrival_end, unfinished=unfinished,
+                     notes=list(getattr(pol, "notes", lambda: [])()),
                      queue_gpu_s=dict(loop.gpu_seconds),
                      queue_gpu_s_in_window=dict(loop.gpu_seconds_in_window),
                      queue_weights=weights)

@@ -15,6 +15,7 @@ A sweep file (YAML)::
       budget: 1.0
       failures: 0
       seed: 0
+      federationSplit: true     # federation policies: jobs may split across member clusters
     grid:                       # every combination is one scenario; the base always runs
       addNodes: [{type: H100-80, count: 4}, {type: A100-80, count: -4}]  # add / remove nodes
       failSwitch: [leaf001]     # a switch down for the whole run
@@ -23,6 +24,7 @@ A sweep file (YAML)::
       policy: [fifo, slurm]
       load: [0.8, 1.2]
       failures: [1.0]
+      federationSplit: [true, false]  # on a federation (engine-federated, karmada-*)
 
 **Capacity changes and the load.** ``load`` is offered work over the *base* instance's
 capacity. A scenario that changes capacity (``addNodes``) keeps the base's arrival rate by
@@ -55,9 +57,9 @@ import math
 import sqlite3
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from hyperplace.errors import InputError
 from hyperplace.models import Instance, Node
@@ -66,9 +68,9 @@ from hyperplace.io import write_atomic
 MAX_SCENARIOS = 2000
 BASE_KEYS = {"instance", "trace", "window", "workload", "load", "policy", "round", "budget",
              "failures", "seed", "jobs", "network", "solver", "capacityChange",
-             "predictionError"}
+             "predictionError", "federationSplit"}
 GRID_KEYS = {"addNodes", "failSwitch", "oversubscription", "budget", "policy", "load",
-             "failures", "seed", "round"}
+             "failures", "seed", "round", "federationSplit"}
 TIMING_KEYS = {"solve_p50_s", "solve_p99_s", "solve_max_s", "wall_s", "fallback_rounds",
                "seconds"}
 
@@ -78,6 +80,8 @@ class Sweep:
     source: str
     base: dict[str, Any]
     scenarios: list[dict[str, Any]]   # [{"id", "changes"}], the base first
+    # policies built above sim by name (the federation's, hyperplace.fedsim.POLICIES)
+    extra: dict[str, Callable] = field(default_factory=dict, compare=False)
 
     @property
     def digest(self) -> str:
@@ -96,19 +100,27 @@ def scenario_id(changes: dict[str, Any]) -> str:
     return ",".join(parts)
 
 
-def load_sweep(path: str | Path) -> Sweep:
-    """Read and validate a sweep file (unknown keys, instances, GPU types, switches, ...)."""
+def load_sweep(path: str | Path, extra: Mapping[str, Callable] | None = None) -> Sweep:
+    """Read and validate a sweep file (unknown keys, instances, GPU types, switches, ...).
+
+    ``extra``: policies outside :mod:`hyperplace.sim.policies` by name (the federation's,
+    ``hyperplace.fedsim.POLICIES``, which ``hyperplace whatif`` passes)."""
     from hyperplace.io import load_documents
-    from hyperplace.sim.policies import canonical_policy
+    from hyperplace.sim.policies import canonical_policy as sim_policy
+
+    outside = dict(extra or {})
+
+    def canonical_policy(name: str) -> str:
+        return name if name in outside else sim_policy(name)
 
     src = str(path)
     docs = load_documents(path)
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise InputError("a sweep file is one mapping with 'base' and 'grid'", source=src)
     doc = docs[0]
-    extra = set(doc) - {"base", "grid"}
-    if extra:
-        raise InputError("unknown field", source=src, path=sorted(extra)[0])
+    unknown = set(doc) - {"base", "grid"}
+    if unknown:
+        raise InputError("unknown field", source=src, path=sorted(unknown)[0])
     base = dict(doc.get("base") or {})
     for k in base:
         if k not in BASE_KEYS:
@@ -152,7 +164,22 @@ def load_sweep(path: str | Path) -> Sweep:
     for combo in itertools.product(*(v for _, v in axes)) if axes else []:
         changes = dict(zip(names, combo))
         scenarios.append({"id": scenario_id(changes), "changes": changes})
-    return Sweep(source=src, base=base, scenarios=scenarios)
+    if "federationSplit" in base:
+        _check_value("federationSplit", base["federationSplit"], instance, src,
+                     "base.federationSplit", canonical_policy)
+    _check_federation(base, axes, instance, outside, src)
+    return Sweep(source=src, base=base, scenarios=scenarios, extra=outside)
+
+
+def _check_federation(base: dict[str, Any], axes: list[tuple[str, list[Any]]],
+                      instance: Instance, extra: Mapping[str, Callable], src: str) -> None:
+    """A federation policy on an instance of one member cluster: refused up front."""
+    names = [str(base["policy"])] + [str(v) for k, vals in axes if k == "policy" for v in vals]
+    if any(n in extra for n in names) and len(instance.clusters) < 2:
+        path = "base.policy" if str(base["policy"]) in extra else "grid.policy"
+        raise InputError(f"a federation policy needs at least 2 member clusters; "
+                         f"{instance.name} has {len(instance.clusters)} (spec.clusters)",
+                         source=src, path=path)
 
 
 def _instance(name: str, src: str, path: str) -> Instance:
@@ -199,6 +226,9 @@ def _check_value(key: str, v: Any, instance: Instance, src: str, path: str,
     elif key == "seed":
         if not isinstance(v, int) or isinstance(v, bool):
             raise bad("must be an integer")
+    elif key == "federationSplit":
+        if not isinstance(v, bool):
+            raise bad("must be true or false")
 
 
 def _is_num(v: Any) -> bool:
@@ -263,8 +293,10 @@ def Instance_cluster(c, nodes, fabric=None):  # noqa: N802 - a small constructor
     return type(c).model_validate(data)
 
 
-def run_scenario(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """One scenario's metrics (one simulation under one policy); raises on failure."""
+def run_scenario(base: dict[str, Any], changes: dict[str, Any],
+                 extra: Mapping[str, Callable] | None = None) -> dict[str, Any]:
+    """One scenario's metrics (one simulation under one policy); raises on failure.
+    ``extra``: policies built above sim, by name (:func:`load_sweep`)."""
     from hyperplace.instances import load_instance
     from hyperplace.sim.run import SimRequest, run_simulation
     from hyperplace.sim.simulator import SimConfig
@@ -285,8 +317,8 @@ def run_scenario(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any
                        failures=float(p.get("failures", 0.0)), seed=int(p.get("seed", 0)),
                        network=bool(p.get("network", True)), solver=str(p.get("solver", "auto")),
                        fail_switches=(str(changes["failSwitch"]),) if "failSwitch" in changes
-                       else ())
-    summary, _ = run_simulation(instance, req, config)
+                       else (), federation_split=bool(p.get("federationSplit", True)))
+    summary, _ = run_simulation(instance, req, config, extra=extra)
     row = dict(summary["policies"][0])
     row["workload"] = summary["workload"]
     row["seconds"] = time.perf_counter() - t0
@@ -346,9 +378,10 @@ class Store:
 
 # ---- running a sweep ----------------------------------------------------------------------
 
-def _run_safe(base: dict[str, Any], changes: dict[str, Any]) -> tuple[dict | None, str | None]:
+def _run_safe(base: dict[str, Any], changes: dict[str, Any],
+              extra: Mapping[str, Callable] | None = None) -> tuple[dict | None, str | None]:
     try:
-        return run_scenario(base, changes), None
+        return run_scenario(base, changes, extra), None
     except Exception as exc:  # a failed scenario is recorded; the sweep goes on
         return None, f"{type(exc).__name__}: {exc}"
 
@@ -395,7 +428,8 @@ def _run_local(sweep: Sweep, todo: list[dict[str, Any]], workers: int, record) -
         while queue or futures:
             while queue and len(futures) < max(1, workers):
                 s = queue.pop(0)
-                futures[pool.submit(_run_safe, sweep.base, s["changes"])] = (s, time.time())
+                futures[pool.submit(_run_safe, sweep.base, s["changes"], sweep.extra)] = (
+                    s, time.time())
             ready, _ = wait(list(futures), return_when=FIRST_COMPLETED)
             for f in ready:
                 s, t0 = futures.pop(f)
@@ -426,7 +460,8 @@ def _run_ray(sweep: Sweep, todo: list[dict[str, Any]], workers: int, address: st
         ray.init(**kwargs)
     try:
         remote = ray.remote(num_cpus=1)(_run_safe)
-        pending = {remote.remote(sweep.base, s["changes"]): (s, time.time()) for s in todo}
+        pending = {remote.remote(sweep.base, s["changes"], sweep.extra): (s, time.time())
+                   for s in todo}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:

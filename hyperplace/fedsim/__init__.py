@@ -1,0 +1,61 @@
+"""Federation over time: a multi-cluster instance replayed with a global queue.
+
+The simulator (:mod:`hyperplace.sim.simulator`) replays a federation instance (two or more
+member clusters joined by WAN links) under a policy of this package, by name:
+
+* ``engine-federated`` (:mod:`~hyperplace.fedsim.engine`): one global queue; each round
+  :func:`hyperplace.federation.federate` decides where waiting jobs go and splits a job
+  across member clusters (pipeline stages or data-parallel replicas) when that finishes it
+  sooner than waiting for one cluster;
+* ``karmada-aggregated``, ``karmada-dynamic``, ``karmada-static``
+  (:mod:`~hyperplace.fedsim.karmada`): Karmada's replica division into per-cluster queues,
+  each member running its own local scheduler (Kueue BestEffortFIFO with TAS's rule).
+
+``SimConfig.federation_split`` (``simulate --federation-split/--no-federation-split``, the
+what-if axis ``federationSplit``) turns splitting off for all of them (the policy names then
+end in ``-whole``). A split job's speed is the federation pricing's
+(:mod:`~hyperplace.fedsim.common`); it holds its GPUs in every member until it ends. Every
+round's per-cluster plan goes through the independent checker when the replay checks.
+An instance with one cluster is refused (``spec.clusters``).
+
+This package sits above both ``hyperplace.federation`` and ``hyperplace.sim`` (it uses the
+one and drives the other), below benchkit, the service and the commands.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hyperplace.fedsim.common import require_federation
+from hyperplace.fedsim.engine import FederatedEngine
+from hyperplace.fedsim.karmada import KarmadaDivision
+
+if TYPE_CHECKING:
+    from hyperplace.models import Instance
+    from hyperplace.sim.policies import Policy
+    from hyperplace.sim.simulator import SimConfig
+
+
+def engine_federated(instance: Instance, config: SimConfig) -> Policy:
+    return FederatedEngine(instance, budget_s=config.budget_s, split=config.federation_split,
+                           aging_s=config.aging_s, solver=config.solver, seed=config.seed)
+
+
+def karmada_aggregated(instance: Instance, config: SimConfig) -> Policy:
+    return KarmadaDivision(instance, "aggregated", split=config.federation_split,
+                           seed=config.seed)
+
+
+def karmada_dynamic(instance: Instance, config: SimConfig) -> Policy:
+    return KarmadaDivision(instance, "dynamic", split=config.federation_split, seed=config.seed)
+
+
+def karmada_static(instance: Instance, config: SimConfig) -> Policy:
+    return KarmadaDivision(instance, "static", split=config.federation_split, seed=config.seed)
+
+
+#: Policy name -> factory(instance, config), for ``run_simulation(extra=...)``.
+POLICIES = {"engine-federated": engine_federated, "karmada-aggregated": karmada_aggregated,
+            "karmada-dynamic": karmada_dynamic, "karmada-static": karmada_static}
+
+__all__ = ["POLICIES", "FederatedEngine", "KarmadaDivision", "require_federation"]

@@ -1,0 +1,276 @@
+"""Federation over time (hyperplace.fedsim): a global queue with the federation engine
+against Karmada's division into per-cluster queues, on the bundled federation.
+
+Every replay here runs with ``check=True``: each round's per-member-cluster plan goes
+through the independent checker (``schedule_violations``), and a violation fails the run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hyperplace.fedsim import POLICIES, FederatedEngine, KarmadaDivision
+from hyperplace.fedsim.common import ClusterCheck, cluster_plan, violations
+from hyperplace.instances import load_instance
+from hyperplace.models.plan import GPURef
+from hyperplace.sim.jobs import SimJob
+from hyperplace.sim.run import SimRequest, run_simulation
+from hyperplace.sim.simulator import SimConfig, simulate
+from hyperplace.sim.state import ClusterState
+from hyperplace.sim.workload import manifest_for
+from tests.cli_run import run_main
+
+FED = "seed-beijing-shanghai"  # 4 DGX B200 (beijing) + 4 DGX H100 (shanghai), 100 Gb/s WAN
+
+
+@pytest.fixture(scope="module")
+def fed():
+    return load_instance(FED)
+
+
+def job(name: str, submit: float, gpus: int, work_s: float, tolerate: str | None,
+        model: str = "llama3-8b", predicted: float | None = None) -> SimJob:
+    m = manifest_for(name, gpus, tolerate, model)
+    return SimJob(name=name, submit_s=submit, work_s=work_s, gpus=gpus, manifest=m,
+                  predicted_work_s=predicted)
+
+
+def blockers(long_s: float) -> list[SimJob]:
+    """24 of beijing's 32 B200 and 24 of shanghai's 32 H100 busy for ``long_s``."""
+    return [job("hold-bj", 0, 24, long_s, "b200"), job("hold-sh", 0, 24, long_s, "h100")]
+
+
+def replay(instance, jobs, policy, *, split=True):
+    config = SimConfig(check=True, federation_split=split, round_s=60)
+    pol = POLICIES[policy](instance, config)
+    run = simulate(instance, jobs, pol, config)
+    return run, pol
+
+
+def clusters_of(instance, gpus) -> set[str]:
+    idx = instance.node_index
+    return {idx[n][0].name for n, _ in gpus}
+
+
+class Spy:
+    """Record each started job's GPUs and speed (the loop's own start records)."""
+
+    def __init__(self, monkeypatch):
+        from hyperplace.sim import loop
+
+        self.starts: dict[str, tuple[list, float]] = {}
+        orig = loop.RoundLoop.run_round
+
+        def run_round(lp, now):
+            result = orig(lp, now)
+            for s in result.started:
+                self.starts[s.job.name] = (list(s.gpus), s.speed)
+            return result
+
+        monkeypatch.setattr(loop.RoundLoop, "run_round", run_round)
+
+
+# ---- the split: when it finishes sooner, and only then ---------------------------------
+
+def test_engine_splits_a_job_that_fits_no_cluster_and_holds_gpus_in_both(fed, monkeypatch):
+    spy = Spy(monkeypatch)
+    jobs = [*blockers(40 * 3600), job("wide", 60, 16, 4 * 3600, "b200|h100")]
+    run, pol = replay(fed, jobs, "engine-federated")
+    assert run.unfinished == 0
+    gpus, speed = spy.starts["wide"]
+    assert clusters_of(fed, gpus) == {"beijing", "shanghai"}
+    assert len(gpus) == 16 and len(set(gpus)) == 16
+    rec = {r.job.name: r for r in run.records}
+    assert rec["wide"].first_start_s <= 120  # split now rather than wait for a blocker
+    assert rec["wide"].end_s < min(rec["hold-bj"].end_s, rec["hold-sh"].end_s)
+    # it ran at the split's priced speed: slower than whole on the slower type
+    whole = pol.fs.planned_speed(jobs[2].manifest, "H100-80", 1, "shanghai")
+    assert 0 < speed < whole
+    assert pol.stats["splits_started"] == 1
+
+
+def test_engine_waits_when_one_cluster_frees_up_sooner(fed, monkeypatch):
+    spy = Spy(monkeypatch)
+    # beijing frees in minutes; the wide job runs 20 h: whole on B200 beats any split
+    jobs = [job("short-bj", 0, 24, 1800, "b200", predicted=1800),
+            job("hold-sh", 0, 24, 30 * 3600, "h100"),
+            job("wide", 60, 16, 20 * 3600, "b200|h100")]
+    run, pol = replay(fed, jobs, "engine-federated")
+    assert run.unfinished == 0
+    gpus, _ = spy.starts["wide"]
+    assert len(clusters_of(fed, gpus)) == 1
+    assert pol.stats["splits_refused"] >= 1 and pol.stats["splits_started"] == 0
+
+
+def test_no_split_option_keeps_every_job_whole(fed, monkeypatch):
+    spy = Spy(monkeypatch)
+    jobs = [*blockers(2 * 3600), job("wide", 60, 16, 3600, "b200|h100")]
+    run, pol = replay(fed, jobs, "engine-federated", split=False)
+    assert pol.name == "engine-federated-whole"
+    assert run.unfinished == 0
+    gpus, _ = spy.starts["wide"]
+    assert len(clusters_of(fed, gpus)) == 1
+    rec = {r.job.name: r for r in run.records}
+    # waited for a blocker to end
+    assert rec["wide"].first_start_s >= min(rec["hold-bj"].end_s, rec["hold-sh"].end_s)
+
+
+# ---- Karmada's division -------------------------------------------------------------
+
+def test_karmada_aggregated_divides_replicas_by_available_and_runs_split(fed, monkeypatch):
+    spy = Spy(monkeypatch)
+    jobs = [*blockers(40 * 3600), job("wide", 60, 16, 4 * 3600, "b200|h100")]
+    run, pol = replay(fed, jobs, "karmada-aggregated")
+    assert run.unfinished == 0
+    gpus, speed = spy.starts["wide"]
+    assert clusters_of(fed, gpus) == {"beijing", "shanghai"}
+    assert pol.stats["split"] == 1
+    # the same pricing as the engine's split: slower than whole
+    assert 0 < speed < pol.fs.planned_speed(jobs[2].manifest, "H100-80", 1, "shanghai")
+
+
+def test_karmada_whole_waits_for_one_cluster(fed):
+    jobs = [*blockers(2 * 3600), job("wide", 60, 16, 3600, "b200|h100")]
+    run, pol = replay(fed, jobs, "karmada-aggregated", split=False)
+    assert pol.name == "karmada-aggregated-whole"
+    rec = {r.job.name: r for r in run.records}
+    assert run.unfinished == 0
+    assert rec["wide"].first_start_s >= min(rec["hold-bj"].end_s, rec["hold-sh"].end_s)
+
+
+def test_karmada_static_weights_hold_a_part_idle_then_time_out(fed):
+    """Static weights split 1+1 whatever is free: the part that fits is admitted and holds
+    its GPUs while its sibling waits; after the rendezvous timeout it lets go; the job runs
+    once both members can admit their parts together."""
+    jobs = [job("hold-bj", 0, 32, 12 * 3600, "b200"),
+            job("wide", 60, 16, 3600, "b200|h100")]
+    run, pol = replay(fed, jobs, "karmada-static")
+    assert run.unfinished == 0
+    assert pol.stats["held_gpu_s"] > 0 and pol.stats["timeouts"] >= 1
+    rec = {r.job.name: r for r in run.records}
+    assert rec["wide"].first_start_s >= rec["hold-bj"].end_s
+    assert any("held idle" in n for n in run.notes)
+
+
+def test_karmada_estimate_counts_parts_waiting_in_the_member(fed):
+    pol = KarmadaDivision(fed, "aggregated")
+    state = ClusterState(fed)
+    a = job("a", 0, 32, 3600, "b200|h100")
+    fj = pol._fjob(a)  # noqa: SLF001 - the estimator on a job under test
+    from hyperplace.sim.policies import RoundView
+    from hyperplace.sim.speed import SpeedModel
+
+    view = RoundView(now=0, state=state, queue=[a], running={}, speed=SpeedModel(fed),
+                     remaining_work={})
+    # 4 replicas of 8 GPUs; each empty member holds 4
+    assert pol._available(view, fj) == {"beijing": 4, "shanghai": 4}  # noqa: SLF001
+    pol.parts["x"] = [pol_part("x", "beijing", 3, fed)]  # 24 GPUs pending in beijing
+    assert pol._available(view, fj) == {"beijing": 1, "shanghai": 4}  # noqa: SLF001
+    assert pol._divide(fj, {"beijing": 1, "shanghai": 4}) == {"shanghai": 4}  # noqa: SLF001
+    assert pol._divide(fj, {"beijing": 1, "shanghai": 2}) is None  # noqa: SLF001
+
+
+def pol_part(name, cluster, replicas, instance):
+    from hyperplace.fedsim.common import part_manifest
+    from hyperplace.fedsim.karmada import PartState
+
+    m = part_manifest(manifest_for(name, 8 * replicas, None, "llama3-8b"), cluster, replicas)
+    return PartState(name, cluster, replicas, m, 0.0)
+
+
+def test_karmada_rules_divide_as_upstream(fed):
+    wide = job("w", 0, 32, 3600, None)  # 4 replicas of TP 8
+    agg = KarmadaDivision(fed, "aggregated")
+    dyn = KarmadaDivision(fed, "dynamic")
+    sta = KarmadaDivision(fed, "static")
+    fj = agg._fjob(wide)  # noqa: SLF001
+    # Webster's seats by available replicas: 3 and 2 available seat 4 replicas 2 + 2
+    assert agg._divide(fj, {"beijing": 3, "shanghai": 2}) == {"beijing": 2, "shanghai": 2}  # noqa: SLF001
+    assert agg._divide(fj, {"beijing": 4, "shanghai": 2}) == {"beijing": 4}  # noqa: SLF001
+    assert dyn._divide(fj, {"beijing": 4, "shanghai": 2}) == {"beijing": 3, "shanghai": 1}  # noqa: SLF001
+    assert dyn._divide(fj, {"beijing": 1, "shanghai": 2}) is None  # noqa: SLF001
+    assert sta._divide(fj, {"beijing": 0, "shanghai": 0}) == {"beijing": 2, "shanghai": 2}  # noqa: SLF001
+
+
+# ---- the checker sees every round's per-cluster plan --------------------------------
+
+def test_replays_of_a_workload_pass_the_checker_every_round(fed):
+    req = SimRequest(trace="philly", limit=40, workload="fm", load=1.0,
+                     policies=["engine-federated", "karmada-aggregated", "karmada-dynamic"])
+    summary, runs = run_simulation(fed, req, SimConfig(check=True), extra=POLICIES)
+    for row, run in zip(summary["policies"], runs):
+        assert row["finished"] == row["jobs"] == 40, row["policy"]
+        assert run.rounds
+        assert run.notes
+    names = [r["policy"] for r in summary["policies"]]
+    assert names == ["engine-federated", "karmada-aggregated", "karmada-dynamic"]
+    assert "engine-federated" in summary["ratios"]
+
+
+def test_the_per_cluster_check_can_fail(fed):
+    """The checker really runs on the member plans: two parts on one GPU is caught."""
+    state = ClusterState(fed)
+    inst = state.instance([])
+    a = manifest_for("a-beijing", 8, None, "llama3-8b")
+    b = manifest_for("b-beijing", 8, None, "llama3-8b")
+    node = "bj-dgx-b200-00"
+    gpus = [GPURef(node=node, gpu=i) for i in range(8)]
+    ok = cluster_plan(inst, "beijing", "t", {"a-beijing": (a, {"workers/0": gpus})})
+    assert violations([ok]) == []
+    bad = cluster_plan(inst, "beijing", "t", {"a-beijing": (a, {"workers/0": gpus}),
+                                              "b-beijing": (b, {"workers/0": gpus})})
+    found = violations([bad])
+    assert found and all("member cluster beijing" in v.message for v in found)
+    assert isinstance(ok, ClusterCheck)
+
+
+# ---- bad input ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", ["engine-federated", "karmada-aggregated"])
+def test_a_federation_of_one_cluster_is_refused(policy, capsys):
+    code = run_main(["simulate", "-i", "mixed-a100-h100", "-p", policy, "--jobs", "5",
+                     "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "spec.clusters" in err[0] and "at least 2 member clusters" in err[0]
+
+
+def test_one_cluster_refused_by_the_library_too():
+    from hyperplace.errors import InputError
+
+    with pytest.raises(InputError, match="spec.clusters"):
+        FederatedEngine(load_instance("mixed-a100-h100"))
+
+
+def test_whatif_refuses_a_federation_policy_on_one_cluster(tmp_path, capsys):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("base: {instance: mixed-a100-h100, policy: engine-federated, jobs: 5}\n"
+                     "grid: {federationSplit: [true, false]}\n")
+    code = run_main(["whatif", str(sweep), "-o", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "base.policy" in err[0] and "2 member" in err[0]
+
+
+def test_whatif_federation_split_axis(tmp_path):
+    from hyperplace.fedsim import POLICIES as FP
+    from hyperplace.sim.whatif import load_sweep, run_scenario
+
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"base: {{instance: {FED}, policy: engine-federated, workload: fm, "
+                     "jobs: 12}\ngrid: {federationSplit: [true, false]}\n")
+    s = load_sweep(sweep, extra=FP)
+    assert [x["id"] for x in s.scenarios] == ["base", "federationSplit=False",
+                                              "federationSplit=True"] or \
+        sorted(x["id"] for x in s.scenarios) == ["base", "federationSplit=False",
+                                                 "federationSplit=True"]
+    on = run_scenario(s.base, {"federationSplit": True}, FP)
+    off = run_scenario(s.base, {"federationSplit": False}, FP)
+    assert on["policy"] == "engine-federated" and off["policy"] == "engine-federated-whole"
+    assert on["finished"] == off["finished"] == 12
+    bad = tmp_path / "b.yaml"
+    bad.write_text(f"base: {{instance: {FED}, policy: engine-federated}}\n"
+                   "grid: {federationSplit: [maybe]}\n")
+    from hyperplace.errors import InputError
+
+    with pytest.raises(InputError, match=r"grid.federationSplit\[0\]"):
+        load_sweep(bad, extra=FP)
