@@ -96,7 +96,7 @@ def row(label: str, results: list[dict], elapsed: float, budget: float | None,
             f"{1e3 * pct(walls, 99):,.1f} | {1e3 * max(walls):,.1f} | "
             f"{len(results) / elapsed:,.2f} | {shown} | "
             f"{'-' if fallback != fallback else f'{fallback:.0%}'} | {errors} | "
-            f"{late_s} | {own_s} |")
+            f"{late_s} | {own_s} | {os.getloadavg()[0]:.1f} |")
 
 
 def run(url: str, requests: list[tuple[str, str, dict]], concurrency: int
@@ -138,8 +138,9 @@ def main() -> None:
         sizes.append(("16,384 GPUs / 2,000 jobs",
                       instance_document(generate(16384, 2000, seed=1))))
     head = ("| case | requests | p50 ms | p99 ms | max ms | req/s | statuses | fallback | "
-            "errors | worst (answer - budget) s | service ms p50 (answer - runtimeS) |")
-    sep = "|" + "---|" * 11
+            "errors | worst (answer - budget) s | service ms p50 (answer - runtimeS) | "
+            "load (1 min, at the row's end) |")
+    sep = "|" + "---|" * 12
     with LocalServer("--max-budget", str(max(budget, 10)), "--queue-limit", "256",
                      workers=workers) as server:
         url = server.url
@@ -259,9 +260,28 @@ def main() -> None:
                   f"65,536-GPU cluster and POSTs of {junk_mb:.0f} MB (75,000 jobs: refused, 422)",
                   "", head, sep]
 
+        huge_bytes, junk_bytes = json.dumps(huge).encode(), json.dumps(junk).encode()
+
+        def send_bodies(method: str, path: str, content: bytes, n: int) -> list[dict]:
+            """From a thread of its own, encoded beforehand: the loop that times /healthz
+            must not be the one writing 24 MB (it was, and its own stalls were counted)."""
+            out = []
+            with httpx.Client(base_url=url, timeout=600,
+                              transport=httpx.HTTPTransport(socket_options=NODELAY)) as c:
+                for _ in range(n):
+                    t = time.perf_counter()
+                    r = c.request(method, path, content=content,
+                                  headers={"content-type": "application/json"})
+                    out.append({"code": r.status_code, "wall": time.perf_counter() - t,
+                                "retry_after": r.headers.get("Retry-After"), "status": None,
+                                "runtime": None})
+            return out
+
         async def health_under_bodies() -> tuple[list[dict], float, list[dict], list[dict]]:
-            puts = asyncio.ensure_future(drive(url, [("PUT", "/v1/clusters/huge", huge)] * 2, 1))
-            posts = asyncio.ensure_future(drive(url, [("POST", "/v1/placement", junk)] * 3, 1))
+            puts = asyncio.ensure_future(asyncio.to_thread(
+                send_bodies, "PUT", "/v1/clusters/huge", huge_bytes, 2))
+            posts = asyncio.ensure_future(asyncio.to_thread(
+                send_bodies, "POST", "/v1/placement", junk_bytes, 3))
             t0 = time.perf_counter()
             res = []
             while not (puts.done() and posts.done()):
@@ -298,6 +318,9 @@ def main() -> None:
                 print(lines[-1], flush=True)
     # the promises over every request above
     late = [(lbl, r["wall"] - b) for lbl, r, b in every if b is not None and r["code"] == 200]
+    # refusals too: a 429/503 also promises to come within the budget plus the overhead
+    late_any = [(lbl, r["wall"] - b, r["code"]) for lbl, r, b in every if b is not None]
+    worst_any = max(late_any, key=lambda x: x[1]) if late_any else ("-", float("nan"), 0)
     refused = [r for _, r, _ in every if r["code"] in (429, 503)]
     no_retry = [r for r in refused if not r.get("retry_after")]
     five = [(lbl, r["code"]) for lbl, r, _ in every if r["code"] >= 500 and r["code"] != 503]
@@ -306,10 +329,13 @@ def main() -> None:
               f"- answers (200) with a budget: {len(late)}; worst answer - budget: "
               f"{worst[1]:+.2f} s ({worst[0]}); documented overhead {OVERHEAD_S} s: "
               f"{'held' if worst[1] <= OVERHEAD_S else 'NOT held'}",
+              f"- every answer with a budget (200, 429, 503; client-timed, upload included): "
+              f"{len(late_any)}; worst answer - budget: {worst_any[1]:+.2f} s ({worst_any[0]}, "
+              f"{worst_any[2]}); {'held' if worst_any[1] <= OVERHEAD_S else 'NOT held'}",
               f"- refused (429/503): {len(refused)}, without Retry-After: {len(no_retry)}",
               f"- 5xx other than 503: {len(five)}"]
     lines.append(f"- load average at the end: {os.getloadavg()[0]:.1f} (1 min)")
-    print(*lines[-4:], sep="\n", flush=True)
+    print(*lines[-5:], sep="\n", flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(args.out).with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n")

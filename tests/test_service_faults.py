@@ -314,21 +314,25 @@ def test_restart_with_deleted_cluster_fails_the_run_and_starts(tmp_path) -> None
     db = tmp_path / "state.sqlite"
     inst = instance_document(load_instance(SMALL))
     srv = LocalServer(db=db, workers=1, test_hooks=True).start()
-    with httpx.Client(base_url=srv.url, timeout=30) as client:
-        client.put("/v1/clusters/soon-gone", json=inst).raise_for_status()
-        client.put("/v1/clusters/kept", json=inst).raise_for_status()
-        # an acknowledged PATCH survives kill -9 (committed before the answer)
-        r = client.patch("/v1/clusters/kept", json={"failures": [{"node": "h100-00"}]})
-        assert r.status_code == 200, r.text
-        with concurrent.futures.ThreadPoolExecutor(1) as ex:
-            ex.submit(client.post, "/v1/debug/sleep", params={"seconds": 20})
-            _wait_busy(client, 1)  # the only worker is busy: runs stay queued
-            gone = client.post("/v1/runs", json={"request": {"cluster": "soon-gone",
-                                                             "budgetS": 10}})
-            kept = client.post("/v1/runs", json={"request": {"cluster": "kept", "budgetS": 10}})
-            assert gone.status_code == 202 == kept.status_code, (gone.text, kept.text)
-            assert client.delete("/v1/clusters/soon-gone").status_code == 204
-            srv.kill()
+    try:
+        with httpx.Client(base_url=srv.url, timeout=30) as client:
+            client.put("/v1/clusters/soon-gone", json=inst).raise_for_status()
+            client.put("/v1/clusters/kept", json=inst).raise_for_status()
+            # an acknowledged PATCH survives kill -9 (committed before the answer)
+            r = client.patch("/v1/clusters/kept", json={"failures": [{"node": "h100-00"}]})
+            assert r.status_code == 200, r.text
+            with concurrent.futures.ThreadPoolExecutor(1) as ex:
+                ex.submit(client.post, "/v1/debug/sleep", params={"seconds": 20})
+                _wait_busy(client, 1)  # the only worker is busy: runs stay queued
+                gone = client.post("/v1/runs", json={"request": {"cluster": "soon-gone",
+                                                                 "budgetS": 10}})
+                kept = client.post("/v1/runs", json={"request": {"cluster": "kept",
+                                                                 "budgetS": 10}})
+                assert gone.status_code == 202 == kept.status_code, (gone.text, kept.text)
+                assert client.delete("/v1/clusters/soon-gone").status_code == 204
+                srv.kill()
+    finally:
+        srv.stop()  # a failing assertion above must not leave the server running
     with LocalServer(db=db, workers=1) as srv2, httpx.Client(base_url=srv2.url) as client:
         failed = _wait_run(client, gone.json()["id"], {"failed"}, 30)
         assert "soon-gone" in failed["error"]["error"] and "deleted" in failed["error"]["error"]
@@ -395,6 +399,13 @@ def test_durability_settings(tmp_path) -> None:
 def test_sigterm_drains_within_the_grace_period(tmp_path) -> None:
     srv = LocalServer("--shutdown-grace", "2", db=tmp_path / "t.sqlite", workers=1,
                       test_hooks=True).start()
+    try:
+        _drain_checks(srv)
+    finally:
+        srv.stop()  # a failing assertion must not leave the server running
+
+
+def _drain_checks(srv: LocalServer) -> None:
     with httpx.Client(base_url=srv.url, timeout=30) as client, \
             concurrent.futures.ThreadPoolExecutor(3) as ex:
         running = ex.submit(client.post, "/v1/debug/sleep", params={"seconds": 20})
@@ -417,7 +428,6 @@ def test_sigterm_drains_within_the_grace_period(tmp_path) -> None:
             pass
         srv.proc.wait(timeout=30)  # the process exits after the grace (not after the 20 s sleep)
         assert time.monotonic() - start < 20
-    srv.stop()
 
 
 # ---- cancel is atomic with completion ---------------------------------------------------------
@@ -445,6 +455,34 @@ def test_cancel_never_contradicts_the_final_state(http: httpx.Client) -> None:
         outcomes.append(r.status_code)
     assert set(outcomes) <= {200, 409}
     _serving(http)
+
+
+def test_forecasts_only_in_what_the_budget_left(http: httpx.Client) -> None:
+    """Forecasts run after the solve, so only when they fit in what the budget has left
+    (sim.planning.FORECAST_S_PER_JOB a job); otherwise the plan says none were made and
+    why. Background runs (their hard deadline is far) so a loaded machine changes nothing:
+    1,500 jobs need 0.45 s of forecasts, more than a 0.4 s budget has, far less than 10 s."""
+    from hyperplace.sim.planning import FORECAST_S_PER_JOB
+
+    inst = load_instance(SMALL)
+    job = min(inst.jobs, key=lambda j: j.total_gpus).to_doc()
+    jobs = [{**job, "metadata": {**job["metadata"], "name": f"f-{i}"}} for i in range(1500)]
+    assert FORECAST_S_PER_JOB * len(jobs) > 0.4
+    plans = {}
+    for budget in (0.4, 10):
+        run = http.post("/v1/runs", json={"request": {"bundled": SMALL, "jobs": jobs,
+                                                      "budgetS": budget, "solver": "greedy"}})
+        assert run.status_code == 202, run.text
+        done = _wait_run(http, run.json()["id"], {"succeeded", "failed"}, 120)
+        assert done["state"] == "succeeded", done
+        plans[budget] = PlacementPlan.model_validate(done["result"])
+        assert not check(plans[budget], inst.with_jobs(
+            [type(inst.jobs[0]).model_validate(j) for j in jobs]))
+    short, long = plans[0.4], plans[10]
+    assert short.forecasts == [] and "no forecasts" in short.message, short.message
+    assert "1,500 jobs" in short.message
+    assert {f.job for f in long.forecasts} == {j["metadata"]["name"] for j in jobs}
+    assert "no forecasts" not in (long.message or "")
 
 
 # ---- isolation ----------------------------------------------------------------------------
@@ -516,6 +554,51 @@ def test_malformed_extender_requests_are_422(http: httpx.Client, path: str, body
 def test_no_coercion_in_envelopes(http: httpx.Client, body: dict, path: str) -> None:
     r = http.post("/v1/placement", json=body)
     assert r.status_code == 422 and r.json()["path"] == path, r.text
+
+
+def _coerced(doc: dict, path: tuple, value: object) -> dict:
+    out = json.loads(json.dumps(doc))
+    at = out
+    for key in path[:-1]:
+        at = at[key]
+    at[path[-1]] = value
+    return out
+
+
+def test_no_coercion_inside_documents(http: httpx.Client) -> None:
+    """The documents a request carries (Instance, TrainingJob, PlacementPlan, ...) are read
+    as strictly as its envelope: a number or a bool sent as a string is a 422 naming the
+    field, through every way a document reaches the service."""
+    inst = instance_document(load_instance(SMALL))
+    job = inst["spec"]["jobs"][0]
+    group = ("spec", "resourceGroups", 0)
+    cases = [
+        ("POST", "/v1/placement", {"bundled": SMALL, "jobs": [
+            _coerced(job, (*group, "gpusPerGroup"), "8")]},
+         "jobs[0].spec.resourceGroups[0].gpusPerGroup"),
+        ("POST", "/v1/placement", {"bundled": SMALL, "jobs": [
+            _coerced(job, (*group, "gpuRequirements", "minMemoryGB"), "80")]},
+         "jobs[0].spec.resourceGroups[0].gpuRequirements.minMemoryGB"),
+        ("POST", "/v1/placement", {"instance": _coerced(
+            inst, ("spec", "clusters", 0, "nodes", 0, "gpuCount"), "8")},
+         "instance.spec.clusters[0].nodes[0].gpuCount"),
+        ("POST", "/v1/placement", {"bundled": SMALL, "jobs": [
+            _coerced(job, ("spec", "replicaCount"), 2.0)]}, "jobs[0].spec.replicaCount"),
+        ("PUT", "/v1/clusters/strict", _coerced(
+            inst, ("spec", "clusters", 0, "nodes", 0, "gpuCount"), "8"),
+         "spec.clusters[0].nodes[0].gpuCount"),
+    ]
+    for method, path, body, where in cases:
+        r = http.request(method, path, json=body)
+        assert r.status_code == 422 and r.json()["path"] == where, (where, r.text)
+    http.put("/v1/clusters/strict", json=inst).raise_for_status()
+    arrival = _coerced(_coerced(job, ("spec", "replicaCount"), "2"), ("metadata", "name"), "new")
+    r = http.patch("/v1/clusters/strict", json={"arrivals": [arrival]})
+    assert r.status_code == 422 and r.json()["path"] == "arrivals[0].spec.replicaCount", r.text
+    # an integer where a number is asked is not a coercion
+    ok = _coerced(job, (*group, "gpuRequirements", "minMemoryGB"), 80)
+    assert http.post("/v1/placement", json={"bundled": SMALL, "jobs": [ok],
+                                            "budgetS": 10}).status_code == 200
 
 
 def test_patch_arrival_with_null_metadata_and_names(http: httpx.Client) -> None:

@@ -106,7 +106,13 @@ from hyperplace.service.store import (
     Store,
     UsageRecord,
 )
-from hyperplace.service.worker import RequestProblem, WorkerContext, error_body, run_task
+from hyperplace.service.worker import (
+    RequestProblem,
+    WorkerContext,
+    error_body,
+    gc_paused,
+    run_task,
+)
 
 API_VERSION = "v1"
 KNOWN_PATHS = frozenset({"/openapi.json", "/docs", "/redoc"})
@@ -184,7 +190,10 @@ def parse_body(raw: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise BodyProblem(400, f"malformed JSON: byte {exc.start} is not UTF-8") from None
     try:
-        return loads_json(text)
+        if len(raw) < THREAD_PARSE_BYTES:
+            return loads_json(text)
+        with gc_paused():  # a large body: the collector would hold the loop (worker.py)
+            return loads_json(text)
     except json.JSONDecodeError as exc:
         raise BodyProblem(400, f"malformed JSON at line {exc.lineno}, column {exc.colno}: "
                           f"{exc.msg}") from None
@@ -993,6 +1002,11 @@ def _add_runs(app: FastAPI, service: Service) -> None:
         return JSONResponse(service.run_status(run))
 
 
+def _loads_paused(text: str) -> Any:
+    with gc_paused():
+        return json.loads(text)
+
+
 def _cluster_info(rec: ClusterRecord, usage: dict[str, Any] | None = None) -> dict[str, Any]:
     return ClusterInfo.model_validate(
         {"name": rec.name, "version": rec.version, "gpus": rec.gpus,
@@ -1018,8 +1032,8 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
             return Response(data, status_code=status, media_type="application/json",
                             headers=info.get("headers") or {})
         text = data.decode()
-        # parsed off the loop (loads_json's Python hook lets the loop run in between)
-        doc = await asyncio.to_thread(loads_json, text) if len(data) >= THREAD_PARSE_BYTES \
+        # the worker's own text: parsed off the loop, with the collector paused (gc_paused)
+        doc = await asyncio.to_thread(_loads_paused, text) if len(data) >= THREAD_PARSE_BYTES \
             else json.loads(text)
         usage = None
         if service.config.keeps_usage:

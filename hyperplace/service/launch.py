@@ -39,19 +39,23 @@ class LocalServer:
             [sys.executable, "-m", "hyperplace.cli", "serve", *self.args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, env=env)
-        assert self.proc.stderr is not None
-        end = time.monotonic() + self.start_timeout_s
-        for line in self.proc.stderr:
-            self.log.append(line)
-            match = _LISTENING.search(line)
-            if match:
-                self.url = match.group(1)
-                break
-        if not self.url:
-            self.proc.wait(timeout=10)
-            raise RuntimeError("server did not start:\n" + "".join(self.log))
-        threading.Thread(target=self._drain, daemon=True).start()
-        self._wait_ready(end)
+        try:
+            assert self.proc.stderr is not None
+            end = time.monotonic() + self.start_timeout_s
+            for line in self.proc.stderr:
+                self.log.append(line)
+                match = _LISTENING.search(line)
+                if match:
+                    self.url = match.group(1)
+                    break
+            if not self.url:
+                self.proc.wait(timeout=10)
+                raise RuntimeError("server did not start:\n" + "".join(self.log))
+            threading.Thread(target=self._drain, daemon=True).start()
+            self._wait_ready(end)
+        except BaseException:  # never leave a half-started server running
+            self.stop(timeout_s=10)
+            raise
         return self
 
     def _drain(self) -> None:
