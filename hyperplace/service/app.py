@@ -23,8 +23,10 @@ arrives within the budget plus :data:`~hyperplace.service.config.OVERHEAD_S`. A 
 cannot be answered in time is refused instead of being answered late: 429 at arrival when
 the work ahead would outlast its budget, or when the large bodies being taken in (at most
 :data:`INTAKE_SLOTS` read and parsed at once) would outlast the largest budget (refused from
-the headers, unread); 503 when its budget ran out while its body was read, or while it
-waited for a worker (at its deadline, not when a worker frees up); 503 at the deadline plus
+the headers, unread); 503 when its budget ran out while its body was read (unless a worker
+is free at once: the floor of any budget is one greedy pass, still answered by the deadline
+plus the overhead), or while it waited for a worker (at its deadline, not when a worker
+frees up); 503 at the deadline plus
 the overhead when the solve has not answered (the solver is stopped). A background run's
 budget starts when a worker takes it (time queued is not charged).
 

@@ -47,6 +47,11 @@ PRELOAD = ["hyperplace.service.worker", "hyperplace.solvers.driver", "hyperplace
            "hyperplace.costmodel.predict", "hyperplace.federation"]
 
 
+# How soon an idle worker must take a request whose budget was spent on reading it (the
+# floor: one greedy pass, still answered by the hard deadline).
+IDLE_PICKUP_S = 0.1
+
+
 class PoolError(Exception):
     """Work that did not produce an answer (the HTTP layer maps each kind to a status)."""
 
@@ -99,7 +104,8 @@ class Task:
     state: str = "queued"
     started: float | None = None
     cancelled: bool = False
-    expiry: asyncio.TimerHandle | None = None  # fails it at its deadline if still queued
+    expiry: asyncio.TimerHandle | None = None  # fails it at ``start_by`` if still queued
+    start_by: float = 0.0  # a worker must take it by then (its deadline, see submit)
 
 
 @dataclass
@@ -258,10 +264,19 @@ class WorkerPool:
         then only bounds how long it may wait."""
         if self.closing or not self.ready:
             raise Unavailable("the server is starting or shutting down")
-        if budget_s is None and deadline <= time.monotonic():
-            raise Expired("its budget ran out before it reached the queue (reading and "
-                          "parsing the request took it all); retry with a larger budget or "
-                          "later")
+        now = time.monotonic()
+        start_by = deadline
+        if budget_s is None and deadline <= now:
+            # its budget went on reading the request: the floor of any budget (one greedy
+            # pass, answered by the hard deadline) only if a worker can take it at once
+            grace = self.hard_timeout_s if grace_s is None else grace_s
+            idle = any(s.task is None and s.process is not None for s in self._slots) \
+                and not any(not t.cancelled for t in self._queue)
+            if not idle or deadline + grace <= now:
+                raise Expired("its budget ran out before it reached the queue (reading and "
+                              "parsing the request took it all) and no worker is free; retry "
+                              "with a larger budget or later")
+            start_by = now + IDLE_PICKUP_S
         if len(self._queue) >= self.queue_limit:
             raise Saturated(self.retry_after(), f"the queue is full ({self.queue_limit} "
                             f"waiting); retry in {self.retry_after():.0f} s")
@@ -273,12 +288,14 @@ class WorkerPool:
                             f"a worker is free; retry in {self.retry_after():.0f} s or with a "
                             "larger budget")
         task = Task(id=task_id or f"t{next(self._ids)}", kind=kind, payload=payload,
-                    deadline=deadline, fetch=fetch, grace_s=grace_s, budget_s=budget_s)
+                    deadline=deadline, fetch=fetch, grace_s=grace_s, budget_s=budget_s,
+                    start_by=start_by)
         self._tasks[task.id] = task
         self._queue.append(task)
-        # answered at its deadline if no worker took it by then (not when one frees up)
+        # answered when it must have started, if no worker took it by then (not when one
+        # frees up)
         task.expiry = asyncio.get_running_loop().call_at(
-            self._loop_time(deadline), self._expire, task)
+            self._loop_time(start_by), self._expire, task)
         assert self._wakeup is not None
         self._wakeup.set()
         return task
@@ -348,7 +365,7 @@ class WorkerPool:
                 break
             if self._queue and self._wakeup is not None:
                 self._wakeup.set()  # let another idle runner take the next one
-            if task.deadline <= time.monotonic():
+            if task.start_by <= time.monotonic():
                 self._fail(task, Expired("its budget ran out while it waited for a worker; "
                                          "retry, with a larger budget or later"))
                 continue
