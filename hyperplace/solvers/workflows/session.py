@@ -513,10 +513,11 @@ class RoundState:
                     raise InputError(f"job {name!r} is not running", path=f"{fld}[{i}]")
 
     def _check_names(self, delta: RoundDelta) -> None:
+        switches = self.switches() if delta.switch_failures or delta.switch_repairs else set()
         for fld, names, known in (("node_failures", delta.node_failures, self.gpus),
                                   ("node_repairs", delta.node_repairs, self.gpus),
-                                  ("switch_failures", delta.switch_failures, self.switches()),
-                                  ("switch_repairs", delta.switch_repairs, self.switches())):
+                                  ("switch_failures", delta.switch_failures, switches),
+                                  ("switch_repairs", delta.switch_repairs, switches)):
             for i, name in enumerate(names):
                 if name not in known:
                     raise InputError(f"unknown {fld.split('_')[0]} {name!r}", path=f"{fld}[{i}]")
@@ -580,8 +581,10 @@ class RoundState:
         """(queue key, entry) of each arrival: not pending (after the withdrawals), not
         running (unless this delta frees it). An entry without a name is kept for the
         caller's own validation (the service's documents)."""
+        if not delta.arrivals:
+            return []
         gone = set(delta.withdrawals) | {job for job, _ in delta.allocations}
-        pending = {k for k in self.queue if k not in gone}
+        added: set[Any] = set()
         out = []
         for i, item in enumerate(delta.arrivals):
             name = self.name_of(item)
@@ -589,11 +592,11 @@ class RoundState:
             if name is None:
                 out.append((object(), item))
                 continue
-            if name in pending:
+            if name in added or (name in self.queue and name not in gone):
                 raise ConflictError(f"job {name!r} is already pending", path=path)
             if name in self.jobs and name not in freed:
                 raise InputError(f"job {name!r} is running", path=path)
-            pending.add(name)
+            added.add(name)
             out.append((name, item))
         return out
 
