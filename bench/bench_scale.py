@@ -341,6 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large-check", default="131k",
                         help="with --large: sizes whose fragmentation-0.6, budget-10 plan the "
                         "checker verifies (131k, 262k, fed-1M: minutes of CPU each)")
+    parser.add_argument("--large-resume", action="store_true",
+                        help="with --large: keep the rows a stopped run already measured")
+    parser.add_argument("--large-rerun", action="store_true",
+                        help="with --large-resume: measure the given rows again and replace "
+                        "the kept ones (e.g. a quiet re-run of one row)")
     parser.add_argument("--no-large-warm", dest="large_warm", action="store_false",
                         help="with --large: no warm round at 131k")
     args = parser.parse_args(argv)

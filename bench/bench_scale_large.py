@@ -122,7 +122,35 @@ def run(args) -> int:
     fed: list[dict] = []
     extra: dict = {}
     started = datetime.now(timezone.utc)
-    if "io" in sizes:
+    done_path = bs.CACHE / "large-partial.json"  # rows kept across restarts (--large-resume)
+    done = json.loads(done_path.read_text()) if args.large_resume and done_path.exists() \
+        else {"rows": [], "fed": [], "extra": {}}
+
+    def merged() -> tuple[list[dict], list[dict]]:
+        """This run's rows, and the kept rows it did not measure."""
+        keys = {(r["label"], r["frag"], r["budget"]) for r in rows}
+        out = [r for r in done["rows"] if (r["label"], r["frag"], r["budget"]) not in keys]
+        order = {"131k": 0, "131k --busy": 1, "262k": 2, "262k --busy": 3}
+        out = sorted(out + rows, key=lambda r: (order.get(r["label"], 9), r["frag"],
+                                                r["budget"]))
+        frags = {g.get("frag") for g in fed}
+        both = [g for g in done["fed"] if g.get("frag") not in frags] + fed
+        both.sort(key=lambda g: (g.get("frag", 0), g.get("kind") != "gen", g.get("budget", 0)))
+        return out, both
+
+    def keep() -> None:
+        out, both = merged()
+        done_path.write_text(json.dumps({"rows": out, "fed": both, "extra": extra},
+                                        default=str))
+
+    def known(label: str, frag: float, budget: float) -> dict | None:
+        if args.large_rerun:  # measure again, replacing the kept row
+            return None
+        return next((r for r in done["rows"] if (r["label"], r["frag"], r["budget"]) ==
+                     (label, frag, budget)), None)
+
+    extra.update(done["extra"])
+    if "io" in sizes and "io" not in extra:
         extra["io"] = _child(["--io-child"])
         print("io", extra["io"], flush=True)
     for label in [s for s in sizes if s in SINGLE]:
@@ -130,6 +158,10 @@ def run(args) -> int:
         for frag in frags:
             path, _ = bs.instance_file(gpus, jobs, frag)
             for budget in budgets:
+                old = known(label, frag, budget)
+                if old is not None:
+                    rows.append(old)
+                    continue
                 r = bs.run_command(path, budget, "auto")
                 r.update(label=label, gpus=gpus, jobs=jobs, budget=budget, frag=frag)
                 if r["plan"] is not None and budget == 10.0 and frag == 0.6 and \
@@ -139,12 +171,17 @@ def run(args) -> int:
                     r["check_s"] = time.perf_counter() - t
                 _summarise(r)
                 rows.append(r)
+                keep()
                 print(_line(r), flush=True)
-            if label == "131k" and frag == 0.6 and args.large_warm:
+            if label == "131k" and frag == 0.6 and args.large_warm and "warm" not in extra:
                 extra["warm"] = bs.run_warm(path, 10.0)
                 extra["warm_load"] = load()
+                keep()
                 print("warm", extra["warm"], flush=True)
-            if args.large_busy and frag == 0.6:
+            busy = known(label + " --busy", frag, 10.0)
+            if busy is not None:
+                rows.append(busy)
+            elif args.large_busy and frag == 0.6:
                 burner = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                           for _ in range(os.cpu_count() or 2)]
                 try:
@@ -156,18 +193,27 @@ def run(args) -> int:
                 r.update(label=label + " --busy", gpus=gpus, jobs=jobs, budget=10.0, frag=frag)
                 _summarise(r)
                 rows.append(r)
+                keep()
                 print(_line(r), flush=True)
     if "fed-1M" in sizes:
         for frag in frags:
+            old_fed = [g for g in done["fed"] if g.get("frag") == frag and g.get("kind") != "error"]
+            if any(g.get("kind") == "solve" for g in old_fed):
+                fed += old_fed
+                continue
             check_at = max(budgets) if "fed-1M" in args.large_check.split(",") and \
                 frag == 0.6 else -1.0
             got = _child(["--fed-child", str(frag), ",".join(map(str, budgets)), str(check_at)])
             for g in got:
                 g["frag"] = frag
             fed += got
+            keep()
             print("fed", frag, [(g.get("kind"), g.get("budget"), g.get("wall"),
                                  (g.get("plan") or {}).get("status"), g.get("error"))
                                 for g in got], flush=True)
+    if args.large_resume:  # the kept rows this run did not measure stay in the table
+        rows, fed = merged()
+        keep()
     write(rows, fed, extra, args, started)
     return 0
 
@@ -180,8 +226,7 @@ def _summarise(r: dict) -> None:
         r["plan"] = {k: plan.get(k) for k in ("status", "solver", "gap", "objectiveGaps",
                                               "runtimeS", "message")}
         r["plan"]["admitted"] = len(plan.get("jobs", []))
-    if path:
-        Path(path).unlink(missing_ok=True)
+        r["plan_file"] = path  # kept for a later `hyperplace check`
 
 
 def _line(r: dict) -> str:

@@ -21,6 +21,8 @@ from hyperplace.solvers.params import BudgetParams, SolveParams
 TYPES = ["H100-80", "A100-80"]
 GENERATED = [(256, 30, 0.8, seed, 2) for seed in (1, 2, 3)] + [(512, 60, 0.9, 11, 2),
                                                                 (128, 20, 0.6, 5, 1)]
+FABRICS = [(256, 40, 0.7, 21, "fat-tree-3", 0), (192, 30, 0.5, 22, "fat-tree-2", 9),
+           (1024, 60, 0.85, 23, "superpod-rail", 0)]
 BUNDLED = ["mixed-a100-h100", "superpod-h100-4su", "dgx1-v100", "gb200-nvl72"]
 
 
@@ -41,6 +43,27 @@ def test_the_bound_is_valid_on_generated_rounds(gpus, jobs, frag, seed, scale):
     assert found.bound >= exact.objective  # valid
     assert found.node_classes <= len(p.node_classes)
     assert found.shapes <= len(p.pending)
+
+
+@pytest.mark.parametrize("gpus,jobs,frag,seed,fabric,faulty", FABRICS)
+def test_the_bound_is_valid_on_other_fabrics(gpus, jobs, frag, seed, fabric, faulty):
+    inst = generate(gpus, jobs, TYPES, frag, seed, fabric=fabric, faulty_gpus=faulty,
+                    size_scale=2)
+    exact = _proven(inst)
+    found = aggregate_bound(PlacementProblem(inst))
+    assert found.bound is not None and found.bound >= exact.objective
+
+
+@pytest.mark.parametrize("seed", [31, 32])
+def test_the_bound_is_valid_across_clusters(seed):
+    from hyperplace.instances.generator import generate_federation
+
+    inst = generate_federation(3, 96, 30, TYPES, 0.6, seed, size_scale=2)
+    exact = _proven(inst)
+    found = aggregate_bound(PlacementProblem(inst), assign=True)
+    assert found.bound is not None and found.bound >= exact.objective
+    assert found.assignment is not None and set(found.assignment.values()) <= \
+        {c.name for c in inst.clusters}
 
 
 @pytest.mark.parametrize("name", BUNDLED)
