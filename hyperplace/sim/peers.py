@@ -41,6 +41,14 @@ class PeerPlacer:
                 fs.free[n] = list(gpus)
         return fs
 
+    def state_from(self, base: FreeState, free: dict[str, list[int]]) -> FreeState:
+        """A copy of ``base`` (a :meth:`state` of this round) with these free GPUs."""
+        fs = base.copy()
+        for n, gpus in free.items():
+            fs.used[n] += len(fs.free[n]) - len(gpus)
+            fs.free[n] = list(gpus)
+        return fs
+
     def place(self, job: TrainingJob, state: FreeState) -> dict[str, list[GPURef]] | None:
         """Unit name -> GPUs if the rule places ``job`` (``state`` then holds them)."""
         outcome = self.peer.place(job, state, self.views, self.rng)

@@ -92,7 +92,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from hyperplace.baselines.common import JobOutcome, build_plan
+from hyperplace.baselines.common import JobOutcome, build_plan, eligible_nodes
 from hyperplace.models import Instance, PlacementPlan, TrainingJob
 from hyperplace.models.plan import GPURef
 from hyperplace.sim.jobs import SimJob
@@ -311,6 +311,15 @@ class SlurmBackfill(Policy):
         self.multifactor = multifactor
         self.whole_nodes = whole_nodes
         self._limits: dict[str, float] = {}
+        self._eligible: dict[str, tuple[str, ...]] = {}
+
+    def eligible(self, job: SimJob) -> tuple[str, ...]:
+        """Nodes of a GPU type the job accepts (its placement depends on their counts only)."""
+        if job.name not in self._eligible:
+            units = job.manifest.units()
+            self._eligible[job.name] = tuple(sorted(
+                {n for view in self.placer.views for n in eligible_nodes(view, units)}))
+        return self._eligible[job.name]
 
     def priority(self, view: RoundView, job: SimJob) -> float:
         """Slurm's multifactor priority (``priority_multifactor.c`` L2151-2215, weights
@@ -378,6 +387,7 @@ class SlurmBackfill(Policy):
             limits += [r.limit_end_s - now for r in view.running.values()]
             window_s = max([BF_WINDOW_S, *limits])
         waited = {j.name: now - j.submit_s for j in queue}
+        base = self.placer.state(round_instance)
         for job in queue:
             if tried >= self.max_job_test:
                 break
@@ -385,16 +395,24 @@ class SlurmBackfill(Policy):
             limit = self.limit(job, view.speed)
             candidates = sorted(t for t in times | {e for _, e, _ in reservations}
                                 if now < t <= now + window_s)
+            elig = self.eligible(job)
+            failed: set[tuple[int, ...]] = set()
             for t in [now, *candidates]:
                 counts = self._free_over(t, t + limit, free_now, releases, reservations)
+                # the tree rule's choice depends only on the counts of the nodes the job
+                # accepts: skip a time whose counts cannot hold it or already failed
+                key = tuple(max(0, counts[n]) for n in elig)
+                if sum(key) < job.gpus or key in failed:
+                    continue
                 if t == now:
                     free = {n: free_now[n][:max(0, counts[n])] for n in free_now}
                 else:
                     free = {n: list(range(max(0, counts[n]))) for n in free_now}
-                fs = self.placer.state(round_instance, free)
+                fs = self.placer.state_from(base, free)
                 fs.waited_s = waited
                 got = self.placer.place(job.manifest, fs)
                 if got is None:
+                    failed.add(key)
                     continue
                 per: dict[str, int] = {}
                 for gpus in got.values():
@@ -423,17 +441,21 @@ class SlurmBackfill(Policy):
                    reservations: list[tuple[float, float, dict[str, int]]]) -> dict[str, int]:
         """GPUs per node free and unreserved over all of [t0, t1)."""
         out: dict[str, int] = {}
-        active = [r for r in reservations if r[0] < t1 and r[1] > t0]
-        points = sorted({t0, *(r[0] for r in active if r[0] > t0)})
+        # per node, the reservations active in [t0, t1) that hold some of its GPUs
+        held: dict[str, list[tuple[float, float, int]]] = {}
+        for r0, r1, per in reservations:
+            if r0 < t1 and r1 > t0:
+                for n, k in per.items():
+                    held.setdefault(n, []).append((r0, r1, k))
         for n, free in free_now.items():
             base = len(free) + sum(k for t, k in releases[n] if t <= t0)
-            if not active:
+            mine = held.get(n)
+            if not mine:
                 out[n] = base
                 continue
-            worst = 0
-            for p in points:
-                worst = max(worst, sum(r[2].get(n, 0) for r in active if r[0] <= p < r[1]))
-            out[n] = base - worst
+            # the most reserved at once: at t0 or where one of them starts
+            points = {t0, *(r0 for r0, _, _ in mine if r0 > t0)}
+            out[n] = base - max(sum(k for r0, r1, k in mine if r0 <= p < r1) for p in points)
         return out
 
 
