@@ -19,6 +19,7 @@ from hyperplace.commands.common import (
     file_format,
     interruptible,
     one_line_errors,
+    round_request,
     write_output,
 )
 from hyperplace.errors import InputError
@@ -68,7 +69,8 @@ def defrag_command(
         "--running", help="manifests of running jobs that may move (multi-document YAML or a "
         "directory), added to spec.runningJobs[].job; a running job without one stays")] = None,
     max_moves: Annotated[int, typer.Option(
-        "--max-moves", help="most running jobs to migrate (0..24)")] = 4,
+        "--max-moves", help="most running jobs to migrate (0..100,000, as a round's "
+        "maxMoves)")] = 4,
     budget: Annotated[float, typer.Option(
         "--budget", help=BUDGET_HELP)] = 10.0,
     output: Annotated[Path | None, typer.Option(
@@ -84,8 +86,8 @@ def defrag_command(
     from hyperplace.solvers.workflows.defrag import defrag, defrag_cluster
 
     check_budget(budget)
-    if not 0 <= max_moves <= 24:
-        raise InputError(f"must be within 0..24, got {max_moves}", path="--max-moves")
+    # the round request's move limit (models.request.MaxMoves), named by flag
+    round_request(running_moveable=True, max_moves=max_moves, budget_s=budget)
     file_fmt = file_format(fmt.value if fmt is not None else None, output) if output else None
     inst = with_running_files(resolve_instance(instance, None, None), running)
     if for_job is not None and for_job not in {j.name for j in inst.jobs}:

@@ -73,8 +73,10 @@ def _prepared(instance: Instance, specs: list[TrainingJob] | None) -> Instance:
 
 
 def _check_moves(max_moves: int) -> None:
-    if max_moves < 0:
-        raise ValueError(f"max_moves: must be >= 0, got {max_moves}")
+    from hyperplace.models.request import MAX_MOVES
+
+    if not 0 <= max_moves <= MAX_MOVES:
+        raise ValueError(f"max_moves: must be within 0..{MAX_MOVES:,}, got {max_moves}")
 
 
 def migration(instance: Instance, name: str, new: set[GPU], why: str,
