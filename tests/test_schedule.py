@@ -275,6 +275,33 @@ def test_a_reservation_holds_against_a_later_arrival_and_a_backfill_fits_before_
     assert check_result(inst, jobs4, fourth, run, now=300.0) == []
 
 
+def test_a_reserved_job_keeps_its_faster_type_when_running_jobs_overrun():
+    # reserved on H100 at 300 s; the H100s' running job overran (now ends at 600 s); A100
+    # is free now. Starting "on time" on A100 ends at 3000 s, one step late on H100 at
+    # 1600 s: lateness on another type counts the end, so it waits for its H100
+    inst = instance()
+    jobs = [(manifest("big", 16), 0.0)]
+    work = {"big": 3000.0}
+    run = [RunningSlot("r", tuple((n, i) for n in ("h0", "h1") for i in range(8)), 600.0)]
+    first = problem(inst, jobs, work, horizon=3600, step=300, objective="completion")
+    hpool = next(o.pool for o in first.jobs[0].options
+                 if first.pools[o.pool].gpu_type == "H100-80")
+    res = {"big": Reservation("big", hpool, 300.0)}
+    p = problem(inst, jobs, work, run, horizon=3600, step=300, objective="completion",
+                reservations=res)
+    got = solve_schedule(p, budget_s=5.0)
+    e = got.entries["big"]
+    assert (p.pools[e.pool].gpu_type, e.start_step) == ("H100-80", 2)
+    assert got.objective == brute_force(p)
+    # an A100 start that ends no later than the reservation would is not late: with the
+    # H100s busy for long it moves to A100 (its reservation could not end in time anyway)
+    run = [RunningSlot("r", tuple((n, i) for n in ("h0", "h1") for i in range(8)), 3300.0)]
+    p = problem(inst, jobs, work, run, horizon=3600, step=300, objective="completion",
+                reservations=res)
+    e = solve_schedule(p, budget_s=5.0).entries["big"]
+    assert (p.pools[e.pool].gpu_type, e.start_step) == ("A100-80", 0)
+
+
 def sim_job(name, gpus, submit, work, tol=None):
     m = manifest(name, gpus, tol)
     return SimJob(name=name, submit_s=submit, work_s=work, gpus=m.total_gpus, manifest=m,

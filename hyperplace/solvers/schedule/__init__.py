@@ -292,8 +292,11 @@ class _Model:
             self.obj.append(self.w[j.name] * ds * (start + H * out))
         r = self.p.reserved_step(j)
         if r is not None:
-            late = m.NewIntVar(0, H, f"l_{j.name}")
-            m.Add(late >= start - r).OnlyEnforceIf(out.Not())
+            rtype, rend = self.p.reserved_type(j) or (None, 0)
+            late = m.NewIntVar(0, H + max(durs), f"l_{j.name}")
+            for k, o in enumerate(j.options):  # the start on its type, else the end
+                m.Add(late >= (start if o.gpu_type == rtype else end) - (
+                    r if o.gpu_type == rtype else rend)).OnlyEnforceIf(xs[k])
             m.Add(late >= H - r).OnlyEnforceIf(out)
             self.obj.append(self.lw[j.name] * late)
         self.vars[j.name] = (start, xs, out)
