@@ -192,6 +192,12 @@ class RoundLoop:
     def fail_switch(self, switch: str, now: float) -> list[str]:
         return self._hit(RoundDelta(switch_failures=[switch]), now)
 
+    def repair(self, *, gpus: list[GPU] = (), nodes: list[str] = (),
+               switches: list[str] = ()) -> None:
+        """GPUs, hosts or switches back in service (a repair takes no time of its own)."""
+        self.state.apply(RoundDelta(recoveries=list(gpus), node_repairs=list(nodes),
+                                    switch_repairs=list(switches)))
+
     def crash_jobs(self, names: list[str], now: float) -> list[str]:
         """A software fault (no hardware down): the jobs restart from their checkpoints."""
         return self._hit(RoundDelta(interruptions=[n for n in names if n in self.running]), now)

@@ -292,12 +292,11 @@ def _apply_failure(loop: RoundLoop, f: Failure, t: float) -> list[str]:
 
 
 def _apply_repair(loop: RoundLoop, f: Failure) -> None:
-    state = loop.state
     if f.scope == "gpu":
-        state.repair_gpu(f.node, f.gpu)
+        loop.repair(gpus=[(f.node, f.gpu)])
     elif f.scope == "host":
-        state.repair_node(f.node)
+        loop.repair(nodes=[f.node])
     elif f.scope == "switch":
-        switches = sorted(state.switches_of.get(f.node, ()))
+        switches = sorted(loop.state.switches_of.get(f.node, ()))
         if switches:
-            state.repair_switch(switches[0])
+            loop.repair(switches=switches[:1])
