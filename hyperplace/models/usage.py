@@ -86,10 +86,10 @@ def fair_share_factors(usage: Mapping[str, float], weights: Mapping[str, float]
 @dataclass
 class QueueUsage:
     """Decayed GPU-hours per queue, advanced as time passes: the one home of the
-    accumulate-and-decay rule, kept by the simulator's round loop
-    (:class:`hyperplace.sim.loop.RoundLoop`), by
-    :class:`hyperplace.solvers.workflows.session.PlacementSession` and, per stored cluster, by the
-    service (``hyperplace.service``, in its SQLite store).
+    accumulate-and-decay rule, kept by the one round state
+    (:class:`hyperplace.solvers.workflows.session.RoundState`: the simulator's round loop and
+    :class:`~hyperplace.solvers.workflows.session.PlacementSession` drive it) and, per stored
+    cluster, by the service (``hyperplace.service``, in its SQLite store).
 
     ``half_life_s`` None (or 0) keeps no history: :meth:`snapshot` is then empty and every
     round's fair share is the plain per-round one.
