@@ -22,10 +22,10 @@ run.
 (``simulate --load``, :mod:`hyperplace.sim.workload`) at which the *strongest probe peer*
 reaches the target utilisation within the arrival window: the probe is the better of
 Kueue BestEffortFIFO and Volcano allocate (nodes fast-first), the strongest peers by
-utilisation in every earlier run (Slurm's backfill is 10-50x slower to replay and reached
-less); replays cut at the last arrival; bisection on the log of the load over
-[0.3, 3] (or up to the most the jobs offer), ``--probes`` steps, the lowest probed load
-that reached the target is kept. The load found is then replayed to the end under every
+utilisation in every earlier run (Slurm's backfill is slower to replay and reached
+less); replays cut at the last arrival; loads probed from 1.0 in steps of x1.5 until the
+target is bracketed, then ``--probes`` bisection steps on the log of the load (default 2),
+the lowest probed load that reached the target is kept (:func:`find_load`). The load found is then replayed to the end under every
 policy; the table gives the utilisation each really reached.
 
 **Policies.** ``engine`` (the planning engine, :mod:`hyperplace.sim.planning`), and every
@@ -141,25 +141,42 @@ def probe_util(trace, shape, inst_name, jobs, load, seed, cache) -> tuple[float,
 
 def find_load(trace, shape, inst_name, jobs, target, seed, cache, probes: int
               ) -> tuple[float | None, float, dict]:
-    """The load at which the best probe peer reaches ``target`` (None: unreachable)."""
-    lo, hi = 0.3, 3.0
-    u_hi, facts = probe_util(trace, shape, inst_name, jobs, hi, seed, cache)
-    if facts.get("load_note") or u_hi < target:
-        top = facts["offered_load"]
-        u_top, f2 = probe_util(trace, shape, inst_name, jobs, top, seed, cache) \
-            if not math.isclose(top, hi) else (u_hi, facts)
-        if u_top < target:
-            return None, u_top, f2
-        hi = top
-    best = (hi, u_hi)
+    """The load at which the best probe peer reaches ``target`` (None: unreachable).
+
+    Loads are probed from 1.0 in steps of x1.5 (up while the target is not reached, down
+    while it is, so the bracket is one step wide), then ``probes`` bisection steps on the
+    log of the load; the lowest probed load that reached the target is kept. High loads
+    are probed only when needed (a queue of thousands of jobs makes each replay slow)."""
+    def probe(x: float) -> tuple[float, dict]:
+        return probe_util(trace, shape, inst_name, jobs, x, seed, cache)
+
+    load = 1.0
+    u, facts = probe(load)
+    if u >= target:
+        hi, hi_u = load, u
+        while load > 0.2:
+            load /= 1.5
+            u, _ = probe(load)
+            if u < target:
+                break
+            hi, hi_u = load, u
+        lo = load
+    else:
+        while u < target:
+            if facts.get("load_note") or load > 10:  # the jobs offer no more than this
+                return None, u, facts
+            lo = load
+            load *= 1.5
+            u, facts = probe(load)
+        hi, hi_u = load, u
     for _ in range(probes):
         mid = math.sqrt(lo * hi)
-        u, _ = probe_util(trace, shape, inst_name, jobs, mid, seed, cache)
+        u, _ = probe(mid)
         if u >= target:
-            hi, best = mid, (mid, u)
+            hi, hi_u = mid, u
         else:
             lo = mid
-    return best[0], best[1], facts
+    return hi, hi_u, facts
 
 
 def lower_bound(instance, jobs) -> dict:
@@ -542,7 +559,7 @@ def main(argv: list[str] | None = None) -> None:
     targets = [float(x) for x in (args.targets or ("0.8" if quick else "0.7,0.8,0.9"))
                .split(",")]
     budget = args.budget if args.budget is not None else (0.2 if quick else 1.0)
-    probes = args.probes if args.probes is not None else (3 if quick else 4)
+    probes = args.probes if args.probes is not None else 2
     out = args.out or ROOT / "bench" / "results" / ("simulate-quick.md" if quick
                                                      else "simulate.md")
     cell_dir = out.parent / out.stem
