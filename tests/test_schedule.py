@@ -515,3 +515,26 @@ def test_a_job_larger_than_every_nvlink_domain_is_not_planned_and_says_why():
     # the other jobs (rack-sized or smaller) are planned
     assert all(f.earliest_s is not None for n, f in fc.items() if n != "tp128-too-big")
     assert check_result(inst, pending, res) == []
+
+
+def test_many_priority_classes_of_long_jobs_get_soft_strata_not_an_overflow():
+    # 2,000-job rounds with several classes, long runs and reservations overflowed int64 in
+    # the soft strata too (OverflowError in the engine); the factor now shrinks until it fits
+    inst = instance(h_leaves=2, a_leaves=2)
+    jobs = [(manifest(f"j{i}", 8), float(i)) for i in range(40)]
+    work = {m.name: 40 * 86400.0 for m, _ in jobs}
+    res = {m.name: Reservation(m.name, 0, 600.0) for m, _ in jobs[::2]}
+    p = problem(inst, jobs, work, horizon=86400, step=300, objective="completion",
+                reservations=res, wait_weight=1.0)
+    for k, j in enumerate(p.jobs):
+        j.priority = k // 2  # 20 classes
+    w = p.int_weights()
+    assert not p.strict_strata
+    assert p.objective_value({}) <= 2 ** 62
+    by_class = {}
+    for j in p.jobs:
+        by_class.setdefault(j.priority, []).append(w[j.name])
+    mins = [min(by_class[c]) for c in sorted(by_class)]
+    assert mins == sorted(mins)  # a higher class never weighs less
+    res = solve_schedule(p, budget_s=2.0, solver="greedy")
+    assert check_result(inst, jobs, res) == []

@@ -72,7 +72,8 @@ lost for sure: weighing the wait makes "wait for a faster type" win only by a ma
 Each class's weights are scaled so that one step of its least-weighted job outweighs
 every class below it at its worst (every job of those classes unscheduled): a higher
 priority never waits for a lower one (when the integers would overflow, each class weighs
-``SOFT_STRATUM`` times the one below instead, and the problem says so: ``strict_strata``). A reservation from the previous round (a pool and start) adds its lateness (steps after the
+``SOFT_STRATUM`` times the one below instead, or less when even that overflows, and the
+problem says so: ``strict_strata``). A reservation from the previous round (a pool and start) adds its lateness (steps after the
 reserved start) in a stratum of its own just above its class's completion terms: no job of
 the same class or below starts earlier at the price of a reserved job's lateness, so
 reservations hold unless the running jobs overrun their predictions or a higher class
@@ -274,31 +275,34 @@ class ScheduleProblem:
                 strata.append(("late", c, res, sum(H + max(self.dur_steps(o)
                                                            for o in j.options) for j in res)))
 
-        def assign(strict: bool) -> tuple[dict[str, int], dict[str, int], int]:
+        def assign(soft: int) -> tuple[dict[str, int], dict[str, int], int]:
+            """soft 0: strict strata; else each stratum ``soft`` times the one below."""
             w: dict[str, int] = {}
             late: dict[str, int] = {}
             below, top = 0, 0
             for kind, _, js, worst in strata:
                 if kind == "end":
-                    mult = (below + 1) if strict else max(1, top * SOFT_STRATUM // WEIGHT_SCALE)
+                    mult = (below + 1) if not soft else max(1, top * soft // WEIGHT_SCALE)
                     for j in js:
                         w[j.name] = base[j.name] * mult
                     top = max(top, max(w[j.name] for j in js))
                     below += mult * worst
                 else:
-                    lw = (below + 1) if strict else top * SOFT_STRATUM
+                    lw = (below + 1) if not soft else max(1, top * soft)
                     for j in js:
                         late[j.name] = lw
                     top = max(top, lw)
                     below += lw * worst
             return w, late, below
 
-        w, late, total = assign(True)
+        w, late, total = assign(0)
         self.strict_strata = total <= MAX_COEFF_SUM
-        if not self.strict_strata:
-            w, late, total = assign(False)
-            if total > MAX_COEFF_SUM:
-                raise OverflowError("priority strata too deep for integer weights")
+        # soft strata: SOFT_STRATUM times the one below, less when even that overflows
+        # (many classes and long jobs); factor 1 always fits (no stratum weighs more)
+        for soft in (SOFT_STRATUM, 100, 10, 2, 1):
+            if total <= MAX_COEFF_SUM:
+                break
+            w, late, total = assign(soft)
         self._late_w = {j.name: late.get(j.name, 0) for js in members.values() for j in js}
         self._w_cache = w
         return w

@@ -41,6 +41,7 @@ post-passes) and ``engine-wait`` (with ``drain_for_head`` and ``hold_for_faster`
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 
@@ -77,6 +78,7 @@ DEFAULT_STEPS = 288  # 5-minute steps over a day
 WAIT_WEIGHT = 1.0
 ORDER = "srpt"
 AGING_S = 4 * 3600.0
+MIN_WINDOW = 10  # the CP-SAT window never shrinks below this many jobs
 
 
 def _pin_type(job: TrainingJob, gpu_type: str | None) -> TrainingJob:
@@ -175,6 +177,7 @@ class PlanningEngine(Policy):
         self.solver = solver
         self.budget_s = budget_s
         self.window = int(window)
+        self.window_now = self.window  # adapted to the time the schedule takes (decide)
         self.horizon_s = float(horizon_s)
         self.step_s = float(step_s) if step_s else max(round_s, self.horizon_s / DEFAULT_STEPS)
         self.objective = objective
@@ -193,6 +196,7 @@ class PlanningEngine(Policy):
         self._not_now: dict[str, set[int]] = {}
         self._pools: tuple[tuple, list] | None = None  # (usable GPUs per node, pools)
         self._facts: dict = {}
+        self.last_timing: dict[str, float] = {}
 
     # ---- the schedule ------------------------------------------------------------------
     def problem(self, view: RoundView) -> ScheduleProblem:
@@ -255,13 +259,33 @@ class PlanningEngine(Policy):
 
     # ---- a round ------------------------------------------------------------------------
     def decide(self, view: RoundView) -> Decision:
+        # the round's time is a budget: Python's cyclic collector (0.5-0.9 s passes over
+        # a large replay's heap, measured) runs after the round, not inside it
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._decide(view)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _decide(self, view: RoundView) -> Decision:
         t0 = time.perf_counter()
         problem = self.problem(view)
-        sched_budget = self.budget_s * self.schedule_share
-        result = solve_schedule(problem, budget_s=sched_budget, window=self.window,
+        t_build = time.perf_counter() - t0
+        sched_budget = max(0.05, self.budget_s * self.schedule_share - t_build)
+        result = solve_schedule(problem, budget_s=sched_budget, window=self.window_now,
                                 solver="greedy" if self.solver == "greedy" else "cpsat",
                                 seed=self.seed)
         self.last = result
+        t_sched = time.perf_counter() - t0 - t_build
+        # the CP-SAT model's build is not under its deadline: a round whose schedule ran
+        # over its share halves the next round's window; one well within it grows it back
+        if t_sched > 1.1 * sched_budget:
+            self.window_now = max(MIN_WINDOW, self.window_now // 2)
+        elif t_sched < 0.6 * sched_budget:
+            self.window_now = min(self.window, max(self.window_now + 1,
+                                                   self.window_now * 5 // 4))
         by_name = {j.name: j for j in view.queue}
         now_jobs = result.starts_now()
         # placement, pool by pool: deepest pools first (a leaf's jobs before its spine's)
@@ -340,6 +364,9 @@ class PlanningEngine(Policy):
                 outcomes[j.name] = JobOutcome(reasons=[
                     f"schedule: {f.text}" if f is not None else "schedule: not planned"])
         solve_s = time.perf_counter() - t0
+        #: seconds of the last round's parts: problem build, schedule, the rest (placement)
+        self.last_timing = {"build_s": t_build, "schedule_s": t_sched,
+                            "placement_s": solve_s - t_build - t_sched}
         plan = build_plan(instance, "schedule+" + self.solver, outcomes, solve_s)
         plan = plan.model_copy(update={"forecasts": list(fc.values())})
         # the next round's reservations: every planned start after now; a job the placement
