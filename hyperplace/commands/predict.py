@@ -103,6 +103,10 @@ def predict_command(
     overlap_grad_reduce: bool = typer.Option(
         True, "--overlap-grad-reduce/--no-overlap-grad-reduce",
         help="DP gradient reduction under the last micro-batch's backward (default on)"),
+    overlap_param_gather: bool = typer.Option(
+        False, "--overlap-param-gather/--no-overlap-param-gather",
+        help="with --zero >= 1: the parameter all-gather under the next forward (Megatron-Core "
+             "--overlap-param-gather)"),
     calibration: str | None = typer.Option(None, "--calibration",
                                            help="calibration file (hyperplace calibrate)"),
     output_format: Format = typer.Option(Format.table, "--format",
@@ -117,6 +121,7 @@ def predict_command(
                        flash=flash, sequence_parallel=sequence_parallel,
                        precision=precision.value, virtual_stages=virtual_stages, cp=cp,
                        overlap_grad_reduce=overlap_grad_reduce,
+                       overlap_param_gather=overlap_param_gather,
                        selective_recompute=selective_recompute, ep=ep,
                        calibration=fitted)
     except InputError as exc:

@@ -473,7 +473,13 @@ def evaluate_split(data: SplitData, cuts: list[int]) -> SplitEvaluation:
         if data.problem.overlap_grad_reduce and data.fwd is not None:
             # buckets reduce while the last micro-batch's backward runs: only the rest shows
             window = float((data.time[k, a:b] - data.fwd[k, a:b]).sum())
-            dp = max(0.0, dp - window)
+            if data.problem.overlap_param_gather and data.problem.zero >= 1:
+                # distributed optimizer: the reduce-scatter half under that backward, the
+                # parameter all-gather half under the next step's first forward
+                ahead = float(data.fwd[k, a:b].sum())
+                dp = max(0.0, dp / 2 - window) + max(0.0, dp / 2 - ahead)
+            else:
+                dp = max(0.0, dp - window)
         dp_sync.append(dp)
         opt = 0.0
         if data.optimizer_layer is not None and data.optimizer_const is not None:

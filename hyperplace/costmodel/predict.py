@@ -184,6 +184,7 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
             sequence_parallel: bool | None = None, precision: str = "bf16",
             virtual_stages: int = 1, cp: int = 1, overlap_grad_reduce: bool = True,
             selective_recompute: bool = False, ep: int = 1,
+            overlap_param_gather: bool = False,
             calibration: Calibration | None = None,
             catalog: GPUCatalog | None = None) -> Prediction:
     """Price one configuration (see the module docstring); InputError on bad input.
@@ -284,6 +285,7 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
                            recompute=recompute, fixed_order=True,
                            virtual_stages=virtual_stages,
                            overlap_grad_reduce=overlap_grad_reduce and dp * cp > 1,
+                           overlap_param_gather=overlap_param_gather,
                            precision=cast(Precision, precision), expert_parallel=ep,
                            context_parallel=cp)
     layer_list = layers_of(model)

@@ -15,7 +15,9 @@ published FlashAttention figure; only where the rows use FlashAttention, else th
 figure is kept), ``elementwise`` (inverse fraction of HBM bandwidth; the head's logits share
 it) and ``tpComm``, the exposed share of tensor-parallel communication (``1 − overlap``).
 The data-parallel gradient reduction's overlap is the row's configuration
-(``overlap_grad_reduce``: under the last micro-batch's backward pass), not fitted. The
+(``overlap_grad_reduce``: under the last micro-batch's backward pass; ``overlap_param_gather``:
+the distributed optimizer's parameter all-gather under the first micro-batch's forward, as
+the Megatron-Core README says its H100 runs did), not fitted. The
 fit minimises squared log errors of step time by Gauss-Newton with a weak pull
 (:data:`RIDGE`) towards physical priors (:data:`PRIOR`). Other layer kinds keep the
 small-shape (Sailor) fit.
@@ -106,7 +108,8 @@ def read_fit_set(path: str | Path | None = None) -> list[FitRow]:
                        micro_batch=int(r["micro_batch"]), global_batch=int(r["global_batch"]),
                        recompute=_flag(r["recompute"]), zero=int(r["zero"]),
                        precision=r["precision"].strip(),
-                       overlap_grad_reduce=_flag(r["overlap_grad_reduce"]))
+                       overlap_grad_reduce=_flag(r["overlap_grad_reduce"]),
+                       overlap_param_gather=_flag(r.get("overlap_param_gather") or "no"))
             tflops = float(r["measured_tflops_per_gpu"])
         except (KeyError, ValueError) as exc:
             raise InputError(f"bad fit-set row: {exc}", source=source, path=f"row {n}") from None
@@ -134,6 +137,7 @@ def predict_row(row: FitRow, calibration: Calibration):
                    virtual_stages=c["virtual_stages"], micro_batch=c["micro_batch"],
                    global_batch=c["global_batch"], recompute=c["recompute"], zero=c["zero"],
                    precision=c["precision"], overlap_grad_reduce=c["overlap_grad_reduce"],
+                   overlap_param_gather=c.get("overlap_param_gather", False),
                    calibration=calibration)
 
 

@@ -85,6 +85,11 @@ class SplitProblem(HPModel):
     overlap_grad_reduce: bool = Field(
         default=False, description="the DP gradient reduction runs under the last micro-batch's "
         "backward pass (Megatron-Core --overlap-grad-reduce, PyTorch DDP/FSDP buckets)")
+    overlap_param_gather: bool = Field(
+        default=False, description="with the distributed optimizer (ZeRO >= 1) and "
+        "overlap_grad_reduce: the reduce-scatter half runs under the last micro-batch's "
+        "backward, the parameter all-gather half under the first one's forward "
+        "(Megatron-Core --overlap-param-gather)")
     precision: Literal["bf16", "fp16", "fp32", "fp8"] = Field(
         default="bf16", description="training precision (peak FLOPs and bytes per value)")
     expert_parallel: int = Field(
