@@ -236,3 +236,13 @@ def test_overlapped_param_gather_by_hand():
     assert grads.parts["dpSync"] == pytest.approx(d - w_b)
     assert both.parts["dpSync"] == pytest.approx(max(0.0, d / 2 - w_b) + max(0.0, d / 2 - w_f))
     assert both.step_time_s < grads.step_time_s < plain.step_time_s
+
+
+def test_a_configuration_that_does_not_fit_says_by_how_much_and_which_term_dominates():
+    pred = predict(model_preset("llama3-70b"), "H100-80", tp=8, pp=1, dp=1, global_batch=8)
+    assert not pred.fits
+    note = next(n for n in pred.notes if n.startswith("does not fit"))
+    over = pred.memory_per_gpu_gb - pred.memory_capacity_gb
+    assert f"{over:.1f} GB over" in note
+    terms = {k: v for k, v in pred.memory.items() if k not in ("stage", "microbatchesInFlight")}
+    assert f"{max(terms, key=terms.get)} dominates" in note

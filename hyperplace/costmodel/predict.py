@@ -349,8 +349,12 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
                  **breakdown}
     capacity = gpu.hbm_gb
     if memory > capacity:
-        notes.append(f"does not fit: {memory:.1f} GB per GPU needed, {capacity:g} GB available"
-                     " (try --recompute, --zero, more TP or PP)")
+        terms = {k: v for k, v in breakdown.items() if k not in ("stage", "microbatchesInFlight")}
+        big = max(terms, key=lambda k: terms[k])
+        notes.append(f"does not fit: {memory:.1f} GB per GPU needed, {capacity:g} GB available "
+                     f"({memory - capacity:.1f} GB over; {big} dominates with "
+                     f"{terms[big]:.1f} GB on stage {worst}; try --recompute, --zero, more TP "
+                     "or PP)")
     fidelity = fidelity_note(calibration, gpu, catalog)
     notes.append(fidelity)
     scale = calibration.scale_for(model.name, gpu.name)
