@@ -120,6 +120,9 @@ def print_summary(summary: dict, console: Console) -> None:
         f"{row['policy']} utilisation {_fmt(row['utilisation_in_window'], 0.01, 1)}%, "
         f"{_fmt(row.get('waiting_jobs_mean'), 1, 1)} jobs waiting on average"
         for row in summary["policies"]))
+    for lines in (summary.get("notes") or {}).values():
+        for line in lines:
+            r.print_line(console, line)
     if summary["workload"].get("load_note"):
         r.print_line(console, "--load: " + summary["workload"]["load_note"])
     note = failure_note(summary)

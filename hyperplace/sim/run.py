@@ -112,6 +112,9 @@ def run_simulation(instance: Instance, req: SimRequest, config: SimConfig,
                if f.name != "load_reference"}
     summary = {"instance": instance.name, "request": request, "config": asdict(config),
                "workload": facts, "policies": rows, "ratios": ratios(rows)}
+    notes = {run.policy: list(run.notes) for run in runs if run.notes}
+    if notes:  # what a policy reports of itself (the federation's splits, held GPUs)
+        summary["notes"] = notes
     return summary, runs
 
 
