@@ -233,6 +233,7 @@ def default_config(spec: ModelSpec, gpu: GPUType, gpus: int,
 
 _cache: dict[tuple, TypeSpeed] = {}
 _fast: dict[tuple, TypeSpeed] = {}
+MAX_FAST_CATALOGS = 256
 _alive_catalogs: dict[int, GPUCatalog] = {}
 _job_cache: dict[tuple, "JobSpeed"] = {}
 _planned: dict[tuple, tuple[Config, Any] | None] = {}
@@ -327,7 +328,11 @@ def type_speed(model: str | ModelSpec | None, gpu: GPUType | str, gpus: int, *,
     if model is None or isinstance(model, str):
         # a repeated call (thousands of jobs, a few dozen keys): one look-up, before the
         # model's name is resolved
-        _alive_catalogs[id(catalog)] = catalog
+        if id(catalog) not in _alive_catalogs:
+            if len(_alive_catalogs) >= MAX_FAST_CATALOGS:  # a long-lived service: bounded
+                _alive_catalogs.clear()
+                _fast.clear()
+            _alive_catalogs[id(catalog)] = catalog  # kept so that its id is not reused
         fast = (model, gpu, gpus, _cal_key(calibration), parallelism, id(catalog))
         hit = _fast.get(fast)
         if hit is not None:
