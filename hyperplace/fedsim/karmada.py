@@ -124,8 +124,8 @@ class KarmadaDivision(Policy):
         self.parts: dict[str, list[PartState]] = {}  # job -> its parts (bound jobs)
         self._fjobs: dict[str, FederatedJob] = {}
         self._checks: list[ClusterCheck] = []
-        self.stats = {"priced_as_default": 0, "divisions": 0, "split": 0, "unschedulable": 0, "timeouts": 0,
-                      "held_gpu_s": 0.0}
+        self.stats = {"priced_as_default": 0, "divisions": 0, "split": 0, "unschedulable": 0,
+                      "timeouts": 0, "held_gpu_s": 0.0, "failed_parts": 0}
         self._last_now: float | None = None
 
     # ---- hooks the simulator reads -----------------------------------------------------
@@ -332,15 +332,19 @@ class KarmadaDivision(Policy):
                     self.stats["held_gpu_s"] += len(p.gpus) * (now - max(last, p.admitted_s))
 
     def _time_out(self, view: RoundView, now: float) -> None:
+        """Held parts past the rendezvous timeout, or on hardware that failed since they
+        were admitted (their pods die), let go of their GPUs and queue again."""
+        state = view.state
         for parts in self.parts.values():
-            if all(p.admitted_s is not None for p in parts):
-                continue
             for p in parts:
-                if p.admitted_s is not None and now - p.admitted_s >= self.hold_timeout_s:
+                if p.admitted_s is None:
+                    continue
+                broken = any(i in state.unusable(n) for n, i in p.gpus)
+                if broken or now - p.admitted_s >= self.hold_timeout_s:
                     view.state.release(_hold(p))
                     p.admitted_s, p.gpus, p.units = None, [], {}
                     p.queued_s = now
-                    self.stats["timeouts"] += 1
+                    self.stats["timeouts" if not broken else "failed_parts"] += 1
 
 
 def _hold(part: PartState) -> str:
