@@ -792,7 +792,7 @@ class PlacementProblem:
             elif n.uniform_gbps is not None and not n.leaf.is_single_node:
                 key = ("u", n.cluster.name, n.leaf, n.gpu_type.name, n.node.gpu_count,
                               len(n.free), n.fully_free, n.uniform_gbps, n.attach_gbps,
-                       self._restricted_to(n))
+                       self.restricted_to(n))
             else:
                 key = ("n", n.name)
             groups[key].append(n)
@@ -807,7 +807,7 @@ class PlacementProblem:
             return {}
         return spare_allowance(self.nodes, self.hot_spares)
 
-    def _restricted_to(self, n: NodeView) -> tuple[int, ...]:
+    def restricted_to(self, n: NodeView) -> tuple[int, ...]:
         """Jobs limited to some nodes (repairs in part) that may use ``n``: nodes a class
         folds must agree on it."""
         return tuple(jv.index for jv in self._node_limited if n.name in (jv.allowed_nodes or ()))

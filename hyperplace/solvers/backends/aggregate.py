@@ -71,7 +71,7 @@ def _fold_key(p: PlacementProblem, nc: NodeClass, by_leaf: bool) -> tuple[object
     if not nc.uniform:
         return ("n", nc.index)  # an exact GPU graph: its own class
     return ("u", n.cluster.name, n.gpu_type.name, n.node.gpu_count, len(n.free), n.fully_free,
-            n.uniform_gbps, n.attach_gbps, p._restricted_to(n),  # noqa: SLF001
+            n.uniform_gbps, n.attach_gbps, p.restricted_to(n),
             n.leaf if by_leaf else None)
 
 
