@@ -113,3 +113,15 @@ def test_a_session_plan_commits_through_the_state():
     assert check(plan, sess.instance) == []
     sess.commit(plan)
     assert set(sess.running) == {"a", "b"} and sess.state.jobs.keys() == {"a", "b"}
+
+
+def test_the_round_instance_follows_the_manifests_not_only_their_names():
+    # a policy may pass a job again under its name with another priority (aging): the round
+    # must see that manifest, not the one cached for the same name
+    s = _state()
+    a = s.pending()[0]
+    first = s.instance([a])
+    aged = a.model_copy(update={"spec": a.spec.model_copy(update={"priority": a.priority + 7})})
+    again = s.instance([aged])
+    assert again is not first and again.jobs[0].priority == a.priority + 7
+    assert s.instance([aged]) is again  # the same objects: cached

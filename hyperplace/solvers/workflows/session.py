@@ -619,8 +619,11 @@ class RoundState:
             raise ValueError("this round state was built without an instance")
         if pending is None:
             pending = [self.manifest(item) for item in self.queue.values()]
-        key = tuple(j.name for j in pending)
-        if self._cache and self._cache[0] == self.version and self._cache[1] == key:
+        # the same manifests (the objects, not their names: a policy may pass a job with an
+        # aged priority under the same name) in the same state give the same instance
+        key = tuple(pending)
+        if self._cache and self._cache[0] == self.version and len(self._cache[1]) == len(key) \
+                and all(a is b for a, b in zip(self._cache[1], key)):
             return self._cache[2]
         clusters = []
         for c in self.base.clusters:
