@@ -4,9 +4,12 @@ A scheduler (the over-time simulator, the service, a controller) runs many round
 cluster whose state changes a little between them: a few jobs arrive, a few finish, a GPU,
 a node or a switch fails. :class:`RoundState` is the one implementation of that state: which
 GPUs run which job, which are down, the pending queue, the running jobs' queues and the
-queues' usage history. It changes only through :meth:`RoundState.apply` (a
+queues' usage history. Events change it through :meth:`RoundState.apply` (a
 :class:`RoundDelta`: arrivals, completions, interruptions, failures, repairs, withdrawals,
-allocations) and :meth:`RoundState.commit` (a round's starts), and gives each round its
+allocations) and a round's starts through :meth:`RoundState.commit`; the low-level
+``allocate``/``release`` (and ``fail_*``/``repair_*``, which ``apply`` uses) remain public for a
+round's trial placements, made and undone within one decision (the over-time schedule's
+pinning, ``hyperplace.sim.planning``). It gives each round its
 :class:`~hyperplace.models.instance.Instance` on demand (:meth:`RoundState.instance`). The
 simulator's loop (:class:`hyperplace.sim.loop.RoundLoop`) and the service's PATCH and apply
 paths (``hyperplace.service.state``, which translates its JSON to a delta at the edge) drive
