@@ -81,7 +81,7 @@ def main() -> None:
     i = sum(1 for j in jobs if j.name in loop.records)
     held = sum(len(r.gpus) for r in loop.running.values())
     setup_s = time.perf_counter() - t0
-    pol = PlanningEngine(budget_s=args.budget, seed=args.seed)
+    pol = PlanningEngine(budget_s=args.budget, seed=args.seed, adapt_window=True)
     loop.policy = pol
     # fillers that did not fit stay queued and count as pending; a first engine round
     # starts what fits (a burst, reported apart), then the queue is topped up to --pending

@@ -538,3 +538,18 @@ def test_many_priority_classes_of_long_jobs_get_soft_strata_not_an_overflow():
     assert mins == sorted(mins)  # a higher class never weighs less
     res = solve_schedule(p, budget_s=2.0, solver="greedy")
     assert check_result(inst, jobs, res) == []
+
+
+def test_the_same_problem_gets_the_same_schedule_after_a_slow_solve():
+    # no state carried between solves decides the CP-SAT window (review of 9943a3a)
+    rng = random.Random(5)
+    inst, jobs, work, running = random_round(rng, 8)
+    def solve():
+        p = problem(inst, jobs, work, running, horizon=3600, step=300, objective="completion")
+        res = solve_schedule(p, budget_s=3.0, window=8)
+        return res.modelled, {n: (e.option, e.start_step) for n, e in res.entries.items()}
+    first = solve()
+    big_inst, big_jobs, big_work, big_run = random_round(random.Random(6), 60)
+    solve_schedule(problem(big_inst, big_jobs, big_work, big_run, horizon=3600, step=300),
+                   budget_s=0.05, window=60)  # a slow, cut solve in between
+    assert solve() == first

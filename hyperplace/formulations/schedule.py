@@ -622,6 +622,23 @@ def _trim(cands: list[Option], pools: list[Pool], max_options: int,
     return keep
 
 
+def _accepted_types(job: TrainingJob, cps: list[Pool], selectors: frozenset, catalog,
+                    nvl: dict | None) -> tuple[list[str], str]:
+    """The GPU types of a cluster's pools ``cps`` that every unit of ``job`` accepts and
+    whose NVLink domains (``nvl``: :func:`nvlink_domains`) can hold its NVLink-bound units;
+    with the reason a type was left out for NVLink ("" when none was)."""
+    def accepted(t: str) -> bool:
+        return all(s is None or catalog.get(t).matches(s) for s in selectors)
+
+    ok = [p.gpu_type for p in cps if p.gpu_type is not None and p.domain is None
+          and accepted(p.gpu_type)]
+    if not nvl:
+        return ok, ""
+    gpn = {p.gpu_type: p.gpus_per_node for p in cps if p.gpu_type is not None}
+    why = {t: nvlink_shortfall(job, t, nvl, gpn[t]) for t in ok}
+    return [t for t in ok if not why[t]], next((w for w in why.values() if w), "")
+
+
 def job_options(job: TrainingJob, pools: list[Pool], instance: Instance, duration: Duration,
                 free_now: dict[int, int], *, max_options: int = 6, per_tier: int = 2,
                 keep_pool: int | None = None, facts: tuple | None = None,
@@ -640,15 +657,9 @@ def job_options(job: TrainingJob, pools: list[Pool], instance: Instance, duratio
     for cname, cps in st["by_cluster"].items():
         radius = st["radius"].setdefault((cname, hop), radius_for(st["clusters"][cname], hop))
         max_tier = _max_tier(radius, st["radii"][cname])
-        ok_types = [p.gpu_type for p in cps if p.gpu_type is not None and p.domain is None
-                    and all(s is None or catalog.get(p.gpu_type).matches(s) for s in selectors)]
-        nvl = st.get("nvlink", {}).get(cname)
-        if nvl:
-            why = {t: nvlink_shortfall(job, t, nvl, next(p.gpus_per_node for p in cps
-                                                         if p.gpu_type == t))
-                   for t in ok_types}
-            short = short or next((w for w in why.values() if w), "")
-            ok_types = [t for t in ok_types if not why[t]]
+        ok_types, why = _accepted_types(job, cps, selectors, catalog,
+                                        st.get("nvlink", {}).get(cname))
+        short = short or why
         for t in ok_types:
             found += _type_options(job, [p for p in cps if p.gpu_type == t], t, gpus,
                                    max_tier, free_now, per_tier, duration)

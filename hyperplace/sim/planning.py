@@ -170,7 +170,7 @@ class PlanningEngine(Policy):
                  objective: str = "completion", seed: int = 0, schedule_share: float = 0.6,
                  max_options: int = 6, round_s: float = 60.0, wait_weight: float = WAIT_WEIGHT,
                  order: str = ORDER, aging_s: float = AGING_S,
-                 reserve_head: int | None = None):
+                 reserve_head: int | None = None, adapt_window: bool = False):
         for name, v in (("horizon", horizon_s), ("window", window)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: must be positive, got {v!r}")
@@ -178,6 +178,7 @@ class PlanningEngine(Policy):
         self.budget_s = budget_s
         self.window = int(window)
         self.window_now = self.window  # adapted to the time the schedule takes (decide)
+        self.adapt_window = adapt_window
         self.horizon_s = float(horizon_s)
         self.step_s = float(step_s) if step_s else max(round_s, self.horizon_s / DEFAULT_STEPS)
         self.objective = objective
@@ -279,9 +280,13 @@ class PlanningEngine(Policy):
                                 seed=self.seed)
         self.last = result
         t_sched = time.perf_counter() - t0 - t_build
-        # the CP-SAT model's build is not under its deadline: a round whose schedule ran
-        # over its share halves the next round's window; one well within it grows it back
-        if t_sched > 1.1 * sched_budget:
+        # the CP-SAT model's build is not under its deadline: with ``adapt_window`` (off by
+        # default: replays then do not depend on the machine's load through it) a round whose
+        # schedule ran over its share halves the next round's window; one well within it
+        # grows it back
+        if not self.adapt_window:
+            pass
+        elif t_sched > 1.1 * sched_budget:
             self.window_now = max(MIN_WINDOW, self.window_now // 2)
         elif t_sched < 0.6 * sched_budget:
             self.window_now = min(self.window, max(self.window_now + 1,
