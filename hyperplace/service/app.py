@@ -21,9 +21,9 @@ starts when the request arrives (its headers are read), so reading and parsing i
 time spent queued come out of the budget, and the answer (or a 503 with ``Retry-After``)
 arrives within the budget plus :data:`~hyperplace.service.config.OVERHEAD_S`. A request that
 cannot be answered in time is refused instead of being answered late: 429 at arrival when
-the work ahead would outlast its budget, or when the large bodies being taken in (at most
-:data:`INTAKE_SLOTS` read and parsed at once) would outlast the largest budget (refused from
-the headers, unread); 503 when its budget ran out while its body was read (unless a worker
+the work ahead would outlast its budget, or when a large body cannot be taken in (at most
+:data:`INTAKE_SLOTS` read and parsed at once) within
+:data:`~hyperplace.service.config.INTAKE_WAIT_S` (refused unread); 503 when its budget ran out while its body was read (unless a worker
 is free at once: the floor of any budget is one greedy pass, still answered by the deadline
 plus the overhead), or while it waited for a worker (at its deadline, not when a worker
 frees up); 503 at the deadline plus
@@ -65,7 +65,13 @@ from hyperplace.models.federation import EstimateReport, FederationPlan
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.models.split import SplitPlan
 from hyperplace.service import extender
-from hyperplace.service.config import OVERHEAD_S, ServiceConfig
+from hyperplace.service.config import (
+    INTAKE_WAIT_S,
+    OVERHEAD_S,
+    RESPONSE_RESERVE_S,
+    ServiceConfig,
+)
+
 from hyperplace.service.metrics import Metrics
 from hyperplace.service.pool import (
     Cancelled,
@@ -117,6 +123,9 @@ from hyperplace.service.worker import (
 )
 
 API_VERSION = "v1"
+# The hard deadline of a request someone waits for: budget + this (the rest of the overhead
+# is for writing the answer).
+HARD_GRACE_S = OVERHEAD_S - RESPONSE_RESERVE_S
 KNOWN_PATHS = frozenset({"/openapi.json", "/docs", "/redoc"})
 ClusterName = Annotated[str, Path(min_length=1, max_length=253,
                                   pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
@@ -129,7 +138,8 @@ PARSED_BODY = "hyperplace.parsed_body"
 ARRIVED = "hyperplace.arrived"
 SHUTDOWN_RETRY_S = 5
 # Large bodies (THREAD_PARSE_BYTES or more, or of unknown length) read and parsed at once;
-# the others wait their turn, unread (TCP holds them back at the client).
+# the others wait their turn, unread (TCP holds them back at the client), for at most
+# INTAKE_WAIT_S (then 429 with Retry-After).
 INTAKE_SLOTS = 2
 # The intake's first guess of its rate (bytes of JSON read and parsed per second, per slot),
 # replaced by what it measures; a loaded 2-CPU machine parses about this.
@@ -139,9 +149,10 @@ INTAKE_RATE_BPS = 10e6
 class Intake:
     """The gate large bodies pass to be read and parsed: at most ``slots`` at a time (32
     bodies of 0.9 MB read and parsed together took seconds each on a loaded machine, all of
-    it out of their budgets), and an estimate of the wait for the next one, so a body that
-    could not be taken in within the largest budget is refused from its headers (429 with
-    ``Retry-After``) instead of being read."""
+    it out of their budgets). A body waits at most INTAKE_WAIT_S for its turn (its budget is
+    inside it, so only a wait within the overhead is sure to be in time), and one that
+    would wait longer by the intake's estimate is refused from its headers; both 429 with
+    ``Retry-After``, the body unread."""
 
     def __init__(self, slots: int = INTAKE_SLOTS, rate_bps: float = INTAKE_RATE_BPS):
         self.slots = slots
@@ -153,20 +164,39 @@ class Intake:
         """Seconds until a body arriving now is taken in (the bytes ahead at the rate)."""
         return self.pending_bytes / (self.rate_bps * self.slots)
 
+    @property
+    def busy(self) -> bool:
+        """Every place taken (a body arriving now would wait)."""
+        return self._sem is not None and self._sem.locked()
+
     @contextlib.asynccontextmanager
-    async def slot(self, nbytes: int) -> AsyncIterator[None]:
+    async def slot(self, nbytes: int, wait_s: float = INTAKE_WAIT_S) -> AsyncIterator[None]:
+        """A place in the intake; :class:`IntakeBusy` if none is free within ``wait_s``."""
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.slots)
         self.pending_bytes += nbytes
         try:
-            async with self._sem:
+            try:
+                await asyncio.wait_for(self._sem.acquire(), wait_s)
+            except TimeoutError:
+                raise IntakeBusy(self.expected_wait()) from None
+            try:
                 start = time.monotonic()
                 yield
                 took = time.monotonic() - start
                 if nbytes >= THREAD_PARSE_BYTES and took > 0:
                     self.rate_bps = 0.7 * self.rate_bps + 0.3 * max(1e5, nbytes / took)
+            finally:
+                self._sem.release()
         finally:
             self.pending_bytes -= nbytes
+
+
+class IntakeBusy(Exception):
+    def __init__(self, wait_s: float):
+        self.wait_s = wait_s
+        super().__init__(f"the server is taking in other large request bodies (about "
+                         f"{wait_s:.1f} s of them); retry in {max(1, math.ceil(wait_s))} s")
 
 
 class BodyTooLarge(Exception):
@@ -471,7 +501,7 @@ class Service:
 
     # ---- running work -----------------------------------------------------------------------
     async def execute(self, kind: str, payload: dict[str, Any], deadline: float,
-                      task_id: str | None = None, grace_s: float | None = OVERHEAD_S
+                      task_id: str | None = None, grace_s: float | None = HARD_GRACE_S
                       ) -> tuple[int, bytes, dict[str, Any]]:
         """Run one task in the pool; every failure becomes (status, error body, info).
 
@@ -794,12 +824,12 @@ class Guard:
                     receive = await self._read_body(scope, receive, headers, limit)
                 else:  # large or of unknown length: through the intake gate
                     wait = self.intake.expected_wait()
-                    if wait > self.service.config.max_budget_s:
+                    if wait > INTAKE_WAIT_S and self.intake.busy:
                         await self._send_error(
                             send_wrapper, 429, f"the server is taking in "
                             f"{self.intake.pending_bytes / 1e6:.0f} MB of request bodies "
-                            f"(about {wait:.0f} s): more than the largest budget; retry "
-                            f"in {math.ceil(wait):.0f} s",
+                            f"(about {wait:.1f} s): longer than a body may wait to be taken "
+                            f"in ({INTAKE_WAIT_S:g} s); retry in {max(1, math.ceil(wait))} s",
                             {"Retry-After": str(max(1, math.ceil(wait)))})
                         return
                     async with self.intake.slot(declared or THREAD_PARSE_BYTES):
@@ -812,6 +842,10 @@ class Guard:
         except BodyProblem as exc:
             if not state["started"]:
                 await self._send_error(send_wrapper, exc.status, str(exc))
+        except IntakeBusy as exc:
+            if not state["started"]:
+                await self._send_error(send_wrapper, 429, str(exc),
+                                       {"Retry-After": str(max(1, math.ceil(exc.wait_s)))})
         finally:
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or (
@@ -1193,7 +1227,7 @@ def _add_debug(app: FastAPI, service: Service) -> None:
         deadline = time.monotonic() + (30 if budget is None else budget)
         status, data, info = await service.execute(
             "debug-sleep", {"seconds": seconds}, deadline,
-            grace_s=None if budget is None else OVERHEAD_S)
+            grace_s=None if budget is None else HARD_GRACE_S)
         return Response(data, status_code=status, media_type="application/json",
                         headers=info.get("headers") or {})
 

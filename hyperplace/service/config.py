@@ -16,6 +16,14 @@ from hyperplace.errors import InputError
 # deadline plus this is stopped and the request answered 503 with Retry-After. Measured
 # with bench/bench_service.py (bench/results/service.md); the load test asserts it.
 OVERHEAD_S = 0.5
+# Of that overhead, what the hard deadline leaves for the answer to be written and to reach
+# the client on a loaded machine: a worker still busy at budget + OVERHEAD_S - this is
+# stopped (at load 16 on 2 CPUs, a 503 fired at budget + 0.5 s reached the client 0.2 s later).
+RESPONSE_RESERVE_S = 0.2
+# A large body waits at most this long to be taken in (read and parsed; the budget is in
+# the body, so the service cannot know whether a longer wait would still be in time): then
+# 429 with Retry-After, so even the smallest budget's refusal comes within the overhead.
+INTAKE_WAIT_S = 0.25
 # The usage history's half-life by default: Slurm's PriorityDecayHalfLife default, 7 days
 # (``DEFAULT_PRIORITY_DECAY`` = 604800 s in SchedMD/slurm src/common/read_config.h).
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
