@@ -26,8 +26,8 @@ the work ahead would outlast its budget, or when a large body cannot be taken in
 :data:`~hyperplace.service.config.INTAKE_WAIT_S` (refused unread); 503 when its budget ran out while its body was read (unless a worker
 is free at once: the floor of any budget is one greedy pass, still answered by the deadline
 plus the overhead), or while it waited for a worker (at its deadline, not when a worker
-frees up); 503 at the deadline plus
-the overhead when the solve has not answered (the solver is stopped). A background run's
+frees up); 503 when the solve has not answered by the deadline plus :data:`HARD_GRACE_S`
+(the solver is stopped; the rest of the overhead is for writing the answer). A background run's
 budget starts when a worker takes it (time queued is not charged).
 
 Drain (SIGTERM): ``/readyz`` turns 503 at once, new work and every queued request get 503

@@ -13,7 +13,8 @@ from hyperplace.errors import InputError
 # What the service may add to a request's budget before the answer arrives: reading the
 # request, the hop to a worker and back, writing the JSON answer (validating the documents
 # happens in the worker and comes out of the budget). Enforced: a worker still busy at the
-# deadline plus this is stopped and the request answered 503 with Retry-After. Measured
+# deadline plus this less RESPONSE_RESERVE_S is stopped and the request answered 503 with
+# Retry-After. Measured
 # with bench/bench_service.py (bench/results/service.md); the load test asserts it.
 OVERHEAD_S = 0.5
 # Of that overhead, what the hard deadline leaves for the answer to be written and to reach
