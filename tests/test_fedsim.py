@@ -156,18 +156,18 @@ def test_karmada_estimate_counts_parts_waiting_in_the_member(fed):
     pol = KarmadaDivision(fed, "aggregated")
     state = ClusterState(fed)
     a = job("a", 0, 32, 3600, "b200|h100")
-    fj = pol._fjob(a)  # noqa: SLF001 - the estimator on a job under test
+    fj = pol.priced(a)
     from hyperplace.sim.policies import RoundView
     from hyperplace.sim.speed import SpeedModel
 
     view = RoundView(now=0, state=state, queue=[a], running={}, speed=SpeedModel(fed),
                      remaining_work={})
     # 4 replicas of 8 GPUs; each empty member holds 4
-    assert pol._available(view, fj) == {"beijing": 4, "shanghai": 4}  # noqa: SLF001
+    assert pol.available(view, fj) == {"beijing": 4, "shanghai": 4}
     pol.parts["x"] = [pol_part("x", "beijing", 3, fed)]  # 24 GPUs pending in beijing
-    assert pol._available(view, fj) == {"beijing": 1, "shanghai": 4}  # noqa: SLF001
-    assert pol._divide(fj, {"beijing": 1, "shanghai": 4}) == {"shanghai": 4}  # noqa: SLF001
-    assert pol._divide(fj, {"beijing": 1, "shanghai": 2}) is None  # noqa: SLF001
+    assert pol.available(view, fj) == {"beijing": 1, "shanghai": 4}
+    assert pol.divide(fj, {"beijing": 1, "shanghai": 4}) == {"shanghai": 4}
+    assert pol.divide(fj, {"beijing": 1, "shanghai": 2}) is None
 
 
 def pol_part(name, cluster, replicas, instance):
@@ -183,13 +183,13 @@ def test_karmada_rules_divide_as_upstream(fed):
     agg = KarmadaDivision(fed, "aggregated")
     dyn = KarmadaDivision(fed, "dynamic")
     sta = KarmadaDivision(fed, "static")
-    fj = agg._fjob(wide)  # noqa: SLF001
+    fj = agg.priced(wide)
     # Webster's seats by available replicas: 3 and 2 available seat 4 replicas 2 + 2
-    assert agg._divide(fj, {"beijing": 3, "shanghai": 2}) == {"beijing": 2, "shanghai": 2}  # noqa: SLF001
-    assert agg._divide(fj, {"beijing": 4, "shanghai": 2}) == {"beijing": 4}  # noqa: SLF001
-    assert dyn._divide(fj, {"beijing": 4, "shanghai": 2}) == {"beijing": 3, "shanghai": 1}  # noqa: SLF001
-    assert dyn._divide(fj, {"beijing": 1, "shanghai": 2}) is None  # noqa: SLF001
-    assert sta._divide(fj, {"beijing": 0, "shanghai": 0}) == {"beijing": 2, "shanghai": 2}  # noqa: SLF001
+    assert agg.divide(fj, {"beijing": 3, "shanghai": 2}) == {"beijing": 2, "shanghai": 2}
+    assert agg.divide(fj, {"beijing": 4, "shanghai": 2}) == {"beijing": 4}
+    assert dyn.divide(fj, {"beijing": 4, "shanghai": 2}) == {"beijing": 3, "shanghai": 1}
+    assert dyn.divide(fj, {"beijing": 1, "shanghai": 2}) is None
+    assert sta.divide(fj, {"beijing": 0, "shanghai": 0}) == {"beijing": 2, "shanghai": 2}
 
 
 # ---- the checker sees every round's per-cluster plan --------------------------------
@@ -219,8 +219,24 @@ def test_replays_with_failures_keep_the_checker_quiet(fed):
         assert row["finished"] == row["jobs"], row["policy"]
 
 
+def test_failures_on_held_parts_during_a_replay(fed):
+    """A GPU failure that hits a part held idle (no running job) frees it in the round
+    state; the part lets go and queues again at the next round (review 01:49: this
+    crashed the loop)."""
+    config = SimConfig(check=True, failures=20000.0, seed=1)
+    pol = POLICIES["karmada-static"](fed, config)
+    req = SimRequest(trace="philly", limit=40, workload="fm", load=1.0)
+    from hyperplace.sim.run import build_workload
+
+    wl, _ = build_workload(req, fed, 1)
+    run = simulate(fed, wl.jobs, pol, SimConfig(check=True, failures=20000.0, seed=1,
+                                                until_s=wl.jobs[-1].submit_s + 6 * 3600))
+    assert run.failures and run.rounds
+    assert pol.stats["failed_parts"] >= 1
+
+
 def test_a_held_part_on_a_failed_gpu_lets_go(fed):
-    from hyperplace.fedsim.karmada import _hold  # noqa: PLC2701 - the hold's name under test
+    from hyperplace.fedsim.karmada import hold_name
     from hyperplace.sim.policies import RoundView
     from hyperplace.sim.speed import SpeedModel
 
@@ -230,13 +246,13 @@ def test_a_held_part_on_a_failed_gpu_lets_go(fed):
     part.gpus = [("sh-dgx-h100-00", i) for i in range(8)]
     part.admitted_s = 0.0
     pol.parts["w"] = [part, pol_part("w", "beijing", 1, fed)]
-    state.allocate(_hold(part), part.gpus)
+    state.allocate(hold_name(part), part.gpus)
     view = RoundView(now=30, state=state, queue=[], running={}, speed=SpeedModel(fed),
                      remaining_work={})
-    pol._time_out(view, 30)  # noqa: SLF001
+    pol.let_go(view, 30)
     assert part.admitted_s == 0.0  # healthy and within the timeout: still held
     state.fail_gpu("sh-dgx-h100-00", 3)
-    pol._time_out(view, 40)  # noqa: SLF001
+    pol.let_go(view, 40)
     assert part.admitted_s is None and part.gpus == [] and pol.stats["failed_parts"] == 1
     assert state.busy_count() == 0
 

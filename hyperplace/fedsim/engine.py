@@ -16,8 +16,9 @@ predicted completion whole in one member cluster: the first time that cluster ha
 GPUs free (of types it accepts) as running jobs end at their *predicted* ends, other
 waiting jobs ignored (which favours waiting, so a kept split is one that wins even then),
 plus ``remaining / speed`` on that cluster's fastest accepted type (the one speed model).
-Otherwise the job is marked whole-only and the round is decided again once, with the
-other jobs free to use the GPUs; a split proposed in that second pass that loses the same
+Otherwise the job is marked whole-only and the round is decided again once (if the round's
+budget is not spent yet; else the refused jobs simply wait), with the other jobs free to
+use the GPUs; a split proposed in that second pass that loses the same
 test is not started. With ``split=False`` (``simulate --no-federation-split``) every job is
 whole-only: the same engine and global queue without splits.
 
@@ -172,8 +173,8 @@ class FederatedEngine(Policy):
                                   for u, g in units.items()}
                 started_sub |= {sub_job_name(fj, cl) for cl in by_cluster}
             self.stats["splits_refused"] += len(refused)
-            if not refused or attempt == 1:
-                break
+            if not refused or attempt == 1 or time.perf_counter() - t0 >= self.budget_s:
+                break  # the refused jobs wait (no second decision beyond the budget)
             whole |= set(refused)
         for name, speed in priced.items():
             self.fs.split[name] = speed

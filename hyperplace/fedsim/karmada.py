@@ -152,7 +152,7 @@ class KarmadaDivision(Policy):
                 "for their GPU count"]
 
     # ---- estimates and division --------------------------------------------------------
-    def _fjob(self, job: SimJob) -> FederatedJob:
+    def priced(self, job: SimJob) -> FederatedJob:
         fj = self._fjobs.get(job.name)
         if fj is None:
             fj, default = priced_job(job.manifest, self.pricer, self.instance)
@@ -160,7 +160,7 @@ class KarmadaDivision(Policy):
             self.stats["priced_as_default"] += int(default)
         return fj
 
-    def _available(self, view: RoundView, fj: FederatedJob) -> dict[str, int]:
+    def available(self, view: RoundView, fj: FederatedJob) -> dict[str, int]:
         """Available replicas of ``fj`` per member (module docstring)."""
         state = view.state
         catalog = state.base.catalog
@@ -202,7 +202,7 @@ class KarmadaDivision(Policy):
             out[c.name] = gpus // per
         return out
 
-    def _divide(self, fj: FederatedJob, avail: dict[str, int]) -> dict[str, int] | None:
+    def divide(self, fj: FederatedJob, avail: dict[str, int]) -> dict[str, int] | None:
         """Karmada's division of ``fj``'s replicas (module docstring) over the members with
         GPUs of a type the job accepts (the clusterAffinity an operator writes for a job
         pinned to a type); None: unschedulable this round."""
@@ -238,15 +238,15 @@ class KarmadaDivision(Policy):
         t0 = time.perf_counter()
         now = view.now
         self._account_holds(view, now)
-        self._time_out(view, now)
+        self.let_go(view, now)
         queue = sorted(view.queue, key=lambda j: (-j.manifest.priority, j.submit_s, j.name))
         jobs = {j.name: j for j in queue}
         # 1. the karmada-scheduler divides every job not yet scheduled
         for job in queue:
             if job.name in self.parts:
                 continue
-            fj = self._fjob(job)
-            div = self._divide(fj, self._available(view, fj))
+            fj = self.priced(job)
+            div = self.divide(fj, self.available(view, fj))
             if div is None:
                 self.stats["unschedulable"] += 1
                 continue
@@ -282,14 +282,14 @@ class KarmadaDivision(Policy):
                 for name, _ in admitted.items():
                     part = next(p for ps in self.parts.values() for p in ps
                                 if p.manifest.name == name)
-                    view.state.allocate(_hold(part), part.gpus)
+                    view.state.allocate(hold_name(part), part.gpus)
         # 3. a job whose every part is admitted runs; its parts' holds become the job's GPUs
         starts: dict[str, dict[str, list[tuple[str, int]]]] = {}
         for name, parts in list(self.parts.items()):
             if name not in jobs or any(p.admitted_s is None for p in parts):
                 continue
             for p in parts:
-                view.state.release(_hold(p))
+                view.state.release(hold_name(p))
             units = {f"{p.cluster}:{u}": [(g.node, g.gpu) for g in gs]
                      for p in parts for u, gs in p.units.items()}
             if len(parts) > 1:
@@ -306,7 +306,7 @@ class KarmadaDivision(Policy):
                         status="feasible")
 
     def _split_speed(self, job: SimJob, parts: list[PartState]) -> float:
-        fj = self._fjob(job)
+        fj = self.priced(job)
         assert self.fs is not None
         catalog = self.fs.instance.catalog
         locs = []
@@ -331,7 +331,7 @@ class KarmadaDivision(Policy):
                 if p.admitted_s is not None:
                     self.stats["held_gpu_s"] += len(p.gpus) * (now - max(last, p.admitted_s))
 
-    def _time_out(self, view: RoundView, now: float) -> None:
+    def let_go(self, view: RoundView, now: float) -> None:
         """Held parts past the rendezvous timeout, or on hardware that failed since they
         were admitted (their pods die), let go of their GPUs and queue again."""
         state = view.state
@@ -339,14 +339,16 @@ class KarmadaDivision(Policy):
             for p in parts:
                 if p.admitted_s is None:
                     continue
-                broken = any(i in state.unusable(n) for n, i in p.gpus)
+                # a failure the round state saw released the hold (it is no running job)
+                broken = hold_name(p) not in state.jobs or any(
+                    i in state.unusable(n) for n, i in p.gpus)
                 if broken or now - p.admitted_s >= self.hold_timeout_s:
-                    view.state.release(_hold(p))
+                    view.state.release(hold_name(p))
                     p.admitted_s, p.gpus, p.units = None, [], {}
                     p.queued_s = now
                     self.stats["timeouts" if not broken else "failed_parts"] += 1
 
 
-def _hold(part: PartState) -> str:
+def hold_name(part: PartState) -> str:
     return f"{part.manifest.name}#held"
 

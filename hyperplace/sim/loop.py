@@ -177,7 +177,10 @@ class RoundLoop:
         return lost
 
     def _hit(self, delta: RoundDelta, now: float) -> list[str]:
-        hit = self.state.apply(delta, now_s=now)
+        # the state may also free GPUs a policy holds for a job not running yet (a
+        # federation member's part waiting for its siblings, hyperplace.fedsim.karmada):
+        # the state released them; the policy sees that at its next round
+        hit = [name for name in self.state.apply(delta, now_s=now) if name in self.running]
         for name in hit:
             self._stopped(name, now)
         return hit
