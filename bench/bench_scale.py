@@ -352,13 +352,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.large:
         import bench_scale_large
 
+        global NICE
+        NICE = args.nice
         return bench_scale_large.run(args)
     if args.out is None:
         args.out = ROOT / "bench" / "results" / ("scale-moveable.md" if args.moveable
                                                  else "scale.md")
     if args.moveable:
         args.warm_up_to = 0  # PlacementSession rounds do not migrate
-    global NICE
     NICE = args.nice
     if args.warm_child:
         warm_child(args.warm_child[0], float(args.warm_child[1]))

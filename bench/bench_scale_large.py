@@ -107,7 +107,8 @@ def io_child() -> None:
 
 
 def _child(args: list[str]) -> list[dict]:
-    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
+                         preexec_fn=bs._niced if bs.NICE else None)
     rows = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
     if out.returncode != 0:
         rows.append({"kind": "error", "error": out.stderr.strip()[-400:]})
@@ -115,6 +116,7 @@ def _child(args: list[str]) -> list[dict]:
 
 
 def run(args) -> int:
+    bs.NICE = args.nice  # bench_scale runs as __main__: this is the imported copy
     sizes = [s for s in args.large_sizes.split(",") if s]
     frags = [float(f) for f in args.large_fragmentations.split(",")]
     budgets = [float(b) for b in args.large_budgets.split(",")]
@@ -292,7 +294,10 @@ def write(rows: list[dict], fed: list[dict], extra: dict, args, started) -> None
     lines = [BEGIN, "## The largest fleets (#25)", "",
              f"- date: {started:%Y-%m-%d %H:%M}-{datetime.now(timezone.utc):%H:%M} UTC; machine: "
              f"{bs.machine()}, shared by 8 engineers: the load average is in every row, and "
-             "the CPU time is what a run cost whatever the load (wall = what it got)",
+             "the CPU time is what a run cost whatever the load (wall = what it got)"
+             + (f"; the solve processes ran at niceness {bs.NICE} (`--nice`), which the "
+                "kernel's autogroup scheduling applies only within the bench's own session: "
+                "it did not favour them over the other engineers' sessions" if bs.NICE else ""),
              f"- command: `{cmd.strip()}`",
              f"- single cluster: `generate(gpus, jobs, {bs.TYPES}, fragmentation, seed="
              f"{bs.SEED})` as JSON, the whole `hyperplace solve` command (start-up, reading, "

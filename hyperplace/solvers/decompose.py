@@ -72,13 +72,12 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
         raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
     params = params or SolveParams()
     budget = Budget(budget_s, params.budget, deadline)
-    p = PlacementProblem(instance, policy, params.model)
     if len(instance.clusters) < 2 or instance.queue_set is not None:
         # one cluster: nothing to split; quotas: they hold across clusters
-        left = max(0.0, budget.left())
-        return solve_placement(instance, solver=solver, budget_s=left, policy=policy,
+        return solve_placement(instance, solver=solver, budget_s=budget_s, policy=policy,
                                seed=seed, workers=workers, params=params,
                                deadline=budget.deadline)
+    p = PlacementProblem(instance, policy, params.model)
     built_s = budget.elapsed()
     tail = max(params.budget.reserve_s, TAIL_FRACTION * budget_s)
     whole = aggregate_bound(p, budget.deadline - tail, assign=True)
