@@ -156,3 +156,22 @@ def test_a_job_may_declare_its_parallelism_or_auto():
     assert spec.parallelism.tp == 8
     assert job.spec.model_validate({**job.spec.model_dump(by_alias=True),
                                     "parallelism": "auto"}).parallelism == "auto"
+
+
+def test_a_freed_model_specs_cached_speed_never_answers_for_another_spec():
+    """job_speed's cache key holds a spec by id: the spec is kept alive with its entry, so a
+    new spec that happens to get a freed spec's id is priced as itself (not from the cache)."""
+    import gc
+
+    base = model_preset("llama3-8b")
+    small = base.model_copy(update={"num_layers": 8})
+    big = base.model_copy(update={"num_layers": 64})
+    want_big = job_speed(big, "H100-80", 64).step_time_s
+    for _ in range(50):  # ids of freed specs are reused quickly by CPython
+        tmp = base.model_copy(update={"num_layers": 8})
+        assert job_speed(tmp, "H100-80", 64).step_time_s == job_speed(small, "H100-80", 64).step_time_s
+        del tmp
+        gc.collect()
+        other = base.model_copy(update={"num_layers": 64})
+        assert job_speed(other, "H100-80", 64).step_time_s == want_big
+        del other

@@ -236,6 +236,10 @@ _fast: dict[tuple, TypeSpeed] = {}
 MAX_FAST_CATALOGS = 256
 _alive_catalogs: dict[int, GPUCatalog] = {}
 _job_cache: dict[tuple, "JobSpeed"] = {}
+#: model specs whose id is in a :data:`_job_cache` key, kept so that the id is not reused by
+#: another spec while the entry lives (an id alone would let a freed spec's entry answer
+#: for a new one: results depending on what the process computed before)
+_alive_models: dict[int, ModelSpec] = {}
 _planned: dict[tuple, tuple[Config, Any] | None] = {}
 planner_stats = {"plans": 0, "seconds": 0.0, "fallbacks": 0}
 
@@ -343,7 +347,8 @@ def type_speed(model: str | ModelSpec | None, gpu: GPUType | str, gpus: int, *,
             raise InputError(f"unknown GPU type {gpu!r}", path="gpuType")
         gpu = found
     spec, rule = resolve_job_model(model, gpus)
-    mkey = spec if isinstance(model, ModelSpec) else spec.name
+    # a spec by value (its fields hold lists, so the spec itself is not hashable)
+    mkey = spec.model_dump_json() if isinstance(model, ModelSpec) else spec.name
     key = (mkey, gpu, gpus, _cal_key(calibration), parallelism)
     hit = _cache.get(key)
     if hit is not None:
@@ -401,6 +406,8 @@ def job_speed(model: str | ModelSpec | None, gpu_types: str | GPUType | Sequence
     catalog = catalog or default_catalog()
     types = [gpu_types] if isinstance(gpu_types, (str, GPUType)) else list(gpu_types)
     cal = calibration or active_calibration()
+    if isinstance(model, ModelSpec):
+        _alive_models[id(model)] = model
     fast = (model if not isinstance(model, ModelSpec) else id(model), tuple(types), gpus,
             spread, reference, _cal_key(cal), parallelism)
     if any(isinstance(t, str) for t in types):  # names mean what this catalog says
@@ -424,6 +431,7 @@ def job_speed(model: str | ModelSpec | None, gpu_types: str | GPUType | Sequence
                     sources=slow.sources)
     if len(_job_cache) > 100_000:
         _job_cache.clear()
+        _alive_models.clear()
     _job_cache[fast] = out
     return out
 
@@ -451,6 +459,6 @@ def rank_speed(gpu: GPUType | str, catalog: GPUCatalog | None = None,
 
 def clear_caches() -> None:
     """Forget every memoised speed and plan (benches measuring a cold start)."""
-    for cache in (_cache, _fast, _job_cache, _planned):
+    for cache in (_cache, _fast, _job_cache, _planned, _alive_models):
         cache.clear()
     planner_stats.update(plans=0, seconds=0.0, fallbacks=0)
