@@ -59,11 +59,22 @@ async def drive(url: str, requests: list[tuple[str, str, dict]], concurrency: in
     # TCP_NODELAY, as Go's net/http (kube-scheduler, Volcano) sets it: without it, httpx's
     # separate header and body writes meet delayed ACKs and every request pays ~40 ms
     transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=NODELAY)
+    # each body encoded once, before any clock starts: encoding 32 bodies of 0.9 MB in this
+    # one loop took seconds, which the requests' times counted as the server's
+    encoded: dict[int, bytes] = {}
+    for _, _, body in requests:
+        if id(body) not in encoded:
+            encoded[id(body)] = json.dumps(body).encode()
+    headers = {"content-type": "application/json"}
     async with httpx.AsyncClient(base_url=url, timeout=600, transport=transport) as client:
         async def one(method: str, path: str, body: dict) -> dict:
             async with sem:
                 start = time.perf_counter()
-                r = await client.request(method, path, json=body)
+                if method == "GET":
+                    r = await client.request(method, path)
+                else:
+                    r = await client.request(method, path, content=encoded[id(body)],
+                                             headers=headers)
                 wall = time.perf_counter() - start
                 try:
                     data = r.json()
