@@ -185,17 +185,40 @@ def aggregate_bound(p: PlacementProblem, deadline: float | None = None, *,
     if p.victims or p.preempting or p.migrating or p.repairing:
         return AggregateBound(None, 0, 0, 0, 0, 0.0, "not for rounds with running jobs to stop")
     folded = _fold(p)
-    by_cluster: dict[str, list[int]] = defaultdict(list)
-    for fi, g in enumerate(folded):
-        by_cluster[g.rep.rep.cluster.name].append(fi)
     shapes: dict[tuple[object, ...], list[JobView]] = defaultdict(list)
     for jv in p.pending:
         if not jv.impossible and jv.migrant is None:
             shapes[_shape_key(p, jv)].append(jv)
     lp = _Lp()
     cap: dict[int, list[tuple[int, int]]] = defaultdict(list)  # folded class -> (col, size)
-    runs: list[tuple[list[JobView], dict[str, tuple[int, float]]]] = []
-    for members in shapes.values():
+    runs = _shape_columns(p, lp, folded, list(shapes.values()), cap)
+    _capacity_rows(lp, folded, cap)
+    left = math.inf if deadline is None else deadline - time.perf_counter()
+    if left <= 0.01:
+        return AggregateBound(None, len(folded), len(shapes), len(lp.lb), len(lp.rows_lo),
+                              time.perf_counter() - t0, "no time left")
+    value, status, x = lp.maximise(min(left, 60.0))
+    bound = None if value is None else float(math.ceil(value * (1 + SAFETY) + SAFETY))
+    found = AggregateBound(bound, len(folded), len(shapes), len(lp.lb), len(lp.rows_lo),
+                           time.perf_counter() - t0, status)
+    if assign:
+        found.assignment = _assignment(runs, x)
+    return found
+
+
+Runs = list[tuple[list[JobView], dict[str, tuple[int, float]]]]
+
+
+def _shape_columns(p: PlacementProblem, lp: _Lp, folded: list[_Folded],
+                   shapes: list[list[JobView]], cap: dict[int, list[tuple[int, int]]]) -> Runs:
+    """Per shape and cluster with room for it, a ``run`` column (how many of the shape's
+    jobs run there, weighted by objective 1) with its piece columns and gang rows; a shape
+    runs at most its job count over all clusters."""
+    by_cluster: dict[str, list[int]] = defaultdict(list)
+    for fi, g in enumerate(folded):
+        by_cluster[g.rep.rep.cluster.name].append(fi)
+    runs: Runs = []
+    for members in shapes:
         jv = members[0]
         cols: dict[str, tuple[int, float]] = {}
         for cluster, indices in by_cluster.items():
@@ -209,6 +232,13 @@ def aggregate_bound(p: PlacementProblem, deadline: float | None = None, *,
         if len(cols) > 1:
             lp.row([(run, 1.0) for run, _ in cols.values()], -math.inf, len(members))
         runs.append((members, cols))
+    return runs
+
+
+def _capacity_rows(lp: _Lp, folded: list[_Folded], cap: dict[int, list[tuple[int, int]]]
+                   ) -> None:
+    """Per folded class, its GPUs (free per node x nodes) and, on uniform classes, the
+    pieces of each size and larger that its nodes can hold."""
     for fi, terms in cap.items():
         g = folded[fi]
         f, m = g.rep.free_per_node, g.nodes
@@ -220,17 +250,6 @@ def aggregate_bound(p: PlacementProblem, deadline: float | None = None, *,
                 else:
                     lp.row([(v, 1.0) for v, _ in big], -math.inf, m * (f // s))
         lp.row([(v, float(size)) for v, size in terms], -math.inf, m * f)
-    left = math.inf if deadline is None else deadline - time.perf_counter()
-    if left <= 0.01:
-        return AggregateBound(None, len(folded), len(shapes), len(lp.lb), len(lp.rows_lo),
-                              time.perf_counter() - t0, "no time left")
-    value, status, x = lp.maximise(min(left, 60.0))
-    bound = None if value is None else float(math.ceil(value * (1 + SAFETY) + SAFETY))
-    found = AggregateBound(bound, len(folded), len(shapes), len(lp.lb), len(lp.rows_lo),
-                           time.perf_counter() - t0, status)
-    if assign:
-        found.assignment = _assignment(runs, x)
-    return found
 
 
 def _room(p: PlacementProblem, jv: JobView, folded: list[_Folded], indices: list[int]) -> int:
@@ -246,7 +265,7 @@ def _room(p: PlacementProblem, jv: JobView, folded: list[_Folded], indices: list
     return total
 
 
-def _assignment(runs: list[tuple[list[JobView], dict[str, tuple[int, float]]]],
+def _assignment(runs: Runs,
                 x: list[float] | None) -> dict[int, str]:
     out: dict[int, str] = {}
     for members, cols in runs:
