@@ -35,6 +35,8 @@ sys.path.insert(0, str(HERE))
 
 import bench_scale as bs  # noqa: E402
 
+from hyperplace.io import write_atomic  # noqa: E402
+
 SINGLE = {"131k": (131_072, 16_384), "262k": (262_144, 32_768)}
 FED = ("fed-1M", 16, 65_536, 100_000)
 FRAGMENTATIONS = (0.4, 0.6, 0.9)
@@ -96,7 +98,7 @@ def io_child() -> None:
         text = render_instance(inst, "json")
         render = time.process_time() - c
         path = bs.CACHE / f"io-{label}.json"
-        path.write_text(text)
+        write_atomic(path, text)
         c = time.process_time()
         load_instance(str(path))
         read = time.process_time() - c
@@ -142,8 +144,8 @@ def run(args) -> int:
 
     def keep() -> None:
         out, both = merged()
-        done_path.write_text(json.dumps({"rows": out, "fed": both, "extra": extra},
-                                        default=str))
+        write_atomic(done_path, json.dumps({"rows": out, "fed": both, "extra": extra},
+                                           default=str))
 
     def known(label: str, frag: float, budget: float) -> dict | None:
         if args.large_rerun:  # measure again, replacing the kept row
@@ -340,11 +342,9 @@ def write(rows: list[dict], fed: list[dict], extra: dict, args, started) -> None
         text = text[:a] + block + text[b:]
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, out)
-    (bs.CACHE / "large-rows.json").write_text(json.dumps({"rows": rows, "fed": fed,
-                                                          "extra": extra}, default=str))
+    write_atomic(out, text)
+    write_atomic(bs.CACHE / "large-rows.json", json.dumps({"rows": rows, "fed": fed,
+                                                            "extra": extra}, default=str))
     print(f"wrote {out}")
 
 
