@@ -19,8 +19,9 @@ solutions at least as good, whose lateness stratum then cannot be worse. It is t
 (status ``fallback``), the schedule of the jobs outside the window (placed around the model's
 solution), and the forecast beyond the horizon (its profile runs ``GREEDY_SPAN`` horizons).
 
-Status: ``optimal`` (CP-SAT proved the window's objective), ``feasible`` (CP-SAT's solution,
-not proven; ``bound`` is its proven lower bound), ``fallback`` (the list schedule: CP-SAT had
+Status: ``optimal`` (CP-SAT proved the objective and the window held every job),
+``feasible`` (CP-SAT's solution, not proven, or proven only for a window that did not hold
+every job, which the notes then say; ``bound`` is the window's proven lower bound), ``fallback`` (the list schedule: CP-SAT had
 no better solution in time), ``greedy`` (asked for). Jobs outside the window are always list
 scheduled; ``modelled`` says how many were in the model.
 """
@@ -428,6 +429,10 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
     if len(schedulable) > len(head):
         notes.append(f"{len(schedulable) - len(head)} jobs beyond the window of {window} "
                      "list scheduled around it")
+        if status == "optimal":
+            # proven for the window's jobs only: the schedule as a whole is not
+            status = "feasible"
+            notes.append(f"CP-SAT proved the window of {len(head)} jobs optimal")
     obj = _objective_of(problem, entries, names)
     if bound is not None and status == "fallback":
         bound = min(bound, obj)
