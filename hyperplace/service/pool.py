@@ -219,8 +219,13 @@ class WorkerPool:
         return [s.process.pid if s.process is not None else None for s in self._slots]
 
     def _mean_task_s(self) -> float:
-        """The recent mean task time (1 s before anything finished)."""
-        return sum(self._recent) / len(self._recent) if self._recent else 1.0
+        """The recent typical task time: the median of the last 50 (a worker's first task,
+        seconds longer than the rest, must not make every estimate refuse), 1 s before
+        anything finished."""
+        if not self._recent:
+            return 1.0
+        ordered = sorted(self._recent)
+        return ordered[len(ordered) // 2]
 
     def retry_after(self) -> float:
         """Seconds until a queue place is likely free: queued work over the workers, at the
