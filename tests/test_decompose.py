@@ -144,3 +144,11 @@ def test_the_cli_solves_a_federation_round_decomposed(tmp_path, capsys):
                      "lower-priority"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--decompose" in err[0]
+
+
+def test_a_round_not_decomposed_says_so():
+    """--decompose on one cluster is the driver's round, and the plan says why."""
+    inst = generate(256, 12, None, 0.6, 1, size_scale=2)
+    plan = solve_decomposed(inst, budget_s=5)
+    assert check(plan, inst) == []
+    assert "not decomposed (one cluster): solved as one round" in plan.message

@@ -489,7 +489,7 @@ def test_solve_leaves_forecasts_out_when_the_budget_has_no_room_and_says_so(caps
     out = capsys.readouterr().out
     assert code == 0
     plan = PlacementPlan.model_validate(json.loads(out))
-    assert plan.forecasts == [] and "no forecasts: they need about" in plan.message
+    assert plan.forecasts == [] and "no forecasts: the budget had no time left for them" in plan.message
     assert check(plan, load_instance("mixed-a100-h100")) == []
     monkeypatch.undo()
     code = run_main(["solve", "-i", "mixed-a100-h100", "--budget", "2", "-f", "json"])

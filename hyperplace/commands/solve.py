@@ -404,8 +404,8 @@ def solve_command(
             plan = plan.model_copy(update={"forecasts": planning.forecast_plan(inst, plan)})
         else:
             plan = plan.model_copy(update={"message": "; ".join(filter(None, [
-                plan.message, f"no forecasts: they need about {need:.1f} s for "
-                f"{len(inst.jobs):,} jobs and the budget has less left (a larger --budget, "
+                plan.message, f"no forecasts: the budget had no time left for them (about "
+                f"{need:.2g} s for {len(inst.jobs):,} jobs; a larger --budget, "
                 "or `hyperplace why JOB` for one job)"]))})
         # which instance a later `hyperplace check PLAN` may use without options: a bundled
         # name only; a file is named for the record, and check reads it only when asked

@@ -379,8 +379,8 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
             raise input_problem(exc) from None
     else:
         plan = plan.model_copy(update={"message": "; ".join(filter(None, [
-            plan.message, f"no forecasts: they need about {need:.1f} s for {len(inst.jobs):,} "
-            "jobs and the budget has less left (a larger budgetS, or GET "
+            plan.message, f"no forecasts: the budget had no time left for them (about "
+            f"{need:.2g} s for {len(inst.jobs):,} jobs; a larger budgetS, or GET "
             "/v1/clusters/{name}/jobs/{job} for one job)"]))})
     plan = plan.model_copy(update={
         "metadata": plan.metadata.model_copy(update={"instance": label}),

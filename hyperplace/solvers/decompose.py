@@ -34,6 +34,7 @@ from hyperplace.solvers.budget import Budget
 from hyperplace.solvers.driver import SOLVERS, SolveRound, estimate_vars, finish, search
 from hyperplace.solvers.heuristics.greedy import repair_priority
 from hyperplace.solvers.params import SolveParams
+from hyperplace.words import plural
 
 __all__ = ["Part", "solve_decomposed"]
 
@@ -74,9 +75,13 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
     budget = Budget(budget_s, params.budget, deadline)
     if len(instance.clusters) < 2 or instance.queue_set is not None:
         # one cluster: nothing to split; quotas: they hold across clusters
-        return solve_placement(instance, solver=solver, budget_s=budget_s, policy=policy,
+        plan = solve_placement(instance, solver=solver, budget_s=budget_s, policy=policy,
                                seed=seed, workers=workers, params=params,
                                deadline=budget.deadline)
+        why = ("one cluster" if len(instance.clusters) < 2
+               else "queues with quotas, which hold across clusters")
+        return plan.model_copy(update={"message": "; ".join(filter(None, [
+            plan.message, f"not decomposed ({why}): solved as one round"]))})
     p = PlacementProblem(instance, policy, params.model)
     built_s = budget.elapsed()
     tail = max(params.budget.reserve_s, TAIL_FRACTION * budget_s)
@@ -119,7 +124,7 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
     statuses = {part.status for part in todo}
     exact = statuses <= {SolveStatus.OPTIMAL.value, SolveStatus.FEASIBLE.value}
     r.status = SolveStatus.FEASIBLE if exact or not todo else SolveStatus.FALLBACK
-    r.name = f"decomposed ({len(todo)} clusters: " + ", ".join(
+    r.name = f"decomposed ({plural(len(todo), 'cluster')}: " + ", ".join(
         sorted({part.solver for part in todo})) + ")"
     how = (f"the aggregated model's LP ({whole.seconds:.2f} s)" if whole.assignment is not None
            else f"free room (the aggregated model's LP: {whole.status or 'not solved'})")
