@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from hyperplace.cli import app
 from hyperplace.costmodel.calibration import default_calibration
+from hyperplace.costmodel.predict import even_layers
 from hyperplace.costmodel.plan import (
     brute_force,
     candidates,
@@ -91,3 +92,78 @@ def test_bad_allocation_is_one_line_naming_gpus(gpus):
     res = runner.invoke(app, ["plan", "--model-name", "llama3-8b", "--gpus", gpus])
     assert res.exit_code == 2
     assert "--gpus" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def _doc(args: list[str], capsys) -> tuple[int, dict]:
+    from tests.cli_run import run_main
+
+    rc = run_main(["plan", *args, "--format", "json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_a_mix_is_order_independent_and_fits_the_smallest_memory(capsys):
+    # the new-user review's case: H200-141 listed first used to be priced (and its memory
+    # checked) as 64 x H200-141, ranking TP4 PP1 DP16 at 140.1 GB: an OOM on the H100-80s
+    rc1, first = _doc(["--model-name", "llama3-70b", "--gpus", "H200x32,H100x32", "--top", "3"],
+                      capsys)
+    rc2, second = _doc(["--model-name", "llama3-70b", "--gpus", "H100x32,H200x32", "--top", "3"],
+                       capsys)
+    assert rc1 == rc2 == 0
+    assert [b["label"] for b in first["best"]] == [b["label"] for b in second["best"]]
+    assert [b["stepTimeS"] for b in first["best"]] == [b["stepTimeS"] for b in second["best"]]
+    assert first["allocation"] == second["allocation"] == [
+        {"gpuType": "H100-80", "gpus": 32}, {"gpuType": "H200-141", "gpus": 32}]
+    catalog = default_catalog()
+    smallest = min(catalog.get(t).hbm_gb for t in ("H100-80", "H200-141"))
+    assert first["memoryGpuType"] == "H100-80" and first["memoryCapacityGb"] == smallest
+    for b in first["best"]:
+        assert b["fits"] and b["memoryPerGpuGb"] <= smallest
+    # the note is true: the type it was priced at is the slowest (same BF16 peak, the H100
+    # has the lower HBM bandwidth), and predicting the winner there gives the same step
+    assert first["gpuType"] == "H100-80"
+    assert any("priced at the slowest, H100-80" in n and "smallest, H100-80" in n
+               for n in first["notes"])
+    spec = model_preset("llama3-70b")
+    winner = plan(spec, [("H100-80", 32), ("H200-141", 32)], top=1).best[0]
+    alone = price_candidate(spec, "H100-80", winner.candidate, first["globalBatch"],
+                            default_calibration(), catalog)
+    assert alone.step_time_s == pytest.approx(first["best"][0]["stepTimeS"], rel=1e-12)
+    assert alone.fits
+
+
+def test_a_mix_of_memories_checks_the_smallest():
+    # same compute, the A100-40 the smaller memory: a configuration must fit 40 GB
+    catalog = default_catalog()
+    res = plan(model_preset("llama3-8b"), [("A100-80", 8), ("A100-40", 8)], global_batch=32)
+    assert res.memory_gpu == "A100-40" and res.capacity_gb == catalog.get("A100-40").hbm_gb
+    assert res.best and all(b.prediction.memory_per_gpu_gb <= res.capacity_gb
+                            and b.prediction.fits for b in res.best)
+
+
+def test_nothing_fits_exits_1_with_one_line_saying_by_how_much(capsys):
+    from tests.cli_run import run_main
+
+    rc = run_main(["plan", "--model-name", "llama3-405b", "--gpus", "H100x7"])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "nothing fits in memory on 7 x H100-80" in lines[0]
+    res = plan(model_preset("llama3-405b"), [("H100-80", 7)])
+    assert not res.best and res.closest is not None
+    # the least any candidate needs, exactly (memory_gb over every candidate)
+    spec = model_preset("llama3-405b")
+    least = min(memory_gb(spec, default_catalog().get("H100-80"), c, res.global_batch,
+                          breakdown=False)[0]
+                for c in candidates(spec, 7, res.global_batch))
+    assert res.closest["neededGb"] == pytest.approx(least)
+    assert f"{least:.1f} GB per GPU" in lines[0] and f"{least - 80:.1f} GB over" in lines[0]
+    assert "best configurations" not in out  # no empty table
+
+
+def test_planned_virtual_stages_divide_every_stage_s_layers():
+    spec = model_preset("llama3-70b")
+    cands = candidates(spec, 64, 512)
+    assert any(c.virtual_stages > 1 for c in cands)
+    for c in cands:
+        if c.virtual_stages > 1:
+            assert all(n % c.virtual_stages == 0 for n in even_layers(spec.num_layers, c.pp))

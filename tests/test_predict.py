@@ -98,3 +98,35 @@ def test_bad_input_is_one_line_exit_2(args: tuple[str, ...], where: str) -> None
     assert res.exit_code == 2
     assert res.stderr.startswith("error: ") and where in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_configuration_that_does_not_fit_says_so_first_with_by_how_much() -> None:
+    res = run("--model-name", "llama3-70b", "--gpu", "H100", "--tp", "8", "--pp", "4",
+              "--dp", "16", "--global-batch", "512", "--virtual-stages", "4")
+    assert res.exit_code == 0, res.output
+    pred = predict(model_preset("llama3-70b"), "H100", tp=8, pp=4, dp=16, global_batch=512,
+                   virtual_stages=4)
+    assert not pred.fits
+    first = " ".join(res.stdout.split("\n\n")[0].split())
+    assert first.startswith(f"DOES NOT FIT: {pred.memory_per_gpu_gb:.1f} GB per GPU needed, "
+                            f"80 GB available ("
+                            f"{pred.memory_per_gpu_gb - 80:.1f} GB over)")
+    assert res.stdout.index("DOES NOT FIT") < res.stdout.index("tokens/s")
+
+
+def test_a_fitting_configuration_has_no_does_not_fit_line() -> None:
+    res = run("--model-name", "llama3-8b", "--gpu", "H100", "--tp", "2", "--pp", "2",
+              "--dp", "2", "--global-batch", "16", "--virtual-stages", "2")
+    assert res.exit_code == 0, res.output
+    assert "DOES NOT FIT" not in res.stdout
+
+
+@pytest.mark.parametrize("virtual", ["3", "7"])
+def test_virtual_stages_must_divide_the_layers_per_stage(virtual) -> None:
+    # Megatron-Core refuses it: every pipeline stage's layers must be a multiple of the
+    # virtual pipeline size (megatron/core/transformer/transformer_config.py)
+    res = run("--model-name", "llama3-70b", "--gpu", "H100", "--tp", "8", "--pp", "4",
+              "--dp", "16", "--global-batch", "512", "--virtual-stages", virtual)
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--virtual-stages" in lines[0] and "20 layers" in lines[0]

@@ -7,8 +7,9 @@ Examples::
 
 Searches TP / CP / PP (with virtual stages) / DP, micro-batch, recomputation and sharding
 within memory (:mod:`hyperplace.costmodel.plan`), every candidate priced by the same cost
-model as ``predict``. Exit codes: 0 an answer (also when nothing fits: it says why), 2 bad
-input (one line on stderr).
+model as ``predict``. Exit codes: 0 an answer, 1 nothing fits in memory (one line on stderr:
+the least any configuration needs and by how much it is over, as ``split``), 2 bad input
+(one line on stderr).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class Format(str, Enum):
 
 
 def render(res: PlanResult, console: Console) -> None:
-    console.print(f"{res.model} on {res.gpus:,} x {res.gpu}, global batch {res.global_batch}: "
+    console.print(f"{res.model} on {res.describe_gpus()}, global batch {res.global_batch}: "
                   f"{res.priced} configurations priced, {res.pruned} pruned, "
                   f"{res.seconds:.2f} s")
     table = Table(title="best configurations")
@@ -43,9 +44,8 @@ def render(res: PlanResult, console: Console) -> None:
         table.add_row(str(i), b.candidate.label(), f"{p.step_time_s:.3f}",
                       f"{p.tokens_per_s:,.0f}", f"{100 * p.mfu:.1f}%",
                       f"{p.memory_per_gpu_gb:.1f}")
-    console.print(table)
-    if not res.best:
-        console.print("nothing fits in memory")
+    if res.best:
+        console.print(table)
     for loser in res.losers:
         extra = ", ".join(f"{k} {v}" for k, v in loser.items() if k not in ("reason", "example"))
         console.print(f"why others lose: {loser['reason']} (e.g. {loser['example']}; {extra})")
@@ -81,6 +81,9 @@ def plan_command(
         from hyperplace.commands.render import console
 
         render(res, console())
+    if not res.best:
+        typer.echo(f"error: {res.nothing_fits()}", err=True)
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

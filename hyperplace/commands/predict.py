@@ -8,7 +8,7 @@ Examples::
 
 Same cost model as ``hyperplace split`` (one implementation, see
 :mod:`hyperplace.costmodel.predict`). Exit codes: 0 a prediction (also when it does not fit
-in memory: the output says so), 2 bad input (one line on stderr).
+in memory: the headline says so first, with by how much), 2 bad input (one line on stderr).
 """
 
 from __future__ import annotations
@@ -40,6 +40,12 @@ class Precision(str, Enum):
 
 def render(pred: Prediction, console: Console) -> None:
     """Headline figures, the parts of the step, and the per-layer times (first, middle, last)."""
+    if not pred.fits:
+        console.print(
+            f"DOES NOT FIT: {pred.memory_per_gpu_gb:.1f} GB per GPU needed, "
+            f"{pred.memory_capacity_gb:g} GB available "
+            f"({pred.memory_per_gpu_gb - pred.memory_capacity_gb:.1f} GB over): the figures "
+            "below are what it would run at, were there the memory")
     console.print(
         f"{pred.model} on {pred.tp * pred.pp * pred.dp} x {pred.gpu} "
         f"(TP {pred.tp}, PP {pred.pp}, DP {pred.dp}), micro-batch {pred.micro_batch}, "

@@ -18,13 +18,16 @@ search stopping at the first whose bound is slower than the ``top`` best found (
 one is slower still). :func:`brute_force` prices every candidate for the tests.
 
 An allocation of several types runs at its slowest type (synchronous training; the layer
-split across unequal stages is ``hyperplace split``'s), and the answer says so.
+split across unequal stages is ``hyperplace split``'s): every configuration is priced at the
+type with the lowest BF16 peak (ties: lower HBM bandwidth, then NVLink, NIC, name) and must
+fit the smallest memory of the types (any rank may land on it), whatever order the types are
+given in; the answer says which type decided which.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -43,6 +46,7 @@ from hyperplace.costmodel.predict import (
     layer_seconds,
     layers_of,
     predict,
+    virtual_stages_refusal,
 )
 from hyperplace.errors import InputError
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
@@ -105,12 +109,36 @@ class PlanResult:
     pruned: int
     seconds: float
     notes: list[str] = field(default_factory=list)
+    # (type, count) per distinct type, by name; the type memory was checked against
+    allocation: list[tuple[str, int]] = field(default_factory=list)
+    memory_gpu: str = ""
+    capacity_gb: float = 0.0
+    # when nothing fits: the configuration needing the least memory and its need (GB)
+    closest: dict[str, Any] | None = None
+
+    def describe_gpus(self) -> str:
+        """``64 x H100-80`` or ``32 x H100-80 + 32 x H200-141``."""
+        if len(self.allocation) <= 1:
+            return f"{self.gpus:,} x {self.gpu}"
+        return " + ".join(f"{n:,} x {name}" for name, n in self.allocation)
+
+    def nothing_fits(self) -> str:
+        """One line: what does not fit and by how much (``best`` empty)."""
+        if self.closest is None:
+            return f"nothing fits in memory on {self.describe_gpus()}"
+        c = self.closest
+        return (f"nothing fits in memory on {self.describe_gpus()}: the least any "
+                f"configuration needs is {c['neededGb']:.1f} GB per GPU ({c['example']}), "
+                f"{c['overByGb']:.1f} GB over the {self.capacity_gb:g} GB of {self.memory_gpu}")
 
     def to_doc(self) -> dict[str, Any]:
         return {"model": self.model, "gpuType": self.gpu, "gpus": self.gpus,
+                "allocation": [{"gpuType": t, "gpus": n} for t, n in self.allocation],
+                "memoryGpuType": self.memory_gpu, "memoryCapacityGb": self.capacity_gb,
                 "globalBatch": self.global_batch, "best": [b.to_doc() for b in self.best],
                 "whyOthersLose": self.losers, "priced": self.priced, "pruned": self.pruned,
-                "searchSeconds": self.seconds, "notes": self.notes}
+                "searchSeconds": self.seconds, "notes": self.notes,
+                "nothingFits": self.nothing_fits() if not self.best else None}
 
 
 def parse_gpus(text: str) -> list[tuple[str, int]]:
@@ -166,7 +194,8 @@ def candidates(spec: ModelSpec, gpus: int, global_batch: int,
                         continue
                     m = global_batch // (mb * dp)
                     for v in virtual:
-                        if v > 1 and (pp == 1 or spec.num_layers < pp * v or m % pp):
+                        if v > 1 and (pp == 1 or spec.num_layers < pp * v or m % pp
+                                      or virtual_stages_refusal(spec.num_layers, pp, v)):
                             continue
                         for rc in RECOMPUTE:
                             for zero in ((1, 3) if dp * cp > 1 else (0,)):
@@ -315,22 +344,29 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
     calibration = calibration or default_calibration()
     catalog = catalog or default_catalog()
     notes = []
-    types = []
-    for name, _ in allocation:
+    counts: dict[str, int] = {}
+    by_name: dict[str, GPUType] = {}
+    for name, n in allocation:
         t = catalog.find(name)
         if t is None:
             raise InputError(f"unknown GPU type {name!r}", path="--gpus")
-        types.append(t)
-    gpus = sum(n for _, n in allocation)
-    slow = min(types, key=lambda t: t.bf16_tflops)
-    if len({t.name for t in types}) > 1:
-        notes.append(f"a mix of {', '.join(sorted({t.name for t in types}))}: priced at the "
-                     f"slowest, {slow.name} (synchronous training); hyperplace split gives "
-                     "the exact layer split across unequal stages")
+        by_name[t.name] = t
+        counts[t.name] = counts.get(t.name, 0) + n
+    types = [by_name[k] for k in sorted(by_name)]  # the order given does not matter
+    gpus = sum(counts.values())
+    slow = min(types, key=lambda t: (t.bf16_tflops, t.hbm_tb_s, t.nvlink_gbps, t.nic_gbps,
+                                     t.name))
+    small = min(types, key=lambda t: (t.hbm_gb, t.name))
+    if len(types) > 1:
+        notes.append(f"a mix of {', '.join(t.name for t in types)}: priced at the slowest, "
+                     f"{slow.name} (lowest BF16 peak {slow.bf16_tflops:g} TFLOP/s, ties by HBM "
+                     f"bandwidth {slow.hbm_tb_s:g} TB/s; synchronous training); memory checked "
+                     f"against the smallest, {small.name} ({small.hbm_gb:g} GB); hyperplace "
+                     "split gives the exact layer split across unequal stages")
     gb = global_batch or default_global_batch(spec, gpus)
     if global_batch is not None and global_batch <= 0:
         raise InputError("must be a positive integer", path="--global-batch")
-    cap = slow.hbm_gb
+    cap = small.hbm_gb
     total_params = spec.total_params()
     total_experts = float(expert_params(spec, layers_of(spec)).sum())
     cands = candidates(spec, gpus, gb, space)
@@ -345,6 +381,7 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
     memo: dict[tuple, float] = {}
     mem_memo: dict[tuple, Any] = {}
     explained = 0
+    closest: dict[str, Any] | None = None
     bounds = {c: compute_bound_s(spec, slow.name, c, gb, calibration, catalog, memo)
               for c in cands}
     # cheapest bound first; among equal bounds less recomputation and sharding first (the
@@ -376,6 +413,8 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
         need, _ = memory_gb(spec, slow, c, gb, mem_memo, breakdown=False)
         if need > cap * (1 + 1e-9):  # the memory predict would report: no time to price
             pruned += 1
+            if closest is None or need < closest["neededGb"]:
+                closest = {"example": c.label(), "neededGb": need}
             if explained < MAX_EXPLAINED:  # a few examples of why, not every candidate
                 explained += 1
                 _, terms = memory_gb(spec, slow, c, gb, mem_memo)
@@ -385,13 +424,17 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
                                         "neededGb": round(need, 1),
                                         "overByGb": round(need - cap, 1)})
             continue
-        p = price_candidate(spec, slow.name, c, gb, calibration, catalog)
+        # priced at the slowest type, its memory held to the smallest type's capacity
+        p = replace(price_candidate(spec, slow.name, c, gb, calibration, catalog),
+                    memory_capacity_gb=cap)
         n_priced += 1
         if p.fits:
             fitting.setdefault(base, []).append(mine)
             priced.append(Planned(c, p))
             kth = sorted([*kth, p.step_time_s])[:max(top, 1)]
         else:
+            if closest is None or p.memory_per_gpu_gb < closest["neededGb"]:
+                closest = {"example": c.label(), "neededGb": p.memory_per_gpu_gb}
             terms = {k: v for k, v in p.memory.items() if k not in ("stage",
                                                                     "microbatchesInFlight")}
             big = max(terms, key=terms.get)
@@ -410,7 +453,26 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
             losers.setdefault(key, {"reason": key, "example": other.candidate.label(),
                                     "slowerBy": round(o.step_time_s / best.step_time_s - 1, 4),
                                     "extraS": round(diff[worst], 4)})
+    if not ranked:
+        closest = _least_memory(spec, slow, cands, gb, mem_memo) or closest
+        if closest is not None:
+            closest["overByGb"] = closest["neededGb"] - cap
     return PlanResult(model=spec.name, gpu=slow.name, gpus=gpus, global_batch=gb,
                       best=ranked[:top], losers=list(losers.values()),
                       priced=n_priced, pruned=pruned,
-                      seconds=time.perf_counter() - began, notes=notes)
+                      seconds=time.perf_counter() - began, notes=notes,
+                      allocation=[(t.name, counts[t.name]) for t in types],
+                      memory_gpu=small.name, capacity_gb=cap,
+                      closest=None if ranked else closest)
+
+
+def _least_memory(spec: ModelSpec, gpu: GPUType, cands: list[Candidate], global_batch: int,
+                  memo: dict[tuple, Any]) -> dict[str, Any] | None:
+    """The candidate needing the least memory per GPU (exact, :func:`memory_gb`, every
+    candidate: the search above skips some by a bound) and its need in GB."""
+    best: dict[str, Any] | None = None
+    for c in cands:
+        need, _ = memory_gb(spec, gpu, c, global_batch, memo, breakdown=False)
+        if best is None or need < best["neededGb"]:
+            best = {"example": c.label(), "neededGb": need}
+    return best

@@ -96,6 +96,29 @@ def layers_of(model: ModelSpec) -> list:
     return list(hit)
 
 
+def virtual_stages_refusal(layers: int, pp: int, virtual_stages: int) -> str | None:
+    """Why ``virtual_stages`` chunks per rank cannot split ``layers`` over ``pp`` stages, or
+    None: as Megatron-Core, every stage's layer count (:func:`even_layers`) must be a
+    multiple of the virtual pipeline size (NVIDIA/Megatron-LM
+    megatron/core/transformer/transformer_config.py, "must be divisible by virtual
+    pipeline", and megatron/training/arguments.py for --num-layers-per-virtual-pipeline-stage),
+    the embedding and the loss counted as a layer each where that evens an uneven split."""
+    if virtual_stages <= 1:
+        return None
+    counts = sorted(set(even_layers(layers, pp)))
+    if all(c % virtual_stages == 0 for c in counts):
+        return None
+    if (layers + 2) % (pp * virtual_stages) == 0 and len(counts) > 1:
+        # the uneven split gives the first and last stages one layer fewer: Megatron's
+        # --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split
+        # count the embedding and the loss as a layer each, evening it out (Llama 3 405B:
+        # 126 + 2 layers on PP 8 x 2 virtual stages)
+        return None
+    return (f"{virtual_stages} virtual stages do not divide the {'/'.join(map(str, counts))} "
+            f"layers per pipeline stage ({layers} layers on PP {pp}); Megatron needs each "
+            "stage's layers to be a multiple of the virtual stages")
+
+
 def even_layers(layers: int, pp: int) -> list[int]:
     """Layers per stage: as even as possible; when they do not divide, the first and last
     stages (which also hold the embedding and the LM head, and the first the most
@@ -239,6 +262,9 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
         if spec.num_layers < pp * virtual_stages:
             raise InputError(f"PP {pp} x {virtual_stages} virtual stages is more chunks than "
                              f"the model's {spec.num_layers} layers", path="--virtual-stages")
+        uneven = virtual_stages_refusal(spec.num_layers, pp, virtual_stages)
+        if uneven:
+            raise InputError(uneven, path="--virtual-stages")
     global_batch = global_batch if global_batch is not None else micro_batch * dp
     m = validate_configuration(spec, tp, pp, dp, micro_batch, global_batch)
     if virtual_stages > 1 and m % pp:
