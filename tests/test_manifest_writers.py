@@ -278,3 +278,88 @@ def test_kueue_topology_assignment_v1beta2_and_v1beta1():
     for version in ("v1beta1", "v1alpha1"):  # Kueue v0.14-0.15 and before v0.14
         old = dict(topo, apiVersion=f"kueue.x-k8s.io/{version}")
         assert validate_topology_assignment(ta_of(topology=old)) == "v1beta1"
+
+
+def _tasks(doc: dict) -> dict[str, dict]:
+    return {t["name"]: t for t in doc["spec"]["tasks"]}
+
+
+def test_the_users_pod_templates_are_kept(tmp_path, capsys):
+    """A new user's finding: `manifests` on the real Volcano MindSpore Job replaced its image
+    and its mpimaster/mpiworker commands and ports with a placeholder container (Kubernetes)
+    and `python train.py` (Slurm), silently. Every task keeps its containers; the plan only
+    adds the node pin, the GPU product selector and the DRA claim in place of the GPU limit."""
+    (source,) = load_documents(K8S / "volcano-mindspore-gpu.yaml")
+    inst, plan, flat = _round_trip([*load_documents(K8S / "nodes-kueue-tas-h100.json"), source])
+    (job,) = [d for d in flat if d["kind"] == "Job"]  # validated against the Volcano CRD
+    want = {t["name"]: t["template"]["spec"]["containers"] for t in source["spec"]["tasks"]}
+    tasks = _tasks(job)
+    (w0, w1) = sorted(t for t in tasks if t != "mpimaster")  # one task per pinned pod
+    assert "mpimaster" in tasks and w0.startswith("mpiworker-0-") and w1.startswith("mpiworker-1-")
+    by_source: dict[str, list[dict]] = {}
+    for name, t in tasks.items():
+        ann = (t["template"].get("metadata") or {}).get("annotations") or {}
+        by_source.setdefault(ann.get("hyperplace.io/source-task", name), []).append(t)
+    assert {k: len(v) for k, v in by_source.items()} == {"mpimaster": 1, "mpiworker": 2}
+    for role, written in by_source.items():
+        for t in written:
+            (c,) = t["template"]["spec"]["containers"]
+            (w,) = want[role]
+            assert c["image"] == w["image"] == "lyd911/mindspore-gpu-example:0.2.0"
+            assert c["command"] == w["command"] and c["ports"] == w["ports"]
+            assert c["workingDir"] == w["workingDir"] and c["name"] == w["name"]
+            assert "placeholder" not in json.dumps(t)
+    for t in by_source["mpiworker"]:  # pinned, the GPU through the claim, no extended resource
+        spec = t["template"]["spec"]
+        (c,) = spec["containers"]
+        assert c["resources"] == {"claims": [{"name": "gpus"}]}
+        assert spec["resourceClaims"][0]["name"] == "gpus"
+        host = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"][0]["matchExpressions"][0]
+        assert host["key"] == "kubernetes.io/hostname" and host["values"]
+    master = by_source["mpimaster"][0]  # no GPU: the user's pod as it was, not pinned
+    assert master["template"] == source["spec"]["tasks"][0]["template"]
+    assert job["spec"]["minAvailable"] == 3 and job["spec"]["plugins"] == source["spec"]["plugins"]
+    assert "hyperplace.io/placeholder-container" not in job["metadata"]["annotations"]
+    # Slurm: each GPU pod's srun runs the workload's command, the image named beside it
+    text = sbatch_script(inst, plan, "mindspore-gpu")
+    assert "python train.py" not in text and "PLACEHOLDER" not in text
+    assert text.count("srun ") == 2 and text.count("/usr/sbin/sshd -D") == 2
+    assert "lyd911/mindspore-gpu-example:0.2.0" in text and "mpimaster (1)" in text
+    # the CLI says the worker task was split into pinned tasks, and nothing about placeholders
+    jobs = K8S / "volcano-mindspore-gpu.yaml"
+    cluster = K8S / "nodes-kueue-tas-h100.json"
+    out = tmp_path / "plan.yaml"
+    assert run_main(["solve", "--cluster", str(cluster), "--jobs", str(jobs), "--budget", "5",
+                     "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert run_main(["manifests", str(out), "--to", "kubernetes", "--cluster", str(cluster),
+                     "--jobs", str(jobs), "-o", str(tmp_path / "k8s")]) == 0
+    err = capsys.readouterr().err
+    assert "mindspore-gpu/mpiworker: its 2 pods are written as tasks" in err
+    assert "placeholder" not in err
+
+
+def test_jobs_without_a_pod_template_say_their_container_is_a_placeholder(tmp_path, capsys):
+    plan = tmp_path / "plan.yaml"
+    assert run_main(["solve", "-i", "dgx1-v100", "--budget", "3", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    assert run_main(["manifests", str(plan), "--to", "kubernetes", "-o", str(tmp_path / "k")]) == 0
+    err = capsys.readouterr().err
+    assert "no pod template" in err and "placeholder container 'trainer'" in err
+    for f in (tmp_path / "k").iterdir():
+        for d in yaml.safe_load_all(f.read_text()):
+            if d["kind"] == "Job":
+                assert d["metadata"]["annotations"]["hyperplace.io/placeholder-container"] == "true"
+                for t in d["spec"]["tasks"]:
+                    assert t["template"]["metadata"]["annotations"][
+                        "hyperplace.io/placeholder-container"] == "true"
+                    assert t["template"]["spec"]["containers"][0]["name"] == "trainer"
+                jsonschema.Draft7Validator(_crd("batch.volcano.sh_jobs.yaml", "v1alpha1")
+                                           ).validate(d)
+    assert run_main(["manifests", str(plan), "--to", "slurm"]) == 0
+    io = capsys.readouterr()
+    assert "placeholder command 'python train.py'" in io.err
+    runs = [ln for ln in io.out.splitlines() if ln.startswith("srun ")]
+    marks = [ln for ln in io.out.splitlines() if ln.startswith("# hyperplace: PLACEHOLDER")]
+    assert runs and len(marks) == len(runs)

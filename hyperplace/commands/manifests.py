@@ -63,7 +63,8 @@ def manifests_command(
     """Write a plan as Kubernetes objects or sbatch scripts that hold its jobs to its GPUs."""
     from hyperplace.check import check, format_violations
     from hyperplace.commands.solve import instance_named_by, resolve_instance
-    from hyperplace.instances.writers import kubernetes_manifests, sbatch_script
+    from hyperplace.instances.writers import DEFAULT_IMAGE, PLACEHOLDER_COMMAND, \
+        is_placeholder, kubernetes_manifests, sbatch_script, split_tasks
 
     plan = parse(PlacementPlan, load_documents(plan_file)[0], source=str(plan_file))
     if instance is None and cluster is None and jobs is None:
@@ -88,9 +89,23 @@ def manifests_command(
             raise InputError(str(exc), source=str(topology or plan_file)) from None
         for job, ds in docs.items():
             files[f"{job}.yaml"] = "---\n".join(dump_yaml(d) for d in ds)
+        for task, written in split_tasks([d for ds in docs.values() for d in ds]).items():
+            typer.echo(f"note: {task}: its {len(written)} pods are written as tasks of one "
+                       f"pinned pod each ({', '.join(written[:3])}{', ...' if len(written) > 3 else ''}): "
+                       "Volcano's svc plugin names host files (/etc/volcano/<task>.host) per task",
+                       err=True)
     else:
         for summary in plan.jobs:
             files[f"{summary.job}.sbatch"] = sbatch_script(inst, plan, summary.job)
+    placeholders = [s.job for s in plan.jobs if is_placeholder(inst, s.job)]
+    if placeholders:
+        what = ("a placeholder container 'trainer' (image " + DEFAULT_IMAGE + ", no command; "
+                "annotated hyperplace.io/placeholder-container)" if to == Target.kubernetes
+                else f"a placeholder command {PLACEHOLDER_COMMAND!r} (marked PLACEHOLDER)")
+        typer.echo(f"note: {len(placeholders)} job(s) have no pod template (not read from a "
+                   f"Kubernetes workload: {', '.join(placeholders[:5])}"
+                   f"{', ...' if len(placeholders) > 5 else ''}): written with {what}; "
+                   "replace it with the job's own", err=True)
     if output is None:
         for name, text in files.items():
             typer.echo(f"# {name}\n{text}")

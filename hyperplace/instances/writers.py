@@ -28,6 +28,11 @@ Kubernetes (:func:`kubernetes_manifests`)
     ``device.driver``, ``device.attributes`` and ``device.capacity`` only. The Job's
     ``spec.networkTopology`` is ``mode: hard`` with ``highestTierAllowed`` the smallest HyperNode tier that holds all its nodes (tier t spans
     ``2t - 1`` hops), ``minAvailable`` all its pods, and ``queue`` its Volcano queue.
+    The pods run the workload's own pod templates (:func:`source_tasks`, kept by the importer),
+    with only the pin, the product selector and the claim added (the containers'
+    ``nvidia.com/gpu`` requests give way to the claim); pods without GPUs are kept unpinned. A
+    job with no template (hyperplace's own format) gets a placeholder container, annotated
+    :data:`PLACEHOLDER_ANNOTATION`.
     Each job's Kueue ``TopologyAssignment`` (:func:`topology_assignment`) is written in the
     levels of the user's Kueue ``Topology`` (its ``nodeLabel`` keys, the values read from
     the nodes' labels), pod counts per domain, into the job's
@@ -43,11 +48,13 @@ Slurm (:func:`sbatch_script`)
     ``#SBATCH --nodes``, ``--nodelist`` (the planned nodes), ``--gres=gpu:N`` (GPUs per
     node), ``--switches=K`` (the leaf switches the nodes span), and per node the GPU
     pod's GPU indices as ``CUDA_VISIBLE_DEVICES`` in an ``srun`` line per pod (unit on a node),
-    since ``--gres`` counts GPUs and cannot name them.
+    since ``--gres`` counts GPUs and cannot name them; it runs the pod's own command (else a
+    placeholder marked as one).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections import defaultdict
@@ -262,46 +269,141 @@ def _cluster_of(instance: Instance, node: str) -> Any:
     return instance.node_index[node][0]
 
 
+PLACEHOLDER_ANNOTATION = "hyperplace.io/placeholder-container"
+#: On a pinned pod's template: the workload's task (role) it is a pod of. A task of N pods is
+#: written as N tasks of one pinned pod each (each pod has its own node and ResourceClaim).
+SOURCE_TASK_ANNOTATION = "hyperplace.io/source-task"
+PLACEHOLDER_COMMAND = "python train.py"
+
+
+def source_tasks(instance: Instance, job: str) -> dict[str, Any] | None:
+    """The workload's own pod templates the importer kept (``hyperplace.io/pod-templates``:
+    ``tasks`` and a Volcano Job's ``plugins``), or None for a job written in hyperplace's
+    own format (no template: the writers then use a marked placeholder container)."""
+    from hyperplace.instances.importers.jobs import POD_TEMPLATES_ANNOTATION
+
+    manifest = next((j for j in instance.jobs if j.name == job), None)
+    raw = manifest.metadata.annotations.get(POD_TEMPLATES_ANNOTATION) if manifest else None
+    if not raw:
+        return None
+    kept = json.loads(raw)
+    return kept if kept.get("tasks") else None
+
+
+def _pod_templates(plan: PlacementPlan, job: str, kept: Mapping[str, Any]
+                   ) -> list[tuple[str, str, dict[str, Any]]]:
+    """(pod name, the workload's task name, its template) for each planned pod of ``pods_of``: the GPU pods of
+    the workload in its order, each size's pods to the units of that size."""
+    by_size: dict[int, list[tuple[str, str, dict[str, Any]]]] = defaultdict(list)
+    for t in kept["tasks"]:
+        for i in range(int(t["replicas"])):
+            if t["gpus"]:
+                name = t["name"] if int(t["replicas"]) == 1 else f"{t['name']}-{i}"
+                by_size[int(t["gpus"])].append((name, t["name"], t["template"]))
+    main = max(by_size, key=lambda g: (len(by_size[g]), g))
+    taken: dict[int, int] = defaultdict(int)
+    out = []
+    for unit, _node, gpus in pods_of(plan, job):
+        size = main if "/" in unit else len(gpus)  # replica units "pod/<r>"; others are single pods
+        pool = by_size.get(size) or by_size[main]
+        k = taken[size]
+        out.append(pool[min(k, len(pool) - 1)])
+        taken[size] += max(1, len(gpus) // size) if "/" in unit else 1
+    return out
+
+
+def _pinned_spec(template: Mapping[str, Any], host: str, claim: str, product: str | None
+                 ) -> dict[str, Any]:
+    """The user's pod spec with what the plan decides added: the node (required affinity on
+    the hostname, first in every term), the GPU product selector, the DRA claim ``gpus`` in
+    place of the containers' ``nvidia.com/gpu`` requests/limits."""
+    spec = copy.deepcopy(dict(template.get("spec") or {}))
+    pin = {"key": HOSTNAME_LABEL, "operator": "In", "values": [host]}
+    required = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {}).setdefault(
+        "requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    for term in terms:
+        term["matchExpressions"] = [pin, *[e for e in term.get("matchExpressions") or []
+                                           if e.get("key") != HOSTNAME_LABEL]]
+    required["nodeSelectorTerms"] = terms
+    if product:
+        spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}),
+                                "nvidia.com/gpu.product": product}
+    spec["resourceClaims"] = [*[rc for rc in spec.get("resourceClaims") or []
+                                if rc.get("name") != "gpus"],
+                              {"name": "gpus", "resourceClaimName": claim}]
+    containers = spec.get("containers") or []
+    gpu_users = []
+    for c in containers:
+        res = c.get("resources") or {}
+        if any("nvidia.com/gpu" in (res.get(k) or {}) for k in ("limits", "requests")):
+            gpu_users.append(c)
+            for k in ("limits", "requests"):
+                if k in res:
+                    res[k] = {r: q for r, q in res[k].items() if r != "nvidia.com/gpu"}
+                    if not res[k]:
+                        del res[k]
+    for c in gpu_users or containers[:1]:
+        res = c.setdefault("resources", {})
+        res["claims"] = [*[x for x in res.get("claims") or [] if x.get("name") != "gpus"],
+                         {"name": "gpus"}]
+    spec.setdefault("restartPolicy", "OnFailure")
+    return spec
+
+
 def volcano_job(instance: Instance, plan: PlacementPlan, job: str, claims: Mapping[tuple, str],
                 *, namespace: str | None, queue: str | None, image: str,
                 topology: dict[str, Any] | None) -> dict[str, Any]:
     tasks = []
     pods = pods_of(plan, job)
-    for unit, node_name, gpus in pods:
+    kept = source_tasks(instance, job)
+    templates = _pod_templates(plan, job, kept) if kept else [None] * len(pods)
+    for (unit, node_name, gpus), source in zip(pods, templates, strict=True):
         _, node = instance.node_index[node_name]
         claim = claims[(unit, node_name)]
-        spec: dict[str, Any] = {
-            "restartPolicy": "OnFailure",
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{
-                    "key": HOSTNAME_LABEL, "operator": "In",
-                    "values": [node.labels.get(HOSTNAME_LABEL, node.name)]}]}]}}},
-            "resourceClaims": [{"name": "gpus", "resourceClaimName": claim}],
-            "containers": [{"name": "trainer", "image": image,
-                            "resources": {"claims": [{"name": "gpus"}]}}],
-        }
+        host = node.labels.get(HOSTNAME_LABEL, node.name)
         product = gfd_product(node.gpu_type)
-        if product:
-            spec["nodeSelector"] = {"nvidia.com/gpu.product": product}
+        pod_ann = {GPUS_ANNOTATION: f"{node_name}:{','.join(map(str, gpus))}"}
+        if source is not None:
+            name, task, template = source
+            spec = _pinned_spec(template, host, claim, product)
+            meta = copy.deepcopy(dict(template.get("metadata") or {}))
+            meta["annotations"] = {**(meta.get("annotations") or {}), **pod_ann,
+                                   SOURCE_TASK_ANNOTATION: task}
+            tasks.append({"name": dns_name(name, node_name), "replicas": 1, "minAvailable": 1,
+                          "template": {"metadata": meta, "spec": spec}})
+            continue
+        placeholder = {"name": "trainer", "image": image,
+                       "resources": {"claims": [{"name": "gpus"}]}}
+        spec = _pinned_spec({"spec": {"containers": [placeholder]}}, host, claim, product)
+        pod_ann[PLACEHOLDER_ANNOTATION] = "true"
         tasks.append({"name": dns_name(unit, node_name), "replicas": 1, "minAvailable": 1,
-                      "template": {"metadata": {"annotations": {
-                          GPUS_ANNOTATION: f"{node_name}:{','.join(map(str, gpus))}"}},
-                          "spec": spec}})
+                      "template": {"metadata": {"annotations": pod_ann}, "spec": spec}})
+    for t in (kept or {}).get("tasks", []):  # pods without GPUs: the user's, not pinned
+        if not t["gpus"]:
+            tasks.append({"name": dns_name(t["name"]), "replicas": int(t["replicas"]),
+                          "template": t["template"]})
     nodes = sorted({n for _, n, _ in pods})
     ann: dict[str, str] = {}
     if topology is not None:
         ann[TOPOLOGY_ANNOTATION] = json.dumps(topology, separators=(",", ":"))
-    meta: dict[str, Any] = {"name": dns_name(job), "labels": {"hyperplace.io/job": dns_name(job)},
-                            "annotations": ann}
+    if kept is None:
+        ann[PLACEHOLDER_ANNOTATION] = "true"
+    meta_out: dict[str, Any] = {"name": dns_name(job),
+                                "labels": {"hyperplace.io/job": dns_name(job)},
+                                "annotations": ann}
     if namespace:
-        meta["namespace"] = namespace
-    spec_out: dict[str, Any] = {"schedulerName": "volcano", "minAvailable": len(tasks),
+        meta_out["namespace"] = namespace
+    spec_out: dict[str, Any] = {"schedulerName": "volcano",
+                                "minAvailable": sum(t["replicas"] for t in tasks),
                                 "networkTopology": {"mode": "hard",
                                                     "highestTierAllowed": _tier_span(instance, nodes)},
                                 "tasks": tasks}
+    if kept and kept.get("plugins"):
+        spec_out["plugins"] = kept["plugins"]
     if queue:
         spec_out["queue"] = queue
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": meta,
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": meta_out,
             "spec": spec_out}
 
 
@@ -340,9 +442,27 @@ def kubernetes_manifests(instance: Instance, plan: PlacementPlan, *,
     return out
 
 
+def pod_command(template: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(the shell command of the pod's GPU container: its ``command`` + ``args``, or None
+    when it runs its image's entrypoint; the container's image)."""
+    import shlex
+
+    containers = (template.get("spec") or {}).get("containers") or []
+    gpu = [c for c in containers if any("nvidia.com/gpu" in ((c.get("resources") or {}).get(k) or {})
+                                        for k in ("limits", "requests"))]
+    c = (gpu or containers or [{}])[0]
+    argv = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+    return (shlex.join(argv) if argv else None), c.get("image")
+
+
 def sbatch_script(instance: Instance, plan: PlacementPlan, job: str, *,
-                  command: str = "python train.py") -> str:
-    """An sbatch script holding the job to its planned nodes and GPUs (module docstring)."""
+                  command: str | None = None) -> str:
+    """An sbatch script holding the job to its planned nodes and GPUs (module docstring).
+    Each pod's ``srun`` runs ``command`` if given, else the command of the workload's own pod
+    template (its GPU container's ``command`` + ``args``; the image is named in a comment:
+    Slurm runs it on the node, not in the image, unless the site's container plugin is used),
+    else a placeholder (:data:`PLACEHOLDER_COMMAND`) under a ``# hyperplace: PLACEHOLDER``
+    comment."""
     per_node: dict[str, list[int]] = defaultdict(list)
     for _unit, node, gpus in pods_of(plan, job):
         per_node[node] += gpus
@@ -359,11 +479,50 @@ def sbatch_script(instance: Instance, plan: PlacementPlan, job: str, *,
              f"#SBATCH --switches={len(leaves)}",
              f"# hyperplace plan: {'; '.join(f'{n}:{sorted(g)}' for n, g in sorted(per_node.items()))}",
              ""]
-    for _unit, n, gpus in pods_of(plan, job):  # one task per pod, on its planned GPUs
+    kept = source_tasks(instance, job)
+    pods = pods_of(plan, job)
+    templates = _pod_templates(plan, job, kept) if kept else [None] * len(pods)
+    for (_unit, n, gpus), source in zip(pods, templates, strict=True):  # one task per pod
+        cmd = command
+        if cmd is None and source is not None:
+            cmd, image = pod_command(source[2])
+            lines.append(f"# {source[0]}: the workload's command" +
+                         (f" (its image: {image})" if image else ""))
+        if cmd is None:
+            cmd = PLACEHOLDER_COMMAND
+            why = "the pod names no command: its image's entrypoint" if source \
+                else "the job has no pod template"
+            lines.append(f"# hyperplace: PLACEHOLDER command ({why}): replace "
+                         f"{PLACEHOLDER_COMMAND!r} with the training command")
         lines.append(f"srun --nodes=1 --ntasks=1 --exact --nodelist={n} --export=ALL,"
-                     f"CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))} {command} &")
+                     f"CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))} {cmd} &")
+    others = [f"{t['name']} ({t['replicas']})" for t in (kept or {}).get("tasks", [])
+              if not t["gpus"]]
+    if others:
+        lines.append(f"# pods without GPUs, not placed by hyperplace: {', '.join(others)}")
     lines += ["wait", ""]
     return "\n".join(lines)
+
+
+def split_tasks(docs: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """The workload's tasks of several pods the written Jobs split into one task per pinned
+    pod: source task -> the written task names (Volcano's svc plugin names its host files
+    and ``VC_<TASK>_HOSTS`` per task, so a command reading the old task's must read these)."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for d in docs:
+        if d.get("kind") != "Job":
+            continue
+        for t in d["spec"]["tasks"]:
+            src = ((t["template"].get("metadata") or {}).get("annotations") or {}).get(
+                SOURCE_TASK_ANNOTATION)
+            if src and src != t["name"]:
+                out[f"{d['metadata']['name']}/{src}"].append(t["name"])
+    return dict(out)
+
+
+def is_placeholder(instance: Instance, job: str) -> bool:
+    """True when the written manifests run a placeholder (no pod template for the job)."""
+    return source_tasks(instance, job) is None
 
 
 def placements_from_manifests(docs: Sequence[Mapping[str, Any]], instance: Instance
@@ -379,12 +538,15 @@ def placements_from_manifests(docs: Sequence[Mapping[str, Any]], instance: Insta
         job = d["metadata"]["name"]
         for task in d["spec"]["tasks"]:
             spec = task["template"]["spec"]
+            ours = [rc for rc in spec.get("resourceClaims") or [] if rc.get("name") == "gpus"]
+            if not ours:  # a pod of the user's without GPUs: not placed by hyperplace
+                continue
             term = spec["affinity"]["nodeAffinity"][
                 "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
             host = term["matchExpressions"][0]["values"][0]
             node = next(n for c in instance.clusters for n in c.nodes
                         if n.labels.get(HOSTNAME_LABEL, n.name) == host)
-            claim = claims[spec["resourceClaims"][0]["resourceClaimName"]]
+            claim = claims[ours[0]["resourceClaimName"]]
             req = claim["spec"]["devices"]["requests"][0]["exactly"]
             gpus: list[int]
             if req.get("selectors"):

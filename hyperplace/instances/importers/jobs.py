@@ -48,6 +48,7 @@ model); cost estimates that need one use the documented default (see the README)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -70,6 +71,10 @@ REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 JOB_API = "ai.example.com/v1alpha1"
 JOB_KIND = "FoundationModelTrainingJob"
+#: The workload's own pod templates, kept for ``hyperplace manifests`` (JSON: ``tasks``
+#: [{``name``, ``replicas``, ``gpus`` per pod, ``template``}] in the document's order, and a
+#: Volcano Job's ``plugins``), so the written Job runs the user's containers.
+POD_TEMPLATES_ANNOTATION = "hyperplace.io/pod-templates"
 
 #: (apiVersion group, kind) of the workloads read.
 WORKLOAD_KINDS = {
@@ -224,6 +229,7 @@ def job_document(doc: dict[str, Any], src: str, where: str = "", *,
                                                  f"{where}metadata.annotations").items()}
     spec = mapping_or_empty(doc.get("spec"), src, f"{where}spec")
     notes: list[str] = []
+    kept: list[dict[str, Any]] = []  # the pod templates, for the written manifests
     if kind == "PodGroup":
         members = _count(spec.get("minMember"), 1, src, f"{where}spec.minMember")
         res = mapping_or_empty(spec.get("minResources"), src, f"{where}spec.minResources")
@@ -244,6 +250,8 @@ def job_document(doc: dict[str, Any], src: str, where: str = "", *,
                 claimed_gpus(pod_spec, claims or {})
             if ps.count == 0:
                 continue
+            kept.append({"name": ps.name, "replicas": ps.count, "gpus": gpus,
+                         "template": ps.template})
             if gpus == 0:
                 notes.append(f"{src}: {name}: {ps.count} pod(s) of {ps.name!r} ask for no GPU: "
                              "not placed by hyperplace")
@@ -331,6 +339,13 @@ def job_document(doc: dict[str, Any], src: str, where: str = "", *,
         priority = pc.lower()
     annotations.setdefault("hyperplace.io/source-kind",
                            f"{doc.get('apiVersion')}/{kind}")
+    if kept:
+        keep: dict[str, Any] = {"tasks": kept}
+        if isinstance(spec.get("plugins"), dict) and kind == "Job" and \
+                _group(doc.get("apiVersion")) == "batch.volcano.sh":
+            keep["plugins"] = spec["plugins"]
+        annotations[POD_TEMPLATES_ANNOTATION] = json.dumps(keep, separators=(",", ":"), default=str,
+                                                           sort_keys=True)
     out_meta: dict[str, Any] = {"name": name, "labels": labels, "annotations": annotations}
     if meta.get("namespace"):
         out_meta["namespace"] = str(meta["namespace"])
