@@ -496,6 +496,26 @@ def test_forecasts_only_in_what_the_budget_left(http: httpx.Client) -> None:
     assert "no forecasts" not in (long.message or "")
 
 
+def test_forecasts_wait_for_the_worker_s_measured_rate() -> None:
+    """A worker gates a plan's forecasts on its own last measured rate, not only on the
+    library's idle-machine figure (forecasts of 2,000 jobs on a busy machine took twice that
+    and ran past the hard deadline, and the worker was stopped)."""
+    from hyperplace.service.worker import WorkerContext, placement
+
+    inst = load_instance(SMALL)
+    request = {"bundled": SMALL, "solver": "greedy", "policy": "performance", "seed": 0,
+               "budget_s": 5.0}
+    ctx = WorkerContext(None)
+    first = PlacementPlan.model_validate_json(
+        placement(request, time.monotonic() + 5.0, ctx).body)
+    assert {f.job for f in first.forecasts} == {j.name for j in inst.jobs}
+    ctx.forecast_s_per_job = 10.0 / len(inst.jobs)  # as if they had taken 10 s
+    second = PlacementPlan.model_validate_json(
+        placement(request, time.monotonic() + 5.0, ctx).body)
+    assert second.forecasts == [] and "no forecasts" in second.message, second.message
+    assert not check(first, inst) and not check(second, inst)
+
+
 # ---- isolation ----------------------------------------------------------------------------
 
 def test_plans_are_per_stored_cluster_and_namespace(http: httpx.Client) -> None:

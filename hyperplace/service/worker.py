@@ -34,11 +34,19 @@ DEBUG_KINDS = frozenset({"debug-crash", "debug-sleep"})
 
 # Kept back from the remaining budget for writing the answer and the hop back.
 ENCODE_RESERVE_S = 0.02
-# Workers run this much nicer than the server (os.nice): when solvers take every CPU, the
-# event loop (extender verbs, health checks, reading requests) still gets one when it needs
-# it (the extender's p99 while two workers solved was 1.08 s at the same priority); an idle
-# server takes nothing from the solvers.
-WORKER_NICE = 5
+# A round's solve is given this fraction of what its deadline leaves less: the plan, its
+# encoding and a solver's overrun on a busy machine come after it, and an answer not in by
+# the hard deadline stops the worker (its replacement starts cold, and the next rounds miss).
+SOLVE_RESERVE_FRACTION = 0.1
+# Forecasts of at least this many jobs set a worker's forecast rate (in fewer, the fixed
+# cost of a call, a first import included, would make the rate seconds a job).
+FORECAST_RATE_MIN_JOBS = 200
+# Workers run this much nicer than the server (os.nice). 0: at +5, on a machine shared with
+# other work, every nice-0 process took CPU from the solves, and their wall-clock deadlines
+# did not move: at load ~4, 16,384-GPU rounds at budget 5 s ran past the hard deadline and
+# were stopped, 3 of 3 at concurrency 1 and every one at 8 (at 0: 3 of 3, and the first 2 of 8
+# answered); the extender's p99 at +5 was within the noise (notes/issue-27-service.md).
+WORKER_NICE = 0
 # Cached parsed instances of stored clusters, per worker (LRU).
 CACHE_SIZE = 4
 # Stored clusters whose last round's problem a worker keeps for the next round (LRU).
@@ -58,6 +66,8 @@ class WorkerContext:
     """A worker's link back to the server (to fetch a stored cluster it has not cached)."""
 
     def __init__(self, conn: Any) -> None:
+        # seconds per job of this worker's last forecasts (the library's figure until then)
+        self.forecast_s_per_job = 0.0
         self.conn = conn
         self.cache: OrderedDict[tuple[str, tuple[Any, ...]], Any] = OrderedDict()
         # per stored cluster: what its last round left for the next (solvers.heuristics.warm)
@@ -359,10 +369,10 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
 
     inst, label = resolve_instance(payload, ctx)
     # the request body was validated as the library's round request; its budget is what
-    # the service's deadline leaves
+    # the service's deadline leaves, less SOLVE_RESERVE_FRACTION of it
     request = RoundRequest.of(
         solver=payload["solver"], policy=payload["policy"], seed=payload["seed"],
-        budget_s=max(0.01, remaining(deadline)), preemption=payload.get("preemption", "never"),
+        budget_s=max(0.01, (1 - SOLVE_RESERVE_FRACTION) * remaining(deadline)), preemption=payload.get("preemption", "never"),
         running_moveable=bool(payload.get("running_moveable")),
         max_moves=payload.get("max_moves"), hot_spares=payload.get("hot_spares", 0))
     # rounds on a stored cluster are not cold starts (an inline instance has no history)
@@ -371,12 +381,18 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
     from hyperplace.sim import planning  # (#21) when and where, every job
 
     forecasts: list[Any] = []
-    need = planning.FORECAST_S_PER_JOB * len(inst.jobs)
-    if need <= remaining(deadline):  # after the solve: only in what its budget left
+    # after the solve: only in what its budget left, at this worker's measured rate (the
+    # library's figure was fitted on an idle machine; on a busy one forecasts of 2,000 jobs
+    # took twice as long and ran past the hard deadline)
+    need = max(planning.FORECAST_S_PER_JOB, ctx.forecast_s_per_job) * len(inst.jobs)
+    if need <= remaining(deadline):
+        start = time.monotonic()
         try:
             forecasts = planning.forecast_plan(inst, plan)
         except InputError as exc:
             raise input_problem(exc) from None
+        if len(inst.jobs) >= FORECAST_RATE_MIN_JOBS:
+            ctx.forecast_s_per_job = (time.monotonic() - start) / len(inst.jobs)
     else:
         plan = plan.model_copy(update={"message": "; ".join(filter(None, [
             plan.message, f"no forecasts: the budget had no time left for them (about "
@@ -669,8 +685,7 @@ def watch_server(server_pid: int, period_s: float = 0.5) -> None:
 
 
 def worker_main(conn: Any, server_pid: int | None = None) -> None:
-    """Serve tasks from the server until the pipe closes (at a lower CPU priority than the
-    server: :data:`WORKER_NICE`)."""
+    """Serve tasks from the server until the pipe closes (at :data:`WORKER_NICE`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
