@@ -54,6 +54,7 @@ import hashlib
 import itertools
 import json
 import math
+import multiprocessing
 import sqlite3
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -422,7 +423,11 @@ def run_sweep(sweep: Sweep, out: Path, *, backend: str = "local", workers: int =
 def _run_local(sweep: Sweep, todo: list[dict[str, Any]], workers: int, record) -> None:
     if not todo:
         return
-    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+    # fresh interpreters (spawn), as Ray's workers and a new CLI process are: a forked
+    # worker would inherit whatever the calling process had cached or set (a notebook, a
+    # test session), and its scenarios could then differ from the same sweep elsewhere
+    with ProcessPoolExecutor(max_workers=max(1, workers),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {}
         queue = list(todo)
         while queue or futures:
