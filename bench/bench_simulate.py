@@ -351,14 +351,9 @@ def charts(out_dir: Path, tag: str, rows) -> list[Path]:
 
 
 def _save(fig, path: Path) -> Path:
-    import tempfile
+    from hyperplace.sim.metrics import save_figure
 
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    fig.tight_layout()
-    fig.savefig(tmp, dpi=100)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path, dpi=100)
 
 
 def cell_tag(label: str, inst: str, target: float) -> str:

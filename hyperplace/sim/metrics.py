@@ -300,7 +300,7 @@ def draw_charts(out: Path, runs: list[PolicyRun]) -> list[Path]:
     ax.set_xlabel("job completion time (h)")
     ax.set_ylabel("fraction of jobs")
     ax.legend(fontsize=7)
-    written.append(_save(fig, out / "jct_cdf.png"))
+    written.append(save_figure(fig, out / "jct_cdf.png"))
     for attr, label, fname in (("busy", "busy GPUs (fraction)", "utilisation.png"),
                                ("queued", "jobs waiting", "queue_length.png")):
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -312,15 +312,16 @@ def draw_charts(out: Path, runs: list[PolicyRun]) -> list[Path]:
         ax.set_xlabel("time (h)")
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
-        written.append(_save(fig, out / fname))
+        written.append(save_figure(fig, out / fname))
     plt.close("all")
     return written
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
+    """Write a matplotlib figure as PNG whole or not at all (a temporary file renamed)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
     os.close(fd)
     fig.tight_layout()
-    fig.savefig(tmp, dpi=110)
+    fig.savefig(tmp, dpi=dpi)
     os.replace(tmp, path)
     return path
