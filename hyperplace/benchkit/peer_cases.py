@@ -3,7 +3,7 @@
 Each instance is small enough to check by hand. The YAML files in
 ``hyperplace/data/peer-*.yaml`` are written by this module
 (``python -m hyperplace.benchkit.peer_cases``); edit the builders, not the files. What
-each rule does on each instance is pinned in ``tests/test_baselines.py``.
+each rule does on each instance is pinned in ``tests/baselines/test_baselines.py``.
 
 * ``peer-gang-takes-needed-leaf``: a gang with no topology request (4 x TP4) and then a
   gang that must stay on one leaf (2 x TP8). Leaf A has five half-used nodes, leaf B two

@@ -2,7 +2,7 @@
 
 The YAML files under ``hyperplace/data`` are what users load, diff and copy, so they are
 committed; this module is what they are made from, so a reviewer can see *why* each GPU is
-busy. ``tests/test_instances.py`` rebuilds every file and compares it byte for byte, so
+busy. ``tests/instances/test_instances.py`` rebuilds every file and compares it byte for byte, so
 the two cannot drift. Every builder is deterministic (fixed tables or a fixed seed).
 
 Each instance is built to exercise something a greedy one-job-at-a-time scheduler gets

@@ -1,7 +1,7 @@
 """Named models, each from its published configuration (the source is on every preset).
 
 Parameter counts are recomputed from the dimensions by :mod:`hyperplace.models.transformer`
-and tested against the published totals (``tests/test_costmodel_presets.py``).
+and tested against the published totals (``tests/costmodel/test_costmodel.py``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Workers come from a ``forkserver`` whose preloaded imports (the solvers, OR-Tool
 replacement start in milliseconds. Requests wait in one bounded FIFO queue: when it is full,
 :class:`Saturated` says how long to wait (the HTTP layer answers 429 with ``Retry-After``).
 
-What the pool promises (tested in tests/test_service_faults.py):
+What the pool promises (tested in tests/service/test_service_faults.py):
 
 * never more solver processes than ``size``: a worker is killed and reaped before its
   replacement starts (cancel, hard deadline, crash alike);

@@ -2,7 +2,7 @@
 history (decayed GPU-hours, for fair share over rounds), runs, and the latest plan of every
 job (for the scheduler extenders).
 
-Durability (what the service promises, tested in tests/test_service_faults.py): every change
+Durability (what the service promises, tested in tests/service/test_service_faults.py): every change
 the service acknowledges (a 2xx answer) was committed to SQLite before the answer was sent,
 in WAL mode with ``synchronous=FULL`` (each commit is fsynced), so neither kill -9 nor a power
 cut after the answer loses it. One server per database: the server holds an exclusive

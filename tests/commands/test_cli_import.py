@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cli_run import run_main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "hyperplace" / "data"
 
 CASES = [

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from hyperplace.cli import app
 from hyperplace.instances import BUNDLED, load_instance
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 INSTANCE = """\
@@ -230,7 +230,7 @@ def test_validate_accepts_hypernodes_with_regex_selectors_alone() -> None:
     later, so validate must not demand a node list the user cannot give it."""
     from hyperplace.cli import app as cli_app
 
-    path = Path(__file__).parent / "data" / "hypernodes_two_tier.yaml"
+    path = Path(__file__).parents[1] / "data" / "hypernodes_two_tier.yaml"
     result = CliRunner().invoke(cli_app, ["validate", str(path)])
     assert result.exit_code == 0, result.output
     assert "HyperNode" in result.output

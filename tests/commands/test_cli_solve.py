@@ -121,7 +121,7 @@ def test_plan_from_files_must_be_checked_against_the_same_files(tmp_path: Path):
     cluster.write_text(yaml.safe_dump({
         "apiVersion": "hyperplace/v1", "kind": "Cluster", "metadata": {"name": "mixed"},
         "spec": {"nodes": [{"name": "n0", "gpuType": "H100-80", "gpuCount": 8}]}}))
-    jobs = Path(__file__).parent / "data" / "seed_job.yaml"
+    jobs = Path(__file__).parents[1] / "data" / "seed_job.yaml"
     out = tmp_path / "plan.json"
     res = runner.invoke(app, ["solve", "--cluster", str(cluster), "--jobs", str(jobs), "-o", str(out)])
     assert res.exit_code == 0, res.output

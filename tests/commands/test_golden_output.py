@@ -21,7 +21,7 @@ from hyperplace.cli import app
 from hyperplace.commands import render
 from hyperplace.commands.render import Column
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 WIDTHS = (80, 200)
 

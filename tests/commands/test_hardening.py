@@ -18,7 +18,7 @@ from cli_run import run_main
 from hyperplace.io import MAX_ALIASES, load_documents, write_atomic
 from hyperplace.models.limits import MAX_GPUS, MAX_JOBS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 NODE = "{name: n0, gpuType: H100-80, gpuCount: 8}"
 

@@ -19,7 +19,7 @@ from hyperplace.federation.problem import FederationProblem, from_hyperjob, from
 from hyperplace.instances.importers.nccl_xml import import_nccl_topology
 from hyperplace.models.hyperjob import HyperJob
 
-SCHEMAS = Path(__file__).parent / "data" / "schemas"
+SCHEMAS = Path(__file__).parents[1] / "data" / "schemas"
 CRDS = {
     ("batch.volcano.sh/v1alpha1", "Job"): "batch.volcano.sh_jobs.yaml",
     ("policy.karmada.io/v1alpha1", "PropagationPolicy"): "policy.karmada.io_propagationpolicies.yaml",

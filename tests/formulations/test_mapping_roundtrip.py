@@ -6,7 +6,7 @@ writes); the plan of the decoded assignment passes the independent checker."""
 from __future__ import annotations
 
 from hypothesis import HealthCheck, assume, given, settings
-from test_placement_properties import rounds
+from placement_helpers import rounds
 
 from hyperplace.check import check
 from hyperplace.formulations.mapping import decode, encode, to_plan

@@ -48,9 +48,9 @@ from hyperplace.models import (
 )
 from hyperplace.models.node import DGX1_LINKS
 
-DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[2] / "shared"  # shared/ sits beside the checkout
-SCHEMAS = Path(__file__).parent / "data" / "schemas"  # shipped with the tests (PROVENANCE.md)
+DATA = Path(__file__).parents[1] / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared"  # shared/ sits beside the checkout
+SCHEMAS = Path(__file__).parents[1] / "data" / "schemas"  # shipped with the tests (PROVENANCE.md)
 CATALOG = default_catalog()
 
 
@@ -584,7 +584,7 @@ def test_every_bundled_file_has_provenance() -> None:
 
 def _recorded_sha256() -> dict[str, str]:
     """tests/data/shared_data.sha256: the originals' checksums (``sha256sum`` lines)."""
-    lines = (Path(__file__).parent / "data" / "shared_data.sha256").read_text().splitlines()
+    lines = (Path(__file__).parents[1] / "data" / "shared_data.sha256").read_text().splitlines()
     return {name: digest for digest, name in
             (line.split("  ", 1) for line in lines if line and not line.startswith("#"))}
 

@@ -20,7 +20,7 @@ from hyperplace.instances.registry import load_cluster_and_jobs, validate_file
 from hyperplace.io import load_documents
 from hyperplace.models.plan import PlacementPlan
 
-K8S = Path(__file__).parent / "data" / "k8s"
+K8S = Path(__file__).parents[1] / "data" / "k8s"
 NODES = K8S / "nodes-kueue-tas-h100.json"
 PODS = K8S / "pods-running.json"
 

@@ -22,7 +22,7 @@ from hyperplace.instances.writers import kubernetes_manifests, placements_from_m
 from hyperplace.io import load_documents
 from hyperplace.solvers.driver import solve_placement
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 K8S = DATA / "k8s"
 SCHEMAS = DATA / "schemas"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -238,7 +238,7 @@ def test_dra_pci_bus_ids_from_an_nccl_topology_file(tmp_path):
     v25.8: gpu.nvidia.com/pcieBusID), and read back to the same GPUs."""
     from hyperplace.instances.importing import import_cluster
 
-    ndv5 = Path(__file__).parent.parent / "hyperplace" / "data" / "topology" / "azure_ndv5-topo.xml"
+    ndv5 = Path(__file__).parents[2] / "hyperplace" / "data" / "topology" / "azure_ndv5-topo.xml"
     text, _ = import_cluster("nccl-xml", [str(ndv5)], count=2, gpu_type="H100-80")
     cluster = yaml.safe_load(text)
     bus = cluster["spec"]["nodes"][0]["labels"]["hyperplace.io/gpu-pci-bus-ids"].split(",")

@@ -13,7 +13,7 @@ from hyperplace.errors import InputError
 from hyperplace.instances.importers import import_nvidia_smi_topo
 from hyperplace.instances.importing import import_cluster
 
-SMI = Path(__file__).parent / "data" / "nvidia-smi"
+SMI = Path(__file__).parents[1] / "data" / "nvidia-smi"
 B300 = SMI / "b300-sxm6-nv18-sglang-26039.txt"
 H800 = SMI / "h800-nv8-sglang-28424.txt"
 H100 = SMI / "dgx-h100-nv18-12nic-talos.txt"
@@ -94,7 +94,7 @@ def test_nccl_files_without_gpus_take_count_and_type_per_file(tmp_path):
     """AWS g5.48xl and p5 NCCL files list no <gpu>: --gpu-count and --gpu-type per file."""
     from hyperplace.instances.importers import bundled
 
-    g5 = Path(__file__).parent / "data" / "nccl" / "aws_g5.48xl-topo.xml"
+    g5 = Path(__file__).parents[1] / "data" / "nccl" / "aws_g5.48xl-topo.xml"
     with pytest.raises(InputError) as e:
         import_cluster("nccl-xml", [str(g5)])
     assert "give --gpu-count" in e.value.message

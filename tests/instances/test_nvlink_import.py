@@ -23,7 +23,7 @@ from hyperplace.models.job import ObjectMeta
 from hyperplace.solvers.driver import solve_placement
 from placement_helpers import job
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def _k8s_node(name: str, clique: str, rack: str) -> dict:

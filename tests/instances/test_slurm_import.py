@@ -13,7 +13,7 @@ from hyperplace.instances.importing import import_cluster
 from hyperplace.instances.registry import instance_from_documents
 from hyperplace.io import load_documents
 
-SLURM = Path(__file__).parent / "data" / "slurm"
+SLURM = Path(__file__).parents[1] / "data" / "slurm"
 TREE = SLURM / "topograph-oci-sim-tree.conf"
 BLOCK = SLURM / "topograph-dra-block.conf"
 IB = SLURM / "ibnetdiscover-superpod.out"

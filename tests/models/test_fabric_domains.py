@@ -11,6 +11,7 @@ import itertools
 
 import networkx as nx
 import pytest
+from placement_helpers import line_instance
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -129,23 +130,6 @@ def test_random_graphs_give_all_maximal_sets_within_each_radius(fabric):
 
 # ---- every backend on a fabric that is not a tree (issue #8, case 1) ------------------
 
-def _line_instance(jobs, dual_homed: bool):
-    from placement_helpers import node
-
-    from hyperplace.models import Cluster, FabricSpec, Instance, InstanceSpec
-    from hyperplace.models.job import ObjectMeta
-
-    nodes = [node(f"n{i}") for i in range(1, 5)] + ([node("x")] if dual_homed else [])
-    links = [Link(a=f"L{i}", b=f"L{i + 1}", gbps=400) for i in range(1, 4)]
-    links += [Link(a=f"n{i}", b=f"L{i}", gbps=400) for i in range(1, 5)]
-    if dual_homed:
-        links += [Link(a="x", b="L1", gbps=400), Link(a="x", b="L2", gbps=400)]
-    cluster = Cluster(name="c", nodes=nodes, fabric=FabricSpec(
-        switches=[Switch(name=f"L{i}") for i in range(1, 5)], links=links))
-    return Instance(metadata=ObjectMeta(name="line"),
-                    spec=InstanceSpec(clusters=[cluster], jobs=jobs))
-
-
 SOLVERS = ["greedy", "cpsat", "milp", "auto"]
 
 
@@ -159,7 +143,7 @@ def test_line_of_leaves_plans_keep_the_hop_limit(solver, hops):
 
     jobs = [job("hi", tp=8, replicas=2, dp_hop=hops, priority="high"),
             job("mid", tp=8, replicas=2, dp_hop=hops), job("lo", tp=8, priority="low")]
-    inst = _line_instance(jobs, dual_homed=True)
+    inst = line_instance(jobs, dual_homed=True)
     plan = solve_placement(inst, solver=solver, budget_s=10)
     assert check(plan, inst) == []
     assert "hi" in {j.job for j in plan.jobs}
@@ -194,7 +178,7 @@ def test_line_of_leaves_uses_overlapping_domains(solver):
     from hyperplace.solvers.driver import solve_placement
 
     jobs = [job("a", tp=8, replicas=2, dp_hop=2), job("b", tp=8, replicas=2, dp_hop=2)]
-    inst = _line_instance(jobs, dual_homed=False)
+    inst = line_instance(jobs, dual_homed=False)
     plan = solve_placement(inst, solver=solver, budget_s=10)
     assert check(plan, inst) == []
     assert {j.job for j in plan.jobs} == {"a", "b"}

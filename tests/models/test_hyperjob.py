@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from hyperplace.cli import app
 from hyperplace.models import HyperJob
 
-DATA = Path(__file__).parent / "data"
-SCHEMA = Path(__file__).parent / "data" / "schemas" / "training.volcano.sh_hyperjobs.yaml"
+DATA = Path(__file__).parents[1] / "data"
+SCHEMA = Path(__file__).parents[1] / "data" / "schemas" / "training.volcano.sh_hyperjobs.yaml"
 
 
 def _load() -> dict:

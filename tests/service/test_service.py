@@ -701,7 +701,7 @@ def test_readme_client_session_runs(server: LocalServer) -> None:
     """The README's client session, as written, against the test server."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     session = text.split("A client session", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     assert '"http://127.0.0.1:8080"' in session
     code = session.replace('"http://127.0.0.1:8080"', repr(server.url))
@@ -747,11 +747,11 @@ def test_placement_with_hot_spares(http: httpx.Client) -> None:
 
 
 def test_placement_with_moveable_running_jobs(http: httpx.Client) -> None:
-    from test_sharing_defrag import _fragmented
+    from placement_helpers import fragmented
 
     from placement_helpers import job
 
-    inst = _fragmented(pending=[job("big", replicas=2, dp_hop=2)])
+    inst = fragmented(pending=[job("big", replicas=2, dp_hop=2)])
     body = {"instance": inst.to_doc(), "budgetS": 10, "runningMoveable": True}
     r = http.post("/v1/placement", json=body)
     assert r.status_code == 200, r.text

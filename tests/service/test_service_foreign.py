@@ -16,7 +16,7 @@ from hyperplace.instances.registry import load_cluster_and_jobs
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.service.launch import LocalServer
 
-K8S = Path(__file__).parent / "data" / "k8s"
+K8S = Path(__file__).parents[1] / "data" / "k8s"
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,7 @@ import sys
 
 import httpx
 import pytest
-from test_session_fairshare import queued
-from test_sim_fairshare import cluster_queue, one_node
+from queue_helpers import cluster_queue, one_node, queued
 
 from hyperplace.check import check
 from hyperplace.models import Instance

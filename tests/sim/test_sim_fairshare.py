@@ -8,6 +8,7 @@ import copy
 import math
 
 import pytest
+from queue_helpers import cluster_queue, one_node
 
 from hyperplace.models.usage import QueueUsage, decay_factor, fair_share_factors
 from hyperplace.instances.generator import small_job
@@ -25,22 +26,6 @@ from hyperplace.sim.simulator import SimConfig, simulate
 from hyperplace.models.instance import in_queue
 from hyperplace.solvers.driver import solve_placement
 from hyperplace.check import check
-
-
-def cluster_queue(name: str, nominal: int = 64, weight: float = 1) -> dict:
-    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
-            "metadata": {"name": name},
-            "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
-                {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": nominal}]}]}],
-                "fairSharing": {"weight": weight}}}
-
-
-def one_node(queues: list[dict]) -> Instance:
-    node = Node(name="n0", gpu_type="H100-80", gpu_count=8)
-    gen = FabricGenerator(type="fat-tree-2", nodes_per_leaf=2, spines=2)
-    cluster = Cluster(name="c", nodes=[node], fabric=FabricSpec(generator=gen))
-    return Instance(metadata=ObjectMeta(name="one"),
-                    spec=InstanceSpec(clusters=[cluster])).with_queues(queues)
 
 
 def sim_job(inst: Instance, name: str, gpus: int, queue: str, work: float = 30.0) -> SimJob:
@@ -261,7 +246,7 @@ def test_reclaim_round_from_the_flood_bench_passes_the_checker():
 
     import yaml
 
-    doc = yaml.safe_load((Path(__file__).parent / "data" / "reclaim-priority-inversion.yaml")
+    doc = yaml.safe_load((Path(__file__).parents[1] / "data" / "reclaim-priority-inversion.yaml")
                          .read_text())
     inst = Instance.model_validate(doc)
     plan = solve_placement(inst, solver="cpsat", budget_s=10, preemption="reclaim-within-cohort")

@@ -121,7 +121,7 @@ def test_migrations_keep_the_spares(solver):
     from hyperplace.models.migration import MigrationPolicy
     from hyperplace.commands.solve import resolve_instance
 
-    inst = resolve_instance(str(Path(__file__).resolve().parent.parent / "examples" /
+    inst = resolve_instance(str(Path(__file__).resolve().parents[2] / "examples" /
                                 "busy-cluster.yaml"), None, None)
     for spares in (0, 1, 2):
         plan = solve_placement(inst, solver=solver, budget_s=10, hot_spares=spares,

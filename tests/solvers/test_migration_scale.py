@@ -22,7 +22,7 @@ from hyperplace.solvers.driver import solve_placement
 from hyperplace.solvers.heuristics.greedy import solve_greedy
 from hyperplace.solvers.heuristics.greedy_migrate import greedy_migrate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _filled_round():

@@ -361,13 +361,13 @@ def test_cut_units_with_their_own_hop_limit_on_a_line_of_leaves(solver):
     # with maxHopCount 2 each go on two neighbouring nodes. Even with every cut class asked
     # to pool its units, on such a fabric they get variables per unit (pooled counts need
     # one domain per node), so the plan is found and valid
-    from test_fabric_domains import _line_instance
+    from placement_helpers import line_instance
 
     from hyperplace.formulations.placement import ModelParams
     from hyperplace.solvers.params import SolveParams
 
     j = job("u", tp=12, replicas=2, accel=None, nvlink=0, mem=40, tp_hop=2)
-    inst = _line_instance([j], dual_homed=False)
+    inst = line_instance([j], dual_homed=False)
     params = SolveParams(model=ModelParams(flexible_max_units=0))
     plan = solve_placement(inst, solver=solver, budget_s=10, params=params)
     assert check(plan, inst) == []

@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from placement_helpers import instance, job, node
+from placement_helpers import rounds
 
 from hyperplace.check import check
 from hyperplace.formulations.placement import ModelParams
@@ -17,36 +16,6 @@ from hyperplace.solvers.driver import solve_placement
 from hyperplace.solvers.params import SolveParams
 
 # (GPU type, NVLink topology, GPUs): NVSwitch nodes of two sizes, DGX-1 and PCIe nodes
-NODE_KINDS = [("H100-80", "nvswitch", 8), ("A100-80", "nvswitch", 8), ("H100-80", "nvswitch", 4),
-              ("V100-32", "hybrid_cube_mesh", 8), ("A100-40", "pcie", 4)]
-
-
-@st.composite
-def rounds(draw):
-    """2-6 nodes of mixed sizes and kinds, partly busy or faulty; 1-6 jobs of every shape,
-    units larger than a node and units cut across nodes (no floor, a hop limit) included."""
-    n_nodes = draw(st.integers(2, 6))
-    nodes = []
-    for i in range(n_nodes):
-        gpu_type, nvlink, gpus = draw(st.sampled_from(NODE_KINDS))
-        busy = draw(st.sets(st.integers(0, gpus - 1), max_size=gpus - 1))
-        faulty = draw(st.sets(st.integers(0, gpus - 1), max_size=1)) - busy
-        nodes.append(node(f"n{i}", gpu_type, gpus=gpus, nvlink=nvlink,
-                          allocated={g: "running" for g in busy}, faulty=sorted(faulty)))
-    jobs = []
-    for k in range(draw(st.integers(1, 6))):
-        accel = draw(st.sampled_from([None, "H100", "A100", "V100", "H100|A100"]))
-        nvlink = draw(st.sampled_from([0, 0, 50, 600, 900]))
-        jobs.append(job(
-            f"j{k}", tp=draw(st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16])),
-            replicas=draw(st.integers(1, 3)), accel=accel,
-            priority=draw(st.sampled_from(["low", "normal", "high"])),
-            tp_hop=draw(st.sampled_from([None, 0, 1, 3])),
-            dp_hop=draw(st.sampled_from([None, 1, 3])), nvlink=nvlink, mem=32,
-            group_type=draw(st.sampled_from(["TensorParallel", "TensorParallel", "DataParallel"]))))
-    return instance(nodes, jobs, nodes_per_leaf=draw(st.integers(1, 3)))
-
-
 def _assert_sound(plan, inst):
     assert check(plan, inst) == [], plan.status
     placed = {p.job for p in plan.placements}

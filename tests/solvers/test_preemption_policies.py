@@ -210,7 +210,7 @@ def test_quota_freed_by_another_queues_stops_is_no_inversion(solver):
 
     from hyperplace.models.instance import Instance
 
-    doc = yaml.safe_load((Path(__file__).parent / "data" / "stop-quota-priority-inversion.yaml")
+    doc = yaml.safe_load((Path(__file__).parents[1] / "data" / "stop-quota-priority-inversion.yaml")
                          .read_text())
     inst = Instance.model_validate(doc)
     for policy in ("lower-priority", "reclaim-within-cohort"):

@@ -9,18 +9,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_sim_fairshare import cluster_queue, one_node
+from queue_helpers import cluster_queue, one_node, queued
 
 from hyperplace.check import check
-from hyperplace.instances.generator import small_job
 from hyperplace.models import Instance
 from hyperplace.models.job import TrainingJob
-from hyperplace.models.instance import in_queue
 from hyperplace.solvers.workflows.session import PlacementSession, RoundDelta
-
-
-def queued(inst: Instance, name: str, gpus: int, queue: str) -> TrainingJob:
-    return in_queue(small_job(name, "m", gpus), queue, inst)[0]
 
 
 def _rounds(half_life_s: float | None, rounds: int = 8) -> dict[str, int]:

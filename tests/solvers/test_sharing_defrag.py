@@ -11,22 +11,7 @@ from hyperplace.models.instance import RunningJob
 from hyperplace.models.plan import Migration
 from hyperplace.models.sharing import largest_free_domains
 from hyperplace.solvers.workflows.defrag import defrag, defrag_cluster, solve_with_migration
-from placement_helpers import instance, job, node
-
-
-def _fragmented(pending=None, manifests=("a", "b", "c")):
-    # leaf 0: n0 (a: 4 GPUs), n1 (c: 4 GPUs); leaf 1: n2 (b: 4 GPUs), n3 free.
-    # "big" needs 2 x 8 GPUs within one leaf: moving b (40 GPU-s lost) frees leaf 1, moving
-    # a and c (4,800 GPU-s) would free leaf 0.
-    nodes = [node("n0", allocated={g: "a" for g in range(4)}),
-             node("n1", allocated={g: "c" for g in range(4)}),
-             node("n2", allocated={g: "b" for g in range(4)}), node("n3")]
-    inst = instance(nodes, [job("big", replicas=2, dp_hop=2)] if pending is None else pending)
-    ages = {"a": 600, "b": 10, "c": 600}
-    spec = inst.spec.model_copy(update={"running_jobs": [
-        RunningJob(name=n, checkpoint_age_s=ages[n],
-                   job=job(n, tp=4) if n in manifests else None) for n in ("a", "b", "c")]})
-    return inst.model_copy(update={"spec": spec})
+from placement_helpers import fragmented, instance, job, node
 
 
 def _nodes(plan, name):
@@ -34,7 +19,7 @@ def _nodes(plan, name):
 
 
 def test_defrag_moves_one_job_to_free_a_leaf_for_the_waiting_job(solver):
-    inst = _fragmented()
+    inst = fragmented()
     result = defrag(inst, "big", solver=solver)
     assert [(m.job, m.gpus, m.lost_gpu_seconds, m.why, m.for_job) for m in result.migrations] \
         == [("b", 4, 40, "admit", "big")]
@@ -45,7 +30,7 @@ def test_defrag_moves_one_job_to_free_a_leaf_for_the_waiting_job(solver):
 
 
 def test_defrag_proposes_nothing_when_the_job_still_would_not_fit(solver):
-    inst = _fragmented(manifests=("a",))  # only a may move: no leaf frees
+    inst = fragmented(manifests=("a",))  # only a may move: no leaf frees
     result = defrag(inst, "big", solver=solver)
     assert result.migrations == [] and "big" not in result.plan.admitted
     assert check(result.plan, inst) == []
@@ -53,7 +38,7 @@ def test_defrag_proposes_nothing_when_the_job_still_would_not_fit(solver):
 
 
 def test_checker_rejects_migrations_not_needed_or_misstated():
-    inst = _fragmented()
+    inst = fragmented()
     plan = defrag(inst, "big", solver="cpsat").plan
     (m,) = plan.migrations
     wrong = plan.model_copy(update={"migrations": [m.model_copy(update={"lost_gpu_seconds": 4})]})
@@ -71,7 +56,7 @@ def test_checker_rejects_migrations_not_needed_or_misstated():
                                       "jobs": [j for j in plan.jobs if j.job != "b"]})
     assert "migrate-not-placed" in {v.code for v in check(dropped, inst)}
     # and only jobs with a manifest can be checked
-    bare = _fragmented(manifests=("a", "c"))
+    bare = fragmented(manifests=("a", "c"))
     assert "migrate-no-manifest" in {v.code for v in check(plan, bare)}
 
 
@@ -84,7 +69,7 @@ def _move(inst, name, node_name, gpus):
 
 
 def test_whole_cluster_defrag_grows_the_largest_free_domain_within_max_moves(solver):
-    inst = _fragmented(pending=[])
+    inst = fragmented(pending=[])
     assert largest_free_domains(inst) == {"H100-80": 8}
     none = defrag_cluster(inst, max_moves=0, solver=solver)
     assert none.migrations == [] and check(none.plan, inst) == []
@@ -100,7 +85,7 @@ def test_whole_cluster_defrag_grows_the_largest_free_domain_within_max_moves(sol
 
 
 def test_solve_with_moveable_running_jobs_places_the_waiting_job(solver):
-    inst = _fragmented(pending=[job("big", replicas=2, dp_hop=2), job("small", tp=2)])
+    inst = fragmented(pending=[job("big", replicas=2, dp_hop=2), job("small", tp=2)])
     plan = solve_with_migration(inst, solver=solver, budget_s=10)
     assert check(plan, inst) == []
     assert {"big", "small"} <= set(plan.admitted)
@@ -108,7 +93,7 @@ def test_solve_with_moveable_running_jobs_places_the_waiting_job(solver):
 
 
 def test_defrag_refuses_bad_input():
-    inst = _fragmented()
+    inst = fragmented()
     with pytest.raises(ValueError, match="not a pending job"):
         defrag(inst, "nope")
     with pytest.raises(ValueError, match="max_moves"):
@@ -121,7 +106,7 @@ def test_cli_defrag(tmp_path):
 
     from hyperplace.cli import app
 
-    inst = _fragmented(manifests=())
+    inst = fragmented(manifests=())
     specs = [job(n, tp=4) for n in ("a", "b", "c")]
     path, jobs = tmp_path / "inst.yaml", tmp_path / "running.yaml"
     path.write_text(yaml.safe_dump(inst.to_doc()))
@@ -159,7 +144,7 @@ def test_cli_solve_running_moveable(tmp_path):
 
     from hyperplace.cli import app
 
-    inst = _fragmented()
+    inst = fragmented()
     path = tmp_path / "inst.yaml"
     path.write_text(yaml.safe_dump(inst.to_doc()))
     runner = CliRunner()
@@ -183,7 +168,7 @@ def test_cli_solve_refuses_moveable_with_preemption(tmp_path, capsys):
     from cli_run import run_main
 
     path = tmp_path / "inst.yaml"
-    path.write_text(yaml.safe_dump(_fragmented().to_doc()))
+    path.write_text(yaml.safe_dump(fragmented().to_doc()))
     code = run_main(["solve", "--instance", str(path), "--running-moveable",
                      "--preemption", "lower-priority"])
     err = capsys.readouterr().err

@@ -441,7 +441,7 @@ def test_a_plan_outside_the_model_is_not_bounded_by_it():
 
     from hyperplace.models.instance import Instance
 
-    doc = yaml.safe_load((Path(__file__).parent / "data" / "reclaim-bound-outside-model.yaml")
+    doc = yaml.safe_load((Path(__file__).parents[1] / "data" / "reclaim-bound-outside-model.yaml")
                          .read_text())
     inst = Instance.model_validate(doc)
     plan = solve_with_preemption(inst, preemption="reclaim-within-cohort", solver="cpsat",
@@ -458,7 +458,7 @@ def test_greedy_reclaim_does_not_leave_a_higher_priority_job_pending():
 
     from hyperplace.instances import load_instance
 
-    inst = load_instance(str(Path(__file__).parent / "data" /
+    inst = load_instance(str(Path(__file__).parents[1] / "data" /
                              "greedy_reclaim_priority_inversion.yaml"))
     _solve(inst, "greedy", policy="reclaim-within-cohort")  # the checker refuses the plan
 
