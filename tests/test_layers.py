@@ -145,3 +145,21 @@ def test_the_rule_itself(source, target, ok):
     src, dst = unit_of(source), unit_of(target)
     assert src is not None and dst is not None
     assert (dst == src or RANK[dst] < RANK[src]) is ok
+
+
+#: Tests of the whole project rather than of one package (README examples, these rules, lint).
+PROJECT_TESTS = {"test_examples.py", "test_layers.py", "test_lint.py"}
+
+
+def test_tests_mirror_the_package():
+    """A test file sits in ``tests/<package>/`` of the package it tests (``tests/sim/`` for
+    ``hyperplace/sim``), or at ``tests/`` when it tests the whole project; basenames are unique
+    across the tree (pytest imports test files by basename)."""
+    tests = ROOT / "tests"
+    files = sorted(tests.rglob("test_*.py"))
+    misplaced = [str(f.relative_to(tests)) for f in files
+                 if not (f.parent == tests and f.name in PROJECT_TESTS)
+                 and not (f.parent.parent == tests and (PACKAGE / f.parent.name).is_dir())]
+    assert misplaced == [], f"put these in tests/<package>/: {misplaced}"
+    names = [f.name for f in files]
+    assert len(names) == len(set(names)), sorted({n for n in names if names.count(n) > 1})
