@@ -141,6 +141,8 @@ class _Context:
         self._types: dict[str, GPUType] = {}
         self._pairs: dict[str, dict[tuple[int, int], float]] = {}
         self._paths: dict[tuple[str, str], tuple[int | None, float | None]] = {}
+        #: (selector, memory floor) -> GPUs of the largest node suiting it
+        self._largest: dict[tuple[str | None, float], int] = {}
 
     def units(self, job: str) -> dict[str, GangUnit]:
         if job not in self._units:
@@ -185,8 +187,13 @@ class _Context:
 
     def largest_node(self, unit: GangUnit) -> int:
         """GPUs of the largest node whose type and memory suit the unit (0 if none)."""
-        return max((n.gpu_count for _, n in self.nodes.values()
-                    if self.type_ok(unit, n) and self.memory_ok(unit, n)), default=0)
+        key = (unit.gpu_types, unit.min_memory_gb)
+        found = self._largest.get(key)
+        if found is None:
+            found = self._largest[key] = max(
+                (n.gpu_count for _, n in self.nodes.values()
+                 if self.type_ok(unit, n) and self.memory_ok(unit, n)), default=0)
+        return found
 
 
 def check(plan: PlacementPlan, instance: Instance) -> list[Violation]:
@@ -583,7 +590,15 @@ def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]],
     With hot spares (``spares``: the instance as given, N, the repaired jobs), a fit counts
     only if the kept jobs (repairs aside) and the fit together still leave every leaf its
     spares (:func:`.spares.spare_shortfall`): a job held back by the spare rule is not an
-    inversion."""
+    inversion.
+
+    What a pending job J may take depends only on J's priority and queue (which admitted
+    jobs it may displace, which stopped jobs' GPUs it may use), and whether J fits there
+    only on what its units and between-replica rules ask: so the GPUs J may take are worked
+    out once per (priority, queue) (:class:`_Outranked`) and the first fit once per
+    (priority, queue, shape). Linear in the plan and the queue (times the few distinct
+    priorities, queues and job shapes), where a copy of every node's free GPUs per pending
+    job made it quadratic (131,072 GPUs: minutes)."""
     out: list[Violation] = []
     pending = [j for j in ctx.pending_jobs if j.name not in placed]
     if not pending:
@@ -592,61 +607,91 @@ def _check_priority(ctx: _Context, placed: dict[str, dict[str, list[GPU]]],
                      for job in placed if job in ctx.jobs}
     guaranteed = _within_nominal(ctx, placed)
     instance_free: dict[str, set[int]] = {name: set(n.free_gpus) for name, (_, n) in ctx.nodes.items()}
+    with_queues = ctx.instance.queue_set is not None
+    states: dict[tuple[int, str], _Outranked] = {}
+    fits: dict[tuple[object, ...], dict[str, str] | None] = {}
     for job in pending:
         units = job.units()
         if any(u.gpus > ctx.largest_node(u) for u in units):
             continue  # multi-node units: not the simple case
-        queue = ctx.instance.queue_of(job) if ctx.instance.queue_set is not None else None
-
-        def protected(other: str) -> bool:  # higher priority, or another queue's guarantee
-            if admitted_prio.get(other, job.priority) >= job.priority:
-                return True
-            return other in guaranteed and _queue_of_placed(ctx, other) != queue
-
-        lower = [j for j in admitted_prio if not protected(j)]
-        if not lower:
+        mine = ctx.instance.queue_of(job)
+        key = (job.priority, mine)
+        state = states.get(key)
+        if state is None:
+            state = states[key] = _Outranked(ctx, placed, job.priority, mine, with_queues,
+                                             admitted_prio, guaranteed, instance_free, stopped)
+        if not state.lower:
             continue
-        free = {n: set(s) for n, s in instance_free.items()}
-        kept_running: list[tuple[str, str]] = []  # (queue, GPU type) of victims J may not stop
-        if stopped is not None:  # a stopped job's GPUs and quota: only if J could stop it
-            rule, victim_of = stopped
-            mine = ctx.instance.queue_of(job)
-            for (n, i), (vq, vp) in victim_of.items():
-                if rule.why(mine, job.priority, vq, vp) != LOWER_PRIORITY:
-                    free.get(n, set()).discard(i)
-                    if n in ctx.nodes:
-                        kept_running.append((vq, ctx.nodes[n][1].gpu_type))
-        for other, units_placed in placed.items():
-            if protected(other):
-                for gpus in units_placed.values():
-                    for n, i in gpus:
-                        free.get(n, set()).discard(i)
-        fit = _first_fit(ctx, job, units, free)
-        if fit is not None and spares is not None and (spares[1] > 0 or declared_spares(spares[0])):
-            as_given, n_spares, repairs = spares
-            busy = {g for other, units_placed in placed.items()
-                    if protected(other) and other not in repairs
-                    for gpus in units_placed.values() for g in gpus}
-            busy |= {(n, 0) for n in fit.values()}  # a node the fit uses is no longer whole free
-            if spare_shortfall(as_given, n_spares, busy):
-                fit = None
-        if fit is not None and ctx.instance.queue_set is not None:
-            # with quotas, it is an inversion only if its queue's quotas would allow it too
-            kept = {j: u for j, u in placed.items() if protected(j)}
-            usage = _queue_usage(ctx, kept)
-            for key in kept_running:
-                usage[key] += 1
-            for unit in units:
-                usage[(ctx.instance.queue_of(job), ctx.nodes[fit[unit.name]][1].gpu_type)] += unit.gpus
-            if quota_problems(ctx.instance, usage):
-                fit = None
+        between = job.between_replicas
+        shape = (key, between.max_hop_count, between.min_infiniband_bandwidth_gbps,
+                 tuple((u.name, u.gpus, u.gpu_types, u.min_memory_gb, u.min_nvlink_gbps)
+                       for u in units))
+        if shape not in fits:
+            fits[shape] = _inversion_fit(ctx, job, units, state, placed, spares)
+        fit = fits[shape]
         if fit is not None:
             out.append(Violation(
                 code="priority-inversion", job=job.name,
                 message=f"pending at priority {job.priority}, but it fits on GPUs held by "
-                        f"lower-priority jobs ({', '.join(sorted(lower)[:4])}) plus free GPUs, e.g. "
+                        f"lower-priority jobs ({', '.join(sorted(state.lower)[:4])}) plus free GPUs, e.g. "
                         + "; ".join(f"{u}: {n}" for u, n in list(fit.items())[:3])))
     return out
+
+
+class _Outranked:
+    """What a pending job of one priority and queue may take (:func:`_check_priority`):
+    the GPUs free in the instance and not held by jobs it may not displace, the admitted
+    jobs it may displace (``lower``), and the stopped running jobs' GPUs it may not use."""
+
+    def __init__(self, ctx: _Context, placed: dict[str, dict[str, list[GPU]]], priority: int,
+                 mine: str, with_queues: bool, admitted_prio: dict[str, int],
+                 guaranteed: set[str], instance_free: dict[str, set[int]], stopped: Stopped):
+        queue = mine if with_queues else None  # another queue's guarantee: only with queues
+        self.priority, self.queue = priority, mine
+        self.protected = {j for j in admitted_prio
+                          if admitted_prio[j] >= priority
+                          or (j in guaranteed and _queue_of_placed(ctx, j) != queue)}
+        # placed jobs not in ctx.jobs count as protected (their priority is the job's own)
+        self.protected |= {j for j in placed if j not in admitted_prio}
+        self.lower = [j for j in admitted_prio if j not in self.protected]
+        if not self.lower:
+            return
+        free = dict(instance_free)  # shared sets; a node losing GPUs gets its own copy
+        copied: set[str] = set()
+
+        def take(n: str, i: int) -> None:
+            s = free.get(n)
+            if s is None or i not in s:
+                return
+            if n not in copied:
+                s = free[n] = set(s)
+                copied.add(n)
+            s.discard(i)
+
+        #: (queue, GPU type) of each stopped job's GPU this job may not use (its quota)
+        self.kept_running: list[tuple[str, str]] = []
+        if stopped is not None:  # a stopped job's GPUs and quota: only if J could stop it
+            rule, victim_of = stopped
+            for (n, i), (vq, vp) in victim_of.items():
+                if rule.why(mine, priority, vq, vp) != LOWER_PRIORITY:
+                    take(n, i)
+                    if n in ctx.nodes:
+                        self.kept_running.append((vq, ctx.nodes[n][1].gpu_type))
+        for other in self.protected:
+            for gpus in placed[other].values():
+                for n, i in gpus:
+                    take(n, i)
+        self.free = free
+        self._by_size: dict[tuple[int, int], list[Node]] = {}
+
+    def candidates(self, cluster_index: int, cluster: Cluster, gpus: int) -> list[Node]:
+        """The cluster's nodes, in order, with at least ``gpus`` GPUs this job may take."""
+        key = (cluster_index, gpus)
+        found = self._by_size.get(key)
+        if found is None:
+            free = self.free
+            found = self._by_size[key] = [n for n in cluster.nodes if len(free[n.name]) >= gpus]
+        return found
 
 
 def _queue_of_placed(ctx: _Context, job: str) -> str:
@@ -672,22 +717,52 @@ def _within_nominal(ctx: _Context, placed: dict[str, dict[str, list[GPU]]]) -> s
     return {j for j in placed if j in ctx.jobs and _queue_of_placed(ctx, j) in ok}
 
 
+def _inversion_fit(ctx: _Context, job: TrainingJob, units: list[GangUnit], state: _Outranked,
+                   placed: dict[str, dict[str, list[GPU]]],
+                   spares: tuple[Instance, int, frozenset[str]] | None) -> dict[str, str] | None:
+    """The first fit of ``job`` on what it may take (``state``) that is an inversion: it
+    leaves every leaf its hot spares and, with queues, the job's queue's quotas allow it."""
+    fit = _first_fit(ctx, job, units, state)
+    if fit is not None and spares is not None and (spares[1] > 0 or declared_spares(spares[0])):
+        as_given, n_spares, repairs = spares
+        busy = {g for other in state.protected if other not in repairs
+                for gpus in placed[other].values() for g in gpus}
+        busy |= {(n, 0) for n in fit.values()}  # a node the fit uses is no longer whole free
+        if spare_shortfall(as_given, n_spares, busy):
+            fit = None
+    if fit is not None and ctx.instance.queue_set is not None:
+        # with quotas, it is an inversion only if its queue's quotas would allow it too
+        usage = _queue_usage(ctx, {j: placed[j] for j in placed if j in state.protected})
+        for key in state.kept_running:
+            usage[key] += 1
+        for unit in units:
+            usage[(state.queue, ctx.nodes[fit[unit.name]][1].gpu_type)] += unit.gpus
+        if quota_problems(ctx.instance, usage):
+            fit = None
+    return fit
+
+
 def _first_fit(ctx: _Context, job: TrainingJob, units: list[GangUnit],
-               free: dict[str, set[int]]) -> dict[str, str] | None:
-    """One-node-per-unit first fit within one cluster, verified against the job's rules."""
+               state: _Outranked) -> dict[str, str] | None:
+    """One-node-per-unit first fit within one cluster, verified against the job's rules.
+
+    Nodes are tried in order among those with enough GPUs the job may take
+    (:meth:`_Outranked.candidates`); GPUs taken by earlier units are kept aside per node."""
     between = job.between_replicas
-    for cluster in ctx.instance.clusters:
-        avail = {n.name: set(free[n.name]) for n in cluster.nodes}
+    free = state.free
+    for ci, cluster in enumerate(ctx.instance.clusters):
+        left: dict[str, set[int]] = {}  # nodes an earlier unit used: the GPUs still free
         chosen: dict[str, str] = {}
         for unit in units:
-            for node in cluster.nodes:
-                if len(avail[node.name]) < unit.gpus:
+            for node in state.candidates(ci, cluster, unit.gpus):
+                avail = left.get(node.name, free[node.name])
+                if len(avail) < unit.gpus:
                     continue
                 if not (ctx.type_ok(unit, node) and ctx.memory_ok(unit, node)):
                     continue
-                gpus = _pick_gpus(ctx, node, avail[node.name], unit)
+                gpus = _pick_gpus(ctx, node, avail, unit)
                 if gpus is not None:
-                    avail[node.name] -= set(gpus)
+                    left[node.name] = avail - set(gpus)
                     chosen[unit.name] = node.name
                     break
             else:

@@ -206,6 +206,26 @@ def test_priority_rule_respects_higher_priority_holders():
     assert codes(check(unguarded, inst.with_jobs([jobs[0], jobs[2]]))) == {"priority-inversion"}
 
 
+def test_priority_verdict_per_job_when_jobs_share_a_shape():
+    """Pending jobs of one shape and priority each get their own verdict (the checker works
+    out a fit once per priority, queue and shape); a job of the same shape at the holder's
+    priority is not an inversion, one above it is."""
+    nodes = [Node(name=f"n{i}", gpu_type="H100-80", gpu_count=8) for i in range(2)]
+    cluster = Cluster(name="c", nodes=nodes)
+    jobs = [job("top", "high", 1, [tp(8, "H100", 900), dp()]),
+            job("top2", "high", 1, [tp(8, "H100", 900), dp()]),
+            job("mid", "normal", 1, [tp(8, "H100", 900), dp()]),
+            job("peer", "low", 1, [tp(8, "H100", 900), dp()]),
+            job("guard", "critical", 1, [dp(accel="H100")]),
+            job("filler", "low", 1, [dp(accel="H100")])]
+    inst = Instance(metadata=ObjectMeta(name="two"), spec=InstanceSpec(clusters=[cluster], jobs=jobs))
+    plan = make_plan(inst, {"guard": {"dp/0": [("n1", 0)]}, "filler": {"dp/0": [("n0", 0)]}})
+    flagged = {v.job: v.message for v in check(plan, inst) if v.code == "priority-inversion"}
+    assert set(flagged) == {"top", "top2", "mid"}
+    assert "pending at priority 3" in flagged["top2"] and "pending at priority 2" in flagged["mid"]
+    assert all("(filler)" in m and "tp/0: n0" in m for m in flagged.values())
+
+
 def test_unknown_job_in_plan(instance):
     placed = with_units()
     placed["ghost"] = {"u": [("h0", 4)]}
