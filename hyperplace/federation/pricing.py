@@ -159,8 +159,9 @@ class Pricer:
         """The whole job at one location (the planner's best configuration for a
         single-stage job naming no parallelism: :meth:`planned`). Its price depends on the
         GPU type only (no link between clusters is involved), so it is computed once per
-        type."""
-        key = (job.name, loc.gpu_type)
+        type and form of the job (its stages and replicas: a caller may price a job in
+        another form of the same GPUs, :func:`hyperplace.fedsim.common.pipeline_form`)."""
+        key = (job.name, job.stages, job.replicas, loc.gpu_type)
         cached = self._mono.get(key)
         if cached is None:
             cached = self.planned(job, loc) or self.pipeline(job, [(loc, job.stages)])

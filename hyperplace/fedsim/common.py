@@ -27,6 +27,7 @@ notes count them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -37,6 +38,7 @@ from hyperplace.federation.asplaced import Location, cluster_instance
 from hyperplace.federation.pricing import Pricer
 from hyperplace.federation.problem import DEFAULT_MAX_SLOWDOWN, FederatedJob, from_training_job
 from hyperplace.models import Instance, PlacementPlan, TrainingJob
+from hyperplace.models.job import GroupType
 from hyperplace.models.plan import GPURef
 from hyperplace.sim.speed import SpeedModel
 
@@ -88,8 +90,6 @@ def priced_job(manifest: TrainingJob, pricer: Pricer, instance: Instance
                ) -> tuple[FederatedJob, bool]:
     """The job as the federation prices it, and whether it had to be priced as the default
     model for its GPU count (module docstring)."""
-    import dataclasses
-
     from hyperplace.costmodel.speed import DEFAULT_BY_GPUS
     from hyperplace.models.model_spec import model_preset
 
@@ -110,6 +110,36 @@ def priced_job(manifest: TrainingJob, pricer: Pricer, instance: Instance
     return dataclasses.replace(fj, model=model_preset(default), model_note=(
         f"{fj.name}: {fj.model.name} does not fit {fj.gpus} GPUs' memory by the pricing; "
         f"priced as {default}, the default for {fj.gpus} GPUs")), True
+
+
+PIPELINE_FORM_STAGES = 2
+
+
+def pipeline_form(fj: FederatedJob, stages: int = PIPELINE_FORM_STAGES) -> FederatedJob | None:
+    """The job as ``stages`` pipeline stages of its own tensor-parallel group, for a split
+    across member clusters (None: it has no such form).
+
+    A job that names no parallelism (or ``auto``) leaves its layout to the system, and the
+    replay's mapping writes it as ``D`` data-parallel replicas of one TP group, one stage.
+    Split by replicas, such a job all-reduces its gradients over the WAN every step (for a
+    30B model on 100 Gb/s, seconds per step); split by *pipeline stages* it passes only
+    activations between the clusters, with the layer split the cost model picks per GPU
+    type (asymmetric: more layers on the faster type). So for the split shapes the engine
+    offers the federation round the same GPUs as ``stages`` consecutive stages of the TP
+    group times ``D / stages`` replicas (``D`` divisible by ``stages``); the round prices
+    that form's splits with the layer-split cost model (:class:`Pricer`), and the replay
+    runs a split at the speed of :func:`split_speed` (the one speed model's, times that
+    form's cross-cluster penalty). Jobs that declare a parallelism, that already have
+    pipeline stages, or that are one unit keep their own form."""
+    par = fj.job.spec.parallelism
+    if not (par is None or par == "auto") or fj.stages != 1 or fj.dp_group is None \
+            or fj.replicas < stages or fj.replicas % stages:
+        return None
+    tp = fj.stage_groups[0]
+    more = [tp.model_copy(update={"name": f"pipeline-stage-{k}",
+                                  "type": GroupType.PIPELINE_PARALLEL})
+            for k in range(1, stages)]
+    return dataclasses.replace(fj, stage_groups=[tp, *more], replicas=fj.replicas // stages)
 
 
 def part_manifest(job: TrainingJob, cluster: str, replicas: int) -> TrainingJob:

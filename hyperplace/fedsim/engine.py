@@ -7,7 +7,12 @@ priority level per ``aging_s`` waited, at most :data:`MAX_AGING_LEVELS`) go to
 shapes (whole in one member cluster, pipeline stages or data-parallel replicas over
 several, priced by the layer-split cost model), picks the admitted set with CP-SAT and
 verifies every member cluster's sub-jobs with the placement engine and the checker. Its
-verified per-cluster placements are what starts.
+verified per-cluster placements are what starts. A job that leaves its layout to the system
+(no ``parallelism``, or ``auto``) is offered to the round in its pipeline form
+(:func:`hyperplace.fedsim.common.pipeline_form`), so that a split passes activations
+between the clusters with the cost model's asymmetric layer split instead of all-reducing
+gradients over the WAN; every split start is recorded (:class:`SplitRecord`: shape, parts,
+layers, the predicted end split and whole) and the first few are in the run's notes.
 
 **Split only when it finishes the job sooner.** A split the round proposes is kept only
 if its predicted completion, ``now + remaining / split speed``
@@ -39,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from dataclasses import dataclass
 
 from hyperplace.baselines.common import build_plan
 from hyperplace.check import Violation
@@ -50,6 +56,7 @@ from hyperplace.fedsim.common import (
     ClusterCheck,
     FederatedSpeed,
     cluster_plan,
+    pipeline_form,
     priced_job,
     require_federation,
     split_speed,
@@ -66,6 +73,31 @@ FED_WINDOW = 24
 # the predicted completion instead, so the round may propose splits up to this slowdown.
 MAX_SLOWDOWN = 10.0
 MAX_AGING_LEVELS = 3
+MAX_SPLIT_NOTES = 5  # split starts described one by one in the run's notes
+
+
+@dataclass
+class SplitRecord:
+    """One split start and what the engine predicted for it when it chose it: the time
+    from then to the job's end split, and whole in its best member cluster (waiting for
+    that cluster's GPUs as running jobs end at their predicted ends)."""
+
+    job: str
+    at_s: float
+    shape: str
+    # (cluster, GPU type, GPUs, layers held), in pipeline order: the layer split
+    parts: list[tuple[str, str, int, int]]
+    predicted_split_s: float
+    predicted_whole_s: float
+
+    def describe(self) -> str:
+        where = " + ".join(f"{n} {t} in {c}" + (f" ({k} layers)" if self.shape == "pipeline"
+                                                 else "") for c, t, n, k in self.parts)
+        whole = "never" if not math.isfinite(self.predicted_whole_s) else \
+            f"{self.predicted_whole_s / 3600:.1f} h"
+        return (f"{self.job} split at {self.at_s / 3600:.1f} h as {self.shape} over "
+                f"{where}: predicted to end in {self.predicted_split_s / 3600:.1f} h "
+                f"split, {whole} whole")
 
 
 class FederatedEngine(Policy):
@@ -86,7 +118,9 @@ class FederatedEngine(Policy):
         self.pricer = Pricer(instance.federation, instance.catalog)
         self.fs: FederatedSpeed | None = None
         self._fjobs: dict[str, FederatedJob] = {}
+        self._pforms: dict[str, FederatedJob | None] = {}
         self._checks: list[ClusterCheck] = []
+        self.splits: list[SplitRecord] = []
         self.stats = {"priced_as_default": 0, "rounds": 0, "splits_started": 0, "splits_refused": 0, "fallbacks": 0,
                       "reservations": 0}
 
@@ -105,16 +139,23 @@ class FederatedEngine(Policy):
                 f"cluster finishes sooner), {s['fallbacks']} round(s) on greedy's answer, "
                 f"{s['reservations']} round(s) with a reservation, "
                 f"{s['rounds']} rounds, {s['priced_as_default']} job(s) priced as the default model "
-                "for their GPU count (the drawn model does not fit their memory)"]
+                "for their GPU count (the drawn model does not fit their memory)",
+                *(r.describe() for r in self.splits[:MAX_SPLIT_NOTES]),
+                *([f"... and {len(self.splits) - MAX_SPLIT_NOTES} more split(s)"]
+                  if len(self.splits) > MAX_SPLIT_NOTES else [])]
 
     # ---- a round ----------------------------------------------------------------------
-    def _fjob(self, job: SimJob, priority: int) -> FederatedJob:
+    def _fjob(self, job: SimJob, priority: int, split: bool = False) -> FederatedJob:
+        """The job as the round federates it: its :func:`pipeline_form` when it may split
+        and has one, else its own form."""
         fj = self._fjobs.get(job.name)
         if fj is None:
             fj, default = priced_job(job.manifest, self.pricer, self.instance)
             self._fjobs[job.name] = fj
             self.stats["priced_as_default"] += int(default)
-        return dataclasses.replace(fj, priority=priority)
+            self._pforms[job.name] = pipeline_form(fj)
+        pf = self._pforms.get(job.name) if split else None
+        return dataclasses.replace(pf or fj, priority=priority)
 
     def _priority(self, view: RoundView, job: SimJob) -> int:
         waited = max(0.0, view.now - job.submit_s)
@@ -140,7 +181,7 @@ class FederatedEngine(Policy):
         fallback = False
         status = ""
         for attempt in range(2):
-            jobs = [dataclasses.replace(self._fjob(j, prio[j.name]),
+            jobs = [dataclasses.replace(self._fjob(j, prio[j.name], j.name not in whole),
                                         max_domains=1 if j.name in whole else None,
                                         cluster_names=tuple(c for c in clusters[j.name]
                                                             if c != keep_off.get(j.name)))
@@ -152,6 +193,7 @@ class FederatedEngine(Policy):
                             solver=self.solver, seed=self.seed, placements_out=placements)
             fallback, status = plan.status.value == "fallback", plan.status.value
             starts, started_sub, refused, priced = {}, set(), [], {}
+            logged: dict[str, SplitRecord] = {}
             for jp in plan.jobs:
                 job = by_name[jp.job]
                 fj = next(f for f in jobs if f.name == jp.job)
@@ -165,10 +207,15 @@ class FederatedEngine(Policy):
                 if len(by_cluster) > 1:
                     speed, _ = split_speed(self.fs, self.pricer, fj, job.manifest, by_cluster,
                                            jp.predicted.step_time_s)
-                    if not self._sooner(view, job, speed):
+                    t_split, t_whole = self._ends(view, job, speed)
+                    if not t_split < t_whole:
                         refused.append(jp.job)
                         continue
                     priced[jp.job] = speed
+                    logged[jp.job] = SplitRecord(
+                        job=jp.job, at_s=view.now, shape=str(jp.shape),
+                        parts=_parts(jp),
+                        predicted_split_s=t_split, predicted_whole_s=t_whole)
                 starts[jp.job] = {f"{cl}:{u}": g for cl, units in by_cluster.items()
                                   for u, g in units.items()}
                 started_sub |= {sub_job_name(fj, cl) for cl in by_cluster}
@@ -178,6 +225,7 @@ class FederatedEngine(Policy):
             whole |= set(refused)
         for name, speed in priced.items():
             self.fs.split[name] = speed
+            self.splits.append(logged[name])
         self.stats["splits_started"] += len(priced)
         self.stats["fallbacks"] += int(fallback)
         self._checks = [self._checked(cl, cp, started_sub) for cl, cp in sorted(placements.items())]
@@ -244,11 +292,12 @@ class FederatedEngine(Policy):
         self.stats["reservations"] += 1
         return out
 
-    def _sooner(self, view: RoundView, job: SimJob, split_speed_: float) -> bool:
-        """Does the split finish before the job would whole in one cluster? (module doc)"""
+    def _ends(self, view: RoundView, job: SimJob, split_speed_: float) -> tuple[float, float]:
+        """(predicted time to the end split, the same whole in its best member cluster)
+        from now: the split is kept only if the first is smaller (module docstring)."""
         rem = view.remaining_work.get(job.name, job.predicted_s)
         if split_speed_ <= 0:
-            return False
+            return math.inf, math.inf
         t_split = rem / split_speed_
         best = math.inf
         for cl, (free, releases, fastest) in self._clusters(view, job).items():
@@ -260,7 +309,7 @@ class FederatedEngine(Policy):
                                             cl)
             if mono > 0:
                 best = min(best, wait + rem / mono)
-        return t_split < best
+        return t_split, best
 
     @staticmethod
     def _clusters(view: RoundView, job: SimJob
@@ -297,6 +346,14 @@ class FederatedEngine(Policy):
         for cl in free:
             out[cl] = (free[cl], releases[cl], best_type[cl][1])
         return out
+
+
+def _parts(jp) -> list[tuple[str, str, int, int]]:
+    """(cluster, GPU type, GPUs, layers) per sub-job of a planned split, in pipeline order."""
+    rows = sorted(jp.sub_jobs, key=lambda sj: min((st.position for st in sj.stages),
+                                                  default=0))
+    return [(sj.cluster, sj.gpu_type, len(sj.gpus),
+             sum(st.last_layer - st.first_layer + 1 for st in sj.stages)) for sj in rows]
 
 
 def _earliest(now: float, free: int, releases: list[tuple[float, int]], gpus: int

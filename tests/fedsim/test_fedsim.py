@@ -89,6 +89,32 @@ def test_engine_splits_a_job_that_fits_no_cluster_and_holds_gpus_in_both(fed, mo
     assert pol.stats["splits_started"] == 1
 
 
+def test_engine_splits_an_auto_job_as_a_pipeline_with_an_asymmetric_layer_split(
+        fed, monkeypatch):
+    """A 16-GPU job that names no parallelism, written as 2 replicas of TP 8: split by
+    replicas its gradients cross the WAN every step (the round refuses so slow a split and
+    the job would wait 40 h); as a 2-stage pipeline over B200 + H100 it passes only
+    activations, with more layers on the B200 stage, and runs near its whole speed on
+    the slower type."""
+    spy = Spy(monkeypatch)
+    jobs = [*blockers(40 * 3600), job("wide", 60, 16, 4 * 3600, "b200|h100", "opt-30b")]
+    run, pol = replay(fed, jobs, "engine-federated")
+    assert run.unfinished == 0
+    gpus, speed = spy.starts["wide"]
+    assert clusters_of(fed, gpus) == {"beijing", "shanghai"}
+    [rec] = pol.splits
+    assert rec.shape == "pipeline"
+    layers = {t: k for _, t, _, k in rec.parts}
+    assert set(layers) == {"B200", "H100-80"} and layers["B200"] > layers["H100-80"]
+    assert sum(layers.values()) == 48  # opt-30b's layers, all placed
+    whole_h100 = pol.fs.planned_speed(jobs[2].manifest, "H100-80", 1, "shanghai")
+    assert 0.5 * whole_h100 < speed <= whole_h100
+    assert rec.predicted_split_s < rec.predicted_whole_s
+    ends = {r.job.name: r.end_s for r in run.records}
+    assert ends["wide"] < min(ends["hold-bj"], ends["hold-sh"])
+    assert any(n.startswith("wide split at 0.0 h as pipeline") for n in run.notes)
+
+
 def test_engine_waits_when_one_cluster_frees_up_sooner(fed, monkeypatch):
     spy = Spy(monkeypatch)
     # beijing frees in minutes; the wide job runs 20 h: whole on B200 beats any split
