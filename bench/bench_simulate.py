@@ -3,30 +3,46 @@
 Usage::
 
     .venv/bin/python bench/bench_simulate.py [--quick] [--targets 0.7,0.8,0.9]
-        [--only LABEL@INSTANCE,...] [--budget S] [--assemble]
+        [--only LABEL@INSTANCE,...] [--budget S] [--workers N] [--cache DIR] [--fresh]
+        [--assemble]
 
 Workloads (:data:`FULL`): the bundled Philly and Alibaba 2023 samples and the
 foundation-model-shaped workload (``fm``: AcmeTrace sizes on Philly's timing, large jobs
-long, small ones short), on ``mixed-a100-h100``, ``superpod-h100-4su`` and one federation
-(``seed-beijing-shanghai``, replayed as one multi-cluster instance with one global queue;
-the federation replay with splits across clusters and Karmada's division is fedtime's
-``hyperplace.sim`` work: rows for it are added when it lands).
+long, small ones short), on ``mixed-a100-h100`` (256 GPUs), ``superpod-h100-4su`` (1,024)
+and one federation (``seed-beijing-shanghai``). The federation cells are fedsim's
+(``bench/bench_fedsim.py`` writes them as cell JSONs in this bench's format, with the
+federated engine and Karmada's divisions); this bench runs them only with
+``--federation`` and assembles whatever cells are present.
 
-**Job limits** (so the grid runs in bounded time on 2 shared cores): each row replays the
-first N jobs of its trace (the ``jobs`` column of :data:`FULL`, documented there with the
-reason); a row a trace cannot load (its jobs ask fewer GPUs than the instance has, or only
-as a burst: the replay says "offer at most") is reported unreachable after the probes, not
-run.
+**Repeated samples** (the ``repeat`` column of :data:`FULL`). Utilisation is measured
+within the arrival window, and every replay starts from an empty cluster, so the first
+part of the window is a ramp-up: at the 1 h floor on arrivals
+(:data:`hyperplace.sim.workload.MIN_WINDOW_S`) the Alibaba sample's 1,318 jobs (1,439
+GPUs asked, on 256 GPUs) fill the instance from the second fifth of the window (0.95-0.99
+busy) but the first fifth runs at 0.38, so the peers reach at most 0.85 whatever the load
+(measured 2026-12-02 04:09, Kueue and Volcano). On the 1,024-GPU SuperPOD the samples ask
+for too few GPUs altogether (Philly 2,674, Alibaba 1,439: at most 0.52 / 0.28 of load 1.0
+over 1 h). Neither is fragmentation, topology or the bisection's cap. A row with
+``repeat = K`` replays the sample K times back to back (copy ``c``'s submit times shifted
+by ``c`` x the sample's span plus one mean gap; job names of copies after the first get
+``~c``, so their model draws and prediction errors are their own, seeded as ever): the
+same jobs and arrival pattern, K times as long, so the ramp-up is 1/K of the window. K is
+chosen so that the jobs ask about 10 times the instance's GPUs or more (Alibaba x2 on
+256 GPUs, Philly x4 and Alibaba x8 on 1,024). The cell says which (``repeat``). A target
+still out of reach after that is reported unreachable with what the probes reached.
+
+**Job limits**: each row replays the first N jobs of its trace (the ``jobs`` column, None:
+all; fm is capped at 400 jobs: its 128-1,024-GPU gangs run for days) before repeating.
 
 **Loads.** For each workload, instance and target the bench searches the offered load
 (``simulate --load``, :mod:`hyperplace.sim.workload`) at which the *strongest probe peer*
 reaches the target utilisation within the arrival window: the probe is the better of
 Kueue BestEffortFIFO and Volcano allocate (nodes fast-first), the strongest peers by
-utilisation in every earlier run (Slurm's backfill is slower to replay and reached
-less); replays cut at the last arrival; loads probed from 1.0 in steps of x1.5 until the
-target is bracketed, then ``--probes`` bisection steps on the log of the load (default 2),
-the lowest probed load that reached the target is kept (:func:`find_load`). The load found is then replayed to the end under every
-policy; the table gives the utilisation each really reached.
+utilisation in every earlier run; probe replays are cut at the last arrival; loads probed
+from 1.0 in steps of x1.5 until the target is bracketed, then ``--probes`` bisection steps
+on the log of the load (default 2), the lowest probed load that reached the target is kept
+(:func:`find_load`). The load found is then replayed to the end under every policy; the
+table gives the utilisation each really reached.
 
 **Policies.** ``engine`` (the planning engine, :mod:`hyperplace.sim.planning`), and every
 peer (``slurm`` backfill as a site configures it, ``kueue`` BestEffortFIFO, ``kueue-strict``,
@@ -37,33 +53,60 @@ the weaker named variants such as ``slurm-default`` are not in the grid).
 
 **Metrics** (:func:`hyperplace.sim.metrics.summarize`): mean, p50 and p99 JCT; mean wait;
 mean bounded slowdown; bubble GPU-hours (free GPUs while a job that fits by count waits,
-within the arrival window); utilisation within the arrival window; the engine's forecast
+within the arrival window); utilisation within the arrival window (busy GPU-seconds over
+GPUs x window, the issue's metric); **work-normalised utilisation** (:func:`work_utilisation`,
+``util_work``: the work done within the window at each job's mean speed over the instance,
+over GPUs x window: the same work counts the same whether it ran on A100 or H100, so a
+policy that puts work on faster GPUs is not shown as idler for it); the engine's forecast
 error (median absolute start error over the actual wait, for jobs that waited 10 min or
 more); per-round solve p50/p99; and a lower bound: every job at its fastest speed, no
 wait (JCT = work / best speed).
 
-**Results.** Each cell (workload, instance, target) is written on its own as
-``bench/results/simulate/<cell>.json`` (with its charts beside it) the moment it finishes,
-so a grid can run in pieces (``--only``) and in parallel; ``--assemble`` (and every run at
-its end) rebuilds ``bench/results/simulate.md`` from the cells present, with date, machine,
-load average and wall time per replay, and says which cells did not run.
+**Speed: a cache and parallel replays.** Every replay (probe or full) is one task run in
+a fresh process (``--workers N`` at once; default 1). Its row is cached in ``--cache``
+(default ``bench/results/simulate-cache/``, not committed) under the replay's inputs
+(trace, repeat, jobs, workload, instance, node order, load, policy, budget, seed, and the
+source of this bench's replay functions), together with the sha256 of every ``hyperplace``
+module the replay's process had imported and of every file in ``hyperplace/data``, and the
+versions of the solver packages. A cached row is used only when all of those are
+byte-identical now; the row keeps the commit it was computed at. Peer replays never import
+the engine's modules (``sim/planning.py``, ``solvers/schedule``, ``formulations/schedule``),
+so an engine change re-runs only the engine rows; ``--fresh`` ignores the cache.
 
-``--quick``: the Alibaba 2023 sample (1,318 jobs, mostly short) on ``mixed-a100-h100``,
-target 0.8 only, engine budget 0.2 s, 3 probes, into ``bench/results/simulate-quick/``
-(about 5 minutes at load average 10 on 2 cores).
+**Results.** Each cell (workload, instance, target) is written on its own as
+``bench/results/simulate/<cell>.json`` (with its charts beside it) the moment it finishes;
+``--assemble`` (and every run at its end) rebuilds ``bench/results/simulate.md`` from the
+cells present, with date, machine, load average, wall and CPU time per replay, the commit
+of every row and whether it is on ``main``, and says which cells did not run. A cell is a
+JSON object: ``label, trace, workload, instance, jobs_limit, repeat, target, budget_s,
+load`` (None: unreachable), ``probe_reached, facts, rows`` (one per policy: the keys of
+``summarize`` plus ``policy, util_work, series, wall_s, cpu_s, load1, commit``),
+``lower_bound, ratios, commit, date, machine``.
+
+``--quick``: the Alibaba 2023 sample (1,318 jobs, once) on ``mixed-a100-h100``, target 0.8
+only, engine budget 0.2 s, 3 probes, into ``bench/results/simulate-quick/``.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import csv
 import datetime as dt
+import hashlib
+import importlib.metadata
+import inspect
+import io
 import json
 import math
+import multiprocessing
 import os
 import platform
+import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,31 +114,34 @@ sys.path.insert(0, str(ROOT))
 
 from hyperplace.instances import load_instance  # noqa: E402
 from hyperplace.io import write_atomic  # noqa: E402
-from hyperplace.sim.metrics import bubble_series, summarize  # noqa: E402
+from hyperplace.sim.metrics import bubble_series, save_figure, summarize  # noqa: E402
 from hyperplace.sim.run import SimRequest, build_workload  # noqa: E402
 from hyperplace.sim.simulator import SimConfig, simulate  # noqa: E402
 from hyperplace.sim.speed import SpeedModel  # noqa: E402
 from hyperplace.sim.state import reorder_nodes  # noqa: E402
+from hyperplace.sim.traces import load_trace  # noqa: E402
 
-# (label, trace, workload, instance, jobs): jobs = the first N jobs of the trace (None: all).
-# Limits: a replay of every peer and the engine must stay within minutes on 2 shared cores;
-# Philly's and Alibaba's whole samples (2,000 and 1,318 jobs) on 256 GPUs are kept whole,
-# fm jobs are capped at 400 (its 128-1,024-GPU gangs run for days: each replay is long).
+# (label, trace, workload, instance, jobs, repeat): jobs = the first N jobs of the trace
+# (None: all), repeat = the sample replayed K times back to back (module docstring: why).
 FULL = [
-    ("philly", "philly", "trace", "mixed-a100-h100", None),
-    ("alibaba-2023", "alibaba-2023", "trace", "mixed-a100-h100", None),
-    ("fm", "philly", "fm", "mixed-a100-h100", 400),
-    ("philly", "philly", "trace", "superpod-h100-4su", None),
-    ("alibaba-2023", "alibaba-2023", "trace", "superpod-h100-4su", None),
-    ("fm", "philly", "fm", "superpod-h100-4su", 400),
-    ("philly", "philly", "trace", "seed-beijing-shanghai", 600),
-    ("fm", "philly", "fm", "seed-beijing-shanghai", 300),
+    ("philly", "philly", "trace", "mixed-a100-h100", None, 1),
+    ("alibaba-2023", "alibaba-2023", "trace", "mixed-a100-h100", None, 2),
+    ("fm", "philly", "fm", "mixed-a100-h100", 400, 1),
+    ("philly", "philly", "trace", "superpod-h100-4su", None, 4),
+    ("alibaba-2023", "alibaba-2023", "trace", "superpod-h100-4su", None, 8),
+    ("fm", "philly", "fm", "superpod-h100-4su", 400, 1),
+    ("philly", "philly", "trace", "seed-beijing-shanghai", 600, 1),
+    ("fm", "philly", "fm", "seed-beijing-shanghai", 300, 1),
 ]
-QUICK = [("alibaba-2023", "alibaba-2023", "trace", "mixed-a100-h100", None)]
+QUICK = [("alibaba-2023", "alibaba-2023", "trace", "mixed-a100-h100", None, 1)]
 PEERS = ("slurm", "kueue", "kueue-strict", "volcano", "fifo")
 PROBES = ("kueue", "volcano")
+ORDERS = ("fast-first", "fast-last")
+ENGINES = ("engine", "engine-federated")
 LOWER = ("jct_mean_s", "jct_median_s", "jct_p99_s", "wait_mean_s", "bounded_slowdown_mean",
          "bubble_gpu_hours")
+HIGHER = ("utilisation_in_window", "util_work")
+SOLVER_PACKAGES = ("ortools", "highspy", "pulp", "numpy", "networkx", "pydantic")
 
 
 def cpu_model() -> str:
@@ -115,68 +161,89 @@ def load1() -> str:
         return "?"
 
 
-def workload(trace: str, shape: str, inst_name: str, jobs: int | None, load: float,
-             seed: int):
-    instance = load_instance(inst_name)
-    req = SimRequest(trace=trace, workload=shape, load=load, limit=jobs)
-    wl, facts = build_workload(req, instance, seed)
+def git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                          check=False)
+
+
+def head_commit() -> str:
+    """HEAD's short id, with ``+dirty`` when the package or the bench differ from it."""
+    sha = git("rev-parse", "--short", "HEAD").stdout.strip() or "?"
+    dirty = git("status", "--porcelain", "--", "hyperplace", "bench/bench_simulate.py").stdout
+    return sha + ("+dirty" if dirty.strip() else "")
+
+
+def on_main(commit: str) -> bool:
+    """Whether ``commit`` (a clean one) is on the branch ``main``."""
+    if not commit or "+" in commit or commit == "?":
+        return False
+    return git("merge-base", "--is-ancestor", commit, "main").returncode == 0
+
+
+# ---- the workload ------------------------------------------------------------------------
+
+def repeated_trace(trace: str, jobs: int | None, repeat: int, cache_dir: Path) -> str:
+    """The trace (its first ``jobs``) replayed ``repeat`` times back to back, as a CSV in
+    the generic trace format (module docstring); the trace itself when ``repeat`` is 1."""
+    if repeat <= 1:
+        return trace
+    t = load_trace(trace, limit=jobs)
+    gap = t.span_s / max(len(t.rows) - 1, 1)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["name", "submit_time_s", "duration_s", "num_gpus", "gpu_type", "model"])
+    for c in range(repeat):
+        for r in t.rows:
+            w.writerow([r.name if c == 0 else f"{r.name}~{c}", repr(r.submit_s + c * (t.span_s + gap)),
+                        repr(r.duration_s), r.gpus, "|".join(r.gpu_types), r.model])
+    path = cache_dir / "traces" / f"{trace}-{jobs or 'all'}-x{repeat}.csv"
+    text = buf.getvalue()
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text)
+    return str(path)
+
+
+def workload(spec: dict, cache_dir: Path):
+    instance = load_instance(spec["instance"])
+    src = repeated_trace(spec["trace"], spec["jobs"], spec["repeat"], cache_dir)
+    req = SimRequest(trace=src, workload=spec["workload"], load=spec["load"],
+                     limit=spec["jobs"] if spec["repeat"] <= 1 else None)
+    wl, facts = build_workload(req, instance, spec["seed"])
+    facts["trace"] = spec["trace"] + (f" x{spec['repeat']}" if spec["repeat"] > 1 else "")
     return instance, wl, facts
 
 
-def probe_util(trace, shape, inst_name, jobs, load, seed, cache) -> tuple[float, dict]:
-    """The best probe peer's utilisation within the arrival window at ``load`` (replays
-    cut at the last arrival)."""
-    if load in cache:
-        return cache[load]
-    instance, wl, facts = workload(trace, shape, inst_name, jobs, load, seed)
-    cfg = SimConfig(round_s=60, seed=seed, until_s=wl.jobs[-1].submit_s)
-    ordered = reorder_nodes(instance, True)
-    best = 0.0
-    for peer in PROBES:
-        row = summarize(simulate(ordered, copy.deepcopy(wl.jobs), peer, cfg))
-        best = max(best, row["utilisation_in_window"] or 0.0)
-    cache[load] = (best, facts)
-    return cache[load]
-
-
-def find_load(trace, shape, inst_name, jobs, target, seed, cache, probes: int
-              ) -> tuple[float | None, float, dict]:
-    """The load at which the best probe peer reaches ``target`` (None: unreachable).
-
-    Loads are probed from 1.0 in steps of x1.5 (up while the target is not reached, down
-    while it is, so the bracket is one step wide), then ``probes`` bisection steps on the
-    log of the load; the lowest probed load that reached the target is kept. High loads
-    are probed only when needed (a queue of thousands of jobs makes each replay slow)."""
-    def probe(x: float) -> tuple[float, dict]:
-        return probe_util(trace, shape, inst_name, jobs, x, seed, cache)
-
-    load = 1.0
-    u, facts = probe(load)
-    if u >= target:
-        hi, hi_u = load, u
-        while load > 0.2:
-            load /= 1.5
-            u, _ = probe(load)
-            if u < target:
-                break
-            hi, hi_u = load, u
-        lo = load
-    else:
-        while u < target:
-            if facts.get("load_note") or load > 10:  # the jobs offer no more than this
-                return None, u, facts
-            lo = load
-            load *= 1.5
-            u, facts = probe(load)
-        hi, hi_u = load, u
-    for _ in range(probes):
-        mid = math.sqrt(lo * hi)
-        u, _ = probe(mid)
-        if u >= target:
-            hi, hi_u = mid, u
-        else:
-            lo = mid
-    return hi, hi_u, facts
+def work_utilisation(run, instance) -> float | None:
+    """Work-normalised utilisation within the arrival window ``[t0, t1]``: for each job,
+    its GPUs x the time it ran inside the window x its speed there / its mean speed over
+    the instance (``capacity_j / GPUs``, :meth:`SpeedModel.capacity`, the offered load's
+    denominator), summed and divided by GPUs x window. A job on a type faster than its
+    mean counts more than its busy GPU-seconds, on a slower one less, so the same work
+    gives the same figure wherever it ran (the issue's ``utilisation_in_window`` counts
+    busy GPU-seconds: the same work on faster GPUs shows less of it). It equals the
+    busy-GPU utilisation when every type runs the job at one speed (a placement the network
+    slows counts as less work). None when a job ran in
+    more than one piece (failures, preemption, migration: the replay keeps only the last
+    piece's speed)."""
+    sm = SpeedModel(instance)
+    t0 = min((r.job.submit_s for r in run.records), default=0.0)
+    t1 = run.arrival_end_s
+    if t1 <= t0:
+        return None
+    gpus = sum(sm.type_counts.values())
+    done = 0.0
+    for r in run.records:
+        if r.first_start_s is None or not r.speeds:
+            continue
+        if r.restarts or r.preemptions or r.migrations or len(r.speeds) > 1:
+            return None
+        end = r.end_s if r.end_s is not None else t1
+        lo, hi = max(r.first_start_s, t0), min(end, t1)
+        if hi > lo:
+            done += r.job.gpus * (hi - lo) * r.speeds[-1] * gpus / max(
+                sm.capacity(r.job.manifest), 1e-9)
+    return done / (run.total_gpus * (t1 - t0))
 
 
 def lower_bound(instance, jobs) -> dict:
@@ -208,44 +275,8 @@ def series(run) -> dict:
             "bubbles": [(round(x, 4), round(y, 3)) for x, y in bubble_series(run)]}
 
 
-def run_all(trace, shape, inst_name, jobs, load, budget, seed, peers=None, only=None):
-    """Every policy's replay at ``load`` (``only``: just these policy labels)."""
-    instance, wl, facts = workload(trace, shape, inst_name, jobs, load, seed)
-    cfg = SimConfig(round_s=60, budget_s=budget, seed=seed)
-    plan = [("engine", instance, "engine")]
-    orders = {"fast-first": reorder_nodes(instance, True),
-              "fast-last": reorder_nodes(instance, False)}
-    for p in peers or PEERS:
-        plan += [(p, inst, f"{p}/{o}") for o, inst in orders.items()]
-    fed = federation_policies() if len(instance.clusters) > 1 else {}
-    for name in fed:
-        if name.startswith("engine"):
-            plan.insert(1, (name, instance, name))
-        else:
-            plan += [(name, inst, f"{name}/{o}") for o, inst in orders.items()]
-    rows = []
-    for policy, inst, label in plan:
-        if only is not None and label not in only:
-            continue
-        t0 = time.perf_counter()
-        pol = fed[policy](inst, cfg) if policy in fed else policy
-        run = simulate(inst, copy.deepcopy(wl.jobs), pol, cfg)
-        row = summarize(run)
-        row["policy"] = label
-        row["wall_s"] = time.perf_counter() - t0
-        row["load1"] = load1()
-        row["series"] = series(run)
-        rows.append(row)
-        print(f"  {label}: {row['finished']}/{row['jobs']} util "
-              f"{row['utilisation_in_window'] or 0:.3f} wall {row['wall_s']:.0f} s "
-              f"(load {row['load1']})", flush=True)
-    return rows, facts, lower_bound(instance, wl.jobs)
-
-
 def federation_policies() -> dict:
-    """fedtime's federation-over-time policies (``hyperplace.fedsim.POLICIES``: the
-    federated engine with splits, Karmada's divisions with per-cluster queues), when that
-    package is present."""
+    """fedsim's federation-over-time policies (``hyperplace.fedsim.POLICIES``)."""
     try:
         from hyperplace.fedsim import POLICIES as FED
     except ImportError:
@@ -253,8 +284,272 @@ def federation_policies() -> dict:
     return dict(FED)
 
 
-ENGINES = ("engine", "engine-federated")
+# ---- one replay, in a fresh process --------------------------------------------------------
 
+def replay(spec: dict, cache_dir: str) -> dict:
+    """One replay of ``spec`` (trace, jobs, repeat, workload, instance, load, seed, policy,
+    order: ``as-is`` | ``fast-first`` | ``fast-last``, budget, until: ``end`` | ``arrivals``):
+    its row, the workload's facts, the lower bound, and the code it ran."""
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    instance, wl, facts = workload(spec, Path(cache_dir))
+    inst = instance if spec["order"] == "as-is" else reorder_nodes(
+        instance, spec["order"] == "fast-first")
+    cfg = SimConfig(round_s=60, budget_s=spec["budget"], seed=spec["seed"],
+                    until_s=wl.jobs[-1].submit_s if spec["until"] == "arrivals" else None)
+    fed = federation_policies() if spec["policy"] not in PEERS + ("engine",) else {}
+    pol = fed[spec["policy"]](inst, cfg) if spec["policy"] in fed else spec["policy"]
+    run = simulate(inst, copy.deepcopy(wl.jobs), pol, cfg)
+    row = summarize(run)
+    row["policy"] = spec["policy"] + ("" if spec["order"] == "as-is" else f"/{spec['order']}")
+    row["util_work"] = work_utilisation(run, instance)
+    if spec["until"] == "end":
+        row["series"] = series(run)
+    row["cpu_s"] = time.process_time() - cpu0
+    row["wall_s"] = time.perf_counter() - wall0
+    row["load1"] = load1()
+    row["commit"] = head_commit()
+    row["date"] = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    return {"row": row, "facts": facts, "code": code_hashes(loaded_files()),
+            "lower_bound": lower_bound(instance, wl.jobs) if spec["until"] == "end" else None}
+
+
+def loaded_files() -> list[str]:
+    """The package files this process imported, and every data file (relative to ROOT)."""
+    pkg = ROOT / "hyperplace"
+    out = set()
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None)
+        if name.startswith("hyperplace") and f and Path(f).resolve().is_relative_to(pkg):
+            out.add(str(Path(f).resolve().relative_to(ROOT)))
+    out |= {str(p.relative_to(ROOT)) for p in (pkg / "data").rglob("*") if p.is_file()}
+    return sorted(out)
+
+
+def code_hashes(files: list[str]) -> dict[str, str]:
+    out = {f: hashlib.sha256((ROOT / f).read_bytes()).hexdigest() if (ROOT / f).exists()
+           else "missing" for f in files}
+    for p in SOLVER_PACKAGES:
+        try:
+            out[f"package:{p}"] = importlib.metadata.version(p)
+        except importlib.metadata.PackageNotFoundError:
+            out[f"package:{p}"] = "absent"
+    out["python"] = platform.python_version()
+    return out
+
+
+HARNESS = hashlib.sha256("".join(inspect.getsource(f) for f in (
+    repeated_trace, workload, work_utilisation, lower_bound, series, replay)).encode()
+).hexdigest()[:16]
+
+
+class Runner:
+    """Replays through the cache and a pool of fresh processes (module docstring)."""
+
+    def __init__(self, workers: int, cache_dir: Path, fresh: bool):
+        self.cache_dir = cache_dir
+        self.fresh = fresh
+        self.pool = ProcessPoolExecutor(max(1, workers),
+                                        mp_context=multiprocessing.get_context("spawn"),
+                                        max_tasks_per_child=1)
+        self.lock = threading.Lock()
+        self.inflight: dict[str, object] = {}
+        self.stats = {"cached": 0, "run": 0, "cpu_s": 0.0}
+
+    def key(self, spec: dict) -> str:
+        return hashlib.sha256(json.dumps({**spec, "harness": HARNESS}, sort_keys=True)
+                              .encode()).hexdigest()[:24]
+
+    def cached(self, key: str) -> dict | None:
+        path = self.cache_dir / f"{key}.json"
+        if self.fresh or not path.exists():
+            return None
+        entry = json.loads(path.read_text())
+        code = entry["code"]
+        files = [f for f in code if not f.startswith(("package:", "python"))]
+        if code_hashes(files) != code:
+            return None
+        data = ROOT / "hyperplace" / "data"
+        now = {str(p.relative_to(ROOT)) for p in data.rglob("*") if p.is_file()}
+        if not now <= set(files):  # a data file added since
+            return None
+        return entry
+
+    def run(self, spec: dict) -> dict:
+        key = self.key(spec)
+        with self.lock:
+            entry = self.cached(key)
+            if entry is not None:
+                self.stats["cached"] += 1
+                return entry
+            fut = self.inflight.get(key)
+            if fut is None:
+                fut = self.pool.submit(replay, spec, str(self.cache_dir))
+                self.inflight[key] = fut
+        entry = fut.result()  # type: ignore[attr-defined]
+        with self.lock:
+            if key in self.inflight:
+                del self.inflight[key]
+                entry["spec"] = spec
+                self.cache_dir.mkdir(parents=True, exist_ok=True)
+                write_atomic(self.cache_dir / f"{key}.json", json.dumps(entry, default=str))
+                self.stats["run"] += 1
+                self.stats["cpu_s"] += entry["row"]["cpu_s"]
+                r = entry["row"]
+                print(f"  {spec['label']}@{spec['instance']} load {spec['load']:.3g} "
+                      f"{r['policy']}{' (probe)' if spec['until'] == 'arrivals' else ''}: "
+                      f"{r['finished']}/{r['jobs']} util {r['utilisation_in_window'] or 0:.3f}"
+                      f" cpu {r['cpu_s']:.0f} s wall {r['wall_s']:.0f} s (load {r['load1']})",
+                      flush=True)
+        return entry
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def base_spec(entry, seed: int, budget: float) -> dict:
+    label, trace, shape, inst, jobs, repeat = entry
+    return {"label": label, "trace": trace, "workload": shape, "instance": inst,
+            "jobs": jobs, "repeat": repeat, "seed": seed, "budget": budget}
+
+
+def probe_util(runner: Runner, base: dict, load: float) -> tuple[float, dict]:
+    """The best probe peer's utilisation within the arrival window at ``load`` (replays
+    cut at the last arrival; the probes of one load run side by side)."""
+    specs = [{**base, "load": load, "policy": p, "order": "fast-first", "until": "arrivals"}
+             for p in PROBES]
+    with ThreadPoolExecutor(len(specs)) as threads:
+        got = list(threads.map(runner.run, specs))
+    return max(g["row"]["utilisation_in_window"] or 0.0 for g in got), got[0]["facts"]
+
+
+def find_load(runner: Runner, base: dict, target: float, probes: int
+              ) -> tuple[float | None, float, dict]:
+    """The load at which the best probe peer reaches ``target`` (None: unreachable).
+
+    Loads are probed from 1.0 in steps of x1.5 (up while the target is not reached, down
+    while it is, so the bracket is one step wide), then ``probes`` bisection steps on the
+    log of the load; the lowest probed load that reached the target is kept. High loads
+    are probed only when needed (a queue of thousands of jobs makes each replay slow); a
+    load the jobs cannot offer (the workload's ``load_note``) ends the search."""
+    def probe(x: float) -> tuple[float, dict]:
+        return probe_util(runner, base, round(x, 6))
+
+    load = 1.0
+    u, facts = probe(load)
+    if u >= target:
+        hi, hi_u = load, u
+        while load > 0.2:
+            load /= 1.5
+            u, _ = probe(load)
+            if u < target:
+                break
+            hi, hi_u = load, u
+        lo = load
+    else:
+        while u < target:
+            if facts.get("load_note") or load > 10:  # the jobs offer no more than this
+                return None, u, facts
+            lo = load
+            load *= 1.5
+            u, facts = probe(load)
+        hi, hi_u = load, u
+    for _ in range(probes):
+        mid = math.sqrt(lo * hi)
+        u, _ = probe(mid)
+        if u >= target:
+            hi, hi_u = mid, u
+        else:
+            lo = mid
+    return round(hi, 6), hi_u, facts
+
+
+def cell_plan(base: dict, load: float, peers, federation: bool) -> list[dict]:
+    """Every replay of a cell: the engine (nodes as listed), each peer in both orders (and
+    on a federation fedsim's policies)."""
+    full = {**base, "load": load, "until": "end"}
+    plan = [{**full, "policy": "engine", "order": "as-is"}]
+    names = list(peers or PEERS)
+    if federation:
+        for name in federation_policies():
+            if name.startswith("engine"):
+                plan.append({**full, "policy": name, "order": "as-is"})
+            else:
+                names.append(name)
+    for p in names:
+        plan += [{**full, "policy": p, "order": o} for o in ORDERS]
+    return plan
+
+
+def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: int,
+             cell_dir: Path) -> dict:
+    """One (workload, instance, target) cell: find the load, replay every policy, write
+    the cell's JSON and charts; returns the cell."""
+    started, cpu_before = time.time(), runner.stats["cpu_s"]
+    base = base_spec(entry, args.seed, budget)
+    label, trace, shape, inst, jobs, repeat = entry
+    cell = {"label": label, "trace": trace, "workload": shape, "instance": inst,
+            "jobs_limit": jobs, "repeat": repeat, "target": target, "budget_s": budget,
+            "probes": probes, "probe_peers": list(PROBES), "seed": args.seed,
+            "date": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+            "machine": f"{os.cpu_count()} CPUs ({cpu_model()}), Python "
+                       f"{platform.python_version()}",
+            "commit": head_commit(), "load1_start": load1(), "workers": args.workers}
+    load, reached, facts = find_load(runner, base, target, probes)
+    cell.update(load=load, probe_reached=reached, facts=facts)
+    if load is not None:
+        federation = len(load_instance(inst).clusters) > 1
+        plan = cell_plan(base, load, args.peers, federation)
+        with ThreadPoolExecutor(len(plan)) as threads:
+            got = list(threads.map(runner.run, plan))
+        cell.update(rows=[g["row"] for g in got], facts=got[0]["facts"],
+                    lower_bound=got[0]["lower_bound"])
+        finish(cell, cell_dir)
+    cell["wall_s"] = time.time() - started
+    cell["cpu_s_run_here"] = runner.stats["cpu_s"] - cpu_before
+    cell["load1_end"] = load1()
+    save_cell(cell, cell_dir)
+    print(summary_row(cell), flush=True)
+    return cell
+
+
+def finish(cell: dict, cell_dir: Path) -> None:
+    """Ratios and charts of a cell from its rows."""
+    rows = cell["rows"]
+    cell["ratios"] = ratios(rows)
+    cell["ratios_by_engine"] = {r["policy"]: ratios(rows, r["policy"]) for r in rows
+                                if r["policy"] in ENGINES}
+    cell["charts"] = [p.name for p in charts(cell_dir, tag_of(cell), rows)]
+
+
+def tag_of(cell: dict) -> str:
+    return cell_tag(cell["label"], cell["instance"], cell["target"])
+
+
+def cell_tag(label: str, inst: str, target: float) -> str:
+    return f"{label}-{inst}-{target:g}"
+
+
+def save_cell(cell: dict, cell_dir: Path) -> None:
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(cell_dir / f"{tag_of(cell)}.json", json.dumps(cell, indent=1, default=str))
+
+
+def ratios(rows, engine: str = "engine") -> dict[str, float]:
+    """``engine``'s row over the best peer run per metric (peers: every non-engine row)."""
+    eng = next(r for r in rows if r["policy"] == engine)
+    peers = [r for r in rows if r["policy"] not in ENGINES]
+    out = {}
+    for key in (*LOWER, *HIGHER):
+        vals = [p.get(key) for p in peers if p.get(key) is not None]
+        if not vals or eng.get(key) is None:
+            continue
+        best = max(vals) if key in HIGHER else min(vals)
+        if best > 0:
+            out[key] = eng[key] / best
+    return out
+
+
+# ---- report --------------------------------------------------------------------------------
 
 def fmt(v, scale=1.0, digits=2) -> str:
     return "-" if v is None else f"{v / scale:,.{digits}f}"
@@ -268,34 +563,22 @@ def forecast_ratio(row) -> str:
 
 def table(rows, lb) -> list[str]:
     out = ["| policy | done | JCT mean | p50 | p99 | wait mean | slowdown | bubble GPU-h | "
-           "util | forecast err/wait | solve p50/p99 s | wall s (load) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "util | util (work) | forecast err/wait | solve p50/p99 s | wall / CPU s (load) "
+           "| commit |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(
             f"| {r['policy']} | {r['finished']}/{r['jobs']} | {fmt(r['jct_mean_s'], 3600)} | "
             f"{fmt(r['jct_median_s'], 3600)} | {fmt(r['jct_p99_s'], 3600)} | "
             f"{fmt(r['wait_mean_s'], 3600)} | {fmt(r['bounded_slowdown_mean'])} | "
-            f"{fmt(r['bubble_gpu_hours'], 1, 1)} | {fmt(r['utilisation_in_window'], 0.01, 1)}% | "
+            f"{fmt(r['bubble_gpu_hours'], 1, 1)} | {fmt(r['utilisation_in_window'], 0.01, 1)}% "
+            f"| {fmt(r.get('util_work'), 0.01, 1)}% | "
             f"{forecast_ratio(r)} | {fmt(r['solve_p50_s'], 1, 3)}/{fmt(r['solve_p99_s'], 1, 3)} "
-            f"| {r['wall_s']:.0f} ({r['load1']}) |")
+            f"| {r['wall_s']:.0f} / {fmt(r.get('cpu_s'), 1, 0)} ({r['load1']}) "
+            f"| {r.get('commit', '?')} |")
     out.append(f"| lower bound (fastest type, no wait) | | {fmt(lb['jct_mean_s'], 3600)} | "
                f"{fmt(lb['jct_median_s'], 3600)} | {fmt(lb['jct_p99_s'], 3600)} | 0.00 | 1.00 "
-               "| | | | | |")
-    return out
-
-
-def ratios(rows, engine: str = "engine") -> dict[str, float]:
-    """``engine``'s row over the best peer run per metric (peers: every non-engine row)."""
-    eng = next(r for r in rows if r["policy"] == engine)
-    peers = [r for r in rows if r["policy"] not in ENGINES]
-    out = {}
-    for key in (*LOWER, "utilisation_in_window"):
-        vals = [p[key] for p in peers if p[key] is not None]
-        if not vals or eng[key] is None:
-            continue
-        best = max(vals) if key == "utilisation_in_window" else min(vals)
-        if best > 0:
-            out[key] = eng[key] / best
+               "| | | | | | | |")
     return out
 
 
@@ -323,7 +606,7 @@ def charts(out_dir: Path, tag: str, rows) -> list[Path]:
     ax.set_ylabel("fraction of jobs")
     ax.set_title(tag, fontsize=8)
     ax.legend(fontsize=7)
-    written.append(_save(fig, out_dir / f"{tag}-jct-cdf.png"))
+    written.append(save_figure(fig, out_dir / f"{tag}-jct-cdf.png", dpi=100))
     fig, ax = plt.subplots(figsize=(6, 4))
     width = 0.8 / max(len(keep), 1)
     for k, row in enumerate(keep):
@@ -334,7 +617,7 @@ def charts(out_dir: Path, tag: str, rows) -> list[Path]:
     ax.set_ylabel("mean wait (h)")
     ax.set_title(tag, fontsize=8)
     ax.legend(fontsize=7)
-    written.append(_save(fig, out_dir / f"{tag}-wait-by-size.png"))
+    written.append(save_figure(fig, out_dir / f"{tag}-wait-by-size.png", dpi=100))
     fig, ax = plt.subplots(figsize=(6, 4))
     for row in keep:
         pts = row["series"]["bubbles"]
@@ -345,145 +628,103 @@ def charts(out_dir: Path, tag: str, rows) -> list[Path]:
     ax.set_ylabel("bubble GPUs (free while a job that fits waits)")
     ax.set_title(tag, fontsize=8)
     ax.legend(fontsize=7)
-    written.append(_save(fig, out_dir / f"{tag}-bubbles.png"))
+    written.append(save_figure(fig, out_dir / f"{tag}-bubbles.png", dpi=100))
     plt.close("all")
     return written
 
 
-def _save(fig, path: Path) -> Path:
-    from hyperplace.sim.metrics import save_figure
-
-    return save_figure(fig, path, dpi=100)
-
-
-def cell_tag(label: str, inst: str, target: float) -> str:
-    return f"{label}-{inst}-{target:g}"
-
-
-def run_cell(label, trace, shape, inst, jobs, target, args, budget, probes, cache,
-             cell_dir: Path) -> dict:
-    """One (workload, instance, target) cell: find the load, replay every policy, write
-    the cell's JSON and charts; returns the cell."""
-    started = time.time()
-    cell = {"label": label, "trace": trace, "workload": shape, "instance": inst,
-            "jobs_limit": jobs, "target": target, "budget_s": budget, "probes": probes,
-            "probe_peers": list(PROBES), "seed": args.seed,
-            "date": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-            "machine": f"{os.cpu_count()} CPUs ({cpu_model()}), Python "
-                       f"{platform.python_version()}",
-            "commit": _commit(), "load1_start": load1()}
-    load, reached, facts = find_load(trace, shape, inst, jobs, target, args.seed, cache,
-                                     probes)
-    cell.update(load=load, probe_reached=reached, facts=facts)
-    if load is not None:
-        rows, facts, lb = run_all(trace, shape, inst, jobs, load, budget, args.seed,
-                                  args.peers)
-        cell.update(rows=rows, facts=facts, lower_bound=lb)
-        finish(cell, cell_dir)
-    cell["wall_s"] = time.time() - started
-    cell["load1_end"] = load1()
-    save_cell(cell, cell_dir)
-    return cell
-
-
-def finish(cell: dict, cell_dir: Path) -> None:
-    """Ratios and charts of a cell from its rows."""
-    rows = cell["rows"]
-    cell["ratios"] = ratios(rows)
-    cell["ratios_by_engine"] = {r["policy"]: ratios(rows, r["policy"]) for r in rows
-                                if r["policy"] in ENGINES}
-    tag = cell_tag(cell["label"], cell["instance"], cell["target"])
-    cell["charts"] = [p.name for p in charts(cell_dir, tag, rows)]
-
-
-def save_cell(cell: dict, cell_dir: Path) -> None:
-    cell_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(cell_dir / f"{cell_tag(cell['label'], cell['instance'], cell['target'])}.json",
-                 json.dumps(cell, indent=1, default=str))
-
-
-def rerun_engines(cell: dict, budget: float, cell_dir: Path) -> dict:
-    """Replay only the engine rows of a cell at its load (the peers' rows are kept): the
-    engine changes more often than the peers."""
-    if cell.get("load") is None:
-        return cell
-    started = time.time()
-    labels = [r["policy"] for r in cell["rows"] if r["policy"] in ENGINES]
-    new, _, _ = run_all(cell["trace"], cell["workload"], cell["instance"], cell["jobs_limit"],
-                        cell["load"], budget, cell["seed"], only=set(labels))
-    fresh = {r["policy"]: r for r in new}
-    cell["rows"] = [fresh.get(r["policy"], r) for r in cell["rows"]]
-    cell["engine_rerun"] = {"date": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-                            "commit": _commit(), "budget_s": budget,
-                            "wall_s": time.time() - started, "load1": load1()}
-    finish(cell, cell_dir)
-    save_cell(cell, cell_dir)
-    return cell
-
-
-def _commit() -> str:
-    try:
-        import subprocess
-
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=False).stdout.strip()
-    except OSError:
-        return "?"
-
-
 RATIO_KEYS = ("jct_mean_s", "jct_p99_s", "wait_mean_s", "bounded_slowdown_mean",
-              "bubble_gpu_hours", "utilisation_in_window")
+              "bubble_gpu_hours", "utilisation_in_window", "util_work")
+# the issue's goals at 0.8 and above, engine / best peer (util: at least)
+GOALS = {"jct_mean_s": 0.85, "jct_p99_s": 1.0, "wait_mean_s": 0.6,
+         "bounded_slowdown_mean": 0.7, "bubble_gpu_hours": 0.7, "utilisation_in_window": 1.0}
+GOAL_NAMES = {"jct_mean_s": "JCT <= 0.85x", "jct_p99_s": "p99 <= 1x",
+              "wait_mean_s": "wait <= 0.6x", "bounded_slowdown_mean": "slowdown <= 0.7x",
+              "bubble_gpu_hours": "bubbles <= 0.7x", "utilisation_in_window": "util >= 1x"}
+
+
+def goals(cell: dict) -> tuple[list[str], list[str]]:
+    """The issue's goals this cell's engine meets and misses (forecast goal included)."""
+    met, missed = [], []
+    r = cell.get("ratios") or {}
+    for key, limit in GOALS.items():
+        if key not in r:
+            continue
+        ok = r[key] >= limit if key == "utilisation_in_window" else r[key] <= limit
+        (met if ok else missed).append(f"{GOAL_NAMES[key]} ({r[key]:.2f})")
+    f = (cell["rows"][0].get("forecast") or {}).get("long_wait_median_error_over_wait")
+    if f is not None:
+        (met if f <= 0.2 else missed).append(f"forecast err/wait <= 0.2 ({f:.2f})")
+    return met, missed
 
 
 def summary_row(cell: dict) -> str:
-    head = (f"| {cell['label']} | {cell['instance']} | {cell['target']:g} | ")
+    rep = f" x{cell['repeat']}" if cell.get("repeat", 1) > 1 else ""
+    head = f"| {cell['label']}{rep} | {cell['instance']} | {cell['target']:g} | "
     facts = cell.get("facts") or {}
     if cell.get("load") is None:
         return (head + f"- | {facts.get('jobs', '-')} | unreachable (the probe peers reach "
-                f"at most {cell['probe_reached']:.2f}) | | | | | | | |")
+                f"at most {cell['probe_reached']:.2f}) | | | | | | | | | |")
     rows = cell["rows"]
-    eng = rows[0]
-    best_util = max((r["utilisation_in_window"] or 0) for r in rows
-                    if r["policy"] not in ENGINES)
+    eng = next(r for r in rows if r["policy"] == "engine")
+    peers = [r for r in rows if r["policy"] not in ENGINES]
+    best_util = max((r["utilisation_in_window"] or 0) for r in peers)
+    best_work = max((r.get("util_work") or 0) for r in peers)
     lead = head + f"{cell['load']:.3g} | {facts['jobs']} | "
+    tail = f" | {best_util:.2f} / {best_work:.2f} | {forecast_ratio(eng)} |"
     if eng["finished"] < eng["jobs"]:
-        return lead + (f"engine finished {eng['finished']}/{eng['jobs']} | | | | | | "
-                       f"{best_util:.2f} | {forecast_ratio(eng)} |")
+        return lead + f"engine finished {eng['finished']}/{eng['jobs']} | | | | | | |" + tail
     r = cell["ratios"]
-    return lead + " | ".join(f"{r.get(k, float('nan')):.3f}" for k in RATIO_KEYS) + \
-        f" | {best_util:.2f} | {forecast_ratio(eng)} |"
+    return lead + " | ".join(f"{r[k]:.3f}" if k in r else "-" for k in RATIO_KEYS) + tail
+
+
+def commits_of(cell: dict) -> set[str]:
+    return {cell["commit"], *(r.get("commit", "?") for r in cell.get("rows", []))}
 
 
 def assemble(cells: list[dict], grid, targets, out: Path, cell_dir: Path, command: str
              ) -> None:
     """``simulate.md`` from the cells present (missing cells are listed as not run)."""
-    by_tag = {cell_tag(c["label"], c["instance"], c["target"]): c for c in cells}
+    by_tag = {tag_of(c): c for c in cells}
     loads = sorted({c["load1_start"] for c in cells} | {c["load1_end"] for c in cells},
                    key=lambda x: float(x) if x.replace(".", "", 1).isdigit() else 0)
     dates = sorted(c["date"] for c in cells)
+    commits = sorted(set().union(*(commits_of(c) for c in cells))) if cells else []
+    off_main = [c for c in commits if not on_main(c)]
+    cpu = sum(r.get("cpu_s") or 0 for c in cells for r in c.get("rows", []))
     lines = [
         "# Over-time bench: replay under contention, engine vs every peer", "",
         f"- cells run {dates[0] if dates else '-'} to {dates[-1] if dates else '-'}; machine: "
-        f"{cells[0]['machine'] if cells else '-'}, shared with 7 other engineers' jobs "
+        f"{cells[0]['machine'] if cells else '-'}, shared with other engineers' jobs "
         f"(1-min load average {loads[0] if loads else '?'}-{loads[-1] if loads else '?'} at "
-        "cell starts and ends; per replay in the wall column); commits "
-        f"{', '.join(sorted({c['commit'] for c in cells}))}",
+        "cell starts and ends; per replay in the wall column); CPU time of the full replays "
+        f"shown: {cpu / 60:,.0f} min (probes not included)",
+        f"- commits of the rows: {', '.join(commits) or '-'}"
+        + (f" (NOT on main: {', '.join(off_main)})" if off_main else " (all on main)")
+        + "; a row's commit is the one it was computed at; rows taken from the cache are "
+        "re-used only while every file their replay imported is byte-identical "
+        "(bench/bench_simulate.py docstring)",
         f"- command: `{command}`; each cell's JSON in `{os.path.relpath(cell_dir, ROOT)}/`",
         "- loads: the offered load at which the better of "
         f"{' and '.join(PROBES)} (fast-first) reaches each target utilisation within the "
         "arrival window (bisection); round 60 s; predictions with the default lognormal "
         "error (sigma 0.5); times in hours; slowdown = mean bounded slowdown (10 s floor); "
         "bubble = GPU-hours free while a job that fits by count waits (arrival window); "
-        "forecast err/wait = median |planned - actual start| / wait for jobs that waited "
-        ">= 10 min (their count)", "",
+        "util = busy GPU-seconds / (GPUs x window), the issue's metric; util (work) = work "
+        "done in the window at each job's mean speed over the instance / (GPUs x window) "
+        "(the same work counts the same on any GPU type); forecast err/wait = median "
+        "|planned - actual start| / wait for jobs that waited >= 10 min (their count); "
+        "`x K` after a workload: the sample replayed K times back to back", "",
         "## Summary: engine / best peer run (ratios; below 1 is the engine ahead, for "
         "utilisation above 1)", "",
         "| workload | instance | target util | load | jobs | mean JCT | p99 JCT | mean wait | "
-        "slowdown | bubbles | util | best peer util | engine forecast err/wait |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "slowdown | bubbles | util | util (work) | best peer util / util (work) | "
+        "engine forecast err/wait |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     body: list[str] = []
     missing = []
-    for label, _trace, _shape, inst, _jobs in grid:
+    goal_lines = []
+    for label, _trace, _shape, inst, _jobs, _rep in grid:
         for target in targets:
             cell = by_tag.get(cell_tag(label, inst, target))
             if cell is None:
@@ -491,8 +732,20 @@ def assemble(cells: list[dict], grid, targets, out: Path, cell_dir: Path, comman
                 continue
             lines.append(summary_row(cell))
             body += cell_section(cell, cell_dir, out)
+            if target >= 0.8:
+                name = f"{label} on {inst} at {target:g}"
+                if cell.get("load") is None:
+                    goal_lines.append(f"- {name}: unreachable (probe peers at most "
+                                      f"{cell['probe_reached']:.2f}); no goal measured")
+                elif "ratios" in cell:
+                    met, miss = goals(cell)
+                    goal_lines.append(f"- {name}: met {', '.join(met) or 'none'}; "
+                                      f"NOT met {', '.join(miss) or 'none'}")
     if missing:
         lines += ["", "Not run (no result in the cell directory): " + "; ".join(missing) + "."]
+    if goal_lines:
+        lines += ["", "## The issue's goals at 0.8 and 0.9 (engine / best peer run)", "",
+                  *goal_lines]
     text = "\n".join([*lines, "", *body])
     write_atomic(out, text + "\n")
     print(f"wrote {out}")
@@ -502,18 +755,18 @@ def cell_section(cell: dict, cell_dir: Path, out: Path) -> list[str]:
     head = f"## {cell['label']} on {cell['instance']}, target utilisation {cell['target']:g}"
     facts = cell.get("facts") or {}
     limit = "all" if cell["jobs_limit"] is None else f"the first {cell['jobs_limit']}"
+    rep = cell.get("repeat", 1)
+    limit += f", repeated {rep} times back to back" if rep > 1 else ""
     if cell.get("load") is None:
         return [head, "", f"Not reachable with {limit} jobs: the probe peers reach at most "
                 f"{cell['probe_reached']:.2f} within the arrival window "
-                f"({facts.get('load_note') or 'at the highest load probed'}). Probes took "
-                f"{cell['wall_s']:.0f} s.", ""]
+                f"({facts.get('load_note') or 'at the highest load probed'}); "
+                f"{cell['date']}, commit {cell['commit']}.", ""]
     out_lines = [f"{head}: load {cell['load']:.3g} (probe {cell['probe_reached']:.2f}), "
                  f"{facts['jobs']} jobs ({limit} of the trace) over "
-                 f"{facts['arrival_window_s'] / 3600:.1f} h; {cell['date']}, commit "
-                 f"{cell['commit']}, engine budget {cell['budget_s']:g} s, cell wall "
-                 f"{cell['wall_s']:.0f} s" + (
-                     f"; engine rows re-run {cell['engine_rerun']['date']} at commit "
-                     f"{cell['engine_rerun']['commit']}" if cell.get("engine_rerun") else ""),
+                 f"{facts['arrival_window_s'] / 3600:.1f} h; {cell['date']}, "
+                 f"commit {cell['commit']}, engine budget {cell['budget_s']:g} s, cell wall "
+                 f"{cell['wall_s']:.0f} s ({cell.get('workers', 1)} worker(s))",
                  "", *table(cell["rows"], cell["lower_bound"]), ""]
     eng = cell["rows"][0]
     if eng["finished"] < eng["jobs"]:
@@ -543,10 +796,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default=None, help="comma-separated label@instance to run")
     ap.add_argument("--peers", default=None, help="comma-separated peers (default all)")
+    ap.add_argument("--workers", type=int, default=1, help="replays at once, each in a "
+                    "fresh process (default 1)")
+    ap.add_argument("--cache", type=Path, default=None, help="the replay cache (default "
+                    "bench/results/simulate-cache/)")
+    ap.add_argument("--fresh", action="store_true", help="ignore cached rows")
+    ap.add_argument("--federation", action="store_true", help="also run the federation "
+                    "cells (fedsim's: bench/bench_fedsim.py)")
     ap.add_argument("--assemble", action="store_true", help="only rebuild the report from "
                     "the cells present")
-    ap.add_argument("--engine-only", action="store_true", help="re-run only the engine rows "
-                    "of the cells present (their loads and peer rows kept)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     args.peers = args.peers.split(",") if args.peers else None
@@ -554,33 +812,33 @@ def main(argv: list[str] | None = None) -> None:
     targets = [float(x) for x in (args.targets or ("0.8" if quick else "0.7,0.8,0.9"))
                .split(",")]
     budget = args.budget if args.budget is not None else (0.2 if quick else 1.0)
-    probes = args.probes if args.probes is not None else 2
+    probes = args.probes if args.probes is not None else (3 if quick else 2)
     out = args.out or ROOT / "bench" / "results" / ("simulate-quick.md" if quick
                                                      else "simulate.md")
     cell_dir = out.parent / out.stem
+    cache_dir = args.cache or ROOT / "bench" / "results" / "simulate-cache"
     grid = QUICK if quick else FULL
     command = "bench/bench_simulate.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    if args.engine_only:
-        for cell in load_cells(cell_dir):
-            if args.only and f"{cell['label']}@{cell['instance']}" not in args.only.split(","):
-                continue
-            if cell["target"] not in targets:
-                continue
-            print(f"## engine rows of {cell['label']} on {cell['instance']} at "
-                  f"{cell['target']:g}", flush=True)
-            print(summary_row(rerun_engines(cell, budget, cell_dir)), flush=True)
-    elif not args.assemble:
-        for label, trace, shape, inst, jobs in grid:
-            if args.only and f"{label}@{inst}" not in args.only.split(","):
-                continue
-            cache: dict = {}
-            for target in targets:
-                print(f"## {label} on {inst}, target {target:g}", flush=True)
-                cell = run_cell(label, trace, shape, inst, jobs, target, args, budget, probes,
-                                cache, cell_dir)
-                print(summary_row(cell), flush=True)
+    if not args.assemble:
+        todo = [e for e in grid if (not args.only or f"{e[0]}@{e[3]}" in args.only.split(","))
+                and (args.federation or len(load_instance(e[3]).clusters) == 1)]
+        runner = Runner(args.workers, cache_dir, args.fresh)
+        t0 = time.time()
+        try:
+            def do(entry):
+                for target in targets:
+                    run_cell(runner, entry, target, args, budget, probes, cell_dir)
+            with ThreadPoolExecutor(max(1, len(todo))) as threads:
+                for f in [threads.submit(do, e) for e in todo]:
+                    f.result()
+        finally:
+            runner.close()
+        print(f"grid: {runner.stats['run']} replays run ({runner.stats['cpu_s'] / 60:.1f} "
+              f"CPU-min in workers), {runner.stats['cached']} from the cache; wall "
+              f"{(time.time() - t0) / 60:.1f} min; load {load1()}", flush=True)
     all_targets = sorted({*targets, *(c["target"] for c in load_cells(cell_dir))})
-    assemble(load_cells(cell_dir), grid, all_targets, out, cell_dir, command)
+    assemble(load_cells(cell_dir), FULL if not quick else grid, all_targets, out, cell_dir,
+             command)
 
 
 if __name__ == "__main__":

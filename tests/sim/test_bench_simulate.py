@@ -1,0 +1,94 @@
+"""The over-time bench's own pieces (bench/bench_simulate.py): the work-normalised
+utilisation and the repeated sample. The bench's figures themselves live in bench/results."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from hyperplace.instances import load_instance
+from hyperplace.sim.metrics import summarize
+from hyperplace.sim.run import SimRequest, build_workload
+from hyperplace.sim.simulator import SimConfig, simulate
+from hyperplace.sim.speed import SpeedModel
+from hyperplace.sim.traces import load_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_simulate",
+                                                  ROOT / "bench" / "bench_simulate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(records, gpus, t1):
+    return SimpleNamespace(records=records, arrival_end_s=t1, total_gpus=gpus)
+
+
+def _record(job, start, speed, work):
+    return SimpleNamespace(job=job, first_start_s=start, end_s=start + work / speed,
+                           speeds=[speed], restarts=0, preemptions=0, migrations=0)
+
+
+def test_the_same_work_counts_the_same_on_any_gpu_type(bench):
+    inst = load_instance("mixed-a100-h100")
+    wl, _ = build_workload(SimRequest(trace="philly", limit=40, load=1.0), inst, 0)
+    job = next(j for j in wl.jobs if j.gpus == 8)
+    sm = SpeedModel(inst)
+    fast, slow = sm.best_speed(job.manifest), sm.slowest_speed(job.manifest)
+    assert fast > slow  # the instance has two types that run it at different speeds
+    job.submit_s = 0.0
+    work = 600.0
+    t1 = 10 * work / slow  # both runs end inside the window
+    total = sum(sm.type_counts.values())
+    on_fast = bench.work_utilisation(_run([_record(job, 0.0, fast, work)], total, t1), inst)
+    on_slow = bench.work_utilisation(_run([_record(job, 0.0, slow, work)], total, t1), inst)
+    assert on_fast == pytest.approx(on_slow, rel=1e-9)
+    # the busy-GPU figure is not invariant: the slow run holds its GPUs fast / slow as long
+    busy_fast, busy_slow = job.gpus * work / fast, job.gpus * work / slow
+    assert busy_slow / busy_fast == pytest.approx(fast / slow)
+    # and the work figure is the work at the job's mean speed over the instance
+    mean = sm.capacity(job.manifest) / total
+    assert on_fast == pytest.approx(job.gpus * work / mean / (total * t1))
+
+
+def test_work_utilisation_is_the_busy_utilisation_on_one_gpu_type(bench):
+    inst = load_instance("superpod-h100-4su")
+    wl, _ = build_workload(SimRequest(trace="philly", limit=120, load=1.0), inst, 0)
+    run = simulate(inst, wl.jobs, "kueue", SimConfig(network=False))
+    row = summarize(run)
+    assert row["utilisation_in_window"] > 0
+    assert bench.work_utilisation(run, inst) == pytest.approx(row["utilisation_in_window"],
+                                                              rel=1e-6)
+
+
+def test_work_utilisation_refuses_a_job_run_in_pieces(bench):
+    inst = load_instance("mixed-a100-h100")
+    wl, _ = build_workload(SimRequest(trace="philly", limit=5, load=1.0), inst, 0)
+    rec = _record(wl.jobs[0], wl.jobs[0].submit_s, 1.0, 100.0)
+    rec.restarts = 1
+    assert bench.work_utilisation(_run([rec], 256, wl.jobs[-1].submit_s + 1e4), inst) is None
+
+
+def test_a_repeated_sample_is_the_sample_k_times_back_to_back(bench, tmp_path):
+    one = load_trace("alibaba-2023")
+    path = bench.repeated_trace("alibaba-2023", None, 3, tmp_path)
+    three = load_trace(path)
+    n = len(one.rows)
+    assert len(three.rows) == 3 * n
+    assert len({r.name for r in three.rows}) == 3 * n
+    gap = one.span_s / (n - 1)
+    for c in range(3):
+        part = three.rows[c * n:(c + 1) * n]
+        assert [(r.duration_s, r.gpus, r.gpu_types) for r in part] == \
+            [(r.duration_s, r.gpus, r.gpu_types) for r in one.rows]
+        assert [r.submit_s for r in part] == pytest.approx(
+            [r.submit_s + c * (one.span_s + gap) for r in one.rows])
+    assert bench.repeated_trace("alibaba-2023", None, 1, tmp_path) == "alibaba-2023"
