@@ -496,11 +496,17 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
             "commit": head_commit(), "load1_start": load1(), "workers": args.workers}
     load, reached, facts = find_load(runner, base, target, probes)
     cell.update(load=load, probe_reached=reached, facts=facts)
+    if load is None and args.prefetch:
+        return cell
     if load is not None:
         federation = len(load_instance(inst).clusters) > 1
         plan = cell_plan(base, load, args.peers, federation)
+        if args.prefetch:  # the peers' replays into the cache only; no cell
+            plan = [p for p in plan if p["policy"] not in ENGINES]
         with ThreadPoolExecutor(len(plan)) as threads:
             got = list(threads.map(runner.run, plan))
+        if args.prefetch:
+            return cell
         cell.update(rows=[g["row"] for g in got], facts=got[0]["facts"],
                     lower_bound=got[0]["lower_bound"])
         finish(cell, cell_dir)
@@ -803,6 +809,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fresh", action="store_true", help="ignore cached rows")
     ap.add_argument("--federation", action="store_true", help="also run the federation "
                     "cells (fedsim's: bench/bench_fedsim.py)")
+    ap.add_argument("--prefetch", action="store_true", help="probes and peer replays only, "
+                    "into the cache (no cell is written): the engine rows come later")
     ap.add_argument("--assemble", action="store_true", help="only rebuild the report from "
                     "the cells present")
     ap.add_argument("--out", type=Path, default=None)
