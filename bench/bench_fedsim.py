@@ -2,28 +2,43 @@
 
 Usage::
 
-    .venv/bin/python bench/bench_fedsim.py [--jobs 300] [--targets 0.7] [--budget 1]
-        [--workload fm] [--trace philly] [--out bench/results/fedsim.md]
+    .venv/bin/python bench/bench_fedsim.py [--jobs 300] [--targets 0.7,0.8,0.9] [--budget 1]
+        [--workload fm] [--trace philly] [--load L] [--cells] [--out bench/results/fedsim.md]
 
 One federation (``seed-beijing-shanghai``: 4 DGX B200 in Beijing, 4 DGX H100 in Shanghai,
 100 Gb/s WAN), the foundation-model-shaped workload by default (multi-node jobs, half pinned
-to the fastest family). For each target the offered load is searched (bisection on its
-log, replays cut at the last arrival) until ``karmada-aggregated`` (the peer as Karmada
-ships its default division) reaches the target utilisation within the arrival window; the
+to the fastest family). For each target the offered load is searched (from 1.0 in steps of
+x1.5 until bracketed, then ``--probes`` bisection steps on its log; replays cut at the last
+arrival) until the **strongest federated peer** (the better of ``karmada-aggregated`` and
+``karmada-dynamic``: Karmada's division with per-cluster queues, as Karmada ships it and as
+an operator would switch it) reaches the target utilisation within the arrival window; the
 load found is replayed to the end under
 
 * ``engine-federated`` (global queue, :func:`hyperplace.federation.federate` each round,
   splits when they finish sooner) and ``engine-federated-whole`` (splits off);
-* ``karmada-aggregated``, ``karmada-dynamic``, ``karmada-static`` (per-cluster queues,
-  Kueue in each member) and ``karmada-aggregated-whole`` (spread constraint maxGroups 1).
+* the **faithful peers**: ``karmada-aggregated``, ``karmada-dynamic``, ``karmada-static``
+  (per-cluster queues, Kueue in each member) and ``karmada-aggregated-whole`` (spread
+  constraint maxGroups 1);
+* **non-federated references** (``--references``, on by default): ``engine``, ``slurm``,
+  ``kueue`` and ``volcano`` on ONE global queue over both member clusters (nodes fast-first),
+  as if the two sites were one scheduler's partitions. No multi-cluster deployment
+  runs that way (each member has its own control plane; Karmada is what joins them), so
+  these rows are not the peer of a federation: they say what one global scheduler without
+  splits would do, and the ratios against them are given separately.
 
 Per policy: jobs finished, mean / p99 JCT, mean wait, mean bounded slowdown, utilisation
 within the arrival window (GPUs held idle by Karmada parts waiting for their siblings count
 as used, as Kubernetes counts them; the held GPU-hours are listed beside), splits started,
-per-round solve p50/p99, wall seconds; and the engine's ratios to the best Karmada row per
-metric. Every figure is printed with the 1-minute load average of the machine (``uptime``).
+per-round solve p50/p99, wall and CPU seconds; the engine's ratios to the best Karmada row
+per metric, and to the best of every row but the engines' (references included). Every
+figure is printed with the 1-minute load average of the machine.
 
-:func:`bench_row` is the entry point other benches call (``bench/bench_simulate.py``).
+``--cells`` also writes each target as a cell of the over-time grid
+(``bench/results/simulate/fm-seed-beijing-shanghai-<target>.json``, the format of
+``bench/bench_simulate.py``, which assembles ``simulate.md`` from it): rows engine-federated
+first, ``ratios`` against the best Karmada row, ``ratios_by_engine`` naming both bases.
+
+:func:`bench_row` is the entry point other benches call.
 """
 
 from __future__ import annotations
@@ -32,6 +47,7 @@ import argparse
 import copy
 import datetime as dt
 import math
+import os
 import platform
 import sys
 import time
@@ -46,13 +62,17 @@ from hyperplace.io import write_atomic  # noqa: E402
 from hyperplace.sim.metrics import summarize  # noqa: E402
 from hyperplace.sim.run import SimRequest, build_workload  # noqa: E402
 from hyperplace.sim.simulator import SimConfig, simulate  # noqa: E402
+from hyperplace.sim.state import reorder_nodes  # noqa: E402
 
 INSTANCE = "seed-beijing-shanghai"
-PROBE = "karmada-aggregated"
+PROBES = ("karmada-aggregated", "karmada-dynamic")
 RUNS = (("engine-federated", True), ("engine-federated", False),
         ("karmada-aggregated", True), ("karmada-dynamic", True), ("karmada-static", True),
         ("karmada-aggregated", False))
+REFERENCES = ("engine", "slurm", "kueue", "volcano")  # one global queue, not federated
 METRICS = ("jct_mean_s", "jct_p99_s", "wait_mean_s", "bounded_slowdown_mean")
+CELL_KEYS = ("jct_mean_s", "jct_median_s", "jct_p99_s", "wait_mean_s",
+             "bounded_slowdown_mean", "bubble_gpu_hours")
 
 
 def load1() -> str:
@@ -69,83 +89,190 @@ def _workload(trace, shape, jobs, load, seed):
     return instance, wl, facts
 
 
+def _finish_row(run, label: str, t0: float, c0: float, instance=None) -> dict:
+    row = summarize(run)
+    row["policy"] = label
+    row["notes"] = list(run.notes)
+    try:  # the grid's chart series and work-normalised utilisation (bench_simulate's)
+        from bench.bench_simulate import series, work_utilisation
+        row["series"] = series(run)
+        if instance is not None:
+            row["util_work"] = work_utilisation(run, instance)
+    except ImportError:
+        pass
+    row["wall_s"] = time.perf_counter() - t0
+    row["cpu_s"] = time.process_time() - c0
+    row["load1"] = load1()
+    row["commit"] = _commit()
+    return row
+
+
 def run_policy(instance, jobs, name: str, split: bool, *, budget: float = 1.0, seed: int = 0,
                until_s: float | None = None, check: bool = False) -> dict:
     """One replay of ``jobs`` under a federation policy; its summary row (+ notes)."""
     cfg = SimConfig(round_s=60, budget_s=budget, seed=seed, federation_split=split,
                     until_s=until_s, check=check)
-    t0 = time.perf_counter()
-    run = simulate(instance, copy.deepcopy(jobs), POLICIES[name](instance, cfg), cfg)
-    row = summarize(run)
-    row["wall_s"] = time.perf_counter() - t0
-    row["notes"] = list(run.notes)
-    row["load1"] = load1()
+    t0, c0 = time.perf_counter(), time.process_time()
+    pol = POLICIES[name](instance, cfg)
+    run = simulate(instance, copy.deepcopy(jobs), pol, cfg)
+    return _finish_row(run, pol.name, t0, c0, instance if until_s is None else None)
+
+
+def run_reference(instance, jobs, name: str, *, budget: float = 1.0, seed: int = 0) -> dict:
+    """A single-cluster policy on one global queue over every member (nodes fast-first; the
+    row is named as in the over-time grid: ``engine``, ``<peer>/fast-first``)."""
+    cfg = SimConfig(round_s=60, budget_s=budget, seed=seed)
+    inst = instance if name == "engine" else reorder_nodes(instance, True)
+    t0, c0 = time.perf_counter(), time.process_time()
+    run = simulate(inst, copy.deepcopy(jobs), name, cfg)
+    row = _finish_row(run, name if name == "engine" else f"{name}/fast-first", t0, c0,
+                      instance)
+    row["reference"] = "one global queue over every member (not a federated deployment)"
     return row
 
 
+def is_reference(row: dict) -> bool:
+    return "reference" in row
+
+
 def find_load(trace, shape, jobs, target, seed, probes) -> tuple[float | None, float, dict]:
-    """The offered load at which the probe peer reaches ``target`` (None: unreachable)."""
+    """The offered load at which the strongest federated peer (the better of
+    :data:`PROBES`) reaches ``target`` (None: unreachable)."""
     cache: dict[float, tuple[float, dict]] = {}
 
     def util(load: float) -> tuple[float, dict]:
         if load not in cache:
             instance, wl, facts = _workload(trace, shape, jobs, load, seed)
-            row = run_policy(instance, wl.jobs, PROBE, True, seed=seed,
-                             until_s=wl.jobs[-1].submit_s)
-            cache[load] = (row["utilisation_in_window"] or 0.0, facts)
+            best = 0.0
+            for name in PROBES:
+                row = run_policy(instance, wl.jobs, name, True, seed=seed,
+                                 until_s=wl.jobs[-1].submit_s)
+                best = max(best, row["utilisation_in_window"] or 0.0)
+            cache[load] = (best, facts)
         return cache[load]
 
-    lo, hi = 0.5, 8.0
-    u_hi, facts = util(hi)
-    if u_hi < target:
-        top = facts["offered_load"]
-        if facts.get("load_note") and not math.isclose(top, hi):
-            u_hi, facts = util(top)
-        if u_hi < target:
-            return None, u_hi, facts
-    best = (hi, u_hi)
+    load = 1.0
+    u, facts = util(load)
+    if u >= target:
+        hi, hi_u = load, u
+        while load > 0.2:
+            load /= 1.5
+            u, _ = util(load)
+            if u < target:
+                break
+            hi, hi_u = load, u
+        lo = load
+    else:
+        while u < target:
+            if facts.get("load_note") or load > 10:
+                return None, u, facts
+            lo = load
+            load *= 1.5
+            u, facts = util(load)
+        hi, hi_u = load, u
     for _ in range(probes):
         mid = math.sqrt(lo * hi)
         u, _ = util(mid)
         if u >= target:
-            hi, best = mid, (mid, u)
+            hi, hi_u = mid, u
         else:
             lo = mid
-    return best[0], best[1], facts
+    return hi, hi_u, facts
+
+
+def _ratios(eng: dict, peers: list[dict], keys=METRICS) -> dict[str, float]:
+    entry = {}
+    for key in keys:
+        vals = [p[key] for p in peers if p.get(key)]
+        if vals and eng.get(key) is not None:
+            entry[key] = eng[key] / min(vals)
+    utils = [p["utilisation_in_window"] for p in peers if p["utilisation_in_window"]]
+    if utils and eng["utilisation_in_window"]:
+        entry["utilisation_in_window"] = eng["utilisation_in_window"] / max(utils)
+    return entry
 
 
 def bench_row(trace: str = "philly", shape: str = "fm", jobs: int | None = 300,
-              target: float = 0.7, *, budget: float = 1.0, seed: int = 0, probes: int = 5,
-              load: float | None = None) -> dict:
-    """The federation row: the load where Karmada's aggregated division reaches ``target``
-    utilisation (or ``load`` as given), every federation policy replayed there, ratios."""
+              target: float = 0.7, *, budget: float = 1.0, seed: int = 0, probes: int = 3,
+              load: float | None = None, references: bool = True) -> dict:
+    """The federation row: the load where the strongest Karmada division reaches ``target``
+    utilisation (or ``load`` as given), every policy replayed there, ratios."""
     util = None
+    started = time.time()
     if load is None:
         load, util, facts = find_load(trace, shape, jobs, target, seed, probes)
         if load is None:
             return {"target": target, "reached": False, "probe_utilisation": util,
-                    "facts": facts, "load1": load1()}
+                    "facts": facts, "load1": load1(), "wall_s": time.time() - started}
     instance, wl, facts = _workload(trace, shape, jobs, load, seed)
-    rows = [run_policy(instance, wl.jobs, name, split, budget=budget, seed=seed)
-            for name, split in RUNS]
-    peers = [r for r in rows if r["policy"].startswith("karmada")]
+    rows = []
+    for name, split in RUNS:
+        rows.append(run_policy(instance, wl.jobs, name, split, budget=budget, seed=seed))
+        print(f"  {rows[-1]['policy']}: wall {rows[-1]['wall_s']:.0f} s cpu "
+              f"{rows[-1]['cpu_s']:.0f} s (load {rows[-1]['load1']})", flush=True)
+    for name in REFERENCES if references else ():
+        rows.append(run_reference(instance, wl.jobs, name, budget=budget, seed=seed))
+        print(f"  {rows[-1]['policy']}: wall {rows[-1]['wall_s']:.0f} s cpu "
+              f"{rows[-1]['cpu_s']:.0f} s (load {rows[-1]['load1']})", flush=True)
+    karmada = [r for r in rows if r["policy"].startswith("karmada")]
+    others = [r for r in rows if not r["policy"].startswith("engine")]
     ratios: dict[str, dict[str, float]] = {}
     for r in rows:
-        if not r["policy"].startswith("engine"):
-            continue
-        entry = {}
-        for key in METRICS:
-            vals = [p[key] for p in peers if p[key]]
-            if vals and r[key] is not None:
-                entry[key] = r[key] / min(vals)
-        utils = [p["utilisation_in_window"] for p in peers if p["utilisation_in_window"]]
-        if utils and r["utilisation_in_window"]:
-            entry["utilisation_in_window"] = r["utilisation_in_window"] / max(utils)
-        ratios[r["policy"]] = entry
+        if r["policy"].startswith("engine-federated"):
+            ratios[r["policy"]] = _ratios(r, karmada)
+            ratios[f"{r['policy']} / best of every other row (one-global-queue "
+                   "references too)"] = _ratios(r, others)
     return {"target": target, "reached": True, "load": load, "probe_utilisation": util,
             "instance": INSTANCE, "trace": trace, "workload": shape, "jobs": len(wl.jobs),
-            "offered_load": facts["offered_load"], "rows": rows, "ratios": ratios,
-            "load1": load1()}
+            "jobs_limit": jobs, "offered_load": facts["offered_load"], "facts": facts,
+            "rows": rows, "ratios": ratios, "load1": load1(), "seed": seed,
+            "budget_s": budget, "probes": probes, "wall_s": time.time() - started,
+            "lower_bound": _lower_bound(instance, wl.jobs)}
+
+
+def _lower_bound(instance, jobs) -> dict:
+    try:
+        from bench.bench_simulate import lower_bound
+    except ImportError:
+        return {}
+    return lower_bound(instance, jobs)
+
+
+def write_cell(row: dict, started_load1: str, date: str) -> Path | None:
+    """The row as a cell of the over-time grid (``bench/bench_simulate.py``'s format)."""
+    from bench import bench_simulate as grid
+
+    if not row.get("reached"):
+        return None
+    cell_dir = ROOT / "bench/results/simulate"
+    rows = sorted(row["rows"], key=lambda r: r["policy"] != "engine-federated")
+    karmada = [r for r in rows if r["policy"].startswith("karmada")]
+    others = [r for r in rows if not r["policy"].startswith("engine")]
+    cell = {"label": row["workload"], "trace": row["trace"], "workload": row["workload"],
+            "instance": row["instance"], "jobs_limit": row["jobs_limit"],
+            "target": row["target"], "budget_s": row["budget_s"], "probes": row["probes"],
+            "probe_peers": list(PROBES), "seed": row["seed"], "date": date,
+            "machine": f"{os.cpu_count()} CPUs ({grid.cpu_model()}), Python "
+                       f"{platform.python_version()}",
+            "commit": grid.head_commit(), "load1_start": started_load1, "load": row["load"],
+            "probe_reached": row["probe_utilisation"], "facts": row["facts"], "rows": rows,
+            "lower_bound": row["lower_bound"], "wall_s": row["wall_s"],
+            "load1_end": load1(), "written_by": "bench/bench_fedsim.py --cells",
+            "ratios_basis": "engine-federated / best Karmada row (the faithful federated "
+                            "peers); ratios_by_engine also against every other row, the "
+                            "one-global-queue references included"}
+    cell["ratios"] = _ratios(rows[0], karmada, CELL_KEYS)
+    cell["ratios_by_engine"] = {
+        "engine-federated (vs best Karmada row)": cell["ratios"],
+        "engine-federated (vs best of every other row, one-global-queue references too)":
+            _ratios(rows[0], others, CELL_KEYS),
+        **({"engine (one global queue, a reference) (vs best Karmada row)":
+            _ratios(next(r for r in rows if r["policy"] == "engine"), karmada, CELL_KEYS)}
+           if any(r["policy"] == "engine" for r in rows) else {})}
+    tag = grid.cell_tag(cell["label"], cell["instance"], cell["target"])
+    cell["charts"] = [p.name for p in grid.charts(cell_dir, tag, rows)]
+    grid.save_cell(cell, cell_dir)
+    return cell_dir / f"{tag}.json"
 
 
 def _fmt(v, scale=1.0, digits=2) -> str:
@@ -170,25 +297,34 @@ def _splits(notes: list[str]) -> str:
 
 def table(row: dict) -> list[str]:
     if not row.get("reached"):
-        return [f"target {row['target']}: not reached (the probe peer reaches "
-                f"{row['probe_utilisation']:.2f} at the most the workload offers)", ""]
+        return [f"target {row['target']}: not reached (the better of {', '.join(PROBES)} "
+                f"reaches {row['probe_utilisation']:.2f} at the most the workload offers)", ""]
+    how = (f"{' or '.join(PROBES)} reached {_fmt(row['probe_utilisation'])} within the "
+           "arrival window" if row["probe_utilisation"] is not None else "load as given")
+    target = f"{row['target']:.2f}" if row["target"] else "none"
     out = [f"### {row['workload']} on {row['instance']}: {row['jobs']} jobs, target "
-           f"{row['target']:.2f} ({PROBE} reached {_fmt(row['probe_utilisation'])} within the "
-           f"arrival window at offered load {row['load']:.2f})", "",
+           f"{target}, offered load {row['load']:.3g} ({how})", "",
            "| policy | done | JCT mean h | JCT p99 h | wait mean h | slowdown | util (window) "
-           "| splits | held GPU-h | solve p50/p99 s | wall s | load1 |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| splits | held GPU-h | solve p50/p99 s | wall s | CPU s | load1 |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in row["rows"]:
         out.append(f"| {r['policy']} | {r['finished']}/{r['jobs']} | "
                    f"{_fmt(r['jct_mean_s'], 3600)} | {_fmt(r['jct_p99_s'], 3600)} | "
                    f"{_fmt(r['wait_mean_s'], 3600)} | {_fmt(r['bounded_slowdown_mean'])} | "
                    f"{_fmt(r['utilisation_in_window'])} | {_splits(r['notes'])} | "
                    f"{_held(r['notes'])} | {_fmt(r['solve_p50_s'], 1, 3)}/"
-                   f"{_fmt(r['solve_p99_s'], 1, 3)} | {r['wall_s']:.0f} | {r['load1']} |")
+                   f"{_fmt(r['solve_p99_s'], 1, 3)} | {r['wall_s']:.0f} | "
+                   f"{r.get('cpu_s', 0):.0f} | {r['load1']} |")
     out.append("")
     for name, entry in row["ratios"].items():
-        out.append(f"{name} / best Karmada row: " + ", ".join(
+        label = name if " / " in name else f"{name} / best Karmada row"
+        out.append(f"{label}: " + ", ".join(
             f"{k.removesuffix('_s')} {v:.3f}" for k, v in entry.items()))
+    splits = [n for r in row["rows"] if r["policy"] == "engine-federated"
+              for n in r["notes"][1:]]
+    if splits:
+        out += ["", "engine-federated's split starts (first five):", "",
+                *(f"- {n}" for n in splits)]
     out.append("")
     return out
 
@@ -198,28 +334,62 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trace", default="philly")
     ap.add_argument("--workload", default="fm")
     ap.add_argument("--jobs", type=int, default=300)
-    ap.add_argument("--targets", default="0.7")
-    ap.add_argument("--load", type=float, default=None, help="skip the search: this load")
+    ap.add_argument("--targets", default="0.7,0.8,0.9")
+    ap.add_argument("--load", default=None,
+                    help="skip the search: these loads (comma-separated), one row each")
     ap.add_argument("--budget", type=float, default=1.0)
-    ap.add_argument("--probes", type=int, default=5)
+    ap.add_argument("--probes", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-references", action="store_true",
+                    help="leave out the one-global-queue reference rows")
+    ap.add_argument("--cells", action="store_true",
+                    help="also write each target as a cell of the over-time grid")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/fedsim.md")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    start_load = load1()
+    date = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
     lines = ["# Federation over time: engine-federated vs Karmada's division", "",
-             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
-             f"load average at start {load1()}; per-round engine budget {args.budget} s", "",
+             f"{date}, {platform.node()}, {os.cpu_count()} CPUs, load average at start "
+             f"{start_load}; per-round engine budget {args.budget} s; commit "
+             f"{_commit()}", "",
              "command: `python bench/" + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
-             + "`", ""]
-    for target in [float(t) for t in args.targets.split(",")]:
-        row = bench_row(args.trace, args.workload, args.jobs, target, budget=args.budget,
-                        seed=args.seed, probes=args.probes, load=args.load)
+             + "`", "",
+             "Peers: the Karmada rows are the faithful peers of a federation (each member its "
+             "own queue and scheduler, Karmada dividing replicas; karmada-io/karmada f8fdd02, "
+             "cited in hyperplace/fedsim/karmada.py). The rows engine, slurm/, kueue/ and "
+             "volcano/ run ONE global queue over both sites: non-federated references: one scheduler over both sites' nodes, which no "
+             "multi-cluster deployment runs; their ratios are listed apart. Loads: the "
+             f"better of {' and '.join(PROBES)} reaches the target within the arrival window.",
+             ""]
+    loads = [float(x) for x in args.load.split(",")] if args.load else None
+    targets = [float(t) for t in args.targets.split(",")]
+    for k, target in enumerate(loads or targets):
+        row = bench_row(args.trace, args.workload, args.jobs,
+                        target if loads is None else 0.0, budget=args.budget, seed=args.seed,
+                        probes=args.probes, load=target if loads else None,
+                        references=not args.no_references)
         part = table(row)
         print("\n".join(part), flush=True)
         lines += part
+        if args.cells and loads is None:
+            path = write_cell(row, start_load, date)
+            if path is not None:
+                print(f"wrote {path}", flush=True)
+        write_atomic(args.out, "\n".join(lines) + "\n")  # each target as it finishes
     lines.append(f"total {time.perf_counter() - t0:.0f} s, load average at the end {load1()}")
     write_atomic(args.out, "\n".join(lines) + "\n")
     print(f"wrote {args.out}")
+
+
+def _commit() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return "?"
 
 
 if __name__ == "__main__":

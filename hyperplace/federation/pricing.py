@@ -159,9 +159,10 @@ class Pricer:
         """The whole job at one location (the planner's best configuration for a
         single-stage job naming no parallelism: :meth:`planned`). Its price depends on the
         GPU type only (no link between clusters is involved), so it is computed once per
-        type and form of the job (its stages and replicas: a caller may price a job in
-        another form of the same GPUs, :func:`hyperplace.fedsim.common.pipeline_form`)."""
-        key = (job.name, job.stages, job.replicas, loc.gpu_type)
+        type and form of the job (its model, stages and replicas: a caller may price a job
+        as another model or in another form of the same GPUs,
+        :func:`hyperplace.fedsim.common.priced_job` and ``pipeline_form``)."""
+        key = (job.name, job.model.name, job.stages, job.replicas, loc.gpu_type)
         cached = self._mono.get(key)
         if cached is None:
             cached = self.planned(job, loc) or self.pipeline(job, [(loc, job.stages)])

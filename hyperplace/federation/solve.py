@@ -136,13 +136,18 @@ def _greedy(data: FederationData, state: RoundState) -> list[int]:
 
 
 def federate(problem: FederationProblem, *, budget_s: float = 10.0, solver: str = "auto",
-             seed: int = 0, placements_out: dict[str, ClusterPlacement] | None = None
-             ) -> FederationPlan:
+             seed: int = 0, placements_out: dict[str, ClusterPlacement] | None = None,
+             pricer: Pricer | None = None, compare: bool = True) -> FederationPlan:
     """Decide one federation round of ``problem`` within about ``budget_s`` seconds.
 
     ``placements_out``, when given, receives each member cluster's verified placement of
     the chosen sub-jobs (plan and the instance it was solved on), for callers that start
-    them (the simulator, :mod:`hyperplace.fedsim`) and check them independently."""
+    them (the simulator, :mod:`hyperplace.fedsim`) and check them independently.
+    ``pricer``: a :class:`Pricer` of this federation kept by a caller that decides round
+    after round (its layer splits depend on the job and the locations, not on what is
+    free, so they are priced once per replay instead of once per round). ``compare=False``
+    skips the Karmada comparison figures of the plan (``karmada_aggregated``: 'not
+    computed'), which are priced and probed after the decision, outside the budget."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
     start = time.perf_counter()
@@ -150,7 +155,8 @@ def federate(problem: FederationProblem, *, budget_s: float = 10.0, solver: str 
     instance = problem.instance
     catalog = instance.catalog
     prober = Prober(instance)
-    pricer = Pricer(instance.federation, catalog)
+    if pricer is None:
+        pricer = Pricer(instance.federation, catalog)
     notes: list[str] = []
     all_shapes: dict[str, JobShapes] = {}
     ordered = sorted(problem.jobs, key=lambda j: (-j.priority, -j.gpus, j.name))
@@ -217,7 +223,10 @@ def federate(problem: FederationProblem, *, budget_s: float = 10.0, solver: str 
     if bound is None or truncated:
         # valid whatever was enumerated: every job admitted
         bound = float(sum(data.weights[j.priority] * j.gpus for j in problem.jobs))
-    karmada_alts = karmada_round(problem, prober, pricer)
+    karmada_alts = karmada_round(problem, prober, pricer) if compare else {
+        j.name: Alternative(name="karmada-aggregated", feasible=False,
+                            note="not computed (the caller asked for no comparison)")
+        for j in problem.jobs}
     plan_jobs = [_job_plan(problem, data.candidates[i], placements, all_shapes,
                            karmada_alts[data.candidates[i].job.name])
                  for i in sorted(chosen, key=lambda i: (-data.candidates[i].job.priority,

@@ -101,6 +101,20 @@ class PartState:
     gpus: list[tuple[str, int]] = field(default_factory=list)  # held once admitted
     units: dict[str, list[GPURef]] = field(default_factory=dict)
     admitted_s: float | None = None
+    _shape: str = ""
+
+    @property
+    def shape(self) -> str:
+        """What the member's placement rule sees of one replica of the part (its spec
+        without the model and the replica count): within a round the member's free GPUs
+        only shrink, and the rule (Kueue TAS's) is deterministic and needs more room for
+        more replicas, so once ``r`` replicas of a shape did not fit, no part of that shape
+        with ``r`` or more is tried again that round (a shortcut that admits the same parts;
+        at 0.8+ load most waiting parts are such repeats)."""
+        if not self._shape:
+            self._shape = self.manifest.spec.model_dump_json(exclude={"model",
+                                                                       "replica_count"})
+        return self._shape
 
 
 class KarmadaDivision(Policy):
@@ -268,9 +282,13 @@ class KarmadaDivision(Policy):
             placer = self.placers[cl]
             fs = placer.state(member)
             admitted: dict[str, tuple[TrainingJob, dict[str, list[GPURef]]]] = {}
+            failed: dict[str, int] = {}  # part shape -> fewest replicas that did not fit
             for p in waiting:
+                if p.replicas >= failed.get(p.shape, p.replicas + 1):
+                    continue  # as many or fewer of these replicas failed on more free GPUs
                 units = placer.place(p.manifest, fs)
                 if units is None:
+                    failed[p.shape] = p.replicas
                     continue  # BestEffortFIFO: the next one is tried
                 admitted[p.manifest.name] = (p.manifest, units)
                 p.units = units
