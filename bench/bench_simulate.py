@@ -71,7 +71,10 @@ module the replay's process had imported and of every file in ``hyperplace/data`
 versions of the solver packages. A cached row is used only when all of those are
 byte-identical now; the row keeps the commit it was computed at. Peer replays never import
 the engine's modules (``sim/planning.py``, ``solvers/schedule``, ``formulations/schedule``),
-so an engine change re-runs only the engine rows; ``--fresh`` ignores the cache.
+so an engine change re-runs only the engine rows; ``--fresh`` ignores the cache. Other
+changes to code the peers import (the checker, the round state) re-run them too; with
+``--stale-peers`` a peer row whose imported files changed is used anyway and the report
+lists, for each such row, the commit it was computed at and the files that differ.
 
 **Results.** Each cell (workload, instance, target) is written on its own as
 ``bench/results/simulate/<cell>.json`` (with its charts beside it) the moment it finishes;
@@ -345,9 +348,10 @@ HARNESS = hashlib.sha256("".join(inspect.getsource(f) for f in (
 class Runner:
     """Replays through the cache and a pool of fresh processes (module docstring)."""
 
-    def __init__(self, workers: int, cache_dir: Path, fresh: bool):
+    def __init__(self, workers: int, cache_dir: Path, fresh: bool, stale_peers: bool = False):
         self.cache_dir = cache_dir
         self.fresh = fresh
+        self.stale_peers = stale_peers
         self.pool = ProcessPoolExecutor(max(1, workers),
                                         mp_context=multiprocessing.get_context("spawn"),
                                         max_tasks_per_child=1)
@@ -359,25 +363,31 @@ class Runner:
         return hashlib.sha256(json.dumps({**spec, "harness": HARNESS}, sort_keys=True)
                               .encode()).hexdigest()[:24]
 
-    def cached(self, key: str) -> dict | None:
+    def cached(self, key: str, spec: dict) -> dict | None:
+        """The cached replay of ``key`` if every file it imported is unchanged; with
+        ``stale_peers`` a peer's row also when some changed, marked with the files
+        (``stale_files``: the report lists them)."""
         path = self.cache_dir / f"{key}.json"
         if self.fresh or not path.exists():
             return None
         entry = json.loads(path.read_text())
         code = entry["code"]
         files = [f for f in code if not f.startswith(("package:", "python"))]
-        if code_hashes(files) != code:
-            return None
+        now = code_hashes(files)
         data = ROOT / "hyperplace" / "data"
-        now = {str(p.relative_to(ROOT)) for p in data.rglob("*") if p.is_file()}
-        if not now <= set(files):  # a data file added since
-            return None
-        return entry
+        diff = sorted({f for f in code if now.get(f) != code[f]}
+                      | ({str(p.relative_to(ROOT)) for p in data.rglob("*") if p.is_file()}
+                         - set(files)))
+        if not diff:
+            return entry
+        if self.stale_peers and spec["policy"] not in ENGINES:
+            return {**entry, "row": {**entry["row"], "stale_files": diff}}
+        return None
 
     def run(self, spec: dict) -> dict:
         key = self.key(spec)
         with self.lock:
-            entry = self.cached(key)
+            entry = self.cached(key, spec)
             if entry is not None:
                 self.stats["cached"] += 1
                 return entry
@@ -581,7 +591,7 @@ def table(rows, lb) -> list[str]:
             f"| {fmt(r.get('util_work'), 0.01, 1)}% | "
             f"{forecast_ratio(r)} | {fmt(r['solve_p50_s'], 1, 3)}/{fmt(r['solve_p99_s'], 1, 3)} "
             f"| {r['wall_s']:.0f} / {fmt(r.get('cpu_s'), 1, 0)} ({r['load1']}) "
-            f"| {r.get('commit', '?')} |")
+            f"| {r.get('commit', '?')}{'*' if r.get('stale_files') else ''} |")
     out.append(f"| lower bound (fastest type, no wait) | | {fmt(lb['jct_mean_s'], 3600)} | "
                f"{fmt(lb['jct_median_s'], 3600)} | {fmt(lb['jct_p99_s'], 3600)} | 0.00 | 1.00 "
                "| | | | | | | |")
@@ -782,6 +792,11 @@ def cell_section(cell: dict, cell_dir: Path, out: Path) -> list[str]:
         for name, r in (cell.get("ratios_by_engine") or {"engine": cell["ratios"]}).items():
             out_lines += [f"{name} / best peer: " + ", ".join(
                 f"{k} {v:.3f}" for k, v in r.items()), ""]
+    stale = [r for r in cell["rows"] if r.get("stale_files")]
+    if stale:
+        out_lines += ["\\* computed at the commit shown; files it imported differ at the "
+                      f"cell's commit {cell['commit']} (`--stale-peers`): " + "; ".join(
+                          f"{r['policy']}: {', '.join(r['stale_files'])}" for r in stale), ""]
     rel = os.path.relpath(cell_dir, out.parent)
     out_lines += [f"![{Path(c).stem}]({rel}/{c})" for c in cell.get("charts", [])]
     return [*out_lines, ""]
@@ -807,6 +822,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache", type=Path, default=None, help="the replay cache (default "
                     "bench/results/simulate-cache/)")
     ap.add_argument("--fresh", action="store_true", help="ignore cached rows")
+    ap.add_argument("--stale-peers", action="store_true", help="use a cached peer row even "
+                    "when files it imported changed since (the report lists the files for "
+                    "each such row); engine rows are always re-run when their code changed")
     ap.add_argument("--federation", action="store_true", help="also run the federation "
                     "cells (fedsim's: bench/bench_fedsim.py)")
     ap.add_argument("--prefetch", action="store_true", help="probes and peer replays only, "
@@ -830,7 +848,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.assemble:
         todo = [e for e in grid if (not args.only or f"{e[0]}@{e[3]}" in args.only.split(","))
                 and (args.federation or len(load_instance(e[3]).clusters) == 1)]
-        runner = Runner(args.workers, cache_dir, args.fresh)
+        runner = Runner(args.workers, cache_dir, args.fresh, args.stale_peers)
         t0 = time.time()
         try:
             def do(entry):
