@@ -1,46 +1,79 @@
-"""A round of several clusters solved cluster by cluster: each job to one cluster by the
-aggregated model's LP (:mod:`~hyperplace.solvers.backends.aggregate`), each cluster's part
-solved by the driver under its share of the budget, the parts merged into one plan of the
-whole round, whose bound, gaps and explanations are the whole round's.
+"""A round of several clusters solved cluster by cluster, without ever building the whole
+round's problem: each job is routed to one cluster by a small LP read straight off the
+instance, each cluster's part is built and solved by the driver lazily under its share of
+the budget, pending jobs that might fit in another cluster get a repair there, and the parts
+are merged into one plan of the whole round with the whole round's weights, bound and gaps.
 
 Why: a job runs in one cluster, so once each job has a cluster the clusters are independent
-rounds: each part's model is a sixteenth of the whole at 16 clusters, and the exact
-backend fits in a part's share where the whole model fits in no budget. What is lost is
-the choice of cluster: a job the LP sent to one cluster is not tried in another (the
-merged plan's priority repair runs on the whole round, so no pending job fits on free or
-lower-priority GPUs anywhere, the checker's rule). The merged plan is never ``optimal``
-unless its bound proves objective 1 and each part was proven; its lower objectives have no
-valid bound for the whole (their gaps are None).
+rounds. At 16 clusters of 65,536 GPUs (1,048,576 GPUs, 100,000 jobs) building the whole
+round's :class:`PlacementProblem` alone took 30 s of CPU (2026-12-02), more than any budget;
+a part costs about a sixteenth of it.
 
-The budget is split by measured need: after every part's problem is built (the time that
-took is measured), each part gets what is left in proportion to what it needs, its exact
-model's estimated time (``estimate_vars / vars_per_second``) plus its build time (greedy's
-pass costs about as much); a part that finishes early leaves its time to the parts after
-it, solved largest need first.
+1. **Routing** (:func:`route`): jobs grouped by shape (priority, GPUs, each unit's GPUs, type
+   selector and memory floor), clusters by GPU type (free GPUs, GPUs on whole free nodes).
+   The LP has per shape and cluster a ``run`` column and per eligible type a GPU column;
+   GPUs per (cluster, type) are capped by the free ones, and GPUs of whole-node units by
+   those on whole free nodes. Its runs, rounded down, send jobs to clusters; the rest go to
+   the cluster with most room of their types. Its optimum without the whole-node rows (every
+   row then holds for every valid plan, on a superset of each job's types) bounds objective
+   1 from above; the plan's bound is the smaller of it and the demand bound.
+2. **Parts, by measured need**: a part needs its build and greedy's pass (seconds per node
+   and per job, measured on the parts built so far; the first part's from the defaults) and
+   its exact model (``estimate_vars / vars_per_second``, known once built). When the needs
+   fit in what is left, each part gets what is left in proportion to its need; when they do
+   not, parts are served in order of routed weighted demand per second of need, each given
+   its need, and those that no longer fit stay **unbuilt** (their jobs pending, named in the
+   plan). A part whose share runs out inside greedy keeps greedy's partial plan (its untried
+   jobs say so).
+3. **Across clusters**: a pending job whose types have, in another built cluster, as many
+   free GPUs plus GPUs of lower-priority admitted jobs as it needs is a candidate there; that
+   cluster's part is rebuilt with the candidates (its node and job views reused) and its
+   priority repair (:func:`~hyperplace.solvers.heuristics.greedy.repair_priority`) places
+   them or proves (as the checker's rule asks) that they do not fit on free or
+   lower-priority GPUs. A candidate for an unbuilt cluster, or for a built one the budget
+   left no repair for, cannot be cleared: then every admitted job of lower priority than
+   the highest such candidate is left out (it says why), so no pending job of higher
+   priority could have used its GPUs, and the merged plan stays valid.
+
+The merged plan is never ``optimal`` (no part proves the whole round; a part's routing is a
+choice the LP made); it is ``feasible`` when every part was solved by its exact backend and
+nothing was left out, else ``fallback``. Lower objectives have no valid bound for the whole
+(their gaps are None).
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import PlacementProblem
+from hyperplace.models.gpu import GPUType
 from hyperplace.models.instance import Instance
-from hyperplace.models.plan import PlacementPlan
-from hyperplace.models.result import SolveStatus
-from hyperplace.solvers.backends.aggregate import aggregate_bound
+from hyperplace.models.plan import PendingJob, PlacementPlan
+from hyperplace.models.plan_builder import PlanBuilder
+from hyperplace.models.priority import priority_weights
+from hyperplace.models.result import SolveStatus, relative_gap
+from hyperplace.solvers.backends.aggregate import SAFETY, SparseLp
 from hyperplace.solvers.budget import Budget
 from hyperplace.solvers.driver import SOLVERS, SolveRound, estimate_vars, finish, search
 from hyperplace.solvers.heuristics.greedy import repair_priority
 from hyperplace.solvers.params import SolveParams
 from hyperplace.words import plural
 
-__all__ = ["Part", "solve_decomposed"]
+__all__ = ["Part", "Route", "route", "solve_decomposed"]
 
-#: Share of the budget kept for the merged round's priority repair, bounds, explanations
-#: and plan (the driver's own tail; at least ``BudgetParams.reserve_s``).
+#: Share of the budget kept for the cross-cluster repair, the explanations and the merged
+#: plan (at least ``BudgetParams.reserve_s``), and seconds per job the merge itself takes.
 TAIL_FRACTION = 0.12
+MERGE_S_PER_JOB = 10e-6
+#: Before any part is measured: seconds per node and per job to build a part's problem and
+#: run greedy's first pass (65,536 GPUs / 6,250 jobs, idle machine, 2026-12-02: fabric 0.65
+#: s, node views 0.6 s, job views 0.6 s, greedy 2.2 s).
+NODE_S = 1.6e-4
+JOB_S = 4.5e-4
 
 
 @dataclass
@@ -48,15 +81,39 @@ class Part:
     """One cluster's share of the round: its jobs, its need, what its solve took and said."""
 
     cluster: str
-    jobs: list[int]  # indices of the whole round's jobs
+    jobs: list[int]  # indices of the whole round's jobs (instance.jobs) routed here
+    nodes: int = 0
+    #: jobs of other clusters' lists queued here too by the cross-cluster repair
+    extra: list[int] = field(default_factory=list)
+    est_s: float = 0.0  # its need as estimated before it was built
+    left_s: float = 0.0  # what was left for the parts not yet served when it was
+    rest_s: float = 0.0  # what those parts (this one included) were estimated to need
+    value: float = 0.0  # routed weighted demand
     build_s: float = 0.0
     need_s: float = 0.0
     budget_s: float = 0.0
     solve_s: float = 0.0
-    status: str = ""
+    status: str = "unbuilt"
     solver: str = ""
     admitted: int = 0
     problem: PlacementProblem | None = field(default=None, repr=False)
+    round: SolveRound | None = field(default=None, repr=False)
+
+
+@dataclass
+class Route:
+    """Each job's cluster, and the routing LP's valid bound on objective 1."""
+
+    assignment: dict[int, str]  # instance.jobs index -> cluster
+    bound: float | None
+    weights: dict[float, int]
+    shapes: int
+    seconds: float
+    status: str
+    #: instance.jobs index -> (priority, GPUs, GPU types it may use)
+    jobs: dict[int, tuple[int, int, frozenset[str]]] = field(default_factory=dict)
+    #: (cluster, GPU type) -> free GPUs
+    free: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: float = 10.0,
@@ -64,9 +121,8 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
                      params: SolveParams | None = None, deadline: float | None = None,
                      parts_out: list[Part] | None = None) -> PlacementPlan:
     """Solve one round of ``instance`` cluster by cluster within ``budget_s`` seconds (see
-    the module docstring); one cluster, or a round the aggregated model does not cover,
-    is solved whole by the driver. ``parts_out`` receives each part's record (the bench's
-    per-cluster figures)."""
+    the module docstring); one cluster, or a round with quotas, is solved whole by the
+    driver. ``parts_out`` receives each part's record (the bench's per-cluster figures)."""
     from hyperplace.solvers.driver import solve_placement
 
     if solver not in SOLVERS:
@@ -82,114 +138,459 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
                else "queues with quotas, which hold across clusters")
         return plan.model_copy(update={"message": "; ".join(filter(None, [
             plan.message, f"not decomposed ({why}): solved as one round"]))})
-    p = PlacementProblem(instance, policy, params.model)
-    built_s = budget.elapsed()
-    tail = max(params.budget.reserve_s, TAIL_FRACTION * budget_s)
-    whole = aggregate_bound(p, budget.deadline - tail, assign=True)
-    assignment = whole.assignment if whole.assignment is not None else _by_room(p)
-    parts = {c.name: Part(c.name, []) for c in instance.clusters}
-    for j, cluster in sorted(assignment.items()):
+    tail = max(params.budget.reserve_s, TAIL_FRACTION * budget_s) + \
+        MERGE_S_PER_JOB * len(instance.jobs)
+    found = route(instance, budget.deadline - tail)
+    parts = {c.name: Part(c.name, [], nodes=len(c.nodes)) for c in instance.clusters}
+    for j, cluster in sorted(found.assignment.items()):
         parts[cluster].jobs.append(j)
+        prio, gpus, _ = found.jobs[j]
+        parts[cluster].value += found.weights.get(prio, 1) * gpus
     todo = [part for part in parts.values() if part.jobs]
-    for part in todo:
-        t = time.perf_counter()
-        part.problem = PlacementProblem(_part_instance(instance, part, p), policy,
-                                        params.model, previous=p)
-        part.build_s = time.perf_counter() - t
-        backend = "milp" if solver in ("auto", "milp") else "cpsat"
-        part.need_s = part.build_s + estimate_vars(part.problem) / \
-            params.budget.vars_per_second(backend)
-    merged = Assignment()
-    parts_start = time.perf_counter()
-    todo.sort(key=lambda part: -part.need_s)
-    for k, part in enumerate(todo):
-        assert part.problem is not None
-        left = budget.left() - tail
-        share = left * part.need_s / max(1e-9, sum(q.need_s for q in todo[k:]))
-        part.budget_s = max(0.0, share)
-        t = time.perf_counter()
-        sub = SolveRound(part.problem, Budget(max(part.budget_s, 1e-3), params.budget,
-                                               deadline=t + part.budget_s), params)
-        search(sub, solver, seed=seed, workers=workers, aggregate=False)
-        part.solve_s = time.perf_counter() - t
-        part.status, part.solver = sub.status.value, sub.name
-        part.admitted = len(sub.chosen.units)
-        _merge(p, part.problem, sub.chosen, merged)
-    parts_s = time.perf_counter() - parts_start
-    r = SolveRound(p, budget, params, budget_s=budget_s)
-    r.agg_bound, r.agg_s = whole.bound, whole.seconds
+    run = _Run(instance, found, params, solver, policy, seed, workers)
     t = time.perf_counter()
-    r.chosen = r.greedy = repair_priority(p, merged, params.greedy, budget.deadline)
-    repair_s = time.perf_counter() - t
-    statuses = {part.status for part in todo}
-    exact = statuses <= {SolveStatus.OPTIMAL.value, SolveStatus.FEASIBLE.value}
-    r.status = SolveStatus.FEASIBLE if exact or not todo else SolveStatus.FALLBACK
-    r.name = f"decomposed ({plural(len(todo), 'cluster')}: " + ", ".join(
-        sorted({part.solver for part in todo})) + ")"
-    how = (f"the aggregated model's LP ({whole.seconds:.2f} s)" if whole.assignment is not None
-           else f"free room (the aggregated model's LP: {whole.status or 'not solved'})")
-    r.note(f"decomposed by cluster: the whole round's problem {built_s:.1f} s, each job to "
-           f"one cluster by {how}, the parts {parts_s:.1f} s, the priority repair of the "
-           f"whole {repair_s:.1f} s; parts solved under budgets split by measured need ("
-           + "; ".join(f"{part.cluster} {len(part.jobs)} jobs {part.budget_s:.1f} s "
-                       f"{part.status}" for part in todo[:8])
-           + ("; ..." if len(todo) > 8 else "") + ")")
+    run.solve_parts(todo, budget, tail)
+    parts_s = time.perf_counter() - t
+    t = time.perf_counter()
+    left_out = run.across(todo, budget.deadline - 0.6 * tail)
+    across_s = time.perf_counter() - t
+    plan = run.merge(todo, left_out, budget, budget_s, notes=[
+        f"decomposed by cluster without the whole round's problem: each job to one cluster "
+        f"by the routing LP ({found.shapes} shapes, {found.seconds:.2f} s, {found.status}), "
+        f"the parts {parts_s:.1f} s, the cross-cluster repair {across_s:.1f} s"])
     if parts_out is not None:
         parts_out.extend(todo)
-    return finish(r)
+    return plan
 
 
-def _by_room(p: PlacementProblem) -> dict[int, str]:
-    """Each pending job to the cluster with the most free GPUs left of the types it may use
-    (queue order, the job's GPUs taken off): the assignment when the LP did not run."""
-    room: dict[tuple[str, str], int] = {}
-    for n in p.nodes:
-        key = (n.cluster.name, n.gpu_type.name)
-        room[key] = room.get(key, 0) + len(n.free)
-    out: dict[int, str] = {}
-    for jv in p.pending:
-        if jv.impossible:
+# ---- routing -----------------------------------------------------------------------
+
+def route(instance: Instance, deadline: float | None = None) -> Route:
+    """Each pending job of ``instance`` to one cluster, from the routing LP (see the module
+    docstring), and that LP's valid bound on objective 1; without time for the LP (by
+    ``deadline``, a ``time.perf_counter()`` value), by free room alone (bound: the demand
+    bound)."""
+    t0 = time.perf_counter()
+    catalog = instance.catalog
+    free: dict[tuple[str, str], int] = defaultdict(int)
+    whole: dict[tuple[str, str], int] = defaultdict(int)
+    per_node: dict[tuple[str, str], int] = defaultdict(int)
+    types: dict[str, GPUType] = {}
+    for cl in instance.clusters:
+        for n in cl.nodes:
+            gt = catalog.get(n.gpu_type)
+            types[gt.name] = gt
+            at = (cl.name, gt.name)
+            k = n.free_count
+            free[at] += k
+            per_node[at] = max(per_node[at], n.gpu_count)
+            if k == n.gpu_count:
+                whole[at] += k
+    # jobs by shape: what the LP reads of a job
+    UKey = tuple[tuple[int, str, float], ...]
+    shapes: dict[tuple[int, int, UKey], list[int]] = defaultdict(list)
+    info: dict[int, tuple[int, int, frozenset[str]]] = {}
+    type_cache: dict[UKey, frozenset[str]] = {}
+    big_gpus: dict[UKey, int] = {}
+    for j, job in enumerate(instance.jobs):
+        units = job.units()
+        ukey = tuple(sorted((u.gpus, u.gpu_types or "", u.min_memory_gb) for u in units))
+        gpus = sum(u.gpus for u in units)
+        if ukey not in type_cache:
+            type_cache[ukey] = frozenset(
+                name for name, gt in types.items()
+                if any((not sel or gt.matches(sel)) and gt.hbm_gb + 1e-9 >= mem
+                       for _, sel, mem in ukey))
+            big_gpus[ukey] = sum(size for size, _, _ in ukey if size % 8 == 0)
+        info[j] = (job.priority, gpus, type_cache[ukey])
+        shapes[(job.priority, gpus, ukey)].append(j)
+    total_free = sum(free.values())
+    weights = priority_weights([(p, g) for p, g, _ in info.values()], total_free)
+    clusters = [c.name for c in instance.clusters]
+    lp_route, lp_bound = SparseLp(), SparseLp()
+    cols: list[tuple[list[int], dict[str, int]]] = []
+    for lp, rows in ((lp_route, True), (lp_bound, False)):
+        gpu_terms: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+        big_terms: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+        for (prio, gpus, ukey), members in shapes.items():
+            eligible = type_cache[ukey]
+            runs: dict[str, int] = {}
+            for name in clusters:
+                mine = [tn for tn in eligible if free.get((name, tn), 0) > 0]
+                if not mine or sum(free[(name, tn)] for tn in mine) < gpus or gpus == 0:
+                    continue
+                run = lp.col(0, len(members), float(weights.get(prio, 1)) * gpus)
+                runs[name] = run
+                share = []
+                for tn in mine:
+                    g = lp.col(0, free[(name, tn)])
+                    share.append((g, 1.0))
+                    gpu_terms[(name, tn)].append((g, 1.0))
+                    if rows and big_gpus[ukey] and per_node[(name, tn)] == 8:
+                        big_terms[(name, tn)].append((g, big_gpus[ukey] / gpus))
+                lp.row(share + [(run, -float(gpus))], 0.0, 0.0)
+            if len(runs) > 1:
+                lp.row([(r, 1.0) for r in runs.values()], -math.inf, len(members))
+            if rows:
+                cols.append((members, runs))
+        for at, terms in gpu_terms.items():
+            lp.row(terms, -math.inf, free[at])
+        for at, terms in big_terms.items():
+            lp.row(terms, -math.inf, whole.get(at, 0))
+    left = math.inf if deadline is None else deadline - time.perf_counter()
+    x: list[float] | None = None
+    bound: float | None = None
+    status = "no time left"
+    if left > 0.05:
+        _, status, x = lp_route.maximise(min(left / 2, 30.0))
+        value, bstatus, _ = lp_bound.maximise(max(0.01, min(left / 2, 30.0)))
+        if value is not None:
+            bound = float(math.ceil(value * (1 + SAFETY) + SAFETY))
+    demand = _demand_bound(info, weights, total_free)
+    bound = demand if bound is None else min(bound, demand)
+    room = {c: sum(v for (cc, _), v in free.items() if cc == c) for c in clusters}
+    assignment: dict[int, str] = {}
+    for members, runs in cols:
+        if not runs:  # fits nowhere now: its own part says why (the most GPUs of its types)
+            allowed = info[members[0]][2]
+            home = max(clusters, key=lambda c: (sum(free.get((c, tn), 0) for tn in allowed),
+                                                -clusters.index(c)))
+            assignment.update((j, home) for j in members)
             continue
-        types = p.types_for(jv.classes)
-        per_cluster: dict[str, int] = {}
-        for (cluster, t), free in room.items():
-            if t in types:
-                per_cluster[cluster] = per_cluster.get(cluster, 0) + free
-        if not per_cluster:
-            continue
-        best = max(per_cluster, key=lambda c: per_cluster[c])
-        out[jv.index] = best
-        left = jv.gpus
-        for (cluster, t) in sorted(room, key=lambda k: -room[k]):
-            if cluster == best and t in types and left > 0:
-                take = min(left, room[(cluster, t)])
-                room[(cluster, t)] -= take
-                left -= take
-    return out
+        amounts = {c: (x[r] if x is not None else 0.0) for c, r in runs.items()}
+        queue = iter(members)
+        for name, amount in sorted(amounts.items(), key=lambda kv: -kv[1]):
+            for _ in range(int(math.floor(amount + 1e-6))):
+                nxt = next(queue, None)
+                if nxt is None:
+                    break
+                assignment[nxt] = name
+                room[name] -= info[nxt][1]
+        for j in queue:  # the rest: where most room of its types is left
+            best = max(runs, key=lambda c: (room[c], -clusters.index(c)))
+            assignment[j] = best
+            room[best] -= info[j][1]
+    return Route(assignment, bound, weights, len(shapes), time.perf_counter() - t0,
+                 status if x is not None else f"by free room ({status})", info, dict(free))
 
 
-def _part_instance(instance: Instance, part: Part, p: PlacementProblem) -> Instance:
-    """The part's cluster in its current state with the part's jobs as its queue."""
-    cluster = next(c for c in instance.clusters if c.name == part.cluster)
-    jobs = [p.jobs[j].job for j in part.jobs]
-    spec = instance.spec.model_copy(update={"clusters": [cluster], "jobs": jobs,
-                                            "inter_cluster_links": []})
-    return instance.model_copy(update={"spec": spec})
+def _demand_bound(info: dict[int, tuple[int, int, frozenset[str]]], weights: dict[float, int],
+                  free: int) -> float:
+    """Free GPUs filled best weight first: a valid bound on objective 1."""
+    total, left = 0.0, free
+    for prio, gpus, _ in sorted(info.values(), key=lambda t: -weights.get(t[0], 1)):
+        take = min(left, gpus)
+        total += weights.get(prio, 1) * take
+        left -= take
+        if left <= 0:
+            break
+    return total
 
 
-def _merge(p: PlacementProblem, sub: PlacementProblem, a: Assignment, into: Assignment) -> None:
-    """The part's placements as the whole round's (job and unit class indices mapped by job
-    name and class position; a job whose classes differ between the two views is left out,
-    so the merged plan stays valid)."""
-    index = {jv.name: jv.index for jv in p.jobs}
-    for sj, units in a.units.items():
-        name = sub.jobs[sj].name
-        gj = index[name]
-        mine, theirs = sub.jobs[sj].classes, p.jobs[gj].classes
-        if [(c.size, c.count, c.group) for c in mine] != \
-                [(c.size, c.count, c.group) for c in theirs]:
-            continue
-        pos = {c.index: k for k, c in enumerate(mine)}
-        into.units[gj] = [PlacedUnit(theirs[pos[u.uclass]].index, u.unit, u.pieces)
-                          for u in units]
-    into.untried.update(index[sub.jobs[j].name] for j in a.untried)
+# ---- parts ---------------------------------------------------------------------------
+
+class _Run:
+    """One decomposed round: the parts solved, the cross-cluster repair, the merge."""
+
+    def __init__(self, instance: Instance, found: Route, params: SolveParams, solver: str,
+                 policy: str, seed: int, workers: int) -> None:
+        self.instance, self.found, self.params = instance, found, params
+        self.solver, self.policy, self.seed, self.workers = solver, policy, seed, workers
+        self.node_s, self.job_s = NODE_S, JOB_S  # measured as parts are built
+        self.by_name = {job.name: j for j, job in enumerate(instance.jobs)}
+        self.cluster_of = {c.name: c for c in instance.clusters}
+        self.unbuilt_reason = ""
+
+    def estimate(self, part: Part) -> float:
+        return self.node_s * part.nodes + self.job_s * len(part.jobs)
+
+    def solve_parts(self, todo: list[Part], budget: Budget, tail: float) -> None:
+        """Build and solve each part under its share (module docstring, step 2)."""
+        for part in todo:
+            part.est_s = part.need_s = self.estimate(part)
+        todo.sort(key=lambda part: (-part.value / max(1e-9, part.need_s), part.cluster))
+        built_nodes = built_jobs = 0
+        built_s = 0.0
+        for k, part in enumerate(todo):
+            rest = todo[k:]
+            for q in rest:
+                q.est_s = q.need_s = self.estimate(q)
+            left = budget.left() - tail
+            needs = sum(q.need_s for q in rest)
+            part.left_s, part.rest_s = left, needs
+            share = left * part.need_s / needs if needs <= left else min(part.need_s, left)
+            if share < 0.5 * part.need_s or share <= 0.05:
+                self.unbuilt_reason = (f"{left:.1f} s were left for {plural(len(rest), 'part')} "
+                                       f"needing about {needs:.1f} s")
+                continue  # a smaller part later may still fit
+            part.budget_s = share
+            t = time.perf_counter()
+            part.problem = PlacementProblem(self.part_instance(part.cluster, part.jobs),
+                                            self.policy, self.params.model)
+            part.build_s = time.perf_counter() - t
+            r = SolveRound(part.problem, Budget(share, self.params.budget,
+                                                deadline=t + share), self.params)
+            search(r, self.solver, seed=self.seed, workers=self.workers, aggregate=False)
+            part.solve_s = time.perf_counter() - t
+            part.round = r
+            part.status, part.solver = r.status.value, r.name
+            part.admitted = len(r.chosen.units)
+            # the rates the next parts' needs are judged by: this round's build and greedy
+            built_nodes += part.nodes
+            built_jobs += len(part.jobs)
+            built_s += part.build_s + r.greedy_s
+            scale = built_s / max(1e-9, NODE_S * built_nodes + JOB_S * built_jobs)
+            self.node_s, self.job_s = NODE_S * scale, JOB_S * scale
+            est = estimate_vars(part.problem)
+            if r.pm is not None or est:  # what its exact model needed, for the record
+                vps = self.params.budget.vars_per_second(
+                    "milp" if self.solver in ("auto", "milp") else "cpsat")
+                part.need_s = part.build_s + r.greedy_s + est / vps
+
+    def part_instance(self, cluster: str, jobs: list[int]) -> Instance:
+        """One cluster in its current state with ``jobs`` (instance.jobs indices) queued."""
+        spec = self.instance.spec.model_copy(update={
+            "clusters": [self.cluster_of[cluster]],
+            "jobs": [self.instance.jobs[j] for j in jobs], "inter_cluster_links": []})
+        return self.instance.model_copy(update={"spec": spec})
+
+    # ---- across clusters (module docstring, step 3) ----------------------------------
+
+    def _room(self, part: Part) -> tuple[dict[str, int], list[tuple[int, str, int]]]:
+        """A built part's free GPUs per type after its plan, and its admitted jobs as
+        (priority, GPU type, GPUs) per type they use."""
+        assert part.problem is not None and part.round is not None
+        p, a = part.problem, part.round.chosen
+        free: dict[str, int] = defaultdict(int)
+        for n in p.nodes:
+            free[n.gpu_type.name] += len(n.free)
+        used: list[tuple[int, str, int]] = []
+        for j, units in a.units.items():
+            per: dict[str, int] = defaultdict(int)
+            for u in units:
+                for node, gpus in u.pieces:
+                    per[p.node_by_name[node].gpu_type.name] += len(gpus)
+            for t, g in per.items():
+                free[t] -= g
+                used.append((p.jobs[j].priority, t, g))
+        return free, used
+
+    def _pending(self, todo: list[Part]) -> dict[int, str]:
+        """Pending jobs (instance.jobs index -> the cluster whose list they are on)."""
+        placed: set[int] = set()
+        out: dict[int, str] = {}
+        for part in todo:
+            if part.problem is None or part.round is None:
+                for j in part.jobs:
+                    out.setdefault(j, part.cluster)
+                continue
+            p, a = part.problem, part.round.chosen
+            for jv in p.jobs:
+                j = self.by_name[jv.name]
+                if jv.index in a.units:
+                    placed.add(j)
+                elif not jv.impossible:
+                    out.setdefault(j, part.cluster)
+        return {j: c for j, c in out.items() if j not in placed}
+
+    def _candidates(self, todo: list[Part], tried: dict[str, set[int]]
+                    ) -> tuple[dict[str, list[int]], dict[int, str]]:
+        """Per cluster, the pending jobs that might fit there on free or lower-priority GPUs
+        (not yet tried there), and those that might fit in an unbuilt cluster (job ->
+        cluster). Screened per job shape (priority, GPUs, types): a necessary condition."""
+        pending = self._pending(todo)
+        rooms = {part.cluster: self._room(part) for part in todo if part.round is not None}
+        unbuilt_free: dict[str, dict[str, int]] = defaultdict(dict)
+        for (c, t), g in self.found.free.items():
+            if c not in rooms:
+                unbuilt_free[c][t] = g
+        shapes: dict[tuple[int, int, frozenset[str]], list[int]] = defaultdict(list)
+        for j in pending:
+            shapes[self.found.jobs[j]].append(j)
+        out: dict[str, list[int]] = defaultdict(list)
+        stuck: dict[int, str] = {}
+        held: dict[str, dict[tuple[int, str], int]] = {}  # cluster -> (priority, type) -> GPUs
+        for c, (_, used) in rooms.items():
+            held[c] = defaultdict(int)
+            for level, t, g in used:
+                held[c][(level, t)] += g
+        for (prio, gpus, types), members in shapes.items():
+            for c, (free, _) in rooms.items():
+                room = sum(free.get(t, 0) for t in types) + \
+                    sum(g for (level, t), g in held[c].items() if level < prio and t in types)
+                if room >= gpus:
+                    done = tried.get(c, set())
+                    out[c] += [j for j in members if j not in done]
+            for c, free in unbuilt_free.items():
+                if sum(free.get(t, 0) for t in types) >= gpus:
+                    for j in members:
+                        stuck[j] = c
+                    break
+        return {c: js for c, js in out.items() if js}, stuck
+
+    def across(self, todo: list[Part], deadline: float) -> dict[int, str]:
+        """The cross-cluster repair, then what must be left out for the priority rule:
+        admitted job (instance.jobs index) -> the reason it was left out."""
+        tried: dict[str, set[int]] = defaultdict(set)
+        built = {part.cluster: part for part in todo if part.round is not None}
+        if not built:
+            return {}
+        stuck: dict[int, str] = {}
+        for _ in range(4):  # each pass only adds tried pairs; the released rarely cascade
+            candidates, stuck = self._candidates(todo, tried)
+            if not candidates:
+                break
+            admitted = {c: self._admitted(part) for c, part in built.items()}
+            for c, jobs in sorted(candidates.items(), key=lambda kv: -len(kv[1])):
+                if time.perf_counter() >= deadline:
+                    break
+                # a job one repair of this pass placed is no one else's candidate
+                elsewhere = set().union(*(a for cc, a in admitted.items() if cc != c))
+                jobs = [j for j in jobs if j not in elsewhere]
+                if jobs:
+                    self._repair_with(built[c], jobs, deadline)
+                    admitted[c] = self._admitted(built[c])
+                tried[c].update(jobs)
+            if time.perf_counter() >= deadline:
+                break
+        candidates, stuck2 = self._candidates(todo, tried)
+        stuck.update(stuck2)
+        unresolved = {j: f"cluster {c} (no time for its repair)" for c, js in candidates.items()
+                      for j in js}
+        unresolved.update({j: f"cluster {c} (not solved: {self.unbuilt_reason or 'no time'})"
+                           for j, c in stuck.items()})
+        if not unresolved:
+            return {}
+        top = max(self.found.jobs[j][0] for j in unresolved)
+        example = next(j for j in unresolved if self.found.jobs[j][0] == top)
+        why = (f"left out for the priority rule: pending job "
+               f"{self.instance.jobs[example].name} (priority {top}) might fit on free GPUs "
+               f"of {unresolved[example]}, so no job of lower priority is admitted")
+        out: dict[int, str] = {}
+        for part in built.values():
+            assert part.problem is not None and part.round is not None
+            for jv_index in part.round.chosen.units:
+                jv = part.problem.jobs[jv_index]
+                if jv.priority < top:
+                    out[self.by_name[jv.name]] = why
+        return out
+
+    def _admitted(self, part: Part) -> set[int]:
+        """The instance.jobs indices ``part``'s plan admits."""
+        assert part.problem is not None and part.round is not None
+        jobs = part.problem.jobs
+        return {self.by_name[jobs[j].name] for j in part.round.chosen.units}
+
+    def _repair_with(self, part: Part, extra: list[int], deadline: float) -> None:
+        """Rebuild ``part`` with ``extra`` jobs queued too (views reused) and run its priority
+        repair from its plan: they are placed, or do not fit on its free and lower-priority
+        GPUs."""
+        assert part.problem is not None and part.round is not None
+        old, a = part.problem, part.round.chosen
+        mine = set(part.jobs) | set(part.extra)
+        part.extra += [j for j in extra if j not in mine]
+        jobs = part.jobs + part.extra
+        p = PlacementProblem(self.part_instance(part.cluster, jobs), self.policy,
+                             self.params.model, previous=old)
+        index = {jv.name: jv.index for jv in p.jobs}
+        start = Assignment()
+        for j, units in a.units.items():
+            jv_old = old.jobs[j]
+            jv = p.jobs[index[jv_old.name]]
+            pos = {c.index: k for k, c in enumerate(jv_old.classes)}
+            start.units[jv.index] = [PlacedUnit(jv.classes[pos[u.uclass]].index, u.unit,
+                                                u.pieces) for u in units]
+        r = part.round
+        r.problem = p
+        r.chosen = r.greedy = repair_priority(p, start, self.params.greedy, deadline)
+        r.pm, r.raw_used = None, None  # the exact solution no longer is the plan
+        if r.status == SolveStatus.OPTIMAL:
+            r.status = SolveStatus.FEASIBLE
+        part.problem = p
+        part.admitted = len(r.chosen.units)
+
+    # ---- the merged plan -------------------------------------------------------------
+
+    def merge(self, todo: list[Part], left_out: dict[int, str], budget: Budget,
+              budget_s: float, notes: list[str]) -> PlacementPlan:
+        """One plan of the whole round from the parts' plans (explained in what is left)."""
+        b = PlanBuilder(self.instance)
+        placed: set[str] = set()
+        pending: dict[str, PendingJob] = {}
+        elsewhere: dict[str, PendingJob] = {}
+        terms: dict[str, float] = defaultdict(float)
+        built = [part for part in todo if part.round is not None]
+        for k, part in enumerate(built):
+            r = part.round
+            assert r is not None
+            share = max(0.0, budget.left() - MERGE_S_PER_JOB * len(self.instance.jobs)) / \
+                (len(built) - k)
+            r.budget = Budget(share, self.params.budget, deadline=time.perf_counter() + share)
+            r.budget_s = share
+            plan = finish(r, tighten=False)
+            keep = [job for job in plan.jobs if self.by_name[job.job] not in left_out]
+            names = {job.job for job in keep}
+            b.placements += [u for u in plan.placements if u.job in names]
+            b.jobs += keep
+            placed |= names
+            for pj in plan.pending:  # a job's own cluster says why first
+                j = self.by_name[pj.job]
+                if self.found.assignment.get(j) == part.cluster:
+                    pending[pj.job] = pj
+                else:
+                    elsewhere.setdefault(pj.job, pj)
+            for name, value in plan.objective_terms.items():
+                terms[name] += value
+        for name, pj in elsewhere.items():
+            pending.setdefault(name, pj)
+        for j, why in left_out.items():
+            name = self.instance.jobs[j].name
+            pending[name] = PendingJob(job=name, reasons=[why], analysis="skipped")
+        unbuilt = [part for part in todo if part.round is None]
+        for part in unbuilt:
+            why = (f"not tried: the budget ran out before cluster {part.cluster}'s part "
+                   f"({len(part.jobs):,} jobs) was built ({self.unbuilt_reason})")
+            for j in part.jobs:
+                name = self.instance.jobs[j].name
+                pending.setdefault(name, PendingJob(job=name, reasons=[why],
+                                                    analysis="skipped"))
+        b.pending = [pj for name, pj in pending.items() if name not in placed]
+        weights = self.found.weights
+        objective = float(sum(weights.get(job.priority, 1) * job.gpus for job in b.jobs))
+        bound = self.found.bound
+        if bound is not None and bound < objective:
+            bound = objective  # never: the routing bound is valid (kept safe)
+        pending_ok = sum(1 for j, (_, _, types) in self.found.jobs.items() if types)
+        exact = all(part.status in ("optimal", "feasible") for part in todo) and \
+            not left_out and not unbuilt
+        status = SolveStatus.FEASIBLE if exact else SolveStatus.FALLBACK
+        solvers = sorted({part.solver for part in built})
+        name = f"decomposed ({plural(len(todo), 'cluster')}: " + ", ".join(solvers) + ")" \
+            if solvers else f"decomposed ({plural(len(todo), 'cluster')}: none solved)"
+        gaps: dict[str, float | None] = {"admitted_priority_demand": relative_gap(objective,
+                                                                                  bound)}
+        gaps["admitted_jobs"] = 0.0 if len(b.jobs) >= pending_ok else None
+        out_terms = {"admitted_priority_demand": objective, "admitted_jobs": float(len(b.jobs))}
+        if not unbuilt and not left_out:  # the lower terms add up over clusters
+            for term, value in terms.items():
+                if term not in out_terms:
+                    out_terms[term] = value
+                    gaps.setdefault(term, None)
+        notes = notes + [
+            "parts solved under budgets split by measured need (" + "; ".join(
+                f"{part.cluster} {len(part.jobs):,} jobs need {part.need_s:.1f} s -> "
+                f"{part.budget_s:.1f} s {part.status}" for part in todo[:6])
+            + ("; ..." if len(todo) > 6 else "") + ")"]
+        if unbuilt:
+            notes.append(f"{plural(len(unbuilt), 'cluster')} not solved in the budget ("
+                         + ", ".join(part.cluster for part in unbuilt[:8])
+                         + ("..." if len(unbuilt) > 8 else "") + "): their jobs are pending")
+        if left_out:
+            notes.append(f"{len(left_out):,} admitted jobs left out for the priority rule "
+                         "(their reasons say why)")
+        notes.append("objective 1 is bounded by the routing LP (GPUs per cluster and type) "
+                     "and the demand bound; the merged plan is never labelled optimal")
+        return b.build("plan", status=status, solver=name, objective=objective, bound=bound,
+                       gap=relative_gap(objective, bound), objective_gaps=gaps,
+                       runtime_s=round(budget.elapsed(), 4), budget_s=budget_s,
+                       message="; ".join(notes), objective_terms=out_terms)

@@ -193,12 +193,14 @@ def search(r: SolveRound, solver: str, *, warm: WarmStart | None = None, seed: i
                    f"would have taken the time {backend_name}'s model needs")
 
 
-def finish(r: SolveRound, *, warm: WarmStart | None = None, hot_spares: int = 0
-           ) -> PlacementPlan:
-    """Phases 3-4 of a round: bounds, gaps, explanations, and the plan of ``r.chosen``."""
+def finish(r: SolveRound, *, warm: WarmStart | None = None, hot_spares: int = 0,
+           tighten: bool = True) -> PlacementPlan:
+    """Phases 3-4 of a round: bounds, gaps, explanations, and the plan of ``r.chosen``
+    (``tighten``: try the LP relaxation's bound; a caller that bounds the round itself, as
+    a decomposed round's parts, skips it)."""
     problem, budget = r.problem, r.budget
     _restrictions(r)
-    _bounds(r)
+    _bounds(r, tighten)
     _gaps(r)
     skipped: set[int] = set()
     reasons = _explanations(r, skipped)
@@ -386,15 +388,15 @@ def _restrictions(r: SolveRound) -> None:
     r.bound, r.raw_used = None, None
 
 
-def _bounds(r: SolveRound) -> None:
+def _bounds(r: SolveRound, tighten: bool = True) -> None:
     """Phase 3: the plan's objective terms and the best valid bound on objective 1 (the
     solver's, the aggregated model's (phase 0), the LP relaxation's when it fits in what is
     left and the others are not tight, or the demand bound)."""
     p = r.problem
     known = min(demand_bound(p), r.bound if r.bound is not None else math.inf,
                 r.agg_bound if r.agg_bound is not None else math.inf)
-    if r.status != SolveStatus.OPTIMAL and not p.preempting and not r.restricted and \
-            known > _weighted(p, r.chosen) + 0.5:
+    if tighten and r.status != SolveStatus.OPTIMAL and not p.preempting and \
+            not r.restricted and known > _weighted(p, r.chosen) + 0.5:
         # the demand bound ignores where the free GPUs are: the model's LP relaxation is a
         # valid bound that does not (solvers.backends.relax), when it fits in what is left
         # (objective 1 of a preempting round also counts the running jobs kept: not written

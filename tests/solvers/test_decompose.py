@@ -14,7 +14,7 @@ from hyperplace.formulations.explain import explain
 from hyperplace.formulations.mapping import Assignment
 from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.instances.generator import generate, generate_federation
-from hyperplace.solvers.decompose import Part, solve_decomposed
+from hyperplace.solvers.decompose import JOB_S, NODE_S, Part, solve_decomposed
 from hyperplace.solvers.driver import solve_placement
 
 
@@ -48,19 +48,24 @@ def test_each_job_goes_to_one_cluster_and_unplaced_jobs_are_explained():
 
 
 def test_the_budget_is_split_by_measured_need():
+    """Parts are served in order of routed weighted demand per second of need; when their
+    needs fit in what is left, each part gets what is left in proportion to its need among
+    the parts not yet served (estimated from what the parts before it measurably took)."""
     inst = generate_federation(3, 256, 90, None, 0.5, 3, size_scale=2)
     parts: list[Part] = []
     budget = 6.0
     plan = solve_decomposed(inst, budget_s=budget, parts_out=parts)
     assert check(plan, inst) == []
-    assert all(part.need_s > 0 for part in parts)
-    # solved largest need first; each part's share is what was left in proportion to its
-    # need among the parts not yet solved, so the first share follows the needs exactly
-    assert [part.need_s for part in parts] == sorted((q.need_s for q in parts), reverse=True)
-    first = parts[0]
-    assert first.budget_s <= budget * first.need_s / sum(q.need_s for q in parts) + 1e-9
-    # no part is given more than the round's budget (wall-clock budgets are bench rows)
-    assert all(0 < part.budget_s <= budget for part in parts)
+    assert len(parts) == 3 and all(part.status != "unbuilt" for part in parts)
+    assert all(part.est_s > 0 and part.need_s > 0 and part.build_s > 0 for part in parts)
+    order = [part.value / (NODE_S * part.nodes + JOB_S * len(part.jobs)) for part in parts]
+    assert order == sorted(order, reverse=True)
+    for part in parts:
+        assert part.rest_s <= part.left_s <= budget
+        assert part.budget_s == pytest.approx(part.left_s * part.est_s / part.rest_s)
+    # each job is routed to one cluster, and the plan covers every job
+    routed = [j for part in parts for j in part.jobs]
+    assert sorted(routed) == list(range(len(inst.jobs)))
 
 
 def test_one_cluster_is_the_driver_round():
@@ -110,13 +115,13 @@ def test_the_write_reserve_follows_its_documented_rule():
 
 
 def test_without_the_lp_jobs_go_by_free_room(monkeypatch):
-    """When the aggregated model cannot run (no time), each job goes to the cluster with the
-    most free GPUs of its types: the plan is still the whole round's, valid and explained."""
+    """When the routing LP does not solve (here: HiGHS reports a time limit), each job goes
+    to the cluster with the most free GPUs of its types: the plan is still the whole
+    round's, valid and explained, and bounded by the demand bound."""
     import hyperplace.solvers.decompose as decompose
-    from hyperplace.solvers.backends.aggregate import AggregateBound
 
-    monkeypatch.setattr(decompose, "aggregate_bound", lambda *a, **k: AggregateBound(
-        None, 0, 0, 0, 0, 0.0, "no time left"))
+    monkeypatch.setattr(decompose.SparseLp, "maximise",
+                        lambda self, limit: (None, "kTimeLimit", None))
     inst = generate_federation(2, 128, 30, None, 0.5, 2, size_scale=2)
     plan = solve_decomposed(inst, budget_s=10)
     assert check(plan, inst) == []

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.formulations.placement.views import JobView, NodeClass, UnitClass
 
-__all__ = ["AggregateBound", "aggregate_bound"]
+__all__ = ["AggregateBound", "SparseLp", "aggregate_bound"]
 
 #: Relative margin added to HiGHS's optimum before rounding up (see the module docstring).
 SAFETY = 1e-6
@@ -104,7 +104,7 @@ def _shape_key(p: PlacementProblem, jv: JobView) -> tuple[object, ...]:
             jv.allowed_nodes, tuple(_class_key(uc) for uc in jv.classes))
 
 
-class _Lp:
+class SparseLp:
     """Columns with bounds and costs, rows as coordinate lists."""
 
     def __init__(self) -> None:
@@ -189,7 +189,7 @@ def aggregate_bound(p: PlacementProblem, deadline: float | None = None, *,
     for jv in p.pending:
         if not jv.impossible and jv.migrant is None:
             shapes[_shape_key(p, jv)].append(jv)
-    lp = _Lp()
+    lp = SparseLp()
     cap: dict[int, list[tuple[int, int]]] = defaultdict(list)  # folded class -> (col, size)
     runs = _shape_columns(p, lp, folded, list(shapes.values()), cap)
     _capacity_rows(lp, folded, cap)
@@ -209,7 +209,7 @@ def aggregate_bound(p: PlacementProblem, deadline: float | None = None, *,
 Runs = list[tuple[list[JobView], dict[str, tuple[int, float]]]]
 
 
-def _shape_columns(p: PlacementProblem, lp: _Lp, folded: list[_Folded],
+def _shape_columns(p: PlacementProblem, lp: SparseLp, folded: list[_Folded],
                    shapes: list[list[JobView]], cap: dict[int, list[tuple[int, int]]]) -> Runs:
     """Per shape and cluster with room for it, a ``run`` column (how many of the shape's
     jobs run there, weighted by objective 1) with its piece columns and gang rows; a shape
@@ -235,7 +235,7 @@ def _shape_columns(p: PlacementProblem, lp: _Lp, folded: list[_Folded],
     return runs
 
 
-def _capacity_rows(lp: _Lp, folded: list[_Folded], cap: dict[int, list[tuple[int, int]]]
+def _capacity_rows(lp: SparseLp, folded: list[_Folded], cap: dict[int, list[tuple[int, int]]]
                    ) -> None:
     """Per folded class, its GPUs (free per node x nodes) and, on uniform classes, the
     pieces of each size and larger that its nodes can hold."""
@@ -285,7 +285,7 @@ def _assignment(runs: Runs,
     return out
 
 
-def _class_columns(p: PlacementProblem, lp: _Lp, jv: JobView, uc: UnitClass, run: int,
+def _class_columns(p: PlacementProblem, lp: SparseLp, jv: JobView, uc: UnitClass, run: int,
                    folded: list[_Folded], indices: list[int],
                    cap: dict[int, list[tuple[int, int]]]) -> None:
     """Piece columns of one unit class of a shape on the folded classes ``indices`` (of one
