@@ -9,8 +9,11 @@ reading per million GPUs. Run through ``bench/bench_scale.py --large`` (same opt
 * federation rows: the instance is generated in memory (its JSON is above the 64 MiB input
   limit) in a fresh process, then ``solvers.decompose.solve_decomposed`` solves it once per
   budget in that process (the round's wall and CPU from the loaded instance to the plan:
-  the library's budget; generation is reported apart); peak RSS is the process's so far;
-  the checker verifies the budget-30 plan whole (every cluster's part as placed).
+  the library's budget; generation, and building the clusters' fabrics as loading an
+  instance does, are reported apart); peak RSS is the process's so far; with fed-1M in
+  ``--large-check`` the checker verifies every plan whole (every cluster's part as placed);
+  with ``--large-busy`` a budget-10 row at fragmentation 0.6 while one CPU-bound process per
+  core runs.
 * load: the 1-minute load average, the larger of the start and the end of each row.
 
 The section it writes goes into ``bench/results/scale.md`` between the markers
@@ -48,24 +51,41 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def fed_child(frag: float, budgets: list[float], check_at: float) -> None:
+def fed_child(frag: float, budgets: list[float], check_at: float, busy: bool = False) -> None:
     """Child process: generate the federation, solve it once per budget, print JSON lines."""
     from hyperplace.instances.generator import generate_federation
-    from hyperplace.solvers.decompose import solve_decomposed
 
     _, clusters, per, jobs = FED
     t, c, l0 = time.perf_counter(), time.process_time(), load()
     inst = generate_federation(clusters, per, jobs, bs.TYPES, frag, bs.SEED)
-    print(json.dumps({"kind": "gen", "wall": time.perf_counter() - t,
-                      "cpu": time.process_time() - c, "load": max(l0, load()),
+    gen_wall, gen_cpu = time.perf_counter() - t, time.process_time() - c
+    t, c = time.perf_counter(), time.process_time()
+    for cluster in inst.clusters:  # the fabrics, as a loaded instance's: not a round's cost
+        _ = cluster.network
+    print(json.dumps({"kind": "gen", "wall": gen_wall, "cpu": gen_cpu,
+                      "fabric_wall": time.perf_counter() - t,
+                      "fabric_cpu": time.process_time() - c, "load": max(l0, load()),
                       "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}),
           flush=True)
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+               for _ in range(os.cpu_count() or 2)] if busy else []
+    try:
+        _fed_rounds(inst, budgets, check_at, busy)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+
+
+def _fed_rounds(inst, budgets: list[float], check_at: float, busy: bool) -> None:
+    from hyperplace.solvers.decompose import solve_decomposed
+
     for budget in budgets:
         parts: list = []
         t, c, l0 = time.perf_counter(), time.process_time(), load()
         plan = solve_decomposed(inst, budget_s=budget, parts_out=parts)
         wall, cpu = time.perf_counter() - t, time.process_time() - c
-        row = {"kind": "solve", "budget": budget, "wall": wall, "cpu": cpu,
+        row = {"kind": "solve", "busy": busy, "budget": budget, "wall": wall, "cpu": cpu,
                "load": max(l0, load()),
                "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                "plan": {"status": plan.status.value, "solver": plan.solver,
@@ -73,9 +93,10 @@ def fed_child(frag: float, budgets: list[float], check_at: float) -> None:
                         "runtimeS": plan.runtime_s, "jobs": len(plan.jobs),
                         "pending": len(plan.pending), "message": plan.message[:600]},
                "parts": [{"cluster": p.cluster, "jobs": len(p.jobs), "need": p.need_s,
-                          "budget": p.budget_s, "solve": p.solve_s, "status": p.status,
-                          "admitted": p.admitted} for p in parts]}
-        if budget == check_at:
+                          "est": p.est_s, "budget": p.budget_s, "build": p.build_s,
+                          "solve": p.solve_s, "status": p.status, "admitted": p.admitted}
+                         for p in parts]}
+        if check_at == 0 or budget == check_at:
             from hyperplace.check import check
 
             t = time.perf_counter()
@@ -205,9 +226,11 @@ def run(args) -> int:
             if any(g.get("kind") == "solve" for g in old_fed):
                 fed += old_fed
                 continue
-            check_at = max(budgets) if "fed-1M" in args.large_check.split(",") and \
-                frag == 0.6 else -1.0
+            check_at = 0.0 if "fed-1M" in args.large_check.split(",") else -1.0  # 0: all
             got = _child(["--fed-child", str(frag), ",".join(map(str, budgets)), str(check_at)])
+            if args.large_busy and frag == 0.6:  # the --busy row: budget 10, both cores busy
+                got += [g for g in _child(["--fed-child", str(frag), "10", "-1", "busy"])
+                        if g.get("kind") != "gen"]
             for g in got:
                 g["frag"] = frag
             fed += got
@@ -265,27 +288,34 @@ def _fed_table(fed: list[dict]) -> list[str]:
     _, clusters, per, jobs = FED
     gpus = clusters * per
     out = ["| frag | budget s | round wall s | <= budget + 1 | CPU s | status (solver) | "
-           "obj 1 gap | admitted / pending | budget split (need s -> budget s, 3 largest) | "
+           "obj 1 gap | admitted / pending | clusters solved | budget split (cluster: "
+           "estimated need s -> share s, build s, status; first 3 served) | "
            "peak RSS MB (KB/GPU, KB/job) | violations (check s) | load |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for g in fed:
         if g.get("kind") == "gen":
-            out.append(f"| {g['frag']:g} | generation | {g['wall']:.2f} | - | {g['cpu']:.2f} | "
-                       f"- | - | - | - | {g['rss_mb']:.0f} | - | {g['load']:.1f} |")
+            fabric = (f"; fabrics {g['fabric_cpu']:.2f} CPU s" if "fabric_cpu" in g else "")
+            out.append(f"| {g['frag']:g} | generation{fabric} | {g['wall']:.2f} | - | "
+                       f"{g['cpu']:.2f} | - | - | - | - | - | {g['rss_mb']:.0f} | - | "
+                       f"{g['load']:.1f} |")
             continue
         if g.get("kind") == "error":
             out.append(f"| {g['frag']:g} | - | - | - | - | error: {g['error'][:120]} | - | - | "
-                       "- | - | - | - |")
+                       "- | - | - | - | - |")
             continue
         plan = g["plan"]
-        split = "; ".join(f"{p['cluster']} {p['need']:.2f} -> {p['budget']:.2f}"
+        split = "; ".join(f"{p['cluster']}: {p.get('est', p['need']):.2f} -> "
+                          f"{p['budget']:.2f}, {p.get('build', 0):.2f}, {p['status']}"
                           for p in g["parts"][:3])
+        solved = sum(1 for p in g["parts"] if p["status"] != "unbuilt")
         viol = (f"{g['violations']} ({g['check_s']:.0f})" if "violations" in g else "-")
         out.append(
-            f"| {g['frag']:g} | {g['budget']:g} | {g['wall']:.2f} | "
+            f"| {g['frag']:g} | {g['budget']:g}{' --busy' if g.get('busy') else ''} | "
+            f"{g['wall']:.2f} | "
             f"{'yes' if g['wall'] <= g['budget'] + 1 else 'no'} | {g['cpu']:.2f} | "
             f"{plan['status']} ({plan['solver']}) | {bs._f(plan['gap'], 4)} | "
-            f"{plan['jobs']:,} / {plan['pending']:,} | {split} | {g['rss_mb']:.0f} "
+            f"{plan['jobs']:,} / {plan['pending']:,} | {solved} / {len(g['parts'])} | "
+            f"{split} | {g['rss_mb']:.0f} "
             f"({g['rss_mb'] * 1024 / gpus:.1f}, {g['rss_mb'] * 1024 / jobs:.1f}) | {viol} | "
             f"{g['load']:.1f} |")
     return out
@@ -308,9 +338,10 @@ def write(rows: list[dict], fed: list[dict], extra: dict, args, started) -> None
              f"- federation: `generate_federation(16, 65536, 100000, {bs.TYPES}, "
              f"fragmentation, seed={bs.SEED})` in memory, `solve_decomposed` from the loaded "
              "instance (the library's budget; the file would be above the 64 MiB input "
-             "limit), one process per fragmentation, budgets in turn (peak RSS is the "
-             "process's so far); the checker on the whole plan of fragmentation 0.6 at the largest "
-             "budget when fed-1M is in --large-check", ""]
+             "limit; the clusters' fabrics built after generation, as loading does), one process "
+             "per fragmentation, budgets in turn (peak RSS is the process's so far); the "
+             "checker on every whole plan when fed-1M is in --large-check; `--busy`: one "
+             "CPU-bound process per core during that round", ""]
     lines += _table(rows) + [""]
     if fed:
         lines += ["### Federation: 16 clusters x 65,536 GPUs, 100,000 jobs", ""]
@@ -351,6 +382,6 @@ def write(rows: list[dict], fed: list[dict], extra: dict, args, started) -> None
 if __name__ == "__main__":
     if sys.argv[1] == "--fed-child":
         fed_child(float(sys.argv[2]), [float(b) for b in sys.argv[3].split(",")],
-                  float(sys.argv[4]))
+                  float(sys.argv[4]), busy=len(sys.argv) > 5 and sys.argv[5] == "busy")
     elif sys.argv[1] == "--io-child":
         io_child()
