@@ -132,8 +132,12 @@ class Cluster(HPModel):
         gen = self.fabric.generator.build(self.nodes)
         if not self.fabric.switches and not self.fabric.links:
             if nvl:  # the generated cabling with the racks' NVLink domains beside it
-                return Fabric.model_construct(kind=gen.kind, switches=gen.switches,
-                                              links=gen.links, nvlink_domains=nvl)
+                out = Fabric.model_construct(kind=gen.kind, switches=gen.switches,
+                                             links=gen.links, nvlink_domains=nvl)
+                for table in ("attachments", "_switch_adj"):  # the cabling's, filled
+                    if table in gen.__dict__:
+                        out.__dict__[table] = gen.__dict__[table]
+                return out
             return gen  # nothing added: the generated fabric itself (not validated twice)
         return Fabric(kind=gen.kind, switches=[*gen.switches, *self.fabric.switches],
                       links=[*gen.links, *self.fabric.links], nvlink_domains=nvl)
