@@ -28,7 +28,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from hyperplace.models.base import HPModel
 from hyperplace.models.limits import MAX_UNITS_PER_JOB, Name
@@ -208,8 +208,10 @@ class TrainingJob(HPModel):
         toleration (operator ``Equal``) each restrict the types; a GPU must satisfy all of
         them (``&`` in the selector, see :meth:`GPUType.matches`). None: any type.
         """
+        return self._allowed_types(group, self._dp_group())
+
+    def _allowed_types(self, group: ResourceGroup, dp: ResourceGroup | None) -> str | None:
         parts: list[str] = []
-        dp = self._dp_group()
         for accel in (group.gpu_requirements.accelerator_type,
                       dp.gpu_requirements.accelerator_type if dp is not None else None):
             if accel and accel not in parts:
@@ -225,14 +227,19 @@ class TrainingJob(HPModel):
         return dp.inter_node_connectivity if dp else InterNodeConnectivity()
 
     def units(self) -> list[GangUnit]:
+        groups = self.spec.resource_groups
         dp = self._dp_group()
-        mp = [g for g in self.spec.resource_groups if g.type in MODEL_PARALLEL]
-        aux = [g for g in self.spec.resource_groups if g.type == GroupType.AUXILIARY]
+        mp = [g for g in groups if g.type in MODEL_PARALLEL]
+        aux = [g for g in groups if g.type == GroupType.AUXILIARY]
         per_replica = mp or ([dp] if dp else [])
         out: list[GangUnit] = []
-        for r in range(self.spec.replica_count):
-            for g in per_replica:
-                out.append(self._unit(g, r, dp))
+        for g in per_replica:  # replicas differ only in their name and number
+            proto = self._unit(g, 0, dp)
+            out += [proto] + [_copy_unit(proto, f"{g.name}/{r}", r)
+                              for r in range(1, self.spec.replica_count)]
+        if len(per_replica) > 1:  # replica by replica, its groups in order
+            n = self.spec.replica_count
+            out = [out[i * n + r] for r in range(n) for i in range(len(per_replica))]
         out = self._sliced(out)
         for g in aux:
             out.append(self._unit(g, None, dp))
@@ -262,20 +269,46 @@ class TrainingJob(HPModel):
             mem = max(mem, dp.gpu_requirements.min_memory_gb)
             nvl = max(nvl, dp.gpu_requirements.min_nvlink_bandwidth_gbps_per_pair)
         conn = g.inter_node_connectivity
-        return GangUnit(
-            job=self.name,
-            name=f"{g.name}/{replica}" if replica is not None else g.name,
-            group=g.name,
-            group_type=g.type,
-            replica=replica,
-            gpus=g.gpus_per_group,
-            gpu_types=self.allowed_types(g),
-            min_memory_gb=mem,
-            min_nvlink_gbps=nvl,
-            min_ib_gbps=conn.min_infiniband_bandwidth_gbps,
-            max_hop_count=conn.max_hop_count,
-        )
+        return _new_unit({
+            "job": self.name,
+            "name": f"{g.name}/{replica}" if replica is not None else g.name,
+            "group": g.name,
+            "group_type": g.type,
+            "replica": replica,
+            "gpus": g.gpus_per_group,
+            "gpu_types": self._allowed_types(g, dp),
+            "min_memory_gb": float(mem),
+            "min_nvlink_gbps": float(nvl),
+            "min_ib_gbps": float(conn.min_infiniband_bandwidth_gbps),
+            "max_hop_count": conn.max_hop_count,
+            "slice_pods": 0,
+        })
 
     @property
     def total_gpus(self) -> int:
         return sum(u.gpus for u in self.units())
+
+
+# GangUnits are made from a validated job (every field already checked), millions of times
+# in a 131,072-GPU round (reading, building, checking): built as ``model_construct`` would
+# (all fields set, no validation) through the slots' setters, a fifth of validating them.
+_UNIT_FIELDS = frozenset(GangUnit.model_fields) - {"slice_pods"}  # as GangUnit(...) set them
+_SLOTS = BaseModel.__dict__
+_SET_DICT = _SLOTS["__dict__"].__set__
+_SET_FIELDS = _SLOTS["__pydantic_fields_set__"].__set__
+_SET_EXTRA = _SLOTS["__pydantic_extra__"].__set__
+_SET_PRIVATE = _SLOTS["__pydantic_private__"].__set__
+
+
+def _new_unit(fields: dict, _new=object.__new__) -> GangUnit:
+    unit = _new(GangUnit)
+    _SET_DICT(unit, fields)
+    _SET_FIELDS(unit, set(_UNIT_FIELDS))  # a set of its own: model_copy adds to it
+    _SET_EXTRA(unit, None)
+    _SET_PRIVATE(unit, None)
+    return unit
+
+
+def _copy_unit(proto: GangUnit, name: str, replica: int) -> GangUnit:
+    """Another replica's unit of the same group: ``proto`` renamed and renumbered."""
+    return _new_unit({**proto.__dict__, "name": name, "replica": replica})
