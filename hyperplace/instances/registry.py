@@ -259,27 +259,29 @@ def _check_jobs_against(jobs: list[tuple[TrainingJob, str, str | None]],
     """Each job, in its own file and document: its ``acceleratorType`` names a known GPU
     type (built in or declared beside the clusters), and its name is not a running job's."""
     catalog = GPUCatalog(types)
-    running = {job: n.name for c in clusters for n in c.nodes for job in n.allocated.values()}
+    holders = {h for c in clusters for n in c.nodes for h in n.allocated.values()}
     unknown: dict[str, str | None] = {}  # selector -> its unknown alternative (queues repeat them)
     for index, (job, source, document) in enumerate(jobs):
         def where(path: str, document: str | None = document, index: int = index) -> str:
             return f"{document}: {prefix(index)}{path}" if document else prefix(index) + path
-        if job.name in running:
+        if job.name in holders:
+            running = {held: n.name for c in clusters for n in c.nodes
+                       for held in n.allocated.values()}  # the last node holding it
             raise InputError(f"{job.name!r} is already running (it holds GPUs on node "
                              f"{running[job.name]!r}); a pending job needs its own name",
                              source=source, path=where("metadata.name"))
-        selectors = [(f"spec.resourceGroups[{gi}].gpuRequirements.acceleratorType",
-                      group.gpu_requirements.accelerator_type)
-                     for gi, group in enumerate(job.spec.resource_groups)]
         # the gpu-type toleration selects types too when no acceleratorType is given
-        selectors += [(f"spec.tolerations[{ti}].value", t.value)
-                      for ti, t in enumerate(job.spec.tolerations)
+        selectors = [(gi, None, group.gpu_requirements.accelerator_type)
+                     for gi, group in enumerate(job.spec.resource_groups)]
+        selectors += [(None, ti, t.value) for ti, t in enumerate(job.spec.tolerations)
                       if t.key == "gpu-type" and t.operator == "Equal"]
-        for field, selector in selectors:
+        for gi, ti, selector in selectors:
             if selector and selector not in unknown:
                 unknown[selector] = unknown_alternative(selector, catalog)
             bad = unknown[selector] if selector else None
             if bad is not None:
+                field = f"spec.resourceGroups[{gi}].gpuRequirements.acceleratorType" \
+                    if gi is not None else f"spec.tolerations[{ti}].value"
                 known = sorted({t.family for t in catalog} | set(catalog.names()))
                 raise InputError(
                     f"unknown GPU type {bad!r} (known: {', '.join(known)}; a cluster file "

@@ -166,6 +166,11 @@ class Federation(HPModel):
 
     @model_validator(mode="after")
     def _links_known(self) -> "Federation":
+        self.check_links()
+        return self
+
+    def check_links(self) -> None:
+        """Cluster names unique; every link joins two known clusters, once (ValueError)."""
         names = [c.name for c in self.clusters]
         if len(set(names)) != len(names):
             raise ValueError("clusters: duplicate cluster name")
@@ -180,7 +185,6 @@ class Federation(HPModel):
             for end in ("a", "b"):
                 if getattr(link, end) not in names:
                     raise ValueError(f"links[{i}].{end}: unknown cluster {getattr(link, end)!r}")
-        return self
 
     def link(self, a: str, b: str) -> InterClusterLink | None:
         for link in self.links:

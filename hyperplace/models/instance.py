@@ -103,17 +103,23 @@ class Instance(HPModel):
         if gpus > MAX_GPUS:
             raise ValueError(f"spec.clusters: {gpus:,} GPUs, more than the limit of "
                              f"{MAX_GPUS:,} per instance")
-        seen_nodes: set[str] = set()
-        for ci, c in enumerate(self.spec.clusters):
-            for ni, n in enumerate(c.nodes):
-                if n.gpu_type not in catalog:
-                    raise ValueError(
-                        f"spec.clusters[{ci}].nodes[{ni}].gpuType: unknown GPU type {n.gpu_type!r} "
-                        f"(known: {', '.join(catalog.names())}; declare others under spec.gpuTypes)"
-                    )
-                if n.name in seen_nodes:
-                    raise ValueError(f"spec.clusters[{ci}].nodes[{ni}].name: node {n.name!r} appears twice")
-                seen_nodes.add(n.name)
+        # one pass over the nodes when all is well; the slow one finds the first culprit
+        known = all(t in catalog for t in {n.gpu_type for c in self.spec.clusters
+                                           for n in c.nodes})
+        names = [n.name for c in self.spec.clusters for n in c.nodes]
+        if not known or len(set(names)) != len(names):
+            seen_nodes: set[str] = set()
+            for ci, c in enumerate(self.spec.clusters):
+                for ni, n in enumerate(c.nodes):
+                    if n.gpu_type not in catalog:
+                        raise ValueError(
+                            f"spec.clusters[{ci}].nodes[{ni}].gpuType: unknown GPU type "
+                            f"{n.gpu_type!r} (known: {', '.join(catalog.names())}; declare "
+                            "others under spec.gpuTypes)")
+                    if n.name in seen_nodes:
+                        raise ValueError(f"spec.clusters[{ci}].nodes[{ni}].name: node "
+                                         f"{n.name!r} appears twice")
+                    seen_nodes.add(n.name)
         names = [j.name for j in self.spec.jobs]
         dup = {n for n, k in Counter(names).items() if k > 1}  # linear: queues reach 5,000
         if dup:
@@ -121,7 +127,10 @@ class Instance(HPModel):
         self._check_queue(catalog)
         self.check_queues(catalog)
         self._check_running_manifests()
-        Federation(clusters=self.spec.clusters, links=self.spec.inter_cluster_links)
+        # the federation's own rules on links and cluster names (its clusters and links are
+        # validated already: constructing it would validate every cluster again)
+        Federation.model_construct(clusters=self.spec.clusters,
+                                   links=self.spec.inter_cluster_links).check_links()
         check_slices(self)  # slices divide the NVLink domains they may use (#24)
         return self
 
@@ -206,12 +215,18 @@ class Instance(HPModel):
         apart). Whether an ``acceleratorType`` names a known GPU type is checked where
         documents are read (``instances.registry``): a typo in a file is an input error,
         while an Instance built in code keeps it and the plan explains it."""
-        units = sum(j.spec.replica_count * (sum(g.type in MODEL_PARALLEL
-                                                for g in j.spec.resource_groups) or 1)
-                    for j in self.spec.jobs)
+        units = 0
+        for j in self.spec.jobs:
+            groups = j.spec.resource_groups
+            mp = 1 if len(groups) == 1 and groups[0].type not in MODEL_PARALLEL else \
+                sum(g.type in MODEL_PARALLEL for g in groups) or 1
+            units += j.spec.replica_count * mp
         if units > MAX_UNITS:
             raise ValueError(f"spec.jobs: the queue expands into {units:,} gang units, more "
                              f"than the limit of {MAX_UNITS:,}")
+        holders = {h for c in self.spec.clusters for n in c.nodes for h in n.allocated.values()}
+        if holders.isdisjoint(j.name for j in self.spec.jobs):
+            return
         running: dict[str, str] = {}
         for c in self.spec.clusters:
             for n in c.nodes:
@@ -267,6 +282,8 @@ class Instance(HPModel):
         """A running job holds at most the GPUs its manifest asks for (fewer once some of
         them failed): it restarts whole on its manifest when it moves, and a manifest asking
         for fewer than it holds describes some other job."""
+        if specs is None and not any(r.job is not None for r in self.spec.running_jobs):
+            return  # no manifests to compare
         held = self.running_jobs()
         if specs is None:
             specs = {r.name: r.job for r in self.spec.running_jobs if r.job is not None}

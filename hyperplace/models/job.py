@@ -131,21 +131,28 @@ class TrainingJobSpec(HPModel):
 
     @model_validator(mode="after")
     def _groups(self) -> "TrainingJobSpec":
-        names = [g.name for g in self.resource_groups]
-        if len(set(names)) != len(names):
+        groups = self.resource_groups
+        names = {g.name for g in groups}
+        if len(names) != len(groups):
             raise ValueError("resourceGroups: group names must be unique")
-        has_mp = any(g.type in MODEL_PARALLEL for g in self.resource_groups)
-        for g in self.resource_groups:
-            if g.type == GroupType.DATA_PARALLEL and has_mp and g.gpus_per_group != 1:
-                raise ValueError(
-                    f"resourceGroups[{names.index(g.name)}].gpusPerGroup: a DataParallel group "
-                    "beside model-parallel groups counts model copies per DP rank and must be 1"
-                )
-        if sum(g.type == GroupType.DATA_PARALLEL for g in self.resource_groups) > 1:
+        mp = dps = aux = 0
+        for g in groups:
+            if g.type in MODEL_PARALLEL:
+                mp += 1
+            elif g.type == GroupType.DATA_PARALLEL:
+                dps += 1
+            elif g.type == GroupType.AUXILIARY:
+                aux += 1
+        if mp and dps:
+            for i, g in enumerate(groups):  # names are unique: i is the group's index
+                if g.type == GroupType.DATA_PARALLEL and g.gpus_per_group != 1:
+                    raise ValueError(
+                        f"resourceGroups[{i}].gpusPerGroup: a DataParallel group beside "
+                        "model-parallel groups counts model copies per DP rank and must be 1")
+        if dps > 1:
             raise ValueError("resourceGroups: at most one DataParallel group")
-        per_replica = sum(g.type in MODEL_PARALLEL for g in self.resource_groups) or 1
-        units = self.replica_count * per_replica + sum(
-            g.type == GroupType.AUXILIARY for g in self.resource_groups)
+        per_replica = mp or 1
+        units = self.replica_count * per_replica + aux
         if units > MAX_UNITS_PER_JOB:
             raise ValueError(f"resourceGroups: {units:,} gang units ({self.replica_count:,} "
                              f"replicas x {per_replica} groups), more than the limit of "
@@ -182,6 +189,8 @@ class TrainingJob(HPModel):
 
     @model_validator(mode="after")
     def _slices(self) -> "TrainingJob":
+        if not self.metadata.annotations:  # no slice annotations: nothing to check
+            return self
         from hyperplace.models.slices import check_job_slices
 
         mp = sum(g.type in MODEL_PARALLEL for g in self.spec.resource_groups)

@@ -73,6 +73,14 @@ class Node(HPModel):
 
     @model_validator(mode="after")
     def _check_indices(self) -> "Node":
+        if not (self.faulty or self.nvlink_pairs or self.nics):  # most nodes: a quick pass
+            count = self.gpu_count
+            for i in self.allocated:
+                if not 0 <= i < count:
+                    raise ValueError(f"allocated: GPU index {i} outside 0..{count - 1}")
+            if self.nvlink == NVLinkTopology.HYBRID_CUBE_MESH and count != 8:
+                raise ValueError("hybrid_cube_mesh needs gpu_count 8")
+            return self
         for field, idxs in (("allocated", list(self.allocated)), ("faulty", self.faulty)):
             for i in idxs:
                 if not 0 <= i < self.gpu_count:
