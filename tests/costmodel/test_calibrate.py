@@ -72,7 +72,7 @@ def test_bad_observations_are_one_line_exit_2(tmp_path: Path, text: str, message
 
 
 def test_calibration_of_another_version_is_refused_by_predict(tmp_path: Path) -> None:
-    doc = json.loads((Path(__file__).parents[1] / "hyperplace" / "data"
+    doc = json.loads((Path(__file__).parents[2] / "hyperplace" / "data"
                       / "costmodel_calibration.json").read_text())
     doc["schemaVersion"] = 7
     path = write(tmp_path / "old.json", json.dumps(doc))
