@@ -87,9 +87,9 @@ def fair_share_factors(usage: Mapping[str, float], weights: Mapping[str, float]
 class QueueUsage:
     """Decayed GPU-hours per queue, advanced as time passes: the one home of the
     accumulate-and-decay rule, kept by the one round state
-    (:class:`hyperplace.solvers.workflows.session.RoundState`: the simulator's round loop and
-    :class:`~hyperplace.solvers.workflows.session.PlacementSession` drive it) and, per stored
-    cluster, by the service (``hyperplace.service``, in its SQLite store).
+    (:class:`hyperplace.solvers.workflows.session.RoundState`: the simulator's round loop,
+    :class:`~hyperplace.solvers.workflows.session.PlacementSession` and the service drive it;
+    the service's SQLite store keeps each stored cluster's round state's history).
 
     ``half_life_s`` None (or 0) keeps no history: :meth:`snapshot` is then empty and every
     round's fair share is the plain per-round one.

@@ -105,14 +105,14 @@ from hyperplace.service.schemas import (
     VolcanoPrioritizeRequest,
     VolcanoPrioritizeResponse,
 )
-from hyperplace.service.state import apply_patch, apply_plan
+from hyperplace.service.state import apply_patch, apply_plan, round_state
+from hyperplace.solvers.workflows.session import RoundState, usage_at
 from hyperplace.service.store import (
     FINISHED,
     ClusterRecord,
     DatabaseInUse,
     RunRecord,
     Store,
-    UsageRecord,
 )
 from hyperplace.service.worker import (
     RequestProblem,
@@ -440,35 +440,40 @@ class Service:
         return self.clock() + self.clock_offset_s
 
     def usage_at(self, name: str, now: float) -> QueueUsage | None:
-        """The cluster's usage history brought to ``now`` (the GPUs each queue held since the
-        last update accrue, everything decays; the library's
-        :class:`~hyperplace.models.usage.QueueUsage` rule); a copy, nothing is
-        stored. None when the server keeps no history."""
+        """The cluster's usage history brought to ``now``: its round state's stored
+        history (:meth:`~hyperplace.solvers.workflows.session.RoundState.history`), read
+        back by :func:`~hyperplace.solvers.workflows.session.usage_at` (the GPUs each queue
+        held since the last change accrue, everything decays); a copy, nothing is stored.
+        None when the server keeps no history."""
         if not self.config.keeps_usage:
             return None
-        rec = self.store.usage.get(name) or UsageRecord(None)
-        usage = QueueUsage(self.config.half_life_s, dict(rec.gpu_hours), rec.time_s)
-        usage.advance(now, rec.held)
-        return usage
+        return usage_at(self.store.history.get(name), self.config.half_life_s, now)
 
-    def usage_after(self, name: str, now: float, held: dict[str, int],
-                    gpu_hours: dict[str, float] | None = None) -> UsageRecord | None:
-        """The record to store when what the cluster's queues hold changes at ``now``: the
-        history up to ``now`` (or ``gpu_hours``, a history given by the caller) and the new
-        holdings."""
-        usage = self.usage_at(name, now)
-        if usage is None:
+    def history_after(self, name: str, doc: dict[str, Any], now: float,
+                      gpu_hours: dict[str, float] | None = None,
+                      state: RoundState | None = None) -> dict[str, Any] | None:
+        """What to store as the usage history of cluster ``name`` when its document becomes
+        ``doc`` at ``now``: the serialized history of ``state`` (the round state that made
+        the change: a PATCH), else of the round state of ``doc`` carrying the stored history
+        brought to ``now`` (a PUT); ``gpu_hours`` (a document's own ``spec.queueUsage``)
+        replaces the GPU-hours. None when the server keeps no history."""
+        if not self.config.keeps_usage:
             return None
-        hours = dict(gpu_hours) if gpu_hours else dict(usage.gpu_hours)
-        return UsageRecord(now, hours, {q: int(g) for q, g in held.items() if g > 0})
+        if state is None:
+            state = round_state(doc, self.usage_at(name, now))
+        if gpu_hours:
+            state.usage.gpu_hours = dict(gpu_hours)
+        return state.history()
 
     def usage_view(self, name: str) -> dict[str, Any] | None:
         """The ``usageHistory`` of a cluster summary."""
         usage = self.usage_at(name, self.now())
         if usage is None:
             return None
-        rec = self.store.usage.get(name) or UsageRecord(None)
-        return {"halfLifeS": self.config.half_life_s, **rec.to_json(),
+        hist = self.store.history.get(name) or {}
+        return {"halfLifeS": self.config.half_life_s, "asOf": hist.get("timeS"),
+                "gpuHours": dict(sorted((hist.get("gpuHours") or {}).items())),
+                "heldGpus": dict(sorted((hist.get("heldGpus") or {}).items())),
                 "gpuHoursNow": usage.snapshot()}
 
     def fetch_cluster(self, name: str, version: int) -> dict[str, Any] | None:
@@ -590,20 +595,18 @@ class Service:
             return {"X-Hyperplace-Applied": "no: the cluster was deleted"}
         if [rec.version, rec.updated] != payload["cluster_version"]:
             return {"X-Hyperplace-Applied": f"no: the cluster changed (version {rec.version})"}
-        running = info.get("running") or []
+        now = self.now()
+        usage = self.usage_at(name, now)
         try:
-            doc = apply_plan(rec.doc, info["allocations"], running)
+            doc, state = apply_plan(rec.doc, info["allocations"], info.get("running") or [],
+                                    usage, now)
         except (RequestProblem, ValueError) as exc:
             return {"X-Hyperplace-Applied": f"no: {str(exc).splitlines()[0]}"}
         used = sum(len(g) for _, g in info["allocations"])
-        now = self.now()
-        held = dict(self.store.usage[name].held) if name in self.store.usage else {}
-        for _, queue, _, gpus in running:
-            held[queue] = held.get(queue, 0) + gpus
         new = ClusterRecord(name, rec.version + 1, doc, rec.gpus, rec.free_gpus - used,
                             max(0, rec.pending_jobs - len(info.get("admitted", []))), now)
         await asyncio.to_thread(self.store.put_cluster, new, json.dumps(doc),
-                                self.usage_after(name, now, held), run)
+                                state.history() if usage is not None else None, run)
         return {"X-Hyperplace-Applied": "yes", "X-Hyperplace-Cluster-Version": str(new.version)}
 
     # ---- runs ---------------------------------------------------------------------------------
@@ -1053,9 +1056,12 @@ def _cluster_info(rec: ClusterRecord, usage: dict[str, Any] | None = None) -> di
 
 def _add_clusters(app: FastAPI, service: Service) -> None:
     async def store_doc(name: str, doc: Any, version: int, prefix: str = "",
-                        arrivals_from: int | None = None, request: Request | None = None
+                        arrivals_from: int | None = None, request: Request | None = None,
+                        updated: float | None = None, state: RoundState | None = None
                         ) -> Response:
-        updated = service.now()
+        """Validate ``doc`` (in a worker) and store it as cluster ``name`` at ``updated``
+        (default now) with its usage history (see :meth:`Service.history_after`)."""
+        updated = service.now() if updated is None else updated
         payload = {"instance": doc, "name": name, "version": [version, updated],
                    "prefix": prefix, "arrivals_from": arrivals_from,
                    "strip_usage": service.config.keeps_usage}
@@ -1071,16 +1077,14 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
         # the worker's own text: parsed off the loop, with the collector paused (gc_paused)
         doc = await asyncio.to_thread(_loads_paused, text) if len(data) >= THREAD_PARSE_BYTES \
             else json.loads(text)
-        usage = None
-        if service.config.keeps_usage:
-            # the history is the service's (one copy, in its own table): a document's own
-            # spec.queueUsage replaces it, and is not kept in the document (the worker took
-            # it out of the text and reports it in info)
-            own = info.get("queue_usage") or None
-            usage = service.usage_after(name, updated, info.get("held") or {}, own)
+        # the history is the round state's (one copy, in the store's round_history): a
+        # document's own spec.queueUsage replaces it, and is not kept in the document (the
+        # worker took it out of the text and reports it in info)
+        history = await asyncio.to_thread(service.history_after, name, doc, updated,
+                                          info.get("queue_usage") or None, state)
         rec = ClusterRecord(name, version, doc, info["gpus"], info["free_gpus"],
                             info["pending_jobs"], updated)
-        await asyncio.to_thread(service.store.put_cluster, rec, text, usage)
+        await asyncio.to_thread(service.store.put_cluster, rec, text, history)
         return JSONResponse(_cluster_info(rec, service.usage_view(name)))
 
     @app.put("/v1/clusters/{name}", response_model=ClusterInfo, responses=ERRORS,
@@ -1105,11 +1109,15 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
             if rec is None:
                 return json_error(404, f"no stored cluster {name!r}", path="name")
             interrupted: list[str] = []
-            # a deep copy of the stored document: off the loop (Python code: the loop runs)
-            doc = await asyncio.to_thread(apply_patch, rec.doc, patch, interrupted)
+            now = service.now()
+            # a deep copy of the stored document: off the loop (Python code: the loop runs);
+            # its round state carries the stored usage history, brought to now
+            doc, state = await asyncio.to_thread(apply_patch, rec.doc, patch, interrupted,
+                                                 service.usage_at(name, now), now)
             after = len(doc["spec"].get("jobs") or [])
             first_arrival = after - len(patch.arrivals) if patch.arrivals else None
-            resp = await store_doc(name, doc, rec.version + 1, arrivals_from=first_arrival)
+            resp = await store_doc(name, doc, rec.version + 1, arrivals_from=first_arrival,
+                                   updated=now, state=state)
         if resp.status_code != 200:
             return resp
         return JSONResponse({**json.loads(bytes(resp.body)), "interruptedJobs": interrupted})

@@ -15,6 +15,11 @@ written back. The service's wording is translated here: a "completion" of a pend
 withdrawal (it leaves the queue), one of a job the cluster does not know is ignored, and
 interrupted jobs are not requeued (the caller resubmits them as arrivals if it wants). Queue
 entries stay documents (an arrival is validated with the whole document by the worker).
+
+The stored cluster's usage history (fair share over rounds) is that round state's: the
+service reads the stored :meth:`~hyperplace.solvers.workflows.session.RoundState.history`
+back with :func:`~hyperplace.solvers.workflows.session.usage_at`, hands it to the round state
+of the document it changes, and stores that state's history after the change.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import copy
 from typing import Any
 
 from hyperplace.errors import ConflictError, InputError
+from hyperplace.models.instance import RunningJob
+from hyperplace.models.usage import DEFAULT_QUEUE, QueueUsage
 from hyperplace.service.schemas import ClusterPatch
 from hyperplace.service.worker import RequestProblem
 from hyperplace.solvers.workflows.session import RoundDelta, RoundState
@@ -45,13 +52,26 @@ def _allocated(node: dict[str, Any]) -> dict[int, str]:
     return {int(k): v for k, v in (node.get("allocated") or {}).items()}
 
 
-def round_state(doc: dict[str, Any]) -> RoundState:
-    """The round state of a stored document: its nodes' GPUs, running jobs and queue."""
+def _running(entry: dict[str, Any]) -> RunningJob:
+    """A stored ``spec.runningJobs`` entry's name and queue (the document was validated
+    when it was stored; the round state needs nothing else of it)."""
+    return RunningJob.model_construct(name=entry["name"],
+                                      queue=entry.get("queue") or DEFAULT_QUEUE)
+
+
+def round_state(doc: dict[str, Any], usage: QueueUsage | None = None,
+                now_s: float | None = None) -> RoundState:
+    """The round state of a stored document: its nodes' GPUs, running jobs (with their
+    queues) and queue, carrying the usage history ``usage`` (brought to ``now_s``, the time
+    of every change made to this state)."""
     nodes = _nodes(doc)
+    running = [_running(r) for r in doc["spec"].get("runningJobs") or [] if isinstance(r, dict)]
     return RoundState(gpus={n: int(node.get("gpuCount", 0)) for n, node in nodes.items()},
                       allocated={n: _allocated(node) for n, node in nodes.items()},
                       faulty={n: node.get("faulty") or [] for n, node in nodes.items()},
-                      queue=doc["spec"].get("jobs") or [], name=_job_name, requeue=None)
+                      queue=doc["spec"].get("jobs") or [], name=_job_name, requeue=None,
+                      usage=usage, running=running,
+                      **({} if now_s is None else {"clock": lambda: now_s}))
 
 
 def patch_delta(patch: ClusterPatch, state: RoundState) -> RoundDelta:
@@ -67,8 +87,11 @@ def patch_delta(patch: ClusterPatch, state: RoundState) -> RoundDelta:
 
 
 def apply_patch(doc: dict[str, Any], patch: ClusterPatch,
-                interrupted: list[str] | None = None) -> dict[str, Any]:
-    """The document after ``patch``: completions, failures, repairs, allocations, arrivals.
+                interrupted: list[str] | None = None, usage: QueueUsage | None = None,
+                now_s: float | None = None) -> tuple[dict[str, Any], RoundState]:
+    """The document after ``patch`` (completions, failures, repairs, allocations,
+    arrivals) and the round state that applied it, which carries ``usage`` (the stored
+    usage history brought to ``now_s``, the time of the patch).
 
     A GPU is faulty or allocated, never both: a failure under a running job interrupts that
     job, whose GPUs are all freed (a gang runs whole or not at all); its name is appended to
@@ -77,7 +100,7 @@ def apply_patch(doc: dict[str, Any], patch: ClusterPatch,
     its field.
     """
     doc = copy.deepcopy(doc)
-    state = round_state(doc)
+    state = round_state(doc, usage, now_s)
     try:
         hit = state.apply(patch_delta(patch, state))
     except InputError as exc:
@@ -98,20 +121,25 @@ def apply_patch(doc: dict[str, Any], patch: ClusterPatch,
     if stopped and spec.get("runningJobs"):
         spec["runningJobs"] = [r for r in spec["runningJobs"]
                                if not isinstance(r, dict) or r.get("name") not in stopped]
-    return doc
+    return doc, state
 
 
 def apply_plan(doc: dict[str, Any], allocations: list[list[Any]],
-               running: list[list[Any]] | None = None) -> dict[str, Any]:
-    """The document after a round: each admitted job holds its GPUs and leaves the queue.
+               running: list[list[Any]] | None = None, usage: QueueUsage | None = None,
+               now_s: float | None = None) -> tuple[dict[str, Any], RoundState]:
+    """The document after a round (each admitted job holds its GPUs and leaves the queue)
+    and the round state that committed it, carrying ``usage`` as :func:`apply_patch` does.
 
-    ``running`` (``[job, queue, priority, gpus]`` per admitted job) lists the admitted jobs
-    in ``spec.runningJobs`` when the cluster declares queues, so later rounds count their
-    GPUs under their queue."""
+    ``running`` (``[job, queue, priority, gpus]`` per admitted job) gives the admitted jobs'
+    queues: the state counts their GPUs under them, and the document lists them in
+    ``spec.runningJobs`` when the cluster declares queues, so later rounds do too."""
     patch = ClusterPatch.model_validate({"allocations": [
         {"job": job, "gpus": [{"node": n, "gpu": g} for n, g in gpus]}
         for job, gpus in _merge(allocations)]})
-    out = apply_patch(doc, patch)
+    out, state = apply_patch(doc, patch, None, usage, now_s)
+    for job, queue, priority, _ in running or []:
+        state.set_running_info(RunningJob.model_construct(name=job, queue=queue,
+                                                          priority=priority))
     spec = out["spec"]
     if running and spec.get("queues"):
         started = {job for job, *_ in running}
@@ -119,7 +147,7 @@ def apply_plan(doc: dict[str, Any], allocations: list[list[Any]],
             *(r for r in spec.get("runningJobs") or [] if r.get("name") not in started),
             *({"name": job, "queue": queue, "priority": priority}
               for job, queue, priority, _ in running)]
-    return out
+    return out, state
 
 
 def _merge(allocations: list[list[Any]]) -> list[tuple[str, list[list[Any]]]]:

@@ -1,6 +1,7 @@
 """What the service keeps across restarts, in SQLite: stored clusters, their queues' usage
-history (decayed GPU-hours, for fair share over rounds), runs, and the latest plan of every
-job (for the scheduler extenders).
+history (decayed GPU-hours, for fair share over rounds: the serialized history of the
+cluster's round state, :meth:`~hyperplace.solvers.workflows.session.RoundState.history`),
+runs, and the latest plan of every job (for the scheduler extenders).
 
 Durability (what the service promises, tested in tests/service/test_service_faults.py): every change
 the service acknowledges (a 2xx answer) was committed to SQLite before the answer was sent,
@@ -44,9 +45,11 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS cluster_job_plans (
     cluster TEXT NOT NULL, namespace TEXT NOT NULL, job TEXT NOT NULL, nodes TEXT,
     pending TEXT, updated REAL NOT NULL, PRIMARY KEY (cluster, namespace, job));
-CREATE TABLE IF NOT EXISTS queue_usage (
-    cluster TEXT PRIMARY KEY, time REAL, gpu_hours TEXT NOT NULL, held TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS round_history (cluster TEXT PRIMARY KEY, history TEXT NOT NULL);
 """
+#: The usage history's table before it held the round state's serialized history; a
+#: database that has it is carried over at start (:meth:`Store._carry_old_usage`).
+OLD_USAGE_TABLE = "queue_usage"
 
 
 @dataclass
@@ -58,20 +61,6 @@ class ClusterRecord:
     free_gpus: int
     pending_jobs: int
     updated: float
-
-
-@dataclass
-class UsageRecord:
-    """A stored cluster's usage history: decayed GPU-hours per queue as of ``time_s`` (wall
-    clock, seconds) and the GPUs each queue has held since then (what accrues next)."""
-
-    time_s: float | None
-    gpu_hours: dict[str, float] = field(default_factory=dict)
-    held: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"asOf": self.time_s, "gpuHours": dict(sorted(self.gpu_hours.items())),
-                "heldGpus": dict(sorted(self.held.items()))}
 
 
 @dataclass
@@ -146,7 +135,9 @@ class Store:
         self.clusters: dict[str, ClusterRecord] = {}
         self.runs: dict[str, RunRecord] = {}
         self.job_plans: dict[PlanKey, JobPlan] = {}
-        self.usage: dict[str, UsageRecord] = {}
+        #: stored cluster -> its round state's usage history (``RoundState.history()``)
+        self.history: dict[str, dict[str, Any]] = {}
+        self._carry_old_usage()
         self.expire_runs()
         self._load()
 
@@ -169,8 +160,25 @@ class Store:
                                         "FROM cluster_job_plans"):
                 self.job_plans[(row[0], row[1], row[2])] = JobPlan(
                     row[0], json.loads(row[3] or "{}"), row[4])
-            for row in self._db.execute("SELECT cluster, time, gpu_hours, held FROM queue_usage"):
-                self.usage[row[0]] = UsageRecord(row[1], json.loads(row[2]), json.loads(row[3]))
+            for row in self._db.execute("SELECT cluster, history FROM round_history"):
+                self.history[row[0]] = json.loads(row[1])
+
+    def _carry_old_usage(self) -> None:
+        """A database written before the usage history was the round state's keeps it in
+        ``queue_usage`` (time, GPU-hours, held GPUs per cluster): the same three facts, moved
+        into ``round_history`` in one transaction (nothing is lost)."""
+        with self._lock:
+            if self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND "
+                                "name = ?", (OLD_USAGE_TABLE,)).fetchone() is None:
+                return
+            self._db.execute("BEGIN")
+            rows = self._db.execute(
+                f"SELECT cluster, time, gpu_hours, held FROM {OLD_USAGE_TABLE}").fetchall()
+            self._db.executemany("INSERT OR REPLACE INTO round_history VALUES (?, ?)", [
+                (c, json.dumps({"timeS": t, "gpuHours": json.loads(hours),
+                                "heldGpus": json.loads(held)})) for c, t, hours, held in rows])
+            self._db.execute(f"DROP TABLE {OLD_USAGE_TABLE}")
+            self._db.execute("COMMIT")
 
     def close(self) -> None:
         with self._lock:
@@ -181,9 +189,9 @@ class Store:
 
     # ---- clusters -----------------------------------------------------------------------
     def put_cluster(self, rec: ClusterRecord, doc_text: str,
-                    usage: UsageRecord | None = None, run: RunRecord | None = None) -> None:
-        """Store a cluster and (when given) its usage history and a finished run (the end
-        of an ``apply`` run), in one transaction."""
+                    history: dict[str, Any] | None = None, run: RunRecord | None = None) -> None:
+        """Store a cluster and (when given) its round state's usage history and a finished
+        run (the end of an ``apply`` run), in one transaction."""
         with self._lock:
             self._db.execute("BEGIN")
             try:
@@ -193,18 +201,16 @@ class Store:
                     "INSERT OR REPLACE INTO clusters VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (rec.name, rec.version, doc_text, rec.gpus, rec.free_gpus, rec.pending_jobs,
                      rec.updated))
-                if usage is not None:
-                    self._db.execute(
-                        "INSERT OR REPLACE INTO queue_usage VALUES (?, ?, ?, ?)",
-                        (rec.name, usage.time_s, json.dumps(usage.gpu_hours),
-                         json.dumps(usage.held)))
+                if history is not None:
+                    self._db.execute("INSERT OR REPLACE INTO round_history VALUES (?, ?)",
+                                     (rec.name, json.dumps(history)))
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
         self.clusters[rec.name] = rec
-        if usage is not None:
-            self.usage[rec.name] = usage
+        if history is not None:
+            self.history[rec.name] = history
         if run is not None:
             self._after_run_write(run)
 
@@ -212,10 +218,10 @@ class Store:
         with self._lock:
             self._db.execute("BEGIN")
             self._db.execute("DELETE FROM clusters WHERE name = ?", (name,))
-            self._db.execute("DELETE FROM queue_usage WHERE cluster = ?", (name,))
+            self._db.execute("DELETE FROM round_history WHERE cluster = ?", (name,))
             self._db.execute("DELETE FROM cluster_job_plans WHERE cluster = ?", (name,))
             self._db.execute("COMMIT")
-        self.usage.pop(name, None)
+        self.history.pop(name, None)
         for key in [k for k in self.job_plans if k[0] == name]:
             del self.job_plans[key]
         return self.clusters.pop(name, None) is not None

@@ -570,17 +570,15 @@ def validate_instance(payload: dict[str, Any], deadline: float, ctx: WorkerConte
                 if m and int(m.group(1)) >= first:
                     prob["path"] = f"arrivals[{int(m.group(1)) - first}]{m.group(2)}"
         raise
-    from hyperplace.models.usage import held_gpus_by_queue
-
     doc = instance_document(inst)
-    if payload.get("strip_usage"):  # the service keeps the history in its own table
+    if payload.get("strip_usage"):  # the service keeps the history: its round state's
         doc["spec"].pop("queueUsage", None)
     if payload.get("name") is not None:
         ctx.remember(payload["name"], payload["version"], inst)
     gpus = sum(n.gpu_count for c in inst.clusters for n in c.nodes)
     free = sum(n.free_count for c in inst.clusters for n in c.nodes)
     info = {"gpus": gpus, "free_gpus": free, "pending_jobs": len(inst.jobs),
-            "held": held_gpus_by_queue(inst), "queue_usage": dict(inst.spec.queue_usage)}
+            "queue_usage": dict(inst.spec.queue_usage)}
     return Reply(200, dumps(doc), info)
 
 

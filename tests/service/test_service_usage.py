@@ -6,6 +6,8 @@ Every plan goes through the checker."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import subprocess
 import sys
 
@@ -17,6 +19,8 @@ from hyperplace.check import check
 from hyperplace.models import Instance
 from hyperplace.models.plan import PlacementPlan
 from hyperplace.service.launch import LocalServer
+from hyperplace.service.state import round_state
+from hyperplace.solvers.workflows.session import usage_at
 
 
 def _round(client: httpx.Client, cluster: str) -> PlacementPlan:
@@ -115,3 +119,100 @@ def test_a_documents_own_usage_seeds_the_history_and_bad_usage_is_a_422() -> Non
                           "--port", "0"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().startswith("error: --half-life: must be a finite number")
+
+
+HALF_LIFE_S = 7 * 24 * 3600.0  # the server's default (Slurm's)
+
+
+def _stored(client: httpx.Client, cluster: str) -> tuple[dict, dict]:
+    got = client.get(f"/v1/clusters/{cluster}").json()
+    return got["usageHistory"], got["instance"]
+
+
+def _is_round_states(hist: dict, doc: dict) -> None:
+    """The stored history is the serialized history of the stored document's round state:
+    the round state read from the document, carrying the history, writes it back unchanged
+    (the GPUs it says each queue holds are the ones the document's running jobs hold)."""
+    stored = {"timeS": hist["asOf"], "gpuHours": hist["gpuHours"], "heldGpus": hist["heldGpus"]}
+    state = round_state(doc, usage_at(stored, HALF_LIFE_S, hist["asOf"]))
+    assert state.history() == stored
+
+
+def test_stored_history_is_the_round_states_and_a_restart_carries_it_on(tmp_path) -> None:
+    """A failure under a running job (PATCH) changes what its queue holds: the history
+    accrues the GPUs held until then, then the fewer ones; a restarted server reads the same
+    history (to the last digit) and accrues what it says is held."""
+    db = tmp_path / "state.sqlite"
+    base = one_node([cluster_queue("a"), cluster_queue("b")])
+    inst = base.with_jobs([queued(base, "a0", 4, "a"), queued(base, "a1", 4, "a")])
+
+    def decay(dt: float) -> float:
+        return 2.0 ** (-dt / HALF_LIFE_S)
+    with LocalServer(db=db, workers=1, test_hooks=True) as srv, \
+            httpx.Client(base_url=srv.url, timeout=60) as hp:
+        assert hp.put("/v1/clusters/c", json=inst.to_doc()).status_code == 200
+        assert sorted(_round(hp, "c").admitted) == ["a0", "a1"]
+        hist, doc = _stored(hp, "c")
+        assert hist["heldGpus"] == {"a": 8} and hist["gpuHours"] == {}
+        _is_round_states(hist, doc)
+        started = hist["asOf"]
+        assert hp.post("/v1/debug/clock", params={"advance": 3600}).status_code == 200
+        r = hp.patch("/v1/clusters/c", json={"failures": [{"node": "n0", "gpus": [0]}]})
+        assert r.status_code == 200, r.text
+        assert len(r.json()["interruptedJobs"]) == 1
+        hist, doc = _stored(hp, "c")
+        assert hist["heldGpus"] == {"a": 4}  # one 4-GPU job left
+        dt = hist["asOf"] - started  # 1 h on the moved clock, plus the PATCH's own time
+        assert 3600 <= dt < 3660
+        assert hist["gpuHours"]["a"] == pytest.approx(8 * dt / 3600 * decay(dt), rel=1e-9)
+        _is_round_states(hist, doc)
+    with LocalServer(db=db, workers=1, test_hooks=True) as srv, \
+            httpx.Client(base_url=srv.url, timeout=60) as hp:
+        again, doc = _stored(hp, "c")
+        for key in ("asOf", "gpuHours", "heldGpus"):
+            assert again[key] == hist[key], key
+        _is_round_states(again, doc)
+        # the restarted server's clock offset starts at 0: 2 h on is 1 h after the failure
+        assert hp.post("/v1/debug/clock", params={"advance": 7200}).status_code == 200
+        running = [r["name"] for r in doc["spec"]["runningJobs"]]
+        r = hp.patch("/v1/clusters/c", json={"completions": running})
+        assert r.status_code == 200, r.text
+        after, doc = _stored(hp, "c")
+        assert after["heldGpus"] == {}
+        # the 4 GPUs still held accrued for the hour since the failure (and the restart's
+        # own seconds), all of it decayed
+        dt = after["asOf"] - hist["asOf"]
+        assert 3600 <= dt < 3900
+        assert after["gpuHours"]["a"] == pytest.approx(
+            (hist["gpuHours"]["a"] + 4 * dt / 3600) * decay(dt), rel=1e-9)
+        _is_round_states(after, doc)
+
+
+def test_a_database_from_before_the_round_state_history_keeps_its_history(tmp_path) -> None:
+    """A database whose usage history is in the old ``queue_usage`` table (time, GPU-hours
+    and held GPUs per cluster) is carried over at start: the same history, nothing lost."""
+    db = tmp_path / "state.sqlite"
+    base = one_node([cluster_queue("a"), cluster_queue("b")])
+    inst = base.with_jobs([queued(base, "a0", 4, "a"), queued(base, "b0", 4, "b")])
+    with LocalServer(db=db, workers=1) as srv, httpx.Client(base_url=srv.url, timeout=60) as hp:
+        assert hp.put("/v1/clusters/old", json=inst.to_doc()).status_code == 200
+        assert sorted(_round(hp, "old").admitted) == ["a0", "b0"]
+        hist, _ = _stored(hp, "old")
+    # the old layout, as the service wrote it before (one row per cluster)
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("DROP TABLE round_history")
+        con.execute("CREATE TABLE queue_usage (cluster TEXT PRIMARY KEY, time REAL, "
+                    "gpu_hours TEXT NOT NULL, held TEXT NOT NULL)")
+        con.execute("INSERT INTO queue_usage VALUES (?, ?, ?, ?)",
+                    ("old", hist["asOf"], json.dumps({"a": 2.5}), json.dumps(hist["heldGpus"])))
+    con.close()
+    with LocalServer(db=db, workers=1) as srv, httpx.Client(base_url=srv.url, timeout=60) as hp:
+        again, doc = _stored(hp, "old")
+        assert again["asOf"] == hist["asOf"] and again["gpuHours"] == {"a": 2.5}
+        assert again["heldGpus"] == hist["heldGpus"] == {"a": 4, "b": 4}
+        _is_round_states(again, doc)
+    con = sqlite3.connect(db)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    con.close()
+    assert "queue_usage" not in tables and "round_history" in tables

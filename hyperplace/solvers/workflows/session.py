@@ -90,7 +90,7 @@ from hyperplace.models.plan import PlacementPlan
 from hyperplace.models.usage import DEFAULT_QUEUE, QueueUsage, known_queue_usage
 from hyperplace.solvers.heuristics.warm import WarmStart
 
-__all__ = ["GPU", "PlacementSession", "RoundDelta", "RoundState", "fresh_node"]
+__all__ = ["GPU", "PlacementSession", "RoundDelta", "RoundState", "fresh_node", "usage_at"]
 
 GPU = tuple[str, int]
 #: a failed or repaired GPU set: a node name (every GPU of it), (node, GPU) or (node, [GPUs])
@@ -194,6 +194,13 @@ class RoundState:
         A queue entry's TrainingJob and name (default: the entry is a TrainingJob).
     clock : callable
         The time of a call that gives no ``now_s`` (default ``time.time``).
+    usage : QueueUsage, optional
+        The usage history to carry on (a stored one: :func:`usage_at` of what
+        :meth:`history` wrote); default a new one with ``half_life_s`` that starts from the
+        instance's ``spec.queueUsage``.
+    running : RunningJob entries
+        Queues and priorities of the running jobs of a state given without an instance (a
+        stored document's ``spec.runningJobs``).
     """
 
     def __init__(self, instance: Instance | None = None, *, fresh: bool = False,
@@ -204,7 +211,8 @@ class RoundState:
                  gpus: Mapping[str, int] | None = None,
                  allocated: Mapping[str, Mapping[int, str]] | None = None,
                  faulty: Mapping[str, Iterable[int]] | None = None,
-                 queue: Iterable[Any] = ()):
+                 queue: Iterable[Any] = (), usage: QueueUsage | None = None,
+                 running: Iterable[RunningJob] = ()):
         self.requeue = requeue
         self.manifest = manifest
         self.name_of = name
@@ -214,7 +222,7 @@ class RoundState:
         self.nodes: dict[str, Node] = {}
         self.cluster_of: dict[str, str] = {}
         self.switches_of: dict[str, set[str]] = {}
-        self.running_info: dict[str, RunningJob] = {}
+        self.running_info: dict[str, RunningJob] = {r.name: r for r in running}
         self.queue_usage: dict[str, float] = {}
         start_usage: dict[str, float] = {}
         if instance is not None:
@@ -250,7 +258,7 @@ class RoundState:
             key = self.name_of(item)
             self.queue[object() if key is None else key] = item
         self.started: dict[str, Any] = {}  # queue entries of the jobs this state started
-        self.usage = QueueUsage(half_life_s or None, start_usage)
+        self.usage = QueueUsage(half_life_s or None, start_usage) if usage is None else usage
         #: called as ``on_accrue(last_s, now_s, held)`` before the history moves (metrics)
         self.on_accrue: Callable[[float | None, float, dict[str, float]], None] | None = None
         self.version = 0
@@ -345,6 +353,13 @@ class RoundState:
             self.on_accrue(self.usage.time_s, now, held)
         self.usage.advance(now, held)
         return self.usage.snapshot()
+
+    def history(self) -> dict[str, Any]:
+        """The usage history as a store keeps it: :meth:`QueueUsage.to_doc` (the decayed
+        GPU-hours as of ``timeS``) and ``heldGpus``, the GPUs each queue holds now, which
+        accrue until the next change; :func:`usage_at` reads it back."""
+        held = {q: int(g) for q, g in sorted(self.held_by_queue().items()) if g > 0}
+        return {**self.usage.to_doc(), "heldGpus": held}
 
     def set_queue_usage(self, usage: dict[str, float]) -> None:
         """What round instances carry as ``spec.queueUsage`` (see ``usage_in_instance``)."""
@@ -646,6 +661,17 @@ class RoundState:
             inst.__dict__.pop(k, None)
         self._cache = (self.version, key, inst)
         return inst
+
+
+def usage_at(history: Mapping[str, Any] | None, half_life_s: float | None,
+             now_s: float) -> QueueUsage:
+    """The usage history :meth:`RoundState.history` wrote (None: none yet), under
+    ``half_life_s``, brought to ``now_s``: the GPUs it records as held accrue since its
+    ``timeS`` and everything decays (:meth:`QueueUsage.advance`)."""
+    history = history or {}
+    usage = QueueUsage.from_doc(half_life_s, history)
+    usage.advance(now_s, {str(q): float(g) for q, g in (history.get("heldGpus") or {}).items()})
+    return usage
 
 
 class PlacementSession:
