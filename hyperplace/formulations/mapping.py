@@ -20,6 +20,7 @@ from hyperplace.formulations.placement import (
     radius_for,
 )
 from hyperplace.formulations.placement.spares import opened_whole_nodes, spare_leaf
+from hyperplace.formulations.placement.stoppable import BrokenJob
 from hyperplace.models.plan import (
     GPURef,
     Migration,
@@ -49,7 +50,7 @@ class Assignment:
 
     units: dict[int, list[PlacedUnit]] = field(default_factory=dict)  # job index -> units
     notes: dict[int, str] = field(default_factory=dict)  # job index -> why it was dropped
-    stopped: set[int] = field(default_factory=set)  # victims preempted (problem.victims)
+    stopped: set[int] = field(default_factory=set)  # stopped running jobs (problem.stoppable)
     #: pending jobs no search tried before the deadline (greedy cut short), so that their
     #: explanation says so instead of blaming other jobs
     untried: set[int] = field(default_factory=set)
@@ -297,7 +298,7 @@ def free_domain_gpus(p: PlacementProblem, a: Assignment, stopped: set[int] | Non
 
     busy = {(node, g) for units in a.units.values() for u in units
             for node, gpus in u.pieces for g in gpus}
-    freed = {gpu for v in (a.stopped if stopped is None else stopped) for gpu in p.victims[v].gpus}
+    freed = {gpu for v in (a.stopped if stopped is None else stopped) for gpu in p.stoppable[v].gpus}
     return sum(largest_free_domains(p.instance, busy, freed).values())
 
 
@@ -323,12 +324,11 @@ def settle_migrations(p: PlacementProblem, a: Assignment, stopped: set[int]) -> 
                         users[v].add(j)
         changed = False
         for v in sorted(stopped):
-            copy = p.victims[v].copy
-            assert copy is not None
+            copy = p.mover(v).copy
             if copy not in a.units:
                 for j in users.get(v, ()):
                     a.units.pop(j, None)
-                    a.notes[j] = f"uses GPUs of {p.victims[v].name}, whose migration failed"
+                    a.notes[j] = f"uses GPUs of {p.stoppable[v].name}, whose migration failed"
             elif users.get(v, set()) - {copy} or p.repairing:  # a broken job must move
                 continue
             else:
@@ -395,14 +395,14 @@ def needed_victims(p: PlacementProblem, a: Assignment, stopped: set[int]) -> set
     gone: dict[tuple[str, str], float] = defaultdict(float)  # stopped jobs' usage
 
     def count(v: int, sign: int) -> None:
-        for node, _ in p.victims[v].gpus:
+        for node, _ in p.stoppable[v].gpus:
             t = p.node_by_name[node].gpu_type.name
-            for key, n in book.usage(p.victims[v].queue, t, 1).items():
+            for key, n in book.usage(p.stoppable[v].queue, t, 1).items():
                 gone[key] += sign * n
 
     for v in stopped:
         count(v, +1)
-    order = sorted(stopped - keep, key=lambda v: (-p.victims[v].level, -p.victims[v].lost))
+    order = sorted(stopped - keep, key=lambda v: (-p.stoppable[v].level, -p.stoppable[v].lost))
     for v in order:
         count(v, -1)
         if not book.allows(use, gone):
@@ -422,7 +422,7 @@ def _victim_node(p: PlacementProblem, node: NodeView,
     model's Hall rows guarantee it exists."""
     import networkx as nx
 
-    victims = p.victims
+    victims = p.stoppable
     pools: dict[int | str, list[int]] = {"free": list(node.free)}
     for g, v in node.stoppable.items():
         if v in stopped:
@@ -717,7 +717,7 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
     for j in sorted(assignment.units):
         jv = p.jobs[j]
         units = assignment.units[j]
-        if jv.migrant is not None and p.victims[jv.migrant].partial == j:
+        if jv.migrant is not None and p.partial_of(jv.migrant) == j:
             jv, units = repaired_in_part(p, j, units)
         b.place(jv.name, jv.priority,
                 [(u.unit, [GPURef(node=node, gpu=g) for node, gpus in u.pieces for g in gpus])
@@ -742,12 +742,12 @@ def repaired_in_part(p: PlacementProblem, j: int, units: list[PlacedUnit]
                      ) -> tuple[JobView, list[PlacedUnit]]:
     """A repair in part as the broken job's whole placement: its manifest's view, its kept
     units where they are and the new ones under the failed units' names."""
-    victim = p.victims[p.jobs[j].migrant or 0]
-    assert p.migration is not None and victim.copy is not None
-    part = p.migration.partial[victim.name]
+    broken = p.mover(p.jobs[j].migrant or 0)
+    assert p.migration is not None
+    part = p.migration.partial[broken.name]
     kept = [PlacedUnit(-1, name, _by_node(gpus)) for name, gpus in part.kept.items()]
     moved = [PlacedUnit(u.uclass, name, u.pieces) for name, u in zip(part.bad, units)]
-    return p.jobs[victim.copy], kept + moved
+    return p.jobs[broken.copy], kept + moved
 
 
 def _by_node(gpus: tuple[tuple[str, int], ...]) -> list[tuple[str, tuple[int, ...]]]:
@@ -762,23 +762,24 @@ def migrations(p: PlacementProblem, a: Assignment) -> list[Migration]:
     highest-priority pending job on its old GPUs, then the one using most of them), its
     GPUs, how many of its new GPUs it did not hold, its lost work, old and new nodes. A
     repair in part is a migration too: its new place is its kept units and the new ones."""
-    partial = {v.index for v in p.victims if v.partial is not None and v.partial in a.units}
+    partial = {v.index for v in p.movers
+               if isinstance(v, BrokenJob) and v.partial is not None and v.partial in a.units}
     if not p.migrating or not (a.stopped or partial):
         return []
     assert p.migration is not None
     for_job = _MoverUsers(p, a).for_job
     out = []
-    for v in sorted(a.stopped | partial, key=lambda v: p.victims[v].name):
-        victim = p.victims[v]
-        assert victim.copy is not None
-        placed = a.units[victim.copy] if v in a.stopped else \
-            repaired_in_part(p, victim.partial or 0, a.units[victim.partial or 0])[1]
+    for v in sorted(a.stopped | partial, key=lambda v: p.stoppable[v].name):
+        mover = p.mover(v)
+        part = p.partial_of(v) or 0
+        placed = a.units[mover.copy] if v in a.stopped else \
+            repaired_in_part(p, part, a.units[part])[1]
         new = {(node, g) for u in placed for node, gpus in u.pieces for g in gpus}
-        out.append(Migration(job=victim.name, why=p.migration.why, for_job=for_job(v),
-                             gpus=p.jobs[victim.copy].gpus,
-                             gpus_moved=len(new - set(victim.gpus)),
-                             lost_gpu_seconds=victim.lost,
-                             from_nodes=sorted({n for n, _ in victim.gpus}),
+        out.append(Migration(job=mover.name, why=p.migration.why, for_job=for_job(v),
+                             gpus=p.jobs[mover.copy].gpus,
+                             gpus_moved=len(new - set(mover.gpus)),
+                             lost_gpu_seconds=mover.lost,
+                             from_nodes=sorted({n for n, _ in mover.gpus}),
                              to_nodes=sorted({n for n, _ in new})))
     return out
 
@@ -801,8 +802,7 @@ class _MoverUsers:
         # mover -> movers whose copies use it
         self.copy_users: dict[int, set[int]] = defaultdict(set)
         for v in a.stopped:
-            copy = p.victims[v].copy
-            for u in a.units.get(copy, []) if copy is not None else []:
+            for u in a.units.get(p.mover(v).copy, []):
                 for node, gpus in u.pieces:
                     held = p.node_by_name[node].stoppable
                     self.copy_users.update({held[g]: self.copy_users[held[g]] | {v}
@@ -816,7 +816,7 @@ class _MoverUsers:
         if by:
             user = min(by, key=lambda j: (-p.jobs[j].priority, -by[j], p.jobs[j].name))
             return p.jobs[user].name
-        for w in sorted(self.copy_users.get(v, ()), key=lambda w: p.victims[w].name):
+        for w in sorted(self.copy_users.get(v, ()), key=lambda w: p.stoppable[w].name):
             if w not in seen:
                 found = self.for_job(w, seen | {v})
                 if found:
@@ -830,7 +830,7 @@ def preemptions(p: PlacementProblem, a: Assignment) -> list[Preemption]:
     GPUs, then the one using most of them), its GPUs and its lost work."""
     users: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for v in a.stopped:  # a victim stopped for quota: the jobs allowed to stop it that run
-        for j in p.victims[v].allowed & set(a.units):
+        for j in p.stoppable[v].allowed & set(a.units):
             users[v][j] = 0
     for j, units in a.units.items():
         for u in units:
@@ -840,8 +840,8 @@ def preemptions(p: PlacementProblem, a: Assignment) -> list[Preemption]:
                     if g in held:
                         users[held[g]][j] += 1
     out = []
-    for v in sorted(a.stopped, key=lambda v: p.victims[v].name):
-        victim = p.victims[v]
+    for v in sorted(a.stopped, key=lambda v: p.stoppable[v].name):
+        victim = p.candidate(v)
         by = users.get(v, {})
         user = min(by, key=lambda j: (-p.jobs[j].priority, -by[j], p.jobs[j].name)) if by else None
         # reclaim when a job on its GPUs reclaims (StopRule.why); when none uses them (a

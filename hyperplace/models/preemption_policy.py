@@ -1,6 +1,6 @@
 """Who may stop whom: the one home of the preemption policies (``solve --preemption``).
 
-The solvers (:func:`hyperplace.formulations.placement.preemption.find_victims`, greedy,
+The solvers (:func:`hyperplace.formulations.placement.preemption.preemption_candidates`, greedy,
 the explanations) and the independent checker (:mod:`hyperplace.check.preemption`, the
 priority-inversion check) all ask :class:`StopRule` which running job a pending job may
 stop, and why. The policies, as Kueue names them (``ClusterQueue.spec.preemption``), each a

@@ -3,7 +3,7 @@
 
 The budget runs from the loaded instance to the plan, explanations included. Greedy runs
 first and stops early enough for what follows it; the exact backend gets what is left after
-the reserve (:meth:`Budget.reserve`: mapping back, the priority repair and the
+the reserve (:meth:`Budget.reserve`: mapping back, the inversion fix and the
 explanations); the LP bounds and the explanations stop in time for the plan to be built.
 """
 
@@ -69,7 +69,7 @@ class Budget:
 
     def reserve(self, greedy_pass_s: float) -> float:
         """THE reserve: seconds kept back from the exact backend for mapping its solution to
-        GPUs and its priority repair (about one greedy pass over the queue; greedy's first
+        GPUs and its inversion fix (about one greedy pass over the queue; greedy's first
         pass took ``greedy_pass_s``): ``reserve_s + reserve_fraction x budget +
         greedy_reserve_factor x greedy_pass_s``.
 

@@ -28,7 +28,7 @@ a part costs about a sixteenth of it.
 3. **Across clusters**: a pending job whose types have, in another built cluster, as many
    free GPUs plus GPUs of lower-priority admitted jobs as it needs is a candidate there; that
    cluster's part is rebuilt with the candidates (its node and job views reused) and its
-   priority repair (:func:`~hyperplace.solvers.heuristics.greedy.repair_priority`) places
+   inversion fix (:func:`~hyperplace.solvers.heuristics.greedy.fix_inversions`) places
    them or proves (as the checker's rule asks) that they do not fit on free or
    lower-priority GPUs. A candidate for an unbuilt cluster, or for a built one the budget
    left no repair for, cannot be cleared: then every admitted job of lower priority than
@@ -59,7 +59,7 @@ from hyperplace.models.result import SolveStatus, relative_gap
 from hyperplace.solvers.backends.aggregate import SAFETY, SparseLp
 from hyperplace.solvers.budget import Budget
 from hyperplace.solvers.driver import SOLVERS, SolveRound, estimate_vars, finish, search
-from hyperplace.solvers.heuristics.greedy import repair_priority
+from hyperplace.solvers.heuristics.greedy import fix_inversions
 from hyperplace.solvers.params import SolveParams
 from hyperplace.words import plural
 
@@ -509,7 +509,7 @@ class _Run:
                                                 u.pieces) for u in units]
         r = part.round
         r.problem = p
-        r.chosen = r.greedy = repair_priority(p, start, self.params.greedy, deadline)
+        r.chosen = r.greedy = fix_inversions(p, start, self.params.greedy, deadline)
         r.pm, r.raw_used = None, None  # the exact solution no longer is the plan
         if r.status == SolveStatus.OPTIMAL:
             r.status = SolveStatus.FEASIBLE

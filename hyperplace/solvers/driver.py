@@ -41,7 +41,7 @@ from hyperplace.solvers.backends.backend import Backend, BackendOptions
 from hyperplace.solvers.heuristics.greedy import (
     GreedyStats,
     fit_probe,
-    repair_priority,
+    fix_inversions,
     solve_greedy,
     spare_probe,
 )
@@ -73,11 +73,11 @@ def demand_bound(p: PlacementProblem) -> float:
     (with preemption: the free GPUs and the candidate victims' GPUs, filled by pending jobs
     and victims kept alike, plus the running jobs that cannot be stopped; with migrations:
     the free GPUs, a mover taking no fewer GPUs than it frees)."""
-    victims = p.victims if p.preempting else []  # movers keep running: no demand of theirs
+    victims = p.candidates if p.preempting else []  # movers keep running: no demand of theirs
     left = p.free_gpus + sum(len(v.gpus) for v in victims)
     items = [(p.weights[jv.priority], jv.gpus) for jv in p.pending if not jv.impossible]
     items += [(p.weights[v.level], len(v.gpus)) for v in victims]
-    total = float(p.kept_running_demand(range(len(p.victims))))
+    total = float(p.kept_running_demand(range(len(p.stoppable))))
     for weight, gpus in sorted(items, key=lambda t: -t[0]):
         take = min(left, gpus)
         total += weight * take
@@ -260,7 +260,7 @@ def _aggregate(r: SolveRound) -> None:
     plan and is cheap: on the largest rounds nothing else that bounds the optimum fits
     (131,072 GPUs: 0.3 s, where the model's own relaxation needs its 4-5 s build)."""
     p = r.problem
-    if p.victims or p.preempting or p.migrating or p.repairing:
+    if p.stoppable or p.preempting or p.migrating or p.repairing:
         return
     if not r.budget.aggregate_fits(len(p.jobs)):
         return
@@ -293,11 +293,11 @@ def _heuristics(r: SolveRound, warm: WarmStart | None, backend_name: str | None)
     # one greedy pass (the first): what the reserve is counted in (the migration and
     # preemption heuristics after it are longer, and nothing after them repeats them)
     r.greedy_pass_s = stats.first_pass_s
-    if p.victims and p.preempting:
+    if p.stoppable and p.preempting:
         from hyperplace.solvers.heuristics.greedy_preempt import greedy_preempt
 
         greedy = greedy_preempt(p, greedy, gp, deadline=stop)
-    if p.victims and p.migrating:
+    if p.stoppable and p.migrating:
         from hyperplace.solvers.heuristics.greedy_migrate import greedy_migrate
 
         greedy = greedy_migrate(p, greedy, gp, deadline=stop)
@@ -366,7 +366,7 @@ def _take_exact(r: SolveRound, backend: Backend, raw: RawSolution) -> None:
     r.raw_used = None if exact.notes else raw
     if r.status != SolveStatus.OPTIMAL:
         # an incumbent cut short may still leave a job out for lower ones
-        r.chosen = repair_priority(p, exact, r.params.greedy, r.budget.deadline)
+        r.chosen = fix_inversions(p, exact, r.params.greedy, r.budget.deadline)
         if r.chosen is not exact and r.chosen.units != exact.units:
             r.raw_used = None
     if _score(p, r.chosen, pm) < _score(p, r.greedy, pm):
@@ -465,11 +465,11 @@ def _explanations(r: SolveRound, skipped: set[int]) -> dict[int, list[str]]:
                       held_by_spares=spare_probe(p, chosen, gp) if p.spare_allowance else None,
                       skipped=skipped)
     proven = r.status == SolveStatus.OPTIMAL
-    if p.victims and p.preempting:
+    if p.stoppable and p.preempting:
         _preemption_reasons(p, chosen, reasons, proven)
     if p.preempting and p.instance.queue_set is not None:
         _other_queue_reasons(p, chosen, reasons)
-    if p.victims and p.migrating:
+    if p.stoppable and p.migrating:
         _migration_reasons(p, chosen, reasons, proven)
     return reasons
 
@@ -483,7 +483,7 @@ def _not_run(backend: str, est: int, per_second: int, budget_s: float, available
              f"building the problem {building:.1f} s",
              f"the aggregated bound {aggregate:.1f} s" if aggregate >= 0.05 else "",
              f"greedy {greedy:.1f} s",
-             f"{reserve:.1f} s kept for mapping back and the priority repair"]
+             f"{reserve:.1f} s kept for mapping back and the inversion fix"]
     text = (f"{backend}: not run: a model of about {est:,} variables needs about "
             f"{est / per_second:.1f} s, {available:.1f} s were left ("
             + ", ".join(x for x in spent if x) + f" of the {budget_s:g} s budget); "
@@ -500,7 +500,7 @@ def _preemption_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, l
     for jv in p.jobs:
         if jv.index in a.units or jv.impossible:
             continue
-        mine = [v for v in p.victims if jv.index in v.allowed and v.index not in a.stopped]
+        mine = [v for v in p.stoppable if jv.index in v.allowed and v.index not in a.stopped]
         if not mine:
             continue
         gpus = sum(len(v.gpus) for v in mine)
@@ -525,7 +525,7 @@ def _other_queue_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, 
         per_queue[info[n].queue].append(info[n].priority)
     for prios in per_queue.values():
         prios.sort()
-    may_stop = {j for v in p.victims if v.copy is None for j in v.allowed}
+    may_stop = {j for v in p.candidates for j in v.allowed}
     for jv in p.jobs:
         if jv.index in a.units or jv.impossible or jv.index in may_stop or jv.migrant is not None:
             continue
@@ -548,7 +548,7 @@ def _migration_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, li
     priority or higher; else within the budget, and with the movers the round had)."""
     limit = p.migration.max_moves if p.migration is not None else None
     within = f" (at most {limit} moves)" if limit is not None else ""
-    movers = f"{len(p.victims)} running job(s) that may move{within}"
+    movers = f"{len(p.stoppable)} running job(s) that may move{within}"
     if p.movers_left_out:
         movers += f"; {p.movers_left_out} more stayed out of the round's movers"
     text = (f"migration: no plan that moves some of the {movers} places it without leaving "
@@ -628,8 +628,8 @@ def _repaired_demand(p: PlacementProblem, a: Assignment) -> int:
     """What a repair round maximises first (its model's objective 1; the plan's objective 1
     counts pending jobs, and a repair round has none): priority-weighted GPUs of the broken
     jobs repaired, whole or in part."""
-    return sum(p.weights[v.priority] * p.repair_gpus(v) for v in p.victims
-               if v.copy in a.units or v.partial in a.units)
+    return sum(p.weights[v.priority] * p.repair_gpus(v) for v in p.movers
+               if v.copy in a.units or p.partial_of(v.index) in a.units)
 
 
 def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
@@ -642,7 +642,7 @@ def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
         values = encode(pm, a)
         if values is not None:
             fair = objective_terms(pm, values).get("fair_share", 0.0)
-    lost = sum(p.victims[v].lost_units for v in a.stopped)
+    lost = sum(p.stoppable[v].lost_units for v in a.stopped)
     free = free_domain_gpus(p, a) if _grows_free_domain(p) else 0
     repaired = _repaired_demand(p, a) if p.repairing else 0
     return _weighted(p, a), repaired, free, -lost, -len(a.stopped), fair, _admitted(p, a)
@@ -697,6 +697,6 @@ def _terms(p: PlacementProblem, pm: PlacementModel | None, a: Assignment) -> dic
         out["migrated_jobs"] = float(len(moved))
         out["migrated_gpus"] = float(sum(m.gpus_moved for m in moved))
     if p.preempting:  # the exact lost work (the model counts whole GPU-seconds)
-        out["preempted_lost_gpu_seconds"] = float(sum(p.victims[v].lost for v in a.stopped))
+        out["preempted_lost_gpu_seconds"] = float(sum(p.stoppable[v].lost for v in a.stopped))
         out["preempted_jobs"] = float(len(a.stopped))
     return out

@@ -32,14 +32,14 @@ class BudgetParams:
     Parameters
     ----------
     reserve_fraction : float
-        Share of the budget kept back for mapping the solution to GPUs, the priority repair
+        Share of the budget kept back for mapping the solution to GPUs, the inversion fix
         and the explanations. In [0, 1); default 0.08.
     reserve_s : float
         Seconds kept back on top (default 0.1: a floor for small budgets, where 8 % is
         only milliseconds). >= 0.
     greedy_reserve_factor : float
         The reserve also holds this many greedy passes (greedy's first pass, timed), because
-        mapping the exact solution back and its priority repair cost up to about one pass
+        mapping the exact solution back and its inversion fix cost up to about one pass
         (default 1.0). The explanations are not reserved for: they run in what is left, and
         pending jobs whose per-job analysis did not fit say so (#25: the old rule, 1.5 x
         greedy's whole run with both passes and its repair, kept 4.7 s of a 10 s budget at

@@ -107,7 +107,7 @@ def test_a_plan_without_a_proof_reports_it(monkeypatch):
 def test_not_for_rounds_that_stop_running_jobs():
     inst = load_instance("mixed-a100-h100")
     p = PlacementProblem(inst, preemption="lower-priority")
-    assert p.victims  # running jobs it may stop
+    assert p.stoppable  # running jobs it may stop
     assert aggregate_bound(p).bound is None
 
 

@@ -107,7 +107,7 @@ def test_a_mover_limit_keeps_the_cheapest_and_is_never_called_optimal(exact_solv
     # which suffices, but the round is a restriction: feasible, never optimal
     inst = _filled_round().with_jobs([job("big", replicas=2, dp_hop=2, priority="high")])
     p = PlacementProblem(inst, migration=MigrationPolicy(max_movers=1))
-    assert [v.name for v in p.victims] == ["b"] and p.movers_left_out == 2
+    assert [v.name for v in p.stoppable] == ["b"] and p.movers_left_out == 2
     assert "only the 1 running jobs losing least work may move" in p.restrictions()[0]
     plan = solve_placement(inst, solver=exact_solver, budget_s=10,
                            migration=MigrationPolicy(max_movers=1))
@@ -135,7 +135,7 @@ def test_node_sets_from_the_memo_are_greedy_preempts_node_sets():
     a = solve_greedy(p)
     state, _ = state_with_plan(p, a)
     memo = gm._Memo(p)
-    stopped = {v.index for v in p.victims[::7]}  # some movers already moved
+    stopped = {v.index for v in p.stoppable[::7]}  # some movers already moved
     compared = 0
     for jv in p.pending:
         if jv.impossible:

@@ -2,7 +2,7 @@
 
 Scale itself is measured in ``bench/bench_scale.py``; these tests pin what the fast paths
 must keep true: a SuperPOD past NVIDIA's table keeps its hop counts with linearly many
-cables, the priority repair does not search a job shape again that it already failed,
+cables, the inversion fix does not search a job shape again that it already failed,
 explanations are worked out once per job shape, and a search cut short by the budget says
 which jobs it never tried.
 """
@@ -20,7 +20,7 @@ from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.models.fabric import superpod_rail_optimized
 from hyperplace.solvers.driver import solve_placement
-from hyperplace.solvers.heuristics.greedy import repair_priority, solve_greedy
+from hyperplace.solvers.heuristics.greedy import fix_inversions, solve_greedy
 
 
 def test_superpod_past_the_reference_table_grows_linearly_and_keeps_its_hops():
@@ -55,7 +55,7 @@ def test_the_priority_repair_does_not_search_a_failed_shape_again(monkeypatch):
     calls = []
     real = greedy_module._give_back
     monkeypatch.setattr(greedy_module, "_give_back", lambda s, u: (calls.append(1), real(s, u)))
-    out = repair_priority(p, start)
+    out = fix_inversions(p, start)
     assert set(out.units) == {0} and len(calls) == 1
 
 

@@ -35,7 +35,7 @@ Objectives, strictly lexicographic:
    phase per tier of priority levels, see :attr:`PlacementProblem.priority_tiers`);
    then, among plans that tie on it, admit the most jobs (fewer people left waiting);
    with preemption (:mod:`.preemption`) objective 1 also counts every running job kept, just
-   above its priority, and lost work, then the number of victims, come right after it;
+   above its priority, and lost work, then the number of preempted jobs, come right after it;
 2. minimise communication cost: leaf and spine domains each job touches, weighted by its
    traffic (multi-node TP 100, PP 10, DP 1; a spine counts 3 leaves);
 3. minimise fragmentation: whole free nodes opened (x1) and whole free leaf domains opened
@@ -53,6 +53,12 @@ from hyperplace.formulations.placement.model import (
 from hyperplace.formulations.placement.params import ModelParams
 from hyperplace.formulations.placement.problem import POLICIES, PlacementProblem
 from hyperplace.formulations.placement.reasons import PendingReason, ReasonCode
+from hyperplace.formulations.placement.stoppable import (
+    BrokenJob,
+    Mover,
+    PreemptionCandidate,
+    Stoppable,
+)
 from hyperplace.formulations.placement.views import (
     WHOLE_JOB_GROUP,
     JobView,
@@ -64,9 +70,11 @@ from hyperplace.formulations.placement.views import (
 __all__ = [
     "POLICIES",
     "WHOLE_JOB_GROUP",
+    "BrokenJob",
     "DomainKey",
     "JobView",
     "ModelParams",
+    "Mover",
     "NodeClass",
     "NodeView",
     "PendingReason",
@@ -74,7 +82,9 @@ __all__ = [
     "PlacementModel",
     "PlacementModelBuilder",
     "PlacementProblem",
+    "PreemptionCandidate",
     "ReasonCode",
+    "Stoppable",
     "UnitClass",
     "build_model",
     "radius_for",

@@ -3,7 +3,7 @@
 
 A running job may move when its manifest is known (``spec.runningJobs[].job``: what its
 units, GPU types and hop limits are). Each such job is a *mover*: a
-:class:`~hyperplace.formulations.placement.preemption.Victim` whose ``stop`` boolean means
+:class:`~hyperplace.formulations.placement.stoppable.Mover` whose ``stop`` boolean means
 "migrated", plus a *copy*: its manifest as one more job of the round
 (:attr:`~hyperplace.formulations.placement.views.JobView.migrant`). The model ties them:
 ``run[copy] = stop[mover]`` (a migrated job must run again, whole; the gang rule of its
@@ -32,9 +32,11 @@ from hyperplace.models.migration import MigrationPolicy
 from hyperplace.models.sharing import running_gpus
 
 @dataclass(frozen=True)
-class Mover:
-    """A running job the round may migrate: its GPUs, its lost work if moved, its manifest's
-    name (the copy's), its queue and priority."""
+class Movable:
+    """A running job the migration policy lets the round move: its GPUs, its lost work if
+    moved, its manifest's name (the copy's), its queue and priority (the round makes it a
+    :class:`~hyperplace.formulations.placement.stoppable.Mover`, or a
+    :class:`~hyperplace.formulations.placement.stoppable.BrokenJob` when it repairs)."""
 
     name: str
     priority: int
@@ -43,7 +45,7 @@ class Mover:
     lost: float
 
 
-def find_movers(instance: Instance, policy: MigrationPolicy) -> list[Mover]:
+def find_movers(instance: Instance, policy: MigrationPolicy) -> list[Movable]:
     """Running jobs that hold GPUs and have a manifest, allowed by ``policy``, least lost
     work first (a job whose manifest asks for more GPUs than it holds after a failure is a
     repair, not a migration: it moves too, and its lost work is its manifest's GPUs x its
@@ -59,7 +61,7 @@ def find_movers(instance: Instance, policy: MigrationPolicy) -> list[Mover]:
         if name not in held and not policy.repairing:  # a repair may find it holding none
             continue
         r = info[name]
-        out.append(Mover(name=name, priority=r.priority, queue=r.queue,
+        out.append(Movable(name=name, priority=r.priority, queue=r.queue,
                          gpus=tuple(held.get(name, ())),
                          lost=manifest.total_gpus * r.checkpoint_age_s))
     return sorted(out, key=lambda m: (m.lost, len(m.gpus), m.name))

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from hyperplace.formulations.linear import LinearModel, Objective
 from hyperplace.formulations.placement.domains import DomainKey
 from hyperplace.formulations.placement.preemption import (
-    Victim,
     nominal_total,
     queue_use,
     signature_unions,
 )
+from hyperplace.formulations.placement.stoppable import BrokenJob, PreemptionCandidate
 from hyperplace.formulations.placement.problem import PlacementProblem
 from hyperplace.formulations.placement.quotas import overdraft
 from hyperplace.formulations.placement.spares import spare_leaf
@@ -154,7 +154,7 @@ class PlacementModelBuilder:
         # job -> (var, GPUs per unit of the var, GPU type name): what quotas count
         self.job_gpu_terms: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
         # preemption: victim -> stop var, and the objectives after objective 1
-        self.stop: dict[int, int] = {v.index: self.lm.bool(f"stop[{v.name}]") for v in p.victims}
+        self.stop: dict[int, int] = {v.index: self.lm.bool(f"stop[{v.name}]") for v in p.stoppable}
         self.obj_lost: Terms = []
         self.obj_victims: Terms = []
         self.obj_moves: Terms = []
@@ -619,7 +619,7 @@ class PlacementModelBuilder:
     def _may_use(self, job: int, n: NodeView, gpus: tuple[int, ...]) -> bool:
         """Job ``job`` may use these GPUs of ``n``: each is free or held by a victim the
         job may stop."""
-        victims = self.p.victims
+        victims = self.p.stoppable
         return all(g not in n.stoppable or job in victims[n.stoppable[g]].allowed for g in gpus)
 
     def _preemption(self) -> None:
@@ -631,7 +631,7 @@ class PlacementModelBuilder:
           higher level; a stop whose GPUs admit nothing only lowers objective 1 and is in
           no optimal plan.
         * On a node hosting victims (a class of its own) each piece may use only GPUs that
-          are free or held by a stopped victim it may stop (``Victim.allowed``): for every
+          are free or held by a stopped victim it may stop (``Stoppable.allowed``): for every
           union ``U`` of the jobs' signatures (the victims on the node each job may stop),
           GPUs of the pieces whose signature lies in ``U`` <= free + GPUs of ``U``'s
           victims x ``stop``. That is Hall's condition, exact (the mapping back finds the
@@ -644,16 +644,16 @@ class PlacementModelBuilder:
           the number of victims (see :meth:`_objectives`).
         """
         p = self.p
-        if not p.victims:
+        if not p.stoppable:
             return
         if p.migrating:
             self._migration()
-        for victim in p.victims:
-            s = self.stop[victim.index]
+        for running in p.stoppable:
+            s = self.stop[running.index]
             if not p.repairing:  # a repair loses the same work whichever way it goes
-                self.obj_lost.append((s, victim.lost_units))
-            if victim.copy is not None:
-                continue
+                self.obj_lost.append((s, running.lost_units))
+        for victim in p.candidates:
+            s = self.stop[victim.index]
             self.obj_demand_by_level[victim.level].append((s, -len(victim.gpus)))
             self.obj_victims.append((s, 1))
         job_of = {pv.var: self.p.classes[pv.uclass].job for pv in self.pieces}
@@ -667,7 +667,7 @@ class PlacementModelBuilder:
             by_sig: dict[frozenset[int], Terms] = defaultdict(list)
             for var, size in terms:
                 j = job_of[var]
-                by_sig[frozenset(v for v in held if j in p.victims[v].allowed)].append((var, size))
+                by_sig[frozenset(v for v in held if j in p.stoppable[v].allowed)].append((var, size))
             unions = signature_unions(by_sig)
             if unions is None:  # too many: nobody uses this node's victims' GPUs
                 unions = [frozenset()]
@@ -690,25 +690,23 @@ class PlacementModelBuilder:
         right after it."""
         p = self.p
         moves: Terms = []
-        for victim in p.victims:
-            if victim.copy is None:
-                continue
-            s = self.stop[victim.index]
-            self.lm.eq([(self.run[victim.copy], 1), (s, -1)], 0, f"migrate[{victim.name}]")
+        for mover in p.movers:
+            s = self.stop[mover.index]
+            self.lm.eq([(self.run[mover.copy], 1), (s, -1)], 0, f"migrate[{mover.name}]")
             moves.append((s, 1))
-            if not p.repairing:
+            if not isinstance(mover, BrokenJob):
                 self.obj_moves.append((s, 1))
                 continue
             # a broken job: repaired whole (its copy) or in part, not both; objective 1
             # counts it repaired, then the GPUs each way moves
-            gpus = p.repair_gpus(victim)
-            self.obj_demand_by_level[victim.priority].append((s, gpus))
+            gpus = p.repair_gpus(mover)
+            self.obj_demand_by_level[mover.priority].append((s, gpus))
             self.obj_moves.append((s, gpus))
-            if victim.partial is not None:
-                part = self.run[victim.partial]
-                self.lm.add([(part, 1), (s, 1)], hi=1, name=f"repair[{victim.name}]")
-                self.obj_demand_by_level[victim.priority].append((part, gpus))
-                self.obj_moves.append((part, p.jobs[victim.partial].gpus))
+            if mover.partial is not None:
+                part = self.run[mover.partial]
+                self.lm.add([(part, 1), (s, 1)], hi=1, name=f"repair[{mover.name}]")
+                self.obj_demand_by_level[mover.priority].append((part, gpus))
+                self.obj_moves.append((part, p.jobs[mover.partial].gpus))
         limit = p.migration.max_moves if p.migration is not None else None
         if limit is not None and len(moves) > limit:
             self.lm.add(moves, hi=limit, name="max-moves")
@@ -726,14 +724,12 @@ class PlacementModelBuilder:
         return terms
 
     def _victim_terms(self, stopped_only: bool = False) -> dict[tuple[str, str], Terms]:
-        """Per (queue, quota key): ``-stop[v]`` per GPU of each victim (a stopped job no
-        longer counts against its queue); ``stopped_only``: victims that stop, not movers
-        (a mover's copy counts its GPUs again wherever it runs)."""
+        """Per (queue, quota key): ``-stop[v]`` per GPU of each stoppable job (a stopped job
+        no longer counts against its queue); ``stopped_only``: preemption candidates, not
+        movers (a mover's copy counts its GPUs again wherever it runs)."""
         book = self.p.quotas
         terms: dict[tuple[str, str], Terms] = defaultdict(list)
-        for victim in self.p.victims:
-            if stopped_only and victim.copy is not None:
-                continue
+        for victim in self.p.candidates if stopped_only else self.p.stoppable:
             for node, _ in victim.gpus:
                 gpu_type = self.p.node_by_name[node].gpu_type.name
                 for key in book.keys_for(victim.queue, gpu_type):
@@ -791,7 +787,7 @@ class PlacementModelBuilder:
     def _reclaim_within_nominal(self, terms: dict[tuple[str, str], Terms],
                                 freed: dict[tuple[str, str], Terms], big: int) -> None:
         """Reclaim restores a nominal quota, no more: for every victim some jobs may stop
-        only by reclaiming (``Victim.reclaim_only``: jobs of other queues of its cohort,
+        only by reclaiming (``PreemptionCandidate.reclaim_only``: jobs of other queues of its cohort,
         ``reclaim-within-cohort`` only), and every queue such jobs belong to, ``stop[v]``
         implies that queue's use of each key covering ``v``'s GPUs (running - stopped +
         admitted now) <= its nominal quota. Kueue lets a workload stop another
@@ -815,7 +811,7 @@ class PlacementModelBuilder:
         qs = book.queues
         if qs is None:
             return
-        for victim in self.p.victims:
+        for victim in self.p.candidates:
             queues = {self.p.jobs[j].queue for j in victim.reclaim_only}
             types = {self.p.node_by_name[node].gpu_type.name for node, _ in victim.gpus}
             for q in sorted(queues):
@@ -828,7 +824,7 @@ class PlacementModelBuilder:
                     t = terms.get((q, key), []) + freed.get((q, key), [])
                     if not t:
                         continue
-                    m = big + len(self.p.victims) + abs(nominal_left) + \
+                    m = big + len(self.p.stoppable) + abs(nominal_left) + \
                         sum(abs(c) for _, c in t)
                     self.lm.add(list(t) + [(self.stop[victim.index], m)], hi=nominal_left + m,
                                 name=f"reclaim[{victim.name},{q},{key}]")
@@ -844,9 +840,9 @@ class PlacementModelBuilder:
         also holds when ``B``'s victims are stopped for ``B``'s own jobs, which admit about
         what they stop, so it binds only on reclaim."""
         p = self.p
-        reclaimable: dict[str, list[Victim]] = defaultdict(list)
-        for victim in p.victims:
-            if victim.reclaim_only and victim.copy is None:
+        reclaimable: dict[str, list[PreemptionCandidate]] = defaultdict(list)
+        for victim in p.candidates:
+            if victim.reclaim_only:
                 reclaimable[victim.queue].append(victim)
         if not reclaimable:
             return
@@ -860,8 +856,8 @@ class PlacementModelBuilder:
                             name=f"last[{v.name}]<=stop")
                 self.lm.add([(self.stop[v.index], 1)] + [(x, -1) for x in last.values()],
                             hi=0, name=f"stop[{v.name}]=>last")
-            row: Terms = [(self.stop[v.index], -len(v.gpus)) for v in p.victims
-                          if v.queue == queue and v.copy is None]
+            row: Terms = [(self.stop[v.index], -len(v.gpus)) for v in p.candidates
+                          if v.queue == queue]
             row += [(var, gpus) for j, terms in self.job_gpu_terms.items()
                     if p.jobs[j].queue == queue and not p.is_copy(j) for var, gpus, _ in terms]
             row += [(last[v.index], len(v.gpus) - need) for v in vs]
@@ -871,19 +867,17 @@ class PlacementModelBuilder:
 
     @property
     def _victim_queues(self) -> set[str]:
-        return {v.queue for v in self.p.victims}
+        return {v.queue for v in self.p.stoppable}
 
     def _stop_needs_a_stopper(self) -> None:
         """A running job is stopped only in a plan that admits a job allowed to stop it:
-        ``stop[v] <= sum of run`` over the bundles of ``Victim.allowed``. The capacity rows
+        ``stop[v] <= sum of run`` over the bundles of ``Stoppable.allowed``. The capacity rows
         already keep its GPUs for such jobs; without this row a stop could still free
         quota (its queue's, its cohort's) for a job of another queue that may not stop it
         (``lower-priority`` stays within a queue; the checker's ``preempt-stopper``). Not
         for movers (a migration's copy runs exactly when it moves)."""
         leader = {j: b for b, members in self.bundles.items() for j in members}
-        for victim in self.p.victims:
-            if victim.copy is not None:
-                continue
+        for victim in self.p.candidates:
             runs = sorted({self.run[leader[j]] for j in victim.allowed
                            if leader.get(j) in self.run})
             self.lm.add([(self.stop[victim.index], 1)] + [(r, -1) for r in runs], hi=0,

@@ -10,7 +10,8 @@ model's ``reclaim`` rows, :meth:`PlacementModelBuilder._reclaim_within_nominal
 <hyperplace.formulations.placement.model.PlacementModelBuilder._reclaim_within_nominal>`,
 which say when they are stricter than the rule).
 
-A running job that at least one pending job may use is a :class:`Victim` candidate: the
+A running job that at least one pending job may use is a
+:class:`~hyperplace.formulations.placement.stoppable.PreemptionCandidate`: the
 model gives it a keep/stop boolean (:meth:`PlacementModelBuilder._preemption
 <hyperplace.formulations.placement.model.PlacementModelBuilder._preemption>`). Its GPUs
 become *reachable* on its nodes (:attr:`NodeView.stoppable
@@ -41,7 +42,7 @@ model lets only the jobs allowed to stop it use its GPUs.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hyperplace.models.instance import Instance
 from hyperplace.models.preemption_policy import (  # re-exported: the rule's one home
@@ -54,47 +55,12 @@ from hyperplace.models.preemption_policy import (  # re-exported: the rule's one
     queue_use,
     running_levels,
 )
+from hyperplace.formulations.placement.stoppable import PreemptionCandidate
 from hyperplace.models.sharing import running_gpus
 
 #: Most distinct unions of signatures bounded on one node; a node with more keeps its
 #: victims running (never reached on the shapes we know: a node hosts few running jobs).
 MAX_UNIONS_PER_NODE = 64
-
-
-@dataclass
-class Victim:
-    """A running job that some pending jobs may stop (a candidate, not a decision).
-
-    ``allowed``: pending job indices that may use its GPUs once it is stopped;
-    ``reclaim_only``: those of them in other queues (they reclaim within the cohort).
-    ``lost`` is its work since the last checkpoint in GPU-seconds (GPUs x
-    ``checkpointAgeS``), ``lost_units`` the same rounded to whole GPU-seconds (the model's
-    integer objective).
-    """
-
-    index: int
-    name: str
-    priority: int
-    queue: str
-    gpus: tuple[tuple[str, int], ...]
-    lost: float
-    level: float = 0.0  # where objective 1 counts it (see running_levels)
-    allowed: set[int] = field(default_factory=set)
-    reclaim_only: set[int] = field(default_factory=set)
-    #: a mover (migration): the job index of its copy, which runs exactly when it is
-    #: stopped (:mod:`~hyperplace.formulations.placement.migration`); None for a victim
-    copy: int | None = None
-    #: a broken job that may be repaired in part: the job index of its failed units' job
-    partial: int | None = None
-
-    @property
-    def lost_units(self) -> int:
-        """Lost work in whole GPU-seconds (the model's coefficient)."""
-        return int(round(self.lost))
-
-    def why(self, job: int) -> str:
-        """``lower-priority`` or ``reclaim-within-cohort``: why ``job`` may stop it."""
-        return "reclaim-within-cohort" if job in self.reclaim_only else "lower-priority"
 
 
 @dataclass(frozen=True)
@@ -107,7 +73,8 @@ class PendingRef:
     gpus: int
 
 
-def find_victims(instance: Instance, jobs: Sequence[PendingRef], policy: str) -> list[Victim]:
+def preemption_candidates(instance: Instance, jobs: Sequence[PendingRef], policy: str
+                          ) -> list[PreemptionCandidate]:
     """Running jobs some pending job may stop under ``policy`` (none for ``never``),
     least lost work first: a job may stop one when :meth:`StopRule.why
     <hyperplace.models.preemption_policy.StopRule.why>` says so, a reclaim only when the
@@ -131,10 +98,10 @@ def find_victims(instance: Instance, jobs: Sequence[PendingRef], policy: str) ->
     levels = running_levels(instance, policy, (j.priority for j in jobs))
     rule = StopRule.of(instance, policy)
     may_reclaim = {j.index: rule.may_reclaim(j.queue, j.gpus) for j in jobs}
-    out: list[Victim] = []
+    out: list[PreemptionCandidate] = []
     for name in sorted(held, key=lambda n: (len(held[n]) * info[n].checkpoint_age_s, n)):
         r = info[name]
-        v = Victim(index=len(out), name=name, priority=r.priority, queue=r.queue,
+        v = PreemptionCandidate(index=len(out), name=name, priority=r.priority, queue=r.queue,
                    gpus=tuple(held[name]), lost=len(held[name]) * r.checkpoint_age_s,
                    level=levels[name][0])
         for j in jobs:
@@ -168,6 +135,7 @@ def signature_unions(signatures: Iterable[frozenset[int]],
     return sorted(found, key=lambda u: (len(u), sorted(u)))
 
 
-__all__ = ["MAX_UNIONS_PER_NODE", "POLICIES", "PendingRef", "Victim", "borrowing_queues",
-           "check_policy", "find_victims", "nominal_total", "queue_use", "running_levels",
+__all__ = ["MAX_UNIONS_PER_NODE", "POLICIES", "PendingRef", "borrowing_queues",
+           "check_policy", "nominal_total", "preemption_candidates", "queue_use",
+           "running_levels",
            "signature_unions"]

@@ -38,10 +38,15 @@ from hyperplace.formulations.placement.migration import find_movers
 from hyperplace.models.migration import MigrationPolicy
 from hyperplace.formulations.placement.preemption import (
     PendingRef,
-    Victim,
     check_policy,
-    find_victims,
+    preemption_candidates,
     running_levels,
+)
+from hyperplace.formulations.placement.stoppable import (
+    BrokenJob,
+    Mover,
+    PreemptionCandidate,
+    Stoppable,
 )
 from hyperplace.formulations.placement.quotas import UNCOVERED, QuotaBook, build_quota_book
 from hyperplace.formulations.placement.reasons import PendingReason, ReasonCode
@@ -152,7 +157,7 @@ class PlacementProblem:
         self.reused_nodes: set[str] = set()
         self.reused_jobs: set[str] = set()
         prev = previous if previous is not None and _compatible(previous, self) and \
-            not previous.preempting and not previous.victims and preemption == "never" and \
+            not previous.preempting and not previous.stoppable and preemption == "never" and \
             migration is None else None
         self.nodes: list[NodeView] = self._build_nodes(prev)
         self.node_by_name = {n.name: n for n in self.nodes}
@@ -173,7 +178,9 @@ class PlacementProblem:
                 self._adopt_job(old)
             else:
                 self._add_job(job)
-        self.victims: list[Victim] = self._find_victims()
+        #: running jobs the round may stop: preemption candidates, movers or broken jobs
+        #: (one role per round, :mod:`~hyperplace.formulations.placement.stoppable`)
+        self.stoppable: list[Stoppable] = list(self._preemption_candidates())
         self.movers_left_out = 0
         if migration is not None:
             self._add_movers(migration)
@@ -185,25 +192,26 @@ class PlacementProblem:
         """The round may stop running jobs: objective 1 then counts them too."""
         return self.preemption != "never"
 
-    def _find_victims(self) -> list[Victim]:
-        """Candidate victims, and their GPUs marked reachable on their nodes."""
+    def _preemption_candidates(self) -> list[Stoppable]:
+        """Running jobs the round may preempt, their GPUs marked reachable on their nodes."""
         refs = [PendingRef(jv.index, jv.priority, jv.queue, jv.gpus)
                 for jv in self.jobs if not jv.impossible]
-        victims = find_victims(self.instance, refs, self.preemption)
-        for v in victims:
+        found = preemption_candidates(self.instance, refs, self.preemption)
+        for v in found:
             for node, g in v.gpus:
                 self.node_by_name[node].stoppable[g] = v.index
-        return victims
+        return list(found)
 
     # ---- migration -----------------------------------------------------------------
     @property
     def migrating(self) -> bool:
-        """The round may migrate running jobs (its victims are movers, see
+        """The round may migrate running jobs (its stoppable jobs are movers, see
         :mod:`~hyperplace.formulations.placement.migration`)."""
         return self.migration is not None
 
     def _add_movers(self, policy: MigrationPolicy) -> None:
-        """Each running job that may move: a victim whose stop means "migrated", and a copy
+        """Each running job that may move: a mover (a broken job when the round repairs)
+        whose stop means "migrated" (or "repaired whole"), and a copy
         of its manifest as a job of the round that runs exactly when it is migrated. Every
         job of the round (pending jobs and copies) may use a migrated job's GPUs."""
         manifests = self.instance.running_manifests
@@ -214,37 +222,65 @@ class PlacementProblem:
         if cap is not None:
             movers = movers[:cap]
         for m in movers:
-            v = Victim(index=len(self.victims), name=m.name, priority=m.priority, queue=m.queue,
-                       gpus=m.gpus, lost=m.lost, level=m.priority + 0.5)
+            index = len(self.stoppable)
             self._add_job(manifests[m.name])
             copy_view = self.jobs[-1]
-            copy_view.migrant, copy_view.queue = v.index, m.queue
-            v.copy = copy_view.index
-            part = policy.partial.get(m.name) if policy.repairing else None
-            if part is not None:  # its failed units alone, near its kept ones
+            copy_view.migrant, copy_view.queue = index, m.queue
+            role = BrokenJob if policy.repairing else Mover
+            v = role(index=index, name=m.name, priority=m.priority, queue=m.queue,
+                     gpus=m.gpus, lost=m.lost, level=m.priority + 0.5, copy=copy_view.index)
+            part = policy.partial.get(m.name) if isinstance(v, BrokenJob) else None
+            if isinstance(v, BrokenJob) and part is not None:
+                # its failed units alone, near its kept ones
                 self._add_job(part.job)
                 part_view = self.jobs[-1]
-                part_view.migrant, part_view.queue = v.index, m.queue
+                part_view.migrant, part_view.queue = index, m.queue
                 part_view.allowed_nodes = part.nodes
                 v.partial = part_view.index
-            self.victims.append(v)
+            self.stoppable.append(v)
             for node, g in m.gpus:
                 self.node_by_name[node].stoppable[g] = v.index
         # one set shared by every mover (never changed after this): a set per mover costs
         # movers x jobs entries, 6 GB at 16,384 GPUs with 90 % held
         everyone = {jv.index for jv in self.jobs if not jv.impossible}
-        for v in self.victims:
-            v.allowed = everyone
+        for running in self.stoppable:
+            running.allowed = everyone
 
     @property
     def repairing(self) -> bool:
         """The round repairs broken jobs (its movers; objective 1 counts those repaired)."""
         return self.migration is not None and self.migration.repairing
 
-    def repair_gpus(self, v: Victim) -> int:
+    def repair_gpus(self, v: Mover) -> int:
         """GPUs of a broken job's manifest (what objective 1 counts when it is repaired)."""
-        assert v.copy is not None
         return self.jobs[v.copy].gpus
+
+    def mover(self, v: int) -> Mover:
+        """Stoppable job ``v`` of a migrating (or repairing) round: a mover."""
+        m = self.stoppable[v]
+        assert isinstance(m, Mover), f"{m.name} is not a mover"
+        return m
+
+    def candidate(self, v: int) -> PreemptionCandidate:
+        """Stoppable job ``v`` of a preempting round: a preemption candidate."""
+        c = self.stoppable[v]
+        assert isinstance(c, PreemptionCandidate), f"{c.name} is not a preemption candidate"
+        return c
+
+    def partial_of(self, v: int) -> int | None:
+        """The job index of broken job ``v``'s repair in part (None: none, or no repair)."""
+        b = self.stoppable[v]
+        return b.partial if isinstance(b, BrokenJob) else None
+
+    @cached_property
+    def movers(self) -> list[Mover]:
+        """The round's movers (broken jobs too); empty unless it migrates or repairs."""
+        return [v for v in self.stoppable if isinstance(v, Mover)]
+
+    @cached_property
+    def candidates(self) -> list[PreemptionCandidate]:
+        """The round's preemption candidates; empty unless it may preempt."""
+        return [v for v in self.stoppable if isinstance(v, PreemptionCandidate)]
 
     @property
     def pending(self) -> list[JobView]:
@@ -268,7 +304,7 @@ class PlacementProblem:
         """GPUs objective 1 can count: the free ones, and with preemption the running jobs'
         too (each kept running job counts in its own priority level)."""
         if self.repairing:  # a repaired job may use the healthy GPUs it held
-            return self.free_gpus + sum(len(v.gpus) for v in self.victims)
+            return self.free_gpus + sum(len(v.gpus) for v in self.stoppable)
         if not self.preempting:
             return self.free_gpus
         return self.free_gpus + sum(g for _, _, g in self.running)
@@ -277,7 +313,7 @@ class PlacementProblem:
         demands: list[tuple[float, int]] = [(j.priority, j.gpus) for j in self.jobs
                                             if j.migrant is None]
         if self.repairing:
-            demands += [(v.priority, self.repair_gpus(v)) for v in self.victims]
+            demands += [(v.priority, self.repair_gpus(v)) for v in self.movers]
         if self.preempting:
             demands += [(prio, g) for _, prio, g in self.running]
         return demands
@@ -289,7 +325,7 @@ class PlacementProblem:
         if not self.preempting:
             return 0
         total = sum(self.weights[prio] * g for _, prio, g in self.running)
-        return total - sum(self.weights[self.victims[v].level] * len(self.victims[v].gpus)
+        return total - sum(self.weights[self.stoppable[v].level] * len(self.stoppable[v].gpus)
                            for v in stopped)
 
     # ---- nodes --------------------------------------------------------------------
@@ -473,7 +509,7 @@ class PlacementProblem:
                        f"{self.params.max_clique_enum} ({', '.join(capped[:3])}"
                        f"{', ...' if len(capped) > 3 else ''})")
         if self.movers_left_out:
-            out.append(f"only the {len(self.victims)} running jobs losing least work may move "
+            out.append(f"only the {len(self.stoppable)} running jobs losing least work may move "
                        f"({self.movers_left_out} more with manifests stay where they are: "
                        "the budget's mover limit)")
         return out
@@ -524,7 +560,7 @@ class PlacementProblem:
         priority aside.
 
         Two jobs of one shape fit exactly the same GPU sets, so a search that failed for one
-        (greedy's priority repair) or an explanation found for one (``explain``) holds for the
+        (greedy's inversion fix) or an explanation found for one (``explain``) holds for the
         other on the same free GPUs. Includes the queue (quotas, GPU types it may use).
         """
         shape = self._shapes.get(jv.index)

@@ -76,9 +76,10 @@ def opened_whole_nodes(nodes_by_name: dict[str, NodeView], used: Iterable[str]
 def spare_words(leaf: DomainKey, hot_spares: int, whole: int, declared: int = 0) -> str:
     """How an explanation names a leaf's spares: ``leaf c/t1:leaf0 keeps 1 hot spare node
     for repairs (of 3 whole free)``; an NVLink domain's ``rack r07 keeps 2 whole free
-    trays for repairs inside its NVLink domain (...; spareTrays 2)``."""
+    trays for repairs inside its NVLink domain (...; spareTrays 2)``; a number asked for by
+    the round (``hot_spares``) reads ``1 asked``."""
     keep = min(max(hot_spares, declared), whole)
-    why = f"spareTrays {declared}" if declared > hot_spares else f"--hot-spares {hot_spares}"
+    why = f"spareTrays {declared}" if declared > hot_spares else f"{hot_spares} asked"
     rack = leaf.fabric_domain or ""
     if rack.startswith("nvl:"):
         return (f"rack {rack[4:]} keeps {keep} whole free tray{'s' if keep != 1 else ''} for "

@@ -17,7 +17,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from hyperplace.formulations.explain import FitProbe
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
@@ -26,13 +25,12 @@ from hyperplace.formulations.placement import (
     JobView,
     NodeView,
     PlacementProblem,
+    PreemptionCandidate,
+    Stoppable,
     UnitClass,
 )
 from hyperplace.formulations.placement.spares import opened_whole_nodes
 from hyperplace.solvers.params import GreedyParams
-
-if TYPE_CHECKING:
-    from hyperplace.formulations.placement.preemption import Victim
 
 _DEFAULTS = GreedyParams()
 #: Seconds a greedy pass that starts after its deadline may still run (part of the budget's
@@ -438,7 +436,7 @@ class QuotaLedger:
         return True
 
     def release(self, jv: JobView, placed: list[PlacedUnit]) -> None:
-        """Give back a job's GPUs (it was released by the priority repair)."""
+        """Give back a job's GPUs (it was released by the inversion fix)."""
         if self.p.quotas.active:
             for key, n in self._delta(jv, placed).items():
                 self.used[key] -= n
@@ -452,7 +450,7 @@ class QuotaLedger:
                 for key, n in self.p.quotas.usage(queue, t, len(gpus)).items():
                     self.used[key] += sign * n
 
-    def stop(self, v: Victim, sign: int) -> None:
+    def stop(self, v: Stoppable, sign: int) -> None:
         """A running job stopped (+1) or kept after all (-1): its GPUs count no more."""
         self.stopped[v.index] += sign
         for node, _ in v.gpus:
@@ -471,13 +469,13 @@ class QuotaLedger:
         a queue with a stopped victim that some jobs may reclaim keeps its guarantee."""
         from hyperplace.formulations.placement.preemption import nominal_total
 
-        queues = {self.p.victims[i].queue for i, n in self.stopped.items()
-                  if n > 0 and self.p.victims[i].reclaim_only}
+        queues = {self.p.stoppable[i].queue for i, n in self.stopped.items()
+                  if n > 0 and _reclaimable(self.p.stoppable[i])}
         for q in queues:
-            sizes = [len(v.gpus) for v in self.p.victims
+            sizes = [len(v.gpus) for v in self.p.stoppable
                      if v.queue == q and self.stopped.get(v.index, 0) > 0]
-            largest = max((len(v.gpus) for v in self.p.victims if v.queue == q
-                           and v.reclaim_only and self.stopped.get(v.index, 0) > 0))
+            largest = max((len(v.gpus) for v in self.p.stoppable if v.queue == q
+                           and _reclaimable(v) and self.stopped.get(v.index, 0) > 0))
             # the model's last[] marks a reclaimable victim: the largest of those
             total = self.running.get(q, 0) - sum(sizes) + self.admitted[q] + largest
             if total <= nominal_total(self.p.instance, q) + 1e-9:
@@ -494,7 +492,9 @@ class QuotaLedger:
         for index, times in self.stopped.items():
             if times <= 0:
                 continue
-            v = self.p.victims[index]
+            v = self.p.stoppable[index]
+            if not isinstance(v, PreemptionCandidate):
+                continue
             types = {self.p.node_by_name[node].gpu_type.name for node, _ in v.gpus}
             for q in {self.p.jobs[j].queue for j in v.reclaim_only}:
                 queue = book.queues.queues.get(q)
@@ -508,9 +508,14 @@ class QuotaLedger:
         return True
 
 
+def _reclaimable(v: Stoppable) -> bool:
+    """Some jobs may stop ``v`` only by reclaiming within the cohort."""
+    return isinstance(v, PreemptionCandidate) and bool(v.reclaim_only)
+
+
 def state_with_plan(p: PlacementProblem, a: Assignment) -> tuple[State, QuotaLedger]:
     """Greedy's GPU state and quota ledger with plan ``a`` in place: its units hold their
-    GPUs and count against their queues, its stopped victims (or movers) count no more."""
+    GPUs and count against their queues, its stopped running jobs count no more."""
     state = State(p)
     ledger = QuotaLedger(p)
     for j, units in a.units.items():
@@ -519,7 +524,7 @@ def state_with_plan(p: PlacementProblem, a: Assignment) -> tuple[State, QuotaLed
             for node, gpus in u.pieces:
                 state.take(node, gpus)
     for v in a.stopped:
-        ledger.stop(p.victims[v], +1)
+        ledger.stop(p.stoppable[v], +1)
     return state, ledger
 
 
@@ -574,23 +579,23 @@ def _one_pass(p: PlacementProblem, order: list[JobView], params: GreedyParams,
 class GreedyStats:
     """What one :func:`solve_greedy` call spent, for the driver's budget rule.
 
-    ``first_pass_s``: the first pass alone (one pass over the queue: what the priority repair
+    ``first_pass_s``: the first pass alone (one pass over the queue: what the inversion fix
     of another plan and the explanations' probes each cost at most, about); ``passes``:
     passes run; ``second_skipped``: the second pass was left out so that the exact backend
-    keeps its time (``second_pass_ok`` said no); ``repair_s``: the priority repair.
+    keeps its time (``second_pass_ok`` said no); ``fix_s``: the inversion fix.
     """
 
     first_pass_s: float = 0.0
     passes: int = 0
     second_skipped: bool = False
-    repair_s: float = 0.0
+    fix_s: float = 0.0
 
 
 def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
                  deadline: float | None = None, late_pass_s: float = 0.0,
                  stats: GreedyStats | None = None,
                  second_pass_ok: Callable[[float], bool] | None = None) -> Assignment:
-    """Greedy's plan: the better of :func:`job_orders`' two passes, then the priority repair.
+    """Greedy's plan: the better of :func:`job_orders`' two passes, then the inversion fix.
 
     Parameters
     ----------
@@ -605,20 +610,20 @@ def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
         starts gets one pass, in queue order, of :data:`LATE_PASS_S` + ``late_pass_s`` (at
         least its first job): an empty plan would answer nothing, and a whole pass could
         take seconds; a first pass that starts just before it gets that much time too. The
-        priority repair stops at the deadline either way (jobs it did not reach keep
+        inversion fix stops at the deadline either way (jobs it did not reach keep
         greedy's verdict). Without a deadline, both passes run whole.
     late_pass_s : float
         Extra seconds for a pass that starts late (the driver gives 5 % of the budget, the
         share the budget promise allows beyond it).
     stats : GreedyStats, optional
-        Filled with what the passes and the repair took.
+        Filled with what the passes and the inversion fix took.
     second_pass_ok : callable, optional
         Asked with the first pass's seconds before the second pass starts: False leaves the
         second pass out (the driver says False when it would take the time the exact
         backend's model needs).
     """
     params = params or _DEFAULTS
-    repair_deadline = deadline
+    fix_deadline = deadline
     now = time.perf_counter()
     if deadline is not None and now >= deadline:
         # the budget was gone before solving began (a cold start on a busy machine): a short
@@ -651,10 +656,10 @@ def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
             stats.first_pass_s = time.perf_counter() - begun
     stats.passes = len(passes)
     best = max(passes, key=lambda a: _score(p, a))
-    repair_start = time.perf_counter()
-    repaired = repair_priority(p, best, params, repair_deadline)
-    stats.repair_s = time.perf_counter() - repair_start
-    return repaired
+    fix_start = time.perf_counter()
+    fixed = fix_inversions(p, best, params, fix_deadline)
+    stats.fix_s = time.perf_counter() - fix_start
+    return fixed
 
 
 def fit_probe(p: PlacementProblem, params: GreedyParams | None = None) -> FitProbe:
@@ -706,7 +711,7 @@ def spare_probe(p: PlacementProblem, a: Assignment, params: GreedyParams | None 
     return held_by_spares
 
 
-def repair_priority(p: PlacementProblem, a: Assignment,
+def fix_inversions(p: PlacementProblem, a: Assignment,
                     params: GreedyParams | None = None,
                     deadline: float | None = None) -> Assignment:
     """Make the priority rule hold: no pending job fits on the free GPUs plus those of
@@ -790,7 +795,7 @@ def _over_lower(p: PlacementProblem, jv: JobView, lower: list[int], out: Assignm
 
 
 class _ByPriority:
-    """Admitted job indices grouped by priority level (for :func:`repair_priority`)."""
+    """Admitted job indices grouped by priority level (for :func:`fix_inversions`)."""
 
     def __init__(self, p: PlacementProblem, jobs: Iterable[int]):
         self.p = p

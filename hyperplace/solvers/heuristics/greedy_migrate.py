@@ -29,7 +29,7 @@ import time
 
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import JobView, PlacementProblem
-from hyperplace.formulations.placement.preemption import Victim
+from hyperplace.formulations.placement import BrokenJob, Mover
 from hyperplace.solvers.heuristics.greedy import QuotaLedger, State, state_with_plan, try_place_job
 from hyperplace.solvers.heuristics.greedy_preempt import (
     MAX_CANDIDATES,
@@ -61,7 +61,7 @@ def greedy_migrate(p: PlacementProblem, a: Assignment, params: GreedyParams | No
     params = params or GreedyParams()
     if p.repairing:
         return greedy_repair(p, a, params, deadline)
-    if not p.migrating or not p.victims:
+    if not p.migrating or not p.movers:
         return a
     limit = p.migration.max_moves if p.migration is not None else None
     out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped),
@@ -145,12 +145,12 @@ class _Memo:
 
     def __init__(self, p: PlacementProblem):
         self.p = p
-        self.by_lost = sorted(p.victims, key=lambda v: (v.lost, v.name))
-        self._by_types: dict[frozenset[str], list[Victim]] = {}
+        self.by_lost = sorted(p.movers, key=lambda v: (v.lost, v.name))
+        self._by_types: dict[frozenset[str], list[Mover]] = {}
         self.failed: set[tuple[object, ...]] = set()
         # node -> (mover, its GPUs there), cheapest first (level, lost work, name)
-        self.on_node: dict[str, list[tuple[Victim, int]]] = {}
-        for v in sorted(p.victims, key=lambda v: (v.level, v.lost, v.name)):
+        self.on_node: dict[str, list[tuple[Mover, int]]] = {}
+        for v in sorted(p.movers, key=lambda v: (v.level, v.lost, v.name)):
             there: dict[str, int] = {}
             for node, _ in v.gpus:
                 there[node] = there.get(node, 0) + 1
@@ -171,7 +171,7 @@ class _Memo:
             self._nodes[key] = found
         return found
 
-    def movers(self, types: frozenset[str]) -> list[Victim]:
+    def movers(self, types: frozenset[str]) -> list[Mover]:
         """Movers holding a GPU of one of ``types``, least lost work first."""
         found = self._by_types.get(types)
         if found is None:
@@ -227,7 +227,7 @@ def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLed
 
 
 def _node_sets(p: PlacementProblem, jv: JobView, state: State, memo: _Memo,
-               stopped: set[int]) -> list[tuple[Victim, ...]]:
+               stopped: set[int]) -> list[tuple[Mover, ...]]:
     """Mover sets that clear whole pieces node by node, as
     :func:`hyperplace.solvers.heuristics.greedy_preempt._node_sets` builds victim sets (per domain of
     the job's hop limit, on each node the cheapest movers until a piece of the job's largest
@@ -236,7 +236,7 @@ def _node_sets(p: PlacementProblem, jv: JobView, state: State, memo: _Memo,
     GPUs rebuilding them took ~25 ms a job."""
     size = max(max(uc.pieces) for uc in jv.classes)
     count = sum(len(uc.pieces) * uc.count for uc in jv.classes)
-    options: Options = {}
+    options: Options[Mover] = {}
     for names in memo.nodes_for(jv, size):
         if len(names) < count:
             continue
@@ -256,7 +256,7 @@ def _node_sets(p: PlacementProblem, jv: JobView, state: State, memo: _Memo,
     return ranked(options)
 
 
-def _frees_a_piece(p: PlacementProblem, combo: tuple[Victim, ...], state: State,
+def _frees_a_piece(p: PlacementProblem, combo: tuple[Mover, ...], state: State,
                    types: frozenset[str], smallest: int) -> bool:
     """Some node of an eligible type that ``combo`` frees GPUs on then has ``smallest``
     GPUs free."""
@@ -268,7 +268,7 @@ def _frees_a_piece(p: PlacementProblem, combo: tuple[Victim, ...], state: State,
                n + len(state.free[node]) >= smallest for node, n in freed.items())
 
 
-def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[Victim, ...], state: State,
+def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[Mover, ...], state: State,
              quota: QuotaLedger, out: Assignment, params: GreedyParams) -> bool:
     """Release ``combo``, place ``jv``, keep the movers it does not need, place the others
     again; on success record it all, else change nothing."""
@@ -285,7 +285,6 @@ def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[Victim, ...], state:
     _retake(state, [v for v in combo if v not in needed])
     moved: dict[int, list[PlacedUnit]] = {}
     for v in needed:
-        assert v.copy is not None
         again = try_place_job(p, p.jobs[v.copy], state, trials)
         if again is None:
             break
@@ -312,7 +311,6 @@ def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[Victim, ...], state:
         return False
     out.units[jv.index] = placed
     for v in needed:
-        assert v.copy is not None
         out.units[v.copy] = moved[v.index]
         out.stopped.add(v.index)
     return True
@@ -334,10 +332,11 @@ def greedy_repair(p: PlacementProblem, a: Assignment, params: GreedyParams,
                      untried=set(a.untried))
     state, quota = state_with_plan(p, out)
     trials = params.max_domain_trials
-    for v in sorted(p.victims, key=lambda v: (-p.repair_gpus(v), v.name)):
+    for v in sorted(p.movers, key=lambda v: (-p.repair_gpus(v), v.name)):
         if deadline is not None and time.perf_counter() > deadline:
             break
-        if v.partial is not None and not p.jobs[v.partial].impossible:
+        if isinstance(v, BrokenJob) and v.partial is not None and \
+                not p.jobs[v.partial].impossible:
             placed = try_place_job(p, p.jobs[v.partial], state, trials)
             if placed is not None:
                 quota.add(v.queue, placed, +1)
@@ -346,7 +345,6 @@ def greedy_repair(p: PlacementProblem, a: Assignment, params: GreedyParams,
                     continue
                 quota.add(v.queue, placed, -1)
                 _give_back(state, placed)
-        assert v.copy is not None
         if p.jobs[v.copy].impossible:
             continue
         for node, g in v.gpus:

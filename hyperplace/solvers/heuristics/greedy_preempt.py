@@ -1,8 +1,8 @@
 """Greedy's preemption heuristic: after greedy's plan, stop victims for the jobs it left out.
 
 The pending jobs greedy left out are taken highest priority first. For each, the victims it
-may stop (:attr:`PlacementProblem.victims <hyperplace.formulations.placement.problem.
-PlacementProblem.victims>`, at most :data:`MAX_CANDIDATES`, least lost work first) are tried
+may stop (:attr:`PlacementProblem.candidates <hyperplace.formulations.placement.problem.
+PlacementProblem.candidates>`, at most :data:`MAX_CANDIDATES`, least lost work first) are tried
 as sets, those of lower priority first, then in order of (lost work, number of victims)
 (:func:`~hyperplace.solvers.heuristics.victims.victim_sets`): the set's GPUs are given to greedy's
 state and the job is placed by greedy's own rule; the first set with which it is placed
@@ -23,24 +23,26 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 from hyperplace.formulations.mapping import Assignment
 from hyperplace.formulations.placement import JobView, PlacementProblem
-from hyperplace.formulations.placement.preemption import Victim
+from hyperplace.formulations.placement import PreemptionCandidate, Stoppable
 from hyperplace.solvers.heuristics.greedy import QuotaLedger, State, state_with_plan, try_place_job
 from hyperplace.solvers.params import GreedyParams
 
-#: Victims tried per pending job (least lost work first), and victim sets tried per job.
+#: PreemptionCandidates tried per pending job (least lost work first), and victim sets tried per job.
 MAX_CANDIDATES = 24
 MAX_SETS = 256
 
 #: per domain, (cost, node, victims cleared on it); victim set -> (cost, victims)
-NodeCosts = list[tuple[tuple[float, int, float], str, list[Victim]]]
-Options = dict[frozenset[int], tuple[tuple[float, int, float], tuple[Victim, ...]]]
+S = TypeVar("S", bound=Stoppable)
+NodeCosts = list[tuple[tuple[float, int, float], str, list[S]]]
+Options = dict[frozenset[int], tuple[tuple[float, int, float], tuple[S, ...]]]
 
 
-def _sets(cands: list[Victim]) -> Iterator[tuple[Victim, ...]]:
+def _sets(cands: list[PreemptionCandidate]) -> Iterator[tuple[PreemptionCandidate, ...]]:
     """Victim sets, those of lower-level victims first (objective 1 counts a running job
     in its own level), within a level bound in order of (lost work, count)."""
     from hyperplace.solvers.heuristics.victims import victim_sets
@@ -68,7 +70,7 @@ def greedy_preempt(p: PlacementProblem, a: Assignment, params: GreedyParams | No
         A ``time.perf_counter()`` value to stop trying at (the plan stays valid).
     """
     params = params or GreedyParams()
-    if not p.victims:
+    if not p.candidates:
         return a
     out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped))
     state, quota = state_with_plan(p, out)
@@ -91,7 +93,7 @@ def _preempt_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLed
     """Victim sets for one pending job in order of lost work (at most ``MAX_SETS``, of its
     ``MAX_CANDIDATES`` cheapest candidates), then, when those ran out, node after node per
     domain; the first that places it whole is taken."""
-    cands = [v for v in p.victims if jv.index in v.allowed and v.index not in out.stopped]
+    cands = [v for v in p.candidates if jv.index in v.allowed and v.index not in out.stopped]
     cands = sorted(cands, key=lambda v: (v.lost, v.name))[:MAX_CANDIDATES]
     reach = sum(len(f) for f in state.free.values())
     for tried, combo in enumerate(_sets(cands)):
@@ -102,7 +104,7 @@ def _preempt_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLed
         if _attempt(p, jv, combo, state, quota, out, params):
             return
     # the ordered sets ran out (or their limit): clear node after node, per domain
-    for combo in _node_sets(p, jv, state, [v for v in p.victims if jv.index in v.allowed
+    for combo in _node_sets(p, jv, state, [v for v in p.candidates if jv.index in v.allowed
                                            and v.index not in out.stopped]):
         if _late(deadline):
             break
@@ -111,15 +113,15 @@ def _preempt_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLed
 
 
 def _keep_unneeded(p: PlacementProblem, out: Assignment, quota: QuotaLedger) -> None:
-    """Victims the finished plan does not need keep running: one whose GPUs no placement
+    """PreemptionCandidates the finished plan does not need keep running: one whose GPUs no placement
     uses and without whose stop every quota still holds (a victim stopped for one job's
     quota may no longer be needed once a later stop frees that quota, e.g. a reclaim
     that stops the borrower whose overdraft had blocked the first job). Costliest first."""
     used = {(node, g) for units in out.units.values() for u in units
             for node, gpus in u.pieces for g in gpus}
-    for index in sorted(out.stopped, key=lambda i: (-p.victims[i].level, -p.victims[i].lost,
-                                                    p.victims[i].name)):
-        v = p.victims[index]
+    for index in sorted(out.stopped, key=lambda i: (-p.stoppable[i].level, -p.stoppable[i].lost,
+                                                    p.stoppable[i].name)):
+        v = p.candidate(index)
         if used & set(v.gpus):
             continue
         quota.stop(v, -1)
@@ -129,7 +131,7 @@ def _keep_unneeded(p: PlacementProblem, out: Assignment, quota: QuotaLedger) -> 
             quota.stop(v, +1)
 
 
-def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[Victim, ...], state: State,
+def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[PreemptionCandidate, ...], state: State,
              quota: QuotaLedger, out: Assignment, params: GreedyParams) -> bool:
     """Stop ``combo`` and place ``jv`` by greedy's rule; on success record it (victims whose
     GPUs and quota it does not need keep running), else change nothing."""
@@ -170,20 +172,20 @@ def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[Victim, ...], state:
     return True
 
 
-def _node_sets(p: PlacementProblem, jv: JobView, state: State, cands: list[Victim]
-               ) -> list[tuple[Victim, ...]]:
+def _node_sets(p: PlacementProblem, jv: JobView, state: State, cands: list[PreemptionCandidate]
+               ) -> list[tuple[PreemptionCandidate, ...]]:
     """Victim sets that clear whole pieces node by node: per domain of the job's hop limit,
     on each node the cheapest victims (lowest level, then least lost work) until a piece of
     the job's largest size fits, then the cheapest nodes for all its pieces; the sets of
     every domain, cheapest first (levels stopped, then GPUs, then lost work)."""
     size = max(max(uc.pieces) for uc in jv.classes)
     count = sum(len(uc.pieces) * uc.count for uc in jv.classes)
-    on_node: dict[str, list[Victim]] = defaultdict(list)
+    on_node: dict[str, list[PreemptionCandidate]] = defaultdict(list)
     for v in cands:
         for name in dict.fromkeys(n for n, _ in v.gpus):
             on_node[name].append(v)
     uc0 = jv.classes[0]
-    options: Options = {}
+    options: Options[PreemptionCandidate] = {}
     for leaves in p.leaves_by_domain(jv.hop_limit, True).values():
         costs = []
         for leaf in leaves:
@@ -202,13 +204,13 @@ def _node_sets(p: PlacementProblem, jv: JobView, state: State, cands: list[Victi
     return ranked(options)
 
 
-def add_cheapest_nodes(costs: NodeCosts, count: int, options: Options) -> None:
+def add_cheapest_nodes(costs: NodeCosts[S], count: int, options: Options[S]) -> None:
     """One domain's option: the victims of its ``count`` cheapest nodes (cost, then name)
     as one set, kept once; nothing when the domain has fewer nodes that can be cleared."""
     if len(costs) < count:
         return
     costs.sort(key=lambda t: (t[0], t[1]))
-    picked: dict[int, Victim] = {}
+    picked: dict[int, S] = {}
     for _, _, chosen in costs[:count]:
         picked.update({v.index: v for v in chosen})
     combo = tuple(picked.values())
@@ -216,12 +218,12 @@ def add_cheapest_nodes(costs: NodeCosts, count: int, options: Options) -> None:
         options[frozenset(picked)] = (victim_cost(combo), combo)
 
 
-def ranked(options: Options) -> list[tuple[Victim, ...]]:
+def ranked(options: Options[S]) -> list[tuple[S, ...]]:
     """The options' victim sets, cheapest first."""
     return [combo for _, combo in sorted(options.values(), key=lambda o: o[0])]
 
 
-def victim_cost(victims: list[Victim] | tuple[Victim, ...]) -> tuple[float, int, float]:
+def victim_cost(victims: Sequence[Stoppable]) -> tuple[float, int, float]:
     """Highest level stopped, GPUs stopped, lost work: objective 1's order, roughly."""
     return (max((v.level for v in victims), default=-float("inf")),
             sum(len(v.gpus) for v in victims), sum(v.lost for v in victims))

@@ -11,7 +11,7 @@ engine policy do:
   reused (``PlacementProblem(previous=...)``), so only what changed is derived again;
 * the previous round's assignment: placements of jobs that are still pending, unchanged and
   whose GPUs are all still free (and within their queue's quota) are kept, the rest of the
-  queue is filled greedily around them (:func:`~hyperplace.solvers.heuristics.greedy.repair_priority`),
+  queue is filled greedily around them (:func:`~hyperplace.solvers.heuristics.greedy.fix_inversions`),
   and when that scores at least as well as greedy's own plan it becomes the round's starting
   plan: the fallback, the lower-bound cut, and the hint of a backend that accepts one
   (CP-SAT's solution hint, HiGHS's starting solution). A round re-solved with nothing
@@ -30,7 +30,7 @@ from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.formulations.placement.params import ModelParams
 from hyperplace.formulations.placement.spares import opened_whole_nodes
 from hyperplace.models.instance import Instance
-from hyperplace.solvers.heuristics.greedy import QuotaLedger, repair_priority
+from hyperplace.solvers.heuristics.greedy import QuotaLedger, fix_inversions
 from hyperplace.solvers.params import GreedyParams
 
 __all__ = ["WarmStart", "carried_placements", "carry_fabric"]
@@ -72,7 +72,7 @@ class WarmStart:
         kept = carried_placements(p, self.problem, self.assignment)
         if not kept.units:
             return greedy
-        candidate = repair_priority(p, kept, params, deadline)
+        candidate = fix_inversions(p, kept, params, deadline)
         if _score(p, candidate) >= _score(p, greedy):
             self.carried = len(kept.units)
             return candidate
