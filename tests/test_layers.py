@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hyperplace.solvers.budget",),            # one solve's deadlines
     ("hyperplace.solvers.backends", "hyperplace.solvers.split",  # exact backends; the split's
      "hyperplace.solvers.schedule"),           # and the over-time schedule's solvers
-    ("hyperplace.solvers.heuristics",),        # greedy rules, warm starts, victim sets
+    ("hyperplace.solvers.heuristics",),        # greedy rules, warm starts, stop sets
     ("hyperplace.solvers.driver",),            # solve_placement
     ("hyperplace.solvers.decompose",),         # rounds solved cluster by cluster
     ("hyperplace.solvers.workflows", "hyperplace.solvers"),  # what calls the driver

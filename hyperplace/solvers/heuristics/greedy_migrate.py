@@ -5,7 +5,7 @@ than are free in all (a migrated job takes as many as it frees), else it is skip
 sets of the movers (running jobs the round may migrate,
 :mod:`hyperplace.formulations.placement.migration`) that hold GPUs of a type the job may use,
 the :data:`MAX_CANDIDATES` losing least work, are tried in order of (lost work, count)
-(:func:`~hyperplace.solvers.heuristics.victims.victim_sets`; a set is skipped without a try when no
+(:func:`~hyperplace.solvers.heuristics.stop_sets.victim_sets`; a set is skipped without a try when no
 node it frees GPUs on would then hold the job's smallest piece), then node by node (as
 :mod:`.greedy_preempt` does): the set's GPUs are released, the job is placed by greedy's own
 rule, the movers whose old GPUs it does not use stay, and the others are placed again (their
@@ -189,7 +189,7 @@ def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLed
     node); True when it is placed. Only movers holding GPUs of a type the job may use are
     tried, and only the sets that leave, on some node they free GPUs on, room for the job's
     smallest piece (a set that does not cannot be used by the job: no try for it)."""
-    from hyperplace.solvers.heuristics.victims import victim_sets
+    from hyperplace.solvers.heuristics.stop_sets import victim_sets
 
     if _late(deadline) or (limit is not None and len(out.stopped) >= limit):
         return False

@@ -4,7 +4,7 @@ The pending jobs greedy left out are taken highest priority first. For each, the
 may stop (:attr:`PlacementProblem.candidates <hyperplace.formulations.placement.problem.
 PlacementProblem.candidates>`, at most :data:`MAX_CANDIDATES`, least lost work first) are tried
 as sets, those of lower priority first, then in order of (lost work, number of victims)
-(:func:`~hyperplace.solvers.heuristics.victims.victim_sets`): the set's GPUs are given to greedy's
+(:func:`~hyperplace.solvers.heuristics.stop_sets.victim_sets`): the set's GPUs are given to greedy's
 state and the job is placed by greedy's own rule; the first set with which it is placed
 whole is taken, less the victims whose GPUs it did not use (they keep running); at the end,
 victims the whole plan turned out not to need (GPUs unused, quotas holding without their
@@ -45,7 +45,7 @@ Options = dict[frozenset[int], tuple[tuple[float, int, float], tuple[S, ...]]]
 def _sets(cands: list[PreemptionCandidate]) -> Iterator[tuple[PreemptionCandidate, ...]]:
     """Victim sets, those of lower-level victims first (objective 1 counts a running job
     in its own level), within a level bound in order of (lost work, count)."""
-    from hyperplace.solvers.heuristics.victims import victim_sets
+    from hyperplace.solvers.heuristics.stop_sets import victim_sets
 
     for level in sorted({v.level for v in cands}):
         for combo in victim_sets([v for v in cands if v.level <= level]):

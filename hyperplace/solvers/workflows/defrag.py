@@ -50,7 +50,7 @@ from hyperplace.models.plan_builder import PlanBuilder
 from hyperplace.models.result import SolveStatus, relative_gap
 from hyperplace.models.sharing import largest_free_domains, released, running_gpus
 from hyperplace.solvers.driver import solve_placement
-from hyperplace.solvers.heuristics.victims import Candidate, victim_sets
+from hyperplace.solvers.heuristics.stop_sets import Candidate, victim_sets
 
 MAX_SETS_PER_LEAF = 2000
 GPU = tuple[str, int]
@@ -137,7 +137,7 @@ def _targets(state: Instance, exclude: set[str], moves_left: int,
     """Candidate (leaf, GPU type, jobs to move) with their gain in the summed largest free
     domain, best gain first, then least lost work and GPUs. Per leaf and type, sets of the
     movable jobs on its occupied nodes are enumerated in order of lost work
-    (:func:`~hyperplace.solvers.heuristics.victims.victim_sets`, at most ``MAX_SETS_PER_LEAF``);
+    (:func:`~hyperplace.solvers.heuristics.stop_sets.victim_sets`, at most ``MAX_SETS_PER_LEAF``);
     a set counts when every job in it helps empty a node (and, unless ``any_gain``, when
     the largest free domain grows)."""
     best = largest_free_domains(state)

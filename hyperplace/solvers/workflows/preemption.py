@@ -12,7 +12,7 @@ same model). Greedy's heuristic (:mod:`hyperplace.solvers.heuristics.greedy_pree
 floor and the exact backends' hint.
 
 This module keeps the entry point; the victim-set enumeration that greedy's heuristic and
-defragmentation share is :mod:`hyperplace.solvers.heuristics.victims`.
+defragmentation share is :mod:`hyperplace.solvers.heuristics.stop_sets`.
 """
 
 from __future__ import annotations
