@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
 from placement_helpers import instance, job, node
 
 from hyperplace.check import check
@@ -120,30 +121,79 @@ def test_a_mover_limit_keeps_the_cheapest_and_is_never_called_optimal(exact_solv
     assert "restricted" not in whole.message
 
 
-def test_node_sets_from_the_memo_are_greedy_preempts_node_sets():
-    # greedy_migrate builds its node-by-node mover sets from lists made once per round;
-    # they must be the sets greedy_preempt._node_sets builds from scratch
+def _node_sets_from_scratch(p, jv, state, cands):
+    """The node-by-node stop sets by their definition, built from scratch for one job:
+    per domain of its hop limit, on each eligible node the cheapest candidates (level, lost
+    work, name) until a piece of its largest size fits, then its cheapest nodes (highest
+    level, GPUs, lost work, then name) for all its pieces; each set once, cheapest first."""
+    from collections import defaultdict
+
+    def cost(vs):
+        return (max((v.level for v in vs), default=-float("inf")),
+                sum(len(v.gpus) for v in vs), sum(v.lost for v in vs))
+
+    size = max(max(uc.pieces) for uc in jv.classes)
+    count = sum(len(uc.pieces) * uc.count for uc in jv.classes)
+    on_node = defaultdict(list)
+    for v in cands:
+        for name in dict.fromkeys(n for n, _ in v.gpus):
+            on_node[name].append(v)
+    options = {}
+    for leaves in p.leaves_by_domain(jv.hop_limit, True).values():
+        costs = []
+        for leaf in leaves:
+            for n in p.nodes_by_leaf.get(leaf, []):
+                if not p.node_eligible(jv, jv.classes[0], n) or n.node.gpu_count < size:
+                    continue
+                room, chosen = len(state.free[n.name]), []
+                for v in sorted(on_node.get(n.name, []), key=lambda v: (v.level, v.lost, v.name)):
+                    if room >= size:
+                        break
+                    chosen.append(v)
+                    room += sum(1 for name, _ in v.gpus if name == n.name)
+                if room >= size:
+                    costs.append((cost(chosen), n.name, chosen))
+        if len(costs) < count:
+            continue
+        costs.sort(key=lambda t: (t[0], t[1]))
+        picked = {v.index: v for _, _, chosen in costs[:count] for v in chosen}
+        if picked:
+            options[frozenset(picked)] = (cost(list(picked.values())), tuple(picked.values()))
+    return [combo for _, combo in sorted(options.values(), key=lambda o: o[0])]
+
+
+@pytest.mark.parametrize("role", ["movers", "preemption candidates"])
+def test_the_one_node_set_builder_is_its_definition(role):
+    # greedy's preemption and migration build their node-by-node stop sets with one
+    # builder (stop_sets.node_sets) from per-node lists made once per round: they must be
+    # the sets the definition gives from scratch, for each job and the candidates it may use
     from hyperplace.instances.generator import generate
-    from hyperplace.solvers.heuristics import greedy_migrate as gm
-    from hyperplace.solvers.heuristics.greedy_preempt import _node_sets, state_with_plan
+    from hyperplace.solvers.heuristics.greedy import state_with_plan
+    from hyperplace.solvers.heuristics.stop_sets import StopIndex, node_sets
 
     spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     inst = bench.with_movers(generate(512, 80, bench.TYPES, 0.85, 5), 5)
-    p = PlacementProblem(inst, migration=MigrationPolicy())
+    if role == "movers":
+        p = PlacementProblem(inst, migration=MigrationPolicy())
+        cands = p.movers
+    else:
+        p = PlacementProblem(inst, preemption="lower-priority")
+        cands = p.candidates
+    assert cands
     a = solve_greedy(p)
     state, _ = state_with_plan(p, a)
-    memo = gm._Memo(p)
-    stopped = {v.index for v in p.stoppable[::7]}  # some movers already moved
+    index = StopIndex(p, cands)
+    stopped = {v.index for v in cands[::7]}  # some already stopped or moved
     compared = 0
     for jv in p.pending:
         if jv.impossible:
             continue
-        types = p.types_for(jv.classes)
-        cands = [v for v in memo.movers(types) if v.index not in stopped]
-        ours = gm._node_sets(p, jv, state, memo, stopped)
-        theirs = _node_sets(p, jv, state, cands)
+        usable = [v for v in cands if jv.index in v.allowed and v.index not in stopped]
+        ours = node_sets(jv, state, index,
+                         lambda v, j=jv.index: j in v.allowed and v.index not in stopped)
+        theirs = _node_sets_from_scratch(p, jv, state, usable)
         assert [sorted(v.index for v in c) for c in ours] == \
             [sorted(v.index for v in c) for c in theirs], jv.name
         compared += bool(ours)

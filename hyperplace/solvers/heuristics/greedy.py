@@ -554,8 +554,10 @@ def job_orders(p: PlacementProblem) -> list[list[JobView]]:
             sorted(jobs, key=lambda j: (-j.priority, j.index))]
 
 
-def _score(p: PlacementProblem, a: Assignment) -> tuple[int, int]:
-    """Objective (1) and its tie-breaker: priority-weighted admitted GPUs, admitted jobs."""
+def plan_score(p: PlacementProblem, a: Assignment) -> tuple[int, int]:
+    """The score greedy's plans are compared by (its passes, a warm start against a cold
+    pass): objective (1) and its tie-breaker, priority-weighted admitted GPUs, admitted
+    jobs."""
     return (sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus for j in a.units), len(a.units))
 
 
@@ -655,7 +657,7 @@ def solve_greedy(p: PlacementProblem, params: GreedyParams | None = None,
         if len(passes) == 1:
             stats.first_pass_s = time.perf_counter() - begun
     stats.passes = len(passes)
-    best = max(passes, key=lambda a: _score(p, a))
+    best = max(passes, key=lambda a: plan_score(p, a))
     fix_start = time.perf_counter()
     fixed = fix_inversions(p, best, params, fix_deadline)
     stats.fix_s = time.perf_counter() - fix_start

@@ -5,7 +5,7 @@ than are free in all (a migrated job takes as many as it frees), else it is skip
 sets of the movers (running jobs the round may migrate,
 :mod:`hyperplace.formulations.placement.migration`) that hold GPUs of a type the job may use,
 the :data:`MAX_CANDIDATES` losing least work, are tried in order of (lost work, count)
-(:func:`~hyperplace.solvers.heuristics.stop_sets.victim_sets`; a set is skipped without a try when no
+(:func:`~hyperplace.solvers.heuristics.stop_sets.sets_by_lost_work`; a set is skipped without a try when no
 node it frees GPUs on would then hold the job's smallest piece), then node by node (as
 :mod:`.greedy_preempt` does): the set's GPUs are released, the job is placed by greedy's own
 rule, the movers whose old GPUs it does not use stay, and the others are placed again (their
@@ -31,14 +31,8 @@ from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import JobView, PlacementProblem
 from hyperplace.formulations.placement import BrokenJob, Mover
 from hyperplace.solvers.heuristics.greedy import QuotaLedger, State, state_with_plan, try_place_job
-from hyperplace.solvers.heuristics.greedy_preempt import (
-    MAX_CANDIDATES,
-    MAX_SETS,
-    Options,
-    victim_cost,
-    add_cheapest_nodes,
-    ranked,
-)
+from hyperplace.solvers.heuristics.greedy_preempt import MAX_CANDIDATES, MAX_SETS
+from hyperplace.solvers.heuristics.stop_sets import StopIndex, node_sets, sets_by_lost_work
 from hyperplace.solvers.params import GreedyParams
 
 
@@ -136,9 +130,10 @@ def _late(deadline: float | None) -> bool:
 
 class _Memo:
     """What greedy's migration tries reuse across jobs: the movers per set of GPU types a
-    job may use (least lost work first), and the job shapes
-    (:meth:`~hyperplace.formulations.placement.problem.PlacementProblem.job_shape`) for
-    which every try failed on the current state (a job of such a shape fails the same
+    job may use (least lost work first), the movers per node and nodes per job shape of the
+    node-by-node sets (:class:`~hyperplace.solvers.heuristics.stop_sets.StopIndex`), and the
+    job shapes (:meth:`~hyperplace.formulations.placement.problem.PlacementProblem.job_shape`)
+    for which every try failed on the current state (a job of such a shape fails the same
     tries; cleared whenever the state changes). At 16,384 GPUs and 10,000 movers, filtering
     the movers per job and the node-by-node sets of jobs of a failed shape were most of
     the heuristic's time."""
@@ -148,28 +143,7 @@ class _Memo:
         self.by_lost = sorted(p.movers, key=lambda v: (v.lost, v.name))
         self._by_types: dict[frozenset[str], list[Mover]] = {}
         self.failed: set[tuple[object, ...]] = set()
-        # node -> (mover, its GPUs there), cheapest first (level, lost work, name)
-        self.on_node: dict[str, list[tuple[Mover, int]]] = {}
-        for v in sorted(p.movers, key=lambda v: (v.level, v.lost, v.name)):
-            there: dict[str, int] = {}
-            for node, _ in v.gpus:
-                there[node] = there.get(node, 0) + 1
-            for node, k in there.items():
-                self.on_node.setdefault(node, []).append((v, k))
-        self._nodes: dict[tuple[object, ...], list[list[str]]] = {}
-
-    def nodes_for(self, jv: JobView, size: int) -> list[list[str]]:
-        """Per domain of the job's hop limit, the nodes a piece of ``size`` GPUs of its
-        first class may use (the same for every job of its shape)."""
-        key = (self.p.job_shape(jv), size)
-        found = self._nodes.get(key)
-        if found is None:
-            p, uc0 = self.p, jv.classes[0]
-            found = [[n.name for leaf in leaves for n in p.nodes_by_leaf.get(leaf, [])
-                      if p.node_eligible(jv, uc0, n) and n.node.gpu_count >= size]
-                     for leaves in p.leaves_by_domain(jv.hop_limit, True).values()]
-            self._nodes[key] = found
-        return found
+        self.index = StopIndex(p, p.movers)
 
     def movers(self, types: frozenset[str]) -> list[Mover]:
         """Movers holding a GPU of one of ``types``, least lost work first."""
@@ -189,8 +163,6 @@ def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLed
     node); True when it is placed. Only movers holding GPUs of a type the job may use are
     tried, and only the sets that leave, on some node they free GPUs on, room for the job's
     smallest piece (a set that does not cannot be used by the job: no try for it)."""
-    from hyperplace.solvers.heuristics.stop_sets import victim_sets
-
     if _late(deadline) or (limit is not None and len(out.stopped) >= limit):
         return False
     if sum(map(len, state.free.values())) < jv.gpus:
@@ -204,7 +176,7 @@ def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLed
         return False
     smallest = min(min((*uc.pieces, *uc.piece_sizes)) for uc in jv.classes)
     room = None if limit is None else limit - len(out.stopped)
-    for tried, combo in enumerate(victim_sets(every[:MAX_CANDIDATES])):
+    for tried, combo in enumerate(sets_by_lost_work(every[:MAX_CANDIDATES])):
         if tried >= MAX_SETS or _late(deadline):
             break
         if room is not None and len(combo) > room:
@@ -214,7 +186,7 @@ def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLed
         if _attempt(p, jv, combo, state, quota, out, params):
             memo.failed.clear()
             return True
-    for combo in _node_sets(p, jv, state, memo, out.stopped):
+    for combo in node_sets(jv, state, memo.index, lambda v: v.index not in out.stopped):
         if _late(deadline):
             return False
         if (room is None or len(combo) <= room) and \
@@ -224,36 +196,6 @@ def _migrate_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLed
     if not _late(deadline):
         memo.failed.add(shape)  # every try ran and failed: so would a job of its shape
     return False
-
-
-def _node_sets(p: PlacementProblem, jv: JobView, state: State, memo: _Memo,
-               stopped: set[int]) -> list[tuple[Mover, ...]]:
-    """Mover sets that clear whole pieces node by node, as
-    :func:`hyperplace.solvers.heuristics.greedy_preempt._node_sets` builds victim sets (per domain of
-    the job's hop limit, on each node the cheapest movers until a piece of the job's largest
-    size fits, then the cheapest nodes for all its pieces; cheapest sets first), from the
-    per-node mover lists and per-shape node lists built once (:class:`_Memo`): at 16,384
-    GPUs rebuilding them took ~25 ms a job."""
-    size = max(max(uc.pieces) for uc in jv.classes)
-    count = sum(len(uc.pieces) * uc.count for uc in jv.classes)
-    options: Options[Mover] = {}
-    for names in memo.nodes_for(jv, size):
-        if len(names) < count:
-            continue
-        costs = []
-        for name in names:
-            room, chosen = len(state.free[name]), []
-            for v, k in memo.on_node.get(name, ()):
-                if room >= size:
-                    break
-                if v.index in stopped:
-                    continue
-                chosen.append(v)
-                room += k
-            if room >= size:
-                costs.append((victim_cost(chosen), name, chosen))
-        add_cheapest_nodes(costs, count, options)
-    return ranked(options)
 
 
 def _frees_a_piece(p: PlacementProblem, combo: tuple[Mover, ...], state: State,

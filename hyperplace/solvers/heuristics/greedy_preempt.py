@@ -22,33 +22,26 @@ with ``--preemption`` (``--solver greedy``, or a fallback) and the exact backend
 from __future__ import annotations
 
 import time
-from collections import defaultdict
-from collections.abc import Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Iterator
 
 from hyperplace.formulations.mapping import Assignment
 from hyperplace.formulations.placement import JobView, PlacementProblem
-from hyperplace.formulations.placement import PreemptionCandidate, Stoppable
+from hyperplace.formulations.placement import PreemptionCandidate
 from hyperplace.solvers.heuristics.greedy import QuotaLedger, State, state_with_plan, try_place_job
+from hyperplace.solvers.heuristics.stop_sets import StopIndex, node_sets, sets_by_lost_work
 from hyperplace.solvers.params import GreedyParams
 
 #: PreemptionCandidates tried per pending job (least lost work first), and victim sets tried per job.
 MAX_CANDIDATES = 24
 MAX_SETS = 256
 
-#: per domain, (cost, node, victims cleared on it); victim set -> (cost, victims)
-S = TypeVar("S", bound=Stoppable)
-NodeCosts = list[tuple[tuple[float, int, float], str, list[S]]]
-Options = dict[frozenset[int], tuple[tuple[float, int, float], tuple[S, ...]]]
 
 
 def _sets(cands: list[PreemptionCandidate]) -> Iterator[tuple[PreemptionCandidate, ...]]:
     """Victim sets, those of lower-level victims first (objective 1 counts a running job
     in its own level), within a level bound in order of (lost work, count)."""
-    from hyperplace.solvers.heuristics.stop_sets import victim_sets
-
     for level in sorted({v.level for v in cands}):
-        for combo in victim_sets([v for v in cands if v.level <= level]):
+        for combo in sets_by_lost_work([v for v in cands if v.level <= level]):
             if max(v.level for v in combo) == level:
                 yield combo
 
@@ -74,12 +67,13 @@ def greedy_preempt(p: PlacementProblem, a: Assignment, params: GreedyParams | No
         return a
     out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped))
     state, quota = state_with_plan(p, out)
+    index = StopIndex(p, p.candidates)
     pending = sorted((jv for jv in p.jobs if jv.index not in out.units and not jv.impossible),
                      key=lambda j: (-j.priority, -j.gpus, j.index))
     for jv in pending:
         if _late(deadline):
             break
-        _preempt_for(p, jv, state, quota, out, params, deadline)
+        _preempt_for(p, jv, state, quota, out, params, index, deadline)
     _keep_unneeded(p, out, quota)
     return out
 
@@ -89,7 +83,8 @@ def _late(deadline: float | None) -> bool:
 
 
 def _preempt_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLedger,
-                 out: Assignment, params: GreedyParams, deadline: float | None) -> None:
+                 out: Assignment, params: GreedyParams, index: StopIndex[PreemptionCandidate],
+                 deadline: float | None) -> None:
     """Victim sets for one pending job in order of lost work (at most ``MAX_SETS``, of its
     ``MAX_CANDIDATES`` cheapest candidates), then, when those ran out, node after node per
     domain; the first that places it whole is taken."""
@@ -104,8 +99,8 @@ def _preempt_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLed
         if _attempt(p, jv, combo, state, quota, out, params):
             return
     # the ordered sets ran out (or their limit): clear node after node, per domain
-    for combo in _node_sets(p, jv, state, [v for v in p.candidates if jv.index in v.allowed
-                                           and v.index not in out.stopped]):
+    for combo in node_sets(jv, state, index, lambda v: jv.index in v.allowed
+                           and v.index not in out.stopped):
         if _late(deadline):
             break
         if _attempt(p, jv, combo, state, quota, out, params):
@@ -170,60 +165,3 @@ def _attempt(p: PlacementProblem, jv: JobView, combo: tuple[PreemptionCandidate,
             quota.stop(v, +1)
             out.stopped.add(v.index)
     return True
-
-
-def _node_sets(p: PlacementProblem, jv: JobView, state: State, cands: list[PreemptionCandidate]
-               ) -> list[tuple[PreemptionCandidate, ...]]:
-    """Victim sets that clear whole pieces node by node: per domain of the job's hop limit,
-    on each node the cheapest victims (lowest level, then least lost work) until a piece of
-    the job's largest size fits, then the cheapest nodes for all its pieces; the sets of
-    every domain, cheapest first (levels stopped, then GPUs, then lost work)."""
-    size = max(max(uc.pieces) for uc in jv.classes)
-    count = sum(len(uc.pieces) * uc.count for uc in jv.classes)
-    on_node: dict[str, list[PreemptionCandidate]] = defaultdict(list)
-    for v in cands:
-        for name in dict.fromkeys(n for n, _ in v.gpus):
-            on_node[name].append(v)
-    uc0 = jv.classes[0]
-    options: Options[PreemptionCandidate] = {}
-    for leaves in p.leaves_by_domain(jv.hop_limit, True).values():
-        costs = []
-        for leaf in leaves:
-            for n in p.nodes_by_leaf.get(leaf, []):
-                if not p.node_eligible(jv, uc0, n) or n.node.gpu_count < size:
-                    continue
-                room, chosen = len(state.free[n.name]), []
-                for v in sorted(on_node.get(n.name, []), key=lambda v: (v.level, v.lost, v.name)):
-                    if room >= size:
-                        break
-                    chosen.append(v)
-                    room += sum(1 for name, _ in v.gpus if name == n.name)
-                if room >= size:
-                    costs.append((victim_cost(chosen), n.name, chosen))
-        add_cheapest_nodes(costs, count, options)
-    return ranked(options)
-
-
-def add_cheapest_nodes(costs: NodeCosts[S], count: int, options: Options[S]) -> None:
-    """One domain's option: the victims of its ``count`` cheapest nodes (cost, then name)
-    as one set, kept once; nothing when the domain has fewer nodes that can be cleared."""
-    if len(costs) < count:
-        return
-    costs.sort(key=lambda t: (t[0], t[1]))
-    picked: dict[int, S] = {}
-    for _, _, chosen in costs[:count]:
-        picked.update({v.index: v for v in chosen})
-    combo = tuple(picked.values())
-    if combo:
-        options[frozenset(picked)] = (victim_cost(combo), combo)
-
-
-def ranked(options: Options[S]) -> list[tuple[S, ...]]:
-    """The options' victim sets, cheapest first."""
-    return [combo for _, combo in sorted(options.values(), key=lambda o: o[0])]
-
-
-def victim_cost(victims: Sequence[Stoppable]) -> tuple[float, int, float]:
-    """Highest level stopped, GPUs stopped, lost work: objective 1's order, roughly."""
-    return (max((v.level for v in victims), default=-float("inf")),
-            sum(len(v.gpus) for v in victims), sum(v.lost for v in victims))

@@ -30,7 +30,7 @@ from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.formulations.placement.params import ModelParams
 from hyperplace.formulations.placement.spares import opened_whole_nodes
 from hyperplace.models.instance import Instance
-from hyperplace.solvers.heuristics.greedy import QuotaLedger, fix_inversions
+from hyperplace.solvers.heuristics.greedy import QuotaLedger, fix_inversions, plan_score
 from hyperplace.solvers.params import GreedyParams
 
 __all__ = ["WarmStart", "carried_placements", "carry_fabric"]
@@ -73,7 +73,7 @@ class WarmStart:
         if not kept.units:
             return greedy
         candidate = fix_inversions(p, kept, params, deadline)
-        if _score(p, candidate) >= _score(p, greedy):
+        if plan_score(p, candidate) >= plan_score(p, greedy):
             self.carried = len(kept.units)
             return candidate
         return greedy
@@ -161,7 +161,3 @@ def carry_fabric(prev: Instance, new: Instance) -> int:
             c.__dict__["network"] = old.__dict__["network"]
             carried += 1
     return carried
-
-
-def _score(p: PlacementProblem, a: Assignment) -> tuple[int, int]:
-    return sum(p.weights[p.jobs[j].priority] * p.jobs[j].gpus for j in a.units), len(a.units)

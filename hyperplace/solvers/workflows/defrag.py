@@ -50,7 +50,7 @@ from hyperplace.models.plan_builder import PlanBuilder
 from hyperplace.models.result import SolveStatus, relative_gap
 from hyperplace.models.sharing import largest_free_domains, released, running_gpus
 from hyperplace.solvers.driver import solve_placement
-from hyperplace.solvers.heuristics.stop_sets import Candidate, victim_sets
+from hyperplace.solvers.heuristics.stop_sets import sets_by_lost_work
 
 MAX_SETS_PER_LEAF = 2000
 GPU = tuple[str, int]
@@ -137,7 +137,7 @@ def _targets(state: Instance, exclude: set[str], moves_left: int,
     """Candidate (leaf, GPU type, jobs to move) with their gain in the summed largest free
     domain, best gain first, then least lost work and GPUs. Per leaf and type, sets of the
     movable jobs on its occupied nodes are enumerated in order of lost work
-    (:func:`~hyperplace.solvers.heuristics.stop_sets.victim_sets`, at most ``MAX_SETS_PER_LEAF``);
+    (:func:`~hyperplace.solvers.heuristics.stop_sets.sets_by_lost_work`, at most ``MAX_SETS_PER_LEAF``);
     a set counts when every job in it helps empty a node (and, unless ``any_gain``, when
     the largest free domain grows)."""
     best = largest_free_domains(state)
@@ -164,13 +164,22 @@ def _leaf_types(c: Cluster) -> Iterator[tuple[str, str, list[Node]]]:
             yield leaf, t, nodes
 
 
+@dataclass(frozen=True)
+class _Movable:
+    """A running job defragmentation may move: its GPUs and its lost work if moved
+    (GPU-seconds since its last checkpoint)."""
+
+    name: str
+    gpus: tuple[tuple[str, int], ...]
+    lost: float
+
+
 def _candidates(state: Instance, held: dict[str, list[tuple[str, int]]], busy: list[Node]
-                ) -> list[Candidate]:
+                ) -> list[_Movable]:
     """The jobs on ``busy`` nodes as candidates to move, least lost work first."""
     info = state.running_job_info
     names = sorted({j for n in busy for j in n.allocated.values()})
-    return sorted((Candidate(j, info[j].priority, info[j].queue, tuple(held[j]),
-                             len(held[j]) * info[j].checkpoint_age_s, "defrag")
+    return sorted((_Movable(j, tuple(held[j]), len(held[j]) * info[j].checkpoint_age_s)
                    for j in names), key=lambda x: (x.lost, len(x.gpus), x.name))
 
 
@@ -183,7 +192,7 @@ def _leaf_targets(state: Instance, held: dict[str, list[tuple[str, int]]], clust
     busy = [n for n in nodes if n.allocated and set(n.allocated.values()) <= movable]
     cands = _candidates(state, held, busy)
     out = []
-    for k, combo in enumerate(victim_sets(cands)):
+    for k, combo in enumerate(sets_by_lost_work(cands)):
         if k >= MAX_SETS_PER_LEAF:
             break
         if len(combo) > moves_left:
