@@ -44,15 +44,18 @@ def calibrate_command(
 ) -> None:
     """Refit per-layer efficiencies (and step scales) and write a calibration file."""
     try:
+        # every input is read and checked before the fits run (a bad file fails at once)
         before = load_calibration(calibration)
+        obs = read_observations(observations) if observations else []
+        from hyperplace.costmodel.scale_fit import fit_scale, read_fit_set
+
+        large_runs = None if fit_set == "none" else read_fit_set(
+            None if fit_set == "bundled" else fit_set)
         after, rows = fit_profiles(profiles or None)
         report = None
-        if fit_set != "none":
-            from hyperplace.costmodel.scale_fit import fit_scale, read_fit_set
-
-            report = fit_scale(after, read_fit_set(None if fit_set == "bundled" else fit_set))
+        if large_runs is not None:
+            report = fit_scale(after, large_runs)
             after = report.calibration
-        obs = read_observations(observations) if observations else []
         if obs:
             after = fit_step_scales(after, obs, observations or "")
         after.created_by = "hyperplace calibrate" + "".join(
