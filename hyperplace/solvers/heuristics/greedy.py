@@ -566,14 +566,25 @@ def _one_pass(p: PlacementProblem, order: list[JobView], params: GreedyParams,
     state = State(p)
     ledger = QuotaLedger(p)
     out = Assignment()
+    # (job shape, priority) of the searches that failed since the last job was placed: a job
+    # of such a shape faces the same free GPUs and quotas, so it fails too (the priority
+    # repair's rule; after a full cluster's first failures, 288 jobs failing 10 ms each at
+    # 131,072 GPUs were most of a warm round)
+    failed: set[tuple[object, ...]] = set()
     for k, jv in enumerate(order):
         if k and deadline is not None and time.perf_counter() > deadline:
             # out of time: the jobs not reached stay pending (all of lower priority)
             out.untried = {j.index for j in order[k:] if not j.impossible}
             break
+        key = (p.job_shape(jv), jv.priority) if failed else None
+        if key is not None and key in failed:
+            continue
         placed = _place_within_quota(p, jv, state, ledger, params.max_domain_trials)
         if placed is not None:
             out.units[jv.index] = placed
+            failed.clear()
+        else:
+            failed.add(key if key is not None else (p.job_shape(jv), jv.priority))
     return out
 
 
