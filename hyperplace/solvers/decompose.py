@@ -69,6 +69,10 @@ __all__ = ["Part", "Route", "route", "solve_decomposed"]
 #: plan (at least ``BudgetParams.reserve_s``), and seconds per job the merge itself takes.
 TAIL_FRACTION = 0.12
 MERGE_S_PER_JOB = 10e-6
+#: Seconds per job the routing takes on an idle machine (100,000 jobs: about 1.5 s of CPU);
+#: what it took against this is how much slower the machine is now, and the merge's reserve
+#: is scaled by it (at load 12 every phase took 3-4x its CPU time).
+ROUTE_S_PER_JOB = 15e-6
 #: Before any part is measured: seconds per node and per job to build a part's problem and
 #: run greedy's first pass (65,536 GPUs / 6,250 jobs, idle machine, 2026-12-02: fabric 0.65
 #: s, node views 0.6 s, job views 0.6 s, greedy 2.2 s).
@@ -114,6 +118,8 @@ class Route:
     jobs: dict[int, tuple[int, int, frozenset[str]]] = field(default_factory=dict)
     #: (cluster, GPU type) -> free GPUs
     free: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: jobs the routing had no time to read (pending, none admitted: see solve_parts)
+    unrouted: list[int] = field(default_factory=list)
 
 
 def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: float = 10.0,
@@ -138,9 +144,10 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
                else "queues with quotas, which hold across clusters")
         return plan.model_copy(update={"message": "; ".join(filter(None, [
             plan.message, f"not decomposed ({why}): solved as one round"]))})
-    tail = max(params.budget.reserve_s, TAIL_FRACTION * budget_s) + \
-        MERGE_S_PER_JOB * len(instance.jobs)
-    found = route(instance, budget.deadline - tail)
+    base = max(params.budget.reserve_s, TAIL_FRACTION * budget_s)
+    found = route(instance, budget.deadline - base - MERGE_S_PER_JOB * len(instance.jobs))
+    slowdown = max(1.0, found.seconds / max(1e-9, ROUTE_S_PER_JOB * len(instance.jobs)))
+    tail = base + MERGE_S_PER_JOB * len(instance.jobs) * slowdown
     parts = {c.name: Part(c.name, [], nodes=len(c.nodes)) for c in instance.clusters}
     for j, cluster in sorted(found.assignment.items()):
         parts[cluster].jobs.append(j)
@@ -148,6 +155,7 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
         parts[cluster].value += found.weights.get(prio, 1) * gpus
     todo = [part for part in parts.values() if part.jobs]
     run = _Run(instance, found, params, solver, policy, seed, workers)
+    run.merge_s_per_job = MERGE_S_PER_JOB * slowdown
     t = time.perf_counter()
     run.solve_parts(todo, budget, tail)
     parts_s = time.perf_counter() - t
@@ -194,7 +202,11 @@ def route(instance: Instance, deadline: float | None = None) -> Route:
     big_gpus: dict[UKey, int] = {}
     # a job's units follow from its spec and annotations (a slice size) alone
     by_spec: dict[tuple[str, str], tuple[UKey, int]] = {}
+    unrouted: list[int] = []
     for j, job in enumerate(instance.jobs):
+        if j % 1000 == 999 and deadline is not None and time.perf_counter() > deadline:
+            unrouted = list(range(j, len(instance.jobs)))  # no time to read them: pending
+            break
         # 7x cheaper than units(); 146 distinct in 12,500 generated jobs
         spec = (job.spec.model_dump_json(), repr(sorted((job.metadata.annotations or {}).items())))
         known = by_spec.get(spec)
@@ -277,8 +289,16 @@ def route(instance: Instance, deadline: float | None = None) -> Route:
             best = max(runs, key=lambda c: (room[c], -clusters.index(c)))
             assignment[j] = best
             room[best] -= info[j][1]
+    if unrouted:  # the bound must hold for every job: the demand bound of all of them
+        status = f"no time left after reading {len(info):,} of {len(instance.jobs):,} jobs"
+        every = dict(info)
+        every.update((j, (instance.jobs[j].priority, instance.jobs[j].total_gpus,
+                          frozenset())) for j in unrouted)
+        weights = priority_weights([(p, g) for p, g, _ in every.values()], total_free)
+        bound = _demand_bound(every, weights, total_free)
     return Route(assignment, bound, weights, len(shapes), time.perf_counter() - t0,
-                 status if x is not None else f"by free room ({status})", info, dict(free))
+                 status if x is not None else f"by free room ({status})", info, dict(free),
+                 unrouted)
 
 
 def _demand_bound(info: dict[int, tuple[int, int, frozenset[str]]], weights: dict[float, int],
@@ -307,6 +327,7 @@ class _Run:
         self.by_name = {job.name: j for j, job in enumerate(instance.jobs)}
         self.cluster_of = {c.name: c for c in instance.clusters}
         self.unbuilt_reason = ""
+        self.merge_s_per_job = MERGE_S_PER_JOB
 
     def estimate(self, part: Part) -> float:
         return self.node_s * part.nodes + self.job_s * len(part.jobs)
@@ -326,7 +347,7 @@ class _Run:
             needs = sum(q.need_s for q in rest)
             part.left_s, part.rest_s = left, needs
             share = left * part.need_s / needs if needs <= left else min(part.need_s, left)
-            if share < 0.5 * part.need_s or share <= 0.05:
+            if share < 0.8 * part.need_s or share <= 0.05 or self.found.unrouted:
                 self.unbuilt_reason = (f"{left:.1f} s were left for {plural(len(rest), 'part')} "
                                        f"needing about {needs:.1f} s")
                 continue  # a smaller part later may still fit
@@ -345,7 +366,9 @@ class _Run:
             # the rates the next parts' needs are judged by: this round's build and greedy
             built_nodes += part.nodes
             built_jobs += len(part.jobs)
-            built_s += part.build_s + r.greedy_s
+            pending = sum(1 for jv in part.problem.pending if not jv.impossible)
+            tried = max(1, pending - len(r.greedy.untried))
+            built_s += part.build_s + r.greedy_s * max(1.0, pending / tried)  # a whole pass
             scale = built_s / max(1e-9, NODE_S * built_nodes + JOB_S * built_jobs)
             self.node_s, self.job_s = NODE_S * scale, JOB_S * scale
             est = estimate_vars(part.problem)
@@ -530,7 +553,7 @@ class _Run:
         for k, part in enumerate(built):
             r = part.round
             assert r is not None
-            share = max(0.0, budget.left() - MERGE_S_PER_JOB * len(self.instance.jobs)) / \
+            share = max(0.0, budget.left() - self.merge_s_per_job * len(self.instance.jobs)) / \
                 (len(built) - k)
             r.budget = Budget(share, self.params.budget, deadline=time.perf_counter() + share)
             r.budget_s = share
@@ -552,15 +575,21 @@ class _Run:
             pending.setdefault(name, pj)
         for j, why in left_out.items():
             name = self.instance.jobs[j].name
-            pending[name] = PendingJob(job=name, reasons=[why], analysis="skipped")
+            pending[name] = PendingJob.model_construct(job=name, reasons=[why],
+                                                       analysis="skipped")
         unbuilt = [part for part in todo if part.round is None]
         for part in unbuilt:
             why = (f"not tried: the budget ran out before cluster {part.cluster}'s part "
                    f"({len(part.jobs):,} jobs) was built ({self.unbuilt_reason})")
             for j in part.jobs:
                 name = self.instance.jobs[j].name
-                pending.setdefault(name, PendingJob(job=name, reasons=[why],
-                                                    analysis="skipped"))
+                pending.setdefault(name, PendingJob.model_construct(
+                    job=name, reasons=[why], analysis="skipped"))
+        for j in self.found.unrouted:
+            name = self.instance.jobs[j].name
+            pending.setdefault(name, PendingJob.model_construct(job=name, reasons=[
+                f"not tried: the budget ran out while jobs were routed to clusters "
+                f"({len(self.found.unrouted):,} jobs not reached)"], analysis="skipped"))
         b.pending = [pj for name, pj in pending.items() if name not in placed]
         weights = self.found.weights
         objective = float(sum(weights.get(job.priority, 1) * job.gpus for job in b.jobs))

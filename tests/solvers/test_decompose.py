@@ -157,3 +157,45 @@ def test_a_round_not_decomposed_says_so():
     plan = solve_decomposed(inst, budget_s=5)
     assert check(plan, inst) == []
     assert "not decomposed (one cluster): solved as one round" in plan.message
+
+
+def test_a_round_out_of_time_while_routing_is_still_a_valid_plan():
+    """Budget gone while the jobs are routed (every 1,000 jobs the routing looks at the
+    clock): the jobs not reached are pending with a reason, no part is built, and the plan
+    is the whole round's, valid, bounded by the demand bound of every job."""
+    inst = generate_federation(2, 64, 1200, None, 0.5, 3)
+    plan = solve_decomposed(inst, budget_s=0.0)
+    assert check(plan, inst) == []
+    assert not plan.jobs and len(plan.pending) == len(inst.jobs)
+    assert any("while jobs were routed" in r for pj in plan.pending for r in pj.reasons)
+    assert plan.status.value == "fallback" and plan.bound is not None and plan.bound > 0
+
+
+def test_greedy_does_not_search_again_for_a_shape_that_just_failed(monkeypatch):
+    """In one pass, once a job's search failed, a job of the same shape and priority meets
+    the same free GPUs until something is placed: it is not searched again (the plan is the
+    same; a full cluster's queue costs one search per shape, not per job)."""
+    import hyperplace.solvers.heuristics.greedy as greedy
+
+    inst = generate(256, 60, None, 0.95, 4, size_scale=2)
+    p = PlacementProblem(inst)
+    calls: list[str] = []
+    real = greedy.try_place_job
+
+    def counting(problem, jv, state, trials):
+        calls.append(jv.name)
+        return real(problem, jv, state, trials)
+
+    monkeypatch.setattr(greedy, "try_place_job", counting)
+    order = sorted(p.pending, key=lambda j: (-j.priority, j.index))
+    params = greedy.GreedyParams()
+    a = greedy._one_pass(p, order, params)
+    shapes = {(p.job_shape(jv), jv.priority) for jv in p.pending}
+    assert len(calls) < len(order) and len(shapes) < len(order)
+    # what a search per job finds: the same placements
+    monkeypatch.setattr(greedy, "try_place_job", real)
+    state, ledger = greedy.State(p), greedy.QuotaLedger(p)
+    every = {jv.index: greedy._place_within_quota(p, jv, state, ledger,
+                                                         params.max_domain_trials)
+             for jv in order}
+    assert {j for j, u in every.items() if u is not None} == set(a.units)
