@@ -13,7 +13,8 @@ member clusters joined by WAN links) under a policy of this package, by name:
 
 ``SimConfig.federation_split`` (``simulate --federation-split/--no-federation-split``, the
 what-if axis ``federationSplit``) turns splitting off for all of them (the policy names then
-end in ``-whole``). A split job's speed is the federation pricing's
+end in ``-whole``); the ``-whole`` names (``engine-federated-whole``, ...) also name them
+with splits off, so one ``simulate`` can replay a policy with and without splits. A split job's speed is the federation pricing's
 (:mod:`~hyperplace.fedsim.common`); it holds its GPUs in every member until it ends. Every
 round's per-cluster plan goes through the independent checker when the replay checks.
 An instance with one cluster is refused (``spec.clusters``).
@@ -54,8 +55,19 @@ def karmada_static(instance: Instance, config: SimConfig) -> Policy:
     return KarmadaDivision(instance, "static", split=config.federation_split, seed=config.seed)
 
 
-#: Policy name -> factory(instance, config), for ``run_simulation(extra=...)``.
+def _whole(factory):
+    """The factory with splits off whatever the run's ``federation_split`` (``-whole``)."""
+    def make(instance: Instance, config: SimConfig) -> Policy:
+        import dataclasses
+
+        return factory(instance, dataclasses.replace(config, federation_split=False))
+    return make
+
+
+#: Policy name -> factory(instance, config), for ``run_simulation(extra=...)``; the
+#: ``-whole`` names are the same policies with splits off, so one run can replay both.
 POLICIES = {"engine-federated": engine_federated, "karmada-aggregated": karmada_aggregated,
             "karmada-dynamic": karmada_dynamic, "karmada-static": karmada_static}
+POLICIES.update({f"{name}-whole": _whole(f) for name, f in list(POLICIES.items())})
 
 __all__ = ["POLICIES", "FederatedEngine", "KarmadaDivision", "require_federation"]
