@@ -117,6 +117,30 @@ def test_engine_splits_an_auto_job_as_a_pipeline_with_an_asymmetric_layer_split(
     assert any(n.startswith("wide split at 0.0 h as pipeline") for n in run.notes)
 
 
+def test_a_job_no_member_holds_by_count_runs_only_split(fed, monkeypatch):
+    """48 GPUs on two members of 32: whole it never runs (the -whole policy leaves it
+    unfinished); Karmada divides its 6 replicas 3 + 3 and all-reduces over the WAN; the
+    engine runs it as a 2-stage pipeline, 24 B200 + 24 H100, more layers on the B200s, and
+    it ends several times sooner than Karmada's division."""
+    spy = Spy(monkeypatch)
+    jobs = [job("huge", 0, 48, 20 * 3600, "b200|h100", "opt-30b")]
+    run, pol = replay(fed, jobs, "engine-federated")
+    assert run.unfinished == 0
+    gpus, _ = spy.starts["huge"]
+    assert len(set(gpus)) == 48 and clusters_of(fed, gpus) == {"beijing", "shanghai"}
+    [rec] = pol.splits
+    assert rec.shape == "pipeline" and rec.predicted_whole_s == float("inf")
+    layers = {t: k for _, t, _, k in rec.parts}
+    assert layers["B200"] > layers["H100-80"]
+    engine_end = run.records[0].end_s
+    karmada, _ = replay(fed, [job("huge", 0, 48, 20 * 3600, "b200|h100", "opt-30b")],
+                        "karmada-aggregated")
+    assert karmada.unfinished == 0 and karmada.records[0].end_s > 3 * engine_end
+    whole, _ = replay(fed, [job("huge", 0, 48, 20 * 3600, "b200|h100", "opt-30b")],
+                      "engine-federated", split=False)
+    assert whole.unfinished == 1
+
+
 def test_engine_waits_when_one_cluster_frees_up_sooner(fed, monkeypatch):
     spy = Spy(monkeypatch)
     # beijing frees in minutes; the wide job runs 20 h: whole on B200 beats any split
