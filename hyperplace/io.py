@@ -155,7 +155,9 @@ def loads_json(text: str) -> Any:
 
 #: The file name that means standard input (``kubectl get nodes -o json | hyperplace ... -``).
 STDIN = "-"
-_stdin_data: tuple[int, bytes] | None = None  # (id of the stream read, its bytes)
+#: (the stream read, its bytes): the stream itself, not its id(), which a later stream may
+#: reuse once this one is freed (a test's replaced stdin then read the previous one's bytes)
+_stdin_data: tuple[Any, bytes] | None = None
 
 
 def is_stdin(path: str | os.PathLike[str] | Any) -> bool:
@@ -167,8 +169,8 @@ def _read_stdin() -> bytes:
     import sys
 
     global _stdin_data
-    if _stdin_data is None or _stdin_data[0] != id(sys.stdin):
-        _stdin_data = (id(sys.stdin), sys.stdin.buffer.read(MAX_INPUT_BYTES + 1))
+    if _stdin_data is None or _stdin_data[0] is not sys.stdin:
+        _stdin_data = (sys.stdin, sys.stdin.buffer.read(MAX_INPUT_BYTES + 1))
     return _stdin_data[1]
 
 

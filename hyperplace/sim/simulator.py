@@ -184,9 +184,8 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
             dirty = True
         elif kind == FINISH:
             name, token = payload
-            r = loop.running.get(name)
-            if r is None or id(r) != token:
-                continue  # interrupted since
+            if loop.running.get(name) is not token:
+                continue  # interrupted since (the attempt the event was pushed for is gone)
             loop.finish(name, t)
             finished += 1
             dirty = True
@@ -217,7 +216,10 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
                 rounds.append(RoundStat(t, d.solve_s, len(result.started), len(loop.queue),
                                         d.fallback, d.status, len(d.held)))
                 for s in result.started:
-                    push(s.end_s, FINISH, (s.job.name, id(loop.running[s.job.name])))
+                    # the attempt itself, not its id(): a restarted job's new attempt may
+                    # reuse a freed attempt's address, and the old attempt's FINISH would then
+                    # end it early (results depending on the process's allocation history)
+                    push(s.end_s, FINISH, (s.job.name, loop.running[s.job.name]))
                 _record_forecasts(loop, result, t)
                 last_round_started = bool(result.started)
                 due = wake(t) if wake is not None else None

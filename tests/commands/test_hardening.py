@@ -512,3 +512,27 @@ def test_interrupt_during_a_native_import_exits_130(monkeypatch) -> None:
     with pytest.raises(SystemExit) as exit_info:
         cli.main()
     assert exit_info.value.code == 130
+
+
+# ---- standard input ----------------------------------------------------------------------
+
+def _stdin_stream(text: str):
+    import io
+
+    return io.TextIOWrapper(io.BytesIO(text.encode()))
+
+
+def test_stdin_is_read_once_and_a_new_stream_is_read_anew(monkeypatch: pytest.MonkeyPatch):
+    """Several readers of ``-`` in one command see the same text; a new ``sys.stdin`` (a
+    test, a notebook) is read anew even when it takes the freed one's id, as CPython may
+    give it: forced here by one id for every object, as the cache once keyed the stream by
+    ``id(sys.stdin)`` (an earlier test's bytes were returned: results depending on what the
+    process had read before)."""
+    import hyperplace.io as hio
+
+    monkeypatch.setattr(hio, "id", lambda obj: 0, raising=False)
+    monkeypatch.setattr(sys, "stdin", _stdin_stream("first"))
+    assert hio.read_text_limited("-") == "first"
+    assert hio.read_text_limited("-") == "first"  # read once: the stream is spent
+    monkeypatch.setattr(sys, "stdin", _stdin_stream("second"))
+    assert hio.read_text_limited("-") == "second"
