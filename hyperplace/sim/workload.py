@@ -165,8 +165,12 @@ def _selector(types: tuple[str, ...], instance: Instance) -> tuple[str | None, b
     return "|".join(keep), False
 
 
-def _eligible_gpus(job: TrainingJob, instance: Instance) -> int:
+def _eligible_gpus(job: TrainingJob, instance: Instance,
+                   memo: dict[tuple[str, ...], int] | None = None) -> int:
     units = job.units()
+    key = tuple(sorted({u.gpu_types or "" for u in units}))
+    if memo is not None and key in memo:  # it depends on the units' accepted types only
+        return memo[key]
     best = 0
     for c in instance.clusters:
         total = 0
@@ -175,6 +179,8 @@ def _eligible_gpus(job: TrainingJob, instance: Instance) -> int:
             if all(u.gpu_types is None or t.matches(u.gpu_types) for u in units):
                 total += n.gpu_count
         best = max(best, total)
+    if memo is not None:
+        memo[key] = best
     return best
 
 
@@ -198,13 +204,14 @@ def _queued(manifest: TrainingJob, trace: Trace, row: TraceRow, instance: Instan
 def trace_jobs(trace: Trace, instance: Instance, seed: int = 0) -> Workload:
     """The trace's rows as jobs on ``instance`` (the mapping rule above)."""
     out = Workload(jobs=[], trace_skipped=trace.skipped)
+    memo: dict[tuple[str, ...], int] = {}
     for row in trace.rows:
         tolerate, dropped = _selector(row.gpu_types, instance)
         out.dropped_constraints += dropped
         model = row.model or draw_model(row.name, row.gpus, seed)
         manifest = manifest_for(row.name, row.gpus, tolerate, model)
         gpus = manifest.total_gpus
-        if gpus > _eligible_gpus(manifest, instance):
+        if gpus > _eligible_gpus(manifest, instance, memo):
             out.dropped_too_large += 1
             continue
         manifest, queue = _queued(manifest, trace, row, instance)

@@ -305,13 +305,22 @@ class RoundState:
         own = self.owner[node]
         return [i for i in range(self.gpus[node]) if i not in bad and i not in own]
 
+    def healthy(self) -> bool:
+        """Nothing failed: no node, switch or GPU is down."""
+        return not (self.failed_nodes or self.failed_switches
+                    or any(self.failed_gpus.values()))
+
     def free_count(self) -> int:
+        if self.healthy():  # O(nodes) per call instead of a list per node (the replay's
+            return self.total_gpus - self.busy_count()  # sample after every event)
         return sum(len(self.free_gpus(n)) for n in self.gpus)
 
     def busy_count(self) -> int:
         return sum(len(o) for o in self.owner.values())
 
     def down_count(self) -> int:
+        if self.healthy():
+            return 0
         return sum(len(self.unusable(n)) for n in self.gpus)
 
     def switch_nodes(self, switch: str) -> list[str]:
