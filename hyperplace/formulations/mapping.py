@@ -19,7 +19,6 @@ from hyperplace.formulations.placement import (
     UnitClass,
     radius_for,
 )
-from hyperplace.formulations.placement.spares import opened_whole_nodes, spare_leaf
 from hyperplace.formulations.placement.stoppable import BrokenJob
 from hyperplace.models.plan import (
     GPURef,
@@ -112,8 +111,8 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
             out.notes[j] = "pieces could not be grouped into units"
         else:
             out.units[j] = units
-    if p.spare_allowance:
-        drop_over_spares(p, out)
+    for ext in p.extensions:  # hot spares (their rule on the packed units)
+        ext.settle(out)
     out.stopped = settle_migrations(p, out, stopped) if p.migrating else \
         needed_victims(p, out, stopped)
     return out
@@ -290,18 +289,6 @@ def _cut_patterns(pm: PlacementModel, values: list[int], uc: UnitClass,
                            if (uc.index, dom, k) in pm.pattern_vars else 0)]
 
 
-def free_domain_gpus(p: PlacementProblem, a: Assignment, stopped: set[int] | None = None) -> int:
-    """The largest free domain per GPU type, summed over types, once the assignment's
-    migrations (``stopped``, default ``a.stopped``) are done
-    (:func:`hyperplace.models.sharing.largest_free_domains`, as the checker measures it)."""
-    from hyperplace.models.sharing import largest_free_domains
-
-    busy = {(node, g) for units in a.units.values() for u in units
-            for node, gpus in u.pieces for g in gpus}
-    freed = {gpu for v in (a.stopped if stopped is None else stopped) for gpu in p.stoppable[v].gpus}
-    return sum(largest_free_domains(p.instance, busy, freed).values())
-
-
 def settle_migrations(p: PlacementProblem, a: Assignment, stopped: set[int]) -> set[int]:
     """The migrations of ``stopped`` (movers) the assignment keeps, its units made to agree.
 
@@ -312,7 +299,7 @@ def settle_migrations(p: PlacementProblem, a: Assignment, stopped: set[int]) -> 
     the copy (the job stays where it was). Repeated until nothing changes: undoing one may
     leave another unneeded."""
     stopped = set(stopped)
-    grows = p.migration is not None and p.migration.grow_free_domain
+    grows = p.free_domain_growth
     while True:
         users: dict[int, set[int]] = defaultdict(set)  # mover -> jobs on its old GPUs
         for j, units in a.units.items():
@@ -332,36 +319,15 @@ def settle_migrations(p: PlacementProblem, a: Assignment, stopped: set[int]) -> 
             elif users.get(v, set()) - {copy} or p.repairing:  # a broken job must move
                 continue
             else:
-                moved = free_domain_gpus(p, a, stopped) if grows else 0
+                moved = grows.plan_value(a, stopped) if grows is not None else 0
                 copy_units = a.units.pop(copy)
-                if grows and free_domain_gpus(p, a, stopped - {v}) < moved:
+                if grows is not None and grows.plan_value(a, stopped - {v}) < moved:
                     a.units[copy] = copy_units  # it frees part of the largest domain
                     continue
             stopped.discard(v)
             changed = True
         if not changed:
             return stopped
-
-
-def drop_over_spares(p: PlacementProblem, a: Assignment) -> None:
-    """Drop jobs (lowest priority, then smallest, first) while some leaf has more of its
-    whole free nodes opened than its hot spares allow (pieces whose sizes do not divide
-    each other may pack into more nodes than the model counted, see
-    ``PlacementModelBuilder._hot_spares``); each dropped job gets a note."""
-    allowance = p.spare_allowance
-    while True:
-        opened = opened_whole_nodes(p.node_by_name, {
-            node for units in a.units.values() for u in units for node, _ in u.pieces})
-        over = {leaf for leaf, nodes in opened.items() if len(nodes) > allowance.get(leaf, 0)}
-        if not over:
-            return
-        on_over = [j for j, units in a.units.items()
-                   if any(spare_leaf(p.node_by_name[node]) in over
-                          for u in units for node, _ in u.pieces)]
-        j = min(on_over, key=lambda j: (p.jobs[j].priority, p.jobs[j].gpus, -j))
-        del a.units[j]
-        a.notes[j] = ("its pieces packed into more whole free nodes than leaf "
-                      f"{sorted(over)[0]} may open with its hot spares kept")
 
 
 def used_victims(p: PlacementProblem, a: Assignment) -> set[int]:

@@ -42,8 +42,8 @@ class MigrationPolicy:
     grow_free_domain : bool
         ``defrag`` without ``--for``: objective ``largest_free_domain_gpus`` (the largest
         free domain per GPU type, summed over types) comes first, before the work lost
-        (:meth:`PlacementModelBuilder._free_domain
-        <hyperplace.formulations.placement.model.PlacementModelBuilder._free_domain>`).
+        (:meth:`FreeDomainGrowth.rows
+        <hyperplace.formulations.placement.free_domain.FreeDomainGrowth.rows>`).
     max_movers : int, optional
         At most this many running jobs are movers, those losing least work (None: all); a
         round that leaves some out is a restriction

@@ -26,7 +26,6 @@ from hyperplace.formulations.mapping import (
     Assignment,
     decode,
     encode,
-    free_domain_gpus,
     migrations,
     objective_terms,
     to_plan,
@@ -643,13 +642,10 @@ def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
         if values is not None:
             fair = objective_terms(pm, values).get("fair_share", 0.0)
     lost = sum(p.stoppable[v].lost_units for v in a.stopped)
-    free = free_domain_gpus(p, a) if _grows_free_domain(p) else 0
+    free = sum(ext.plan_value(a) for ext in p.extensions)
     repaired = _repaired_demand(p, a) if p.repairing else 0
     return _weighted(p, a), repaired, free, -lost, -len(a.stopped), fair, _admitted(p, a)
 
-
-def _grows_free_domain(p: PlacementProblem) -> bool:
-    return p.migration is not None and p.migration.grow_free_domain
 
 
 
@@ -687,8 +683,8 @@ def _terms(p: PlacementProblem, pm: PlacementModel | None, a: Assignment) -> dic
                     if not k.startswith("demand_tier")})
     else:
         out["admitted_jobs"] = float(_admitted(p, a))
-    if _grows_free_domain(p):
-        out["largest_free_domain_gpus"] = float(free_domain_gpus(p, a))
+    for ext in p.extensions:  # free-domain growth: the largest free domain
+        out.update(ext.terms(a))
     if p.repairing:
         out["repaired_priority_demand"] = float(_repaired_demand(p, a))
     if p.migrating:  # exact lost work, and the GPUs moved (the model counts migrations)

@@ -132,7 +132,7 @@ def test_migrations_keep_the_spares(solver):
 def test_the_mapping_drops_a_job_that_would_open_a_spare():
     # the guard behind the model's node count (pieces that do not divide each other may
     # pack into more nodes than counted): an assignment opening every node loses one job
-    from hyperplace.formulations.mapping import Assignment, PlacedUnit, drop_over_spares
+    from hyperplace.formulations.mapping import Assignment, PlacedUnit
     from hyperplace.formulations.placement import PlacementProblem
 
     inst = instance([node(f"n{i}") for i in range(3)],
@@ -142,7 +142,8 @@ def test_the_mapping_drops_a_job_that_would_open_a_spare():
     for jv, name in zip(p.jobs, ("n0", "n1", "n2")):
         uc = jv.classes[0]
         a.units[jv.index] = [PlacedUnit(uc.index, uc.units[0].name, [(name, tuple(range(uc.size)))])]
-    drop_over_spares(p, a)
+    assert p.hot_spare_rule is not None and p.extensions == [p.hot_spare_rule]
+    p.hot_spare_rule.settle(a)
     assert sorted(a.units) == [0, 1] and "hot spares" in a.notes[2]
 
 

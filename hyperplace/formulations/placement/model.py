@@ -37,7 +37,6 @@ from hyperplace.formulations.placement.preemption import (
 from hyperplace.formulations.placement.stoppable import BrokenJob, PreemptionCandidate
 from hyperplace.formulations.placement.problem import PlacementProblem
 from hyperplace.formulations.placement.quotas import overdraft
-from hyperplace.formulations.placement.spares import spare_leaf
 from hyperplace.formulations.placement.views import JobView, NodeClass, NodeView, UnitClass
 
 Terms = list[tuple[int, int]]
@@ -174,8 +173,8 @@ class PlacementModelBuilder:
         self._stop_needs_a_stopper()
         self._quotas()
         self._fair_share()
-        self._hot_spares()
-        self._free_domain()
+        for ext in self.p.extensions:  # hot spares, free-domain growth: .extensions
+            ext.rows(self)
         self._objectives()
         return PlacementModel(
             problem=self.p, lm=self.lm, run=self.run, bundles=self.bundles,
@@ -904,42 +903,11 @@ class PlacementModelBuilder:
             self.aux_links.append((g, per_queue[queue], 1))
             self.obj_fair.append((g, 1))
 
-    # ---- sharing: hot spares -------------------------------------------------------------
-    def _hot_spares(self) -> None:
-        """Per leaf with whole free nodes, those the round opens <= ``W - min(N, W)``
-        (:attr:`PlacementProblem.spare_allowance`; which ones stay spare is the model's
-        choice).
-
-        Opened nodes are counted per whole free node class by ``used[c]`` (:meth:`_nodes_used`): on a
-        uniform class of ``m`` nodes of ``f`` GPUs, ``f x used >= GPUs of its pieces`` and,
-        unless the piece sizes divide each other and ``f``, per size ``s``
-        ``floor(f / s) x used >= pieces of size >= s``. Every such row is a lower bound on
-        the nodes any packing needs, so the rows cut no valid plan; with sizes that divide
-        each other and the node (1, 2, 4, 8 on 8-GPU nodes) the mapping's first-fit
-        decreasing fills nodes one after another (every node's free count stays a multiple
-        of the piece size being placed, so a node is opened only when the ones before it
-        are full) and uses exactly ``ceil(GPUs / f)``, the count. Otherwise a packing may
-        need more nodes than counted: the mapping then drops a job (the plan stays valid and
-        says so). On a non-uniform node (its own class) ``used`` is the OR of its GPU-set
-        variables."""
-        allowance = self.p.spare_allowance
-        if not allowance:
-            return
-        per_leaf: dict[DomainKey, Terms] = defaultdict(list)
-        for nc in self.p.node_classes:
-            leaf = spare_leaf(nc.rep)
-            if leaf is None or leaf not in allowance:
-                continue
-            u = self._nodes_used(nc)
-            if u is not None:
-                per_leaf[leaf].append((u, 1))
-        for leaf, used in sorted(per_leaf.items()):
-            self.lm.add(used, hi=allowance[leaf], name=f"spares[{leaf}]")
-
-    def _nodes_used(self, nc: NodeClass) -> int | None:
+    def nodes_used(self, nc: NodeClass) -> int | None:
         """The nodes of a class that the round's pieces open (one variable per class, shared
         by the families that count them; None when no piece may go there). See
-        :meth:`_hot_spares` for the rows and why they are exact for divisible sizes."""
+        :meth:`HotSpares.rows <hyperplace.formulations.placement.spares.HotSpares.rows>`
+        for the rows and why they are exact for divisible sizes."""
         if nc.index in self._used_vars:
             return self._used_vars[nc.index]
         u: int | None = None
@@ -964,78 +932,6 @@ class PlacementModelBuilder:
                 self.aux_links.append((u, [(v, 1) for v in vs], len(vs)))
         self._used_vars[nc.index] = u
         return u
-
-    # ---- defragmentation: the largest free domain ---------------------------------------
-    def _free_domain(self) -> None:
-        """With ``MigrationPolicy(grow_free_domain=True)`` (``defrag`` without ``--for``):
-        objective ``largest_free_domain_gpus``, the sum over GPU types of the GPUs of whole
-        free nodes of that type in one domain of 2 hops (a leaf), as
-        :func:`hyperplace.models.sharing.largest_free_domains` measures it.
-
-        A node may be whole free after the round when none of its GPUs is faulty or held by
-        a running job that cannot move. A whole free class of ``m`` nodes keeps ``m -
-        used`` (:meth:`_nodes_used`); a node hosting movers is whole free (``wf = 1``) only
-        if every mover on it moves (``wf <= stop[v]``) and no piece lands on it (``GPUs of
-        its pieces <= its GPUs x (1 - wf)``). Per type ``t``, ``L[t] <= GPUs whole free in
-        domain d + M (1 - pick[d, t])`` with one ``pick`` per type: ``L[t]`` is the largest
-        domain's when maximised."""
-        p = self.p
-        if p.migration is None or not p.migration.grow_free_domain:
-            return
-        # per (type, domain): terms of whole free GPUs, and their most
-        per: dict[tuple[str, DomainKey], Terms] = defaultdict(list)
-        most: dict[tuple[str, DomainKey], int] = defaultdict(int)
-        const: dict[tuple[str, DomainKey], int] = defaultdict(int)
-        pieces_on: dict[int, Terms] = defaultdict(list)
-        rule_nodes: list[tuple[int, list[int], list[int]]] = []  # (wf, stops, pieces)
-        for pv in self.pieces:
-            pieces_on[pv.node_class].append((pv.var, pv.piece))
-        for nc in p.node_classes:
-            n = nc.rep
-            f = n.node.gpu_count
-            if n.node.faulty or len(n.free) + len(n.stoppable) < f:
-                continue  # a faulty GPU, or one held by a job that stays
-            if n.attach_gbps is None:
-                continue  # off the fabric: in no domain (as largest_free_domains counts)
-            domains = list(p.domains_of(n, 2))
-            t = n.gpu_type.name
-            if not n.stoppable:  # whole free now: m - used stay whole free
-                u = self._nodes_used(nc)
-                for d in domains:
-                    const[(t, d)] += f * nc.multiplicity
-                    most[(t, d)] += f * nc.multiplicity
-                    if u is not None:
-                        per[(t, d)].append((u, -f))
-                continue
-            wf = self.lm.bool(f"wholefree[{n.name}]")
-            for v in sorted(set(n.stoppable.values())):
-                self.lm.add([(wf, 1), (self.stop[v], -1)], hi=0, name=f"wholefree[{n.name},{v}]")
-            load = pieces_on.get(nc.index, [])
-            if load:
-                self.lm.add(load + [(wf, f)], hi=f, name=f"wholefree-empty[{n.name}]")
-            for d in domains:
-                per[(t, d)].append((wf, f))
-                most[(t, d)] += f
-            rule_nodes.append((wf, [self.stop[v] for v in sorted(set(n.stoppable.values()))],
-                               [v for v, _ in load]))
-        by_type: dict[str, list[DomainKey]] = defaultdict(list)
-        for t, d in sorted(set(per) | set(const)):
-            by_type[t].append(d)
-        objective: Terms = []
-        rule_types = []
-        for t, doms in sorted(by_type.items()):
-            top = max(most[(t, d)] for d in doms)
-            largest = self.lm.var(f"freedomain[{t}]", 0, top)
-            picks = [self.lm.bool(f"pick[{t},{d}]") for d in doms]
-            self.lm.eq([(x, 1) for x in picks], 1, f"pick[{t}]")
-            for d, x in zip(doms, picks):
-                # L <= const + terms + top (1 - pick)
-                self.lm.add([(largest, 1)] + [(v, -c) for v, c in per[(t, d)]] + [(x, top)],
-                            hi=const[(t, d)] + top, name=f"freedomain[{t},{d}]")
-            objective.append((largest, 1))
-            rule_types.append((largest, [(x, const[(t, d)], per[(t, d)]) for d, x in zip(doms, picks)]))
-        self.obj_free_domain = objective
-        self.derived.append(_free_domain_rule(rule_nodes, rule_types))
 
     # ---- objectives -----------------------------------------------------------------
     def _objectives(self) -> None:
@@ -1062,9 +958,10 @@ class PlacementModelBuilder:
                        Objective(self.obj_moves, "migrated_jobs", "min")]
         if p.repairing and self.stop:
             preempt = [Objective(self.obj_moves, "repair_gpus_placed", "min")]
-        if self.obj_free_domain:  # defrag: the largest free domain, then the moves' cost
-            preempt = [Objective(self.obj_free_domain, "largest_free_domain_gpus", "max"),
-                       *preempt]
+        # extensions' objectives (defrag: the largest free domain), then the moves' cost
+        leading = [o for ext in p.extensions for o in ext.objectives(self)]
+        if leading:
+            preempt = [*leading, *preempt]
         self.lm.objectives = [
             *demand,
             *preempt,
@@ -1110,24 +1007,6 @@ def _ceil_max_rule(aux: int, rows: list[tuple[Terms, int]], ub: int
     rows (capped at ``ub``)."""
     def rule(values: list[int]) -> None:
         values[aux] = min(ub, max(-(-sum(c * values[v] for v, c in row) // d) for row, d in rows))
-    return rule
-
-
-def _free_domain_rule(nodes: list[tuple[int, list[int], list[int]]],
-                      types: list[tuple[int, list[tuple[int, int, Terms]]]]
-                      ) -> Callable[[list[int]], None]:
-    """Hint completion of the free-domain family (after the node counts): a node is whole
-    free when its movers all move and no piece lands there; per type the largest domain is
-    picked."""
-    def rule(values: list[int]) -> None:
-        for wf, stops, pieces in nodes:
-            values[wf] = int(all(values[s] for s in stops) and not any(values[v] for v in pieces))
-        for largest, options in types:
-            sizes = [const + sum(c * values[v] for v, c in terms) for _, const, terms in options]
-            best = max(range(len(options)), key=lambda k: sizes[k])
-            for k, (x, _, _) in enumerate(options):
-                values[x] = int(k == best)
-            values[largest] = max(0, sizes[best])
     return rule
 
 

@@ -50,7 +50,9 @@ from hyperplace.formulations.placement.stoppable import (
 )
 from hyperplace.formulations.placement.quotas import UNCOVERED, QuotaBook, build_quota_book
 from hyperplace.formulations.placement.reasons import PendingReason, ReasonCode
-from hyperplace.formulations.placement.spares import spare_allowance
+from hyperplace.formulations.placement.extensions import RoundExtension
+from hyperplace.formulations.placement.free_domain import FreeDomainGrowth
+from hyperplace.formulations.placement.spares import HotSpares
 from hyperplace.formulations.placement.tiers import demand_by_level, priority_tiers, tier_weights
 from hyperplace.formulations.placement.views import (
     WHOLE_JOB_GROUP,
@@ -836,12 +838,29 @@ class PlacementProblem:
                 for i, ns in enumerate(groups.values())]
 
     @cached_property
+    def extensions(self) -> list[RoundExtension]:
+        """The round's extensions (:mod:`~hyperplace.formulations.placement.extensions`),
+        in the order their hooks run: hot spares, free-domain growth (those it asks for)."""
+        found = [HotSpares.of(self), FreeDomainGrowth.of(self)]
+        return [ext for ext in found if ext is not None]
+
+    @property
+    def hot_spare_rule(self) -> HotSpares | None:
+        """The round's hot spares (None: it keeps none)."""
+        return next((e for e in self.extensions if isinstance(e, HotSpares)), None)
+
+    @property
+    def free_domain_growth(self) -> FreeDomainGrowth | None:
+        """The round's free-domain growth (None: the round does not grow it)."""
+        return next((e for e in self.extensions if isinstance(e, FreeDomainGrowth)), None)
+
+    @property
     def spare_allowance(self) -> dict[DomainKey, int]:
         """Leaf -> whole free nodes the round may open there, keeping ``hot_spares`` of them
-        (all it has when fewer) free for repairs; empty without hot spares."""
-        if self.repairing:  # repairs may use the spares (what they are for)
-            return {}
-        return spare_allowance(self.nodes, self.hot_spares)
+        (all it has when fewer) free for repairs; empty without hot spares
+        (:class:`~hyperplace.formulations.placement.spares.HotSpares` owns it)."""
+        spares = self.hot_spare_rule
+        return spares.allowance if spares is not None else {}
 
     def restricted_to(self, n: NodeView) -> tuple[int, ...]:
         """Jobs limited to some nodes (repairs in part) that may use ``n``: nodes a class

@@ -6,21 +6,103 @@ free when none of its GPUs is held or faulty; the leaf is
 :meth:`~hyperplace.models.fabric.Network.leaf_of`, the node views' leaf; nodes off the
 fabric are in no leaf and keep no spares). Which nodes stay spare is the round's choice:
 the model counts the whole free nodes it opens per node class
-(:meth:`~hyperplace.formulations.placement.model.PlacementModelBuilder._hot_spares`), greedy
+(:meth:`HotSpares.rows`), greedy
 keeps a counter per leaf (``solvers.heuristics.greedy.State``), and the mapping back drops a job when
 its pieces packed into more whole free nodes than the model counted
 (:func:`opened_whole_nodes`). Repairs of running jobs may use the spares: they are solved
 without the setting.
+
+The family is a round extension (:class:`HotSpares`, :mod:`.extensions`): it owns the
+allowance per leaf, the model's rows and the mapping back's settlement.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from hyperplace.formulations.placement.domains import DomainKey
+from hyperplace.formulations.placement.extensions import RoundExtension
 from hyperplace.formulations.placement.nvlink import domain_of as nvlink_domain_of
 from hyperplace.formulations.placement.views import NodeView
+
+if TYPE_CHECKING:
+    from hyperplace.formulations.mapping import Assignment
+    from hyperplace.formulations.placement.model import PlacementModelBuilder
+    from hyperplace.formulations.placement.problem import PlacementProblem
+
+Terms = list[tuple[int, int]]
+
+
+class HotSpares(RoundExtension):
+    """Whole free nodes each leaf keeps for repairs (see the module docstring): at most
+    ``allowance[leaf]`` of a leaf's whole free nodes may be opened by the round."""
+
+    name = "hot spares"
+
+    def __init__(self, p: PlacementProblem, allowance: dict[DomainKey, int]):
+        self.p = p
+        #: leaf -> whole free nodes the round may open there (:func:`spare_allowance`)
+        self.allowance = allowance
+
+    @classmethod
+    def of(cls, p: PlacementProblem) -> HotSpares | None:
+        """The extension when some leaf keeps spares (``hot_spares``, or an NVLink domain's
+        ``spareTrays``); never in a repair round (repairs may use the spares: what they
+        are for)."""
+        if p.repairing:
+            return None
+        allowance = spare_allowance(p.nodes, p.hot_spares)
+        return cls(p, allowance) if allowance else None
+
+    def rows(self, b: PlacementModelBuilder) -> None:
+        """Per leaf with whole free nodes, those the round opens <= ``W - min(N, W)``
+        (which ones stay spare is the model's choice).
+
+        Opened nodes are counted per whole free node class by ``used[c]``
+        (:meth:`PlacementModelBuilder.nodes_used`): on a uniform class of ``m`` nodes of
+        ``f`` GPUs, ``f x used >= GPUs of its pieces`` and, unless the piece sizes divide
+        each other and ``f``, per size ``s`` ``floor(f / s) x used >= pieces of size >=
+        s``. Every such row is a lower bound on the nodes any packing needs, so the rows
+        cut no valid plan; with sizes that divide each other and the node (1, 2, 4, 8 on
+        8-GPU nodes) the mapping's first-fit decreasing fills nodes one after another
+        (every node's free count stays a multiple of the piece size being placed, so a node
+        is opened only when the ones before it are full) and uses exactly ``ceil(GPUs /
+        f)``, the count. Otherwise a packing may need more nodes than counted: the mapping
+        then drops a job (:meth:`settle`; the plan stays valid and says so). On a
+        non-uniform node (its own class) ``used`` is the OR of its GPU-set variables."""
+        per_leaf: dict[DomainKey, Terms] = defaultdict(list)
+        for nc in self.p.node_classes:
+            leaf = spare_leaf(nc.rep)
+            if leaf is None or leaf not in self.allowance:
+                continue
+            u = b.nodes_used(nc)
+            if u is not None:
+                per_leaf[leaf].append((u, 1))
+        for leaf, used in sorted(per_leaf.items()):
+            b.lm.add(used, hi=self.allowance[leaf], name=f"spares[{leaf}]")
+
+    def settle(self, a: Assignment) -> None:
+        """Drop jobs (lowest priority, then smallest, first) while some leaf has more of
+        its whole free nodes opened than its hot spares allow (pieces whose sizes do not
+        divide each other may pack into more nodes than the model counted, see
+        :meth:`rows`); each dropped job gets a note."""
+        p = self.p
+        while True:
+            opened = opened_whole_nodes(p.node_by_name, {
+                node for units in a.units.values() for u in units for node, _ in u.pieces})
+            over = {leaf for leaf, nodes in opened.items()
+                    if len(nodes) > self.allowance.get(leaf, 0)}
+            if not over:
+                return
+            on_over = [j for j, units in a.units.items()
+                       if any(spare_leaf(p.node_by_name[node]) in over
+                              for u in units for node, _ in u.pieces)]
+            j = min(on_over, key=lambda j: (p.jobs[j].priority, p.jobs[j].gpus, -j))
+            del a.units[j]
+            a.notes[j] = ("its pieces packed into more whole free nodes than leaf "
+                          f"{sorted(over)[0]} may open with its hot spares kept")
 
 
 def spare_leaf(n: NodeView) -> DomainKey | None:

@@ -20,8 +20,8 @@ units and hop limits are). Moving it costs its lost work, GPUs x ``checkpointAge
     (:func:`hyperplace.models.sharing.largest_free_domains`, summed over types) within
     ``max_moves`` migrations, least lost work second: the same model with
     ``largest_free_domain_gpus`` as its first objective
-    (:meth:`PlacementModelBuilder._free_domain
-    <hyperplace.formulations.placement.model.PlacementModelBuilder._free_domain>`).
+    (:meth:`FreeDomainGrowth.rows
+    <hyperplace.formulations.placement.free_domain.FreeDomainGrowth.rows>`).
     ``search_cluster`` is greedy's heuristic for it (``--solver greedy``, and a second
     opinion within a fifth of the budget whose plan is returned only when it beats an
     unproven model plan): per leaf domain and GPU type, sets of the movable jobs on its
@@ -217,8 +217,8 @@ def defrag_cluster(instance: Instance, specs: list[TrainingJob] | None = None, *
     """Maximise the largest free domain per GPU type within ``max_moves`` migrations, least
     lost work second (see the module docstring): one solve of the placement model with
     the migrations as decisions and ``largest_free_domain_gpus`` as its first objective
-    (:meth:`PlacementModelBuilder._free_domain
-    <hyperplace.formulations.placement.model.PlacementModelBuilder._free_domain>`); with
+    (:meth:`FreeDomainGrowth.rows
+    <hyperplace.formulations.placement.free_domain.FreeDomainGrowth.rows>`); with
     ``solver="greedy"`` the search around the model (:func:`search_cluster`).
 
     Returns

@@ -1,0 +1,62 @@
+"""Round extensions: families a round may add to the placement model, each one object that
+owns its data, its rows and objectives, its decode settlement and its share of the plan's
+score and objective terms (PyJobShop's per-family constraint methods are the template: one
+method per family on its model builder; here one object per family, so that a family is
+read, changed and switched off in one place instead of as flags threaded through the
+problem, the model builder, the mapping back and the driver).
+
+The hooks are called in the round's order (:attr:`PlacementProblem.extensions
+<hyperplace.formulations.placement.problem.PlacementProblem.extensions>`: only the families
+the round asks for) by the model builder (:meth:`RoundExtension.rows`, then
+:meth:`RoundExtension.objectives` when it orders the objectives), by the mapping back
+(:meth:`RoundExtension.settle`, after the units are decoded) and by the driver
+(:meth:`RoundExtension.plan_value` in the plan score, :meth:`RoundExtension.terms` in the
+plan's objective terms). Every hook's default does nothing.
+
+Families that are extensions: hot spares (:class:`~.spares.HotSpares`) and free-domain
+growth (:class:`~.free_domain.FreeDomainGrowth`). Preemption, migration and failure repair
+share the stop booleans (:mod:`.stoppable`) and are still methods of the builder
+(``_preemption``, ``_migration``) and flags of the problem.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from hyperplace.formulations.linear import Objective
+    from hyperplace.formulations.mapping import Assignment
+    from hyperplace.formulations.placement.model import PlacementModelBuilder
+
+
+class RoundExtension:
+    """One family of a round (see the module docstring); subclasses override the hooks
+    they need."""
+
+    #: the family's name (as the round names it in plans and notes)
+    name: ClassVar[str] = ""
+
+    def rows(self, b: PlacementModelBuilder) -> None:
+        """Add the family's variables and rows to the model being built."""
+
+    def objectives(self, b: PlacementModelBuilder) -> list[Objective]:
+        """Objectives the family puts right after objective 1 (ahead of lost work and the
+        lower objectives), most important first."""
+        return []
+
+    def settle(self, a: Assignment) -> None:
+        """Make a decoded assignment agree with the family's rules (the mapping back's
+        last step before the stopped jobs are settled); notes say what was dropped."""
+
+    def plan_value(self, a: Assignment, stopped: set[int] | None = None) -> int:
+        """The family's value in the plan score (after objective 1 and the repaired
+        demand, before lost work), higher is better; ``stopped`` (default ``a.stopped``)
+        the migrations done."""
+        return 0
+
+    def terms(self, a: Assignment) -> dict[str, float]:
+        """The family's objective terms as the plan reports them."""
+        return {}
+
+
+__all__ = ["RoundExtension"]

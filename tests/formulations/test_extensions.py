@@ -1,0 +1,56 @@
+"""Round extensions (#20 item 4): a round lists exactly the families it asks for, in the order
+their hooks run; each family's rows, objective, decode settlement and plan terms are its own
+(hot spares, free-domain growth). Every plan goes through the checker."""
+
+from __future__ import annotations
+
+from placement_helpers import fragmented, instance, job, node
+
+from hyperplace.check import check
+from hyperplace.formulations.placement import PlacementProblem, build_model
+from hyperplace.formulations.placement.free_domain import FreeDomainGrowth
+from hyperplace.formulations.placement.spares import HotSpares
+from hyperplace.models.migration import MigrationPolicy
+from hyperplace.solvers.workflows.defrag import solve_with_migration
+
+
+def test_a_round_lists_the_families_it_asks_for_in_hook_order():
+    inst = fragmented()
+    assert PlacementProblem(inst).extensions == []
+    spares = PlacementProblem(inst, hot_spares=1)
+    assert [type(e) for e in spares.extensions] == [HotSpares]
+    assert spares.spare_allowance == spares.extensions[0].allowance and spares.spare_allowance
+    both = PlacementProblem(inst, hot_spares=1, migration=MigrationPolicy(grow_free_domain=True))
+    assert [type(e) for e in both.extensions] == [HotSpares, FreeDomainGrowth]
+    assert both.free_domain_growth is both.extensions[1]
+    # a repair round may use the spares (what they are for): no hot-spare family
+    repair = PlacementProblem(inst, hot_spares=1, migration=MigrationPolicy(why="repair"))
+    assert repair.hot_spare_rule is None and repair.spare_allowance == {}
+
+
+def test_each_family_owns_its_rows_and_objective():
+    inst = fragmented(pending=[])
+    plain = build_model(PlacementProblem(inst, migration=MigrationPolicy()))
+    grown = build_model(PlacementProblem(inst, migration=MigrationPolicy(grow_free_domain=True)))
+    names = [o.name for o in grown.lm.objectives]
+    # the largest free domain comes right after objective 1, ahead of the moves' cost
+    assert names.index("largest_free_domain_gpus") == names.index("migrated_lost_gpu_seconds") - 1
+    assert "largest_free_domain_gpus" not in [o.name for o in plain.lm.objectives]
+    assert len(grown.lm.constraints) > len(plain.lm.constraints)
+    spared = build_model(PlacementProblem(instance([node("n0"), node("n1")], [job("j")],
+                                                   nodes_per_leaf=2), hot_spares=1))
+    assert any(r.name.startswith("spares[") for r in spared.lm.constraints)
+
+
+def test_the_free_domain_family_scores_and_reports_the_plan():
+    # moving b (4 GPUs on n2) frees leaf 1 whole: the largest free domain grows from 8 to 16
+    inst = fragmented(pending=[])
+    plan = solve_with_migration(inst, solver="milp", budget_s=10, max_moves=1, why="defrag",
+                                grow_free_domain=True)
+    assert check(plan, inst) == []
+    assert plan.objective_terms["largest_free_domain_gpus"] == 16
+    assert [m.job for m in plan.migrations] == ["b"]
+    # the same round without the family: nothing to gain, nothing moves, no such term
+    plain = solve_with_migration(inst, solver="milp", budget_s=10, max_moves=1)
+    assert check(plain, inst) == [] and plain.migrations == []
+    assert "largest_free_domain_gpus" not in plain.objective_terms
