@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hyperplace.formulations.placement.tiers import (
+from hyperplace.formulations.placement.phases import (
     MAX_TIER_OBJECTIVE,
     demand_by_level,
     priority_tiers,

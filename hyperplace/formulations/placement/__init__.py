@@ -2,7 +2,7 @@
 
 The package: :mod:`.views` (nodes, jobs, unit classes as the formulation sees them),
 :mod:`.problem` (:class:`PlacementProblem`, where every eligibility rule is written once),
-:mod:`.tiers` (priority levels grouped into exact lexicographic phases), :mod:`.model` (the
+:mod:`.phases` (priority levels grouped into exact lexicographic phases), :mod:`.model` (the
 integer model, one builder method per constraint family), :mod:`.domains` (domain keys),
 :mod:`.reasons` (why a job cannot run, as codes), :mod:`.params` (tunables),
 :mod:`.preemption` (which running jobs a round may stop, and for whom), :mod:`.spares`

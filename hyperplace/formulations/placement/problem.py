@@ -53,7 +53,7 @@ from hyperplace.formulations.placement.reasons import PendingReason, ReasonCode
 from hyperplace.formulations.placement.extensions import RoundExtension
 from hyperplace.formulations.placement.free_domain import FreeDomainGrowth
 from hyperplace.formulations.placement.spares import HotSpares
-from hyperplace.formulations.placement.tiers import demand_by_level, priority_tiers, tier_weights
+from hyperplace.formulations.placement.phases import demand_by_level, priority_tiers, tier_weights
 from hyperplace.formulations.placement.views import (
     WHOLE_JOB_GROUP,
     cut_patterns,
@@ -778,7 +778,7 @@ class PlacementProblem:
     @cached_property
     def priority_tiers(self) -> list[list[float]]:
         """Priority levels grouped, highest first, into exact lexicographic phases
-        (see :mod:`~hyperplace.formulations.placement.tiers`)."""
+        (see :mod:`~hyperplace.formulations.placement.phases`)."""
         return priority_tiers(self._demand_by_level, self.weight_capacity)
 
     @cached_property
