@@ -334,7 +334,7 @@ def _exact(r: SolveRound, backend_name: str, options: BackendOptions) -> None:
 
 def _hint(r: SolveRound, pm: PlacementModel) -> list[int] | None:
     """Greedy's plan as the backend's hint, and its objective 1 as a cut (the optimum's top
-    tier is at least greedy's; later tiers are conditional); None when the model rejects it."""
+    phase is at least greedy's; later phases are conditional); None when the model rejects it."""
     hint: list[int] | None = encode(pm, r.greedy)
     bad = pm.lm.violated(hint) if hint is not None else []
     if bad:
@@ -582,20 +582,20 @@ def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolu
         return {name: 0.0 for name in gaps}
     if pm is None or raw is None:
         return gaps
-    tiers = len(p.priority_tiers)
+    phases = len(p.priority_phases)
     proven_above = True
     for k, obj in enumerate(pm.lm.objectives):
         if k >= len(raw.objective_values):
             break
         value, phase_bound = raw.objective_values[k], raw.objective_bounds[k]
-        if k >= tiers and obj.name in gaps and proven_above and phase_bound is not None:
+        if k >= phases and obj.name in gaps and proven_above and phase_bound is not None:
             gaps[obj.name] = relative_gap(value, phase_bound)
         proven_above = proven_above and phase_bound is not None and \
             abs(phase_bound - value) < 0.5
     return gaps
 
 
-#: What the plan reports as objective 1 (the model's is per priority tier, ``demand_tier<i>``)
+#: What the plan reports as objective 1 (the model's is per priority phase, ``demand_phase<i>``)
 #: and, for a repair round, the demand it maximises first.
 PLAN_OBJECTIVES = ("admitted_priority_demand", "repaired_priority_demand")
 #: The objectives the driver evaluates when no model was built (greedy's plan).
@@ -607,12 +607,12 @@ GREEDY_OBJECTIVES = ("largest_free_domain_gpus", "preempted_lost_gpu_seconds",
 def _objective_names(p: PlacementProblem, pm: PlacementModel | None, terms: dict[str, float]
                      ) -> list[str]:
     """The objectives a plan reports a gap for, in the model's order: the plan's objective 1
-    (and a repair's), then the model's objectives after its demand tiers; without a model,
+    (and a repair's), then the model's objectives after its demand phases; without a model,
     those the driver evaluated."""
     if pm is None:
         lower = [n for n in GREEDY_OBJECTIVES if n in terms]
     else:
-        lower = [o.name for o in pm.lm.objectives[len(p.priority_tiers):]]
+        lower = [o.name for o in pm.lm.objectives[len(p.priority_phases):]]
     return [n for n in PLAN_OBJECTIVES if n in terms] + [n for n in lower if n in terms]
 
 
@@ -655,22 +655,22 @@ def _admitted(p: PlacementProblem, a: Assignment) -> int:
 
 
 def _weighted_bound(p: PlacementProblem, raw: RawSolution) -> float | None:
-    """A valid bound on objective 1 from the per-tier phases.
+    """A valid bound on objective 1 from the priority phases.
 
-    One tier (the usual case): its bound is the bound. Several tiers: exact when every tier
-    was proven optimal, else the solver-free bound (every tier's bound is conditional on the
-    tiers above it).
+    One phase (the usual case): its bound is the bound. Several phases: exact when every
+    phase was proven optimal, else the solver-free bound (every phase's bound is conditional
+    on the phases above it).
     """
-    tiers = len(p.priority_tiers)
+    phases = len(p.priority_phases)
     if not raw.objective_bounds:
         return None
-    if tiers == 1:
+    if phases == 1:
         # the model leaves out the running jobs' constant (it counts only what stops lose)
         bound = raw.objective_bounds[0]
         return None if bound is None else bound + p.kept_running_demand()
-    solved = raw.objective_values[:tiers]
-    bounds = raw.objective_bounds[:tiers]
-    if len(solved) == tiers and all(b is not None and abs(b - v) < 0.5
+    solved = raw.objective_values[:phases]
+    bounds = raw.objective_bounds[:phases]
+    if len(solved) == phases and all(b is not None and abs(b - v) < 0.5
                                     for v, b in zip(solved, bounds)):
         return None  # proven: the driver reports the objective itself
     return demand_bound(p)
@@ -680,7 +680,7 @@ def _terms(p: PlacementProblem, pm: PlacementModel | None, a: Assignment) -> dic
     out: dict[str, float] = {"admitted_priority_demand": float(_weighted(p, a))}
     if pm is not None:
         out.update({k: v for k, v in objective_terms(pm, encode(pm, a)).items()
-                    if not k.startswith("demand_tier")})
+                    if not k.startswith("demand_phase")})
     else:
         out["admitted_jobs"] = float(_admitted(p, a))
     for ext in p.extensions:  # free-domain growth: the largest free domain

@@ -6,10 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hyperplace.formulations.placement.phases import (
-    MAX_TIER_OBJECTIVE,
+    MAX_PHASE_OBJECTIVE,
     demand_by_level,
-    priority_tiers,
-    tier_weights,
+    priority_phases,
+    phase_weights,
 )
 from hyperplace.models.priority import priority_weights, weighted_demand
 
@@ -34,13 +34,13 @@ def test_one_gpu_outweighs_all_lower_levels(demands, free):
 
 def test_many_levels_become_several_exact_tiers():
     demand = {level: 72 for level in range(1, 8)}
-    tiers = priority_tiers(demand, free_gpus=256)
+    tiers = priority_phases(demand, free_gpus=256)
     assert len(tiers) > 1
     assert [lvl for tier in tiers for lvl in tier] == [7, 6, 5, 4, 3, 2, 1]
-    weights = tier_weights(demand, tiers, 256)
+    weights = phase_weights(demand, tiers, 256)
     for tier in tiers:
-        assert sum(weights[q] * min(demand[q], 256) for q in tier) < MAX_TIER_OBJECTIVE
+        assert sum(weights[q] * min(demand[q], 256) for q in tier) < MAX_PHASE_OBJECTIVE
 
 
 def test_few_levels_are_one_tier():
-    assert priority_tiers({1: 8, 2: 8, 3: 8}, free_gpus=64) == [[3, 2, 1]]
+    assert priority_phases({1: 8, 2: 8, 3: 8}, free_gpus=64) == [[3, 2, 1]]

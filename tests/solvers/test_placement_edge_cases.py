@@ -58,7 +58,7 @@ def test_many_priority_levels_do_not_overflow(exact_solver):
     nodes = [node(f"n{i}") for i in range(32)]
     jobs = [job(f"p{p}-{k}", tp=8, priority=p) for p in range(1, 8) for k in range(9)]
     inst = instance(nodes, jobs, nodes_per_leaf=8)
-    assert len(PlacementProblem(inst).priority_tiers) > 1
+    assert len(PlacementProblem(inst).priority_phases) > 1
     plan = solve_placement(inst, solver=exact_solver, budget_s=20)
     assert plan.status == SolveStatus.OPTIMAL
     # the 32 free nodes go to the highest levels: 9 each of 7, 6, 5, then 5 of level 4

@@ -32,7 +32,7 @@ Modelling choices (see the README):
 
 Objectives, strictly lexicographic:
 1. maximise priority-weighted admitted GPUs (:mod:`~hyperplace.models.priority`; one
-   phase per tier of priority levels, see :attr:`PlacementProblem.priority_tiers`);
+   phase per group of priority levels, see :attr:`PlacementProblem.priority_phases`);
    then, among plans that tie on it, admit the most jobs (fewer people left waiting);
    with preemption (:mod:`.preemption`) objective 1 also counts every running job kept, just
    above its priority, and lost work, then the number of preempted jobs, come right after it;

@@ -626,7 +626,7 @@ class PlacementModelBuilder:
 
         * Objective 1 counts every running job as admitted demand of its own priority level,
           so stopping ``v`` costs its GPUs there: ``-weight(v) x GPUs(v) x stop[v]`` in
-          ``v``'s tier. A stop therefore pays only when the GPUs it frees admit demand of a
+          ``v``'s phase. A stop therefore pays only when the GPUs it frees admit demand of a
           higher level; a stop whose GPUs admit nothing only lowers objective 1 and is in
           no optimal plan.
         * On a node hosting victims (a class of its own) each piece may use only GPUs that
@@ -935,11 +935,11 @@ class PlacementModelBuilder:
 
     # ---- objectives -----------------------------------------------------------------
     def _objectives(self) -> None:
-        """Strictly lexicographic: weighted demand per priority tier (running jobs included
+        """Strictly lexicographic: weighted demand per priority phase (running jobs included
         when the round may preempt), then, with preemption, lost work and the number of
         victims, then fair share, admitted jobs, communication, fragmentation, policy.
 
-        Lost work comes right after objective 1 (all its tiers) and before everything else:
+        Lost work comes right after objective 1 (all its phases) and before everything else:
         which victims to stop is decided by priority first (a victim's GPUs count in its own
         level, so a lower-priority victim is always stopped before a higher one), then by
         the work it loses, then by how many are stopped; only among plans that stop the
@@ -947,9 +947,9 @@ class PlacementModelBuilder:
         p = self.p
         obj_jobs = [(r, 1) for j, r in self.run.items()
                     if not p.jobs[j].impossible and not p.is_copy(j)]
-        demand = [Objective([(v, p.tier_weights[lvl] * g) for lvl in tier
-                             for v, g in self.obj_demand_by_level[lvl]], f"demand_tier{i}", "max")
-                  for i, tier in enumerate(p.priority_tiers)]
+        demand = [Objective([(v, p.phase_weights[lvl] * g) for lvl in phase
+                             for v, g in self.obj_demand_by_level[lvl]], f"demand_phase{i}", "max")
+                  for i, phase in enumerate(p.priority_phases)]
         fair = [Objective(self.obj_fair, "fair_share", "max")] if self.obj_fair else []
         preempt = [Objective(self.obj_lost, "preempted_lost_gpu_seconds", "min"),
                    Objective(self.obj_victims, "preempted_jobs", "min")] if self.stop else []

@@ -13,7 +13,7 @@ rule that decides whether a unit may use a node is a method here (written once):
 * :meth:`PlacementProblem.node_eligible`: both;
 * :meth:`PlacementProblem.piece_capacity`: how many pieces fit on the node's free GPUs.
 
-Each building step (nodes, jobs, node classes, bundles, tiers) is a method or a cached
+Each building step (nodes, jobs, node classes, bundles, priority phases) is a method or a cached
 property of its own, so that a later round can reuse what did not change: given the previous
 round's problem (``previous=``), a node whose hardware and fabric are unchanged keeps its pair
 bandwidths, link rate, leaf and clique cache (only its free GPUs are read again), and a job
@@ -53,7 +53,7 @@ from hyperplace.formulations.placement.reasons import PendingReason, ReasonCode
 from hyperplace.formulations.placement.extensions import RoundExtension
 from hyperplace.formulations.placement.free_domain import FreeDomainGrowth
 from hyperplace.formulations.placement.spares import HotSpares
-from hyperplace.formulations.placement.phases import demand_by_level, priority_tiers, tier_weights
+from hyperplace.formulations.placement.phases import demand_by_level, priority_phases, phase_weights
 from hyperplace.formulations.placement.views import (
     WHOLE_JOB_GROUP,
     cut_patterns,
@@ -774,17 +774,17 @@ class PlacementProblem:
             self._uplink[cluster.name] = min(bws, default=0.0)
         return self._uplink[cluster.name]
 
-    # ---- priority tiers ----------------------------------------------------------------
+    # ---- priority phases ---------------------------------------------------------------
     @cached_property
-    def priority_tiers(self) -> list[list[float]]:
+    def priority_phases(self) -> list[list[float]]:
         """Priority levels grouped, highest first, into exact lexicographic phases
         (see :mod:`~hyperplace.formulations.placement.phases`)."""
-        return priority_tiers(self._demand_by_level, self.weight_capacity)
+        return priority_phases(self._demand_by_level, self.weight_capacity)
 
     @cached_property
-    def tier_weights(self) -> dict[float, int]:
-        """Weight of a GPU of each level inside its tier."""
-        return tier_weights(self._demand_by_level, self.priority_tiers, self.weight_capacity)
+    def phase_weights(self) -> dict[float, int]:
+        """Weight of a GPU of each level inside its phase."""
+        return phase_weights(self._demand_by_level, self.priority_phases, self.weight_capacity)
 
     @cached_property
     def _demand_by_level(self) -> dict[float, int]:

@@ -10,7 +10,7 @@ was optimal there. The LP relaxation of the same model (the one formulation) kno
 
 Objective 1 is written on the model's own variables: ``sum(weight[priority] * gpus *
 run[bundle])`` (jobs of a bundle share priority and size), so the bound holds whatever the
-number of priority tiers. The relaxation is a maximisation, so its optimum bounds every
+number of priority phases. The relaxation is a maximisation, so its optimum bounds every
 integer solution from above; it is rounded half up to an integer (objective 1 is an integer),
 which stays a valid bound as long as HiGHS's floating-point error is below 0.5, the same
 tolerance the exact backends use to call a phase proven.
@@ -145,12 +145,12 @@ def admitted_jobs_bound(pm: PlacementModel, objective1: float, deadline: float) 
     is short or HiGHS did not finish.
     """
     names = [o.name for o in pm.lm.objectives]
-    tiers = len(pm.problem.priority_tiers)
-    if "admitted_jobs" not in names or names.index("admitted_jobs") != tiers:
+    phases = len(pm.problem.priority_phases)
+    if "admitted_jobs" not in names or names.index("admitted_jobs") != phases:
         return None
     if deadline - time.perf_counter() < SECONDS_PER_VAR_BUILT * pm.lm.num_vars * 3 + 0.02:
         return None
-    jobs = pm.lm.objectives[tiers].terms
+    jobs = pm.lm.objectives[phases].terms
     # the row is relaxed by 0.5 (objective 1 is an integer): HiGHS's tolerances cannot make
     # it cut off the optimum
     value = lp_max(pm.lm, jobs, deadline - time.perf_counter(),
