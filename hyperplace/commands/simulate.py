@@ -209,6 +209,7 @@ def simulate_command(
     req = SimRequest(trace=trace, start_s=lo, end_s=hi, limit=jobs, workload=workload,
                      load=parse_load(load), policies=names, prediction_error=prediction_error)
     config = SimConfig(round_s=round_s, budget_s=budget, failures=failures, seed=seed,
+                       prediction_sigma=prediction_error,
                        network=network, solver=solver,
                        half_life_s=half_life * 3600.0 if half_life > 0 else None,
                        fair_share_levels=fair_share_levels, preemption=preemption,

@@ -60,6 +60,10 @@ class SimConfig:
     schedule_window: int = 200
     schedule_objective: str = "completion"
     step_s: float | None = None
+    # the planning engine's belief about its run-time predictions: the sigma of their
+    # lognormal error (the workload's ``prediction_error``; 0: exact), for the expected end
+    # of a running job given that it still runs (hyperplace.sim.planning.residual_s)
+    prediction_sigma: float = 0.5
     # stop the replay at this time (None: when every job has finished); jobs not finished
     # by then count as unfinished, metrics within the arrival window are unaffected when it
     # is at or after the last arrival
@@ -124,7 +128,7 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
         preemption=config.preemption, defrag=config.defrag,
         schedule={"horizon_s": config.horizon_s, "window": config.schedule_window,
                   "objective": config.schedule_objective, "step_s": config.step_s,
-                  "round_s": config.round_s})
+                  "round_s": config.round_s, "prediction_sigma": config.prediction_sigma})
     loop = RoundLoop(instance, pol, check=config.check, half_life_s=config.half_life_s)
     own_speed = getattr(pol, "speed_model", None)
     loop.speed = (own_speed(loop.state.base, config.network) if own_speed is not None

@@ -316,6 +316,7 @@ def run_scenario(base: dict[str, Any], changes: dict[str, Any],
                      load_reference=base_instance if keep_rate else None)
     config = SimConfig(round_s=float(p.get("round", 60)), budget_s=float(p.get("budget", 1.0)),
                        failures=float(p.get("failures", 0.0)), seed=int(p.get("seed", 0)),
+                       prediction_sigma=float(p.get("predictionError", 0.5)),
                        network=bool(p.get("network", True)), solver=str(p.get("solver", "auto")),
                        fail_switches=(str(changes["failSwitch"]),) if "failSwitch" in changes
                        else (), federation_split=bool(p.get("federationSplit", True)))

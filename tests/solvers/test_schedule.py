@@ -311,7 +311,10 @@ def sim_job(name, gpus, submit, work, tol=None):
 def test_engine_rounds_keep_reservations_and_start_jobs_inside_their_pools():
     rng = random.Random(7)
     inst = instance(h_leaves=2, a_leaves=2)
-    pol = make_policy("engine", inst, budget_s=1.0)
+    # the jobs' run times are predicted exactly (SimJob without predicted_work_s): the engine
+    # is told so (sigma 0), so a running job is expected to end at its predicted end
+    pol = make_policy("engine", inst, budget_s=1.0, schedule={"prediction_sigma": 0.0,
+                                                              "reserve_after_s": None})
     loop = RoundLoop(inst, pol, check=True)  # placement and schedule checkers every round
     jobs = [sim_job(f"j{i}", rng.choice([4, 8, 16, 32]), 60.0 * (i // 3), rng.uniform(600, 6000),
                     rng.choice([None, "h100", "a100"])) for i in range(24)]
@@ -358,8 +361,8 @@ def test_engine_rounds_keep_reservations_and_start_jobs_inside_their_pools():
                     got = pol.last.start_s(name)
                     assert got is not None and got <= prev + pol.step_s, name
                     checked += 1
-            reserved = {n: s for n, (s, _) in fc.items() if s is not None and s > t
-                        and n in loop.queue}
+            reserved = {n: s for n, (_, s) in pol.reservations.items()
+                        if s is not None and s > t and n in loop.queue}
             # what this round's plan assumes of the jobs that will be running in the next
             assumed = {n: end for n, (_, end) in pol.last_running.items()}
             prob = pol.last.problem
@@ -553,3 +556,68 @@ def test_the_same_problem_gets_the_same_schedule_after_a_slow_solve():
     solve_schedule(problem(big_inst, big_jobs, big_work, big_run, horizon=3600, step=300),
                    budget_s=0.05, window=60)  # a slow, cut solve in between
     assert solve() == first
+
+
+# ---- running jobs' expected ends under prediction error -------------------------------------
+
+@pytest.mark.parametrize("elapsed", [0.0, 400.0, 1000.0, 2500.0, 4000.0])
+def test_a_running_jobs_expected_rest_is_the_median_given_it_still_runs(elapsed):
+    # independent of the closed form: sample true run times predicted x exp(N(0, sigma)),
+    # keep those longer than the elapsed time, and take the median of what is left
+    import numpy as np
+
+    from hyperplace.sim.planning import residual_s
+
+    sigma, predicted = 0.5, 1000.0
+    runs = predicted * np.exp(sigma * np.random.default_rng(3).standard_normal(2_000_000))
+    left = runs[runs > elapsed] - elapsed
+    assert left.size > 4000  # enough survivors for a median within a few per cent
+    assert residual_s(predicted, elapsed, sigma) == pytest.approx(float(np.median(left)),
+                                                                  rel=0.04, abs=5.0)
+    # exact predictions: the predicted rest, never below 0
+    assert residual_s(predicted, elapsed, 0.0) == max(0.0, predicted - elapsed)
+
+
+def test_the_engine_expects_an_overrunning_job_to_run_on_for_longer_the_more_it_overran():
+    from hyperplace.sim.planning import PlanningEngine
+
+    pol = PlanningEngine(prediction_sigma=0.5)
+    # predicted 1000 s from its start at 0; at 500 s it is expected near its prediction
+    assert 1000.0 <= pol.expected_end(0.0, 1000.0, 500.0) <= 1100.0
+    ends = [pol.expected_end(0.0, 1000.0, now) - now for now in (1500.0, 3000.0, 6000.0)]
+    assert ends == sorted(ends) and ends[0] > pol.round_s
+    # sigma 0 keeps the exact rule: the predicted end, one round once overrun
+    exact = PlanningEngine(prediction_sigma=0.0)
+    assert exact.expected_end(0.0, 1000.0, 500.0) == 1000.0
+    assert exact.expected_end(0.0, 1000.0, 1500.0) == 1500.0 + exact.round_s
+    with pytest.raises(ValueError, match="prediction_sigma"):
+        PlanningEngine(prediction_sigma=-1.0)
+
+
+def test_reservations_go_to_jobs_that_waited_and_to_large_gangs_only():
+    from hyperplace.sim.planning import PlanningEngine
+
+    inst = instance(h_leaves=1, a_leaves=1)  # 2 H100 + 2 A100 nodes of 8
+    pol = PlanningEngine(budget_s=1.0, reserve_after_s=1800.0, reserve_nodes=4)
+    loop = RoundLoop(inst, pol, check=True)
+    for j in (sim_job("fill-h", 16, 0.0, 2e4, "h100"), sim_job("fill-a", 16, 0.0, 2e4, "a100")):
+        loop.submit(j, 0.0)
+    loop.run_round(0.0)
+    loop.submit(sim_job("old", 8, 60.0, 3000.0), 60.0)
+    loop.run_round(60.0)
+    assert set(loop.running) == {"fill-h", "fill-a"} and "old" in loop.queue
+    for j in (sim_job("young", 8, 1900.0, 3000.0), sim_job("gang", 32, 1900.0, 3000.0)):
+        loop.submit(j, 1900.0)
+    loop.run_round(1900.0)
+    fc = pol.forecasts()
+    assert all(fc[n][0] is not None and fc[n][0] > 1900.0 for n in ("old", "young", "gang"))
+    # waited 1,840 s >= 1,800 s, and a 4-node gang: reserved; a young 1-node job: re-planned
+    assert set(pol.reservations) == {"old", "gang"}
+    every = PlanningEngine(budget_s=1.0, reserve_after_s=None)
+    loop = RoundLoop(inst, every, check=True)
+    for j in (sim_job("fill-h", 16, 0.0, 2e4, "h100"), sim_job("fill-a", 16, 0.0, 2e4, "a100")):
+        loop.submit(j, 0.0)
+    loop.run_round(0.0)
+    loop.submit(sim_job("young", 8, 60.0, 3000.0), 60.0)
+    loop.run_round(60.0)
+    assert set(every.reservations) == {"young"}  # conservative: every planned start
