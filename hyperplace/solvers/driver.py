@@ -623,17 +623,10 @@ def _weighted(p: PlacementProblem, a: Assignment) -> int:
                if not p.is_copy(j)) + p.kept_running_demand(a.stopped)
 
 
-def _repaired_demand(p: PlacementProblem, a: Assignment) -> int:
-    """What a repair round maximises first (its model's objective 1; the plan's objective 1
-    counts pending jobs, and a repair round has none): priority-weighted GPUs of the broken
-    jobs repaired, whole or in part."""
-    return sum(p.weights[v.priority] * p.repair_gpus(v) for v in p.movers
-               if v.copy in a.units or p.partial_of(v.index) in a.units)
-
-
 def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
-           ) -> tuple[int, int, int, float, int, float, int]:
-    """Objective 1, then (with preemption) less lost work and fewer victims, then the
+           ) -> tuple[float, ...]:
+    """Objective 1, then the round extensions' values (a repair's repaired demand, a
+    defrag's largest free domain), then (with preemption) less lost work and fewer victims, then the
     fair-share objective (it ranks above admitted jobs: a plan that serves an under-served
     queue with fewer, larger jobs is the better one), then jobs."""
     fair = 0.0
@@ -642,9 +635,8 @@ def _score(p: PlacementProblem, a: Assignment, pm: PlacementModel | None = None
         if values is not None:
             fair = objective_terms(pm, values).get("fair_share", 0.0)
     lost = sum(p.stoppable[v].lost_units for v in a.stopped)
-    free = sum(ext.plan_value(a) for ext in p.extensions)
-    repaired = _repaired_demand(p, a) if p.repairing else 0
-    return _weighted(p, a), repaired, free, -lost, -len(a.stopped), fair, _admitted(p, a)
+    families = tuple(ext.plan_value(a) for ext in p.extensions)  # repair, free domain
+    return (_weighted(p, a), *families, -lost, -len(a.stopped), fair, _admitted(p, a))
 
 
 
@@ -683,10 +675,8 @@ def _terms(p: PlacementProblem, pm: PlacementModel | None, a: Assignment) -> dic
                     if not k.startswith("demand_phase")})
     else:
         out["admitted_jobs"] = float(_admitted(p, a))
-    for ext in p.extensions:  # free-domain growth: the largest free domain
+    for ext in p.extensions:  # repaired demand, the largest free domain
         out.update(ext.terms(a))
-    if p.repairing:
-        out["repaired_priority_demand"] = float(_repaired_demand(p, a))
     if p.migrating:  # exact lost work, and the GPUs moved (the model counts migrations)
         moved = migrations(p, a)
         out["migrated_lost_gpu_seconds"] = float(sum(m.lost_gpu_seconds for m in moved))

@@ -1,6 +1,6 @@
 """Round extensions (#20 item 4): a round lists exactly the families it asks for, in the order
 their hooks run; each family's rows, objective, decode settlement and plan terms are its own
-(hot spares, free-domain growth). Every plan goes through the checker."""
+(hot spares, failure repair, free-domain growth). Every plan goes through the checker."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from placement_helpers import fragmented, instance, job, node
 from hyperplace.check import check
 from hyperplace.formulations.placement import PlacementProblem, build_model
 from hyperplace.formulations.placement.free_domain import FreeDomainGrowth
+from hyperplace.formulations.placement.repair import FailureRepair
 from hyperplace.formulations.placement.spares import HotSpares
 from hyperplace.models.migration import MigrationPolicy
 from hyperplace.solvers.workflows.defrag import solve_with_migration
@@ -26,6 +27,7 @@ def test_a_round_lists_the_families_it_asks_for_in_hook_order():
     # a repair round may use the spares (what they are for): no hot-spare family
     repair = PlacementProblem(inst, hot_spares=1, migration=MigrationPolicy(why="repair"))
     assert repair.hot_spare_rule is None and repair.spare_allowance == {}
+    assert [type(e) for e in repair.extensions] == [FailureRepair]
 
 
 def test_each_family_owns_its_rows_and_objective():
@@ -37,6 +39,10 @@ def test_each_family_owns_its_rows_and_objective():
     assert names.index("largest_free_domain_gpus") == names.index("migrated_lost_gpu_seconds") - 1
     assert "largest_free_domain_gpus" not in [o.name for o in plain.lm.objectives]
     assert len(grown.lm.constraints) > len(plain.lm.constraints)
+    # failure repair: its cost (GPUs placed) stands in place of the moves' cost
+    repair = build_model(PlacementProblem(inst, migration=MigrationPolicy(why="repair")))
+    names = [o.name for o in repair.lm.objectives]
+    assert "repair_gpus_placed" in names and "migrated_lost_gpu_seconds" not in names
     spared = build_model(PlacementProblem(instance([node("n0"), node("n1")], [job("j")],
                                                    nodes_per_leaf=2), hot_spares=1))
     assert any(r.name.startswith("spares[") for r in spared.lm.constraints)

@@ -13,10 +13,11 @@ the round asks for) by the model builder (:meth:`RoundExtension.rows`, then
 (:meth:`RoundExtension.plan_value` in the plan score, :meth:`RoundExtension.terms` in the
 plan's objective terms). Every hook's default does nothing.
 
-Families that are extensions: hot spares (:class:`~.spares.HotSpares`) and free-domain
-growth (:class:`~.free_domain.FreeDomainGrowth`). Preemption, migration and failure repair
-share the stop booleans (:mod:`.stoppable`) and are still methods of the builder
-(``_preemption``, ``_migration``) and flags of the problem.
+Families that are extensions: hot spares (:class:`~.spares.HotSpares`), failure repair
+(:class:`~.repair.FailureRepair`) and free-domain growth
+(:class:`~.free_domain.FreeDomainGrowth`). Preemption and migration share the stop booleans
+(:mod:`.stoppable`) and are still methods of the builder (``_preemption``,
+``_migration``) and flags of the problem.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from hyperplace.formulations.linear import Objective
     from hyperplace.formulations.mapping import Assignment
     from hyperplace.formulations.placement.model import PlacementModelBuilder
+    from hyperplace.formulations.placement.stoppable import Mover
 
 
 class RoundExtension:
@@ -35,9 +37,17 @@ class RoundExtension:
 
     #: the family's name (as the round names it in plans and notes)
     name: ClassVar[str] = ""
+    #: its objectives stand in place of the moves' cost (lost work, then migrations)
+    replaces_moves_cost: ClassVar[bool] = False
 
     def rows(self, b: PlacementModelBuilder) -> None:
         """Add the family's variables and rows to the model being built."""
+
+    def mover_rows(self, b: PlacementModelBuilder, mover: Mover, stop: int) -> bool:
+        """Rows and objective terms of one mover the family refines (called as the
+        builder ties each mover to its copy, so the rows keep their place in the model);
+        True when the family took the mover's share of the moves' cost."""
+        return False
 
     def objectives(self, b: PlacementModelBuilder) -> list[Objective]:
         """Objectives the family puts right after objective 1 (ahead of lost work and the

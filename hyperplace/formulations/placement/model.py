@@ -34,7 +34,7 @@ from hyperplace.formulations.placement.preemption import (
     queue_use,
     signature_unions,
 )
-from hyperplace.formulations.placement.stoppable import BrokenJob, PreemptionCandidate
+from hyperplace.formulations.placement.stoppable import PreemptionCandidate
 from hyperplace.formulations.placement.problem import PlacementProblem
 from hyperplace.formulations.placement.quotas import overdraft
 from hyperplace.formulations.placement.views import JobView, NodeClass, NodeView, UnitClass
@@ -693,19 +693,9 @@ class PlacementModelBuilder:
             s = self.stop[mover.index]
             self.lm.eq([(self.run[mover.copy], 1), (s, -1)], 0, f"migrate[{mover.name}]")
             moves.append((s, 1))
-            if not isinstance(mover, BrokenJob):
+            # a family refining movers (failure repair) takes its share of the moves' cost
+            if not any(ext.mover_rows(self, mover, s) for ext in p.extensions):
                 self.obj_moves.append((s, 1))
-                continue
-            # a broken job: repaired whole (its copy) or in part, not both; objective 1
-            # counts it repaired, then the GPUs each way moves
-            gpus = p.repair_gpus(mover)
-            self.obj_demand_by_level[mover.priority].append((s, gpus))
-            self.obj_moves.append((s, gpus))
-            if mover.partial is not None:
-                part = self.run[mover.partial]
-                self.lm.add([(part, 1), (s, 1)], hi=1, name=f"repair[{mover.name}]")
-                self.obj_demand_by_level[mover.priority].append((part, gpus))
-                self.obj_moves.append((part, p.jobs[mover.partial].gpus))
         limit = p.migration.max_moves if p.migration is not None else None
         if limit is not None and len(moves) > limit:
             self.lm.add(moves, hi=limit, name="max-moves")
@@ -956,9 +946,10 @@ class PlacementModelBuilder:
         if p.migrating and self.stop:
             preempt = [Objective(self.obj_lost, "migrated_lost_gpu_seconds", "min"),
                        Objective(self.obj_moves, "migrated_jobs", "min")]
-        if p.repairing and self.stop:
-            preempt = [Objective(self.obj_moves, "repair_gpus_placed", "min")]
-        # extensions' objectives (defrag: the largest free domain), then the moves' cost
+        if any(ext.replaces_moves_cost for ext in p.extensions):
+            preempt = []  # failure repair: its own cost, the GPUs placed
+        # extensions' objectives (repair: GPUs placed; defrag: the largest free domain), then
+        # the moves' cost
         leading = [o for ext in p.extensions for o in ext.objectives(self)]
         if leading:
             preempt = [*leading, *preempt]

@@ -52,6 +52,7 @@ from hyperplace.formulations.placement.quotas import UNCOVERED, QuotaBook, build
 from hyperplace.formulations.placement.reasons import PendingReason, ReasonCode
 from hyperplace.formulations.placement.extensions import RoundExtension
 from hyperplace.formulations.placement.free_domain import FreeDomainGrowth
+from hyperplace.formulations.placement.repair import FailureRepair
 from hyperplace.formulations.placement.spares import HotSpares
 from hyperplace.formulations.placement.phases import demand_by_level, priority_phases, phase_weights
 from hyperplace.formulations.placement.views import (
@@ -840,8 +841,9 @@ class PlacementProblem:
     @cached_property
     def extensions(self) -> list[RoundExtension]:
         """The round's extensions (:mod:`~hyperplace.formulations.placement.extensions`),
-        in the order their hooks run: hot spares, free-domain growth (those it asks for)."""
-        found = [HotSpares.of(self), FreeDomainGrowth.of(self)]
+        in the order their hooks run: hot spares, failure repair, free-domain growth (those
+        it asks for)."""
+        found = [HotSpares.of(self), FailureRepair.of(self), FreeDomainGrowth.of(self)]
         return [ext for ext in found if ext is not None]
 
     @property

@@ -1,0 +1,77 @@
+"""Failure repair (``repair``, ``MigrationPolicy(why="repair")``): a round extension
+(:mod:`.extensions`) over the round's broken jobs
+(:class:`~hyperplace.formulations.placement.stoppable.BrokenJob`: running jobs a failure
+broke, each a mover whose copy is its whole manifest, and, when a repair in part is
+possible, a second job of its failed units alone near its kept GPUs).
+
+It owns, per broken job, what the round maximises first and what it then minimises:
+objective 1 counts a broken job repaired (whole or in part, never both: ``repair[job]``),
+priority-weighted like any admitted demand, and the moves' cost is the GPUs placed
+(``repair_gpus_placed``), replacing the lost work and migration count of a plain migration
+(a repair loses the same work whichever way it goes). The plan's score and terms carry the
+repaired demand (:meth:`FailureRepair.plan_value`, ``repaired_priority_demand``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hyperplace.formulations.linear import Objective
+from hyperplace.formulations.placement.extensions import RoundExtension
+from hyperplace.formulations.placement.stoppable import BrokenJob, Mover
+
+if TYPE_CHECKING:
+    from hyperplace.formulations.mapping import Assignment
+    from hyperplace.formulations.placement.model import PlacementModelBuilder
+    from hyperplace.formulations.placement.problem import PlacementProblem
+
+OBJECTIVE = "repair_gpus_placed"
+TERM = "repaired_priority_demand"
+
+
+class FailureRepair(RoundExtension):
+    """The round repairs its broken jobs (see the module docstring)."""
+
+    name = "failure repair"
+    replaces_moves_cost = True
+
+    def __init__(self, p: PlacementProblem):
+        self.p = p
+
+    @classmethod
+    def of(cls, p: PlacementProblem) -> FailureRepair | None:
+        """The extension when the round repairs (its movers are broken jobs)."""
+        return cls(p) if p.repairing else None
+
+    def mover_rows(self, b: PlacementModelBuilder, mover: Mover, stop: int) -> bool:
+        """A broken job: repaired whole (its copy, ``stop``) or in part, not both;
+        objective 1 counts it repaired, then the GPUs each way moves."""
+        if not isinstance(mover, BrokenJob):
+            return False
+        gpus = self.p.repair_gpus(mover)
+        b.obj_demand_by_level[mover.priority].append((stop, gpus))
+        b.obj_moves.append((stop, gpus))
+        if mover.partial is not None:
+            part = b.run[mover.partial]
+            b.lm.add([(part, 1), (stop, 1)], hi=1, name=f"repair[{mover.name}]")
+            b.obj_demand_by_level[mover.priority].append((part, gpus))
+            b.obj_moves.append((part, self.p.jobs[mover.partial].gpus))
+        return True
+
+    def objectives(self, b: PlacementModelBuilder) -> list[Objective]:
+        """The GPUs placed by the repairs, minimised (in place of the moves' cost)."""
+        return [Objective(b.obj_moves, OBJECTIVE, "min")] if b.stop else []
+
+    def plan_value(self, a: Assignment, stopped: set[int] | None = None) -> int:
+        """What a repair round maximises first (its model's objective 1; the plan's
+        objective 1 counts pending jobs, and a repair round has none): priority-weighted
+        GPUs of the broken jobs repaired, whole or in part."""
+        p = self.p
+        return sum(p.weights[v.priority] * p.repair_gpus(v) for v in p.movers
+                   if v.copy in a.units or p.partial_of(v.index) in a.units)
+
+    def terms(self, a: Assignment) -> dict[str, float]:
+        return {TERM: float(self.plan_value(a))}
+
+
+__all__ = ["OBJECTIVE", "TERM", "FailureRepair"]
