@@ -17,7 +17,7 @@ from hypothesis import settings
 # so a green main stays green on every machine. To explore new examples (and keep the failures
 # found in .hypothesis/), run with HYPOTHESIS_PROFILE=explore: exploration on 2026-12-01 found
 # greedy's preemption heuristic leaving a higher-priority job pending (a priority inversion,
-# pinned in tests/solvers/test_sharing_preemption.py as a strict xfail).
+# fixed on 2026-12-02, its case pinned in tests/solvers/test_sharing_preemption.py).
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("explore", deadline=None, print_blob=True)
 settings.load_profile("explore" if os.environ.get("HYPOTHESIS_PROFILE") == "explore" else "ci")

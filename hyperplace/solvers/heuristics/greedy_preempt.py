@@ -12,6 +12,12 @@ stop) keep running too (:func:`_keep_unneeded`). GPUs freed
 but unused stay idle for the rest of the round (only the preemptor may use them), so the
 plan keeps the model's rule that freed GPUs serve only jobs allowed to stop their owner.
 
+A job that no victim set places while greedy's lower-priority admitted jobs hold their GPUs
+and quota is tried again with those jobs released (:func:`_over_lower`, as greedy's
+:func:`~hyperplace.solvers.heuristics.greedy.fix_inversions` does without victims); the
+released jobs go back where they fit, or try victims in their turn. Without it a job could
+stay pending behind a lower-priority one (a priority inversion the checker refuses).
+
 A heuristic: the sets are tried in order of lost work but placed by greedy's best fit, so
 a set that would fit with a cleverer placement may be passed over. When the ordered sets run
 out (:data:`MAX_SETS`), node-by-node sets are tried: per domain of the job's hop limit, the
@@ -69,13 +75,34 @@ def greedy_preempt(p: PlacementProblem, a: Assignment, params: GreedyParams | No
     state, quota = state_with_plan(p, out)
     index = StopIndex(p, p.candidates)
     pending = sorted((jv for jv in p.jobs if jv.index not in out.units and not jv.impossible),
-                     key=lambda j: (-j.priority, -j.gpus, j.index))
-    for jv in pending:
+                     key=_order)
+    version = 0  # the plan's changes so far
+    failed: dict[tuple[object, ...], int] = {}  # (shape, priority) -> version when it failed
+    while pending:
+        jv = pending.pop(0)
         if _late(deadline):
             break
-        _preempt_for(p, jv, state, quota, out, params, index, deadline)
+        if jv.index in out.units:
+            continue
+        if _preempt_for(p, jv, state, quota, out, params, index, deadline):
+            version += 1
+            continue
+        key = (p.job_shape(jv), jv.priority)
+        if failed.get(key) == version:  # the same job and plan failed before
+            continue
+        back = _over_lower(p, jv, state, quota, out, params, index, deadline)
+        if back is None:
+            failed[key] = version
+            continue
+        version += 1
+        pending = sorted(pending + back, key=_order)
     _keep_unneeded(p, out, quota)
     return out
+
+
+def _order(jv: JobView) -> tuple[int, int, int]:
+    """Highest priority first, then largest."""
+    return (-jv.priority, -jv.gpus, jv.index)
 
 
 def _late(deadline: float | None) -> bool:
@@ -84,10 +111,10 @@ def _late(deadline: float | None) -> bool:
 
 def _preempt_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLedger,
                  out: Assignment, params: GreedyParams, index: StopIndex[PreemptionCandidate],
-                 deadline: float | None) -> None:
+                 deadline: float | None) -> bool:
     """Victim sets for one pending job in order of lost work (at most ``MAX_SETS``, of its
     ``MAX_CANDIDATES`` cheapest candidates), then, when those ran out, node after node per
-    domain; the first that places it whole is taken."""
+    domain; the first that places it whole is taken. Whether it was placed."""
     cands = [v for v in p.candidates if jv.index in v.allowed and v.index not in out.stopped]
     cands = sorted(cands, key=lambda v: (v.lost, v.name))[:MAX_CANDIDATES]
     reach = sum(len(f) for f in state.free.values())
@@ -97,14 +124,52 @@ def _preempt_for(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLed
         if reach + sum(len(v.gpus) for v in combo) < jv.gpus:
             continue
         if _attempt(p, jv, combo, state, quota, out, params):
-            return
+            return True
     # the ordered sets ran out (or their limit): clear node after node, per domain
     for combo in node_sets(jv, state, index, lambda v: jv.index in v.allowed
                            and v.index not in out.stopped):
         if _late(deadline):
             break
         if _attempt(p, jv, combo, state, quota, out, params):
-            break
+            return True
+    return False
+
+
+def _over_lower(p: PlacementProblem, jv: JobView, state: State, quota: QuotaLedger,
+                out: Assignment, params: GreedyParams, index: StopIndex[PreemptionCandidate],
+                deadline: float | None) -> list[JobView] | None:
+    """No priority inversion: ``jv`` found no victim set with the plan's lower-priority
+    admitted jobs in place, so release them, place ``jv`` (on the free GPUs, else with
+    victims) and put the released jobs back where they fit, highest priority first; or,
+    when ``jv`` does not fit even so, put everything back as it was. The released jobs that
+    did not get back in (they try victims in their turn), or None when ``jv`` stays out.
+
+    Objective 1 gains: one GPU of a higher class outweighs every GPU of the lower ones.
+    Jobs on GPUs of a stopped victim (only a job allowed to stop it may use them) and movers'
+    copies are never released."""
+    lower = [j for j, units in out.units.items()
+             if p.jobs[j].priority < jv.priority and not p.is_copy(j)
+             and not any(set(gpus) & set(p.node_by_name[node].stoppable)
+                         for u in units for node, gpus in u.pieces)]
+    if not lower:
+        return None
+    released = {j: out.units.pop(j) for j in lower}
+    for j, units in released.items():
+        quota.add(p.jobs[j].queue, units, -1)
+        for u in units:
+            for node, gpus in u.pieces:
+                state.give(node, gpus)
+    if not (_attempt(p, jv, (), state, quota, out, params)
+            or _preempt_for(p, jv, state, quota, out, params, index, deadline)):
+        for j, units in released.items():  # no better: everything back as it was
+            out.units[j] = units
+            quota.add(p.jobs[j].queue, units, +1)
+            for u in units:
+                for node, gpus in u.pieces:
+                    state.take(node, gpus)
+        return None
+    again = sorted((p.jobs[j] for j in released), key=_order)
+    return [w for w in again if not _attempt(p, w, (), state, quota, out, params)]
 
 
 def _keep_unneeded(p: PlacementProblem, out: Assignment, quota: QuotaLedger) -> None:
