@@ -78,6 +78,9 @@ ROUTE_S_PER_JOB = 15e-6
 #: s, node views 0.6 s, job views 0.6 s, greedy 2.2 s).
 NODE_S = 1.6e-4
 JOB_S = 4.5e-4
+#: Of which building the part's problem (the rest is greedy's pass): what a part's build
+#: time is measured against (the slowdown every later estimate is scaled by).
+BUILD_JOB_S = 1.0e-4
 
 
 @dataclass
@@ -156,6 +159,7 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
     todo = [part for part in parts.values() if part.jobs]
     run = _Run(instance, found, params, solver, policy, seed, workers)
     run.merge_s_per_job = MERGE_S_PER_JOB * slowdown
+    run.slow = slowdown
     t = time.perf_counter()
     run.solve_parts(todo, budget, tail)
     parts_s = time.perf_counter() - t
@@ -289,13 +293,9 @@ def route(instance: Instance, deadline: float | None = None) -> Route:
             best = max(runs, key=lambda c: (room[c], -clusters.index(c)))
             assignment[j] = best
             room[best] -= info[j][1]
-    if unrouted:  # the bound must hold for every job: the demand bound of all of them
+    if unrouted:  # no bound: the jobs not read are part of the round (nothing is admitted)
         status = f"no time left after reading {len(info):,} of {len(instance.jobs):,} jobs"
-        every = dict(info)
-        every.update((j, (instance.jobs[j].priority, instance.jobs[j].total_gpus,
-                          frozenset())) for j in unrouted)
-        weights = priority_weights([(p, g) for p, g, _ in every.values()], total_free)
-        bound = _demand_bound(every, weights, total_free)
+        bound = None
     return Route(assignment, bound, weights, len(shapes), time.perf_counter() - t0,
                  status if x is not None else f"by free room ({status})", info, dict(free),
                  unrouted)
@@ -323,22 +323,23 @@ class _Run:
                  policy: str, seed: int, workers: int) -> None:
         self.instance, self.found, self.params = instance, found, params
         self.solver, self.policy, self.seed, self.workers = solver, policy, seed, workers
-        self.node_s, self.job_s = NODE_S, JOB_S  # measured as parts are built
+        #: how much slower than the idle figures the machine runs now: the routing's, then
+        #: the parts' builds (measured; greedy's passes are assumed to slow alike)
+        self.slow = 1.0
         self.by_name = {job.name: j for j, job in enumerate(instance.jobs)}
         self.cluster_of = {c.name: c for c in instance.clusters}
         self.unbuilt_reason = ""
         self.merge_s_per_job = MERGE_S_PER_JOB
 
     def estimate(self, part: Part) -> float:
-        return self.node_s * part.nodes + self.job_s * len(part.jobs)
+        return self.slow * (NODE_S * part.nodes + JOB_S * len(part.jobs))
 
     def solve_parts(self, todo: list[Part], budget: Budget, tail: float) -> None:
         """Build and solve each part under its share (module docstring, step 2)."""
         for part in todo:
             part.est_s = part.need_s = self.estimate(part)
         todo.sort(key=lambda part: (-part.value / max(1e-9, part.need_s), part.cluster))
-        built_nodes = built_jobs = 0
-        built_s = 0.0
+        modelled = built_s = 0.0
         for k, part in enumerate(todo):
             rest = todo[k:]
             for q in rest:
@@ -363,14 +364,11 @@ class _Run:
             part.round = r
             part.status, part.solver = r.status.value, r.name
             part.admitted = len(r.chosen.units)
-            # the rates the next parts' needs are judged by: this round's build and greedy
-            built_nodes += part.nodes
-            built_jobs += len(part.jobs)
-            pending = sum(1 for jv in part.problem.pending if not jv.impossible)
-            tried = max(1, pending - len(r.greedy.untried))
-            built_s += part.build_s + r.greedy_s * max(1.0, pending / tried)  # a whole pass
-            scale = built_s / max(1e-9, NODE_S * built_nodes + JOB_S * built_jobs)
-            self.node_s, self.job_s = NODE_S * scale, JOB_S * scale
+            # the slowdown the next parts' needs are judged by: the builds so far against
+            # their idle figures (a cut greedy pass says nothing of a whole one's time)
+            modelled += NODE_S * part.nodes + BUILD_JOB_S * len(part.jobs)
+            built_s += part.build_s
+            self.slow = max(1.0, built_s / modelled)
             est = estimate_vars(part.problem)
             if r.pm is not None or est:  # what its exact model needed, for the record
                 vps = self.params.budget.vars_per_second(
@@ -468,15 +466,24 @@ class _Run:
         stuck: dict[int, str] = {}
         for _ in range(4):  # each pass only adds tried pairs; the released rarely cascade
             candidates, stuck = self._candidates(todo, tried)
+            # a job that might fit in an unsolved cluster leaves out every admitted job of
+            # lower priority anyway: only jobs above the highest such one need a repair
+            floor = max((self.found.jobs[j][0] for j in stuck), default=None)
+            if floor is not None:
+                candidates = {c: [j for j in js if self.found.jobs[j][0] > floor]
+                              for c, js in candidates.items()}
+                candidates = {c: js for c, js in candidates.items() if js}
             if not candidates:
                 break
             admitted = {c: self._admitted(part) for c, part in built.items()}
             for c, jobs in sorted(candidates.items(), key=lambda kv: -len(kv[1])):
-                if time.perf_counter() >= deadline:
-                    break
                 # a job one repair of this pass placed is no one else's candidate
                 elsewhere = set().union(*(a for cc, a in admitted.items() if cc != c))
                 jobs = [j for j in jobs if j not in elsewhere]
+                # the repair's cost: the part's views copied, the candidates' built, searched
+                cost = self.slow * (0.3 * NODE_S * built[c].nodes + JOB_S * len(jobs))
+                if time.perf_counter() + cost >= deadline:
+                    continue  # left to the priority rule below
                 if jobs:
                     self._repair_with(built[c], jobs, deadline)
                     admitted[c] = self._admitted(built[c])
@@ -485,6 +492,10 @@ class _Run:
                 break
         candidates, stuck2 = self._candidates(todo, tried)
         stuck.update(stuck2)
+        floor = max((self.found.jobs[j][0] for j in stuck), default=None)
+        if floor is not None:  # below it the left-out rule clears them
+            candidates = {c: [j for j in js if self.found.jobs[j][0] > floor]
+                          for c, js in candidates.items()}
         unresolved = {j: f"cluster {c} (no time for its repair)" for c, js in candidates.items()
                       for j in js}
         unresolved.update({j: f"cluster {c} (not solved: {self.unbuilt_reason or 'no time'})"
@@ -573,23 +584,30 @@ class _Run:
                 terms[name] += value
         for name, pj in elsewhere.items():
             pending.setdefault(name, pj)
+        templates: dict[str, PendingJob] = {}
+
+        def waiting(name: str, why: str) -> PendingJob:  # 6 us each, not 70 us validated
+            if why not in templates:
+                templates[why] = PendingJob(job=name, reasons=[why], analysis="skipped")
+            return templates[why].model_copy(update={"job": name})
+
         for j, why in left_out.items():
             name = self.instance.jobs[j].name
-            pending[name] = PendingJob.model_construct(job=name, reasons=[why],
-                                                       analysis="skipped")
+            pending[name] = waiting(name, why)
         unbuilt = [part for part in todo if part.round is None]
         for part in unbuilt:
             why = (f"not tried: the budget ran out before cluster {part.cluster}'s part "
                    f"({len(part.jobs):,} jobs) was built ({self.unbuilt_reason})")
             for j in part.jobs:
                 name = self.instance.jobs[j].name
-                pending.setdefault(name, PendingJob.model_construct(
-                    job=name, reasons=[why], analysis="skipped"))
+                if name not in pending:
+                    pending[name] = waiting(name, why)
+        why = (f"not tried: the budget ran out while jobs were routed to clusters "
+               f"({len(self.found.unrouted):,} jobs not reached)")
         for j in self.found.unrouted:
             name = self.instance.jobs[j].name
-            pending.setdefault(name, PendingJob.model_construct(job=name, reasons=[
-                f"not tried: the budget ran out while jobs were routed to clusters "
-                f"({len(self.found.unrouted):,} jobs not reached)"], analysis="skipped"))
+            if name not in pending:
+                pending[name] = waiting(name, why)
         b.pending = [pj for name, pj in pending.items() if name not in placed]
         weights = self.found.weights
         objective = float(sum(weights.get(job.priority, 1) * job.gpus for job in b.jobs))
