@@ -536,3 +536,41 @@ def test_stdin_is_read_once_and_a_new_stream_is_read_anew(monkeypatch: pytest.Mo
     assert hio.read_text_limited("-") == "first"  # read once: the stream is spent
     monkeypatch.setattr(sys, "stdin", _stdin_stream("second"))
     assert hio.read_text_limited("-") == "second"
+
+
+YAML_CASES = [
+    "a: 1\nb: [x, 2.5, ~, yes, No, 'on', \"7\"]\nc: {d: 010, e: 0x1F, f: 1_000, g: 1:30}\n",
+    "1: x\n\"1\": y\n2.5: z\nnull: n\ntrue: t\n",
+    "f: [.inf, -.Inf, .nan, 1e3, 6.8523015e+5, 190:20:30.15, 80.0]\nn: [0, 00, 09, 0o17, -12, +5]\n",
+    "base: {x: 1}\nd: {<<: {x: 1}, z: 2}\n",
+    "b: !!binary aGVsbG8=\nt: 2001-12-14t21:59:43.10-05:00\nd: 2002-12-14\ns: !!str 3\ni: !!int \"4\"\n",
+    "---\na: 1\n---\n---\nb: [1, {c: [2, {d: 3}]}]\ne: {}\nf: []\n",
+    "true: x\n1: y\n",  # one Python key from two YAML keys: the loader's own rule decides
+]
+
+
+@pytest.mark.parametrize("text", YAML_CASES)
+def test_yaml_plain_documents_are_what_the_safe_constructor_builds(text):
+    """Reading YAML builds plain documents without the generic constructor (#25); each is
+    what the strict safe loader builds, value for value and type for type."""
+    from hyperplace.io import _load_yaml, _Loader
+
+    def typed(x):
+        if isinstance(x, dict):
+            return [(typed(k), typed(v)) for k, v in x.items()]
+        if isinstance(x, list):
+            return [typed(v) for v in x]
+        return type(x).__name__, repr(x)
+
+    fast, _ = _load_yaml(text, plain=True)
+    assert typed(fast) == typed(list(yaml.load_all(text, Loader=_Loader)))
+
+
+@pytest.mark.parametrize("text, line", [("a: 1\nb: 2\na: 3\n", 3), ("a: {b: 1, b: 2}\n", 1)])
+def test_yaml_repeated_key_still_named_with_its_line(tmp_path, text, line):
+    from hyperplace.errors import InputError
+
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=f"line {line}, .*duplicate key"):
+        load_documents(path)
