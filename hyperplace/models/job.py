@@ -236,10 +236,17 @@ class TrainingJob(HPModel):
         return dp.inter_node_connectivity if dp else InterNodeConnectivity()
 
     def units(self) -> list[GangUnit]:
-        groups = self.spec.resource_groups
-        dp = self._dp_group()
-        mp = [g for g in groups if g.type in MODEL_PARALLEL]
-        aux = [g for g in groups if g.type == GroupType.AUXILIARY]
+        dp: ResourceGroup | None = None  # the first DataParallel group
+        mp: list[ResourceGroup] = []
+        aux: list[ResourceGroup] = []
+        for g in self.spec.resource_groups:
+            if g.type in MODEL_PARALLEL:
+                mp.append(g)
+            elif g.type == GroupType.DATA_PARALLEL:
+                if dp is None:
+                    dp = g
+            elif g.type == GroupType.AUXILIARY:
+                aux.append(g)
         per_replica = mp or ([dp] if dp else [])
         out: list[GangUnit] = []
         for g in per_replica:  # replicas differ only in their name and number
@@ -257,6 +264,8 @@ class TrainingJob(HPModel):
     def _sliced(self, units: list[GangUnit]) -> list[GangUnit]:
         """With a slice size ``k`` (:mod:`hyperplace.models.slices`): every ``k`` replica
         units, in order, as one slice unit ``<group>/slice<i>`` of ``k`` pods."""
+        if not self.metadata.annotations:  # slices are asked for by annotations
+            return units
         from hyperplace.models.slices import slice_size
 
         k = slice_size(self)

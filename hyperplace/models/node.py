@@ -120,6 +120,8 @@ class Node(HPModel):
     # ---- state -------------------------------------------------------------------
     @cached_property
     def free_gpus(self) -> tuple[int, ...]:
+        if not self.allocated and not self.faulty:
+            return tuple(range(self.gpu_count))
         busy = set(self.allocated) | set(self.faulty)
         return tuple(i for i in range(self.gpu_count) if i not in busy)
 

@@ -29,7 +29,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from functools import cached_property
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from hyperplace.formulations.placement.domains import DomainKey, radius_for
 from hyperplace.formulations.placement.nvlink import NVLinkRound, zero_hop_domain
@@ -71,6 +71,7 @@ from hyperplace.models.job import GangUnit, GroupType, TrainingJob
 from hyperplace.models.node import Node
 
 POLICIES = ("performance", "cost")
+_V = TypeVar("_V", JobView, UnitClass)
 
 
 class TypeRequirement(Protocol):
@@ -93,17 +94,32 @@ def _fields_key(view: object, skip: frozenset[str]) -> tuple[object, ...]:
     unhashable by its repr, which tells equal values apart from unequal ones or, at worst,
     equal ones apart: never a false match)."""
     out: list[object] = []
-    for f in dataclasses.fields(view):  # type: ignore[arg-type]
-        if f.name not in skip:
-            value = getattr(view, f.name)
-            if isinstance(value, list):
-                value = tuple(value)
-            try:
-                hash(value)
-            except TypeError:
-                value = repr(value)
-            out.append((f.name, value))
+    names = _FIELD_NAMES.get((type(view), skip))
+    if names is None:
+        names = _FIELD_NAMES[(type(view), skip)] = tuple(
+            f.name for f in dataclasses.fields(view)  # type: ignore[arg-type]
+            if f.name not in skip)
+    for name in names:
+        value = getattr(view, name)
+        if isinstance(value, list):
+            value = tuple(value)
+        try:
+            hash(value)
+        except TypeError:
+            value = repr(value)
+        out.append((name, value))
     return tuple(out)
+
+
+#: (view class, fields skipped) -> the names of its other fields, in order
+_FIELD_NAMES: dict[tuple[type, frozenset[str]], tuple[str, ...]] = {}
+
+
+def _clone(view: _V) -> _V:
+    """A shallow copy of a view (dataclass): its fields, none of its lists copied."""
+    out = object.__new__(type(view))
+    out.__dict__.update(view.__dict__)
+    return out
 
 
 class PlacementProblem:
@@ -156,6 +172,8 @@ class PlacementProblem:
         self._domains_of: dict[tuple[str, int | None], tuple[DomainKey, ...]] = {}
         self._domain_leaves: dict[tuple[int | None, bool], dict[DomainKey, list[DomainKey]]] = {}
         self._shapes: dict[int, tuple[object, ...]] = {}
+        #: pending jobs' views by what they are made of (:meth:`_add_job`)
+        self._like: dict[tuple[object, ...], tuple[JobView, list[list[int]]]] = {}
         #: nodes and jobs whose views came from the previous round (names)
         self.reused_nodes: set[str] = set()
         self.reused_jobs: set[str] = set()
@@ -180,7 +198,7 @@ class PlacementProblem:
             if old is not None and (old.job is job or old.job == job):
                 self._adopt_job(old)
             else:
-                self._add_job(job)
+                self._add_job(job, like_earlier=True)
         #: running jobs the round may stop: preemption candidates, movers or broken jobs
         #: (one role per round, :mod:`~hyperplace.formulations.placement.stoppable`)
         self.stoppable: list[Stoppable] = list(self._preemption_candidates())
@@ -387,14 +405,27 @@ class PlacementProblem:
         return nodes
 
     # ---- jobs ---------------------------------------------------------------------
-    def _add_job(self, job: TrainingJob) -> None:
-        """The job's view: unit classes, piece sizes, and reasons it cannot run at all."""
+    def _add_job(self, job: TrainingJob, like_earlier: bool = False) -> None:
+        """The job's view: unit classes, piece sizes, and reasons it cannot run at all.
+
+        ``like_earlier`` (the round's pending jobs): a job whose units, between-replica
+        rules and queue are those of an earlier pending job gets a copy of that job's view
+        with its own name, priority and units (:meth:`_add_like`): the view is made of
+        nothing else, and a queue of 16,384 jobs has a few hundred such shapes."""
         units = job.units()
         between = job.between_replicas
+        queue = self.instance.queue_of(job)
+        key: tuple[object, ...] | None = None
+        if like_earlier:
+            key = (queue, between.max_hop_count, between.min_infiniband_bandwidth_gbps,
+                   tuple(tuple(v for k, v in u.__dict__.items() if k != "job") for u in units))
+            earlier = self._like.get(key)
+            if earlier is not None:
+                self._add_like(earlier, job, units)
+                return
         jv = JobView(index=len(self.jobs), job=job, priority=job.priority,
                      gpus=sum(u.gpus for u in units), hop_limit=between.max_hop_count,
-                     min_ib_gbps=between.min_infiniband_bandwidth_gbps,
-                     queue=self.instance.queue_of(job))
+                     min_ib_gbps=between.min_infiniband_bandwidth_gbps, queue=queue)
         # The fabric cannot give the bandwidth asked between nodes: the job can still run if
         # it all fits on one node (then no fabric link is used).
         fabric_best = self.best_link_gbps(units)
@@ -410,6 +441,25 @@ class PlacementProblem:
             self._add_whole_job_class(jv, units, explain_size=not ib_unreachable)
         else:
             self._add_group_classes(jv, units)
+        self.jobs.append(jv)
+        if key is not None:
+            at = {id(u): i for i, u in enumerate(units)}
+            self._like[key] = (jv, [[at[id(u)] for u in uc.units] for uc in jv.classes])
+
+    def _add_like(self, earlier: tuple[JobView, list[list[int]]], job: TrainingJob,
+                  units: list[GangUnit]) -> None:
+        """A view of ``job`` copied from an earlier job's of the same key (:meth:`_add_job`):
+        its classes hold ``job``'s own units, at the positions the earlier job's held."""
+        old, positions = earlier
+        jv = _clone(old)
+        jv.index, jv.job, jv.priority = len(self.jobs), job, job.priority
+        jv.classes, jv.impossible = [], list(old.impossible)
+        for uc, at in zip(old.classes, positions):
+            new = _clone(uc)
+            new.index, new.job = len(self.classes), jv.index
+            new.units, new.pieces = [units[i] for i in at], list(uc.pieces)
+            self.classes.append(new)
+            jv.classes.append(new)
         self.jobs.append(jv)
 
     def _adopt_job(self, old: JobView) -> None:
