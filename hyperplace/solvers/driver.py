@@ -26,7 +26,6 @@ from hyperplace.formulations.mapping import (
     Assignment,
     decode,
     encode,
-    migrations,
     objective_terms,
     to_plan,
 )
@@ -675,13 +674,8 @@ def _terms(p: PlacementProblem, pm: PlacementModel | None, a: Assignment) -> dic
                     if not k.startswith("demand_phase")})
     else:
         out["admitted_jobs"] = float(_admitted(p, a))
-    for ext in p.extensions:  # repaired demand, the largest free domain
+    for ext in p.extensions:  # repaired demand, the largest free domain, migrations
         out.update(ext.terms(a))
-    if p.migrating:  # exact lost work, and the GPUs moved (the model counts migrations)
-        moved = migrations(p, a)
-        out["migrated_lost_gpu_seconds"] = float(sum(m.lost_gpu_seconds for m in moved))
-        out["migrated_jobs"] = float(len(moved))
-        out["migrated_gpus"] = float(sum(m.gpus_moved for m in moved))
     if p.preempting:  # the exact lost work (the model counts whole GPU-seconds)
         out["preempted_lost_gpu_seconds"] = float(sum(p.stoppable[v].lost for v in a.stopped))
         out["preempted_jobs"] = float(len(a.stopped))

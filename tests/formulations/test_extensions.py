@@ -1,6 +1,6 @@
 """Round extensions (#20 item 4): a round lists exactly the families it asks for, in the order
 their hooks run; each family's rows, objective, decode settlement and plan terms are its own
-(hot spares, failure repair, free-domain growth). Every plan goes through the checker."""
+(hot spares, failure repair, free-domain growth, migration). Every plan goes through the checker."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from placement_helpers import fragmented, instance, job, node
 from hyperplace.check import check
 from hyperplace.formulations.placement import PlacementProblem, build_model
 from hyperplace.formulations.placement.free_domain import FreeDomainGrowth
+from hyperplace.formulations.placement.migration import Migration
 from hyperplace.formulations.placement.repair import FailureRepair
 from hyperplace.formulations.placement.spares import HotSpares
 from hyperplace.models.migration import MigrationPolicy
@@ -22,12 +23,14 @@ def test_a_round_lists_the_families_it_asks_for_in_hook_order():
     assert [type(e) for e in spares.extensions] == [HotSpares]
     assert spares.spare_allowance == spares.extensions[0].allowance and spares.spare_allowance
     both = PlacementProblem(inst, hot_spares=1, migration=MigrationPolicy(grow_free_domain=True))
-    assert [type(e) for e in both.extensions] == [HotSpares, FreeDomainGrowth]
+    assert [type(e) for e in both.extensions] == [HotSpares, FreeDomainGrowth, Migration]
     assert both.free_domain_growth is both.extensions[1]
+    moving = PlacementProblem(inst, migration=MigrationPolicy())
+    assert [type(e) for e in moving.extensions] == [Migration]
     # a repair round may use the spares (what they are for): no hot-spare family
     repair = PlacementProblem(inst, hot_spares=1, migration=MigrationPolicy(why="repair"))
     assert repair.hot_spare_rule is None and repair.spare_allowance == {}
-    assert [type(e) for e in repair.extensions] == [FailureRepair]
+    assert [type(e) for e in repair.extensions] == [FailureRepair, Migration]
 
 
 def test_each_family_owns_its_rows_and_objective():
@@ -36,7 +39,8 @@ def test_each_family_owns_its_rows_and_objective():
     grown = build_model(PlacementProblem(inst, migration=MigrationPolicy(grow_free_domain=True)))
     names = [o.name for o in grown.lm.objectives]
     # the largest free domain comes right after objective 1, ahead of the moves' cost
-    assert names.index("largest_free_domain_gpus") == names.index("migrated_lost_gpu_seconds") - 1
+    assert names[names.index("largest_free_domain_gpus"):][:3] == [
+        "largest_free_domain_gpus", "migrated_lost_gpu_seconds", "migrated_jobs"]
     assert "largest_free_domain_gpus" not in [o.name for o in plain.lm.objectives]
     assert len(grown.lm.constraints) > len(plain.lm.constraints)
     # failure repair: its cost (GPUs placed) stands in place of the moves' cost

@@ -14,10 +14,10 @@ the round asks for) by the model builder (:meth:`RoundExtension.rows`, then
 plan's objective terms). Every hook's default does nothing.
 
 Families that are extensions: hot spares (:class:`~.spares.HotSpares`), failure repair
-(:class:`~.repair.FailureRepair`) and free-domain growth
-(:class:`~.free_domain.FreeDomainGrowth`). Preemption and migration share the stop booleans
-(:mod:`.stoppable`) and are still methods of the builder (``_preemption``,
-``_migration``) and flags of the problem.
+(:class:`~.repair.FailureRepair`), free-domain growth
+(:class:`~.free_domain.FreeDomainGrowth`) and migration (:class:`~.migration.Migration`).
+Preemption shares the stop booleans (:mod:`.stoppable`) and is still methods of the builder
+(``_preemption``, ``_stop_needs_a_stopper``, the reclaim rows) and a flag of the problem.
 """
 
 from __future__ import annotations
@@ -42,6 +42,10 @@ class RoundExtension:
 
     def rows(self, b: PlacementModelBuilder) -> None:
         """Add the family's variables and rows to the model being built."""
+
+    def stop_rows(self, b: PlacementModelBuilder) -> None:
+        """Rows over the stop booleans, made where the builder starts on them (before the
+        preemption rows), so they keep their place in the model."""
 
     def mover_rows(self, b: PlacementModelBuilder, mover: Mover, stop: int) -> bool:
         """Rows and objective terms of one mover the family refines (called as the

@@ -26,10 +26,70 @@ who may use its GPUs depends on which: a pair of decisions this formulation does
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from hyperplace.formulations.linear import Objective
+from hyperplace.formulations.placement.extensions import RoundExtension
 from hyperplace.models.instance import Instance
 from hyperplace.models.migration import MigrationPolicy
 from hyperplace.models.sharing import running_gpus
+
+if TYPE_CHECKING:
+    from hyperplace.formulations.mapping import Assignment
+    from hyperplace.formulations.placement.model import PlacementModelBuilder
+    from hyperplace.formulations.placement.problem import PlacementProblem
+
+Terms = list[tuple[int, int]]
+
+
+class Migration(RoundExtension):
+    """The round may migrate running jobs (see the module docstring): the movers' rows,
+    the moves' cost and the plan's migration terms."""
+
+    name = "migration"
+
+    def __init__(self, p: PlacementProblem):
+        self.p = p
+
+    @classmethod
+    def of(cls, p: PlacementProblem) -> Migration | None:
+        """The extension when the round has a migration policy (defrag and repair too)."""
+        return cls(p) if p.migration is not None else None
+
+    def stop_rows(self, b: PlacementModelBuilder) -> None:
+        """A migrated job runs again, whole: ``run[copy] = stop[mover]`` (the copy's gang,
+        unit, hop and quota rows are any job's); at most ``max_moves`` migrations. Objective
+        1 does not count movers (a migrated job keeps running); a family refining movers
+        (failure repair, :meth:`RoundExtension.mover_rows`) adds its own terms."""
+        p = self.p
+        moves: Terms = []
+        for mover in p.movers:
+            s = b.stop[mover.index]
+            b.lm.eq([(b.run[mover.copy], 1), (s, -1)], 0, f"migrate[{mover.name}]")
+            moves.append((s, 1))
+            if not any(ext.mover_rows(b, mover, s) for ext in p.extensions):
+                b.obj_moves.append((s, 1))
+        limit = p.migration.max_moves if p.migration is not None else None
+        if limit is not None and len(moves) > limit:
+            b.lm.add(moves, hi=limit, name="max-moves")
+
+    def objectives(self, b: PlacementModelBuilder) -> list[Objective]:
+        """The moves' cost, right after objective 1 (and a defrag's free domain): lost work
+        (GPUs x checkpoint age of each migrated job), then the number of migrations; none
+        when another family's cost stands in its place (failure repair)."""
+        if not b.stop or any(ext.replaces_moves_cost for ext in self.p.extensions):
+            return []
+        return [Objective(b.obj_lost, "migrated_lost_gpu_seconds", "min"),
+                Objective(b.obj_moves, "migrated_jobs", "min")]
+
+    def terms(self, a: Assignment) -> dict[str, float]:
+        """The exact lost work and the GPUs moved (the model counts migrations)."""
+        from hyperplace.formulations.mapping import migrations
+
+        moved = migrations(self.p, a)
+        return {"migrated_lost_gpu_seconds": float(sum(m.lost_gpu_seconds for m in moved)),
+                "migrated_jobs": float(len(moved)),
+                "migrated_gpus": float(sum(m.gpus_moved for m in moved))}
 
 @dataclass(frozen=True)
 class Movable:

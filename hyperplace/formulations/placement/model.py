@@ -645,8 +645,8 @@ class PlacementModelBuilder:
         p = self.p
         if not p.stoppable:
             return
-        if p.migrating:
-            self._migration()
+        for ext in p.extensions:  # migration: the movers' rows
+            ext.stop_rows(self)
         for running in p.stoppable:
             s = self.stop[running.index]
             if not p.repairing:  # a repair loses the same work whichever way it goes
@@ -680,25 +680,6 @@ class PlacementModelBuilder:
             if g in n.stoppable:
                 self.lm.add([(v, 1) for v in vs] + [(self.stop[n.stoppable[g]], -1)], hi=0,
                             name=f"gpu[nc{nci},{g}]")
-
-    def _migration(self) -> None:
-        """Movers (:mod:`.migration`): a migrated job runs again, whole: ``run[copy] =
-        stop[mover]`` (the copy's gang, unit, hop and quota rows are any job's); at most
-        ``max_moves`` migrations. Objective 1 does not count movers (a migrated job keeps
-        running); lost work (in :meth:`_preemption`), then the number of migrations, come
-        right after it."""
-        p = self.p
-        moves: Terms = []
-        for mover in p.movers:
-            s = self.stop[mover.index]
-            self.lm.eq([(self.run[mover.copy], 1), (s, -1)], 0, f"migrate[{mover.name}]")
-            moves.append((s, 1))
-            # a family refining movers (failure repair) takes its share of the moves' cost
-            if not any(ext.mover_rows(self, mover, s) for ext in p.extensions):
-                self.obj_moves.append((s, 1))
-        limit = p.migration.max_moves if p.migration is not None else None
-        if limit is not None and len(moves) > limit:
-            self.lm.add(moves, hi=limit, name="max-moves")
 
     # ---- sharing: quotas and fair share ----------------------------------------------------
     def _queue_terms(self) -> dict[tuple[str, str], Terms]:
@@ -942,17 +923,11 @@ class PlacementModelBuilder:
                   for i, phase in enumerate(p.priority_phases)]
         fair = [Objective(self.obj_fair, "fair_share", "max")] if self.obj_fair else []
         preempt = [Objective(self.obj_lost, "preempted_lost_gpu_seconds", "min"),
-                   Objective(self.obj_victims, "preempted_jobs", "min")] if self.stop else []
-        if p.migrating and self.stop:
-            preempt = [Objective(self.obj_lost, "migrated_lost_gpu_seconds", "min"),
-                       Objective(self.obj_moves, "migrated_jobs", "min")]
-        if any(ext.replaces_moves_cost for ext in p.extensions):
-            preempt = []  # failure repair: its own cost, the GPUs placed
-        # extensions' objectives (repair: GPUs placed; defrag: the largest free domain), then
-        # the moves' cost
-        leading = [o for ext in p.extensions for o in ext.objectives(self)]
-        if leading:
-            preempt = [*leading, *preempt]
+                   Objective(self.obj_victims, "preempted_jobs", "min")] \
+            if self.stop and not p.migrating else []
+        # the extensions' objectives in hook order (repair: GPUs placed; defrag: the largest
+        # free domain; migration: the moves' cost), then preemption's
+        preempt = [*(o for ext in p.extensions for o in ext.objectives(self)), *preempt]
         self.lm.objectives = [
             *demand,
             *preempt,

@@ -34,7 +34,7 @@ from typing import Protocol, TypeVar
 from hyperplace.formulations.placement.domains import DomainKey, radius_for
 from hyperplace.formulations.placement.nvlink import NVLinkRound, zero_hop_domain
 from hyperplace.formulations.placement.params import ModelParams
-from hyperplace.formulations.placement.migration import find_movers
+from hyperplace.formulations.placement.migration import Migration, find_movers
 from hyperplace.models.migration import MigrationPolicy
 from hyperplace.formulations.placement.preemption import (
     PendingRef,
@@ -891,9 +891,10 @@ class PlacementProblem:
     @cached_property
     def extensions(self) -> list[RoundExtension]:
         """The round's extensions (:mod:`~hyperplace.formulations.placement.extensions`),
-        in the order their hooks run: hot spares, failure repair, free-domain growth (those
-        it asks for)."""
-        found = [HotSpares.of(self), FailureRepair.of(self), FreeDomainGrowth.of(self)]
+        in the order their hooks run: hot spares, failure repair, free-domain growth,
+        migration (those it asks for; the objectives they lead with come in this order)."""
+        found = [HotSpares.of(self), FailureRepair.of(self), FreeDomainGrowth.of(self),
+                 Migration.of(self)]
         return [ext for ext in found if ext is not None]
 
     @property
