@@ -487,7 +487,7 @@ def _not_run(backend: str, est: int, per_second: int, budget_s: float, available
             + ", ".join(x for x in spent if x) + f" of the {budget_s:g} s budget); "
             "returning greedy's plan")
     if available <= 0 and reading > 0.5:
-        text += " (give a larger --budget)"
+        text += " (give the round a larger budget)"
     return text
 
 

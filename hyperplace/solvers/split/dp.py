@@ -107,7 +107,8 @@ def memory_diagnosis(data: SplitData) -> str:
             f"{cuts[k]}-{cuts[k + 1] - 1}, {int(data.inflight[k])} micro-batches in flight) needs "
             f"{used / 1e9:.1f} GB per GPU but has {data.mem_cap[k] / 1e9:.0f} GB: "
             f"{amount / 1e9:.1f} GB over, in the split that minimises the worst overflow "
-            f"(cuts {cuts}); try --zero, --recompute, more stages or fewer micro-batches")
+            f"(cuts {cuts}); try ZeRO sharding, recomputation, more stages or fewer "
+            "micro-batches")
 
 
 Backend = Callable[..., SplitSolution]

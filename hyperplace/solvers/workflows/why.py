@@ -186,7 +186,7 @@ class _WhatIfSearch:
                        key=lambda t: _relevance(t[0], self.reasons))
         if any(_ran_out(r) for r in self.reasons):  # the round itself needs more time first
             left = max(MIN_WHAT_IF_S, (self.deadline - time.perf_counter()) / 2)
-            tries.insert(0, ("budget", f"give the round a larger --budget (it ran out before "
+            tries.insert(0, ("budget", f"give the round a larger budget (it ran out before "
                              f"deciding this job; tried here with {left:.1f} s)",
                              self.instance, "never", _gpus(self.manifest)))
         return tries
@@ -293,8 +293,8 @@ def _what_ifs(instance: Instance, job: TrainingJob, plan: PlacementPlan):  # noq
                "never", gpus)
     # preempting lower-priority running jobs
     if instance.spec.running_jobs:
-        yield ("preempt", "let it preempt lower-priority running jobs (solve "
-               "--preemption lower-priority)", instance, "lower-priority", gpus)
+        yield ("preempt", "let it preempt lower-priority running jobs (preemption "
+               "policy lower-priority)", instance, "lower-priority", gpus)
     # a higher priority
     top = max((j.priority for j in instance.jobs), default=job.priority)
     if job.priority <= top and any(j.priority >= job.priority for j in instance.jobs
