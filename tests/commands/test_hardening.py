@@ -189,6 +189,9 @@ def test_model_with_too_many_layers(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize("args,needles", [
     (["solve", "--seed", "2147483648"], ["--seed", "2147483647"]),
     (["solve", "--budget", "inf"], ["--budget", "finite"]),
+    (["solve", "--budget", "nan"], ["--budget: not a number"]),
+    (["why", "--budget", "nan", "j"], ["--budget: not a number"]),
+    (["solve", "--budget", "0.01"], ["--budget: must be at least 0.05 s, got 0.01"]),
     (["instances", "generate", "--gpus", "10000000", "--jobs", "1", "-o", "x.yaml"],
      ["--gpus", f"{MAX_GPUS:,}"]),
     (["instances", "generate", "--gpus", "64", "--jobs", "10000000", "-o", "x.yaml"],
@@ -202,7 +205,7 @@ def test_model_with_too_many_layers(tmp_path: Path, capsys) -> None:
     (["split", "--model-name", "seed-8layer", "--stage", "B200x8@beijing", "--stage",
       "H100x8@shanghai", "--link", "beijing-beijing=100Gbps"], ["--link", "both ends"]),
     (["solve", "--draw", "plan.png"], ["--draw", ".svg"]),
-], ids=["seed", "budget", "gpus", "jobs", "size-scale", "faulty", "format", "self-link", "draw"])
+], ids=["seed", "budget", "budget-nan", "why-budget-nan", "budget-min", "gpus", "jobs", "size-scale", "faulty", "format", "self-link", "draw"])
 def test_bad_options_are_one_line(tmp_path: Path, capsys, monkeypatch, args: list[str],
                                   needles: list[str]) -> None:
     monkeypatch.chdir(tmp_path)
