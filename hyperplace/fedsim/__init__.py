@@ -55,19 +55,24 @@ def karmada_static(instance: Instance, config: SimConfig) -> Policy:
     return KarmadaDivision(instance, "static", split=config.federation_split, seed=config.seed)
 
 
-def _whole(factory):
-    """The factory with splits off whatever the run's ``federation_split`` (``-whole``)."""
-    def make(instance: Instance, config: SimConfig) -> Policy:
+class _Whole:
+    """The factory with splits off whatever the run's ``federation_split`` (``-whole``); a
+    module-level class, not a closure, so that it pickles (whatif's workers receive the
+    policies by pickle)."""
+
+    def __init__(self, factory):
+        self.factory = factory
+
+    def __call__(self, instance: Instance, config: SimConfig) -> Policy:
         import dataclasses
 
-        return factory(instance, dataclasses.replace(config, federation_split=False))
-    return make
+        return self.factory(instance, dataclasses.replace(config, federation_split=False))
 
 
 #: Policy name -> factory(instance, config), for ``run_simulation(extra=...)``; the
 #: ``-whole`` names are the same policies with splits off, so one run can replay both.
 POLICIES = {"engine-federated": engine_federated, "karmada-aggregated": karmada_aggregated,
             "karmada-dynamic": karmada_dynamic, "karmada-static": karmada_static}
-POLICIES.update({f"{name}-whole": _whole(f) for name, f in list(POLICIES.items())})
+POLICIES.update({f"{name}-whole": _Whole(f) for name, f in list(POLICIES.items())})
 
 __all__ = ["POLICIES", "FederatedEngine", "KarmadaDivision", "require_federation"]
