@@ -859,10 +859,13 @@ class Guard:
 
 # ---- the application --------------------------------------------------------------------
 
-def _validation_problems(exc: RequestValidationError) -> tuple[int, list[dict[str, Any]]]:
+def _validation_problems(exc: RequestValidationError,
+                         route: Any = None) -> tuple[int, list[dict[str, Any]]]:
     problems = []
     for err in exc.errors()[:20]:
         loc = list(err.get("loc", ()))
+        if err.get("type") == "missing" and loc == ["body"]:
+            return 422, _empty_body_problems(route)
         if err.get("type") == "json_invalid":
             ctx = err.get("ctx") or {}
             where = f" at position {loc[1]}" if len(loc) > 1 else ""
@@ -878,6 +881,25 @@ def _validation_problems(exc: RequestValidationError) -> tuple[int, list[dict[st
             msg = "required field is missing"
         problems.append({"path": field_path(loc) or None, "message": msg})
     return 422, problems
+
+
+def _empty_body_problems(route: Any) -> list[dict[str, Any]]:
+    """What an empty body lacks, by field: the endpoint's request model validated as ``{}``
+    (its required fields, or its rule between fields), each message saying that the body
+    was empty (FastAPI's own error names no field: the whole body is missing)."""
+    from pydantic import ValidationError
+
+    field = getattr(route, "body_field", None)
+    model = getattr(getattr(field, "field_info", None), "annotation", None)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        try:
+            model.model_validate({})
+        except ValidationError as exc:
+            errors = [{**e, "loc": ("body", *e.get("loc", ()))} for e in exc.errors()]
+            _, problems = _validation_problems(RequestValidationError(errors))
+            return [{**pr, "message": pr["message"] + " (the request body is empty)"}
+                    for pr in problems]
+    return [{"path": None, "message": "the request body is empty: send a JSON object"}]
 
 
 def create_app(config: ServiceConfig) -> FastAPI:
@@ -914,7 +936,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
-        status, problems = _validation_problems(exc)
+        status, problems = _validation_problems(exc, request.scope.get("route"))
         return json_error(status, problems[0]["message"] if problems else "invalid request",
                           problems=problems)
 

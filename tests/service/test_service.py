@@ -287,6 +287,23 @@ def test_bad_input_gets_documented_4xx(http: httpx.Client, endpoint: str, body, 
     _still_serving(http)
 
 
+@pytest.mark.parametrize("endpoint, path, words", [
+    ("/v1/placement", None, "give exactly one of instance, bundled or cluster"),
+    ("/v1/predict", "gpu", "required field is missing"),
+    ("/v1/runs", "request", "required field is missing"),
+])
+def test_an_empty_body_names_what_is_missing(http: httpx.Client, endpoint: str,
+                                             path: str | None, words: str) -> None:
+    """An empty body is told which field (or which rule between fields) it lacks; FastAPI's
+    own error said only "required field is missing", naming no field."""
+    r = http.post(endpoint, content=b"", headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    data = r.json()
+    assert data["path"] == path, data
+    assert words in data["error"] and "the request body is empty" in data["error"], data
+    _still_serving(http)
+
+
 def test_unknown_run_and_cluster_are_404(http: httpx.Client) -> None:
     assert http.get("/v1/runs/does-not-exist").status_code == 404
     assert http.delete("/v1/runs/does-not-exist").status_code == 404
