@@ -73,6 +73,9 @@ MERGE_S_PER_JOB = 10e-6
 #: what it took against this is how much slower the machine is now, and the merge's reserve
 #: is scaled by it (at load 12 every phase took 3-4x its CPU time).
 ROUTE_S_PER_JOB = 15e-6
+#: and per node, for the free GPUs per cluster and type it reads first (131,072 nodes: about
+#: 0.4 s): the first measure of the machine's slowdown, before any job is read
+ROUTE_S_PER_NODE = 3e-6
 #: Before any part is measured: seconds per node and per job to build a part's problem and
 #: run greedy's first pass (65,536 GPUs / 6,250 jobs, idle machine, 2026-12-02: fabric 0.65
 #: s, node views 0.6 s, job views 0.6 s, greedy 2.2 s).
@@ -152,7 +155,8 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
         return plan.model_copy(update={"message": "; ".join(filter(None, [
             plan.message, f"not decomposed ({why}): solved as one round"]))})
     base = max(params.budget.reserve_s, TAIL_FRACTION * budget_s)
-    found = route(instance, budget.deadline - base - MERGE_S_PER_JOB * len(instance.jobs))
+    found = route(instance, budget.deadline - base - MERGE_S_PER_JOB * len(instance.jobs),
+                  after_s=MERGE_S_PER_JOB * len(instance.jobs))
     slowdown = max(1.0, found.seconds / max(1e-9, ROUTE_S_PER_JOB * len(instance.jobs)))
     tail = base + MERGE_S_PER_JOB * len(instance.jobs) * slowdown
     parts = {c.name: Part(c.name, [], nodes=len(c.nodes)) for c in instance.clusters}
@@ -182,11 +186,12 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
 
 # ---- routing -----------------------------------------------------------------------
 
-def route(instance: Instance, deadline: float | None = None) -> Route:
+def route(instance: Instance, deadline: float | None = None, after_s: float = 0.0) -> Route:
     """Each pending job of ``instance`` to one cluster, from the routing LP (see the module
     docstring), and that LP's valid bound on objective 1; without time for the LP (by
     ``deadline``, a ``time.perf_counter()`` value), by free room alone (bound: the demand
-    bound)."""
+    bound). ``after_s``: what the caller needs after it on an idle machine; the jobs are
+    read until ``deadline`` less that much more as the node count took longer than idle."""
     t0 = time.perf_counter()
     catalog = instance.catalog
     free: dict[tuple[str, str], int] = defaultdict(int)
@@ -203,6 +208,10 @@ def route(instance: Instance, deadline: float | None = None) -> Route:
             per_node[at] = max(per_node[at], n.gpu_count)
             if k == n.gpu_count:
                 whole[at] += k
+    slow = max(1.0, (time.perf_counter() - t0) /
+               max(1e-9, ROUTE_S_PER_NODE * sum(len(c.nodes) for c in instance.clusters)))
+    if deadline is not None:
+        deadline -= after_s * (slow - 1.0)
     # jobs by shape: what the LP reads of a job
     UKey = tuple[tuple[int, str, float], ...]
     shapes: dict[tuple[int, int, UKey], list[int]] = defaultdict(list)
