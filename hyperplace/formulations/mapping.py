@@ -113,8 +113,9 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
             out.units[j] = units
     for ext in p.extensions:  # hot spares (their rule on the packed units)
         ext.settle(out)
-    out.stopped = settle_migrations(p, out, stopped) if p.migrating else \
-        needed_victims(p, out, stopped)
+    # the stops kept: migration's settlement, or the stops preemption needs
+    settled = (ext.settle_stopped(out, stopped) for ext in p.extensions)
+    out.stopped = next((s for s in settled if s is not None), set())
     return out
 
 

@@ -674,9 +674,6 @@ def _terms(p: PlacementProblem, pm: PlacementModel | None, a: Assignment) -> dic
                     if not k.startswith("demand_phase")})
     else:
         out["admitted_jobs"] = float(_admitted(p, a))
-    for ext in p.extensions:  # repaired demand, the largest free domain, migrations
+    for ext in p.extensions:  # repaired demand, the largest free domain, migrations, stops
         out.update(ext.terms(a))
-    if p.preempting:  # the exact lost work (the model counts whole GPU-seconds)
-        out["preempted_lost_gpu_seconds"] = float(sum(p.stoppable[v].lost for v in a.stopped))
-        out["preempted_jobs"] = float(len(a.stopped))
     return out

@@ -1,6 +1,6 @@
 """Round extensions (#20 item 4): a round lists exactly the families it asks for, in the order
 their hooks run; each family's rows, objective, decode settlement and plan terms are its own
-(hot spares, failure repair, free-domain growth, migration). Every plan goes through the checker."""
+(hot spares, failure repair, free-domain growth, migration, preemption). Every plan goes through the checker."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from hyperplace.check import check
 from hyperplace.formulations.placement import PlacementProblem, build_model
 from hyperplace.formulations.placement.free_domain import FreeDomainGrowth
 from hyperplace.formulations.placement.migration import Migration
+from hyperplace.formulations.placement.preemption import Preemption
 from hyperplace.formulations.placement.repair import FailureRepair
 from hyperplace.formulations.placement.spares import HotSpares
 from hyperplace.models.migration import MigrationPolicy
@@ -27,6 +28,8 @@ def test_a_round_lists_the_families_it_asks_for_in_hook_order():
     assert both.free_domain_growth is both.extensions[1]
     moving = PlacementProblem(inst, migration=MigrationPolicy())
     assert [type(e) for e in moving.extensions] == [Migration]
+    preempting = PlacementProblem(inst, preemption="lower-priority")
+    assert [type(e) for e in preempting.extensions] == [Preemption]
     # a repair round may use the spares (what they are for): no hot-spare family
     repair = PlacementProblem(inst, hot_spares=1, migration=MigrationPolicy(why="repair"))
     assert repair.hot_spare_rule is None and repair.spare_allowance == {}

@@ -15,9 +15,10 @@ plan's objective terms). Every hook's default does nothing.
 
 Families that are extensions: hot spares (:class:`~.spares.HotSpares`), failure repair
 (:class:`~.repair.FailureRepair`), free-domain growth
-(:class:`~.free_domain.FreeDomainGrowth`) and migration (:class:`~.migration.Migration`).
-Preemption shares the stop booleans (:mod:`.stoppable`) and is still methods of the builder
-(``_preemption``, ``_stop_needs_a_stopper``, the reclaim rows) and a flag of the problem.
+(:class:`~.free_domain.FreeDomainGrowth`), migration (:class:`~.migration.Migration`) and
+preemption (:class:`~.preemption.Preemption`). They share the stop booleans and the capacity
+rows of nodes hosting stoppable jobs (:mod:`.stoppable`, the builder's ``_preemption``);
+preemption's reclaim rows are still part of the builder's quota rows (``_quotas``).
 """
 
 from __future__ import annotations
@@ -44,8 +45,12 @@ class RoundExtension:
         """Add the family's variables and rows to the model being built."""
 
     def stop_rows(self, b: PlacementModelBuilder) -> None:
-        """Rows over the stop booleans, made where the builder starts on them (before the
-        preemption rows), so they keep their place in the model."""
+        """Rows and objective terms over the stop booleans, made where the builder starts on
+        them (before the capacity rows of nodes hosting stoppable jobs), so they keep their
+        place in the model."""
+
+    def after_stop_rows(self, b: PlacementModelBuilder) -> None:
+        """Rows that need every stop row in place, made right after them (before quotas)."""
 
     def mover_rows(self, b: PlacementModelBuilder, mover: Mover, stop: int) -> bool:
         """Rows and objective terms of one mover the family refines (called as the
@@ -61,6 +66,11 @@ class RoundExtension:
     def settle(self, a: Assignment) -> None:
         """Make a decoded assignment agree with the family's rules (the mapping back's
         last step before the stopped jobs are settled); notes say what was dropped."""
+
+    def settle_stopped(self, a: Assignment, stopped: set[int]) -> set[int] | None:
+        """The stopped jobs of ``stopped`` the decoded assignment keeps (None: the family
+        does not decide it); the first family that decides wins."""
+        return None
 
     def plan_value(self, a: Assignment, stopped: set[int] | None = None) -> int:
         """The family's value in the plan score (after objective 1 and the repaired

@@ -82,6 +82,13 @@ class Migration(RoundExtension):
         return [Objective(b.obj_lost, "migrated_lost_gpu_seconds", "min"),
                 Objective(b.obj_moves, "migrated_jobs", "min")]
 
+    def settle_stopped(self, a: Assignment, stopped: set[int]) -> set[int] | None:
+        """The migrations the assignment keeps, its units made to agree
+        (:func:`~hyperplace.formulations.mapping.settle_migrations`)."""
+        from hyperplace.formulations.mapping import settle_migrations
+
+        return settle_migrations(self.p, a, stopped)
+
     def terms(self, a: Assignment) -> dict[str, float]:
         """The exact lost work and the GPUs moved (the model counts migrations)."""
         from hyperplace.formulations.mapping import migrations

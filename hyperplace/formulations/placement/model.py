@@ -170,7 +170,8 @@ class PlacementModelBuilder:
         self._open_clique_nodes()
         self._open_leaves()
         self._preemption()
-        self._stop_needs_a_stopper()
+        for ext in self.p.extensions:  # preemption: a stop needs a stopper
+            ext.after_stop_rows(self)
         self._quotas()
         self._fair_share()
         for ext in self.p.extensions:  # hot spares, free-domain growth: .extensions
@@ -645,16 +646,12 @@ class PlacementModelBuilder:
         p = self.p
         if not p.stoppable:
             return
-        for ext in p.extensions:  # migration: the movers' rows
+        for ext in p.extensions:  # migration: the movers' rows; preemption: objective 1
             ext.stop_rows(self)
         for running in p.stoppable:
             s = self.stop[running.index]
             if not p.repairing:  # a repair loses the same work whichever way it goes
                 self.obj_lost.append((s, running.lost_units))
-        for victim in p.candidates:
-            s = self.stop[victim.index]
-            self.obj_demand_by_level[victim.level].append((s, -len(victim.gpus)))
-            self.obj_victims.append((s, 1))
         job_of = {pv.var: self.p.classes[pv.uclass].job for pv in self.pieces}
         for nci, terms in self.cap_terms.items():
             n = p.node_classes[nci].rep
@@ -839,20 +836,6 @@ class PlacementModelBuilder:
     def _victim_queues(self) -> set[str]:
         return {v.queue for v in self.p.stoppable}
 
-    def _stop_needs_a_stopper(self) -> None:
-        """A running job is stopped only in a plan that admits a job allowed to stop it:
-        ``stop[v] <= sum of run`` over the bundles of ``Stoppable.allowed``. The capacity rows
-        already keep its GPUs for such jobs; without this row a stop could still free
-        quota (its queue's, its cohort's) for a job of another queue that may not stop it
-        (``lower-priority`` stays within a queue; the checker's ``preempt-stopper``). Not
-        for movers (a migration's copy runs exactly when it moves)."""
-        leader = {j: b for b, members in self.bundles.items() for j in members}
-        for victim in self.p.candidates:
-            runs = sorted({self.run[leader[j]] for j in victim.allowed
-                           if leader.get(j) in self.run})
-            self.lm.add([(self.stop[victim.index], 1)] + [(r, -1) for r in runs], hi=0,
-                        name=f"stopper[{victim.name}]")
-
     def _fair_share(self) -> None:
         """Objective after priority: GPUs admitted within each queue's remaining fair share,
         ``g[q] <= admitted now`` and ``g[q] <= max(0, share - running)``."""
@@ -922,12 +905,9 @@ class PlacementModelBuilder:
                              for v, g in self.obj_demand_by_level[lvl]], f"demand_phase{i}", "max")
                   for i, phase in enumerate(p.priority_phases)]
         fair = [Objective(self.obj_fair, "fair_share", "max")] if self.obj_fair else []
-        preempt = [Objective(self.obj_lost, "preempted_lost_gpu_seconds", "min"),
-                   Objective(self.obj_victims, "preempted_jobs", "min")] \
-            if self.stop and not p.migrating else []
         # the extensions' objectives in hook order (repair: GPUs placed; defrag: the largest
-        # free domain; migration: the moves' cost), then preemption's
-        preempt = [*(o for ext in p.extensions for o in ext.objectives(self)), *preempt]
+        # free domain; migration: the moves' cost; preemption: lost work, then stops)
+        preempt = [o for ext in p.extensions for o in ext.objectives(self)]
         self.lm.objectives = [
             *demand,
             *preempt,

@@ -43,7 +43,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from hyperplace.formulations.linear import Objective
+from hyperplace.formulations.placement.extensions import RoundExtension
 from hyperplace.models.instance import Instance
 from hyperplace.models.preemption_policy import (  # re-exported: the rule's one home
     POLICIES,
@@ -57,6 +60,11 @@ from hyperplace.models.preemption_policy import (  # re-exported: the rule's one
 )
 from hyperplace.formulations.placement.stoppable import PreemptionCandidate
 from hyperplace.models.sharing import running_gpus
+
+if TYPE_CHECKING:
+    from hyperplace.formulations.mapping import Assignment
+    from hyperplace.formulations.placement.model import PlacementModelBuilder
+    from hyperplace.formulations.placement.problem import PlacementProblem
 
 #: Most distinct unions of signatures bounded on one node; a node with more keeps its
 #: victims running (never reached on the shapes we know: a node hosts few running jobs).
@@ -117,6 +125,65 @@ def preemption_candidates(instance: Instance, jobs: Sequence[PendingRef], policy
     return out
 
 
+class Preemption(RoundExtension):
+    """The round may preempt running jobs (``solve --preemption``; see the module
+    docstring): its candidates' share of objective 1, the stopper rows, its objectives
+    after objective 1, the plan's terms and which stops the decoded plan keeps."""
+
+    name = "preemption"
+
+    def __init__(self, p: PlacementProblem):
+        self.p = p
+
+    @classmethod
+    def of(cls, p: PlacementProblem) -> Preemption | None:
+        """The extension when the round's policy may stop running jobs."""
+        return cls(p) if p.preempting else None
+
+    def stop_rows(self, b: PlacementModelBuilder) -> None:
+        """Objective 1 counts every running job as admitted demand of its own priority
+        level, so stopping candidate ``v`` costs its GPUs there: ``-GPUs(v) x stop[v]`` at
+        ``v``'s level; and each stop counts once in ``preempted_jobs``."""
+        for victim in self.p.candidates:
+            s = b.stop[victim.index]
+            b.obj_demand_by_level[victim.level].append((s, -len(victim.gpus)))
+            b.obj_victims.append((s, 1))
+
+    def after_stop_rows(self, b: PlacementModelBuilder) -> None:
+        """A running job is stopped only in a plan that admits a job allowed to stop it:
+        ``stop[v] <= sum of run`` over the bundles of ``allowed``. The capacity rows
+        already keep its GPUs for such jobs; without this row a stop could still free
+        quota (its queue's, its cohort's) for a job of another queue that may not stop it
+        (``lower-priority`` stays within a queue; the checker's ``preempt-stopper``)."""
+        leader = {j: lead for lead, members in b.bundles.items() for j in members}
+        for victim in self.p.candidates:
+            runs = sorted({b.run[leader[j]] for j in victim.allowed
+                           if leader.get(j) in b.run})
+            b.lm.add([(b.stop[victim.index], 1)] + [(r, -1) for r in runs], hi=0,
+                     name=f"stopper[{victim.name}]")
+
+    def objectives(self, b: PlacementModelBuilder) -> list[Objective]:
+        """After objective 1: lost work (GPU-seconds since each victim's checkpoint), then
+        the number of victims."""
+        if not b.stop:
+            return []
+        return [Objective(b.obj_lost, "preempted_lost_gpu_seconds", "min"),
+                Objective(b.obj_victims, "preempted_jobs", "min")]
+
+    def settle_stopped(self, a: Assignment, stopped: set[int]) -> set[int] | None:
+        """The stops the assignment needs (:func:`~hyperplace.formulations.mapping.
+        needed_victims`); every other victim keeps running."""
+        from hyperplace.formulations.mapping import needed_victims
+
+        return needed_victims(self.p, a, stopped)
+
+    def terms(self, a: Assignment) -> dict[str, float]:
+        """The exact lost work (the model counts whole GPU-seconds) and the stops."""
+        p = self.p
+        return {"preempted_lost_gpu_seconds": float(sum(p.stoppable[v].lost for v in a.stopped)),
+                "preempted_jobs": float(len(a.stopped))}
+
+
 def signature_unions(signatures: Iterable[frozenset[int]],
                      limit: int = MAX_UNIONS_PER_NODE) -> list[frozenset[int]] | None:
     """Every union of the given signatures (sets of victims), each once; None past ``limit``.
@@ -135,7 +202,7 @@ def signature_unions(signatures: Iterable[frozenset[int]],
     return sorted(found, key=lambda u: (len(u), sorted(u)))
 
 
-__all__ = ["MAX_UNIONS_PER_NODE", "POLICIES", "PendingRef", "borrowing_queues",
+__all__ = ["MAX_UNIONS_PER_NODE", "POLICIES", "PendingRef", "Preemption", "borrowing_queues",
            "check_policy", "nominal_total", "preemption_candidates", "queue_use",
            "running_levels",
            "signature_unions"]

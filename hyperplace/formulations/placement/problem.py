@@ -38,6 +38,7 @@ from hyperplace.formulations.placement.migration import Migration, find_movers
 from hyperplace.models.migration import MigrationPolicy
 from hyperplace.formulations.placement.preemption import (
     PendingRef,
+    Preemption,
     check_policy,
     preemption_candidates,
     running_levels,
@@ -892,9 +893,9 @@ class PlacementProblem:
     def extensions(self) -> list[RoundExtension]:
         """The round's extensions (:mod:`~hyperplace.formulations.placement.extensions`),
         in the order their hooks run: hot spares, failure repair, free-domain growth,
-        migration (those it asks for; the objectives they lead with come in this order)."""
+        migration, preemption (those it asks for; their objectives come in this order)."""
         found = [HotSpares.of(self), FailureRepair.of(self), FreeDomainGrowth.of(self),
-                 Migration.of(self)]
+                 Migration.of(self), Preemption.of(self)]
         return [ext for ext in found if ext is not None]
 
     @property
