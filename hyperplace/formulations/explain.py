@@ -194,7 +194,9 @@ class _Explainer:
         if jv.index in a.notes:
             reasons.append(f"dropped when mapping to GPUs: {a.notes[jv.index]}")
         shape = p.job_shape(jv)
-        if not reasons and (shape in self.static or not late):  # late: a cheaper reason below
+        # late too: why a job cannot fit the free GPUs at all is cheap (counts, once per
+        # shape) and truer than "analysis skipped" (a job that never fits said "budget spent")
+        if not reasons:
             if shape not in self.static:
                 self.static[shape] = _static_reasons(p, self.facts, jv)
             reasons = list(self.static[shape])

@@ -85,6 +85,19 @@ def test_a_search_cut_short_names_the_jobs_it_never_tried(monkeypatch):
     assert "per-job analysis skipped: the time budget was spent" in late[0][0]
 
 
+def test_a_job_that_cannot_fit_says_why_even_past_the_deadline():
+    """Past the explanations' deadline a job that cannot fit the free GPUs at all still says
+    why (counts, once per shape); it said "per-job analysis skipped: the time budget was
+    spent", which the solve summary counts as "budget spent" (a new user's finding)."""
+    inst = instance([node("n0"), node("n1")], [job("fits", tp=8), job("never", tp=8, replicas=3)])
+    p = PlacementProblem(inst)
+    late = explain(p, Assignment(), deadline=0.0)
+    never = next(jv.index for jv in p.jobs if jv.name == "never")
+    fits = next(jv.index for jv in p.jobs if jv.name == "fits")
+    assert late[never] == ["group tp needs 24 H100 GPUs; 16 are free"]
+    assert "per-job analysis skipped" in late[fits][0]
+
+
 def test_a_fallback_says_where_the_budget_went():
     inst = instance([node(f"n{i}") for i in range(4)], [job(f"j{i}", tp=8) for i in range(6)])
     import time
