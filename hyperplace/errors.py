@@ -26,6 +26,21 @@ class ConflictError(InputError):
     queued): the service answers 409 rather than 422."""
 
 
+def known_words(value: str, names: Sequence[str], shown: int = 3) -> str:
+    """A short "what is known" for an unknown name, to keep an error on one short line:
+    the closest known names (else the first few) and how many there are, e.g.
+    ``21 known, closest: H100-80, H200-141`` (a whole list made lines of 200-300 columns)."""
+    import difflib
+
+    names = list(names)
+    close = difflib.get_close_matches(value, names, n=shown, cutoff=0.4)
+    if len(names) <= shown:
+        return "known: " + ", ".join(names)
+    if close:
+        return f"{len(names)} known, closest: " + ", ".join(close)
+    return f"{len(names)} known, e.g. " + ", ".join(names[:shown])
+
+
 def field_path(loc: Sequence[int | str]) -> str:
     """Render a pydantic location tuple as ``spec.resourceGroups[0].gpusPerGroup``."""
     out = ""

@@ -130,7 +130,7 @@ def round_request(**fields: Any) -> "RoundRequest":
 def check_budget(budget: float, option: str = "--budget", minimum: float = 0.0) -> float:
     """A budget option's seconds: a number (not nan), finite, positive, at least ``minimum``."""
     if math.isnan(budget):
-        raise InputError("not a number; give the budget in seconds, e.g. 10", path=option)
+        raise InputError("not a number; give seconds, e.g. 10", path=option)
     if not math.isfinite(budget) or budget <= 0:
         raise InputError(f"must be a positive, finite number of seconds, got {budget}",
                          path=option)

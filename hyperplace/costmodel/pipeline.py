@@ -22,7 +22,7 @@ from hyperplace.costmodel.layers import (
     optimizer_times,
     stage_layer_times,
 )
-from hyperplace.errors import InputError
+from hyperplace.errors import InputError, known_words
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
 from hyperplace.models.model_spec import Layer
 from hyperplace.models.split import SplitProblem, Stage, StageLink
@@ -144,7 +144,7 @@ def _gpu(catalog: GPUCatalog, stage: Stage) -> GPUType:
     g = catalog.find(stage.gpu_type)
     if g is None:
         raise InputError(
-            f"unknown GPU type {stage.gpu_type!r}; known: {', '.join(catalog.names())}",
+            f"unknown GPU type {stage.gpu_type!r} ({known_words(stage.gpu_type, catalog.names())})",
             path=f"stage {stage.name}",
         )
     return g

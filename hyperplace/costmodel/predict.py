@@ -23,7 +23,7 @@ from typing import Any, Literal, cast
 
 from hyperplace.costmodel.calibration import Calibration, default_calibration
 from hyperplace.costmodel.hardware import peak_flops
-from hyperplace.errors import InputError
+from hyperplace.errors import InputError, known_words
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
 from hyperplace.models.model_spec import ModelSpec
 from hyperplace.models.split import SplitProblem, Stage, StageLink
@@ -232,7 +232,7 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
     calibration = calibration or default_calibration()
     gpu = catalog.find(gpu_name)
     if gpu is None:
-        raise InputError(f"unknown GPU type {gpu_name!r}; known: {', '.join(catalog.names())}",
+        raise InputError(f"unknown GPU type {gpu_name!r} ({known_words(gpu_name, catalog.names())})",
                          path="--gpu")
     if zero not in (0, 1, 2, 3):
         raise InputError(f"must be 0, 1, 2 or 3, got {zero}", path="--zero")

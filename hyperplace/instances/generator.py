@@ -38,7 +38,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from hyperplace.errors import InputError
+from hyperplace.errors import InputError, known_words
 from hyperplace.models import (
     Cluster,
     FabricGenerator,
@@ -391,7 +391,7 @@ def _resolve_types(gpu_types: list[str] | None) -> list[GPUType]:
     for i, name in enumerate(names):
         t = catalog.find(name)
         if t is None:
-            raise InputError(f"unknown GPU type {name!r}; known: {', '.join(catalog.names())}",
+            raise InputError(f"unknown GPU type {name!r} ({known_words(name, catalog.names())})",
                              path=f"gpu_types[{i}]")
         if t not in out:
             out.append(t)

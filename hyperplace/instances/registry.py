@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from hyperplace.errors import InputError, from_validation_error
+from hyperplace.errors import InputError, from_validation_error, known_words
 from hyperplace.instances import DEFAULT_INSTANCE  # noqa: F401  (re-exported)
 from hyperplace.instances.generator import DESCRIPTION_KEY, SOURCE_KEY
 from hyperplace.io import dump_yaml, load_documents
@@ -199,7 +199,8 @@ def parse_cluster(doc: dict[str, Any], source: str, document: str | None = None
         if node.gpu_type not in catalog:
             where = f"spec.nodes[{i}].gpuType"
             raise InputError(
-                f"unknown GPU type {node.gpu_type!r} (known: {', '.join(catalog.names())}; "
+                f"unknown GPU type {node.gpu_type!r} "
+                f"({known_words(node.gpu_type, catalog.names())}; "
                 "declare others under spec.gpuTypes)", source=source,
                 path=f"{document}: {where}" if document else where)
     return ParsedCluster(cluster, list(parsed.spec.gpu_types))

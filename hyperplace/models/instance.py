@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from hyperplace.errors import known_words
 from hyperplace.models.base import HPModel
 from hyperplace.models.cluster import Cluster, Federation, InterClusterLink
 from hyperplace.models.gpu import GPUCatalog, GPUType
@@ -114,7 +115,7 @@ class Instance(HPModel):
                     if n.gpu_type not in catalog:
                         raise ValueError(
                             f"spec.clusters[{ci}].nodes[{ni}].gpuType: unknown GPU type "
-                            f"{n.gpu_type!r} (known: {', '.join(catalog.names())}; declare "
+                            f"{n.gpu_type!r} ({known_words(n.gpu_type, catalog.names())}; declare "
                             "others under spec.gpuTypes)")
                     if n.name in seen_nodes:
                         raise ValueError(f"spec.clusters[{ci}].nodes[{ni}].name: node "

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hyperplace.errors import InputError, from_validation_error
+from hyperplace.errors import InputError, from_validation_error, known_words
 from hyperplace.io import load_documents
 from hyperplace.models.gpu import GPUCatalog, default_catalog
 from hyperplace.models.model_spec import MeasuredTime, ModelSpec
@@ -87,7 +87,7 @@ def _canonical_measured_gpu_types(model: ModelSpec, catalog: GPUCatalog, source:
             gpu = catalog.find(m.gpu_type)
             if gpu is None:
                 raise InputError(
-                    f"unknown GPU type {m.gpu_type!r}; known: {', '.join(catalog.names())}",
+                    f"unknown GPU type {m.gpu_type!r} ({known_words(m.gpu_type, catalog.names())})",
                     source=source, path=f"{head}{where}.measured[{j}].gpuType")
             out.append(m.model_copy(update={"gpu_type": gpu.name}))
         return out

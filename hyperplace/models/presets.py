@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hyperplace.errors import InputError
+from hyperplace.errors import InputError, known_words
 from hyperplace.models.model_spec import ModelSpec
 
 _LLAMA3 = dict(num_kv_heads=8, gated_mlp=True, vocab_size=128256, seq_length=8192)
@@ -112,7 +112,7 @@ def model_preset(name: str, micro_batch_size: int | None = None) -> ModelSpec:
     key = ALIASES.get(key, key)
     if key not in _PRESETS:
         raise InputError(
-            f"unknown model preset {name!r}; known: {', '.join(preset_names())}", path="model"
+            f"unknown model preset {name!r} ({known_words(key, preset_names())})", path="model"
         )
     fields = dict(_PRESETS[key])
     if micro_batch_size is not None:

@@ -22,7 +22,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from hyperplace.errors import InputError
+from hyperplace.errors import InputError, known_words
 from hyperplace.models.gpu import GPUCatalog, default_catalog
 from hyperplace.models.model_file import load_model_file
 from hyperplace.models.model_spec import Layer, LayerKind, MeasuredTime, ModelSpec
@@ -88,7 +88,7 @@ def parse_profile_name(name: str) -> tuple[str, int]:
     for known in llm_info():
         if known.lower() == model.strip().lower():
             return known, mb
-    raise InputError(f"unknown profile {name!r}; known: {', '.join(sorted(llm_info()))}",
+    raise InputError(f"unknown profile {name!r} ({known_words(name, sorted(llm_info()))})",
                      path="profile")
 
 

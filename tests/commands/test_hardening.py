@@ -577,3 +577,20 @@ def test_yaml_repeated_key_still_named_with_its_line(tmp_path, text, line):
     path.write_text(text)
     with pytest.raises(InputError, match=f"line {line}, .*duplicate key"):
         load_documents(path)
+
+
+# ---- short lines ---------------------------------------------------------------------------
+
+def test_unknown_names_get_a_short_line_with_the_closest_known(tmp_path: Path, capsys) -> None:
+    """An unknown GPU type or model preset names the closest known ones and how many there
+    are, not the whole list (those lines were 200-300 columns wide)."""
+    path = tmp_path / "i.yaml"
+    path.write_text(instance(nodes="{name: n0, gpuType: H900, gpuCount: 8}"))
+    code, _, err = run(["solve", "-i", str(path)], capsys)
+    one_line_error(code, err, str(path), "spec.clusters[0].nodes[0].gpuType",
+                   "unknown GPU type 'H900'", "closest: H800", "declare others under spec.gpuTypes")
+    assert len(err.strip()) - len(str(path)) < 150, err  # the whole list: 224
+    code, _, err = run(["predict", "--model-name", "llama3-7b", "--gpu", "H100"], capsys)
+    one_line_error(code, err, "--model-name", "unknown model preset 'llama3-7b'",
+                   "closest: llama3-70b, llama3-8b")
+    assert len(err.strip()) < 130, err

@@ -174,7 +174,7 @@ def test_measured_time_under_an_alias_is_used(tmp_path: Path) -> None:
         (["--microbatches", "0"], "error: --microbatches: must be at least 1, got 0"),
         (["--zero", "4"], "error: --zero: must be 0, 1, 2 or 3, got 4"),
         (["--time-limit", "nan"],
-         "error: --time-limit: must be a positive, finite number of seconds, got nan"),
+         "error: --time-limit: not a number; give seconds, e.g. 10"),
         (["--time-limit", "0"],
          "error: --time-limit: must be a positive, finite number of seconds, got 0.0"),
         (["--profile", "OPT-350"],

@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import io
 
-from hyperplace.errors import InputError
+from hyperplace.errors import InputError, known_words
 from hyperplace.instances.importers._source import Source, read_text
 from hyperplace.models.gpu import GPUCatalog, default_catalog
 from hyperplace.models.node import GPUPair, Node, NVLinkTopology
@@ -83,7 +83,7 @@ def import_nvlink_link_matrix(
     cat = catalog or default_catalog()
     gtype = cat.find(gpu_type)
     if gtype is None:
-        raise InputError(f"unknown GPU type {gpu_type!r}; known: {', '.join(cat.names())}")
+        raise InputError(f"unknown GPU type {gpu_type!r} ({known_words(gpu_type, cat.names())})")
     per_link = gtype.nvlink_per_link_gbps
     return Node(
         name=name,

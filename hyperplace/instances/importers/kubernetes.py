@@ -80,7 +80,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hyperplace.errors import InputError, from_validation_error
+from hyperplace.errors import InputError, from_validation_error, known_words
 from hyperplace.models.cluster import Cluster, FabricGenerator, FabricSpec
 from hyperplace.models.fabric import Link, Switch
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
@@ -251,7 +251,7 @@ def _gpu_type(f: NodeFacts, gpu_type: str | None, cat: GPUCatalog, src: str) -> 
     if gpu_type is not None:
         t = cat.find(gpu_type)
         if t is None:
-            raise InputError(f"unknown GPU type {gpu_type!r} (known: {', '.join(cat.names())})",
+            raise InputError(f"unknown GPU type {gpu_type!r} ({known_words(gpu_type, cat.names())})",
                              path="--gpu-type")
         return t
     label = next((k for k in PRODUCT_LABELS if f.labels.get(k)), PRODUCT_LABELS[0])

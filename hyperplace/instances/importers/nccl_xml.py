@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Literal
 
-from hyperplace.errors import InputError
+from hyperplace.errors import InputError, known_words
 from hyperplace.instances.importers._source import Source, bundled, read_text
 from hyperplace.instances.importers.kubernetes import BUS_IDS_LABEL
 from hyperplace.models.gpu import GPUCatalog, GPUType, compute_capability, default_catalog
@@ -237,7 +237,7 @@ def _resolve_type(topo: NcclTopology, gpu_type: str | None, cat: GPUCatalog,
     if gpu_type is not None:
         t = cat.find(gpu_type)
         if t is None:
-            raise InputError(f"unknown GPU type {gpu_type!r}; known: {', '.join(cat.names())}",
+            raise InputError(f"unknown GPU type {gpu_type!r} ({known_words(gpu_type, cat.names())})",
                              source=src)
         if families and compute_capability(t) is not None and t.family not in families:
             raise InputError(f"gpu_type {gpu_type!r} is {t.family} but the file's GPUs are "

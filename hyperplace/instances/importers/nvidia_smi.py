@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Literal
 
-from hyperplace.errors import InputError
+from hyperplace.errors import InputError, known_words
 from hyperplace.instances.importers._source import Source, read_text
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
 from hyperplace.models.node import NIC, GPUPair, Node, NVLinkTopology
@@ -243,7 +243,7 @@ def import_nvidia_smi_topo(
     if gpu_type is not None:
         gtype = cat.find(gpu_type)
         if gtype is None:
-            raise InputError(f"unknown GPU type {gpu_type!r}; known: {', '.join(cat.names())}",
+            raise InputError(f"unknown GPU type {gpu_type!r} ({known_words(gpu_type, cat.names())})",
                              source=src)
     elif len({t.name for t in printed}) == 1:
         gtype = printed[0]  # the product name printed with the matrix (nvidia-smi, env dump)

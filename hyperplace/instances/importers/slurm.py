@@ -39,7 +39,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from hyperplace.errors import InputError
+from hyperplace.errors import InputError, known_words
 from hyperplace.instances.importers.nvlink import expand_hostlist
 from hyperplace.models.cluster import FabricSpec
 from hyperplace.models.fabric import Link, Switch
@@ -387,7 +387,7 @@ def import_slurm(topology_texts: list[tuple[str, str]], *, gres: list[tuple[str,
                              path="--gpu-type")
         t = cat.find(tname)
         if t is None:
-            raise InputError(f"unknown GPU type {tname!r} (known: {', '.join(cat.names())})",
+            raise InputError(f"unknown GPU type {tname!r} ({known_words(tname, cat.names())})",
                              path="--gpu-type")
         count = g.gpus if g else sc.gpus if sc else gpus_per_node
         pairs = gres_pairs(g, t.nvlink_per_link_gbps, name, "gres.conf") if g and g.links else []
