@@ -352,6 +352,7 @@ class Runner:
         self.cache_dir = cache_dir
         self.fresh = fresh
         self.stale_peers = stale_peers
+        self.cache_only = workers == 0
         self.pool = ProcessPoolExecutor(max(1, workers),
                                         mp_context=multiprocessing.get_context("spawn"),
                                         max_tasks_per_child=1)
@@ -384,13 +385,15 @@ class Runner:
             return {**entry, "row": {**entry["row"], "stale_files": diff}}
         return None
 
-    def run(self, spec: dict) -> dict:
+    def run(self, spec: dict) -> dict | None:
         key = self.key(spec)
         with self.lock:
             entry = self.cached(key, spec)
             if entry is not None:
                 self.stats["cached"] += 1
                 return entry
+            if self.cache_only:  # --from-cache: a replay not in the cache is missing
+                return None
             fut = self.inflight.get(key)
             if fut is None:
                 fut = self.pool.submit(replay, spec, str(self.cache_dir))
@@ -429,6 +432,8 @@ def probe_util(runner: Runner, base: dict, load: float) -> tuple[float, dict]:
              for p in PROBES]
     with ThreadPoolExecutor(len(specs)) as threads:
         got = list(threads.map(runner.run, specs))
+    if any(g is None for g in got):
+        raise LookupError(f"probe at load {load:g} not in the cache")
     return max(g["row"]["utilisation_in_window"] or 0.0 for g in got), got[0]["facts"]
 
 
@@ -504,7 +509,11 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
             "machine": f"{os.cpu_count()} CPUs ({cpu_model()}), Python "
                        f"{platform.python_version()}",
             "commit": head_commit(), "load1_start": load1(), "workers": args.workers}
-    load, reached, facts = find_load(runner, base, target, probes)
+    try:
+        load, reached, facts = find_load(runner, base, target, probes)
+    except LookupError as exc:  # --from-cache: the search did not finish
+        print(f"{label}@{inst} {target:g}: {exc}", flush=True)
+        return cell
     cell.update(load=load, probe_reached=reached, facts=facts)
     if load is None and args.prefetch:
         return cell
@@ -517,8 +526,14 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
             got = list(threads.map(runner.run, plan))
         if args.prefetch:
             return cell
+        missing = [p["policy"] + ("" if p["order"] == "as-is" else f"/{p['order']}")
+                   for p, g in zip(plan, got) if g is None]
+        if got[0] is None:  # --from-cache without the engine row: no cell
+            print(f"{label}@{inst} {target:g}: the engine row is not in the cache", flush=True)
+            return cell
+        got = [g for g in got if g is not None]
         cell.update(rows=[g["row"] for g in got], facts=got[0]["facts"],
-                    lower_bound=got[0]["lower_bound"])
+                    lower_bound=got[0]["lower_bound"], missing_rows=missing)
         finish(cell, cell_dir)
     cell["wall_s"] = time.time() - started
     cell["cpu_s_run_here"] = runner.stats["cpu_s"] - cpu_before
@@ -792,6 +807,9 @@ def cell_section(cell: dict, cell_dir: Path, out: Path) -> list[str]:
         for name, r in (cell.get("ratios_by_engine") or {"engine": cell["ratios"]}).items():
             out_lines += [f"{name} / best peer: " + ", ".join(
                 f"{k} {v:.3f}" for k, v in r.items()), ""]
+    if cell.get("missing_rows"):
+        out_lines += ["Rows not finished when the cell was assembled (`--from-cache`; not "
+                      "compared): " + ", ".join(cell["missing_rows"]) + ".", ""]
     stale = [r for r in cell["rows"] if r.get("stale_files")]
     if stale:
         out_lines += ["\\* computed at the commit shown; files it imported differ at the "
@@ -819,6 +837,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--peers", default=None, help="comma-separated peers (default all)")
     ap.add_argument("--workers", type=int, default=1, help="replays at once, each in a "
                     "fresh process (default 1)")
+    ap.add_argument("--from-cache", action="store_true", help="run nothing: cells from the "
+                    "cached replays only (rows not cached are listed as missing)")
     ap.add_argument("--cache", type=Path, default=None, help="the replay cache (default "
                     "bench/results/simulate-cache/)")
     ap.add_argument("--fresh", action="store_true", help="ignore cached rows")
@@ -848,7 +868,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.assemble:
         todo = [e for e in grid if (not args.only or f"{e[0]}@{e[3]}" in args.only.split(","))
                 and (args.federation or len(load_instance(e[3]).clusters) == 1)]
-        runner = Runner(args.workers, cache_dir, args.fresh, args.stale_peers)
+        runner = Runner(0 if args.from_cache else args.workers, cache_dir, args.fresh,
+                        args.stale_peers)
         t0 = time.time()
         try:
             def do(entry):
