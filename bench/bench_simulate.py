@@ -703,6 +703,8 @@ def summary_row(cell: dict) -> str:
     best_work = max((r.get("util_work") or 0) for r in peers)
     lead = head + f"{cell['load']:.3g} | {facts['jobs']} | "
     tail = f" | {best_util:.2f} / {best_work:.2f} | {forecast_ratio(eng)} |"
+    if cell.get("missing_rows"):
+        tail += f" missing: {', '.join(cell['missing_rows'])} |"
     if eng["finished"] < eng["jobs"]:
         return lead + f"engine finished {eng['finished']}/{eng['jobs']} | | | | | | |" + tail
     r = cell["ratios"]
@@ -770,8 +772,11 @@ def assemble(cells: list[dict], grid, targets, out: Path, cell_dir: Path, comman
                                       f"{cell['probe_reached']:.2f}); no goal measured")
                 elif "ratios" in cell:
                     met, miss = goals(cell)
+                    gone = cell.get("missing_rows")
                     goal_lines.append(f"- {name}: met {', '.join(met) or 'none'}; "
-                                      f"NOT met {', '.join(miss) or 'none'}")
+                                      f"NOT met {', '.join(miss) or 'none'}" + (
+                                          f" (against the peer rows present: "
+                                          f"{', '.join(gone)} did not finish)" if gone else ""))
     if missing:
         lines += ["", "Not run (no result in the cell directory): " + "; ".join(missing) + "."]
     if goal_lines:
