@@ -186,6 +186,31 @@ def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: floa
 
 # ---- routing -----------------------------------------------------------------------
 
+UKey = tuple[tuple[int, str, float], ...]  # a job's units as the routing LP reads them
+ShapeKey = tuple[int, int, UKey]  # (priority, GPUs, units)
+
+
+@dataclass
+class _Room:
+    """Free GPUs per (cluster, type), of them on wholly free nodes, the largest node."""
+
+    free: dict[tuple[str, str], int]
+    whole: dict[tuple[str, str], int]
+    per_node: dict[tuple[str, str], int]
+    types: dict[str, GPUType]
+
+
+@dataclass
+class _Shapes:
+    """The pending jobs grouped by what the routing LP reads of them."""
+
+    shapes: dict[ShapeKey, list[int]]
+    info: dict[int, tuple[int, int, frozenset[str]]]  # job -> (priority, GPUs, types)
+    types_of: dict[UKey, frozenset[str]]
+    big_gpus: dict[UKey, int]  # GPUs in units of whole 8-GPU nodes
+    unrouted: list[int]  # jobs not read before the deadline
+
+
 def route(instance: Instance, deadline: float | None = None, after_s: float = 0.0) -> Route:
     """Each pending job of ``instance`` to one cluster, from the routing LP (see the module
     docstring), and that LP's valid bound on objective 1; without time for the LP (by
@@ -193,37 +218,62 @@ def route(instance: Instance, deadline: float | None = None, after_s: float = 0.
     bound). ``after_s``: what the caller needs after it on an idle machine; the jobs are
     read until ``deadline`` less that much more as the node count took longer than idle."""
     t0 = time.perf_counter()
-    catalog = instance.catalog
-    free: dict[tuple[str, str], int] = defaultdict(int)
-    whole: dict[tuple[str, str], int] = defaultdict(int)
-    per_node: dict[tuple[str, str], int] = defaultdict(int)
-    types: dict[str, GPUType] = {}
-    for cl in instance.clusters:
-        for n in cl.nodes:
-            gt = catalog.get(n.gpu_type)
-            types[gt.name] = gt
-            at = (cl.name, gt.name)
-            k = n.free_count
-            free[at] += k
-            per_node[at] = max(per_node[at], n.gpu_count)
-            if k == n.gpu_count:
-                whole[at] += k
+    room = _free_room(instance)
     slow = max(1.0, (time.perf_counter() - t0) /
                max(1e-9, ROUTE_S_PER_NODE * sum(len(c.nodes) for c in instance.clusters)))
     if deadline is not None:
         deadline -= after_s * (slow - 1.0)
-    # jobs by shape: what the LP reads of a job
-    UKey = tuple[tuple[int, str, float], ...]
-    shapes: dict[tuple[int, int, UKey], list[int]] = defaultdict(list)
-    info: dict[int, tuple[int, int, frozenset[str]]] = {}
-    type_cache: dict[UKey, frozenset[str]] = {}
-    big_gpus: dict[UKey, int] = {}
+    sh = _read_shapes(instance, room.types, deadline)
+    total_free = sum(room.free.values())
+    weights = priority_weights([(p, g) for p, g, _ in sh.info.values()], total_free)
+    clusters = [c.name for c in instance.clusters]
+    lp_route, cols = _routing_lp(sh, room, weights, clusters, rows=True)
+    lp_bound, _ = _routing_lp(sh, room, weights, clusters, rows=False)
+    left = math.inf if deadline is None else deadline - time.perf_counter()
+    x: list[float] | None = None
+    bound: float | None = None
+    status = "no time left"
+    if left > 0.05:
+        _, status, x = lp_route.maximise(min(left / 2, 30.0))
+        value, _, _ = lp_bound.maximise(max(0.01, min(left / 2, 30.0)))
+        if value is not None:
+            bound = float(math.ceil(value * (1 + SAFETY) + SAFETY))
+    demand = _demand_bound(sh.info, weights, total_free)
+    bound = demand if bound is None else min(bound, demand)
+    assignment = _assign(cols, x, sh.info, room.free, clusters)
+    if sh.unrouted:  # no bound: the jobs not read are part of the round (nothing is admitted)
+        status = f"no time left after reading {len(sh.info):,} of {len(instance.jobs):,} jobs"
+        bound = None
+    return Route(assignment, bound, weights, len(sh.shapes), time.perf_counter() - t0,
+                 status if x is not None else f"by free room ({status})", sh.info,
+                 dict(room.free), sh.unrouted)
+
+
+def _free_room(instance: Instance) -> _Room:
+    catalog = instance.catalog
+    room = _Room(defaultdict(int), defaultdict(int), defaultdict(int), {})
+    for cl in instance.clusters:
+        for n in cl.nodes:
+            gt = catalog.get(n.gpu_type)
+            room.types[gt.name] = gt
+            at = (cl.name, gt.name)
+            k = n.free_count
+            room.free[at] += k
+            room.per_node[at] = max(room.per_node[at], n.gpu_count)
+            if k == n.gpu_count:
+                room.whole[at] += k
+    return room
+
+
+def _read_shapes(instance: Instance, types: dict[str, GPUType], deadline: float | None
+                 ) -> _Shapes:
+    """The jobs by shape, read until ``deadline`` (checked every 1,000 jobs)."""
+    sh = _Shapes(defaultdict(list), {}, {}, {}, [])
     # a job's units follow from its spec and annotations (a slice size) alone
     by_spec: dict[tuple[str, str], tuple[UKey, int]] = {}
-    unrouted: list[int] = []
     for j, job in enumerate(instance.jobs):
         if j % 1000 == 999 and deadline is not None and time.perf_counter() > deadline:
-            unrouted = list(range(j, len(instance.jobs)))  # no time to read them: pending
+            sh.unrouted = list(range(j, len(instance.jobs)))  # no time to read them: pending
             break
         # 7x cheaper than units(); 146 distinct in 12,500 generated jobs
         spec = (job.spec.model_dump_json(), repr(sorted((job.metadata.annotations or {}).items())))
@@ -233,58 +283,59 @@ def route(instance: Instance, deadline: float | None = None, after_s: float = 0.
             known = by_spec[spec] = (tuple(sorted((u.gpus, u.gpu_types or "", u.min_memory_gb)
                                                   for u in units)), sum(u.gpus for u in units))
         ukey, gpus = known
-        if ukey not in type_cache:
-            type_cache[ukey] = frozenset(
+        if ukey not in sh.types_of:
+            sh.types_of[ukey] = frozenset(
                 name for name, gt in types.items()
                 if any((not sel or gt.matches(sel)) and gt.hbm_gb + 1e-9 >= mem
                        for _, sel, mem in ukey))
-            big_gpus[ukey] = sum(size for size, _, _ in ukey if size % 8 == 0)
-        info[j] = (job.priority, gpus, type_cache[ukey])
-        shapes[(job.priority, gpus, ukey)].append(j)
-    total_free = sum(free.values())
-    weights = priority_weights([(p, g) for p, g, _ in info.values()], total_free)
-    clusters = [c.name for c in instance.clusters]
-    lp_route, lp_bound = SparseLp(), SparseLp()
+            sh.big_gpus[ukey] = sum(size for size, _, _ in ukey if size % 8 == 0)
+        sh.info[j] = (job.priority, gpus, sh.types_of[ukey])
+        sh.shapes[(job.priority, gpus, ukey)].append(j)
+    return sh
+
+
+def _routing_lp(sh: _Shapes, room: _Room, weights: dict[float, int], clusters: list[str],
+                rows: bool) -> tuple[SparseLp, list[tuple[list[int], dict[str, int]]]]:
+    """The routing LP (``rows``: with the whole-node rows, and the columns per shape that
+    the rounding reads) or, without them, the bound's relaxation."""
+    lp = SparseLp()
     cols: list[tuple[list[int], dict[str, int]]] = []
-    for lp, rows in ((lp_route, True), (lp_bound, False)):
-        gpu_terms: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
-        big_terms: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
-        for (prio, gpus, ukey), members in shapes.items():
-            eligible = type_cache[ukey]
-            runs: dict[str, int] = {}
-            for name in clusters:
-                mine = [tn for tn in eligible if free.get((name, tn), 0) > 0]
-                if not mine or sum(free[(name, tn)] for tn in mine) < gpus or gpus == 0:
-                    continue
-                run = lp.col(0, len(members), float(weights.get(prio, 1)) * gpus)
-                runs[name] = run
-                share = []
-                for tn in mine:
-                    g = lp.col(0, free[(name, tn)])
-                    share.append((g, 1.0))
-                    gpu_terms[(name, tn)].append((g, 1.0))
-                    if rows and big_gpus[ukey] and per_node[(name, tn)] == 8:
-                        big_terms[(name, tn)].append((g, big_gpus[ukey] / gpus))
-                lp.row(share + [(run, -float(gpus))], 0.0, 0.0)
-            if len(runs) > 1:
-                lp.row([(r, 1.0) for r in runs.values()], -math.inf, len(members))
-            if rows:
-                cols.append((members, runs))
-        for at, terms in gpu_terms.items():
-            lp.row(terms, -math.inf, free[at])
-        for at, terms in big_terms.items():
-            lp.row(terms, -math.inf, whole.get(at, 0))
-    left = math.inf if deadline is None else deadline - time.perf_counter()
-    x: list[float] | None = None
-    bound: float | None = None
-    status = "no time left"
-    if left > 0.05:
-        _, status, x = lp_route.maximise(min(left / 2, 30.0))
-        value, bstatus, _ = lp_bound.maximise(max(0.01, min(left / 2, 30.0)))
-        if value is not None:
-            bound = float(math.ceil(value * (1 + SAFETY) + SAFETY))
-    demand = _demand_bound(info, weights, total_free)
-    bound = demand if bound is None else min(bound, demand)
+    free = room.free
+    gpu_terms: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    big_terms: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    for (prio, gpus, ukey), members in sh.shapes.items():
+        eligible = sh.types_of[ukey]
+        runs: dict[str, int] = {}
+        for name in clusters:
+            mine = [tn for tn in eligible if free.get((name, tn), 0) > 0]
+            if not mine or sum(free[(name, tn)] for tn in mine) < gpus or gpus == 0:
+                continue
+            run = lp.col(0, len(members), float(weights.get(prio, 1)) * gpus)
+            runs[name] = run
+            share = []
+            for tn in mine:
+                g = lp.col(0, free[(name, tn)])
+                share.append((g, 1.0))
+                gpu_terms[(name, tn)].append((g, 1.0))
+                if rows and sh.big_gpus[ukey] and room.per_node[(name, tn)] == 8:
+                    big_terms[(name, tn)].append((g, sh.big_gpus[ukey] / gpus))
+            lp.row(share + [(run, -float(gpus))], 0.0, 0.0)
+        if len(runs) > 1:
+            lp.row([(r, 1.0) for r in runs.values()], -math.inf, len(members))
+        if rows:
+            cols.append((members, runs))
+    for at, terms in gpu_terms.items():
+        lp.row(terms, -math.inf, free[at])
+    for at, terms in big_terms.items():
+        lp.row(terms, -math.inf, room.whole.get(at, 0))
+    return lp, cols
+
+
+def _assign(cols: list[tuple[list[int], dict[str, int]]], x: list[float] | None,
+            info: dict[int, tuple[int, int, frozenset[str]]], free: dict[tuple[str, str], int],
+            clusters: list[str]) -> dict[int, str]:
+    """The LP's amounts rounded down per shape and cluster; the rest where most room is left
+    (all of it so without the LP's solution ``x``)."""
     room = {c: sum(v for (cc, _), v in free.items() if cc == c) for c in clusters}
     assignment: dict[int, str] = {}
     for members, runs in cols:
@@ -307,12 +358,7 @@ def route(instance: Instance, deadline: float | None = None, after_s: float = 0.
             best = max(runs, key=lambda c: (room[c], -clusters.index(c)))
             assignment[j] = best
             room[best] -= info[j][1]
-    if unrouted:  # no bound: the jobs not read are part of the round (nothing is admitted)
-        status = f"no time left after reading {len(info):,} of {len(instance.jobs):,} jobs"
-        bound = None
-    return Route(assignment, bound, weights, len(shapes), time.perf_counter() - t0,
-                 status if x is not None else f"by free room ({status})", info, dict(free),
-                 unrouted)
+    return assignment
 
 
 def _demand_bound(info: dict[int, tuple[int, int, frozenset[str]]], weights: dict[float, int],
@@ -479,16 +525,35 @@ class _Run:
         built = {part.cluster: part for part in todo if part.round is not None}
         if not built:
             return {}
+        stuck = self._repair_passes(todo, built, tried, deadline)
+        candidates, stuck2 = self._candidates(todo, tried)
+        stuck.update(stuck2)
+        candidates = self._above_stuck(candidates, stuck)  # below it the left-out rule clears
+        unresolved = {j: f"cluster {c} (no time for its repair)" for c, js in candidates.items()
+                      for j in js}
+        unresolved.update({j: f"cluster {c} (not solved: {self.unbuilt_reason or 'no time'})"
+                           for j, c in stuck.items()})
+        return self._left_out(built, unresolved)
+
+    def _above_stuck(self, candidates: dict[str, list[int]], stuck: dict[int, str]
+                     ) -> dict[str, list[int]]:
+        """A job that might fit in an unsolved cluster leaves out every admitted job of lower
+        priority anyway: only candidates above the highest such job need a repair."""
+        floor = max((self.found.jobs[j][0] for j in stuck), default=None)
+        if floor is None:
+            return candidates
+        out = {c: [j for j in js if self.found.jobs[j][0] > floor] for c, js in candidates.items()}
+        return {c: js for c, js in out.items() if js}
+
+    def _repair_passes(self, todo: list[Part], built: dict[str, Part],
+                       tried: dict[str, set[int]], deadline: float) -> dict[int, str]:
+        """Up to four passes of priority repairs with other clusters' pending jobs (each pass
+        only adds tried pairs; the released rarely cascade); the jobs that might fit in an
+        unsolved cluster, as the last pass found them."""
         stuck: dict[int, str] = {}
-        for _ in range(4):  # each pass only adds tried pairs; the released rarely cascade
+        for _ in range(4):
             candidates, stuck = self._candidates(todo, tried)
-            # a job that might fit in an unsolved cluster leaves out every admitted job of
-            # lower priority anyway: only jobs above the highest such one need a repair
-            floor = max((self.found.jobs[j][0] for j in stuck), default=None)
-            if floor is not None:
-                candidates = {c: [j for j in js if self.found.jobs[j][0] > floor]
-                              for c, js in candidates.items()}
-                candidates = {c: js for c, js in candidates.items() if js}
+            candidates = self._above_stuck(candidates, stuck)
             if not candidates:
                 break
             admitted = {c: self._admitted(part) for c, part in built.items()}
@@ -499,23 +564,18 @@ class _Run:
                 # the repair's cost: the part's views copied, the candidates' built, searched
                 cost = self.slow * (0.3 * NODE_S * built[c].nodes + JOB_S * len(jobs))
                 if time.perf_counter() + cost >= deadline:
-                    continue  # left to the priority rule below
+                    continue  # left to the priority rule
                 if jobs:
                     self._repair_with(built[c], jobs, deadline)
                     admitted[c] = self._admitted(built[c])
                 tried[c].update(jobs)
             if time.perf_counter() >= deadline:
                 break
-        candidates, stuck2 = self._candidates(todo, tried)
-        stuck.update(stuck2)
-        floor = max((self.found.jobs[j][0] for j in stuck), default=None)
-        if floor is not None:  # below it the left-out rule clears them
-            candidates = {c: [j for j in js if self.found.jobs[j][0] > floor]
-                          for c, js in candidates.items()}
-        unresolved = {j: f"cluster {c} (no time for its repair)" for c, js in candidates.items()
-                      for j in js}
-        unresolved.update({j: f"cluster {c} (not solved: {self.unbuilt_reason or 'no time'})"
-                           for j, c in stuck.items()})
+        return stuck
+
+    def _left_out(self, built: dict[str, Part], unresolved: dict[int, str]) -> dict[int, str]:
+        """Every admitted job below the highest unresolved pending job's priority, with the
+        reason (that job might fit elsewhere)."""
         if not unresolved:
             return {}
         top = max(self.found.jobs[j][0] for j in unresolved)
@@ -571,61 +631,10 @@ class _Run:
     def merge(self, todo: list[Part], left_out: dict[int, str], budget: Budget,
               budget_s: float, notes: list[str]) -> PlacementPlan:
         """One plan of the whole round from the parts' plans (explained in what is left)."""
-        b = PlanBuilder(self.instance)
-        placed: set[str] = set()
-        pending: dict[str, PendingJob] = {}
-        elsewhere: dict[str, PendingJob] = {}
-        terms: dict[str, float] = defaultdict(float)
         built = [part for part in todo if part.round is not None]
-        for k, part in enumerate(built):
-            r = part.round
-            assert r is not None
-            # explanations share what the plans (this one's and the later ones') leave
-            owed = [self.slow * PLAN_S_PER_ADMITTED * q.admitted for q in built[k:]]
-            spare = budget.left() - self.merge_s_per_job * len(self.instance.jobs) - sum(owed)
-            share = max(0.0, spare) / (len(built) - k) + owed[0]
-            r.budget = Budget(share, self.params.budget, deadline=time.perf_counter() + share)
-            r.budget_s = share
-            plan = finish(r, tighten=False)
-            keep = [job for job in plan.jobs if self.by_name[job.job] not in left_out]
-            names = {job.job for job in keep}
-            b.placements += [u for u in plan.placements if u.job in names]
-            b.jobs += keep
-            placed |= names
-            for pj in plan.pending:  # a job's own cluster says why first
-                j = self.by_name[pj.job]
-                if self.found.assignment.get(j) == part.cluster:
-                    pending[pj.job] = pj
-                else:
-                    elsewhere.setdefault(pj.job, pj)
-            for name, value in plan.objective_terms.items():
-                terms[name] += value
-        for name, pj in elsewhere.items():
-            pending.setdefault(name, pj)
-        templates: dict[str, PendingJob] = {}
-
-        def waiting(name: str, why: str) -> PendingJob:  # 6 us each, not 70 us validated
-            if why not in templates:
-                templates[why] = PendingJob(job=name, reasons=[why], analysis="skipped")
-            return templates[why].model_copy(update={"job": name})
-
-        for j, why in left_out.items():
-            name = self.instance.jobs[j].name
-            pending[name] = waiting(name, why)
         unbuilt = [part for part in todo if part.round is None]
-        for part in unbuilt:
-            why = (f"not tried: the budget ran out before cluster {part.cluster}'s part "
-                   f"({len(part.jobs):,} jobs) was built ({self.unbuilt_reason})")
-            for j in part.jobs:
-                name = self.instance.jobs[j].name
-                if name not in pending:
-                    pending[name] = waiting(name, why)
-        why = (f"not tried: the budget ran out while jobs were routed to clusters "
-               f"({len(self.found.unrouted):,} jobs not reached)")
-        for j in self.found.unrouted:
-            name = self.instance.jobs[j].name
-            if name not in pending:
-                pending[name] = waiting(name, why)
+        b, placed, pending, terms = self._part_plans(built, left_out, budget)
+        self._not_solved(pending, left_out, unbuilt)
         b.pending = [pj for name, pj in pending.items() if name not in placed]
         weights = self.found.weights
         objective = float(sum(weights.get(job.priority, 1) * job.gpus for job in b.jobs))
@@ -648,21 +657,92 @@ class _Run:
                 if term not in out_terms:
                     out_terms[term] = value
                     gaps.setdefault(term, None)
-        notes = notes + [
-            "parts solved under budgets split by measured need (" + "; ".join(
-                f"{part.cluster} {len(part.jobs):,} jobs need {part.need_s:.1f} s -> "
-                f"{part.budget_s:.1f} s {part.status}" for part in todo[:6])
-            + ("; ..." if len(todo) > 6 else "") + ")"]
-        if unbuilt:
-            notes.append(f"{plural(len(unbuilt), 'cluster')} not solved in the budget ("
-                         + ", ".join(part.cluster for part in unbuilt[:8])
-                         + ("..." if len(unbuilt) > 8 else "") + "): their jobs are pending")
-        if left_out:
-            notes.append(f"{len(left_out):,} admitted jobs left out for the priority rule "
-                         "(their reasons say why)")
-        notes.append("objective 1 is bounded by the routing LP (GPUs per cluster and type) "
-                     "and the demand bound; the merged plan is never labelled optimal")
+        notes = notes + _merge_notes(todo, unbuilt, left_out)
         return b.build("plan", status=status, solver=name, objective=objective, bound=bound,
                        gap=relative_gap(objective, bound), objective_gaps=gaps,
                        runtime_s=round(budget.elapsed(), 4), budget_s=budget_s,
                        message="; ".join(notes), objective_terms=out_terms)
+
+    def _part_plans(self, built: list[Part], left_out: dict[int, str], budget: Budget
+                    ) -> tuple[PlanBuilder, set[str], dict[str, PendingJob], dict[str, float]]:
+        """The solved parts' plans, finished under shares of what is left and merged: the
+        builder with their admitted jobs (less ``left_out``), the names placed, the pending
+        jobs (a job's own cluster says why first) and the objective terms summed."""
+        b = PlanBuilder(self.instance)
+        placed: set[str] = set()
+        pending: dict[str, PendingJob] = {}
+        elsewhere: dict[str, PendingJob] = {}
+        terms: dict[str, float] = defaultdict(float)
+        for k, part in enumerate(built):
+            r = part.round
+            assert r is not None
+            # explanations share what the plans (this one's and the later ones') leave
+            owed = [self.slow * PLAN_S_PER_ADMITTED * q.admitted for q in built[k:]]
+            spare = budget.left() - self.merge_s_per_job * len(self.instance.jobs) - sum(owed)
+            share = max(0.0, spare) / (len(built) - k) + owed[0]
+            r.budget = Budget(share, self.params.budget, deadline=time.perf_counter() + share)
+            r.budget_s = share
+            plan = finish(r, tighten=False)
+            keep = [job for job in plan.jobs if self.by_name[job.job] not in left_out]
+            names = {job.job for job in keep}
+            b.placements += [u for u in plan.placements if u.job in names]
+            b.jobs += keep
+            placed |= names
+            for pj in plan.pending:
+                j = self.by_name[pj.job]
+                if self.found.assignment.get(j) == part.cluster:
+                    pending[pj.job] = pj
+                else:
+                    elsewhere.setdefault(pj.job, pj)
+            for name, value in plan.objective_terms.items():
+                terms[name] += value
+        for name, pj in elsewhere.items():
+            pending.setdefault(name, pj)
+        return b, placed, pending, terms
+
+    def _not_solved(self, pending: dict[str, PendingJob], left_out: dict[int, str],
+                    unbuilt: list[Part]) -> None:
+        """Reasons for the jobs no part's plan explains: left out for the priority rule, in
+        a part not built, not routed."""
+        templates: dict[str, PendingJob] = {}
+
+        def waiting(name: str, why: str) -> PendingJob:  # 6 us each, not 70 us validated
+            if why not in templates:
+                templates[why] = PendingJob(job=name, reasons=[why], analysis="skipped")
+            return templates[why].model_copy(update={"job": name})
+
+        for j, why in left_out.items():
+            name = self.instance.jobs[j].name
+            pending[name] = waiting(name, why)
+        for part in unbuilt:
+            why = (f"not tried: the budget ran out before cluster {part.cluster}'s part "
+                   f"({len(part.jobs):,} jobs) was built ({self.unbuilt_reason})")
+            for j in part.jobs:
+                name = self.instance.jobs[j].name
+                if name not in pending:
+                    pending[name] = waiting(name, why)
+        why = (f"not tried: the budget ran out while jobs were routed to clusters "
+               f"({len(self.found.unrouted):,} jobs not reached)")
+        for j in self.found.unrouted:
+            name = self.instance.jobs[j].name
+            if name not in pending:
+                pending[name] = waiting(name, why)
+
+
+def _merge_notes(todo: list[Part], unbuilt: list[Part], left_out: dict[int, str]) -> list[str]:
+    """What the merged plan's message says of its parts."""
+    notes = [
+        "parts solved under budgets split by measured need (" + "; ".join(
+            f"{part.cluster} {len(part.jobs):,} jobs need {part.need_s:.1f} s -> "
+            f"{part.budget_s:.1f} s {part.status}" for part in todo[:6])
+        + ("; ..." if len(todo) > 6 else "") + ")"]
+    if unbuilt:
+        notes.append(f"{plural(len(unbuilt), 'cluster')} not solved in the budget ("
+                     + ", ".join(part.cluster for part in unbuilt[:8])
+                     + ("..." if len(unbuilt) > 8 else "") + "): their jobs are pending")
+    if left_out:
+        notes.append(f"{len(left_out):,} admitted jobs left out for the priority rule "
+                     "(their reasons say why)")
+    notes.append("objective 1 is bounded by the routing LP (GPUs per cluster and type) "
+                 "and the demand bound; the merged plan is never labelled optimal")
+    return notes
