@@ -24,7 +24,7 @@ def test_a_decomposed_plan_is_valid_and_equals_the_monolithic_optimum(seed):
     mono = solve_placement(inst, solver="milp", budget_s=60)
     assert mono.status.value == "optimal" and check(mono, inst) == []
     parts: list[Part] = []
-    dec = solve_decomposed(inst, budget_s=20, parts_out=parts)
+    dec = solve_decomposed(inst, budget_s=20, parts_out=parts, always=True)
     assert check(dec, inst) == []
     assert dec.objective == mono.objective
     assert len(parts) >= 2 and dec.solver.startswith("decomposed")
@@ -37,7 +37,7 @@ def test_a_decomposed_plan_is_valid_and_equals_the_monolithic_optimum(seed):
 def test_each_job_goes_to_one_cluster_and_unplaced_jobs_are_explained():
     inst = generate_federation(2, 64, 60, None, 0.8, 7, size_scale=2)
     parts: list[Part] = []
-    dec = solve_decomposed(inst, budget_s=10, parts_out=parts)
+    dec = solve_decomposed(inst, budget_s=10, parts_out=parts, always=True)
     assert check(dec, inst) == []
     sent = [j for part in parts for j in part.jobs]
     assert len(sent) == len(set(sent))  # one cluster per job
@@ -54,7 +54,7 @@ def test_the_budget_is_split_by_measured_need():
     inst = generate_federation(3, 256, 90, None, 0.5, 3, size_scale=2)
     parts: list[Part] = []
     budget = 6.0
-    plan = solve_decomposed(inst, budget_s=budget, parts_out=parts)
+    plan = solve_decomposed(inst, budget_s=budget, parts_out=parts, always=True)
     assert check(plan, inst) == []
     assert len(parts) == 3 and all(part.status != "unbuilt" for part in parts)
     assert all(part.est_s > 0 and part.need_s > 0 and part.build_s > 0 for part in parts)
@@ -71,7 +71,7 @@ def test_the_budget_is_split_by_measured_need():
 def test_one_cluster_is_the_driver_round():
     inst = generate(256, 30, None, 0.6, 1, size_scale=2)
     whole = solve_placement(inst, budget_s=10)
-    dec = solve_decomposed(inst, budget_s=10)
+    dec = solve_decomposed(inst, budget_s=10, always=True)
     assert check(dec, inst) == []
     assert dec.objective == whole.objective and not dec.solver.startswith("decomposed")
 
@@ -123,7 +123,7 @@ def test_without_the_lp_jobs_go_by_free_room(monkeypatch):
     monkeypatch.setattr(decompose.SparseLp, "maximise",
                         lambda self, limit: (None, "kTimeLimit", None))
     inst = generate_federation(2, 128, 30, None, 0.5, 2, size_scale=2)
-    plan = solve_decomposed(inst, budget_s=10)
+    plan = solve_decomposed(inst, budget_s=10, always=True)
     assert check(plan, inst) == []
     assert "by free room" in plan.message and plan.jobs
     assert plan.bound is not None and plan.bound >= plan.objective
@@ -136,11 +136,15 @@ def test_the_cli_solves_a_federation_round_decomposed(tmp_path, capsys):
     from hyperplace.io import load_documents, parse
     from hyperplace.models.plan import PlacementPlan
 
-    inst = generate_federation(2, 128, 30, None, 0.5, 4, size_scale=2)
+    from hyperplace.solvers.decompose import WHOLE_FRACTION, whole_round_s
+
+    # large enough that its whole problem takes more than half of a 1 s budget
+    inst = generate_federation(8, 1024, 1000, None, 0.5, 4, size_scale=2)
+    assert whole_round_s(inst) > WHOLE_FRACTION * 1.0
     path = tmp_path / "fed.json"
     path.write_text(render_instance(inst, "json"))
     out = tmp_path / "plan.json"
-    assert run_main(["solve", "-i", str(path), "--decompose", "--budget", "10",
+    assert run_main(["solve", "-i", str(path), "--decompose", "--budget", "1",
                      "--format", "json", "-o", str(out)]) == 0
     plan = parse(PlacementPlan, load_documents(str(out))[0])
     assert plan.solver.startswith("decomposed") and check(plan, inst) == []
@@ -154,7 +158,7 @@ def test_the_cli_solves_a_federation_round_decomposed(tmp_path, capsys):
 def test_a_round_not_decomposed_says_so():
     """--decompose on one cluster is the driver's round, and the plan says why."""
     inst = generate(256, 12, None, 0.6, 1, size_scale=2)
-    plan = solve_decomposed(inst, budget_s=5)
+    plan = solve_decomposed(inst, budget_s=5, always=True)
     assert check(plan, inst) == []
     assert "not decomposed (one cluster): solved as one round" in plan.message
 
@@ -164,7 +168,7 @@ def test_a_round_out_of_time_while_routing_is_still_a_valid_plan():
     clock): the jobs not reached are pending with a reason, no part is built, and the plan
     is the whole round's, valid, with no bound (the jobs not read are not known)."""
     inst = generate_federation(2, 64, 1200, None, 0.5, 3)
-    plan = solve_decomposed(inst, budget_s=0.0)
+    plan = solve_decomposed(inst, budget_s=0.0, always=True)
     assert check(plan, inst) == []
     assert not plan.jobs and len(plan.pending) == len(inst.jobs)
     assert any("while jobs were routed" in r for pj in plan.pending for r in pj.reasons)
@@ -199,3 +203,23 @@ def test_greedy_does_not_search_again_for_a_shape_that_just_failed(monkeypatch):
                                                          params.max_domain_trials)
              for jv in order}
     assert {j for j, u in every.items() if u is not None} == set(a.units)
+
+
+def test_a_round_whose_whole_problem_is_cheap_is_solved_whole_and_says_so():
+    """The reviewer's case (4 x 1,024 GPUs, 400 jobs, budget 1 s): decomposed, each part got a
+    share of the budget and paid its own start-up, and the plan admitted none of the jobs the
+    whole round's solve admits. A round whose whole problem takes at most half the budget is
+    solved whole; a larger one is still decomposed."""
+    from hyperplace.solvers.decompose import WHOLE_FRACTION, whole_round_s
+
+    inst = generate_federation(4, 1024, 400, None, 0.6, 2, size_scale=2)
+    assert whole_round_s(inst) <= WHOLE_FRACTION * 1.0
+    plan = solve_decomposed(inst, solver="greedy", budget_s=1.0)
+    mono = solve_placement(inst, solver="greedy", budget_s=1.0)
+    assert "not decomposed (the whole round's problem takes about" in plan.message
+    assert not plan.solver.startswith("decomposed") and check(plan, inst) == []
+    assert [j.job for j in plan.jobs] == [j.job for j in mono.jobs]
+    # the same round with a budget below twice its whole cost is decomposed
+    small = 0.9 * whole_round_s(inst) / WHOLE_FRACTION
+    assert solve_decomposed(inst, solver="greedy", budget_s=small).solver.startswith(
+        "decomposed")
