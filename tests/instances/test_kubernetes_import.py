@@ -275,3 +275,18 @@ def test_vgpu_profiles_whole_board_or_slice():
         else:
             with pytest.raises(InputError, match="8 GB of an A100-40's 40 GB, a time-shared slice"):
                 import_kubernetes_nodes([(d, "")], "x")
+
+
+@pytest.mark.parametrize("quantity", ["100000", "4Gi"])
+def test_a_container_asking_for_too_many_gpus_is_named_at_its_own_field(tmp_path, quantity):
+    """The new user's Volcano Job: the error named the job model's internal field
+    (spec.resourceGroups[0].gpusPerGroup); it names the container's resource instead."""
+    text = (K8S / "volcano-mindspore-gpu.yaml").read_text().replace(
+        'nvidia.com/gpu: "1"', f'nvidia.com/gpu: "{quantity}"')
+    path = tmp_path / "big.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        validate_file(path)
+    line = err.value.one_line()
+    assert "containers[0].resources" in line and "nvidia.com/gpu" in line
+    assert "at most 4,096" in line and "gpusPerGroup" not in line and str(path) in line

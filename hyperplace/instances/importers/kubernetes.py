@@ -410,6 +410,11 @@ def _pod_job(meta: Mapping[str, Any]) -> str:
     return str(meta.get("name"))
 
 
+#: The most GPUs one container may ask for: a placement group's limit
+#: (``GroupSpec.gpus_per_group``), checked at the workload's own field.
+MAX_POD_GPUS = 4096
+
+
 def container_gpus(spec: Mapping[str, Any], src: str, where: str) -> int:
     """GPUs a pod spec asks for: containers' ``nvidia.com/gpu`` (or ``amd.com/gpu``)
     requests, limits when no request (Kubernetes sets request = limit for extended
@@ -420,7 +425,14 @@ def container_gpus(spec: Mapping[str, Any], src: str, where: str) -> int:
             block = mapping_or_empty(res.get(part), src, f"{path}.resources.{part}")
             for r in GPU_RESOURCES:
                 if r in block:
-                    return gpu_quantity(block[r], src, f"{path}.resources.{part}.{r}")
+                    where_r = f"{path}.resources.{part}.{r}"
+                    n = gpu_quantity(block[r], src, where_r)
+                    if n > MAX_POD_GPUS:  # said here, not as the job model's field
+                        raise InputError(
+                            f"{block[r]!r} asks for {n:,} GPUs in one container; a pod holds "
+                            f"at most {MAX_POD_GPUS:,} (a suffix such as Gi or k multiplies)",
+                            source=src, path=where_r)
+                    return n
         return 0
     containers = spec.get("containers") or []
     if not isinstance(containers, list):
