@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime as dt
-import math
 import os
 import platform
 import sys
@@ -56,6 +55,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hyperplace.benchkit.loads import bracket_load  # noqa: E402
 from hyperplace.fedsim import POLICIES  # noqa: E402
 from hyperplace.instances import load_instance  # noqa: E402
 from hyperplace.io import write_atomic  # noqa: E402
@@ -151,33 +151,7 @@ def find_load(trace, shape, jobs, target, seed, probes) -> tuple[float | None, f
             cache[load] = (best, facts)
         return cache[load]
 
-    load = 1.0
-    u, facts = util(load)
-    if u >= target:
-        hi, hi_u = load, u
-        while load > 0.2:
-            load /= 1.5
-            u, _ = util(load)
-            if u < target:
-                break
-            hi, hi_u = load, u
-        lo = load
-    else:
-        while u < target:
-            if facts.get("load_note") or load > 10:
-                return None, u, facts
-            lo = load
-            load *= 1.5
-            u, facts = util(load)
-        hi, hi_u = load, u
-    for _ in range(probes):
-        mid = math.sqrt(lo * hi)
-        u, _ = util(mid)
-        if u >= target:
-            hi, hi_u = mid, u
-        else:
-            lo = mid
-    return hi, hi_u, facts
+    return bracket_load(util, target, probes)
 
 
 def _ratios(eng: dict, peers: list[dict], keys=METRICS) -> dict[str, float]:

@@ -115,6 +115,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hyperplace.benchkit.loads import bracket_load  # noqa: E402
 from hyperplace.instances import load_instance  # noqa: E402
 from hyperplace.io import write_atomic  # noqa: E402
 from hyperplace.sim.metrics import bubble_series, save_figure, summarize  # noqa: E402
@@ -449,33 +450,8 @@ def find_load(runner: Runner, base: dict, target: float, probes: int
     def probe(x: float) -> tuple[float, dict]:
         return probe_util(runner, base, round(x, 6))
 
-    load = 1.0
-    u, facts = probe(load)
-    if u >= target:
-        hi, hi_u = load, u
-        while load > 0.2:
-            load /= 1.5
-            u, _ = probe(load)
-            if u < target:
-                break
-            hi, hi_u = load, u
-        lo = load
-    else:
-        while u < target:
-            if facts.get("load_note") or load > 10:  # the jobs offer no more than this
-                return None, u, facts
-            lo = load
-            load *= 1.5
-            u, facts = probe(load)
-        hi, hi_u = load, u
-    for _ in range(probes):
-        mid = math.sqrt(lo * hi)
-        u, _ = probe(mid)
-        if u >= target:
-            hi, hi_u = mid, u
-        else:
-            lo = mid
-    return round(hi, 6), hi_u, facts
+    load, u, facts = bracket_load(probe, target, probes)
+    return (None if load is None else round(load, 6)), u, facts
 
 
 def cell_plan(base: dict, load: float, peers, federation: bool) -> list[dict]:
