@@ -31,7 +31,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from hyperplace.models.base import HPModel
-from hyperplace.models.limits import MAX_UNITS_PER_JOB, Name
+from hyperplace.models.limits import MAX_GROUP_GPUS, MAX_UNITS_PER_JOB, Name
 
 
 class GroupType(StrEnum):
@@ -80,7 +80,7 @@ class InterNodeConnectivity(HPModel):
 class ResourceGroup(HPModel):
     name: str = Field(min_length=1)
     type: GroupType
-    gpus_per_group: int = Field(gt=0, le=4096, strict=True)
+    gpus_per_group: int = Field(gt=0, le=MAX_GROUP_GPUS, strict=True)
     gpu_requirements: GPURequirements = Field(default_factory=GPURequirements)
     inter_node_connectivity: InterNodeConnectivity = Field(default_factory=InterNodeConnectivity)
 

@@ -24,6 +24,8 @@ MAX_GPUS = 1_048_576
 MAX_JOBS = 100_000
 #: Most replicas of one HyperJob replicated job (child Volcano Jobs are named one by one).
 MAX_HYPERJOB_REPLICAS = 16_384
+#: Most GPUs in one placement group (a job's ``gpusPerGroup``, one pod's GPU request).
+MAX_GROUP_GPUS = 4096
 #: Most gang units one job expands into (replicas x model-parallel groups, plus auxiliaries).
 MAX_UNITS_PER_JOB = 65_536
 #: Most gang units a whole queue expands into.

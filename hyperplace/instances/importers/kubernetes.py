@@ -85,6 +85,7 @@ from hyperplace.models.cluster import Cluster, FabricGenerator, FabricSpec
 from hyperplace.models.fabric import Link, Switch
 from hyperplace.models.gpu import GPUCatalog, GPUType, default_catalog
 from hyperplace.models.node import Node, NVLinkTopology
+from hyperplace.models.limits import MAX_GROUP_GPUS
 
 ASSUMED_LABEL = "hyperplace.io/assumed"
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
@@ -410,11 +411,6 @@ def _pod_job(meta: Mapping[str, Any]) -> str:
     return str(meta.get("name"))
 
 
-#: The most GPUs one container may ask for: a placement group's limit
-#: (``GroupSpec.gpus_per_group``), checked at the workload's own field.
-MAX_POD_GPUS = 4096
-
-
 def container_gpus(spec: Mapping[str, Any], src: str, where: str) -> int:
     """GPUs a pod spec asks for: containers' ``nvidia.com/gpu`` (or ``amd.com/gpu``)
     requests, limits when no request (Kubernetes sets request = limit for extended
@@ -427,10 +423,10 @@ def container_gpus(spec: Mapping[str, Any], src: str, where: str) -> int:
                 if r in block:
                     where_r = f"{path}.resources.{part}.{r}"
                     n = gpu_quantity(block[r], src, where_r)
-                    if n > MAX_POD_GPUS:  # said here, not as the job model's field
+                    if n > MAX_GROUP_GPUS:  # said here, not as the job model's field
                         raise InputError(
                             f"{block[r]!r} asks for {n:,} GPUs in one container; a pod holds "
-                            f"at most {MAX_POD_GPUS:,} (a suffix such as Gi or k multiplies)",
+                            f"at most {MAX_GROUP_GPUS:,} (a suffix such as Gi or k multiplies)",
                             source=src, path=where_r)
                     return n
         return 0
