@@ -3,8 +3,10 @@
 Federation file (``--cluster FED.yaml``): one ``Instance`` (clusters + ``interClusterLinks``)
 or ``Cluster`` documents plus one ``hyperplace/v1`` ``Federation`` document
 ``{spec: {interClusterLinks: [{a, b, gbps, latencyMs}]}}``. Jobs (``--jobs`` files or
-directories): ``FoundationModelTrainingJob``, ``HyperJob`` (``training.volcano.sh/v1alpha1``)
-and ``PropagationPolicy`` (``policy.karmada.io/v1alpha1``) documents; a policy whose
+directories, read as ``solve --jobs`` reads them): ``FoundationModelTrainingJob``, the
+workloads ``solve`` reads (Volcano ``Job``, ``batch/v1`` ``Job``, ``JobSet``, Kubeflow jobs),
+``HyperJob`` (``training.volcano.sh/v1alpha1``) and ``PropagationPolicy``
+(``policy.karmada.io/v1alpha1``) documents; a policy whose
 ``resourceSelectors`` name a job gives it ``placement.clusterAffinities`` (ordered fallback
 groups), ``placement.clusterAffinity.clusterNames`` and, from a ``spreadByField: cluster``
 spread constraint, ``maxGroups`` as the job's maxDomains. Limits: 64 clusters, 1,000 jobs.
@@ -36,13 +38,12 @@ from hyperplace.models.base import HPModel
 from hyperplace.models.cluster import Cluster, InterClusterLink
 from hyperplace.models.hyperjob import HyperJob
 from hyperplace.models.instance import Instance, InstanceSpec
-from hyperplace.models.job import ObjectMeta, TrainingJob
+from hyperplace.models.job import ObjectMeta
 from hyperplace.models.node import Node
 
 MAX_CLUSTERS = 64
 MAX_JOBS = 1000
 SEED_INSTANCE = "seed-beijing-shanghai"
-_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 class FederationSpec(HPModel):
@@ -124,16 +125,6 @@ def load_federation_file(path: str | Path) -> Instance:
     return _validate(Instance, doc, source, None)
 
 
-def _files(path: str | Path) -> list[Path]:
-    p = Path(path)
-    if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in _SUFFIXES)
-        if not files:
-            raise InputError("directory holds no .yaml, .yml or .json file", source=str(path))
-        return files
-    return [p]
-
-
 def _policy_targets(doc: dict[str, Any]) -> list[str]:
     spec = doc.get("spec") or {}
     return [str(sel.get("name")) for sel in spec.get("resourceSelectors") or []
@@ -165,29 +156,20 @@ def _apply_policy(job: FederatedJob, doc: dict[str, Any], source: str, where: st
 
 
 def load_jobs(paths: list[str | Path]) -> list[FederatedJob]:
-    """Jobs and their PropagationPolicies from files or directories."""
+    """Jobs and their PropagationPolicies from files or directories, read as every command
+    reads job files (:func:`hyperplace.instances.registry.read_job_documents`: Volcano,
+    batch/v1, JobSet and Kubeflow jobs too)."""
+    from hyperplace.instances.registry import read_job_documents
+
+    read = read_job_documents(list(paths))
     jobs: list[FederatedJob] = []
-    policies: list[tuple[dict[str, Any], str, str]] = []
-    for path in paths:
-        for f in _files(path):
-            source = str(f)
-            docs = load_documents(f)
-            for i, doc in enumerate(docs):
-                label = _label(i, len(docs))
-                where = f"{label}: " if label else ""
-                kind = doc.get("kind")
-                if kind == "FoundationModelTrainingJob":
-                    job = _validate(TrainingJob, doc, source, label)
-                    jobs.append(_sourced(lambda: from_training_job(job), source))
-                elif kind == "HyperJob":
-                    hj = _validate(HyperJob, doc, source, label)
-                    jobs += _sourced(lambda: from_hyperjob(hj), source)
-                elif kind == "PropagationPolicy":
-                    policies.append((doc, source, where))
-                else:
-                    raise InputError(f"expected FoundationModelTrainingJob, HyperJob or "
-                                     f"PropagationPolicy, got {kind!r}", source=source,
-                                     path=f"{where}kind")
+    for job, source, _ in read.jobs:
+        if isinstance(job, HyperJob):
+            jobs += _sourced(lambda: from_hyperjob(job), source)
+        else:
+            jobs.append(_sourced(lambda: from_training_job(job), source))
+    policies = [(doc, source, f"{label}: " if label else "")
+                for doc, source, label in read.policies]
     if len(jobs) > MAX_JOBS:
         raise InputError(f"{len(jobs)} jobs; at most {MAX_JOBS} per round", path="--jobs")
     by_name = {j.name: j for j in jobs}

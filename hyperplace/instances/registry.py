@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -369,29 +369,69 @@ def _with_skipped(inst: Instance, skipped: list[tuple[str, str]]) -> Instance:
         update={"skipped": [*inst.spec.skipped, *extra]})})
 
 
-def read_jobs(path: str | Path, skipped: list[tuple[str, str]] | None = None
-              ) -> list[tuple[TrainingJob, str, str | None]]:
-    """Jobs of a multi-document file, or of every YAML/JSON file of a directory (by name);
-    workloads left out (no GPU asked) are added to ``skipped`` as (job, reason)."""
+@dataclass
+class JobDocuments:
+    """What job files hold, read the same way for every command (``solve``, ``federate``,
+    ``estimate``, ``defrag``): jobs in file order (``FoundationModelTrainingJob``, the
+    workloads of :mod:`hyperplace.instances.foreign` as one, and ``HyperJob``), Karmada
+    ``PropagationPolicy`` documents, and the workloads left out (no GPU asked)."""
+
+    jobs: list[tuple[TrainingJob | HyperJob, str, str | None]] = field(default_factory=list)
+    policies: list[tuple[dict[str, Any], str, str | None]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (job, why not placed)
+
+
+def job_files(path: str | Path) -> list[Path]:
+    """A file, or the YAML/JSON files of a directory by name."""
     p = Path(path)
-    files = [p]
-    if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in _JOB_SUFFIXES)
-        if not files:
-            raise InputError("directory holds no .yaml, .yml or .json file", source=str(path))
-    out: list[tuple[TrainingJob, str, str | None]] = []
-    for f in files:
+    if not p.is_dir():
+        return [p]
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in _JOB_SUFFIXES)
+    if not files:
+        raise InputError("directory holds no .yaml, .yml or .json file", source=str(path))
+    return files
+
+
+def read_job_documents(paths: list[str | Path]) -> JobDocuments:
+    """Jobs and their policies from files or directories (see :class:`JobDocuments`)."""
+    from hyperplace.instances.foreign import classify
+
+    out = JobDocuments()
+    for f in (f for path in paths for f in job_files(path)):
         source = str(f)
         docs = load_documents(f)
         ex = _expand(docs, source)
-        if skipped is not None:
-            skipped += ex.skipped
+        out.skipped += ex.skipped
+        out.policies += [(d, source, _doc_label(i, len(docs))) for i, d in enumerate(docs)
+                         if classify(d) == "written" and d.get("kind") == "PropagationPolicy"]
         for doc, label in ex.docs:
             kind = document_kind(doc, source, label)
-            if kind != _JOB_KIND:
-                raise InputError(f"expected {_JOB_KIND}, got {kind!r}", source=source,
-                                 path=f"{label}: kind" if label else "kind")
-            out.append((parse_job(doc, source, label), source, label))
+            if kind == _JOB_KIND:
+                out.jobs.append((parse_job(doc, source, label), source, label))
+            elif kind == "HyperJob":
+                out.jobs.append((_validate(HyperJob, doc, source, label), source, label))
+            else:
+                raise InputError(f"expected a job ({_JOB_KIND}, HyperJob, or a Volcano, "
+                                 f"batch/v1, JobSet or Kubeflow job), got {kind!r}",
+                                 source=source, path=f"{label}: kind" if label else "kind")
+    return out
+
+
+def read_jobs(path: str | Path, skipped: list[tuple[str, str]] | None = None
+              ) -> list[tuple[TrainingJob, str, str | None]]:
+    """The jobs of one cluster's round (:func:`read_job_documents`; a HyperJob spans
+    clusters, so it is refused here); workloads left out (no GPU asked) are added to
+    ``skipped`` as (job, reason)."""
+    read = read_job_documents([path])
+    if skipped is not None:
+        skipped += read.skipped
+    out: list[tuple[TrainingJob, str, str | None]] = []
+    for job, source, label in read.jobs:
+        if isinstance(job, HyperJob):
+            raise InputError("a HyperJob is split across member clusters: federation reads "
+                             "it (hyperplace federate), a one-cluster round does not",
+                             source=source, path=f"{label}: kind" if label else "kind")
+        out.append((job, source, label))
     return out
 
 

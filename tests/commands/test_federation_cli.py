@@ -133,3 +133,41 @@ def test_unholdable_job_is_pending_with_a_reason(tmp_path):
     plan = FederationPlan.model_validate_json(result.stdout)
     assert plan.jobs == [] and plan.pending[0].job == "huge"
     assert any("free" in r for r in plan.pending[0].reasons)
+
+
+VOLCANO_JOB = "tests/data/k8s/volcano-mindspore-gpu.yaml"  # volcano-sh/volcano, see its header
+
+
+def test_federate_reads_the_job_files_solve_reads(tmp_path):
+    """One reader for job files: a Volcano Job that ``solve --jobs`` admits is a job for
+    ``federate --jobs`` too (it used to say "expected FoundationModelTrainingJob, HyperJob or
+    PropagationPolicy, got 'Job'")."""
+    from hyperplace.check import check
+    from hyperplace.instances.registry import load_cluster_and_jobs
+    from hyperplace.models.plan import PlacementPlan
+
+    fed, _ = _fed_files(tmp_path, [{"a": "a", "b": "b", "gbps": 100}])
+    solved = runner.invoke(app, ["solve", "--cluster", "examples/my-cluster.yaml",
+                                 "--jobs", VOLCANO_JOB, "--budget", "5", "--format", "json"])
+    assert solved.exit_code == 0, solved.output
+    plan = PlacementPlan.model_validate_json(solved.stdout)
+    assert [j.job for j in plan.jobs] == ["mindspore-gpu"]
+    assert check(plan, load_cluster_and_jobs("examples/my-cluster.yaml", VOLCANO_JOB)) == []
+
+    result = runner.invoke(app, ["federate", "--cluster", str(fed), "--jobs", VOLCANO_JOB,
+                                 "--format", "json"])
+    assert result.exit_code == 0, result.output
+    fplan = FederationPlan.model_validate_json(result.stdout)
+    assert [jp.job for jp in fplan.jobs] == ["mindspore-gpu"] and not fplan.pending
+    assert fplan.jobs[0].gpus == 2  # the two mpiworker pods' nvidia.com/gpu: "1" each
+    assert fplan.jobs[0].verification.checker_violations == 0
+
+
+def test_solve_refuses_a_hyperjob_at_its_kind_and_says_who_reads_it(tmp_path):
+    hj = tmp_path / "hj.yaml"
+    hj.write_text(open("tests/data/hyperjob_llama.yaml").read())
+    r = subprocess.run([*HYPERPLACE, "solve", "--cluster", "examples/my-cluster.yaml",
+                        "--jobs", str(hj)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"{hj}: kind: a HyperJob is split across member clusters" in r.stderr
+    assert "federate" in r.stderr
