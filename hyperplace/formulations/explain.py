@@ -22,11 +22,6 @@ from hyperplace.formulations.placement import (
     ReasonCode,
     UnitClass,
 )
-from hyperplace.formulations.placement.spares import (
-    declared_spares,
-    spare_words,
-    whole_free_counts,
-)
 
 #: Past this many job shapes, the "does it fit alone?" probe is skipped (it costs a greedy
 #: trial per shape); the static reasons are still given.
@@ -183,7 +178,6 @@ class _Explainer:
         self.alone: dict[tuple[object, ...], bool] = {}  # shape -> fits alone on the free GPUs
         self.lost: dict[tuple[frozenset[str], int], list[str]] = {}  # (types, priority) -> rivals
         self.spared: dict[tuple[object, ...], list[DomainKey]] = {}  # shape -> leaves it needs
-        self.whole: dict[DomainKey, int] = {}  # leaf -> whole free nodes (held by spares)
         self.probes = 0
         self.quota_use = _admitted_quota_use(p, assignment) if p.quotas.active else {}
 
@@ -217,13 +211,10 @@ class _Explainer:
         if shape not in self.spared:
             self.probes += 1
             self.spared[shape] = self.held_by_spares(jv)
-        if not self.spared[shape]:
+        spares = p.hot_spare_rule
+        if not self.spared[shape] or spares is None:
             return []
-        self.whole = self.whole or whole_free_counts(p.nodes)
-        declared = declared_spares(p.nodes)
-        return ["held back by the hot-spare rule: " + "; ".join(
-            spare_words(leaf, p.hot_spares, self.whole[leaf], declared.get(leaf, 0))
-            for leaf in self.spared[shape][:3])]
+        return [spares.held_back_reason(self.spared[shape])]
 
     def _contention(self, jv: JobView, shape: tuple[object, ...], late: bool) -> list[str]:
         """Whom the job lost to when it fits alone, else that it is fragmented; or that the

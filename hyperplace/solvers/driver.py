@@ -41,8 +41,8 @@ from hyperplace.solvers.heuristics.greedy import (
     fit_probe,
     fix_inversions,
     solve_greedy,
-    spare_probe,
 )
+from hyperplace.solvers.heuristics import families
 from hyperplace.solvers.budget import Budget
 from hyperplace.solvers.params import SolveParams
 from hyperplace.solvers.heuristics.warm import WarmStart
@@ -460,7 +460,7 @@ def _explanations(r: SolveRound, skipped: set[int]) -> dict[int, list[str]]:
                "(their reasons say so)")
     reasons = explain(p, chosen, deadline=r.budget.explain_deadline(len(p.jobs), p.free_gpus),
                       fits_alone=fit_probe(p, gp),
-                      held_by_spares=spare_probe(p, chosen, gp) if p.spare_allowance else None,
+                      held_by_spares=families.spare_probe(p, chosen, gp),
                       skipped=skipped)
     proven = r.status == SolveStatus.OPTIMAL
     if p.stoppable and p.preempting:

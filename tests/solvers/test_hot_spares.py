@@ -147,6 +147,37 @@ def test_the_mapping_drops_a_job_that_would_open_a_spare():
     assert sorted(a.units) == [0, 1] and "hot spares" in a.notes[2]
 
 
+def test_greedy_keeps_the_familys_counter_and_asks_its_probe():
+    # the hot-spare family owns greedy's counter (its opening rule) and, through the greedy
+    # registry, the explanations' probe; a round without spares has neither
+    from hyperplace.formulations.mapping import Assignment
+    from hyperplace.formulations.placement import PlacementProblem
+    from hyperplace.formulations.placement.spares import SpareCounter
+    from hyperplace.solvers.heuristics import families
+    from hyperplace.solvers.heuristics.greedy import State, solve_greedy
+    from hyperplace.solvers.params import GreedyParams
+
+    inst = instance([node(f"n{i}") for i in range(3)], [job(f"j{i}") for i in range(3)],
+                    nodes_per_leaf=3)
+    p = PlacementProblem(inst, hot_spares=1)
+    state = State(p)
+    assert [type(r) for r in state.openings] == [SpareCounter]
+    assert state.openings[0].left == p.spare_allowance and State(p, rules=False).openings == ()
+    for name in ("n0", "n1"):  # open two of the three whole free nodes: the third is spare
+        state.take(name, (0,))
+    leaf = p.node_by_name["n2"].leaf
+    assert not state.may_open(leaf) and State(p, rules=False).may_open(leaf)
+    state.give("n1", (0,))  # whole free again: one may be opened
+    assert state.may_open(leaf)
+    a = solve_greedy(p)
+    (left,) = [jv for jv in p.jobs if jv.index not in a.units]
+    probe = families.spare_probe(p, a, GreedyParams())
+    assert probe is not None and probe(left) == [leaf]
+    plain = PlacementProblem(inst)
+    assert families.spare_probe(plain, Assignment(), GreedyParams()) is None
+    assert State(plain).openings == ()
+
+
 def test_switch_groups_are_the_leaves_off_trees(solver):
     # not a tree: L1 - L2, n1 n2 on L1, n3 n4 on L2, x on both (a group of its own); the
     # model and the checker share one leaf (the switch group), so each of the three keeps one

@@ -11,7 +11,15 @@ the round asks for) by the model builder (:meth:`RoundExtension.rows`, then
 :meth:`RoundExtension.objectives` when it orders the objectives), by the mapping back
 (:meth:`RoundExtension.settle`, after the units are decoded) and by the driver
 (:meth:`RoundExtension.plan_value` in the plan score, :meth:`RoundExtension.terms` in the
-plan's objective terms). Every hook's default does nothing.
+plan's objective terms, :meth:`RoundExtension.reasons` after the explanations). Greedy's
+free-GPU state asks :meth:`RoundExtension.opening_rule` (a rule it keeps as it takes and
+gives GPUs). Every hook's default does nothing.
+
+Greedy is in ``solvers/``, above this layer, so a family's greedy step (what greedy runs
+after its plan: stop or move running jobs for the jobs it left out) and the probes its
+explanations ask are registered by extension type in
+:mod:`hyperplace.solvers.heuristics.families`; the data and rules those steps keep (the
+hot spares' counter, the words of every reason) are the family's own, here.
 
 Families that are extensions: hot spares (:class:`~.spares.HotSpares`), failure repair
 (:class:`~.repair.FailureRepair`), free-domain growth
@@ -23,13 +31,28 @@ preemption's reclaim rows are still part of the builder's quota rows (``_quotas`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from hyperplace.formulations.linear import Objective
+    from hyperplace.formulations.placement.domains import DomainKey
     from hyperplace.formulations.mapping import Assignment
     from hyperplace.formulations.placement.model import PlacementModelBuilder
     from hyperplace.formulations.placement.stoppable import Mover
+
+
+class OpeningRule(Protocol):
+    """A rule greedy's free-GPU state keeps as it places pieces: which leaves may still
+    have a whole free node opened (hot spares: :class:`~.spares.SpareCounter`)."""
+
+    def may_open(self, leaf: DomainKey) -> bool:
+        """A piece may open a whole free node of ``leaf``."""
+        ...
+
+    def moved(self, leaf: DomainKey, whole_now: bool) -> None:
+        """A whole free node of ``leaf`` was opened (``whole_now`` False) or is whole free
+        again (True)."""
+        ...
 
 
 class RoundExtension:
@@ -82,5 +105,13 @@ class RoundExtension:
         """The family's objective terms as the plan reports them."""
         return {}
 
+    def reasons(self, a: Assignment, reasons: dict[int, list[str]], proven: bool) -> None:
+        """Add the family's reasons for the pending jobs ``a`` leaves out (after the
+        explanations'); ``proven``: the plan is proven optimal."""
 
-__all__ = ["RoundExtension"]
+    def opening_rule(self) -> OpeningRule | None:
+        """A fresh rule for greedy's free-GPU state to keep (None: the family has none)."""
+        return None
+
+
+__all__ = ["OpeningRule", "RoundExtension"]

@@ -7,19 +7,22 @@ free when none of its GPUs is held or faulty; the leaf is
 fabric are in no leaf and keep no spares). Which nodes stay spare is the round's choice:
 the model counts the whole free nodes it opens per node class
 (:meth:`HotSpares.rows`), greedy
-keeps a counter per leaf (``solvers.heuristics.greedy.State``), and the mapping back drops a job when
-its pieces packed into more whole free nodes than the model counted
-(:func:`opened_whole_nodes`). Repairs of running jobs may use the spares: they are solved
-without the setting.
+keeps a counter per leaf (:class:`SpareCounter`, the family's opening rule that greedy's
+free-GPU state keeps), and the mapping back drops a job when its pieces packed into more
+whole free nodes than the model counted (:meth:`HotSpares.opened_over`). Repairs of running
+jobs may use the spares: they are solved without the setting.
 
 The family is a round extension (:class:`HotSpares`, :mod:`.extensions`): it owns the
-allowance per leaf, the model's rows and the mapping back's settlement.
+allowance per leaf, the model's rows, the mapping back's settlement, greedy's counter and
+the words of its reason (:meth:`HotSpares.held_back_reason`); the probe that finds whose
+spares hold a job back is greedy's (:mod:`hyperplace.solvers.heuristics.families`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from hyperplace.formulations.placement.domains import DomainKey
@@ -90,10 +93,8 @@ class HotSpares(RoundExtension):
         :meth:`rows`); each dropped job gets a note."""
         p = self.p
         while True:
-            opened = opened_whole_nodes(p.node_by_name, {
-                node for units in a.units.values() for u in units for node, _ in u.pieces})
-            over = {leaf for leaf, nodes in opened.items()
-                    if len(nodes) > self.allowance.get(leaf, 0)}
+            over = set(self.opened_over(
+                {node for units in a.units.values() for u in units for node, _ in u.pieces}))
             if not over:
                 return
             on_over = [j for j, units in a.units.items()
@@ -103,6 +104,46 @@ class HotSpares(RoundExtension):
             del a.units[j]
             a.notes[j] = ("its pieces packed into more whole free nodes than leaf "
                           f"{sorted(over)[0]} may open with its hot spares kept")
+
+    def opened_over(self, used: Iterable[str]) -> dict[DomainKey, set[str]]:
+        """Leaf -> the whole free nodes among ``used`` (node names) in it, for the leaves
+        where those are more than the round may open (empty: the rule holds)."""
+        return {leaf: nodes for leaf, nodes in opened_whole_nodes(self.p.node_by_name,
+                                                                  used).items()
+                if len(nodes) > self.allowance.get(leaf, 0)}
+
+    def opening_rule(self) -> SpareCounter:
+        """Greedy's counter: whole free nodes each leaf may still open."""
+        return SpareCounter(self.allowance)
+
+    @cached_property
+    def _whole(self) -> dict[DomainKey, int]:
+        return whole_free_counts(self.p.nodes)
+
+    def held_back_reason(self, leaves: list[DomainKey]) -> str:
+        """The reason of a job that would fit on what the plan leaves free but for the
+        spares of ``leaves`` (the first three are named)."""
+        declared = declared_spares(self.p.nodes)
+        return "held back by the hot-spare rule: " + "; ".join(
+            spare_words(leaf, self.p.hot_spares, self._whole[leaf], declared.get(leaf, 0))
+            for leaf in leaves[:3])
+
+
+class SpareCounter:
+    """Greedy's side of the rule: per leaf, the whole free nodes a piece may still open
+    (the allowance, kept up to date as nodes are opened and given back)."""
+
+    def __init__(self, allowance: dict[DomainKey, int]):
+        self.left = dict(allowance)
+
+    def may_open(self, leaf: DomainKey) -> bool:
+        """A piece may open a whole free node of ``leaf`` (its hot spares stay free)."""
+        return self.left.get(leaf, 1) > 0
+
+    def moved(self, leaf: DomainKey, whole_now: bool) -> None:
+        """A whole free node of ``leaf`` was opened, or is whole free again."""
+        if leaf in self.left:
+            self.left[leaf] += 1 if whole_now else -1
 
 
 def spare_leaf(n: NodeView) -> DomainKey | None:

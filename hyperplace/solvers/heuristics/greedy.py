@@ -29,7 +29,7 @@ from hyperplace.formulations.placement import (
     Stoppable,
     UnitClass,
 )
-from hyperplace.formulations.placement.spares import opened_whole_nodes
+from hyperplace.formulations.placement.extensions import OpeningRule
 from hyperplace.solvers.params import GreedyParams
 
 _DEFAULTS = GreedyParams()
@@ -49,15 +49,18 @@ class State:
     only at the leaves that have a node of the free count it tries, instead of every leaf
     of its domain for every count (at 65,536 GPUs that scan was 35 s of a 66 s greedy).
 
-    ``spare_left``: with hot spares, leaf -> whole free nodes a piece may still open there
-    (``PlacementProblem.spare_allowance``, kept up to date as nodes are opened and given
-    back); ``spares=False`` ignores the rule (what the explanations ask: would the job fit
-    without it?).
+    ``openings``: the round extensions' opening rules (:meth:`RoundExtension.opening_rule
+    <hyperplace.formulations.placement.extensions.RoundExtension.opening_rule>`; hot spares:
+    whole free nodes each leaf may still open), kept up to date as nodes are opened and
+    given back; ``rules=False`` ignores them (what the explanations ask: would the job fit
+    without them?).
     """
 
-    def __init__(self, problem: PlacementProblem, spares: bool = True):
+    def __init__(self, problem: PlacementProblem, rules: bool = True):
         self.p = problem
-        self.spare_left: dict[DomainKey, int] = dict(problem.spare_allowance) if spares else {}
+        self.openings: tuple[OpeningRule, ...] = tuple(
+            r for ext in problem.extensions if (r := ext.opening_rule()) is not None
+        ) if rules else ()
         self.free: dict[str, tuple[int, ...]] = {}
         self.index: dict[DomainKey, dict[str, dict[tuple[int, bool], dict[str, None]]]] = \
             defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
@@ -106,15 +109,20 @@ class State:
         return cap is not None and sum(self.leaf_free[leaf].values()) == cap
 
     def may_open(self, leaf: DomainKey) -> bool:
-        """A piece may open a whole free node of ``leaf`` (its hot spares stay free)."""
-        return self.spare_left.get(leaf, 1) > 0
+        """A piece may open a whole free node of ``leaf`` (every opening rule allows it:
+        its hot spares stay free)."""
+        for rule in self.openings:
+            if not rule.may_open(leaf):
+                return False
+        return True
 
     def _set(self, n: NodeView, new: tuple[int, ...]) -> None:
         old = self.free[n.name]
-        if n.fully_free and n.leaf in self.spare_left:
+        if self.openings and n.fully_free:
             was, now = len(old) == len(n.free), len(new) == len(n.free)
             if was != now:
-                self.spare_left[n.leaf] += 1 if now else -1
+                for rule in self.openings:
+                    rule.moved(n.leaf, now)
         if old:
             self._leave(n, old)
         if new:
@@ -528,7 +536,8 @@ def state_with_plan(p: PlacementProblem, a: Assignment) -> tuple[State, QuotaLed
     return state, ledger
 
 
-def _give_back(state: State, placed: list[PlacedUnit]) -> None:
+def give_back(state: State, placed: list[PlacedUnit]) -> None:
+    """Free the GPUs of ``placed`` on ``state`` again."""
     for u in placed:
         for node, gpus in u.pieces:
             state.give(node, gpus)
@@ -540,7 +549,7 @@ def _place_within_quota(p: PlacementProblem, jv: JobView, state: State, ledger: 
     GPUs back and stays pending."""
     placed = try_place_job(p, jv, state, trials)
     if placed is not None and not ledger.admit(jv, placed):
-        _give_back(state, placed)
+        give_back(state, placed)
         return None
     return placed
 
@@ -695,35 +704,6 @@ def fit_probe(p: PlacementProblem, params: GreedyParams | None = None) -> FitPro
     return fits_alone
 
 
-def spare_probe(p: PlacementProblem, a: Assignment, params: GreedyParams | None = None
-                ) -> Callable[[JobView], list[DomainKey]]:
-    """``held_by_spares(job)`` for the explanations: the leaves whose hot spares the job
-    would need, when greedy places it on what ``a`` leaves free with the spare rule ignored
-    (empty when it does not fit even so, or fits without them). Leaves the state as found."""
-    params = params or _DEFAULTS
-    state: State | None = None
-    used: set[str] = {node for units in a.units.values() for u in units for node, _ in u.pieces}
-
-    def held_by_spares(jv: JobView) -> list[DomainKey]:
-        nonlocal state
-        if state is None:
-            state = State(p, spares=False)
-            for units in a.units.values():
-                for u in units:
-                    for node, gpus in u.pieces:
-                        state.take(node, gpus)
-        placed = try_place_job(p, jv, state, max_trials=params.probe_domain_trials)
-        if placed is None:
-            return []
-        _give_back(state, placed)
-        mine = {node for u in placed for node, _ in u.pieces}
-        opened = opened_whole_nodes(p.node_by_name, used | mine)
-        return sorted(leaf for leaf, nodes in opened.items()
-                      if nodes & mine and len(nodes) > p.spare_allowance.get(leaf, 0))
-
-    return held_by_spares
-
-
 def fix_inversions(p: PlacementProblem, a: Assignment,
                     params: GreedyParams | None = None,
                     deadline: float | None = None) -> Assignment:
@@ -785,7 +765,7 @@ def _over_lower(p: PlacementProblem, jv: JobView, lower: list[int], out: Assignm
     released = {j: out.units.pop(j) for j in lower}
     admitted.discard(lower)
     for j, units in released.items():
-        _give_back(state, units)
+        give_back(state, units)
         ledger.release(p.jobs[j], units)
     placed = _place_within_quota(p, jv, state, ledger, trials)
     if placed is None:  # no better: put everything back as it was

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.formulations.placement.params import ModelParams
-from hyperplace.formulations.placement.spares import opened_whole_nodes
 from hyperplace.models.instance import Instance
 from hyperplace.solvers.heuristics.greedy import QuotaLedger, fix_inversions, plan_score
 from hyperplace.solvers.params import GreedyParams
@@ -92,13 +91,15 @@ def carried_placements(p: PlacementProblem, prev: PlacementProblem, a: Assignmen
     was reused, so its unit classes are the same), every node it uses has the same hardware
     on the same fabric (reused views), every GPU it uses is free now and not taken by a job
     kept before it, its queue's quotas still allow it, and the whole free nodes it opens
-    leave every leaf its hot spares (``PlacementProblem.spare_allowance``). Jobs are taken
+    leave every leaf its hot spares (:meth:`HotSpares.opened_over
+    <hyperplace.formulations.placement.spares.HotSpares.opened_over>`). Jobs are taken
     highest priority first.
     """
     index = {jv.name: jv for jv in p.jobs}
     out = Assignment()
     taken: dict[str, set[int]] = {}
     ledger = QuotaLedger(p)
+    spares = p.hot_spare_rule
     order = sorted(a.units, key=lambda j: (-prev.jobs[j].priority, j))
     for j in order:
         old = prev.jobs[j]
@@ -127,10 +128,8 @@ def carried_placements(p: PlacementProblem, prev: PlacementProblem, a: Assignmen
                                     unit=u.unit, pieces=list(u.pieces)))
         if not ok:
             continue
-        if p.spare_allowance:
-            opened = opened_whole_nodes(p.node_by_name, set(taken) | set(claim))
-            if any(len(nodes) > p.spare_allowance.get(leaf, 0) for leaf, nodes in opened.items()):
-                continue
+        if spares is not None and spares.opened_over(set(taken) | set(claim)):
+            continue
         if not ledger.admit(jv, units):
             continue
         out.units[jv.index] = units
