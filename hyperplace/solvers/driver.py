@@ -295,10 +295,7 @@ def _heuristics(r: SolveRound, warm: WarmStart | None, backend_name: str | None)
         from hyperplace.solvers.heuristics.greedy_preempt import greedy_preempt
 
         greedy = greedy_preempt(p, greedy, gp, deadline=stop)
-    if p.stoppable and p.migrating:
-        from hyperplace.solvers.heuristics.greedy_migrate import greedy_migrate
-
-        greedy = greedy_migrate(p, greedy, gp, deadline=stop)
+    greedy = families.improve(p, greedy, gp, deadline=stop)  # migration, failure repair
     r.greedy = r.chosen = greedy
     r.greedy_start, r.greedy_s = greedy_start, time.perf_counter() - greedy_start
 
@@ -467,8 +464,8 @@ def _explanations(r: SolveRound, skipped: set[int]) -> dict[int, list[str]]:
         _preemption_reasons(p, chosen, reasons, proven)
     if p.preempting and p.instance.queue_set is not None:
         _other_queue_reasons(p, chosen, reasons)
-    if p.stoppable and p.migrating:
-        _migration_reasons(p, chosen, reasons, proven)
+    for ext in p.extensions:  # migration's
+        ext.reasons(chosen, reasons, proven)
     return reasons
 
 
@@ -537,32 +534,6 @@ def _other_queue_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, 
             text += (" or, to reclaim, jobs of borrowing queues of its cohort while its queue "
                      "stays within its nominal quota")
         reasons.setdefault(jv.index, []).append(text)
-
-
-def _migration_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, list[str]],
-                       proven: bool) -> None:
-    """For a pending job left out of a round that may migrate running jobs: that moving
-    them did not place it (proven: any plan placing it would leave out work of its
-    priority or higher; else within the budget, and with the movers the round had)."""
-    limit = p.migration.max_moves if p.migration is not None else None
-    within = f" (at most {limit} moves)" if limit is not None else ""
-    movers = f"{len(p.stoppable)} running job(s) that may move{within}"
-    if p.movers_left_out:
-        movers += f"; {p.movers_left_out} more stayed out of the round's movers"
-    text = (f"migration: no plan that moves some of the {movers} places it without leaving "
-            "out work of its priority or higher" if proven else
-            f"migration: moving some of the {movers} placed it in no plan found within the "
-            "budget")
-    anywhere: dict[object, bool] = {}  # job shape -> some node could take every unit class
-    for jv in p.pending:
-        if jv.index in a.units or jv.impossible or jv.index in a.untried:
-            continue
-        shape = p.job_shape(jv)
-        if shape not in anywhere:  # a job no node can take is not held back by movers
-            anywhere[shape] = all(any(p.node_eligible(jv, uc, nc.rep) for nc in p.node_classes)
-                                  for uc in jv.classes)
-        if anywhere[shape]:
-            reasons.setdefault(jv.index, []).append(text)
 
 
 def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolution | None,

@@ -98,6 +98,33 @@ class Migration(RoundExtension):
                 "migrated_jobs": float(len(moved)),
                 "migrated_gpus": float(sum(m.gpus_moved for m in moved))}
 
+    def reasons(self, a: Assignment, reasons: dict[int, list[str]], proven: bool) -> None:
+        """For a pending job left out of a round that may migrate running jobs: that moving
+        them did not place it (proven: any plan placing it would leave out work of its
+        priority or higher; else within the budget, and with the movers the round had)."""
+        p = self.p
+        if not p.stoppable:
+            return
+        limit = p.migration.max_moves if p.migration is not None else None
+        within = f" (at most {limit} moves)" if limit is not None else ""
+        movers = f"{len(p.stoppable)} running job(s) that may move{within}"
+        if p.movers_left_out:
+            movers += f"; {p.movers_left_out} more stayed out of the round's movers"
+        text = (f"migration: no plan that moves some of the {movers} places it without "
+                "leaving out work of its priority or higher" if proven else
+                f"migration: moving some of the {movers} placed it in no plan found within "
+                "the budget")
+        anywhere: dict[object, bool] = {}  # job shape -> some node could take every unit class
+        for jv in p.pending:
+            if jv.index in a.units or jv.impossible or jv.index in a.untried:
+                continue
+            shape = p.job_shape(jv)
+            if shape not in anywhere:  # a job no node can take is not held back by movers
+                anywhere[shape] = all(any(p.node_eligible(jv, uc, nc.rep)
+                                          for nc in p.node_classes) for uc in jv.classes)
+            if anywhere[shape]:
+                reasons.setdefault(jv.index, []).append(text)
+
 @dataclass(frozen=True)
 class Movable:
     """A running job the migration policy lets the round move: its GPUs, its lost work if

@@ -25,6 +25,8 @@ from hyperplace.formulations.explain import SpareProbe
 from hyperplace.formulations.mapping import Assignment
 from hyperplace.formulations.placement import DomainKey, JobView, PlacementProblem
 from hyperplace.formulations.placement.extensions import RoundExtension
+from hyperplace.formulations.placement.migration import Migration
+from hyperplace.formulations.placement.repair import FailureRepair
 from hyperplace.formulations.placement.spares import HotSpares
 from hyperplace.solvers.heuristics.greedy import State, give_back, try_place_job
 from hyperplace.solvers.params import GreedyParams
@@ -77,13 +79,32 @@ def held_by_spares(p: PlacementProblem, a: Assignment, params: GreedyParams) -> 
     return probe
 
 
-#: The families that have a greedy side, by extension type.
+def _migrate(p: PlacementProblem, a: Assignment, params: GreedyParams,
+             deadline: float | None) -> Assignment:
+    from hyperplace.solvers.heuristics.greedy_migrate import greedy_migrate
+
+    return greedy_migrate(p, a, params, deadline=deadline)
+
+
+def _repair(p: PlacementProblem, a: Assignment, params: GreedyParams,
+            deadline: float | None) -> Assignment:
+    from hyperplace.solvers.heuristics.greedy_repair import greedy_repair
+
+    return greedy_repair(p, a, params, deadline=deadline)
+
+
+#: The families that have a greedy side, by extension type (free-domain growth has none:
+#: greedy does not grow the free domain, the exact model does; its round's movers are
+#: migration's).
 FAMILIES: dict[type[RoundExtension], GreedyFamily] = {
     HotSpares: GreedyFamily(probe=held_by_spares),
+    # a repair round's movers are broken jobs: repaired, not migrated for pending jobs
+    FailureRepair: GreedyFamily(step=_repair, stands_in_for=(Migration,)),
+    Migration: GreedyFamily(step=_migrate),
 }
 
 
-def _families(p: PlacementProblem) -> list[GreedyFamily]:
+def of_round(p: PlacementProblem) -> list[GreedyFamily]:
     """The greedy sides of the round's families, in hook order, less those another one
     stands in for."""
     found = {type(ext): FAMILIES[type(ext)] for ext in p.extensions if type(ext) in FAMILIES}
@@ -97,7 +118,7 @@ def improve(p: PlacementProblem, a: Assignment, params: GreedyParams,
     or moves running jobs: none runs in a round without any)."""
     if not p.stoppable:
         return a
-    for fam in _families(p):
+    for fam in of_round(p):
         if fam.step is not None:
             a = fam.step(p, a, params, deadline)
     return a
@@ -107,10 +128,10 @@ def spare_probe(p: PlacementProblem, a: Assignment, params: GreedyParams
                 ) -> SpareProbe | None:
     """The explanations' probe of the round's family that holds GPUs back from the
     placements (hot spares), None without one."""
-    for fam in _families(p):
+    for fam in of_round(p):
         if fam.probe is not None:
             return fam.probe(p, a, params)
     return None
 
 
-__all__ = ["FAMILIES", "GreedyFamily", "held_by_spares", "improve", "spare_probe"]
+__all__ = ["FAMILIES", "GreedyFamily", "held_by_spares", "improve", "of_round", "spare_probe"]

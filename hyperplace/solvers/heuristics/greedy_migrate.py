@@ -29,7 +29,7 @@ import time
 
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import JobView, PlacementProblem
-from hyperplace.formulations.placement import BrokenJob, Mover
+from hyperplace.formulations.placement import Mover
 from hyperplace.solvers.heuristics.greedy import QuotaLedger, State, state_with_plan, try_place_job
 from hyperplace.solvers.heuristics.greedy_preempt import MAX_CANDIDATES, MAX_SETS
 from hyperplace.solvers.heuristics.stop_sets import StopIndex, node_sets, sets_by_lost_work
@@ -53,9 +53,7 @@ def greedy_migrate(p: PlacementProblem, a: Assignment, params: GreedyParams | No
         A ``time.perf_counter()`` value to stop trying at (the plan stays valid).
     """
     params = params or GreedyParams()
-    if p.repairing:
-        return greedy_repair(p, a, params, deadline)
-    if not p.migrating or not p.movers:
+    if not p.movers:
         return a
     limit = p.migration.max_moves if p.migration is not None else None
     out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped),
@@ -263,52 +261,3 @@ def _retake(state: State, movers) -> None:
     for v in movers:
         for node, g in v.gpus:
             state.take(node, (g,))
-
-
-def greedy_repair(p: PlacementProblem, a: Assignment, params: GreedyParams,
-                  deadline: float | None = None) -> Assignment:
-    """Greedy's repair: broken jobs largest first, each repaired in part (its failed units
-    near its kept ones) when that fits, else moved whole (its healthy GPUs released first),
-    else left broken. The budget's floor and the exact backends' hint of a repair round."""
-    out = Assignment(units=dict(a.units), notes=dict(a.notes), stopped=set(a.stopped),
-                     untried=set(a.untried))
-    state, quota = state_with_plan(p, out)
-    trials = params.max_domain_trials
-    for v in sorted(p.movers, key=lambda v: (-p.repair_gpus(v), v.name)):
-        if deadline is not None and time.perf_counter() > deadline:
-            break
-        if isinstance(v, BrokenJob) and v.partial is not None and \
-                not p.jobs[v.partial].impossible:
-            placed = try_place_job(p, p.jobs[v.partial], state, trials)
-            if placed is not None:
-                quota.add(v.queue, placed, +1)
-                if quota.ok():  # a repair's new GPUs count against its queue's quota
-                    out.units[v.partial] = placed
-                    continue
-                quota.add(v.queue, placed, -1)
-                _give_back(state, placed)
-        if p.jobs[v.copy].impossible:
-            continue
-        for node, g in v.gpus:
-            state.give(node, (g,))
-        placed = try_place_job(p, p.jobs[v.copy], state, trials)
-        if placed is not None:
-            quota.stop(v, +1)
-            quota.add(v.queue, placed, +1)
-            if not quota.ok():
-                quota.stop(v, -1)
-                quota.add(v.queue, placed, -1)
-                _give_back(state, placed)
-                placed = None
-        if placed is None:
-            _retake(state, [v])
-            continue
-        out.units[v.copy] = placed
-        out.stopped.add(v.index)
-    return out
-
-
-def _give_back(state: State, units: list[PlacedUnit]) -> None:
-    for u in units:
-        for node, gpus in u.pieces:
-            state.give(node, gpus)
