@@ -16,8 +16,6 @@ import dataclasses
 import functools
 import math
 import time
-from bisect import bisect_left
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 from hyperplace.formulations.explain import explain
@@ -33,7 +31,6 @@ from hyperplace.formulations.placement import PlacementModel, PlacementProblem, 
 from hyperplace.models.migration import MigrationPolicy
 from hyperplace.models.instance import Instance
 from hyperplace.models.plan import PlacementPlan
-from hyperplace.models.sharing import running_gpus
 from hyperplace.models.result import SolveStats, SolveStatus, relative_gap
 from hyperplace.solvers.backends.backend import Backend, BackendOptions
 from hyperplace.solvers.heuristics.greedy import (
@@ -291,11 +288,7 @@ def _heuristics(r: SolveRound, warm: WarmStart | None, backend_name: str | None)
     # one greedy pass (the first): what the reserve is counted in (the migration and
     # preemption heuristics after it are longer, and nothing after them repeats them)
     r.greedy_pass_s = stats.first_pass_s
-    if p.stoppable and p.preempting:
-        from hyperplace.solvers.heuristics.greedy_preempt import greedy_preempt
-
-        greedy = greedy_preempt(p, greedy, gp, deadline=stop)
-    greedy = families.improve(p, greedy, gp, deadline=stop)  # migration, failure repair
+    greedy = families.improve(p, greedy, gp, deadline=stop)  # preemption, migration, repair
     r.greedy = r.chosen = greedy
     r.greedy_start, r.greedy_s = greedy_start, time.perf_counter() - greedy_start
 
@@ -460,11 +453,7 @@ def _explanations(r: SolveRound, skipped: set[int]) -> dict[int, list[str]]:
                       held_by_spares=families.spare_probe(p, chosen, gp),
                       skipped=skipped)
     proven = r.status == SolveStatus.OPTIMAL
-    if p.stoppable and p.preempting:
-        _preemption_reasons(p, chosen, reasons, proven)
-    if p.preempting and p.instance.queue_set is not None:
-        _other_queue_reasons(p, chosen, reasons)
-    for ext in p.extensions:  # migration's
+    for ext in p.extensions:  # preemption's, migration's
         ext.reasons(chosen, reasons, proven)
     return reasons
 
@@ -486,54 +475,6 @@ def _not_run(backend: str, est: int, per_second: int, budget_s: float, available
     if available <= 0 and reading > 0.5:
         text += " (give the round a larger budget)"
     return text
-
-
-def _preemption_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, list[str]],
-                        proven: bool) -> None:
-    """For a pending job that could have stopped running jobs: that doing so did not place
-    it (proven: any plan placing it would leave out or stop work of its level or higher)."""
-    for jv in p.jobs:
-        if jv.index in a.units or jv.impossible:
-            continue
-        mine = [v for v in p.stoppable if jv.index in v.allowed and v.index not in a.stopped]
-        if not mine:
-            continue
-        gpus = sum(len(v.gpus) for v in mine)
-        what = f"{len(mine)} running job(s) it may preempt ({gpus} GPUs, {p.preemption})"
-        reasons.setdefault(jv.index, []).append(
-            f"preemption: no plan that stops some of the {what} places it whole without "
-            "leaving out or stopping work of its priority or higher" if proven else
-            f"preemption: stopping some of the {what} placed it in no plan found within "
-            "the budget")
-
-
-def _other_queue_reasons(p: PlacementProblem, a: Assignment, reasons: dict[int, list[str]]
-                         ) -> None:
-    """For a pending job that may stop no running job while lower-priority ones run in
-    other queues: that the policy stops across queues only by reclaiming
-    (:class:`~hyperplace.models.preemption_policy.StopRule`)."""
-    info = p.instance.running_job_info
-    held = running_gpus(p.instance)
-    everyone = sorted(info[n].priority for n in held)
-    per_queue: dict[str, list[int]] = defaultdict(list)
-    for n in held:
-        per_queue[info[n].queue].append(info[n].priority)
-    for prios in per_queue.values():
-        prios.sort()
-    may_stop = {j for v in p.candidates for j in v.allowed}
-    for jv in p.jobs:
-        if jv.index in a.units or jv.impossible or jv.index in may_stop or jv.migrant is not None:
-            continue
-        lower = bisect_left(everyone, jv.priority) - bisect_left(per_queue.get(jv.queue, []),
-                                                                 jv.priority)
-        if lower <= 0:
-            continue
-        text = (f"preemption: {lower} lower-priority running job(s) are in other queues; "
-                f"{p.preemption} stops only jobs of its own queue (queue {jv.queue})")
-        if p.preemption == "reclaim-within-cohort":
-            text += (" or, to reclaim, jobs of borrowing queues of its cohort while its queue "
-                     "stays within its nominal quota")
-        reasons.setdefault(jv.index, []).append(text)
 
 
 def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolution | None,

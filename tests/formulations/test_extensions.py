@@ -67,3 +67,33 @@ def test_the_free_domain_family_scores_and_reports_the_plan():
     plain = solve_with_migration(inst, solver="milp", budget_s=10, max_moves=1)
     assert check(plain, inst) == [] and plain.migrations == []
     assert "largest_free_domain_gpus" not in plain.objective_terms
+
+
+def test_the_families_that_stop_jobs_own_the_stops_rows():
+    # migration and preemption share the StopsJobs base (lost work, the capacity rows of
+    # nodes hosting stoppable jobs, the stops' quota terms); preemption's reclaim and
+    # guarantee rows are its own quota rows
+    from pathlib import Path
+
+    import yaml
+
+    from hyperplace.formulations.placement.stoppable import StopsJobs
+    from hyperplace.models.instance import Instance
+
+    inst = fragmented()
+    assert PlacementProblem(inst).stops_jobs is None
+    assert PlacementProblem(inst, hot_spares=1).stops_jobs is None
+    moving = PlacementProblem(inst, migration=MigrationPolicy())
+    assert isinstance(moving.stops_jobs, Migration) and not moving.stops_jobs.leaves_for_good
+    fixture = Path(__file__).resolve().parents[1] / "data" / "reclaim-priority-inversion.yaml"
+    queued = Instance.model_validate(yaml.safe_load(fixture.read_text()))
+    p = PlacementProblem(queued, preemption="reclaim-within-cohort")
+    stops = p.stops_jobs
+    assert isinstance(stops, Preemption) and isinstance(stops, StopsJobs) and stops.leaves_for_good
+    names = [r.name for r in build_model(p).lm.constraints]
+    assert any(n.startswith("reclaim[") for n in names)
+    assert any(n.startswith("guarantee[") for n in names)
+    # under lower-priority nobody reclaims: neither row family is there
+    lower = [r.name for r in build_model(PlacementProblem(queued, preemption="lower-priority")
+                                         ).lm.constraints]
+    assert not any(n.startswith(("reclaim[", "guarantee[")) for n in lower)

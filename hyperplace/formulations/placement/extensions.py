@@ -24,14 +24,17 @@ hot spares' counter, the words of every reason) are the family's own, here.
 Families that are extensions: hot spares (:class:`~.spares.HotSpares`), failure repair
 (:class:`~.repair.FailureRepair`), free-domain growth
 (:class:`~.free_domain.FreeDomainGrowth`), migration (:class:`~.migration.Migration`) and
-preemption (:class:`~.preemption.Preemption`). They share the stop booleans and the capacity
-rows of nodes hosting stoppable jobs (:mod:`.stoppable`, the builder's ``_preemption``);
-preemption's reclaim rows are still part of the builder's quota rows (``_quotas``).
+preemption (:class:`~.preemption.Preemption`). The two that stop running jobs share the stop
+booleans, the capacity rows of nodes hosting stoppable jobs and the stops' quota terms
+(:class:`~.stoppable.StopsJobs`); preemption's reclaim and guarantee rows are its own
+(:meth:`RoundExtension.quota_rows`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar, Protocol
+
+Terms = list[tuple[int, int]]
 
 if TYPE_CHECKING:
     from hyperplace.formulations.linear import Objective
@@ -80,6 +83,12 @@ class RoundExtension:
         builder ties each mover to its copy, so the rows keep their place in the model);
         True when the family took the mover's share of the moves' cost."""
         return False
+
+    def quota_rows(self, b: PlacementModelBuilder, terms: dict[tuple[str, str], Terms],
+                   freed: dict[tuple[str, str], Terms], big: int) -> None:
+        """Rows of the family's quota rules, after the queues' and cohorts' rows (with
+        quotas only): ``terms`` the GPUs admitted per (queue, quota key), ``freed`` what the
+        stops give back there, ``big`` a bound on any queue's GPUs."""
 
     def objectives(self, b: PlacementModelBuilder) -> list[Objective]:
         """Objectives the family puts right after objective 1 (ahead of lost work and the

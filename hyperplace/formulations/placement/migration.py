@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hyperplace.formulations.linear import Objective
-from hyperplace.formulations.placement.extensions import RoundExtension
+from hyperplace.formulations.placement.stoppable import StopsJobs
 from hyperplace.models.instance import Instance
 from hyperplace.models.migration import MigrationPolicy
 from hyperplace.models.sharing import running_gpus
@@ -42,9 +42,11 @@ if TYPE_CHECKING:
 Terms = list[tuple[int, int]]
 
 
-class Migration(RoundExtension):
+class Migration(StopsJobs):
     """The round may migrate running jobs (see the module docstring): the movers' rows,
-    the moves' cost and the plan's migration terms."""
+    the moves' cost, the plan's migration terms and its reasons; greedy's step is
+    :mod:`hyperplace.solvers.heuristics.greedy_migrate` (registered in
+    :mod:`hyperplace.solvers.heuristics.families`)."""
 
     name = "migration"
 

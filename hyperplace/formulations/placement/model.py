@@ -29,12 +29,6 @@ from dataclasses import dataclass, field
 
 from hyperplace.formulations.linear import LinearModel, Objective
 from hyperplace.formulations.placement.domains import DomainKey
-from hyperplace.formulations.placement.preemption import (
-    nominal_total,
-    queue_use,
-    signature_unions,
-)
-from hyperplace.formulations.placement.stoppable import PreemptionCandidate
 from hyperplace.formulations.placement.problem import PlacementProblem
 from hyperplace.formulations.placement.quotas import overdraft
 from hyperplace.formulations.placement.views import JobView, NodeClass, NodeView, UnitClass
@@ -623,60 +617,20 @@ class PlacementModelBuilder:
         return all(g not in n.stoppable or job in victims[n.stoppable[g]].allowed for g in gpus)
 
     def _preemption(self) -> None:
-        """Running jobs the round may stop (``stop[v]``, gang: all their GPUs at once).
-
-        * Objective 1 counts every running job as admitted demand of its own priority level,
-          so stopping ``v`` costs its GPUs there: ``-weight(v) x GPUs(v) x stop[v]`` in
-          ``v``'s phase. A stop therefore pays only when the GPUs it frees admit demand of a
-          higher level; a stop whose GPUs admit nothing only lowers objective 1 and is in
-          no optimal plan.
-        * On a node hosting victims (a class of its own) each piece may use only GPUs that
-          are free or held by a stopped victim it may stop (``Stoppable.allowed``): for every
-          union ``U`` of the jobs' signatures (the victims on the node each job may stop),
-          GPUs of the pieces whose signature lies in ``U`` <= free + GPUs of ``U``'s
-          victims x ``stop``. That is Hall's condition, exact (the mapping back finds the
-          GPUs by a flow). Under ``lower-priority`` it is what makes freed GPUs serve only
-          jobs of the victim's queue that outrank it (without it, a stop could admit more GPUs of the
-          victim's own level, which objective 1 alone would reward). On a non-uniform node
-          every GPU set is explicit: a set holding a victim's GPU exists only for jobs that
-          may stop it, and each such GPU is used at most ``stop[v]`` times.
-        * After objective 1: lost work (GPU-seconds since each victim's checkpoint), then
-          the number of victims (see :meth:`_objectives`).
-        """
+        """Running jobs the round may stop (``stop[v]``, gang: all their GPUs at once): the
+        families' own stop rows (:meth:`RoundExtension.stop_rows
+        <hyperplace.formulations.placement.extensions.RoundExtension.stop_rows>`: migration
+        ties each mover to its copy; preemption counts every running job in objective 1),
+        then the rows every stop shares (:meth:`StopsJobs.shared_rows
+        <hyperplace.formulations.placement.stoppable.StopsJobs.shared_rows>`: lost work, and
+        the capacity rows of the nodes hosting stoppable jobs)."""
         p = self.p
-        if not p.stoppable:
+        stops = p.stops_jobs
+        if not p.stoppable or stops is None:
             return
-        for ext in p.extensions:  # migration: the movers' rows; preemption: objective 1
+        for ext in p.extensions:
             ext.stop_rows(self)
-        for running in p.stoppable:
-            s = self.stop[running.index]
-            if not p.repairing:  # a repair loses the same work whichever way it goes
-                self.obj_lost.append((s, running.lost_units))
-        job_of = {pv.var: self.p.classes[pv.uclass].job for pv in self.pieces}
-        for nci, terms in self.cap_terms.items():
-            n = p.node_classes[nci].rep
-            if not n.stoppable:
-                continue
-            held: dict[int, int] = defaultdict(int)  # victim -> its GPUs on this node
-            for v in n.stoppable.values():
-                held[v] += 1
-            by_sig: dict[frozenset[int], Terms] = defaultdict(list)
-            for var, size in terms:
-                j = job_of[var]
-                by_sig[frozenset(v for v in held if j in p.stoppable[v].allowed)].append((var, size))
-            unions = signature_unions(by_sig)
-            if unions is None:  # too many: nobody uses this node's victims' GPUs
-                unions = [frozenset()]
-                by_sig = {frozenset(): [t for ts in by_sig.values() for t in ts]}
-            for u in unions:
-                row = [t for sig, ts in by_sig.items() if sig <= u for t in ts]
-                row += [(self.stop[v], -held[v]) for v in sorted(u)]
-                self.lm.add(row, hi=len(n.free), name=f"cap[nc{nci},{'+'.join(map(str, sorted(u)))}]")
-        for (nci, g), vs in self.gpu_terms.items():
-            n = p.node_classes[nci].rep
-            if g in n.stoppable:
-                self.lm.add([(v, 1) for v in vs] + [(self.stop[n.stoppable[g]], -1)], hi=0,
-                            name=f"gpu[nc{nci},{g}]")
+        stops.shared_rows(self)
 
     # ---- sharing: quotas and fair share ----------------------------------------------------
     def _queue_terms(self) -> dict[tuple[str, str], Terms]:
@@ -690,19 +644,6 @@ class PlacementModelBuilder:
                     terms[(queue, key)].append((v, gpus))
         return terms
 
-    def _victim_terms(self, stopped_only: bool = False) -> dict[tuple[str, str], Terms]:
-        """Per (queue, quota key): ``-stop[v]`` per GPU of each stoppable job (a stopped job
-        no longer counts against its queue); ``stopped_only``: preemption candidates, not
-        movers (a mover's copy counts its GPUs again wherever it runs)."""
-        book = self.p.quotas
-        terms: dict[tuple[str, str], Terms] = defaultdict(list)
-        for victim in self.p.candidates if stopped_only else self.p.stoppable:
-            for node, _ in victim.gpus:
-                gpu_type = self.p.node_by_name[node].gpu_type.name
-                for key in book.keys_for(victim.queue, gpu_type):
-                    terms[(victim.queue, key)].append((self.stop[victim.index], -1))
-        return terms
-
     def _quotas(self) -> None:
         """Per queue and key: admitted now <= headroom. Per cohort and key: borrowing
         ``b >= use - nominal`` is covered by lending ``l <= min(lendable, nominal - use + b)``
@@ -711,8 +652,10 @@ class PlacementModelBuilder:
         if not book.active:
             return
         terms = self._queue_terms()
-        freed = self._victim_terms()
-        stops = self._victim_terms(stopped_only=True)  # what may leave the cohort for good
+        stopper = self.p.stops_jobs  # a stopped job no longer counts against its queue
+        freed = stopper.quota_terms(self) if stopper is not None else {}
+        # what may leave the cohort for good (a mover's copy counts its GPUs again)
+        stops = freed if stopper is not None and stopper.leaves_for_good else {}
         for row in book.rows:
             t = terms.get((row.queue, row.key), [])
             if t and not row.over:  # a limit the running jobs exceed: no further use at all
@@ -748,89 +691,8 @@ class PlacementModelBuilder:
             slack = max(0.0, overdraft(c, credit)) if credit else c.slack
             self.lm.add(pool, hi=int(math.floor(slack + 1e-9)), name=f"cohort[{c.cohort},{c.key}]")
             self.derived.append(_borrow_rule(rules, self.lm.ubs))
-        self._reclaim_within_nominal(terms, freed, big)
-        self._reclaim_keeps_guarantee()
-
-    def _reclaim_within_nominal(self, terms: dict[tuple[str, str], Terms],
-                                freed: dict[tuple[str, str], Terms], big: int) -> None:
-        """Reclaim restores a nominal quota, no more: for every victim some jobs may stop
-        only by reclaiming (``PreemptionCandidate.reclaim_only``: jobs of other queues of its cohort,
-        ``reclaim-within-cohort`` only), and every queue such jobs belong to, ``stop[v]``
-        implies that queue's use of each key covering ``v``'s GPUs (running - stopped +
-        admitted now) <= its nominal quota. Kueue lets a workload stop another
-        ClusterQueue's only when it then fits without borrowing (kueue at ff69552,
-        ``pkg/scheduler/preemption/classical/hierarchical_preemption.go``
-        ``classifyPreemptionVariant`` L103-105, ``preemption.go`` ``workloadFits``
-        L669-676 with ``allowBorrowing=false``).
-
-        Stricter than that rule (the checker's ``preempt-reclaim``: only the queues whose
-        jobs reuse the victim's GPUs, or for a stop only for quota one of them, must end
-        within nominal) in exactly one situation: ``v`` is stopped and a queue that may
-        reclaim it ends the round above its nominal quota on such a key although none of
-        its jobs uses ``v``'s GPUs, i.e. ``v`` was stopped for a job of its own queue that
-        outranks it, or for another queue's reclaim, while that queue borrows elsewhere in
-        the same round. Such plans are valid but outside the model; under
-        ``lower-priority`` no job reclaims and the rows are absent, so the model is exact
-        there. Making it exact needs the stop split by whom it serves (a pool of ``v``'s
-        GPUs per queue in the node rows and in the mapping's flow); the driver bounds a
-        greedy plan that lands outside the model by the demand bound instead."""
-        book = self.p.quotas
-        qs = book.queues
-        if qs is None:
-            return
-        for victim in self.p.candidates:
-            queues = {self.p.jobs[j].queue for j in victim.reclaim_only}
-            types = {self.p.node_by_name[node].gpu_type.name for node, _ in victim.gpus}
-            for q in sorted(queues):
-                if q not in qs.queues:
-                    continue
-                keys = {k for t in types for k in book.keys_for(q, t)} & set(qs.queues[q].quotas)
-                for key in sorted(keys):
-                    run = book.running.get((q, key), 0)
-                    nominal_left = int(math.floor(qs.queues[q].quotas[key].nominal - run + 1e-9))
-                    t = terms.get((q, key), []) + freed.get((q, key), [])
-                    if not t:
-                        continue
-                    m = big + len(self.p.stoppable) + abs(nominal_left) + \
-                        sum(abs(c) for _, c in t)
-                    self.lm.add(list(t) + [(self.stop[victim.index], m)], hi=nominal_left + m,
-                                name=f"reclaim[{victim.name},{q},{key}]")
-
-    def _reclaim_keeps_guarantee(self) -> None:
-        """A queue reclaimed from keeps its guarantee (Kueue skips a ClusterQueue's
-        workloads once it is back within nominal, ``classical/candidate_generator.go``
-        ``candidateIsValid`` L136-157): per borrowing queue ``B`` with victims some jobs may
-        reclaim, when any of them is stopped, ``running(B) - stopped GPUs of B + admitted
-        GPUs of B + GPUs of one stopped reclaimable victim (last[v]) >= nominal(B) + 1``
-        (:func:`~hyperplace.models.preemption_policy.reclaim_keeps_guarantee`, GPUs over
-        all keys). The checker applies it only when a stop of ``B`` is a reclaim; here it
-        also holds when ``B``'s victims are stopped for ``B``'s own jobs, which admit about
-        what they stop, so it binds only on reclaim."""
-        p = self.p
-        reclaimable: dict[str, list[PreemptionCandidate]] = defaultdict(list)
-        for victim in p.candidates:
-            if victim.reclaim_only:
-                reclaimable[victim.queue].append(victim)
-        if not reclaimable:
-            return
-        running = queue_use(p.instance)
-        for queue, vs in sorted(reclaimable.items()):
-            need = int(math.floor(nominal_total(p.instance, queue) + 1e-9)) + 1
-            last = {v.index: self.lm.bool(f"last[{queue},{v.name}]") for v in vs}
-            self.lm.add([(x, 1) for x in last.values()], hi=1, name=f"last[{queue}]")
-            for v in vs:
-                self.lm.add([(last[v.index], 1), (self.stop[v.index], -1)], hi=0,
-                            name=f"last[{v.name}]<=stop")
-                self.lm.add([(self.stop[v.index], 1)] + [(x, -1) for x in last.values()],
-                            hi=0, name=f"stop[{v.name}]=>last")
-            row: Terms = [(self.stop[v.index], -len(v.gpus)) for v in p.candidates
-                          if v.queue == queue]
-            row += [(var, gpus) for j, terms in self.job_gpu_terms.items()
-                    if p.jobs[j].queue == queue and not p.is_copy(j) for var, gpus, _ in terms]
-            row += [(last[v.index], len(v.gpus) - need) for v in vs]
-            self.lm.add(row, lo=-running.get(queue, 0), name=f"guarantee[{queue}]")
-            self.derived.append(_last_rule(
-                [(last[v.index], self.stop[v.index], len(v.gpus)) for v in vs]))
+        for ext in self.p.extensions:  # preemption: the reclaim rule's rows
+            ext.quota_rows(self, terms, freed, big)
 
     @property
     def _victim_queues(self) -> set[str]:
@@ -917,18 +779,6 @@ class PlacementModelBuilder:
             Objective(self.obj_frag, "fragmentation", "min"),
             Objective(self.obj_policy, "policy", "min"),
         ]
-
-
-def _last_rule(vs: list[tuple[int, int, int]]) -> Callable[[list[int]], None]:
-    """Hint completion for a queue reclaimed from: ``last`` marks its largest stopped
-    reclaimable victim."""
-    def rule(values: list[int]) -> None:
-        stopped = [(gpus, lv) for lv, sv, gpus in vs if values[sv]]
-        for lv, _, _ in vs:
-            values[lv] = 0
-        if stopped:
-            values[max(stopped)[1]] = 1
-    return rule
 
 
 def _cap(limit: float, big: int) -> int:

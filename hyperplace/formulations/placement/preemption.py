@@ -6,14 +6,14 @@ Who may stop whom is :class:`hyperplace.models.preemption_policy.StopRule` (the 
 source they follow); the checker asks the same rule. Under ``reclaim-within-cohort`` a
 reclaim restores the nominal quota and no more: while a victim that some jobs may stop only
 by reclaiming is stopped, their queues end the round within their nominal quota (the
-model's ``reclaim`` rows, :meth:`PlacementModelBuilder._reclaim_within_nominal
-<hyperplace.formulations.placement.model.PlacementModelBuilder._reclaim_within_nominal>`,
-which say when they are stricter than the rule).
+model's ``reclaim`` rows, :meth:`Preemption.reclaim_within_nominal`, which say when they are
+stricter than the rule).
 
 A running job that at least one pending job may use is a
 :class:`~hyperplace.formulations.placement.stoppable.PreemptionCandidate`: the
-model gives it a keep/stop boolean (:meth:`PlacementModelBuilder._preemption
-<hyperplace.formulations.placement.model.PlacementModelBuilder._preemption>`). Its GPUs
+model gives it a keep/stop boolean (its capacity rows are every stop's,
+:meth:`StopsJobs.shared_rows
+<hyperplace.formulations.placement.stoppable.StopsJobs.shared_rows>`). Its GPUs
 become *reachable* on its nodes (:attr:`NodeView.stoppable
 <hyperplace.formulations.placement.views.NodeView.stoppable>`): usable by the jobs allowed
 to stop it, and only when it is stopped. Gang is automatic: one boolean frees all its GPUs.
@@ -41,12 +41,14 @@ model lets only the jobs allowed to stop it use its GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+from bisect import bisect_left
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hyperplace.formulations.linear import Objective
-from hyperplace.formulations.placement.extensions import RoundExtension
 from hyperplace.models.instance import Instance
 from hyperplace.models.preemption_policy import (  # re-exported: the rule's one home
     POLICIES,
@@ -58,7 +60,12 @@ from hyperplace.models.preemption_policy import (  # re-exported: the rule's one
     queue_use,
     running_levels,
 )
-from hyperplace.formulations.placement.stoppable import PreemptionCandidate
+from hyperplace.formulations.placement.stoppable import (  # re-exported: their home
+    MAX_UNIONS_PER_NODE,
+    PreemptionCandidate,
+    StopsJobs,
+    signature_unions,
+)
 from hyperplace.models.sharing import running_gpus
 
 if TYPE_CHECKING:
@@ -66,9 +73,7 @@ if TYPE_CHECKING:
     from hyperplace.formulations.placement.model import PlacementModelBuilder
     from hyperplace.formulations.placement.problem import PlacementProblem
 
-#: Most distinct unions of signatures bounded on one node; a node with more keeps its
-#: victims running (never reached on the shapes we know: a node hosts few running jobs).
-MAX_UNIONS_PER_NODE = 64
+Terms = list[tuple[int, int]]
 
 
 @dataclass(frozen=True)
@@ -125,12 +130,16 @@ def preemption_candidates(instance: Instance, jobs: Sequence[PendingRef], policy
     return out
 
 
-class Preemption(RoundExtension):
+class Preemption(StopsJobs):
     """The round may preempt running jobs (``solve --preemption``; see the module
-    docstring): its candidates' share of objective 1, the stopper rows, its objectives
-    after objective 1, the plan's terms and which stops the decoded plan keeps."""
+    docstring): its candidates' share of objective 1, the stopper rows, the reclaim and
+    guarantee rows of its quota rules, its objectives after objective 1, the plan's terms,
+    which stops the decoded plan keeps and its reasons; greedy's step is
+    :mod:`hyperplace.solvers.heuristics.greedy_preempt` (registered in
+    :mod:`hyperplace.solvers.heuristics.families`)."""
 
     name = "preemption"
+    leaves_for_good = True
 
     def __init__(self, p: PlacementProblem):
         self.p = p
@@ -183,23 +192,164 @@ class Preemption(RoundExtension):
         return {"preempted_lost_gpu_seconds": float(sum(p.stoppable[v].lost for v in a.stopped)),
                 "preempted_jobs": float(len(a.stopped))}
 
+    def quota_rows(self, b: PlacementModelBuilder, terms: dict[tuple[str, str], Terms],
+                   freed: dict[tuple[str, str], Terms], big: int) -> None:
+        """The reclaim rule's rows (:meth:`reclaim_within_nominal`,
+        :meth:`reclaim_keeps_guarantee`), after the quota and cohort rows."""
+        self.reclaim_within_nominal(b, terms, freed, big)
+        self.reclaim_keeps_guarantee(b)
 
-def signature_unions(signatures: Iterable[frozenset[int]],
-                     limit: int = MAX_UNIONS_PER_NODE) -> list[frozenset[int]] | None:
-    """Every union of the given signatures (sets of victims), each once; None past ``limit``.
+    def reclaim_within_nominal(self, b: PlacementModelBuilder,
+                               terms: dict[tuple[str, str], Terms],
+                               freed: dict[tuple[str, str], Terms], big: int) -> None:
+        """Reclaim restores a nominal quota, no more: for every victim some jobs may stop
+        only by reclaiming (``PreemptionCandidate.reclaim_only``: jobs of other queues of its
+        cohort, ``reclaim-within-cohort`` only), and every queue such jobs belong to,
+        ``stop[v]`` implies that queue's use of each key covering ``v``'s GPUs (running -
+        stopped + admitted now, ``terms`` + ``freed``) <= its nominal quota. Kueue lets a
+        workload stop another ClusterQueue's only when it then fits without borrowing
+        (kueue at ff69552, ``pkg/scheduler/preemption/classical/hierarchical_preemption.go``
+        ``classifyPreemptionVariant`` L103-105, ``preemption.go`` ``workloadFits``
+        L669-676 with ``allowBorrowing=false``).
 
-    For jobs on one node where a job of signature ``S`` may use the free GPUs and those of
-    the stopped victims in ``S``, the GPUs used by the jobs whose signature lies within a
-    union ``U`` can be at most the free GPUs plus those of the stopped victims of ``U``;
-    over every union that is also sufficient (Hall's theorem).
-    """
-    found: set[frozenset[int]] = set()
-    for s in set(signatures):
-        new = {s} | {s | u for u in found}
-        found |= new
-        if len(found) > limit:
-            return None
-    return sorted(found, key=lambda u: (len(u), sorted(u)))
+        Stricter than that rule (the checker's ``preempt-reclaim``: only the queues whose
+        jobs reuse the victim's GPUs, or for a stop only for quota one of them, must end
+        within nominal) in exactly one situation: ``v`` is stopped and a queue that may
+        reclaim it ends the round above its nominal quota on such a key although none of
+        its jobs uses ``v``'s GPUs, i.e. ``v`` was stopped for a job of its own queue that
+        outranks it, or for another queue's reclaim, while that queue borrows elsewhere in
+        the same round. Such plans are valid but outside the model; under
+        ``lower-priority`` no job reclaims and the rows are absent, so the model is exact
+        there. Making it exact needs the stop split by whom it serves (a pool of ``v``'s
+        GPUs per queue in the node rows and in the mapping's flow); the driver bounds a
+        greedy plan that lands outside the model by the demand bound instead."""
+        p = self.p
+        book = p.quotas
+        qs = book.queues
+        if qs is None:
+            return
+        for victim in p.candidates:
+            queues = {p.jobs[j].queue for j in victim.reclaim_only}
+            types = {p.node_by_name[node].gpu_type.name for node, _ in victim.gpus}
+            for q in sorted(queues):
+                if q not in qs.queues:
+                    continue
+                keys = {k for t in types for k in book.keys_for(q, t)} & set(qs.queues[q].quotas)
+                for key in sorted(keys):
+                    run = book.running.get((q, key), 0)
+                    nominal_left = int(math.floor(qs.queues[q].quotas[key].nominal - run + 1e-9))
+                    t = terms.get((q, key), []) + freed.get((q, key), [])
+                    if not t:
+                        continue
+                    m = big + len(p.stoppable) + abs(nominal_left) + \
+                        sum(abs(c) for _, c in t)
+                    b.lm.add(list(t) + [(b.stop[victim.index], m)], hi=nominal_left + m,
+                             name=f"reclaim[{victim.name},{q},{key}]")
+
+    def reclaim_keeps_guarantee(self, b: PlacementModelBuilder) -> None:
+        """A queue reclaimed from keeps its guarantee (Kueue skips a ClusterQueue's
+        workloads once it is back within nominal, ``classical/candidate_generator.go``
+        ``candidateIsValid`` L136-157): per borrowing queue ``B`` with victims some jobs may
+        reclaim, when any of them is stopped, ``running(B) - stopped GPUs of B + admitted
+        GPUs of B + GPUs of one stopped reclaimable victim (last[v]) >= nominal(B) + 1``
+        (:func:`~hyperplace.models.preemption_policy.reclaim_keeps_guarantee`, GPUs over
+        all keys). The checker applies it only when a stop of ``B`` is a reclaim; here it
+        also holds when ``B``'s victims are stopped for ``B``'s own jobs, which admit about
+        what they stop, so it binds only on reclaim."""
+        p = self.p
+        reclaimable: dict[str, list[PreemptionCandidate]] = defaultdict(list)
+        for victim in p.candidates:
+            if victim.reclaim_only:
+                reclaimable[victim.queue].append(victim)
+        if not reclaimable:
+            return
+        running = queue_use(p.instance)
+        for queue, vs in sorted(reclaimable.items()):
+            need = int(math.floor(nominal_total(p.instance, queue) + 1e-9)) + 1
+            last = {v.index: b.lm.bool(f"last[{queue},{v.name}]") for v in vs}
+            b.lm.add([(x, 1) for x in last.values()], hi=1, name=f"last[{queue}]")
+            for v in vs:
+                b.lm.add([(last[v.index], 1), (b.stop[v.index], -1)], hi=0,
+                         name=f"last[{v.name}]<=stop")
+                b.lm.add([(b.stop[v.index], 1)] + [(x, -1) for x in last.values()],
+                         hi=0, name=f"stop[{v.name}]=>last")
+            row: Terms = [(b.stop[v.index], -len(v.gpus)) for v in p.candidates
+                          if v.queue == queue]
+            row += [(var, gpus) for j, terms in b.job_gpu_terms.items()
+                    if p.jobs[j].queue == queue and not p.is_copy(j) for var, gpus, _ in terms]
+            row += [(last[v.index], len(v.gpus) - need) for v in vs]
+            b.lm.add(row, lo=-running.get(queue, 0), name=f"guarantee[{queue}]")
+            b.derived.append(_last_rule(
+                [(last[v.index], b.stop[v.index], len(v.gpus)) for v in vs]))
+
+    def reasons(self, a: Assignment, reasons: dict[int, list[str]], proven: bool) -> None:
+        """Why preemption did not place a pending job (:meth:`stop_reasons`) and, with
+        queues, why it could stop none (:meth:`other_queue_reasons`)."""
+        if self.p.stoppable:
+            self.stop_reasons(a, reasons, proven)
+        if self.p.instance.queue_set is not None:
+            self.other_queue_reasons(a, reasons)
+
+    def stop_reasons(self, a: Assignment, reasons: dict[int, list[str]], proven: bool
+                     ) -> None:
+        """For a pending job that could have stopped running jobs: that doing so did not
+        place it (proven: any plan placing it would leave out or stop work of its level or
+        higher)."""
+        p = self.p
+        for jv in p.jobs:
+            if jv.index in a.units or jv.impossible:
+                continue
+            mine = [v for v in p.stoppable if jv.index in v.allowed and v.index not in a.stopped]
+            if not mine:
+                continue
+            gpus = sum(len(v.gpus) for v in mine)
+            what = f"{len(mine)} running job(s) it may preempt ({gpus} GPUs, {p.preemption})"
+            reasons.setdefault(jv.index, []).append(
+                f"preemption: no plan that stops some of the {what} places it whole without "
+                "leaving out or stopping work of its priority or higher" if proven else
+                f"preemption: stopping some of the {what} placed it in no plan found within "
+                "the budget")
+
+    def other_queue_reasons(self, a: Assignment, reasons: dict[int, list[str]]) -> None:
+        """For a pending job that may stop no running job while lower-priority ones run in
+        other queues: that the policy stops across queues only by reclaiming
+        (:class:`~hyperplace.models.preemption_policy.StopRule`)."""
+        p = self.p
+        info = p.instance.running_job_info
+        held = running_gpus(p.instance)
+        everyone = sorted(info[n].priority for n in held)
+        per_queue: dict[str, list[int]] = defaultdict(list)
+        for n in held:
+            per_queue[info[n].queue].append(info[n].priority)
+        for prios in per_queue.values():
+            prios.sort()
+        may_stop = {j for v in p.candidates for j in v.allowed}
+        for jv in p.jobs:
+            if jv.index in a.units or jv.impossible or jv.index in may_stop or \
+                    jv.migrant is not None:
+                continue
+            lower = bisect_left(everyone, jv.priority) - bisect_left(
+                per_queue.get(jv.queue, []), jv.priority)
+            if lower <= 0:
+                continue
+            text = (f"preemption: {lower} lower-priority running job(s) are in other queues; "
+                    f"{p.preemption} stops only jobs of its own queue (queue {jv.queue})")
+            if p.preemption == "reclaim-within-cohort":
+                text += (" or, to reclaim, jobs of borrowing queues of its cohort while its "
+                         "queue stays within its nominal quota")
+            reasons.setdefault(jv.index, []).append(text)
+
+
+def _last_rule(vs: list[tuple[int, int, int]]) -> Callable[[list[int]], None]:
+    """Hint completion for a queue reclaimed from: ``last`` marks its largest stopped
+    reclaimable victim."""
+    def rule(values: list[int]) -> None:
+        stopped = [(gpus, lv) for lv, sv, gpus in vs if values[sv]]
+        for lv, _, _ in vs:
+            values[lv] = 0
+        if stopped:
+            values[max(stopped)[1]] = 1
+    return rule
 
 
 __all__ = ["MAX_UNIONS_PER_NODE", "POLICIES", "PendingRef", "Preemption", "borrowing_queues",

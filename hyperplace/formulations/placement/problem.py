@@ -48,6 +48,7 @@ from hyperplace.formulations.placement.stoppable import (
     Mover,
     PreemptionCandidate,
     Stoppable,
+    StopsJobs,
 )
 from hyperplace.formulations.placement.quotas import UNCOVERED, QuotaBook, build_quota_book
 from hyperplace.formulations.placement.reasons import PendingReason, ReasonCode
@@ -897,6 +898,12 @@ class PlacementProblem:
         found = [HotSpares.of(self), FailureRepair.of(self), FreeDomainGrowth.of(self),
                  Migration.of(self), Preemption.of(self)]
         return [ext for ext in found if ext is not None]
+
+    @cached_property
+    def stops_jobs(self) -> StopsJobs | None:
+        """The round's family that stops running jobs (migration or preemption; None:
+        neither), which owns the rows every stop shares."""
+        return next((e for e in self.extensions if isinstance(e, StopsJobs)), None)
 
     @property
     def hot_spare_rule(self) -> HotSpares | None:

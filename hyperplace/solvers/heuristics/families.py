@@ -26,6 +26,7 @@ from hyperplace.formulations.mapping import Assignment
 from hyperplace.formulations.placement import DomainKey, JobView, PlacementProblem
 from hyperplace.formulations.placement.extensions import RoundExtension
 from hyperplace.formulations.placement.migration import Migration
+from hyperplace.formulations.placement.preemption import Preemption
 from hyperplace.formulations.placement.repair import FailureRepair
 from hyperplace.formulations.placement.spares import HotSpares
 from hyperplace.solvers.heuristics.greedy import State, give_back, try_place_job
@@ -86,6 +87,13 @@ def _migrate(p: PlacementProblem, a: Assignment, params: GreedyParams,
     return greedy_migrate(p, a, params, deadline=deadline)
 
 
+def _preempt(p: PlacementProblem, a: Assignment, params: GreedyParams,
+             deadline: float | None) -> Assignment:
+    from hyperplace.solvers.heuristics.greedy_preempt import greedy_preempt
+
+    return greedy_preempt(p, a, params, deadline=deadline)
+
+
 def _repair(p: PlacementProblem, a: Assignment, params: GreedyParams,
             deadline: float | None) -> Assignment:
     from hyperplace.solvers.heuristics.greedy_repair import greedy_repair
@@ -101,6 +109,7 @@ FAMILIES: dict[type[RoundExtension], GreedyFamily] = {
     # a repair round's movers are broken jobs: repaired, not migrated for pending jobs
     FailureRepair: GreedyFamily(step=_repair, stands_in_for=(Migration,)),
     Migration: GreedyFamily(step=_migrate),
+    Preemption: GreedyFamily(step=_preempt),
 }
 
 

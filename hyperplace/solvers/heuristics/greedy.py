@@ -473,7 +473,7 @@ class QuotaLedger:
             and self._guarantee_ok()
 
     def _guarantee_ok(self) -> bool:
-        """The model's guarantee rows (``PlacementModelBuilder._reclaim_keeps_guarantee``):
+        """The model's guarantee rows (``Preemption.reclaim_keeps_guarantee``):
         a queue with a stopped victim that some jobs may reclaim keeps its guarantee."""
         from hyperplace.formulations.placement.preemption import nominal_total
 
@@ -491,7 +491,7 @@ class QuotaLedger:
         return True
 
     def _reclaim_ok(self) -> bool:
-        """The model's reclaim rule (``PlacementModelBuilder._reclaim_within_nominal``):
+        """The model's reclaim rule (``Preemption.reclaim_within_nominal``):
         while a victim some jobs may stop only by reclaiming is stopped, their queues stay
         within their nominal quota on the keys covering its GPUs."""
         book = self.p.quotas
