@@ -246,6 +246,10 @@ def test_defrag_for_a_job_leaves_no_room_an_outranking_job_fits_in(solver):
         plan = result.plan
         assert check(plan, inst) == [], (moves, plan.admitted, plan.message)
         assert "high" in plan.admitted and "low" not in plan.admitted
+        # the job the round leaves out says why in library words (no CLI flag)
+        (other,) = [p for p in plan.pending if p.job == "other"]
+        assert other.reasons == ["not considered: this round only makes room for low and the "
+                                 "pending jobs that outrank it"]
         if solver != "greedy":  # one 4-GPU node: an exact backend proves it in budget
             assert plan.status.value == "optimal", plan.message
         assert plan.gap == 0 or plan.status.value != "optimal"

@@ -434,7 +434,9 @@ def defrag(instance: Instance, for_job: str, specs: list[TrainingJob] | None = N
                + (" (proven)" if proven else
                   f" in the plan found within {budget_s:g} s ({plan.status.value}, not proven)"))
     in_round = {j.name for j in ahead} | {big.name}
-    others = [PendingJob(job=j.name, reasons=[f"not considered: defrag --for {for_job}"])
+    left_out = (f"not considered: this round only makes room for {for_job} and the pending "
+                "jobs that outrank it")
+    others = [PendingJob(job=j.name, reasons=[left_out])
               for j in instance.jobs if j.name not in in_round]
     pending = [p.model_copy(update={"reasons": [msg, *p.reasons]}) if p.job == big.name else p
                for p in plan.pending]
