@@ -70,7 +70,7 @@ def add_routes(app: Any, service: Any) -> None:
         budget = service.budget(budget_s)
         payload: dict[str, Any] = {"cluster": name, "cluster_version": [rec.version, rec.updated],
                                    "job": job, "solver": solver, "budget_s": budget}
-        usage = service.usage_at(name, time.time())
+        usage = service.usage_at(name, service.now())  # the round state's clock
         if usage is not None:
             payload["queue_usage"] = usage.snapshot()
         status, data, info = await service.execute(KIND, payload, time.monotonic() + budget)

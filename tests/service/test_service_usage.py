@@ -216,3 +216,39 @@ def test_a_database_from_before_the_round_state_history_keeps_its_history(tmp_pa
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     con.close()
     assert "queue_usage" not in tables and "round_history" in tables
+
+
+def test_why_reads_the_usage_history_on_the_services_clock() -> None:
+    """GET /v1/clusters/{name}/jobs/{job} brings the stored usage history to the service's
+    clock (``service.now()``, which /v1/debug/clock moves), as rounds do, not to the host's
+    wall clock: after 10 h on the moved clock queue a's running job has used 80 GPU-hours
+    against b's seeded 1, so b wins the fair-share tie for the free node; on the wall clock a
+    would have used seconds' worth and win it."""
+    from hyperplace.models import Cluster, FabricGenerator, FabricSpec, Node
+    from hyperplace.models.instance import RunningJob
+
+    gen = FabricGenerator(type="fat-tree-2", nodes_per_leaf=2, spines=2)
+    held = {g: "r0" for g in range(8)}
+    cluster = Cluster(name="c", nodes=[Node(name="n0", gpu_type="H100-80", gpu_count=8),
+                                       Node(name="n1", gpu_type="H100-80", gpu_count=8,
+                                            allocated=held)],
+                      fabric=FabricSpec(generator=gen))
+    base = one_node([cluster_queue("a"), cluster_queue("b")])
+    spec = base.spec.model_copy(update={"clusters": [cluster],
+                                        "running_jobs": [RunningJob(name="r0", queue="a")]})
+    two = base.model_copy(update={"spec": spec})
+    inst = two.with_jobs([queued(two, "a2", 8, "a"), queued(two, "b1", 8, "b")])
+    doc = inst.to_doc()
+    doc["spec"]["queueUsage"] = {"b": 1.0}
+    with LocalServer(workers=1, test_hooks=True) as srv, \
+            httpx.Client(base_url=srv.url, timeout=60) as hp:
+        info = hp.put("/v1/clusters/tie", json=doc).json()
+        assert info["usageHistory"]["heldGpus"] == {"a": 8}
+        assert hp.post("/v1/debug/clock", params={"advance": 36000}).status_code == 200
+        got = hp.get("/v1/clusters/tie").json()["usageHistory"]["gpuHoursNow"]
+        assert 70 < got["a"] < 80 and 0.9 < got["b"] <= 1  # accrued, and decayed a little
+        answers = {job: hp.get(f"/v1/clusters/tie/jobs/{job}", params={"budgetS": 5})
+                   for job in ("a2", "b1")}
+        assert all(r.status_code == 200 for r in answers.values()), answers
+        assert answers["b1"].json()["state"] == "admitted", answers["b1"].text
+        assert answers["a2"].json()["state"] == "pending", answers["a2"].text
