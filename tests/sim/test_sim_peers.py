@@ -6,6 +6,8 @@ order."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hyperplace.baselines import cluster_views, new_state
 from hyperplace.baselines.slurm import MAX_SWITCH_WAIT_S, place_job
@@ -109,3 +111,35 @@ def _copy(j: SimJob) -> SimJob:
     import copy
 
     return copy.deepcopy(j)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_backfill_board_counts_equal_the_reference(data):
+    """Slurm backfill's array board (``_Board``) gives the reference ``_free_over`` counts
+    for every span, through a cycle's starts and reservations in any order."""
+    from hyperplace.sim.policies import _Board
+
+    nodes = [f"n{i}" for i in range(data.draw(st.integers(1, 5)))]
+    times = st.sampled_from([0.0, 30.0, 60.0, 60.5, 120.0, 300.0, 900.0, 3600.0])
+    free_now = {n: list(range(data.draw(st.integers(0, 8)))) for n in nodes}
+    releases = {n: [(data.draw(times), data.draw(st.integers(1, 8)))
+                    for _ in range(data.draw(st.integers(0, 3)))] for n in nodes}
+    reservations: list = []
+    board = _Board(list(free_now), free_now, {n: list(v) for n, v in releases.items()})
+    for _ in range(data.draw(st.integers(1, 12))):
+        t0 = data.draw(times)
+        t1 = t0 + data.draw(st.sampled_from([0.5, 30.0, 60.0, 600.0, 5000.0]))
+        want = SlurmBackfill._free_over(t0, t1, free_now, releases, reservations)
+        assert board.counts(t0, t1).tolist() == [want[n] for n in nodes]
+        n = data.draw(st.sampled_from(nodes))
+        k = data.draw(st.integers(1, 8))
+        if data.draw(st.booleans()) and free_now[n]:  # a start now on n
+            free_now[n] = free_now[n][:-1]
+            releases[n].append((t1, k))
+            board.take_now(n, len(free_now[n]), t1, k)
+        else:  # a reservation
+            per = {m: data.draw(st.integers(1, 8)) for m in nodes
+                   if m == n or data.draw(st.booleans())}
+            reservations.append((t0, t1, per))
+            board.reserve(t0, t1, per)
