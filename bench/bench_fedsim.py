@@ -225,7 +225,10 @@ def write_cell(row: dict, started_load1: str, date: str) -> Path | None:
     rows = sorted(row["rows"], key=lambda r: r["policy"] != "engine-federated")
     karmada = [r for r in rows if r["policy"].startswith("karmada")]
     others = [r for r in rows if not r["policy"].startswith("engine")]
-    cell = {"label": row["workload"], "trace": row["trace"], "workload": row["workload"],
+    # the grid's label: the workload's name, or the trace's for a plain trace replay
+    # (bench_simulate.FULL: "fm", "philly")
+    label = row["trace"] if row["workload"] == "trace" else row["workload"]
+    cell = {"label": label, "trace": row["trace"], "workload": row["workload"],
             "instance": row["instance"], "jobs_limit": row["jobs_limit"],
             "target": row["target"], "budget_s": row["budget_s"], "probes": row["probes"],
             "probe_peers": list(PROBES), "seed": row["seed"], "date": date,

@@ -299,7 +299,8 @@ def replay(spec: dict, cache_dir: str) -> dict:
     inst = instance if spec["order"] == "as-is" else reorder_nodes(
         instance, spec["order"] == "fast-first")
     cfg = SimConfig(round_s=60, budget_s=spec["budget"], seed=spec["seed"],
-                    until_s=wl.jobs[-1].submit_s if spec["until"] == "arrivals" else None)
+                    until_s=wl.jobs[-1].submit_s if spec["until"] == "arrivals" else None,
+                    **spec.get("sim", {}))
     fed = federation_policies() if spec["policy"] not in PEERS + ("engine",) else {}
     pol = fed[spec["policy"]](inst, cfg) if spec["policy"] in fed else spec["policy"]
     run = simulate(inst, copy.deepcopy(wl.jobs), pol, cfg)
@@ -454,16 +455,19 @@ def find_load(runner: Runner, base: dict, target: float, probes: int
     return (None if load is None else round(load, 6)), u, facts
 
 
-def cell_plan(base: dict, load: float, peers, federation: bool) -> list[dict]:
-    """Every replay of a cell: the engine (nodes as listed), each peer in both orders (and
-    on a federation fedsim's policies)."""
+def cell_plan(base: dict, load: float, peers, federation: bool,
+              engine_sim: dict | None = None) -> list[dict]:
+    """Every replay of a cell: the engine (nodes as listed, with the ``SimConfig`` fields of
+    ``engine_sim``: ``--engine-sim``), each peer in both orders (and on a federation
+    fedsim's policies)."""
     full = {**base, "load": load, "until": "end"}
-    plan = [{**full, "policy": "engine", "order": "as-is"}]
+    eng = {**full, **({"sim": engine_sim} if engine_sim else {})}
+    plan = [{**eng, "policy": "engine", "order": "as-is"}]
     names = list(peers or PEERS)
     if federation:
         for name in federation_policies():
             if name.startswith("engine"):
-                plan.append({**full, "policy": name, "order": "as-is"})
+                plan.append({**eng, "policy": name, "order": "as-is"})
             else:
                 names.append(name)
     for p in names:
@@ -484,7 +488,8 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
             "date": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
             "machine": f"{os.cpu_count()} CPUs ({cpu_model()}), Python "
                        f"{platform.python_version()}",
-            "commit": head_commit(), "load1_start": load1(), "workers": args.workers}
+            "commit": head_commit(), "load1_start": load1(), "workers": args.workers,
+            "engine_sim": args.engine_sim}
     try:
         load, reached, facts = find_load(runner, base, target, probes)
     except LookupError as exc:  # --from-cache: the search did not finish
@@ -495,7 +500,7 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
         return cell
     if load is not None:
         federation = len(load_instance(inst).clusters) > 1
-        plan = cell_plan(base, load, args.peers, federation)
+        plan = cell_plan(base, load, args.peers, federation, args.engine_sim)
         if args.prefetch:  # the peers' replays into the cache only; no cell
             plan = [p for p in plan if p["policy"] not in ENGINES]
         with ThreadPoolExecutor(len(plan)) as threads:
@@ -777,7 +782,10 @@ def cell_section(cell: dict, cell_dir: Path, out: Path) -> list[str]:
     out_lines = [f"{head}: load {cell['load']:.3g} (probe {cell['probe_reached']:.2f}), "
                  f"{facts['jobs']} jobs ({limit} of the trace) over "
                  f"{facts['arrival_window_s'] / 3600:.1f} h; {cell['date']}, "
-                 f"commit {cell['commit']}, engine budget {cell['budget_s']:g} s, cell wall "
+                 f"commit {cell['commit']}, engine budget {cell['budget_s']:g} s"
+                 + "".join(f", engine {k}={v}" for k, v in (cell.get("engine_sim") or {})
+                           .items())
+                 + ", cell wall "
                  f"{cell['wall_s']:.0f} s ({cell.get('workers', 1)} worker(s))",
                  "", *table(cell["rows"], cell["lower_bound"]), ""]
     eng = cell["rows"][0]
@@ -791,18 +799,50 @@ def cell_section(cell: dict, cell_dir: Path, out: Path) -> list[str]:
     if cell.get("missing_rows"):
         out_lines += ["Rows not finished when the cell was assembled (`--from-cache`; not "
                       "compared): " + ", ".join(cell["missing_rows"]) + ".", ""]
-    stale = [r for r in cell["rows"] if r.get("stale_files")]
-    if stale:
-        out_lines += ["\\* computed at the commit shown; files it imported differ at the "
-                      f"cell's commit {cell['commit']} (`--stale-peers`): " + "; ".join(
-                          f"{r['policy']}: {', '.join(r['stale_files'])}" for r in stale), ""]
+    out_lines += stale_note(cell)
     rel = os.path.relpath(cell_dir, out.parent)
     out_lines += [f"![{Path(c).stem}]({rel}/{c})" for c in cell.get("charts", [])]
     return [*out_lines, ""]
 
 
+def stale_note(cell: dict) -> list[str]:
+    """The footnote of the rows marked ``*`` (``--stale-peers``): which rows, at which
+    commit, and the files they imported that differ at the cell's commit, each list once
+    for the rows that share it (a row per group, not the whole list per row)."""
+    groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for r in cell["rows"]:
+        if r.get("stale_files"):
+            key = (r.get("commit", "?"), tuple(r["stale_files"]))
+            groups.setdefault(key, []).append(r["policy"])
+    if not groups:
+        return []
+    out = [f"\\* computed at an earlier commit (`--stale-peers`); the files these rows "
+           f"imported that differ at the cell's commit {cell['commit']}:", ""]
+    for (commit, files), policies in groups.items():
+        out.append(f"- {len(policies)} row(s) at {commit} ({', '.join(policies)}): "
+                   f"{len(files)} file(s): {', '.join(files)}")
+    return [*out, ""]
+
+
 def load_cells(cell_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(cell_dir.glob("*.json"))]
+
+
+def engine_sim_arg(text: str | None) -> dict:
+    """``--engine-sim KEY=VALUE,...``: SimConfig fields (values JSON, else strings)."""
+    out: dict = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or key.strip() not in SimConfig.__dataclass_fields__:
+            raise SystemExit(f"--engine-sim: {part!r} is not KEY=VALUE with KEY a SimConfig "
+                             "field")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -830,11 +870,16 @@ def main(argv: list[str] | None = None) -> None:
                     "cells (fedsim's: bench/bench_fedsim.py)")
     ap.add_argument("--prefetch", action="store_true", help="probes and peer replays only, "
                     "into the cache (no cell is written): the engine rows come later")
+    ap.add_argument("--engine-sim", default=None, help="SimConfig fields for the engine "
+                    "rows only, as KEY=VALUE,... (values as JSON, e.g. a deterministic "
+                    "budget); they are part of the engine rows' cache key and the cell says "
+                    "them")
     ap.add_argument("--assemble", action="store_true", help="only rebuild the report from "
                     "the cells present")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     args.peers = args.peers.split(",") if args.peers else None
+    args.engine_sim = engine_sim_arg(args.engine_sim)
     quick = args.quick
     targets = [float(x) for x in (args.targets or ("0.8" if quick else "0.7,0.8,0.9"))
                .split(",")]

@@ -92,3 +92,18 @@ def test_a_repeated_sample_is_the_sample_k_times_back_to_back(bench, tmp_path):
         assert [r.submit_s for r in part] == pytest.approx(
             [r.submit_s + c * (one.span_s + gap) for r in one.rows])
     assert bench.repeated_trace("alibaba-2023", None, 1, tmp_path) == "alibaba-2023"
+
+
+def test_stale_rows_list_their_changed_files_once_per_group(bench):
+    files = ["hyperplace/a.py", "hyperplace/b.py"]
+    rows = [{"policy": "engine", "commit": "c2"},
+            {"policy": "slurm/fast-first", "commit": "c1", "stale_files": files},
+            {"policy": "kueue/fast-first", "commit": "c1", "stale_files": files},
+            {"policy": "volcano/fast-first", "commit": "c0", "stale_files": files[:1]},
+            {"policy": "fifo/fast-first", "commit": "c2"}]
+    text = "\n".join(bench.stale_note({"commit": "c2", "rows": rows}))
+    assert text.count("hyperplace/b.py") == 1  # once for the two rows at c1
+    assert "2 row(s) at c1 (slurm/fast-first, kueue/fast-first): 2 file(s)" in text
+    assert "1 row(s) at c0 (volcano/fast-first): 1 file(s): hyperplace/a.py" in text
+    assert "fifo" not in text and "engine" not in text
+    assert bench.stale_note({"commit": "c2", "rows": rows[:1]}) == []
