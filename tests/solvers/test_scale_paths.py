@@ -53,8 +53,8 @@ def test_the_priority_repair_does_not_search_a_failed_shape_again(monkeypatch):
     start = Assignment(units={0: [PlacedUnit(p.jobs[0].classes[0].index, "tp/0",
                                              [("n0", tuple(range(8)))])]})
     calls = []
-    real = greedy_module._give_back
-    monkeypatch.setattr(greedy_module, "_give_back", lambda s, u: (calls.append(1), real(s, u)))
+    real = greedy_module.give_back
+    monkeypatch.setattr(greedy_module, "give_back", lambda s, u: (calls.append(1), real(s, u)))
     out = fix_inversions(p, start)
     assert set(out.units) == {0} and len(calls) == 1
 
