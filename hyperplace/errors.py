@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 
 class InputError(ValueError):
@@ -52,21 +53,100 @@ def field_path(loc: Sequence[int | str]) -> str:
     return out
 
 
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
+def _model_in(tp: Any) -> Any:
+    """The pydantic model an annotation is (through Optional, Annotated and unions)."""
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return tp
+    if get_origin(tp) in _CONTAINERS:
+        return None
+    return next((m for m in map(_model_in, get_args(tp)) if m is not None), None)
+
+
+def _element(tp: Any) -> Any:
+    """The element (value) type of a list, tuple or dict annotation, or None."""
+    if get_origin(tp) in _CONTAINERS:
+        return get_args(tp)[-1]
+    return next((e for e in map(_element, get_args(tp)) if e is not None), None)
+
+
+def fields_at(model: Any, loc: Sequence[int | str]) -> list[str]:
+    """The keys (aliases) the model accepts at ``loc`` (a pydantic location), or [] where
+    no model is (a dict's keys, a union's tag)."""
+    tp: Any = model
+    for part in loc:
+        m = _model_in(tp)
+        if m is not None and isinstance(part, str):
+            info = next((f for n, f in m.model_fields.items() if part in (n, f.alias)), None)
+            if info is None:
+                return []
+            tp = info.annotation
+        else:
+            tp = _element(tp)
+            if tp is None:
+                return []
+    m = _model_in(tp)
+    return [f.alias or n for n, f in m.model_fields.items()] if m is not None else []
+
+
+def problem_message(err: Mapping[str, Any], errors: Sequence[Mapping[str, Any]],
+                    model: Any = None) -> str:
+    """One pydantic problem in words: ``unknown field 'gpuTyp' (did you mean 'gpuType'?)``
+    (the closest required field missing beside it, else the model's closest field),
+    ``required field is missing``, else pydantic's own message."""
+    import difflib
+
+    kind = err.get("type")
+    if kind == "missing":
+        return "required field is missing"
+    if kind != "extra_forbidden":
+        return str(err.get("msg", "invalid value"))
+    loc = tuple(err.get("loc", ()))
+    key, parent = str(loc[-1]) if loc else "?", loc[:-1]
+    missing = [str(e["loc"][-1]) for e in errors if e.get("type") == "missing"
+               and tuple(e.get("loc", ()))[:-1] == parent]
+    close = difflib.get_close_matches(key, missing, n=1, cutoff=0.6)
+    if not close and model is not None:
+        loc_in_model = [p for p in parent if not (isinstance(p, str) and p.startswith("function-"))]
+        close = difflib.get_close_matches(key, fields_at(model, loc_in_model), n=1, cutoff=0.6)
+    return f"unknown field {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+
+
+def first_problem(errors: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The problem to tell first: a required field missing beside an unknown one is a typo,
+    so the unknown key (where the person wrote it) goes first."""
+    first = errors[0]
+    if first.get("type") == "missing":
+        parent = tuple(first.get("loc", ()))[:-1]
+        for e in errors:
+            if e.get("type") == "extra_forbidden" and tuple(e.get("loc", ()))[:-1] == parent:
+                return e
+    return first
+
+
+def typos_first(errors: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The problems with :func:`first_problem` first (for a service's list of problems)."""
+    if not errors:
+        return []
+    first = first_problem(errors)
+    return [first, *(e for e in errors if e is not first)]
+
+
 def from_validation_error(
-    exc: ValidationError, *, source: str | None = None, prefix: str = ""
+    exc: ValidationError, *, source: str | None = None, prefix: str = "", model: Any = None
 ) -> InputError:
-    """The first problem of a pydantic error as an :class:`InputError` (one line, one fix)."""
-    err = exc.errors()[0]
+    """The first problem of a pydantic error as an :class:`InputError` (one line, one fix);
+    ``model`` (the model validated) lets an unknown field name its closest known one."""
+    errors = exc.errors()
+    err = first_problem(errors)
     loc = [p for p in err.get("loc", ()) if not (isinstance(p, str) and p.startswith("function-"))]
     path = field_path(loc)
     if prefix:
         path = f"{prefix}.{path}" if path and not path.startswith("[") else f"{prefix}{path}"
-    msg = err.get("msg", "invalid value")
-    if err.get("type") == "extra_forbidden":
-        msg = "unknown field"
-    elif err.get("type") == "missing":
-        msg = "required field is missing"
-    extra = len(exc.errors()) - 1
+    msg = problem_message(err, errors, model)
+    extra = len(errors) - 1
     if extra:
         msg += f" (and {extra} more problem{'s' if extra > 1 else ''})"
     return InputError(msg, source=source, path=path or None)

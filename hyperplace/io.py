@@ -435,7 +435,7 @@ def parse(model: type[M], doc: dict[str, Any], *, source: str | None = None,
     try:
         return model.model_validate(doc)
     except ValidationError as exc:
-        raise from_validation_error(exc, source=source, prefix=prefix) from None
+        raise from_validation_error(exc, source=source, prefix=prefix, model=model) from None
     except RecursionError:
         raise InputError("nested too deeply", source=source) from None
 

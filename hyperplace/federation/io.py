@@ -61,7 +61,7 @@ def _validate(model: type, doc: Any, source: str, where: str | None):
     try:
         return model.model_validate(doc)
     except ValidationError as exc:
-        err = from_validation_error(exc, source=source)
+        err = from_validation_error(exc, source=source, model=model)
         msg = err.message.removeprefix("Value error, ")
         path = err.path
         if ": " in msg and not path:

@@ -159,7 +159,7 @@ def _validate(model: type[HPModel], doc: Any, source: str, document: str | None 
     try:
         return model.model_validate(doc)
     except ValidationError as exc:
-        raise _tidy(from_validation_error(exc, source=source, prefix=prefix),
+        raise _tidy(from_validation_error(exc, source=source, prefix=prefix, model=model),
                     document=document) from None
 
 

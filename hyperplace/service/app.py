@@ -56,7 +56,7 @@ from pydantic import BaseModel, SkipValidation
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from hyperplace.errors import InputError, field_path
+from hyperplace.errors import InputError, field_path, problem_message, typos_first
 from hyperplace.io import MAX_DEPTH, json_depth, loads_json
 from hyperplace.models.limits import MAX_JOBS
 from hyperplace.models.usage import QueueUsage
@@ -859,10 +859,21 @@ class Guard:
 
 # ---- the application --------------------------------------------------------------------
 
+def _body_loc(err: Any) -> dict[str, Any]:
+    """A problem located in the body as the body's own path (``body`` and pydantic's
+    ``function-...`` steps left out)."""
+    loc = list(err.get("loc", ()))
+    if loc and loc[0] == "body":
+        loc = loc[1:]
+    return {**err, "loc": tuple(p for p in loc
+                                if not (isinstance(p, str) and p.startswith("function-")))}
+
+
 def _validation_problems(exc: RequestValidationError,
                          route: Any = None) -> tuple[int, list[dict[str, Any]]]:
     problems = []
-    for err in exc.errors()[:20]:
+    raw = exc.errors()
+    for err in raw:
         loc = list(err.get("loc", ()))
         if err.get("type") == "missing" and loc == ["body"]:
             return 422, _empty_body_problems(route)
@@ -871,16 +882,19 @@ def _validation_problems(exc: RequestValidationError,
             where = f" at position {loc[1]}" if len(loc) > 1 else ""
             return 400, [{"path": None, "message":
                           f"malformed JSON{where}: {ctx.get('error', 'invalid JSON')}"}]
-        if loc and loc[0] == "body":
-            loc = loc[1:]
-        loc = [p for p in loc if not (isinstance(p, str) and p.startswith("function-"))]
-        msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown field"
-        elif err.get("type") == "missing":
-            msg = "required field is missing"
-        problems.append({"path": field_path(loc) or None, "message": msg})
+    errors = typos_first([_body_loc(e) for e in raw])
+    model = _body_model(route)
+    for err in errors[:20]:
+        msg = problem_message(err, errors, model).removeprefix("Value error, ")
+        problems.append({"path": field_path(err["loc"]) or None, "message": msg})
     return 422, problems
+
+
+def _body_model(route: Any) -> Any:
+    """The request model of an endpoint's body, or None."""
+    field = getattr(route, "body_field", None)
+    model = getattr(getattr(field, "field_info", None), "annotation", None)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
 def _empty_body_problems(route: Any) -> list[dict[str, Any]]:
@@ -889,9 +903,8 @@ def _empty_body_problems(route: Any) -> list[dict[str, Any]]:
     was empty (FastAPI's own error names no field: the whole body is missing)."""
     from pydantic import ValidationError
 
-    field = getattr(route, "body_field", None)
-    model = getattr(getattr(field, "field_info", None), "annotation", None)
-    if isinstance(model, type) and issubclass(model, BaseModel):
+    model = _body_model(route)
+    if model is not None:
         try:
             model.model_validate({})
         except ValidationError as exc:

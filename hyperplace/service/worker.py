@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from hyperplace.errors import InputError, field_path
+from hyperplace.errors import InputError, field_path, problem_message, typos_first
 
 Handler = Callable[[dict[str, Any], float, "WorkerContext"], "Reply"]
 HANDLERS: dict[str, Handler] = {}
@@ -138,20 +138,17 @@ def _join(prefix: str, path: str) -> str:
     return f"{prefix}{path}" if path.startswith("[") else f"{prefix}.{path}"
 
 
-def problems_of(exc: ValidationError, prefix: str = "") -> list[dict[str, Any]]:
+def problems_of(exc: ValidationError, prefix: str = "", model: Any = None) -> list[dict[str, Any]]:
     """Every problem of a pydantic error as ``{path, message}``; a path a model validator put
     at the start of its message (``spec.clusters[0].nodes[3].gpuType: unknown ...``) is
     moved into the path."""
     out = []
-    for err in exc.errors()[:20]:
+    errors = typos_first(exc.errors())
+    for err in errors[:20]:
         loc = [p for p in err.get("loc", ())
                if not (isinstance(p, str) and p.startswith("function-"))]
         path = field_path(loc)
-        msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown field"
-        elif err.get("type") == "missing":
-            msg = "required field is missing"
+        msg = problem_message(err, errors, model).removeprefix("Value error, ")
         match = _PATH_PREFIX.match(msg)
         if match:
             path, msg = _join(path, match.group(1)), match.group(2)
@@ -209,7 +206,7 @@ def validate(model: Any, data: Any, prefix: str) -> Any:
             return model.model_validate_json(
                 json.dumps(data, allow_nan=False, default=_as_json), strict=True)
     except ValidationError as exc:
-        raise RequestProblem(422, problems_of(exc, prefix)) from None
+        raise RequestProblem(422, problems_of(exc, prefix, model)) from None
     except (TypeError, ValueError) as exc:  # pragma: no cover - bodies are parsed JSON
         raise RequestProblem(422, [{"path": prefix or None, "message": str(exc)}]) from None
 

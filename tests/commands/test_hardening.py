@@ -72,6 +72,18 @@ BAD_FILES = [
     ("faulty-and-allocated.yaml",
      instance("{name: n0, gpuType: H100-80, gpuCount: 8, allocated: {0: r}, faulty: [0]}"),
      ["nodes[0]", "faulty: GPU 0 is also allocated"]),
+    # a typo'd key is told at its own path, with the closest field, not as the field it
+    # should have been being missing (new user: "gpuType: required field is missing")
+    ("key-typo.yaml", instance("{name: n0, gpuTyp: H100-80, gpuCount: 8}"),
+     ["spec.clusters[0].nodes[0].gpuTyp: unknown field 'gpuTyp' (did you mean 'gpuType'?)"]),
+    ("optional-key-typo.yaml", instance("{name: n0, gpuType: H100-80, gpuCount: 8, "
+                                        "allocted: {0: r}}"),
+     ["spec.clusters[0].nodes[0].allocted: unknown field 'allocted' (did you mean "
+      "'allocated'?)"]),
+    ("job-key-typo.yaml", instance(jobs="[" + job("j").replace("gpusPerGroup", "gpusPerGrop")
+                                   + "]"),
+     ["spec.jobs[0].spec.resourceGroups[0].gpusPerGrop: unknown field 'gpusPerGrop' (did you "
+      "mean 'gpusPerGroup'?)"]),
     ("faulty-twice.yaml", instance("{name: n0, gpuType: H100-80, gpuCount: 8, faulty: [1, 1]}"),
      ["GPU 1 is listed twice"]),
     ("pairs-twice.yaml", instance("{name: n0, gpuType: H100-80, gpuCount: 8, nvlink: explicit, "

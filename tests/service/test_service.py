@@ -783,3 +783,24 @@ def test_placement_with_moveable_running_jobs(http: httpx.Client) -> None:
                                                     "maxMoves")):
         r = http.post("/v1/placement", json={**body, **bad})
         assert r.status_code == 422 and field in r.text, (bad, r.text)
+
+
+@pytest.mark.parametrize("endpoint, body, path, words", [
+    ("/v1/placement", {"bundled": SMALL, "budgetz": 5}, "budgetz",
+     "unknown field 'budgetz' (did you mean 'budgetS'?)"),
+    ("/v1/placement", "_typo_node", "instance.spec.clusters[0].nodes[0].gpuTyp",
+     "unknown field 'gpuTyp' (did you mean 'gpuType'?)"),
+])
+def test_a_typod_key_is_unknown_at_its_path_with_the_closest_field(
+        http: httpx.Client, endpoint: str, body, path: str, words: str) -> None:
+    """A typo'd key is a 422 at the key the person wrote, naming the field they meant (it
+    used to read "unknown field", or "gpuType: required field is missing")."""
+    if body == "_typo_node":
+        doc = instance_document(load_instance("seed-beijing-shanghai"))
+        node = doc["spec"]["clusters"][0]["nodes"][0]
+        node["gpuTyp"] = node.pop("gpuType")
+        body = {"instance": doc}
+    r = http.post(endpoint, json=body)
+    assert r.status_code == 422, r.text
+    data = r.json()
+    assert data["path"] == path and words in data["error"], data
