@@ -237,7 +237,8 @@ class ClusterPatch(Body):
     """Deltas to a stored cluster since the last round (applied in this order)."""
 
     completions: list[JobName] = Field(default_factory=list, max_length=MAX_JOBS, description=(
-        "jobs that finished: their GPUs are freed and they leave the queue"))
+        "jobs that finished: their GPUs are freed and they leave the queue; a job the cluster "
+        "neither runs nor queues is a 422 at completions[i] and nothing of the PATCH is applied"))
     failures: list[NodeGPUs] = Field(default_factory=list, description="GPUs marked faulty")
     repairs: list[NodeGPUs] = Field(default_factory=list, description="faulty GPUs back in service")
     allocations: list[Allocation] = Field(default_factory=list, description=(

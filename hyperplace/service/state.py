@@ -12,8 +12,8 @@ This module is the service's edge of :class:`~hyperplace.solvers.workflows.sessi
 keep too): a PATCH's JSON becomes a :class:`~hyperplace.solvers.workflows.session.RoundDelta`
 on a round state read from the document's nodes and queue, and the state's GPUs and queue are
 written back. The service's wording is translated here: a "completion" of a pending job is a
-withdrawal (it leaves the queue), one of a job the cluster does not know is ignored, and
-interrupted jobs are not requeued (the caller resubmits them as arrivals if it wants). Queue
+withdrawal (it leaves the queue), one of a job the cluster neither runs nor queues is refused
+(422 at ``completions[i]``, and nothing of the PATCH is applied), and interrupted jobs are not requeued (the caller resubmits them as arrivals if it wants). Queue
 entries stay documents (an arrival is validated with the whole document by the worker).
 
 The stored cluster's usage history (fair share over rounds) is that round state's: the
@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hyperplace.errors import ConflictError, InputError
+from hyperplace.errors import ConflictError, InputError, known_words
 from hyperplace.models.instance import RunningJob
 from hyperplace.models.usage import DEFAULT_QUEUE, QueueUsage
 from hyperplace.service.schemas import ClusterPatch
@@ -75,7 +75,20 @@ def round_state(doc: dict[str, Any], usage: QueueUsage | None = None,
 
 
 def patch_delta(patch: ClusterPatch, state: RoundState) -> RoundDelta:
-    """The round delta a PATCH asks for, in the round state's words."""
+    """The round delta a PATCH asks for, in the round state's words.
+
+    A completion of a job the cluster neither runs nor queues is an error, not a no-op: a
+    typo in a job name would otherwise change nothing and say nothing (an unknown node in
+    ``failures`` is refused the same way). Kubernetes does the same with a patch whose target
+    does not exist: the whole patch is refused with a 4xx (kubernetes/kubernetes#68225,
+    #79239), not answered 200 unchanged. A client that retries a PATCH it already made reads
+    the cluster (GET) first: its version says whether the first one was applied."""
+    for i, job in enumerate(patch.completions):
+        if job not in state.jobs and job not in state.queue:
+            names = sorted({*state.jobs, *(k for k in state.queue if isinstance(k, str))})
+            raise InputError(f"no running or pending job {job!r} in this cluster "
+                             f"({known_words(job, names) if names else 'none known'})",
+                             path=f"completions[{i}]")
     done = list(dict.fromkeys(patch.completions))
     return RoundDelta(
         completions=[j for j in done if j in state.jobs],

@@ -459,6 +459,7 @@ def test_stored_cluster_rounds_and_extenders(http: httpx.Client) -> None:
     assert version == 3 and node.faulty == list(range(node.gpu_count))
     running = {j for c in state.clusters for n in c.nodes for j in n.allocated.values()}
     assert job.job not in running and not (hit & running)  # interrupted jobs hold nothing
+    running_job = sorted(running)[0]
     r = http.patch("/v1/clusters/prod", json={"repairs": [{"node": failed_node, "gpus": [0, 1]}]})
     assert r.json()["version"] == 4
     # the next (warm) round on the stored state passes the checker against that state
@@ -474,7 +475,21 @@ def test_stored_cluster_rounds_and_extenders(http: httpx.Client) -> None:
     assert bad.status_code == 422 and bad.json()["path"].startswith("arrivals[0].spec")
     dup = http.patch("/v1/clusters/prod", json={"arrivals": [arrival]})
     assert dup.status_code == 409
-    assert http.get("/v1/clusters/prod").json()["version"] == 4
+    # a completion of a job the cluster neither runs nor queues (a typo, or one completed
+    # already) is refused at its item, and the rest of the PATCH is not applied either (it
+    # was a silent 200)
+    well = next(n.name for n in state.clusters[0].nodes if not n.faulty)
+    for ghost in ("ghost-job", job.job):
+        bad = http.patch("/v1/clusters/prod", json={"completions": [running_job, ghost],
+                                                    "failures": [{"node": well}]})
+        assert bad.status_code == 422 and bad.json()["path"] == "completions[1]", bad.text
+        assert f"no running or pending job {ghost!r}" in bad.json()["error"]
+    after = http.get("/v1/clusters/prod").json()
+    assert after["version"] == 4
+    assert running_job in {j for c in after["instance"]["spec"]["clusters"]
+                           for n in c["nodes"] for j in (n.get("allocated") or {}).values()}
+    assert not any(n.get("faulty") for c in after["instance"]["spec"]["clusters"]
+                   for n in c["nodes"] if n["name"] == well)
     assert [c["name"] for c in http.get("/v1/clusters").json()] == ["prod"]
     assert http.delete("/v1/clusters/prod").status_code == 204
     # stored again under the same name: version 1 again, but not the workers' cached one
