@@ -317,7 +317,8 @@ def settle_migrations(p: PlacementProblem, a: Assignment, stopped: set[int]) -> 
                 for j in users.get(v, ()):
                     a.units.pop(j, None)
                     a.notes[j] = f"uses GPUs of {p.stoppable[v].name}, whose migration failed"
-            elif users.get(v, set()) - {copy} or p.repairing:  # a broken job must move
+            elif users.get(v, set()) - {copy} or isinstance(p.stoppable[v], BrokenJob):
+                # used by another job, or a broken job: it must move
                 continue
             else:
                 moved = grows.plan_value(a, stopped) if grows is not None else 0

@@ -68,7 +68,7 @@ def demand_bound(p: PlacementProblem) -> float:
     (with preemption: the free GPUs and the candidate victims' GPUs, filled by pending jobs
     and victims kept alike, plus the running jobs that cannot be stopped; with migrations:
     the free GPUs, a mover taking no fewer GPUs than it frees)."""
-    victims = p.candidates if p.preempting else []  # movers keep running: no demand of theirs
+    victims = p.candidates  # movers keep running: no demand of theirs
     left = p.free_gpus + sum(len(v.gpus) for v in victims)
     items = [(p.weights[jv.priority], jv.gpus) for jv in p.pending if not jv.impossible]
     items += [(p.weights[v.level], len(v.gpus)) for v in victims]
@@ -255,7 +255,7 @@ def _aggregate(r: SolveRound) -> None:
     plan and is cheap: on the largest rounds nothing else that bounds the optimum fits
     (131,072 GPUs: 0.3 s, where the model's own relaxation needs its 4-5 s build)."""
     p = r.problem
-    if p.stoppable or p.preempting or p.migrating or p.repairing:
+    if p.stops_jobs is not None:  # a round that may stop running jobs: not aggregated
         return
     if not r.budget.aggregate_fits(len(p.jobs)):
         return

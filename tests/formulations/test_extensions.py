@@ -97,3 +97,24 @@ def test_the_families_that_stop_jobs_own_the_stops_rows():
     lower = [r.name for r in build_model(PlacementProblem(queued, preemption="lower-priority")
                                          ).lm.constraints]
     assert not any(n.startswith(("reclaim[", "guarantee[")) for n in lower)
+
+
+def test_the_families_say_what_objective_one_counts():
+    # the priority weights are made for the pending demand plus what the families count:
+    # preemption every running job kept (in its own level), failure repair each broken job
+    # repaired (its manifest's GPUs, on the healthy GPUs it held too); migration nothing
+    inst = fragmented()
+    plain = PlacementProblem(inst)
+    assert plain.weight_capacity == plain.free_gpus
+    moving = PlacementProblem(inst, migration=MigrationPolicy())
+    assert moving.weight_capacity == moving.free_gpus and moving.stoppable
+    pre = PlacementProblem(inst, preemption="lower-priority")
+    held = sum(g for _, _, g in pre.running)
+    assert held > 0 and pre.weight_capacity == pre.free_gpus + held
+    assert pre.stops_jobs is not None
+    assert pre.stops_jobs.weighted_demands() == [(lvl, g) for _, lvl, g in pre.running]
+    repair = PlacementProblem(inst, migration=MigrationPolicy(why="repair"))
+    (family,) = [e for e in repair.extensions if isinstance(e, FailureRepair)]
+    assert repair.weight_capacity == repair.free_gpus + sum(len(v.gpus) for v in repair.stoppable)
+    assert family.weighted_demands() == [(v.priority, repair.jobs[v.copy].gpus)
+                                         for v in repair.movers]

@@ -67,6 +67,16 @@ class RoundExtension:
     #: its objectives stand in place of the moves' cost (lost work, then migrations)
     replaces_moves_cost: ClassVar[bool] = False
 
+    def weighted_demands(self) -> list[tuple[float, int]]:
+        """Demands objective 1 counts besides the pending jobs', as (priority level, GPUs):
+        what the round's priority weights are made for."""
+        return []
+
+    def counted_gpus(self) -> int:
+        """GPUs objective 1 can count besides the free ones (the priority weights'
+        capacity)."""
+        return 0
+
     def rows(self, b: PlacementModelBuilder) -> None:
         """Add the family's variables and rows to the model being built."""
 

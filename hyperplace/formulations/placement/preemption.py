@@ -149,6 +149,15 @@ class Preemption(StopsJobs):
         """The extension when the round's policy may stop running jobs."""
         return cls(p) if p.preempting else None
 
+    def weighted_demands(self) -> list[tuple[float, int]]:
+        """Objective 1 counts every running job kept, in its own level
+        (:func:`running_levels`)."""
+        return [(prio, g) for _, prio, g in self.p.running]
+
+    def counted_gpus(self) -> int:
+        """The running jobs' GPUs (each kept running job counts in its own level)."""
+        return sum(g for _, _, g in self.p.running)
+
     def stop_rows(self, b: PlacementModelBuilder) -> None:
         """Objective 1 counts every running job as admitted demand of its own priority
         level, so stopping candidate ``v`` costs its GPUs there: ``-GPUs(v) x stop[v]`` at

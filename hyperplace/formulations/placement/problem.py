@@ -324,21 +324,20 @@ class PlacementProblem:
 
     @property
     def weight_capacity(self) -> int:
-        """GPUs objective 1 can count: the free ones, and with preemption the running jobs'
-        too (each kept running job counts in its own priority level)."""
-        if self.repairing:  # a repaired job may use the healthy GPUs it held
-            return self.free_gpus + sum(len(v.gpus) for v in self.stoppable)
-        if not self.preempting:
-            return self.free_gpus
-        return self.free_gpus + sum(g for _, _, g in self.running)
+        """GPUs objective 1 can count: the free ones, and those the round's families count
+        too (:meth:`RoundExtension.counted_gpus
+        <hyperplace.formulations.placement.extensions.RoundExtension.counted_gpus>`: with
+        preemption the running jobs', with failure repair the broken jobs' healthy ones)."""
+        return self.free_gpus + sum(ext.counted_gpus() for ext in self.extensions)
 
     def _weighted_demands(self) -> list[tuple[float, int]]:
+        """Objective 1's demands (priority level, GPUs): the pending jobs', then the
+        families' (:meth:`RoundExtension.weighted_demands
+        <hyperplace.formulations.placement.extensions.RoundExtension.weighted_demands>`)."""
         demands: list[tuple[float, int]] = [(j.priority, j.gpus) for j in self.jobs
                                             if j.migrant is None]
-        if self.repairing:
-            demands += [(v.priority, self.repair_gpus(v)) for v in self.movers]
-        if self.preempting:
-            demands += [(prio, g) for _, prio, g in self.running]
+        for ext in self.extensions:
+            demands += ext.weighted_demands()
         return demands
 
     def kept_running_demand(self, stopped: Iterable[int] = ()) -> int:

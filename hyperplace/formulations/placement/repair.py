@@ -43,6 +43,14 @@ class FailureRepair(RoundExtension):
         """The extension when the round repairs (its movers are broken jobs)."""
         return cls(p) if p.repairing else None
 
+    def weighted_demands(self) -> list[tuple[float, int]]:
+        """Objective 1 counts each broken job repaired, at its priority: its manifest's GPUs."""
+        return [(v.priority, self.p.repair_gpus(v)) for v in self.p.movers]
+
+    def counted_gpus(self) -> int:
+        """A repaired job may use the healthy GPUs it held."""
+        return sum(len(v.gpus) for v in self.p.stoppable)
+
     def mover_rows(self, b: PlacementModelBuilder, mover: Mover, stop: int) -> bool:
         """A broken job: repaired whole (its copy, ``stop``) or in part, not both;
         objective 1 counts it repaired, then the GPUs each way moves."""

@@ -182,7 +182,7 @@ def aggregate_bound(p: PlacementProblem, deadline: float | None = None, *,
     the cluster the LP gave most of the shape, else the one with most room for it), what a
     decomposition by cluster solves."""
     t0 = time.perf_counter()
-    if p.stoppable or p.preempting or p.migrating or p.repairing:
+    if p.stops_jobs is not None:  # preemption or migration (failure repair too)
         return AggregateBound(None, 0, 0, 0, 0, 0.0, "not for rounds with running jobs to stop")
     folded = _fold(p)
     shapes: dict[tuple[object, ...], list[JobView]] = defaultdict(list)
