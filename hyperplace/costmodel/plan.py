@@ -337,9 +337,13 @@ def brute_force(spec: ModelSpec, gpu: str, gpus: int, global_batch: int,
 
 def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: int | None = None,
          top: int = 5, calibration: Calibration | None = None,
-         catalog: GPUCatalog | None = None, space: str = "full") -> PlanResult:
+         catalog: GPUCatalog | None = None, space: str = "full",
+         explain: bool = True) -> PlanResult:
     """The best configurations (module docstring); ``space="pricing"`` searches the
-    speed model's narrower space (:data:`PRICING_MICRO_BATCHES`, :data:`PRICING_VIRTUAL`)."""
+    speed model's narrower space (:data:`PRICING_MICRO_BATCHES`, :data:`PRICING_VIRTUAL`).
+    ``explain=False`` (the speed model, which reads only ``best``): the same ``best``, but no
+    ``losers`` and no ``closest`` (why the others lose and, when nothing fits, the
+    configuration needing the least memory: a pass over every candidate)."""
     began = time.perf_counter()
     calibration = calibration or default_calibration()
     catalog = catalog or default_catalog()
@@ -413,6 +417,8 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
         need, _ = memory_gb(spec, slow, c, gb, mem_memo, breakdown=False)
         if need > cap * (1 + 1e-9):  # the memory predict would report: no time to price
             pruned += 1
+            if not explain:
+                continue
             if closest is None or need < closest["neededGb"]:
                 closest = {"example": c.label(), "neededGb": need}
             if explained < MAX_EXPLAINED:  # a few examples of why, not every candidate
@@ -432,7 +438,7 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
             fitting.setdefault(base, []).append(mine)
             priced.append(Planned(c, p))
             kth = sorted([*kth, p.step_time_s])[:max(top, 1)]
-        else:
+        elif explain:
             if closest is None or p.memory_per_gpu_gb < closest["neededGb"]:
                 closest = {"example": c.label(), "neededGb": p.memory_per_gpu_gb}
             terms = {k: v for k, v in p.memory.items() if k not in ("stage",
@@ -443,7 +449,7 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
                                     "neededGb": round(p.memory_per_gpu_gb, 1),
                                     "overByGb": round(p.memory_per_gpu_gb - cap, 1)})
     ranked = _ranked(priced)
-    if ranked:
+    if ranked and explain:
         best = ranked[0].prediction
         for other in ranked[top:top + 3]:
             o = other.prediction
@@ -453,7 +459,7 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
             losers.setdefault(key, {"reason": key, "example": other.candidate.label(),
                                     "slowerBy": round(o.step_time_s / best.step_time_s - 1, 4),
                                     "extraS": round(diff[worst], 4)})
-    if not ranked:
+    if not ranked and explain:
         closest = _least_memory(spec, slow, cands, gb, mem_memo) or closest
         if closest is not None:
             closest["overByGb"] = closest["neededGb"] - cap

@@ -266,7 +266,8 @@ def planned_config(spec: ModelSpec, gpu: GPUType, gpus: int, calibration: Calibr
     began = time.perf_counter()
     try:
         res = plan(spec, [(gpu.name, gpus)], global_batch=global_batch, top=1,
-                   calibration=calibration, catalog=catalog, space="pricing")
+                   calibration=calibration, catalog=catalog, space="pricing",
+                   explain=False)
         best = res.best[0] if res.best else None
     except InputError:
         best = None

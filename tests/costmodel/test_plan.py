@@ -167,3 +167,23 @@ def test_planned_virtual_stages_divide_every_stage_s_layers():
     for c in cands:
         if c.virtual_stages > 1:
             assert all(n % c.virtual_stages == 0 for n in even_layers(spec.num_layers, c.pp))
+
+
+@pytest.mark.parametrize("name,gpu,gpus", [("llama3-70b", "H100-80", 32),
+                                           ("gpt3-175b", "A100-80", 8),
+                                           ("llama3-8b", "A100-80", 1),
+                                           ("mixtral-8x7b", "H100-80", 16)])
+def test_without_explanations_the_best_is_the_same(name, gpu, gpus):
+    """The speed model's search (explain=False) finds exactly the explained search's best
+    (or, like it, nothing), and leaves out only why the others lose."""
+    spec = model_preset(name)
+    full = plan(spec, [(gpu, gpus)], top=1, space="pricing")
+    bare = plan(spec, [(gpu, gpus)], top=1, space="pricing", explain=False)
+    assert [(b.candidate, b.prediction) for b in bare.best] == \
+        [(b.candidate, b.prediction) for b in full.best]
+    assert (bare.global_batch, bare.priced) == (full.global_batch, full.priced)
+    assert bare.closest is None
+    assert full.losers  # there is something to explain in each of these cases
+    assert all(loser["reason"] == "slower by compute alone than the best found"
+               or loser["reason"].startswith("weights, gradients")
+               for loser in bare.losers)
