@@ -14,26 +14,52 @@ is an :class:`~hyperplace.errors.InputError` naming the file and what is wrong.
   :func:`import_alibaba_gpu2023_pods`)
 """
 
-from hyperplace.instances.importers._source import bundled
-from hyperplace.instances.importers.alibaba import (
-    TRACE_GPU_TYPES,
-    import_alibaba_gpu2023_nodes,
-    import_alibaba_gpu2023_pods,
-    import_alibaba_pai2020_machines,
-)
-from hyperplace.instances.importers.dgx1 import import_nvlink_link_matrix, read_link_matrix
-from hyperplace.instances.importers.hypernode import (
-    dump_hypernodes,
-    fabric_to_hypernodes,
-    hypernodes_to_fabric,
-    import_hypernodes,
-)
-from hyperplace.instances.importers.nccl_xml import (
-    CLOUD_SHAPES,
-    import_cloud_shape,
-    import_nccl_topology,
-)
-from hyperplace.instances.importers.nvidia_smi import import_nvidia_smi_topo
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hyperplace.instances.importers._source import bundled
+    from hyperplace.instances.importers.alibaba import (
+        TRACE_GPU_TYPES,
+        import_alibaba_gpu2023_nodes,
+        import_alibaba_gpu2023_pods,
+        import_alibaba_pai2020_machines,
+    )
+    from hyperplace.instances.importers.dgx1 import import_nvlink_link_matrix, read_link_matrix
+    from hyperplace.instances.importers.hypernode import (
+        dump_hypernodes,
+        fabric_to_hypernodes,
+        hypernodes_to_fabric,
+        import_hypernodes,
+    )
+    from hyperplace.instances.importers.nccl_xml import (
+        CLOUD_SHAPES,
+        import_cloud_shape,
+        import_nccl_topology,
+    )
+    from hyperplace.instances.importers.nvidia_smi import import_nvidia_smi_topo
+
+# Imported on first use: reading a Kubernetes or job document imports its own module
+# (``importers.jobs``, ``importers.kubernetes``) and with it this package, which should not
+# load every other format's reader (XML, traces) on a solve's path.
+_LAZY = {
+    "bundled": "_source",
+    "TRACE_GPU_TYPES": "alibaba",
+    "import_alibaba_gpu2023_nodes": "alibaba",
+    "import_alibaba_gpu2023_pods": "alibaba",
+    "import_alibaba_pai2020_machines": "alibaba",
+    "import_nvlink_link_matrix": "dgx1",
+    "read_link_matrix": "dgx1",
+    "dump_hypernodes": "hypernode",
+    "fabric_to_hypernodes": "hypernode",
+    "hypernodes_to_fabric": "hypernode",
+    "import_hypernodes": "hypernode",
+    "CLOUD_SHAPES": "nccl_xml",
+    "import_cloud_shape": "nccl_xml",
+    "import_nccl_topology": "nccl_xml",
+    "import_nvidia_smi_topo": "nvidia_smi",
+}
 
 __all__ = [
     "CLOUD_SHAPES", "TRACE_GPU_TYPES", "bundled", "dump_hypernodes", "fabric_to_hypernodes",
@@ -42,3 +68,12 @@ __all__ = [
     "import_nccl_topology", "import_nvidia_smi_topo", "import_nvlink_link_matrix",
     "read_link_matrix",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hyperplace.instances.importers' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"hyperplace.instances.importers.{module}"), name)
