@@ -161,6 +161,7 @@ def simulate_command(
     schedule_window: Annotated[int, typer.Option("--schedule-window", help="engine: pending jobs in each round's CP-SAT schedule model (priority, then reservation, then submit order); the rest are list scheduled around them")] = 200,
     schedule_objective: Annotated[str, typer.Option("--schedule-objective", help="engine: completion (sum of completion times, the default: measured better on mean and p99 JCT at equal slowdown) or slowdown (sum of bounded slowdowns) within each priority class")] = "completion",
     federation_split: Annotated[bool, typer.Option("--federation-split/--no-federation-split", help="federation policies: jobs may be split across member clusters (off: every job runs whole in one cluster; the policy names end in -whole)")] = True,
+    engine_clock: Annotated[str, typer.Option("--engine-clock", help="engine: work (the default: its schedule search is limited by CP-SAT's deterministic time, so a replay gives the same decisions at any machine load; the budget stays a wall-clock ceiling) or wall (every limit on the wall clock, as the service; replays then vary with the load)")] = "work",
     fair_share_levels: Annotated[int, typer.Option("--fair-share-levels", help="with --half-life: engine priority levels added per queue, round(N x Slurm's fair-share factor), as Slurm's PriorityWeightFairshare (one level = one aging step)")] = 4,
 ) -> None:
     """Replay a trace on an instance under several policies; metrics side by side."""
@@ -184,6 +185,8 @@ def simulate_command(
         raise InputError(f"use slowdown or completion, got {schedule_objective!r}",
                          path="--schedule-objective")
     _finite("--prediction-error", prediction_error)
+    if engine_clock not in ("work", "wall"):
+        raise InputError(f"use work or wall, got {engine_clock!r}", path="--engine-clock")
     if preemption not in ("never", "reclaim-within-cohort"):
         raise InputError(f"use never or reclaim-within-cohort, got {preemption!r}",
                          path="--preemption")
@@ -215,7 +218,7 @@ def simulate_command(
                        fair_share_levels=fair_share_levels, preemption=preemption,
                        defrag=defrag, horizon_s=horizon * 3600.0,
                        schedule_window=schedule_window, schedule_objective=schedule_objective,
-                       federation_split=federation_split)
+                       federation_split=federation_split, engine_clock=engine_clock)
     if out is not None:
         output_dir(out)
     console = Console(stderr=True)

@@ -9,7 +9,8 @@ Each round :class:`PlanningEngine` (policy ``engine``):
    (:meth:`~hyperplace.sim.speed.SpeedModel.planned_speed`, the one speed model), and the previous round's planned starts as reservations;
 2. solves it (:func:`hyperplace.solvers.schedule.solve_schedule`, CP-SAT over the first
    ``window`` jobs, list scheduling for the rest and as fallback) in ``schedule_share`` of the
-   round's budget;
+   round's budget: by default (``clock="work"``, :data:`CLOCKS`) a deterministic work limit
+   with the wall clock as a ceiling, so that a replay does not depend on the machine's load;
 3. sends the jobs it starts now to the placement model for exact GPUs (deepest pools first,
    within a pool gangs before jobs smaller than a node), each restricted to its pool: its GPU
    type (a ``gpu-type`` toleration), that pool's nodes, and in each pool directly inside it no
@@ -94,6 +95,27 @@ AGING_S = 4 * 3600.0
 RESERVE_AFTER_S = 1800.0
 RESERVE_NODES = 4
 MIN_WINDOW = 10  # the CP-SAT window never shrinks below this many jobs
+#: ``clock="work"`` (replays: ``simulate``'s default, the bench's): the schedule's CP-SAT
+#: search gets ``WORK_PER_S`` deterministic-time units (OR-Tools' ``max_deterministic_time``)
+#: per second of its share of the budget, in place of a wall-clock limit, so that a replay's
+#: decisions do not depend on the machine's load; the wall clock stays a ceiling
+#: (:data:`CEILING_BUDGETS`). Measured 2026-12-02 (the Alibaba 2023 cell at 0.8): CP-SAT's
+#: deterministic time runs at 0.07-0.15 units per CPU second on this model, so 0.02 units per
+#: second of the share (0.012 a round at a 1 s budget) is a search of about 0.1-0.2 s CPU.
+WORK_PER_S = 0.02
+#: ``clock="work"``: the wall ceiling of a round, in budgets. Measured 2026-12-02 07:15 (the
+#: Alibaba 2023 cell at 0.8, machine load 9-10 on 2 cores): a round's CP-SAT search got a
+#: seventh of a core (0.04 s CPU in 0.3 s wall on average), so a ceiling of one budget cut
+#: 140 of 575 rounds and two replays differed; at four budgets a replay keeps its decisions
+#: up to a machine about 25x slower than its searches need. The rounds it cuts are counted.
+CEILING_BUDGETS = 4.0
+#: ``wall``: every limit is the round's wall-clock budget (the service's behaviour; replays
+#: then differ with the machine's load). ``work``: the schedule's CP-SAT search is limited by
+#: deterministic time, its window by the budget instead of the time left, and the placement
+#: of what starts now gets the ceiling whatever the schedule took; the wall ceiling
+#: (:data:`CEILING_BUDGETS`) still stops a search, which then falls back to the list
+#: schedule and is counted (:meth:`PlanningEngine.notes`).
+CLOCKS = ("work", "wall")
 
 
 def residual_s(predicted_s: float, elapsed_s: float, sigma: float) -> float:
@@ -205,10 +227,20 @@ class PlanningEngine(Policy):
                  reserve_head: int | None = None, adapt_window: bool = False,
                  prediction_sigma: float = PREDICTION_SIGMA,
                  reserve_after_s: float | None = RESERVE_AFTER_S,
-                 reserve_nodes: int | None = RESERVE_NODES):
+                 reserve_nodes: int | None = RESERVE_NODES, clock: str = "work",
+                 ceiling_s: float | None = None, work_units: float | None = None):
         for name, v in (("horizon", horizon_s), ("window", window)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: must be positive, got {v!r}")
+        if clock not in CLOCKS:
+            raise ValueError(f"clock: use one of {', '.join(CLOCKS)}, got {clock!r}")
+        self.clock = clock
+        # work clock: the wall ceiling of a round (None: CEILING_BUDGETS budgets) and the
+        # CP-SAT work units of its schedule search (None: WORK_PER_S per second of its share)
+        self.ceiling_s = ceiling_s if ceiling_s is not None else CEILING_BUDGETS * budget_s
+        self.work_units = work_units if work_units is not None else \
+            WORK_PER_S * budget_s * schedule_share
+        self.ceiling_hits = 0  # rounds whose schedule search the wall ceiling cut (work)
         self.solver = solver
         self.budget_s = budget_s
         self.window = int(window)
@@ -326,6 +358,14 @@ class PlanningEngine(Policy):
         return check_schedule(self.last_instance, list(self.last_instance.jobs),
                               slots(self.last), self.last_running, now)
 
+    def notes(self) -> list[str]:
+        """What a replay's report says of this engine (the budget's clock and its ceiling)."""
+        if self.clock != "work":
+            return ["engine budget: wall clock (decisions depend on the machine's load)"]
+        return [f"engine budget: deterministic work ({self.work_units:g} CP-SAT work units "
+                f"a round), wall ceiling {self.ceiling_s:g} s, hit in {self.ceiling_hits} "
+                "rounds"]
+
     # ---- a round ------------------------------------------------------------------------
     def decide(self, view: RoundView) -> Decision:
         # the round's time is a budget: Python's cyclic collector (0.5-0.9 s passes over
@@ -342,10 +382,24 @@ class PlanningEngine(Policy):
         t0 = time.perf_counter()
         problem = self.problem(view)
         t_build = time.perf_counter() - t0
-        sched_budget = max(0.05, self.budget_s * self.schedule_share - t_build)
-        result = solve_schedule(problem, budget_s=sched_budget, window=self.window_now,
+        work = self.clock == "work"
+        if work:  # deterministic work limit; the round's wall budget is the ceiling
+            sched_budget = max(0.05, self.ceiling_s - t_build)
+            work_s: float | None = self.work_units
+        else:
+            sched_budget = max(0.05, self.budget_s * self.schedule_share - t_build)
+            work_s = None
+        window = self.window_now
+        if work:  # the window the build estimate fits in the schedule's share, fixed
+            from hyperplace.solvers.schedule import BUILD_S_PER_JOB
+
+            window = min(window, max(MIN_WINDOW, int(0.5 * self.budget_s * self.schedule_share
+                                                     / BUILD_S_PER_JOB)))
+        result = solve_schedule(problem, budget_s=sched_budget, window=window,
                                 solver="greedy" if self.solver == "greedy" else "cpsat",
-                                seed=self.seed)
+                                seed=self.seed, work_s=work_s)
+        if any("wall ceiling" in n for n in result.notes):
+            self.ceiling_hits += 1
         self.last = result
         t_sched = time.perf_counter() - t0 - t_build
         # the CP-SAT model's build is not under its deadline: with ``adapt_window`` (off by
@@ -395,8 +449,12 @@ class PlanningEngine(Policy):
                     sizes = {nd: state.nodes[nd].gpu_count for nd in pool.nodes}
                     inst = _masked(inst, pool_allowance(problem, result, names, pid,
                                                         not key[0], free, sizes))
-                share = max(0.05, (self.budget_s - (time.perf_counter() - t0))
-                            / max(1, len(order) - i))
+                if work:  # the ceiling as each group's wall budget, whatever the schedule
+                    # took (placement decisions then rarely meet the clock)
+                    share = left = self.ceiling_s
+                else:
+                    share = max(0.05, (self.budget_s - (time.perf_counter() - t0))
+                                / max(1, len(order) - i))
                 plan = solve_placement(inst, solver=self.solver, budget_s=min(share, left),
                                        seed=self.seed, workers=1)
                 statuses.append(plan.status.value)
@@ -418,8 +476,8 @@ class PlanningEngine(Policy):
             # (its pool counts are a relaxation of the placement model's rules): place the
             # queue as the round engine would, so the replay never stalls on an idle cluster
             plan = solve_placement(state.instance([j.manifest for j in view.queue]),
-                                   solver=self.solver, budget_s=max(0.05, self.budget_s
-                                                                    - (time.perf_counter() - t0)),
+                                   solver=self.solver, budget_s=self.ceiling_s if work else
+                                   max(0.05, self.budget_s - (time.perf_counter() - t0)),
                                    seed=self.seed, workers=1)
             statuses.append(plan.status.value)
             for p in plan.placements:

@@ -71,6 +71,10 @@ class SimConfig:
     # federation policies (hyperplace.fedsim): jobs may be split across member clusters
     # (``simulate --federation-split``, the what-if axis ``federationSplit``)
     federation_split: bool = True
+    # the planning engine's budget clock (hyperplace.sim.planning.CLOCKS): ``work`` limits its
+    # schedule search by deterministic work (a replay does not depend on the machine's load;
+    # the wall budget stays a ceiling), ``wall`` by the wall clock as the service does
+    engine_clock: str = "work"
 
 
 @dataclass
@@ -128,7 +132,8 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
         preemption=config.preemption, defrag=config.defrag,
         schedule={"horizon_s": config.horizon_s, "window": config.schedule_window,
                   "objective": config.schedule_objective, "step_s": config.step_s,
-                  "round_s": config.round_s, "prediction_sigma": config.prediction_sigma})
+                  "round_s": config.round_s, "prediction_sigma": config.prediction_sigma,
+                  "clock": config.engine_clock})
     loop = RoundLoop(instance, pol, check=config.check, half_life_s=config.half_life_s)
     own_speed = getattr(pol, "speed_model", None)
     loop.speed = (own_speed(loop.state.base, config.network) if own_speed is not None

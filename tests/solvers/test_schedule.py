@@ -407,7 +407,8 @@ def test_horizon_and_window_of_zero_are_refused():
 
 @pytest.mark.parametrize("args,field", [(["--horizon", "0"], "--horizon"),
                                         (["--schedule-window", "0"], "--schedule-window"),
-                                        (["--schedule-objective", "x"], "--schedule-objective")])
+                                        (["--schedule-objective", "x"], "--schedule-objective"),
+                                        (["--engine-clock", "cpu"], "--engine-clock")])
 def test_simulate_refuses_a_zero_horizon_or_window_in_one_line(args, field, capsys):
     from cli_run import run_main
 
@@ -621,3 +622,57 @@ def test_reservations_go_to_jobs_that_waited_and_to_large_gangs_only():
     loop.submit(sim_job("young", 8, 60.0, 3000.0), 60.0)
     loop.run_round(60.0)
     assert set(every.reservations) == {"young"}  # conservative: every planned start
+
+
+# ---- the budget's clock: replays that do not depend on the machine's load ------------------
+
+def _replay_under_clock(clock: str, slow: float, monkeypatch) -> tuple[list, list[str]]:
+    """A contended replay of the engine with ``clock``, on a machine ``slow`` times slower
+    as the engine's clock sees it (every ``time.perf_counter`` reading stretched)."""
+    import copy
+    import time as _time
+
+    real = _time.perf_counter
+    t0 = real()
+    monkeypatch.setattr(_time, "perf_counter", lambda: t0 + (real() - t0) * slow)
+    inst = instance(h_leaves=1, a_leaves=1)
+    rng = random.Random(11)
+    jobs = [sim_job(f"j{i}", rng.choice([1, 2, 4, 8, 16]), 40.0 * i, rng.uniform(300, 4000),
+                    rng.choice([None, None, "h100"])) for i in range(30)]
+    # a ceiling no search meets on any machine a test runs on, and a small work limit
+    pol = make_policy("engine", inst, budget_s=1.0, schedule={
+        "clock": clock, "ceiling_s": 60.0, "work_units": 0.004})
+    run = simulate(inst, copy.deepcopy(jobs), pol, SimConfig(round_s=60, check=True))
+    monkeypatch.setattr(_time, "perf_counter", real)
+    assert run.unfinished == 0
+    return [(r.job.name, r.first_start_s, r.end_s) for r in run.records], pol.notes()
+
+
+def test_the_work_clock_gives_the_same_replay_on_a_slower_machine(monkeypatch):
+    # the schedule's CP-SAT search is limited by deterministic time, its window and the
+    # placements' budgets do not shrink with the time the round already took: a machine
+    # 20 times slower (within the wall ceiling) makes the same decisions (under the wall
+    # clock it does not: its searches and placements get a twentieth of the time)
+    fast, notes = _replay_under_clock("work", 1.0, monkeypatch)
+    slow, slow_notes = _replay_under_clock("work", 20.0, monkeypatch)
+    assert slow == fast
+    assert "hit in 0 rounds" in notes[0] and "hit in 0 rounds" in slow_notes[0]
+
+
+def test_a_search_cut_by_the_wall_ceiling_falls_back_to_the_list_schedule():
+    rng = random.Random(5)
+    inst, jobs, work, running = random_round(rng, 40)
+    p = problem(inst, jobs, work, running, horizon=7200, step=300, objective="completion")
+    # a work limit far beyond what the wall ceiling allows: the ceiling stops the search
+    res = solve_schedule(p, budget_s=0.05, window=40, work_s=1e6)
+    assert res.status == "fallback"
+    assert any("wall ceiling" in n for n in res.notes), res.notes
+    greedy = solve_schedule(p, solver="greedy", window=40)
+    assert {n: (e.option, e.start_step) for n, e in res.entries.items()} == \
+        {n: (e.option, e.start_step) for n, e in greedy.entries.items()}
+    assert check_result(inst, jobs, res, running) == []
+
+
+def test_an_engine_clock_that_is_not_work_or_wall_is_refused():
+    with pytest.raises(ValueError, match="clock"):
+        make_policy("engine", instance(), schedule={"clock": "cpu"})

@@ -346,8 +346,10 @@ class _Model:
 
 
 def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Planned],
-           deadline: float, seed: int, workers: int):
-    """CP-SAT over ``jobs``; the search ends at ``deadline`` (``time.perf_counter()``)."""
+           deadline: float, seed: int, workers: int, work_s: float | None = None):
+    """CP-SAT over ``jobs``; the search ends at ``deadline`` (``time.perf_counter()``), and
+    with ``work_s`` after that much deterministic time (then a search the wall deadline cut
+    first returns status ``ceiling``: its solution depends on the machine's speed)."""
     from ortools.sat.python import cp_model
 
     model = _Model(problem)
@@ -359,11 +361,15 @@ def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Pl
     solver = cp_model.CpSolver()
     left = deadline - time.perf_counter()
     if left < 0.01:
-        return None, None, "none"
+        return None, None, "none" if work_s is None else "ceiling"
     solver.parameters.max_time_in_seconds = left
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed
+    if work_s is not None:
+        solver.parameters.max_deterministic_time = max(1e-3, work_s)
     st = solver.Solve(model.m)
+    if work_s is not None and st != cp_model.OPTIMAL and solver.wall_time >= 0.98 * left:
+        return None, None, "ceiling"  # cut by the wall ceiling, not by its work limit
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, None, "none"
     bound = int(math.ceil(solver.BestObjectiveBound() - 1e-6))
@@ -380,8 +386,16 @@ def _objective_of(problem: ScheduleProblem, entries: dict[str, Planned],
 
 
 def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: int = 200,
-                   solver: str = "cpsat", seed: int = 0, workers: int = 1) -> ScheduleResult:
-    """The schedule of every pending job of ``problem`` (module docstring)."""
+                   solver: str = "cpsat", seed: int = 0, workers: int = 1,
+                   work_s: float | None = None) -> ScheduleResult:
+    """The schedule of every pending job of ``problem`` (module docstring).
+
+    ``work_s``: limit CP-SAT by that much *deterministic* time (OR-Tools' work units; the
+    engine's rate: :data:`hyperplace.sim.planning.WORK_PER_S`) instead of the wall clock, and
+    do not cut the window by the time left (the caller sizes it): the schedule then does not
+    depend on the machine's load. ``budget_s`` stays the wall ceiling: a search it cuts
+    first is discarded for the list schedule (status ``fallback``, the note says "wall
+    ceiling")."""
     if solver not in ("cpsat", "greedy", "auto"):
         raise ValueError(f"schedule solver must be 'cpsat', 'greedy' or 'auto', got {solver!r}")
     t0 = time.perf_counter()
@@ -400,10 +414,13 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
         # took) and the objective's evaluation
         deadline = t0 + budget_s - 1.2 * greedy_s - 0.01
         left = deadline - time.perf_counter()
+        if work_s is not None:  # no cut by the time left: the caller sizes the window
+            deadline = t0 + budget_s
+            left = budget_s
         got = None
         # the model's build is outside CP-SAT's deadline: a window whose build would take
         # more than half of what is left is cut to fit (the rest is list scheduled)
-        fit = int(0.5 * left / BUILD_S_PER_JOB)
+        fit = int(0.5 * left / BUILD_S_PER_JOB) if work_s is None else len(head)
         if fit < len(head):
             fit = max(fit, MIN_WINDOW if left > 0.1 else 0)
             head = head[:max(0, fit)]
@@ -411,8 +428,9 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
             g_obj = _objective_of(problem, greedy, names)
             notes.append(f"CP-SAT window cut to {len(head)} jobs (its build would not fit "
                          "in the budget)")
+        st = "none"
         if left > 0.01 and head:
-            got, bound, st = _cpsat(problem, head, greedy, deadline, seed, workers)
+            got, bound, st = _cpsat(problem, head, greedy, deadline, seed, workers, work_s)
         if got is not None:
             c_obj = _objective_of(problem, got, names)
             if c_obj <= g_obj:
@@ -424,7 +442,9 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
                              f"({g_obj})")
         else:
             status = "fallback"
-            notes.append("CP-SAT found no solution within the budget" if left > 0.01 and head
+            notes.append("CP-SAT stopped by the wall ceiling before its work limit: the "
+                         "list schedule" if st == "ceiling" else
+                         "CP-SAT found no solution within the budget" if left > 0.01 and head
                          else "no budget left for CP-SAT after the list schedule")
     if len(schedulable) > len(head):
         notes.append(f"{len(schedulable) - len(head)} jobs beyond the window of {window} "
