@@ -14,7 +14,7 @@ from hyperplace.formulations.explain import explain
 from hyperplace.formulations.mapping import Assignment
 from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.instances.generator import generate, generate_federation
-from hyperplace.solvers.decompose import JOB_S, NODE_S, Part, solve_decomposed
+from hyperplace.solvers.decompose import JOB_S, NODE_S, Part, might_fit, solve_decomposed
 from hyperplace.solvers.driver import solve_placement
 
 
@@ -223,3 +223,75 @@ def test_a_round_whose_whole_problem_is_cheap_is_solved_whole_and_says_so():
     small = 0.9 * whole_round_s(inst) / WHOLE_FRACTION
     assert solve_decomposed(inst, solver="greedy", budget_s=small).solver.startswith(
         "decomposed")
+
+
+def test_the_slot_screen_is_a_necessary_condition():
+    """might_fit: GPUs enough in all, and u-GPU units need nodes with u free GPUs each (a
+    node of k free holds k // u of them); a unit larger than a node is judged by GPUs only."""
+    three_each = [{3: 10}]  # 10 nodes with 3 free GPUs: 30 GPUs, no 4-GPU slot
+    assert might_fit((1, 1), 2, three_each, 8)
+    assert might_fit((2,) * 10, 20, three_each, 8)
+    assert not might_fit((2,) * 11, 22, three_each, 8)  # 11 two-GPU units, 10 slots
+    assert not might_fit((4,), 4, three_each, 8)
+    assert not might_fit((8,), 8, [{7: 100}, {3: 50}], 8)  # no whole free node of either type
+    assert might_fit((8, 4, 4), 16, [{8: 1}, {4: 2}], 8)
+    assert not might_fit((8, 8), 16, [{8: 1}, {4: 2}], 8)
+    assert might_fit((16,), 16, three_each, 8)  # spans nodes: 30 GPUs may hold it
+    assert might_fit((), 16, three_each, 8)  # units that may span nodes: GPUs only
+    assert not might_fit((), 31, three_each, 8)
+
+
+def test_routing_sends_high_priority_to_the_first_clusters_and_keeps_the_lps_amounts():
+    """_by_priority exchanges jobs of the same units between the clusters the LP chose:
+    the per-cluster counts of every unit shape stay, and within each shape no cluster holds
+    a job of lower priority than a later cluster does."""
+    from hyperplace.solvers.decompose import _by_priority
+
+    info = {j: (prio, 1, frozenset({"H100-80"})) for j, prio in
+            enumerate([1, 3, 2, 3, 1, 2, 3, 1])}
+    ukey = ((1, "", 80.0),)
+    other = ((2, "", 80.0),)
+    info[8] = (1, 2, frozenset({"H100-80"}))
+    assignment = {0: "a", 1: "c", 2: "b", 3: "c", 4: "a", 5: "b", 6: "c", 7: "b", 8: "c"}
+    before = dict(assignment)
+    _by_priority(assignment, {ukey: list(range(8)), other: [8]}, info, ["a", "b", "c"])
+    count = {c: sum(1 for j in range(8) if assignment[j] == c) for c in "abc"}
+    assert count == {c: sum(1 for j in range(8) if before[j] == c) for c in "abc"}
+    assert assignment[8] == "c"  # alone in its shape: where the LP put it
+    held = {c: [info[j][0] for j in range(8) if assignment[j] == c] for c in "abc"}
+    assert min(held["a"]) >= max(held["b"]) and min(held["b"]) >= max(held["c"])
+    assert {assignment[j] for j in (1, 3)} == {"a"}  # two seats in a, both priority 3
+
+
+def test_a_plan_admitting_nothing_says_so_instead_of_a_gap_of_its_bound(monkeypatch):
+    """Nothing admitted (no part solved): objective 0, the routing's bound kept, no gap
+    (bound / 1 would be the bound itself, 7e13 at 1M GPUs), the message says both."""
+    from hyperplace.solvers import decompose
+
+    monkeypatch.setattr(decompose._Run, "solve_parts", lambda self, todo, budget, tail: None)
+    inst = generate_federation(2, 64, 40, None, 0.5, 3)
+    plan = decompose.solve_decomposed(inst, budget_s=10, always=True)
+    assert check(plan, inst) == []
+    assert not plan.jobs and plan.objective == 0 and plan.bound and plan.bound > 0
+    assert plan.gap is None and plan.objective_gaps["admitted_priority_demand"] is None
+    assert f"no gap: nothing admitted (objective 0 against a bound of {plan.bound:,.0f})" \
+        in plan.message
+
+
+def test_a_part_that_does_not_fit_whole_is_cut_not_skipped(monkeypatch):
+    """When the parts' needs exceed what is left, the first part (most weighted demand per
+    second of need) still gets built with greedy's first pass alone, cut where its plan can
+    be written; its plan is a fallback that says why, and the merged plan passes the checker
+    with what it placed."""
+    from hyperplace.solvers import decompose
+
+    monkeypatch.setattr(decompose._Run, "estimate", lambda self, part: 1000.0)
+    inst = generate_federation(3, 128, 60, None, 0.5, 2)
+    decompose.route(inst)  # the LP backend imported: the routing's time is the machine's
+    parts: list[Part] = []
+    plan = decompose.solve_decomposed(inst, budget_s=10, always=True, parts_out=parts)
+    assert check(plan, inst) == []
+    first = parts[0]
+    assert first.status == "fallback" and first.budget_s < 10
+    assert first.solver == "greedy (one pass: the budget went to the other clusters)"
+    assert first.admitted > 0 and plan.jobs
