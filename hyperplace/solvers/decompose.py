@@ -312,12 +312,17 @@ def route(instance: Instance, deadline: float | None = None, after_s: float = 0.
 def _free_room(instance: Instance) -> _Room:
     catalog = instance.catalog
     room = _Room(defaultdict(int), defaultdict(int), defaultdict(int), {})
+    type_of: dict[str, GPUType] = {}
     for cl in instance.clusters:
         for n in cl.nodes:
-            gt = catalog.get(n.gpu_type)
-            room.types[gt.name] = gt
+            gt = type_of.get(n.gpu_type)
+            if gt is None:
+                gt = type_of[n.gpu_type] = catalog.get(n.gpu_type)
+                room.types[gt.name] = gt
             at = (cl.name, gt.name)
-            k = n.free_count
+            # no faulty GPU: the allocated ones (a dict, validated in range) are the busy
+            # ones; free_gpus' tuple (what a part's build reads) is left to the parts built
+            k = n.gpu_count - len(n.allocated) if not n.faulty else n.free_count
             room.free[at] += k
             room.per_node[at] = max(room.per_node[at], n.gpu_count)
             room.largest = max(room.largest, n.gpu_count)
