@@ -100,6 +100,15 @@ class RoundExtension:
         quotas only): ``terms`` the GPUs admitted per (queue, quota key), ``freed`` what the
         stops give back there, ``big`` a bound on any queue's GPUs."""
 
+    def quota_holds(self, used: dict[tuple[str, str], float],
+                    gone: dict[tuple[str, str], float], stopped: dict[int, int],
+                    admitted: dict[str, int]) -> bool:
+        """Greedy's side of :meth:`quota_rows`: whether the family's quota rules hold with
+        what greedy's quota ledger counts (``used`` and ``gone``: GPUs admitted and stopped
+        per (queue, quota key); ``stopped``: stoppable job -> times stopped; ``admitted``:
+        GPUs admitted per queue); asked after the queues' and cohorts' limits hold."""
+        return True
+
     def objectives(self, b: PlacementModelBuilder) -> list[Objective]:
         """Objectives the family puts right after objective 1 (ahead of lost work and the
         lower objectives), most important first."""

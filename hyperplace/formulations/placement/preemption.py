@@ -46,6 +46,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from hyperplace.formulations.linear import Objective
@@ -63,6 +64,7 @@ from hyperplace.models.preemption_policy import (  # re-exported: the rule's one
 from hyperplace.formulations.placement.stoppable import (  # re-exported: their home
     MAX_UNIONS_PER_NODE,
     PreemptionCandidate,
+    Stoppable,
     StopsJobs,
     signature_unions,
 )
@@ -291,6 +293,61 @@ class Preemption(StopsJobs):
             b.derived.append(_last_rule(
                 [(last[v.index], b.stop[v.index], len(v.gpus)) for v in vs]))
 
+    def quota_holds(self, used: dict[tuple[str, str], float],
+                    gone: dict[tuple[str, str], float], stopped: dict[int, int],
+                    admitted: dict[str, int]) -> bool:
+        """Greedy's side of the reclaim rule's rows: :meth:`reclaim_within_nominal`, then
+        :meth:`reclaim_keeps_guarantee`, on greedy's quota ledger's counts."""
+        return self._within_nominal(used, gone, stopped) and \
+            self._keeps_guarantee(stopped, admitted)
+
+    def _within_nominal(self, used: dict[tuple[str, str], float],
+                        gone: dict[tuple[str, str], float], stopped: dict[int, int]) -> bool:
+        """While a victim some jobs may stop only by reclaiming is stopped, their queues
+        stay within their nominal quota on the keys covering its GPUs."""
+        p = self.p
+        book = p.quotas
+        if book.queues is None:
+            return True
+        for index, times in stopped.items():
+            if times <= 0:
+                continue
+            v = p.stoppable[index]
+            if not isinstance(v, PreemptionCandidate):
+                continue
+            types = {p.node_by_name[node].gpu_type.name for node, _ in v.gpus}
+            for q in {p.jobs[j].queue for j in v.reclaim_only}:
+                queue = book.queues.queues.get(q)
+                if queue is None:
+                    continue
+                for key in {k for t in types for k in book.keys_for(q, t)} & set(queue.quotas):
+                    use = book.running.get((q, key), 0) + used.get((q, key), 0) \
+                        - gone.get((q, key), 0)
+                    if use > queue.quotas[key].nominal + 1e-9:
+                        return False
+        return True
+
+    def _keeps_guarantee(self, stopped: dict[int, int], admitted: dict[str, int]) -> bool:
+        """A queue with a stopped victim that some jobs may reclaim keeps its guarantee
+        (the model's ``last[]`` marks a reclaimable victim: the largest of those)."""
+        p = self.p
+        queues = {p.stoppable[i].queue for i, n in stopped.items()
+                  if n > 0 and _reclaimable(p.stoppable[i])}
+        for q in queues:
+            sizes = [len(v.gpus) for v in p.stoppable
+                     if v.queue == q and stopped.get(v.index, 0) > 0]
+            largest = max((len(v.gpus) for v in p.stoppable if v.queue == q
+                           and _reclaimable(v) and stopped.get(v.index, 0) > 0))
+            total = self._running.get(q, 0) - sum(sizes) + admitted.get(q, 0) + largest
+            if total <= nominal_total(p.instance, q) + 1e-9:
+                return False
+        return True
+
+    @cached_property
+    def _running(self) -> dict[str, int]:
+        """GPUs each queue's running jobs hold (for the guarantee)."""
+        return queue_use(self.p.instance)
+
     def reasons(self, a: Assignment, reasons: dict[int, list[str]], proven: bool) -> None:
         """Why preemption did not place a pending job (:meth:`stop_reasons`) and, with
         queues, why it could stop none (:meth:`other_queue_reasons`)."""
@@ -347,6 +404,11 @@ class Preemption(StopsJobs):
                 text += (" or, to reclaim, jobs of borrowing queues of its cohort while its "
                          "queue stays within its nominal quota")
             reasons.setdefault(jv.index, []).append(text)
+
+
+def _reclaimable(v: Stoppable) -> bool:
+    """Some jobs may stop ``v`` only by reclaiming within the cohort."""
+    return isinstance(v, PreemptionCandidate) and bool(v.reclaim_only)
 
 
 def _last_rule(vs: list[tuple[int, int, int]]) -> Callable[[list[int]], None]:

@@ -16,7 +16,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from functools import cached_property
 
 from hyperplace.formulations.explain import FitProbe
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
@@ -25,7 +24,6 @@ from hyperplace.formulations.placement import (
     JobView,
     NodeView,
     PlacementProblem,
-    PreemptionCandidate,
     Stoppable,
     UnitClass,
 )
@@ -504,13 +502,6 @@ class QuotaLedger:
         self.stopped: dict[int, int] = defaultdict(int)  # victim index -> times stopped
         self.admitted: dict[str, int] = defaultdict(int)  # queue -> GPUs admitted now
 
-    @cached_property
-    def running(self) -> dict[str, int]:
-        """GPUs each queue's running jobs hold (for the guarantee rows)."""
-        from hyperplace.formulations.placement.preemption import queue_use
-
-        return queue_use(self.p.instance)
-
     def _delta(self, jv: JobView, placed: list[PlacedUnit]) -> dict[tuple[str, str], float]:
         delta: dict[tuple[str, str], float] = defaultdict(float)
         for u in placed:
@@ -557,58 +548,16 @@ class QuotaLedger:
                 self.gone[key] += sign * n
 
     def ok(self) -> bool:
-        """Every limit holds with what is counted: quotas, cohorts, the reclaim rule and
-        the guarantees of queues whose jobs are stopped."""
-        return self.p.quotas.allows(self.used, self.gone) and self._reclaim_ok() \
-            and self._guarantee_ok()
-
-    def _guarantee_ok(self) -> bool:
-        """The model's guarantee rows (``Preemption.reclaim_keeps_guarantee``):
-        a queue with a stopped victim that some jobs may reclaim keeps its guarantee."""
-        from hyperplace.formulations.placement.preemption import nominal_total
-
-        queues = {self.p.stoppable[i].queue for i, n in self.stopped.items()
-                  if n > 0 and _reclaimable(self.p.stoppable[i])}
-        for q in queues:
-            sizes = [len(v.gpus) for v in self.p.stoppable
-                     if v.queue == q and self.stopped.get(v.index, 0) > 0]
-            largest = max((len(v.gpus) for v in self.p.stoppable if v.queue == q
-                           and _reclaimable(v) and self.stopped.get(v.index, 0) > 0))
-            # the model's last[] marks a reclaimable victim: the largest of those
-            total = self.running.get(q, 0) - sum(sizes) + self.admitted[q] + largest
-            if total <= nominal_total(self.p.instance, q) + 1e-9:
+        """Every limit holds with what is counted: quotas and cohorts, then the round's
+        families' own quota rules (:meth:`RoundExtension.quota_holds
+        <hyperplace.formulations.placement.extensions.RoundExtension.quota_holds>`:
+        preemption's reclaim rule and the guarantees of queues whose jobs are stopped)."""
+        if not self.p.quotas.allows(self.used, self.gone):
+            return False
+        for ext in self.p.extensions:
+            if not ext.quota_holds(self.used, self.gone, self.stopped, self.admitted):
                 return False
         return True
-
-    def _reclaim_ok(self) -> bool:
-        """The model's reclaim rule (``Preemption.reclaim_within_nominal``):
-        while a victim some jobs may stop only by reclaiming is stopped, their queues stay
-        within their nominal quota on the keys covering its GPUs."""
-        book = self.p.quotas
-        if book.queues is None:
-            return True
-        for index, times in self.stopped.items():
-            if times <= 0:
-                continue
-            v = self.p.stoppable[index]
-            if not isinstance(v, PreemptionCandidate):
-                continue
-            types = {self.p.node_by_name[node].gpu_type.name for node, _ in v.gpus}
-            for q in {self.p.jobs[j].queue for j in v.reclaim_only}:
-                queue = book.queues.queues.get(q)
-                if queue is None:
-                    continue
-                for key in {k for t in types for k in book.keys_for(q, t)} & set(queue.quotas):
-                    use = book.running.get((q, key), 0) + self.used.get((q, key), 0) \
-                        - self.gone.get((q, key), 0)
-                    if use > queue.quotas[key].nominal + 1e-9:
-                        return False
-        return True
-
-
-def _reclaimable(v: Stoppable) -> bool:
-    """Some jobs may stop ``v`` only by reclaiming within the cohort."""
-    return isinstance(v, PreemptionCandidate) and bool(v.reclaim_only)
 
 
 def state_with_plan(p: PlacementProblem, a: Assignment) -> tuple[State, QuotaLedger]:
