@@ -415,13 +415,13 @@ def solve_command(
             else:
                 plan = solve_placement(inst, **request.solve_kwargs(), deadline=deadline)
         # every job's forecast: admitted now, pending ones from the over-time schedule
-        # (the list schedule, hyperplace.sim.planning), when it fits in what the budget
+        # (the list schedule, hyperplace.sim.forecast), when it fits in what the budget
         # has left: it runs after the solve, so it is not in the solve's own deadline
-        from hyperplace.sim import planning
+        from hyperplace.sim import forecast
 
-        need = planning.FORECAST_S_PER_JOB * len(inst.jobs)
+        need = forecast.FORECAST_S_PER_JOB * len(inst.jobs)
         if need <= deadline - time.perf_counter():
-            plan = plan.model_copy(update={"forecasts": planning.forecast_plan(inst, plan)})
+            plan = plan.model_copy(update={"forecasts": forecast.forecast_plan(inst, plan)})
         else:
             plan = plan.model_copy(update={"message": "; ".join(filter(None, [
                 plan.message, f"no forecasts: the budget had no time left for them (about "

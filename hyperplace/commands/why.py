@@ -80,7 +80,7 @@ def why_command(
     round_request(solver=solver, budget_s=budget)  # the library's limits, named by flag
     inst = with_queue_files(resolve_instance(instance, cluster, jobs), queues or [])
     with interruptible():
-        from hyperplace.sim.planning import forecast_plan
+        from hyperplace.sim.forecast import forecast_plan
 
         answer = why_job(inst, job, budget_s=budget, solver=solver, forecaster=forecast_plan)
     if fmt == Format.table:

@@ -29,7 +29,7 @@ KIND = "why-job"
 @handler(KIND)
 def why_task(payload: dict[str, Any], deadline: float, ctx: Any) -> Reply:
     from hyperplace.io import to_document
-    from hyperplace.sim.planning import forecast_plan
+    from hyperplace.sim.forecast import forecast_plan
     from hyperplace.solvers.workflows.why import why_job
 
     inst, label = resolve_instance(payload, ctx)

@@ -375,17 +375,17 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
     # rounds on a stored cluster are not cold starts (an inline instance has no history)
     warm = ctx.warm_start(label, inst) if payload.get("cluster") is not None else None
     plan = solve_placement(inst, **request.solve_kwargs(), warm=warm)
-    from hyperplace.sim import planning  # (#21) when and where, every job
+    from hyperplace.sim import forecast  # (#21) when and where, every job
 
     forecasts: list[Any] = []
     # after the solve: only in what its budget left, at this worker's measured rate (the
     # library's figure was fitted on an idle machine; on a busy one forecasts of 2,000 jobs
     # took twice as long and ran past the hard deadline)
-    need = max(planning.FORECAST_S_PER_JOB, ctx.forecast_s_per_job) * len(inst.jobs)
+    need = max(forecast.FORECAST_S_PER_JOB, ctx.forecast_s_per_job) * len(inst.jobs)
     if need <= remaining(deadline):
         start = time.monotonic()
         try:
-            forecasts = planning.forecast_plan(inst, plan)
+            forecasts = forecast.forecast_plan(inst, plan)
         except InputError as exc:
             raise input_problem(exc) from None
         if len(inst.jobs) >= FORECAST_RATE_MIN_JOBS:

@@ -63,14 +63,21 @@ from hyperplace.formulations.schedule import (
 from hyperplace.models import Instance, TrainingJob
 from hyperplace.models.job import Toleration
 from hyperplace.models.plan import GPURef
+from hyperplace.sim.forecast import (  # noqa: F401 - the forecast's names, as before
+    DEFAULT_HORIZON_S,
+    DEFAULT_RUN_S,
+    DEFAULT_STEPS,
+    DURATION_ANNOTATION,
+    FORECAST_S_PER_JOB,
+    forecast_plan,
+    parse_duration,
+)
 from hyperplace.sim.policies import Decision, Policy, RoundView
 from hyperplace.sim.state import fresh_node
 from hyperplace.sim.workload import PREDICTION_SIGMA
 from hyperplace.solvers.driver import solve_placement
 from hyperplace.solvers.schedule import ScheduleResult, forecasts, solve_schedule
 
-DEFAULT_HORIZON_S = 24 * 3600.0
-DEFAULT_STEPS = 288  # 5-minute steps over a day
 #: The engine's schedule objective, list order and reservations, chosen by measurement.
 #: Earlier (replays of the fm workload, 150 jobs at --load 2.53, and the Alibaba 2023 sample,
 #: 1,318 jobs at --load 0.85, on mixed-a100-h100, sigma 0.5, 2026-12-02, machine load 5-7):
@@ -519,124 +526,3 @@ class PlanningEngine(Policy):
         fallback = result.status == "fallback" or "fallback" in statuses[1:]
         return Decision(starts, instance, plan, solve_s, fallback=fallback, held=held,
                         status=result.status)
-
-
-# ---- forecasts for one round (solve, the service) ----------------------------------------
-
-DURATION_ANNOTATION = "hyperplace.io/duration"
-DEFAULT_RUN_S = 3600.0  # assumed run time (reference speed) of a job that gives none
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from ``"90"``, ``"90s"``, ``"30m"``, ``"2h"``, ``"1.5d"``; ValueError else."""
-    t = text.strip().lower()
-    unit = _UNITS.get(t[-1:]) if t else None
-    num = t[:-1] if unit is not None else t
-    value = float(num) * (unit or 1.0)
-    if not math.isfinite(value) or value <= 0 or value > 10**9:
-        raise ValueError(f"must be a positive duration (s, m, h or d), got {text!r}")
-    return value
-
-
-#: Seconds per job :func:`forecast_plan` takes (the list schedule over every pending job):
-#: measured 3.6 s for 16,384 jobs on 131,072 GPUs (2.2e-4 s a job, 2-core Xeon, 2026-12-01,
-#: load 1.3), kept with margin. ``solve`` and the service make forecasts after the solve only
-#: when this fits in what the budget has left, and say so when it does not.
-FORECAST_S_PER_JOB = 3e-4
-
-
-def forecast_plan(instance: Instance, plan, *, horizon_s: float = DEFAULT_HORIZON_S,
-                  step_s: float | None = None, budget_s: float = 0.5, solver: str = "greedy",
-                  clock: float | None = None) -> list:
-    """Per job of ``instance`` its :class:`~hyperplace.models.plan.Forecast` after ``plan``:
-    admitted jobs start now where the plan puts them; pending jobs get the over-time
-    schedule's planned start window and pool, with the plan's admissions and the running
-    jobs as busy until their predicted ends.
-
-    A job's run time at reference speed (A100-80 on one leaf) is its
-    ``hyperplace.io/duration`` annotation (``2h``, ``90m``, ...), else :data:`DEFAULT_RUN_S`;
-    a running job ends after its ``spec.runningJobs[].remainingS``, else after
-    :data:`DEFAULT_RUN_S`. Either assumption is said in the forecast's text. Durations on
-    each GPU type come from the one speed model (:class:`~hyperplace.sim.speed.SpeedModel`).
-    ``solver``: ``greedy`` (the list schedule, milliseconds; the default, so that the
-    forecast does not eat the round's budget) or ``cpsat`` within ``budget_s``.
-
-    Raises InputError naming the annotation of a job whose duration does not parse."""
-    from hyperplace.errors import InputError
-    from hyperplace.models.plan import Forecast
-    from hyperplace.sim.speed import SpeedModel
-
-    speed = SpeedModel(instance)
-    work: dict[str, float] = {}
-    assumed: set[str] = set()
-    for i, j in enumerate(instance.jobs):
-        text = j.metadata.annotations.get(DURATION_ANNOTATION)
-        if text is None:
-            work[j.name] = DEFAULT_RUN_S
-            assumed.add(j.name)
-            continue
-        try:
-            work[j.name] = parse_duration(text)
-        except ValueError as exc:
-            raise InputError(str(exc), path=f"jobs[{i}].metadata.annotations."
-                                            f"{DURATION_ANNOTATION}") from None
-    info = {r.name: r for r in instance.spec.running_jobs}
-    held: dict[str, list[tuple[str, int]]] = {}
-    for c in instance.clusters:
-        for n in c.nodes:
-            for g, job in n.allocated.items():
-                held.setdefault(job, []).append((n.name, g))
-    running = []
-    run_assumed = 0
-    for job, gpus in held.items():
-        r = info.get(job)
-        if r is None or r.remaining_s is None:
-            run_assumed += 1
-            end = DEFAULT_RUN_S
-        else:
-            end = r.remaining_s
-        running.append(RunningSlot(job, tuple(gpus), end))
-    by_name = {j.name: j for j in instance.jobs}
-    units: dict[str, dict[str, list[tuple[str, int]]]] = {}
-    for p in plan.placements:
-        units.setdefault(p.job, {})[p.unit] = [(g.node, g.gpu) for g in p.gpus]
-    for job, u in units.items():
-        if job in by_name:
-            sp = speed.speed(by_name[job], u)
-            running.append(RunningSlot(job, tuple(g for gs in u.values() for g in gs),
-                                       work[job] / max(sp, 1e-9)))
-    pending_names = [pj.job for pj in plan.pending if pj.job in by_name]
-    pending = [PendingJob(by_name[n], 0.0) for n in pending_names]
-    step = step_s or max(60.0, horizon_s / DEFAULT_STEPS)
-
-    def duration(job: TrainingJob, gpu_type: str | None, crossings: int) -> float:
-        return work[job.name] / max(speed.planned_speed(job, gpu_type, crossings), 1e-9)
-
-    problem = build_schedule_problem(instance, pending, running, 0.0, duration,
-                                     horizon_s=horizon_s, step_s=step)
-    for j in problem.jobs:  # the placement model left them out of this round: not now
-        j.not_now = frozenset(o.pool for o in j.options)
-    result = solve_schedule(problem, budget_s=budget_s, solver=solver)
-    notes = []
-    if run_assumed:
-        notes.append(f"{run_assumed} running job(s) assumed to end in "
-                     f"{DEFAULT_RUN_S / 3600:g} h (no remainingS)")
-    out = []
-    for job in plan.jobs:
-        u = units.get(job.job, {})
-        types = job.gpu_types or {}
-        where = " + ".join(f"{n} {t}" for t, n in types.items()) or f"{job.gpus} GPUs"
-        out.append(Forecast(job=job.job, earliest_s=0.0, latest_s=0.0, gpus=job.gpus,
-                            gpu_type=next(iter(types)) if len(types) == 1 else None,
-                            pool="as placed", starts_now=True,
-                            text=f"now, {where} (placed)" if u else f"now, {where}"))
-    for f in forecasts(result, clock):
-        extra = []
-        if f.job in assumed:
-            extra.append(f"run time {DEFAULT_RUN_S / 3600:g} h assumed: no "
-                         f"{DURATION_ANNOTATION}")
-        extra += notes
-        text = f.text + (f" ({'; '.join(extra)})" if extra else "")
-        out.append(f.model_copy(update={"text": text}))
-    return out

@@ -470,10 +470,10 @@ def test_cancel_never_contradicts_the_final_state(http: httpx.Client) -> None:
 
 def test_forecasts_only_in_what_the_budget_left(http: httpx.Client) -> None:
     """Forecasts run after the solve, so only when they fit in what the budget has left
-    (sim.planning.FORECAST_S_PER_JOB a job); otherwise the plan says none were made and
+    (sim.forecast.FORECAST_S_PER_JOB a job); otherwise the plan says none were made and
     why. Background runs (their hard deadline is far) so a loaded machine changes nothing:
     1,500 jobs need 0.45 s of forecasts, more than a 0.4 s budget has, far less than 10 s."""
-    from hyperplace.sim.planning import FORECAST_S_PER_JOB
+    from hyperplace.sim.forecast import FORECAST_S_PER_JOB
 
     inst = load_instance(SMALL)
     job = min(inst.jobs, key=lambda j: j.total_gpus).to_doc()

@@ -430,7 +430,7 @@ def test_solve_gives_every_job_a_forecast_and_uses_durations_and_remaining_times
     from cli_run import run_main
     from hyperplace.check import check
     from hyperplace.models import PlacementPlan
-    from hyperplace.sim.planning import forecast_plan
+    from hyperplace.sim.forecast import forecast_plan
 
     inst = instance(h_leaves=1, a_leaves=0)
     h = [n.name for n in inst.clusters[0].nodes]
@@ -483,12 +483,12 @@ def test_solve_leaves_forecasts_out_when_the_budget_has_no_room_and_says_so(caps
 
     from cli_run import run_main
     from hyperplace.check import check
-    from hyperplace.sim import planning
+    from hyperplace.sim import forecast
     from hyperplace.instances import load_instance
     from hyperplace.models import PlacementPlan
 
     # forecasts priced at an hour a job: no budget has room for them
-    monkeypatch.setattr(planning, "FORECAST_S_PER_JOB", 3600.0)
+    monkeypatch.setattr(forecast, "FORECAST_S_PER_JOB", 3600.0)
     code = run_main(["solve", "-i", "mixed-a100-h100", "--budget", "2", "-f", "json"])
     out = capsys.readouterr().out
     assert code == 0

@@ -147,7 +147,7 @@ def test_what_ifs_follow_the_reason_and_say_what_the_budget_left_untried(mixed) 
 
 
 def test_waiting_says_when_from_the_over_time_schedule(mixed) -> None:
-    from hyperplace.sim.planning import forecast_plan
+    from hyperplace.sim.forecast import forecast_plan
 
     answer = why_job(mixed, "tp16-single-node", budget_s=2, what_ifs=False,
                      forecaster=forecast_plan)

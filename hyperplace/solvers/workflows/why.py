@@ -82,7 +82,7 @@ def why_job(instance: Instance, job: str, *, budget_s: float = 10.0, solver: str
     what would admit it (see the module). ``budget_s`` bounds all the solves together.
 
     ``forecaster(instance, plan) -> forecasts[]`` (the shells pass the over-time schedule's
-    :func:`hyperplace.sim.planning.forecast_plan`, a layer above this one) says when the job
+    :func:`hyperplace.sim.forecast.forecast_plan`, a layer above this one) says when the job
     would start by waiting."""
     from hyperplace.solvers.driver import solve_placement
 
