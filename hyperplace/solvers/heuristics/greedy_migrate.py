@@ -30,7 +30,13 @@ import time
 from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import JobView, PlacementProblem
 from hyperplace.formulations.placement import Mover
-from hyperplace.solvers.heuristics.greedy import QuotaLedger, State, state_with_plan, try_place_job
+from hyperplace.solvers.heuristics.greedy import (
+    QuotaLedger,
+    State,
+    give_back,
+    state_with_plan,
+    try_place_job,
+)
 from hyperplace.solvers.heuristics.greedy_preempt import MAX_CANDIDATES, MAX_SETS
 from hyperplace.solvers.heuristics.stop_sets import StopIndex, node_sets, sets_by_lost_work
 from hyperplace.solvers.params import GreedyParams
@@ -87,18 +93,12 @@ def _displace_lower(p: PlacementProblem, level: int, left: list[JobView], state:
     memo.failed.clear()  # the state changes: what failed may fit now
     for j, units in released.items():
         quota.add(p.jobs[j].queue, units, -1)
-        _give(state, units)
+        give_back(state, units)
     for jv in left:
         _migrate_for(p, jv, state, quota, out, params, memo, limit, deadline)
     memo.failed.clear()
     for j, units in released.items():
         _readmit(p, p.jobs[j], units, state, quota, out, params)
-
-
-def _give(state: State, units: list[PlacedUnit]) -> None:
-    for u in units:
-        for node, gpus in u.pieces:
-            state.give(node, gpus)
 
 
 def _readmit(p: PlacementProblem, jv: JobView, units: list[PlacedUnit], state: State,
@@ -119,7 +119,7 @@ def _readmit(p: PlacementProblem, jv: JobView, units: list[PlacedUnit], state: S
         out.units[jv.index] = again
         return
     quota.add(jv.queue, again, -1)
-    _give(state, again)
+    give_back(state, again)
 
 
 def _late(deadline: float | None) -> bool:
