@@ -92,3 +92,32 @@ def test_greedy_plan_passes_the_checker_on_every_kind() -> None:
         plan = solve_placement(p.instance, solver="greedy", budget_s=30,
                                hot_spares=p.hot_spares)
         assert check(plan, p.instance) == []
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_the_state_is_a_function_of_the_free_gpus(case: int) -> None:
+    # takes and gives that end where they began leave the index as a fresh state's: best
+    # fit's choices depend on the free GPUs, not on the searches before
+    p = _problems()[case]
+    state = State(p)
+    held: list[tuple[str, tuple[int, ...]]] = []
+    rng = random.Random(10 + case)
+    for name in rng.sample([n.name for n in p.nodes], min(40, len(p.nodes))):
+        free = state.free[name]
+        if free:
+            gpus = tuple(rng.sample(free, rng.randint(1, len(free))))
+            state.take(name, gpus)
+            held.append((name, gpus))
+    rng.shuffle(held)
+    for name, gpus in held:
+        state.give(name, gpus)
+    fresh = State(p)
+    assert state.free == fresh.free
+    nonzero = {leaf: {t: {k: b for k, b in by.items() if b} for t, by in types.items()}
+               for leaf, types in state.index.items()}
+    assert {leaf: {t: by for t, by in types.items() if by} for leaf, types in nonzero.items()
+            if any(types.values())} == \
+        {leaf: {t: dict(by) for t, by in types.items() if by} for leaf, types in
+         fresh.index.items() if any(types.values())}
+    assert {k: m for k, m in state.masks.items() if m} == \
+        {k: m for k, m in fresh.masks.items() if m}

@@ -40,9 +40,11 @@ LATE_PASS_S = 0.03
 class State:
     """Free GPUs per node, indexed so that a piece finds its best-fit node without scanning.
 
-    ``index``: leaf -> type -> (free count, untouched) -> nodes (an insertion-ordered set),
-    where *untouched* means a node whose GPUs are all free and were at the round's start
-    (best fit prefers partly used nodes, so the two kinds are kept apart). ``leaves_with``:
+    ``index``: leaf -> type -> (free count, untouched) -> nodes (a bit set over the nodes'
+    places in their leaf, so that among equal nodes best fit takes the first in the leaf and
+    the state is a function of the free GPUs alone, whatever was taken and given back
+    before), where *untouched* means a node whose GPUs are all free and were at the round's
+    start (best fit prefers partly used nodes, so the two kinds are kept apart). ``leaves_with``:
     (type, free count, untouched) -> leaves holding such a node -> how many. A piece looks
     only at the leaves that have a node of the free count it tries, instead of every leaf
     of its domain for every count (at 65,536 GPUs that scan was 35 s of a 66 s greedy).
@@ -64,8 +66,11 @@ class State:
             r for ext in problem.extensions if (r := ext.opening_rule()) is not None
         ) if rules else ()
         self.free: dict[str, tuple[int, ...]] = {}
-        self.index: dict[DomainKey, dict[str, dict[tuple[int, bool], dict[str, None]]]] = \
-            defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
+        self.index: dict[DomainKey, dict[str, dict[tuple[int, bool], int]]] = \
+            defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
+        #: each node's place among its leaf's nodes (its bit in ``index``)
+        self.slot: dict[str, int] = {n.name: i for nodes in problem.nodes_by_leaf.values()
+                                     for i, n in enumerate(nodes)}
         self.leaves_with: dict[tuple[str, int, bool], dict[DomainKey, int]] = defaultdict(dict)
         #: the leaves in the round's order (that of ``PlacementProblem.nodes_by_leaf`` and of
         #: every list ``leaves_by_domain`` gives) and each one's rank in it
@@ -99,7 +104,7 @@ class State:
     def _enter(self, n: NodeView, free: tuple[int, ...]) -> None:
         key = self._key(n, free)
         t = n.gpu_type.name
-        self.index[n.leaf][t][key][n.name] = None
+        self.index[n.leaf][t][key] |= 1 << self.slot[n.name]
         count = self.leaves_with[(t, *key)]
         had = count.get(n.leaf, 0)
         count[n.leaf] = had + 1
@@ -109,7 +114,7 @@ class State:
     def _leave(self, n: NodeView, free: tuple[int, ...]) -> None:
         key = self._key(n, free)
         t = n.gpu_type.name
-        del self.index[n.leaf][t][key][n.name]
+        self.index[n.leaf][t][key] &= ~(1 << self.slot[n.name])
         count = self.leaves_with[(t, *key)]
         if count[n.leaf] == 1:
             del count[n.leaf]
@@ -294,7 +299,8 @@ def _place_piece(p: PlacementProblem, jv: JobView, uc: UnitClass, size: int,
                  ) -> tuple[str, tuple[int, ...]] | None:
     """Best fit among ``leaves``: the smallest free count that fits, partly used nodes
     before untouched ones, the job's leaves first, then the domain's leaf order, then the
-    policy's preferred type (nodes in ``exclude`` skipped)."""
+    policy's preferred type, then the node's place in its leaf (nodes in ``exclude``
+    skipped)."""
     types = state.policy_types(uc)
     domain, ordered = state.domain_mask(leaves)
     masks = state.masks
@@ -311,14 +317,16 @@ def _place_piece(p: PlacementProblem, jv: JobView, uc: UnitClass, size: int,
                 continue
             for leaf in state.in_order(mask, ordered, leaves, job_leaves):
                 by_type = state.index[leaf]
+                nodes = p.nodes_by_leaf[leaf]
                 for t in types:
                     bucket = by_type.get(t, {}).get((f, untouched))
                     if not bucket:
                         continue
-                    for name in bucket:
+                    for r in _ranks(bucket):
+                        n = nodes[r]
+                        name = n.name
                         if name in exclude:
                             continue
-                        n = p.node_by_name[name]
                         if not p.node_eligible(jv, uc, n):
                             continue
                         gpus = _pick_gpus(n, size, uc.min_nvlink_gbps, state.free[name], uc.parts)
