@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
@@ -135,7 +136,9 @@ def test_unholdable_job_is_pending_with_a_reason(tmp_path):
     assert any("free" in r for r in plan.pending[0].reasons)
 
 
-VOLCANO_JOB = "tests/data/k8s/volcano-mindspore-gpu.yaml"  # volcano-sh/volcano, see its header
+ROOT = Path(__file__).resolve().parents[2]
+MY_CLUSTER = str(ROOT / "examples" / "my-cluster.yaml")
+VOLCANO_JOB = str(ROOT / "tests/data/k8s/volcano-mindspore-gpu.yaml")  # volcano-sh/volcano
 
 
 def test_federate_reads_the_job_files_solve_reads(tmp_path):
@@ -147,12 +150,12 @@ def test_federate_reads_the_job_files_solve_reads(tmp_path):
     from hyperplace.models.plan import PlacementPlan
 
     fed, _ = _fed_files(tmp_path, [{"a": "a", "b": "b", "gbps": 100}])
-    solved = runner.invoke(app, ["solve", "--cluster", "examples/my-cluster.yaml",
+    solved = runner.invoke(app, ["solve", "--cluster", MY_CLUSTER,
                                  "--jobs", VOLCANO_JOB, "--budget", "5", "--format", "json"])
     assert solved.exit_code == 0, solved.output
     plan = PlacementPlan.model_validate_json(solved.stdout)
     assert [j.job for j in plan.jobs] == ["mindspore-gpu"]
-    assert check(plan, load_cluster_and_jobs("examples/my-cluster.yaml", VOLCANO_JOB)) == []
+    assert check(plan, load_cluster_and_jobs(MY_CLUSTER, VOLCANO_JOB)) == []
 
     result = runner.invoke(app, ["federate", "--cluster", str(fed), "--jobs", VOLCANO_JOB,
                                  "--format", "json"])
@@ -165,8 +168,8 @@ def test_federate_reads_the_job_files_solve_reads(tmp_path):
 
 def test_solve_refuses_a_hyperjob_at_its_kind_and_says_who_reads_it(tmp_path):
     hj = tmp_path / "hj.yaml"
-    hj.write_text(open("tests/data/hyperjob_llama.yaml").read())
-    r = subprocess.run([*HYPERPLACE, "solve", "--cluster", "examples/my-cluster.yaml",
+    hj.write_text((ROOT / "tests/data/hyperjob_llama.yaml").read_text())
+    r = subprocess.run([*HYPERPLACE, "solve", "--cluster", MY_CLUSTER,
                         "--jobs", str(hj)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert f"{hj}: kind: a HyperJob is split across member clusters" in r.stderr

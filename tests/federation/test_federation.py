@@ -7,6 +7,8 @@ to the placement checker against that cluster's state; layer ranges must tile th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hyperplace.check import check
@@ -21,6 +23,8 @@ from hyperplace.federation.problem import (
 )
 from hyperplace.models.federation import FederationPlan
 from hyperplace.models.plan import PlacementPlan, UnitPlacement
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def assert_valid(problem: FederationProblem, plan: FederationPlan) -> None:
@@ -103,6 +107,26 @@ def test_seed_scenario_splits_6_2_across_beijing_b200_and_shanghai_h100():
     assert jp.karmada_aggregated.step_time_s >= jp.predicted.step_time_s
     assert jp.predicted.penalty_vs_best_monolithic > 1.0  # the WAN costs; best is idle Beijing
     assert jp.wan and jp.wan[0].gbps_needed < jp.wan[0].gbps_capacity
+    assert_valid(problem, plan)
+
+
+def test_the_example_federation_file_reads_its_link_and_splits_the_pipeline():
+    """examples/federation.yaml, the federation file format the README documents: Cluster
+    documents, then a Federation document whose link is in Gb/s with a one-way latency."""
+    from hyperplace.federation.io import load_federation_file
+
+    fed, job = (EXAMPLES / "federation.yaml", EXAMPLES / "pipeline-job.yaml")
+    inst = load_federation_file(fed)
+    assert [c.name for c in inst.clusters] == ["west", "east"]
+    (link,) = inst.spec.inter_cluster_links
+    assert (link.a, link.b, link.gbps, link.latency_ms) == ("west", "east", 100.0, 30.0)
+    problem = load_problem(cluster=fed, jobs=[job])
+    plan = federate(problem, budget_s=10)
+    (jp,) = plan.jobs
+    assert jp.shape == "pipeline" and set(jp.clusters) == {"west", "east"}
+    assert jp.predicted.layers_per_stage == [6, 2]  # more layers on the faster B200 stage
+    (wan,) = jp.wan
+    assert wan.gbps_capacity == 100.0 and 0 < wan.gbps_needed < 100.0
     assert_valid(problem, plan)
 
 
