@@ -71,6 +71,23 @@ def test_every_readme_command_runs_as_written(tmp_path: Path, capsys, monkeypatc
     assert (tmp_path / "plan2.svg").read_text().startswith("<svg")
 
 
+def test_readme_predictions_fit_in_memory(capsys) -> None:
+    """A README `predict` example shows a configuration that runs: one that does not fit
+    prints DOES NOT FIT, which the README's words around it did not say (new user). Memory
+    does not depend on the calibration, so the examples run without theirs."""
+    commands, _ = using_it_blocks()
+    predicts = [c for c in commands if c.startswith("hyperplace predict ")]
+    assert any("--calibration" in c for c in predicts)
+    for command in predicts:
+        words = shlex.split(command)
+        if "--calibration" in words:
+            at = words.index("--calibration")
+            del words[at:at + 2]
+        code, out, err = _run(shlex.join(words), capsys)
+        assert code == 0, f"{command}\n{err}"
+        assert "DOES NOT FIT" not in out, f"{command}\n{out}"
+
+
 def test_readme_python_example_runs() -> None:
     _, python = using_it_blocks()
     exec(compile(python, "README.md", "exec"), {})  # noqa: S102 - our own README
