@@ -32,6 +32,11 @@ def is_command() -> bool:
     return _AS_COMMAND
 
 
+def loaded_at() -> float:
+    """``time.perf_counter()`` value at which hyperplace was loaded (this module imported)."""
+    return _IMPORTED
+
+
 def process_start() -> float:
     """``time.perf_counter()`` value at which this process started.
 

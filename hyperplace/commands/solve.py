@@ -168,19 +168,32 @@ def gpus_by_node(plan: PlacementPlan) -> dict[str, dict[str, list[int]]]:
     return out
 
 
+#: Time the process ran before hyperplace was loaded that is worth a word: more than an
+#: interpreter's start-up (a shell's earlier commands: `pip install ... && hyperplace solve`
+#: execs hyperplace in the shell's own process, whose start the budget counts from).
+_EARLY_S = 0.5
+
+
 def _time_words(runtime_s: float, budget_s: float | None) -> str:
-    """The solve's time; in a command's own process, also the time since the command
-    started when start-up and reading took a fifth of the budget or more (the budget
-    counts from there, so "0.05 s of 2 s" alone would hide where the budget went)."""
+    """The solve's time; in a command's own process, also the time since the process
+    started (what the budget counts from) when start-up and reading took a fifth of the
+    budget or more ("0.05 s of 2 s" alone would hide where the budget went), and how much of
+    it passed before hyperplace was loaded when that is more than a start-up."""
     import time
 
     from hyperplace import deadline
     from hyperplace.commands import render as r
 
     if deadline.is_command() and budget_s:
-        total = time.perf_counter() - deadline.process_start()
+        start = deadline.process_start()
+        total = time.perf_counter() - start
         if total - runtime_s >= 0.2 * budget_s:
-            return f"{r.seconds(runtime_s)} solving, {r.seconds(total)} in all,"
+            early = deadline.loaded_at() - start
+            note = "" if early <= _EARLY_S else (
+                f" ({r.seconds(early)} before hyperplace loaded"
+                + (": the most counted)" if early >= deadline.MAX_STARTUP_S - 0.01 else ")"))
+            return (f"{r.seconds(runtime_s)} solving, {r.seconds(total)} since the process "
+                    f"started{note},")
     return r.seconds(runtime_s)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +159,17 @@ def test_budget_counts_from_exec_not_from_a_shell_that_ran_other_work_first():
                          capture_output=True, text=True, timeout=60, check=True)
     counted = float(out.stdout.strip())
     assert 0 <= counted < 2.9  # at most MAX_STARTUP_S before import, not the 3 s of sleep
+
+
+def test_the_time_line_says_what_it_counts_when_a_shell_ran_first() -> None:
+    """``pip install ... && hyperplace solve`` runs hyperplace in the shell's own process, so
+    the budget (from process start) counted pip's last seconds and the line said "3.52 s in
+    all" (new user). It now says since when it counts and how much came before hyperplace."""
+    r = subprocess.run(["bash", "-c", f"sleep 1 && exec {sys.executable} -m hyperplace.cli "
+                        "solve --budget 4 --top 1"], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.strip().startswith("time "))
+    assert " s solving, " in line and " s since the process started (" in line, line
+    assert " s before hyperplace loaded" in line and line.endswith("of 4.00 s budget"), line
+    assert "in all" not in line
