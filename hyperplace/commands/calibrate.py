@@ -13,18 +13,46 @@ one) and after the refit per (model, GPU type), and writes the file whole or not
 from __future__ import annotations
 
 import statistics
+import sys
+import time
 
 import typer
 from rich.table import Table
 
 from hyperplace.costmodel.calibration import load_calibration, write_calibration
-from hyperplace.costmodel.fit import fit_profiles, predict_row
+from hyperplace.costmodel.fit import fit_profiles, predict_row, read_profile_rows
 from hyperplace.costmodel.observations import fit_step_scales, read_observations, step_errors
 from hyperplace.errors import InputError
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+class _Steps:
+    """Where a calibration is, on stderr (the fits take seconds): a spinner on a terminal,
+    else one plain line per step with the seconds since the start (a log, a pipe). Steps
+    begin once every input is read, so a bad input is still the one line on stderr."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.status = None
+        if sys.stderr.isatty():
+            from rich.console import Console
+
+            self.status = Console(stderr=True).status("calibrate")
+            self.status.start()
+
+    def __call__(self, words: str) -> None:
+        if self.status is not None:
+            self.status.update(f"calibrate: {words}")
+        else:
+            print(f"calibrate: {words} (at {time.perf_counter() - self.start:.1f} s)",
+                  file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
 
 
 def calibrate_command(
@@ -43,56 +71,76 @@ def calibrate_command(
                                      "'bundled' or 'none'"),
 ) -> None:
     """Refit per-layer efficiencies (and step scales) and write a calibration file."""
+    step = _Steps()
     try:
-        # every input is read and checked before the fits run (a bad file fails at once)
-        before = load_calibration(calibration)
-        obs = read_observations(observations) if observations else []
-        from hyperplace.costmodel.scale_fit import fit_scale, read_fit_set
-
-        large_runs = None if fit_set == "none" else read_fit_set(
-            None if fit_set == "bundled" else fit_set)
-        after, rows = fit_profiles(profiles or None)
-        report = None
-        if large_runs is not None:
-            report = fit_scale(after, large_runs)
-            after = report.calibration
-        if obs:
-            after = fit_step_scales(after, obs, observations or "")
-        after.created_by = "hyperplace calibrate" + "".join(
-            f" --profiles {p}" for p in profiles) + (
-            f" --fit-set {fit_set}" if fit_set != "bundled" else "") + (
-            f" --observations {observations}" if observations else "")
-        table = Table(title="median absolute error per (model, GPU): before -> after")
-        for col in ("model", "GPU", "what", "rows", "before", "after"):
-            table.add_column(col, justify="right" if col in ("rows", "before", "after")
-                             else "left")
-        for model, gpu in sorted({(r.model, r.gpu) for r in rows}):
-            mine = [r for r in rows if (r.model, r.gpu) == (model, gpu)
-                    and r.kind == "transformer"]
-            if not mine:
-                continue
-            err_b = statistics.median(abs(predict_row(before, r) / r.time_s - 1) for r in mine)
-            err_a = statistics.median(abs(predict_row(after, r) / r.time_s - 1) for r in mine)
-            table.add_row(model, gpu, "layer time", str(len(mine)), _pct(err_b), _pct(err_a))
-        if report is not None:
-            for res in report.results:
-                table.add_row(res.row.run, res.row.gpu, "fit-set step (LOO)", "1", "-",
-                              _pct(abs(res.loo_error)))
-        if obs:
-            eb = step_errors(before, obs, observations or "")
-            ea = step_errors(after, obs, observations or "")
-            for (model, gpu), err in eb.items():
-                n = sum(1 for o in obs if (o.model, o.gpu) == (model, gpu))
-                table.add_row(model, gpu, "step time", str(n), _pct(err),
-                              _pct(ea.get((model, gpu))))
-        write_calibration(after, output)
+        table = _calibrate(profiles, observations, calibration, output, fit_set, step)
     except InputError as exc:
+        step.stop()
         typer.echo(f"error: {exc.one_line()}", err=True)
         raise typer.Exit(2) from None
+    step.stop()
     from hyperplace.commands.render import console
 
     console().print(table)
     typer.echo(f"wrote {output}")
+
+
+def _calibrate(profiles: list[str], observations: str | None, calibration: str | None,
+               output: str, fit_set: str, step: _Steps) -> Table:
+    """Read every input, fit, write the calibration; the before/after table."""
+    # every input is read and checked before the fits run and before any progress line (a
+    # bad file fails at once, in one line)
+    before = load_calibration(calibration)
+    obs = read_observations(observations) if observations else []
+    errors_before = step_errors(before, obs, observations or "") if obs else {}
+    if profiles:
+        read_profile_rows(profiles)
+    from hyperplace.costmodel.scale_fit import fit_scale, read_fit_set
+
+    large_runs = None if fit_set == "none" else read_fit_set(
+        None if fit_set == "bundled" else fit_set)
+    step("fitting per-layer efficiencies to the "
+         + ("profiles" if profiles else "bundled Sailor profiles"))
+    after, rows = fit_profiles(profiles or None)
+    report = None
+    if large_runs is not None:
+        step(f"fitting the transformer layer to {len(large_runs)} measured large runs, "
+             "each also left out once")
+        report = fit_scale(after, large_runs)
+        after = report.calibration
+    if obs:
+        step(f"fitting step scales to {len(obs)} observed step time"
+             + ("s" if len(obs) != 1 else ""))
+        after = fit_step_scales(after, obs, observations or "")
+    after.created_by = "hyperplace calibrate" + "".join(
+        f" --profiles {p}" for p in profiles) + (
+        f" --fit-set {fit_set}" if fit_set != "bundled" else "") + (
+        f" --observations {observations}" if observations else "")
+    step("comparing the errors before and after")
+    table = Table(title="median absolute error per (model, GPU): before -> after")
+    for col in ("model", "GPU", "what", "rows", "before", "after"):
+        table.add_column(col, justify="right" if col in ("rows", "before", "after")
+                         else "left")
+    for model, gpu in sorted({(r.model, r.gpu) for r in rows}):
+        mine = [r for r in rows if (r.model, r.gpu) == (model, gpu)
+                and r.kind == "transformer"]
+        if not mine:
+            continue
+        err_b = statistics.median(abs(predict_row(before, r) / r.time_s - 1) for r in mine)
+        err_a = statistics.median(abs(predict_row(after, r) / r.time_s - 1) for r in mine)
+        table.add_row(model, gpu, "layer time", str(len(mine)), _pct(err_b), _pct(err_a))
+    if report is not None:
+        for res in report.results:
+            table.add_row(res.row.run, res.row.gpu, "fit-set step (LOO)", "1", "-",
+                          _pct(abs(res.loo_error)))
+    if obs:
+        ea = step_errors(after, obs, observations or "")
+        for (model, gpu), err in errors_before.items():
+            n = sum(1 for o in obs if (o.model, o.gpu) == (model, gpu))
+            table.add_row(model, gpu, "step time", str(n), _pct(err),
+                          _pct(ea.get((model, gpu))))
+    write_calibration(after, output)
+    return table
 
 
 def register(app: typer.Typer) -> None:

@@ -116,3 +116,19 @@ def test_solve_accepts_a_calibration(tmp_path: Path) -> None:
                               "--calibration", str(tmp_path / "missing.json")])
     # solve lets InputError reach cli.main, which prints it in one line and exits 2
     assert isinstance(res.exception, InputError) and "missing.json" in str(res.exception)
+
+
+def test_calibrate_says_where_it_is_on_stderr(tmp_path: Path) -> None:
+    """The fits take seconds (9 s for the README's example): each step is a line on stderr
+    when it is not a terminal (a spinner when it is); stdout keeps the table alone."""
+    obs = write(tmp_path / "steps.csv", OBS_HEADER + "a,llama3-8b,H100,4,1,2,1,16,8192,3.1\n")
+    out = tmp_path / "cal.json"
+    res = runner.invoke(app, ["calibrate", "--observations", obs, "--fit-set", "none",
+                              "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    lines = res.stderr.splitlines()
+    assert [ln.split(" (at ")[0] for ln in lines] == [
+        "calibrate: fitting per-layer efficiencies to the bundled Sailor profiles",
+        "calibrate: fitting step scales to 1 observed step time",
+        "calibrate: comparing the errors before and after"], lines
+    assert all(ln.endswith(" s)") for ln in lines) and "calibrate:" not in res.stdout
