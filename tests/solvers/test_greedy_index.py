@@ -11,7 +11,16 @@ import pytest
 from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.instances.generator import generate
 from hyperplace.instances.nvl72 import generate_nvl72
-from hyperplace.solvers.heuristics.greedy import State, solve_greedy
+from hyperplace.formulations.mapping import Assignment, PlacedUnit
+from hyperplace.solvers.heuristics.greedy import (
+    State,
+    _one_pass,
+    fix_inversions,
+    job_orders,
+    solve_greedy,
+)
+from hyperplace.solvers.params import GreedyParams
+from placement_helpers import instance, job, node
 
 
 def _problems() -> list[PlacementProblem]:
@@ -121,3 +130,47 @@ def test_the_state_is_a_function_of_the_free_gpus(case: int) -> None:
          fresh.index.items() if any(types.values())}
     assert {k: m for k, m in state.masks.items() if m} == \
         {k: m for k, m in fresh.masks.items() if m}
+
+
+def _inverted_rounds() -> list[tuple[PlacementProblem, Assignment]]:
+    """Rounds whose inversion fix searches with lower-priority jobs released: generated full
+    clusters (every such search fails there) and a hand-made one where it succeeds (a
+    low-priority job on one of two nodes blocks a high-priority 2-node job)."""
+    out = []
+    for gpus, jobs, seed in [(1024, 150, 2), (2048, 300, 0), (2048, 300, 3)]:
+        p = PlacementProblem(generate(gpus, jobs, ["H100-80", "A100-80"], 0.6, seed))
+        out.append((p, _one_pass(p, job_orders(p)[1], GreedyParams())))
+    p = PlacementProblem(instance([node("n0"), node("n1")],
+                                  [job("low", tp=8, priority="low"),
+                                   job("high", tp=8, replicas=2, priority="high")],
+                                  nodes_per_leaf=1))
+    low = p.jobs[0]
+    out.append((p, Assignment(units={0: [PlacedUnit(low.classes[0].index, "tp/0",
+                                                    [("n0", tuple(range(8)))])]})))
+    return out
+
+
+def test_the_level_probe_skips_only_searches_that_fail(monkeypatch) -> None:
+    from hyperplace.check import check
+    from hyperplace.formulations.mapping import to_plan
+    from hyperplace.models.result import SolveStats, SolveStatus
+    from hyperplace.solvers.heuristics import greedy as greedy_module
+
+    verdicts: list[bool] = []
+    real = greedy_module._LevelProbe.fits
+
+    def counted(self, jv, trials):
+        verdicts.append(real(self, jv, trials))
+        return verdicts[-1]
+
+    for p, start in _inverted_rounds():
+        monkeypatch.setattr(greedy_module._LevelProbe, "fits", counted)
+        fixed = fix_inversions(p, start)
+        # without the probe every release search runs: the same plan, in the same order
+        monkeypatch.setattr(greedy_module._LevelProbe, "fits", lambda self, jv, trials: True)
+        searched = fix_inversions(p, start)
+        assert list(searched.units.items()) == list(fixed.units.items())
+        stats = SolveStats(status=SolveStatus.FEASIBLE, solver="greedy")
+        assert check(to_plan(p, fixed, stats, {}), p.instance) == []
+    assert True in verdicts and verdicts.count(False) >= 3  # both kinds of search were met
+    assert list(fixed.units) == [1]  # the hand-made round: high in, low out
