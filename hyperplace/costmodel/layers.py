@@ -106,23 +106,26 @@ def stage_layer_times(spec: ModelSpec, layers: list[Layer], gpu: GPUType, tp: in
     calibration = calibration or default_calibration()
     catalog = catalog or default_catalog()
     per_replica = spec.micro_batch_size / dp
-    n = len(layers)
-    fwd, bwd, tp_comm = np.zeros(n), np.zeros(n), np.zeros(n)
+    fwd, bwd, tp_comm = [], [], []  # floats, made arrays at the end (the same values)
     sources = []
     scale = calibration.scale_for(spec.name, gpu.name)
     _, fit_note = calibration.fit_for(gpu, catalog)
+    fitted = "fitted" if gpu.name in calibration.gpus else "peak-scaled"
+    last = spec.num_layers - 1
+    moe = spec.has_dimensions and spec.num_experts > 1  # is_moe_layer, hoisted
+    first_dense = spec.first_dense_layers
     # the fitted time depends on the layer only through its FLOPs, parameters and whether
     # it is the first, the last or an MoE layer: price each distinct one once
     memo: dict[tuple, tuple[float, float, float]] = {}
     for i, layer in enumerate(layers):
-        key = (layer.kind, layer.flops, layer.params, i == 0, i == spec.num_layers - 1,
-               spec.has_dimensions and is_moe_layer(spec, i))
+        key = (layer.kind, layer.flops, layer.params, i == 0, i == last,
+               moe and i >= first_dense)
         got = memo.get(key)
         if got is None:
             got = memo[key] = fitted_layer_time(calibration, spec, layer, i, gpu, tp,
                                                 per_replica, precision, catalog)
         model_f, model_b, model_tp = got
-        exact = layer.measured_time(gpu.name, tp)
+        exact = layer.measured_time(gpu.name, tp) if layer.measured else None
         if exact is not None:
             f, b, source = exact.fwd_s / dp, exact.bwd_s / dp, "measured"
             ratio_tp = model_tp / (model_f + model_b) if model_f + model_b > 0 else 0.0
@@ -141,11 +144,13 @@ def stage_layer_times(spec: ModelSpec, layers: list[Layer], gpu: GPUType, tp: in
             source = "scaled-tp" if ref.gpu_type == gpu.name else "scaled-gpu"
         else:
             f, b, t_part = model_f, model_b, model_tp
-            source = "fitted" if gpu.name in calibration.gpus else "peak-scaled"
+            source = fitted
         if recompute:
             b += f
             t_part *= 1.5  # the recomputed forward repeats its two all-reduces
-        fwd[i], bwd[i], tp_comm[i] = f * scale, b * scale, t_part * scale
+        fwd.append(f * scale)
+        bwd.append(b * scale)
+        tp_comm.append(t_part * scale)
         sources.append(source)
     note = "" if gpu.name in calibration.gpus else fit_note
     fit, _ = calibration.fit_for(gpu, catalog)
@@ -155,7 +160,8 @@ def stage_layer_times(spec: ModelSpec, layers: list[Layer], gpu: GPUType, tp: in
         note = (note + "; " if note else "") + (
             f"{gpu.name}'s efficiencies were fitted on {measured_at} runs only: at "
             f"{precision} they are assumed the same relative to the {precision} peak")
-    return LayerTimes(fwd=fwd, bwd=bwd, tp_comm=tp_comm, sources=sources, note=note)
+    return LayerTimes(fwd=np.array(fwd, dtype=float), bwd=np.array(bwd, dtype=float),
+                      tp_comm=np.array(tp_comm, dtype=float), sources=sources, note=note)
 
 
 def dp_allreduce_time(nbytes: float, gpu: GPUType, tp: int, dp: int, nic_latency_s: float,
