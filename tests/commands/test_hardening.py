@@ -521,7 +521,7 @@ def test_interrupt_during_a_native_import_exits_130(monkeypatch) -> None:
         except KeyboardInterrupt as exc:
             raise ImportError("initialization failed") from exc
 
-    monkeypatch.setattr(cli, "app", interrupted_import)
+    monkeypatch.setattr(cli, "_command", lambda: interrupted_import)  # the command tree
     # main() declares the process a command (budgets from process start): undo that after
     monkeypatch.setattr(cli.deadline, "_AS_COMMAND", False)
     with pytest.raises(SystemExit) as exit_info:
