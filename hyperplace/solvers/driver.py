@@ -506,25 +506,19 @@ def _objective_gaps(p: PlacementProblem, pm: PlacementModel | None, raw: RawSolu
     return gaps
 
 
-#: What the plan reports as objective 1 (the model's is per priority phase, ``demand_phase<i>``)
-#: and, for a repair round, the demand it maximises first.
-PLAN_OBJECTIVES = ("admitted_priority_demand", "repaired_priority_demand")
-#: The objectives the driver evaluates when no model was built (greedy's plan).
-GREEDY_OBJECTIVES = ("largest_free_domain_gpus", "preempted_lost_gpu_seconds",
-                     "preempted_jobs", "migrated_lost_gpu_seconds", "migrated_jobs",
-                     "admitted_jobs")
-
-
 def _objective_names(p: PlacementProblem, pm: PlacementModel | None, terms: dict[str, float]
                      ) -> list[str]:
     """The objectives a plan reports a gap for, in the model's order: the plan's objective 1
-    (and a repair's), then the model's objectives after its demand phases; without a model,
-    those the driver evaluated."""
+    (the model's is per priority phase, ``demand_phase<i>``) and what a family reports
+    beside it (a repair's repaired demand), then the model's objectives after its demand
+    phases; without a model, the families' objectives in hook order and admitted jobs."""
+    first = ["admitted_priority_demand"] + [ext.plan_objective for ext in p.extensions
+                                            if ext.plan_objective is not None]
     if pm is None:
-        lower = [n for n in GREEDY_OBJECTIVES if n in terms]
+        lower = [n for ext in p.extensions for n in ext.objective_names] + ["admitted_jobs"]
     else:
         lower = [o.name for o in pm.lm.objectives[len(p.priority_phases):]]
-    return [n for n in PLAN_OBJECTIVES if n in terms] + [n for n in lower if n in terms]
+    return [n for n in first if n in terms] + [n for n in lower if n in terms]
 
 
 def _weighted(p: PlacementProblem, a: Assignment) -> int:

@@ -66,6 +66,12 @@ class RoundExtension:
     name: ClassVar[str] = ""
     #: its objectives stand in place of the moves' cost (lost work, then migrations)
     replaces_moves_cost: ClassVar[bool] = False
+    #: the objectives it may put after objective 1 (:meth:`objectives`), by name: what a
+    #: plan reports gaps for when no model was built (greedy's plan)
+    objective_names: ClassVar[tuple[str, ...]] = ()
+    #: a term the plan reports beside objective 1 as what the round maximises first
+    #: (failure repair's repaired demand)
+    plan_objective: ClassVar[str | None] = None
 
     def weighted_demands(self) -> list[tuple[float, int]]:
         """Demands objective 1 counts besides the pending jobs', as (priority level, GPUs):

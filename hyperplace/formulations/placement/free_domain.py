@@ -34,6 +34,7 @@ class FreeDomainGrowth(RoundExtension):
     docstring)."""
 
     name = "free-domain growth"
+    objective_names = (OBJECTIVE,)
 
     def __init__(self, p: PlacementProblem):
         self.p = p

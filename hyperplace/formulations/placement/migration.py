@@ -49,6 +49,7 @@ class Migration(StopsJobs):
     :mod:`hyperplace.solvers.heuristics.families`)."""
 
     name = "migration"
+    objective_names = ("migrated_lost_gpu_seconds", "migrated_jobs")
 
     def __init__(self, p: PlacementProblem):
         self.p = p
@@ -81,8 +82,8 @@ class Migration(StopsJobs):
         when another family's cost stands in its place (failure repair)."""
         if not b.stop or any(ext.replaces_moves_cost for ext in self.p.extensions):
             return []
-        return [Objective(b.obj_lost, "migrated_lost_gpu_seconds", "min"),
-                Objective(b.obj_moves, "migrated_jobs", "min")]
+        lost, moves = self.objective_names
+        return [Objective(b.obj_lost, lost, "min"), Objective(b.obj_moves, moves, "min")]
 
     def settle_stopped(self, a: Assignment, stopped: set[int]) -> set[int] | None:
         """The migrations the assignment keeps, its units made to agree

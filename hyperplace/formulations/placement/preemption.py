@@ -142,6 +142,7 @@ class Preemption(StopsJobs):
 
     name = "preemption"
     leaves_for_good = True
+    objective_names = ("preempted_lost_gpu_seconds", "preempted_jobs")
 
     def __init__(self, p: PlacementProblem):
         self.p = p
@@ -187,8 +188,8 @@ class Preemption(StopsJobs):
         the number of victims."""
         if not b.stop:
             return []
-        return [Objective(b.obj_lost, "preempted_lost_gpu_seconds", "min"),
-                Objective(b.obj_victims, "preempted_jobs", "min")]
+        lost, stops = self.objective_names
+        return [Objective(b.obj_lost, lost, "min"), Objective(b.obj_victims, stops, "min")]
 
     def settle_stopped(self, a: Assignment, stopped: set[int]) -> set[int] | None:
         """The stops the assignment needs (:func:`~hyperplace.formulations.mapping.

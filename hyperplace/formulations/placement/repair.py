@@ -34,6 +34,7 @@ class FailureRepair(RoundExtension):
 
     name = "failure repair"
     replaces_moves_cost = True
+    plan_objective = TERM
 
     def __init__(self, p: PlacementProblem):
         self.p = p
