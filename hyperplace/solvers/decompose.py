@@ -55,6 +55,7 @@ from hyperplace.formulations.mapping import Assignment, PlacedUnit
 from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.models.gpu import GPUType
 from hyperplace.models.instance import Instance
+from hyperplace.models.job import MODEL_PARALLEL, GroupType, TrainingJob
 from hyperplace.models.plan import PendingJob, PlacementPlan
 from hyperplace.models.plan_builder import PlanBuilder
 from hyperplace.models.priority import priority_weights
@@ -79,14 +80,18 @@ ROUTE_S_PER_JOB = 15e-6
 #: plus what any routing takes (its two LPs set up and solved: 14 ms for 60 jobs over 3
 #: clusters, idle; a small round's slowdown was that against 1 ms, 14x)
 ROUTE_FIXED_S = 0.02
+#: Share of the budget the routing may take before it stops reading jobs (see
+#: solve_decomposed; 100,000 jobs need about 1.8 s of CPU: 0.36 of 5 s on an idle machine)
+ROUTE_SHARE = 0.45
 #: and per node, for the free GPUs per cluster and type it reads first (131,072 nodes: about
 #: 0.4 s): the first measure of the machine's slowdown, before any job is read
 ROUTE_S_PER_NODE = 3e-6
 #: Before any part is measured: seconds per node and per job to build a part's problem and
-#: run greedy's first pass (65,536 GPUs / 6,250 jobs, idle machine, 2026-12-02: fabric 0.65
-#: s, node views 0.6 s, job views 0.6 s, greedy 2.2 s).
-NODE_S = 1.6e-4
-JOB_S = 4.5e-4
+#: run greedy's first pass, fabrics built (65,536 GPUs, 2026-12-02, CPU at load 10: node
+#: views 0.33 s per 8,192 nodes, job views 0.01-0.02 ms and one greedy pass 0.09-0.13 ms per
+#: job at 9,372 and 12,942 jobs; 1.6e-4 / 4.5e-4 before, with the collector running).
+NODE_S = 6e-5
+JOB_S = 2e-4
 #: Seconds per admitted job a part's plan takes to write (its placements, summaries and
 #: topology assignments): kept back from the parts after it, scaled by the slowdown. With
 #: the cyclic collector paused in the round, 0.10-0.12 ms of CPU each (9,372 and 12,942
@@ -94,22 +99,29 @@ JOB_S = 4.5e-4
 PLAN_S_PER_ADMITTED = 1.5e-4
 #: Of which building the part's problem (the rest is greedy's pass): what a part's build
 #: time is measured against (the slowdown every later estimate is scaled by).
-BUILD_JOB_S = 1.0e-4
+BUILD_JOB_S = 2e-5
 #: and per node (65,536 GPUs / 406 jobs: 0.34 s of CPU, 2026-12-02, load 4); a part cut
 #: (:meth:`_Run._cut_share`) is built only if this and MIN_GREEDY_S of greedy fit
 BUILD_NODE_S = 4e-5
-MIN_GREEDY_S = 0.2
+MIN_GREEDY_S = 0.5
 #: A round whose whole problem (:func:`whole_round_s`) takes at most this share of the
 #: budget is solved whole: split into parts it would only get shares of the budget, each
 #: paying its own start-up (4 x 1,024 GPUs / 400 jobs at budget 1 s: whole 364 admitted,
 #: optimal, 0.8 s; decomposed 0 admitted, review of 2026-12-02).
 WHOLE_FRACTION = 0.5
+#: The whole round's rates for that rule (a whole solve also builds the fabrics and bounds
+#: and explains the round: the parts' first figures, 65,536 GPUs / 6,250 jobs idle with the
+#: collector running, 2026-12-02: fabric 0.65 s, node views 0.6 s, job views 0.6 s, greedy
+#: 2.2 s; kept so the rule of afa9363 stands)
+WHOLE_NODE_S = 1.6e-4
+WHOLE_JOB_S = 4.5e-4
 
 
 def whole_round_s(instance: Instance) -> float:
-    """Seconds the whole round's problem and greedy's first pass take on an idle machine,
-    at the parts' per-node and per-job rates."""
-    return NODE_S * sum(len(c.nodes) for c in instance.clusters) + JOB_S * len(instance.jobs)
+    """Seconds the whole round's problem and greedy's first pass take on an idle machine
+    (``WHOLE_NODE_S`` per node, ``WHOLE_JOB_S`` per job)."""
+    return WHOLE_NODE_S * sum(len(c.nodes) for c in instance.clusters) + \
+        WHOLE_JOB_S * len(instance.jobs)
 
 
 @dataclass
@@ -209,7 +221,12 @@ def _solve_decomposed(instance: Instance, *, solver: str, budget_s: float, polic
         return plan.model_copy(update={"message": "; ".join(filter(None, [
             plan.message, f"not decomposed ({why}): solved as one round"]))})
     base = max(params.budget.reserve_s, TAIL_FRACTION * budget_s)
-    found = route(instance, budget.deadline - base - MERGE_S_PER_JOB * len(instance.jobs),
+    # the routing reads jobs highest priority first and leaves the parts at least what is
+    # left after ROUTE_SHARE of the budget: on a loaded machine it stops early, and the
+    # parts place the priorities it read (1M GPUs at load 13: routing alone took 5 s of a
+    # 10 s budget and no part was solved)
+    found = route(instance, min(budget.deadline - base - MERGE_S_PER_JOB * len(instance.jobs),
+                                time.perf_counter() + ROUTE_SHARE * budget.left()),
                   after_s=MERGE_S_PER_JOB * len(instance.jobs))
     slowdown = max(1.0, found.seconds / (ROUTE_FIXED_S + ROUTE_S_PER_JOB * len(instance.jobs)))
     tail = base + MERGE_S_PER_JOB * len(instance.jobs) * slowdown
@@ -221,7 +238,7 @@ def _solve_decomposed(instance: Instance, *, solver: str, budget_s: float, polic
     todo = [part for part in parts.values() if part.jobs]
     run = _Run(instance, found, params, solver, policy, seed, workers)
     run.merge_s_per_job = MERGE_S_PER_JOB * slowdown
-    run.slow = slowdown
+    run.slow = run.route_slow = slowdown
     t = time.perf_counter()
     run.solve_parts(todo, budget, tail)
     parts_s = time.perf_counter() - t
@@ -285,7 +302,10 @@ def route(instance: Instance, deadline: float | None = None, after_s: float = 0.
         deadline -= after_s * (slow - 1.0)
     sh = _read_shapes(instance, room.types, deadline, room.largest)
     total_free = sum(room.free.values())
-    weights = priority_weights([(p, g) for p, g, _ in sh.info.values()], total_free)
+    # the whole round's weights: the jobs not read count too (the checker's weights)
+    weights = priority_weights([(p, g) for p, g, _ in sh.info.values()] +
+                               [(instance.jobs[j].priority, spec_gpus(instance.jobs[j]))
+                                for j in sh.unrouted], total_free)
     clusters = [c.name for c in instance.clusters]
     lp_route, cols = _routing_lp(sh, room, weights, clusters, rows=True)
     lp_bound, _ = _routing_lp(sh, room, weights, clusters, rows=False)
@@ -307,6 +327,20 @@ def route(instance: Instance, deadline: float | None = None, after_s: float = 0.
     return Route(assignment, bound, weights, len(sh.shapes), time.perf_counter() - t0,
                  status if x is not None else f"by free room ({status})", sh.info,
                  dict(room.free), sh.unrouted, sh.units, room.hist, room.largest)
+
+
+def spec_gpus(job: TrainingJob) -> int:
+    """``job.total_gpus`` read off its spec (about 1 us, where building its units takes
+    50): each replica's model-parallel groups, or its first data-parallel group, times the
+    replicas, plus the auxiliary groups once, as ``TrainingJob.units`` counts them. A job
+    with annotations (a slice size may regroup its units) takes ``total_gpus``."""
+    if job.metadata.annotations:
+        return job.total_gpus
+    groups = job.spec.resource_groups
+    mp = [g.gpus_per_group for g in groups if g.type in MODEL_PARALLEL]
+    dp = next((g.gpus_per_group for g in groups if g.type == GroupType.DATA_PARALLEL), 0)
+    aux = sum(g.gpus_per_group for g in groups if g.type == GroupType.AUXILIARY)
+    return (sum(mp) if mp else dp) * job.spec.replica_count + aux
 
 
 def _free_room(instance: Instance) -> _Room:
@@ -361,16 +395,23 @@ def might_fit(units: tuple[int, ...], gpus: int, hists: list[dict[int, int]],
 
 def _read_shapes(instance: Instance, types: dict[str, GPUType], deadline: float | None,
                  largest: int = 8) -> _Shapes:
-    """The jobs by shape, read until ``deadline`` (checked every 1,000 jobs)."""
+    """The jobs by shape, highest priority first, read until ``deadline`` (checked every
+    1,000 jobs): the jobs not read are of the lowest priorities, which the round may still
+    leave pending (no job of lower priority than one not read is admitted)."""
     sh = _Shapes(defaultdict(list), {}, {}, {}, [])
     # a job's units follow from its spec and annotations (a slice size) alone
     by_spec: dict[tuple[str, str], tuple[UKey, int, tuple[int, ...]]] = {}
-    for j, job in enumerate(instance.jobs):
-        if j % 1000 == 999 and deadline is not None and time.perf_counter() > deadline:
-            sh.unrouted = list(range(j, len(instance.jobs)))  # no time to read them: pending
+    jobs = instance.jobs
+    order = sorted(range(len(jobs)), key=lambda j: -jobs[j].priority)
+    for k, j in enumerate(order):
+        if k % 1000 == 999 and deadline is not None and time.perf_counter() > deadline:
+            sh.unrouted = order[k:]  # no time to read them: pending
             break
+        job = jobs[j]
         # 7x cheaper than units(); 146 distinct in 12,500 generated jobs
-        spec = (job.spec.model_dump_json(), repr(sorted((job.metadata.annotations or {}).items())))
+        annotations = job.metadata.annotations
+        spec = (job.spec.model_dump_json(), repr(sorted(annotations.items())) if annotations
+                else "")
         known = by_spec.get(spec)
         if known is None:
             units = job.units()
@@ -550,6 +591,7 @@ class _Run:
         #: how much slower than the idle figures the machine runs now: the routing's, then
         #: the parts' builds (measured; greedy's passes are assumed to slow alike)
         self.slow = 1.0
+        self.route_slow = 1.0  # the routing's measure alone
         self.by_name = {job.name: j for j, job in enumerate(instance.jobs)}
         self.cluster_of = {c.name: c for c in instance.clusters}
         self.unbuilt_reason = ""
@@ -574,9 +616,9 @@ class _Run:
             needs = sum(q.need_s for q in rest)
             part.left_s, part.rest_s = left, needs
             share = left * part.need_s / needs if needs <= left else min(part.need_s, left)
-            if share < 0.8 * part.need_s and not self.found.unrouted:
+            if share < 0.8 * part.need_s:
                 share = self._cut_share(part, left)
-            if share <= 0.05 or self.found.unrouted:
+            if share <= 0.05:
                 self.unbuilt_reason = (f"{left:.1f} s were left for {plural(len(rest), 'part')} "
                                        f"needing about {needs:.1f} s")
                 continue  # a smaller part later may still fit
@@ -599,9 +641,11 @@ class _Run:
             part.admitted = len(r.chosen.units)
             # the slowdown the next parts' needs are judged by: the builds so far against
             # their idle figures (a cut greedy pass says nothing of a whole one's time)
-            modelled += NODE_S * part.nodes + BUILD_JOB_S * len(part.jobs)
+            modelled += BUILD_NODE_S * part.nodes + BUILD_JOB_S * len(part.jobs)
             built_s += part.build_s
-            self.slow = max(1.0, built_s / modelled)
+            # never below the routing's measure (1M GPUs at load 11: builds read 1.0x with
+            # the old per-node figure, routing 3x, and the plans' writing overran by 0.6 s)
+            self.slow = max(self.route_slow, built_s / modelled)
             est = estimate_vars(part.problem)
             if r.pm is not None or est:  # what its exact model needed, for the record
                 vps = self.params.budget.vars_per_second(
@@ -715,13 +759,25 @@ class _Run:
                       for j in js}
         unresolved.update({j: f"cluster {c} (not solved: {self.unbuilt_reason or 'no time'})"
                            for j, c in stuck.items()})
+        if self.found.unrouted:  # not read: they might fit anywhere (read by priority, so
+            # the first is the highest: it alone sets what is left out)
+            unresolved[self.found.unrouted[0]] = \
+                "any cluster (the budget ran out before it was routed)"
         return self._left_out(built, unresolved)
+
+    def priority(self, j: int) -> int:
+        """The priority of the whole round's job ``j``."""
+        info = self.found.jobs.get(j)
+        return info[0] if info is not None else self.instance.jobs[j].priority
 
     def _above_stuck(self, candidates: dict[str, list[int]], stuck: dict[int, str]
                      ) -> dict[str, list[int]]:
         """A job that might fit in an unsolved cluster leaves out every admitted job of lower
         priority anyway: only candidates above the highest such job need a repair."""
         floor = max((self.found.jobs[j][0] for j in stuck), default=None)
+        if self.found.unrouted:  # the first not read is the highest of them
+            low = self.priority(self.found.unrouted[0])
+            floor = low if floor is None else max(floor, low)
         if floor is None:
             return candidates
         out = {c: [j for j in js if self.found.jobs[j][0] > floor] for c, js in candidates.items()}
@@ -760,8 +816,8 @@ class _Run:
         reason (that job might fit elsewhere)."""
         if not unresolved:
             return {}
-        top = max(self.found.jobs[j][0] for j in unresolved)
-        example = next(j for j in unresolved if self.found.jobs[j][0] == top)
+        top = max(self.priority(j) for j in unresolved)
+        example = next(j for j in unresolved if self.priority(j) == top)
         why = (f"left out for the priority rule: pending job "
                f"{self.instance.jobs[example].name} (priority {top}) might fit on free GPUs "
                f"of {unresolved[example]}, so no job of lower priority is admitted")

@@ -295,3 +295,35 @@ def test_a_part_that_does_not_fit_whole_is_cut_not_skipped(monkeypatch):
     assert first.status == "fallback" and first.budget_s < 10
     assert first.solver == "greedy (one pass: the budget went to the other clusters)"
     assert first.admitted > 0 and plan.jobs
+
+
+def test_a_routing_cut_short_still_solves_the_priorities_it_read(monkeypatch):
+    """Jobs are read highest priority first; when the routing's share of the budget ends
+    before the last job, the parts still place what was read, and no admitted job is of
+    lower priority than a job not read (those might fit anywhere): valid, no bound."""
+    from hyperplace.solvers import decompose
+
+    monkeypatch.setattr(decompose, "ROUTE_SHARE", 0.0)  # stop at the first clock check
+    inst = generate_federation(2, 256, 3000, None, 0.5, 4)
+    plan = decompose.solve_decomposed(inst, budget_s=20, always=True)
+    assert check(plan, inst) == []
+    prio = {j.name: j.priority for j in inst.jobs}
+    unread = [pj.job for pj in plan.pending
+              if any("while jobs were routed" in r for r in pj.reasons)]
+    assert len(unread) == 3000 - 999 and plan.bound is None and plan.gap is None
+    assert plan.jobs and min(prio[j.job] for j in plan.jobs) >= max(prio[j] for j in unread)
+    read = sorted(inst.jobs, key=lambda j: -j.priority)[:999]
+    assert {j.job for j in plan.jobs} <= {j.name for j in read}
+
+
+def test_spec_gpus_is_total_gpus():
+    """The routing's GPU count of a job not read (for the whole round's weights) equals
+    what its units add up to, on generated jobs of every shape and on the bundled ones."""
+    from hyperplace.instances.registry import list_instances, load_instance
+    from hyperplace.solvers.decompose import spec_gpus
+
+    jobs = list(generate_federation(2, 1024, 600, None, 0.5, 5).jobs)
+    for info in list_instances():
+        jobs += list(load_instance(info.name).jobs)
+    assert len({(len(j.spec.resource_groups), j.spec.replica_count) for j in jobs}) > 3
+    assert all(spec_gpus(j) == j.total_gpus for j in jobs)
