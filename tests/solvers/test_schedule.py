@@ -676,3 +676,34 @@ def test_a_search_cut_by_the_wall_ceiling_falls_back_to_the_list_schedule():
 def test_an_engine_clock_that_is_not_work_or_wall_is_refused():
     with pytest.raises(ValueError, match="clock"):
         make_policy("engine", instance(), schedule={"clock": "cpu"})
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_work_conserving_fill_keeps_reservations_and_capacity(seed):
+    import dataclasses
+
+    from hyperplace.solvers.schedule import fill_now, list_order
+
+    rng = random.Random(100 + seed)
+    inst, jobs, work, running = random_round(rng, rng.randint(6, 14))
+    kw = {"horizon": 7200, "step": 300, "objective": "completion", "wait_weight": 4.0}
+    first = solve_schedule(problem(inst, jobs, work, running, **kw), solver="greedy")
+    res = {n: Reservation(n, e.pool, first.start_s(n)) for n, e in first.entries.items()
+           if e.start_step and rng.random() < 0.5}
+    p = problem(inst, jobs, work, running, reservations=res, **kw)
+    plain = solve_schedule(p, solver="greedy")
+    entries, filled = fill_now(p, plain.entries, list_order(p), set(res), margin=0.5)
+    out = dataclasses.replace(plain, entries=entries)
+    assert check_result(inst, jobs, out, running) == []  # capacity, checked independently
+    for n in res:  # a reservation the schedule kept is kept by the fill
+        if plain.entries[n].start_step is not None:
+            assert (entries[n].option, entries[n].start_step) == \
+                (plain.entries[n].option, plain.entries[n].start_step)
+    assert set(plain.starts_now()) <= set(out.starts_now())
+    assert len(out.starts_now()) == len(plain.starts_now()) + filled
+    for n in set(out.starts_now()) - set(plain.starts_now()):  # within the margin
+        j = next(x for x in p.jobs if x.name == n)
+        a, b = plain.entries[n], entries[n]
+        now_cost = p.job_cost(0, b.end_step)
+        assert a.start_step is None or now_cost <= 1.5 * p.job_cost(a.start_step, a.end_step)
+        assert j.options[b.option].pool not in j.not_now
