@@ -25,11 +25,12 @@ who may use its GPUs depends on which: a pair of decisions this formulation does
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hyperplace.formulations.linear import Objective
-from hyperplace.formulations.placement.stoppable import StopsJobs
+from hyperplace.formulations.placement.stoppable import BrokenJob, StopsJobs
 from hyperplace.models.instance import Instance
 from hyperplace.models.migration import MigrationPolicy
 from hyperplace.models.sharing import running_gpus
@@ -86,11 +87,47 @@ class Migration(StopsJobs):
         return [Objective(b.obj_lost, lost, "min"), Objective(b.obj_moves, moves, "min")]
 
     def settle_stopped(self, a: Assignment, stopped: set[int]) -> set[int] | None:
-        """The migrations the assignment keeps, its units made to agree
-        (:func:`~hyperplace.formulations.mapping.settle_migrations`)."""
-        from hyperplace.formulations.mapping import settle_migrations
+        """The migrations of ``stopped`` (movers) the assignment keeps, its units made to
+        agree.
 
-        return settle_migrations(self.p, a, stopped)
+        A migration stands when its copy is placed and some other job uses one of the
+        mover's old GPUs, a broken job's always (it must move), or (``defrag``, growing the
+        largest free domain) the free domain would be smaller without it. One whose copy
+        did not map to GPUs is undone with every job on the mover's old GPUs (dropped with a
+        note); one that is not needed is undone by dropping the copy (the job stays where it
+        was). Repeated until nothing changes: undoing one may leave another unneeded."""
+        p = self.p
+        stopped = set(stopped)
+        grows = p.free_domain_growth
+        while True:
+            users: dict[int, set[int]] = defaultdict(set)  # mover -> jobs on its old GPUs
+            for j, units in a.units.items():
+                for u in units:
+                    for node, gpus in u.pieces:
+                        held = p.node_by_name[node].stoppable
+                        users_here = {held[g] for g in gpus if g in held}
+                        for v in users_here:
+                            users[v].add(j)
+            changed = False
+            for v in sorted(stopped):
+                copy = p.mover(v).copy
+                if copy not in a.units:
+                    for j in users.get(v, ()):
+                        a.units.pop(j, None)
+                        a.notes[j] = f"uses GPUs of {p.stoppable[v].name}, whose migration failed"
+                elif users.get(v, set()) - {copy} or isinstance(p.stoppable[v], BrokenJob):
+                    # used by another job, or a broken job: it must move
+                    continue
+                else:
+                    moved = grows.plan_value(a, stopped) if grows is not None else 0
+                    copy_units = a.units.pop(copy)
+                    if grows is not None and grows.plan_value(a, stopped - {v}) < moved:
+                        a.units[copy] = copy_units  # it frees part of the largest domain
+                        continue
+                stopped.discard(v)
+                changed = True
+            if not changed:
+                return stopped
 
     def terms(self, a: Assignment) -> dict[str, float]:
         """The exact lost work and the GPUs moved (the model counts migrations)."""

@@ -192,11 +192,51 @@ class Preemption(StopsJobs):
         return [Objective(b.obj_lost, lost, "min"), Objective(b.obj_victims, stops, "min")]
 
     def settle_stopped(self, a: Assignment, stopped: set[int]) -> set[int] | None:
-        """The stops the assignment needs (:func:`~hyperplace.formulations.mapping.
-        needed_victims`); every other victim keeps running."""
-        from hyperplace.formulations.mapping import needed_victims
+        """The victims of ``stopped`` the assignment needs: those whose GPUs it uses, and
+        those whose quota it needs (a stopped job no longer counts against its queue, so a
+        queue reclaiming its nominal quota may need a borrower stopped wherever it runs).
+        Every other one keeps running (tried highest level first, then most lost work)."""
+        p = self.p
+        keep = self.used(a) & stopped
+        if not p.quotas.active:
+            return keep
+        book = p.quotas
+        use: dict[tuple[str, str], float] = defaultdict(float)
+        for j, units in a.units.items():
+            for u in units:
+                for node, gpus in u.pieces:
+                    t = p.node_by_name[node].gpu_type.name
+                    for key, n in book.usage(p.jobs[j].queue, t, len(gpus)).items():
+                        use[key] += n
 
-        return needed_victims(self.p, a, stopped)
+        gone: dict[tuple[str, str], float] = defaultdict(float)  # stopped jobs' usage
+
+        def count(v: int, sign: int) -> None:
+            for node, _ in p.stoppable[v].gpus:
+                t = p.node_by_name[node].gpu_type.name
+                for key, n in book.usage(p.stoppable[v].queue, t, 1).items():
+                    gone[key] += sign * n
+
+        for v in stopped:
+            count(v, +1)
+        order = sorted(stopped - keep, key=lambda v: (-p.stoppable[v].level, -p.stoppable[v].lost))
+        for v in order:
+            count(v, -1)
+            if not book.allows(use, gone):
+                count(v, +1)
+                keep.add(v)
+        return keep
+
+    def used(self, a: Assignment) -> set[int]:
+        """Victims whose GPUs the assignment uses."""
+        p = self.p
+        out: set[int] = set()
+        for units in a.units.values():
+            for u in units:
+                for node, gpus in u.pieces:
+                    held = p.node_by_name[node].stoppable
+                    out.update(held[g] for g in gpus if g in held)
+        return out
 
     def terms(self, a: Assignment) -> dict[str, float]:
         """The exact lost work (the model counts whole GPU-seconds) and the stops."""
