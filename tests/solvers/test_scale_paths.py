@@ -45,18 +45,23 @@ def test_superpod_past_the_reference_table_grows_linearly_and_keeps_its_hops():
 
 def test_the_priority_repair_does_not_search_a_failed_shape_again(monkeypatch):
     # three identical high-priority 16-GPU gangs that fit nowhere (one 8-GPU node each
-    # side of a 1-hop limit), a low-priority job holding GPUs: one release-all search, not 3
+    # side of a 1-hop limit), a low-priority job holding GPUs: one search, not 3
     nodes = [node("n0"), node("n1")]
     jobs = [job("low", tp=8, priority="low")] + \
         [job(f"big{i}", tp=8, replicas=3, dp_hop=1, priority="high") for i in range(3)]
     p = PlacementProblem(instance(nodes, jobs, nodes_per_leaf=1))
     start = Assignment(units={0: [PlacedUnit(p.jobs[0].classes[0].index, "tp/0",
                                              [("n0", tuple(range(8)))])]})
-    calls = []
+    calls, probes = [], []
     real = greedy_module.give_back
     monkeypatch.setattr(greedy_module, "give_back", lambda s, u: (calls.append(1), real(s, u)))
+    fits = greedy_module._LevelProbe.fits
+    monkeypatch.setattr(greedy_module._LevelProbe, "fits",
+                        lambda self, jv, trials: (probes.append(jv.name), fits(self, jv, trials))[1])
     out = fix_inversions(p, start)
-    assert set(out.units) == {0} and len(calls) == 1
+    # one search for the shape: the level probe's (with low released), which fails, so
+    # nothing is released and given back
+    assert set(out.units) == {0} and probes == ["big0"] and calls == []
 
 
 def test_explanations_are_worked_out_once_per_shape():
