@@ -350,11 +350,13 @@ HARNESS = hashlib.sha256("".join(inspect.getsource(f) for f in (
 class Runner:
     """Replays through the cache and a pool of fresh processes (module docstring)."""
 
-    def __init__(self, workers: int, cache_dir: Path, fresh: bool, stale_peers: bool = False):
+    def __init__(self, workers: int, cache_dir: Path, fresh: bool, stale_peers: bool = False,
+                 engines_only: bool = False):
         self.cache_dir = cache_dir
         self.fresh = fresh
         self.stale_peers = stale_peers
         self.cache_only = workers == 0
+        self.engines_only = engines_only  # peers (and probes) from the cache only
         self.pool = ProcessPoolExecutor(max(1, workers),
                                         mp_context=multiprocessing.get_context("spawn"),
                                         max_tasks_per_child=1)
@@ -394,8 +396,8 @@ class Runner:
             if entry is not None:
                 self.stats["cached"] += 1
                 return entry
-            if self.cache_only:  # --from-cache: a replay not in the cache is missing
-                return None
+            if self.cache_only or (self.engines_only and spec["policy"] not in ENGINES):
+                return None  # --from-cache / --engines-only: a replay not cached is missing
             fut = self.inflight.get(key)
             if fut is None:
                 fut = self.pool.submit(replay, spec, str(self.cache_dir))
@@ -868,6 +870,9 @@ def main(argv: list[str] | None = None) -> None:
                     "each such row); engine rows are always re-run when their code changed")
     ap.add_argument("--federation", action="store_true", help="also run the federation "
                     "cells (fedsim's: bench/bench_fedsim.py)")
+    ap.add_argument("--engines-only", action="store_true", help="run only the engine rows; "
+                    "probes and peer rows come from the cache (those not there are listed "
+                    "as missing): the peers can be prefetched by another run meanwhile")
     ap.add_argument("--prefetch", action="store_true", help="probes and peer replays only, "
                     "into the cache (no cell is written): the engine rows come later")
     ap.add_argument("--engine-sim", default=None, help="SimConfig fields for the engine "
@@ -895,7 +900,7 @@ def main(argv: list[str] | None = None) -> None:
         todo = [e for e in grid if (not args.only or f"{e[0]}@{e[3]}" in args.only.split(","))
                 and (args.federation or len(load_instance(e[3]).clusters) == 1)]
         runner = Runner(0 if args.from_cache else args.workers, cache_dir, args.fresh,
-                        args.stale_peers)
+                        args.stale_peers, args.engines_only)
         t0 = time.time()
         try:
             def do(entry):

@@ -107,3 +107,15 @@ def test_stale_rows_list_their_changed_files_once_per_group(bench):
     assert "1 row(s) at c0 (volcano/fast-first): 1 file(s): hyperplace/a.py" in text
     assert "fifo" not in text and "engine" not in text
     assert bench.stale_note({"commit": "c2", "rows": rows[:1]}) == []
+
+
+def test_engines_only_runs_no_peer_replay(bench, tmp_path):
+    """``--engines-only``: a peer row or probe that is not cached is missing (None), never
+    run; the engine's would be run."""
+    runner = bench.Runner(1, tmp_path, fresh=False, engines_only=True)
+    try:
+        spec = {"label": "x", "policy": "kueue", "order": "fast-first", "until": "arrivals"}
+        assert runner.run(spec) is None
+        assert runner.stats["run"] == 0 and not runner.inflight
+    finally:
+        runner.close()
