@@ -70,9 +70,11 @@ from hyperplace.words import plural
 __all__ = ["Part", "Route", "route", "solve_decomposed"]
 
 #: Share of the budget kept for the cross-cluster repair, the explanations and the merged
-#: plan (at least ``BudgetParams.reserve_s``), and seconds per job the merge itself takes.
+#: plan (at least ``BudgetParams.reserve_s``), and seconds per job the merge itself takes
+#: (100,000 jobs pending, collector paused: 2.0 s of wall at load 10 where the routing read
+#: a 3.9x slowdown, so about 5 us each idle; 10 us before).
 TAIL_FRACTION = 0.12
-MERGE_S_PER_JOB = 10e-6
+MERGE_S_PER_JOB = 6e-6
 #: Seconds per job the routing takes on an idle machine (100,000 jobs: about 1.5 s of CPU);
 #: what it took against this is how much slower the machine is now, and the merge's reserve
 #: is scaled by it (at load 12 every phase took 3-4x its CPU time).
@@ -238,7 +240,7 @@ def _solve_decomposed(instance: Instance, *, solver: str, budget_s: float, polic
     todo = [part for part in parts.values() if part.jobs]
     run = _Run(instance, found, params, solver, policy, seed, workers)
     run.merge_s_per_job = MERGE_S_PER_JOB * slowdown
-    run.slow = run.route_slow = slowdown
+    run.slow = slowdown
     t = time.perf_counter()
     run.solve_parts(todo, budget, tail)
     parts_s = time.perf_counter() - t
@@ -591,7 +593,6 @@ class _Run:
         #: how much slower than the idle figures the machine runs now: the routing's, then
         #: the parts' builds (measured; greedy's passes are assumed to slow alike)
         self.slow = 1.0
-        self.route_slow = 1.0  # the routing's measure alone
         self.by_name = {job.name: j for j, job in enumerate(instance.jobs)}
         self.cluster_of = {c.name: c for c in instance.clusters}
         self.unbuilt_reason = ""
@@ -643,9 +644,9 @@ class _Run:
             # their idle figures (a cut greedy pass says nothing of a whole one's time)
             modelled += BUILD_NODE_S * part.nodes + BUILD_JOB_S * len(part.jobs)
             built_s += part.build_s
-            # never below the routing's measure (1M GPUs at load 11: builds read 1.0x with
-            # the old per-node figure, routing 3x, and the plans' writing overran by 0.6 s)
-            self.slow = max(self.route_slow, built_s / modelled)
+            # (1M GPUs at load 10: the builds read 2.3x where the routing, cold, read 3.9x
+            # and the plans then took 2.4x their idle figure to write)
+            self.slow = max(1.0, built_s / modelled)
             est = estimate_vars(part.problem)
             if r.pm is not None or est:  # what its exact model needed, for the record
                 vps = self.params.budget.vars_per_second(
