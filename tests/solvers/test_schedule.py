@@ -707,3 +707,18 @@ def test_the_work_conserving_fill_keeps_reservations_and_capacity(seed):
         now_cost = p.job_cost(0, b.end_step)
         assert a.start_step is None or now_cost <= 1.5 * p.job_cost(a.start_step, a.end_step)
         assert j.options[b.option].pool not in j.not_now
+
+
+def test_the_fill_waits_for_no_spent_wall_budget_but_always_runs_under_the_work_clock():
+    rng = random.Random(105)  # a round in which the fill starts jobs (seed 5 above)
+    inst, jobs, work, running = random_round(rng, rng.randint(6, 14))
+    kw = {"horizon": 7200, "step": 300, "objective": "completion", "wait_weight": 4.0}
+    p = problem(inst, jobs, work, running, **kw)
+    spent = solve_schedule(p, solver="greedy", budget_s=1e-9, fill=0.5)
+    assert "no time left for the work-conserving fill" in spent.notes
+    plain = solve_schedule(p, solver="greedy")
+    assert spent.starts_now() == plain.starts_now()
+    worked = solve_schedule(p, solver="greedy", budget_s=1e-9, work_s=1e-3, fill=0.5)
+    assert "3 jobs started now by the work-conserving fill" in worked.notes
+    assert len(worked.starts_now()) == len(plain.starts_now()) + 3
+    assert check_result(inst, jobs, worked, running) == []

@@ -461,7 +461,10 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
     do not cut the window by the time left (the caller sizes it): the schedule then does not
     depend on the machine's load. ``budget_s`` stays the wall ceiling: a search it cuts
     first is discarded for the list schedule (status ``fallback``, the note says "wall
-    ceiling")."""
+    ceiling").
+
+    ``fill``: then the work-conserving fill with that margin (:func:`fill_now`); under the
+    wall clock only when the budget is not spent yet (the note says so)."""
     if solver not in ("cpsat", "greedy", "auto"):
         raise ValueError(f"schedule solver must be 'cpsat', 'greedy' or 'auto', got {solver!r}")
     t0 = time.perf_counter()
@@ -519,7 +522,9 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
             # proven for the window's jobs only: the schedule as a whole is not
             status = "feasible"
             notes.append(f"CP-SAT proved the window of {len(head)} jobs optimal")
-    if fill is not None:
+    if fill is not None and work_s is None and time.perf_counter() - t0 > budget_s:
+        notes.append("no time left for the work-conserving fill")  # wall clock: the budget
+    elif fill is not None:
         entries, filled = fill_now(problem, entries, order, set(problem.reservations), fill)
         if filled:
             notes.append(f"{filled} jobs started now by the work-conserving fill")
