@@ -10,7 +10,8 @@ Each round :class:`PlanningEngine` (policy ``engine``):
 2. solves it (:func:`hyperplace.solvers.schedule.solve_schedule`, CP-SAT over the first
    ``window`` jobs, list scheduling for the rest and as fallback) in ``schedule_share`` of the
    round's budget: by default (``clock="work"``, :data:`CLOCKS`) a deterministic work limit
-   with the wall clock as a ceiling, so that a replay does not depend on the machine's load;
+   with the wall clock as a ceiling, so that a replay does not depend on the machine's load
+   while the ceiling cuts no round (:meth:`PlanningEngine.notes` counts those it cuts);
    then the work-conserving fill (``fill``, :data:`FILL_MARGIN`) starts now the unreserved
    jobs that fit now around the reservations when that costs them little more than their
    planned start;
@@ -129,8 +130,10 @@ WORK_PER_S = 0.02
 #: ``clock="work"``: the wall ceiling of a round, in budgets. Measured 2026-12-02 07:15 (the
 #: Alibaba 2023 cell at 0.8, machine load 9-10 on 2 cores): a round's CP-SAT search got a
 #: seventh of a core (0.04 s CPU in 0.3 s wall on average), so a ceiling of one budget cut
-#: 140 of 575 rounds and two replays differed; at four budgets a replay keeps its decisions
-#: up to a machine about 25x slower than its searches need. The rounds it cuts are counted.
+#: 140 of 575 rounds and two replays differed; at four budgets it cut 2-22 of ~570 Alibaba
+#: rounds and 30-122 of ~300 fm rounds at load 9-13 (those rounds depend on the load: their
+#: search falls back to the list schedule). The rounds it cuts are counted in the notes; a
+#: round's wall time under this clock is bounded by the ceiling, not by the budget.
 CEILING_BUDGETS = 4.0
 #: ``wall``: every limit is the round's wall-clock budget (the service's behaviour; replays
 #: then differ with the machine's load). ``work``: the schedule's CP-SAT search is limited by

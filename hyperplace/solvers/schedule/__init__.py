@@ -142,6 +142,13 @@ class Profile:
             short |= nfree < nodes
         return np.concatenate([[0], np.cumsum(short)])
 
+    def free_at_start(self, pool: int, demand: int, nodes: int = 0) -> bool:
+        """Whether ``pool`` and every pool above it have ``demand`` GPUs and ``nodes`` whole
+        nodes free at step 0."""
+        anc = self.anc[pool]
+        return bool((self.cap[anc] - self.used[anc, 0]).min() >= demand
+                    and (self.ncap[anc] - self.nused[anc, 0]).min() >= nodes)
+
     def first_fit(self, bad: np.ndarray, dur: int, lo: int = 0) -> int | None:
         """The first start >= ``lo`` with no bad step in ``[start, start + dur)``."""
         if dur > self.length:
@@ -237,6 +244,31 @@ def list_schedule(problem: ScheduleProblem, jobs: list[ScheduleJob],
     return out
 
 
+def _fill_option(prof: Profile, problem: ScheduleProblem, j: ScheduleJob, e: Planned,
+                 margin: float) -> int | None:
+    """The option :func:`fill_now` starts ``j`` on now (its planned entry ``e``), or None."""
+    # cheap test first: an option whose pool lacks the room at step 0 cannot start now (the
+    # same answer as the full test below; at 2,000 pending on a full cluster most jobs stop
+    # here)
+    if not any(prof.free_at_start(o.pool, j.demand[o.pool], j.node_demand.get(o.pool, 0))
+               for o in j.options):
+        return None
+    limit = (math.inf if e.start_step is None or e.end_step is None
+             else problem.job_cost(e.start_step, e.end_step) * (1.0 + margin))
+    best: tuple[int, int] | None = None
+    for k, o in enumerate(j.options):
+        d = problem.dur_steps(o, 0)
+        if o.pool in j.not_now or d > prof.length:
+            continue
+        cost = problem.job_cost(0, d)
+        if cost > limit or (best is not None and cost >= best[0]):
+            continue
+        if prof.bad_steps(o.pool, j.demand[o.pool], j.node_demand.get(o.pool, 0))[d]:
+            continue
+        best = (cost, k)
+    return None if best is None else best[1]
+
+
 def fill_now(problem: ScheduleProblem, entries: dict[str, Planned], order: list[ScheduleJob],
              keep: set[str], margin: float = 0.0) -> tuple[dict[str, Planned], int]:
     """Work-conserving fill of ``entries`` (a schedule of every job, in list ``order``): the
@@ -261,45 +293,17 @@ def fill_now(problem: ScheduleProblem, entries: dict[str, Planned], order: list[
         if e.start_step is not None and (e.start_step == 0 or n in keep):
             fixed[n] = _take(prof, problem, by_name[n], e.option, e.start_step)
     filled = 0
-
-    def free_now(pool: int) -> tuple[int, int]:  # GPUs and whole nodes free at step 0
-        anc = prof.anc[pool]
-        return (int((prof.cap[anc] - prof.used[anc, 0]).min()),
-                int((prof.ncap[anc] - prof.nused[anc, 0]).min()))
-
     for j in order:
         e = entries.get(j.name)
         if j.name in fixed or not j.options or e is None:
             continue
-        # cheap test first: an option whose pool lacks the room at step 0 cannot start now
-        # (the same answer as the full test below; at 2,000 pending on a full cluster most
-        # jobs stop here)
-        if not any(free_now(o.pool)[0] >= j.demand[o.pool] and free_now(o.pool)[1] >=
-                   j.node_demand.get(o.pool, 0) for o in j.options):
-            continue
-        limit = (math.inf if e.start_step is None or e.end_step is None
-                 else problem.job_cost(e.start_step, e.end_step) * (1.0 + margin))
-        best: tuple[int, int] | None = None
-        for k, o in enumerate(j.options):
-            d = problem.dur_steps(o, 0)
-            if o.pool in j.not_now or d > prof.length:
-                continue
-            cost = problem.job_cost(0, d)
-            if cost > limit or (best is not None and cost >= best[0]):
-                continue
-            if prof.bad_steps(o.pool, j.demand[o.pool], j.node_demand.get(o.pool, 0))[d]:
-                continue
-            best = (cost, k)
-        if best is not None:
-            fixed[j.name] = _take(prof, problem, j, best[1], 0)
+        k = _fill_option(prof, problem, j, e, margin)
+        if k is not None:
+            fixed[j.name] = _take(prof, problem, j, k, 0)
             filled += 1
     if not filled:
         return entries, 0
     return list_schedule(problem, order, fixed=fixed), filled
-
-
-class _Model:
-    """The CP-SAT model of the window (module docstring), built job by job."""
 
 
 class _Model:
@@ -450,6 +454,61 @@ def _objective_of(problem: ScheduleProblem, entries: dict[str, Planned],
                                     for n, e in entries.items() if n in names}, names)
 
 
+def _search(problem: ScheduleProblem, order: list[ScheduleJob], head: list[ScheduleJob],
+            greedy: dict[str, Planned], greedy_s: float, end: float, budget_s: float,
+            work_s: float | None, seed: int, workers: int, notes: list[str]):
+    """CP-SAT over the window ``head`` hinted with the list schedule ``greedy`` (the round
+    ends at ``end``, ``time.perf_counter()``): (entries, status, bound, the window as
+    searched, the list schedule's objective over it)."""
+    # kept back: the list schedule around CP-SAT's solution (as long as the first one
+    # took) and the objective's evaluation
+    deadline = end - 1.2 * greedy_s - 0.01
+    left = deadline - time.perf_counter()
+    if work_s is not None:  # no cut by the time left: the caller sizes the window
+        deadline, left = end, budget_s
+    # the model's build is outside CP-SAT's deadline: a window whose build would take
+    # more than half of what is left is cut to fit (the rest is list scheduled)
+    fit = int(0.5 * left / BUILD_S_PER_JOB) if work_s is None else len(head)
+    if fit < len(head):
+        fit = max(fit, MIN_WINDOW if left > 0.1 else 0)
+        head = head[:max(0, fit)]
+        notes.append(f"CP-SAT window cut to {len(head)} jobs (its build would not fit "
+                     "in the budget)")
+    names = {j.name for j in head}
+    g_obj = _objective_of(problem, greedy, names)
+    got, bound, st = None, None, "none"
+    if left > 0.01 and head:
+        got, bound, st = _cpsat(problem, head, greedy, deadline, seed, workers, work_s)
+    if got is None:
+        notes.append("CP-SAT stopped by the wall ceiling before its work limit: the "
+                     "list schedule" if st == "ceiling" else
+                     "CP-SAT found no solution within the budget" if left > 0.01 and head
+                     else "no budget left for CP-SAT after the list schedule")
+        return greedy, "fallback", bound, head, g_obj
+    c_obj = _objective_of(problem, got, names)
+    if c_obj > g_obj:
+        notes.append(f"CP-SAT's solution ({c_obj}) no better than the list schedule's "
+                     f"({g_obj})")
+        return greedy, "fallback", bound, head, g_obj
+    return list_schedule(problem, order, fixed=got), st, bound, head, g_obj
+
+
+def _fill(problem: ScheduleProblem, entries: dict[str, Planned], order: list[ScheduleJob],
+          status: str, margin: float, spent: bool, notes: list[str]
+          ) -> tuple[dict[str, Planned], str]:
+    """The work-conserving fill of ``entries`` (:func:`fill_now`) unless the wall budget is
+    ``spent``; with the status it leaves."""
+    if spent:
+        notes.append("no time left for the work-conserving fill")  # wall clock: the budget
+        return entries, status
+    entries, filled = fill_now(problem, entries, order, set(problem.reservations), margin)
+    if filled:
+        notes.append(f"{filled} jobs started now by the work-conserving fill")
+        if status == "optimal":  # the filled schedule is not the proven optimum
+            status = "feasible"
+    return entries, status
+
+
 def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: int = 200,
                    solver: str = "cpsat", seed: int = 0, workers: int = 1,
                    work_s: float | None = None, fill: float | None = None
@@ -479,42 +538,10 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
     notes: list[str] = []
     status, bound, entries = "greedy", None, greedy
     if solver != "greedy" and head:
-        # kept back: the list schedule around CP-SAT's solution (as long as the first one
-        # took) and the objective's evaluation
-        deadline = t0 + budget_s - 1.2 * greedy_s - 0.01
-        left = deadline - time.perf_counter()
-        if work_s is not None:  # no cut by the time left: the caller sizes the window
-            deadline = t0 + budget_s
-            left = budget_s
-        got = None
-        # the model's build is outside CP-SAT's deadline: a window whose build would take
-        # more than half of what is left is cut to fit (the rest is list scheduled)
-        fit = int(0.5 * left / BUILD_S_PER_JOB) if work_s is None else len(head)
-        if fit < len(head):
-            fit = max(fit, MIN_WINDOW if left > 0.1 else 0)
-            head = head[:max(0, fit)]
-            names = {j.name for j in head}
-            g_obj = _objective_of(problem, greedy, names)
-            notes.append(f"CP-SAT window cut to {len(head)} jobs (its build would not fit "
-                         "in the budget)")
-        st = "none"
-        if left > 0.01 and head:
-            got, bound, st = _cpsat(problem, head, greedy, deadline, seed, workers, work_s)
-        if got is not None:
-            c_obj = _objective_of(problem, got, names)
-            if c_obj <= g_obj:
-                entries = list_schedule(problem, order, fixed=got)
-                status = st
-            else:
-                status = "fallback"
-                notes.append(f"CP-SAT's solution ({c_obj}) no better than the list schedule's "
-                             f"({g_obj})")
-        else:
-            status = "fallback"
-            notes.append("CP-SAT stopped by the wall ceiling before its work limit: the "
-                         "list schedule" if st == "ceiling" else
-                         "CP-SAT found no solution within the budget" if left > 0.01 and head
-                         else "no budget left for CP-SAT after the list schedule")
+        entries, status, bound, head, g_obj = _search(
+            problem, order, head, greedy, greedy_s, t0 + budget_s, budget_s, work_s, seed,
+            workers, notes)
+        names = {j.name for j in head}
     if len(schedulable) > len(head):
         notes.append(f"{len(schedulable) - len(head)} jobs beyond the window of {window} "
                      "list scheduled around it")
@@ -522,14 +549,9 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
             # proven for the window's jobs only: the schedule as a whole is not
             status = "feasible"
             notes.append(f"CP-SAT proved the window of {len(head)} jobs optimal")
-    if fill is not None and work_s is None and time.perf_counter() - t0 > budget_s:
-        notes.append("no time left for the work-conserving fill")  # wall clock: the budget
-    elif fill is not None:
-        entries, filled = fill_now(problem, entries, order, set(problem.reservations), fill)
-        if filled:
-            notes.append(f"{filled} jobs started now by the work-conserving fill")
-            if status == "optimal":  # the filled schedule is not the proven optimum
-                status = "feasible"
+    if fill is not None:
+        entries, status = _fill(problem, entries, order, status, fill,
+                                work_s is None and time.perf_counter() - t0 > budget_s, notes)
     obj = _objective_of(problem, entries, names)
     if bound is not None and status == "fallback":
         bound = min(bound, obj)
