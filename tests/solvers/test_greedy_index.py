@@ -174,3 +174,25 @@ def test_the_level_probe_skips_only_searches_that_fail(monkeypatch) -> None:
         assert check(to_plan(p, fixed, stats, {}), p.instance) == []
     assert True in verdicts and verdicts.count(False) >= 3  # both kinds of search were met
     assert list(fixed.units) == [1]  # the hand-made round: high in, low out
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_a_rounds_later_states_are_copies_of_its_fresh_one(case: int) -> None:
+    # the first state of a round is indexed from the views, the later ones are copied from
+    # it; what an earlier state took does not leak into them
+    from hyperplace.solvers.heuristics import greedy as greedy_module
+
+    p = _problems()[case]
+    first = State(p)
+    _scramble(first, p, random.Random(case), 80)
+    _scramble(State(p), p, random.Random(case + 1), 80)  # a copy, changed
+    later = State(p)
+    greedy_module._FRESH.pop(p)
+    built = State(p)  # indexed from the views again
+    for name in ("free", "index", "leaves_with", "masks", "leaf_free"):
+        assert getattr(later, name) == getattr(built, name), name
+    assert later.index is not built.index and later.free is not first.free
+    assert [type(r) for r in later.openings] == [type(r) for r in built.openings]
+    assert all(a is not b for a, b in zip(later.openings, first.openings))
+    assert [later.may_open(leaf) for leaf in later.leaf_at] == \
+        [built.may_open(leaf) for leaf in built.leaf_at]

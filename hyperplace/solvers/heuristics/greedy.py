@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -36,6 +37,18 @@ _DEFAULTS = GreedyParams()
 #: "+ 0.05 s", beside the mapping and the explanations): a whole pass of a few hundred
 #: jobs, a bounded overrun beyond.
 LATE_PASS_S = 0.03
+
+
+def _counts() -> dict[str, int]:
+    return defaultdict(int)
+
+
+def _types_index() -> dict[str, dict[tuple[int, bool], int]]:
+    return defaultdict(_key_index)
+
+
+def _key_index() -> dict[tuple[int, bool], int]:
+    return defaultdict(int)
 
 
 class State:
@@ -66,9 +79,19 @@ class State:
         self.openings: tuple[OpeningRule, ...] = tuple(
             r for ext in problem.extensions if (r := ext.opening_rule()) is not None
         ) if rules else ()
+        fresh = _FRESH.get(problem)
+        if fresh is not None:
+            self._copy(fresh)
+            return
+        self._build(problem)
+        _FRESH[problem] = _Fresh(self)
+
+    def _build(self, problem: PlacementProblem) -> None:
+        """The round's free GPUs indexed from its node views (once per round: later states
+        of the same round copy it, :class:`_Fresh`)."""
         self.free: dict[str, tuple[int, ...]] = {}
         self.index: dict[DomainKey, dict[str, dict[tuple[int, bool], int]]] = \
-            defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
+            defaultdict(_types_index)
         #: each node's place among its leaf's nodes (its bit in ``index``)
         self.slot: dict[str, int] = {n.name: i for nodes in problem.nodes_by_leaf.values()
                                      for i, n in enumerate(nodes)}
@@ -82,7 +105,7 @@ class State:
         self._domain_masks: dict[int, tuple[list[DomainKey], int, bool]] = {}
         self._policy_types: dict[tuple[str | None, float], list[str]] = {}
         self._fast_enough: dict[tuple[int | None, DomainKey, float], bool] = {}
-        self.leaf_free: dict[DomainKey, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.leaf_free: dict[DomainKey, dict[str, int]] = defaultdict(_counts)
         self._positions: dict[int, tuple[list[DomainKey], dict[DomainKey, int]]] = {}
         self._domain_free: dict[int | None, tuple[dict[DomainKey, list[DomainKey]],
                                                   dict[DomainKey, dict[str, int]]]] = {}
@@ -97,6 +120,23 @@ class State:
             if n.free:
                 self._enter(n, n.free)
                 self.leaf_free[n.leaf][n.gpu_type.name] += len(n.free)
+
+    def _copy(self, fresh: _Fresh) -> None:
+        """This round's fresh state, copied (:class:`_Fresh`)."""
+        self.free = dict(fresh.free)
+        index: dict[DomainKey, dict[str, dict[tuple[int, bool], int]]] = defaultdict(_types_index)
+        for leaf, types in fresh.index.items():
+            by_type = index[leaf]
+            for t, by in types.items():
+                by_type[t].update(by)
+        self.index = index
+        self.leaves_with = defaultdict(dict, {k: dict(v) for k, v in fresh.leaves_with.items()})
+        self.masks = defaultdict(int, fresh.masks)
+        self.leaf_free = defaultdict(_counts, {leaf: defaultdict(int, v)
+                                                for leaf, v in fresh.leaf_free.items()})
+        self._domain_free = {}
+        for k, v in fresh.shared.items():
+            setattr(self, k, v)
 
     @staticmethod
     def _key(n: NodeView, free: tuple[int, ...]) -> tuple[int, bool]:
@@ -261,6 +301,29 @@ class State:
         """Free ``gpus`` of ``node`` again."""
         n = self.p.node_by_name[node]
         self._set(n, tuple(sorted(self.free[node] + gpus)))
+
+
+class _Fresh:
+    """A round's fresh greedy state, kept for the round's later states (the passes, the
+    inversion fix and its probe, the explanations' probes): copying its tables is a few
+    C-level dict copies, indexing 32,768 node views again was a third of a second. The
+    caches of what does not change within a round (domain masks, type orders, domain
+    bandwidths, leaf positions) are shared; the opening rules are made new per state."""
+
+    def __init__(self, state: State):
+        self.free = dict(state.free)
+        self.index = {leaf: {t: dict(by) for t, by in types.items()}
+                      for leaf, types in state.index.items()}
+        self.leaves_with = {k: dict(v) for k, v in state.leaves_with.items()}
+        self.masks = dict(state.masks)
+        self.leaf_free = {leaf: dict(v) for leaf, v in state.leaf_free.items()}
+        self.shared = {k: getattr(state, k) for k in (
+            "slot", "leaf_at", "rank", "rack_gpus", "_domain_masks", "_policy_types",
+            "_fast_enough", "_positions")}
+
+
+#: each round's fresh state (:class:`_Fresh`), while the round's problem lives
+_FRESH: weakref.WeakKeyDictionary[PlacementProblem, _Fresh] = weakref.WeakKeyDictionary()
 
 
 def _pick_gpus(n: NodeView, size: int, min_gbps: float, free: tuple[int, ...],
