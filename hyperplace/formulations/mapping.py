@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from hyperplace.formulations.placement import (
     DomainKey,
@@ -19,12 +20,9 @@ from hyperplace.formulations.placement import (
     UnitClass,
     radius_for,
 )
-from hyperplace.formulations.placement.stoppable import BrokenJob
 from hyperplace.models.plan import (
     GPURef,
-    Migration,
     PlacementPlan,
-    Preemption,
     TopologyAssignment,
     TopologyDomain,
 )
@@ -593,6 +591,10 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
     (the one plan builder, :class:`~hyperplace.models.plan_builder.PlanBuilder`);
     ``skipped``: pending jobs whose per-job analysis did not fit in the budget."""
     b = PlanBuilder(p.instance)
+    # what the families write (preemption: its stops and policy; migration: its moves)
+    sections: dict[str, Any] = {"preemptions": [], "preemption_policy": None, "migrations": []}
+    for ext in p.extensions:
+        sections.update(ext.plan_sections(assignment))
     for j in sorted(assignment.units):
         jv = p.jobs[j]
         units = assignment.units[j]
@@ -611,9 +613,7 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
         bound=stats.bound, gap=stats.gap, objective_gaps=stats.objective_gaps,
         runtime_s=round(stats.runtime_s, 4), budget_s=stats.budget_s,
         message=stats.message, objective_terms=objective_terms or {},
-        preemptions=preemptions(p, assignment) if p.preempting else [],
-        preemption_policy=p.preemption if p.preempting else None,
-        migrations=migrations(p, assignment),
+        **sections,
     )
 
 
@@ -634,103 +634,6 @@ def _by_node(gpus: tuple[tuple[str, int], ...]) -> list[tuple[str, tuple[int, ..
     for node, g in gpus:
         nodes[node].append(g)
     return [(node, tuple(gs)) for node, gs in nodes.items()]
-
-
-def migrations(p: PlacementProblem, a: Assignment) -> list[Migration]:
-    """One entry per migrated mover: why (the round's migration policy), for whom (the
-    highest-priority pending job on its old GPUs, then the one using most of them), its
-    GPUs, how many of its new GPUs it did not hold, its lost work, old and new nodes. A
-    repair in part is a migration too: its new place is its kept units and the new ones."""
-    partial = {v.index for v in p.movers
-               if isinstance(v, BrokenJob) and v.partial is not None and v.partial in a.units}
-    if not p.migrating or not (a.stopped or partial):
-        return []
-    assert p.migration is not None
-    for_job = _MoverUsers(p, a).for_job
-    out = []
-    for v in sorted(a.stopped | partial, key=lambda v: p.stoppable[v].name):
-        mover = p.mover(v)
-        part = p.partial_of(v) or 0
-        placed = a.units[mover.copy] if v in a.stopped else \
-            repaired_in_part(p, part, a.units[part])[1]
-        new = {(node, g) for u in placed for node, gpus in u.pieces for g in gpus}
-        out.append(Migration(job=mover.name, why=p.migration.why, for_job=for_job(v),
-                             gpus=p.jobs[mover.copy].gpus,
-                             gpus_moved=len(new - set(mover.gpus)),
-                             lost_gpu_seconds=mover.lost,
-                             from_nodes=sorted({n for n, _ in mover.gpus}),
-                             to_nodes=sorted({n for n, _ in new})))
-    return out
-
-
-class _MoverUsers:
-    """For whom each mover moved: the pending jobs on its old GPUs, and (a job moved for
-    another mover's copy is moved for that mover's pending job) the movers whose copies
-    use them."""
-
-    def __init__(self, p: PlacementProblem, a: Assignment) -> None:
-        self.p = p
-        self.users: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-        for j, units in a.units.items():
-            for u in units:
-                for node, gpus in u.pieces:
-                    held = p.node_by_name[node].stoppable
-                    for g in gpus:
-                        if g in held and not p.is_copy(j):
-                            self.users[held[g]][j] += 1
-        # mover -> movers whose copies use it
-        self.copy_users: dict[int, set[int]] = defaultdict(set)
-        for v in a.stopped:
-            for u in a.units.get(p.mover(v).copy, []):
-                for node, gpus in u.pieces:
-                    held = p.node_by_name[node].stoppable
-                    self.copy_users.update({held[g]: self.copy_users[held[g]] | {v}
-                                            for g in gpus if g in held and held[g] != v})
-
-    def for_job(self, v: int, seen: frozenset[int] = frozenset()) -> str:
-        """The highest-priority pending job on mover ``v``'s old GPUs, then the one using
-        most of them; else the one of a mover whose copy uses them; else ""."""
-        p = self.p
-        by = self.users.get(v, {})
-        if by:
-            user = min(by, key=lambda j: (-p.jobs[j].priority, -by[j], p.jobs[j].name))
-            return p.jobs[user].name
-        for w in sorted(self.copy_users.get(v, ()), key=lambda w: p.stoppable[w].name):
-            if w not in seen:
-                found = self.for_job(w, seen | {v})
-                if found:
-                    return found
-        return ""
-
-
-def preemptions(p: PlacementProblem, a: Assignment) -> list[Preemption]:
-    """One entry per stopped victim: why (``reclaim-within-cohort`` when a job of another
-    queue uses its GPUs, or, when none does, its quota), for whom (the highest-priority job using its
-    GPUs, then the one using most of them), its GPUs and its lost work."""
-    users: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    for v in a.stopped:  # a victim stopped for quota: the jobs allowed to stop it that run
-        for j in p.stoppable[v].allowed & set(a.units):
-            users[v][j] = 0
-    for j, units in a.units.items():
-        for u in units:
-            for node, gpus in u.pieces:
-                held = p.node_by_name[node].stoppable
-                for g in gpus:
-                    if g in held:
-                        users[held[g]][j] += 1
-    out = []
-    for v in sorted(a.stopped, key=lambda v: p.stoppable[v].name):
-        victim = p.candidate(v)
-        by = users.get(v, {})
-        user = min(by, key=lambda j: (-p.jobs[j].priority, -by[j], p.jobs[j].name)) if by else None
-        # reclaim when a job on its GPUs reclaims (StopRule.why); when none uses them (a
-        # stop for quota), when a job allowed to stop it that runs reclaims
-        on = {j for j, n in by.items() if n > 0} or set(by)
-        why = "reclaim-within-cohort" if on & victim.reclaim_only else "lower-priority"
-        out.append(Preemption(job=victim.name, why=why,
-                              preemptor=p.jobs[user].name if user is not None else "",
-                              gpus=len(victim.gpus), lost_gpu_seconds=victim.lost))
-    return out
 
 
 def objective_terms(pm: PlacementModel, values: list[int]) -> dict[str, float]:

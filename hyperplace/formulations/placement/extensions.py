@@ -139,6 +139,12 @@ class RoundExtension:
         """The family's objective terms as the plan reports them."""
         return {}
 
+    def plan_sections(self, a: Assignment) -> dict[str, object]:
+        """The plan's sections the family writes, as :meth:`PlanBuilder.build
+        <hyperplace.models.plan_builder.PlanBuilder.build>` keywords (preemption: its
+        ``preemptions`` and ``preemption_policy``; migration: its ``migrations``)."""
+        return {}
+
     def reasons(self, a: Assignment, reasons: dict[int, list[str]], proven: bool) -> None:
         """Add the family's reasons for the pending jobs ``a`` leaves out (after the
         explanations'); ``proven``: the plan is proven optimal."""

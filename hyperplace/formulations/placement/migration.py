@@ -33,6 +33,7 @@ from hyperplace.formulations.linear import Objective
 from hyperplace.formulations.placement.stoppable import BrokenJob, StopsJobs
 from hyperplace.models.instance import Instance
 from hyperplace.models.migration import MigrationPolicy
+from hyperplace.models.plan import Migration as MigrationEntry
 from hyperplace.models.sharing import running_gpus
 
 if TYPE_CHECKING:
@@ -129,11 +130,43 @@ class Migration(StopsJobs):
             if not changed:
                 return stopped
 
+    def plan_sections(self, a: Assignment) -> dict[str, object]:
+        """The plan's ``migrations[]`` (:meth:`migrations`)."""
+        return {"migrations": self.migrations(a)}
+
+    def migrations(self, a: Assignment) -> list[MigrationEntry]:
+        """One entry per migrated mover: why (the round's migration policy), for whom (the
+        highest-priority pending job on its old GPUs, then the one using most of them), its
+        GPUs, how many of its new GPUs it did not hold, its lost work, old and new nodes. A
+        repair in part is a migration too: its new place is its kept units and the new
+        ones."""
+        from hyperplace.formulations.mapping import repaired_in_part
+
+        p = self.p
+        partial = {v.index for v in p.movers
+                   if isinstance(v, BrokenJob) and v.partial is not None and v.partial in a.units}
+        if not (a.stopped or partial):
+            return []
+        assert p.migration is not None
+        for_job = _MoverUsers(p, a).for_job
+        out = []
+        for v in sorted(a.stopped | partial, key=lambda v: p.stoppable[v].name):
+            mover = p.mover(v)
+            part = p.partial_of(v) or 0
+            placed = a.units[mover.copy] if v in a.stopped else \
+                repaired_in_part(p, part, a.units[part])[1]
+            new = {(node, g) for u in placed for node, gpus in u.pieces for g in gpus}
+            out.append(MigrationEntry(job=mover.name, why=p.migration.why, for_job=for_job(v),
+                                      gpus=p.jobs[mover.copy].gpus,
+                                      gpus_moved=len(new - set(mover.gpus)),
+                                      lost_gpu_seconds=mover.lost,
+                                      from_nodes=sorted({n for n, _ in mover.gpus}),
+                                      to_nodes=sorted({n for n, _ in new})))
+        return out
+
     def terms(self, a: Assignment) -> dict[str, float]:
         """The exact lost work and the GPUs moved (the model counts migrations)."""
-        from hyperplace.formulations.mapping import migrations
-
-        moved = migrations(self.p, a)
+        moved = self.migrations(a)
         return {"migrated_lost_gpu_seconds": float(sum(m.lost_gpu_seconds for m in moved)),
                 "migrated_jobs": float(len(moved)),
                 "migrated_gpus": float(sum(m.gpus_moved for m in moved))}
@@ -164,6 +197,46 @@ class Migration(StopsJobs):
                                           for nc in p.node_classes) for uc in jv.classes)
             if anywhere[shape]:
                 reasons.setdefault(jv.index, []).append(text)
+
+class _MoverUsers:
+    """For whom each mover moved: the pending jobs on its old GPUs, and (a job moved for
+    another mover's copy is moved for that mover's pending job) the movers whose copies
+    use them."""
+
+    def __init__(self, p: PlacementProblem, a: Assignment) -> None:
+        self.p = p
+        self.users: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        for j, units in a.units.items():
+            for u in units:
+                for node, gpus in u.pieces:
+                    held = p.node_by_name[node].stoppable
+                    for g in gpus:
+                        if g in held and not p.is_copy(j):
+                            self.users[held[g]][j] += 1
+        # mover -> movers whose copies use it
+        self.copy_users: dict[int, set[int]] = defaultdict(set)
+        for v in a.stopped:
+            for u in a.units.get(p.mover(v).copy, []):
+                for node, gpus in u.pieces:
+                    held = p.node_by_name[node].stoppable
+                    self.copy_users.update({held[g]: self.copy_users[held[g]] | {v}
+                                            for g in gpus if g in held and held[g] != v})
+
+    def for_job(self, v: int, seen: frozenset[int] = frozenset()) -> str:
+        """The highest-priority pending job on mover ``v``'s old GPUs, then the one using
+        most of them; else the one of a mover whose copy uses them; else ""."""
+        p = self.p
+        by = self.users.get(v, {})
+        if by:
+            user = min(by, key=lambda j: (-p.jobs[j].priority, -by[j], p.jobs[j].name))
+            return p.jobs[user].name
+        for w in sorted(self.copy_users.get(v, ()), key=lambda w: p.stoppable[w].name):
+            if w not in seen:
+                found = self.for_job(w, seen | {v})
+                if found:
+                    return found
+        return ""
+
 
 @dataclass(frozen=True)
 class Movable:

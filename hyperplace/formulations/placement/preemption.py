@@ -68,6 +68,7 @@ from hyperplace.formulations.placement.stoppable import (  # re-exported: their 
     StopsJobs,
     signature_unions,
 )
+from hyperplace.models.plan import Preemption as PreemptionEntry
 from hyperplace.models.sharing import running_gpus
 
 if TYPE_CHECKING:
@@ -243,6 +244,41 @@ class Preemption(StopsJobs):
         p = self.p
         return {"preempted_lost_gpu_seconds": float(sum(p.stoppable[v].lost for v in a.stopped)),
                 "preempted_jobs": float(len(a.stopped))}
+
+    def plan_sections(self, a: Assignment) -> dict[str, object]:
+        """The plan's ``preemptions[]`` (:meth:`preemptions`) and its ``preemptionPolicy``."""
+        return {"preemptions": self.preemptions(a), "preemption_policy": self.p.preemption}
+
+    def preemptions(self, a: Assignment) -> list[PreemptionEntry]:
+        """One entry per stopped victim: why (``reclaim-within-cohort`` when a job of
+        another queue uses its GPUs, or, when none does, its quota), for whom (the
+        highest-priority job using its GPUs, then the one using most of them), its GPUs and
+        its lost work."""
+        p = self.p
+        users: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        for v in a.stopped:  # a victim stopped for quota: the jobs allowed to stop it that run
+            for j in p.stoppable[v].allowed & set(a.units):
+                users[v][j] = 0
+        for j, units in a.units.items():
+            for u in units:
+                for node, gpus in u.pieces:
+                    held = p.node_by_name[node].stoppable
+                    for g in gpus:
+                        if g in held:
+                            users[held[g]][j] += 1
+        out = []
+        for v in sorted(a.stopped, key=lambda v: p.stoppable[v].name):
+            victim = p.candidate(v)
+            by = users.get(v, {})
+            user = min(by, key=lambda j: (-p.jobs[j].priority, -by[j], p.jobs[j].name)) if by else None
+            # reclaim when a job on its GPUs reclaims (StopRule.why); when none uses them (a
+            # stop for quota), when a job allowed to stop it that runs reclaims
+            on = {j for j, n in by.items() if n > 0} or set(by)
+            why = "reclaim-within-cohort" if on & victim.reclaim_only else "lower-priority"
+            out.append(PreemptionEntry(job=victim.name, why=why,
+                                       preemptor=p.jobs[user].name if user is not None else "",
+                                       gpus=len(victim.gpus), lost_gpu_seconds=victim.lost))
+        return out
 
     def quota_rows(self, b: PlacementModelBuilder, terms: dict[tuple[str, str], Terms],
                    freed: dict[tuple[str, str], Terms], big: int) -> None:
