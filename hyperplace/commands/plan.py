@@ -47,10 +47,32 @@ def render(res: PlanResult, console: Console) -> None:
     if res.best:
         console.print(table)
     for loser in res.losers:
-        extra = ", ".join(f"{k} {v}" for k, v in loser.items() if k not in ("reason", "example"))
-        console.print(f"why others lose: {loser['reason']} (e.g. {loser['example']}; {extra})")
+        console.print(f"why others lose: {loser['reason']} (e.g. {loser['example']}; "
+                      f"{_figures(loser)})")
     for note in res.notes:
         console.print(f"note: {note}")
+
+
+#: A loser's figures in words, by key (the JSON keys name their unit by suffix: Gb, Pct, S).
+_FIGURES = {"neededGb": "needs {:,.1f} GB per GPU", "overByGb": "{:,.1f} GB over",
+            "slowerByPct": "step {:,.1f}% slower", "boundS": "compute alone {:,.3f} s",
+            "bestS": "best {:,.3f} s", "candidates": "{:,} configurations"}
+
+
+def _figures(loser: dict) -> str:
+    """``needs 84.5 GB per GPU, 4.5 GB over`` / ``step 26.0% slower, bubble +1.593 s``."""
+    out = []
+    for key, value in loser.items():
+        if key in ("reason", "example"):
+            continue
+        if key == "extraS" and isinstance(value, (int, float)):
+            part = str(loser.get("reason", "")).removeprefix("slower: more ")
+            out.append(f"{part} +{value:,.3f} s")
+        elif key in _FIGURES and isinstance(value, (int, float)):
+            out.append(_FIGURES[key].format(value))
+        else:
+            out.append(f"{key} {value}")
+    return ", ".join(out)
 
 
 def plan_command(

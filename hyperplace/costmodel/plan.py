@@ -457,7 +457,8 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
             worst = max(diff, key=diff.get)
             key = f"slower: more {worst}"
             losers.setdefault(key, {"reason": key, "example": other.candidate.label(),
-                                    "slowerBy": round(o.step_time_s / best.step_time_s - 1, 4),
+                                    "slowerByPct": round(100 * (o.step_time_s
+                                                                / best.step_time_s - 1), 2),
                                     "extraS": round(diff[worst], 4)})
     if not ranked and explain:
         closest = _least_memory(spec, slow, cands, gb, mem_memo) or closest

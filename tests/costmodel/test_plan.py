@@ -82,6 +82,23 @@ def test_plan_cli_json_and_why_others_lose():
     assert {"stepTimeS", "tokensPerS", "mfu", "label"} <= set(first)
 
 
+def test_why_others_lose_names_the_unit_of_every_figure():
+    """A slower configuration's figure was ``slowerBy 0.2596``, with no unit (a fraction?
+    times?): the JSON key says percent and the table says what each figure is."""
+    args = ["plan", "--model-name", "llama3-405b", "--gpus", "H100x16384"]
+    res = runner.invoke(app, [*args, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    slower = [w for w in doc["whyOthersLose"] if w["reason"].startswith("slower: more ")]
+    assert slower and all("slowerBy" not in w for w in slower)
+    for w in slower:
+        assert w["slowerByPct"] > 0 and w["extraS"] > 0
+    table = runner.invoke(app, args, env={"COLUMNS": "300"})
+    lines = [ln for ln in table.stdout.splitlines() if "slower: more " in ln]
+    assert lines and all("% slower" in ln and " s)" in ln for ln in lines), lines
+    assert "slowerBy" not in table.stdout and "extraS" not in table.stdout
+
+
 def test_plan_of_a_mix_prices_the_slowest_and_says_so():
     res = plan(model_preset("llama3-8b"), [("A100-80", 8), ("H100-80", 8)], global_batch=32)
     assert res.gpu == "A100-80" and any("slowest" in n for n in res.notes)
