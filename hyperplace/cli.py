@@ -8,6 +8,7 @@ on stderr and exit code 2.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -182,9 +183,22 @@ def _command() -> Callable[..., Any]:
     return _built[1]
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A file's deprecated key (``errors.DeprecatedKey``) as one ``warning:`` line; other
+    warnings as Python shows them."""
+    if category.__name__ == "DeprecatedKey":
+        print(f"warning: {message}", file=sys.stderr)
+    else:
+        _PYTHON_SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+_PYTHON_SHOW_WARNING = warnings.showwarning
+
+
 def main() -> None:
     """Console-script entry point: errors are one line on stderr, never a traceback."""
     deadline.started_as_command()  # budgets run from process start (reading counts)
+    warnings.showwarning = _show_warning
     try:
         code = _command()(standalone_mode=False)
     except InputError as exc:

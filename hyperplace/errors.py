@@ -22,6 +22,11 @@ class InputError(ValueError):
         return f"{where}: {self.message}" if where else self.message
 
 
+class DeprecatedKey(FutureWarning):
+    """A file used a key's old spelling: it is read, and the warning (one ``warning:`` line
+    from the CLI) names the file, the path and the key to write now."""
+
+
 class ConflictError(InputError):
     """Valid input that contradicts the current state (a GPU another job holds, a job already
     queued): the service answers 409 rather than 422."""

@@ -80,7 +80,7 @@ def nvlink_counts(node: Node, catalog: GPUCatalog | None = None) -> dict[tuple[i
             per_link = catalog.get(node.gpu_type).nvlink_per_link_gbps
         out: dict[tuple[int, int], int] = {}
         for p in node.nvlink_pairs:
-            links = max(1, round(p.gbps / per_link)) if per_link else 1
+            links = max(1, round(p.gigabytes_per_second / per_link)) if per_link else 1
             out[(min(p.a, p.b), max(p.a, p.b))] = links
         return out
     return {}

@@ -5,8 +5,8 @@ A unit whose GPUs span nodes and that asks for NVLink (``minNVLinkBandwidthGbpsP
 each of its pods whole on one node, ``slice-shape``), with a GPU on a tray of a multi-node NVLink
 domain (:class:`~hyperplace.models.nvlink.NVLinkDomain`), must have every GPU on trays of
 that one domain and, in a partitioned domain, of one partition (``nvlink-domain``); the
-domain's per-GPU NVLink rate (its ``gbpsPerGpu``, else the trays' GPU type figure) meets
-the floor across trays (``nvlink-bandwidth``). A unit larger than a node that is "on one
+domain's per-GPU NVLink rate (its ``gigabytesPerSecondPerGpu``, else the trays' GPU type
+figure) meets the floor across trays (``nvlink-bandwidth``). A unit larger than a node that is "on one
 NVLink domain" passes the rule that ``maxHopCount: 0`` means one node (``unit-span``); a
 unit that fits in one node still sits on one node (``nvlink-split``, ``unit-split``: a
 tray's GPUs are the tightest NVLink set), and trays of one domain are 0 hops apart

@@ -79,7 +79,7 @@ def _label(i: int, n: int) -> str | None:
 
 def load_federation_file(path: str | Path) -> Instance:
     """Member clusters and links from one file (see the module docstring)."""
-    from hyperplace.instances.registry import parse_cluster
+    from hyperplace.instances.registry import parse_cluster, warn_renamed_keys
 
     source = str(path)
     docs = load_documents(path)
@@ -91,6 +91,7 @@ def load_federation_file(path: str | Path) -> Instance:
         where = _label(i, len(docs))
         kind = doc.get("kind")
         if kind == "Instance":
+            warn_renamed_keys(doc, source, where)
             inst = _validate(Instance, doc, source, where)
             clusters += inst.clusters
             gpu_types += inst.spec.gpu_types

@@ -187,9 +187,68 @@ def document_kind(doc: dict[str, Any], source: str, document: str | None = None)
     return str(kind)
 
 
+#: Keys renamed so that their names say their unit: NVLink figures are GB/s (bytes), and
+#: ``gbps`` is the Gb/s (bits) of links and NICs everywhere else. old -> new.
+RENAMED_KEYS = {"nvlinkGbps": "nvlinkGigabytesPerSecond", "gbps": "gigabytesPerSecond",
+                "gbpsPerGpu": "gigabytesPerSecondPerGpu"}
+
+
+def _mappings(value: Any) -> list[tuple[int, dict[str, Any]]]:
+    return [(i, v) for i, v in enumerate(value) if isinstance(v, dict)] \
+        if isinstance(value, list) else []
+
+
+def _renamed_in_cluster(body: dict[str, Any], at: str) -> list[tuple[str, dict[str, Any], str]]:
+    """(path, mapping, old key) of every place a renamed key may sit in a cluster's body."""
+    out = [(f"{at}gpuTypes[{i}]", t, "nvlinkGbps") for i, t in _mappings(body.get("gpuTypes"))]
+    for i, node in _mappings(body.get("nodes")):
+        out.append((f"{at}nodes[{i}]", node, "nvlinkGbps"))
+        if "nvlinkPairs" in node:
+            out += [(f"{at}nodes[{i}].nvlinkPairs[{k}]", p, "gbps")
+                    for k, p in _mappings(node["nvlinkPairs"])]
+    fabric = body.get("fabric")
+    if isinstance(fabric, dict) and "nvlinkDomains" in fabric:
+        out += [(f"{at}fabric.nvlinkDomains[{i}]", d, "gbpsPerGpu")
+                for i, d in _mappings(fabric["nvlinkDomains"])]
+    return out
+
+
+def warn_renamed_keys(doc: Any, source: str, document: str | None = None) -> None:
+    """A ``DeprecatedKey`` warning per old key a Cluster or Instance document uses (they
+    are still read, :data:`RENAMED_KEYS`), naming the file, the first path and how many
+    more; both spellings in one mapping is an :class:`InputError` at the old key."""
+    import warnings
+
+    from hyperplace.errors import DeprecatedKey
+
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    if not isinstance(spec, dict):
+        return
+    places = _renamed_in_cluster(spec, "spec.") + [
+        place for i, c in _mappings(spec.get("clusters"))
+        for place in _renamed_in_cluster(c, f"spec.clusters[{i}].")]
+    found: dict[str, list[str]] = {}
+    for at, mapping, old in places:
+        if old not in mapping:
+            continue
+        new = RENAMED_KEYS[old]
+        path = f"{document}: {at}.{old}" if document else f"{at}.{old}"
+        if new in mapping:
+            raise InputError(f"the old spelling of {new}; give {new} only", source=source,
+                             path=path)
+        found.setdefault(old, []).append(path)
+    for old, paths in found.items():
+        more = f" (and {len(paths) - 1:,} more)" if len(paths) > 1 else ""
+        warnings.warn(DeprecatedKey(
+            f"{source}: {paths[0]}{more}: {old!r} is deprecated: NVLink figures are GB/s "
+            f"(bytes), not the Gb/s of links; write {RENAMED_KEYS[old]!r} (read as it this "
+            "time)"), stacklevel=2)
+
+
 def parse_cluster(doc: dict[str, Any], source: str, document: str | None = None
                   ) -> ParsedCluster:
     """A ``Cluster`` document as a :class:`Cluster` (GPU types checked against the catalog)."""
+    warn_renamed_keys(doc, source, document)
     parsed: ClusterDocument = _validate(ClusterDocument, doc, source, document)
     body = {k: v for k, v in doc["spec"].items() if k not in ("gpuTypes", "gpu_types")}
     body["name"] = parsed.metadata.name
@@ -211,6 +270,7 @@ def parse_job(doc: dict[str, Any], source: str, document: str | None = None) -> 
 
 
 def parse_instance(doc: dict[str, Any], source: str, document: str | None = None) -> Instance:
+    warn_renamed_keys(doc, source, document)
     inst: Instance = _validate(Instance, doc, source, document)
     _check_jobs_against([(j, source, document) for j in inst.jobs], inst.spec.gpu_types,
                         inst.clusters, prefix=lambda i: f"spec.jobs[{i}].")

@@ -101,7 +101,8 @@ def largest_free_nvlink_set(node: Node) -> int:
     if node.nvlink == NVLinkTopology.HYBRID_CUBE_MESH:
         linked = {pair for pair, links in DGX1_LINKS.items() if links > 0}
     else:
-        linked = {(min(p.a, p.b), max(p.a, p.b)) for p in node.nvlink_pairs if p.gbps > 0}
+        linked = {(min(p.a, p.b), max(p.a, p.b)) for p in node.nvlink_pairs
+                  if p.gigabytes_per_second > 0}
     return largest_clique(free, lambda a, b: (a, b) in linked)
 
 

@@ -25,3 +25,4 @@ class HPModel(BaseModel):
         head = {k: getattr(self, a) for k, a in (("apiVersion", "api_version"), ("kind", "kind"))
                 if isinstance(getattr(self, a, None), str)}
         return {**head, **{k: v for k, v in data.items() if k not in head}}
+

@@ -15,7 +15,7 @@ import re
 from functools import cache
 from importlib import resources
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
 from hyperplace.models.base import HPModel
 from hyperplace.models.limits import MAX_GPU_FIGURE, Name
@@ -38,7 +38,10 @@ class GPUType(HPModel):
     bf16_tflops: float = Field(gt=0, le=MAX_GPU_FIGURE, description="dense BF16 (FP16 for V100) peak TFLOPS")
     hbm_gb: float = Field(gt=0, le=MAX_GPU_FIGURE)
     hbm_tb_s: float = Field(gt=0, le=MAX_GPU_FIGURE)
-    nvlink_gbps: float = Field(ge=0, le=MAX_GPU_FIGURE, description="per-GPU NVLink, bidirectional GB/s")
+    nvlink_gbps: float = Field(
+        ge=0, le=MAX_GPU_FIGURE, alias="nvlinkGigabytesPerSecond", validation_alias=AliasChoices(
+            "nvlinkGigabytesPerSecond", "nvlink_gbps", "nvlinkGbps"),  # nvlinkGbps: the old key
+        description="per-GPU NVLink, bidirectional GB/s (gigabytes)")
     nvlink_generation: int | None = Field(default=None, ge=1)
     pcie_generation: int = Field(default=4, ge=3, le=6)
     nic_gbps: float = Field(gt=0, le=MAX_GPU_FIGURE, description="typical NIC Gb/s per GPU")

@@ -6,7 +6,7 @@ from enum import StrEnum
 from functools import cached_property
 from itertools import combinations
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, model_validator
 
 from hyperplace.models.base import HPModel
 from hyperplace.models.limits import Name
@@ -36,10 +36,16 @@ DGX1_LINKS: dict[tuple[int, int], int] = {
 
 
 class GPUPair(HPModel):
+    """NVLink between two GPUs of a node, in gigabytes per second (``gigabytesPerSecond``;
+    the old key ``gbps``, which read like a network's gigabits, is still read: the file
+    readers say so, :func:`hyperplace.instances.registry.warn_renamed_keys`)."""
 
     a: int = Field(ge=0)
     b: int = Field(ge=0)
-    gbps: float = Field(ge=0, description="bidirectional GB/s between the pair")
+    gigabytes_per_second: float = Field(
+        ge=0, alias="gigabytesPerSecond", validation_alias=AliasChoices(
+            "gigabytesPerSecond", "gigabytes_per_second", "gbps"),  # gbps: the old key
+        description="bidirectional GB/s between the pair")
 
 
 class NIC(HPModel):
@@ -62,8 +68,9 @@ class Node(HPModel):
     gpu_count: int = Field(gt=0, le=72, strict=True)
     nvlink: NVLinkTopology = NVLinkTopology.NVSWITCH
     nvlink_gbps: float | None = Field(
-        default=None, ge=0, description="per-pair GB/s for nvswitch nodes; default: the GPU's"
-    )
+        default=None, ge=0, alias="nvlinkGigabytesPerSecond", validation_alias=AliasChoices(
+            "nvlinkGigabytesPerSecond", "nvlink_gbps", "nvlinkGbps"),  # nvlinkGbps: the old key
+        description="per-pair GB/s (gigabytes) for nvswitch nodes; default: the GPU's")
     nvlink_pairs: list[GPUPair] = Field(default_factory=list, max_length=72 * 71 // 2,
                                         description="at most one entry per GPU pair")
     nics: list[NIC] = Field(default_factory=list)
@@ -151,7 +158,7 @@ class Node(HPModel):
                 out[(i, j)] = links * per_link_gbps
         elif self.nvlink == NVLinkTopology.EXPLICIT:
             for p in self.nvlink_pairs:
-                out[(min(p.a, p.b), max(p.a, p.b))] = p.gbps
+                out[(min(p.a, p.b), max(p.a, p.b))] = p.gigabytes_per_second
         return out
 
     @property

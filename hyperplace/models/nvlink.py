@@ -31,7 +31,7 @@ NVLink Switch System (up to 256 H100 in one NVLink domain, 900 GB/s per GPU).
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, model_validator
 
 from hyperplace.models.base import HPModel
 from hyperplace.models.limits import MAX_GPU_FIGURE, Name
@@ -53,16 +53,20 @@ def tray_gpus(gpu_type: str) -> int | None:
 class NVLinkDomain(HPModel):
     """One NVLink domain spanning nodes (an NVL72 rack, an NVLink Switch System).
 
-    ``gbpsPerGpu`` is the per-GPU NVLink rate between any two GPUs of the domain,
-    bidirectional GB/s as the GPU catalog's ``nvlinkGbps`` (GB200 NVL72: 1800); None takes
+    ``gigabytesPerSecondPerGpu`` is the per-GPU NVLink rate between any two GPUs of the
+    domain, bidirectional GB/s as the GPU type's ``nvlinkGigabytesPerSecond`` (GB200 NVL72:
+    1800; the old key ``gbpsPerGpu`` is read with a warning); None takes
     the members' GPU type figure.
     """
 
     name: Name
     nodes: list[Name] = Field(min_length=1, max_length=4096,
                               description="member nodes (trays), each in one domain only")
-    gbps_per_gpu: float | None = Field(default=None, ge=0, le=MAX_GPU_FIGURE,
-                                       description="per-GPU NVLink GB/s across the domain")
+    gbps_per_gpu: float | None = Field(
+        default=None, ge=0, le=MAX_GPU_FIGURE, alias="gigabytesPerSecondPerGpu",
+        validation_alias=AliasChoices("gigabytesPerSecondPerGpu", "gbps_per_gpu",
+                                      "gbpsPerGpu"),  # gbpsPerGpu: the old key
+        description="per-GPU NVLink GB/s (gigabytes) across the domain")
     system: str = Field(default="", description="e.g. GB200 NVL72")
     switch_trays: int = Field(default=0, ge=0, le=4096,
                               description="NVLink switch trays (the NVLink switch layer)")

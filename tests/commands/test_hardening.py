@@ -61,13 +61,13 @@ BAD_FILES = [
     ("nan.json", '{"kind": NaN}', ["NaN"]),
     ("bad-utf8.yaml", b"kind: Instance\nmetadata: {name: \xff\xfe}\n", ["not UTF-8", "line 2"]),
     ("inf-cost.yaml", instance(extra_spec="  gpuTypes: [{name: X1, family: X1, bf16Tflops: 1, "
-     "hbmGb: 80, hbmTbS: 2, nvlinkGbps: 900, nicGbps: 400, costPerHour: .inf}]\n"),
+     "hbmGb: 80, hbmTbS: 2, nvlinkGigabytesPerSecond: 900, nicGbps: 400, costPerHour: .inf}]\n"),
      ["spec.gpuTypes[0].costPerHour", "finite"]),
     ("huge-cost.yaml", instance(extra_spec="  gpuTypes: [{name: X1, family: X1, bf16Tflops: 1, "
-     "hbmGb: 80, hbmTbS: 2, nvlinkGbps: 900, nicGbps: 400, costPerHour: 1e308}]\n"),
+     "hbmGb: 80, hbmTbS: 2, nvlinkGigabytesPerSecond: 900, nicGbps: 400, costPerHour: 1e308}]\n"),
      ["spec.gpuTypes[0].costPerHour", "less than or equal"]),
     ("inf-tflops.yaml", instance(extra_spec="  gpuTypes: [{name: X1, family: X1, "
-     "bf16Tflops: .inf, hbmGb: 80, hbmTbS: 2, nvlinkGbps: 900, nicGbps: 400}]\n"),
+     "bf16Tflops: .inf, hbmGb: 80, hbmTbS: 2, nvlinkGigabytesPerSecond: 900, nicGbps: 400}]\n"),
      ["bf16Tflops", "finite"]),
     ("faulty-and-allocated.yaml",
      instance("{name: n0, gpuType: H100-80, gpuCount: 8, allocated: {0: r}, faulty: [0]}"),
@@ -87,7 +87,7 @@ BAD_FILES = [
     ("faulty-twice.yaml", instance("{name: n0, gpuType: H100-80, gpuCount: 8, faulty: [1, 1]}"),
      ["GPU 1 is listed twice"]),
     ("pairs-twice.yaml", instance("{name: n0, gpuType: H100-80, gpuCount: 8, nvlink: explicit, "
-                                  "nvlinkPairs: [{a: 0, b: 1, gbps: 1}, {a: 1, b: 0, gbps: 1}]}"),
+                                  "nvlinkPairs: [{a: 0, b: 1, gigabytesPerSecond: 1}, {a: 1, b: 0, gigabytesPerSecond: 1}]}"),
      ["nvlinkPairs[1]", "listed twice"]),
     ("newline-name.yaml", instance('{name: "n0\\nx", gpuType: H100-80, gpuCount: 8}'),
      ["nodes[0].name", "should match pattern"]),
@@ -111,8 +111,8 @@ BAD_FILES = [
                               "nics: [{name: ib0, gbps: 400, gpus: [9]}]}"),
      ["nics[0].gpus", "GPU index 9 outside 0..7"]),
     ("types-twice.yaml", instance(extra_spec="  gpuTypes: [{name: X1, family: X1, bf16Tflops: 1, "
-     "hbmGb: 80, hbmTbS: 2, nvlinkGbps: 900, nicGbps: 400}, {name: X1, family: X1, "
-     "bf16Tflops: 2, hbmGb: 80, hbmTbS: 2, nvlinkGbps: 900, nicGbps: 400}]\n"),
+     "hbmGb: 80, hbmTbS: 2, nvlinkGigabytesPerSecond: 900, nicGbps: 400}, {name: X1, family: X1, "
+     "bf16Tflops: 2, hbmGb: 80, hbmTbS: 2, nvlinkGigabytesPerSecond: 900, nicGbps: 400}]\n"),
      ["spec.gpuTypes[1].name", "declared twice"]),
     ("links-twice.yaml", instance(extra_spec="  interClusterLinks: [{a: c, b: d, gbps: 100}, "
      "{a: d, b: c, gbps: 400}]\n").replace(
@@ -606,3 +606,30 @@ def test_unknown_names_get_a_short_line_with_the_closest_known(tmp_path: Path, c
     one_line_error(code, err, "--model-name", "unknown model preset 'llama3-7b'",
                    "closest: llama3-70b, llama3-8b")
     assert len(err.strip()) < 130, err
+
+
+def test_an_old_gigabyte_key_is_one_warning_line_and_read(tmp_path: Path, capsys) -> None:
+    """``nvlinkPairs[].gbps`` was GB/s while fabric links' ``gbps`` is Gb/s: files written
+    before the rename still read, with one line saying the key to write now."""
+    old = tmp_path / "old.yaml"
+    old.write_text(instance("{name: n0, gpuType: H100-80, gpuCount: 8, nvlink: explicit, "
+                            "nvlinkPairs: [{a: 0, b: 1, gbps: 450}]}"))
+    code, out, err = run(["validate", str(old)], capsys)
+    assert code == 0 and "ok" in out, err
+    assert err.strip().splitlines() == [
+        f"warning: {old}: spec.clusters[0].nodes[0].nvlinkPairs[0].gbps: 'gbps' is deprecated: "
+        "NVLink figures are GB/s (bytes), not the Gb/s of links; write 'gigabytesPerSecond' "
+        "(read as it this time)"]
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(instance("{name: n0, gpuType: H100-80, gpuCount: 8, nvlinkGbps: 900}, "
+                              "{name: n1, gpuType: H100-80, gpuCount: 8, nvlinkGbps: 900}"))
+    code, _, err = run(["validate", str(nodes)], capsys)
+    assert code == 0 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"warning: {nodes}: spec.clusters[0].nodes[0].nvlinkGbps (and 1 "
+                          "more): 'nvlinkGbps' is deprecated"), err
+    both = tmp_path / "both.yaml"
+    both.write_text(instance("{name: n0, gpuType: H100-80, gpuCount: 8, nvlink: explicit, "
+                             "nvlinkPairs: [{a: 0, b: 1, gbps: 450, gigabytesPerSecond: 450}]}"))
+    code, _, err = run(["validate", str(both)], capsys)
+    one_line_error(code, err, "spec.clusters[0].nodes[0].nvlinkPairs[0].gbps: the old spelling "
+                   "of gigabytesPerSecond; give gigabytesPerSecond only")

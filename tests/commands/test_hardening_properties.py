@@ -25,7 +25,7 @@ spec:
     nodes:
     - {name: n0, gpuType: H100-80, gpuCount: 8, allocated: {0: run-a}, faulty: [7]}
     - {name: n1, gpuType: A100-80, gpuCount: 8, nvlink: explicit,
-       nvlinkPairs: [{a: 0, b: 1, gbps: 600}]}
+       nvlinkPairs: [{a: 0, b: 1, gigabytesPerSecond: 600}]}
     fabric:
       switches: [{name: leaf0}, {name: spine0, tier: 2}]
       links: [{a: n0, b: leaf0, gbps: 400}, {a: n1, b: leaf0, gbps: 400},

@@ -23,7 +23,7 @@ def test_current_layout_with_empty_numa_cell_and_header_styling():
     node = import_nvidia_smi_topo(B300)
     assert node.gpu_type == "B300"  # "GPU 0..7: NVIDIA B300 SXM6 AC" printed beside it
     assert node.gpu_count == 8 and len(node.nvlink_pairs) == 28
-    assert {p.gbps for p in node.nvlink_pairs} == {1800.0}  # NV18 x 100 GB/s (NVLink 5)
+    assert {p.gigabytes_per_second for p in node.nvlink_pairs} == {1800.0}  # NV18 x 100 GB/s (NVLink 5)
     assert [n.name for n in node.nics] == [f"mlx5_{i}" for i in range(10, 18)]
     assert [n.gpus for n in node.nics] == [[g] for g in range(8)]
     assert node.labels["hyperplace.io/other-nics"] == "mlx5_bond_0"
@@ -33,7 +33,7 @@ def test_current_layout_with_empty_numa_cell_and_header_styling():
 def test_space_aligned_h800_nv8_bond_is_not_compute():
     node = import_nvidia_smi_topo(H800)
     assert node.gpu_type == "H800"
-    assert {p.gbps for p in node.nvlink_pairs} == {400.0}  # NV8 x 50
+    assert {p.gigabytes_per_second for p in node.nvlink_pairs} == {400.0}  # NV8 x 50
     assert len(node.nics) == 8 and "mlx5_bond_0" not in [n.name for n in node.nics]
     # the per-GPU compute bandwidth counts the 8 rails only
     assert node.nic_gbps_per_gpu == pytest.approx(sum(n.gbps for n in node.nics) / 8)

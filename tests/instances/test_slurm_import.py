@@ -66,7 +66,7 @@ def test_gres_links_make_nvlink_pairs():
     nodes, _, _ = import_slurm([], gres=[(text, "gres.conf")])
     (n,) = nodes
     assert n.gpu_type == "V100-32" and n.nvlink.value == "explicit"
-    assert {(p.a, p.b): p.gbps for p in n.nvlink_pairs} == {
+    assert {(p.a, p.b): p.gigabytes_per_second for p in n.nvlink_pairs} == {
         (0, 1): 100.0, (0, 2): 50.0, (1, 3): 50.0, (2, 3): 100.0}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,32 @@ def test_instance_rejects_duplicate_jobs(seed_job_path: Path) -> None:
     with pytest.raises(InputError, match="duplicate job name"):
         instance_from_documents([doc], "i.yaml")
     assert isinstance(instance_from_documents([_instance_doc()], "i.yaml"), Instance)
+
+
+# ---- units in key names: GB/s keys say gigabytes (the old "gbps" read like Gb/s) ---------
+
+_TYPE = {"name": "X1", "family": "X1", "bf16Tflops": 1, "hbmGb": 80, "hbmTbS": 2,
+         "nicGbps": 400}
+
+
+@pytest.mark.parametrize("model, doc, old, new, attr", [
+    ("GPUPair", {"a": 0, "b": 1}, "gbps", "gigabytesPerSecond", "gigabytes_per_second"),
+    ("Node", {"name": "n", "gpuType": "H100-80", "gpuCount": 8}, "nvlinkGbps",
+     "nvlinkGigabytesPerSecond", "nvlink_gbps"),
+    ("GPUType", _TYPE, "nvlinkGbps", "nvlinkGigabytesPerSecond", "nvlink_gbps"),
+    ("NVLinkDomain", {"name": "d", "nodes": ["t0"]}, "gbpsPerGpu", "gigabytesPerSecondPerGpu",
+     "gbps_per_gpu"),
+])
+def test_gigabyte_keys_say_so_and_the_old_key_is_still_read(model, doc, old, new,
+                                                            attr) -> None:
+    """The models read both spellings (a service body too) and write the new one; the file
+    readers warn about the old one (tests/commands/test_hardening.py)."""
+    import hyperplace.models as models
+    from hyperplace.models.nvlink import NVLinkDomain
+
+    cls = NVLinkDomain if model == "NVLinkDomain" else getattr(models, model)
+    current = cls.model_validate({**doc, new: 900.0})
+    assert getattr(current, attr) == 900.0
+    assert new in current.model_dump(by_alias=True) and old not in current.to_doc()
+    assert cls.model_validate({**doc, old: 900.0}) == current
+    assert cls.model_validate_json(json.dumps({**doc, old: 900.0}), strict=True) == current

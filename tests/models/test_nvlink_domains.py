@@ -271,9 +271,9 @@ def test_nvlink_domain_bad_input_is_one_line(tmp_path, capsys):
         "nvlinkDomains[0].nodes[18]")
     bad(lambda c: c["fabric"]["nvlinkDomains"].append({"name": "again", "nodes": ["r00-t05"]}),
         "nvlinkDomains[1].nodes[0]")
-    bad(lambda c: c["fabric"]["nvlinkDomains"][0].update(gbpsPerGpu=-1), "gbpsPerGpu")
-    bad(lambda c: c["fabric"]["nvlinkDomains"][0].update(gbpsPerGpu=float("inf")), "gbpsPerGpu")
-    bad(lambda c: c["fabric"]["nvlinkDomains"][0].update(gbpsPerGpu=float("nan")), "gbpsPerGpu")
+    for figure in (-1, float("inf"), float("nan")):
+        bad(lambda c, x=figure: c["fabric"]["nvlinkDomains"][0].update(
+            gigabytesPerSecondPerGpu=x), "gigabytesPerSecondPerGpu")
     bad(lambda c: c["fabric"]["nvlinkDomains"][0].update(partitionTrays=4), "partitionTrays")
     msg = bad(lambda c: c["nodes"][3].update(gpuCount=8), "nodes[3].gpuCount")
     assert "4 GPUs" in msg

@@ -90,6 +90,6 @@ def import_nvlink_link_matrix(
         gpu_type=gtype.name,
         gpu_count=gpus,
         nvlink=NVLinkTopology.EXPLICIT if links else NVLinkTopology.PCIE,
-        nvlink_pairs=[GPUPair(a=i, b=j, gbps=k * per_link) for (i, j), k in sorted(links.items())],
+        nvlink_pairs=[GPUPair(a=i, b=j, gigabytes_per_second=k * per_link) for (i, j), k in sorted(links.items())],
         labels=dict(labels or {}),
     )

@@ -390,7 +390,7 @@ def _nvlink(topo: NcclTopology, gpus: list[_Gpu], per_link: float, src: str
         return NVLinkTopology.NVSWITCH, [], min(switch_links) * per_link
     if pairs:
         return (NVLinkTopology.EXPLICIT,
-                [GPUPair(a=i, b=j, gbps=c * per_link) for (i, j), c in sorted(pairs.items())],
+                [GPUPair(a=i, b=j, gigabytes_per_second=c * per_link) for (i, j), c in sorted(pairs.items())],
                 None)
     return NVLinkTopology.PCIE, [], None
 

@@ -263,7 +263,7 @@ def import_nvidia_smi_topo(
         gtype = fits[0]
         assumed.append("gpu-type")
     per_link = gtype.nvlink_per_link_gbps
-    pairs = [GPUPair(a=i, b=j, gbps=links * per_link)
+    pairs = [GPUPair(a=i, b=j, gigabytes_per_second=links * per_link)
              for (i, j), links in sorted(matrix.nv_links.items())]
     node_nics: list[NIC] = []
     others: list[str] = []

@@ -173,7 +173,7 @@ def gres_pairs(g: GresNode, per_link: float, node: str, source: str) -> list[GPU
                              f"{g.gpus} GPUs", source=source)
         for j, count in enumerate(row):
             if j > i and count > 0:
-                pairs.append(GPUPair(a=i, b=j, gbps=count * per_link))
+                pairs.append(GPUPair(a=i, b=j, gigabytes_per_second=count * per_link))
     return pairs
 
 
