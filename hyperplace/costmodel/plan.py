@@ -227,13 +227,13 @@ def _state_bound_gb(total_params: float, c: Candidate, experts: float = 0.0) -> 
 
 
 def price_candidate(spec: ModelSpec, gpu: str, c: Candidate, global_batch: int,
-           calibration: Calibration, catalog: GPUCatalog) -> Prediction:
+           calibration: Calibration, catalog: GPUCatalog, detail: bool = True) -> Prediction:
     return predict(spec, gpu, tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp,
                    virtual_stages=c.virtual_stages, micro_batch=c.micro_batch,
                    global_batch=global_batch, recompute=c.recompute == "full",
                    selective_recompute=c.recompute == "selective", zero=c.zero,
                    sequence_parallel=c.tp > 1, ep=c.ep, calibration=calibration,
-                   catalog=catalog)
+                   catalog=catalog, detail=detail)
 
 
 def compute_bound_s(spec: ModelSpec, gpu: str, c: Candidate, global_batch: int,
@@ -431,8 +431,8 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
                                         "overByGb": round(need - cap, 1)})
             continue
         # priced at the slowest type, its memory held to the smallest type's capacity
-        p = replace(price_candidate(spec, slow.name, c, gb, calibration, catalog),
-                    memory_capacity_gb=cap)
+        p = replace(price_candidate(spec, slow.name, c, gb, calibration, catalog,
+                                    detail=explain), memory_capacity_gb=cap)
         n_priced += 1
         if p.fits:
             fitting.setdefault(base, []).append(mine)

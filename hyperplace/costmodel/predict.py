@@ -209,8 +209,12 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
             selective_recompute: bool = False, ep: int = 1,
             overlap_param_gather: bool = False,
             calibration: Calibration | None = None,
-            catalog: GPUCatalog | None = None) -> Prediction:
+            catalog: GPUCatalog | None = None, detail: bool = True) -> Prediction:
     """Price one configuration (see the module docstring); InputError on bad input.
+
+    ``detail=False`` (the planner's pricing, the speed model, the scale fit: thousands of
+    calls that read the step, its parts and the memory per GPU): the same figures, but no
+    per-layer times (``layers`` empty), no memory breakdown (``memory`` empty) and no notes.
 
     ``virtual_stages``: interleaved 1F1B with that many model chunks per pipeline rank;
     ``cp``: context parallelism (each of ``cp`` ranks holds ``s/cp`` of every sequence;
@@ -345,6 +349,19 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
     gpus = tp * pp * dp * cp
     model_tflops = model_flops / step / gpus / 1e12
     hardware_tflops = model_tflops * (4 / 3 if recompute else 1.0)
+    memory = max(ev.memory_bytes) / GB
+    capacity = gpu.hbm_gb
+    if not detail:
+        return Prediction(
+            model=spec.name, gpu=gpu.name, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
+            global_batch=global_batch, seq=model.seq_length, microbatches=m,
+            step_time_s=step, tokens_per_s=global_batch * model.seq_length / step,
+            model_tflops_per_gpu=model_tflops, hardware_tflops_per_gpu=hardware_tflops,
+            mfu=model_tflops * 1e12 / peak_flops(gpu, "bf16" if precision == "fp8"
+                                                 else precision),
+            memory_per_gpu_gb=memory, memory_capacity_gb=capacity, memory={}, parts=parts,
+            layers=[], layers_per_stage=[cuts[i + 1] - cuts[i] for i in range(pp)],
+            sources=sorted(set(data.time_sources)), notes=[])
     layers = []
     stage_of = np.searchsorted(np.asarray(cuts), np.arange(len(layer_list)), side="right") - 1
     for i, layer in enumerate(layer_list):
@@ -363,7 +380,6 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
     if pp > 1:
         notes.append("layers divided evenly over the stages (the fewer on the first and "
                      "last when they do not divide); hyperplace split finds the best split")
-    memory = max(ev.memory_bytes) / GB
     worst = max(range(pp), key=lambda i: ev.memory_bytes[i])
     terms = memory_terms(problem, stages[worst], layer_list)
     a, b = cuts[worst], cuts[worst + 1]
@@ -373,7 +389,6 @@ def predict(spec: ModelSpec, gpu_name: str, *, tp: int = 1, pp: int = 1, dp: int
     breakdown["fragmentationReserve"] = FRAGMENTATION_RESERVE * sum(breakdown.values())
     breakdown = {"stage": worst, "microbatchesInFlight": float(data.inflight[worst]),
                  **breakdown}
-    capacity = gpu.hbm_gb
     if memory > capacity:
         terms = {k: v for k, v in breakdown.items() if k not in ("stage", "microbatchesInFlight")}
         big = max(terms, key=lambda k: terms[k])

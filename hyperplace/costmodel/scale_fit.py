@@ -129,7 +129,10 @@ def read_fit_set(path: str | Path | None = None) -> list[FitRow]:
     return out
 
 
-def predict_row(row: FitRow, calibration: Calibration):
+def predict_row(row: FitRow, calibration: Calibration, detail: bool = True):
+    """The row's configuration priced with ``calibration``; ``detail=False`` (the fit's
+    residuals: thousands of calls reading the step time): no per-layer times, memory
+    breakdown or notes (:func:`~hyperplace.costmodel.predict.predict`)."""
     from hyperplace.costmodel.predict import predict
 
     c = row.config
@@ -138,7 +141,7 @@ def predict_row(row: FitRow, calibration: Calibration):
                    global_batch=c["global_batch"], recompute=c["recompute"], zero=c["zero"],
                    precision=c["precision"], overlap_grad_reduce=c["overlap_grad_reduce"],
                    overlap_param_gather=c.get("overlap_param_gather", False),
-                   calibration=calibration)
+                   calibration=calibration, detail=detail)
 
 
 def with_coefficients(base: Calibration, gpu: str, values: dict[str, float],
@@ -172,7 +175,7 @@ def _catalog_type(name: str):
 def _residuals(rows: list[FitRow], base: Calibration, gpu: str,
                values: dict[str, float]) -> np.ndarray:
     cal = with_coefficients(base, gpu, values)
-    return np.array([math.log(predict_row(r, cal).step_time_s / r.measured_step_s)
+    return np.array([math.log(predict_row(r, cal, detail=False).step_time_s / r.measured_step_s)
                      for r in rows])
 
 
@@ -251,11 +254,11 @@ def fit_scale(base: Calibration, rows: list[FitRow] | None = None,
         coefficients[gpu] = values
         full = with_coefficients(base, gpu, values)
         for i, r in enumerate(mine):
-            pred = predict_row(r, full)
+            pred = predict_row(r, full, detail=False)
             if loo and len(mine) > 2:
                 held = fit_type(mine[:i] + mine[i + 1:], base, gpu, start=values,
                                 iterations=LOO_ITERATIONS)
-                lpred = predict_row(r, with_coefficients(base, gpu, held))
+                lpred = predict_row(r, with_coefficients(base, gpu, held), detail=False)
             else:
                 lpred = pred
             scale = r.measured_tflops * r.measured_step_s

@@ -223,7 +223,7 @@ def default_config(spec: ModelSpec, gpu: GPUType, gpus: int,
                          recompute=recompute, zero=1 if dp > 1 else 0)
             pred = predict(spec, gpu.name, tp=tp, pp=pp, dp=dp, micro_batch=1,
                            global_batch=cfg.global_batch, recompute=recompute, zero=cfg.zero,
-                           calibration=calibration, catalog=catalog)
+                           calibration=calibration, catalog=catalog, detail=False)
             last = (cfg, pred)
             if pred.fits:
                 return cfg, pred
@@ -313,7 +313,7 @@ def declared_config(spec: ModelSpec, gpu: GPUType, gpus: int, par: Any,
                    global_batch=gb, recompute=par.recompute == "full",
                    selective_recompute=par.recompute == "selective", zero=par.zero,
                    precision=par.precision, sequence_parallel=par.tp > 1, ep=par.ep,
-                   calibration=calibration, catalog=catalog)
+                   calibration=calibration, catalog=catalog, detail=False)
     return Config(tp=par.tp, pp=par.pp, dp=dp * par.cp, micro_batch=par.micro_batch,
                   global_batch=gb, recompute=par.recompute == "full", zero=par.zero), pred
 
