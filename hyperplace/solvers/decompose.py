@@ -476,7 +476,9 @@ def _assign(cols: list[tuple[list[int], dict[str, int], UKey]], x: list[float] |
             clusters: list[str]) -> dict[int, str]:
     """The LP's amounts rounded down per shape and cluster, then exchanged by priority
     (:func:`_by_priority`); the rest where most room is left (all of it so without the LP's
-    solution ``x``)."""
+    solution ``x``: then :func:`_first_fit`)."""
+    if x is None:
+        return _first_fit(cols, info, free, clusters)
     room = {c: sum(v for (cc, _), v in free.items() if cc == c) for c in clusters}
     assignment: dict[int, str] = {}
     routed: dict[UKey, list[int]] = defaultdict(list)
@@ -502,6 +504,43 @@ def _assign(cols: list[tuple[list[int], dict[str, int], UKey]], x: list[float] |
             assignment[j] = best
             room[best] -= info[j][1]
     _by_priority(assignment, routed, info, clusters)
+    return assignment
+
+
+def _first_fit(cols: list[tuple[list[int], dict[str, int], UKey]],
+               info: dict[int, tuple[int, int, frozenset[str]]],
+               free: dict[tuple[str, str], int], clusters: list[str]) -> dict[int, str]:
+    """Without the LP's solution (no time for it): jobs highest priority first, each to the
+    first cluster (in order) with as many free GPUs of its types left, the GPUs taken from
+    its types there; a job that fits nowhere goes where most GPUs of its types are free (its
+    part says why). Concentrates high priority in the first clusters, as
+    :func:`_by_priority` does after the LP, and costs a step or two per job: the most-room
+    rule took about 0.5 s of CPU for 86,000 jobs x 16 clusters (1M GPUs at load 8, where
+    the routing's share ran out and its LP was skipped)."""
+    left = dict(free)
+    assignment: dict[int, str] = {}
+    for members, runs, _ in sorted(cols, key=lambda col: -info[col[0][0]][0]):
+        _, gpus, allowed = info[members[0]]
+        types = sorted(allowed)
+        where = [c for c in clusters if c in runs] if runs else []
+        home = max(clusters, key=lambda c: (sum(free.get((c, t), 0) for t in types),
+                                            -clusters.index(c)))
+        at = 0  # free GPUs only fall: a cluster too full for one job of the shape stays so
+        for j in members:
+            while at < len(where) and \
+                    sum(left.get((where[at], t), 0) for t in types) < gpus:
+                at += 1
+            if at == len(where):
+                assignment[j] = home
+                continue
+            c = where[at]
+            assignment[j] = c
+            need = gpus
+            for t in types:
+                take = min(need, left.get((c, t), 0))
+                if take:
+                    left[(c, t)] -= take
+                    need -= take
     return assignment
 
 

@@ -115,9 +115,10 @@ def test_the_write_reserve_follows_its_documented_rule():
 
 
 def test_without_the_lp_jobs_go_by_free_room(monkeypatch):
-    """When the routing LP does not solve (here: HiGHS reports a time limit), each job goes
-    to the cluster with the most free GPUs of its types: the plan is still the whole
-    round's, valid and explained, and bounded by the demand bound."""
+    """When the routing LP does not solve (here: HiGHS reports a time limit), each job goes,
+    highest priority first, to the first cluster with as many free GPUs of its types left:
+    the plan is still the whole round's, valid and explained, and bounded by the demand
+    bound; the high-priority jobs sit in the first cluster while it has room."""
     import hyperplace.solvers.decompose as decompose
 
     monkeypatch.setattr(decompose.SparseLp, "maximise",
@@ -127,6 +128,13 @@ def test_without_the_lp_jobs_go_by_free_room(monkeypatch):
     assert check(plan, inst) == []
     assert "by free room" in plan.message and plan.jobs
     assert plan.bound is not None and plan.bound >= plan.objective
+    from hyperplace.solvers.decompose import route
+
+    found = route(inst)
+    top = max(j.priority for j in inst.jobs)
+    first = inst.clusters[0].name
+    high = [j for j, job in enumerate(inst.jobs) if job.priority == top]
+    assert high and all(found.assignment[j] == first for j in high)
 
 
 def test_the_cli_solves_a_federation_round_decomposed(tmp_path, capsys):
