@@ -155,12 +155,18 @@ def test_cancel_after_the_answer_is_in_the_pipe_never_fails_the_next_task() -> N
         pool = WorkerPool(1, 4)
         await pool.start()
         try:
-            first = pool.submit("debug-sleep", {"seconds": 0.05}, time.monotonic() + 30)
+            # the worker answers 0.5 s after it gets the task: never while the loop still
+            # runs below (a 0.05 s sleep was read by the runner within the 0.2 s hand-off
+            # wait whenever the worker was quick, and cancel() then found the task finished)
+            first = pool.submit("debug-sleep", {"seconds": 0.5}, time.monotonic() + 30)
             end = time.monotonic() + 30
             while first.state != "running" and time.monotonic() < end:
                 await asyncio.sleep(0.01)
-            await asyncio.sleep(0.2)  # the hand-off (a thread) is done
-            time.sleep(1.0)  # the loop blocked: the worker's answer waits in the pipe
+            await asyncio.sleep(0.2)  # the hand-off (a thread) gets going
+            (slot,) = [s for s in pool._slots if s.task is first]
+            # the loop blocked until the worker's answer is in the pipe, however busy the
+            # machine: the runner cannot read it before cancel() below
+            assert slot.conn is not None and slot.conn.poll(30)
             assert pool.cancel(first.id)  # the task is still the pool's: DELETE says cancelled
             second = pool.submit("debug-sleep", {"seconds": 0}, time.monotonic() + 30)
             reply = await asyncio.wait_for(second.future, 30)  # was WorkerCrashed (-9)
