@@ -919,24 +919,9 @@ class _Run:
         bound = self.found.bound
         if bound is not None and bound < objective:
             bound = objective  # never: the routing bound is valid (kept safe)
-        pending_ok = sum(1 for j, (_, _, types) in self.found.jobs.items() if types)
-        exact = all(part.status in ("optimal", "feasible") for part in todo) and \
-            not left_out and not unbuilt
-        status = SolveStatus.FEASIBLE if exact else SolveStatus.FALLBACK
-        solvers = sorted({part.solver for part in built})
-        name = f"decomposed ({plural(len(todo), 'cluster')}: " + ", ".join(solvers) + ")" \
-            if solvers else f"decomposed ({plural(len(todo), 'cluster')}: none solved)"
-        # nothing admitted: the gap (bound - 0) / 1 would be the bound itself (7e13 at 1M
-        # GPUs), true but no ratio anyone reads; the bound stays, the message says both
-        gap = relative_gap(objective, bound) if objective > 0 else None
-        gaps: dict[str, float | None] = {"admitted_priority_demand": gap}
-        gaps["admitted_jobs"] = 0.0 if len(b.jobs) >= pending_ok else None
-        out_terms = {"admitted_priority_demand": objective, "admitted_jobs": float(len(b.jobs))}
-        if not unbuilt and not left_out:  # the lower terms add up over clusters
-            for term, value in terms.items():
-                if term not in out_terms:
-                    out_terms[term] = value
-                    gaps.setdefault(term, None)
+        status, name = _label(todo, built, left_out, unbuilt)
+        gap, gaps, out_terms = self._gaps_and_terms(objective, bound, len(b.jobs), terms,
+                                                    whole=not unbuilt and not left_out)
         notes = notes + _merge_notes(todo, unbuilt, left_out)
         if objective <= 0 and bound:
             notes.append(f"no gap: nothing admitted (objective 0 against a bound of {bound:,.0f})")
@@ -944,6 +929,25 @@ class _Run:
                        gap=gap, objective_gaps=gaps,
                        runtime_s=round(budget.elapsed(), 4), budget_s=budget_s,
                        message="; ".join(notes), objective_terms=out_terms)
+
+    def _gaps_and_terms(self, objective: float, bound: float | None, admitted: int,
+                        terms: dict[str, float], whole: bool
+                        ) -> tuple[float | None, dict[str, float | None], dict[str, float]]:
+        """Objective 1's gap, every objective's gap and the plan's terms; the lower terms
+        add up over clusters only when every part was built and none was cut (``whole``)."""
+        pending_ok = sum(1 for j, (_, _, types) in self.found.jobs.items() if types)
+        # nothing admitted: the gap (bound - 0) / 1 would be the bound itself (7e13 at 1M
+        # GPUs), true but no ratio anyone reads; the bound stays, the message says both
+        gap = relative_gap(objective, bound) if objective > 0 else None
+        gaps: dict[str, float | None] = {"admitted_priority_demand": gap}
+        gaps["admitted_jobs"] = 0.0 if admitted >= pending_ok else None
+        out_terms = {"admitted_priority_demand": objective, "admitted_jobs": float(admitted)}
+        if whole:
+            for term, value in terms.items():
+                if term not in out_terms:
+                    out_terms[term] = value
+                    gaps.setdefault(term, None)
+        return gap, gaps, out_terms
 
     def _part_plans(self, built: list[Part], left_out: dict[int, str], budget: Budget
                     ) -> tuple[PlanBuilder, set[str], dict[str, PendingJob], dict[str, float]]:
@@ -1032,6 +1036,19 @@ def _pending_entry(name: str, reasons: list[str]) -> PendingJob:
     _SET_PRIVATE(entry, None)
     return entry
 
+
+
+def _label(todo: list[Part], built: list[Part], left_out: dict[int, str],
+           unbuilt: list[Part]) -> tuple[SolveStatus, str]:
+    """The merged plan's status (feasible only when every part was solved exactly, none cut,
+    none left out) and its solver's name."""
+    exact = all(part.status in ("optimal", "feasible") for part in todo) and \
+        not left_out and not unbuilt
+    status = SolveStatus.FEASIBLE if exact else SolveStatus.FALLBACK
+    solvers = sorted({part.solver for part in built})
+    name = f"decomposed ({plural(len(todo), 'cluster')}: " + ", ".join(solvers) + ")" \
+        if solvers else f"decomposed ({plural(len(todo), 'cluster')}: none solved)"
+    return status, name
 
 def _merge_notes(todo: list[Part], unbuilt: list[Part], left_out: dict[int, str]) -> list[str]:
     """What the merged plan's message says of its parts."""
