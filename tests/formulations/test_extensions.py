@@ -13,6 +13,7 @@ from hyperplace.formulations.placement.migration import Migration
 from hyperplace.formulations.placement.preemption import Preemption
 from hyperplace.formulations.placement.repair import FailureRepair
 from hyperplace.formulations.placement.spares import HotSpares
+from hyperplace.formulations.placement.stoppable import BrokenJob, Mover, PreemptionCandidate
 from hyperplace.models.migration import MigrationPolicy
 from hyperplace.solvers.workflows.defrag import solve_with_migration
 
@@ -34,6 +35,37 @@ def test_a_round_lists_the_families_it_asks_for_in_hook_order():
     repair = PlacementProblem(inst, hot_spares=1, migration=MigrationPolicy(why="repair"))
     assert repair.hot_spare_rule is None and repair.spare_allowance == {}
     assert [type(e) for e in repair.extensions] == [FailureRepair, Migration]
+
+
+def test_each_family_that_stops_jobs_finds_its_own():
+    # preemption candidates, movers and broken jobs: one role per round, each found by its
+    # family, GPUs marked reachable on their nodes, movers' copies jobs of the round
+    inst = fragmented(pending=[job("big", replicas=2, dp_hop=2, priority=5)])
+    assert PlacementProblem(inst).stoppable == []
+    moving = PlacementProblem(inst, migration=MigrationPolicy())
+    repair = PlacementProblem(inst, migration=MigrationPolicy(why="repair"))
+    preempting = PlacementProblem(inst, preemption="lower-priority")
+    assert [type(v) for v in moving.stoppable] == [Mover] * 3  # least lost work first
+    assert [v.name for v in moving.stoppable] == ["b", "a", "c"]
+    assert [type(v) for v in repair.stoppable] == [BrokenJob] * 3
+    assert [v.name for v in repair.stoppable] == ["b", "a", "c"]
+    assert [type(v) for v in preempting.stoppable] == [PreemptionCandidate] * 3
+    for p in (moving, repair, preempting):
+        assert [v.index for v in p.stoppable] == [0, 1, 2]
+        for v in p.stoppable:
+            assert all(p.node_by_name[n].stoppable[g] == v.index for n, g in v.gpus)
+    for p in (moving, repair):
+        assert [(p.jobs[v.copy].name, p.jobs[v.copy].migrant) for v in p.movers] == \
+            [(v.name, v.index) for v in p.movers]
+        assert [jv.name for jv in p.pending] == ["big"]
+    assert preempting.movers == [] and all(jv.migrant is None for jv in preempting.jobs)
+    # the budget's mover limit: migration says what it left out
+    capped = PlacementProblem(inst, migration=MigrationPolicy(max_movers=1))
+    assert [v.name for v in capped.stoppable] == ["b"] and capped.movers_left_out == 2
+    assert [r for r in capped.restrictions() if "may move" in r] == [
+        "only the 1 running jobs losing least work may move (2 more with manifests stay "
+        "where they are: the budget's mover limit)"]
+    assert not [r for r in moving.restrictions() if "may move" in r]
 
 
 def test_each_family_owns_its_rows_and_objective():

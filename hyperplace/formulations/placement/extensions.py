@@ -5,13 +5,24 @@ method per family on its model builder; here one object per family, so that a fa
 read, changed and switched off in one place instead of as flags threaded through the
 problem, the model builder, the mapping back and the driver).
 
-The hooks are called in the round's order (:attr:`PlacementProblem.extensions
+A family that stops running jobs finds them itself: :meth:`RoundExtension.add_stoppable`
+(a class method, called by the problem once its pending jobs are in, before the family
+objects exist) adds its preemption candidates, movers or broken jobs to the round
+(:meth:`PlacementProblem.add_stoppable_job
+<hyperplace.formulations.placement.problem.PlacementProblem.add_stoppable_job>`, and the
+movers' copies as jobs of the round, :meth:`PlacementProblem.add_copy
+<hyperplace.formulations.placement.problem.PlacementProblem.add_copy>`); the problem knows
+only that some running jobs may be stopped.
+
+The other hooks are called in the round's order (:attr:`PlacementProblem.extensions
 <hyperplace.formulations.placement.problem.PlacementProblem.extensions>`: only the families
 the round asks for) by the model builder (:meth:`RoundExtension.rows`, then
 :meth:`RoundExtension.objectives` when it orders the objectives), by the mapping back
 (:meth:`RoundExtension.settle`, after the units are decoded) and by the driver
 (:meth:`RoundExtension.plan_value` in the plan score, :meth:`RoundExtension.terms` in the
-plan's objective terms, :meth:`RoundExtension.reasons` after the explanations). Greedy's
+plan's objective terms, :meth:`RoundExtension.reasons` after the explanations) and by the
+problem (:meth:`RoundExtension.restrictions`, where the model sees less than the rules
+allow). Greedy's
 free-GPU state asks :meth:`RoundExtension.opening_rule` (a rule it keeps as it takes and
 gives GPUs). Every hook's default does nothing.
 
@@ -37,10 +48,13 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 Terms = list[tuple[int, int]]
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from hyperplace.formulations.linear import Objective
     from hyperplace.formulations.placement.domains import DomainKey
     from hyperplace.formulations.mapping import Assignment
     from hyperplace.formulations.placement.model import PlacementModelBuilder
+    from hyperplace.formulations.placement.problem import PlacementProblem
     from hyperplace.formulations.placement.stoppable import Mover
 
 
@@ -72,6 +86,18 @@ class RoundExtension:
     #: a term the plan reports beside objective 1 as what the round maximises first
     #: (failure repair's repaired demand)
     plan_objective: ClassVar[str | None] = None
+
+    @classmethod
+    def of(cls, p: PlacementProblem) -> Self | None:
+        """The family's object when round ``p`` asks for it (None: it does not)."""
+        raise NotImplementedError
+
+    @classmethod
+    def add_stoppable(cls, p: PlacementProblem) -> None:
+        """Add the running jobs the family may stop to round ``p`` (preemption candidates,
+        movers, broken jobs), when the round asks for the family. Called once, by the
+        problem, after its pending jobs and before its priority weights; at most one
+        family of a round stops running jobs (the problem checks it)."""
 
     def weighted_demands(self) -> list[tuple[float, int]]:
         """Demands objective 1 counts besides the pending jobs', as (priority level, GPUs):
@@ -148,6 +174,12 @@ class RoundExtension:
     def reasons(self, a: Assignment, reasons: dict[int, list[str]], proven: bool) -> None:
         """Add the family's reasons for the pending jobs ``a`` leaves out (after the
         explanations'); ``proven``: the plan is proven optimal."""
+
+    def restrictions(self) -> list[str]:
+        """Where the family shows the model fewer choices than its rules allow, in words
+        (:meth:`PlacementProblem.restrictions
+        <hyperplace.formulations.placement.problem.PlacementProblem.restrictions>`)."""
+        return []
 
     def opening_rule(self) -> OpeningRule | None:
         """A fresh rule for greedy's free-GPU state to keep (None: the family has none)."""

@@ -153,6 +153,15 @@ class Preemption(StopsJobs):
         """The extension when the round's policy may stop running jobs."""
         return cls(p) if p.preempting else None
 
+    @classmethod
+    def add_stoppable(cls, p: PlacementProblem) -> None:
+        """The round's preemption candidates (:func:`preemption_candidates`: none unless
+        its policy may stop running jobs), for the pending jobs that could run at all."""
+        refs = [PendingRef(jv.index, jv.priority, jv.queue, jv.gpus)
+                for jv in p.jobs if not jv.impossible]
+        for v in preemption_candidates(p.instance, refs, p.preemption):
+            p.add_stoppable_job(v)
+
     def weighted_demands(self) -> list[tuple[float, int]]:
         """Objective 1 counts every running job kept, in its own level
         (:func:`running_levels`)."""

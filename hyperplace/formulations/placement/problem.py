@@ -34,15 +34,9 @@ from typing import Protocol, TypeVar
 from hyperplace.formulations.placement.domains import DomainKey, radius_for
 from hyperplace.formulations.placement.nvlink import NVLinkRound, zero_hop_domain
 from hyperplace.formulations.placement.params import ModelParams
-from hyperplace.formulations.placement.migration import Migration, find_movers
+from hyperplace.formulations.placement.migration import Migration
 from hyperplace.models.migration import MigrationPolicy
-from hyperplace.formulations.placement.preemption import (
-    PendingRef,
-    Preemption,
-    check_policy,
-    preemption_candidates,
-    running_levels,
-)
+from hyperplace.formulations.placement.preemption import Preemption, check_policy, running_levels
 from hyperplace.formulations.placement.stoppable import (
     BrokenJob,
     Mover,
@@ -73,6 +67,10 @@ from hyperplace.models.job import GangUnit, GroupType, TrainingJob
 from hyperplace.models.node import Node
 
 POLICIES = ("performance", "cost")
+#: The round's families (:mod:`~hyperplace.formulations.placement.extensions`), in the order
+#: their hooks run: hot spares, failure repair, free-domain growth, migration, preemption
+FAMILIES: tuple[type[RoundExtension], ...] = (HotSpares, FailureRepair, FreeDomainGrowth,
+                                              Migration, Preemption)
 _V = TypeVar("_V", JobView, UnitClass)
 
 
@@ -202,11 +200,14 @@ class PlacementProblem:
             else:
                 self._add_job(job, like_earlier=True)
         #: running jobs the round may stop: preemption candidates, movers or broken jobs
-        #: (one role per round, :mod:`~hyperplace.formulations.placement.stoppable`)
-        self.stoppable: list[Stoppable] = list(self._preemption_candidates())
+        #: (one role per round, :mod:`~hyperplace.formulations.placement.stoppable`), each
+        #: family finding its own (:meth:`RoundExtension.add_stoppable
+        #: <hyperplace.formulations.placement.extensions.RoundExtension.add_stoppable>`)
+        self.stoppable: list[Stoppable] = []
+        #: running jobs that could have moved but were left out by ``max_movers``
         self.movers_left_out = 0
-        if migration is not None:
-            self._add_movers(migration)
+        for family in FAMILIES:
+            family.add_stoppable(self)
         self.weights = priority_weights(self._weighted_demands(), self.weight_capacity)
 
     # ---- preemption ----------------------------------------------------------------
@@ -215,15 +216,24 @@ class PlacementProblem:
         """The round may stop running jobs: objective 1 then counts them too."""
         return self.preemption != "never"
 
-    def _preemption_candidates(self) -> list[Stoppable]:
-        """Running jobs the round may preempt, their GPUs marked reachable on their nodes."""
-        refs = [PendingRef(jv.index, jv.priority, jv.queue, jv.gpus)
-                for jv in self.jobs if not jv.impossible]
-        found = preemption_candidates(self.instance, refs, self.preemption)
-        for v in found:
-            for node, g in v.gpus:
-                self.node_by_name[node].stoppable[g] = v.index
-        return list(found)
+    def add_stoppable_job(self, v: Stoppable) -> None:
+        """Add running job ``v`` (its ``index`` the next one) to the jobs the round may
+        stop, its GPUs marked reachable on their nodes (a family's
+        :meth:`RoundExtension.add_stoppable
+        <hyperplace.formulations.placement.extensions.RoundExtension.add_stoppable>`)."""
+        assert v.index == len(self.stoppable), f"{v.name}: index {v.index} out of order"
+        self.stoppable.append(v)
+        for node, g in v.gpus:
+            self.node_by_name[node].stoppable[g] = v.index
+
+    def add_copy(self, job: TrainingJob, stoppable: int, queue: str) -> JobView:
+        """Add ``job`` (a running job's manifest, or its failed units) as a job of the round
+        that runs exactly when stoppable job ``stoppable`` is stopped, in ``queue``; its
+        view."""
+        self._add_job(job)
+        view = self.jobs[-1]
+        view.migrant, view.queue = stoppable, queue
+        return view
 
     # ---- migration -----------------------------------------------------------------
     @property
@@ -231,43 +241,6 @@ class PlacementProblem:
         """The round may migrate running jobs (its stoppable jobs are movers, see
         :mod:`~hyperplace.formulations.placement.migration`)."""
         return self.migration is not None
-
-    def _add_movers(self, policy: MigrationPolicy) -> None:
-        """Each running job that may move: a mover (a broken job when the round repairs)
-        whose stop means "migrated" (or "repaired whole"), and a copy
-        of its manifest as a job of the round that runs exactly when it is migrated. Every
-        job of the round (pending jobs and copies) may use a migrated job's GPUs."""
-        manifests = self.instance.running_manifests
-        movers = find_movers(self.instance, policy)  # least lost work first
-        cap = policy.max_movers
-        #: running jobs that could have moved but were left out by ``max_movers``
-        self.movers_left_out = 0 if cap is None else max(0, len(movers) - cap)
-        if cap is not None:
-            movers = movers[:cap]
-        for m in movers:
-            index = len(self.stoppable)
-            self._add_job(manifests[m.name])
-            copy_view = self.jobs[-1]
-            copy_view.migrant, copy_view.queue = index, m.queue
-            role = BrokenJob if policy.repairing else Mover
-            v = role(index=index, name=m.name, priority=m.priority, queue=m.queue,
-                     gpus=m.gpus, lost=m.lost, level=m.priority + 0.5, copy=copy_view.index)
-            part = policy.partial.get(m.name) if isinstance(v, BrokenJob) else None
-            if isinstance(v, BrokenJob) and part is not None:
-                # its failed units alone, near its kept ones
-                self._add_job(part.job)
-                part_view = self.jobs[-1]
-                part_view.migrant, part_view.queue = index, m.queue
-                part_view.allowed_nodes = part.nodes
-                v.partial = part_view.index
-            self.stoppable.append(v)
-            for node, g in m.gpus:
-                self.node_by_name[node].stoppable[g] = v.index
-        # one set shared by every mover (never changed after this): a set per mover costs
-        # movers x jobs entries, 6 GB at 16,384 GPUs with 90 % held
-        everyone = {jv.index for jv in self.jobs if not jv.impossible}
-        for running in self.stoppable:
-            running.allowed = everyone
 
     @property
     def repairing(self) -> bool:
@@ -562,10 +535,8 @@ class PlacementProblem:
             out.append(f"GPU sets on {len(capped)} node(s) enumerated up to "
                        f"{self.params.max_clique_enum} ({', '.join(capped[:3])}"
                        f"{', ...' if len(capped) > 3 else ''})")
-        if self.movers_left_out:
-            out.append(f"only the {len(self.stoppable)} running jobs losing least work may move "
-                       f"({self.movers_left_out} more with manifests stay where they are: "
-                       "the budget's mover limit)")
+        for ext in self.extensions:
+            out += ext.restrictions()
         return out
 
     @cached_property
@@ -894,8 +865,7 @@ class PlacementProblem:
         """The round's extensions (:mod:`~hyperplace.formulations.placement.extensions`),
         in the order their hooks run: hot spares, failure repair, free-domain growth,
         migration, preemption (those it asks for; their objectives come in this order)."""
-        found = [HotSpares.of(self), FailureRepair.of(self), FreeDomainGrowth.of(self),
-                 Migration.of(self), Preemption.of(self)]
+        found = [family.of(self) for family in FAMILIES]
         return [ext for ext in found if ext is not None]
 
     @cached_property

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING
 
 from hyperplace.formulations.linear import Objective
 from hyperplace.formulations.placement.extensions import RoundExtension
+from hyperplace.formulations.placement.migration import Movable, add_movers
 from hyperplace.formulations.placement.stoppable import BrokenJob, Mover
+from hyperplace.formulations.placement.views import JobView
 
 if TYPE_CHECKING:
     from hyperplace.formulations.mapping import Assignment
@@ -43,6 +45,14 @@ class FailureRepair(RoundExtension):
     def of(cls, p: PlacementProblem) -> FailureRepair | None:
         """The extension when the round repairs (its movers are broken jobs)."""
         return cls(p) if p.repairing else None
+
+    @classmethod
+    def add_stoppable(cls, p: PlacementProblem) -> None:
+        """The round's broken jobs, when it repairs: movers
+        (:func:`~hyperplace.formulations.placement.migration.add_movers`) repaired whole by
+        their copy, or in part (:func:`_broken_job`)."""
+        if p.migration is not None and p.migration.repairing:
+            add_movers(p, p.migration, _broken_job)
 
     def weighted_demands(self) -> list[tuple[float, int]]:
         """Objective 1 counts each broken job repaired, at its priority: its manifest's GPUs."""
@@ -81,6 +91,21 @@ class FailureRepair(RoundExtension):
 
     def terms(self, a: Assignment) -> dict[str, float]:
         return {TERM: float(self.plan_value(a))}
+
+
+def _broken_job(p: PlacementProblem, m: Movable, index: int, copy: JobView) -> BrokenJob:
+    """A broken job repaired whole (its copy) or, when the policy has a repair in part for
+    it, by its failed units alone near its kept ones (a second job of the round, limited
+    to the part's nodes)."""
+    v = BrokenJob(index=index, name=m.name, priority=m.priority, queue=m.queue, gpus=m.gpus,
+                  lost=m.lost, level=m.priority + 0.5, copy=copy.index)
+    assert p.migration is not None
+    part = p.migration.partial.get(m.name)
+    if part is not None:
+        part_view = p.add_copy(part.job, index, m.queue)
+        part_view.allowed_nodes = part.nodes
+        v.partial = part_view.index
+    return v
 
 
 __all__ = ["OBJECTIVE", "TERM", "FailureRepair"]
