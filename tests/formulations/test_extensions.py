@@ -7,6 +7,7 @@ from __future__ import annotations
 from placement_helpers import fragmented, instance, job, node
 
 from hyperplace.check import check
+from hyperplace.formulations.mapping import Assignment
 from hyperplace.formulations.placement import PlacementProblem, build_model
 from hyperplace.formulations.placement.free_domain import FreeDomainGrowth
 from hyperplace.formulations.placement.migration import Migration
@@ -16,6 +17,7 @@ from hyperplace.formulations.placement.spares import HotSpares
 from hyperplace.formulations.placement.stoppable import BrokenJob, Mover, PreemptionCandidate
 from hyperplace.models.migration import MigrationPolicy
 from hyperplace.solvers.workflows.defrag import solve_with_migration
+from hyperplace.solvers.workflows.repair import repair_instance
 
 
 def test_a_round_lists_the_families_it_asks_for_in_hook_order():
@@ -66,6 +68,47 @@ def test_each_family_that_stops_jobs_finds_its_own():
         "only the 1 running jobs losing least work may move (2 more with manifests stay "
         "where they are: the budget's mover limit)"]
     assert not [r for r in moving.restrictions() if "may move" in r]
+
+
+def _reasons(p: PlacementProblem, proven: bool) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for ext in p.extensions:
+        ext.reasons(Assignment(), out, proven)
+    return out
+
+
+def test_a_repair_round_explains_left_out_jobs_in_its_own_words():
+    # a repair round's movers are broken jobs: they move to be repaired, never for a
+    # pending job, so migration's "moving some of the running jobs that may move" is not
+    # what held a pending job back; a free-domain round's movers do move for pending jobs
+    # first (objective 1 comes before the free domain): migration's reason stands there
+    inst = fragmented(pending=[job("x", priority=5), job("y", priority=5)])
+    broken = repair_instance(inst, [("n0", 0)])  # a's GPU 0 failed
+    repair = PlacementProblem(broken, migration=MigrationPolicy(only=frozenset({"a"}),
+                                                                why="repair"))
+    grow = PlacementProblem(inst, migration=MigrationPolicy(grow_free_domain=True))
+    assert [v.name for v in repair.movers] == ["a"] and len(grow.movers) == 3
+    for p, family in ((repair, "failure repair: "), (grow, "migration: ")):
+        for proven in (True, False):
+            reasons = _reasons(p, proven)
+            assert sorted(reasons) == sorted(jv.index for jv in p.pending)
+            assert all(len(rs) == 1 and rs[0].startswith(family) for rs in reasons.values())
+    x = repair.pending[0].index
+    assert _reasons(repair, True)[x] == [
+        "failure repair: no plan places it without leaving out work of its priority or "
+        "higher, counting the repairs of the round's 1 broken job(s) at their priorities"]
+    assert _reasons(repair, False)[x] == [
+        "failure repair: no plan found within the budget places it beside the repairs of "
+        "the round's 1 broken job(s)"]
+    # the budget's mover limit in the repair's words: the left-out broken jobs stay broken
+    capped = PlacementProblem(broken, migration=MigrationPolicy(why="repair", max_movers=1))
+    assert capped.movers_left_out == 2
+    assert [r for r in capped.restrictions() if "broken" in r or "move" in r] == [
+        "only the 1 broken jobs losing least work may be repaired (2 more stay broken: the "
+        "budget's mover limit)"]
+    assert _reasons(capped, False)[x] == [
+        "failure repair: no plan found within the budget places it beside the repairs of "
+        "the round's 1 broken job(s) (2 more left broken by the budget's mover limit)"]
 
 
 def test_each_family_owns_its_rows_and_objective():

@@ -86,6 +86,9 @@ class RoundExtension:
     #: a term the plan reports beside objective 1 as what the round maximises first
     #: (failure repair's repaired demand)
     plan_objective: ClassVar[str | None] = None
+    #: its reasons and restrictions speak for the round's movers in place of migration's
+    #: (failure repair: its movers are broken jobs, repaired rather than moved for a job)
+    explains_movers: ClassVar[bool] = False
 
     @classmethod
     def of(cls, p: PlacementProblem) -> Self | None:

@@ -7,7 +7,9 @@ one domain of 2 hops (a leaf), as :func:`hyperplace.models.sharing.largest_free_
 It owns its rows (:meth:`FreeDomainGrowth.rows`), its objective, the hint completion of its
 variables, and its value in the plan score and terms (:meth:`FreeDomainGrowth.plan_value`,
 which the mapping back also asks when it settles migrations: a migration that frees part of
-the largest domain stands).
+the largest domain stands). It has no reasons of its own: its round's movers move for
+pending jobs first (objective 1 comes before the free domain, which never holds a pending
+job back), so migration's reason is the true one (``defrag`` solves it without pending jobs).
 """
 
 from __future__ import annotations

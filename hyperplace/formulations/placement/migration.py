@@ -72,9 +72,10 @@ class Migration(StopsJobs):
             add_movers(p, p.migration, _mover)
 
     def restrictions(self) -> list[str]:
-        """The movers the budget's mover limit left out (:func:`add_movers`)."""
+        """The movers the budget's mover limit left out (:func:`add_movers`), unless another
+        family speaks for the round's movers (:attr:`RoundExtension.explains_movers`)."""
         p = self.p
-        if not p.movers_left_out:
+        if not p.movers_left_out or _explained_elsewhere(p):
             return []
         return [f"only the {len(p.stoppable)} running jobs losing least work may move "
                 f"({p.movers_left_out} more with manifests stay where they are: the budget's "
@@ -191,11 +192,14 @@ class Migration(StopsJobs):
                 "migrated_gpus": float(sum(m.gpus_moved for m in moved))}
 
     def reasons(self, a: Assignment, reasons: dict[int, list[str]], proven: bool) -> None:
-        """For a pending job left out of a round that may migrate running jobs: that moving
-        them did not place it (proven: any plan placing it would leave out work of its
-        priority or higher; else within the budget, and with the movers the round had)."""
+        """For a pending job left out of a round that may migrate running jobs
+        (:func:`held_back`): that moving them did not place it (proven: any plan placing it
+        would leave out work of its priority or higher; else within the budget, and with the
+        movers the round had). A free-domain round says the same (its objective 1 comes
+        before the free domain, and its movers move for pending jobs first); a repair round
+        says its own (:attr:`RoundExtension.explains_movers`)."""
         p = self.p
-        if not p.stoppable:
+        if not p.stoppable or _explained_elsewhere(p):
             return
         limit = p.migration.max_moves if p.migration is not None else None
         within = f" (at most {limit} moves)" if limit is not None else ""
@@ -206,16 +210,32 @@ class Migration(StopsJobs):
                 "leaving out work of its priority or higher" if proven else
                 f"migration: moving some of the {movers} placed it in no plan found within "
                 "the budget")
-        anywhere: dict[object, bool] = {}  # job shape -> some node could take every unit class
-        for jv in p.pending:
-            if jv.index in a.units or jv.impossible or jv.index in a.untried:
-                continue
-            shape = p.job_shape(jv)
-            if shape not in anywhere:  # a job no node can take is not held back by movers
-                anywhere[shape] = all(any(p.node_eligible(jv, uc, nc.rep)
-                                          for nc in p.node_classes) for uc in jv.classes)
-            if anywhere[shape]:
-                reasons.setdefault(jv.index, []).append(text)
+        for jv in held_back(p, a):
+            reasons.setdefault(jv.index, []).append(text)
+
+
+def held_back(p: PlacementProblem, a: Assignment) -> list[JobView]:
+    """The pending jobs ``a`` leaves out that its movers could matter for: tried, not
+    impossible, and some node could take each of their unit classes (a job no node can take
+    is not held back by movers)."""
+    anywhere: dict[object, bool] = {}  # job shape -> some node could take every unit class
+    out = []
+    for jv in p.pending:
+        if jv.index in a.units or jv.impossible or jv.index in a.untried:
+            continue
+        shape = p.job_shape(jv)
+        if shape not in anywhere:
+            anywhere[shape] = all(any(p.node_eligible(jv, uc, nc.rep)
+                                      for nc in p.node_classes) for uc in jv.classes)
+        if anywhere[shape]:
+            out.append(jv)
+    return out
+
+
+def _explained_elsewhere(p: PlacementProblem) -> bool:
+    """Another family of the round speaks for its movers (failure repair)."""
+    return any(ext.explains_movers for ext in p.extensions)
+
 
 class _MoverUsers:
     """For whom each mover moved: the pending jobs on its old GPUs, and (a job moved for

@@ -9,7 +9,10 @@ objective 1 counts a broken job repaired (whole or in part, never both: ``repair
 priority-weighted like any admitted demand, and the moves' cost is the GPUs placed
 (``repair_gpus_placed``), replacing the lost work and migration count of a plain migration
 (a repair loses the same work whichever way it goes). The plan's score and terms carry the
-repaired demand (:meth:`FailureRepair.plan_value`, ``repaired_priority_demand``).
+repaired demand (:meth:`FailureRepair.plan_value`, ``repaired_priority_demand``). Its
+broken jobs are found by the family (:meth:`FailureRepair.add_stoppable`), and it speaks for
+them in place of migration (:attr:`~.extensions.RoundExtension.explains_movers`): its own
+reasons for a pending job left out and its own words for the budget's mover limit.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from hyperplace.formulations.linear import Objective
 from hyperplace.formulations.placement.extensions import RoundExtension
-from hyperplace.formulations.placement.migration import Movable, add_movers
+from hyperplace.formulations.placement.migration import Movable, add_movers, held_back
 from hyperplace.formulations.placement.stoppable import BrokenJob, Mover
 from hyperplace.formulations.placement.views import JobView
 
@@ -37,6 +40,7 @@ class FailureRepair(RoundExtension):
     name = "failure repair"
     replaces_moves_cost = True
     plan_objective = TERM
+    explains_movers = True
 
     def __init__(self, p: PlacementProblem):
         self.p = p
@@ -91,6 +95,36 @@ class FailureRepair(RoundExtension):
 
     def terms(self, a: Assignment) -> dict[str, float]:
         return {TERM: float(self.plan_value(a))}
+
+    def restrictions(self) -> list[str]:
+        """The broken jobs the budget's mover limit left out of the round."""
+        p = self.p
+        if not p.movers_left_out:
+            return []
+        return [f"only the {len(p.movers)} broken jobs losing least work may be repaired "
+                f"({p.movers_left_out} more stay broken: the budget's mover limit)"]
+
+    def reasons(self, a: Assignment, reasons: dict[int, list[str]], proven: bool) -> None:
+        """For a pending job left out of a round that repairs broken jobs (the library's
+        repair round with pending jobs; ``repair`` solves without them), of those whose
+        place movers could matter for (:func:`~.migration.held_back`): that the repairs
+        compete for the same GPUs (proven: any plan placing it leaves out work of its
+        priority or higher, a repair counted at its job's priority; else within the budget).
+        Migration's reason would say the broken jobs "may move" for it: they move to be
+        repaired, never for a pending job (greedy repairs them after placing the pending
+        jobs)."""
+        p = self.p
+        if not p.movers:
+            return
+        broken = f"the round's {len(p.movers)} broken job(s)"
+        if p.movers_left_out:
+            broken += f" ({p.movers_left_out} more left broken by the budget's mover limit)"
+        text = ("failure repair: no plan places it without leaving out work of its priority "
+                f"or higher, counting the repairs of {broken} at their priorities" if proven
+                else "failure repair: no plan found within the budget places it beside the "
+                f"repairs of {broken}")
+        for jv in held_back(p, a):
+            reasons.setdefault(jv.index, []).append(text)
 
 
 def _broken_job(p: PlacementProblem, m: Movable, index: int, copy: JobView) -> BrokenJob:
