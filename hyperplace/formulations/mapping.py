@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from hyperplace.formulations.placement.extensions import written_as
 from hyperplace.formulations.placement import (
     DomainKey,
     JobView,
@@ -598,8 +599,8 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
     for j in sorted(assignment.units):
         jv = p.jobs[j]
         units = assignment.units[j]
-        if jv.migrant is not None and p.partial_of(jv.migrant) == j:
-            jv, units = repaired_in_part(p, j, units)
+        if jv.migrant is not None:  # a family may write a job of the round as another
+            jv, units = written_as(p, j, units)
         b.place(jv.name, jv.priority,
                 [(u.unit, [GPURef(node=node, gpu=g) for node, gpus in u.pieces for g in gpus])
                  for u in units],
@@ -615,25 +616,6 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
         message=stats.message, objective_terms=objective_terms or {},
         **sections,
     )
-
-
-def repaired_in_part(p: PlacementProblem, j: int, units: list[PlacedUnit]
-                     ) -> tuple[JobView, list[PlacedUnit]]:
-    """A repair in part as the broken job's whole placement: its manifest's view, its kept
-    units where they are and the new ones under the failed units' names."""
-    broken = p.mover(p.jobs[j].migrant or 0)
-    assert p.migration is not None
-    part = p.migration.partial[broken.name]
-    kept = [PlacedUnit(-1, name, _by_node(gpus)) for name, gpus in part.kept.items()]
-    moved = [PlacedUnit(u.uclass, name, u.pieces) for name, u in zip(part.bad, units)]
-    return p.jobs[broken.copy], kept + moved
-
-
-def _by_node(gpus: tuple[tuple[str, int], ...]) -> list[tuple[str, tuple[int, ...]]]:
-    nodes: dict[str, list[int]] = defaultdict(list)
-    for node, g in gpus:
-        nodes[node].append(g)
-    return [(node, tuple(gs)) for node, gs in nodes.items()]
 
 
 def objective_terms(pm: PlacementModel, values: list[int]) -> dict[str, float]:

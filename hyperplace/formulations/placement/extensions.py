@@ -18,7 +18,8 @@ The other hooks are called in the round's order (:attr:`PlacementProblem.extensi
 <hyperplace.formulations.placement.problem.PlacementProblem.extensions>`: only the families
 the round asks for) by the model builder (:meth:`RoundExtension.rows`, then
 :meth:`RoundExtension.objectives` when it orders the objectives), by the mapping back
-(:meth:`RoundExtension.settle`, after the units are decoded) and by the driver
+(:meth:`RoundExtension.settle`, after the units are decoded; :meth:`RoundExtension.written_as`
+as the plan is written) and by the driver
 (:meth:`RoundExtension.plan_value` in the plan score, :meth:`RoundExtension.terms` in the
 plan's objective terms, :meth:`RoundExtension.reasons` after the explanations) and by the
 problem (:meth:`RoundExtension.restrictions`, where the model sees less than the rules
@@ -52,10 +53,11 @@ if TYPE_CHECKING:
 
     from hyperplace.formulations.linear import Objective
     from hyperplace.formulations.placement.domains import DomainKey
-    from hyperplace.formulations.mapping import Assignment
+    from hyperplace.formulations.mapping import Assignment, PlacedUnit
     from hyperplace.formulations.placement.model import PlacementModelBuilder
     from hyperplace.formulations.placement.problem import PlacementProblem
     from hyperplace.formulations.placement.stoppable import Mover
+    from hyperplace.formulations.placement.views import JobView
 
 
 class OpeningRule(Protocol):
@@ -174,6 +176,13 @@ class RoundExtension:
         ``preemptions`` and ``preemption_policy``; migration: its ``migrations``)."""
         return {}
 
+    def written_as(self, j: int, units: list[PlacedUnit]
+                   ) -> tuple[JobView, list[PlacedUnit]] | None:
+        """How the plan writes job ``j`` of the round placed on ``units`` when the family
+        writes it as another job (failure repair: a repair in part as the broken job's
+        whole placement); None: as itself (:func:`written_as`)."""
+        return None
+
     def reasons(self, a: Assignment, reasons: dict[int, list[str]], proven: bool) -> None:
         """Add the family's reasons for the pending jobs ``a`` leaves out (after the
         explanations'); ``proven``: the plan is proven optimal."""
@@ -189,4 +198,15 @@ class RoundExtension:
         return None
 
 
-__all__ = ["OpeningRule", "RoundExtension"]
+def written_as(p: PlacementProblem, j: int, units: list[PlacedUnit]
+               ) -> tuple[JobView, list[PlacedUnit]]:
+    """Job ``j`` of round ``p`` placed on ``units`` as the plan writes it: as the first family
+    that writes it as another says (:meth:`RoundExtension.written_as`), else as itself."""
+    for ext in p.extensions:
+        found = ext.written_as(j, units)
+        if found is not None:
+            return found
+    return p.jobs[j], units
+
+
+__all__ = ["OpeningRule", "RoundExtension", "written_as"]

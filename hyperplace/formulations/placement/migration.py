@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hyperplace.formulations.linear import Objective
+from hyperplace.formulations.placement.extensions import written_as
 from hyperplace.formulations.placement.stoppable import BrokenJob, Mover, StopsJobs
 from hyperplace.formulations.placement.views import JobView
 from hyperplace.models.instance import Instance
@@ -160,8 +161,6 @@ class Migration(StopsJobs):
         GPUs, how many of its new GPUs it did not hold, its lost work, old and new nodes. A
         repair in part is a migration too: its new place is its kept units and the new
         ones."""
-        from hyperplace.formulations.mapping import repaired_in_part
-
         p = self.p
         partial = {v.index for v in p.movers
                    if isinstance(v, BrokenJob) and v.partial is not None and v.partial in a.units}
@@ -174,7 +173,7 @@ class Migration(StopsJobs):
             mover = p.mover(v)
             part = p.partial_of(v) or 0
             placed = a.units[mover.copy] if v in a.stopped else \
-                repaired_in_part(p, part, a.units[part])[1]
+                written_as(p, part, a.units[part])[1]
             new = {(node, g) for u in placed for node, gpus in u.pieces for g in gpus}
             out.append(MigrationEntry(job=mover.name, why=p.migration.why, for_job=for_job(v),
                                       gpus=p.jobs[mover.copy].gpus,

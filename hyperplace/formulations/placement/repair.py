@@ -17,6 +17,7 @@ reasons for a pending job left out and its own words for the budget's mover limi
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from hyperplace.formulations.linear import Objective
@@ -26,7 +27,7 @@ from hyperplace.formulations.placement.stoppable import BrokenJob, Mover
 from hyperplace.formulations.placement.views import JobView
 
 if TYPE_CHECKING:
-    from hyperplace.formulations.mapping import Assignment
+    from hyperplace.formulations.mapping import Assignment, PlacedUnit
     from hyperplace.formulations.placement.model import PlacementModelBuilder
     from hyperplace.formulations.placement.problem import PlacementProblem
 
@@ -96,6 +97,24 @@ class FailureRepair(RoundExtension):
     def terms(self, a: Assignment) -> dict[str, float]:
         return {TERM: float(self.plan_value(a))}
 
+    def written_as(self, j: int, units: list[PlacedUnit]
+                   ) -> tuple[JobView, list[PlacedUnit]] | None:
+        """A repair in part (job ``j``: a broken job's failed units alone) as the broken
+        job's whole placement: its manifest's view, its kept units where they are and the
+        new ones under the failed units' names; None for any other job."""
+        from hyperplace.formulations.mapping import PlacedUnit  # the mapping imports us
+
+        p = self.p
+        broken = p.jobs[j].migrant
+        if broken is None or p.partial_of(broken) != j:
+            return None
+        mover = p.mover(broken)
+        assert p.migration is not None
+        part = p.migration.partial[mover.name]
+        kept = [PlacedUnit(-1, name, _by_node(gpus)) for name, gpus in part.kept.items()]
+        moved = [PlacedUnit(u.uclass, name, u.pieces) for name, u in zip(part.bad, units)]
+        return p.jobs[mover.copy], kept + moved
+
     def restrictions(self) -> list[str]:
         """The broken jobs the budget's mover limit left out of the round."""
         p = self.p
@@ -140,6 +159,13 @@ def _broken_job(p: PlacementProblem, m: Movable, index: int, copy: JobView) -> B
         part_view.allowed_nodes = part.nodes
         v.partial = part_view.index
     return v
+
+
+def _by_node(gpus: tuple[tuple[str, int], ...]) -> list[tuple[str, tuple[int, ...]]]:
+    nodes: dict[str, list[int]] = defaultdict(list)
+    for node, g in gpus:
+        nodes[node].append(g)
+    return [(node, tuple(gs)) for node, gs in nodes.items()]
 
 
 __all__ = ["OBJECTIVE", "TERM", "FailureRepair"]
