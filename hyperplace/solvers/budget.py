@@ -114,6 +114,13 @@ class Budget:
         p = self.params
         return p.aggregate_s_per_job * jobs + 0.005 <= p.aggregate_share * self.left()
 
+    def aggregate_fits_late(self, jobs: int) -> bool:
+        """The aggregated bound's second chance, once the plan is chosen (phase 3, before the
+        model's LP relaxation): nothing it could delay is left but the bounds, so it runs
+        when its estimated cost fits whole before :meth:`bounds_deadline`."""
+        return self.params.aggregate_s_per_job * jobs + 0.005 <= \
+            self.bounds_deadline(jobs) - self.clock()
+
     def bounds_deadline(self, jobs: int) -> float:
         """When the LP bounds stop: in time for the explanations and the plan."""
         return self.deadline - self.params.reserve_s - self.params.bound_tail_s_per_job * jobs

@@ -239,6 +239,8 @@ class SolveRound:
     #: the aggregated model's LP bound on objective 1 (solvers.backends.aggregate)
     agg_bound: float | None = None
     agg_s: float = 0.0
+    #: the aggregated bound was run (phase 0 or its second chance in phase 3)
+    agg_tried: bool = False
     terms: dict[str, float] = field(default_factory=dict)
     objective: float = 0.0
     gaps: dict[str, float | None] = field(default_factory=dict)
@@ -248,21 +250,27 @@ class SolveRound:
         self.message += ("; " if self.message.strip() else "") + text
 
 
-def _aggregate(r: SolveRound) -> None:
+def _aggregate(r: SolveRound, late: bool = False) -> None:
     """Phase 0: the aggregated model's LP bound on objective 1 (leaves folded, jobs by
     shape: a few hundred columns, :mod:`~hyperplace.solvers.backends.aggregate`), when the
     budget affords it (:meth:`Budget.aggregate_fits`). It runs first because it needs no
     plan and is cheap: on the largest rounds nothing else that bounds the optimum fits
-    (131,072 GPUs: 0.3 s, where the model's own relaxation needs its 4-5 s build)."""
+    (131,072 GPUs: 0.3 s, where the model's own relaxation needs its 4-5 s build).
+
+    ``late``: its second chance in phase 3, when phase 0 found too little left (reading and
+    building took most of the budget on a loaded machine: 131,072 GPUs at load 7 then
+    reported the demand bound's gap, 0.126, for a plan 1e-6 from it); it runs when its
+    estimate fits before the bounds' deadline (:meth:`Budget.aggregate_fits_late`)."""
     p = r.problem
-    if p.stops_jobs is not None:  # a round that may stop running jobs: not aggregated
-        return
-    if not r.budget.aggregate_fits(len(p.jobs)):
+    if p.stops_jobs is not None or r.agg_tried:  # a round that may stop running jobs: not
+        return  # aggregated; and it runs once
+    jobs = len(p.jobs)
+    if not (r.budget.aggregate_fits_late(jobs) if late else r.budget.aggregate_fits(jobs)):
         return
     from hyperplace.solvers.backends.aggregate import aggregate_bound  # HiGHS: when it runs
 
-    found = aggregate_bound(p, r.budget.bounds_deadline(len(p.jobs)))
-    r.agg_bound, r.agg_s = found.bound, found.seconds
+    found = aggregate_bound(p, r.budget.bounds_deadline(jobs))
+    r.agg_bound, r.agg_s, r.agg_tried = found.bound, found.seconds, True
 
 
 def _heuristics(r: SolveRound, warm: WarmStart | None, backend_name: str | None) -> None:
@@ -381,10 +389,17 @@ def _bounds(r: SolveRound, tighten: bool = True) -> None:
     solver's, the aggregated model's (phase 0), the LP relaxation's when it fits in what is
     left and the others are not tight, or the demand bound)."""
     p = r.problem
-    known = min(demand_bound(p), r.bound if r.bound is not None else math.inf,
-                r.agg_bound if r.agg_bound is not None else math.inf)
-    if tighten and r.status != SolveStatus.OPTIMAL and not p.preempting and \
-            not r.restricted and known > _weighted(p, r.chosen) + 0.5:
+    demand = demand_bound(p)
+
+    def known() -> float:
+        return min(demand, r.bound if r.bound is not None else math.inf,
+                   r.agg_bound if r.agg_bound is not None else math.inf)
+
+    open_gap = tighten and r.status != SolveStatus.OPTIMAL and not p.preempting and \
+        not r.restricted
+    if open_gap and known() > _weighted(p, r.chosen) + 0.5:
+        _aggregate(r, late=True)  # phase 0 had no time for it: before the relaxation
+    if open_gap and known() > _weighted(p, r.chosen) + 0.5:
         # the demand bound ignores where the free GPUs are: the model's LP relaxation is a
         # valid bound that does not (solvers.backends.relax), when it fits in what is left
         # (objective 1 of a preempting round also counts the running jobs kept: not written
@@ -401,7 +416,7 @@ def _bounds(r: SolveRound, tighten: bool = True) -> None:
     # the best valid bound: the solver's, the LP relaxation's, or the demand bound when it
     # is tighter (it equals the objective when every job that can run is admitted)
     agg = r.agg_bound if r.agg_bound is not None and not r.restricted else math.inf
-    r.bound = min(demand_bound(p), r.bound if r.bound is not None else math.inf,
+    r.bound = min(demand, r.bound if r.bound is not None else math.inf,
                   r.lp_bound if r.lp_bound is not None else math.inf, agg)
     if r.bound < objective - 1e-9:
         # the plan lies outside the model (greedy's, where a model row is stricter than the

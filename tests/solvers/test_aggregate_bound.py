@@ -104,6 +104,50 @@ def test_a_plan_without_a_proof_reports_it(monkeypatch):
     assert plan.gap is not None and plan.gap <= 0.01
 
 
+def test_its_second_chance_before_the_relaxation(monkeypatch):
+    """Phase 0 finds too little left (``aggregate_share`` 0: it never fits there), the exact
+    backend and the model's relaxation do not fit: the aggregated bound runs in phase 3, once,
+    and bounds greedy's plan validly (against the proven optimum)."""
+    inst = generate(512, 60, TYPES, 0.9, 11, size_scale=2)
+    exact = _proven(inst)
+    from hyperplace.solvers.backends import aggregate, relax
+
+    calls = []
+    real = aggregate.aggregate_bound
+    monkeypatch.setattr(aggregate, "aggregate_bound",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(relax, "SECONDS_PER_VAR", 1e6)  # the model's relaxation never fits
+    params = SolveParams(budget=BudgetParams(cpsat_vars_per_second=1, milp_vars_per_second=1,
+                                             aggregate_share=0.0))
+    plan = solve_placement(inst, solver="auto", budget_s=10, params=params)
+    assert check(plan, inst) == []
+    assert calls == [1]
+    assert "aggregated model's LP relaxation" in plan.message
+    assert plan.bound is not None and plan.bound >= exact.objective
+    assert plan.gap is not None and plan.gap <= 0.01
+    # and without time for it either: the demand bound, no aggregated figure
+    calls.clear()
+    slow = SolveParams(budget=BudgetParams(cpsat_vars_per_second=1, milp_vars_per_second=1,
+                                           aggregate_share=0.0, aggregate_s_per_job=1.0))
+    plan = solve_placement(inst, solver="auto", budget_s=10, params=slow)
+    assert check(plan, inst) == [] and calls == []
+    assert plan.bound == demand_bound(PlacementProblem(inst))
+
+
+def test_the_late_rule_is_the_bounds_deadline():
+    """The second chance's rule: the estimate (aggregate_s_per_job x jobs + 5 ms) fits whole
+    before the bounds' deadline (reserve_s + bound_tail_s_per_job x jobs before the end)."""
+    params = BudgetParams(aggregate_s_per_job=1e-3, reserve_s=0.1, bound_tail_s_per_job=1e-3)
+    now = [0.0]
+    b = Budget(10.0, params, clock=lambda: now[0])
+    # 100 jobs: deadline 10 - 0.1 - 0.1 = 9.8; estimate 0.105
+    now[0] = 9.69
+    assert b.aggregate_fits_late(100)
+    now[0] = 9.7
+    assert not b.aggregate_fits_late(100)
+    assert not b.aggregate_fits(100)  # phase 0's rule (a tenth of what is left) is stricter
+
+
 def test_not_for_rounds_that_stop_running_jobs():
     inst = load_instance("mixed-a100-h100")
     p = PlacementProblem(inst, preemption="lower-priority")
