@@ -395,7 +395,7 @@ def _bounds(r: SolveRound, tighten: bool = True) -> None:
         return min(demand, r.bound if r.bound is not None else math.inf,
                    r.agg_bound if r.agg_bound is not None else math.inf)
 
-    open_gap = tighten and r.status != SolveStatus.OPTIMAL and not p.preempting and \
+    open_gap = tighten and r.status != SolveStatus.OPTIMAL and p.relaxation_bounds and \
         not r.restricted
     if open_gap and known() > _weighted(p, r.chosen) + 0.5:
         _aggregate(r, late=True)  # phase 0 had no time for it: before the relaxation
@@ -427,7 +427,8 @@ def _bounds(r: SolveRound, tighten: bool = True) -> None:
     elif r.bound == agg and agg < math.inf:
         r.note(f"objective 1 is bounded by the aggregated model's LP relaxation (leaves "
                f"folded, jobs by shape; {r.agg_s:.2f} s)")
-    if r.bound <= objective + 1e-9 and r.status == SolveStatus.FALLBACK and not p.repairing:
+    if r.bound <= objective + 1e-9 and r.status == SolveStatus.FALLBACK and \
+            p.plan_objective is None:  # a repair round maximises its repairs first
         if r.lp_bound is not None and r.lp_bound <= objective + 1e-9:
             r.message += ("; objective 1 equals the LP relaxation's bound, so it is "
                           "optimal (lower objectives not proven)")
@@ -444,7 +445,7 @@ def _gaps(r: SolveRound) -> None:
     assert bound is not None  # _bounds always sets one
     r.gaps = gaps = _objective_gaps(p, r.pm, r.raw_used, r.terms, r.objective, bound, r.status)
     jobs_gap = gaps.get("admitted_jobs", 0.0)
-    if r.pm is not None and r.status != SolveStatus.OPTIMAL and not p.preempting and \
+    if r.pm is not None and r.status != SolveStatus.OPTIMAL and p.relaxation_bounds and \
             not r.restricted and bound <= r.objective + 1e-9 and \
             (jobs_gap is None or jobs_gap > 0):
         from hyperplace.solvers.backends.relax import admitted_jobs_bound

@@ -193,3 +193,27 @@ def test_the_families_say_what_objective_one_counts():
     assert repair.weight_capacity == repair.free_gpus + sum(len(v.gpus) for v in repair.stoppable)
     assert family.weighted_demands() == [(v.priority, repair.jobs[v.copy].gpus)
                                          for v in repair.movers]
+
+
+def test_the_families_say_which_bounds_hold_for_objective_one():
+    # the driver tightens bounds with the LP relaxation unless a family's objective 1
+    # counts what the relaxation does not write (preemption's running jobs kept), and
+    # claims objective 1 optimal from its bound unless a family maximises something else
+    # first (failure repair's repaired demand)
+    inst = fragmented(pending=[job("big", replicas=2, dp_hop=2, priority=5)])
+    plain = PlacementProblem(inst)
+    moving = PlacementProblem(inst, migration=MigrationPolicy())
+    grow = PlacementProblem(inst, hot_spares=1, migration=MigrationPolicy(grow_free_domain=True))
+    repair = PlacementProblem(inst, migration=MigrationPolicy(why="repair"))
+    pre = PlacementProblem(inst, preemption="lower-priority")
+    assert [p.relaxation_bounds for p in (plain, moving, grow, repair, pre)] == [
+        True, True, True, True, False]
+    assert [p.plan_objective for p in (plain, moving, grow, repair, pre)] == [
+        None, None, None, "repaired_priority_demand", None]
+    # objective 1's share of the running jobs kept: preemption's alone
+    full = sum(pre.weights[lvl] * g for _, lvl, g in pre.running)
+    assert full > 0 and pre.kept_running_demand() == full
+    v = pre.stoppable[0]
+    assert pre.kept_running_demand([v.index]) == full - pre.weights[v.level] * len(v.gpus)
+    for p in (plain, moving, grow, repair):
+        assert p.kept_running_demand(range(len(p.stoppable))) == 0

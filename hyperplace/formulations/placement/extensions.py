@@ -44,6 +44,7 @@ booleans, the capacity rows of nodes hosting stoppable jobs and the stops' quota
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 Terms = list[tuple[int, int]]
@@ -91,6 +92,10 @@ class RoundExtension:
     #: its reasons and restrictions speak for the round's movers in place of migration's
     #: (failure repair: its movers are broken jobs, repaired rather than moved for a job)
     explains_movers: ClassVar[bool] = False
+    #: the LP relaxations (the model's, the aggregated model's) bound the round's objective
+    #: 1 and admitted jobs (False: objective 1 counts what they do not write, preemption's
+    #: running jobs kept), so the driver may tighten its bounds with them
+    relaxation_bounds: ClassVar[bool] = True
 
     @classmethod
     def of(cls, p: PlacementProblem) -> Self | None:
@@ -112,6 +117,11 @@ class RoundExtension:
     def counted_gpus(self) -> int:
         """GPUs objective 1 can count besides the free ones (the priority weights'
         capacity)."""
+        return 0
+
+    def kept_demand(self, stopped: Iterable[int]) -> int:
+        """Objective 1's share of the running jobs the family counts that keep running,
+        all but the ``stopped`` ones (preemption: every running job, in its own level)."""
         return 0
 
     def rows(self, b: PlacementModelBuilder) -> None:

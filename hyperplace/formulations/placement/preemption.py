@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -143,6 +143,7 @@ class Preemption(StopsJobs):
 
     name = "preemption"
     leaves_for_good = True
+    relaxation_bounds = False  # objective 1 counts the running jobs kept: not written there
     objective_names = ("preempted_lost_gpu_seconds", "preempted_jobs")
 
     def __init__(self, p: PlacementProblem):
@@ -170,6 +171,13 @@ class Preemption(StopsJobs):
     def counted_gpus(self) -> int:
         """The running jobs' GPUs (each kept running job counts in its own level)."""
         return sum(g for _, _, g in self.p.running)
+
+    def kept_demand(self, stopped: Iterable[int]) -> int:
+        """Priority-weighted GPUs of every running job but the ``stopped`` candidates."""
+        p = self.p
+        total = sum(p.weights[prio] * g for _, prio, g in p.running)
+        return total - sum(p.weights[p.stoppable[v].level] * len(p.stoppable[v].gpus)
+                           for v in stopped)
 
     def stop_rows(self, b: PlacementModelBuilder) -> None:
         """Objective 1 counts every running job as admitted demand of its own priority

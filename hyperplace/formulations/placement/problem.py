@@ -314,14 +314,24 @@ class PlacementProblem:
         return demands
 
     def kept_running_demand(self, stopped: Iterable[int] = ()) -> int:
-        """Objective 1's share of the running jobs that keep running (0 without
-        preemption): priority-weighted GPUs of every running job but the ``stopped``
-        victims."""
-        if not self.preempting:
-            return 0
-        total = sum(self.weights[prio] * g for _, prio, g in self.running)
-        return total - sum(self.weights[self.stoppable[v].level] * len(self.stoppable[v].gpus)
-                           for v in stopped)
+        """Objective 1's share of the running jobs that keep running, all but the
+        ``stopped`` ones (0 without preemption: :meth:`RoundExtension.kept_demand
+        <hyperplace.formulations.placement.extensions.RoundExtension.kept_demand>`)."""
+        return sum(ext.kept_demand(stopped) for ext in self.extensions)
+
+    @property
+    def relaxation_bounds(self) -> bool:
+        """The LP relaxations (the model's, the aggregated model's) bound objective 1 and
+        admitted jobs in this round (every family's :attr:`RoundExtension.relaxation_bounds
+        <hyperplace.formulations.placement.extensions.RoundExtension.relaxation_bounds>`)."""
+        return all(ext.relaxation_bounds for ext in self.extensions)
+
+    @property
+    def plan_objective(self) -> str | None:
+        """The term a family reports as what the round maximises first, beside objective 1
+        (failure repair's repaired demand; None: objective 1 itself)."""
+        return next((ext.plan_objective for ext in self.extensions if ext.plan_objective),
+                    None)
 
     # ---- nodes --------------------------------------------------------------------
     def _build_nodes(self, prev: PlacementProblem | None = None) -> list[NodeView]:
