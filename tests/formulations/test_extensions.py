@@ -217,3 +217,46 @@ def test_the_families_say_which_bounds_hold_for_objective_one():
     assert pre.kept_running_demand([v.index]) == full - pre.weights[v.level] * len(v.gpus)
     for p in (plain, moving, grow, repair):
         assert p.kept_running_demand(range(len(p.stoppable))) == 0
+
+
+def test_each_family_settles_its_own_moves_when_the_plan_is_decoded():
+    # failure repair: a broken job repaired whole stands though no other job uses its old
+    # GPUs (it must move); migration: a move no job needs is undone; free-domain growth: a
+    # move no job needs stands when it grows the largest free domain (b frees leaf 1)
+    from hyperplace.solvers.driver import solve_placement
+
+    inst = fragmented(pending=[])
+    broken = repair_instance(inst, [("n0", 0)])  # a's GPU 0 failed
+    for solver in ("milp", "cpsat"):
+        kw = {"workers": 1} if solver == "cpsat" else {}
+        repaired = solve_placement(broken, solver=solver, budget_s=10, seed=0, **kw,
+                                   migration=MigrationPolicy(only=frozenset({"a"}),
+                                                             why="repair"))
+        assert check(repaired, broken) == []
+        assert [(m.job, m.why) for m in repaired.migrations] == [("a", "repair")]
+        assert {p.job for p in repaired.placements} == {"a"}
+        plain = solve_placement(inst, solver=solver, budget_s=10, seed=0, **kw,
+                                migration=MigrationPolicy(max_moves=1))
+        assert check(plain, inst) == [] and plain.migrations == [] and plain.placements == []
+        grown = solve_placement(inst, solver=solver, budget_s=10, seed=0, **kw,
+                                migration=MigrationPolicy(max_moves=1, why="defrag",
+                                                          grow_free_domain=True))
+        assert check(grown, inst) == [] and [m.job for m in grown.migrations] == ["b"]
+    # the settlements themselves: a's copy placed on n3, none of its old GPUs used
+    from hyperplace.formulations.mapping import PlacedUnit
+
+    def decoded(p: PlacementProblem) -> tuple[Assignment, int, int]:
+        (v,) = p.movers
+        uc = p.jobs[v.copy].classes[0]
+        return Assignment(units={v.copy: [PlacedUnit(uc.index, uc.units[0].name,
+                                                     [("n3", (0, 1, 2, 3))])]},
+                          stopped={v.index}), v.index, v.copy
+
+    only_a = frozenset({"a"})
+    repair = PlacementProblem(broken, migration=MigrationPolicy(only=only_a, why="repair"))
+    a, v, copy = decoded(repair)
+    (family,) = [e for e in repair.extensions if isinstance(e, FailureRepair)]
+    assert family.settle_stopped(a, {v}) == {v} and copy in a.units  # it must move
+    moving = PlacementProblem(inst, migration=MigrationPolicy(only=only_a))
+    a, v, copy = decoded(moving)
+    assert moving.extensions[0].settle_stopped(a, {v}) == set() and copy not in a.units

@@ -170,6 +170,13 @@ class RoundExtension:
         does not decide it); the first family that decides wins."""
         return None
 
+    def move_stands(self, a: Assignment, stopped: set[int], v: int, copy: int,
+                    units: list[PlacedUnit]) -> bool:
+        """A migration of mover ``v`` that no other job needs stands for the family's sake
+        (asked by the movers' settlement with its copy ``copy``, placed on ``units``, out of
+        ``a``; ``a`` as found after)."""
+        return False
+
     def plan_value(self, a: Assignment, stopped: set[int] | None = None) -> int:
         """The family's value in the plan score (after objective 1 and the repaired
         demand, before lost work), higher is better; ``stopped`` (default ``a.stopped``)

@@ -5,9 +5,9 @@ one domain of 2 hops (a leaf), as :func:`hyperplace.models.sharing.largest_free_
 (and the checker) measure it. Its moves' cost (lost work, then migrations) comes after it.
 
 It owns its rows (:meth:`FreeDomainGrowth.rows`), its objective, the hint completion of its
-variables, and its value in the plan score and terms (:meth:`FreeDomainGrowth.plan_value`,
-which the mapping back also asks when it settles migrations: a migration that frees part of
-the largest domain stands). It has no reasons of its own: its round's movers move for
+variables, its value in the plan score and terms (:meth:`FreeDomainGrowth.plan_value`) and
+its share of the decode settlement (:meth:`FreeDomainGrowth.move_stands`: a migration that
+frees part of the largest domain stands). It has no reasons of its own: its round's movers move for
 pending jobs first (objective 1 comes before the free domain, which never holds a pending
 job back), so migration's reason is the true one (``defrag`` solves it without pending jobs).
 """
@@ -23,7 +23,7 @@ from hyperplace.formulations.placement.domains import DomainKey
 from hyperplace.formulations.placement.extensions import RoundExtension
 
 if TYPE_CHECKING:
-    from hyperplace.formulations.mapping import Assignment
+    from hyperplace.formulations.mapping import Assignment, PlacedUnit
     from hyperplace.formulations.placement.model import PlacementModelBuilder
     from hyperplace.formulations.placement.problem import PlacementProblem
 
@@ -114,6 +114,16 @@ class FreeDomainGrowth(RoundExtension):
     def objectives(self, b: PlacementModelBuilder) -> list[Objective]:
         """The largest free domain, maximised (the moves' cost comes after it)."""
         return [Objective(b.obj_free_domain, OBJECTIVE, "max")] if b.obj_free_domain else []
+
+    def move_stands(self, a: Assignment, stopped: set[int], v: int, copy: int,
+                    units: list[PlacedUnit]) -> bool:
+        """A migration frees part of the largest free domain: it would be smaller without
+        it (the decode settlement keeps it)."""
+        without = self.plan_value(a, stopped - {v})
+        a.units[copy] = units
+        moved = self.plan_value(a, stopped)
+        del a.units[copy]
+        return without < moved
 
     def plan_value(self, a: Assignment, stopped: set[int] | None = None) -> int:
         """The largest free domain per GPU type, summed over types, once the assignment's

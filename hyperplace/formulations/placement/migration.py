@@ -110,46 +110,9 @@ class Migration(StopsJobs):
 
     def settle_stopped(self, a: Assignment, stopped: set[int]) -> set[int] | None:
         """The migrations of ``stopped`` (movers) the assignment keeps, its units made to
-        agree.
-
-        A migration stands when its copy is placed and some other job uses one of the
-        mover's old GPUs, a broken job's always (it must move), or (``defrag``, growing the
-        largest free domain) the free domain would be smaller without it. One whose copy
-        did not map to GPUs is undone with every job on the mover's old GPUs (dropped with a
-        note); one that is not needed is undone by dropping the copy (the job stays where it
-        was). Repeated until nothing changes: undoing one may leave another unneeded."""
-        p = self.p
-        stopped = set(stopped)
-        grows = p.free_domain_growth
-        while True:
-            users: dict[int, set[int]] = defaultdict(set)  # mover -> jobs on its old GPUs
-            for j, units in a.units.items():
-                for u in units:
-                    for node, gpus in u.pieces:
-                        held = p.node_by_name[node].stoppable
-                        users_here = {held[g] for g in gpus if g in held}
-                        for v in users_here:
-                            users[v].add(j)
-            changed = False
-            for v in sorted(stopped):
-                copy = p.mover(v).copy
-                if copy not in a.units:
-                    for j in users.get(v, ()):
-                        a.units.pop(j, None)
-                        a.notes[j] = f"uses GPUs of {p.stoppable[v].name}, whose migration failed"
-                elif users.get(v, set()) - {copy} or isinstance(p.stoppable[v], BrokenJob):
-                    # used by another job, or a broken job: it must move
-                    continue
-                else:
-                    moved = grows.plan_value(a, stopped) if grows is not None else 0
-                    copy_units = a.units.pop(copy)
-                    if grows is not None and grows.plan_value(a, stopped - {v}) < moved:
-                        a.units[copy] = copy_units  # it frees part of the largest domain
-                        continue
-                stopped.discard(v)
-                changed = True
-            if not changed:
-                return stopped
+        agree (:func:`settle_movers`: a migration no other job needs is undone, unless a
+        family says it stands)."""
+        return settle_movers(self.p, a, stopped, must_move=False)
 
     def plan_sections(self, a: Assignment) -> dict[str, object]:
         """The plan's ``migrations[]`` (:meth:`migrations`)."""
@@ -234,6 +197,50 @@ def held_back(p: PlacementProblem, a: Assignment) -> list[JobView]:
 def _explained_elsewhere(p: PlacementProblem) -> bool:
     """Another family of the round speaks for its movers (failure repair)."""
     return any(ext.explains_movers for ext in p.extensions)
+
+
+def settle_movers(p: PlacementProblem, a: Assignment, stopped: set[int], must_move: bool
+                  ) -> set[int]:
+    """The migrations of ``stopped`` (movers) assignment ``a`` keeps, its units made to
+    agree (migration's and failure repair's decode settlement).
+
+    A migration stands when its copy is placed and some other job uses one of the mover's
+    old GPUs, always when ``must_move`` (a broken job must move), or when a family of the
+    round says it does (:meth:`RoundExtension.move_stands
+    <hyperplace.formulations.placement.extensions.RoundExtension.move_stands>`: ``defrag``'s
+    free-domain growth, when the largest free domain would be smaller without it). One whose
+    copy did not map to GPUs is undone with every job on the mover's old GPUs (dropped with
+    a note); one that is not needed is undone by dropping the copy (the job stays where it
+    was). Repeated until nothing changes: undoing one may leave another unneeded."""
+    stopped = set(stopped)
+    while True:
+        users: dict[int, set[int]] = defaultdict(set)  # mover -> jobs on its old GPUs
+        for j, units in a.units.items():
+            for u in units:
+                for node, gpus in u.pieces:
+                    held = p.node_by_name[node].stoppable
+                    users_here = {held[g] for g in gpus if g in held}
+                    for v in users_here:
+                        users[v].add(j)
+        changed = False
+        for v in sorted(stopped):
+            copy = p.mover(v).copy
+            if copy not in a.units:
+                for j in users.get(v, ()):
+                    a.units.pop(j, None)
+                    a.notes[j] = f"uses GPUs of {p.stoppable[v].name}, whose migration failed"
+            elif users.get(v, set()) - {copy} or must_move:
+                continue  # used by another job, or a broken job: it must move
+            else:
+                copy_units = a.units.pop(copy)
+                if any(ext.move_stands(a, stopped, v, copy, copy_units)
+                       for ext in p.extensions):
+                    a.units[copy] = copy_units
+                    continue
+            stopped.discard(v)
+            changed = True
+        if not changed:
+            return stopped
 
 
 class _MoverUsers:

@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING
 
 from hyperplace.formulations.linear import Objective
 from hyperplace.formulations.placement.extensions import RoundExtension
-from hyperplace.formulations.placement.migration import Movable, add_movers, held_back
+from hyperplace.formulations.placement.migration import (
+    Movable,
+    add_movers,
+    held_back,
+    settle_movers,
+)
 from hyperplace.formulations.placement.stoppable import BrokenJob, Mover
 from hyperplace.formulations.placement.views import JobView
 
@@ -85,6 +90,12 @@ class FailureRepair(RoundExtension):
     def objectives(self, b: PlacementModelBuilder) -> list[Objective]:
         """The GPUs placed by the repairs, minimised (in place of the moves' cost)."""
         return [Objective(b.obj_moves, OBJECTIVE, "min")] if b.stop else []
+
+    def settle_stopped(self, a: Assignment, stopped: set[int]) -> set[int] | None:
+        """The repairs of ``stopped`` (broken jobs moved whole) the assignment keeps: each
+        whose copy is placed (a broken job must move), each other one undone with the jobs
+        on its old GPUs (:func:`~.migration.settle_movers`; it decides before migration)."""
+        return settle_movers(self.p, a, stopped, must_move=True)
 
     def plan_value(self, a: Assignment, stopped: set[int] | None = None) -> int:
         """What a repair round maximises first (its model's objective 1; the plan's
