@@ -200,6 +200,12 @@ class RoundExtension:
         whole placement); None: as itself (:func:`written_as`)."""
         return None
 
+    def moves_in_part(self, a: Assignment) -> dict[int, list[PlacedUnit]]:
+        """Movers ``a`` moves in part, not by their copy (failure repair: its repairs in
+        part), with their units after the move as the plan writes them: migration's
+        ``migrations[]`` lists them too."""
+        return {}
+
     def reasons(self, a: Assignment, reasons: dict[int, list[str]], proven: bool) -> None:
         """Add the family's reasons for the pending jobs ``a`` leaves out (after the
         explanations'); ``proven``: the plan is proven optimal."""

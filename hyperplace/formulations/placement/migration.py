@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hyperplace.formulations.linear import Objective
-from hyperplace.formulations.placement.extensions import written_as
-from hyperplace.formulations.placement.stoppable import BrokenJob, Mover, StopsJobs
+from hyperplace.formulations.placement.stoppable import Mover, StopsJobs
 from hyperplace.formulations.placement.views import JobView
 from hyperplace.models.instance import Instance
 from hyperplace.models.migration import MigrationPolicy
@@ -40,7 +39,7 @@ from hyperplace.models.plan import Migration as MigrationEntry
 from hyperplace.models.sharing import running_gpus
 
 if TYPE_CHECKING:
-    from hyperplace.formulations.mapping import Assignment
+    from hyperplace.formulations.mapping import Assignment, PlacedUnit
     from hyperplace.formulations.placement.model import PlacementModelBuilder
     from hyperplace.formulations.placement.problem import PlacementProblem
 
@@ -122,21 +121,22 @@ class Migration(StopsJobs):
         """One entry per migrated mover: why (the round's migration policy), for whom (the
         highest-priority pending job on its old GPUs, then the one using most of them), its
         GPUs, how many of its new GPUs it did not hold, its lost work, old and new nodes. A
-        repair in part is a migration too: its new place is its kept units and the new
-        ones."""
+        move in part is a migration too (a repair in part,
+        :meth:`RoundExtension.moves_in_part
+        <hyperplace.formulations.placement.extensions.RoundExtension.moves_in_part>`): its
+        new place is its kept units and the new ones."""
         p = self.p
-        partial = {v.index for v in p.movers
-                   if isinstance(v, BrokenJob) and v.partial is not None and v.partial in a.units}
-        if not (a.stopped or partial):
+        in_part: dict[int, list[PlacedUnit]] = {}
+        for ext in p.extensions:
+            in_part.update(ext.moves_in_part(a))
+        if not (a.stopped or in_part):
             return []
         assert p.migration is not None
         for_job = _MoverUsers(p, a).for_job
         out = []
-        for v in sorted(a.stopped | partial, key=lambda v: p.stoppable[v].name):
+        for v in sorted(a.stopped | set(in_part), key=lambda v: p.stoppable[v].name):
             mover = p.mover(v)
-            part = p.partial_of(v) or 0
-            placed = a.units[mover.copy] if v in a.stopped else \
-                written_as(p, part, a.units[part])[1]
+            placed = a.units[mover.copy] if v in a.stopped else in_part[v]
             new = {(node, g) for u in placed for node, gpus in u.pieces for g in gpus}
             out.append(MigrationEntry(job=mover.name, why=p.migration.why, for_job=for_job(v),
                                       gpus=p.jobs[mover.copy].gpus,
@@ -284,7 +284,8 @@ class _MoverUsers:
 
 
 #: ``make(problem, movable, index, copy)``: the stoppable job of a movable running job whose
-#: copy is job ``copy`` of the round (a :class:`Mover`, a :class:`BrokenJob`)
+#: copy is job ``copy`` of the round (a :class:`Mover`, a
+#: :class:`~hyperplace.formulations.placement.stoppable.BrokenJob`)
 MakeMover = Callable[["PlacementProblem", "Movable", int, JobView], Mover]
 
 

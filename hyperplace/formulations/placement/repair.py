@@ -126,6 +126,18 @@ class FailureRepair(RoundExtension):
         moved = [PlacedUnit(u.uclass, name, u.pieces) for name, u in zip(part.bad, units)]
         return p.jobs[mover.copy], kept + moved
 
+    def moves_in_part(self, a: Assignment) -> dict[int, list[PlacedUnit]]:
+        """The broken jobs ``a`` repairs in part, with their kept and new units
+        (:meth:`written_as`)."""
+        p = self.p
+        out: dict[int, list[PlacedUnit]] = {}
+        for v in p.movers:
+            if isinstance(v, BrokenJob) and v.partial is not None and v.partial in a.units:
+                found = self.written_as(v.partial, a.units[v.partial])
+                assert found is not None
+                out[v.index] = found[1]
+        return out
+
     def restrictions(self) -> list[str]:
         """The broken jobs the budget's mover limit left out of the round."""
         p = self.p
