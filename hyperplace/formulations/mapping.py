@@ -119,7 +119,7 @@ def decode(pm: PlacementModel, values: list[int]) -> Assignment:
 
 
 def _usable_gpus(p: PlacementProblem, stopped: set[int]) -> dict[str, list[int]]:
-    """Free GPUs per node, with those of stopped victims (by whom: see _victim_node)."""
+    """Free GPUs per node, with those of stopped jobs (by whom: see _stoppable_node)."""
     remaining: dict[str, list[int]] = {n.name: list(n.free) for n in p.nodes}
     for n in p.nodes:
         if n.stoppable:
@@ -148,7 +148,7 @@ def _pack_class(p: PlacementProblem, nci: int, items: list[Piece], stopped: set[
     nodes = nc.nodes
     items.sort(key=lambda t: (t[2] is None, -t[0]))
     if nodes[0].stoppable and nodes[0].uniform_gbps is not None:
-        _victim_node(p, nodes[0], items, stopped, pack.placed, pack.failed, pack.flex)
+        _stoppable_node(p, nodes[0], items, stopped, pack.placed, pack.failed, pack.flex)
         return
     for size, uci, clique, unit in items:
         job = p.classes[uci].job
@@ -289,18 +289,19 @@ def _cut_patterns(pm: PlacementModel, values: list[int], uc: UnitClass,
                            if (uc.index, dom, k) in pm.pattern_vars else 0)]
 
 
-def _victim_node(p: PlacementProblem, node: NodeView,
-                 items: list[tuple[int, int, tuple[int, ...] | None, int | None]],
-                 stopped: set[int], placed: dict[int, list[tuple[NodeView, tuple[int, ...]]]],
-                 failed: dict[int, str],
-                 flex: dict[tuple[int, int], dict[str, list[int]]]) -> None:
-    """GPUs for the pieces on a uniform node hosting victims: each piece may use free GPUs
-    and those of the stopped victims its job may stop. A min-cost flow from each job's
-    signature to the pools (free GPUs cost nothing, a victim's cost 1) finds them; the
-    model's Hall rows guarantee it exists."""
+def _stoppable_node(p: PlacementProblem, node: NodeView,
+                    items: list[tuple[int, int, tuple[int, ...] | None, int | None]],
+                    stopped: set[int], placed: dict[int, list[tuple[NodeView, tuple[int, ...]]]],
+                    failed: dict[int, str],
+                    flex: dict[tuple[int, int], dict[str, list[int]]]) -> None:
+    """GPUs for the pieces on a uniform node hosting stoppable jobs (preemption candidates,
+    movers, broken jobs): each piece may use free GPUs and those of the stopped jobs whose
+    GPUs its job may use. A min-cost flow from each job's signature to the pools (free GPUs
+    cost nothing, a stopped job's cost 1) finds them; the model's Hall rows guarantee it
+    exists."""
     import networkx as nx
 
-    victims = p.stoppable
+    held = p.stoppable
     pools: dict[int | str, list[int]] = {"free": list(node.free)}
     for g, v in node.stoppable.items():
         if v in stopped:
@@ -308,7 +309,7 @@ def _victim_node(p: PlacementProblem, node: NodeView,
     by_sig: dict[frozenset[int], list[tuple[int, int, int | None]]] = defaultdict(list)
     for size, uci, _, unit in items:
         job = p.classes[uci].job
-        sig = frozenset(v for v in pools if isinstance(v, int) and job in victims[v].allowed)
+        sig = frozenset(v for v in pools if isinstance(v, int) and job in held[v].allowed)
         by_sig[sig].append((size, uci, unit))
     graph = nx.DiGraph()
     for i, (sig, pieces) in enumerate(by_sig.items()):

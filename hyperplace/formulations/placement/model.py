@@ -11,8 +11,8 @@ Variables (all integer):
 * ``y[job, group, domain]``: units of a group in that domain of the group's own hop limit;
 * ``touch[job, domain]``, ``open[node class]``, ``openleaf[leaf]``: what objectives 2 and 3
   count;
-* ``stop[victim]``: a running job the round may preempt is stopped (with ``--preemption``),
-  or a running job the round may move is migrated (with ``--running-moveable``; its copy's
+* ``stop[running job]``: a running job the round may preempt is stopped (with
+  ``--preemption``), a running job the round may move is migrated (with ``--running-moveable``; its copy's
   ``run`` equals it, see :mod:`.migration`).
 
 Each family is one method of the builder; families a later feature adds (quotas,
@@ -74,7 +74,7 @@ class PlacementModel:
     aux_links: list[tuple[int, Terms, int]] = field(default_factory=list)
     # auxiliaries with other rules (quota borrowing and lending, fair share), run after those
     derived: list[Callable[[list[int]], None]] = field(default_factory=list)
-    stop: dict[int, int] = field(default_factory=dict)  # victim index -> var (1 = stopped)
+    stop: dict[int, int] = field(default_factory=dict)  # stoppable job -> var (1 = stopped)
 
     def complete(self, primary: dict[int, int]) -> list[int]:
         """A full assignment from primary values (run, domains, pieces), auxiliaries derived."""
@@ -146,7 +146,7 @@ class PlacementModelBuilder:
         self.derived: list[Callable[[list[int]], None]] = []
         # job -> (var, GPUs per unit of the var, GPU type name): what quotas count
         self.job_gpu_terms: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
-        # preemption: victim -> stop var, and the objectives after objective 1
+        # stoppable job -> stop var (any family's), and the objectives after objective 1
         self.stop: dict[int, int] = {v.index: self.lm.bool(f"stop[{v.name}]") for v in p.stoppable}
         self.obj_lost: Terms = []
         self.obj_victims: Terms = []
@@ -163,7 +163,7 @@ class PlacementModelBuilder:
         self._gpu_exclusive()
         self._open_clique_nodes()
         self._open_leaves()
-        self._preemption()
+        self._stops()
         for ext in self.p.extensions:  # preemption: a stop needs a stopper
             ext.after_stop_rows(self)
         self._quotas()
@@ -556,7 +556,7 @@ class PlacementModelBuilder:
         for nci, terms in self.cap_terms.items():
             nc = self.p.node_classes[nci]
             if nc.rep.stoppable:
-                continue  # a node hosting victims: see _preemption
+                continue  # a node hosting stoppable jobs: see _stops
             f, m = nc.free_per_node, nc.multiplicity
             for s in sorted({s for _, s in terms}, reverse=True):
                 big = [(v, size) for v, size in terms if size >= s]
@@ -577,7 +577,7 @@ class PlacementModelBuilder:
         """On non-uniform nodes: each GPU in at most one chosen GPU set."""
         for (nci, g), vs in self.gpu_terms.items():
             if g in self.p.node_classes[nci].rep.stoppable:
-                continue  # a victim's GPU: see _preemption
+                continue  # a stoppable job's GPU: see _stops
             self.lm.add([(v, 1) for v in vs], hi=1, name=f"gpu[nc{nci},{g}]")
 
     def _open_clique_nodes(self) -> None:
@@ -609,14 +609,14 @@ class PlacementModelBuilder:
             self.aux_links.append((o, [(v, 1) for v in vs], big_leaf))
             self.obj_frag.append((o, self.params.leaf_open_weight))
 
-    # ---- sharing: preemption ---------------------------------------------------------------
+    # ---- sharing: stops (preemption, migration, repair) ------------------------------------
     def _may_use(self, job: int, n: NodeView, gpus: tuple[int, ...]) -> bool:
-        """Job ``job`` may use these GPUs of ``n``: each is free or held by a victim the
-        job may stop."""
-        victims = self.p.stoppable
-        return all(g not in n.stoppable or job in victims[n.stoppable[g]].allowed for g in gpus)
+        """Job ``job`` may use these GPUs of ``n``: each is free or held by a stoppable
+        job whose GPUs it may use once stopped."""
+        held = self.p.stoppable
+        return all(g not in n.stoppable or job in held[n.stoppable[g]].allowed for g in gpus)
 
-    def _preemption(self) -> None:
+    def _stops(self) -> None:
         """Running jobs the round may stop (``stop[v]``, gang: all their GPUs at once): the
         families' own stop rows (:meth:`RoundExtension.stop_rows
         <hyperplace.formulations.placement.extensions.RoundExtension.stop_rows>`: migration
@@ -671,8 +671,8 @@ class PlacementModelBuilder:
                 quota = q.quotas[c.key]
                 t = terms.get((q.name, c.key), []) + freed.get((q.name, c.key), [])
                 run = c.running.get(q.name, 0)
-                # a queue with victims may stop borrowing (its own row keeps b >= use - nominal)
-                b_lo = 0 if q.name in self._victim_queues else \
+                # a queue with stoppable jobs may stop borrowing (its own row keeps b >= use - nominal)
+                b_lo = 0 if q.name in self._stopping_queues else \
                     int(max(0, math.ceil(run - quota.nominal)))
                 b = self.lm.var(f"borrow[{q.name},{c.key}]", b_lo, max(b_lo, _cap(quota.borrowing_limit, big)))
                 lend = self.lm.var(f"lend[{q.name},{c.key}]", 0, _cap(quota.lendable, big))
@@ -683,9 +683,9 @@ class PlacementModelBuilder:
                             name=f"lendable[{q.name},{c.key}]")
                 pool += [(b, 1), (lend, -1)]
                 rules.append((b, lend, list(t), run, quota.nominal, quota.lendable, b_lo))
-            # the overdraft the running jobs already have may stay, not grow: with victims,
-            # the overdraft of the jobs that surely keep running (every victim stopped), a
-            # bound that holds whichever victims are stopped
+            # the overdraft the running jobs already have may stay, not grow: with stoppable
+            # jobs, the overdraft of the jobs that surely keep running (every stoppable job
+            # stopped), a bound that holds whichever of them are stopped
             credit = {(q.name, c.key): -float(len(stops[(q.name, c.key)]))
                       for q in c.members if stops.get((q.name, c.key))}
             slack = max(0.0, overdraft(c, credit)) if credit else c.slack
@@ -695,7 +695,7 @@ class PlacementModelBuilder:
             ext.quota_rows(self, terms, freed, big)
 
     @property
-    def _victim_queues(self) -> set[str]:
+    def _stopping_queues(self) -> set[str]:
         return {v.queue for v in self.p.stoppable}
 
     def _fair_share(self) -> None:

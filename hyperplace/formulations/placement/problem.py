@@ -135,8 +135,8 @@ class PlacementProblem:
         Weights of the lower objectives and the clique cap.
     previous : PlacementProblem, optional
         The previous round's problem on the same clusters: views of unchanged nodes and
-        jobs are reused (see the module docstring); it is not kept. Not with preemption
-        (a preempting round marks victims' GPUs on its node views).
+        jobs are reused (see the module docstring); it is not kept. Not with preemption or
+        migration (a round that may stop running jobs marks their GPUs on its node views).
     preemption : str
         ``never`` (default), ``lower-priority`` or ``reclaim-within-cohort``: which running
         jobs the round may stop (:mod:`~hyperplace.formulations.placement.preemption`).
@@ -852,7 +852,7 @@ class PlacementProblem:
     @cached_property
     def node_classes(self) -> list[NodeClass]:
         """Nodes with free GPUs folded into classes of interchangeable nodes. A node that
-        hosts a candidate victim is a class of its own (its capacity depends on which of
+        hosts a stoppable job is a class of its own (its capacity depends on which of
         its running jobs are stopped)."""
         groups: dict[tuple[object, ...], list[NodeView]] = defaultdict(list)
         for n in self.nodes:

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 Terms = list[tuple[int, int]]
 
 #: Most distinct unions of signatures bounded on one node; a node with more keeps its
-#: victims running (never reached on the shapes we know: a node hosts few running jobs).
+#: stoppable jobs running (never reached on the shapes we know: a node hosts few running jobs).
 MAX_UNIONS_PER_NODE = 64
 
 
@@ -122,9 +122,9 @@ class StopsJobs(RoundExtension):
           job may use), GPUs of the pieces whose signature lies in ``U`` <= free + GPUs of
           ``U``'s jobs x ``stop``. That is Hall's condition, exact (the mapping back finds
           the GPUs by a flow). Under ``lower-priority`` it is what makes freed GPUs serve
-          only jobs of the victim's queue that outrank it (without it, a stop could admit
-          more GPUs of the victim's own level, which objective 1 alone would reward). On a
-          non-uniform node every GPU set is explicit: a set holding a stoppable job's GPU
+          only jobs of the preempted job's queue that outrank it (without it, a stop could
+          admit more GPUs of the preempted job's own level, which objective 1 alone would
+          reward). On a non-uniform node every GPU set is explicit: a set holding a stoppable job's GPU
           exists only for jobs that may use it, and each such GPU is used at most
           ``stop[v]`` times.
         """
@@ -164,11 +164,11 @@ class StopsJobs(RoundExtension):
         p = self.p
         book = p.quotas
         terms: dict[tuple[str, str], Terms] = defaultdict(list)
-        for victim in p.stoppable:
-            for node, _ in victim.gpus:
+        for running in p.stoppable:
+            for node, _ in running.gpus:
                 gpu_type = p.node_by_name[node].gpu_type.name
-                for key in book.keys_for(victim.queue, gpu_type):
-                    terms[(victim.queue, key)].append((b.stop[victim.index], -1))
+                for key in book.keys_for(running.queue, gpu_type):
+                    terms[(running.queue, key)].append((b.stop[running.index], -1))
         return terms
 
 

@@ -43,8 +43,10 @@ class NodeView:
     attach_gbps: float | None
     leaf: DomainKey
     max_cliques: int = 5000
-    #: GPUs held by running jobs the round may preempt: GPU -> victim index (see
-    #: :mod:`~hyperplace.formulations.placement.preemption`); empty without preemption
+    #: GPUs held by running jobs the round may stop (preemption candidates, movers, broken
+    #: jobs): GPU -> stoppable job index (:attr:`PlacementProblem.stoppable
+    #: <hyperplace.formulations.placement.problem.PlacementProblem.stoppable>`); empty when
+    #: the round stops none
     stoppable: dict[int, int] = field(default_factory=dict)
     #: some enumeration of GPU sets on this node stopped at ``max_cliques`` (the model and
     #: greedy then see only those sets: a restriction the plan's status must admit)
@@ -327,8 +329,8 @@ class JobView:
     classes: list[UnitClass] = field(default_factory=list)
     impossible: list[PendingReason] = field(default_factory=list)
     queue: str = "default"  # the queue whose quotas its GPUs count against
-    #: a running job's manifest (its copy, placed when it migrates): the mover's victim
-    #: index (:mod:`~hyperplace.formulations.placement.migration`); None for a pending job
+    #: a running job's manifest (its copy, placed when it migrates): the mover's stoppable
+    #: job index (:mod:`~hyperplace.formulations.placement.migration`); None for a pending job
     migrant: int | None = None
     #: a repair in part: the only nodes it may use (None: any)
     allowed_nodes: frozenset[str] | None = None

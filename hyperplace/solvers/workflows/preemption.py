@@ -4,8 +4,8 @@ guaranteed share, is placed whole (``solve --preemption``).
 The decisions are variables of the one placement model: every running job some pending job
 may stop under the policy gets a keep/stop boolean, and objective 1 counts the running jobs
 kept in their own priority levels, then lost work and the number of victims are minimised
-(:mod:`hyperplace.formulations.placement.preemption`, :meth:`PlacementModelBuilder._preemption
-<hyperplace.formulations.placement.model.PlacementModelBuilder._preemption>`). So the victims
+(:mod:`hyperplace.formulations.placement.preemption`, :meth:`PlacementModelBuilder._stops
+<hyperplace.formulations.placement.model.PlacementModelBuilder._stops>`). So the victims
 are exact and the status ``optimal`` is proven like any other round's; a victim set with which
 the preemptor's gang would still not fit is never chosen (the gang is all or nothing in the
 same model). Greedy's heuristic (:mod:`hyperplace.solvers.heuristics.greedy_preempt`) is the budget's
