@@ -184,10 +184,12 @@ def test_the_families_say_what_objective_one_counts():
     moving = PlacementProblem(inst, migration=MigrationPolicy())
     assert moving.weight_capacity == moving.free_gpus and moving.stoppable
     pre = PlacementProblem(inst, preemption="lower-priority")
-    held = sum(g for _, _, g in pre.running)
+    assert isinstance(pre.stops_jobs, Preemption)
+    running = pre.stops_jobs.running  # every running job, in its own level
+    held = sum(g for _, _, g in running)
     assert held > 0 and pre.weight_capacity == pre.free_gpus + held
     assert pre.stops_jobs is not None
-    assert pre.stops_jobs.weighted_demands() == [(lvl, g) for _, lvl, g in pre.running]
+    assert pre.stops_jobs.weighted_demands() == [(lvl, g) for _, lvl, g in running]
     repair = PlacementProblem(inst, migration=MigrationPolicy(why="repair"))
     (family,) = [e for e in repair.extensions if isinstance(e, FailureRepair)]
     assert repair.weight_capacity == repair.free_gpus + sum(len(v.gpus) for v in repair.stoppable)
@@ -211,7 +213,8 @@ def test_the_families_say_which_bounds_hold_for_objective_one():
     assert [p.plan_objective for p in (plain, moving, grow, repair, pre)] == [
         None, None, None, "repaired_priority_demand", None]
     # objective 1's share of the running jobs kept: preemption's alone
-    full = sum(pre.weights[lvl] * g for _, lvl, g in pre.running)
+    assert isinstance(pre.stops_jobs, Preemption)
+    full = sum(pre.weights[lvl] * g for _, lvl, g in pre.stops_jobs.running)
     assert full > 0 and pre.kept_running_demand() == full
     v = pre.stoppable[0]
     assert pre.kept_running_demand([v.index]) == full - pre.weights[v.level] * len(v.gpus)

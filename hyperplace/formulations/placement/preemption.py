@@ -163,19 +163,27 @@ class Preemption(StopsJobs):
         for v in preemption_candidates(p.instance, refs, p.preemption):
             p.add_stoppable_job(v)
 
+    @cached_property
+    def running(self) -> list[tuple[str, float, int]]:
+        """Every running job as (name, level objective 1 counts it in, GPUs held)
+        (:func:`running_levels`)."""
+        p = self.p
+        levels = running_levels(p.instance, p.preemption, (jv.priority for jv in p.jobs))
+        return [(name, lvl, g) for name, (lvl, g) in levels.items()]
+
     def weighted_demands(self) -> list[tuple[float, int]]:
         """Objective 1 counts every running job kept, in its own level
         (:func:`running_levels`)."""
-        return [(prio, g) for _, prio, g in self.p.running]
+        return [(prio, g) for _, prio, g in self.running]
 
     def counted_gpus(self) -> int:
         """The running jobs' GPUs (each kept running job counts in its own level)."""
-        return sum(g for _, _, g in self.p.running)
+        return sum(g for _, _, g in self.running)
 
     def kept_demand(self, stopped: Iterable[int]) -> int:
         """Priority-weighted GPUs of every running job but the ``stopped`` candidates."""
         p = self.p
-        total = sum(p.weights[prio] * g for _, prio, g in p.running)
+        total = sum(p.weights[prio] * g for _, prio, g in self.running)
         return total - sum(p.weights[p.stoppable[v].level] * len(p.stoppable[v].gpus)
                            for v in stopped)
 

@@ -36,7 +36,7 @@ from hyperplace.formulations.placement.nvlink import NVLinkRound, zero_hop_domai
 from hyperplace.formulations.placement.params import ModelParams
 from hyperplace.formulations.placement.migration import Migration
 from hyperplace.models.migration import MigrationPolicy
-from hyperplace.formulations.placement.preemption import Preemption, check_policy, running_levels
+from hyperplace.formulations.placement.preemption import Preemption, check_policy
 from hyperplace.formulations.placement.stoppable import (
     BrokenJob,
     Mover,
@@ -286,14 +286,6 @@ class PlacementProblem:
     def is_copy(self, j: int) -> bool:
         """Job ``j`` is a mover's copy (not a pending job)."""
         return self.jobs[j].migrant is not None
-
-    @cached_property
-    def running(self) -> list[tuple[str, float, int]]:
-        """Every running job as (name, level objective 1 counts it in, GPUs held); empty
-        without preemption (see :func:`~.preemption.running_levels`)."""
-        levels = running_levels(self.instance, self.preemption,
-                                (jv.priority for jv in self.jobs))
-        return [(name, lvl, g) for name, (lvl, g) in levels.items()]
 
     @property
     def weight_capacity(self) -> int:
