@@ -158,6 +158,8 @@ class Preemption(StopsJobs):
     def add_stoppable(cls, p: PlacementProblem) -> None:
         """The round's preemption candidates (:func:`preemption_candidates`: none unless
         its policy may stop running jobs), for the pending jobs that could run at all."""
+        if not p.preempting:
+            return  # no references to build: 6 ms a round at 8,000 pending jobs
         refs = [PendingRef(jv.index, jv.priority, jv.queue, jv.gpus)
                 for jv in p.jobs if not jv.impossible]
         for v in preemption_candidates(p.instance, refs, p.preemption):
