@@ -31,12 +31,13 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.formulations.placement.views import JobView, NodeClass, UnitClass
 
-__all__ = ["AggregateBound", "SparseLp", "aggregate_bound"]
+__all__ = ["AggregateBound", "Columns", "SparseLp", "aggregate_bound", "one_cluster", "round_up"]
 
 #: Relative margin added to HiGHS's optimum before rounding up (see the module docstring).
 SAFETY = 1e-6
@@ -169,6 +170,49 @@ class SparseLp:
             list(h.getSolution().col_value)
 
 
+def round_up(value: float) -> float:
+    """An LP optimum as a valid integer bound on objective 1: inflated by the relative
+    ``SAFETY`` and rounded up, so that HiGHS's floating-point error never makes it smaller
+    than the optimum (the one rounding of every aggregated and routing LP bound)."""
+    return float(math.ceil(value * (1 + SAFETY) + SAFETY))
+
+
+class Columns:
+    """The aggregated model's columns over the node classes of one problem (one cluster's or
+    several): :meth:`add` gives a job shape its ``run`` columns (one per cluster with room)
+    with their piece columns and gang rows, :meth:`close` writes the capacity rows.
+
+    ``weights``: objective 1's weight per priority (default the problem's own; a decomposed
+    round passes the whole round's, whose parts each have their own)."""
+
+    def __init__(self, lp: SparseLp, p: PlacementProblem,
+                 weights: Mapping[float, int] | None = None) -> None:
+        self.lp, self.p = lp, p
+        self.weights = p.weights if weights is None else weights
+        self.folded = _fold(p)
+        self.cap: dict[int, list[tuple[int, int]]] = defaultdict(list)  # class -> (col, size)
+        self.by_cluster: dict[str, list[int]] = defaultdict(list)
+        for fi, g in enumerate(self.folded):
+            self.by_cluster[g.rep.rep.cluster.name].append(fi)
+
+    def add(self, jv: JobView, count: int) -> dict[str, tuple[int, float]]:
+        """Columns of ``count`` jobs like ``jv`` (cluster -> its run column and room)."""
+        p, lp, folded = self.p, self.lp, self.folded
+        cols: dict[str, tuple[int, float]] = {}
+        for cluster, indices in self.by_cluster.items():
+            room = _room(p, jv, folded, indices)
+            if room <= 0:
+                continue
+            run = lp.col(0, count, float(self.weights[jv.priority]) * jv.gpus)
+            cols[cluster] = (run, room)
+            for uc in jv.classes:
+                _class_columns(p, lp, jv, uc, run, folded, indices, self.cap)
+        return cols
+
+    def close(self) -> None:
+        _capacity_rows(self.lp, self.folded, self.cap)
+
+
 def aggregate_bound(p: PlacementProblem, deadline: float | None = None, *,
                     assign: bool = False) -> AggregateBound:
     """An upper bound on objective 1 (priority-weighted admitted GPUs) of every valid plan of
@@ -184,55 +228,40 @@ def aggregate_bound(p: PlacementProblem, deadline: float | None = None, *,
     t0 = time.perf_counter()
     if p.stops_jobs is not None:  # preemption or migration (failure repair too)
         return AggregateBound(None, 0, 0, 0, 0, 0.0, "not for rounds with running jobs to stop")
-    folded = _fold(p)
     shapes: dict[tuple[object, ...], list[JobView]] = defaultdict(list)
     for jv in p.pending:
         if not jv.impossible and jv.migrant is None:
             shapes[_shape_key(p, jv)].append(jv)
     lp = SparseLp()
-    cap: dict[int, list[tuple[int, int]]] = defaultdict(list)  # folded class -> (col, size)
-    runs = _shape_columns(p, lp, folded, list(shapes.values()), cap)
-    _capacity_rows(lp, folded, cap)
+    columns = Columns(lp, p)
+    runs: Runs = []
+    for members in shapes.values():
+        cols = columns.add(members[0], len(members))
+        one_cluster(lp, [run for run, _ in cols.values()], len(members))
+        runs.append((members, cols))
+    columns.close()
+    folded = len(columns.folded)
     left = math.inf if deadline is None else deadline - time.perf_counter()
     if left <= 0.01:
-        return AggregateBound(None, len(folded), len(shapes), len(lp.lb), len(lp.rows_lo),
+        return AggregateBound(None, folded, len(shapes), len(lp.lb), len(lp.rows_lo),
                               time.perf_counter() - t0, "no time left")
     value, status, x = lp.maximise(min(left, 60.0))
-    bound = None if value is None else float(math.ceil(value * (1 + SAFETY) + SAFETY))
-    found = AggregateBound(bound, len(folded), len(shapes), len(lp.lb), len(lp.rows_lo),
+    bound = None if value is None else round_up(value)
+    found = AggregateBound(bound, folded, len(shapes), len(lp.lb), len(lp.rows_lo),
                            time.perf_counter() - t0, status)
     if assign:
         found.assignment = _assignment(runs, x)
     return found
 
 
+def one_cluster(lp: SparseLp, runs: list[int], count: int) -> None:
+    """A shape of ``count`` jobs runs at most that many over the clusters (``runs``: its run
+    column in each): each job runs in one cluster."""
+    if len(runs) > 1:
+        lp.row([(run, 1.0) for run in runs], -math.inf, count)
+
+
 Runs = list[tuple[list[JobView], dict[str, tuple[int, float]]]]
-
-
-def _shape_columns(p: PlacementProblem, lp: SparseLp, folded: list[_Folded],
-                   shapes: list[list[JobView]], cap: dict[int, list[tuple[int, int]]]) -> Runs:
-    """Per shape and cluster with room for it, a ``run`` column (how many of the shape's
-    jobs run there, weighted by objective 1) with its piece columns and gang rows; a shape
-    runs at most its job count over all clusters."""
-    by_cluster: dict[str, list[int]] = defaultdict(list)
-    for fi, g in enumerate(folded):
-        by_cluster[g.rep.rep.cluster.name].append(fi)
-    runs: Runs = []
-    for members in shapes:
-        jv = members[0]
-        cols: dict[str, tuple[int, float]] = {}
-        for cluster, indices in by_cluster.items():
-            room = _room(p, jv, folded, indices)
-            if room <= 0:
-                continue
-            run = lp.col(0, len(members), float(p.weights[jv.priority]) * jv.gpus)
-            cols[cluster] = (run, room)
-            for uc in jv.classes:
-                _class_columns(p, lp, jv, uc, run, folded, indices, cap)
-        if len(cols) > 1:
-            lp.row([(run, 1.0) for run, _ in cols.values()], -math.inf, len(members))
-        runs.append((members, cols))
-    return runs
 
 
 def _capacity_rows(lp: SparseLp, folded: list[_Folded], cap: dict[int, list[tuple[int, int]]]
