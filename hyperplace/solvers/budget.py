@@ -114,12 +114,14 @@ class Budget:
         p = self.params
         return p.aggregate_s_per_job * jobs + 0.005 <= p.aggregate_share * self.left()
 
-    def aggregate_fits_late(self, jobs: int) -> bool:
+    def aggregate_fits_late(self, jobs: int, free_gpus: int) -> bool:
         """The aggregated bound's second chance, once the plan is chosen (phase 3, before the
-        model's LP relaxation): nothing it could delay is left but the bounds, so it runs
-        when its estimated cost fits whole before :meth:`bounds_deadline`."""
+        model's LP relaxation): only the explanations, which stop at their own deadline and
+        say which jobs got no full reason, come after it, so it runs when its estimated cost
+        fits whole before :meth:`explain_deadline` (the time the plan is built in is kept;
+        its own HiGHS call stops there too)."""
         return self.params.aggregate_s_per_job * jobs + 0.005 <= \
-            self.bounds_deadline(jobs) - self.clock()
+            self.explain_deadline(jobs, free_gpus) - self.clock()
 
     def bounds_deadline(self, jobs: int) -> float:
         """When the LP bounds stop: in time for the explanations and the plan."""

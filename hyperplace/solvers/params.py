@@ -89,8 +89,10 @@ class BudgetParams:
         (default 1e-5: about 10 us each).
     aggregate_s_per_job : float
         What the aggregated model's LP bound (``solvers.backends.aggregate``) costs per job
-        of the round, to judge whether it fits (default 3e-5: measured 1.6e-5 s a job at
-        131,072 GPUs / 16,384 jobs, 0.27 s at load 2, 2026-12-02; kept with margin). >= 0.
+        of the round, to judge whether it fits (default 1.5e-5: measured 7.8e-6 and 6.7e-6 s
+        of CPU a job on its first call in a process at 131,072 GPUs / 16,384 jobs and
+        262,144 / 32,768, fragmentation 0.6, load 1.5, 2026-12-02 12:48 UTC, about 3e-6 on
+        later calls; 1.6e-5 at load 2 earlier that day; was 3e-5). >= 0.
     aggregate_share : float
         The aggregated bound runs when its estimated cost is at most this share of what is
         left of the budget (default 0.1: it is cheap, and greedy's plan comes first). In
@@ -111,7 +113,7 @@ class BudgetParams:
     min_exact_s: float = 0.02
     bound_tail_s_per_job: float = 1e-4
     explain_tail_s_per_item: float = 1e-5
-    aggregate_s_per_job: float = 3e-5
+    aggregate_s_per_job: float = 1.5e-5
     aggregate_share: float = 0.1
 
     def __post_init__(self) -> None:

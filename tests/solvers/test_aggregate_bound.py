@@ -134,17 +134,18 @@ def test_its_second_chance_before_the_relaxation(monkeypatch):
     assert plan.bound == demand_bound(PlacementProblem(inst))
 
 
-def test_the_late_rule_is_the_bounds_deadline():
+def test_the_late_rule_is_the_explanations_deadline():
     """The second chance's rule: the estimate (aggregate_s_per_job x jobs + 5 ms) fits whole
-    before the bounds' deadline (reserve_s + bound_tail_s_per_job x jobs before the end)."""
-    params = BudgetParams(aggregate_s_per_job=1e-3, reserve_s=0.1, bound_tail_s_per_job=1e-3)
+    before the explanations' deadline (explain_tail_s_per_item x (jobs + free GPUs) before
+    the end)."""
+    params = BudgetParams(aggregate_s_per_job=1e-3, explain_tail_s_per_item=1e-3)
     now = [0.0]
     b = Budget(10.0, params, clock=lambda: now[0])
-    # 100 jobs: deadline 10 - 0.1 - 0.1 = 9.8; estimate 0.105
+    # 100 jobs, 100 free GPUs: deadline 10 - 0.2 = 9.8; estimate 0.105
     now[0] = 9.69
-    assert b.aggregate_fits_late(100)
+    assert b.aggregate_fits_late(100, 100)
     now[0] = 9.7
-    assert not b.aggregate_fits_late(100)
+    assert not b.aggregate_fits_late(100, 100)
     assert not b.aggregate_fits(100)  # phase 0's rule (a tenth of what is left) is stricter
 
 
