@@ -18,14 +18,18 @@ The other hooks are called in the round's order (:attr:`PlacementProblem.extensi
 <hyperplace.formulations.placement.problem.PlacementProblem.extensions>`: only the families
 the round asks for) by the model builder (:meth:`RoundExtension.rows`, then
 :meth:`RoundExtension.objectives` when it orders the objectives), by the mapping back
-(:meth:`RoundExtension.settle`, after the units are decoded; :meth:`RoundExtension.written_as`
-as the plan is written) and by the driver
-(:meth:`RoundExtension.plan_value` in the plan score, :meth:`RoundExtension.terms` in the
-plan's objective terms, :meth:`RoundExtension.reasons` after the explanations) and by the
-problem (:meth:`RoundExtension.restrictions`, where the model sees less than the rules
-allow). Greedy's
-free-GPU state asks :meth:`RoundExtension.opening_rule` (a rule it keeps as it takes and
-gives GPUs). Every hook's default does nothing.
+(:meth:`RoundExtension.settle`, after the units are decoded, then
+:meth:`RoundExtension.settle_stopped`, the first family that decides winning, with
+:meth:`RoundExtension.move_stands` asked by the movers' settlement;
+:meth:`RoundExtension.written_as` and :meth:`RoundExtension.plan_sections` as the plan is
+written, :meth:`RoundExtension.moves_in_part` by migration's ``migrations[]``), by the
+driver (:meth:`RoundExtension.plan_value` in the plan score, :meth:`RoundExtension.terms` in
+the plan's objective terms, :meth:`RoundExtension.kept_demand` in objective 1,
+:attr:`RoundExtension.relaxation_bounds` and :attr:`RoundExtension.plan_objective` for its
+bounds, :meth:`RoundExtension.reasons` after the explanations) and by the problem
+(:meth:`RoundExtension.restrictions`, where the model sees less than the rules allow).
+Greedy's free-GPU state asks :meth:`RoundExtension.opening_rule` (a rule it keeps as it
+takes and gives GPUs). Every hook's default does nothing.
 
 Greedy is in ``solvers/``, above this layer, so a family's greedy step (what greedy runs
 after its plan: stop or move running jobs for the jobs it left out) and the probes its
