@@ -98,10 +98,14 @@ ROUTE_S_PER_NODE = 3e-6
 NODE_S = 6e-5
 JOB_S = 2e-4
 #: Seconds per admitted job a part's plan takes to write (its placements, summaries and
-#: topology assignments): kept back from the parts after it, scaled by the slowdown. With
-#: the cyclic collector paused in the round, 0.10-0.12 ms of CPU each (9,372 and 12,942
-#: admitted at 65,536 GPUs, load 10, 2026-12-02); 0.36 ms with it running.
-PLAN_S_PER_ADMITTED = 1.5e-4
+#: topology assignments, and the explanations in what the shares leave): kept back from the
+#: parts after it, scaled by the slowdown, so an idle machine's figure. 1M GPUs (16 x
+#: 65,536, 100,000 jobs, fragmentation 0.6, collector paused, 2026-12-02 12:55 UTC, load
+#: 1.2-2.0, slowdown read 1.0-1.07): 3.3e-5 and 4.5e-5 s of CPU per admitted job (81,440
+#: and 25,275 admitted) with the explanations; at load 10 0.10-0.12 ms where the slowdown
+#: read 2.3-3.9. Was 1.5e-4 (the load-10 figure, then scaled by the slowdown again): a 30 s
+#: round ended at 19.4 s with 2 parts unbuilt, whose might-fit jobs left out 62,000 admitted.
+PLAN_S_PER_ADMITTED = 6e-5
 #: Of which building the part's problem (the rest is greedy's pass): what a part's build
 #: time is measured against (the slowdown every later estimate is scaled by).
 BUILD_JOB_S = 2e-5
