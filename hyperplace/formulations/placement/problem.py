@@ -237,12 +237,6 @@ class PlacementProblem:
 
     # ---- migration -----------------------------------------------------------------
     @property
-    def migrating(self) -> bool:
-        """The round may migrate running jobs (its stoppable jobs are movers, see
-        :mod:`~hyperplace.formulations.placement.migration`)."""
-        return self.migration is not None
-
-    @property
     def repairing(self) -> bool:
         """The round repairs broken jobs (its movers; objective 1 counts those repaired)."""
         return self.migration is not None and self.migration.repairing
