@@ -105,11 +105,12 @@ import math
 import multiprocessing
 import os
 import platform
+import re
 import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -307,6 +308,7 @@ def replay(spec: dict, cache_dir: str) -> dict:
     row = summarize(run)
     row["policy"] = spec["policy"] + ("" if spec["order"] == "as-is" else f"/{spec['order']}")
     row["util_work"] = work_utilisation(run, instance)
+    row["ceiling_cuts"] = ceiling_cuts(run.notes)
     if spec["until"] == "end":
         row["series"] = series(run)
     row["cpu_s"] = time.process_time() - cpu0
@@ -316,6 +318,18 @@ def replay(spec: dict, cache_dir: str) -> dict:
     row["date"] = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
     return {"row": row, "facts": facts, "code": code_hashes(loaded_files()),
             "lower_bound": lower_bound(instance, wl.jobs) if spec["until"] == "end" else None}
+
+
+CEILING_NOTE = re.compile(r"wall ceiling [0-9.e+-]+ s, hit in (\d+) rounds")
+
+
+def ceiling_cuts(notes: list[str]) -> int | None:
+    """The rounds whose schedule search the wall ceiling of the engine's work clock cut
+    (:meth:`hyperplace.sim.planning.PlanningEngine.notes`): a row with any is not
+    deterministic (those rounds fell back to the list schedule at this machine's load).
+    None: no such count (a peer, or the engine on the wall clock)."""
+    hits = [int(m.group(1)) for n in notes if (m := CEILING_NOTE.search(n))]
+    return sum(hits) if hits else None
 
 
 def loaded_files() -> list[str]:
@@ -343,7 +357,8 @@ def code_hashes(files: list[str]) -> dict[str, str]:
 
 
 HARNESS = hashlib.sha256("".join(inspect.getsource(f) for f in (
-    repeated_trace, workload, work_utilisation, lower_bound, series, replay)).encode()
+    repeated_trace, workload, work_utilisation, lower_bound, series, ceiling_cuts, replay))
+    .encode()
 ).hexdigest()[:16]
 
 
@@ -517,7 +532,7 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
         got = [g for g in got if g is not None]
         cell.update(rows=[g["row"] for g in got], facts=got[0]["facts"],
                     lower_bound=got[0]["lower_bound"], missing_rows=missing)
-        finish(cell, cell_dir)
+        finish(cell)
     cell["wall_s"] = time.time() - started
     cell["cpu_s_run_here"] = runner.stats["cpu_s"] - cpu_before
     cell["load1_end"] = load1()
@@ -526,13 +541,24 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
     return cell
 
 
-def finish(cell: dict, cell_dir: Path) -> None:
-    """Ratios and charts of a cell from its rows."""
+def finish(cell: dict) -> None:
+    """Ratios of a cell from its rows (its charts: :func:`draw_charts`, main thread)."""
     rows = cell["rows"]
     cell["ratios"] = ratios(rows)
     cell["ratios_by_engine"] = {r["policy"]: ratios(rows, r["policy"]) for r in rows
                                 if r["policy"] in ENGINES}
-    cell["charts"] = [p.name for p in charts(cell_dir, tag_of(cell), rows)]
+
+
+def draw_charts(cell: dict, cell_dir: Path) -> None:
+    """A finished cell's charts, drawn and saved with the cell. Call it from the main
+    thread only: pyplot's figures are global state, and cells finish in worker threads."""
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("draw_charts: pyplot is not thread-safe; call it from the main "
+                           "thread")
+    if not cell.get("rows"):
+        return
+    cell["charts"] = [p.name for p in charts(cell_dir, tag_of(cell), cell["rows"])]
+    save_cell(cell, cell_dir)
 
 
 def tag_of(cell: dict) -> str:
@@ -569,6 +595,16 @@ def fmt(v, scale=1.0, digits=2) -> str:
     return "-" if v is None else f"{v / scale:,.{digits}f}"
 
 
+def cuts(row) -> str:
+    """A row's rounds cut by the work clock's wall ceiling (``ceiling_cuts``): ``0`` is a
+    deterministic row; more is not (``load-dependent``); ``-`` not recorded."""
+    n = row.get("ceiling_cuts")
+    if n is None:
+        return "-"
+    of = f"{n} of {row.get('rounds', '?')}"
+    return f"{of} (load-dependent)" if n else of
+
+
 def forecast_ratio(row) -> str:
     f = row.get("forecast") or {}
     v = f.get("long_wait_median_error_over_wait")
@@ -577,9 +613,9 @@ def forecast_ratio(row) -> str:
 
 def table(rows, lb) -> list[str]:
     out = ["| policy | done | JCT mean | p50 | p99 | wait mean | slowdown | bubble GPU-h | "
-           "util | util (work) | forecast err/wait | solve p50/p99 s | wall / CPU s (load) "
-           "| commit |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "util | util (work) | forecast err/wait | solve p50/p99 s | rounds cut by the "
+           "ceiling | wall / CPU s (load) | commit |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(
             f"| {r['policy']} | {r['finished']}/{r['jobs']} | {fmt(r['jct_mean_s'], 3600)} | "
@@ -588,11 +624,11 @@ def table(rows, lb) -> list[str]:
             f"{fmt(r['bubble_gpu_hours'], 1, 1)} | {fmt(r['utilisation_in_window'], 0.01, 1)}% "
             f"| {fmt(r.get('util_work'), 0.01, 1)}% | "
             f"{forecast_ratio(r)} | {fmt(r['solve_p50_s'], 1, 3)}/{fmt(r['solve_p99_s'], 1, 3)} "
-            f"| {r['wall_s']:.0f} / {fmt(r.get('cpu_s'), 1, 0)} ({r['load1']}) "
+            f"| {cuts(r)} | {r['wall_s']:.0f} / {fmt(r.get('cpu_s'), 1, 0)} ({r['load1']}) "
             f"| {r.get('commit', '?')}{'*' if r.get('stale_files') else ''} |")
     out.append(f"| lower bound (fastest type, no wait) | | {fmt(lb['jct_mean_s'], 3600)} | "
                f"{fmt(lb['jct_median_s'], 3600)} | {fmt(lb['jct_p99_s'], 3600)} | 0.00 | 1.00 "
-               "| | | | | | | |")
+               "| | | | | | | | |")
     return out
 
 
@@ -678,14 +714,17 @@ def summary_row(cell: dict) -> str:
     facts = cell.get("facts") or {}
     if cell.get("load") is None:
         return (head + f"- | {facts.get('jobs', '-')} | unreachable (the probe peers reach "
-                f"at most {cell['probe_reached']:.2f}) | | | | | | | | | |")
+                f"at most {cell['probe_reached']:.2f}) | | | | | | | | | | |")
     rows = cell["rows"]
     eng = next(r for r in rows if r["policy"] == "engine")
     peers = [r for r in rows if r["policy"] not in ENGINES]
-    best_util = max((r["utilisation_in_window"] or 0) for r in peers)
-    best_work = max((r.get("util_work") or 0) for r in peers)
+    best_util = max((r["utilisation_in_window"] or 0 for r in peers), default=None)
+    best_work = max((r.get("util_work") or 0 for r in peers), default=None)
     lead = head + f"{cell['load']:.3g} | {facts['jobs']} | "
-    tail = f" | {best_util:.2f} / {best_work:.2f} | {forecast_ratio(eng)} |"
+    tail = (f" | {fmt(best_util)} / {fmt(best_work)} | {forecast_ratio(eng)} | "
+            f"{cuts(eng)} |")
+    if not peers:
+        tail += " no peer row |"
     if cell.get("missing_rows"):
         tail += f" missing: {', '.join(cell['missing_rows'])} |"
     if eng["finished"] < eng["jobs"]:
@@ -735,8 +774,8 @@ def assemble(cells: list[dict], grid, targets, out: Path, cell_dir: Path, comman
         "utilisation above 1)", "",
         "| workload | instance | target util | load | jobs | mean JCT | p99 JCT | mean wait | "
         "slowdown | bubbles | util | util (work) | best peer util / util (work) | "
-        "engine forecast err/wait |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "engine forecast err/wait | engine rounds cut by the ceiling |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     body: list[str] = []
     missing = []
     goal_lines = []
@@ -756,10 +795,15 @@ def assemble(cells: list[dict], grid, targets, out: Path, cell_dir: Path, comman
                 elif "ratios" in cell:
                     met, miss = goals(cell)
                     gone = cell.get("missing_rows")
+                    eng = cell["rows"][0]
                     goal_lines.append(f"- {name}: met {', '.join(met) or 'none'}; "
                                       f"NOT met {', '.join(miss) or 'none'}" + (
                                           f" (against the peer rows present: "
-                                          f"{', '.join(gone)} did not finish)" if gone else ""))
+                                          f"{', '.join(gone)} did not finish)" if gone else "")
+                                      + (f"; the engine row is load-dependent: the wall "
+                                         f"ceiling cut {eng['ceiling_cuts']} of "
+                                         f"{eng.get('rounds', '?')} rounds"
+                                         if eng.get("ceiling_cuts") else ""))
     if missing:
         lines += ["", "Not run (no result in the cell directory): " + "; ".join(missing) + "."]
     if goal_lines:
@@ -904,11 +948,12 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.time()
         try:
             def do(entry):
-                for target in targets:
-                    run_cell(runner, entry, target, args, budget, probes, cell_dir)
+                return [run_cell(runner, entry, target, args, budget, probes, cell_dir)
+                        for target in targets]
             with ThreadPoolExecutor(max(1, len(todo))) as threads:
-                for f in [threads.submit(do, e) for e in todo]:
-                    f.result()
+                for f in as_completed([threads.submit(do, e) for e in todo]):
+                    for cell in f.result():  # charts here: the main thread
+                        draw_charts(cell, cell_dir)
         finally:
             runner.close()
         print(f"grid: {runner.stats['run']} replays run ({runner.stats['cpu_s'] / 60:.1f} "

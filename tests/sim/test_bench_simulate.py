@@ -119,3 +119,77 @@ def test_engines_only_runs_no_peer_replay(bench, tmp_path):
         assert runner.stats["run"] == 0 and not runner.inflight
     finally:
         runner.close()
+
+
+def test_the_ceiling_cut_count_is_the_engines_own(bench):
+    """An engine row records the rounds the work clock's wall ceiling cut (they make the row
+    depend on the machine's load), read from the engine's own note; peers and the wall
+    clock have none."""
+    from hyperplace.sim.planning import PlanningEngine
+
+    eng = PlanningEngine(budget_s=0.2, clock="work")
+    eng.ceiling_hits = 7
+    assert bench.ceiling_cuts(eng.notes()) == 7
+    eng.ceiling_hits = 0
+    assert bench.ceiling_cuts(eng.notes()) == 0
+    assert bench.ceiling_cuts(PlanningEngine(budget_s=0.2, clock="wall").notes()) is None
+    assert bench.ceiling_cuts([]) is None
+    # a real replay's row carries it (an int for the engine under the work clock)
+    inst = load_instance("mixed-a100-h100")
+    wl, _ = build_workload(SimRequest(trace="philly", limit=12, load=1.0), inst, 0)
+    pol = PlanningEngine(budget_s=0.2, clock="work")
+    run = simulate(inst, wl.jobs, pol, SimConfig(budget_s=0.2))
+    assert bench.ceiling_cuts(run.notes) == pol.ceiling_hits
+    peer = simulate(inst, wl.jobs, "kueue", SimConfig())
+    assert bench.ceiling_cuts(peer.notes) is None
+
+
+def _cell(bench, rows):
+    return {"label": "x", "instance": "mixed-a100-h100", "target": 0.8, "load": 1.2,
+            "facts": {"jobs": 3}, "rows": rows, "ratios": bench.ratios(rows)}
+
+
+def _row(policy, jct, util, cuts=None):
+    return {"policy": policy, "finished": 3, "jobs": 3, "rounds": 40, "jct_mean_s": jct,
+            "jct_p99_s": jct, "wait_mean_s": 1.0, "bounded_slowdown_mean": 1.0,
+            "bubble_gpu_hours": 1.0, "utilisation_in_window": util, "util_work": util,
+            "ceiling_cuts": cuts}
+
+
+def test_a_summary_row_without_peer_rows_says_so(bench):
+    """A cell whose peer rows are all missing (``--engines-only`` before the prefetch) is
+    still reported, as such, not a crash on max() of nothing."""
+    line = bench.summary_row(_cell(bench, [_row("engine", 10.0, 0.8, cuts=0)]))
+    assert "no peer row" in line and "0 of 40" in line
+    line = bench.summary_row(_cell(bench, [_row("engine", 10.0, 0.8, cuts=3),
+                                    _row("kueue/fast-first", 20.0, 0.9)]))
+    assert "| 0.500 |" in line and "0.90 / 0.90" in line
+    assert "3 of 40 (load-dependent)" in line and "no peer row" not in line
+
+
+def test_charts_are_drawn_in_the_main_thread_only(bench, tmp_path):
+    """pyplot from the cells' worker threads crashed report assembly: draw_charts refuses
+    off the main thread, and in it writes the three charts beside the cell."""
+    import threading
+
+    rows = [{**_row(p, 10.0, 0.8), "series": {"jct_h": [0.1, 0.5, 2.0],
+                                               "wait_by_size_h": [0.1, None, 0.3, 0.0],
+                                               "bubbles": [(0.0, 4.0), (1.0, 0.0)]}}
+            for p in ("engine", "kueue/fast-first")]
+    cell = _cell(bench, rows)
+    errors = []
+
+    def off_main():
+        try:
+            bench.draw_charts(cell, tmp_path)
+        except RuntimeError as exc:
+            errors.append(exc)
+    t = threading.Thread(target=off_main)
+    t.start()
+    t.join()
+    assert errors and "charts" not in cell and not list(tmp_path.glob("*.png"))
+    bench.draw_charts(cell, tmp_path)
+    assert sorted(cell["charts"]) == sorted(f"x-mixed-a100-h100-0.8-{k}.png"
+                                            for k in ("jct-cdf", "wait-by-size", "bubbles"))
+    assert all((tmp_path / c).stat().st_size > 0 for c in cell["charts"])
+    assert (tmp_path / "x-mixed-a100-h100-0.8.json").exists()
