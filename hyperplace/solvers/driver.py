@@ -64,14 +64,18 @@ def make_backend(name: str, params: SolveParams | None = None) -> Backend:
 
 
 def demand_bound(p: PlacementProblem) -> float:
-    """Upper bound on objective 1 without a solver: the free GPUs filled best-weight first
-    (with preemption: the free GPUs and the candidate victims' GPUs, filled by pending jobs
-    and victims kept alike, plus the running jobs that cannot be stopped; with migrations:
-    the free GPUs, a mover taking no fewer GPUs than it frees)."""
-    victims = p.candidates  # movers keep running: no demand of theirs
-    left = p.free_gpus + sum(len(v.gpus) for v in victims)
+    """Upper bound on objective 1 without a solver: the free GPUs filled best-weight first,
+    with the GPUs and demands the round's families add (:meth:`RoundExtension.bound_demands
+    <hyperplace.formulations.placement.extensions.RoundExtension.bound_demands>`; with
+    preemption: the candidates' GPUs, filled by pending jobs and candidates kept alike,
+    plus the running jobs that cannot be stopped; with migrations: the free GPUs alone, a
+    mover taking no fewer GPUs than it frees)."""
+    left = p.free_gpus
     items = [(p.weights[jv.priority], jv.gpus) for jv in p.pending if not jv.impossible]
-    items += [(p.weights[v.level], len(v.gpus)) for v in victims]
+    for ext in p.extensions:
+        freed, demands = ext.bound_demands()
+        left += freed
+        items += demands
     total = float(p.kept_running_demand(range(len(p.stoppable))))
     for weight, gpus in sorted(items, key=lambda t: -t[0]):
         take = min(left, gpus)

@@ -220,6 +220,13 @@ def test_the_families_say_which_bounds_hold_for_objective_one():
     assert pre.kept_running_demand([v.index]) == full - pre.weights[v.level] * len(v.gpus)
     for p in (plain, moving, grow, repair):
         assert p.kept_running_demand(range(len(p.stoppable))) == 0
+    # the demand bound's share: preemption's candidates' GPUs, filled by them kept too
+    (stops,) = [e for e in pre.extensions if isinstance(e, Preemption)]
+    assert stops.bound_demands() == (sum(len(c.gpus) for c in pre.candidates),
+                                     [(pre.weights[c.level], len(c.gpus)) for c in pre.candidates])
+    assert stops.bound_demands()[0] > 0
+    assert all(e.bound_demands() == (0, []) for p in (plain, moving, grow, repair)
+               for e in p.extensions)
 
 
 def test_each_family_settles_its_own_moves_when_the_plan_is_decoded():

@@ -24,7 +24,8 @@ the round asks for) by the model builder (:meth:`RoundExtension.rows`, then
 :meth:`RoundExtension.written_as` and :meth:`RoundExtension.plan_sections` as the plan is
 written, :meth:`RoundExtension.moves_in_part` by migration's ``migrations[]``), by the
 driver (:meth:`RoundExtension.plan_value` in the plan score, :meth:`RoundExtension.terms` in
-the plan's objective terms, :meth:`RoundExtension.kept_demand` in objective 1,
+the plan's objective terms, :meth:`RoundExtension.kept_demand` in objective 1 and
+:meth:`RoundExtension.bound_demands` in its demand bound,
 :attr:`RoundExtension.relaxation_bounds` and :attr:`RoundExtension.plan_objective` for its
 bounds, :meth:`RoundExtension.reasons` after the explanations) and by the problem
 (:meth:`RoundExtension.restrictions`, where the model sees less than the rules allow).
@@ -122,6 +123,12 @@ class RoundExtension:
         """GPUs objective 1 can count besides the free ones (the priority weights'
         capacity)."""
         return 0
+
+    def bound_demands(self) -> tuple[int, list[tuple[int, int]]]:
+        """What the family adds to objective 1's solver-free demand bound: GPUs it may free
+        for the round's jobs, and demands (weight, GPUs) that may fill them (preemption: its
+        candidates' GPUs, and the candidates kept; movers keep running: no demand)."""
+        return 0, []
 
     def kept_demand(self, stopped: Iterable[int]) -> int:
         """Objective 1's share of the running jobs the family counts that keep running,

@@ -182,6 +182,12 @@ class Preemption(StopsJobs):
         """The running jobs' GPUs (each kept running job counts in its own level)."""
         return sum(g for _, _, g in self.running)
 
+    def bound_demands(self) -> tuple[int, list[tuple[int, int]]]:
+        """The candidates' GPUs, which pending jobs and the candidates kept fill alike."""
+        p = self.p
+        return (sum(len(v.gpus) for v in p.candidates),
+                [(p.weights[v.level], len(v.gpus)) for v in p.candidates])
+
     def kept_demand(self, stopped: Iterable[int]) -> int:
         """Priority-weighted GPUs of every running job but the ``stopped`` candidates."""
         p = self.p
