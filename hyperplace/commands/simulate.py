@@ -64,9 +64,31 @@ def headline(summary: dict) -> str:
     shape = (summary.get("request") or {}).get("workload", "trace")
     jobs = (f"{plural(w['jobs'], 'foundation-model-shaped job')} on {w['trace']}'s arrival "
             "times" if shape == "fm" else f"{plural(w['jobs'], 'job')} of {w['trace']}")
-    return (f"{summary['instance']}: {jobs} over {w['arrival_window_s'] / 3600:.1f} h, offered "
-            f"load {w['offered_load']:.2f} (trace's own {w['trace_offered_load']:.2f}), "
+    if math.isfinite(w["offered_load"]):
+        load = (f"offered load {w['offered_load']:.2f} (trace's own "
+                f"{w['trace_offered_load']:.2f})")
+    else:  # every job arrives at one instant: no window to offer the work over
+        load = "offered load - (all arrive at once: no arrival window)"
+    return (f"{summary['instance']}: {jobs} over {w['arrival_window_s'] / 3600:.1f} h, {load}, "
             f"{count(w['instance_gpus'])} GPUs")
+
+
+def workload_notes(summary: dict) -> list[str]:
+    """What the mapping left out of the replay (jobs that cannot fit, dropped GPU-type
+    constraints), one line each, with the first case."""
+    from hyperplace.commands.render import plural
+
+    w = summary["workload"]
+    out = []
+    if w.get("dropped_too_large"):
+        out.append(f"--drop-unfit: {plural(w['dropped_too_large'], 'job')} left out, more GPUs "
+                   f"than the instance has of an accepted type (first: "
+                   f"{w.get('dropped_example') or '-'})")
+    if w.get("dropped_type_constraints"):
+        out.append(f"GPU-type constraint of {plural(w['dropped_type_constraints'], 'job')} "
+                   "names no type of the instance: dropped, they run on any type (first: "
+                   f"{w.get('dropped_type_example') or '-'})")
+    return out
 
 
 def failure_note(summary: dict) -> str | None:
@@ -123,6 +145,8 @@ def print_summary(summary: dict, console: Console) -> None:
     for lines in (summary.get("notes") or {}).values():
         for line in lines:
             r.print_line(console, line)
+    for line in workload_notes(summary):
+        r.print_line(console, line)
     if summary["workload"].get("load_note"):
         r.print_line(console, "--load: " + summary["workload"]["load_note"])
     note = failure_note(summary)
@@ -147,6 +171,7 @@ def simulate_command(
                                       "workload and the solver (0..2,147,483,647)")] = 0,
     window: Annotated[str | None, typer.Option(help="START:END seconds of the trace to replay (from its first job)")] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", help="replay at most this many jobs of the window")] = None,
+    drop_unfit: Annotated[bool, typer.Option("--drop-unfit/--no-drop-unfit", help="a trace job that cannot fit the empty instance (more GPUs than it has of an accepted type): refused (the default: exit 2 naming its line) or left out of the replay and counted")] = False,
     workload: Annotated[str, typer.Option(help="trace (the trace's own jobs) or fm (foundation-model-shaped sizes on the trace's timing)")] = "trace",
     network: Annotated[bool, typer.Option("--network-model/--no-network-model", help="slow down jobs spread over more switch tiers")] = True,
     solver: Annotated[str, typer.Option(help="engine solver: auto, cpsat, milp, greedy")] = "auto",
@@ -210,7 +235,8 @@ def simulate_command(
         raise InputError(f"must be >= 1, got {jobs}", path="--jobs")
     inst = with_queue_files(load_instance(instance), queues or [])
     req = SimRequest(trace=trace, start_s=lo, end_s=hi, limit=jobs, workload=workload,
-                     load=parse_load(load), policies=names, prediction_error=prediction_error)
+                     load=parse_load(load), policies=names, prediction_error=prediction_error,
+                     drop_unfit=drop_unfit)
     config = SimConfig(round_s=round_s, budget_s=budget, failures=failures, seed=seed,
                        prediction_sigma=prediction_error,
                        network=network, solver=solver,

@@ -42,6 +42,8 @@ class SimRequest:
     policies: list[str] = field(default_factory=lambda: ["engine", "fifo"])
     # sigma of the lognormal prediction error (hyperplace.sim.workload); 0: exact
     prediction_error: float = PREDICTION_SIGMA
+    # a trace row that cannot fit the empty instance: refused (False) or dropped and counted
+    drop_unfit: bool = False
     # the instance the load is relative to (None: the replayed one). A what-if that changes
     # capacity passes its base instance here to keep the arrival rate (see whatif)
     load_reference: Instance | None = field(default=None, repr=False, compare=False)
@@ -56,12 +58,14 @@ def build_workload(req: SimRequest, instance: Instance, seed: int) -> tuple[Work
     if req.workload == "fm":
         wl = foundation_model_jobs(trace, instance, seed)
     elif req.workload == "trace":
-        wl = trace_jobs(trace, instance, seed)
+        wl = trace_jobs(trace, instance, seed, drop_unfit=req.drop_unfit)
     else:
         raise InputError(f"--workload: unknown workload {req.workload!r}; use one of "
                          f"{', '.join(WORKLOADS)}")
     if not wl.jobs:
-        raise InputError("no job of the trace window fits the instance", source=req.trace)
+        example = f" ({wl.unfit_example})" if wl.unfit_example else ""
+        raise InputError(f"no job of the trace window fits the instance{example}",
+                         source=req.trace)
     with_predictions(wl.jobs, req.prediction_error, seed)
     gpus = sum(n.gpu_count for c in instance.clusters for n in c.nodes)
     speed = SpeedModel(instance)
@@ -73,6 +77,8 @@ def build_workload(req: SimRequest, instance: Instance, seed: int) -> tuple[Work
     facts = {"trace": trace.name, "trace_jobs": len(trace.rows), "jobs": len(wl.jobs),
              "skipped_in_trace": wl.trace_skipped, "dropped_too_large": wl.dropped_too_large,
              "dropped_type_constraints": wl.dropped_constraints,
+             "dropped_example": wl.unfit_example,
+             "dropped_type_example": wl.untyped_example,
              "trace_offered_load": own, "offered_load": offered_load(wl.jobs, speed),
              "prediction_error_sigma": req.prediction_error, "load_note": note,
              "arrival_window_s": wl.jobs[-1].submit_s - wl.jobs[0].submit_s,

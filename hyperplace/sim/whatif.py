@@ -313,6 +313,7 @@ def run_scenario(base: dict[str, Any], changes: dict[str, Any],
                      limit=p.get("jobs"), workload=p.get("workload", "trace"),
                      load=p.get("load", 1.0), policies=[str(p.get("policy", "engine"))],
                      prediction_error=float(p.get("predictionError", 0.5)),
+                     drop_unfit=True,  # a scenario's capacity change may leave a job no room
                      load_reference=base_instance if keep_rate else None)
     config = SimConfig(round_s=float(p.get("round", 60)), budget_s=float(p.get("budget", 1.0)),
                        failures=float(p.get("failures", 0.0)), seed=int(p.get("seed", 0)),

@@ -12,9 +12,12 @@
   naming none of them is dropped (counted in :class:`Workload`).
 * The trace duration is the job's *work*: its run time at reference speed
   (:mod:`hyperplace.sim.speed`).
-* Jobs that cannot fit the empty instance (more GPUs than it has of an accepted type) are
-  dropped before the replay and counted, for every policy alike: otherwise a strict FIFO
-  would wait for them forever.
+* A trace row that cannot fit the empty instance (more GPUs than it has of an accepted type)
+  is refused (:class:`~hyperplace.errors.InputError` naming the line and ``num_gpus``): a
+  replay would wait for it forever, and a silent drop changes the load. With
+  ``drop_unfit`` (``simulate --drop-unfit``; what-if scenarios, whose capacity changes
+  may shrink the instance) such jobs are dropped before the replay and counted, for every
+  policy alike, with the first one's line in :attr:`Workload.unfit_example`.
 * A ``queue`` column names the queue: the manifest gets the ``volcano.sh/queue-name`` label
   for a Volcano queue, else ``kueue.x-k8s.io/queue-name`` (a LocalQueue or ClusterQueue
   name), so the round sees the queue exactly as it would see a submitted job's; a queue the
@@ -142,6 +145,9 @@ class Workload:
     dropped_too_large: int = 0
     dropped_constraints: int = 0
     trace_skipped: int = 0
+    # the first dropped job and the first dropped type constraint, for the command's note
+    unfit_example: str = ""
+    untyped_example: str = ""
     notes: list[str] = field(default_factory=list)
 
 
@@ -201,18 +207,32 @@ def _queued(manifest: TrainingJob, trace: Trace, row: TraceRow, instance: Instan
         raise InputError(f"line {row.line}: queue: {exc}", source=trace.source) from None
 
 
-def trace_jobs(trace: Trace, instance: Instance, seed: int = 0) -> Workload:
-    """The trace's rows as jobs on ``instance`` (the mapping rule above)."""
+def trace_jobs(trace: Trace, instance: Instance, seed: int = 0, drop_unfit: bool = False
+               ) -> Workload:
+    """The trace's rows as jobs on ``instance`` (the mapping rule above); a row that cannot
+    fit the empty instance is refused, or dropped and counted with ``drop_unfit``."""
     out = Workload(jobs=[], trace_skipped=trace.skipped)
     memo: dict[tuple[str, ...], int] = {}
     for row in trace.rows:
         tolerate, dropped = _selector(row.gpu_types, instance)
         out.dropped_constraints += dropped
+        if dropped and not out.untyped_example:
+            out.untyped_example = f"line {row.line}: gpu_type {'|'.join(row.gpu_types)!r}"
         model = row.model or draw_model(row.name, row.gpus, seed)
         manifest = manifest_for(row.name, row.gpus, tolerate, model)
         gpus = manifest.total_gpus
-        if gpus > _eligible_gpus(manifest, instance, memo):
+        eligible = _eligible_gpus(manifest, instance, memo)
+        if gpus > eligible:
+            of = f" of type {tolerate}" if tolerate else ""
+            asked = f"{row.gpus:,} GPUs" + (f" (as {gpus:,})" if gpus != row.gpus else "")
+            why = (f"line {row.line}: num_gpus: {asked}, but the instance has {eligible:,} "
+                   f"GPUs{of} in one cluster")
+            if not drop_unfit:
+                raise InputError(f"{why}: the job can never run, so a replay would wait for "
+                                 "it forever (drop such jobs with --drop-unfit)",
+                                 source=trace.source)
             out.dropped_too_large += 1
+            out.unfit_example = out.unfit_example or why
             continue
         manifest, queue = _queued(manifest, trace, row, instance)
         out.jobs.append(SimJob(name=row.name, submit_s=row.submit_s, work_s=row.duration_s,
@@ -256,6 +276,8 @@ def foundation_model_jobs(trace: Trace, instance: Instance, seed: int = 0) -> Wo
                                           dp_max_hops=hops)
         if manifest.total_gpus > _eligible_gpus(manifest, instance):
             out.dropped_too_large += 1
+            out.unfit_example = out.unfit_example or (
+                f"{name}: {manifest.total_gpus} GPUs of type {tolerate}")
             continue
         manifest, queue = _queued(manifest, trace, row, instance)
         out.jobs.append(SimJob(name=name, submit_s=row.submit_s, work_s=row.duration_s,

@@ -118,3 +118,62 @@ def test_simulate_cli_writes_outputs(tmp_path: Path, capsys):
     for name in ("policies.csv", "jobs.csv", "timeline.csv", "rounds.csv"):
         assert (tmp_path / name).stat().st_size > 0
     assert "engine vs best peer" in out
+
+
+OK_TRACE = "submit_time_s,duration_s,num_gpus\n0,100,8\n10,100,8\n"
+
+
+@pytest.mark.parametrize("content, args, message", [
+    # issue 21's bad-input list: each one line naming the file or option and the field
+    ("submit_time_s,duration_s,num_gpus\n", [], "{trace}: the trace has no usable jobs"),
+    ("submit_time_s,duration_s,num_gpus\n0,100,8\n5,100,100000\n", [],
+     "{trace}: line 3: num_gpus: 100,000 GPUs, but the instance has 256 GPUs in one cluster"),
+    ("submit_time_s,duration_s,num_gpus\n0,100,100000\n", ["--drop-unfit"],
+     "{trace}: no job of the trace window fits the instance (line 2: num_gpus"),
+    (OK_TRACE, ["--horizon", "0"], "--horizon: must be a positive number of hours"),
+    (OK_TRACE, ["--window", "0:0"], "--window: END must be after START"),
+    (OK_TRACE, ["--prediction-error", "-0.1"], "--prediction-error: must be a finite number"),
+    (OK_TRACE, ["--prediction-error", "nan"], "--prediction-error: must be a finite number"),
+    (OK_TRACE, ["--prediction-error", "inf"], "--prediction-error: must be a finite number"),
+    (OK_TRACE, ["--policy", "engine-federated"],
+     "mixed-a100-h100: spec.clusters: a federation policy needs at least 2 member clusters"),
+])
+def test_issue21_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, content, args, message):
+    trace = tmp_path / "t.csv"
+    trace.write_text(content)
+    code, _, err = run_cli(["simulate", "--trace", str(trace), "--load", "trace",
+                            "--policy", "fifo", "--no-progress", *args], capsys)
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: ")
+    assert message.format(trace=trace) in err and "Traceback" not in err
+
+
+def test_drop_unfit_replays_the_rest_and_says_what_it_left_out(tmp_path: Path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_time_s,duration_s,num_gpus,gpu_type\n0,100,8,\n"
+                     "5,100,512,\n9,100,4,Z9000\n20,100,8,\n")
+    with pytest.raises(InputError, match="line 3: num_gpus"):
+        trace_jobs(load_trace(str(trace)), load_instance("mixed-a100-h100"))
+    wl = trace_jobs(load_trace(str(trace)), load_instance("mixed-a100-h100"), drop_unfit=True)
+    assert [j.name for j in wl.jobs] == ["job-00000", "job-00002", "job-00003"]
+    assert wl.dropped_too_large == 1 and wl.unfit_example.startswith("line 3: num_gpus: 512")
+    assert wl.dropped_constraints == 1 and wl.untyped_example == "line 4: gpu_type 'Z9000'"
+    code, out, err = run_cli(["simulate", "--trace", str(trace), "--load", "trace",
+                              "--policy", "fifo", "--no-progress", "--drop-unfit",
+                              "-o", str(tmp_path / "out"), "--no-charts"], capsys)
+    assert code == 0, err
+    assert "3 jobs of t" in out
+    flat = " ".join(out.split())
+    assert "--drop-unfit: 1 job left out" in flat and "(first: line 3: num_gpus: 512" in flat
+    assert "GPU-type constraint of 1 job names no type of the instance" in flat
+    w = json.loads((tmp_path / "out" / "summary.json").read_text())["workload"]
+    assert w["dropped_too_large"] == 1 and w["dropped_type_constraints"] == 1
+
+
+def test_one_arrival_instant_has_no_offered_load_number(tmp_path: Path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_time_s,duration_s,num_gpus\n0,100,8\n0,100,8\n")
+    code, out, err = run_cli(["simulate", "--trace", str(trace), "--load", "trace",
+                              "--policy", "fifo", "--no-progress"], capsys)
+    assert code == 0, err
+    assert "offered load - (all arrive at once" in " ".join(out.split()) and "inf" not in out
