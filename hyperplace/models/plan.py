@@ -158,6 +158,9 @@ class PlacementPlan(HPModel):
     forecasts: list[Forecast] = Field(default_factory=list, description=(
         "per pending job its planned start window and pool from the over-time schedule "
         "(empty when the round was solved without one)"))
+    warnings: list[str] = Field(default_factory=list, description=(
+        "input that was read but should be changed (an old key's spelling), one line each "
+        "naming the field, as the CLI prints them on stderr"))
     hot_spares: int = Field(default=0, ge=0, description=(
         "whole free nodes per leaf domain new placements leave free (the operator setting "
         "the round was solved with; repairs may use them)"))

@@ -1081,12 +1081,13 @@ def _loads_paused(text: str) -> Any:
         return json.loads(text)
 
 
-def _cluster_info(rec: ClusterRecord, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+def _cluster_info(rec: ClusterRecord, usage: dict[str, Any] | None = None,
+                  warnings: list[str] | None = None) -> dict[str, Any]:
     return ClusterInfo.model_validate(
         {"name": rec.name, "version": rec.version, "gpus": rec.gpus,
          "freeGpus": rec.free_gpus, "pendingJobs": rec.pending_jobs,
-         "updatedAt": rec.updated, "usageHistory": usage}).model_dump(by_alias=True,
-                                                                     exclude_none=True)
+         "updatedAt": rec.updated, "usageHistory": usage,
+         "warnings": warnings or None}).model_dump(by_alias=True, exclude_none=True)
 
 
 def _add_clusters(app: FastAPI, service: Service) -> None:
@@ -1120,7 +1121,8 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
         rec = ClusterRecord(name, version, doc, info["gpus"], info["free_gpus"],
                             info["pending_jobs"], updated)
         await asyncio.to_thread(service.store.put_cluster, rec, text, history)
-        return JSONResponse(_cluster_info(rec, service.usage_view(name)))
+        return JSONResponse(_cluster_info(rec, service.usage_view(name),
+                                          info.get("warnings")))
 
     @app.put("/v1/clusters/{name}", response_model=ClusterInfo, responses=ERRORS,
              tags=["clusters"], summary="Store (or replace) a cluster: an Instance document")

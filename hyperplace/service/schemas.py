@@ -270,6 +270,9 @@ class ClusterInfo(Body):
         "per-queue usage history for fair share over rounds (absent with --half-life 0)"))
     interrupted_jobs: list[str] | None = Field(default=None, description=(
         "PATCH only: running jobs a failure hit; all their GPUs were freed"))
+    warnings: list[str] | None = Field(default=None, description=(
+        "input that was read but should be changed (an old key's spelling), one line each "
+        "naming the field, as the CLI prints them on stderr"))
 
 
 class ErrorBody(Body):

@@ -72,6 +72,9 @@ class WorkerContext:
         self.cache: OrderedDict[tuple[str, tuple[Any, ...]], Any] = OrderedDict()
         # per stored cluster: what its last round left for the next (solvers.heuristics.warm)
         self.warm: OrderedDict[str, Any] = OrderedDict()
+        # this task's input read with a warning (an old key's spelling), one line each: the
+        # answer carries them as the CLI prints them (reset by run_task)
+        self.input_warnings: list[str] = []
 
     def warm_start(self, name: str, inst: Any) -> Any:
         """The stored cluster's :class:`~hyperplace.solvers.heuristics.warm.WarmStart` (fabric and the
@@ -244,7 +247,11 @@ def resolve_instance(src: dict[str, Any], ctx: WorkerContext) -> tuple[Any, str]
     from hyperplace.models.job import TrainingJob
 
     if src.get("instance") is not None:
-        inst = _inline_instance(src["instance"])
+        with old_keys_noted(ctx):
+            if isinstance(src["instance"], dict) and src["instance"].get("kind", "Instance") \
+                    == "Instance":
+                renamed_keys(src["instance"], "instance")
+            inst = _inline_instance(src["instance"])
         label = inst.name
     elif src.get("bundled") is not None:
         name = src["bundled"]
@@ -277,6 +284,33 @@ def resolve_instance(src: dict[str, Any], ctx: WorkerContext) -> tuple[Any, str]
     if src.get("queues"):
         inst = with_queue_payload(inst, src["queues"], jobs_given=src.get("jobs") is not None)
     return inst, label
+
+
+@contextlib.contextmanager
+def old_keys_noted(ctx: WorkerContext) -> Iterator[None]:
+    """Within: every ``DeprecatedKey`` warning the library raises while reading a request's
+    documents goes to ``ctx.input_warnings`` (the CLI prints them as ``warning:`` lines)."""
+    import warnings
+
+    from hyperplace.errors import DeprecatedKey
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DeprecatedKey)
+        yield
+    ctx.input_warnings += [str(w.message).removeprefix("body: ") for w in caught
+                           if issubclass(w.category, DeprecatedKey)]
+
+
+def renamed_keys(doc: Any, source: str) -> None:
+    """Warn (``DeprecatedKey``) of every old key an Instance document uses, as the CLI's
+    reader does; both spellings in one mapping is a 422 at the old key."""
+    from hyperplace.instances.registry import warn_renamed_keys
+
+    try:
+        warn_renamed_keys(doc, source)
+    except InputError as exc:
+        path = _join(source, exc.path or "") if source != "body" else exc.path
+        raise RequestProblem(422, [{"path": path, "message": exc.message}]) from None
 
 
 def _inline_instance(doc: Any) -> Any:
@@ -397,7 +431,8 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
             "/v1/clusters/{name}/jobs/{job} for one job)"]))})
     plan = plan.model_copy(update={
         "metadata": plan.metadata.model_copy(update={"instance": label}),
-        "budget_s": payload["budget_s"], "forecasts": forecasts})
+        "budget_s": payload["budget_s"], "forecasts": forecasts,
+        "warnings": [*plan.warnings, *ctx.input_warnings]})
     info: dict[str, Any] = {
             "status": plan.status.value, "solve_s": plan.runtime_s,
             "fallback": plan.status.value == "fallback", "instance": label,
@@ -558,6 +593,8 @@ def validate_instance(payload: dict[str, Any], deadline: float, ctx: WorkerConte
     from hyperplace.models.instance import Instance
 
     try:
+        with old_keys_noted(ctx):
+            renamed_keys(payload["instance"], payload.get("prefix") or "body")
         inst = validate(Instance, payload["instance"], payload.get("prefix", ""))
     except RequestProblem as exc:
         first = payload.get("arrivals_from")
@@ -575,7 +612,7 @@ def validate_instance(payload: dict[str, Any], deadline: float, ctx: WorkerConte
     gpus = sum(n.gpu_count for c in inst.clusters for n in c.nodes)
     free = sum(n.free_count for c in inst.clusters for n in c.nodes)
     info = {"gpus": gpus, "free_gpus": free, "pending_jobs": len(inst.jobs),
-            "queue_usage": dict(inst.spec.queue_usage)}
+            "queue_usage": dict(inst.spec.queue_usage), "warnings": list(ctx.input_warnings)}
     return Reply(200, dumps(doc), info)
 
 
@@ -615,6 +652,7 @@ def run_task(kind: str, payload: dict[str, Any], deadline: float, ctx: WorkerCon
     if fn is None:
         return Reply(404, error_body(404, [{"path": None, "message": f"no such work {kind!r}"}]),
                      {})
+    ctx.input_warnings = []
     try:
         if payload.get("raw_body") is not None:
             payload = with_documents(payload)

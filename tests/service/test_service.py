@@ -819,3 +819,56 @@ def test_a_typod_key_is_unknown_at_its_path_with_the_closest_field(
     assert r.status_code == 422, r.text
     data = r.json()
     assert data["path"] == path and words in data["error"], data
+
+
+def _old_key_instance() -> dict:
+    """A small instance whose first node spells its NVLink figure the old way
+    (``nvlinkGbps``, read as ``nvlinkGigabytesPerSecond``) and whose second node's NVLink pair
+    uses the old ``gbps``."""
+    doc = instance_document(load_instance(SMALL))
+    nodes = doc["spec"]["clusters"][0]["nodes"]
+    nodes[0]["nvlinkGbps"] = 900
+    nodes[1].update({"nvlink": "explicit", "nvlinkPairs": [{"a": 0, "b": 1, "gbps": 450}]})
+    return doc
+
+
+def test_an_old_key_is_read_and_the_answer_says_so(http: httpx.Client) -> None:
+    """The CLI prints a ``warning:`` line for an old key's spelling; the service's answer
+    carries the same line in ``warnings`` (it read the key silently before)."""
+    doc = _old_key_instance()
+    r = http.post("/v1/placement", json={"instance": doc, "budgetS": 10, "solver": "greedy"})
+    assert r.status_code == 200, r.text
+    warnings = r.json()["warnings"]
+    assert warnings == [
+        "instance: spec.clusters[0].nodes[0].nvlinkGbps: 'nvlinkGbps' is deprecated: NVLink "
+        "figures are GB/s (bytes), not the Gb/s of links; write 'nvlinkGigabytesPerSecond' "
+        "(read as it this time)",
+        "instance: spec.clusters[0].nodes[1].nvlinkPairs[0].gbps: 'gbps' is deprecated: NVLink "
+        "figures are GB/s (bytes), not the Gb/s of links; write 'gigabytesPerSecond' (read "
+        "as it this time)"]
+    plan = PlacementPlan.model_validate(r.json())  # the client's type reads it
+    from hyperplace.instances.registry import parse_instance
+
+    from hyperplace.errors import DeprecatedKey
+
+    with pytest.warns(DeprecatedKey):
+        assert check(plan, parse_instance(doc, "instance")) == []
+    clean = http.post("/v1/placement", json={"bundled": SMALL, "budgetS": 10,
+                                             "solver": "greedy"})
+    assert "warnings" not in clean.json()  # and the next request on that worker has none
+    r = http.put("/v1/clusters/old-keys", json=doc)
+    assert r.status_code == 200, r.text
+    assert [w.split(":")[0] for w in r.json()["warnings"]] == ["spec.clusters[0].nodes[0]."
+                                                               "nvlinkGbps", "spec.clusters[0]."
+                                                               "nodes[1].nvlinkPairs[0].gbps"]
+    stored = http.get("/v1/clusters/old-keys").json()["instance"]  # stored in today's keys
+    node = stored["spec"]["clusters"][0]["nodes"][0]
+    assert "nvlinkGbps" not in node and node["nvlinkGigabytesPerSecond"] == 900
+    assert "warnings" not in http.post("/v1/placement", json={"cluster": "old-keys",
+                                                              "budgetS": 10}).json()
+    both = _old_key_instance()
+    both["spec"]["clusters"][0]["nodes"][0]["nvlinkGigabytesPerSecond"] = 900
+    r = http.post("/v1/placement", json={"instance": both, "budgetS": 10})
+    assert r.status_code == 422, r.text
+    assert r.json()["path"] == "instance.spec.clusters[0].nodes[0].nvlinkGbps"
+    assert http.delete("/v1/clusters/old-keys").status_code == 204
