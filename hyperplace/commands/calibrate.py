@@ -21,7 +21,12 @@ from rich.table import Table
 
 from hyperplace.costmodel.calibration import load_calibration, write_calibration
 from hyperplace.costmodel.fit import fit_profiles, predict_row, read_profile_rows
-from hyperplace.costmodel.observations import fit_step_scales, read_observations, step_errors
+from hyperplace.costmodel.observations import (
+    fit_step_scales,
+    memory_misfits,
+    read_observations,
+    step_errors,
+)
 from hyperplace.errors import InputError
 
 
@@ -92,6 +97,16 @@ def _calibrate(profiles: list[str], observations: str | None, calibration: str |
     # bad file fails at once, in one line)
     before = load_calibration(calibration)
     obs = read_observations(observations) if observations else []
+    misfits = memory_misfits(before, obs, observations or "")
+    if obs and len(misfits) == len(obs):
+        raise InputError(f"no row's configuration fits in its GPUs' memory, so none can be "
+                         f"fitted on (first: {misfits[0][1]}); give the runs' zero, "
+                         "sequence_parallel and recompute columns", source=observations)
+    for _, why in misfits:  # one line each, before the steps: the fit leaves them out
+        print(f"warning: {observations}: {why}: left out of the fit (give the run's zero, "
+              "sequence_parallel and recompute columns)", file=sys.stderr)
+    left_out = {id(o) for o, _ in misfits}
+    obs = [o for o in obs if id(o) not in left_out]
     errors_before = step_errors(before, obs, observations or "") if obs else {}
     if profiles:
         read_profile_rows(profiles)

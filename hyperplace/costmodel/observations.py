@@ -3,9 +3,15 @@
 A CSV with one row per observed job configuration::
 
     job,model,gpu_type,tp,pp,dp,micro_batch,global_batch,seq,step_time_s[,precision]
+        [,zero][,sequence_parallel][,recompute]
 
-``model`` is a preset name (``hyperplace split --help`` lists them). Rows are read whole or
-refused with one line naming the file, row and column. The feedback is a multiplicative
+``model`` is a preset name (``hyperplace split --help`` lists them). The optional columns say
+how the run saved memory, as ``predict`` takes it: ``zero`` (ZeRO stage 0-3, default 0),
+``sequence_parallel`` (true/false, default: ``predict``'s, on with TP > 1) and ``recompute``
+(none, selective or full; default none). Rows are read whole or refused with one line naming
+the file, row and column. A row whose configuration does not fit in its GPUs' memory (as
+``predict`` computes it) ran some other way than the row says, so it is left out of the fit
+(:func:`memory_misfits`; ``calibrate`` names each one, and refuses when none is left). The feedback is a multiplicative
 step-time scale per (model, GPU type), and per GPU type over all its models, fitted as the
 geometric mean of measured / predicted and applied to the layer times, so ``split``,
 ``predict`` and ``solve`` all see it.
@@ -44,6 +50,17 @@ class Observation:
     seq: int
     step_time_s: float
     precision: str = "bf16"
+    zero: int = 0
+    sequence_parallel: bool | None = None
+    recompute: str = "none"
+    line: int = 0
+
+    def settings(self) -> dict:
+        """The row's memory settings as :func:`~hyperplace.costmodel.predict.predict`'s
+        keywords."""
+        return {"zero": self.zero, "sequence_parallel": self.sequence_parallel,
+                "recompute": self.recompute == "full",
+                "selective_recompute": self.recompute == "selective"}
 
 
 def read_observations(path: str | Path) -> list[Observation]:
@@ -93,21 +110,57 @@ def read_observations(path: str | Path) -> list[Observation]:
             if precision not in ("bf16", "fp16", "fp32"):
                 raise InputError(f"precision: expected bf16, fp16 or fp32, got {precision!r}",
                                  source=source, path=where)
+            zero = (row.get("zero") or "0").strip() or "0"
+            if zero not in ("0", "1", "2", "3"):
+                raise InputError(f"zero: expected 0, 1, 2 or 3, got {zero!r}", source=source,
+                                 path=where)
+            sp_text = (row.get("sequence_parallel") or "").strip().lower()
+            if sp_text not in ("", "true", "false"):
+                raise InputError(f"sequence_parallel: expected true or false, got {sp_text!r}",
+                                 source=source, path=where)
+            recompute = (row.get("recompute") or "none").strip().lower() or "none"
+            if recompute not in ("none", "selective", "full"):
+                raise InputError(f"recompute: expected none, selective or full, got "
+                                 f"{recompute!r}", source=source, path=where)
             out.append(Observation(job=(row.get("job") or "").strip(), model=model,
                                    gpu=gpu.name, step_time_s=step, precision=precision,
+                                   zero=int(zero), recompute=recompute, line=line,
+                                   sequence_parallel=None if not sp_text else sp_text == "true",
                                    **ints))
     if not out:
         raise InputError("no observations", source=source)
     return out
 
 
-def predicted_step(calibration: Calibration, obs: Observation, source: str = "") -> float:
+def _predicted(calibration: Calibration, obs: Observation, source: str = ""):
     try:
         return predict(model_preset(obs.model), obs.gpu, tp=obs.tp, pp=obs.pp, dp=obs.dp,
                        micro_batch=obs.micro_batch, global_batch=obs.global_batch, seq=obs.seq,
-                       precision=obs.precision, calibration=calibration).step_time_s
+                       precision=obs.precision, calibration=calibration, detail=False,
+                       **obs.settings())
     except InputError as exc:
-        raise InputError(f"job {obs.job!r}: {exc.one_line()}", source=source or None) from None
+        raise InputError(f"row {obs.line}: job {obs.job!r}: {exc.one_line()}",
+                         source=source or None) from None
+
+
+def predicted_step(calibration: Calibration, obs: Observation, source: str = "") -> float:
+    return _predicted(calibration, obs, source).step_time_s
+
+
+def memory_misfits(calibration: Calibration, observations: list[Observation],
+                   source: str = "") -> list[tuple[Observation, str]]:
+    """The rows whose configuration does not fit in its GPUs' memory, each with one line
+    saying so (``row N: job: needs X GB per GPU of the type's Y``): a fit on them would
+    learn the step time of a run that cannot happen as written."""
+    out = []
+    for obs in observations:
+        pred = _predicted(calibration, obs, source)
+        if not pred.fits:
+            out.append((obs, f"row {obs.line}: job {obs.job!r}: {obs.model} at TP {obs.tp} x "
+                        f"PP {obs.pp} x DP {obs.dp} needs {pred.memory_per_gpu_gb:.1f} GB per "
+                        f"GPU, more than {obs.gpu}'s {pred.memory_capacity_gb:g} GB "
+                        f"(zero {obs.zero}, recompute {obs.recompute})"))
+    return out
 
 
 def fit_step_scales(calibration: Calibration, observations: list[Observation],

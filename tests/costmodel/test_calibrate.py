@@ -132,3 +132,46 @@ def test_calibrate_says_where_it_is_on_stderr(tmp_path: Path) -> None:
         "calibrate: fitting step scales to 1 observed step time",
         "calibrate: comparing the errors before and after"], lines
     assert all(ln.endswith(" s)") for ln in lines) and "calibrate:" not in res.stdout
+
+
+def test_a_row_that_does_not_fit_in_memory_is_left_out_and_named(tmp_path: Path) -> None:
+    """The Llama 3 405B runs fit in 80 GB only with ZeRO-1, sequence parallelism and
+    selective recomputation: a row without them is a run that cannot happen as written, so
+    the fit leaves it out and says so; with no row left the file is refused."""
+    header = OBS_HEADER.strip() + ",zero,sequence_parallel,recompute\n"
+    fits = "a,llama3-405b,H100,8,16,64,1,2048,8192,12.5,1,true,selective\n"
+    bare = "b,llama3-405b,H100,8,16,128,1,2048,8192,6.72,,,\n"
+    obs = write(tmp_path / "steps.csv", header + fits + bare)
+    out = tmp_path / "cal.json"
+    res = runner.invoke(app, ["calibrate", "--observations", obs, "--fit-set", "none",
+                              "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    warned = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warned) == 1 and warned[0].startswith(f"warning: {obs}: row 3: job 'b': ")
+    assert "GB per GPU, more than H100-80's 80 GB" in warned[0]
+    assert "left out of the fit" in warned[0]
+    table = [ln for ln in res.stdout.splitlines() if "step time" in ln]
+    assert len(table) == 1 and "│    1 │" in table[0]  # one row fitted, not two
+    from hyperplace.costmodel.observations import memory_misfits, read_observations
+
+    rows = read_observations(obs)
+    assert rows[0].settings() == {"zero": 1, "sequence_parallel": True, "recompute": False,
+                                  "selective_recompute": True}
+    assert [o.job for o, _ in memory_misfits(load_calibration(None), rows)] == ["b"]
+    only_bare = write(tmp_path / "bare.csv", header + bare)
+    res = runner.invoke(app, ["calibrate", "--observations", only_bare, "-o", str(out) + "2"])
+    assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "no row's configuration fits in its GPUs' memory" in res.stderr
+    assert not Path(str(out) + "2").exists()
+
+
+@pytest.mark.parametrize(("cells", "message"), [
+    ("4,true,none", "zero: expected 0, 1, 2 or 3"),
+    ("1,yes,none", "sequence_parallel: expected true or false"),
+    ("1,true,some", "recompute: expected none, selective or full"),
+])
+def test_bad_memory_settings_are_one_line(tmp_path: Path, cells: str, message: str) -> None:
+    obs = write(tmp_path / "steps.csv", OBS_HEADER.strip() + ",zero,sequence_parallel,"
+                "recompute\na,llama3-8b,H100,4,1,2,1,16,8192,3.1," + cells + "\n")
+    res = runner.invoke(app, ["calibrate", "--observations", obs, "-o", str(tmp_path / "c")])
+    assert res.exit_code == 2 and message in res.stderr and "row 2" in res.stderr
