@@ -289,7 +289,8 @@ def _observed(run: tuple) -> tuple[Observation, float]:
     ours = base.hardware_tflops_per_gpu if rec else base.model_tflops_per_gpu
     step = base.step_time_s * ours / pub_tflops
     return Observation(job=label, model=preset, gpu=gpu, tp=tp, pp=pp, dp=dp,
-                       micro_batch=mb, global_batch=gbs, seq=seq, step_time_s=step), ours
+                       micro_batch=mb, global_batch=gbs, seq=seq, step_time_s=step,
+                       zero=1, sequence_parallel=sp, recompute="full" if rec else "none"), ours
 
 
 def feedback(lines: list[str]) -> None:
