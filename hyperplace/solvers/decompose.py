@@ -220,6 +220,7 @@ def _solve_decomposed(instance: Instance, *, solver: str, budget_s: float, polic
         raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
     params = params or SolveParams()
     budget = Budget(budget_s, params.budget, deadline)
+    started = (time.perf_counter(), time.process_time())
     whole_s = whole_round_s(instance)
     cheap = not always and whole_s <= WHOLE_FRACTION * budget_s
     if len(instance.clusters) < 2 or instance.queue_set is not None or cheap:
@@ -252,12 +253,14 @@ def _solve_decomposed(instance: Instance, *, solver: str, budget_s: float, polic
         parts[cluster].value += found.weights.get(prio, 1) * gpus
     todo = [part for part in parts.values() if part.jobs]
     run = _Run(instance, found, params, solver, policy, seed, workers)
+    run.started = started
     run.merge_s_per_job = MERGE_S_PER_JOB * slowdown
     run.slow = slowdown
     t = time.perf_counter()
     run.solve_parts(todo, budget, tail)
     parts_s = time.perf_counter() - t
     t = time.perf_counter()
+    run.refresh_slowdown()
     owed = run.slow * PLAN_S_PER_ADMITTED * sum(part.admitted for part in todo)
     left_out = run.across(todo, budget.deadline - 0.6 * tail - owed)
     across_s = time.perf_counter() - t
@@ -649,8 +652,10 @@ class _Run:
         self.instance, self.found, self.params = instance, found, params
         self.solver, self.policy, self.seed, self.workers = solver, policy, seed, workers
         #: how much slower than the idle figures the machine runs now: the routing's, then
-        #: the parts' builds (measured; greedy's passes are assumed to slow alike)
+        #: the parts' builds (measured; greedy's passes are assumed to slow alike), never
+        #: below the round's wall time per CPU second so far (:meth:`share_slowdown`)
         self.slow = 1.0
+        self.started = (time.perf_counter(), time.process_time())
         self.by_name = {job.name: j for j, job in enumerate(instance.jobs)}
         self.cluster_of = {c.name: c for c in instance.clusters}
         self.unbuilt_reason = ""
@@ -658,6 +663,20 @@ class _Run:
 
     def estimate(self, part: Part) -> float:
         return self.slow * (NODE_S * part.nodes + JOB_S * len(part.jobs))
+
+    def share_slowdown(self) -> float:
+        """The round's wall seconds per CPU second since it started (1 before half a second
+        of wall): what the other processes take of this one's core. The builds' slowdown
+        is measured once per part; a machine that becomes loaded after them is seen here
+        (1M GPUs, budget 30: the builds read 1.2x, the load rose from 1.8 to 7, and the
+        cross-cluster repair and the merge, judged at 1.2x, ended the round at 36.3 s)."""
+        wall = time.perf_counter() - self.started[0]
+        cpu = time.process_time() - self.started[1]
+        return 1.0 if wall < 0.5 else max(1.0, wall / max(cpu, 1e-3))
+
+    def refresh_slowdown(self) -> None:
+        """``slow`` raised to :meth:`share_slowdown` when that is larger."""
+        self.slow = max(self.slow, self.share_slowdown())
 
     def solve_parts(self, todo: list[Part], budget: Budget, tail: float) -> None:
         """Build and solve each part under its share (module docstring, step 2)."""
@@ -704,7 +723,7 @@ class _Run:
             built_s += part.build_s
             # (1M GPUs at load 10: the builds read 2.3x where the routing, cold, read 3.9x
             # and the plans then took 2.4x their idle figure to write)
-            self.slow = max(1.0, built_s / modelled)
+            self.slow = max(1.0, built_s / modelled, self.share_slowdown())
             est = estimate_vars(part.problem)
             if r.pm is not None or est:  # what its exact model needed, for the record
                 vps = self.params.budget.vars_per_second(
@@ -849,6 +868,8 @@ class _Run:
         unsolved cluster, as the last pass found them."""
         stuck: dict[int, str] = {}
         for _ in range(4):
+            if time.perf_counter() >= deadline:
+                break  # the candidates are found once more after the passes (across)
             candidates, stuck = self._candidates(todo, tried)
             candidates = self._above_stuck(candidates, stuck)
             if not candidates:
@@ -859,6 +880,7 @@ class _Run:
                 elsewhere = set().union(*(a for cc, a in admitted.items() if cc != c))
                 jobs = [j for j in jobs if j not in elsewhere]
                 # the repair's cost: the part's views copied, the candidates' built, searched
+                self.refresh_slowdown()
                 cost = self.slow * (0.3 * NODE_S * built[c].nodes + JOB_S * len(jobs))
                 if time.perf_counter() + cost >= deadline:
                     continue  # left to the priority rule
@@ -930,6 +952,8 @@ class _Run:
         """One plan of the whole round from the parts' plans (explained in what is left)."""
         built = [part for part in todo if part.round is not None]
         unbuilt = [part for part in todo if part.round is None]
+        self.refresh_slowdown()
+        self.merge_s_per_job = max(self.merge_s_per_job, MERGE_S_PER_JOB * self.slow)
         # the aggregated bound after the parts' plans, whose explanations leave it its
         # estimate (the plans' own writing is estimated high: 1M GPUs at load 1.4 ended a
         # 30 s round at 16 s): it knows where the free GPUs are, the routing LP only how

@@ -382,3 +382,28 @@ def test_spec_gpus_is_total_gpus():
         jobs += list(load_instance(info.name).jobs)
     assert len({(len(j.spec.resource_groups), j.spec.replica_count) for j in jobs}) > 3
     assert all(spec_gpus(j) == j.total_gpus for j in jobs)
+
+
+def test_the_slowdown_follows_the_rounds_share_of_the_cpu():
+    """A round whose process got a fifth of a core since it started (10 s of wall, 2 s of
+    CPU) judges what is left at 5x the idle figures, whatever its builds read earlier; the
+    first half second says nothing."""
+    import time
+
+    from hyperplace.solvers import decompose
+    from hyperplace.solvers.params import SolveParams
+
+    inst = generate_federation(2, 64, 20, None, 0.5, 3)
+    run = decompose._Run(inst, decompose.route(inst), SolveParams(), "auto", "performance",
+                         0, 2)
+    run.slow = 1.5
+    wall, cpu = time.perf_counter(), time.process_time()
+    run.started = (wall - 10.0, cpu - 2.0)
+    assert run.share_slowdown() == pytest.approx(5.0, rel=0.05)
+    run.refresh_slowdown()
+    assert run.slow == pytest.approx(5.0, rel=0.05)
+    run.started = (time.perf_counter() - 0.1, time.process_time() - 0.01)
+    assert run.share_slowdown() == 1.0
+    run.slow = 7.0
+    run.refresh_slowdown()
+    assert run.slow == 7.0  # never lowered
