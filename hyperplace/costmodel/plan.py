@@ -371,8 +371,9 @@ def plan(spec: ModelSpec, allocation: list[tuple[str, int]], *, global_batch: in
     if global_batch is not None and global_batch <= 0:
         raise InputError("must be a positive integer", path="--global-batch")
     cap = small.hbm_gb
-    total_params = spec.total_params()
-    total_experts = float(expert_params(spec, layers_of(spec)).sum())
+    layers = layers_of(spec)  # memoised: spec.total_params() would build them again
+    total_params = sum(layer.params for layer in layers)
+    total_experts = float(expert_params(spec, layers).sum())
     cands = candidates(spec, gpus, gb, space)
     if not cands:
         raise InputError(f"no TP x CP x PP x DP x micro-batch of {gpus} GPUs divides the "

@@ -10,6 +10,7 @@ activation bytes and the bytes sent to the next layer, so every source ends up a
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -20,6 +21,7 @@ from hyperplace.models.transformer import (
     BF16_BYTES,
     activation_bytes,
     head_flops,
+    is_moe_layer,
     layer_flops,
     layer_params,
     param_state_bytes_per_param,
@@ -195,27 +197,41 @@ class ModelSpec(HPModel):
             b, s, h = self.micro_batch_size, self.seq_length, self.hidden_size
             sbh = float(s * b * h)
             base = []
+            # the formulas depend on a layer's index only through whether it is an MoE
+            # layer (transformer.is_moe_layer): a middle layer of each kind is validated
+            # once and the others are copies of it under their own names (the same floats;
+            # its empty ``measured`` list shared, read-only as every memoised layer is)
+            last = self.num_layers - 1
+            middle: dict[bool, Layer] = {}
             for i in range(self.num_layers):
+                moe = is_moe_layer(self, i)
+                like = middle.get(moe) if 0 < i < last else None
+                if like is not None:
+                    copied = copy.copy(like)  # what model_copy(update=...) does, faster
+                    copied.__dict__["name"] = f"layer{i}"
+                    base.append(copied)
+                    continue
                 flops = layer_flops(self, i, b, s)
                 params, _ = layer_params(self, i)
                 if i == 0:
                     params += self.embedding_params()
-                if i == self.num_layers - 1:
+                if i == last:
                     params += self.head_params()
                     flops += head_flops(self, b, s)
                 replicated, sharded = activation_bytes(self, i, b, s)
-                base.append(
-                    Layer(
-                        name=f"layer{i}",
-                        flops=flops,
-                        params=params,
-                        activation_bytes_replicated=replicated,
-                        activation_bytes_sharded=sharded,
-                        recompute_bytes=BF16_BYTES * sbh,
-                        output_bytes=BF16_BYTES * sbh,
-                        tp_allreduce_bytes=BF16_BYTES * sbh,
-                    )
+                layer = Layer(
+                    name=f"layer{i}",
+                    flops=flops,
+                    params=params,
+                    activation_bytes_replicated=replicated,
+                    activation_bytes_sharded=sharded,
+                    recompute_bytes=BF16_BYTES * sbh,
+                    output_bytes=BF16_BYTES * sbh,
+                    tp_allreduce_bytes=BF16_BYTES * sbh,
                 )
+                if 0 < i < last:
+                    middle[moe] = layer
+                base.append(layer)
         for o in self.layer_overrides:
             cur = base[o.index]
             upd: dict[str, Any] = {}

@@ -1,0 +1,64 @@
+"""A model's formula layers (``ModelSpec.build_layers``): each kind of layer is computed and
+validated once and copied for the others (#20: the forecast's planner builds thousands).
+The oracle is the layer-by-layer construction, every layer validated on its own."""
+
+from __future__ import annotations
+
+import pytest
+
+from hyperplace.models.model_spec import Layer
+from hyperplace.models.presets import model_preset, preset_names
+from hyperplace.models.transformer import (
+    BF16_BYTES,
+    activation_bytes,
+    head_flops,
+    layer_flops,
+    layer_params,
+)
+
+
+def _one_by_one(spec) -> list[Layer]:
+    b, s, h = spec.micro_batch_size, spec.seq_length, spec.hidden_size
+    sbh = float(s * b * h)
+    out = []
+    for i in range(spec.num_layers):
+        flops = layer_flops(spec, i, b, s)
+        params, _ = layer_params(spec, i)
+        if i == 0:
+            params += spec.embedding_params()
+        if i == spec.num_layers - 1:
+            params += spec.head_params()
+            flops += head_flops(spec, b, s)
+        replicated, sharded = activation_bytes(spec, i, b, s)
+        out.append(Layer(name=f"layer{i}", flops=flops, params=params,
+                         activation_bytes_replicated=replicated,
+                         activation_bytes_sharded=sharded, recompute_bytes=BF16_BYTES * sbh,
+                         output_bytes=BF16_BYTES * sbh, tp_allreduce_bytes=BF16_BYTES * sbh))
+    return out
+
+
+@pytest.mark.parametrize("name", preset_names())
+@pytest.mark.parametrize("update", [{}, {"micro_batch_size": 3, "sequence_parallel": True},
+                                    {"micro_batch_size": 16, "selective_recompute": True}])
+def test_formula_layers_are_the_layer_by_layer_ones(name, update):
+    spec = model_preset(name).model_copy(update=update)
+    if spec.layers is not None:
+        pytest.skip("a preset with measured layers has no formula layers")
+    got, want = spec.build_layers(), _one_by_one(spec)
+    assert [x.name for x in got] == [f"layer{i}" for i in range(spec.num_layers)]
+    assert got == want
+    assert [x.model_dump() for x in got] == [x.model_dump() for x in want]
+    assert [x.model_fields_set for x in got] == [x.model_fields_set for x in want]
+    assert len({id(x) for x in got}) == len(got)  # every layer its own object
+
+
+def test_an_moe_model_keeps_its_dense_layers_apart():
+    moe = [n for n in preset_names() if model_preset(n).num_experts > 1
+           and model_preset(n).first_dense_layers > 0]
+    if not moe:
+        pytest.skip("no MoE preset with leading dense layers")
+    spec = model_preset(moe[0])
+    layers = spec.build_layers()
+    first = spec.first_dense_layers
+    assert layers[first - 1].params != layers[first + 1].params  # dense vs MoE
+    assert layers == _one_by_one(spec)
