@@ -539,7 +539,7 @@ def _objective_names(p: PlacementProblem, pm: PlacementModel | None, terms: dict
     first = ["admitted_priority_demand"] + [ext.plan_objective for ext in p.extensions
                                             if ext.plan_objective is not None]
     if pm is None:
-        lower = [n for ext in p.extensions for n in ext.objective_names] + ["admitted_jobs"]
+        lower = [n for ext in p.extensions for n in ext.round_objectives()] + ["admitted_jobs"]
     else:
         lower = [o.name for o in pm.lm.objectives[len(p.priority_phases):]]
     return [n for n in first if n in terms] + [n for n in lower if n in terms]

@@ -218,6 +218,26 @@ def test_a_repair_plan_reports_the_gap_of_its_models_objectives(exact_solver):
     assert set(plan.objective_gaps) <= set(plan.objective_terms)
 
 
+@pytest.mark.parametrize(("spare_in_leaf", "failed", "placed"),
+                         [(True, ("n1", 3), 8), (False, ("n1", None), 16)],
+                         ids=["in-part", "whole"])
+def test_every_solver_reports_the_repair_objective_and_no_migration_gap(
+        solver, spare_in_leaf, failed, placed):
+    """Review R4 (#20): a greedy repair plan (no model) reported gaps for migration's
+    objectives, which a repair round's model does not have, and none for its
+    ``repair_gpus_placed``. Now every solver reports the model's objective: the GPUs its
+    repairs place (the failed unit's 8 when repaired in part, the job's 16 when moved
+    whole; the exact backends' figure is the model's objective evaluated)."""
+    inst = _setup(spare_in_leaf=spare_in_leaf)
+    result = repair(inst, [failed], solver=solver)
+    _checked(inst, [failed], result)
+    plan = result.plan
+    assert plan.objective_terms["repair_gpus_placed"] == placed
+    assert "repair_gpus_placed" in plan.objective_gaps
+    assert not any(k.startswith("migrated_") for k in plan.objective_gaps)
+    assert set(plan.objective_gaps) <= set(plan.objective_terms)
+
+
 def test_a_replace_everything_plan_is_named_a_repair():
     """Was ``<instance>-defrag`` (#20): the plan of every strategy is ``<instance>-repair``."""
     inst = _setup(spare_in_leaf=True)

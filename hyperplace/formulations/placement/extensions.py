@@ -107,6 +107,12 @@ class RoundExtension:
         """The family's object when round ``p`` asks for it (None: it does not)."""
         raise NotImplementedError
 
+    def round_objectives(self) -> tuple[str, ...]:
+        """The names of the objectives :meth:`objectives` puts after objective 1 in this
+        round, without a model (what a greedy plan reports gaps for): its
+        :attr:`objective_names`, or none where another family's stand in their place."""
+        return self.objective_names
+
     @classmethod
     def add_stoppable(cls, p: PlacementProblem) -> None:
         """Add the running jobs the family may stop to round ``p`` (preemption candidates,

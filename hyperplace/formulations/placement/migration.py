@@ -98,6 +98,12 @@ class Migration(StopsJobs):
         if limit is not None and len(moves) > limit:
             b.lm.add(moves, hi=limit, name="max-moves")
 
+    def round_objectives(self) -> tuple[str, ...]:
+        """None when another family's cost stands in the moves' (:meth:`objectives`)."""
+        if any(ext.replaces_moves_cost for ext in self.p.extensions):
+            return ()
+        return self.objective_names
+
     def objectives(self, b: PlacementModelBuilder) -> list[Objective]:
         """The moves' cost, right after objective 1 (and a defrag's free domain): lost work
         (GPUs x checkpoint age of each migrated job), then the number of migrations; none

@@ -45,6 +45,7 @@ class FailureRepair(RoundExtension):
 
     name = "failure repair"
     replaces_moves_cost = True
+    objective_names = (OBJECTIVE,)
     plan_objective = TERM
     explains_movers = True
 
@@ -105,8 +106,26 @@ class FailureRepair(RoundExtension):
         return sum(p.weights[v.priority] * p.repair_gpus(v) for v in p.movers
                    if v.copy in a.units or p.partial_of(v.index) in a.units)
 
+    def gpus_placed(self, a: Assignment) -> int:
+        """Objective :data:`OBJECTIVE` on ``a`` (what :meth:`objectives` minimises, for a
+        plan without a model): each broken job repaired whole, its manifest's GPUs; in
+        part, its failed units' GPUs; any other mover moved, 1 (migration's count)."""
+        p = self.p
+        total = 0
+        for v in p.movers:
+            if not isinstance(v, BrokenJob):
+                total += v.copy in a.units
+                continue
+            total += p.repair_gpus(v) if v.copy in a.units else 0
+            if v.partial is not None and v.partial in a.units:
+                total += p.jobs[v.partial].gpus
+        return total
+
     def terms(self, a: Assignment) -> dict[str, float]:
-        return {TERM: float(self.plan_value(a))}
+        out = {TERM: float(self.plan_value(a))}
+        if self.p.stoppable:  # the model has the objective only then
+            out[OBJECTIVE] = float(self.gpus_placed(a))
+        return out
 
     def written_as(self, j: int, units: list[PlacedUnit]
                    ) -> tuple[JobView, list[PlacedUnit]] | None:
