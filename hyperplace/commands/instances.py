@@ -287,7 +287,8 @@ def import_command(
         "--gpu-count", help="nccl-xml: GPUs of a node whose file lists none (AWS p5, g5); "
         "once for every file or once per file")] = None,
     gpus_per_node: Annotated[int, typer.Option(
-        "--gpus-per-node", help="GPUs of each node a HyperNode file names")] = 8,
+        "--gpus-per-node", help="GPUs of each node a HyperNode file or a Slurm "
+        "topology.conf names (a gres.conf or scontrol show nodes says its own)")] = 8,
     nodes_from: Annotated[str | None, typer.Option(
         "--nodes-from", help="HyperNode import: take the nodes (and labels) from this Cluster "
         "or Instance file instead")] = None,

@@ -95,3 +95,20 @@ def test_scontrol_show_nodes_multiline_and_one_line():
            "NodeName=cg15 Arch=x86_64 Gres=gpu:h100:8 State=DOWN+DRAIN AllocTRES=\n")
     a, b = parse_scontrol_nodes(one, "o")
     assert a.used == [0, 1, 5] and a.gpu_type == "h100" and b.down
+
+
+def test_the_topology_guide_example_says_what_it_assumed(tmp_path):
+    """Slurm's own two-level example (four spines above every leaf, LinkSpeed given): the
+    file says nothing of GPUs or of link rates in Gb/s (LinkSpeed is relative), so the
+    import names both assumptions (it named only the NVLink one)."""
+    conf = SLURM / "topology-guide-two-level.conf"
+    text, summary = import_cluster("slurm", [str(conf)], gpu_type="H100", gpus_per_node=4)
+    assert "(assumed, not in the file: gpu-count, nvlink;" in summary
+    assert "link speeds are not in topology.conf" in summary and "400 Gb/s" in summary
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    c = instance_from_documents(load_documents(p), str(p)).clusters[0]
+    assert len(c.nodes) == 16 and c.gpu_count == 64
+    assert all(n.labels["hyperplace.io/assumed"] == "nvlink,gpu-count" for n in c.nodes)
+    assert c.network.hop_count("tux0", "tux3") == 1
+    assert c.network.hop_count("tux0", "tux15") == 3  # leaf, any of four spines, leaf

@@ -29,8 +29,11 @@ Slurm ``topology.conf`` (slurm.schedmd.com/topology.conf.html)
     leaf, the cables counted.
 
 The files say where nodes are, not what GPUs they hold: the GPUs come from ``gpu_type`` and
-``gpus_per_node`` (``--gpu-type``, ``--gpus-per-node``), or, for the nodes a ``gres.conf``
-describes, from its lines (count and ``Type``).
+``gpus_per_node`` (``--gpu-type``, ``--gpus-per-node``; the node label
+``hyperplace.io/assumed`` then names ``gpu-count``), or, for the nodes a ``gres.conf`` or
+``scontrol show nodes`` describes, from its lines (count and ``Type``). topology.conf's
+``LinkSpeed`` is a relative figure Slurm itself does not use: links are taken at
+``node_gbps`` (``--node-gbps``), and the notes say so.
 """
 
 from __future__ import annotations
@@ -339,6 +342,10 @@ def import_slurm(topology_texts: list[tuple[str, str]], *, gres: list[tuple[str,
     links: list[Link] = []
     node_names: list[str] = []
     blocks = []
+    if any(tree_links for tree_links in (parse_topology_conf(t, s).links
+                                         for t, s in topology_texts)):
+        notes.append(f"link speeds are not in topology.conf (its LinkSpeed is a relative "
+                     f"figure): every link is taken at {node_gbps:g} Gb/s (--node-gbps)")
     for text, src in topology_texts:
         tree = parse_topology_conf(text, src)
         switches.update(tree.switches)
@@ -393,7 +400,9 @@ def import_slurm(topology_texts: list[tuple[str, str]], *, gres: list[tuple[str,
         pairs = gres_pairs(g, t.nvlink_per_link_gbps, name, "gres.conf") if g and g.links else []
         kind = NVLinkTopology.EXPLICIT if pairs else (
             NVLinkTopology.NVSWITCH if t.nvlink_gbps > 0 and count in (4, 8) else NVLinkTopology.PCIE)
-        labels = {} if (g and g.links) or t.nvlink_gbps == 0 else {"hyperplace.io/assumed": "nvlink"}
+        assumed = [*([] if (g and g.links) or t.nvlink_gbps == 0 else ["nvlink"]),
+                   *([] if g or sc else ["gpu-count"])]
+        labels = {"hyperplace.io/assumed": ",".join(assumed)} if assumed else {}
         faulty = list(range(count)) if sc and sc.down else []
         allocated = {i: "slurm-allocated" for i in sc.used} if sc and not sc.down else {}
         nodes.append(Node(name=name, gpu_type=t.name, gpu_count=count, nvlink=kind,
