@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import time
 
 import pytest
 
@@ -659,15 +660,25 @@ def test_the_work_clock_gives_the_same_replay_on_a_slower_machine(monkeypatch):
     assert "hit in 0 rounds" in notes[0] and "hit in 0 rounds" in slow_notes[0]
 
 
-def test_a_search_cut_by_the_wall_ceiling_falls_back_to_the_list_schedule():
+def test_a_search_cut_by_the_wall_ceiling_falls_back_to_the_list_schedule(monkeypatch):
+    from ortools.sat.python import cp_model
+
     rng = random.Random(5)
     inst, jobs, work, running = random_round(rng, 40)
     p = problem(inst, jobs, work, running, horizon=7200, step=300, objective="completion")
-    # a work limit far beyond what the wall ceiling allows: the ceiling (20 ms, less than the
-    # list schedule and the model's build of 40 jobs take on any machine) stops the search
-    # before CP-SAT starts; a ceiling of 50 ms let CP-SAT start and stop on its own wall
-    # clock at load 10, which it may report as "no solution" (sched's note: an undercount)
-    res = solve_schedule(p, budget_s=0.02, window=40, work_s=1e6)
+    # a work limit far beyond what the wall ceiling allows, and a round clock on which
+    # every reading is 10 ms after the one before: the list schedule and the model's build
+    # use up the 20 ms ceiling before CP-SAT starts, on any machine at any load (on the real
+    # clock that race was the machine's: the search sometimes started, #20). It starts a
+    # minute ahead of the real clock, so a deadline read on the real clock lets CP-SAT start
+    ticks = itertools.count(time.perf_counter() + 60.0, 0.01)
+
+    def no_search(*_a, **_k):
+        raise AssertionError("CP-SAT started after the wall ceiling was reached")
+
+    monkeypatch.setattr(cp_model.CpSolver, "Solve", no_search)
+    res = solve_schedule(p, budget_s=0.02, window=40, work_s=1e6, clock=lambda: next(ticks))
+    monkeypatch.undo()
     assert res.status == "fallback"
     assert any("wall ceiling" in n for n in res.notes), res.notes
     greedy = solve_schedule(p, solver="greedy", window=40)

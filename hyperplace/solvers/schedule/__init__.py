@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -415,8 +416,9 @@ class _Model:
 
 
 def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Planned],
-           deadline: float, seed: int, workers: int, work_s: float | None = None):
-    """CP-SAT over ``jobs``; the search ends at ``deadline`` (``time.perf_counter()``), and
+           deadline: float, seed: int, workers: int, work_s: float | None = None,
+           clock: Callable[[], float] = time.perf_counter):
+    """CP-SAT over ``jobs``; the search ends at ``deadline`` (a ``clock()`` value), and
     with ``work_s`` after that much deterministic time (then a search the wall deadline cut
     first returns status ``ceiling``: its solution depends on the machine's speed)."""
     from ortools.sat.python import cp_model
@@ -428,7 +430,7 @@ def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Pl
     model.capacity(model.nodes, problem.node_busy, lambda p: p.whole_nodes, "nb")
     model.m.Minimize(sum(model.obj))
     solver = cp_model.CpSolver()
-    left = deadline - time.perf_counter()
+    left = deadline - clock()
     if left < 0.01:
         return None, None, "none" if work_s is None else "ceiling"
     solver.parameters.max_time_in_seconds = left
@@ -456,14 +458,15 @@ def _objective_of(problem: ScheduleProblem, entries: dict[str, Planned],
 
 def _search(problem: ScheduleProblem, order: list[ScheduleJob], head: list[ScheduleJob],
             greedy: dict[str, Planned], greedy_s: float, end: float, budget_s: float,
-            work_s: float | None, seed: int, workers: int, notes: list[str]):
+            work_s: float | None, seed: int, workers: int, notes: list[str],
+            clock: Callable[[], float] = time.perf_counter):
     """CP-SAT over the window ``head`` hinted with the list schedule ``greedy`` (the round
-    ends at ``end``, ``time.perf_counter()``): (entries, status, bound, the window as
+    ends at ``end``, a ``clock()`` value): (entries, status, bound, the window as
     searched, the list schedule's objective over it)."""
     # kept back: the list schedule around CP-SAT's solution (as long as the first one
     # took) and the objective's evaluation
     deadline = end - 1.2 * greedy_s - 0.01
-    left = deadline - time.perf_counter()
+    left = deadline - clock()
     if work_s is not None:  # no cut by the time left: the caller sizes the window
         deadline, left = end, budget_s
     # the model's build is outside CP-SAT's deadline: a window whose build would take
@@ -478,7 +481,8 @@ def _search(problem: ScheduleProblem, order: list[ScheduleJob], head: list[Sched
     g_obj = _objective_of(problem, greedy, names)
     got, bound, st = None, None, "none"
     if left > 0.01 and head:
-        got, bound, st = _cpsat(problem, head, greedy, deadline, seed, workers, work_s)
+        got, bound, st = _cpsat(problem, head, greedy, deadline, seed, workers, work_s,
+                                 clock)
     if got is None:
         notes.append("CP-SAT stopped by the wall ceiling before its work limit: the "
                      "list schedule" if st == "ceiling" else
@@ -511,8 +515,8 @@ def _fill(problem: ScheduleProblem, entries: dict[str, Planned], order: list[Sch
 
 def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: int = 200,
                    solver: str = "cpsat", seed: int = 0, workers: int = 1,
-                   work_s: float | None = None, fill: float | None = None
-                   ) -> ScheduleResult:
+                   work_s: float | None = None, fill: float | None = None,
+                   clock: Callable[[], float] = time.perf_counter) -> ScheduleResult:
     """The schedule of every pending job of ``problem`` (module docstring).
 
     ``work_s``: limit CP-SAT by that much *deterministic* time (OR-Tools' work units; the
@@ -523,15 +527,19 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
     ceiling").
 
     ``fill``: then the work-conserving fill with that margin (:func:`fill_now`); under the
-    wall clock only when the budget is not spent yet (the note says so)."""
+    wall clock only when the budget is not spent yet (the note says so).
+
+    ``clock``: the wall clock every deadline of the round is read on, in seconds (a test
+    passes one that jumps, to reach the ceiling at a chosen point); CP-SAT's own time
+    limit is the seconds this clock leaves it."""
     if solver not in ("cpsat", "greedy", "auto"):
         raise ValueError(f"schedule solver must be 'cpsat', 'greedy' or 'auto', got {solver!r}")
-    t0 = time.perf_counter()
+    t0 = clock()
     order = list_order(problem)
     schedulable = [j for j in order if j.options]
-    tg = time.perf_counter()
+    tg = clock()
     greedy = list_schedule(problem, order)
-    greedy_s = time.perf_counter() - tg
+    greedy_s = clock() - tg
     head = schedulable[:window] if window > 0 else []
     names = {j.name for j in head}
     g_obj = _objective_of(problem, greedy, names)
@@ -540,7 +548,7 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
     if solver != "greedy" and head:
         entries, status, bound, head, g_obj = _search(
             problem, order, head, greedy, greedy_s, t0 + budget_s, budget_s, work_s, seed,
-            workers, notes)
+            workers, notes, clock)
         names = {j.name for j in head}
     if len(schedulable) > len(head):
         notes.append(f"{len(schedulable) - len(head)} jobs beyond the window of {window} "
@@ -551,12 +559,12 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
             notes.append(f"CP-SAT proved the window of {len(head)} jobs optimal")
     if fill is not None:
         entries, status = _fill(problem, entries, order, status, fill,
-                                work_s is None and time.perf_counter() - t0 > budget_s, notes)
+                                work_s is None and clock() - t0 > budget_s, notes)
     obj = _objective_of(problem, entries, names)
     if bound is not None and status == "fallback":
         bound = min(bound, obj)
     return ScheduleResult(problem=problem, entries=entries, status=status, objective=obj,
-                          bound=bound, solve_s=time.perf_counter() - t0, modelled=len(head),
+                          bound=bound, solve_s=clock() - t0, modelled=len(head),
                           greedy_objective=g_obj, notes=notes)
 
 
