@@ -401,6 +401,13 @@ def _quota_reasons(p: PlacementProblem, jv: JobView, assignment: Assignment,
     if key not in queue.quotas:
         return [f"queue {jv.queue}: no quota covers {'/'.join(blocked)} GPUs"]
     quota = queue.quotas[key]
+    ceiling = quota.nominal + quota.borrowing_limit
+    if jv.gpus > ceiling:  # never, whatever runs: say that, not what is in use now
+        kind = "GPUs" if key == "*" else f"{key} GPUs"
+        return [f"queue {jv.queue} may never hold more than {ceiling:g} {kind} (nominal "
+                f"{quota.nominal:g} + borrowing limit {quota.borrowing_limit:g}: a Volcano "
+                f"Queue's capability, a Kueue ClusterQueue's nominalQuota + borrowingLimit) "
+                f"and the job asks {jv.gpus}: it cannot be admitted in this queue"]
     in_use = book.running.get((jv.queue, key), 0) + use.get((jv.queue, key), 0)
     words = (f"queue {jv.queue}: {in_use:g} of {quota.nominal:g} {key} nominal in use, "
              f"needs {jv.gpus} more")

@@ -145,3 +145,31 @@ def test_a_job_naming_an_unknown_queue_is_refused():
     inst = instance([node("n0")], [_in_queue(job("x"), "nope")])
     with pytest.raises(ValueError, match="names queue 'nope', which is not declared"):
         inst.with_queues([_cq("a", 8)])
+
+
+def test_a_job_larger_than_its_queue_may_ever_hold_says_so(tmp_path: Path):
+    """A Volcano Queue's capability (16 GPUs, no guarantee) under a Volcano Job of 4 x 8
+    GPUs: the reason said "0 of 0 * nominal in use, needs 32 more; cohort volcano has 0 to
+    lend, borrowing limit 16" (new user); it now says the job can never be admitted there."""
+    queue = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+             "metadata": {"name": "research"},
+             "spec": {"weight": 1, "capability": {"nvidia.com/gpu": 16}}}
+    task = {"name": "worker", "replicas": 4, "template": {"spec": {
+        "containers": [{"name": "t", "image": "x", "resources": {
+            "limits": {"nvidia.com/gpu": 8}}}]}}}
+    vcjob = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+             "metadata": {"name": "big"},
+             "spec": {"minAvailable": 4, "queue": "research", "tasks": [task]}}
+    (tmp_path / "q.yaml").write_text(yaml.safe_dump(queue))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(vcjob))
+    out = tmp_path / "plan.yaml"
+    cluster = Path(__file__).parents[2] / "examples" / "my-cluster.yaml"
+    res = CliRunner().invoke(app, ["solve", "--cluster", str(cluster), "--jobs",
+                              str(tmp_path / "job.yaml"), "--queues", str(tmp_path / "q.yaml"),
+                              "--budget", "5", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = yaml.safe_load(out.read_text())
+    (pending,) = doc["pending"]
+    assert pending["reasons"][0].startswith("queue research may never hold more than 16 "
+                                            "GPUs (nominal 0 + borrowing limit 16")
+    assert "the job asks 32: it cannot be admitted in this queue" in pending["reasons"][0]
