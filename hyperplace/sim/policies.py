@@ -400,7 +400,13 @@ class SlurmBackfill(Policy):
                                 if now < t <= now + window_s)
             elig = board.rows(self.eligible(job))
             failed: set[tuple[int, ...]] = set()
-            for t in [now, *candidates]:
+            tries = [now, *candidates]
+            # a time whose upper bound on the accepted nodes' counts cannot hold the job
+            # cannot by its counts either (_Board.upper_sums): skipped without them
+            upper = board.upper_sums(np.array(tries, dtype=np.float64), elig).tolist()
+            for t, most in zip(tries, upper):
+                if most < job.gpus:
+                    continue
                 counts = board.counts(t, t + limit)
                 # the tree rule's choice depends only on the counts of the nodes the job
                 # accepts: skip a time whose counts cannot hold it or already failed
@@ -484,7 +490,9 @@ class _Board:
         self.index = {n: i for i, n in enumerate(nodes)}
         self.free = np.array([len(free_now[n]) for n in nodes], dtype=np.int64)
         self._rel = [(t, self.index[n], k) for n, lst in releases.items() for t, k in lst]
-        self._res: list[tuple[float, float, int, int]] = []
+        # reservations as columns (start, end, node, GPUs): the table is rebuilt from them
+        # after each reservation, without zipping a list of tuples each time
+        self._res: tuple[list[float], list[float], list[int], list[int]] = ([], [], [], [])
         self._rel_table: tuple[np.ndarray, np.ndarray] | None = None
         self._res_table: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -499,7 +507,9 @@ class _Board:
         self._rel_table = None
 
     def reserve(self, t0: float, t1: float, per: dict[str, int]) -> None:
-        self._res += [(t0, t1, self.index[n], k) for n, k in per.items()]
+        for n, k in per.items():
+            for col, v in zip(self._res, (t0, t1, self.index[n], k)):
+                col.append(v)
         self._res_table = None
 
     def _releases(self) -> tuple[np.ndarray, np.ndarray]:
@@ -516,7 +526,8 @@ class _Board:
 
     def _reservations(self) -> tuple[np.ndarray, np.ndarray]:
         if self._res_table is None:
-            r0, r1, node, k = (np.array(c) for c in zip(*self._res))
+            r0, r1 = (np.array(c, dtype=np.float64) for c in self._res[:2])
+            node, k = (np.array(c, dtype=np.int64) for c in self._res[2:])
             points = np.unique(np.concatenate([r0, r1]).astype(np.float64))
             step = np.zeros((len(self.nodes), len(points) + 1), dtype=np.int64)
             node, k = node.astype(np.int64), k.astype(np.int64)
@@ -526,11 +537,28 @@ class _Board:
             self._res_table = (points, np.cumsum(step[:, :len(points)], axis=1))
         return self._res_table
 
+    def upper_sums(self, starts: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """For each start time ``t0``: an upper bound on ``sum(max(counts(t0, t1)[rows],
+        0))`` for every ``t1 > t0``, all at once: a node's free GPUs now plus those released
+        by ``t0``, minus what reservations hold on it at ``t0`` itself (``counts`` takes the
+        most they hold anywhere in ``[t0, t1)``, at least that). The backfill loop skips a
+        time whose bound is below the job's GPUs: its exact counts could not hold the job
+        either (the counts of 1M candidate times were 60 % of a Slurm replay's CPU on fm)."""
+        times, released = self._releases()
+        out = self.free[rows][:, None] + released[rows][
+            :, np.searchsorted(times, starts, side="right")]
+        if self._res[0]:
+            points, held = self._reservations()
+            lo = np.searchsorted(points, starts, side="right") - 1  # the step holding t0
+            at = held[rows][:, np.maximum(lo, 0)]
+            out = out - np.where(lo >= 0, at, 0)
+        return np.maximum(out, 0).sum(axis=0)
+
     def counts(self, t0: float, t1: float) -> np.ndarray:
         """Per node (in ``nodes`` order): GPUs free and unreserved over all of [t0, t1)."""
         times, released = self._releases()
         out = self.free + released[:, int(np.searchsorted(times, t0, side="right"))]
-        if not self._res:
+        if not self._res[0]:
             return out
         points, held = self._reservations()
         lo = int(np.searchsorted(points, t0, side="right")) - 1  # the step holding t0

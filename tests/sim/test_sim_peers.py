@@ -5,6 +5,7 @@ order."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -132,6 +133,15 @@ def test_backfill_board_counts_equal_the_reference(data):
         t1 = t0 + data.draw(st.sampled_from([0.5, 30.0, 60.0, 600.0, 5000.0]))
         want = SlurmBackfill._free_over(t0, t1, free_now, releases, reservations)
         assert board.counts(t0, t1).tolist() == [want[n] for n in nodes]
+        # the loop's screen never drops a time whose counts could hold a job: its bound is
+        # at least the accepted nodes' clipped counts, for every end
+        rows = sorted(data.draw(st.sets(st.integers(0, len(nodes) - 1), min_size=1)))
+        starts = sorted({t0, *(data.draw(times) for _ in range(3))})
+        upper = board.upper_sums(np.array(starts), np.array(rows)).tolist()
+        for t, most in zip(starts, upper):
+            for span in (0.5, 30.0, 600.0, 5000.0):
+                got = SlurmBackfill._free_over(t, t + span, free_now, releases, reservations)
+                assert most >= sum(max(got[nodes[i]], 0) for i in rows)
         n = data.draw(st.sampled_from(nodes))
         k = data.draw(st.integers(1, 8))
         if data.draw(st.booleans()) and free_now[n]:  # a start now on n
