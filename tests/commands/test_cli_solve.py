@@ -80,44 +80,58 @@ def test_impossible_requests_are_pending_not_errors(tmp_path: Path):
     assert "B200" in reasons["wants-b200"] and "none" in reasons["wants-b200"]
 
 
-def test_bad_input_is_one_line_exit_2(tmp_path: Path):
+def _one_line_exit_2(args: list[str], capsys, process: bool) -> str:
+    """``hyperplace ARGS`` exits 2 with one ``error:`` line on stderr and no traceback: as
+    a process (``python -m hyperplace.cli``: the console script's own start and exit) or
+    through the same entry point in-process (``cli.main``); its stderr."""
+    if process:
+        proc = subprocess.run([*HYPERPLACE, *args], capture_output=True, text=True, timeout=120)
+        code, err = proc.returncode, proc.stderr
+    else:
+        from cli_run import run_main
+
+        capsys.readouterr()
+        code = run_main(args)
+        err = capsys.readouterr().err
+    assert code == 2, (args, err)
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    return err
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys):
     bad = tmp_path / "jobs.yaml"
     bad.write_text("apiVersion: ai.example.com/v1alpha1\nkind: FoundationModelTrainingJob\n"
                    "metadata: {name: x}\nspec:\n  model: m\n  resourceGroups:\n"
                    "  - {name: tp, type: TensorParallel, gpusPerGroup: -8}\n")
     cluster = tmp_path / "c.yaml"
     cluster.write_text(": not yaml: [")
-    for args in (["solve", "--instance", "no-such-instance"],
-                 ["solve", "--cluster", str(cluster), "--jobs", str(bad)],
-                 ["solve", "-i", "mixed-a100-h100", "--cluster", str(cluster), "--jobs", str(bad)],
-                 ["check", str(tmp_path / "missing.yaml")]):
-        proc = subprocess.run([*HYPERPLACE, *args], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 2, (args, proc.stderr)
-        assert "Traceback" not in proc.stderr
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    # one case as a process, the others through the same entry point in-process
+    for k, args in enumerate((["solve", "--instance", "no-such-instance"],
+                              ["solve", "--cluster", str(cluster), "--jobs", str(bad)],
+                              ["solve", "-i", "mixed-a100-h100", "--cluster", str(cluster),
+                               "--jobs", str(bad)],
+                              ["check", str(tmp_path / "missing.yaml")])):
+        _one_line_exit_2(args, capsys, process=k == 0)
     # the jobs file's field path is named
     good_cluster = tmp_path / "good.yaml"
     good_cluster.write_text(yaml.safe_dump({
         "apiVersion": "hyperplace/v1", "kind": "Cluster", "metadata": {"name": "tiny"},
         "spec": {"nodes": [{"name": "n0", "gpuType": "H100-80", "gpuCount": 8}]}}))
-    proc = subprocess.run([*HYPERPLACE, "solve", "--cluster", str(good_cluster), "--jobs", str(bad)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    assert "jobs.yaml" in proc.stderr and "gpusPerGroup" in proc.stderr
+    err = _one_line_exit_2(["solve", "--cluster", str(good_cluster), "--jobs", str(bad)],
+                           capsys, process=False)
+    assert "jobs.yaml" in err and "gpusPerGroup" in err
 
 
-def test_output_and_budget_errors_are_one_line(tmp_path: Path):
-    for args in (["solve", "-o", str(tmp_path / "no" / "dir" / "plan.yaml")],
-                 ["solve", "-o", str(tmp_path)],
-                 ["solve", "--budget", "inf"]):
-        proc = subprocess.run([*HYPERPLACE, *args], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 2, (args, proc.stderr)
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in proc.stderr
+def test_output_and_budget_errors_are_one_line(tmp_path: Path, capsys):
+    for k, args in enumerate((["solve", "-o", str(tmp_path / "no" / "dir" / "plan.yaml")],
+                              ["solve", "-o", str(tmp_path)],
+                              ["solve", "--budget", "inf"])):
+        _one_line_exit_2(args, capsys, process=k == 2)
 
 
-def test_plan_from_files_must_be_checked_against_the_same_files(tmp_path: Path):
+def test_plan_from_files_must_be_checked_against_the_same_files(tmp_path: Path, capsys):
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(yaml.safe_dump({
         "apiVersion": "hyperplace/v1", "kind": "Cluster", "metadata": {"name": "mixed"},
@@ -128,8 +142,8 @@ def test_plan_from_files_must_be_checked_against_the_same_files(tmp_path: Path):
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     assert doc["placements"] == [] and doc["jobs"] == [] and len(doc["pending"]) == 1
-    proc = subprocess.run([*HYPERPLACE, "check", str(out)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "metadata.instance" in proc.stderr
+    err = _one_line_exit_2(["check", str(out)], capsys, process=False)  # which files?
+    assert "metadata.instance" in err
     ok = runner.invoke(app, ["check", str(out), "--cluster", str(cluster), "--jobs", str(jobs)])
     assert ok.exit_code == 0, ok.output
 

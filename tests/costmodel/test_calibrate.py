@@ -22,16 +22,38 @@ def write(path: Path, text: str) -> str:
     return str(path)
 
 
+def _small_fit_set(tmp_path: Path, runs: int = 3) -> tuple[str, list[str]]:
+    """The bundled fit set's first ``runs`` A100-80 rows (its own file format, comments
+    kept): the same fit and leave-one-out path as the bundled 19 runs (more than 2 rows:
+    each is also left out once), at a sixth of the fits."""
+    from importlib import resources
+
+    from hyperplace.costmodel.scale_fit import FIT_SET_FILE
+
+    lines = (resources.files("hyperplace.data") / FIT_SET_FILE).read_text().splitlines()
+    head = [ln for ln in lines if ln.startswith("#")]
+    rows = [ln for ln in lines if not ln.startswith("#")]
+    mine = [ln for ln in rows[1:] if ln.split(",")[1] == "A100-80"][:runs]
+    assert len(mine) == runs
+    path = write(tmp_path / "fit_set.csv", "\n".join([*head, rows[0], *mine]) + "\n")
+    return path, [ln.split(",")[0] for ln in mine]
+
+
 def test_observations_refine_predictions_and_the_file_is_accepted(tmp_path: Path) -> None:
     obs = write(tmp_path / "steps.csv", OBS_HEADER
                 + "a,llama3-8b,H100,4,1,2,1,16,8192,3.1\n"
                 + "b,llama3-8b,H100,2,1,4,1,16,8192,3.4\n")
     out = tmp_path / "cal.json"
-    res = runner.invoke(app, ["calibrate", "--observations", obs, "-o", str(out)])
+    fit_set, runs = _small_fit_set(tmp_path)
+    res = runner.invoke(app, ["calibrate", "--observations", obs, "--fit-set", fit_set,
+                              "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "step time" in res.stdout and "before" in res.stdout
+    assert f"fitting the transformer layer to {len(runs)} measured large runs" in res.stderr
     calibration = load_calibration(out)
     assert calibration.step_scale
+    # the large-run fit ran on the given set, each run also left out once
+    assert calibration.gpus["A100-80"].held_out["runs"] == runs
     from hyperplace.costmodel.observations import read_observations
 
     rows = read_observations(obs)
