@@ -687,6 +687,51 @@ def test_a_search_cut_by_the_wall_ceiling_falls_back_to_the_list_schedule(monkey
     assert check_result(inst, jobs, res, running) == []
 
 
+def _ceiling_round(monkeypatch, work_s: float, early: float = 1.0):
+    """The 40-job round above solved on a clock that stands still (CP-SAT gets the whole
+    budget of 60 s), with ``work_s``; CP-SAT's own limit is scaled by ``early``. Returns
+    the result, the list schedule and the time limits CP-SAT was given."""
+    from ortools.sat.python import cp_model
+
+    rng = random.Random(5)
+    inst, jobs, work, running = random_round(rng, 40)
+    p = problem(inst, jobs, work, running, horizon=7200, step=300, objective="completion")
+    given, real = [], cp_model.CpSolver.Solve
+
+    def spy(solver, model, *a, **k):
+        given.append(solver.parameters.max_time_in_seconds)
+        solver.parameters.max_time_in_seconds *= early
+        return real(solver, model, *a, **k)
+
+    monkeypatch.setattr(cp_model.CpSolver, "Solve", spy)
+    res = solve_schedule(p, budget_s=60.0, window=40, work_s=work_s, clock=lambda: 0.0)
+    monkeypatch.undo()
+    assert check_result(inst, jobs, res, running) == []
+    return res, solve_schedule(p, solver="greedy", window=40), given
+
+
+def test_a_search_cpsat_stops_early_on_its_own_wall_clock_is_the_ceilings_cut(monkeypatch):
+    # CP-SAT may stop on its time limit with a wall_time below it (a 0.1 s limit at 0.096 s,
+    # a 10 ms one at 7 ms): that search did not reach its work limit, so the ceiling cut it
+    # and its solution is the machine's; here it stops at 0.005 of its limit (0.3 s), long
+    # before a work limit of 1e6, and proves nothing in that time (40 jobs: not proven in
+    # 3 s of CPU on the 2-core Xeon). The rule was wall_time >= 0.98 x the limit (#20)
+    res, greedy, given = _ceiling_round(monkeypatch, work_s=1e6, early=0.005)
+    assert given == [60.0]  # the clock stood still: CP-SAT started with the whole budget
+    assert res.status == "fallback"
+    assert any("wall ceiling" in n for n in res.notes), res.notes
+    assert {n: (e.option, e.start_step) for n, e in res.entries.items()} == \
+        {n: (e.option, e.start_step) for n, e in greedy.entries.items()}
+
+
+def test_a_search_its_work_limit_stops_is_not_the_ceilings_cut(monkeypatch):
+    res, greedy, given = _ceiling_round(monkeypatch, work_s=0.01)
+    assert given == [60.0]
+    # one worker and a work limit: the same search on any machine, CP-SAT's own solution
+    assert res.status == "feasible" and res.notes == [], (res.status, res.notes)
+    assert res.bound <= res.objective <= res.greedy_objective
+
+
 def test_an_engine_clock_that_is_not_work_or_wall_is_refused():
     with pytest.raises(ValueError, match="clock"):
         make_policy("engine", instance(), schedule={"clock": "cpu"})
