@@ -136,6 +136,13 @@ def federate_command(
                          path="--max-slowdown")
     problem = load_problem(instance=instance, cluster=cluster, jobs=list(jobs or []),
                            policy=policy.value, max_slowdown=max_slowdown)
+    members = problem.instance.clusters
+    if len(members) < 2:  # nothing to split across: the round is solve's
+        raise InputError(f"a federation needs at least 2 member clusters; this one has "
+                         f"{len(members)} ({', '.join(c.name for c in members) or 'none'}): "
+                         "hyperplace solve places one cluster's queue",
+                         source=str(cluster) if cluster is not None else problem.instance.name,
+                         path="spec.clusters")
     plan = federate(problem, budget_s=budget, solver=solver.value)
     if out is not None:
         paths = write_manifests(problem, plan, out)

@@ -545,6 +545,12 @@ def federation_round(payload: dict[str, Any], deadline: float, ctx: WorkerContex
     from hyperplace.federation.problem import FederationProblem, from_training_job
 
     inst, label = resolve_instance(payload, ctx)
+    if len(inst.clusters) < 2:  # nothing to split across: the round is /v1/placement's
+        where = "instance.spec.clusters" if payload.get("instance") is not None else (
+            "bundled" if payload.get("bundled") is not None else "cluster")
+        raise RequestProblem(422, [{"path": where, "message": (
+            f"a federation needs at least 2 member clusters; {label} has "
+            f"{len(inst.clusters)}: POST /v1/placement places one cluster's queue")}])
     fjobs, unpriced = [], {}
     for j in inst.jobs:  # a job the round cannot price stays pending with the reason
         try:

@@ -174,3 +174,18 @@ def test_solve_refuses_a_hyperjob_at_its_kind_and_says_who_reads_it(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert f"{hj}: kind: a HyperJob is split across member clusters" in r.stderr
     assert "federate" in r.stderr
+
+
+def test_a_federation_of_one_cluster_is_refused_in_one_line():
+    """#21 bad input: a one-cluster 'federation' has nothing to split across (it ran, and its
+    CP-SAT answers kept failing verification on the bundled mixed-a100-h100: fallback, gap
+    441 %); it is refused, naming spec.clusters and the command that places one cluster."""
+    for args, source in ((["--instance", "mixed-a100-h100"], "mixed-a100-h100"),
+                         (["--cluster", MY_CLUSTER, "--jobs",
+                           str(ROOT / "examples" / "pipeline-job.yaml")], MY_CLUSTER)):
+        r = subprocess.run([*HYPERPLACE, "federate", *args], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert r.stderr.startswith(f"error: {source}: spec.clusters: a federation needs at "
+                                   "least 2 member clusters; this one has 1 ("), r.stderr
+        assert "hyperplace solve places one cluster's queue" in r.stderr

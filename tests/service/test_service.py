@@ -872,3 +872,15 @@ def test_an_old_key_is_read_and_the_answer_says_so(http: httpx.Client) -> None:
     assert r.status_code == 422, r.text
     assert r.json()["path"] == "instance.spec.clusters[0].nodes[0].nvlinkGbps"
     assert http.delete("/v1/clusters/old-keys").status_code == 204
+
+
+def test_a_federation_of_one_cluster_is_a_422_naming_its_source(http: httpx.Client) -> None:
+    """#21 bad input: POST /v1/federation on one cluster has nothing to split across."""
+    r = http.post("/v1/federation", json={"bundled": SMALL, "budgetS": 5})
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["path"] == "bundled" and "at least 2 member clusters" in body["error"]
+    r = http.post("/v1/federation", json={"instance": instance_document(load_instance(SMALL)),
+                                          "budgetS": 5})
+    assert r.status_code == 422 and r.json()["path"] == "instance.spec.clusters", r.text
+    _still_serving(http)
