@@ -156,6 +156,7 @@ def load_sweep(path: str | Path, extra: Mapping[str, Callable] | None = None) ->
     for key in ("budget", "load", "failures", "round"):
         if key in base:
             _check_value(key, base[key], instance, src, f"base.{key}", canonical_policy)
+    _check_trace(base, src)
     scenarios = [{"id": "base", "changes": {}}]
     names = [k for k, _ in axes]
     count = math.prod(len(v) for _, v in axes) if axes else 0
@@ -170,6 +171,35 @@ def load_sweep(path: str | Path, extra: Mapping[str, Callable] | None = None) ->
                      "base.federationSplit", canonical_policy)
     _check_federation(base, axes, instance, outside, src)
     return Sweep(source=src, base=base, scenarios=scenarios, extra=outside)
+
+
+def _check_trace(base: dict[str, Any], src: str) -> None:
+    """``window`` ([START, END] seconds, either null), ``jobs`` (>= 1) and the trace they
+    select, read once up front: a window or trace with no job is one line naming the field,
+    not a sweep whose every scenario fails."""
+    from hyperplace.sim.traces import load_trace
+
+    window = base.get("window")
+    if window is not None:
+        if not (isinstance(window, list) and len(window) == 2
+                and all(v is None or (_is_num(v) and 0 <= float(v) < math.inf)
+                        for v in window)):
+            raise InputError("must be [START, END]: seconds from the trace's first job, "
+                             "finite and >= 0 (either may be null)", source=src,
+                             path="base.window")
+        if None not in window and float(window[1]) <= float(window[0]):
+            raise InputError(f"END must be after START, got {window}", source=src,
+                             path="base.window")
+    jobs = base.get("jobs")
+    if jobs is not None and not (isinstance(jobs, int) and not isinstance(jobs, bool)
+                                 and jobs >= 1):
+        raise InputError(f"must be a whole number >= 1, got {jobs!r}", source=src,
+                         path="base.jobs")
+    lo, hi = window if window is not None else (None, None)
+    try:
+        load_trace(str(base["trace"]), start_s=lo, end_s=hi, limit=jobs)
+    except InputError as exc:
+        raise InputError(exc.one_line(), source=src, path="base.trace") from None
 
 
 def _check_federation(base: dict[str, Any], axes: list[tuple[str, list[Any]]],

@@ -104,6 +104,13 @@ def test_ray_backend_equals_local(tmp_path: Path):
     ({"base": {}, "grid": {"load": [-1]}}, "grid.load[0]"),
     ({"base": {"colour": 1}}, "base.colour: unknown field"),
     ({"base": {}, "grid": {"warp": [1]}}, "grid.warp: unknown change"),
+    # #21 bad input, refused up front (every scenario failed with it before)
+    ({"base": {"window": [0, 0]}}, "base.window: END must be after START"),
+    ({"base": {"window": [5]}}, "base.window: must be [START, END]"),
+    ({"base": {"jobs": 0}}, "base.jobs: must be a whole number >= 1"),
+    ({"base": {"trace": "missing.csv"}}, "base.trace: "),
+    ({"base": {"window": [1e9, None]}}, "base.trace: philly_sample.csv: no jobs submitted"),
+    ({"base": {"predictionError": -1}}, "base.predictionError: must be a finite number >= 0"),
 ])
 def test_bad_sweep_file_names_file_and_field(tmp_path: Path, doc: dict, where: str):
     path = write(tmp_path, doc)
