@@ -94,3 +94,15 @@ def test_dgx1_fleet_under_a_small_budget_gives_a_checked_plan():
             for k in range(60)]
     plan = solve_placement(instance(nodes, jobs, nodes_per_leaf=8), solver="auto", budget_s=1)
     assert check(plan, instance(nodes, jobs, nodes_per_leaf=8)) == []
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "milp"])
+def test_an_empty_queue_is_proven_optimal(backend):
+    """Nothing pending (a queue whose only workload asks for no GPU, new user): the empty
+    plan is optimal. HiGHS reports an empty model as kModelEmpty without a solution, and the
+    round came back as 'fallback' to greedy."""
+    inst = instance([node("n0"), node("n1")], [])
+    plan = solve_placement(inst, solver=backend, budget_s=5)
+    assert plan.status == SolveStatus.OPTIMAL and plan.solver == backend, plan.message
+    assert plan.objective == 0 and plan.bound == 0 and plan.gap == 0
+    assert check(plan, inst) == [] and not plan.placements and not plan.pending

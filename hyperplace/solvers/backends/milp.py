@@ -235,6 +235,8 @@ def _highs_phase(model: LinearModel, obj: Objective, h: Any, sign: int) -> Phase
     only when they agree with the solution it returns."""
     run_interruptibly(h.run, h.cancelSolve)
     status_name = h.getModelStatus().name
+    if status_name == "kModelEmpty" and model.num_vars == 0:  # no variable: the empty
+        return PhaseResult(SolveStatus.OPTIMAL, [], 0.0, 0.0)  # solution, proven (value 0)
     info = h.getInfo()
     if info.primal_solution_status != 2:  # kSolutionStatusFeasible: no solution
         mapped = HIGHS_STATUS.get(status_name, SolveStatus.NO_SOLUTION)
