@@ -66,6 +66,9 @@ class JobRecord:
     forecast_start_s: float | None = None
     forecast_pool: str = ""
     forecast_at_s: float | None = None
+    # that forecast before a policy's correction of it (the schedule's planned start; None:
+    # the policy corrects nothing)
+    raw_forecast_start_s: float | None = None
 
     @property
     def jct_s(self) -> float | None:

@@ -162,7 +162,10 @@ def forecast_metrics(run: PolicyRun) -> dict[str, Any] | None:
     """How good the first forecast of each job's start was (policies with a schedule):
     absolute error planned vs actual first start, median / mean / p90, overall and by job
     size (GPUs); for jobs that waited ``LONG_WAIT_S`` or more, the median of error / wait
-    (the issue's goal: at most 0.2). None for policies without forecasts."""
+    (the issue's goal: at most 0.2); ``raw``: the median absolute error and that ratio of
+    the uncorrected forecasts, for a policy that corrects its schedule's planned starts
+    (the planning engine's :class:`~hyperplace.sim.forecast.StartCorrection`). None for
+    policies without forecasts."""
     rows = [r for r in run.records if r.forecast_start_s is not None
             and r.first_start_s is not None]
     if not any(r.forecast_at_s is not None for r in run.records):
@@ -184,6 +187,16 @@ def forecast_metrics(run: PolicyRun) -> dict[str, Any] | None:
          for r in long], 0.5)
     out["unplanned"] = sum(1 for r in run.records if r.forecast_at_s is not None
                            and r.forecast_start_s is None)
+    raw = [r for r in rows if r.raw_forecast_start_s is not None]
+    if raw:  # the policy corrected its planned starts: the same figures before the correction
+        out["raw"] = {
+            "jobs": len(raw),
+            "median_abs_error_s": _pct([abs(r.first_start_s - r.raw_forecast_start_s)
+                                        for r in raw], 0.5),
+            "long_wait_median_error_over_wait": _pct(
+                [abs(r.first_start_s - r.raw_forecast_start_s) / (r.first_start_s
+                                                                   - r.job.submit_s)
+                 for r in raw if r.first_start_s - r.job.submit_s >= LONG_WAIT_S], 0.5)}
     return out
 
 

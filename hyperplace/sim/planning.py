@@ -31,6 +31,11 @@ Each round :class:`PlanningEngine` (policy ``engine``):
    more and of gangs of ``reserve_nodes`` whole nodes or more (``reserve_after_s`` None: every
    planned start), at most the ``reserve_head`` first in list order.
 
+A job's forecast (:meth:`PlanningEngine.forecasts`) is its planned start; with
+``forecast_correction`` (off by default) its wait is corrected by what the replay's earlier
+starts showed (:class:`~hyperplace.sim.forecast.StartCorrection`, learnt only from jobs
+started in earlier rounds). Decisions never read forecasts.
+
 Running jobs end, as the schedule expects, at the median of their run time given that they
 still run (:func:`residual_s`, with the predictions' lognormal error ``prediction_sigma``).
 
@@ -73,6 +78,7 @@ from hyperplace.sim.forecast import (  # noqa: F401 - the forecast's names, as b
     DEFAULT_STEPS,
     DURATION_ANNOTATION,
     FORECAST_S_PER_JOB,
+    StartCorrection,
     forecast_plan,
     parse_duration,
 )
@@ -255,7 +261,7 @@ class PlanningEngine(Policy):
                  reserve_after_s: float | None = RESERVE_AFTER_S,
                  reserve_nodes: int | None = RESERVE_NODES, clock: str = "work",
                  ceiling_s: float | None = None, work_units: float | None = None,
-                 fill: float | None = FILL_MARGIN):
+                 fill: float | None = FILL_MARGIN, forecast_correction: bool = False):
         for name, v in (("horizon", horizon_s), ("window", window)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: must be positive, got {v!r}")
@@ -303,6 +309,13 @@ class PlanningEngine(Policy):
         self._facts: dict = {}
         self._speeds: tuple[object, dict] = (None, {})
         self.last_timing: dict[str, float] = {}
+        # the forecasts' correction learned from realised starts (:meth:`forecasts`; off by
+        # default: measured mixed, :class:`~hyperplace.sim.forecast.StartCorrection`); per
+        # job its first planned start: (made at, planned wait, GPUs, submitted), and the jobs
+        # the last round started (observed by the next round: past rounds' data only)
+        self.correction = StartCorrection() if forecast_correction else None
+        self._first: dict[str, tuple[float, float, int, float]] = {}
+        self._started: tuple[float, list[str]] = (0.0, [])
 
     # ---- the schedule ------------------------------------------------------------------
     def problem(self, view: RoundView) -> ScheduleProblem:
@@ -367,13 +380,60 @@ class PlanningEngine(Policy):
         round made for the next one."""
         return {n: (r.pool, r.start_s) for n, r in self._reserved.items()}
 
-    def forecasts(self) -> dict[str, tuple[float | None, str]]:
-        """Job -> (planned start, absolute seconds, or None; pool) from the last round."""
+    @property
+    def corrects_forecasts(self) -> bool:
+        """Whether :meth:`forecasts` corrects the schedule's planned starts."""
+        return self.correction is not None
+
+    def raw_forecasts(self) -> dict[str, tuple[float | None, str]]:
+        """Job -> (the schedule's planned start, absolute seconds, or None; pool) from the
+        last round."""
         if self.last is None:
             return {}
         now = self.last.problem.now
         return {f.job: (None if f.earliest_s is None else now + f.earliest_s, f.pool)
                 for f in forecasts(self.last)}
+
+    def forecasts(self) -> dict[str, tuple[float | None, str]]:
+        """Job -> (forecast start, absolute seconds, or None; pool) from the last round: the
+        schedule's planned start (:meth:`raw_forecasts`), its wait corrected by what the
+        replay's earlier starts showed (:class:`~hyperplace.sim.forecast.StartCorrection`;
+        ``forecast_correction=False``: the planned start as it is). Decisions never read
+        it."""
+        raw = self.raw_forecasts()
+        if self.correction is None or self.last is None:
+            return raw
+        now = self.last.problem.now
+        gpus = {j.name: j.gpus for j in self.last.problem.jobs}
+        return {n: (s if s is None else now + self.correction.wait(gpus.get(n, 1), s - now),
+                    pool) for n, (s, pool) in raw.items()}
+
+    def _learn_starts(self, view: RoundView) -> None:
+        """The jobs the last round started, into the forecasts' correction (their first
+        planned wait against their actual one); then this round's queue's first plans are
+        kept by :meth:`_keep_first_plans`."""
+        at, names = self._started
+        for n in names:
+            first = self._first.pop(n, None)
+            if first is not None and self.correction is not None:
+                made, planned, gpus, submit = first
+                self.correction.observe(gpus, planned, at - made, at - submit)
+        queued = {j.name for j in view.queue}
+        for n in [n for n in self._first if n not in queued]:
+            del self._first[n]  # left the queue without a start this engine made
+
+    def _keep_first_plans(self, view: RoundView, result: ScheduleResult,
+                          started: list[str]) -> None:
+        self._started = (view.now, started)
+        if self.correction is None:
+            return
+        gpus = {j.name: j.gpus for j in result.problem.jobs}
+        for j in view.queue:
+            if j.name in self._first or j.name in started:
+                continue
+            s = result.start_s(j.name)
+            if s is not None:
+                self._first[j.name] = (view.now, s - view.now, gpus.get(j.name, 1), j.submit_s)
 
     def schedule_violations(self, now: float) -> list:
         """The independent schedule checker (:mod:`hyperplace.check.schedule`) on the last
@@ -408,6 +468,7 @@ class PlanningEngine(Policy):
 
     def _decide(self, view: RoundView) -> Decision:
         t0 = time.perf_counter()
+        self._learn_starts(view)
         problem = self.problem(view)
         t_build = time.perf_counter() - t0
         work = self.clock == "work"
@@ -544,6 +605,7 @@ class PlanningEngine(Policy):
             e = result.entries[n]
             self._reserved[n] = Reservation(n, e.pool, result.start_s(n))
         self.last_instance = instance
+        self._keep_first_plans(view, result, list(starts))
         fallback = result.status == "fallback" or "fallback" in statuses[1:]
         return Decision(starts, instance, plan, solve_s, fallback=fallback, held=held,
                         status=result.status)

@@ -75,6 +75,10 @@ class SimConfig:
     # schedule search by deterministic work (a replay does not depend on the machine's load;
     # the wall budget stays a ceiling), ``wall`` by the wall clock as the service does
     engine_clock: str = "work"
+    # the planning engine's forecasts learn from realised starts
+    # (hyperplace.sim.forecast.StartCorrection; False, the default: the schedule's planned
+    # starts)
+    engine_forecast_correction: bool = False
 
 
 @dataclass
@@ -133,7 +137,8 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
         schedule={"horizon_s": config.horizon_s, "window": config.schedule_window,
                   "objective": config.schedule_objective, "step_s": config.step_s,
                   "round_s": config.round_s, "prediction_sigma": config.prediction_sigma,
-                  "clock": config.engine_clock})
+                  "clock": config.engine_clock,
+                  "forecast_correction": config.engine_forecast_correction})
     loop = RoundLoop(instance, pol, check=config.check, half_life_s=config.half_life_s)
     own_speed = getattr(pol, "speed_model", None)
     loop.speed = (own_speed(loop.state.base, config.network) if own_speed is not None
@@ -267,21 +272,29 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
 
 def _record_forecasts(loop: RoundLoop, result, t: float) -> None:
     """A policy with a schedule (``forecasts()``): each job's first forecast is kept, to
-    be compared with its actual start (a job started in its first round: forecast now)."""
+    be compared with its actual start (a job started in its first round: forecast now);
+    a policy that corrects its schedule's planned starts (``corrects_forecasts``) gives the
+    uncorrected ones (``raw_forecasts()``), kept beside."""
     get = getattr(loop.policy, "forecasts", None)
     if get is None:
         return
     fc = get()
+    raw_of = getattr(loop.policy, "raw_forecasts", None) if getattr(
+        loop.policy, "corrects_forecasts", False) else None
+    raw = raw_of() if raw_of is not None else {}
     for s in result.started:
         rec = loop.records[s.job.name]
         if rec.forecast_at_s is None:
             rec.forecast_start_s, rec.forecast_at_s = t, t
             rec.forecast_pool = fc.get(s.job.name, (t, ""))[1]
+            if raw_of is not None:
+                rec.raw_forecast_start_s = t
     for name in loop.queue:
         rec = loop.records[name]
         if rec.forecast_at_s is None and name in fc:
             rec.forecast_start_s, rec.forecast_pool = fc[name]
             rec.forecast_at_s = t
+            rec.raw_forecast_start_s = raw.get(name, (None, ""))[0]
 
 
 def _apply_failure(loop: RoundLoop, f: Failure, t: float) -> list[str]:

@@ -781,3 +781,78 @@ def test_the_fill_waits_for_no_spent_wall_budget_but_always_runs_under_the_work_
     assert "3 jobs started now by the work-conserving fill" in worked.notes
     assert len(worked.starts_now()) == len(plain.starts_now()) + 3
     assert check_result(inst, jobs, worked, running) == []
+
+
+# ---- forecasts that learn from realised starts ------------------------------------------------
+
+def test_the_start_correction_fits_the_bias_of_past_starts_per_size_class(monkeypatch):
+    from hyperplace.sim import forecast
+    from hyperplace.sim.forecast import StartCorrection
+
+    monkeypatch.setattr(forecast, "CORRECTION_MIN", 4)
+    c = StartCorrection()
+    assert c.wait(8, 1000.0) == 1000.0  # nothing observed: the planned wait stands
+    for p in (700.0, 1000.0, 1500.0, 2000.0, 3000.0):  # 8-GPU jobs started at twice the plan
+        c.observe(8, p, 2 * p, 2 * p + 30.0)
+    c.observe(8, 0.0, 900.0, 900.0)  # planned for now: no ratio to learn
+    c.observe(8, 200.0, 100.0, 300.0)  # waited less than 10 min: not the metric's job
+    assert len(c.samples[c.size_class(8)]) == 5
+    assert c.fit(8)[:2] == (2.0, 0.0)
+    assert c.wait(8, 1200.0) == 2400.0 and c.wait(8, 0.0) == 0.0  # now stays now
+    assert c.wait(2, 1200.0) == 2400.0  # a class without samples: every class's fit
+    for p in (800.0, 1000.0, 1200.0, 1600.0):  # 1-GPU jobs started half their plan in
+        c.observe(1, p, p / 2, p / 2 + 600.0)
+    assert c.fit(1)[:2] == (0.5, 0.0) and c.fit(8)[:2] == (2.0, 0.0)
+
+
+def test_the_engines_forecast_correction_learns_only_from_starts_before_the_round(monkeypatch):
+    import copy
+
+    from hyperplace.sim import forecast
+
+    monkeypatch.setattr(forecast, "CORRECTION_MIN", 3)
+    inst = instance(h_leaves=1, a_leaves=1)
+    rng = random.Random(5)
+    jobs = [sim_job(f"j{i}", rng.choice([4, 8, 16]), 200.0 * i, rng.uniform(900, 4000))
+            for i in range(16)]
+    seen: list[tuple[float, int]] = []  # (round, samples the correction held at its end)
+
+    def replay(correct: bool):
+        pol = make_policy("engine", inst, budget_s=1.0, schedule={
+            "forecast_correction": correct, "work_units": 0.004})
+        if correct:
+            decide = pol._decide
+
+            def spy(view):
+                d = decide(view)
+                seen.append((view.now, sum(len(s) for s in pol.correction.samples)))
+                fc, raw = pol.forecasts(), pol.raw_forecasts()
+                gpus = {j.name: j.gpus for j in pol.last.problem.jobs}
+                for n, (s, _) in raw.items():  # the fitted rule, applied to the plan
+                    if s is not None:
+                        assert fc[n][0] == view.now + pol.correction.wait(gpus[n], s - view.now)
+                return d
+            pol._decide = spy
+        run = simulate(inst, copy.deepcopy(jobs), pol, SimConfig(round_s=60, check=True))
+        assert run.unfinished == 0
+        return run
+
+    run = replay(True)
+    plain = replay(False)
+    # decisions never read the forecasts: the same starts with the correction off
+    assert [(r.job.name, r.first_start_s) for r in run.records] == \
+        [(r.job.name, r.first_start_s) for r in plain.records]
+    learnable = [r for r in run.records if r.first_start_s - r.job.submit_s >= 600
+                 and r.raw_forecast_start_s is not None
+                 and r.raw_forecast_start_s > r.forecast_at_s]
+    assert len(learnable) >= 3
+    for t, held in seen:  # only jobs that started in an earlier round were learnt from
+        assert held == sum(1 for r in learnable if r.first_start_s < t)
+    assert any(held >= 3 for _, held in seen)  # the fit was used
+    assert any(r.forecast_start_s != r.raw_forecast_start_s for r in run.records)
+    assert all(r.raw_forecast_start_s is None for r in plain.records)
+    from hyperplace.sim.metrics import summarize
+
+    f = summarize(run)["forecast"]
+    assert f["raw"]["jobs"] == f["jobs"] and "raw" not in summarize(plain)["forecast"]
+
