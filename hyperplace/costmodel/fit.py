@@ -24,6 +24,7 @@ Two properties of the data are handled explicitly and reported:
 from __future__ import annotations
 
 import csv
+import io
 import math
 import statistics
 from collections import defaultdict
@@ -78,11 +79,10 @@ def read_profile_rows(paths: Iterable[str | Path]) -> list[dict[str, str]]:
         path = Path(raw)
         if path.is_dir():
             path = path / "sailor_layer_profiles.csv"
-        try:
-            fh = path.open(newline="")
-        except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
-        with fh:
+        from hyperplace.io import read_text_limited
+
+        # the file's text whole (size limit, valid UTF-8: a binary file was a traceback)
+        with io.StringIO(read_text_limited(path), newline="") as fh:
             reader = csv.DictReader(fh)
             missing = [c for c in PROFILE_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:

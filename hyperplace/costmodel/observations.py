@@ -20,6 +20,7 @@ geometric mean of measured / predicted and applied to the layer times, so ``spli
 from __future__ import annotations
 
 import csv
+import io
 import math
 import statistics
 from dataclasses import dataclass
@@ -66,10 +67,10 @@ class Observation:
 def read_observations(path: str | Path) -> list[Observation]:
     """Rows of an observations CSV; InputError naming the file, row and column."""
     source = str(path)
-    try:
-        fh = Path(path).open(newline="")
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", source=source) from None
+    from hyperplace.io import read_text_limited
+
+    # the file's text whole (size limit, valid UTF-8: a binary file was a traceback)
+    fh = io.StringIO(read_text_limited(path, source), newline="")
     catalog = default_catalog()
     out: list[Observation] = []
     with fh:

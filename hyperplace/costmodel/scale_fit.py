@@ -87,10 +87,9 @@ def read_fit_set(path: str | Path | None = None) -> list[FitRow]:
         text = (resources.files("hyperplace.data") / FIT_SET_FILE).read_text()
         source = FIT_SET_FILE
     else:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
+        from hyperplace.io import read_text_limited
+
+        text = read_text_limited(path)  # size limit, valid UTF-8 (binary was a traceback)
         source = str(path)
     lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
     out = []

@@ -197,3 +197,14 @@ def test_bad_memory_settings_are_one_line(tmp_path: Path, cells: str, message: s
                 "recompute\na,llama3-8b,H100,4,1,2,1,16,8192,3.1," + cells + "\n")
     res = runner.invoke(app, ["calibrate", "--observations", obs, "-o", str(tmp_path / "c")])
     assert res.exit_code == 2 and message in res.stderr and "row 2" in res.stderr
+
+
+@pytest.mark.parametrize("option", ["--observations", "--profiles", "--fit-set"])
+def test_a_binary_input_file_is_one_line_not_a_traceback(tmp_path: Path, option: str) -> None:
+    """A file that is not UTF-8 text (new user: a binary given by mistake) was a
+    UnicodeDecodeError traceback from every calibrate input but --calibration."""
+    binary = tmp_path / "steps.csv"
+    binary.write_bytes(b"\x00\x01\xff")
+    res = runner.invoke(app, ["calibrate", option, str(binary), "-o", str(tmp_path / "c.json")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.stderr.strip() == f"error: {binary}: not UTF-8 text: byte 2 (line 1) is invalid"
