@@ -56,7 +56,10 @@ class MigrationPolicy:
     With ``why="repair"`` the movers are the broken jobs (``only``): objective 1 counts the
     jobs repaired (priority-weighted GPUs of their manifests, at their running priority),
     whole (the copy) or in part (``partial``, at most one of the two), then the GPUs they
-    move (a whole move counts all of its GPUs, a repair in part its failed units').
+    move (a whole move counts all of its GPUs, a repair in part its failed units'). Such a
+    round takes no pending jobs: one with them is refused (``ValueError`` naming
+    ``migration.why``, :meth:`FailureRepair.add_stoppable
+    <hyperplace.formulations.placement.repair.FailureRepair.add_stoppable>`).
     """
 
     max_moves: int | None = None

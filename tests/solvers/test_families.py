@@ -28,7 +28,7 @@ def test_each_round_runs_the_steps_of_its_families():
     moving = PlacementProblem(inst, migration=MigrationPolicy())
     assert of_round(moving) == [FAMILIES[Migration]]
     # a repair round has both families; its movers are broken jobs, repaired, not migrated
-    repair = PlacementProblem(inst, migration=MigrationPolicy(why="repair"))
+    repair = PlacementProblem(inst.with_jobs([]), migration=MigrationPolicy(why="repair"))
     assert [type(e) for e in repair.extensions] == [FailureRepair, Migration]
     assert of_round(repair) == [FAMILIES[FailureRepair]]
 
@@ -39,8 +39,9 @@ def test_improve_is_the_familys_step():
     moving = PlacementProblem(inst, migration=MigrationPolicy())
     a = solve_greedy(moving)
     assert moving.movers and _same(improve(moving, a, gp), greedy_migrate(moving, a, gp))
-    repair = PlacementProblem(inst, migration=MigrationPolicy(why="repair"))
+    repair = PlacementProblem(inst.with_jobs([]), migration=MigrationPolicy(why="repair"))
     a = solve_greedy(repair)
+    assert repair.movers and a.units == {}  # nothing placed before the repair step
     assert _same(improve(repair, a, gp), greedy_repair(repair, a, gp))
     # nothing to stop: the plan comes back as it was
     plain = PlacementProblem(inst)

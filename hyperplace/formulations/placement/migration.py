@@ -165,7 +165,8 @@ class Migration(StopsJobs):
         would leave out work of its priority or higher; else within the budget, and with the
         movers the round had). A free-domain round says the same (its objective 1 comes
         before the free domain, and its movers move for pending jobs first); a repair round
-        says its own (:attr:`RoundExtension.explains_movers`)."""
+        has no pending jobs (:meth:`FailureRepair.add_stoppable
+        <hyperplace.formulations.placement.repair.FailureRepair.add_stoppable>`)."""
         p = self.p
         if not p.stoppable or _explained_elsewhere(p):
             return

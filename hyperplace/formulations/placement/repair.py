@@ -10,9 +10,10 @@ priority-weighted like any admitted demand, and the moves' cost is the GPUs plac
 (``repair_gpus_placed``), replacing the lost work and migration count of a plain migration
 (a repair loses the same work whichever way it goes). The plan's score and terms carry the
 repaired demand (:meth:`FailureRepair.plan_value`, ``repaired_priority_demand``). Its
-broken jobs are found by the family (:meth:`FailureRepair.add_stoppable`), and it speaks for
-them in place of migration (:attr:`~.extensions.RoundExtension.explains_movers`): its own
-reasons for a pending job left out and its own words for the budget's mover limit.
+broken jobs are found by the family (:meth:`FailureRepair.add_stoppable`; a round with
+pending jobs is refused there), and it speaks for them in place of migration
+(:attr:`~.extensions.RoundExtension.explains_movers`): its own words for the budget's mover
+limit.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from hyperplace.formulations.placement.extensions import RoundExtension
 from hyperplace.formulations.placement.migration import (
     Movable,
     add_movers,
-    held_back,
     settle_movers,
 )
 from hyperplace.formulations.placement.stoppable import BrokenJob, Mover
@@ -61,9 +61,23 @@ class FailureRepair(RoundExtension):
     def add_stoppable(cls, p: PlacementProblem) -> None:
         """The round's broken jobs, when it repairs: movers
         (:func:`~hyperplace.formulations.placement.migration.add_movers`) repaired whole by
-        their copy, or in part (:func:`_broken_job`)."""
-        if p.migration is not None and p.migration.repairing:
-            add_movers(p, p.migration, _broken_job)
+        their copy, or in part (:func:`_broken_job`).
+
+        A repair round has no pending jobs (refused with ``ValueError``): the plan's objective
+        1 is that of pending jobs, with weights over their demand and the free GPUs alone,
+        while the model's objective 1 weighs the repairs beside them, and greedy and the
+        plan's score place the pending jobs before the repairs; ``repair`` solves the broken
+        jobs in a round of their own."""
+        if p.migration is None or not p.migration.repairing:
+            return
+        if p.pending:
+            names = ", ".join(jv.name for jv in p.pending[:3])
+            more = f" and {len(p.pending) - 3} more" if len(p.pending) > 3 else ""
+            raise ValueError(
+                f"migration.why: 'repair' solves the broken jobs in a round of their own, "
+                f"but jobs has {len(p.pending)} pending job(s) ({names}{more}): solve them "
+                "in another round (hyperplace repair passes the instance with no jobs)")
+        add_movers(p, p.migration, _broken_job)
 
     def weighted_demands(self) -> list[tuple[float, int]]:
         """Objective 1 counts each broken job repaired, at its priority: its manifest's GPUs."""
@@ -164,28 +178,6 @@ class FailureRepair(RoundExtension):
             return []
         return [f"only the {len(p.movers)} broken jobs losing least work may be repaired "
                 f"({p.movers_left_out} more stay broken: the budget's mover limit)"]
-
-    def reasons(self, a: Assignment, reasons: dict[int, list[str]], proven: bool) -> None:
-        """For a pending job left out of a round that repairs broken jobs (the library's
-        repair round with pending jobs; ``repair`` solves without them), of those whose
-        place movers could matter for (:func:`~.migration.held_back`): that the repairs
-        compete for the same GPUs (proven: any plan placing it leaves out work of its
-        priority or higher, a repair counted at its job's priority; else within the budget).
-        Migration's reason would say the broken jobs "may move" for it: they move to be
-        repaired, never for a pending job (greedy repairs them after placing the pending
-        jobs)."""
-        p = self.p
-        if not p.movers:
-            return
-        broken = f"the round's {len(p.movers)} broken job(s)"
-        if p.movers_left_out:
-            broken += f" ({p.movers_left_out} more left broken by the budget's mover limit)"
-        text = ("failure repair: no plan places it without leaving out work of its priority "
-                f"or higher, counting the repairs of {broken} at their priorities" if proven
-                else "failure repair: no plan found within the budget places it beside the "
-                f"repairs of {broken}")
-        for jv in held_back(p, a):
-            reasons.setdefault(jv.index, []).append(text)
 
 
 def _broken_job(p: PlacementProblem, m: Movable, index: int, copy: JobView) -> BrokenJob:
