@@ -381,6 +381,17 @@ def _admitted_quota_use(p: PlacementProblem, assignment: Assignment
     return use
 
 
+#: What :func:`_quota_reasons` says of a job its queue can never admit, whatever else runs
+#: (no quota covers its GPU types; more GPUs than nominal + borrowing limit): the forecast
+#: then plans no start for it (:func:`never_in_its_queue`).
+NEVER_IN_QUEUE = (" may never hold more than ", ": no quota covers ")
+
+
+def never_in_its_queue(reason: str) -> bool:
+    """True for a pending reason saying the job's queue can never admit it."""
+    return reason.startswith("queue ") and any(m in reason for m in NEVER_IN_QUEUE)
+
+
 def _quota_reasons(p: PlacementProblem, jv: JobView, assignment: Assignment,
                    use: dict[tuple[str, str], float]) -> list[str]:
     """The queue's quota (or its cohort's lending) holds the job back on every GPU type it

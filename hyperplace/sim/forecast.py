@@ -101,7 +101,14 @@ def forecast_plan(instance: Instance, plan, *, horizon_s: float = DEFAULT_HORIZO
             sp = speed.speed(by_name[job], u)
             running.append(RunningSlot(job, tuple(g for gs in u.values() for g in gs),
                                        work[job] / max(sp, 1e-9)))
-    pending_names = [pj.job for pj in plan.pending if pj.job in by_name]
+    from hyperplace.formulations.explain import never_in_its_queue
+
+    # a job its queue can never admit gets no start (the schedule has no quotas: it planned
+    # one "in ~5m" for a job whose ClusterQueue covers no GPU) and takes no room from others
+    never = {pj.job: pj.reasons[0] for pj in plan.pending
+             if pj.reasons and never_in_its_queue(pj.reasons[0])}
+    pending_names = [pj.job for pj in plan.pending if pj.job in by_name
+                     and pj.job not in never]
     pending = [PendingJob(by_name[n], 0.0) for n in pending_names]
     step = step_s or max(60.0, horizon_s / DEFAULT_STEPS)
 
@@ -126,6 +133,9 @@ def forecast_plan(instance: Instance, plan, *, horizon_s: float = DEFAULT_HORIZO
                             gpu_type=next(iter(types)) if len(types) == 1 else None,
                             pool="as placed", starts_now=True,
                             text=f"now, {where} (placed)" if u else f"now, {where}"))
+    for job, why in never.items():
+        out.append(Forecast(job=job, gpus=by_name[job].total_gpus if job in by_name else 0,
+                            text=f"not planned: {why}"))
     for f in forecasts(result, clock):
         extra = []
         if f.job in assumed:

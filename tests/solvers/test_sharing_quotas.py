@@ -173,3 +173,40 @@ def test_a_job_larger_than_its_queue_may_ever_hold_says_so(tmp_path: Path):
     assert pending["reasons"][0].startswith("queue research may never hold more than 16 "
                                             "GPUs (nominal 0 + borrowing limit 16")
     assert "the job asks 32: it cannot be admitted in this queue" in pending["reasons"][0]
+    (forecast,) = [f for f in doc["forecasts"] if f["job"] == "big"]
+    assert forecast["text"] == "not planned: " + pending["reasons"][0]
+    assert forecast.get("earliestS") is None
+
+
+def test_a_queue_covering_no_gpu_gets_no_forecast_start(tmp_path: Path):
+    """A Kueue ClusterQueue that covers only cpu and memory (as Kueue's TAS samples are
+    written) never admits a GPU job: the reason said so, but the forecast planned it "in
+    ~5m, 4 H100-80" (the over-time schedule has no quotas). It now plans no start."""
+    docs = [{"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+             "metadata": {"name": "tas-flavor"}, "spec": {}},
+            {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+             "metadata": {"name": "cq"}, "spec": {"namespaceSelector": {}, "resourceGroups": [
+                 {"coveredResources": ["cpu", "memory"], "flavors": [{"name": "tas-flavor",
+                  "resources": [{"name": "cpu", "nominalQuota": 100},
+                                {"name": "memory", "nominalQuota": "100Gi"}]}]}]}},
+            {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+             "metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}}]
+    pod = {"containers": [{"name": "t", "image": "x",
+                           "resources": {"limits": {"nvidia.com/gpu": 4}}}],
+           "restartPolicy": "Never"}
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "gpu-job", "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+           "spec": {"parallelism": 1, "completions": 1, "template": {"spec": pod}}}
+    (tmp_path / "q.yaml").write_text(yaml.safe_dump_all(docs))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    out = tmp_path / "plan.yaml"
+    cluster = Path(__file__).parents[2] / "examples" / "my-cluster.yaml"
+    res = CliRunner().invoke(app, ["solve", "--cluster", str(cluster), "--jobs",
+                                   str(tmp_path / "job.yaml"), "--queues",
+                                   str(tmp_path / "q.yaml"), "--budget", "5", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = yaml.safe_load(out.read_text())
+    (pending,) = doc["pending"]
+    assert pending["reasons"][0].startswith("queue cq: no quota covers ")
+    (forecast,) = doc["forecasts"]
+    assert forecast["text"] == "not planned: " + pending["reasons"][0]
