@@ -773,11 +773,14 @@ def test_the_fill_waits_for_no_spent_wall_budget_but_always_runs_under_the_work_
     inst, jobs, work, running = random_round(rng, rng.randint(6, 14))
     kw = {"horizon": 7200, "step": 300, "objective": "completion", "wait_weight": 4.0}
     p = problem(inst, jobs, work, running, **kw)
-    spent = solve_schedule(p, solver="greedy", budget_s=1e-9, fill=0.5)
+    ticks = itertools.count(0.0, 1.0)  # each reading a second later: 0.5 s spent by the fill
+    spent = solve_schedule(p, solver="greedy", budget_s=0.5, fill=0.5, clock=lambda: next(ticks))
     assert "no time left for the work-conserving fill" in spent.notes
     plain = solve_schedule(p, solver="greedy")
     assert spent.starts_now() == plain.starts_now()
-    worked = solve_schedule(p, solver="greedy", budget_s=1e-9, work_s=1e-3, fill=0.5)
+    ticks = itertools.count(0.0, 1.0)
+    worked = solve_schedule(p, solver="greedy", budget_s=0.5, work_s=1e-3, fill=0.5,
+                            clock=lambda: next(ticks))
     assert "3 jobs started now by the work-conserving fill" in worked.notes
     assert len(worked.starts_now()) == len(plain.starts_now()) + 3
     assert check_result(inst, jobs, worked, running) == []

@@ -426,8 +426,8 @@ def _cut_by_ceiling(wall_s: float, work_done: float, limit_s: float, work_s: flo
 
 
 def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Planned],
-           deadline: float, seed: int, workers: int, work_s: float | None = None,
-           clock: Callable[[], float] = time.perf_counter):
+           deadline: float, seed: int, workers: int, work_s: float | None,
+           clock: Callable[[], float]):
     """CP-SAT over ``jobs``; the search ends at ``deadline`` (a ``clock()`` value), and
     with ``work_s`` after that much deterministic time (then a search the wall deadline cut
     first returns status ``ceiling``: its solution depends on the machine's speed)."""
@@ -471,7 +471,7 @@ def _objective_of(problem: ScheduleProblem, entries: dict[str, Planned],
 def _search(problem: ScheduleProblem, order: list[ScheduleJob], head: list[ScheduleJob],
             greedy: dict[str, Planned], greedy_s: float, end: float, budget_s: float,
             work_s: float | None, seed: int, workers: int, notes: list[str],
-            clock: Callable[[], float] = time.perf_counter):
+            clock: Callable[[], float]):
     """CP-SAT over the window ``head`` hinted with the list schedule ``greedy`` (the round
     ends at ``end``, a ``clock()`` value): (entries, status, bound, the window as
     searched, the list schedule's objective over it)."""
@@ -528,7 +528,7 @@ def _fill(problem: ScheduleProblem, entries: dict[str, Planned], order: list[Sch
 def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: int = 200,
                    solver: str = "cpsat", seed: int = 0, workers: int = 1,
                    work_s: float | None = None, fill: float | None = None,
-                   clock: Callable[[], float] = time.perf_counter) -> ScheduleResult:
+                   clock: Callable[[], float] | None = None) -> ScheduleResult:
     """The schedule of every pending job of ``problem`` (module docstring).
 
     ``work_s``: limit CP-SAT by that much *deterministic* time (OR-Tools' work units; the
@@ -541,11 +541,13 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
     ``fill``: then the work-conserving fill with that margin (:func:`fill_now`); under the
     wall clock only when the budget is not spent yet (the note says so).
 
-    ``clock``: the wall clock every deadline of the round is read on, in seconds (a test
-    passes one that jumps, to reach the ceiling at a chosen point); CP-SAT's own time
-    limit is the seconds this clock leaves it."""
+    ``clock``: the wall clock every deadline of the round is read on, in seconds (None:
+    ``time.perf_counter`` as it is when called; a test passes one that jumps, to reach the
+    ceiling at a chosen point); CP-SAT's own time limit is the seconds this clock leaves
+    it."""
     if solver not in ("cpsat", "greedy", "auto"):
         raise ValueError(f"schedule solver must be 'cpsat', 'greedy' or 'auto', got {solver!r}")
+    clock = clock or time.perf_counter
     t0 = clock()
     order = list_order(problem)
     schedulable = [j for j in order if j.options]
