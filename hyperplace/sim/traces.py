@@ -129,9 +129,19 @@ def _read_text(path: Path) -> str:
     if size > MAX_BYTES:
         raise InputError(f"file is {size} bytes; the limit is {MAX_BYTES}", source=str(path))
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", source=str(path)) from None
+        with path.open("rb") as fh:  # at most one byte past the limit (/dev/zero, a fifo)
+            data = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
+    if len(data) > MAX_BYTES:
+        raise InputError(f"file is larger than the limit of {MAX_BYTES} bytes",
+                         source=str(path))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:  # as every other reader says it (hyperplace.io)
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(f"not UTF-8 text: byte {exc.start} (line {line}) is invalid",
+                         source=str(path)) from None
 
 
 def _bundled(name: str) -> str:

@@ -177,3 +177,12 @@ def test_one_arrival_instant_has_no_offered_load_number(tmp_path: Path, capsys):
                               "--policy", "fifo", "--no-progress"], capsys)
     assert code == 0, err
     assert "offered load - (all arrive at once" in " ".join(out.split()) and "inf" not in out
+
+
+def test_a_binary_or_endless_trace_is_one_line(tmp_path: Path, capsys):
+    binary = tmp_path / "t.csv"
+    binary.write_bytes(b"submit_time_s,duration_s,num_gpus\n0,1,\xff\n")
+    code, _, err = run_cli(["simulate", "--trace", str(binary), "--no-progress"], capsys)
+    assert code == 2 and err == f"error: {binary}: not UTF-8 text: byte 38 (line 2) is invalid\n"
+    code, _, err = run_cli(["simulate", "--trace", "/dev/zero", "--no-progress"], capsys)
+    assert code == 2 and err.startswith("error: /dev/zero: file is larger than the limit")
