@@ -424,8 +424,10 @@ def load_documents(path: str | Path) -> list[dict[str, Any]]:
         raise InputError("file holds no document", source=src)
     for i, d in enumerate(docs):
         if not isinstance(d, dict):
-            raise InputError(f"document {i + 1} is a {type(d).__name__}, expected a mapping",
-                             source=src)
+            what = {bool: "true/false", int: "a number", float: "a number", str: "a string",
+                    list: "a list", type(None): "empty"}.get(type(d), type(d).__name__)
+            raise InputError(f"document {i + 1} is {what}, expected a mapping (key: value "
+                             "lines, or a JSON object)", source=src)
     return docs
 
 

@@ -633,3 +633,14 @@ def test_an_old_gigabyte_key_is_one_warning_line_and_read(tmp_path: Path, capsys
     code, _, err = run(["validate", str(both)], capsys)
     one_line_error(code, err, "spec.clusters[0].nodes[0].nvlinkPairs[0].gbps: the old spelling "
                    "of gigabytesPerSecond; give gigabytesPerSecond only")
+
+
+@pytest.mark.parametrize("text, what", [("hello\n", "a string"), ("42\n", "a number"),
+                                        ("- a\n- b\n", "a list")])
+def test_a_document_that_is_not_a_mapping_is_said_in_yaml_words(tmp_path: Path, capsys,
+                                                                 text: str, what: str) -> None:
+    """It said "document 1 is a int" (Python's type name)."""
+    f = tmp_path / "doc.yaml"
+    f.write_text(text)
+    code, _, err = run(["validate", str(f)], capsys)
+    one_line_error(code, err, f"{f}: document 1 is {what}, expected a mapping")
