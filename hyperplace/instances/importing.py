@@ -335,7 +335,8 @@ def import_cluster(kind: str, files: list[str], *, name: str | None = None, coun
     else:
         text = "---\n".join(dump_yaml(d) for d in docs)
     summary = "; ".join(
-        f"Cluster {c.name}: {len(c.nodes):,} nodes, {c.gpu_count:,} GPUs "
+        f"Cluster {c.name}: {len(c.nodes):,} node{'' if len(c.nodes) == 1 else 's'}, "
+        f"{c.gpu_count:,} GPU{'' if c.gpu_count == 1 else 's'} "
         f"({', '.join(sorted({n.gpu_type for n in c.nodes}))}), fabric {c.network.kind}"
         for c, _ in clusters)
     assumed = sorted({a for c, _ in clusters for n in c.nodes

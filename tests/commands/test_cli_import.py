@@ -15,7 +15,7 @@ CASES = [
     (["--from", "nvidia-smi", str(ROOT / "examples" / "nvidia-smi-topo.txt"), "--count", "4"],
      "4 nodes, 32 GPUs (A100-40), fabric fat-tree-2 (assumed, not in the file: gpu-type"),
     (["--from", "nccl-xml", str(DATA / "topology" / "azure_ndv4-topo.xml"), "--gpu-type",
-      "A100-80"], "1 nodes, 8 GPUs (A100-80)"),
+      "A100-80"], "1 node, 8 GPUs (A100-80)"),
     (["--from", "dgx1", str(DATA / "topology" / "dgx1_v100_nvlink_links.csv"), "--count", "2"],
      "2 nodes, 16 GPUs (V100-32)"),
     (["--from", "hypernode", str(ROOT / "examples" / "hypernodes.yaml"), "--gpu-type", "H100"],
