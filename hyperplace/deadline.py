@@ -69,10 +69,21 @@ def command_deadline(budget_s: float, write_reserve_s: float, since: float | Non
     return start + budget_s - write_reserve_s
 
 
-def write_reserve_s(instance) -> float:
-    """Seconds kept back from a solve for writing its plan: 0.05 s plus 8 µs per pending job
-    and per free GPU (a plan lists every placed GPU and every pending job; measured: a
-    65,536-GPU, 8,192-job plan serialises and writes in about 0.3 s on the 2-core bench
-    machine)."""
+#: CPU seconds per pending job and per free GPU (a plan lists every placed GPU and every
+#: pending job) that serialising and writing a plan takes, by format, on an idle machine;
+#: :class:`~hyperplace.solvers.budget.Budget` scales them by the measured slowdown. 131,072
+#: GPUs / 16,384 jobs, fragmentation 0.6 (52,428 free GPUs, 16,101 admitted), 2026-12-02
+#: load 7-10: JSON 0.16-0.18 s of CPU in `hyperplace solve` (dump and write), 0.29 s alone
+#: (2.3e-6-4.3e-6 an item; 5e-6 kept; it was 8e-6, unscaled), YAML 4.87 s alone (7.1e-5 an
+#: item, 1.2e-4 kept: YAML's representer is Python even with libyaml, 17x JSON). A table
+#: (``--format table``) prints the top rows only: JSON's figure is kept for it.
+WRITE_S_PER_ITEM = {"json": 5e-6, "yaml": 1.2e-4, "table": 5e-6}
+
+
+def write_reserve_s(instance, fmt: str = "json") -> float:
+    """Seconds kept back from a solve for writing its plan in ``fmt`` (json, yaml or
+    table), on an idle machine: 0.05 s plus :data:`WRITE_S_PER_ITEM` per pending job and per
+    free GPU."""
     free = sum(n.free_count for c in instance.clusters for n in c.nodes)
-    return 0.05 + 8e-6 * (free + len(instance.jobs))
+    return 0.05 + WRITE_S_PER_ITEM.get(fmt, max(WRITE_S_PER_ITEM.values())) * \
+        (free + len(instance.jobs))

@@ -432,7 +432,9 @@ def solve_command(
 
         fitted = load_calibration(calibration)
     # the budget runs from process start: reading the files counts, and writing keeps a share
-    deadline = command_deadline(budget, write_reserve_s(inst), since=began)
+    written = file_fmt if output is not None else (fmt.value if fmt is not None else "table")
+    write_s = write_reserve_s(inst, written or "yaml")
+    deadline = command_deadline(budget, write_s, since=began)
     as_given = inst  # drawn and tabled as it is
     if decompose and (running_moveable or preemption != Preemption.never or hot_spares):
         raise InputError("--decompose solves rounds without preemption, migration or hot "
@@ -450,7 +452,8 @@ def solve_command(
                                         policy=request.policy, seed=request.seed,
                                         deadline=deadline)
             else:
-                plan = solve_placement(inst, **request.solve_kwargs(), deadline=deadline)
+                plan = solve_placement(inst, **request.solve_kwargs(), deadline=deadline,
+                                       write_s=write_s)
         # every job's forecast: admitted now, pending ones from the over-time schedule
         # (the list schedule, hyperplace.sim.forecast), when it fits in what the budget
         # has left: it runs after the solve, so it is not in the solve's own deadline
@@ -497,6 +500,11 @@ def solve_command(
             _print_table(plan, as_given, console(), explain, top, show_all)
         else:
             sys.stdout.write(dump(plan, shown.value))
+    written_late = over_budget(budget, began) if late is None else None
+    if written_late is not None:  # writing took it past: the plan cannot say so, stderr does
+        sys.stdout.flush()
+        print(f"warning: --budget {budget:g}: writing the plan took it {written_late}",
+              file=sys.stderr)
     end_process()
 
 

@@ -76,23 +76,35 @@ class BudgetParams:
         budget (default 0.05).
     greedy_tail_s_per_job : float
         Seconds per pending job greedy stops early by, for the explanations and the plan
-        after it (default 4e-5: measured 26 us a job at 16,000 jobs, once per job shape;
-        40 us kept).
+        after it, on an idle machine (times the measured slowdown, ``Budget.slowdown``;
+        default 4e-5: measured 26 us a job at 16,000 jobs, once per job shape; 40 us
+        kept).
     min_exact_s : float
         The exact backend is not started with less than this left after the model is
         built (default 0.02 s, set by hand).
     bound_tail_s_per_job : float
-        Seconds per job the LP bounds stop early by, on top of ``reserve_s`` (default
-        1e-4: the plan itself needs about 0.1 ms a job).
+        Seconds per job the LP bounds stop early by, on top of ``reserve_s``, for the
+        explanations and the plan after them, in CPU time (times the slowdown; default
+        4e-5, greedy's tail: 131,072 GPUs / 16,384 jobs, load 7-10, the explanations and the
+        plan took 0.42-0.46 s of CPU, 2.6e-5-2.8e-5 a job; was 1e-4, a wall figure, which
+        scaled by a slowdown of 3 stopped the aggregated bound 5 s before the deadline).
     explain_tail_s_per_item : float
-        Seconds per job and free GPU the explanations stop early by, for building the plan
-        (default 1e-5: about 10 us each).
+        Seconds per job and free GPU the explanations stop early by, for building the plan,
+        on an idle machine (times the slowdown; default 1e-5: about 10 us each).
+    slowdown_after_s : float
+        The machine's slowdown (``Budget.slowdown``: wall per CPU second of the solve so
+        far) is read once this much wall time has passed; before, it is 1 (default 0.2 s,
+        set by hand: a shorter window is one context switch away from reading 10x).
     aggregate_s_per_job : float
         What the aggregated model's LP bound (``solvers.backends.aggregate``) costs per job
-        of the round, to judge whether it fits (default 1.5e-5: measured 7.8e-6 and 6.7e-6 s
-        of CPU a job on its first call in a process at 131,072 GPUs / 16,384 jobs and
-        262,144 / 32,768, fragmentation 0.6, load 1.5, 2026-12-02 12:48 UTC, about 3e-6 on
-        later calls; 1.6e-5 at load 2 earlier that day; was 3e-5). >= 0.
+        of the round in CPU seconds, to judge whether it fits; the driver multiplies it by
+        the measured slowdown (``Budget.aggregate_s``) before comparing it with the wall
+        time left (default 8e-6: measured 7.8e-6 and 6.7e-6 s of CPU a job on its first
+        call in a process at 131,072 GPUs / 16,384 jobs and 262,144 / 32,768,
+        fragmentation 0.6, load 1.5, 2026-12-02 12:48 UTC, about 3e-6 on later calls; at
+        load 7-12 the bound took 0.3-0.5 s of wall at 16,384 jobs where the slowdown read
+        2.4-3.6, so 2.2e-5-3.2e-5 of wall for 8e-6 x the slowdown's 1.9e-5-2.9e-5. Was
+        1.5e-5 compared with wall time, and 3e-5 before). >= 0.
     aggregate_share : float
         The aggregated bound runs when its estimated cost is at most this share of what is
         left of the budget (default 0.1: it is cheap, and greedy's plan comes first). In
@@ -111,17 +123,19 @@ class BudgetParams:
     late_pass_fraction: float = 0.05
     greedy_tail_s_per_job: float = 4e-5
     min_exact_s: float = 0.02
-    bound_tail_s_per_job: float = 1e-4
+    bound_tail_s_per_job: float = 4e-5
     explain_tail_s_per_item: float = 1e-5
-    aggregate_s_per_job: float = 1.5e-5
+    aggregate_s_per_job: float = 8e-6
     aggregate_share: float = 0.1
+    slowdown_after_s: float = 0.2
 
     def __post_init__(self) -> None:
         if not 0 <= self.reserve_fraction < 1:
             raise ValueError(f"reserve_fraction must be in [0, 1) (got {self.reserve_fraction!r})")
         for name in ("reserve_s", "greedy_reserve_factor", "min_cut_budget_s",
                      "late_pass_fraction", "greedy_tail_s_per_job", "min_exact_s",
-                     "bound_tail_s_per_job", "explain_tail_s_per_item", "aggregate_s_per_job"):
+                     "bound_tail_s_per_job", "explain_tail_s_per_item", "aggregate_s_per_job",
+                     "slowdown_after_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)!r})")
         if not 0 <= self.aggregate_share <= 1:

@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from hyperplace.check import check
 from hyperplace.cli import app
+from hyperplace.deadline import write_reserve_s
 from hyperplace.instances import load_instance
 from hyperplace.models.plan import PlacementPlan
 
@@ -206,6 +208,43 @@ def test_a_budget_below_the_start_up_floor_is_reported_not_silently_overrun(tmp_
     plan = PlacementPlan.model_validate(yaml.safe_load(out.read_text()))
     assert "over budget: the plan was ready" in plan.message and plan.budget_s == 0.05
     assert check(plan, load_instance("mixed-a100-h100")) == []
+
+
+def test_the_write_reserve_is_the_written_formats_and_a_late_write_is_said(tmp_path: Path,
+                                                                           monkeypatch):
+    """The solve keeps back what writing the plan in its format takes (YAML's is 15x
+    JSON's, deadline.WRITE_S_PER_ITEM), scaled by the measured slowdown in the driver
+    (``write_s``); a command that writing took past its budget says so on stderr."""
+    import hyperplace.commands.solve as solve_cmd
+    import hyperplace.solvers.driver as driver
+
+    seen: list[float] = []
+    real = driver.solve_placement
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["write_s"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "solve_placement", spy)
+    inst = load_instance("mixed-a100-h100")
+    for name, fmt in (("plan.yaml", "yaml"), ("plan.json", "json")):
+        result = runner.invoke(app, ["solve", "--budget", "5", "-o", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        assert seen[-1] == pytest.approx(write_reserve_s(inst, fmt)), name
+    assert seen[0] > seen[1]
+    calls: list[int] = []
+
+    def late_after_writing(budget_s: float, began: float) -> str | None:
+        calls.append(1)  # within budget when the plan was made, past it once written
+        return None if len(calls) == 1 else "over budget: the plan was ready 6.00 s after"
+
+    monkeypatch.setattr(solve_cmd, "over_budget", late_after_writing)
+    out = tmp_path / "late.json"
+    result = runner.invoke(app, ["solve", "--budget", "5", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "warning: --budget 5: writing the plan took it over budget" in result.stderr
+    plan = PlacementPlan.model_validate(json.loads(out.read_text()))
+    assert "over budget" not in plan.message and check(plan, inst) == []
 
 
 def test_within_its_budget_a_command_says_nothing_of_it():

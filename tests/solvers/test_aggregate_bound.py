@@ -140,13 +140,21 @@ def test_the_late_rule_is_the_explanations_deadline():
     the end)."""
     params = BudgetParams(aggregate_s_per_job=1e-3, explain_tail_s_per_item=1e-3)
     now = [0.0]
-    b = Budget(10.0, params, clock=lambda: now[0])
+    b = Budget(10.0, params, clock=lambda: now[0], cpu_clock=lambda: now[0])  # not slowed
     # 100 jobs, 100 free GPUs: deadline 10 - 0.2 = 9.8; estimate 0.105
     now[0] = 9.69
     assert b.aggregate_fits_late(100, 100)
     now[0] = 9.7
     assert not b.aggregate_fits_late(100, 100)
     assert not b.aggregate_fits(100)  # phase 0's rule (a tenth of what is left) is stricter
+    # a machine 3x slower (a CPU second per 3 s of wall): both figures are CPU time, so
+    # the deadline is 10 - 3 x 0.2 = 9.4 and the estimate 3 x 0.1 + 0.005 = 0.305
+    now[0] = 0.0
+    slowed = Budget(10.0, params, clock=lambda: now[0], cpu_clock=lambda: now[0] / 3)
+    now[0] = 9.09
+    assert slowed.aggregate_fits_late(100, 100)
+    now[0] = 9.1
+    assert not slowed.aggregate_fits_late(100, 100)
 
 
 def test_not_for_rounds_that_stop_running_jobs():
@@ -166,7 +174,7 @@ def test_it_runs_only_when_the_budget_affords_it():
     aggregate_share of what is left."""
     params = BudgetParams(aggregate_s_per_job=1e-3, aggregate_share=0.1)
     now = [0.0]
-    b = Budget(10.0, params, clock=lambda: now[0])
+    b = Budget(10.0, params, clock=lambda: now[0], cpu_clock=lambda: now[0])  # not slowed
     assert b.aggregate_fits(995)  # 0.995 + 0.005 = 1.0 <= 0.1 x 10
     assert not b.aggregate_fits(996)
     now[0] = 5.0

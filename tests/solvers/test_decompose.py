@@ -150,15 +150,18 @@ def test_explanations_stop_at_their_deadline(monkeypatch):
 
 
 def test_the_write_reserve_follows_its_documented_rule():
-    """deadline.write_reserve_s: 0.05 s plus 8 us per pending job and per free GPU; the
+    """deadline.write_reserve_s: 0.05 s plus 5 us per pending job and per free GPU (JSON); the
     solve's deadline is the command's start plus the budget minus that reserve."""
     inst = generate(1024, 300, None, 0.4, 2)
     free = sum(n.free_count for c in inst.clusters for n in c.nodes)
-    assert write_reserve_s(inst) == pytest.approx(0.05 + 8e-6 * (free + len(inst.jobs)))
+    assert write_reserve_s(inst) == pytest.approx(0.05 + 5e-6 * (free + len(inst.jobs)))
     assert command_deadline(10.0, write_reserve_s(inst), since=100.0) == \
         pytest.approx(100.0 + 10.0 - write_reserve_s(inst))
     bigger = generate(2048, 600, None, 0.4, 2)
     assert write_reserve_s(bigger) > write_reserve_s(inst)
+    # YAML's Python representer: 1.2e-4 s an item (a 131,072-GPU plan took 4.9 s of CPU)
+    assert write_reserve_s(inst, "yaml") == pytest.approx(0.05 + 1.2e-4 * (free + len(inst.jobs)))
+    assert write_reserve_s(inst, "table") == write_reserve_s(inst, "json")
 
 
 def test_without_the_lp_jobs_go_by_free_room(monkeypatch):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from placement_helpers import instance, job, node
 
 import hyperplace.solvers.heuristics.greedy as greedy_module
@@ -140,13 +142,76 @@ def test_the_reserve_holds_one_greedy_pass_and_no_explanations():
     assert budget.explain_deadline(100, 900) == 10.0 - params.explain_tail_s_per_item * 1000
 
 
+def test_what_is_kept_for_the_plan_grows_with_the_measured_slowdown():
+    """The rule (solvers.budget): every tail kept for the plan and its writing is an idle
+    CPU figure times the slowdown, wall seconds per CPU second of the solve so far (read
+    from ``slowdown_after_s`` of wall on, never lowered)."""
+    from hyperplace.solvers.budget import Budget
+    from hyperplace.solvers.params import BudgetParams
+
+    p = BudgetParams()
+    wall, cpu = _Clock(), _Clock()
+    b = Budget(10.0, p, deadline=9.5, clock=wall, cpu_clock=cpu, write_s=0.5)
+    jobs, free = 1_000, 9_000
+    tail = p.explain_tail_s_per_item * (jobs + free)
+
+    def rule(slow: float) -> tuple[float, ...]:
+        ready = 9.5 - (slow - 1.0) * 0.5  # the caller kept 0.5 s of writing, idle
+        return (ready, ready - slow * tail,
+                ready - p.reserve_s - slow * p.bound_tail_s_per_job * jobs,
+                ready - p.reserve_s - slow * p.greedy_tail_s_per_job * jobs,
+                slow * p.aggregate_s_per_job * jobs + 0.005)
+
+    def kept() -> tuple[float, ...]:
+        return (b.deadline, b.explain_deadline(jobs, free), b.bounds_deadline(jobs),
+                b.greedy_deadline(jobs), b.aggregate_s(jobs))
+
+    assert kept() == rule(1.0)
+    wall.now, cpu.now = 0.1, 0.01  # 10x, but under slowdown_after_s of wall: not read yet
+    assert b.slowdown() == 1.0 and kept() == rule(1.0)
+    wall.now, cpu.now = 1.2, 0.3  # a loaded machine: 4 s of wall per CPU second
+    assert b.slowdown() == 4.0
+    assert kept() == pytest.approx(rule(4.0))
+    assert b.explain_deadline(jobs, free) < 9.5 - 4 * tail  # and more than the writing
+    wall.now, cpu.now = 2.0, 1.9  # an exact backend's two threads: CPU catches up
+    assert b.slowdown() == 4.0 and kept() == pytest.approx(rule(4.0))
+
+
+def test_the_plans_runtime_covers_building_it(monkeypatch):
+    """runtimeS is stamped once the plan is built: a clock that advances 3 s while the plan
+    is written shows in it (it was stamped before, and said 9.3 s of a solve of 11.8 s)."""
+    import time
+
+    import hyperplace.solvers.driver as driver
+    from hyperplace.solvers.budget import Budget
+    from hyperplace.solvers.params import SolveParams
+
+    inst = instance([node("n0"), node("n1")], [job(f"j{i}", tp=8) for i in range(3)])
+    offset = [0.0]
+    real_to_plan = driver.to_plan
+
+    def slow_to_plan(*args, **kwargs):
+        plan = real_to_plan(*args, **kwargs)
+        offset[0] += 3.0  # writing the plan took 3 s
+        return plan
+
+    monkeypatch.setattr(driver, "to_plan", slow_to_plan)
+    params = SolveParams()
+    budget = Budget(10.0, params.budget, clock=lambda: time.perf_counter() + offset[0])
+    r = driver.SolveRound(PlacementProblem(inst), budget, params, budget_s=10.0)
+    driver.search(r, "greedy")
+    plan = driver.finish(r)
+    assert check(plan, inst) == []
+    assert 3.0 <= plan.runtime_s < 3.0 + budget.elapsed()
+
+
 def test_greedy_leaves_out_its_second_pass_when_it_would_take_the_exact_models_time():
     from hyperplace.solvers.budget import Budget
     from hyperplace.solvers.heuristics.greedy import GreedyStats
     from hyperplace.solvers.params import BudgetParams
 
     clock = _Clock()
-    budget = Budget(10.0, BudgetParams(), clock=clock)
+    budget = Budget(10.0, BudgetParams(), clock=clock, cpu_clock=clock)  # not slowed
     clock.now = 3.0  # 7 s left; a first pass of 1 s: the reserve is 0.1 + 0.8 + 1.0 = 1.9 s
     # 5.1 s left for the model without a second pass, 3.9 s after one (1.2 x the first)
     assert budget.second_pass_ok(3.5, 1.0)  # the model needs 3.5 s: both fit
