@@ -17,7 +17,12 @@ only that some running jobs may be stopped.
 The other hooks are called in the round's order (:attr:`PlacementProblem.extensions
 <hyperplace.formulations.placement.problem.PlacementProblem.extensions>`: only the families
 the round asks for) by the model builder (:meth:`RoundExtension.rows`, then
-:meth:`RoundExtension.objectives` when it orders the objectives), by the mapping back
+:meth:`RoundExtension.objectives` when it orders the objectives;
+:meth:`RoundExtension.stop_rows` where it starts on the stop booleans,
+``PlacementModelBuilder._stops``, and :meth:`RoundExtension.after_stop_rows` right after
+them, in ``build``; :meth:`RoundExtension.quota_rows` after the queues' and cohorts' rows,
+``_quotas``), by migration's stop rows (:meth:`RoundExtension.mover_rows`, as
+``Migration.stop_rows`` ties each mover to its copy), by the mapping back
 (:meth:`RoundExtension.settle`, after the units are decoded, then
 :meth:`RoundExtension.settle_stopped`, the first family that decides winning, with
 :meth:`RoundExtension.move_stands` asked by the movers' settlement;
@@ -28,9 +33,12 @@ the plan's objective terms, :meth:`RoundExtension.kept_demand` in objective 1 an
 :meth:`RoundExtension.bound_demands` in its demand bound,
 :attr:`RoundExtension.relaxation_bounds` and :attr:`RoundExtension.plan_objective` for its
 bounds, :meth:`RoundExtension.reasons` after the explanations) and by the problem
-(:meth:`RoundExtension.restrictions`, where the model sees less than the rules allow).
+(:meth:`RoundExtension.restrictions`, where the model sees less than the rules allow;
+:meth:`RoundExtension.weighted_demands` and :meth:`RoundExtension.counted_gpus` for the
+priority weights, ``PlacementProblem._weighted_demands`` and ``weight_capacity``).
 Greedy's free-GPU state asks :meth:`RoundExtension.opening_rule` (a rule it keeps as it
-takes and gives GPUs). Every hook's default does nothing.
+takes and gives GPUs) and its quota ledger :meth:`RoundExtension.quota_holds`
+(``QuotaLedger.ok``). Every hook's default does nothing.
 
 Greedy is in ``solvers/``, above this layer, so a family's greedy step (what greedy runs
 after its plan: stop or move running jobs for the jobs it left out) and the probes its
