@@ -417,11 +417,13 @@ def _bounds(r: SolveRound, tighten: bool = True) -> None:
         not r.restricted
     if open_gap and known() > _weighted(p, r.chosen) + 0.5:
         _aggregate(r, late=True)  # phase 0 had no time for it: before the relaxation
-    if open_gap and known() > _weighted(p, r.chosen) + 0.5:
+    if open_gap and min(demand, r.bound if r.bound is not None else math.inf) > \
+            _weighted(p, r.chosen) + 0.5:
         # the demand bound ignores where the free GPUs are: the model's LP relaxation is a
         # valid bound that does not (solvers.backends.relax), when it fits in what is left
         # (objective 1 of a preempting round also counts the running jobs kept: not written
-        # there yet)
+        # there yet). It runs even where the aggregated bound already proves objective 1:
+        # its model is what bounds admitted jobs among such plans (_gaps)
         from hyperplace.solvers.backends.relax import tighten_bound  # numpy: only when it runs
 
         r.pm, r.lp_bound = tighten_bound(r.pm, lambda: build_model(p), estimate_vars(p),
@@ -442,13 +444,17 @@ def _bounds(r: SolveRound, tighten: bool = True) -> None:
         r.bound = demand_bound(p)
         r.note("the plan is outside the model's stricter rows, so objective 1 is bounded "
                "by the demand bound")
-    elif r.bound == agg and agg < math.inf:
+    elif r.bound == agg and agg < min(demand, r.lp_bound if r.lp_bound is not None
+                                      else math.inf):
         r.note(f"objective 1 is bounded by the aggregated model's LP relaxation (leaves "
                f"folded, jobs by shape; {r.agg_s:.2f} s)")
     if r.bound <= objective + 1e-9 and r.status == SolveStatus.FALLBACK and \
             p.plan_objective is None:  # a repair round maximises its repairs first
         if r.lp_bound is not None and r.lp_bound <= objective + 1e-9:
             r.message += ("; objective 1 equals the LP relaxation's bound, so it is "
+                          "optimal (lower objectives not proven)")
+        elif agg <= objective + 1e-9:
+            r.message += ("; objective 1 equals the aggregated model's LP bound, so it is "
                           "optimal (lower objectives not proven)")
         else:
             r.message += ("; every job that can run is admitted, so objective 1 is optimal "

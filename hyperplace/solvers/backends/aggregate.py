@@ -18,9 +18,10 @@ optimal). This model keeps what makes the demand bound loose, and drops what is 
 
 Every constraint kept is implied by every valid plan (a plan's pieces, counted per folded
 class and size, satisfy it), so the LP optimum bounds objective 1 from above. HiGHS's
-optimum is inflated by a relative 1e-6 and rounded up, so floating-point error never makes
-the bound smaller than the optimum (objective 1 is ~1e11 at 131,072 GPUs, where an
-absolute 0.5 would be below HiGHS's tolerances).
+optimum itself is exact only up to its tolerances (objective 1 is ~1e11-3e11 at 131,072
+GPUs), so the bound is the dual bound of its row duals (:func:`.safebound.dual_bound`: valid
+for any multipliers, its float arithmetic bounded), rounded down (:func:`round_down`:
+objective 1 is an integer).
 
 Not used for rounds that preempt, migrate or repair (their objective 1 counts running
 jobs; their node capacities depend on which ones stop).
@@ -37,10 +38,8 @@ from dataclasses import dataclass, field
 from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.formulations.placement.views import JobView, NodeClass, UnitClass
 
-__all__ = ["AggregateBound", "Columns", "SparseLp", "aggregate_bound", "one_cluster", "round_up"]
-
-#: Relative margin added to HiGHS's optimum before rounding up (see the module docstring).
-SAFETY = 1e-6
+__all__ = ["AggregateBound", "Columns", "SparseLp", "aggregate_bound", "one_cluster",
+           "round_down"]
 
 
 @dataclass
@@ -136,11 +135,17 @@ class SparseLp:
             self.v.append(a)
 
     def maximise(self, time_limit_s: float) -> tuple[float | None, str, list[float] | None]:
+        """``max cost'x`` over the rows and bounds: (a proven upper bound on its optimum, the
+        dual bound of HiGHS's row duals (:func:`.safebound.dual_bound`), HiGHS's status, its
+        solution); the bound and the solution are None unless HiGHS reached an optimum, the
+        bound also when it is not finite."""
         import highspy
         import numpy as np
 
         from hyperplace.solvers.backends.backend import run_interruptibly
         from hyperplace.solvers.backends.milp import quiet_stdout
+
+        from hyperplace.solvers.backends.safebound import dual_bound
 
         n, m = len(self.lb), len(self.rows_lo)
         if n == 0:
@@ -150,31 +155,41 @@ class SparseLp:
         h.setOptionValue("output_flag", False)
         h.setOptionValue("threads", 1)
         h.setOptionValue("time_limit", max(0.01, time_limit_s))
-        h.addVars(n, np.asarray(self.lb, dtype=np.float64), np.asarray(self.ub, dtype=np.float64))
-        h.changeColsCost(n, np.arange(n, dtype=np.int32), -np.asarray(self.cost, dtype=np.float64))
+        lb, ub = np.asarray(self.lb, dtype=np.float64), np.asarray(self.ub, dtype=np.float64)
+        cost = np.asarray(self.cost, dtype=np.float64)
+        h.addVars(n, lb, ub)
+        h.changeColsCost(n, np.arange(n, dtype=np.int32), -cost)
+        inf = highspy.kHighsInf
+        lo = np.asarray([(-inf if x == -math.inf else x) for x in self.rows_lo])
+        hi = np.asarray([(inf if x == math.inf else x) for x in self.rows_hi])
+        starts = np.zeros(0, dtype=np.int32)
+        index, value = np.zeros(0, dtype=np.int32), np.zeros(0)
         if m:
             order = np.lexsort((np.asarray(self.c), np.asarray(self.r)))
             rows = np.asarray(self.r, dtype=np.int64)[order]
             starts = np.searchsorted(rows, np.arange(m)).astype(np.int32)
-            inf = highspy.kHighsInf
-            lo = np.asarray([(-inf if x == -math.inf else x) for x in self.rows_lo])
-            hi = np.asarray([(inf if x == math.inf else x) for x in self.rows_hi])
-            h.addRows(m, lo, hi, len(order), starts,
-                      np.asarray(self.c, dtype=np.int32)[order],
-                      np.asarray(self.v, dtype=np.float64)[order])
+            index = np.asarray(self.c, dtype=np.int32)[order]
+            value = np.asarray(self.v, dtype=np.float64)[order]
+            h.addRows(m, lo, hi, len(order), starts, index, value)
         run_interruptibly(h.run, h.cancelSolve)
         status = h.getModelStatus().name
         if status != "kOptimal":
             return None, status, None
-        return -float(h.getInfo().objective_function_value), status, \
-            list(h.getSolution().col_value)
+        solution = h.getSolution()
+        # HiGHS minimised -cost: the maximisation's multipliers are the negated row duals
+        y = -np.asarray(solution.row_dual, dtype=np.float64) if solution.dual_valid \
+            else np.zeros(m)
+        return dual_bound(cost, lb, ub, lo, hi, starts, index, value, y), status, \
+            list(solution.col_value)
 
 
-def round_up(value: float) -> float:
-    """An LP optimum as a valid integer bound on objective 1: inflated by the relative
-    ``SAFETY`` and rounded up, so that HiGHS's floating-point error never makes it smaller
-    than the optimum (the one rounding of every aggregated and routing LP bound)."""
-    return float(math.ceil(value * (1 + SAFETY) + SAFETY))
+def round_down(value: float) -> float:
+    """A proven LP bound (:meth:`SparseLp.maximise`) as a bound on objective 1, an integer:
+    its floor (:func:`.safebound.integer_bound`; the one rounding of every aggregated and
+    routing LP bound)."""
+    from hyperplace.solvers.backends.safebound import integer_bound
+
+    return integer_bound(value)
 
 
 class Columns:
@@ -246,7 +261,7 @@ def aggregate_bound(p: PlacementProblem, deadline: float | None = None, *,
         return AggregateBound(None, folded, len(shapes), len(lp.lb), len(lp.rows_lo),
                               time.perf_counter() - t0, "no time left")
     value, status, x = lp.maximise(min(left, 60.0))
-    bound = None if value is None else round_up(value)
+    bound = None if value is None else round_down(value)
     found = AggregateBound(bound, folded, len(shapes), len(lp.lb), len(lp.rows_lo),
                            time.perf_counter() - t0, status)
     if assign:

@@ -11,9 +11,11 @@ was optimal there. The LP relaxation of the same model (the one formulation) kno
 Objective 1 is written on the model's own variables: ``sum(weight[priority] * gpus *
 run[bundle])`` (jobs of a bundle share priority and size), so the bound holds whatever the
 number of priority phases. The relaxation is a maximisation, so its optimum bounds every
-integer solution from above; it is rounded half up to an integer (objective 1 is an integer),
-which stays a valid bound as long as HiGHS's floating-point error is below 0.5, the same
-tolerance the exact backends use to call a phase proven.
+integer solution from above. HiGHS's optimum itself is not used: it is exact only up to
+HiGHS's tolerances, and objective 1 reaches ~3e11 at 131,072 GPUs. The bound is the dual
+bound of HiGHS's row duals (:func:`.safebound.dual_bound`: valid for any multipliers, its
+float arithmetic bounded), rounded down to an integer (objective 1 and admitted jobs are
+integers): a proof, whatever the LP's size.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 
 from hyperplace.formulations.linear import LinearModel
 from hyperplace.formulations.placement import PlacementModel
+from hyperplace.solvers.backends.safebound import dual_bound, integer_bound
 
 __all__ = ["admitted_jobs_bound", "objective1_terms", "relaxation_bound", "tighten_bound"]
 
@@ -44,7 +47,9 @@ def objective1_terms(pm: PlacementModel) -> list[tuple[int, int]]:
 
 def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float,
            at_least: tuple[list[tuple[int, int]], float] | None = None) -> float | None:
-    """Optimum of ``max sum(terms)`` over the LP relaxation of ``lm`` (None if not solved).
+    """A proven upper bound on ``max sum(terms)`` over the LP relaxation of ``lm``: the dual
+    bound of HiGHS's row duals at its optimum (:func:`.safebound.dual_bound`); None if HiGHS
+    did not solve it or the bound is not finite.
 
     Parameters
     ----------
@@ -73,7 +78,8 @@ def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float,
     cost = np.zeros(n)
     for i, a in terms:
         cost[i] -= a  # maximise by minimising the negation
-    h.addVars(n, np.asarray(lm.lbs, dtype=np.float64), np.asarray(lm.ubs, dtype=np.float64))
+    lbs, ubs = np.asarray(lm.lbs, dtype=np.float64), np.asarray(lm.ubs, dtype=np.float64)
+    h.addVars(n, lbs, ubs)
     h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
     rows = [(c.terms, c.lo, c.hi) for c in lm.constraints]
     if at_least is not None:
@@ -84,7 +90,15 @@ def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float,
     run_interruptibly(h.run, h.cancelSolve)
     if h.getModelStatus().name != "kOptimal":
         return None
-    return -float(h.getInfo().objective_function_value)
+    if arrays is None:  # no row: each column at its better bound
+        return dual_bound(-cost, lbs, ubs, [], [], [], [], [], [])
+    _, lower, upper, _, starts, index, value = arrays
+    solution = h.getSolution()
+    if not solution.dual_valid:
+        return None
+    # HiGHS minimised -c: the maximisation's multipliers are the negated row duals
+    return dual_bound(-cost, lbs, ubs, lower, upper, starts, index, value,
+                      -np.asarray(solution.row_dual, dtype=np.float64))
 
 
 def relaxation_bound(pm: PlacementModel, deadline: float) -> float | None:
@@ -97,7 +111,7 @@ def relaxation_bound(pm: PlacementModel, deadline: float) -> float | None:
     value = lp_max(pm.lm, objective1_terms(pm), left)
     if value is None:
         return None
-    return float(math.floor(value + 0.5))
+    return integer_bound(value)
 
 
 #: Seconds of building the model and solving its relaxation per estimated piece variable
@@ -151,10 +165,10 @@ def admitted_jobs_bound(pm: PlacementModel, objective1: float, deadline: float) 
     if deadline - time.perf_counter() < SECONDS_PER_VAR_BUILT * pm.lm.num_vars * 3 + 0.02:
         return None
     jobs = pm.lm.objectives[phases].terms
-    # the row is relaxed by 0.5 (objective 1 is an integer): HiGHS's tolerances cannot make
-    # it cut off the optimum
+    # the row is relaxed by 0.5 (objective 1 is an integer): every plan at objective 1 at
+    # least ``objective1`` satisfies it, whatever HiGHS's tolerances
     value = lp_max(pm.lm, jobs, deadline - time.perf_counter(),
                    at_least=(objective1_terms(pm), objective1 - 0.5))
     if value is None:
         return None
-    return float(math.floor(value + 0.5))
+    return integer_bound(value)
