@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from hyperplace.formulations.placement.decoded import Assignment, PlacedUnit
 from hyperplace.formulations.placement.extensions import written_as
 from hyperplace.formulations.placement import (
     DomainKey,
@@ -30,37 +31,6 @@ from hyperplace.models.plan import (
 from hyperplace.models.fabric import Fabric
 from hyperplace.models.plan_builder import PlanBuilder
 from hyperplace.models.result import SolveStats
-
-
-@dataclass
-class PlacedUnit:
-    """One gang unit placed: its class, its name, and its GPUs per node (one piece each)."""
-
-    uclass: int
-    unit: str
-    pieces: list[tuple[str, tuple[int, ...]]]  # (node, GPUs) per piece
-
-
-@dataclass
-class Assignment:
-    """What every solver produces: placed units per admitted job, and for jobs the mapping
-    back had to drop, why."""
-
-    units: dict[int, list[PlacedUnit]] = field(default_factory=dict)  # job index -> units
-    notes: dict[int, str] = field(default_factory=dict)  # job index -> why it was dropped
-    stopped: set[int] = field(default_factory=set)  # stopped running jobs (problem.stoppable)
-    #: pending jobs no search tried before the deadline (greedy cut short), so that their
-    #: explanation says so instead of blaming other jobs
-    untried: set[int] = field(default_factory=set)
-
-    def used(self) -> dict[str, set[int]]:
-        """GPUs in use per node."""
-        out: dict[str, set[int]] = defaultdict(set)
-        for units in self.units.values():
-            for u in units:
-                for node, gpus in u.pieces:
-                    out[node].update(gpus)
-        return out
 
 
 #: A piece to pack: (GPUs, unit class, exact clique or None, flexible unit index or None).
