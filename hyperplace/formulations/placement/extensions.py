@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
     from hyperplace.formulations.linear import Objective
     from hyperplace.formulations.placement.domains import DomainKey
-    from hyperplace.formulations.mapping import Assignment, PlacedUnit
+    from hyperplace.formulations.placement.decoded import Assignment, PlacedUnit
     from hyperplace.formulations.placement.model import PlacementModelBuilder
     from hyperplace.formulations.placement.problem import PlacementProblem
     from hyperplace.formulations.placement.stoppable import Mover

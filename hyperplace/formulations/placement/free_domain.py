@@ -23,7 +23,7 @@ from hyperplace.formulations.placement.domains import DomainKey
 from hyperplace.formulations.placement.extensions import RoundExtension
 
 if TYPE_CHECKING:
-    from hyperplace.formulations.mapping import Assignment, PlacedUnit
+    from hyperplace.formulations.placement.decoded import Assignment, PlacedUnit
     from hyperplace.formulations.placement.model import PlacementModelBuilder
     from hyperplace.formulations.placement.problem import PlacementProblem
 

@@ -39,7 +39,7 @@ from hyperplace.models.plan import Migration as MigrationEntry
 from hyperplace.models.sharing import running_gpus
 
 if TYPE_CHECKING:
-    from hyperplace.formulations.mapping import Assignment, PlacedUnit
+    from hyperplace.formulations.placement.decoded import Assignment, PlacedUnit
     from hyperplace.formulations.placement.model import PlacementModelBuilder
     from hyperplace.formulations.placement.problem import PlacementProblem
 

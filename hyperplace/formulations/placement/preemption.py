@@ -72,7 +72,7 @@ from hyperplace.models.plan import Preemption as PreemptionEntry
 from hyperplace.models.sharing import running_gpus
 
 if TYPE_CHECKING:
-    from hyperplace.formulations.mapping import Assignment
+    from hyperplace.formulations.placement.decoded import Assignment
     from hyperplace.formulations.placement.model import PlacementModelBuilder
     from hyperplace.formulations.placement.problem import PlacementProblem
 

@@ -22,6 +22,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from hyperplace.formulations.linear import Objective
+from hyperplace.formulations.placement.decoded import Assignment, PlacedUnit
 from hyperplace.formulations.placement.extensions import RoundExtension
 from hyperplace.formulations.placement.migration import (
     Movable,
@@ -32,7 +33,6 @@ from hyperplace.formulations.placement.stoppable import BrokenJob, Mover
 from hyperplace.formulations.placement.views import JobView
 
 if TYPE_CHECKING:
-    from hyperplace.formulations.mapping import Assignment, PlacedUnit
     from hyperplace.formulations.placement.model import PlacementModelBuilder
     from hyperplace.formulations.placement.problem import PlacementProblem
 
@@ -146,8 +146,6 @@ class FailureRepair(RoundExtension):
         """A repair in part (job ``j``: a broken job's failed units alone) as the broken
         job's whole placement: its manifest's view, its kept units where they are and the
         new ones under the failed units' names; None for any other job."""
-        from hyperplace.formulations.mapping import PlacedUnit  # the mapping imports us
-
         p = self.p
         broken = p.jobs[j].migrant
         if broken is None or p.partial_of(broken) != j:

@@ -31,7 +31,7 @@ from hyperplace.formulations.placement.nvlink import domain_of as nvlink_domain_
 from hyperplace.formulations.placement.views import NodeView
 
 if TYPE_CHECKING:
-    from hyperplace.formulations.mapping import Assignment
+    from hyperplace.formulations.placement.decoded import Assignment
     from hyperplace.formulations.placement.model import PlacementModelBuilder
     from hyperplace.formulations.placement.problem import PlacementProblem
 
