@@ -157,6 +157,9 @@ class FederationPlan(HPModel):
     cost_model: str = ""
     jobs: list[FederatedJobPlan] = Field(default_factory=list)
     pending: list[PendingFederatedJob] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list, description=(
+        "input that was read but should be changed (an old key's spelling), one line each "
+        "naming the field, as the CLI prints them on stderr"))
 
     def to_doc(self) -> dict:
         doc = super().to_doc()

@@ -133,6 +133,9 @@ class ViolationOut(Body):
 class CheckResponse(Body):
     ok: bool
     violations: list[ViolationOut]
+    warnings: list[str] | None = Field(default=None, description=(
+        "input that was read but should be changed (an old key's spelling), one line each "
+        "naming the field, as the CLI prints them on stderr"))
 
 
 class LayerSplitRequest(Body):

@@ -473,7 +473,8 @@ def check_plan(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> 
     inst, _ = resolve_instance(payload, ctx)
     violations = check(plan, inst)
     body = {"ok": not violations,
-            "violations": [v.model_dump(mode="json") for v in violations]}
+            "violations": [v.model_dump(mode="json") for v in violations],
+            **({"warnings": list(ctx.input_warnings)} if ctx.input_warnings else {})}
     return Reply(200, dumps(body), {"violations": len(violations)})
 
 
@@ -562,7 +563,7 @@ def federation_round(payload: dict[str, Any], deadline: float, ctx: WorkerContex
     plan = federate(problem, budget_s=max(0.05, remaining(deadline)), solver=payload["solver"])
     plan = plan.model_copy(update={
         "metadata": plan.metadata.model_copy(update={"instance": label}),
-        "budget_s": payload["budget_s"]})
+        "budget_s": payload["budget_s"], "warnings": list(ctx.input_warnings)})
     info = {"status": plan.status.value, "solve_s": plan.runtime_s,
             "fallback": plan.status.value == "fallback"}
     return Reply(200, dumps(plan.to_doc()), info)

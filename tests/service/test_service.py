@@ -853,6 +853,16 @@ def test_an_old_key_is_read_and_the_answer_says_so(http: httpx.Client) -> None:
 
     with pytest.warns(DeprecatedKey):
         assert check(plan, parse_instance(doc, "instance")) == []
+    r = http.post("/v1/check", json={"plan": r.json(), "instance": doc})
+    assert r.status_code == 200 and r.json()["ok"], r.text
+    assert r.json()["warnings"] == warnings
+    fed = instance_document(load_instance("seed-beijing-shanghai"))
+    node = fed["spec"]["clusters"][0]["nodes"][0]
+    node["nvlinkGbps"] = node.pop("nvlinkGigabytesPerSecond", 900)
+    r = http.post("/v1/federation", json={"instance": fed, "budgetS": 10})
+    assert r.status_code == 200, r.text
+    assert [w.split(":")[1].strip() for w in r.json()["warnings"]] == [
+        "spec.clusters[0].nodes[0].nvlinkGbps"]
     clean = http.post("/v1/placement", json={"bundled": SMALL, "budgetS": 10,
                                              "solver": "greedy"})
     assert "warnings" not in clean.json()  # and the next request on that worker has none
