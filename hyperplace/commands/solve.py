@@ -459,7 +459,7 @@ def solve_command(
         # has left: it runs after the solve, so it is not in the solve's own deadline
         from hyperplace.sim import forecast
 
-        need = forecast.FORECAST_S_PER_JOB * len(inst.jobs)
+        need = forecast.forecast_cost_s(inst, plan)
         if need <= deadline - time.perf_counter():
             plan = plan.model_copy(update={"forecasts": forecast.forecast_plan(inst, plan)})
         else:

@@ -39,6 +39,35 @@ def parse_duration(text: str) -> float:
 #: load 1.3), kept with margin. ``solve`` and the service make forecasts after the solve only
 #: when this fits in what the budget has left, and say so when it does not.
 FORECAST_S_PER_JOB = 3e-4
+#: Seconds per job shape :func:`forecast_plan` may have to price with the cost model's
+#: planner (:func:`hyperplace.costmodel.speed.planned_config`, memoised per model, GPU count,
+#: parallelism and GPU type: the first solve of a process prices every one): measured 15
+#: shapes in 0.12-0.14 s of CPU on the default instance (8-9 ms a shape, 2-core Xeon,
+#: 2026-12-02, load 11; 17 ms of wall there), kept with margin. On a small instance the
+#: shapes, not the jobs, are the forecast's cost (#20).
+FORECAST_S_PER_SHAPE = 0.01
+
+
+def forecast_cost_s(instance: Instance, plan) -> float:
+    """What :func:`forecast_plan` may take: :data:`FORECAST_S_PER_JOB` a job, plus
+    :data:`FORECAST_S_PER_SHAPE` for every shape it may price (at most: an admitted job's
+    (model, GPUs, parallelism) on each GPU type it got and on the reference type, a pending
+    job's on every GPU type of the instance and the reference; a shape priced before in this
+    process costs a look-up, so this is an upper bound there)."""
+    from hyperplace.costmodel.speed import REFERENCE_TYPE
+
+    by_name = {j.name: j for j in instance.jobs}
+    every = {instance.catalog.get(n.gpu_type).name for c in instance.clusters
+             for n in c.nodes} | {REFERENCE_TYPE}
+
+    def shape(name: str) -> tuple:
+        j = by_name[name]
+        return j.spec.model, j.total_gpus, repr(j.spec.parallelism)
+
+    shapes = {(*shape(j.job), t) for j in plan.jobs if j.job in by_name
+              for t in {*(j.gpu_types or {}), REFERENCE_TYPE}}
+    shapes |= {(*shape(pj.job), t) for pj in plan.pending if pj.job in by_name for t in every}
+    return FORECAST_S_PER_JOB * len(instance.jobs) + FORECAST_S_PER_SHAPE * len(shapes)
 
 
 def forecast_plan(instance: Instance, plan, *, horizon_s: float = DEFAULT_HORIZON_S,

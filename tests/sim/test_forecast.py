@@ -58,3 +58,24 @@ def test_forecasts_do_not_depend_on_the_memos(make, monkeypatch):
     none = _answers(inst, plan)
     assert cold == warm == none
     assert len(cold[0]) == len(plan.jobs) + len(plan.pending)
+
+
+@pytest.mark.parametrize("make", [lambda: load_instance("mixed-a100-h100"),
+                                  lambda: generate(128, 60, ["H100-80", "A100-80"],
+                                                   fragmentation=0.9, seed=3)],
+                         ids=["default", "generated"])
+def test_the_forecast_cost_counts_every_shape_it_prices(make):
+    """``solve`` makes forecasts only when :func:`forecast_cost_s` fits in what the budget
+    left: on a small instance the planner's shapes, not the jobs, are the cost, so the
+    estimate counts at least every shape a cold process prices."""
+    from hyperplace.sim import forecast
+
+    inst = make()
+    plan = solve_placement(inst, solver="greedy", budget_s=5.0)
+    speed.clear_caches()
+    need = forecast.forecast_cost_s(inst, plan)
+    forecast.forecast_plan(inst, plan)
+    priced = speed.planner_stats["plans"]
+    assert priced > 0
+    assert need >= (forecast.FORECAST_S_PER_JOB * len(inst.jobs)
+                    + forecast.FORECAST_S_PER_SHAPE * priced)
