@@ -212,10 +212,13 @@ def over_budget(budget_s: float, began: float) -> str | None:
     if elapsed <= budget_s:
         return None
     startup = max(began - start, 0.0)
-    where = (f"start-up alone took {startup:.2f} s (at this machine's load), a floor no "
-             "smaller budget can keep" if startup >= budget_s else
-             f"start-up took {startup:.2f} s of it, reading, solving and writing the rest "
-             "(at this machine's load)")
+    early = deadline.loaded_at() - start if deadline.is_command() else 0.0
+    shell = (f"; {early:.2f} s of it before hyperplace loaded, the shell's own work before "
+             "it ran hyperplace" if early > _EARLY_S else "")
+    where = (f"start-up alone took {startup:.2f} s (at this machine's load{shell}), a floor "
+             "no smaller budget can keep" if startup >= budget_s else
+             f"start-up took {startup:.2f} s of it{shell}, reading, solving and writing the "
+             "rest (at this machine's load)")
     return (f"over budget: the plan was ready {elapsed:.2f} s after the "
             f"{'process' if deadline.is_command() else 'command'} started, "
             f"{elapsed - budget_s:.2f} s past the {budget_s:g} s budget; {where}")

@@ -256,3 +256,17 @@ def test_within_its_budget_a_command_says_nothing_of_it():
     late = over_budget(0.5, time.perf_counter() - 2.0)  # in-process: from the command's start
     assert late is not None and late.startswith("over budget: the plan was ready 2.")
     assert "after the command started" in late and "start-up took 0.00 s of it" in late
+
+
+def test_over_budget_after_a_shell_names_the_shell_s_part(tmp_path: Path):
+    """``sleep 1 && exec hyperplace solve --budget 1``: the budget counts from the shell's
+    start (up to MAX_STARTUP_S), so the second before hyperplace loaded is the shell's, and
+    the warning says so rather than calling it all hyperplace's start-up."""
+    out = tmp_path / "plan.yaml"
+    r = subprocess.run(["bash", "-c", f"sleep 1 && exec {sys.executable} -m hyperplace.cli "
+                        f"solve --budget 1 -o {out}"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("warning: --budget 1: over budget: "), first
+    assert " s of it before hyperplace loaded, the shell's own work before it ran " in first
