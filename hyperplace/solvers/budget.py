@@ -5,6 +5,28 @@ The budget runs from the loaded instance to the plan, explanations included. Gre
 first and stops early enough for what follows it; the exact backend gets what is left after
 the reserve (:meth:`Budget.reserve`: mapping back, the inversion fix and the
 explanations); the LP bounds and the explanations stop in time for the plan to be built.
+
+What is kept for building and writing the plan follows one rule: each tail is an idle
+machine's CPU figure times the machine's measured slowdown (:meth:`Budget.slowdown`: this
+solve's wall seconds per CPU second so far, the problem build first; never lowered):
+
+- greedy stops ``reserve_s + greedy_tail_s_per_job x pending x slowdown`` before the plan
+  deadline (:meth:`Budget.greedy_deadline`: the bounds, explanations and plan after it);
+- the LP bounds ``reserve_s + bound_tail_s_per_job x jobs x slowdown`` before it;
+- the explanations ``explain_tail_s_per_item x (jobs + free GPUs) x slowdown`` before it
+  (:meth:`Budget.plan_tail_s`: building the plan, which lists every placed GPU and every
+  pending job);
+- the aggregated bound is estimated at ``aggregate_s_per_job x jobs x slowdown``;
+- the plan deadline itself is the caller's less ``(slowdown - 1) x write_s``: the caller
+  (the CLI, ``hyperplace.deadline.write_reserve_s``, by the format it writes) took its
+  idle figure for serialising and writing the plan off already.
+
+On a loaded machine every phase takes that many times its CPU time (131,072 GPUs / 16,384
+jobs at load 8-11: building the plan 1.0-2.5 s of wall for 0.4-0.8 s of CPU), and the
+unscaled tails were overrun (#25 review R1: 11.8 s of wall at budget 10, the plan's
+runtimeS saying 9.3 s). The figures and where they were measured: ``BudgetParams``,
+``hyperplace.deadline.WRITE_S_PER_ITEM``; the rows: ``bench/results/scale.md``, "The budget
+promise under load".
 """
 
 from __future__ import annotations
