@@ -290,3 +290,36 @@ def test_a_container_asking_for_too_many_gpus_is_named_at_its_own_field(tmp_path
     line = err.value.one_line()
     assert "containers[0].resources" in line and "nvidia.com/gpu" in line
     assert "at most 4,096" in line and "gpusPerGroup" not in line and str(path) in line
+
+
+def test_time_sliced_and_mig_nodes_are_left_out_not_counted_as_gpus():
+    """GFD labels a time-sliced node nvidia.com/gpu.replicas (its capacity is replicas x the
+    GPUs, the product '-SHARED') and a MIG-single node with a '-MIG-<profile>' product (its
+    capacity counts slices): they were read as 32 H100-80 and 56 A100-40 whole GPUs (new
+    user). They are left out with a note; only such nodes is an error."""
+    doc = json.loads(NODES.read_text())
+    whole = doc["items"][1]
+    shared = json.loads(json.dumps(whole))
+    shared["metadata"]["name"] = "sliced"
+    shared["metadata"]["labels"].update({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED",
+                                         "nvidia.com/gpu.replicas": "4",
+                                         "nvidia.com/gpu.count": "8"})
+    shared["status"]["capacity"]["nvidia.com/gpu"] = "32"
+    shared["status"]["allocatable"]["nvidia.com/gpu"] = "32"
+    mig = json.loads(json.dumps(whole))
+    mig["metadata"]["name"] = "mig"
+    mig["metadata"]["labels"].update({"nvidia.com/gpu.product":
+                                      "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+                                      "nvidia.com/mig.strategy": "single"})
+    mig["status"]["capacity"]["nvidia.com/gpu"] = "56"
+    mig["status"]["allocatable"]["nvidia.com/gpu"] = "56"
+    kc = import_kubernetes_nodes([(whole, ""), (shared, ""), (mig, "")], "n.json")
+    assert [n.name for n in kc.cluster.nodes] == [whole["metadata"]["name"]]
+    note = next(n for n in kc.notes if "left out, their GPUs shared or sliced" in n)
+    assert note.startswith("2 node(s) left out") and "'sliced' time-slices its GPUs" in note
+    assert "its 32 nvidia.com/gpu are shares of 8 GPUs" in note
+    for alone, words in ((shared, "time-slices its GPUs"), (mig, "offers MIG slices")):
+        with pytest.raises(InputError) as e:
+            import_kubernetes_nodes([(alone, "")], "n.json")
+        assert e.value.message.startswith("no node has whole GPUs: node ") and words in \
+            e.value.message

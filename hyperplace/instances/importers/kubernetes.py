@@ -9,10 +9,14 @@ GPUs of a node
     without it, NVIDIA GPU Feature Discovery's ``nvidia.com/gpu.count`` label. GPUs the device
     plugin does not offer (``capacity - allocatable``, the plugin's unhealthy devices) are
     marked ``faulty``; the API does not say which indices, so the highest ones are taken.
-    A node with no GPU is left out (CPU and control-plane nodes).
+    A node with no GPU is left out (CPU and control-plane nodes), and so, with a note, is a
+    node whose ``nvidia.com/gpu`` are not whole GPUs: time-sliced (GFD's
+    ``nvidia.com/gpu.replicas`` > 1, a ``-SHARED`` product: the capacity is replicas x GPUs)
+    or MIG slices under the single strategy (a ``-MIG-<profile>`` product); only such nodes
+    is an error.
 GPU type
     GFD's ``nvidia.com/gpu.product`` (``NVIDIA-H100-80GB-HBM3``, ``NVIDIA-GB200``;
-    ``-SHARED``/``-MIG-...`` suffixes read as the whole GPU) through the catalog's aliases,
+    ``-SHARED``/``-MIG-...`` suffixes name the whole GPU) through the catalog's aliases,
     checked against ``nvidia.com/gpu.memory`` (MiB) when both are there: an H200 labelled
     with 143771 MiB is never typed H100-80. In a VM given an NVIDIA vGPU
     (``nvidia.com/vgpu.present: "true"``) the product names a profile,
@@ -212,6 +216,28 @@ class NodeFacts:
     labels: dict[str, str]
     unschedulable: bool
     path: str
+    # why the node's nvidia.com/gpu are not whole GPUs (time-slicing replicas, MIG slices):
+    # such a node is left out with a note
+    shared: str | None = None
+
+
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GFD: time-slicing / MPS replicas per GPU
+
+
+def _sharing(name: str, gpus: int, labels: dict[str, str], product: str | None) -> str | None:
+    """Why a node's ``nvidia.com/gpu`` are not whole GPUs, or None: GFD labels a
+    time-sliced node ``nvidia.com/gpu.replicas: N`` (its capacity is N x the GPUs, the product
+    ending ``-SHARED``) and a node under the single MIG strategy with a ``-MIG-<profile>``
+    product (its capacity counts MIG slices)."""
+    replicas = labels.get(REPLICAS_LABEL, "").strip()
+    if (replicas.isdigit() and int(replicas) > 1) or (product or "").endswith("-SHARED"):
+        whole = labels.get(COUNT_LABEL, "?")
+        return (f"node {name!r} time-slices its GPUs ({REPLICAS_LABEL} {replicas or '?'}: its "
+                f"{gpus} nvidia.com/gpu are shares of {whole} GPUs)")
+    if "-MIG-" in (product or ""):
+        return (f"node {name!r} offers MIG slices ({product}: its {gpus} nvidia.com/gpu are "
+                "slices, not GPUs)")
+    return None
 
 
 def _node_facts(obj: dict[str, Any], src: str, where: str) -> NodeFacts | None:
@@ -245,7 +271,8 @@ def _node_facts(obj: dict[str, Any], src: str, where: str) -> NodeFacts | None:
     if labels.get(MEMORY_LABEL):
         memory = quantity(labels[MEMORY_LABEL], src, f"{where}metadata.labels.{MEMORY_LABEL}")
     unschedulable = bool(mapping_or_empty(obj.get("spec"), src, f"{where}spec").get("unschedulable"))
-    return NodeFacts(name, gpus, gpus - usable, product, memory, labels, unschedulable, where)
+    return NodeFacts(name, gpus, gpus - usable, product, memory, labels, unschedulable, where,
+                     _sharing(name, gpus, labels, product))
 
 
 def _gpu_type(f: NodeFacts, gpu_type: str | None, cat: GPUCatalog, src: str) -> GPUType:
@@ -484,6 +511,8 @@ def import_kubernetes_nodes(
     cat = catalog or default_catalog()
     lv = dict(levels or DEFAULT_LEVELS)
     facts: dict[str, NodeFacts] = {}
+    shared: dict[str, str] = {}
+    shared_notes: list[str] = []
     skipped = 0
     for doc, where in node_docs:
         for obj, path in _list_items(doc, "Node", src, where):
@@ -491,10 +520,20 @@ def import_kubernetes_nodes(
             if f is None:
                 skipped += 1
                 continue
-            if f.name in facts:
+            if f.name in facts or f.name in shared:
                 raise InputError(f"node {f.name!r} appears twice", source=src,
                                  path=f"{path}metadata.name")
+            if f.shared is not None:  # shares or slices of GPUs: not whole GPUs to place
+                shared[f.name] = f.shared
+                continue
             facts[f.name] = f
+    if shared:
+        first = next(iter(shared.values()))
+        if not facts:
+            raise InputError(f"no node has whole GPUs: {first}; hyperplace places whole GPUs",
+                             source=src)
+        shared_notes.append(f"{len(shared)} node(s) left out, their GPUs shared or sliced "
+                            f"({first}; hyperplace places whole GPUs)")
     if not facts:
         raise InputError("no node has GPUs (status.capacity['nvidia.com/gpu'] or the "
                          f"{COUNT_LABEL} label)", source=src)
@@ -516,7 +555,7 @@ def import_kubernetes_nodes(
                          "nvlink": kind, "labels": dict(f.labels), "faulty": faulty,
                          "allocated": {}, "assumed": assumed, "path": f.path}
         gbps[f.name] = node_gbps or f.gpus * t.nic_gbps
-    notes = []
+    notes = list(shared_notes)
     if skipped:
         notes.append(f"{skipped} node(s) without GPUs left out")
     for use in read_pods(pod_docs, src):
