@@ -415,7 +415,7 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
     # after the solve: only in what its budget left, at this worker's measured rate (the
     # library's figure was fitted on an idle machine; on a busy one forecasts of 2,000 jobs
     # took twice as long and ran past the hard deadline)
-    need = max(forecast.FORECAST_S_PER_JOB, ctx.forecast_s_per_job) * len(inst.jobs)
+    need = max(forecast.forecast_cost_s(inst, plan), ctx.forecast_s_per_job * len(inst.jobs))
     if need <= remaining(deadline):
         start = time.monotonic()
         try:
