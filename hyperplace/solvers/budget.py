@@ -13,9 +13,9 @@ solve's wall seconds per CPU second so far, the problem build first; never lower
 - greedy stops ``reserve_s + greedy_tail_s_per_job x pending x slowdown`` before the plan
   deadline (:meth:`Budget.greedy_deadline`: the bounds, explanations and plan after it);
 - the LP bounds ``reserve_s + bound_tail_s_per_job x jobs x slowdown`` before it;
-- the explanations ``explain_tail_s_per_item x (jobs + free GPUs) x slowdown`` before it
-  (:meth:`Budget.plan_tail_s`: building the plan, which lists every placed GPU and every
-  pending job);
+- the explanations ``explain_tail_s_per_item x (jobs + placeable GPUs) x slowdown`` before
+  it (:meth:`Budget.plan_tail_s`: building the plan, which lists every placed GPU and every
+  pending job; placeable: the free GPUs, at most what the jobs ask);
 - the aggregated bound is estimated at ``aggregate_s_per_job x jobs x slowdown``;
 - the plan deadline itself is the caller's less ``(slowdown - 1) x write_s``: the caller
   (the CLI, ``hyperplace.deadline.write_reserve_s``, by the format it writes) took its
@@ -185,9 +185,10 @@ class Budget:
             self.slowdown() * self.params.bound_tail_s_per_job * jobs
 
     def plan_tail_s(self, jobs: int, free_gpus: int) -> float:
-        """Seconds kept for building the plan of ``jobs`` jobs and ``free_gpus`` free GPUs
-        (every placed GPU and every pending job is written): ``explain_tail_s_per_item x
-        (jobs + free GPUs) x slowdown``."""
+        """Seconds kept for building the plan of ``jobs`` jobs that may place ``free_gpus``
+        GPUs (every placed GPU and every pending job is written; the driver passes
+        ``driver.placeable_gpus``: the free GPUs, at most what the jobs ask):
+        ``explain_tail_s_per_item x (jobs + free_gpus) x slowdown``."""
         return self.slowdown() * self.params.explain_tail_s_per_item * (jobs + free_gpus)
 
     def explain_deadline(self, jobs: int, free_gpus: int) -> float:

@@ -86,6 +86,14 @@ def demand_bound(p: PlacementProblem) -> float:
     return total
 
 
+def placeable_gpus(p: PlacementProblem) -> int:
+    """GPUs a plan of the round can place at most, what building its plan scales with (it
+    lists every placed GPU): the free GPUs and those the families count (with preemption
+    the running jobs'), at most what the round's jobs ask (131,072 GPUs / 16,384 jobs at
+    fragmentation 0.6: 22,095 of 52,429 free)."""
+    return min(p.weight_capacity, sum(jv.gpus for jv in p.jobs))
+
+
 def auto_backend(p: PlacementProblem, params: SolveParams | None = None) -> str:
     """The backend ``auto`` uses: HiGHS for large all-NVSwitch models, CP-SAT otherwise."""
     budget = (params or SolveParams()).budget
@@ -281,12 +289,12 @@ def _aggregate(r: SolveRound, late: bool = False) -> None:
     if p.stops_jobs is not None or r.agg_tried:  # a round that may stop running jobs: not
         return  # aggregated; and it runs once
     jobs, budget = len(p.jobs), r.budget
-    if not (budget.aggregate_fits_late(jobs, p.free_gpus) if late
+    if not (budget.aggregate_fits_late(jobs, placeable_gpus(p)) if late
             else budget.aggregate_fits(jobs)):
         return
     from hyperplace.solvers.backends.aggregate import aggregate_bound  # HiGHS: when it runs
 
-    found = aggregate_bound(p, budget.explain_deadline(jobs, p.free_gpus) if late
+    found = aggregate_bound(p, budget.explain_deadline(jobs, placeable_gpus(p)) if late
                             else budget.bounds_deadline(jobs))
     r.agg_bound, r.agg_s, r.agg_tried = found.bound, found.seconds, True
 
@@ -488,7 +496,8 @@ def _explanations(r: SolveRound, skipped: set[int]) -> dict[int, list[str]]:
     if chosen.untried:
         r.note(f"greedy ran out of time: {len(chosen.untried)} pending jobs were not tried "
                "(their reasons say so)")
-    reasons = explain(p, chosen, deadline=r.budget.explain_deadline(len(p.jobs), p.free_gpus),
+    reasons = explain(p, chosen,
+                      deadline=r.budget.explain_deadline(len(p.jobs), placeable_gpus(p)),
                       fits_alone=fit_probe(p, gp),
                       held_by_spares=families.spare_probe(p, chosen, gp),
                       skipped=skipped)

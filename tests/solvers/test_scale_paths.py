@@ -177,6 +177,18 @@ def test_what_is_kept_for_the_plan_grows_with_the_measured_slowdown():
     assert b.slowdown() == 4.0 and kept() == pytest.approx(rule(4.0))
 
 
+def test_the_plan_is_kept_time_for_the_gpus_it_can_place():
+    """Building the plan scales with the GPUs it places: the explanations stop the plan's
+    tail before the deadline for the free GPUs, at most what the round's jobs ask."""
+    from hyperplace.solvers.driver import placeable_gpus
+
+    nodes = [node(f"n{i}") for i in range(4)]  # 32 free GPUs
+    few = PlacementProblem(instance(nodes, [job("a", tp=8), job("b", tp=4)]))
+    assert few.free_gpus == 32 and placeable_gpus(few) == 12
+    many = PlacementProblem(instance(nodes, [job(f"j{i}", tp=8) for i in range(6)]))
+    assert placeable_gpus(many) == 32
+
+
 def test_the_plans_runtime_covers_building_it(monkeypatch):
     """runtimeS is stamped once the plan is built: a clock that advances 3 s while the plan
     is written shows in it (it was stamped before, and said 9.3 s of a solve of 11.8 s)."""
