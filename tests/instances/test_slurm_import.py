@@ -112,3 +112,21 @@ def test_the_topology_guide_example_says_what_it_assumed(tmp_path):
     assert all(n.labels["hyperplace.io/assumed"] == "nvlink,gpu-count" for n in c.nodes)
     assert c.network.hop_count("tux0", "tux3") == 1
     assert c.network.hop_count("tux0", "tux15") == 3  # leaf, any of four spines, leaf
+
+
+def test_a_gres_type_naming_a_family_says_which_size_was_taken(tmp_path):
+    """gres.conf's Type=a100 names a family of two sizes; it was read as A100-80 without a
+    word (the memory decides what fits)."""
+    gres = tmp_path / "gres.conf"
+    gres.write_text("NodeName=tux[0-15] Name=gpu Type=a100 File=/dev/nvidia[0-3]\n"
+                    "NodeName=tux[0-15] Name=shard Count=32\n")
+    conf = SLURM / "topology-guide-two-level.conf"
+    text, summary = import_cluster("slurm", [str(conf), str(gres)])
+    assert "GPU type 'a100' names the A100 family: taken as A100-80 (of A100-40, " \
+        "A100-80; --gpu-type chooses)" in summary
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    c = instance_from_documents(load_documents(p), str(p)).clusters[0]
+    tux0 = next(n for n in c.nodes if n.name == "tux0")
+    assert tux0.gpu_type == "A100-80" and tux0.gpu_count == 4
+    assert "gpu-memory" in tux0.labels["hyperplace.io/assumed"].split(",")

@@ -400,8 +400,15 @@ def import_slurm(topology_texts: list[tuple[str, str]], *, gres: list[tuple[str,
         pairs = gres_pairs(g, t.nvlink_per_link_gbps, name, "gres.conf") if g and g.links else []
         kind = NVLinkTopology.EXPLICIT if pairs else (
             NVLinkTopology.NVSWITCH if t.nvlink_gbps > 0 and count in (4, 8) else NVLinkTopology.PCIE)
+        # a file's Type naming a family of several memory sizes (gres.conf Type=a100): the
+        # size is the catalog's default for the family, an assumption to name
+        sizes = sorted(c.name for c in cat if c.family == t.family)
+        vague = gpu_type is None and len(sizes) > 1 and tname.strip().lower() != t.name.lower()
+        if vague and not any(t.name in n for n in notes):
+            notes.append(f"GPU type {tname!r} names the {t.family} family: taken as {t.name} "
+                         f"(of {', '.join(sizes)}; --gpu-type chooses)")
         assumed = [*([] if (g and g.links) or t.nvlink_gbps == 0 else ["nvlink"]),
-                   *([] if g or sc else ["gpu-count"])]
+                   *([] if g or sc else ["gpu-count"]), *(["gpu-memory"] if vague else [])]
         labels = {"hyperplace.io/assumed": ",".join(assumed)} if assumed else {}
         faulty = list(range(count)) if sc and sc.down else []
         allocated = {i: "slurm-allocated" for i in sc.used} if sc and not sc.down else {}
