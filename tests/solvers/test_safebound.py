@@ -256,3 +256,16 @@ def test_a_fallback_plan_proven_by_the_aggregated_bound_alone_says_so(monkeypatc
     assert plan.objective_gaps["admitted_priority_demand"] == 0.0
     assert "equals the aggregated model's LP bound, so it is optimal" in plan.message
     assert "LP relaxation's bound" not in plan.message
+
+
+def test_costs_beyond_exact_floats_are_bounded_too():
+    """Objective 1's weights pass 2**53 with many priority levels: max (2**60 + 1) x + y,
+    x <= 1, y <= 1 in floats has cost 2**60 (the +1 lost), yet the bound must hold for the
+    exact costs: at least 2**60 + 2."""
+    big = 2**60 + 1
+    args = (np.array([float(big), 1.0]), np.zeros(2), np.ones(2), np.array([-INF]),
+            np.array([2.0]), np.array([0]), np.array([0, 1]), np.array([1.0, 1.0]))
+    assert float(big) == 2.0**60
+    for y in (np.array([0.0]), np.array([1.0])):
+        bound = dual_bound(*args, y)
+        assert bound is not None and Fraction(bound) >= big + 1

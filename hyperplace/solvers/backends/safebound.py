@@ -30,12 +30,14 @@ The float arithmetic of that sum is bounded, not trusted: ``d`` is computed as `
 (|c_j| + sum_i |a_ij y_i|)`` (Higham's bound for a sum of ``k_j + 1`` rounded products, ``k_j``
 the column's nonzeros, doubled for the rounding of the ``|.|`` sum itself); a column's term
 is widened by ``delta_j max(|lb_j|, |ub_j|)``. The terms are added with ``math.fsum``
-(correctly rounded) and the result is raised by ``8 eps/2`` times the sum of the terms'
-magnitudes (each term's product rounded once, the fsum and the last additions: four such
-errors at most, so a factor two to spare), then to the next float up. The LP data must be
-what the caller gave the solver, exactly (integer coefficients and bounds here: exact in
-float64), and a bound of the LP relaxation bounds every integer solution, so an integer
-objective is at most ``floor`` of it (:func:`integer_bound`).
+(correctly rounded) and the result is raised by ``16 eps/2`` times the sum of the terms'
+magnitudes (a row term's side and product rounded, a column term's product, the widening's
+own arithmetic, the fsum and the last additions: at most about 8 such errors), then to the
+next float up. The LP data are the caller's exact numbers (integers here) as float64: exact
+below 2**53; above (objective 1's weights with many priority levels), a cost or coefficient
+rounded once more adds one relative ``eps/2`` to a product, inside the factor 2 of
+``delta_j`` and the margin. A bound of the LP relaxation bounds every integer solution, so
+an integer objective is at most ``floor`` of it (:func:`integer_bound`).
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ def dual_bound(cost: ArrayLike, lb: ArrayLike, ub: ArrayLike, row_lo: ArrayLike,
     if not np.all(np.isfinite(terms)):
         return None
     total = math.fsum(terms.tolist())
-    margin = 8.0 * UNIT * float(np.sum(np.abs(terms))) * (1.0 + 1e-9)
+    margin = 16.0 * UNIT * float(np.sum(np.abs(terms))) * (1.0 + 1e-9)
     bound = float(np.nextafter(total + margin, math.inf))
     return bound if math.isfinite(bound) else None
 
