@@ -687,6 +687,10 @@ def _check_queue_documents(ex: Any, source: str, clusters: list[ParsedCluster]) 
         kinds = sorted({d.get("kind", "") for _, d in queue_docs})
         out.append(f"{len(queue_docs)} queue document(s) ({', '.join(kinds)}): "
                    f"{len(qs.queues)} queue(s), {len(qs.local_queues)} LocalQueue(s)")
+        bare = sorted(q.name for q in qs.queues.values() if not q.quotas)
+        if bare:  # Kueue admits no GPU workload in a ClusterQueue that does not cover GPUs
+            out.append(f"queue(s) covering no GPU (no nvidia.com/gpu in their resourceGroups), "
+                       f"so a GPU job in them is never admitted: {', '.join(bare)}")
     return out
 
 

@@ -323,3 +323,19 @@ def test_time_sliced_and_mig_nodes_are_left_out_not_counted_as_gpus():
             import_kubernetes_nodes([(alone, "")], "n.json")
         assert e.value.message.startswith("no node has whole GPUs: node ") and words in \
             e.value.message
+
+
+def test_validate_names_a_cluster_queue_that_covers_no_gpu(tmp_path):
+    """Kueue's TAS samples cover cpu and memory only; such a ClusterQueue never admits a GPU
+    job, which validate said nothing of (solve's reason did)."""
+    q = tmp_path / "q.yaml"
+    q.write_text(yaml.safe_dump_all([
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+         "metadata": {"name": "f"}, "spec": {}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+         "metadata": {"name": "cpu-only"}, "spec": {"resourceGroups": [
+             {"coveredResources": ["cpu"], "flavors": [
+                 {"name": "f", "resources": [{"name": "cpu", "nominalQuota": 9}]}]}]}}]))
+    line = validate_file(q)
+    assert line.endswith("queue(s) covering no GPU (no nvidia.com/gpu in their "
+                         "resourceGroups), so a GPU job in them is never admitted: cpu-only")
