@@ -412,7 +412,7 @@ def _quota_reasons(p: PlacementProblem, jv: JobView, assignment: Assignment,
     if key not in queue.quotas:
         return [f"queue {jv.queue}: no quota covers {'/'.join(blocked)} GPUs"]
     quota = queue.quotas[key]
-    ceiling = quota.nominal + quota.borrowing_limit
+    ceiling = quota.cap
     if jv.gpus > ceiling:  # never, whatever runs: say that, not what is in use now
         kind = "GPUs" if key == "*" else f"{key} GPUs"
         return [f"queue {jv.queue} may never hold more than {ceiling:g} {kind} (nominal "

@@ -41,13 +41,29 @@ def test_the_merged_bound_is_the_aggregated_one_when_every_cluster_is_built(seed
     routing LP's bound is 88 % above the optimum and the aggregated one within 0.01 %."""
     from hyperplace.solvers.decompose import route
 
+    from hyperplace.solvers import decompose
+
     inst = generate_federation(3, 128, 40, None, 0.6, seed, size_scale=2)
     mono = solve_placement(inst, solver="milp", budget_s=60)
     assert mono.status.value == "optimal"
-    dec = solve_decomposed(inst, budget_s=20, always=True)
+    # the aggregated bound as computed, before the merge clamps the plan's bound up to its
+    # objective (a bound below the optimum would be hidden there)
+    seen: list[float | None] = []
+    real = decompose._Run.aggregated_bound
+
+    def spy(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        seen.append(out[0])
+        return out
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(decompose._Run, "aggregated_bound", spy)
+        dec = solve_decomposed(inst, budget_s=20, always=True)
     assert check(dec, inst) == []
     routing = route(inst).bound
     assert routing is not None and dec.bound is not None
+    assert len(seen) == 1 and seen[0] is not None
+    assert mono.objective <= seen[0] <= routing
     assert mono.objective <= dec.bound <= routing
     assert "aggregated model's LP relaxation over every cluster" in dec.message
     if seed == 4:

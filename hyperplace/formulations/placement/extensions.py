@@ -32,7 +32,8 @@ driver (:meth:`RoundExtension.plan_value` in the plan score, :meth:`RoundExtensi
 the plan's objective terms, :meth:`RoundExtension.kept_demand` in objective 1 and
 :meth:`RoundExtension.bound_demands` in its demand bound,
 :attr:`RoundExtension.relaxation_bounds` and :attr:`RoundExtension.plan_objective` for its
-bounds, :meth:`RoundExtension.reasons` after the explanations) and by the problem
+bounds, :meth:`RoundExtension.round_objectives` for the gaps of a plan without a model,
+``_objective_gaps``, :meth:`RoundExtension.reasons` after the explanations) and by the problem
 (:meth:`RoundExtension.restrictions`, where the model sees less than the rules allow;
 :meth:`RoundExtension.weighted_demands` and :meth:`RoundExtension.counted_gpus` for the
 priority weights, ``PlacementProblem._weighted_demands`` and ``weight_capacity``).
