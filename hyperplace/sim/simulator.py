@@ -79,6 +79,9 @@ class SimConfig:
     # (hyperplace.sim.forecast.StartCorrection; False, the default: the schedule's planned
     # starts)
     engine_forecast_correction: bool = False
+    # the planning engine's fill may start reserved jobs now (hyperplace.sim.planning.
+    # FILL_RESERVED; False: reserved jobs wait for their reservation)
+    engine_fill_reserved: bool = True
 
 
 @dataclass
@@ -138,7 +141,8 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
                   "objective": config.schedule_objective, "step_s": config.step_s,
                   "round_s": config.round_s, "prediction_sigma": config.prediction_sigma,
                   "clock": config.engine_clock,
-                  "forecast_correction": config.engine_forecast_correction})
+                  "forecast_correction": config.engine_forecast_correction,
+                  "fill_reserved": config.engine_fill_reserved})
     loop = RoundLoop(instance, pol, check=config.check, half_life_s=config.half_life_s)
     own_speed = getattr(pol, "speed_model", None)
     loop.speed = (own_speed(loop.state.base, config.network) if own_speed is not None

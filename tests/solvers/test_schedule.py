@@ -859,3 +859,49 @@ def test_the_engines_forecast_correction_learns_only_from_starts_before_the_roun
     f = summarize(run)["forecast"]
     assert f["raw"]["jobs"] == f["jobs"] and "raw" not in summarize(plain)["forecast"]
 
+
+
+def test_the_fill_may_start_a_reserved_job_now_never_later_than_its_reservation():
+    import dataclasses
+
+    from hyperplace.solvers.schedule import fill_now, list_order
+
+    # every H100 busy until 1,200 s, the A100 free: "r" is reserved on H100 from 1,200 s
+    # (500 s there), and 1,500 s on A100 now costs it less
+    inst = instance(h_leaves=1, a_leaves=1)
+    jobs = [(manifest("r", 8), 0.0)]
+    work = {"r": 1500.0}
+    running = [RunningSlot("h", tuple((f"h{k}", i) for k in (0, 1) for i in range(8)), 1200.0)]
+    kw = {"horizon": 7200, "step": 300, "objective": "completion", "wait_weight": 4.0}
+    opts = problem(inst, jobs, work, running, **kw).jobs[0].options
+    h100 = next(o.pool for o in opts if o.gpu_type == "H100-80")
+    res = {"r": Reservation("r", h100, 1200.0)}
+    p = problem(inst, jobs, work, running, reservations=res, **kw)
+    plain = solve_schedule(p, solver="greedy")
+    assert plain.entries["r"].start_step == 4 and plain.entries["r"].pool == h100
+    same, n = fill_now(p, plain.entries, list_order(p), set(res), margin=0.5)
+    assert n == 0 and same["r"].start_step == 4  # reservations stay, by default
+    moved, n = fill_now(p, plain.entries, list_order(p), set(res), margin=0.5, reserved=True)
+    assert n == 1 and moved["r"].start_step == 0
+    assert p.pools[moved["r"].pool].gpu_type == "A100-80"
+    assert check_result(inst, jobs, dataclasses.replace(plain, entries=moved), running) == []
+    # random rounds: within capacity, and a reserved job starts now or where it was reserved
+    for seed in range(10):
+        rng = random.Random(500 + seed)
+        inst, jobs, work, running = random_round(rng, rng.randint(6, 14))
+        first = solve_schedule(problem(inst, jobs, work, running, **kw), solver="greedy")
+        res = {n: Reservation(n, e.pool, first.start_s(n)) for n, e in first.entries.items()
+               if e.start_step and rng.random() < 0.6}
+        p = problem(inst, jobs, work, running, reservations=res, **kw)
+        plain = solve_schedule(p, solver="greedy")
+        entries, _ = fill_now(p, plain.entries, list_order(p), set(res), margin=0.5,
+                              reserved=True)
+        assert check_result(inst, jobs, dataclasses.replace(plain, entries=entries),
+                            running) == []
+        for n in res:
+            a, b = plain.entries[n], entries[n]
+            if a.start_step is None:
+                continue
+            assert b.start_step in (0, a.start_step)
+            if b.start_step == 0 and a.start_step:
+                assert p.job_cost(0, b.end_step) <= 1.5 * p.job_cost(a.start_step, a.end_step)

@@ -271,7 +271,8 @@ def _fill_option(prof: Profile, problem: ScheduleProblem, j: ScheduleJob, e: Pla
 
 
 def fill_now(problem: ScheduleProblem, entries: dict[str, Planned], order: list[ScheduleJob],
-             keep: set[str], margin: float = 0.0) -> tuple[dict[str, Planned], int]:
+             keep: set[str], margin: float = 0.0, reserved: bool = False
+             ) -> tuple[dict[str, Planned], int]:
     """Work-conserving fill of ``entries`` (a schedule of every job, in list ``order``): the
     jobs it starts now and the planned starts of the jobs in ``keep`` (the reservations) stay;
     every other job, in list order, starts now on an option that has room from now over its
@@ -283,7 +284,12 @@ def fill_now(problem: ScheduleProblem, entries: dict[str, Planned], order: list[
 
     Why: a planned start of a job without a reservation rests on predicted ends (lognormal
     error) and is re-planned next round anyway, while capacity idle now is lost for sure;
-    the schedule's optimum may leave GPUs idle now for such a plan."""
+    the schedule's optimum may leave GPUs idle now for such a plan.
+
+    ``reserved``: a job of ``keep`` planned later may start now too, by the same rule against
+    its reserved term, around the other reservations (a reserved job may start earlier than
+    its reservation, never later; the schedule keeps it in its pool only when that is
+    cheaper); it is tried in list order like the others."""
     longest = max((problem.dur_steps(o) for j in problem.jobs for o in j.options), default=1)
     # a start now needs the profile over its run only (the longest run; what is booked
     # beyond it cannot block a start at step 0)
@@ -296,12 +302,21 @@ def fill_now(problem: ScheduleProblem, entries: dict[str, Planned], order: list[
     filled = 0
     for j in order:
         e = entries.get(j.name)
-        if j.name in fixed or not j.options or e is None:
+        if not j.options or e is None:
             continue
+        mine = fixed.get(j.name)
+        if mine is not None:
+            if not reserved or mine.start_step == 0:
+                continue
+            o = j.options[mine.option]  # its reservation, lifted while it tries now
+            prof.take(o.pool, -j.demand[o.pool], mine.start_step, mine.duration_steps,
+                      -j.node_demand.get(o.pool, 0))
         k = _fill_option(prof, problem, j, e, margin)
         if k is not None:
             fixed[j.name] = _take(prof, problem, j, k, 0)
             filled += 1
+        elif mine is not None:
+            fixed[j.name] = _take(prof, problem, j, mine.option, mine.start_step)
     if not filled:
         return entries, 0
     return list_schedule(problem, order, fixed=fixed), filled
@@ -510,14 +525,15 @@ def _search(problem: ScheduleProblem, order: list[ScheduleJob], head: list[Sched
 
 
 def _fill(problem: ScheduleProblem, entries: dict[str, Planned], order: list[ScheduleJob],
-          status: str, margin: float, spent: bool, notes: list[str]
+          status: str, margin: float, spent: bool, notes: list[str], reserved: bool = False
           ) -> tuple[dict[str, Planned], str]:
     """The work-conserving fill of ``entries`` (:func:`fill_now`) unless the wall budget is
     ``spent``; with the status it leaves."""
     if spent:
         notes.append("no time left for the work-conserving fill")  # wall clock: the budget
         return entries, status
-    entries, filled = fill_now(problem, entries, order, set(problem.reservations), margin)
+    entries, filled = fill_now(problem, entries, order, set(problem.reservations), margin,
+                               reserved)
     if filled:
         notes.append(f"{filled} jobs started now by the work-conserving fill")
         if status == "optimal":  # the filled schedule is not the proven optimum
@@ -528,7 +544,8 @@ def _fill(problem: ScheduleProblem, entries: dict[str, Planned], order: list[Sch
 def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: int = 200,
                    solver: str = "cpsat", seed: int = 0, workers: int = 1,
                    work_s: float | None = None, fill: float | None = None,
-                   clock: Callable[[], float] | None = None) -> ScheduleResult:
+                   clock: Callable[[], float] | None = None,
+                   fill_reserved: bool = False) -> ScheduleResult:
     """The schedule of every pending job of ``problem`` (module docstring).
 
     ``work_s``: limit CP-SAT by that much *deterministic* time (OR-Tools' work units; the
@@ -539,7 +556,8 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
     ceiling").
 
     ``fill``: then the work-conserving fill with that margin (:func:`fill_now`); under the
-    wall clock only when the budget is not spent yet (the note says so).
+    wall clock only when the budget is not spent yet (the note says so); ``fill_reserved``:
+    the fill may start reserved jobs now too (:func:`fill_now`'s ``reserved``).
 
     ``clock``: the wall clock every deadline of the round is read on, in seconds (None:
     ``time.perf_counter`` as it is when called; a test passes one that jumps, to reach the
@@ -573,7 +591,8 @@ def solve_schedule(problem: ScheduleProblem, *, budget_s: float = 1.0, window: i
             notes.append(f"CP-SAT proved the window of {len(head)} jobs optimal")
     if fill is not None:
         entries, status = _fill(problem, entries, order, status, fill,
-                                work_s is None and clock() - t0 > budget_s, notes)
+                                work_s is None and clock() - t0 > budget_s, notes,
+                                fill_reserved)
     obj = _objective_of(problem, entries, names)
     if bound is not None and status == "fallback":
         bound = min(bound, obj)
