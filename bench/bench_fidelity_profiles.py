@@ -1,5 +1,5 @@
 """Cost-model fidelity: leave-one-out on Sailor's measured profiles, splits priced with the
-measured times, predicted vs published large-scale training throughput, predict latency.
+measured times, predict latency (large published runs, held out of the fit: bench_fidelity.py).
 
     .venv/bin/python bench/bench_fidelity_profiles.py  # writes bench/results/fidelity_profiles.md
 
@@ -13,8 +13,9 @@ measured times, predicted vs published large-scale training throughput, predict 
    profiled model, the split chosen from the predictions (measurements stripped; the model's
    own profiles held out of the fit) is priced with the measured times and compared with
    the measured optimum; the symmetric and proportional splits beside it.
-4. Published runs: predicted model TFLOP/s per GPU and MFU against figures papers report at
-   known TP/PP/DP and batch (sources in PUBLISHED).
+4. Large published runs (Megatron-LM, Megatron-Core, Llama 3), each predicted with the run
+   held out of the fit, are bench/bench_fidelity.py's; observed step times of a user's runs,
+   with their held-out error, are ``hyperplace calibrate --observations``'s table.
 5. ``predict`` latency on the 126-layer llama3-405b.
 """
 
@@ -34,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hyperplace.costmodel.calibration import Calibration  # noqa: E402
 from hyperplace.costmodel.fit import Row, fit_profiles, predict_row  # noqa: E402
-from hyperplace.costmodel.observations import Observation, fit_step_scales  # noqa: E402
 from hyperplace.costmodel.predict import predict  # noqa: E402
 from hyperplace.formulations.layer_split import build_split_data, evaluate_split  # noqa: E402
 from hyperplace.models.gpu import default_catalog  # noqa: E402
@@ -54,25 +54,6 @@ from benchlib import machine  # noqa: E402
 OUT = Path(__file__).parent / "results" / "fidelity_profiles.md"
 SAILOR_TO_CATALOG = {"V100-16": "V100-16", "A100-40": "A100-40", "A100-80": "A100-80",
                      "GH-96": "H100-80"}
-
-# Published large-scale runs: (label, preset, GPU, TP, PP, DP, micro-batch, global batch,
-# seq, recompute, sequence parallel, published model TFLOP/s per GPU, published MFU, source).
-PUBLISHED = [
-    ("GPT-3 175B, 1,024 A100 (Megatron-LM)", "gpt3-175b", "A100-80", 8, 8, 16, 1, 1536, 2048,
-     True, False, 153.0, 0.49,
-     "Narayanan et al., SC'21, Table 1 (175B: t=8, p=8, 1,024 GPUs, batch 1,536, 153 "
-     "TFLOP/s per GPU, 49% of peak; their count includes recomputation, so it is compared "
-     "with hardware TFLOP/s; micro-batch 1 assumed)"),
-    ("Llama 3 405B, 8,192 H100", "llama3-405b", "H100-80", 8, 16, 64, 1, 2048, 8192,
-     False, True, 430.0, 0.43,
-     "Llama 3 paper (Dubey et al. 2024), Table 4: TP 8, PP 16, DP 64, seq 8,192, 16M tokens "
-     "per batch, 430 TFLOP/s per GPU, 43% BF16 MFU (micro-batch 1 assumed)"),
-    ("Llama 3 405B, 16,384 H100", "llama3-405b", "H100-80", 8, 16, 128, 1, 2048, 8192,
-     False, True, 400.0, 0.41,
-     "Llama 3 paper, Table 4: TP 8, PP 16, DP 128, 16M tokens per batch, 400 TFLOP/s per "
-     "GPU, 41% BF16 MFU"),
-]
-
 
 def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
@@ -256,63 +237,6 @@ def split_fidelity(lines: list[str]) -> None:
         lines.append(f"| {model_name} | {len(chosen_r)} | {mw(insample_r)} "
                      f"({within(insample_r)}) | {mw(chosen_r)} ({within(chosen_r)}) | "
                      f"{mw(sym_r)} | {mw(prop_r)} |")
-    lines.append("")
-
-
-def published(lines: list[str]) -> None:
-    lines += ["## 4. Predicted vs published training throughput", "",
-              "| run | config | predicted model TFLOP/s/GPU (hardware) | published | "
-              "predicted / published | predicted MFU | published MFU | fits memory |",
-              "|---|---|---|---|---|---|---|---|"]
-    sources = []
-    for (label, preset, gpu, tp, pp, dp, mb, gbs, seq, rec, sp, pub_tflops, pub_mfu,
-         source) in PUBLISHED:
-        pred = predict(model_preset(preset), gpu, tp=tp, pp=pp, dp=dp, micro_batch=mb,
-                       global_batch=gbs, seq=seq, recompute=rec, sequence_parallel=sp, zero=1)
-        ours = pred.hardware_tflops_per_gpu if rec else pred.model_tflops_per_gpu
-        lines.append(f"| {label} | TP{tp} PP{pp} DP{dp}, mb {mb}, batch {gbs} x {seq}"
-                     f"{', recompute' if rec else ''}{', SP' if sp else ''} | "
-                     f"{pred.model_tflops_per_gpu:.0f} ({pred.hardware_tflops_per_gpu:.0f}) | "
-                     f"{pub_tflops:.0f} | {ours / pub_tflops:.2f} | {pct(pred.mfu)} | "
-                     f"{pct(pub_mfu)} | {'yes' if pred.fits else 'no'} |")
-        sources.append(f"- {label}: {source}")
-    lines += ["", "Sources:", *sources, ""]
-    feedback(lines)
-
-
-def _observed(run: tuple) -> tuple[Observation, float]:
-    """A published run as an observed step: step = FLOPs per step / (TFLOP/s x GPUs), with
-    our own FLOP count (hardware FLOPs when the paper counts recomputation)."""
-    (label, preset, gpu, tp, pp, dp, mb, gbs, seq, rec, sp, pub_tflops, _, _) = run
-    base = predict(model_preset(preset), gpu, tp=tp, pp=pp, dp=dp, micro_batch=mb,
-                   global_batch=gbs, seq=seq, recompute=rec, sequence_parallel=sp, zero=1)
-    ours = base.hardware_tflops_per_gpu if rec else base.model_tflops_per_gpu
-    step = base.step_time_s * ours / pub_tflops
-    return Observation(job=label, model=preset, gpu=gpu, tp=tp, pp=pp, dp=dp,
-                       micro_batch=mb, global_batch=gbs, seq=seq, step_time_s=step,
-                       zero=1, sequence_parallel=sp, recompute="full" if rec else "none"), ours
-
-
-def feedback(lines: list[str]) -> None:
-    """The feedback loop on the published runs: calibrate on one, predict the other."""
-    lines += ["### Observed steps refine the prediction (leave one run out)", "",
-              "Each Llama 3 run's published throughput is turned into an observed step time "
-              "and given to the calibration (`hyperplace calibrate --observations`); the "
-              "other run is then predicted.", "",
-              "| observed | predicted | before (TFLOP/s/GPU) | after | published |",
-              "|---|---|---|---|---|"]
-    full, _ = fit_profiles()
-    llama = [run for run in PUBLISHED if run[1] == "llama3-405b"]
-    for seen, target in ((llama[0], llama[1]), (llama[1], llama[0])):
-        obs, _ = _observed(seen)
-        tuned = fit_step_scales(full, [obs])
-        (_, preset, gpu, tp, pp, dp, mb, gbs, seq, rec, sp, pub, _, _) = target
-        kwargs = dict(tp=tp, pp=pp, dp=dp, micro_batch=mb, global_batch=gbs, seq=seq,
-                      recompute=rec, sequence_parallel=sp, zero=1)
-        before = predict(model_preset(preset), gpu, calibration=full, **kwargs)
-        after = predict(model_preset(preset), gpu, calibration=tuned, **kwargs)
-        lines.append(f"| {seen[0]} | {target[0]} | {before.model_tflops_per_gpu:.0f} | "
-                     f"{after.model_tflops_per_gpu:.0f} | {pub:.0f} |")
     lines.append("")
 
 

@@ -22,7 +22,9 @@ from rich.table import Table
 from hyperplace.costmodel.calibration import load_calibration, write_calibration
 from hyperplace.costmodel.fit import fit_profiles, predict_row, read_profile_rows
 from hyperplace.costmodel.observations import (
+    MAX_LOO_ROWS,
     fit_step_scales,
+    held_out_step_errors,
     memory_misfits,
     read_observations,
     step_errors,
@@ -123,9 +125,12 @@ def _calibrate(profiles: list[str], observations: str | None, calibration: str |
              "each also left out once")
         report = fit_scale(after, large_runs)
         after = report.calibration
+    held_out: dict[tuple[str, str], float] | None = None
     if obs:
         step(f"fitting step scales to {len(obs)} observed step time"
              + ("s" if len(obs) != 1 else ""))
+        if len(obs) <= MAX_LOO_ROWS:  # on the same fit as the step scales start from
+            held_out = held_out_step_errors(after, obs, observations or "")
         after = fit_step_scales(after, obs, observations or "")
     after.created_by = "hyperplace calibrate" + "".join(
         f" --profiles {p}" for p in profiles) + (
@@ -152,8 +157,15 @@ def _calibrate(profiles: list[str], observations: str | None, calibration: str |
         ea = step_errors(after, obs, observations or "")
         for (model, gpu), err in errors_before.items():
             n = sum(1 for o in obs if (o.model, o.gpu) == (model, gpu))
-            table.add_row(model, gpu, "step time", str(n), _pct(err),
+            # after: on the rows fitted on (in-sample), then each row held out of the fit
+            table.add_row(model, gpu, "step time (in-sample)", str(n), _pct(err),
                           _pct(ea.get((model, gpu))))
+            loo = "-" if held_out is None or (model, gpu) not in held_out else \
+                _pct(held_out[(model, gpu)])
+            table.add_row(model, gpu, "step time (LOO)", str(n), _pct(err), loo)
+        if held_out is None:
+            print(f"note: {len(obs):,} observed steps: the held-out (LOO) errors are computed "
+                  f"for at most {MAX_LOO_ROWS}", file=sys.stderr)
     write_calibration(after, output)
     return table
 

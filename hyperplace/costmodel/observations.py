@@ -189,3 +189,25 @@ def step_errors(calibration: Calibration, observations: list[Observation],
         pred = predicted_step(calibration, obs, source)
         errors.setdefault((obs.model, obs.gpu), []).append(abs(pred / obs.step_time_s - 1))
     return {k: statistics.median(v) for k, v in sorted(errors.items())}
+
+
+#: Most observations the leave-one-out errors are computed for (one step-scale fit per row:
+#: quadratic in the rows); above it the calibrate table says so instead.
+MAX_LOO_ROWS = 200
+
+
+def held_out_step_errors(calibration: Calibration, observations: list[Observation],
+                         source: str = "") -> dict[tuple[str, str], float]:
+    """Median absolute relative step-time error per (model, GPU type), each row predicted by
+    step scales fitted on the other rows only (leave one out): the fit's error on data held
+    out of it. A row that is the only one has no other to fit on and is not counted."""
+    errors: dict[tuple[str, str], list[float]] = {}
+    for i, held in enumerate(observations):
+        rest = observations[:i] + observations[i + 1:]
+        if not rest:
+            continue
+        tuned = fit_step_scales(calibration, rest, source)
+        pred = predicted_step(tuned, held, source)
+        errors.setdefault((held.model, held.gpu), []).append(abs(pred / held.step_time_s - 1))
+    return {k: statistics.median(v) for k, v in sorted(errors.items())}
+

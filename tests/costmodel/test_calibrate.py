@@ -172,7 +172,7 @@ def test_a_row_that_does_not_fit_in_memory_is_left_out_and_named(tmp_path: Path)
     assert len(warned) == 1 and warned[0].startswith(f"warning: {obs}: row 3: job 'b': ")
     assert "GB per GPU, more than H100-80's 80 GB" in warned[0]
     assert "left out of the fit" in warned[0]
-    table = [ln for ln in res.stdout.splitlines() if "step time" in ln]
+    table = [ln for ln in res.stdout.splitlines() if "step time (in-sample)" in ln]
     assert len(table) == 1 and "│    1 │" in table[0]  # one row fitted, not two
     from hyperplace.costmodel.observations import memory_misfits, read_observations
 
@@ -208,3 +208,32 @@ def test_a_binary_input_file_is_one_line_not_a_traceback(tmp_path: Path, option:
     res = runner.invoke(app, ["calibrate", option, str(binary), "-o", str(tmp_path / "c.json")])
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert res.stderr.strip() == f"error: {binary}: not UTF-8 text: byte 2 (line 1) is invalid"
+
+
+def test_observed_steps_report_their_error_held_out_of_the_fit(tmp_path: Path) -> None:
+    """A step-scale fit reports its error on rows held out of it (leave one out) beside the
+    in-sample one: two runs of one configuration observed 1.2x and 0.8x of a step time fit
+    each other exactly in-sample only as their geometric mean (both about 20 % off), and
+    held out each is predicted from the other (1/3 and 1/2 off: median 5/12)."""
+    from hyperplace.costmodel.observations import (
+        fit_step_scales, held_out_step_errors, predicted_step, read_observations, step_errors)
+
+    base = load_calibration(None)
+    one = read_observations(write(tmp_path / "one.csv", OBS_HEADER
+                                  + "a,llama3-8b,H100,4,1,2,1,16,8192,1.0\n"))[0]
+    step = predicted_step(base, one)
+    rows = read_observations(write(tmp_path / "two.csv", OBS_HEADER
+                                   + f"a,llama3-8b,H100,4,1,2,1,16,8192,{1.2 * step}\n"
+                                   + f"b,llama3-8b,H100,4,1,2,1,16,8192,{0.8 * step}\n"))
+    key = ("llama3-8b", rows[0].gpu)
+    held = held_out_step_errors(base, rows)
+    assert held[key] == pytest.approx((1 / 3 + 1 / 2) / 2, rel=1e-3)
+    inside = step_errors(fit_step_scales(base, rows), rows)[key]
+    assert inside < 0.25 < held[key]
+    assert held_out_step_errors(base, rows[:1]) == {}  # nothing else to fit on
+    res = runner.invoke(app, ["calibrate", "--observations", str(tmp_path / "two.csv"),
+                              "--fit-set", "none", "-o", str(tmp_path / "cal.json")])
+    assert res.exit_code == 0, res.output
+    loo = [ln for ln in res.stdout.splitlines() if "step time (LOO)" in ln]
+    assert len(loo) == 1 and "41.7%" in loo[0], res.stdout
+
