@@ -156,7 +156,7 @@ def load_sweep(path: str | Path, extra: Mapping[str, Callable] | None = None) ->
     for key in ("budget", "load", "failures", "round"):
         if key in base:
             _check_value(key, base[key], instance, src, f"base.{key}", canonical_policy)
-    _check_trace(base, src)
+    _check_trace(base, src, instance)
     scenarios = [{"id": "base", "changes": {}}]
     names = [k for k, _ in axes]
     count = math.prod(len(v) for _, v in axes) if axes else 0
@@ -173,7 +173,7 @@ def load_sweep(path: str | Path, extra: Mapping[str, Callable] | None = None) ->
     return Sweep(source=src, base=base, scenarios=scenarios, extra=outside)
 
 
-def _check_trace(base: dict[str, Any], src: str) -> None:
+def _check_trace(base: dict[str, Any], src: str, instance: Instance) -> None:
     """``window`` ([START, END] seconds, either null), ``jobs`` (>= 1) and the trace they
     select, read once up front: a window or trace with no job is one line naming the field,
     not a sweep whose every scenario fails."""
@@ -197,9 +197,17 @@ def _check_trace(base: dict[str, Any], src: str) -> None:
                          path="base.jobs")
     lo, hi = window if window is not None else (None, None)
     try:
-        load_trace(str(base["trace"]), start_s=lo, end_s=hi, limit=jobs)
+        trace = load_trace(str(base["trace"]), start_s=lo, end_s=hi, limit=jobs)
     except InputError as exc:
         raise InputError(exc.one_line(), source=src, path="base.trace") from None
+    if str(base.get("workload", "trace")) == "trace":  # fm draws sizes that fit
+        from hyperplace.sim.workload import trace_jobs
+
+        wl = trace_jobs(trace, instance, drop_unfit=True)
+        if not wl.jobs:
+            raise InputError(f"no job of the trace window fits base.instance "
+                             f"{instance.name} ({wl.unfit_example})", source=src,
+                             path="base.trace")
 
 
 def _check_federation(base: dict[str, Any], axes: list[tuple[str, list[Any]]],

@@ -119,6 +119,16 @@ def test_bad_sweep_file_names_file_and_field(tmp_path: Path, doc: dict, where: s
     assert where in err.value.one_line() and err.value.source == str(path)
 
 
+def test_a_trace_no_job_of_which_fits_the_base_instance_is_refused(tmp_path: Path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_time_s,duration_s,num_gpus\n0,100,100000\n")
+    path = write(tmp_path, {"base": {"trace": str(trace)}})
+    with pytest.raises(InputError) as err:
+        load_sweep(path)
+    assert err.value.path == "base.trace" and err.value.message.startswith(
+        "no job of the trace window fits base.instance mixed-a100-h100 (line 2: num_gpus")
+
+
 def test_bad_sweep_on_the_command_line(tmp_path: Path):
     path = write(tmp_path, {"base": {}, "grid": {"failSwitch": ["leaf999"]}})
     where = "grid.failSwitch[0]: unknown switch"
