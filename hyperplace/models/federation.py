@@ -202,3 +202,6 @@ class EstimateReport(HPModel):
     replica_gpus: int
     replicas_wanted: int
     clusters: list[ClusterEstimate]
+    warnings: list[str] = Field(default_factory=list, description=(
+        "input that was read but should be changed (an old key's spelling), one line each "
+        "naming the field, as the CLI prints them on stderr"))

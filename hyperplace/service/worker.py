@@ -590,6 +590,7 @@ def estimate_job(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -
         report = estimate(inst, from_training_job(job))
     except InputError as exc:
         raise RequestProblem(422, [{"path": where, "message": exc.message}]) from None
+    report = report.model_copy(update={"warnings": list(ctx.input_warnings)})
     return Reply(200, dumps(report.to_doc()), {})
 
 

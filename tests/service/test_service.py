@@ -863,6 +863,10 @@ def test_an_old_key_is_read_and_the_answer_says_so(http: httpx.Client) -> None:
     assert r.status_code == 200, r.text
     assert [w.split(":")[1].strip() for w in r.json()["warnings"]] == [
         "spec.clusters[0].nodes[0].nvlinkGbps"]
+    r = http.post("/v1/estimate", json={"instance": fed, "job": fed["spec"]["jobs"][0]
+                                        ["metadata"]["name"]})
+    assert r.status_code == 200, r.text
+    assert r.json()["warnings"] == [w for w in r.json()["warnings"] if "nvlinkGbps" in w] != []
     clean = http.post("/v1/placement", json={"bundled": SMALL, "budgetS": 10,
                                              "solver": "greedy"})
     assert "warnings" not in clean.json()  # and the next request on that worker has none
