@@ -313,8 +313,15 @@ def test_time_sliced_and_mig_nodes_are_left_out_not_counted_as_gpus():
                                       "nvidia.com/mig.strategy": "single"})
     mig["status"]["capacity"]["nvidia.com/gpu"] = "56"
     mig["status"]["allocatable"]["nvidia.com/gpu"] = "56"
-    kc = import_kubernetes_nodes([(whole, ""), (shared, ""), (mig, "")], "n.json")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p-0", "namespace": "d"},
+           "spec": {"nodeName": "sliced", "containers": [
+               {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+           "status": {"phase": "Running"}}
+    kc = import_kubernetes_nodes([(whole, ""), (shared, ""), (mig, "")], "n.json",
+                                 pod_docs=[(pod, "")])
     assert [n.name for n in kc.cluster.nodes] == [whole["metadata"]["name"]]
+    assert any("on 'sliced': a node left out (its GPUs shared or sliced), ignored" in n
+               for n in kc.notes), kc.notes
     note = next(n for n in kc.notes if "left out, their GPUs shared or sliced" in n)
     assert note.startswith("2 node(s) left out") and "'sliced' time-slices its GPUs" in note
     assert "its 32 nvidia.com/gpu are shares of 8 GPUs" in note

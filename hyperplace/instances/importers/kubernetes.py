@@ -561,8 +561,9 @@ def import_kubernetes_nodes(
     for use in read_pods(pod_docs, src):
         plan = plans.get(use.node)
         if plan is None:
-            notes.append(f"pod of {use.job!r} on {use.node!r}: not a GPU node of this cluster, "
-                         "ignored")
+            what = ("a node left out (its GPUs shared or sliced)" if use.node in shared
+                    else "not a GPU node of this cluster")
+            notes.append(f"pod of {use.job!r} on {use.node!r}: {what}, ignored")
             continue
         busy = set(plan["allocated"]) | set(plan["faulty"])
         free = [g for g in range(plan["gpu_count"]) if g not in busy]
