@@ -69,7 +69,9 @@ def headline(summary: dict) -> str:
                 f"{w['trace_offered_load']:.2f})")
     else:  # every job arrives at one instant: no window to offer the work over
         load = "offered load - (all arrive at once: no arrival window)"
-    return (f"{summary['instance']}: {jobs} over {w['arrival_window_s'] / 3600:.1f} h, {load}, "
+    span = w["arrival_window_s"]  # minutes below a tenth of an hour ("over 0.0 h" said little)
+    over = f"{span / 3600:.1f} h" if span >= 360 else f"{span / 60:.1f} min"
+    return (f"{summary['instance']}: {jobs} over {over}, {load}, "
             f"{count(w['instance_gpus'])} GPUs")
 
 

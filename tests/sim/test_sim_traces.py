@@ -177,6 +177,7 @@ def test_one_arrival_instant_has_no_offered_load_number(tmp_path: Path, capsys):
                               "--policy", "fifo", "--no-progress"], capsys)
     assert code == 0, err
     assert "offered load - (all arrive at once" in " ".join(out.split()) and "inf" not in out
+    assert "2 jobs of t over 0.0 min" in " ".join(out.split())  # not "over 0.0 h"
 
 
 def test_a_binary_or_endless_trace_is_one_line(tmp_path: Path, capsys):
