@@ -346,3 +346,24 @@ def test_validate_names_a_cluster_queue_that_covers_no_gpu(tmp_path):
     line = validate_file(q)
     assert line.endswith("queue(s) covering no GPU (no nvidia.com/gpu in their "
                          "resourceGroups), so a GPU job in them is never admitted: cpu-only")
+
+
+def test_an_mps_node_is_said_to_share_its_gpus_by_mps():
+    """GFD's labels of an MPS node as NVIDIA's GPU Operator documents them (one A100, four
+    MPS clients: nvidia.com/gpu.sharing-strategy mps, product -SHARED, capacity 4): left out
+    as shared by MPS, not called time-sliced."""
+    doc = json.loads(NODES.read_text())
+    whole = doc["items"][1]
+    mps = json.loads(json.dumps(whole))
+    mps["metadata"]["name"] = "mps"
+    mps["metadata"]["labels"].update({"nvidia.com/gpu.count": "1",
+                                      "nvidia.com/gpu.replicas": "4",
+                                      "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-SHARED",
+                                      "nvidia.com/gpu.sharing-strategy": "mps"})
+    for key in ("capacity", "allocatable"):
+        mps["status"][key]["nvidia.com/gpu"] = "4"
+    kc = import_kubernetes_nodes([(whole, ""), (mps, "")], "n.json")
+    assert [n.name for n in kc.cluster.nodes] == [whole["metadata"]["name"]]
+    note = next(n for n in kc.notes if "left out, their GPUs shared or sliced" in n)
+    assert "'mps' shares its GPUs by MPS" in note and "are shares of 1 GPUs" in note
+

@@ -222,6 +222,7 @@ class NodeFacts:
 
 
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GFD: time-slicing / MPS replicas per GPU
+STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"  # GFD: "time-slicing" or "mps"
 
 
 def _sharing(name: str, gpus: int, labels: dict[str, str], product: str | None) -> str | None:
@@ -232,7 +233,9 @@ def _sharing(name: str, gpus: int, labels: dict[str, str], product: str | None) 
     replicas = labels.get(REPLICAS_LABEL, "").strip()
     if (replicas.isdigit() and int(replicas) > 1) or (product or "").endswith("-SHARED"):
         whole = labels.get(COUNT_LABEL, "?")
-        return (f"node {name!r} time-slices its GPUs ({REPLICAS_LABEL} {replicas or '?'}: its "
+        how = "shares its GPUs by MPS" if labels.get(STRATEGY_LABEL) == "mps" else \
+            "time-slices its GPUs"
+        return (f"node {name!r} {how} ({REPLICAS_LABEL} {replicas or '?'}: its "
                 f"{gpus} nvidia.com/gpu are shares of {whole} GPUs)")
     if "-MIG-" in (product or ""):
         return (f"node {name!r} offers MIG slices ({product}: its {gpus} nvidia.com/gpu are "
