@@ -425,10 +425,12 @@ class PlanningEngine(Policy):
         """The jobs the last round started, into the forecasts' correction (their first
         planned wait against their actual one); then this round's queue's first plans are
         kept by :meth:`_keep_first_plans`."""
+        if self.correction is None:  # off (the default): no first plans are kept
+            return
         at, names = self._started
         for n in names:
             first = self._first.pop(n, None)
-            if first is not None and self.correction is not None:
+            if first is not None:
                 made, planned, gpus, submit = first
                 self.correction.observe(gpus, planned, at - made, at - submit)
         queued = {j.name for j in view.queue}
