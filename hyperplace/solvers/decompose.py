@@ -63,7 +63,8 @@ from hyperplace.models.plan import PendingJob, PlacementPlan
 from hyperplace.models.plan_builder import PlanBuilder
 from hyperplace.models.priority import priority_weights
 from hyperplace.models.result import SolveStatus, relative_gap
-from hyperplace.solvers.backends.aggregate import Columns, SparseLp, one_cluster, round_down
+from hyperplace.solvers.backends.aggregate import Columns, SparseLp, one_cluster
+from hyperplace.solvers.backends.safebound import integer_bound
 from hyperplace.solvers.budget import Budget
 from hyperplace.solvers.driver import SOLVERS, SolveRound, estimate_vars, finish, search
 from hyperplace.solvers.heuristics.greedy import GreedyStats, fix_inversions, solve_greedy
@@ -338,7 +339,7 @@ def route(instance: Instance, deadline: float | None = None, after_s: float = 0.
         _, status, x = lp_route.maximise(min(left / 2, 30.0))
         value, _, _ = lp_bound.maximise(max(0.01, min(left / 2, 30.0)))
         if value is not None:
-            bound = round_down(value)
+            bound = integer_bound(value)
     demand = _demand_bound(sh.info, weights, total_free)
     bound = demand if bound is None else min(bound, demand)
     assignment = _assign(cols, x, sh.info, room.free, clusters)
@@ -1022,7 +1023,7 @@ class _Run:
         part's node views (reused: ``previous=``) or new ones, its jobs' columns written
         with the whole round's weights; one row per kind across clusters (each job runs in
         one). Every row holds for every valid plan of the whole round, whatever the
-        routing, so the LP optimum bounds objective 1 (the one rounding, :func:`round_down`)."""
+        routing, so the LP optimum bounds objective 1 (the one rounding, :func:`~hyperplace.solvers.backends.safebound.integer_bound`)."""
         t0 = time.perf_counter()
         found = self.found
         if found.unrouted:
@@ -1060,7 +1061,7 @@ class _Run:
         value, status, _ = lp.maximise(left)
         if value is None:
             return None, f"no aggregated bound: HiGHS {status}"
-        return round_down(value), (
+        return integer_bound(value), (
             f"the aggregated model's LP relaxation over every cluster ({len(reps):,} job "
             f"kinds, {len(lp.lb):,} columns, {time.perf_counter() - t0:.2f} s, of which "
             f"views and columns {built_s:.2f} s)")

@@ -20,7 +20,7 @@ Every constraint kept is implied by every valid plan (a plan's pieces, counted p
 class and size, satisfy it), so the LP optimum bounds objective 1 from above. HiGHS's
 optimum itself is exact only up to its tolerances (objective 1 is ~1e11-3e11 at 131,072
 GPUs), so the bound is the dual bound of its row duals (:func:`.safebound.dual_bound`: valid
-for any multipliers, its float arithmetic bounded), rounded down (:func:`round_down`:
+for any multipliers, its float arithmetic bounded), rounded down (:func:`.safebound.integer_bound`:
 objective 1 is an integer).
 
 Not used for rounds that preempt, migrate or repair (their objective 1 counts running
@@ -38,8 +38,7 @@ from dataclasses import dataclass, field
 from hyperplace.formulations.placement import PlacementProblem
 from hyperplace.formulations.placement.views import JobView, NodeClass, UnitClass
 
-__all__ = ["AggregateBound", "Columns", "SparseLp", "aggregate_bound", "one_cluster",
-           "round_down"]
+__all__ = ["AggregateBound", "Columns", "SparseLp", "aggregate_bound", "one_cluster"]
 
 
 @dataclass
@@ -183,15 +182,6 @@ class SparseLp:
             list(solution.col_value)
 
 
-def round_down(value: float) -> float:
-    """A proven LP bound (:meth:`SparseLp.maximise`) as a bound on objective 1, an integer:
-    its floor (:func:`.safebound.integer_bound`; the one rounding of every aggregated and
-    routing LP bound)."""
-    from hyperplace.solvers.backends.safebound import integer_bound
-
-    return integer_bound(value)
-
-
 class Columns:
     """The aggregated model's columns over the node classes of one problem (one cluster's or
     several): :meth:`add` gives a job shape its ``run`` columns (one per cluster with room)
@@ -261,7 +251,9 @@ def aggregate_bound(p: PlacementProblem, deadline: float | None = None, *,
         return AggregateBound(None, folded, len(shapes), len(lp.lb), len(lp.rows_lo),
                               time.perf_counter() - t0, "no time left")
     value, status, x = lp.maximise(min(left, 60.0))
-    bound = None if value is None else round_down(value)
+    from hyperplace.solvers.backends.safebound import integer_bound  # numpy: when it runs
+
+    bound = None if value is None else integer_bound(value)
     found = AggregateBound(bound, folded, len(shapes), len(lp.lb), len(lp.rows_lo),
                            time.perf_counter() - t0, status)
     if assign:
