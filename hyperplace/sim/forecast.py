@@ -186,7 +186,8 @@ def forecast_plan(instance: Instance, plan, *, horizon_s: float = DEFAULT_HORIZO
 #: leaves it off unless asked (``simulate``'s ``engine_forecast_correction``): Alibaba 0.50
 #: -> 0.39, fm 0.59 -> 0.78 in one replay and 0.71 -> 0.63 in another (README).
 CORRECTION_SIZES = ((1, 1), (2, 8), (9, 64), (65, 10 ** 9))
-CORRECTION_LONG_S = 600.0  # fitted on jobs that waited this long (the forecast metric's)
+CORRECTION_LONG_S = 600.0  # fitted on jobs that waited this long (also the forecast metric's,
+#: hyperplace.sim.metrics.LONG_WAIT_S and FORECAST_SIZES are these)
 CORRECTION_MIN = 20  # samples a class needs before its own fit (else all classes' fit)
 CORRECTION_KEEP = 400  # the newest samples per class the fit uses
 CORRECTION_SCALES = tuple(0.25 * 16 ** (i / 24) for i in range(25))  # 0.25 .. 4

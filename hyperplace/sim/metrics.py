@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from hyperplace.io import write_atomic
+from hyperplace.sim.forecast import CORRECTION_LONG_S, CORRECTION_SIZES
 from hyperplace.sim.simulator import PolicyRun
 
 SLOWDOWN_FLOOR_S = 10.0
@@ -154,8 +155,9 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
     }
 
 
-FORECAST_SIZES = ((1, 1), (2, 8), (9, 64), (65, 10 ** 9))
-LONG_WAIT_S = 600.0
+# the forecast correction learns on the metric's own classes and jobs (one definition)
+FORECAST_SIZES = CORRECTION_SIZES
+LONG_WAIT_S = CORRECTION_LONG_S
 
 
 def forecast_metrics(run: PolicyRun) -> dict[str, Any] | None:
