@@ -342,12 +342,11 @@ def import_slurm(topology_texts: list[tuple[str, str]], *, gres: list[tuple[str,
     links: list[Link] = []
     node_names: list[str] = []
     blocks = []
-    if any(tree_links for tree_links in (parse_topology_conf(t, s).links
-                                         for t, s in topology_texts)):
+    trees = [(parse_topology_conf(text, src), text, src) for text, src in topology_texts]
+    if any(tree.links for tree, _, _ in trees):
         notes.append(f"link speeds are not in topology.conf (its LinkSpeed is a relative "
                      f"figure): every link is taken at {node_gbps:g} Gb/s (--node-gbps)")
-    for text, src in topology_texts:
-        tree = parse_topology_conf(text, src)
+    for tree, text, src in trees:
         switches.update(tree.switches)
         for a, b in tree.links:
             links.append(Link(a=a, b=b, gbps=node_gbps))
@@ -385,6 +384,8 @@ def import_slurm(topology_texts: list[tuple[str, str]], *, gres: list[tuple[str,
         raise InputError("no node: the files hold no SwitchName=.. Nodes=, BlockName=, gres.conf "
                          "gpu line or ibnetdiscover host", source=(topology_texts or ib or gres)[0][1])
     nodes = []
+    family_sizes: dict[str, list[str]] = {}  # GPU family -> its memory sizes (catalog names)
+    vague_noted: set[str] = set()  # types whose family-name assumption is noted already
     for name in node_names:
         g = gres_nodes.get(name)
         sc = sc_nodes.get(name)
@@ -402,9 +403,12 @@ def import_slurm(topology_texts: list[tuple[str, str]], *, gres: list[tuple[str,
             NVLinkTopology.NVSWITCH if t.nvlink_gbps > 0 and count in (4, 8) else NVLinkTopology.PCIE)
         # a file's Type naming a family of several memory sizes (gres.conf Type=a100): the
         # size is the catalog's default for the family, an assumption to name
-        sizes = sorted(c.name for c in cat if c.family == t.family)
+        if t.family not in family_sizes:
+            family_sizes[t.family] = sorted(c.name for c in cat if c.family == t.family)
+        sizes = family_sizes[t.family]
         vague = gpu_type is None and len(sizes) > 1 and tname.strip().lower() != t.name.lower()
-        if vague and not any(t.name in n for n in notes):
+        if vague and t.name not in vague_noted:
+            vague_noted.add(t.name)
             notes.append(f"GPU type {tname!r} names the {t.family} family: taken as {t.name} "
                          f"(of {', '.join(sizes)}; --gpu-type chooses)")
         assumed = [*([] if (g and g.links) or t.nvlink_gbps == 0 else ["nvlink"]),
