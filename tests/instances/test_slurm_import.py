@@ -130,3 +130,30 @@ def test_a_gres_type_naming_a_family_says_which_size_was_taken(tmp_path):
     tux0 = next(n for n in c.nodes if n.name == "tux0")
     assert tux0.gpu_type == "A100-80" and tux0.gpu_count == 4
     assert "gpu-memory" in tux0.labels["hyperplace.io/assumed"].split(",")
+
+
+def test_imports_are_the_same_in_every_process():
+    """A written Cluster lists its switches as topology.conf defines them (they came from a
+    set, so an imported file changed from one run to the next: a diff of two imports of the
+    same file was never empty). Checked in processes with different hash seeds."""
+    import os
+    import subprocess
+    import sys
+
+    conf = SLURM / "topology-guide-two-level.conf"
+    code = ("import sys; from hyperplace.instances.importers.slurm import parse_topology_conf; "
+            "print(list(parse_topology_conf(open(sys.argv[1]).read(), 'x').switches))")
+    seen = {subprocess.run([sys.executable, "-c", code, str(conf)], capture_output=True,
+                           text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
+            for seed in (1, 2, 3)}
+    assert seen == {str([f"s{i}" for i in range(8)]) + "\n"}, seen
+    dump = SLURM / "ibnetdiscover-superpod.out"  # an ibnetdiscover dump: cables came from a set
+    code = ("import sys; from hyperplace.instances.importers.slurm import parse_ibnetdiscover; "
+            "f = parse_ibnetdiscover(open(sys.argv[1]).read(), 'x'); "
+            "print(list(f.switches), list(f.links))")
+    seen = {subprocess.run([sys.executable, "-c", code, str(dump)], capture_output=True,
+                           text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
+            for seed in (1, 2, 3)}
+    assert len(seen) == 1, seen

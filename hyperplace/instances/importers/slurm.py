@@ -69,6 +69,7 @@ def parse_topology_conf(text: str, source: str) -> Tree:
     """The tree part of a ``topology.conf`` (block lines are read by the NVLink reader)."""
     children: dict[str, list[str]] = {}
     leaves: dict[str, list[str]] = {}
+    defined: list[str] = []  # switch names in the file's order (what is written keeps it)
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line or not line.lower().startswith("switchname="):
@@ -80,6 +81,7 @@ def parse_topology_conf(text: str, source: str) -> Tree:
             raise InputError("SwitchName needs a name", source=source, path=where)
         if name in children or name in leaves:
             raise InputError(f"switch {name!r} is defined twice", source=source, path=where)
+        defined.append(name)
         if "nodes" in f:
             leaves[name] = expand_hostlist(f["nodes"], source, f"{where}: Nodes")
         if "switches" in f:
@@ -104,7 +106,7 @@ def parse_topology_conf(text: str, source: str) -> Tree:
         return max([1 if s in leaves else 0, *(t + 1 for t in below)])
 
     seen_nodes: dict[str, str] = {}
-    for s in known:
+    for s in defined:  # not the set: its order changes from one process to the next
         t = tier(s)
         if t > MAX_TIER:
             raise InputError(f"switch {s!r} is at tier {t}; hyperplace models at most "
@@ -302,7 +304,7 @@ def parse_ibnetdiscover(text: str, source: str) -> IBFabric:
     if len(set(names.values())) < len(names):  # descriptions repeat: fall back to GUIDs
         names = {g: g for g in names}
     by_pair: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for a, _pa, b, _pb, gbps in cables:
+    for a, _pa, b, _pb, gbps in sorted(cables):  # not the set's order: it changes per process
         ea = names[a] if kind_of.get(a) == "Switch" else host_of(a)
         eb = names[b] if kind_of.get(b) == "Switch" else host_of(b)
         if ea != eb:
@@ -320,7 +322,7 @@ def parse_ibnetdiscover(text: str, source: str) -> IBFabric:
             for x, o in ((a, b), (b, a)):
                 if x in sw and x not in tiers and tiers.get(o) == t - 1:
                     tiers[x] = t
-    for x in sw - set(tiers):
+    for x in sorted(sw - set(tiers)):
         tiers[x] = MAX_TIER
     links = {pair: (max(rates), len(rates)) for pair, rates in by_pair.items()
              if not set(pair) & managers}
