@@ -70,7 +70,8 @@ source of this bench's replay functions), together with the sha256 of every ``hy
 module the replay's process had imported and of every file in ``hyperplace/data``, and the
 versions of the solver packages. A cached row is used only when all of those are
 byte-identical now; the row keeps the commit it was computed at. Peer replays never import
-the engine's modules (``sim/planning.py``, ``solvers/schedule``, ``formulations/schedule``),
+the engine's modules (``sim/planning.py``, ``sim/forecast.py``, ``solvers/schedule``,
+``formulations/schedule``; tests/sim/test_bench_simulate.py checks it in a fresh process),
 so an engine change re-runs only the engine rows; ``--fresh`` ignores the cache. Other
 changes to code the peers import (the checker, the round state) re-run them too; with
 ``--stale-peers`` a peer row whose imported files changed is used anyway and the report

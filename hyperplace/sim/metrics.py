@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 from hyperplace.io import write_atomic
-from hyperplace.sim.forecast import CORRECTION_LONG_S, CORRECTION_SIZES
 from hyperplace.sim.simulator import PolicyRun
 
 SLOWDOWN_FLOOR_S = 10.0
@@ -155,9 +154,12 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
     }
 
 
-# the forecast correction learns on the metric's own classes and jobs (one definition)
-FORECAST_SIZES = CORRECTION_SIZES
-LONG_WAIT_S = CORRECTION_LONG_S
+# The forecast metric's job-size classes and long-wait threshold are the forecast
+# correction's (:data:`hyperplace.sim.forecast.CORRECTION_SIZES`, ``CORRECTION_LONG_S``: one
+# definition), imported only where a run has forecasts: a peer's replay (no forecasts) then
+# never imports the over-time schedule's modules (``sim/forecast.py``,
+# ``formulations/schedule.py``, ``solvers/schedule``), so bench/bench_simulate.py's cached
+# peer rows survive a change to the engine (its cache keys each row on the files it imported).
 
 
 def forecast_metrics(run: PolicyRun) -> dict[str, Any] | None:
@@ -172,6 +174,8 @@ def forecast_metrics(run: PolicyRun) -> dict[str, Any] | None:
             and r.first_start_s is not None]
     if not any(r.forecast_at_s is not None for r in run.records):
         return None
+    from hyperplace.sim.forecast import CORRECTION_LONG_S as LONG_WAIT_S
+    from hyperplace.sim.forecast import CORRECTION_SIZES as FORECAST_SIZES
 
     def stats(rs: list) -> dict[str, Any]:
         err = [abs(r.first_start_s - r.forecast_start_s) for r in rs]

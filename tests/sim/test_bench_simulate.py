@@ -4,6 +4,8 @@ utilisation and the repeated sample. The bench's figures themselves live in benc
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -193,3 +195,28 @@ def test_charts_are_drawn_in_the_main_thread_only(bench, tmp_path):
                                             for k in ("jct-cdf", "wait-by-size", "bubbles"))
     assert all((tmp_path / c).stat().st_size > 0 for c in cell["charts"])
     assert (tmp_path / "x-mixed-a100-h100-0.8.json").exists()
+
+
+ENGINE_MODULES = ("hyperplace.sim.planning", "hyperplace.sim.forecast",
+                  "hyperplace.formulations.schedule", "hyperplace.solvers.schedule")
+
+
+@pytest.mark.parametrize("instance, policy", [("mixed-a100-h100", "slurm"),
+                                              ("seed-beijing-shanghai", "karmada-aggregated")])
+def test_a_peer_replay_imports_none_of_the_engines_modules(instance, policy, tmp_path):
+    # the bench's cache keys a row on every file its replay imported (module docstring): a
+    # peer replay that imports the engine's modules is re-run by every engine change
+    code = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from bench import bench_simulate as b
+spec = {{"label": "philly", "trace": "philly", "workload": "trace", "instance": {instance!r},
+        "jobs": 30, "repeat": 1, "seed": 0, "budget": 1.0, "load": 1.0, "policy": {policy!r},
+        "order": "fast-first", "until": "end"}}
+entry = b.replay(spec, sys.argv[1])
+assert entry["row"]["finished"] == 30, entry["row"]["finished"]
+print(",".join(m for m in {ENGINE_MODULES!r} if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == ""
