@@ -45,18 +45,19 @@ class Budget:
     keeps for writing, so that the budget covers reading the files too). ``write_s``: that
     time for writing, an idle machine's figure already taken off ``deadline``; the plan is
     made ready ``(slowdown - 1) x write_s`` earlier still (:attr:`deadline`).
-    ``clock``/``cpu_clock``: wall and CPU clocks (``time.perf_counter``,
-    ``time.process_time``; tests inject others).
+    ``clock``/``cpu_clock``: wall and CPU clocks (None: ``time.perf_counter`` and
+    ``time.process_time`` as they are when the budget is made, not as they were when this
+    module was imported, so a patched clock reaches every budget; tests inject others).
     """
 
     def __init__(self, budget_s: float, params: BudgetParams, deadline: float | None = None,
-                 clock: Callable[[], float] = time.perf_counter,
-                 cpu_clock: Callable[[], float] = time.process_time,
+                 clock: Callable[[], float] | None = None,
+                 cpu_clock: Callable[[], float] | None = None,
                  write_s: float = 0.0) -> None:
         self.budget_s = budget_s
         self.params = params
-        self.clock = clock
-        self.cpu_clock = cpu_clock
+        self.clock = clock = clock or time.perf_counter
+        self.cpu_clock = cpu_clock = cpu_clock or time.process_time
         self.write_s = write_s
         self.start = clock()
         self.cpu_start = cpu_clock()

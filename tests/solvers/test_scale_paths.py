@@ -128,6 +128,25 @@ class _Clock:
         return self.now
 
 
+def test_a_budget_reads_the_clocks_as_they_are_when_it_is_made(monkeypatch):
+    """Budget's default clocks are time.perf_counter and time.process_time looked up when
+    the budget is made: a default bound at import hid a patched clock (as e70d594 fixed
+    for solve_schedule)."""
+    import time
+
+    from hyperplace.solvers.budget import Budget
+    from hyperplace.solvers.params import BudgetParams
+
+    wall, cpu = _Clock(), _Clock()
+    wall.now, cpu.now = 100.0, 50.0
+    monkeypatch.setattr(time, "perf_counter", wall)
+    monkeypatch.setattr(time, "process_time", cpu)
+    budget = Budget(10.0, BudgetParams())
+    assert budget.start == 100.0 and budget.cpu_start == 50.0
+    wall.now = 104.0
+    assert budget.elapsed() == 4.0 and budget.left() == 6.0
+
+
 def test_the_reserve_holds_one_greedy_pass_and_no_explanations():
     from hyperplace.solvers.budget import Budget
     from hyperplace.solvers.params import BudgetParams
