@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
@@ -249,45 +250,60 @@ def loads_json(text: str) -> Any:
 
 #: The file name that means standard input (``kubectl get nodes -o json | hyperplace ... -``).
 STDIN = "-"
-#: (the stream read, its bytes): the stream itself, not its id(), which a later stream may
-#: reuse once this one is freed (a test's replaced stdin then read the previous one's bytes)
-_stdin_data: tuple[Any, bytes] | None = None
+#: (the stream read, its bytes, how many were asked): the stream itself, not its id(), which
+#: a later stream may reuse once this one is freed (a test's replaced stdin then read the
+#: previous one's bytes); fewer bytes than asked: the whole stream
+_stdin_data: tuple[Any, bytes, int] | None = None
 
 
 def is_stdin(path: str | os.PathLike[str] | Any) -> bool:
     return isinstance(path, (str, os.PathLike)) and os.fspath(path) == STDIN
 
 
-def _read_stdin() -> bytes:
-    """Standard input, read once (several readers of ``-`` in one command see the same text)."""
+def _read_stdin(limit: int) -> bytes:
+    """Standard input, read once (several readers of ``-`` in one command see the same
+    text), at most one byte past ``limit`` (a reader allowing more than an earlier one
+    reads on where that one stopped)."""
     import sys
 
     global _stdin_data
     if _stdin_data is None or _stdin_data[0] is not sys.stdin:
-        _stdin_data = (sys.stdin, sys.stdin.buffer.read(MAX_INPUT_BYTES + 1))
-    return _stdin_data[1]
+        _stdin_data = (sys.stdin, sys.stdin.buffer.read(limit + 1), limit + 1)
+    stream, data, asked = _stdin_data
+    if len(data) == asked < limit + 1:  # cut by a smaller limit: read on
+        data += stream.buffer.read(limit + 1 - asked)
+        _stdin_data = (stream, data, limit + 1)
+    return data
 
 
-def read_text_limited(path: str | Path, source: str | None = None) -> str:
-    """A file's text, refusing more than :data:`MAX_INPUT_BYTES` bytes and invalid UTF-8.
+def read_text_limited(path: str | Path, source: str | None = None, *,
+                      limit: int = MAX_INPUT_BYTES) -> str:
+    """A file's text, refusing more than ``limit`` bytes (default :data:`MAX_INPUT_BYTES`;
+    a trace's is larger) and invalid UTF-8.
 
-    Reads at most one byte past the limit, so ``/dev/zero`` or a fifo is refused at once.
-    ``-`` is standard input.
+    A regular file over the limit is refused by its size, unread; anything else is read at
+    most one byte past the limit, so ``/dev/zero`` or a fifo is refused at once. ``-`` is
+    standard input.
     """
     src = source or str(path)
     try:
         if is_stdin(path):
-            data = _read_stdin()
+            data = _read_stdin(limit)
             src = source or "<stdin>"
         else:
             with open(path, "rb") as fh:
-                data = fh.read(MAX_INPUT_BYTES + 1)
+                st = os.fstat(fh.fileno())
+                big = stat.S_ISREG(st.st_mode) and st.st_size > limit
+                data = b"" if big else fh.read(limit + 1)
+                if big:
+                    raise InputError(f"file is {st.st_size:,} bytes, larger than the input "
+                                     f"limit of {limit:,} bytes", source=src)
     except IsADirectoryError:
         raise InputError("is a directory, expected a file", source=src) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", source=src) from None
-    if len(data) > MAX_INPUT_BYTES:
-        raise InputError(f"file is larger than the input limit of {MAX_INPUT_BYTES:,} bytes",
+    if len(data) > limit:
+        raise InputError(f"file is larger than the input limit of {limit:,} bytes",
                          source=src)
     try:
         return data.decode("utf-8")

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from hyperplace.errors import InputError
 from hyperplace.instances.importers.alibaba import map_model
+from hyperplace.io import read_text_limited
 
 MAX_ROWS = 1_000_000
 MAX_BYTES = 200 * 1024 * 1024
@@ -119,29 +120,6 @@ def _model(text: str, line: int, src: str) -> str:
         raise InputError(f"line {line}: model: unknown model {text.strip()!r} (known: "
                          f"{', '.join(preset_names())})", source=src)
     return name
-
-
-def _read_text(path: Path) -> str:
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
-    if size > MAX_BYTES:
-        raise InputError(f"file is {size} bytes; the limit is {MAX_BYTES}", source=str(path))
-    try:
-        with path.open("rb") as fh:  # at most one byte past the limit (/dev/zero, a fifo)
-            data = fh.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", source=str(path)) from None
-    if len(data) > MAX_BYTES:
-        raise InputError(f"file is larger than the limit of {MAX_BYTES} bytes",
-                         source=str(path))
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:  # as every other reader says it (hyperplace.io)
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(f"not UTF-8 text: byte {exc.start} (line {line}) is invalid",
-                         source=str(path)) from None
 
 
 def _bundled(name: str) -> str:
@@ -237,7 +215,9 @@ def load_trace(name_or_path: str, *, start_s: float | None = None, end_s: float 
         if not path.exists():
             raise InputError(f"no such trace file (built-in traces: {', '.join(BUILTIN)})",
                              source=name_or_path)
-        trace = parse_csv_trace(_read_text(path), str(path))
+        # the absolute path: a file named ``-`` is a file here, not standard input
+        text = read_text_limited(path.absolute(), str(path), limit=MAX_BYTES)
+        trace = parse_csv_trace(text, str(path))
     if not trace.rows:
         raise InputError("the trace has no usable jobs", source=trace.source)
     t0 = trace.rows[0].submit_s

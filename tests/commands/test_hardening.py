@@ -553,6 +553,27 @@ def test_stdin_is_read_once_and_a_new_stream_is_read_anew(monkeypatch: pytest.Mo
     assert hio.read_text_limited("-") == "second"
 
 
+def test_a_reader_with_its_own_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """``read_text_limited(limit=)`` (the traces' larger limit): a regular file over it is
+    refused by its size, unread; standard input read under a smaller limit first is read
+    on by a reader allowing more."""
+    import hyperplace.io as hio
+    from hyperplace.errors import InputError
+
+    f = tmp_path / "t.csv"
+    f.write_text("x" * 10)
+    assert hio.read_text_limited(f, limit=10) == "x" * 10
+    with pytest.raises(InputError, match=r"file is 10 bytes, larger than the input limit "
+                                         r"of 9 bytes"):
+        hio.read_text_limited(f, limit=9)
+    monkeypatch.setattr(hio, "_stdin_data", None)
+    monkeypatch.setattr(sys, "stdin", _stdin_stream("y" * 12))
+    with pytest.raises(InputError, match="larger than the input limit of 5 bytes"):
+        hio.read_text_limited("-", limit=5)
+    assert hio.read_text_limited("-", limit=12) == "y" * 12
+    assert hio.read_text_limited("-", limit=100) == "y" * 12
+
+
 YAML_CASES = [
     "a: 1\nb: [x, 2.5, ~, yes, No, 'on', \"7\"]\nc: {d: 010, e: 0x1F, f: 1_000, g: 1:30}\n",
     "1: x\n\"1\": y\n2.5: z\nnull: n\ntrue: t\n",

@@ -186,4 +186,17 @@ def test_a_binary_or_endless_trace_is_one_line(tmp_path: Path, capsys):
     code, _, err = run_cli(["simulate", "--trace", str(binary), "--no-progress"], capsys)
     assert code == 2 and err == f"error: {binary}: not UTF-8 text: byte 38 (line 2) is invalid\n"
     code, _, err = run_cli(["simulate", "--trace", "/dev/zero", "--no-progress"], capsys)
-    assert code == 2 and err.startswith("error: /dev/zero: file is larger than the limit")
+    assert code == 2 and err.startswith("error: /dev/zero: file is larger than the input "
+                                        "limit of 209,715,200 bytes")
+
+
+def test_a_trace_over_its_limit_is_refused_by_its_size(tmp_path: Path, capsys):
+    """A trace larger than MAX_BYTES (sparse: nothing read) is one line naming its size."""
+    from hyperplace.sim import traces
+
+    big = tmp_path / "big.csv"
+    with big.open("wb") as fh:
+        fh.truncate(traces.MAX_BYTES + 1)
+    code, _, err = run_cli(["simulate", "--trace", str(big), "--no-progress"], capsys)
+    assert code == 2 and err == (f"error: {big}: file is 209,715,201 bytes, larger than the "
+                                 "input limit of 209,715,200 bytes\n")
