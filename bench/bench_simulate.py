@@ -9,10 +9,18 @@ Usage::
 Workloads (:data:`FULL`): the bundled Philly and Alibaba 2023 samples and the
 foundation-model-shaped workload (``fm``: AcmeTrace sizes on Philly's timing, large jobs
 long, small ones short), on ``mixed-a100-h100`` (256 GPUs), ``superpod-h100-4su`` (1,024)
-and one federation (``seed-beijing-shanghai``). The federation cells are fedsim's
-(``bench/bench_fedsim.py`` writes them as cell JSONs in this bench's format, with the
-federated engine and Karmada's divisions); this bench runs them only with
-``--federation`` and assembles whatever cells are present.
+and one federation (``seed-beijing-shanghai``).
+
+**Federation cells** (run only with ``--federation``) are fedsim's
+(``bench/bench_fedsim.py``, which can also write them): the load is the one at which the
+better of Karmada's aggregated and dynamic divisions (nodes as listed) reaches the target,
+and the cell replays ``engine-federated`` (the global queue, splits when they finish a job
+sooner) and ``engine-federated-whole`` (splits off), Karmada's divisions (``aggregated``,
+``dynamic``, ``static``, ``aggregated-whole``: per-cluster queues, the faithful peers of a
+federated deployment) and, as references only, the planning engine, Slurm, Kueue and
+Volcano on one global queue over every member (:func:`federation_plan`). Its ratios are
+``engine-federated`` over the best Karmada row; ``ratios_by_engine`` also gives them
+against every other row, references included. Each replay is cached like every other.
 
 **Repeated samples** (the ``repeat`` column of :data:`FULL`). Utilisation is measured
 within the arrival window, and every replay starts from an empty cluster, so the first
@@ -97,6 +105,7 @@ import argparse
 import copy
 import csv
 import datetime as dt
+import functools
 import hashlib
 import importlib.metadata
 import inspect
@@ -143,7 +152,15 @@ QUICK = [("alibaba-2023", "alibaba-2023", "trace", "mixed-a100-h100", None, 1)]
 PEERS = ("slurm", "kueue", "kueue-strict", "volcano", "fifo")
 PROBES = ("kueue", "volcano")
 ORDERS = ("fast-first", "fast-last")
-ENGINES = ("engine", "engine-federated")
+ENGINES = ("engine", "engine-federated", "engine-federated-whole")
+# A federation cell (module docstring, "Federation cells"): fedsim's rows and probes
+# (bench/bench_fedsim.py RUNS, PROBES, REFERENCES), each replay cached like every other.
+FED_ENGINES = ("engine-federated", "engine-federated-whole")
+FED_PEERS = ("karmada-aggregated", "karmada-dynamic", "karmada-static",
+             "karmada-aggregated-whole")
+FED_PROBES = ("karmada-aggregated", "karmada-dynamic")
+FED_REFERENCES = ("slurm", "kueue", "volcano")  # and the engine: one global queue, fast-first
+REFERENCE = "one global queue over every member (not a federated deployment)"
 LOWER = ("jct_mean_s", "jct_median_s", "jct_p99_s", "wait_mean_s", "bounded_slowdown_mean",
          "bubble_gpu_hours")
 HIGHER = ("utilisation_in_window", "util_work")
@@ -445,11 +462,24 @@ def base_spec(entry, seed: int, budget: float) -> dict:
             "jobs": jobs, "repeat": repeat, "seed": seed, "budget": budget}
 
 
+@functools.lru_cache(maxsize=None)
+def federated(instance: str) -> bool:
+    """Whether the bundled instance ``instance`` is a federation (several member clusters)."""
+    return len(load_instance(instance).clusters) > 1
+
+
+def probe_peers(instance: str) -> tuple[tuple[str, ...], str]:
+    """The probe peers and their node order: Kueue and Volcano with fast GPUs first, on a
+    federation Karmada's two divisions as listed (fedsim's: the strongest federated peers)."""
+    return (FED_PROBES, "as-is") if federated(instance) else (PROBES, "fast-first")
+
+
 def probe_util(runner: Runner, base: dict, load: float) -> tuple[float, dict]:
     """The best probe peer's utilisation within the arrival window at ``load`` (replays
     cut at the last arrival; the probes of one load run side by side)."""
-    specs = [{**base, "load": load, "policy": p, "order": "fast-first", "until": "arrivals"}
-             for p in PROBES]
+    names, order = probe_peers(base["instance"])
+    specs = [{**base, "load": load, "policy": p, "order": order, "until": "arrivals"}
+             for p in names]
     with ThreadPoolExecutor(len(specs)) as threads:
         got = list(threads.map(runner.run, specs))
     if any(g is None for g in got):
@@ -476,20 +506,28 @@ def find_load(runner: Runner, base: dict, target: float, probes: int
 def cell_plan(base: dict, load: float, peers, federation: bool,
               engine_sim: dict | None = None) -> list[dict]:
     """Every replay of a cell: the engine (nodes as listed, with the ``SimConfig`` fields of
-    ``engine_sim``: ``--engine-sim``), each peer in both orders (and on a federation
-    fedsim's policies)."""
+    ``engine_sim``: ``--engine-sim``) and each peer in both orders; on a federation
+    fedsim's rows (:func:`federation_plan`)."""
     full = {**base, "load": load, "until": "end"}
     eng = {**full, **({"sim": engine_sim} if engine_sim else {})}
-    plan = [{**eng, "policy": "engine", "order": "as-is"}]
-    names = list(peers or PEERS)
     if federation:
-        for name in federation_policies():
-            if name.startswith("engine"):
-                plan.append({**eng, "policy": name, "order": "as-is"})
-            else:
-                names.append(name)
-    for p in names:
+        return federation_plan(full, eng, peers)
+    plan = [{**eng, "policy": "engine", "order": "as-is"}]
+    for p in list(peers or PEERS):
         plan += [{**full, "policy": p, "order": o} for o in ORDERS]
+    return plan
+
+
+def federation_plan(full: dict, eng: dict, peers) -> list[dict]:
+    """A federation cell's replays, fedsim's set (bench/bench_fedsim.py): the federated
+    engine with and without splits first, then the faithful peers (Karmada's divisions,
+    each member its own queue, as listed), then the references on one global queue over
+    every member: the planning engine (as listed) and ``peers`` (default Slurm, Kueue and
+    Volcano) with fast GPUs first."""
+    plan = [{**eng, "policy": name, "order": "as-is"} for name in FED_ENGINES]
+    plan += [{**full, "policy": name, "order": "as-is"} for name in FED_PEERS]
+    plan.append({**eng, "policy": "engine", "order": "as-is"})
+    plan += [{**full, "policy": p, "order": "fast-first"} for p in (peers or FED_REFERENCES)]
     return plan
 
 
@@ -502,7 +540,7 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
     label, trace, shape, inst, jobs, repeat = entry
     cell = {"label": label, "trace": trace, "workload": shape, "instance": inst,
             "jobs_limit": jobs, "repeat": repeat, "target": target, "budget_s": budget,
-            "probes": probes, "probe_peers": list(PROBES), "seed": args.seed,
+            "probes": probes, "probe_peers": list(probe_peers(inst)[0]), "seed": args.seed,
             "date": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
             "machine": f"{os.cpu_count()} CPUs ({cpu_model()}), Python "
                        f"{platform.python_version()}",
@@ -517,7 +555,7 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
     if load is None and args.prefetch:
         return cell
     if load is not None:
-        federation = len(load_instance(inst).clusters) > 1
+        federation = federated(inst)
         plan = cell_plan(base, load, args.peers, federation, args.engine_sim)
         if args.prefetch:  # the peers' replays into the cache only; no cell
             plan = [p for p in plan if p["policy"] not in ENGINES]
@@ -533,6 +571,10 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
         got = [g for g in got if g is not None]
         cell.update(rows=[g["row"] for g in got], facts=got[0]["facts"],
                     lower_bound=got[0]["lower_bound"], missing_rows=missing)
+        if federation:
+            for row in cell["rows"]:
+                if not row["policy"].startswith(("engine-federated", "karmada")):
+                    row["reference"] = REFERENCE
         finish(cell)
     cell["wall_s"] = time.time() - started
     cell["cpu_s_run_here"] = runner.stats["cpu_s"] - cpu_before
@@ -543,11 +585,43 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
 
 
 def finish(cell: dict) -> None:
-    """Ratios of a cell from its rows (its charts: :func:`draw_charts`, main thread)."""
+    """Ratios of a cell from its rows (its charts: :func:`draw_charts`, main thread). On a
+    federation against the best Karmada row, as fedsim's cells (bench/bench_fedsim.py
+    ``write_cell``): ``engine-federated`` is the cell's engine, the rows on one global queue
+    are references, and ``ratios_by_engine`` also gives the ratios against every other row
+    but the engines', references included."""
     rows = cell["rows"]
-    cell["ratios"] = ratios(rows)
-    cell["ratios_by_engine"] = {r["policy"]: ratios(rows, r["policy"]) for r in rows
-                                if r["policy"] in ENGINES}
+    if not federated(cell["instance"]):
+        cell["ratios"] = ratios(rows)
+        cell["ratios_by_engine"] = {r["policy"]: ratios(rows, r["policy"]) for r in rows
+                                    if r["policy"] in ENGINES}
+        return
+    karmada = faithful_peers(cell)
+    others = [r for r in rows if r["policy"] not in ENGINES]
+    cell["ratios"] = ratios(rows, rows[0]["policy"], karmada)
+    cell["ratios_basis"] = (f"{rows[0]['policy']} / best Karmada row (the faithful federated "
+                            "peers); ratios_by_engine also against every other row, the "
+                            "one-global-queue references included")
+    by: dict[str, dict[str, float]] = {}
+    for r in rows:
+        if r["policy"] in ENGINES:
+            name = r["policy"] + (" (one global queue, a reference)" if r.get("reference")
+                                  else "")
+            by[f"{name} (vs best Karmada row)"] = ratios(rows, r["policy"], karmada)
+            if not r.get("reference"):
+                by[f"{name} (vs best of every other row, one-global-queue references too)"] = \
+                    ratios(rows, r["policy"], others)
+    cell["ratios_by_engine"] = by
+
+
+def faithful_peers(cell: dict) -> list[dict]:
+    """The rows a cell's engine is compared with: every peer row; on a federation the
+    Karmada rows only (the peers of a federated deployment; the rows on one global queue
+    are references)."""
+    rows = cell["rows"]
+    if federated(cell["instance"]):
+        return [r for r in rows if r["policy"].startswith("karmada")]
+    return [r for r in rows if r["policy"] not in ENGINES]
 
 
 def draw_charts(cell: dict, cell_dir: Path) -> None:
@@ -575,10 +649,13 @@ def save_cell(cell: dict, cell_dir: Path) -> None:
     write_atomic(cell_dir / f"{tag_of(cell)}.json", json.dumps(cell, indent=1, default=str))
 
 
-def ratios(rows, engine: str = "engine") -> dict[str, float]:
-    """``engine``'s row over the best peer run per metric (peers: every non-engine row)."""
+def ratios(rows, engine: str = "engine", peers: list[dict] | None = None
+           ) -> dict[str, float]:
+    """``engine``'s row over the best of ``peers`` per metric (default every non-engine
+    row)."""
     eng = next(r for r in rows if r["policy"] == engine)
-    peers = [r for r in rows if r["policy"] not in ENGINES]
+    if peers is None:
+        peers = [r for r in rows if r["policy"] not in ENGINES]
     out = {}
     for key in (*LOWER, *HIGHER):
         vals = [p.get(key) for p in peers if p.get(key) is not None]
@@ -644,7 +721,8 @@ def charts(out_dir: Path, tag: str, rows) -> list[Path]:
         return []
     out_dir.mkdir(parents=True, exist_ok=True)
     keep = [r for r in rows if r.get("series") and (
-        r["policy"] in ENGINES or r["policy"].endswith("/fast-first"))]
+        r["policy"] in ENGINES or r["policy"].endswith("/fast-first")
+        or r["policy"] in FED_PEERS[:3])]
     written = []
     fig, ax = plt.subplots(figsize=(6, 4))
     for row in keep:
@@ -716,9 +794,8 @@ def summary_row(cell: dict) -> str:
     if cell.get("load") is None:
         return (head + f"- | {facts.get('jobs', '-')} | unreachable (the probe peers reach "
                 f"at most {cell['probe_reached']:.2f}) | | | | | | | | | | |")
-    rows = cell["rows"]
-    eng = next(r for r in rows if r["policy"] == "engine")
-    peers = [r for r in rows if r["policy"] not in ENGINES]
+    eng = cell["rows"][0]  # the cell's engine: engine, on a federation engine-federated
+    peers = faithful_peers(cell)
     best_util = max((r["utilisation_in_window"] or 0 for r in peers), default=None)
     best_work = max((r.get("util_work") or 0 for r in peers), default=None)
     lead = head + f"{cell['load']:.3g} | {facts['jobs']} | "
@@ -763,7 +840,9 @@ def assemble(cells: list[dict], grid, targets, out: Path, cell_dir: Path, comman
         f"- command: `{command}`; each cell's JSON in `{os.path.relpath(cell_dir, ROOT)}/`",
         "- loads: the offered load at which the better of "
         f"{' and '.join(PROBES)} (fast-first) reaches each target utilisation within the "
-        "arrival window (bisection); round 60 s; predictions with the default lognormal "
+        f"arrival window (bisection; on the federation the better of {' and '.join(FED_PROBES)}"
+        ", and the engine there is engine-federated against the best Karmada row: the rows "
+        "on one global queue are references); round 60 s; predictions with the default lognormal "
         "error (sigma 0.5); times in hours; slowdown = mean bounded slowdown (10 s floor); "
         "bubble = GPU-hours free while a job that fits by count waits (arrival window); "
         "util = busy GPU-seconds / (GPUs x window), the issue's metric; util (work) = work "
@@ -841,7 +920,7 @@ def cell_section(cell: dict, cell_dir: Path, out: Path) -> list[str]:
                       "replay ended with jobs it never started): no ratio is given.", ""]
     else:
         for name, r in (cell.get("ratios_by_engine") or {"engine": cell["ratios"]}).items():
-            out_lines += [f"{name} / best peer: " + ", ".join(
+            out_lines += [f"{name}{'' if ' (vs ' in name else ' / best peer'}: " + ", ".join(
                 f"{k} {v:.3f}" for k, v in r.items()), ""]
     if cell.get("missing_rows"):
         out_lines += ["Rows not finished when the cell was assembled (`--from-cache`; not "

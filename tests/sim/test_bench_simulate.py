@@ -220,3 +220,40 @@ print(",".join(m for m in {ENGINE_MODULES!r} if m in sys.modules))
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)],
                          capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == ""
+
+
+def test_a_federation_cell_compares_engine_federated_with_karmada_only(bench):
+    """On a federation the faithful peers are Karmada's divisions (per-cluster queues); the
+    rows on one global queue are references and never the ratio's base."""
+    def row(policy, jct, **kw):
+        return {"policy": policy, "jct_mean_s": jct, "utilisation_in_window": 0.5, **kw}
+    rows = [row("engine-federated", 50.0), row("engine-federated-whole", 60.0),
+            row("karmada-aggregated", 100.0), row("karmada-dynamic", 80.0),
+            row("engine", 30.0, reference=bench.REFERENCE),
+            row("slurm/fast-first", 40.0, reference=bench.REFERENCE)]
+    cell = {"instance": "seed-beijing-shanghai", "rows": rows}
+    bench.finish(cell)
+    assert cell["ratios"]["jct_mean_s"] == pytest.approx(50 / 80)
+    by = cell["ratios_by_engine"]
+    assert by["engine-federated (vs best of every other row, one-global-queue references "
+              "too)"]["jct_mean_s"] == pytest.approx(50 / 40)
+    assert by["engine (one global queue, a reference) (vs best Karmada row)"][
+        "jct_mean_s"] == pytest.approx(30 / 80)
+    assert [r["policy"] for r in bench.faithful_peers(cell)] == ["karmada-aggregated",
+                                                                 "karmada-dynamic"]
+    # a single-cluster cell: every non-engine row is a peer
+    single = {"instance": "mixed-a100-h100", "rows": [row("engine", 50.0),
+                                                      row("slurm/fast-first", 40.0)]}
+    bench.finish(single)
+    assert single["ratios"]["jct_mean_s"] == pytest.approx(50 / 40)
+
+
+def test_a_federation_cell_plans_fedsims_rows(bench):
+    assert bench.probe_peers("seed-beijing-shanghai") == (bench.FED_PROBES, "as-is")
+    assert bench.probe_peers("mixed-a100-h100") == (bench.PROBES, "fast-first")
+    plan = bench.cell_plan({"instance": "seed-beijing-shanghai"}, 1.0, None, True)
+    names = [(p["policy"], p["order"]) for p in plan]
+    assert names[:2] == [("engine-federated", "as-is"), ("engine-federated-whole", "as-is")]
+    assert {n for n, _ in names} >= {"karmada-aggregated", "karmada-dynamic", "karmada-static",
+                                     "engine", "slurm", "kueue", "volcano"}
+    assert all(p["until"] == "end" and p["load"] == 1.0 for p in plan)
