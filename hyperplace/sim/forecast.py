@@ -12,6 +12,7 @@ import math
 
 from hyperplace.formulations.schedule import PendingJob, RunningSlot, build_schedule_problem
 from hyperplace.models import Instance, TrainingJob
+from hyperplace.sim.forecast_score import FORECAST_SIZES, LONG_WAIT_S
 from hyperplace.solvers.schedule import forecasts, solve_schedule
 
 DEFAULT_HORIZON_S = 24 * 3600.0
@@ -185,9 +186,8 @@ def forecast_plan(instance: Instance, plan, *, horizon_s: float = DEFAULT_HORIZO
 #: metric (median error / wait, jobs that waited 10 min or more) is mixed, so the engine
 #: leaves it off unless asked (``simulate``'s ``engine_forecast_correction``): Alibaba 0.50
 #: -> 0.39, fm 0.59 -> 0.78 in one replay and 0.71 -> 0.63 in another (README).
-CORRECTION_SIZES = ((1, 1), (2, 8), (9, 64), (65, 10 ** 9))
-CORRECTION_LONG_S = 600.0  # fitted on jobs that waited this long (also the forecast metric's,
-#: hyperplace.sim.metrics.LONG_WAIT_S and FORECAST_SIZES are these)
+CORRECTION_SIZES = FORECAST_SIZES  # the forecast metric's classes and long-wait threshold
+CORRECTION_LONG_S = LONG_WAIT_S  # (hyperplace.sim.forecast_score: one definition)
 CORRECTION_MIN = 20  # samples a class needs before its own fit (else all classes' fit)
 CORRECTION_KEEP = 400  # the newest samples per class the fit uses
 CORRECTION_SCALES = tuple(0.25 * 16 ** (i / 24) for i in range(25))  # 0.25 .. 4

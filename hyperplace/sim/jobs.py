@@ -69,6 +69,11 @@ class JobRecord:
     # that forecast before a policy's correction of it (the schedule's planned start; None:
     # the policy corrects nothing)
     raw_forecast_start_s: float | None = None
+    # every forecast of its start while it waited, as the policy gave it: (made at, start
+    # or None, window earliest, window latest; None: no window), a new entry only when it
+    # changed (hyperplace.sim.forecast_score scores them)
+    forecasts: list[tuple[float, float | None, float | None, float | None]] = field(
+        default_factory=list)
 
     @property
     def jct_s(self) -> float | None:

@@ -154,56 +154,25 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
     }
 
 
-# The forecast metric's job-size classes and long-wait threshold are the forecast
-# correction's (:data:`hyperplace.sim.forecast.CORRECTION_SIZES`, ``CORRECTION_LONG_S``: one
-# definition), imported only where a run has forecasts: a peer's replay (no forecasts) then
-# never imports the over-time schedule's modules (``sim/forecast.py``,
-# ``formulations/schedule.py``, ``solvers/schedule``), so bench/bench_simulate.py's cached
+# The forecast metric (hyperplace.sim.forecast_score, which holds the size classes and
+# long-wait threshold the forecast correction uses too) is imported only where a run has
+# forecasts: a peer's replay (no forecasts) then never imports it nor the over-time
+# schedule's modules (``sim/forecast.py``, ``formulations/schedule.py``,
+# ``solvers/schedule``), so bench/bench_simulate.py's cached
 # peer rows survive a change to the engine (its cache keys each row on the files it imported).
 
 
 def forecast_metrics(run: PolicyRun) -> dict[str, Any] | None:
-    """How good the first forecast of each job's start was (policies with a schedule):
-    absolute error planned vs actual first start, median / mean / p90, overall and by job
-    size (GPUs); for jobs that waited ``LONG_WAIT_S`` or more, the median of error / wait
-    (the issue's goal: at most 0.2); ``raw``: the median absolute error and that ratio of
-    the uncorrected forecasts, for a policy that corrects its schedule's planned starts
-    (the planning engine's :class:`~hyperplace.sim.forecast.StartCorrection`). None for
-    policies without forecasts."""
-    rows = [r for r in run.records if r.forecast_start_s is not None
-            and r.first_start_s is not None]
+    """How good the policy's start forecasts were (:mod:`hyperplace.sim.forecast_score`:
+    the first forecast's error over the wait for jobs that waited 10 min or more, the
+    issue's goal, and the time-averaged, per lead time, window and by size figures). None
+    for policies without forecasts; that module is imported only for a run with forecasts,
+    so that the peers' replays do not import it (nor the schedule's modules)."""
     if not any(r.forecast_at_s is not None for r in run.records):
         return None
-    from hyperplace.sim.forecast import CORRECTION_LONG_S as LONG_WAIT_S
-    from hyperplace.sim.forecast import CORRECTION_SIZES as FORECAST_SIZES
+    from hyperplace.sim.forecast_score import forecast_metrics as score
 
-    def stats(rs: list) -> dict[str, Any]:
-        err = [abs(r.first_start_s - r.forecast_start_s) for r in rs]
-        return {"jobs": len(rs), "median_abs_error_s": _pct(err, 0.5),
-                "mean_abs_error_s": _mean(err), "p90_abs_error_s": _pct(err, 0.9)}
-
-    out = stats(rows)
-    out["by_size"] = {f"{lo}-{hi}" if hi < 10 ** 9 else f"{lo}+":
-                      stats([r for r in rows if lo <= r.job.gpus <= hi])
-                      for lo, hi in FORECAST_SIZES}
-    long = [r for r in rows if r.first_start_s - r.job.submit_s >= LONG_WAIT_S]
-    out["long_wait_jobs"] = len(long)
-    out["long_wait_median_error_over_wait"] = _pct(
-        [abs(r.first_start_s - r.forecast_start_s) / (r.first_start_s - r.job.submit_s)
-         for r in long], 0.5)
-    out["unplanned"] = sum(1 for r in run.records if r.forecast_at_s is not None
-                           and r.forecast_start_s is None)
-    raw = [r for r in rows if r.raw_forecast_start_s is not None]
-    if raw:  # the policy corrected its planned starts: the same figures before the correction
-        out["raw"] = {
-            "jobs": len(raw),
-            "median_abs_error_s": _pct([abs(r.first_start_s - r.raw_forecast_start_s)
-                                        for r in raw], 0.5),
-            "long_wait_median_error_over_wait": _pct(
-                [abs(r.first_start_s - r.raw_forecast_start_s) / (r.first_start_s
-                                                                   - r.job.submit_s)
-                 for r in raw if r.first_start_s - r.job.submit_s >= LONG_WAIT_S], 0.5)}
-    return out
+    return score(run)
 
 
 def jain_index(values: list[float]) -> float | None:

@@ -276,13 +276,17 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
 
 def _record_forecasts(loop: RoundLoop, result, t: float) -> None:
     """A policy with a schedule (``forecasts()``): each job's first forecast is kept, to
-    be compared with its actual start (a job started in its first round: forecast now);
-    a policy that corrects its schedule's planned starts (``corrects_forecasts``) gives the
-    uncorrected ones (``raw_forecasts()``), kept beside."""
+    be compared with its actual start (a job started in its first round: forecast now),
+    and every round's forecast of a waiting job while it changes (``JobRecord.forecasts``,
+    with the start window of ``forecast_windows()`` when the policy has one); a policy that
+    corrects its schedule's planned starts (``corrects_forecasts``) gives the uncorrected
+    ones (``raw_forecasts()``), kept beside."""
     get = getattr(loop.policy, "forecasts", None)
     if get is None:
         return
     fc = get()
+    windows_of = getattr(loop.policy, "forecast_windows", None)
+    windows = windows_of() if windows_of is not None else {}
     raw_of = getattr(loop.policy, "raw_forecasts", None) if getattr(
         loop.policy, "corrects_forecasts", False) else None
     raw = raw_of() if raw_of is not None else {}
@@ -291,11 +295,19 @@ def _record_forecasts(loop: RoundLoop, result, t: float) -> None:
         if rec.forecast_at_s is None:
             rec.forecast_start_s, rec.forecast_at_s = t, t
             rec.forecast_pool = fc.get(s.job.name, (t, ""))[1]
+            rec.forecasts.append((t, t, t, t))
             if raw_of is not None:
                 rec.raw_forecast_start_s = t
     for name in loop.queue:
         rec = loop.records[name]
-        if rec.forecast_at_s is None and name in fc:
+        if name not in fc:
+            continue
+        start = fc[name][0]
+        lo, hi = windows.get(name, (None, None))
+        entry = (t, start, lo, hi)
+        if not rec.forecasts or rec.forecasts[-1][1:] != entry[1:]:
+            rec.forecasts.append(entry)
+        if rec.forecast_at_s is None:
             rec.forecast_start_s, rec.forecast_pool = fc[name]
             rec.forecast_at_s = t
             rec.raw_forecast_start_s = raw.get(name, (None, ""))[0]

@@ -1,0 +1,98 @@
+"""The forecast metric (hyperplace.sim.forecast_score): which forecast it scores, the
+time-averaged, per-lead-time and window figures on records whose answers are worked out by
+hand, and that the peers' replays do not import the schedule's modules through it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from hyperplace.sim.forecast_score import forecast_metrics, in_force, time_averaged_error
+from hyperplace.sim.jobs import JobRecord, SimJob
+from tests.solvers.test_schedule import instance, manifest
+
+
+def record(name: str, submit: float, start: float, history: list, gpus: int = 8
+           ) -> JobRecord:
+    m = manifest(name, gpus)
+    rec = JobRecord(job=SimJob(name=name, submit_s=submit, work_s=100.0, gpus=gpus,
+                               manifest=m), first_start_s=start)
+    rec.forecasts = list(history)
+    rec.forecast_at_s, rec.forecast_start_s = history[0][0], history[0][1]
+    return rec
+
+
+def test_time_averaged_error_holds_each_forecast_until_the_next():
+    # start 3,600; forecast 1,800 from 0 to 1,200 (error 1,800), then 3,000 (error 600)
+    h = [(0.0, 1800.0, None, None), (1200.0, 3000.0, None, None)]
+    assert time_averaged_error(h, 3600.0) == pytest.approx((1800 * 1200 + 600 * 2400) / 3600)
+    assert in_force(h, 1199.0)[1] == 1800.0 and in_force(h, 1200.0)[1] == 3000.0
+    assert in_force(h, -1.0) is None
+    # an unplanned forecast counts as "now" (its error: the time left)
+    assert time_averaged_error([(0.0, None, None, None)], 600.0) == pytest.approx(600.0)
+
+
+def test_the_metric_scores_the_first_forecast_and_the_later_ones_by_lead():
+    a = record("a", 0.0, 3600.0, [(0.0, 1800.0, 1200.0, 4000.0), (1200.0, 3000.0, None, None),
+                                  (3100.0, 3600.0, None, None)])
+    b = record("b", 0.0, 7200.0, [(0.0, 7200.0, 7000.0, 7100.0)])
+    c = record("c", 0.0, 60.0, [(0.0, 0.0, 0.0, 120.0)], gpus=1)  # waited < 10 min
+    f = forecast_metrics(SimpleNamespace(records=[a, b, c]))
+    assert f["forecast_scored"].startswith("first forecast")
+    assert f["long_wait_jobs"] == 2
+    # first forecasts: a off by 1,800 of a 3,600 s wait (0.5), b exact (0)
+    assert f["long_wait_median_error_over_wait"] == pytest.approx(0.25)
+    assert f["by_size"]["2-8"]["long_wait_median_error_over_wait"] == pytest.approx(0.25)
+    assert f["by_size"]["1-1"]["long_wait_jobs"] == 0
+    # 10 min before their starts: a's forecast then was 3,000 (600 off), b's exact
+    lead = f["by_lead"]["10m"]
+    assert lead["jobs"] == 3 - 1 and lead["median_abs_error_s"] == pytest.approx(300.0)
+    assert lead["median_error_over_lead"] == pytest.approx(0.5)
+    assert f["by_lead"]["1h"]["jobs"] == 2  # a's first forecast was made 1 h before
+    # windows of the first forecasts: a inside [1,200, 4,000], b outside, c inside
+    w = f["window"]
+    assert w["jobs"] == 3 and w["coverage"] == pytest.approx(2 / 3)
+    assert w["long_wait_coverage"] == pytest.approx(0.5)
+    # selected on the forecast (first forecast 10 min or more ahead): a and b
+    assert f["planned_long"]["jobs"] == 2
+    ta = f["time_averaged_error_over_wait"]
+    assert ta == pytest.approx(((1800 * 1200 + 600 * 1900) / 3600 / 3600 + 0.0) / 2)
+
+
+def test_a_run_without_forecasts_has_no_forecast_figures():
+    from hyperplace.sim.metrics import forecast_metrics as via_metrics
+
+    r = JobRecord(job=SimJob(name="x", submit_s=0.0, work_s=1.0, gpus=1,
+                             manifest=manifest("x", 1)), first_start_s=5.0)
+    assert via_metrics(SimpleNamespace(records=[r])) is None
+
+
+def test_the_metrics_module_does_not_import_the_schedule():
+    # the peers' replays import hyperplace.sim.metrics: the schedule's modules (the engine's)
+    # stay out of them, so a change there does not re-run the peers' rows (bench_simulate)
+    code = ("import sys, hyperplace.sim.metrics, hyperplace.sim.simulator; "
+            "print(sorted(m for m in sys.modules if m in ('hyperplace.sim.forecast', "
+            "'hyperplace.sim.forecast_score', 'hyperplace.solvers.schedule', "
+            "'hyperplace.formulations.schedule', 'hyperplace.sim.planning')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_simulator_keeps_every_changed_forecast_of_a_waiting_job():
+    from hyperplace.sim.simulator import SimConfig, simulate
+    from tests.solvers.test_schedule import sim_job
+
+    inst = instance(h_leaves=1, a_leaves=1)
+    jobs = [sim_job(f"j{i}", 8 if i % 2 else 16, 30.0 * i, 1200.0) for i in range(10)]
+    run = simulate(inst, jobs, "engine", SimConfig(round_s=60))
+    for r in run.records:
+        assert r.forecasts and r.forecasts[0][:2] == (r.forecast_at_s, r.forecast_start_s)
+        times = [h[0] for h in r.forecasts]
+        assert times == sorted(times)
+        # a new entry only when the answer changed
+        assert all(x[1:] != y[1:] for x, y in zip(r.forecasts, r.forecasts[1:]))
+    assert any(len(r.forecasts) > 1 for r in run.records)
