@@ -22,6 +22,7 @@ from hyperplace.formulations.placement import (
     ReasonCode,
     UnitClass,
 )
+from hyperplace.formulations.placement.quotas import Inadmissible, QuotaBook
 
 #: Past this many job shapes, the "does it fit alone?" probe is skipped (it costs a greedy
 #: trial per shape); the static reasons are still given.
@@ -381,21 +382,11 @@ def _admitted_quota_use(p: PlacementProblem, assignment: Assignment
     return use
 
 
-#: What :func:`_quota_reasons` says of a job its queue can never admit, whatever else runs
-#: (no quota covers its GPU types; more GPUs than nominal + borrowing limit): the forecast
-#: then plans no start for it (:func:`never_in_its_queue`).
-NEVER_IN_QUEUE = (" may never hold more than ", ": no quota covers ")
-
-
-def never_in_its_queue(reason: str) -> bool:
-    """True for a pending reason saying the job's queue can never admit it."""
-    return reason.startswith("queue ") and any(m in reason for m in NEVER_IN_QUEUE)
-
-
 def _quota_reasons(p: PlacementProblem, jv: JobView, assignment: Assignment,
                    use: dict[tuple[str, str], float]) -> list[str]:
     """The queue's quota (or its cohort's lending) holds the job back on every GPU type it
-    could use: name the queue, the key, what is in use and what the cohort can lend."""
+    could use: name the queue, the key, what is in use and what the cohort can lend; or,
+    when the queue can never admit it (:meth:`QuotaBook.inadmissible`), say that."""
     book = p.quotas
     blocked: list[str] = []
     for t in sorted(p.types_for(jv.classes)):
@@ -407,18 +398,14 @@ def _quota_reasons(p: PlacementProblem, jv: JobView, assignment: Assignment,
         blocked.append(t)
     if not blocked or book.queues is None or jv.queue not in book.queues.queues:
         return []
+    never = book.inadmissible(jv.queue, blocked, jv.gpus)
+    if never is not None:  # never, whatever runs: say that, not what is in use now
+        return [inadmissible_reason(book, never)]
     queue = book.queues.queues[jv.queue]
-    key = book.keys_for(jv.queue, blocked[0])[0]
-    if key not in queue.quotas:
-        return [f"queue {jv.queue}: no quota covers {'/'.join(blocked)} GPUs"]
+    # the first type the queue could admit it on once enough is free: its first key
+    t = next(t for t in blocked if book.never_on(jv.queue, t, jv.gpus) is None)
+    key = book.keys_for(jv.queue, t)[0]
     quota = queue.quotas[key]
-    ceiling = quota.cap
-    if jv.gpus > ceiling:  # never, whatever runs: say that, not what is in use now
-        kind = "GPUs" if key == "*" else f"{key} GPUs"
-        return [f"queue {jv.queue} may never hold more than {ceiling:g} {kind} (nominal "
-                f"{quota.nominal:g} + borrowing limit {quota.borrowing_limit:g}: a Volcano "
-                f"Queue's capability, a Kueue ClusterQueue's nominalQuota + borrowingLimit) "
-                f"and the job asks {jv.gpus}: it cannot be admitted in this queue"]
     in_use = book.running.get((jv.queue, key), 0) + use.get((jv.queue, key), 0)
     words = (f"queue {jv.queue}: {in_use:g} of {quota.nominal:g} {key} nominal in use, "
              f"needs {jv.gpus} more")
@@ -435,6 +422,29 @@ def _quota_reasons(p: PlacementProblem, jv: JobView, assignment: Assignment,
     limit = "" if quota.borrowing_limit == float("inf") else \
         f", borrowing limit {quota.borrowing_limit:g}"
     return [words + f"; cohort {queue.cohort} has {lend:g} to lend{limit}"]
+
+
+def inadmissible_reason(book: QuotaBook, never: Inadmissible) -> str:
+    """The pending reason of a job its queue can never admit (``never``)."""
+    uncovered = f"no quota covers {'/'.join(never.uncovered)} GPUs"
+    if not never.capped:
+        return f"queue {never.queue}: {uncovered}"
+    assert book.queues is not None
+    queue = book.queues.queues[never.queue]
+    _, key, most = never.capped[0]
+    quota = queue.quotas[key]
+    kind = "GPUs" if key == "*" else f"{key} GPUs"
+    how = (f"nominal {quota.nominal:g} + borrowing limit {quota.borrowing_limit:g}: a Volcano "
+           "Queue's capability, a Kueue ClusterQueue's nominalQuota + borrowingLimit"
+           if queue.cohort is not None else
+           f"nominal {quota.nominal:g}, and no cohort to borrow from")
+    text = (f"queue {never.queue} may never hold more than {most:g} {kind} ({how}) and the "
+            f"job asks {never.gpus}: it cannot be admitted in this queue")
+    others = sorted({f"{c:g}" + ("" if k == "*" else f" {k}")
+                     for _, k, c in never.capped[1:] if k != key})
+    if others:
+        text += f" (nor more than {', '.join(others)} GPUs on its other types)"
+    return text + (f"; {uncovered}" if never.uncovered else "")
 
 
 def _contention(p: PlacementProblem, jv: JobView, assignment: Assignment,

@@ -576,10 +576,13 @@ def to_plan(p: PlacementProblem, assignment: Assignment, stats: SolveStats,
                 [(u.unit, [GPURef(node=node, gpu=g) for node, gpus in u.pieces for g in gpus])
                  for u in units],
                 gpus=jv.gpus, topology=_topology(p, units))
+    book = p.quotas
     for jv in p.pending:
         if jv.index not in assignment.units:
+            never = book.active and book.inadmissible(jv.queue, p.types_for(jv.classes),
+                                                      jv.gpus) is not None
             b.wait(jv.name, reasons.get(jv.index) or ["not admitted"],
-                   analysed=not skipped or jv.index not in skipped)
+                   analysed=not skipped or jv.index not in skipped, inadmissible=never)
     return b.build(
         "plan", status=stats.status, solver=stats.solver, objective=stats.objective,
         bound=stats.bound, gap=stats.gap, objective_gaps=stats.objective_gaps,

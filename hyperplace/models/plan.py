@@ -8,7 +8,7 @@ Schema (``apiVersion: hyperplace/v1``, ``kind: PlacementPlan``)::
     placements: [{job, unit, gpus: [{node, gpu}]}]          # one entry per gang unit
     jobs: [{job, priority, gpus, gpuTypes, nodeNames,        # per admitted job
             topologyAssignment: {levels, domains: [{values, count}]}}]
-    pending: [{job, reasons: [...]}]                          # every job not admitted
+    pending: [{job, reasons: [...], analysis, inadmissible}]  # every job not admitted
     preemptions: [{job, why, preemptor, gpus, lostGpuSeconds}] # running jobs stopped
     preemptionPolicy: lower-priority | reclaim-within-cohort  # when the round could preempt
     migrations: [{job, why, forJob, gpus, gpusMoved, lostGpuSeconds,  # running jobs moved
@@ -69,11 +69,17 @@ class PendingJob(HPModel):
     out before that analysis reached the job (or its shape was past the probe limit): the
     reasons are then true but generic, and a larger budget (or ``hyperplace why``) gives the
     full answer.
+
+    ``inadmissible``: True when the job's queue can never admit it, whatever else runs (no
+    quota of the queue covers a GPU type the job could use, or it asks more than the queue
+    may ever hold there; Kueue calls such a workload inadmissible): the forecast plans no
+    start for it.
     """
 
     job: str
     reasons: list[str]
     analysis: Literal["full", "skipped"] = "full"
+    inadmissible: bool = False
 
 
 class Forecast(HPModel):

@@ -86,11 +86,14 @@ class PlanBuilder:
         self.placements += plan.placements
         self.jobs += plan.jobs
 
-    def wait(self, job: str, reasons: list[str], analysed: bool = True) -> None:
+    def wait(self, job: str, reasons: list[str], analysed: bool = True,
+             inadmissible: bool = False) -> None:
         """Job ``job`` pending for ``reasons`` (``analysed``: by the per-job analysis, not
-        the generic reason given when the budget ran out first)."""
+        the generic reason given when the budget ran out first; ``inadmissible``: its queue
+        can never admit it)."""
         self.pending.append(PendingJob(job=job, reasons=reasons,
-                                       analysis="full" if analysed else "skipped"))
+                                       analysis="full" if analysed else "skipped",
+                                       inadmissible=inadmissible))
 
     @property
     def placed(self) -> set[str]:

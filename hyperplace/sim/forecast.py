@@ -131,12 +131,9 @@ def forecast_plan(instance: Instance, plan, *, horizon_s: float = DEFAULT_HORIZO
             sp = speed.speed(by_name[job], u)
             running.append(RunningSlot(job, tuple(g for gs in u.values() for g in gs),
                                        work[job] / max(sp, 1e-9)))
-    from hyperplace.formulations.explain import never_in_its_queue
-
     # a job its queue can never admit gets no start (the schedule has no quotas: it planned
     # one "in ~5m" for a job whose ClusterQueue covers no GPU) and takes no room from others
-    never = {pj.job: pj.reasons[0] for pj in plan.pending
-             if pj.reasons and never_in_its_queue(pj.reasons[0])}
+    never = {pj.job: pj.reasons[0] for pj in plan.pending if pj.inadmissible and pj.reasons}
     pending_names = [pj.job for pj in plan.pending if pj.job in by_name
                      and pj.job not in never]
     pending = [PendingJob(by_name[n], 0.0) for n in pending_names]

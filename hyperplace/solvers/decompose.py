@@ -1169,7 +1169,8 @@ def _pending_entry(name: str, reasons: list[str]) -> PendingJob:
     cost 0.59 s of CPU and this 0.40 s (2026-12-02). The reasons list is shared, as a
     shallow ``model_copy`` shares it."""
     entry = object.__new__(PendingJob)
-    _SET_DICT(entry, {"job": name, "reasons": reasons, "analysis": "skipped"})
+    _SET_DICT(entry, {"job": name, "reasons": reasons, "analysis": "skipped",
+                      "inadmissible": False})
     _SET_FIELDS(entry, set(_PENDING_FIELDS))
     _SET_EXTRA(entry, None)
     _SET_PRIVATE(entry, None)

@@ -210,3 +210,59 @@ def test_a_queue_covering_no_gpu_gets_no_forecast_start(tmp_path: Path):
     assert pending["reasons"][0].startswith("queue cq: no quota covers ")
     (forecast,) = doc["forecasts"]
     assert forecast["text"] == "not planned: " + pending["reasons"][0]
+
+
+def _pending_and_forecast(inst):
+    from hyperplace.sim.forecast import forecast_plan
+
+    plan, _ = _solve(inst, "greedy")
+    (pending,) = plan.pending
+    (fc,) = [f for f in forecast_plan(inst, plan) if f.job == pending.job]
+    return pending, fc
+
+
+def test_a_queue_covering_one_of_the_jobs_types_may_admit_it_later():
+    """Queue a covers H100 (its 8 held by a running job) and no A100; the job may use
+    either. It waits for the H100 quota, and is planned when the running job ends: the
+    reason said 'no quota covers A100-80/H100-80 GPUs' (the first type's key decided) and
+    the forecast planned no start."""
+    nodes = [node("n0", allocated={g: "old" for g in range(8)}), node("a0", "A100-80")]
+    base = instance(nodes, [_in_queue(job("x", accel=None, nvlink=600), "a")])
+    spec = base.spec.model_copy(update={"running_jobs": [
+        RunningJob(name="old", queue="a", remaining_s=600)]})
+    inst = base.model_copy(update={"spec": spec}).with_queues([_cq("a", 8)])
+    pending, fc = _pending_and_forecast(inst)
+    assert pending.reasons[0].startswith("queue a: 8 of 8 H100 nominal in use, needs 8 more")
+    assert not pending.inadmissible
+    assert fc.earliest_s is not None and not fc.text.startswith("not planned")
+
+
+def test_a_queue_without_a_cohort_never_holds_more_than_its_nominal_quota():
+    """16 GPUs in a ClusterQueue of nominal 8 with no cohort (it cannot borrow): never
+    admitted, and so not planned (the reason said what was in use now, and the forecast
+    planned a start the queue would never allow). The plan says so as a field, which the
+    forecast reads, not the reason's words."""
+    inst = instance([node(f"n{i}") for i in range(4)],
+                    [_in_queue(job("x", replicas=2), "a")]).with_queues([_cq("a", 8)])
+    pending, fc = _pending_and_forecast(inst)
+    assert pending.inadmissible and pending.reasons[0] == (
+        "queue a may never hold more than 8 H100 GPUs (nominal 8, and no cohort to borrow "
+        "from) and the job asks 16: it cannot be admitted in this queue")
+    assert fc.earliest_s is None and fc.text == "not planned: " + pending.reasons[0]
+
+
+def test_the_forecast_reads_the_plans_inadmissible_field_not_the_reasons_words():
+    """Reworded reasons change nothing: the forecast plans no start for an inadmissible
+    job whatever its reason says, and plans one for a job that is not, even when its reason
+    reads like a queue that never admits it (it matched the reason's words before)."""
+    from hyperplace.sim.forecast import forecast_plan
+
+    inst = instance([node(f"n{i}") for i in range(4)],
+                    [_in_queue(job("x", replicas=2), "a")]).with_queues([_cq("a", 8)])
+    plan, _ = _solve(inst, "greedy")
+    (pending,) = plan.pending
+    for flag, why in ((True, "anything"), (False, "queue a: no quota covers H100-80 GPUs")):
+        entry = pending.model_copy(update={"reasons": [why], "inadmissible": flag})
+        (fc,) = [f for f in forecast_plan(inst, plan.model_copy(update={"pending": [entry]}))
+                 if f.job == "x"]
+        assert (fc.text == f"not planned: {why}") == flag and (fc.earliest_s is None) == flag

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hyperplace.models.usage import fair_share_factors
@@ -64,6 +64,26 @@ class CohortRow:
     members: list[Queue]
     running: dict[str, float]  # queue -> running GPUs counted against the key
     slack: float  # right-hand side: max(0, overdraft with nothing admitted)
+
+
+def ceiling(queue: Queue, key: str) -> float:
+    """The most GPUs of quota key ``key`` that ``queue`` may ever hold: nominal + borrowing
+    limit in a cohort (a Volcano Queue's capability), its nominal quota without one."""
+    quota = queue.quotas[key]
+    return quota.cap if queue.cohort is not None else quota.nominal
+
+
+@dataclass(frozen=True)
+class Inadmissible:
+    """Why a queue can never admit a job, whatever else runs (:meth:`QuotaBook.inadmissible`):
+    on each GPU type the job could use, no quota key of the queue covers the type
+    (``uncovered``) or a key's :func:`ceiling` is below the job's ``gpus`` (``capped``:
+    type, key, ceiling)."""
+
+    queue: str
+    gpus: int
+    uncovered: tuple[str, ...]
+    capped: tuple[tuple[str, str, float], ...]
 
 
 @dataclass
@@ -114,6 +134,41 @@ class QuotaBook:
             if _overdraft(c, total) > max(0.0, _overdraft(c, credit)) + 1e-9:
                 return False
         return True
+
+    def inadmissible(self, queue: str, types: Iterable[str], gpus: int) -> Inadmissible | None:
+        """Why ``queue`` can never admit a job of ``gpus`` GPUs on any of ``types`` (the GPU
+        types it could use), or None when some type could admit it once enough is free.
+
+        The one check behind the pending reason (``explain``) and the plan's
+        ``PendingJob.inadmissible``, which the forecast reads (it plans no start for such a
+        job: the over-time schedule has no quotas)."""
+        if self.queues is None or queue not in self.queues.queues:
+            return None
+        uncovered: list[str] = []
+        capped: list[tuple[str, str, float]] = []
+        for t in sorted(types):
+            why = self.never_on(queue, t, gpus)
+            if why is None:
+                return None
+            if why == UNCOVERED:
+                uncovered.append(t)
+            else:
+                capped.append((t, *why))
+        if not uncovered and not capped:
+            return None
+        return Inadmissible(queue, gpus, tuple(uncovered), tuple(capped))
+
+    def never_on(self, queue: str, gpu_type: str, gpus: int
+                 ) -> str | tuple[str, float] | None:
+        """Why declared ``queue`` can never hold ``gpus`` GPUs of ``gpu_type``:
+        :data:`UNCOVERED`, or the first key covering it and that key's :func:`ceiling`
+        below ``gpus``; None when it could."""
+        assert self.queues is not None
+        keys = self.keys_for(queue, gpu_type)
+        if UNCOVERED in keys:
+            return UNCOVERED
+        q = self.queues.queues[queue]
+        return next(((k, ceiling(q, k)) for k in keys if gpus > ceiling(q, k) + 1e-9), None)
 
     def usage(self, queue: str, gpu_type: str, gpus: int) -> dict[tuple[str, str], float]:
         """``gpus`` GPUs of ``gpu_type`` for ``queue``, as per-key usage."""
@@ -192,7 +247,7 @@ def build_quota_book(instance: Instance, job_names: list[str],
             if quota is None:
                 book.rows.append(QuotaRow(q.name, key, 0.0))
                 continue
-            cap = quota.cap if q.cohort is not None else quota.nominal
+            cap = ceiling(q, key)
             if math.isfinite(cap):
                 book.rows.append(QuotaRow(q.name, key, max(0.0, cap - run), over=run > cap))
             if q.cohort is not None and q.source != "volcano":
