@@ -239,6 +239,19 @@ def job_rows(run: PolicyRun) -> list[dict[str, Any]]:
             for r in run.records]
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float as None (null): summary.json is strict JSON
+    (RFC 8259 has no Infinity or NaN; a trace whose jobs all arrive at once offers an
+    infinite load)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 def write_outputs(out: Path, summary: dict[str, Any], runs: list[PolicyRun],
                   charts: bool = True) -> list[Path]:
     """summary.json, policies.csv, jobs.csv, timeline.csv, rounds.csv, with queues
@@ -246,7 +259,8 @@ def write_outputs(out: Path, summary: dict[str, Any], runs: list[PolicyRun],
     out.mkdir(parents=True, exist_ok=True)
     written = []
     files = {
-        "summary.json": json.dumps(summary, indent=2, default=str) + "\n",
+        "summary.json": json.dumps(finite(summary), indent=2, default=str,
+                                   allow_nan=False) + "\n",
         "policies.csv": to_csv([{k: v for k, v in row.items() if k != "queues"}
                               for row in summary["policies"]]),
         "jobs.csv": to_csv([row for run in runs for row in job_rows(run)]),

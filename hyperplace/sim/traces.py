@@ -16,8 +16,9 @@ ClusterQueue/LocalQueue or Volcano Queue the job is submitted to; the instance's
 ``spec.queues`` or ``simulate --queues`` must declare it; empty: ``default``) and ``model``
 (the job's model, a preset name of :mod:`hyperplace.models.presets` or one of its aliases,
 as ElasticFlow-style traces name each job's model; empty: drawn, see
-:mod:`hyperplace.sim.workload`). Rows must be
-in submit order. Limits: at most :data:`MAX_ROWS` rows and :data:`MAX_BYTES` bytes.
+:mod:`hyperplace.sim.workload`). Rows must be in submit order and names (given, or
+``job-NNNNN``) unique; a UTF-8 byte-order mark is read. Limits: at most :data:`MAX_ROWS`
+rows (refused before any row is parsed) and :data:`MAX_BYTES` bytes.
 
 Bad input (missing columns, a non-numeric, negative or non-finite duration or submit time,
 a GPU count that is not a positive integer, rows out of submit order) raises
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
 from dataclasses import dataclass
 from importlib import resources
@@ -129,12 +131,18 @@ def _bundled(name: str) -> str:
 
 def parse_csv_trace(text: str, src: str) -> Trace:
     """A trace in the generic CSV format (see the module docstring)."""
+    text = text.removeprefix("\ufeff")  # a spreadsheet's UTF-8 byte-order mark
+    if text.count("\n") > MAX_ROWS + 1 and sum(  # refused before any row is parsed
+            1 for _ in itertools.islice(csv.reader(io.StringIO(text)), MAX_ROWS + 2)) \
+            > MAX_ROWS + 1:
+        raise InputError(f"more than {MAX_ROWS:,} rows (the limit of a trace)", source=src)
     reader = _reader(text, src, ("submit_time_s", "duration_s", "num_gpus"))
     rows: list[TraceRow] = []
+    lines: dict[str, int] = {}
     for i, rec in enumerate(reader):
         line = i + 2
         if len(rows) >= MAX_ROWS:
-            raise InputError(f"more than {MAX_ROWS} rows", source=src)
+            raise InputError(f"more than {MAX_ROWS:,} rows (the limit of a trace)", source=src)
         if None in rec.values():
             raise InputError(f"line {line}: fewer fields than the header", source=src)
         gpus = _count(rec["num_gpus"], "num_gpus", line, src)
@@ -146,7 +154,12 @@ def parse_csv_trace(text: str, src: str) -> Trace:
             raise InputError(f"line {line}: queue: a queue name is 1 to 253 printable "
                              "characters", source=src)
         model = _model(rec.get("model") or "", line, src)
-        rows.append(TraceRow(name=(rec.get("name") or "").strip() or f"job-{i:05d}",
+        name = (rec.get("name") or "").strip() or f"job-{i:05d}"
+        if name in lines:
+            raise InputError(f"line {line}: name: {name!r} is line {lines[name]}'s name too "
+                             "(a job's name must be unique)", source=src)
+        lines[name] = line
+        rows.append(TraceRow(name=name,
                              submit_s=_number(rec["submit_time_s"], "submit_time_s", line, src),
                              duration_s=_number(rec["duration_s"], "duration_s", line, src),
                              gpus=gpus, gpu_types=types, line=line, queue=queue, model=model))
