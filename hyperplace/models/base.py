@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from hyperplace.models.limits import MAX_STRING_LENGTH
+
+_WARNINGS = ("input that was read but should be changed (an old key's spelling), one line "
+             "each naming the field, as the CLI prints them on stderr")
+#: The ``warnings`` field of every document and answer that reads input (plans, federated
+#: plans, estimates); :data:`OptionalWarnings` where the service leaves an empty one out.
+Warnings = Annotated[list[str], Field(default_factory=list, description=_WARNINGS)]
+OptionalWarnings = Annotated[list[str] | None, Field(default=None, description=_WARNINGS)]
 
 
 class HPModel(BaseModel):

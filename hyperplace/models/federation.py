@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from hyperplace.models.base import HPModel
+from hyperplace.models.base import HPModel, Warnings
 from hyperplace.models.plan import GPURef
 from hyperplace.models.result import SolveStatus
 
@@ -157,9 +157,7 @@ class FederationPlan(HPModel):
     cost_model: str = ""
     jobs: list[FederatedJobPlan] = Field(default_factory=list)
     pending: list[PendingFederatedJob] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list, description=(
-        "input that was read but should be changed (an old key's spelling), one line each "
-        "naming the field, as the CLI prints them on stderr"))
+    warnings: Warnings
 
     def to_doc(self) -> dict:
         doc = super().to_doc()
@@ -202,6 +200,4 @@ class EstimateReport(HPModel):
     replica_gpus: int
     replicas_wanted: int
     clusters: list[ClusterEstimate]
-    warnings: list[str] = Field(default_factory=list, description=(
-        "input that was read but should be changed (an old key's spelling), one line each "
-        "naming the field, as the CLI prints them on stderr"))
+    warnings: Warnings

@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from hyperplace.models.base import HPModel
+from hyperplace.models.base import HPModel, Warnings
 from hyperplace.models.job import SkippedJob
 from hyperplace.models.result import SolveStatus
 
@@ -164,9 +164,7 @@ class PlacementPlan(HPModel):
     forecasts: list[Forecast] = Field(default_factory=list, description=(
         "per pending job its planned start window and pool from the over-time schedule "
         "(empty when the round was solved without one)"))
-    warnings: list[str] = Field(default_factory=list, description=(
-        "input that was read but should be changed (an old key's spelling), one line each "
-        "naming the field, as the CLI prints them on stderr"))
+    warnings: Warnings
     hot_spares: int = Field(default=0, ge=0, description=(
         "whole free nodes per leaf domain new placements leave free (the operator setting "
         "the round was solved with; repairs may use them)"))

@@ -20,6 +20,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, model_validator
 from pydantic.alias_generators import to_camel
 
+from hyperplace.models.base import OptionalWarnings
 from hyperplace.models.instance import Instance
 from hyperplace.models.job import TrainingJob
 from hyperplace.models.limits import MAX_JOBS
@@ -133,9 +134,7 @@ class ViolationOut(Body):
 class CheckResponse(Body):
     ok: bool
     violations: list[ViolationOut]
-    warnings: list[str] | None = Field(default=None, description=(
-        "input that was read but should be changed (an old key's spelling), one line each "
-        "naming the field, as the CLI prints them on stderr"))
+    warnings: OptionalWarnings
 
 
 class LayerSplitRequest(Body):
@@ -273,9 +272,7 @@ class ClusterInfo(Body):
         "per-queue usage history for fair share over rounds (absent with --half-life 0)"))
     interrupted_jobs: list[str] | None = Field(default=None, description=(
         "PATCH only: running jobs a failure hit; all their GPUs were freed"))
-    warnings: list[str] | None = Field(default=None, description=(
-        "input that was read but should be changed (an old key's spelling), one line each "
-        "naming the field, as the CLI prints them on stderr"))
+    warnings: OptionalWarnings
 
 
 class ErrorBody(Body):
