@@ -302,11 +302,38 @@ def _forecast_cell(f) -> str:
 
     if f.earliest_s is None:
         return "not planned"
-    when = "now" if f.starts_now else f"in ~{duration_words(f.earliest_s)}"
+    when = "now" if f.starts_now else f"in {duration_words(f.earliest_s)}"
+    if not f.starts_now and f.latest_s is not None and f.latest_s > f.earliest_s:
+        when += f"-{duration_words(f.latest_s)}"  # the window, as forecasts[].text gives it
     where = f"{f.gpus} {f.gpu_type or 'mixed'}"
     if f.domain:
         where += " " + f.domain.split(":")[-1]
     return f"{when}, {where}"
+
+
+def forecast_basis(instance: Instance, plan: PlacementPlan) -> str:
+    """What the table's forecasts rest on, in one line (each job's ``forecasts[].text`` says
+    it too; the table's cells have no room): run times assumed for the queue's jobs
+    (admitted ones hold their GPUs that long) without a ``hyperplace.io/duration`` annotation, ends assumed for running jobs without
+    ``spec.runningJobs[].remainingS``, and that no later arrival goes first."""
+    from hyperplace.commands.render import count
+    from hyperplace.sim.forecast import DEFAULT_RUN_S, DURATION_ANNOTATION
+
+    hours = f"{DEFAULT_RUN_S / 3600:g} h"
+    # the queue's jobs, admitted ones too: a job started now holds its GPUs for its run time
+    unsized = sum(1 for j in instance.jobs if DURATION_ANNOTATION not in j.metadata.annotations)
+    told = {r.name for r in instance.spec.running_jobs if r.remaining_s is not None}
+    running = {job for c in instance.clusters for n in c.nodes for job in n.allocated.values()}
+    untold = len(running - told)
+    parts = []
+    if unsized:
+        parts.append(f"{count(unsized)} of {count(len(instance.jobs))} queued jobs run "
+                     f"{hours} (no {DURATION_ANNOTATION} annotation)")
+    if untold:
+        parts.append(f"{count(untold)} of {count(len(running))} running jobs end in {hours} "
+                     "(no spec.runningJobs[].remainingS)")
+    parts.append("running jobs end as predicted and no later arrival goes first")
+    return "forecasts assume: " + "; ".join(parts)
 
 
 def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
@@ -357,6 +384,7 @@ def _print_table(plan: PlacementPlan, instance: Instance, console: Console,
                                     Column("forecast", "text", min_width=14)],
                           [[pj.job, "\n".join(pj.reasons), fc.get(pj.job, "")]
                            for pj in shown], "pending jobs")
+            r.print_line(console, forecast_basis(instance, plan))
         else:
             r.print_table(console, [Column("job"), Column("why", "text", min_width=30)],
                           [[pj.job, "\n".join(pj.reasons)] for pj in shown], "pending jobs")

@@ -270,3 +270,37 @@ def test_over_budget_after_a_shell_names_the_shell_s_part(tmp_path: Path):
     first = r.stderr.splitlines()[0]
     assert first.startswith("warning: --budget 1: over budget: "), first
     assert " s of it before hyperplace loaded, the shell's own work before it ran " in first
+
+
+def test_the_tables_forecasts_give_their_window_and_what_they_rest_on(tmp_path: Path):
+    """The table's forecast cell said "in ~25m" where the plan's forecast is the window
+    25m-30m, and nothing under the table said that every run time was an assumed hour."""
+    from hyperplace.solvers.schedule import duration_words
+
+    env = {"COLUMNS": "250"}
+    result = runner.invoke(app, ["solve", "--budget", "10", "-f", "json"], env=env)
+    assert result.exit_code == 0, result.output
+    plan = PlacementPlan.model_validate(json.loads(result.stdout))
+    assert check(plan, load_instance("mixed-a100-h100")) == []
+    later = [f for f in plan.forecasts if f.earliest_s and f.latest_s > f.earliest_s]
+    assert later  # llama3-70b-pretrain waits for the H100 the others took
+    table = runner.invoke(app, ["solve", "--budget", "10"], env=env).output
+    for f in later:
+        assert f"in {duration_words(f.earliest_s)}-{duration_words(f.latest_s)}" in table
+    inst = load_instance("mixed-a100-h100")
+    running = {job for c in inst.clusters for n in c.nodes for job in n.allocated.values()}
+    assert (f"forecasts assume: {len(inst.jobs)} of {len(inst.jobs)} queued jobs run 1 h (no "
+            f"hyperplace.io/duration annotation); {len(running)} of {len(running)} running "
+            "jobs end in 1 h (no spec.runningJobs[].remainingS)") in " ".join(table.split())
+    # told both: only what every forecast assumes is left
+    doc = inst.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for j in doc["spec"]["jobs"]:
+        j["metadata"].setdefault("annotations", {})["hyperplace.io/duration"] = "2h"
+    doc["spec"]["runningJobs"] = [{"name": name, "remainingS": 1800} for name in sorted(running)]
+    path = tmp_path / "told.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    told = runner.invoke(app, ["solve", "-i", str(path), "--budget", "10"], env=env)
+    assert told.exit_code == 0, told.output
+    text = " ".join(told.output.split())
+    assert ("forecasts assume: running jobs end as predicted and no later arrival goes first"
+            in text) and "queued jobs run" not in text
