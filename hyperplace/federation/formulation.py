@@ -62,6 +62,7 @@ class FederationData:
     cluster_free: dict[str, int]
     weights: dict[int, int]  # priority -> weight per GPU
     policy: str
+    #: no-good cuts: at most (jobs named in a cut - 1) of its candidates (solve.no_good)
     cuts: list[list[int]] = field(default_factory=list)
 
     def demand(self, c: Candidate) -> int:
@@ -183,7 +184,7 @@ def solve_cpsat(data: FederationData, time_limit: float, hint: list[int] | None 
     for k, terms in wan.items():
         m.add(sum(v * x[i] for i, v in terms) <= data.wan_capacity.get(k, 0))
     for cut in data.cuts:
-        m.add(sum(x[i] for i in cut) <= len(cut) - 1)
+        m.add(sum(x[i] for i in cut) <= len({data.candidates[i].job.name for i in cut}) - 1)
     y = {cl: m.new_bool_var(f"y_{cl}") for cl in touching}
     for cl, idx in touching.items():
         for i in idx:

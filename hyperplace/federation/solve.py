@@ -35,6 +35,7 @@ from hyperplace.federation.asplaced import (
     sub_job_name,
 )
 from hyperplace.federation.formulation import (
+    Candidate,
     FederationData,
     build_data,
     fits_totals,
@@ -87,8 +88,12 @@ class RoundState:
 
     def verify(self, data: FederationData, chosen: list[int]) -> tuple[bool, list[int] | None,
                                                                        dict[str, ClusterPlacement]]:
-        """Place every cluster's sub-jobs together; on failure return the failing cluster's
-        candidates (a no-good cut)."""
+        """Place every cluster's sub-jobs together; on failure return a no-good cut
+        (:func:`no_good`) of the failing cluster's sub-jobs.
+
+        A cluster's answer is memoised by the sub-jobs it was asked to place (each job's
+        :func:`parts_on` it), not by the candidates: candidates that differ only elsewhere
+        get the same answer here, which is what makes the cut valid."""
         per_cluster: dict[str, list[int]] = {}
         for i in chosen:
             for cl in data.candidates[i].clusters:
@@ -102,8 +107,8 @@ class RoundState:
                     if part.location.cluster == cl:
                         jobs.append(sub_job(c.job, part))
                         names.append(sub_job_name(c.job, cl))
-            key = (cl, tuple(sorted((data.candidates[i].job.name, data.candidates[i].index)
-                                    for i in idx)))
+            key = (cl, tuple(sorted((data.candidates[i].job.name,
+                                     parts_on(data.candidates[i], cl)) for i in idx)))
             if key not in self.memo:
                 self.engine_calls += 1
                 left = self.budget_end - time.perf_counter()
@@ -111,9 +116,33 @@ class RoundState:
                                        budget_s=max(0.2, min(VERIFY_BUDGET_S, left / 2)))
             cp = self.memo[key]
             if not cp.ok_for(names):
-                return False, idx, placements
+                return False, no_good(data, cl, idx), placements
             placements[cl] = cp
         return True, None, placements
+
+
+def parts_on(c: Candidate, cluster: str) -> tuple[tuple[str, tuple[int, ...], int], ...]:
+    """What candidate ``c`` asks of ``cluster``: its parts there (GPU type, pipeline
+    positions, replicas), which make the sub-job the engine is asked to place."""
+    return tuple(sorted((p.location.gpu_type, p.positions, p.replicas)
+                        for p in c.shape.parts if p.location.cluster == cluster))
+
+
+def no_good(data: FederationData, cluster: str, failed: list[int]) -> list[int]:
+    """The cut after ``cluster`` could not place the sub-jobs of candidates ``failed``
+    together: every candidate of those jobs that asks the same of ``cluster``, whatever it
+    puts elsewhere. The encoder allows at most (jobs in the cut - 1) of them (one candidate
+    per job), so every assignment that overloads ``cluster`` so (or with more besides) is
+    excluded at once; the cut of the failing candidates alone (review R12) excluded one
+    combination a round, and a job split between the cluster and any of k others came back
+    k times (k = 4 spokes took the 8 verification rounds and fell back to greedy)."""
+    cut: list[int] = []
+    for i in failed:
+        c = data.candidates[i]
+        asks = parts_on(c, cluster)
+        cut += [k for k in data.by_job[c.job.name]
+                if parts_on(data.candidates[k], cluster) == asks]
+    return cut
 
 
 def _greedy(data: FederationData, state: RoundState) -> list[int]:

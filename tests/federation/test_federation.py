@@ -411,3 +411,36 @@ def test_a_single_stage_job_naming_no_parallelism_is_priced_with_the_planner():
     own = federate(_problem(inst, [declared]), budget_s=10).jobs[0]
     assert own.predicted.configuration is None
     assert own.predicted.step_time_s >= jp.predicted.step_time_s * (1 - 1e-9)
+
+
+def _hub_and_spokes(spokes: int) -> FederationProblem:
+    """A hub with 16 free H100s by totals but one node of 8 free (two of 4), spokes of one
+    8-GPU node linked to the hub only, and two 2-stage jobs of 8-GPU units: each fits split
+    between the hub and any spoke, both together never (one hub node holds an 8-GPU unit)."""
+    hub = member("hub", "H100-80", 3, busy={1: 4, 2: 4})
+    others = [member(f"s{i}", "H100-80", 1) for i in range(spokes)]
+    inst = federation_instance("spokes", [hub, *others],
+                               [("hub", f"s{i}", 400.0, 1.0) for i in range(spokes)])
+    jobs = [from_training_job(pipeline_job(n, "seed-8layer", stages=2, nvlink_gbps=900))
+            for n in ("a", "b")]
+    return FederationProblem(inst, jobs, max_slowdown=10)
+
+
+def test_a_failed_cluster_cuts_every_combination_asking_it_the_same(monkeypatch):
+    """Review R12: the verification cut excluded only the failing candidates, so a job split
+    between the hub and any of 4 spokes came back with the next spoke each round and CP-SAT
+    fell back to greedy after MAX_VERIFY_ROUNDS (8). The cut of every candidate asking the
+    hub the same proves the optimum in fewer rounds; the weak cut, forced here, falls back."""
+    from hyperplace.federation import solve
+
+    problem = _hub_and_spokes(4)
+    plan = federate(problem, budget_s=20, solver="cpsat")
+    assert plan.solver == "cpsat" and plan.status.value == "optimal", plan.message
+    strong = int(plan.message.split(" combination")[0])
+    assert strong < solve.MAX_VERIFY_ROUNDS and len(plan.jobs) == 1
+    assert plan.objective == plan.bound
+    assert_valid(problem, plan)
+    monkeypatch.setattr(solve, "no_good", lambda data, cluster, failed: failed)
+    weak = federate(_hub_and_spokes(4), budget_s=20, solver="cpsat")
+    assert weak.status.value == "fallback" and "kept failing verification" in weak.message
+    assert weak.objective == plan.objective
