@@ -221,7 +221,6 @@ def _solve_decomposed(instance: Instance, *, solver: str, budget_s: float, polic
         raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
     params = params or SolveParams()
     budget = Budget(budget_s, params.budget, deadline)
-    started = (time.perf_counter(), time.process_time())
     whole_s = whole_round_s(instance)
     cheap = not always and whole_s <= WHOLE_FRACTION * budget_s
     if len(instance.clusters) < 2 or instance.queue_set is not None or cheap:
@@ -253,8 +252,7 @@ def _solve_decomposed(instance: Instance, *, solver: str, budget_s: float, polic
         prio, gpus, _ = found.jobs[j]
         parts[cluster].value += found.weights.get(prio, 1) * gpus
     todo = [part for part in parts.values() if part.jobs]
-    run = _Run(instance, found, params, solver, policy, seed, workers)
-    run.started = started
+    run = _Run(instance, found, params, solver, policy, seed, workers, budget)
     run.merge_s_per_job = MERGE_S_PER_JOB * slowdown
     run.slow = slowdown
     t = time.perf_counter()
@@ -649,14 +647,16 @@ class _Run:
     """One decomposed round: the parts solved, the cross-cluster repair, the merge."""
 
     def __init__(self, instance: Instance, found: Route, params: SolveParams, solver: str,
-                 policy: str, seed: int, workers: int) -> None:
+                 policy: str, seed: int, workers: int, budget: Budget) -> None:
         self.instance, self.found, self.params = instance, found, params
         self.solver, self.policy, self.seed, self.workers = solver, policy, seed, workers
+        #: the round's budget, whose slowdown (wall per CPU second since the round started,
+        #: :meth:`Budget.slowdown`) is what the other processes take of this one's core
+        self.budget = budget
         #: how much slower than the idle figures the machine runs now: the routing's, then
         #: the parts' builds (measured; greedy's passes are assumed to slow alike), never
-        #: below the round's wall time per CPU second so far (:meth:`share_slowdown`)
+        #: below the round's budget's slowdown (:meth:`refresh_slowdown`)
         self.slow = 1.0
-        self.started = (time.perf_counter(), time.process_time())
         self.by_name = {job.name: j for j, job in enumerate(instance.jobs)}
         self.cluster_of = {c.name: c for c in instance.clusters}
         self.unbuilt_reason = ""
@@ -665,19 +665,13 @@ class _Run:
     def estimate(self, part: Part) -> float:
         return self.slow * (NODE_S * part.nodes + JOB_S * len(part.jobs))
 
-    def share_slowdown(self) -> float:
-        """The round's wall seconds per CPU second since it started (1 before half a second
-        of wall): what the other processes take of this one's core. The builds' slowdown
-        is measured once per part; a machine that becomes loaded after them is seen here
-        (1M GPUs, budget 30: the builds read 1.2x, the load rose from 1.8 to 7, and the
-        cross-cluster repair and the merge, judged at 1.2x, ended the round at 36.3 s)."""
-        wall = time.perf_counter() - self.started[0]
-        cpu = time.process_time() - self.started[1]
-        return 1.0 if wall < 0.5 else max(1.0, wall / max(cpu, 1e-3))
-
     def refresh_slowdown(self) -> None:
-        """``slow`` raised to :meth:`share_slowdown` when that is larger."""
-        self.slow = max(self.slow, self.share_slowdown())
+        """``slow`` raised to the round's budget's slowdown when that is larger. The builds'
+        slowdown is measured once per part; a machine that becomes loaded after them is
+        seen here (1M GPUs, budget 30: the builds read 1.2x, the load rose from 1.8 to 7,
+        and the cross-cluster repair and the merge, judged at 1.2x, ended the round at
+        36.3 s)."""
+        self.slow = max(self.slow, self.budget.slowdown())
 
     def solve_parts(self, todo: list[Part], budget: Budget, tail: float) -> None:
         """Build and solve each part under its share (module docstring, step 2)."""
@@ -724,7 +718,7 @@ class _Run:
             built_s += part.build_s
             # (1M GPUs at load 10: the builds read 2.3x where the routing, cold, read 3.9x
             # and the plans then took 2.4x their idle figure to write)
-            self.slow = max(1.0, built_s / modelled, self.share_slowdown())
+            self.slow = max(1.0, built_s / modelled, self.budget.slowdown())
             est = estimate_vars(part.problem)
             if r.pm is not None or est:  # what its exact model needed, for the record
                 vps = self.params.budget.vars_per_second(

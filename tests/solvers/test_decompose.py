@@ -405,24 +405,27 @@ def test_spec_gpus_is_total_gpus():
 
 def test_the_slowdown_follows_the_rounds_share_of_the_cpu():
     """A round whose process got a fifth of a core since it started (10 s of wall, 2 s of
-    CPU) judges what is left at 5x the idle figures, whatever its builds read earlier; the
-    first half second says nothing."""
-    import time
-
+    CPU) judges what is left at 5x the idle figures, whatever its builds read earlier: the
+    round's budget's slowdown (one definition, Budget.slowdown); its first
+    slowdown_after_s says nothing."""
     from hyperplace.solvers import decompose
+    from hyperplace.solvers.budget import Budget
     from hyperplace.solvers.params import SolveParams
 
+    now = {"wall": 100.0, "cpu": 50.0}
+    params = SolveParams()
+    budget = Budget(30.0, params.budget, clock=lambda: now["wall"],
+                    cpu_clock=lambda: now["cpu"])
     inst = generate_federation(2, 64, 20, None, 0.5, 3)
-    run = decompose._Run(inst, decompose.route(inst), SolveParams(), "auto", "performance",
-                         0, 2)
+    run = decompose._Run(inst, decompose.route(inst), params, "auto", "performance",
+                         0, 2, budget)
     run.slow = 1.5
-    wall, cpu = time.perf_counter(), time.process_time()
-    run.started = (wall - 10.0, cpu - 2.0)
-    assert run.share_slowdown() == pytest.approx(5.0, rel=0.05)
+    now["wall"] += 0.1
     run.refresh_slowdown()
-    assert run.slow == pytest.approx(5.0, rel=0.05)
-    run.started = (time.perf_counter() - 0.1, time.process_time() - 0.01)
-    assert run.share_slowdown() == 1.0
+    assert run.slow == 1.5  # 0.1 s of wall, no CPU: too short to say
+    now["wall"], now["cpu"] = 110.0, 52.0
+    run.refresh_slowdown()
+    assert run.slow == pytest.approx(5.0)
     run.slow = 7.0
     run.refresh_slowdown()
     assert run.slow == 7.0  # never lowered
