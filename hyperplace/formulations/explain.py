@@ -83,6 +83,7 @@ class _Facts:
             self.nodes_by_type[n.gpu_type.name].append(n)
         self._clique: dict[tuple[object, ...], tuple[int, NodeView | None]] = {}
         self._domains: dict[tuple[object, ...], dict[str, int]] = {}
+        self._distinct: dict[str, list[NodeView]] = {}
 
     def largest_piece(self, uc: UnitClass, types: frozenset[str]) -> tuple[int, NodeView | None]:
         """The largest free GPU set a piece of ``uc`` could get on one node, and where
@@ -92,7 +93,10 @@ class _Facts:
         if key not in self._clique:
             best, where = 0, None
             for t in types:
-                for n in self.nodes_by_type[t]:
+                # a node alike an earlier one (same pairs, GPUs, free count) gets no larger
+                # set, so it cannot be the first of a larger one: 16,384 nodes are a few dozen
+                nodes = self.nodes_by_type[t] if uc.nvlink_bound else self.distinct(t)
+                for n in nodes:
                     if not self.p.gpus_eligible(uc, n):
                         continue
                     k = piece if n.max_disjoint(piece, bw, parts=uc.parts) >= 1 \
@@ -105,6 +109,25 @@ class _Facts:
                     break
             self._clique[key] = (best, where)
         return self._clique[key]
+
+    def distinct(self, t: str) -> list[NodeView]:
+        """The nodes of type ``t`` in order, a node left out when an earlier one has the
+        same uniform pair rate, GPU count and free count (what the piece checks of
+        :meth:`largest_piece` read of a node, its tray aside); nodes with differing pairs
+        all kept."""
+        found = self._distinct.get(t)
+        if found is None:
+            seen: set[tuple[object, ...]] = set()
+            found = []
+            for n in self.nodes_by_type[t]:
+                if n.uniform_gbps is not None:
+                    key = (n.uniform_gbps, n.node.gpu_count, len(n.free))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                found.append(n)
+            self._distinct[t] = found
+        return found
 
     def domain_free(self, types: frozenset[str], hop: int | None) -> dict[str, int]:
         """Free GPUs of ``types`` per domain of hop limit ``hop``."""

@@ -156,11 +156,11 @@ def topology_levels(instance: Instance, topology: Mapping[str, Any] | None) -> l
     else:
         from hyperplace.instances.importers.kubernetes import DEFAULT_LEVELS
 
-        labels = [n.labels for c in instance.clusters for n in c.nodes]
+        present = set().union(*(n.labels for c in instance.clusters for n in c.nodes))
         keys = []
         for tier in sorted(DEFAULT_LEVELS, reverse=True):
             for k in DEFAULT_LEVELS[tier]:
-                if any(k in lab for lab in labels):
+                if k in present:
                     keys.append(k)
                     break
     if HOSTNAME_LABEL not in keys:

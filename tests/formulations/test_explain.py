@@ -47,3 +47,31 @@ def test_contention_needs_the_probe(fits):
     assert "per-job analysis skipped" in no_probe[1][0]
     probed = explain(p, taken, fits_alone=lambda jv: fits)
     assert ("outranked by a" in probed[1][0]) if fits else probed[1][0].startswith("fragmented")
+
+
+def test_the_largest_free_set_is_looked_for_once_per_kind_of_node(monkeypatch):
+    """largest_piece reads a node's pair rate, GPU count and free count: of 64 nodes alike
+    but for their leaf it asks one per free count, and says what asking all of them says
+    (the same largest set, on the same first node)."""
+    nodes = [node(f"n{i:02d}", allocated={g: f"r{i}" for g in range(i % 3 + 1)})
+             for i in range(64)]
+    inst = instance(nodes, [job("big", tp=8), job("slow", tp=8, nvlink=400)], nodes_per_leaf=4)
+    p = PlacementProblem(inst)
+    asked: list[str] = []
+    real = PlacementProblem.gpus_eligible
+
+    def spy(self, uc, n):
+        asked.append(n.name)
+        return real(self, uc, n)
+
+    monkeypatch.setattr(PlacementProblem, "gpus_eligible", spy)
+    fewer = explain(p, Assignment())
+    assert len(asked) == 3 * 2  # 3 free counts, 2 job shapes
+    monkeypatch.setattr(explain_module._Facts, "distinct",
+                        lambda self, t: self.nodes_by_type[t])
+    asked.clear()
+    every = explain(PlacementProblem(inst), Assignment())
+    assert len(asked) == 64 * 2
+    assert fewer == every
+    assert any("the largest such free set is 7 GPUs on node n00" in r
+               for r in fewer[p.jobs[0].index])

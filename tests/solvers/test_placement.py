@@ -169,3 +169,39 @@ def test_unknown_solver_and_policy_are_rejected():
         solve_placement(inst, solver="magic")
     with pytest.raises(ValueError, match="unknown policy"):
         solve_placement(inst, policy="cheapest")
+
+
+def test_the_model_asks_the_eligibility_rule_once_per_kind_of_node(monkeypatch):
+    """Node classes alike but for their leaf (same GPU type, pair and link rates, free
+    count) take the same pieces: the model builder asks node_eligible and piece_capacity
+    once per such kind and piece size, and builds the very model that asking every class
+    builds (same variables, bounds, rows), which solves to the same optimum."""
+    from hyperplace.check import check
+
+    nodes = [node(f"n{i:02d}", allocated={g: f"r{i}" for g in range(i % 3 * 2)})
+             for i in range(48)]
+    jobs = [job("a", tp=2), job("b", tp=4, replicas=2), job("c", tp=8), job("d", tp=1)]
+    inst = instance(nodes, jobs, nodes_per_leaf=4)
+    asked: list[str] = []
+    real = PlacementProblem.node_eligible
+
+    def spy(self, jv, uc, n):
+        asked.append(n.name)
+        return real(self, jv, uc, n)
+
+    monkeypatch.setattr(PlacementProblem, "node_eligible", spy)
+    p = PlacementProblem(inst)
+    memo = build_model(p)
+    few = len(asked)
+    monkeypatch.setattr(PlacementProblem, "capacity_key", staticmethod(lambda n: None))
+    asked.clear()
+    q = PlacementProblem(inst)
+    every = build_model(q)
+    # 12 leaves x 3 free counts (8, 6, 4): 36 classes, 3 kinds; 4 jobs of one piece size
+    assert len(q.node_classes) == 36 and len(asked) == 4 * 36 and few == 4 * 3
+    assert memo.lm.names == every.lm.names and memo.lm.ubs == every.lm.ubs
+    assert [(c.terms, c.lo, c.hi) for c in memo.lm.constraints] == \
+        [(c.terms, c.lo, c.hi) for c in every.lm.constraints]
+    monkeypatch.undo()
+    plan = solve_placement(inst, solver="milp", budget_s=20)
+    assert check(plan, inst) == [] and plan.status == SolveStatus.OPTIMAL

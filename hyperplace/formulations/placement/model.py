@@ -220,12 +220,18 @@ class PlacementModelBuilder:
         such pieces fit on one of their nodes (the problem's eligibility rule)."""
         p, jv = self.p, block.view
         for uc in jv.classes:
+            keys = p.node_class_keys if p.alike_nodes_alike(jv, uc) else \
+                [None] * len(p.node_classes)
             for size in uc.size_options:
                 found = []
-                for nc in p.node_classes:
-                    if not p.node_eligible(jv, uc, nc.rep):
-                        continue
-                    capacity = p.piece_capacity(uc, size, nc.rep)
+                known: dict[tuple[object, ...], int] = {}  # nodes alike take alike pieces
+                for nc, key in zip(p.node_classes, keys):
+                    capacity = known.get(key, -1) if key is not None else -1
+                    if capacity < 0:
+                        capacity = p.piece_capacity(uc, size, nc.rep) \
+                            if p.node_eligible(jv, uc, nc.rep) else 0
+                        if key is not None:
+                            known[key] = capacity
                     if capacity > 0:
                         found.append((nc, capacity))
                 block.eligible[(uc.index, size)] = found
