@@ -76,6 +76,7 @@ an order of the caller's, or not at all).
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -264,6 +265,8 @@ class RoundState:
         self.version = 0
         self._cache: tuple[int, tuple[Any, ...], Instance] | None = None
         self._nodes: dict[str, Node] = {}  # the last round's node objects
+        #: nodes whose GPU state changed since the last round's instance (None: any may)
+        self._touched: set[str] | None = None
 
     def _take_instance(self, instance: Instance) -> None:
         """The clusters of ``instance`` with every GPU free and no queue: the base every
@@ -357,6 +360,9 @@ class RoundState:
         has held since the last call count towards it and the whole history decays (see
         :meth:`QueueUsage.advance`); returns the decayed GPU-hours per queue."""
         now = self.now(now_s)
+        if not self.usage.enabled and self.on_accrue is None:
+            self.usage.advance(now, {})  # no history kept: only its time moves (and no
+            return self.usage.snapshot()  # scan of every running job: 16,384 at 131k)
         held = self.held_by_queue()
         if self.on_accrue is not None:
             self.on_accrue(self.usage.time_s, now, held)
@@ -377,6 +383,12 @@ class RoundState:
             self.version += 1
 
     # ---- low-level updates (a round's trial placements use these too) --------------
+    def _touch(self, nodes: Iterable[str]) -> None:
+        """These nodes' GPU state changed: the next round's instance copies them afresh
+        (:meth:`_round_node`); the others stay the previous round's objects unlooked-at."""
+        if self._touched is not None:
+            self._touched.update(nodes)
+
     def allocate(self, job: str, gpus: list[GPU]) -> None:
         for node, i in gpus:
             if i in self.owner[node] or i in self.unusable(node):
@@ -384,6 +396,7 @@ class RoundState:
         for node, i in gpus:
             self.owner[node][i] = job
         self.jobs[job] = list(gpus)
+        self._touch(node for node, _ in gpus)
         self.version += 1
 
     def set_running_info(self, info: RunningJob) -> None:
@@ -397,32 +410,39 @@ class RoundState:
         for node, i in gpus:
             if self.owner[node].get(i) == job:
                 del self.owner[node][i]
+        self._touch(node for node, _ in gpus)
         self.version += 1
         return gpus
 
     def fail_gpu(self, node: str, gpu: int) -> None:
         self.failed_gpus[node].add(gpu)
+        self._touch((node,))
         self.version += 1
 
     def repair_gpu(self, node: str, gpu: int) -> None:
         self.failed_gpus[node].discard(gpu)
+        self._touch((node,))
         self.version += 1
 
     def fail_node(self, node: str) -> None:
         self.failed_nodes.add(node)
+        self._touch((node,))
         self.version += 1
 
     def repair_node(self, node: str) -> None:
         self.failed_nodes.discard(node)
+        self._touch((node,))
         self.version += 1
 
     def fail_switch(self, switch: str) -> list[str]:
         self.failed_switches.add(switch)
+        self._touched = None  # every node behind it: looked at again
         self.version += 1
         return self.switch_nodes(switch)
 
     def repair_switch(self, switch: str) -> None:
         self.failed_switches.discard(switch)
+        self._touched = None
         self.version += 1
 
     # ---- deltas and commits --------------------------------------------------------
@@ -512,6 +532,7 @@ class RoundState:
         new = [(n, g) for n, g in gpus if self.owner[n].get(g) != job]
         for node, g in new:
             self.owner[node][g] = job
+        self._touch(node for node, _ in new)
         self.jobs.setdefault(job, []).extend(new)
         item = self.queue.pop(job, None)
         if item is not None:
@@ -653,8 +674,12 @@ class RoundState:
                 and all(a is b for a, b in zip(self._cache[1], key)):
             return self._cache[2]
         clusters = []
+        touched, last = self._touched, self._nodes
         for c in self.base.clusters:
-            nodes = [self._round_node(n) for n in c.nodes]
+            # a round costs what changed: the nodes untouched since the last instance are
+            # its objects, not compared again (16,384 comparisons a round at 131,072 GPUs)
+            nodes = [self._round_node(n) if touched is None or n.name in touched or
+                     n.name not in last else last[n.name] for n in c.nodes]
             copy = c.model_copy(update={"nodes": nodes})
             copy.__dict__["network"] = c.network
             copy.__dict__.pop("node_by_name", None)
@@ -669,6 +694,7 @@ class RoundState:
         for k in ("node_index", "federation", "running_job_info"):
             inst.__dict__.pop(k, None)
         self._cache = (self.version, key, inst)
+        self._touched = set()
         return inst
 
 
@@ -771,9 +797,19 @@ class PlacementSession:
                 base.queue_set if base is not None else None, self.accrue(now_s)))
         if deadline is not None:
             budget_s = max(0.0, min(budget_s, deadline - time.perf_counter()))
-        plan = solve_placement(self.instance, solver=self.solver, budget_s=budget_s,
-                               policy=self.policy, seed=self.seed, workers=self.workers,
-                               warm=self.warm)
+        # the round's time is a budget: Python's cyclic collector, passing over the whole
+        # fleet's heap (every node, view and link), runs after it, not inside it (as the
+        # ``solve`` command's, ``solve_decomposed``'s and ``sim.planning``'s rounds): at
+        # 131,072 GPUs one full pass inside a warm round was about 1 s of its CPU
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            plan = solve_placement(self.instance, solver=self.solver, budget_s=budget_s,
+                                   policy=self.policy, seed=self.seed, workers=self.workers,
+                                   warm=self.warm)
+        finally:
+            if enabled:
+                gc.enable()
         self.last_plan = plan
         self.rounds += 1
         return plan
