@@ -173,6 +173,7 @@ def simulate_command(
                                       "workload and the solver (0..2,147,483,647)")] = 0,
     window: Annotated[str | None, typer.Option(help="START:END seconds of the trace to replay (from its first job)")] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", help="replay at most this many jobs of the window")] = None,
+    repeat: Annotated[int, typer.Option("--repeat", help="replay the kept jobs this many times back to back (1-100; a copy's submit times shift by the window's span plus one mean gap, its jobs are named NAME~c): a short sample then loads a large instance over a longer window, so the ramp-up from an empty cluster weighs less")] = 1,
     drop_unfit: Annotated[bool, typer.Option("--drop-unfit/--no-drop-unfit", help="a trace job that cannot fit the empty instance (more GPUs than it has of an accepted type): refused (the default: exit 2 naming its line) or left out of the replay and counted")] = False,
     workload: Annotated[str, typer.Option(help="trace (the trace's own jobs) or fm (foundation-model-shaped sizes on the trace's timing)")] = "trace",
     network: Annotated[bool, typer.Option("--network-model/--no-network-model", help="slow down jobs spread over more switch tiers")] = True,
@@ -236,7 +237,8 @@ def simulate_command(
     if jobs is not None and jobs < 1:
         raise InputError(f"must be >= 1, got {jobs}", path="--jobs")
     inst = with_queue_files(load_instance(instance), queues or [])
-    req = SimRequest(trace=trace, start_s=lo, end_s=hi, limit=jobs, workload=workload,
+    req = SimRequest(trace=trace, start_s=lo, end_s=hi, limit=jobs, repeat=repeat,
+                     workload=workload,
                      load=parse_load(load), policies=names, prediction_error=prediction_error,
                      drop_unfit=drop_unfit)
     config = SimConfig(round_s=round_s, budget_s=budget, failures=failures, seed=seed,

@@ -37,6 +37,8 @@ class SimRequest:
     start_s: float | None = None
     end_s: float | None = None
     limit: int | None = None
+    # the kept jobs replayed this many times back to back (hyperplace.sim.traces.repeat_rows)
+    repeat: int = 1
     workload: str = "trace"
     load: float | str = 1.0
     policies: list[str] = field(default_factory=lambda: ["engine", "fifo"])
@@ -51,7 +53,8 @@ class SimRequest:
 
 def build_workload(req: SimRequest, instance: Instance, seed: int) -> tuple[Workload, dict]:
     """The jobs to replay (mapped, filtered, load-scaled) and facts about them."""
-    trace = load_trace(req.trace, start_s=req.start_s, end_s=req.end_s, limit=req.limit)
+    trace = load_trace(req.trace, start_s=req.start_s, end_s=req.end_s, limit=req.limit,
+                       repeat=req.repeat)
     if not math.isfinite(req.prediction_error) or req.prediction_error < 0:
         raise InputError(f"must be a finite number >= 0, got {req.prediction_error}",
                          path="--prediction-error")

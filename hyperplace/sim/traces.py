@@ -212,13 +212,43 @@ def _alibaba_2023() -> Trace:
                  skipped_why="pods with no GPU, a fractional GPU or no duration")
 
 
+#: ``repeat`` at most this many copies; a repeated trace, like a read one, at most
+#: :data:`MAX_ROWS` rows (a replay's memory and time grow with its jobs).
+MAX_REPEAT = 100
+
+
+def repeat_rows(rows: list[TraceRow], times: int) -> list[TraceRow]:
+    """``rows`` (sorted by submit time) replayed ``times`` times back to back.
+
+    Copy ``c`` (0-based) is the rows with submit times shifted by ``c`` x (the rows' span +
+    one mean gap between arrivals), so the arrival pattern repeats with the gap it has
+    inside; rows of copies after the first are named ``NAME~c``, so anything drawn per job
+    name (the fm workload's model, the prediction error) is drawn anew for each copy."""
+    if times <= 1 or not rows:
+        return list(rows)
+    span = rows[-1].submit_s - rows[0].submit_s
+    shift = span + span / max(len(rows) - 1, 1)
+    out = list(rows)
+    for c in range(1, times):
+        out.extend(TraceRow(f"{r.name}~{c}", r.submit_s + c * shift, r.duration_s, r.gpus,
+                            r.gpu_types, r.line, r.queue, r.model) for r in rows)
+    return out
+
+
 def load_trace(name_or_path: str, *, start_s: float | None = None, end_s: float | None = None,
-               limit: int | None = None) -> Trace:
+               limit: int | None = None, repeat: int = 1) -> Trace:
     """A trace by name (``philly``, ``alibaba-2023``) or CSV path, cut to a time window.
 
     ``start_s``/``end_s`` are seconds from the trace's first submission; submit times are
     shifted so the window starts at 0. ``limit`` keeps the first jobs of the window.
+    ``repeat`` replays what is kept that many times back to back (:func:`repeat_rows`): a
+    short sample then offers the same load over a longer window, so a replay's ramp-up
+    from an empty cluster weighs less (at most :data:`MAX_REPEAT` copies and
+    :data:`MAX_ROWS` rows).
     """
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
+        raise InputError(f"must be a whole number from 1 to {MAX_REPEAT}, got {repeat!r}",
+                         path="--repeat")
     if name_or_path == "philly":
         trace = _philly()
     elif name_or_path == "alibaba-2023":
@@ -242,7 +272,15 @@ def load_trace(name_or_path: str, *, start_s: float | None = None, end_s: float 
     if not kept:
         raise InputError(f"no jobs submitted in the window [{start_s or 0:g}, "
                          f"{'end' if end_s is None else f'{end_s:g}'}) s", source=trace.source)
+    if len(kept) * repeat > MAX_ROWS:
+        raise InputError(f"{len(kept):,} jobs x {repeat} copies is more than "
+                         f"{MAX_ROWS:,} rows (the limit of a trace); repeat fewer times or "
+                         "cut the window",
+                         path="--repeat")
     base = kept[0].submit_s
-    trace.rows = [TraceRow(r.name, r.submit_s - base, r.duration_s, r.gpus, r.gpu_types, r.line,
-                           r.queue, r.model) for r in kept]
+    trace.rows = repeat_rows([TraceRow(r.name, r.submit_s - base, r.duration_s, r.gpus,
+                                       r.gpu_types, r.line, r.queue, r.model) for r in kept],
+                             repeat)
+    if repeat > 1:
+        trace.name = f"{trace.name} x{repeat}"
     return trace

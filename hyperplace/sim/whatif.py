@@ -68,7 +68,7 @@ from hyperplace.io import write_atomic
 
 MAX_SCENARIOS = 2000
 BASE_KEYS = {"instance", "trace", "window", "workload", "load", "policy", "round", "budget",
-             "failures", "seed", "jobs", "network", "solver", "capacityChange",
+             "failures", "seed", "jobs", "repeat", "network", "solver", "capacityChange",
              "predictionError", "federationSplit"}
 GRID_KEYS = {"addNodes", "failSwitch", "oversubscription", "budget", "policy", "load",
              "failures", "seed", "round", "federationSplit"}
@@ -195,9 +195,13 @@ def _check_trace(base: dict[str, Any], src: str, instance: Instance) -> None:
                                  and jobs >= 1):
         raise InputError(f"must be a whole number >= 1, got {jobs!r}", source=src,
                          path="base.jobs")
+    repeat = base.get("repeat", 1)
+    if not (isinstance(repeat, int) and not isinstance(repeat, bool) and repeat >= 1):
+        raise InputError(f"must be a whole number >= 1, got {repeat!r}", source=src,
+                         path="base.repeat")
     lo, hi = window if window is not None else (None, None)
     try:
-        trace = load_trace(str(base["trace"]), start_s=lo, end_s=hi, limit=jobs)
+        trace = load_trace(str(base["trace"]), start_s=lo, end_s=hi, limit=jobs, repeat=repeat)
     except InputError as exc:
         raise InputError(exc.one_line(), source=src, path="base.trace") from None
     if str(base.get("workload", "trace")) == "trace":  # fm draws sizes that fit
@@ -348,7 +352,8 @@ def run_scenario(base: dict[str, Any], changes: dict[str, Any],
     window = p.get("window") or [None, None]
     keep_rate = str(p.get("capacityChange", "keep-rate")) == "keep-rate"
     req = SimRequest(trace=str(p.get("trace", "philly")), start_s=window[0], end_s=window[1],
-                     limit=p.get("jobs"), workload=p.get("workload", "trace"),
+                     limit=p.get("jobs"), repeat=int(p.get("repeat", 1)),
+                     workload=p.get("workload", "trace"),
                      load=p.get("load", 1.0), policies=[str(p.get("policy", "engine"))],
                      prediction_error=float(p.get("predictionError", 0.5)),
                      drop_unfit=True,  # a scenario's capacity change may leave a job no room

@@ -359,8 +359,8 @@ def scale_to_load(jobs: list[SimJob], speed: SpeedModel | Instance, load: float
         note = (f"the window's {len(jobs)} jobs offer at most "
                 f"{_load(shares, submits, factor):.3g} of load {load:g} over "
                 f"{factor * span / 3600:.2g} h (fewer GPUs asked than the instance has, or "
-                f"only as a burst); replayed at that: give more jobs (--window, --jobs) for "
-                "more contention")
+                f"only as a burst); replayed at that: give more jobs (--window, --jobs, "
+                "--repeat) for more contention")
     else:
         lo, hi = floor, max(1.0, floor)
         while _load(shares, submits, hi) > load and hi < 1e12:

@@ -11,7 +11,7 @@ from cli_run import run_main
 
 from hyperplace.errors import InputError
 from hyperplace.instances import load_instance
-from hyperplace.sim.traces import load_trace
+from hyperplace.sim.traces import MAX_ROWS, load_trace, repeat_rows
 from hyperplace.sim.workload import (
     FM_SIZE_WEIGHTS,
     foundation_model_jobs,
@@ -102,6 +102,7 @@ def test_bad_trace_is_one_line_exit_2(tmp_path: Path, capsys, content: str, mess
     (["--load", "-1"], "--load"), (["--load", "lots"], "--load"),
     (["--policy", "magic"], "unknown policy"), (["--window", "5:1"], "--window"),
     (["--instance", "nope"], "nope"), (["--trace", "missing.csv"], "no such trace file"),
+    (["--repeat", "0"], "--repeat"), (["--repeat", "101"], "--repeat"),
 ])
 def test_bad_options_are_one_line_exit_2(capsys, args, message):
     code, _, err = run_cli(["simulate", "--no-progress", *args], capsys)
@@ -245,3 +246,34 @@ def test_summary_json_is_strict_json(tmp_path: Path, capsys):
 
     summary = json.loads((tmp_path / "o" / "summary.json").read_text(), parse_constant=refuse)
     assert summary["workload"]["offered_load"] is None
+
+
+def test_a_repeated_trace_is_the_sample_back_to_back():
+    """--repeat K: K copies, each shifted by the sample's span plus one mean gap, copies after
+    the first named NAME~c (their per-name draws are their own); the first copy unchanged."""
+    one = load_trace("philly", limit=50)
+    three = load_trace("philly", limit=50, repeat=3)
+    assert len(three.rows) == 150 and three.name == f"{one.name} x3"
+    shift = one.span_s + one.span_s / 49
+    assert three.rows[:50] == one.rows
+    for c in (1, 2):
+        for a, b in zip(one.rows, three.rows[50 * c:50 * (c + 1)]):
+            assert b.name == f"{a.name}~{c}"
+            assert b.submit_s == pytest.approx(a.submit_s + c * shift)
+            assert (b.duration_s, b.gpus, b.gpu_types, b.model) == (a.duration_s, a.gpus,
+                                                                   a.gpu_types, a.model)
+    subs = [r.submit_s for r in three.rows]
+    assert subs == sorted(subs) and three.span_s == pytest.approx(3 * one.span_s + 2 * shift
+                                                                   - 2 * one.span_s)
+    assert repeat_rows(one.rows, 1) == one.rows
+
+
+def test_repeat_beyond_its_limits_is_refused_naming_repeat(monkeypatch):
+    for bad in (0, -1, 101, True, 2.5):
+        with pytest.raises(InputError, match="--repeat"):
+            load_trace("philly", limit=5, repeat=bad)
+    assert MAX_ROWS == 1_000_000  # the documented limit; a smaller one to test it
+    monkeypatch.setattr("hyperplace.sim.traces.MAX_ROWS", 99)
+    with pytest.raises(InputError, match="100 rows|more than 99 rows"):
+        load_trace("philly", limit=50, repeat=2)
+    assert len(load_trace("philly", limit=33, repeat=3).rows) == 99
