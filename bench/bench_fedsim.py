@@ -55,6 +55,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_simulate import (  # noqa: E402
+    FED_ENGINES,
+    FED_PEERS,
+    FED_PROBES,
+    FED_REFERENCES,
+    REFERENCE,
+)
 from hyperplace.benchkit.loads import bracket_load  # noqa: E402
 from hyperplace.fedsim import POLICIES  # noqa: E402
 from hyperplace.instances import load_instance  # noqa: E402
@@ -65,14 +72,12 @@ from hyperplace.sim.simulator import SimConfig, simulate  # noqa: E402
 from hyperplace.sim.state import reorder_nodes  # noqa: E402
 
 INSTANCE = "seed-beijing-shanghai"
-PROBES = ("karmada-aggregated", "karmada-dynamic")
-RUNS = (("engine-federated", True), ("engine-federated", False),
-        ("karmada-aggregated", True), ("karmada-dynamic", True), ("karmada-static", True),
-        ("karmada-aggregated", False))
-REFERENCES = ("engine", "slurm", "kueue", "volcano")  # one global queue, not federated
+# the over-time grid's federation cells replay the same (one definition: bench_simulate's)
+PROBES = FED_PROBES
+RUNS = tuple((name.removesuffix("-whole"), not name.endswith("-whole"))
+             for name in (*FED_ENGINES, *FED_PEERS))
+REFERENCES = ("engine", *FED_REFERENCES)  # one global queue, not federated
 METRICS = ("jct_mean_s", "jct_p99_s", "wait_mean_s", "bounded_slowdown_mean")
-CELL_KEYS = ("jct_mean_s", "jct_median_s", "jct_p99_s", "wait_mean_s",
-             "bounded_slowdown_mean", "bubble_gpu_hours")
 
 
 def load1() -> str:
@@ -127,7 +132,7 @@ def run_reference(instance, jobs, name: str, *, budget: float = 1.0, seed: int =
     run = simulate(inst, copy.deepcopy(jobs), name, cfg)
     row = _finish_row(run, name if name == "engine" else f"{name}/fast-first", t0, c0,
                       instance)
-    row["reference"] = "one global queue over every member (not a federated deployment)"
+    row["reference"] = REFERENCE
     return row
 
 
@@ -155,15 +160,12 @@ def find_load(trace, shape, jobs, target, seed, probes) -> tuple[float | None, f
 
 
 def _ratios(eng: dict, peers: list[dict], keys=METRICS) -> dict[str, float]:
-    entry = {}
-    for key in keys:
-        vals = [p[key] for p in peers if p.get(key)]
-        if vals and eng.get(key) is not None:
-            entry[key] = eng[key] / min(vals)
-    utils = [p["utilisation_in_window"] for p in peers if p["utilisation_in_window"]]
-    if utils and eng["utilisation_in_window"]:
-        entry["utilisation_in_window"] = eng["utilisation_in_window"] / max(utils)
-    return entry
+    """``eng`` over the best of ``peers`` for ``keys`` and utilisation: the grid's rule
+    (``bench_simulate.ratios``), one definition."""
+    from bench.bench_simulate import ratios
+
+    return {k: v for k, v in ratios([eng], eng["policy"], peers).items()
+            if k in (*keys, "utilisation_in_window")}
 
 
 def bench_row(trace: str = "philly", shape: str = "fm", jobs: int | None = 300,
@@ -191,14 +193,15 @@ def bench_row(trace: str = "philly", shape: str = "fm", jobs: int | None = 300,
         rows.append(run_reference(instance, wl.jobs, name, budget=budget, seed=seed))
         print(f"  {rows[-1]['policy']}: wall {rows[-1]['wall_s']:.0f} s cpu "
               f"{rows[-1]['cpu_s']:.0f} s (load {rows[-1]['load1']})", flush=True)
+    from bench.bench_simulate import OTHERS
+
     karmada = [r for r in rows if r["policy"].startswith("karmada")]
-    others = [r for r in rows if not r["policy"].startswith("engine")]
+    others = [r for r in rows if not r["policy"].startswith("engine-federated")]
     ratios: dict[str, dict[str, float]] = {}
     for r in rows:
         if r["policy"].startswith("engine-federated"):
             ratios[r["policy"]] = _ratios(r, karmada)
-            ratios[f"{r['policy']} / best of every other row (one-global-queue "
-                   "references too)"] = _ratios(r, others)
+            ratios[f"{r['policy']} / best of every other row ({OTHERS})"] = _ratios(r, others)
     return {"target": target, "reached": True, "load": load, "probe_utilisation": util,
             "instance": INSTANCE, "trace": trace, "workload": shape, "jobs": len(wl.jobs),
             "jobs_limit": jobs, "offered_load": facts["offered_load"], "facts": facts,
@@ -223,8 +226,6 @@ def write_cell(row: dict, started_load1: str, date: str) -> Path | None:
         return None
     cell_dir = ROOT / "bench/results/simulate"
     rows = sorted(row["rows"], key=lambda r: r["policy"] != "engine-federated")
-    karmada = [r for r in rows if r["policy"].startswith("karmada")]
-    others = [r for r in rows if not r["policy"].startswith("engine")]
     # the grid's label: the workload's name, or the trace's for a plain trace replay
     # (bench_simulate.FULL: "fm", "philly")
     label = row["trace"] if row["workload"] == "trace" else row["workload"]
@@ -237,18 +238,8 @@ def write_cell(row: dict, started_load1: str, date: str) -> Path | None:
             "commit": grid.head_commit(), "load1_start": started_load1, "load": row["load"],
             "probe_reached": row["probe_utilisation"], "facts": row["facts"], "rows": rows,
             "lower_bound": row["lower_bound"], "wall_s": row["wall_s"],
-            "load1_end": load1(), "written_by": "bench/bench_fedsim.py --cells",
-            "ratios_basis": "engine-federated / best Karmada row (the faithful federated "
-                            "peers); ratios_by_engine also against every other row, the "
-                            "one-global-queue references included"}
-    cell["ratios"] = _ratios(rows[0], karmada, CELL_KEYS)
-    cell["ratios_by_engine"] = {
-        "engine-federated (vs best Karmada row)": cell["ratios"],
-        "engine-federated (vs best of every other row, one-global-queue references too)":
-            _ratios(rows[0], others, CELL_KEYS),
-        **({"engine (one global queue, a reference) (vs best Karmada row)":
-            _ratios(next(r for r in rows if r["policy"] == "engine"), karmada, CELL_KEYS)}
-           if any(r["policy"] == "engine" for r in rows) else {})}
+            "load1_end": load1(), "written_by": "bench/bench_fedsim.py --cells"}
+    grid.finish(cell)  # the grid's ratios of a federation cell: one rule
     tag = grid.cell_tag(cell["label"], cell["instance"], cell["target"])
     cell["charts"] = [p.name for p in grid.charts(cell_dir, tag, rows)]
     grid.save_cell(cell, cell_dir)

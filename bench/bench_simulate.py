@@ -153,13 +153,15 @@ PEERS = ("slurm", "kueue", "kueue-strict", "volcano", "fifo")
 PROBES = ("kueue", "volcano")
 ORDERS = ("fast-first", "fast-last")
 ENGINES = ("engine", "engine-federated", "engine-federated-whole")
-# A federation cell (module docstring, "Federation cells"): fedsim's rows and probes
-# (bench/bench_fedsim.py RUNS, PROBES, REFERENCES), each replay cached like every other.
+# A federation cell (module docstring, "Federation cells"): fedsim's rows and probes, one
+# definition (bench/bench_fedsim.py's RUNS, PROBES and REFERENCES are these), each replay
+# cached like every other. Not imported from bench_fedsim: a replay's process imports this
+# module, and fedsim's imports would enter every peer row's code hashes.
 FED_ENGINES = ("engine-federated", "engine-federated-whole")
 FED_PEERS = ("karmada-aggregated", "karmada-dynamic", "karmada-static",
              "karmada-aggregated-whole")
 FED_PROBES = ("karmada-aggregated", "karmada-dynamic")
-FED_REFERENCES = ("slurm", "kueue", "volcano")  # and the engine: one global queue, fast-first
+FED_REFERENCES = ("slurm", "kueue", "volcano")  # and the planning engine, as listed
 REFERENCE = "one global queue over every member (not a federated deployment)"
 LOWER = ("jct_mean_s", "jct_median_s", "jct_p99_s", "wait_mean_s", "bounded_slowdown_mean",
          "bubble_gpu_hours")
@@ -597,11 +599,11 @@ def finish(cell: dict) -> None:
                                     if r["policy"] in ENGINES}
         return
     karmada = faithful_peers(cell)
-    others = [r for r in rows if r["policy"] not in ENGINES]
+    others = [r for r in rows if r["policy"] not in FED_ENGINES]
     cell["ratios"] = ratios(rows, rows[0]["policy"], karmada)
     cell["ratios_basis"] = (f"{rows[0]['policy']} / best Karmada row (the faithful federated "
-                            "peers); ratios_by_engine also against every other row, the "
-                            "one-global-queue references included")
+                            "peers); ratios_by_engine also against every row but the "
+                            "federated engines' (" + OTHERS + ")")
     by: dict[str, dict[str, float]] = {}
     for r in rows:
         if r["policy"] in ENGINES:
@@ -609,9 +611,12 @@ def finish(cell: dict) -> None:
                                   else "")
             by[f"{name} (vs best Karmada row)"] = ratios(rows, r["policy"], karmada)
             if not r.get("reference"):
-                by[f"{name} (vs best of every other row, one-global-queue references too)"] = \
-                    ratios(rows, r["policy"], others)
+                by[f"{name} (vs best of every other row: {OTHERS})"] = ratios(
+                    rows, r["policy"], others)
     cell["ratios_by_engine"] = by
+
+
+OTHERS = "Karmada's and the one-global-queue references, the planning engine among them"
 
 
 def faithful_peers(cell: dict) -> list[dict]:

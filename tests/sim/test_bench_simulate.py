@@ -235,8 +235,9 @@ def test_a_federation_cell_compares_engine_federated_with_karmada_only(bench):
     bench.finish(cell)
     assert cell["ratios"]["jct_mean_s"] == pytest.approx(50 / 80)
     by = cell["ratios_by_engine"]
-    assert by["engine-federated (vs best of every other row, one-global-queue references "
-              "too)"]["jct_mean_s"] == pytest.approx(50 / 40)
+    # every other row: Karmada's and the references, the planning engine's (30) among them
+    assert by[f"engine-federated (vs best of every other row: {bench.OTHERS})"][
+        "jct_mean_s"] == pytest.approx(50 / 30)
     assert by["engine (one global queue, a reference) (vs best Karmada row)"][
         "jct_mean_s"] == pytest.approx(30 / 80)
     assert [r["policy"] for r in bench.faithful_peers(cell)] == ["karmada-aggregated",
@@ -257,3 +258,33 @@ def test_a_federation_cell_plans_fedsims_rows(bench):
     assert {n for n, _ in names} >= {"karmada-aggregated", "karmada-dynamic", "karmada-static",
                                      "engine", "slurm", "kueue", "volcano"}
     assert all(p["until"] == "end" and p["load"] == 1.0 for p in plan)
+
+
+def test_fedsims_cells_take_the_grids_ratios(bench, monkeypatch, tmp_path):
+    """bench_fedsim writes a federation cell with the grid's rule (one definition), its rows
+    the grid's federation rows."""
+    import bench.bench_fedsim as fedsim
+    import bench.bench_simulate as grid
+
+    assert [n + ("" if split else "-whole") for n, split in fedsim.RUNS] == [
+        *grid.FED_ENGINES, *grid.FED_PEERS]
+    assert fedsim.PROBES == grid.FED_PROBES
+    saved = []
+    monkeypatch.setattr(fedsim, "ROOT", tmp_path)
+    monkeypatch.setattr(grid, "save_cell", lambda cell, d: saved.append(cell))
+    monkeypatch.setattr(grid, "charts", lambda d, tag, rows: [])
+    rows = [{"policy": "karmada-dynamic", "jct_mean_s": 80.0, "utilisation_in_window": 0.6},
+            {"policy": "engine-federated", "jct_mean_s": 40.0, "utilisation_in_window": 0.5},
+            {"policy": "engine", "jct_mean_s": 30.0, "utilisation_in_window": 0.4,
+             "reference": grid.REFERENCE}]
+    fedsim.write_cell({"reached": True, "rows": rows, "trace": "philly", "workload": "trace",
+                       "instance": "seed-beijing-shanghai", "jobs_limit": 60, "target": 0.8,
+                       "budget_s": 1.0, "probes": 2, "seed": 0, "load": 1.0,
+                       "probe_utilisation": 0.81, "facts": {}, "lower_bound": {},
+                       "wall_s": 1.0}, "1.0", "today")
+    cell = saved[0]
+    assert cell["rows"][0]["policy"] == "engine-federated"
+    assert cell["ratios"] == pytest.approx({"jct_mean_s": 0.5,
+                                            "utilisation_in_window": 0.5 / 0.6})
+    assert cell["ratios_by_engine"]["engine (one global queue, a reference) (vs best Karmada "
+                                    "row)"]["jct_mean_s"] == pytest.approx(30 / 80)
