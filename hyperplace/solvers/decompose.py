@@ -643,6 +643,17 @@ class _PartRoom:
 
 # ---- parts ---------------------------------------------------------------------------
 
+@dataclass
+class _AggregateInputs:
+    """What the merge's aggregated bound reads of the round (:meth:`_Run._aggregate_inputs`):
+    jobs by kind, built parts by cluster, clusters with free GPUs, its estimated seconds."""
+
+    kinds: dict[int, list[int]]
+    have: dict[str, Part]
+    free: set[str]
+    est_s: float
+
+
 class _Run:
     """One decomposed round: the parts solved, the cross-cluster repair, the merge."""
 
@@ -953,10 +964,10 @@ class _Run:
         # estimate (the plans' own writing is estimated high: 1M GPUs at load 1.4 ended a
         # 30 s round at 16 s): it knows where the free GPUs are, the routing LP only how
         # many there are per cluster and type
-        kinds, agg_s = self._aggregate_estimate(built)
-        b, placed, pending, terms = self._part_plans(built, left_out, budget, agg_s)
+        inputs = self._aggregate_inputs(built)
+        b, placed, pending, terms = self._part_plans(built, left_out, budget, inputs.est_s)
         agg, agg_note = self.aggregated_bound(
-            built, kinds, agg_s, budget.deadline - self.merge_s_per_job * len(self.instance.jobs))
+            inputs, budget.deadline - self.merge_s_per_job * len(self.instance.jobs))
         self._not_solved(pending, left_out, unbuilt)
         b.pending = [pj for name, pj in pending.items() if name not in placed]
         weights = self.found.weights
@@ -984,29 +995,30 @@ class _Run:
         # 1M GPUs: up to a second under load), as the driver's plans are
         return plan.model_copy(update={"runtime_s": round(budget.elapsed(), 4)})
 
-    def _aggregate_estimate(self, built: list[Part]) -> tuple[dict[int, list[int]], float]:
-        """The jobs by kind (:attr:`Route.kinds`) and the seconds :meth:`aggregated_bound`
-        is estimated to take (0 when it cannot run: a job not routed): per node of a
-        view-reusing rebuild of a built part (``0.3 x BUILD_NODE_S``), of a whole build
-        (``WHOLE_NODE_S``: fabric and views) for a cluster with free GPUs and no part, per
-        kind and cluster of its views (``BUILD_JOB_S``) and LP (``AGG_S_PER_COLUMN_SET``);
-        times the slowdown."""
+    def _aggregate_inputs(self, built: list[Part]) -> _AggregateInputs:
+        """What :meth:`aggregated_bound` reads of the round, derived once: the jobs by kind
+        (:attr:`Route.kinds`), the built parts by cluster, the clusters with free GPUs, and
+        the seconds it is estimated to take (0 when it cannot run: a job not routed): per
+        node of a view-reusing rebuild of a built part (``0.3 x BUILD_NODE_S``), of a whole
+        build (``WHOLE_NODE_S``: fabric and views) for a cluster with free GPUs and no part,
+        per kind and cluster of its views (``BUILD_JOB_S``) and LP
+        (``AGG_S_PER_COLUMN_SET``); times the slowdown."""
         found = self.found
         kinds: dict[int, list[int]] = defaultdict(list)
-        if found.unrouted:
-            return kinds, 0.0
-        for j, kind in found.kinds.items():
-            kinds[kind].append(j)
         have = {part.cluster: part for part in built if part.problem is not None}
         free = {c for (c, _), k in found.free.items() if k > 0}
-        fresh = free - set(have)
-        return kinds, self.slow * (
+        if found.unrouted:
+            return _AggregateInputs(kinds, have, free, 0.0)
+        for j, kind in found.kinds.items():
+            kinds[kind].append(j)
+        est = self.slow * (
             0.3 * BUILD_NODE_S * sum(part.nodes for c, part in have.items() if c in free) +
-            WHOLE_NODE_S * sum(len(self.cluster_of[c].nodes) for c in fresh) +
+            WHOLE_NODE_S * sum(len(self.cluster_of[c].nodes) for c in free - set(have)) +
             (BUILD_JOB_S + AGG_S_PER_COLUMN_SET) * len(kinds) * len(free))
+        return _AggregateInputs(kinds, have, free, est)
 
-    def aggregated_bound(self, built: list[Part], kinds: dict[int, list[int]], est: float,
-                         deadline: float) -> tuple[float | None, str]:
+    def aggregated_bound(self, inputs: _AggregateInputs, deadline: float
+                         ) -> tuple[float | None, str]:
         """The aggregated model's bound on objective 1 of the whole round
         (:mod:`~hyperplace.solvers.backends.aggregate`), from the parts' node views, and
         what the plan says of it: None (and why) when a job was not routed, a cluster's
@@ -1022,8 +1034,7 @@ class _Run:
         found = self.found
         if found.unrouted:
             return None, "no aggregated bound: it needs every job routed"
-        have = {part.cluster: part for part in built if part.problem is not None}
-        free = {c for (c, _), k in found.free.items() if k > 0}
+        kinds, have, free, est = inputs.kinds, inputs.have, inputs.free, inputs.est_s
         fresh = free - set(have)
         reps = [members[0] for members in kinds.values()]
         if time.perf_counter() + est > deadline:
