@@ -46,8 +46,28 @@ def whatif_command(
     written = report(rows, target, charts=charts)
     failed = [r for r in rows if r["status"] != "done"]
     print_report((target / "report.md").read_text())
+    for line in dropped_lines(rows):
+        console.print(line, highlight=False, markup=False)
     console.print(f"{len(rows)} scenarios in {target / 'sweep.sqlite'} ({len(failed)} failed); "
                   f"report: {', '.join(str(p) for p in written)}")
+
+
+def dropped_lines(rows: list[dict]) -> list[str]:
+    """One line per scenario that replayed without some trace jobs (a job no node set of
+    the scenario's instance can hold, or whose GPU-type constraint names no type of it):
+    a sweep drops them where ``simulate`` refuses them, and said so only in sweep.sqlite."""
+    out = []
+    for row in rows:
+        w = (row.get("result") or {}).get("workload") or {}
+        big, typed = w.get("dropped_too_large") or 0, w.get("dropped_type_constraints") or 0
+        if big:
+            out.append(f"{row['id']}: {big:,} of {w.get('trace_jobs', 0):,} trace jobs left "
+                       f"out: they cannot fit the instance (first: {w.get('dropped_example')})")
+        if typed:
+            out.append(f"{row['id']}: {typed:,} jobs' GPU-type constraint names no type of "
+                       f"the instance: dropped, they run on any type (first: "
+                       f"{w.get('dropped_type_example')})")
+    return out
 
 
 def print_report(markdown: str) -> None:

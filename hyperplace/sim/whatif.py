@@ -67,6 +67,7 @@ from hyperplace.models import Instance, Node
 from hyperplace.io import write_atomic
 
 MAX_SCENARIOS = 2000
+MIN_BUDGET_S = 0.01  # an engine round's least budget, as `simulate --budget`
 BASE_KEYS = {"instance", "trace", "window", "workload", "load", "policy", "round", "budget",
              "failures", "seed", "jobs", "repeat", "network", "solver", "capacityChange",
              "predictionError", "federationSplit"}
@@ -253,6 +254,16 @@ def _check_value(key: str, v: Any, instance: Instance, src: str, path: str,
                       f"{', '.join(instance.catalog.names())})")
         if not isinstance(v["count"], int) or isinstance(v["count"], bool) or v["count"] == 0:
             raise bad("count must be a non-zero integer")
+        # what apply_changes does to the first cluster, checked before any scenario runs
+        # (a removal of more nodes than there are failed each scenario at its start)
+        first = instance.clusters[0]
+        if first.fabric.generator is None:
+            raise bad(f"nodes are added to or removed from the first cluster, {first.name}, "
+                      "whose fabric must be a generator (it lists its switches)")
+        kind = instance.catalog.get(str(v["type"])).name
+        have = sum(1 for n in first.nodes if instance.catalog.get(n.gpu_type).name == kind)
+        if v["count"] < 0 and have < -v["count"]:
+            raise bad(f"cannot remove {-v['count']} {kind} nodes: {first.name} has {have}")
     elif key == "failSwitch":
         switches = {s for c in instance.clusters for s in c.network.switch_names}
         if str(v) not in switches:
@@ -260,7 +271,10 @@ def _check_value(key: str, v: Any, instance: Instance, src: str, path: str,
     elif key == "load":
         if v != "trace" and not (_is_num(v) and 0 < float(v) < math.inf):
             raise bad("must be a positive number or 'trace'")
-    elif key in ("budget", "oversubscription"):
+    elif key == "budget":  # as simulate --budget
+        if not (_is_num(v) and MIN_BUDGET_S <= float(v) < math.inf):
+            raise bad(f"must be a finite number >= {MIN_BUDGET_S:g} (seconds)")
+    elif key == "oversubscription":
         if not (_is_num(v) and 0 < float(v) < math.inf):
             raise bad("must be a positive number")
     elif key in ("failures", "round"):
@@ -402,11 +416,14 @@ class Store:
 
     def record(self, sid: str, changes: dict[str, Any], result: dict[str, Any] | None,
                error: str | None, seconds: float) -> None:
+        from hyperplace.sim.metrics import finite  # strict JSON: no Infinity, no NaN
+
         with self.db:
             self.db.execute("INSERT OR REPLACE INTO scenarios VALUES (?, ?, ?, ?, ?, ?, ?)",
                             (sid, json.dumps(changes, sort_keys=True),
                              "done" if error is None else "failed",
-                             json.dumps(result, default=str) if result is not None else None,
+                             json.dumps(finite(result), default=str, allow_nan=False)
+                             if result is not None else None,
                              error, seconds, time.time()))
 
     def rows(self) -> list[dict[str, Any]]:

@@ -75,8 +75,13 @@ def test_sweep_resumes_after_kill_9_and_loses_nothing(tmp_path: Path):
 
 def test_failed_scenario_is_recorded_and_the_sweep_goes_on(tmp_path: Path):
     doc = {"base": SMALL,
-           "grid": {"addNodes": [{"type": "H100-80", "count": -99}, {"type": "H100-80", "count": 1}]}}
-    rows = run_sweep(load_sweep(write(tmp_path, doc)), tmp_path / "o", workers=1)
+           "grid": {"addNodes": [{"type": "H100-80", "count": -1}, {"type": "H100-80", "count": 1}]}}
+    sweep = load_sweep(write(tmp_path, doc))
+    # a scenario that fails when it runs (load_sweep refuses this removal up front since
+    # the sweep file cannot ask for it; here it stands for any scenario's failure)
+    sweep.scenarios[1] = {"id": "addNodes=H100-80-99",
+                          "changes": {"addNodes": {"type": "H100-80", "count": -99}}}
+    rows = run_sweep(sweep, tmp_path / "o", workers=1)
     status = {r["id"]: r["status"] for r in rows}
     assert status == {"base": "done", "addNodes=H100-80-99": "failed",
                       "addNodes=H100-80+1": "done"}
@@ -111,6 +116,12 @@ def test_ray_backend_equals_local(tmp_path: Path):
     ({"base": {"trace": "missing.csv"}}, "base.trace: "),
     ({"base": {"window": [1e9, None]}}, "base.trace: philly_sample.csv: no jobs submitted"),
     ({"base": {"predictionError": -1}}, "base.predictionError: must be a finite number >= 0"),
+    # newuser: every scenario with it failed at its start ("ValueError: cannot remove ...")
+    ({"base": {}, "grid": {"addNodes": [{"type": "H100-80", "count": -100}]}},
+     "grid.addNodes[0]: cannot remove 100 H100-80 nodes: mixed has 16"),
+    # as simulate --budget (0.001 was taken here and refused there)
+    ({"base": {"budget": 0.001}}, "base.budget: must be a finite number >= 0.01"),
+    ({"base": {}, "grid": {"budget": [0.5, 0.001]}}, "grid.budget[1]: must be a finite"),
 ])
 def test_bad_sweep_file_names_file_and_field(tmp_path: Path, doc: dict, where: str):
     path = write(tmp_path, doc)
@@ -137,3 +148,32 @@ def test_bad_sweep_on_the_command_line(tmp_path: Path):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"error: {path}: ")
     assert where in proc.stderr
+
+
+def test_jobs_a_sweep_leaves_out_are_said_and_its_results_are_strict_json(tmp_path: Path,
+                                                                           capsys):
+    """A sweep drops a trace job no node set can hold (simulate refuses it): the command said
+    nothing of it (only sweep.sqlite's workload did), and a trace whose jobs all arrive at
+    once stored its offered load as `Infinity`, which strict JSON readers refuse."""
+    import json
+
+    from cli_run import run_main
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_time_s,duration_s,num_gpus\n0,600,8\n0,600,9999\n")
+    path = write(tmp_path, {"base": {"trace": str(trace), "policy": "fifo"}})
+    code = run_main(["whatif", str(path), "-o", str(tmp_path / "out"), "--workers", "1",
+                     "--no-progress", "--no-charts"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 0
+    assert ("base: 1 of 2 trace jobs left out: they cannot fit the instance (first: line 3: "
+            "num_gpus: 9,999 GPUs") in err
+
+    def refuse(const):
+        raise ValueError(f"not JSON: {const}")
+
+    with sqlite3.connect(tmp_path / "out" / "sweep.sqlite") as con:
+        (text,) = con.execute("SELECT result FROM scenarios WHERE id='base'").fetchone()
+    result = json.loads(text, parse_constant=refuse)
+    assert result["workload"]["dropped_too_large"] == 1
+    assert result["workload"]["offered_load"] is None
