@@ -125,3 +125,20 @@ def test_the_round_instance_follows_the_manifests_not_only_their_names():
     again = s.instance([aged])
     assert again is not first and again.jobs[0].priority == a.priority + 7
     assert s.instance([aged]) is again  # the same objects: cached
+
+
+def test_the_default_clock_is_time_time_as_it_is_at_the_call(monkeypatch):
+    """Review R21: RoundState's and PlacementSession's default clock is ``time.time`` looked
+    up when a call needs the time, not bound at import (as 0820052 for Budget): a patched
+    time.time reaches a session made before the patch."""
+    import time
+
+    from hyperplace.instances.generator import generate
+    from hyperplace.solvers.workflows.session import PlacementSession
+
+    session = PlacementSession(generate(64, 8, ["H100-80"], 0.5, 1), solver="greedy",
+                               half_life_s=3600)
+    monkeypatch.setattr(time, "time", lambda: 1234.0)
+    assert session.clock() == 1234.0 and session.state.now() == 1234.0
+    session.accrue()
+    assert session.usage.time_s == 1234.0

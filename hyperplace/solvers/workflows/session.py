@@ -56,7 +56,7 @@ fair-share objective (a queue whose jobs never win a round's tie does not wait f
 The state has no clock of its own that it trusts: :meth:`~RoundState.apply`,
 :meth:`~RoundState.commit` and :meth:`~RoundState.accrue` take the time of the event as
 ``now_s`` (seconds, any origin; a simulation passes its own times); without it they read the
-injected ``clock`` (default ``time.time``, for a controller running rounds in real time). A
+injected ``clock`` (default ``time.time`` as it is at the call, for a controller running rounds in real time). A
 time earlier than the last one accrues nothing. A starting instance's own
 ``spec.queueUsage`` is the history at the first call. Without ``half_life_s`` the instance's
 ``spec.queueUsage`` (if any) is left as given. The history accrues before every change of
@@ -194,7 +194,8 @@ class RoundState:
     manifest, name : callables
         A queue entry's TrainingJob and name (default: the entry is a TrainingJob).
     clock : callable
-        The time of a call that gives no ``now_s`` (default ``time.time``).
+        The time of a call that gives no ``now_s`` (None, the default: ``time.time`` as it
+        is at that call, not as it was when this module was imported).
     usage : QueueUsage, optional
         The usage history to carry on (a stored one: :func:`usage_at` of what
         :meth:`history` wrote); default a new one with ``half_life_s`` that starts from the
@@ -208,7 +209,7 @@ class RoundState:
                  half_life_s: float | None = None, usage_in_instance: bool = False,
                  requeue: str | Callable[[Any], Any] | None = "end",
                  manifest: Callable[[Any], TrainingJob] = _manifest,
-                 name: Callable[[Any], Any] = _name, clock: Callable[[], float] = time.time,
+                 name: Callable[[Any], Any] = _name, clock: Callable[[], float] | None = None,
                  gpus: Mapping[str, int] | None = None,
                  allocated: Mapping[str, Mapping[int, str]] | None = None,
                  faulty: Mapping[str, Iterable[int]] | None = None,
@@ -217,7 +218,7 @@ class RoundState:
         self.requeue = requeue
         self.manifest = manifest
         self.name_of = name
-        self.clock = clock
+        self._clock = clock
         self.usage_in_instance = usage_in_instance
         self.base: Instance | None = None
         self.nodes: dict[str, Node] = {}
@@ -288,6 +289,16 @@ class RoundState:
         for c in self.base.clusters:
             for node, sw in c.network.attachments.items():
                 self.switches_of[node] = set(sw)
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock of a call that gives no ``now_s``: the injected one, else
+        ``time.time`` as it is now."""
+        return self._clock or time.time
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float] | None) -> None:
+        self._clock = clock
 
     # ---- queries ---------------------------------------------------------------
     @property
@@ -725,12 +736,13 @@ class PlacementSession:
         Keep per-queue usage history with this half-life in seconds (Slurm's
         ``PriorityDecayHalfLife``); None (the default) or 0 keeps none.
     clock : callable
-        The time of a call that gives no ``now_s`` (default ``time.time``).
+        The time of a call that gives no ``now_s`` (None, the default: ``time.time`` as it
+        is at that call, not as it was when this module was imported).
     """
 
     def __init__(self, instance: Instance, *, solver: str = "auto", policy: str = "performance",
                  seed: int = 0, workers: int = 2, requeue_interrupted: bool = True,
-                 half_life_s: float | None = None, clock: Callable[[], float] = time.time):
+                 half_life_s: float | None = None, clock: Callable[[], float] | None = None):
         self.state = RoundState(instance, half_life_s=half_life_s, clock=clock,
                                 usage_in_instance=bool(half_life_s),
                                 requeue="end" if requeue_interrupted else None)
