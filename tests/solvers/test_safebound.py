@@ -178,6 +178,34 @@ def test_the_bound_is_valid_and_tight_with_highs_duals(scale):
         assert got is not None and Fraction(got) >= exact
 
 
+def test_one_rule_without_duals_for_both_lp_paths(monkeypatch):
+    """HiGHS optimal without valid duals: the relaxation's lp_max and the aggregated model's
+    SparseLp give the same bound, zero multipliers' (the column bounds': valid, looser).
+    lp_max said None there while SparseLp used zeros: two rules for one question."""
+    real = highspy.Highs.getSolution
+
+    def no_duals(self):
+        solution = real(self)
+        solution.dual_valid = False
+        return solution
+
+    monkeypatch.setattr(highspy.Highs, "getSolution", no_duals)
+    rng = random.Random(11)
+    for _ in range(30):
+        lp = random_lp(rng, 1000)
+        exact = exact_lp_max(lp)
+        zero = dual_bound(*arrays(lp), np.zeros(lp["m"]))
+        via, status, _ = sparse_lp(lp).maximise(10.0)
+        lm = LinearModel()
+        for j in range(lp["n"]):
+            lm.var(f"x{j}", lp["lb"][j], lp["ub"][j])
+        for i, row in enumerate(lp["a"]):
+            lm.add([(j, c) for j, c in enumerate(row) if c], lp["lo"][i], lp["hi"][i], f"r{i}")
+        got = lp_max(lm, [(j, c) for j, c in enumerate(lp["cost"]) if c], 10.0)
+        assert status == "kOptimal" and zero is not None and Fraction(zero) >= exact
+        assert via == got == zero
+
+
 def test_poor_multipliers_give_a_looser_bound_never_an_invalid_one():
     """Perturbed duals, duals of the wrong sign on a one-sided row, no duals at all, random
     ones: the bound holds (only looser); HiGHS's is the tightest of them."""

@@ -134,33 +134,14 @@ class SparseLp:
             self.v.append(a)
 
     def maximise(self, time_limit_s: float) -> tuple[float | None, str, list[float] | None]:
-        """``max cost'x`` over the rows and bounds: (a proven upper bound on its optimum, the
-        dual bound of HiGHS's row duals (:func:`.safebound.dual_bound`), HiGHS's status, its
-        solution); the bound and the solution are None unless HiGHS reached an optimum, the
-        bound also when it is not finite."""
-        import highspy
+        """``max cost'x`` over the rows and bounds: (a proven upper bound on its optimum,
+        HiGHS's status, its solution), by :func:`.safebound.highs_max` (its one rule for
+        what is a bound)."""
         import numpy as np
 
-        from hyperplace.solvers.backends.backend import run_interruptibly
-        from hyperplace.solvers.backends.milp import quiet_stdout
+        from hyperplace.solvers.backends.safebound import highs_max
 
-        from hyperplace.solvers.backends.safebound import dual_bound
-
-        n, m = len(self.lb), len(self.rows_lo)
-        if n == 0:
-            return 0.0, "empty", []
-        with quiet_stdout():
-            h = highspy.Highs()  # type: ignore[no-untyped-call]
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("threads", 1)
-        h.setOptionValue("time_limit", max(0.01, time_limit_s))
-        lb, ub = np.asarray(self.lb, dtype=np.float64), np.asarray(self.ub, dtype=np.float64)
-        cost = np.asarray(self.cost, dtype=np.float64)
-        h.addVars(n, lb, ub)
-        h.changeColsCost(n, np.arange(n, dtype=np.int32), -cost)
-        inf = highspy.kHighsInf
-        lo = np.asarray([(-inf if x == -math.inf else x) for x in self.rows_lo])
-        hi = np.asarray([(inf if x == math.inf else x) for x in self.rows_hi])
+        m = len(self.rows_lo)
         starts = np.zeros(0, dtype=np.int32)
         index, value = np.zeros(0, dtype=np.int32), np.zeros(0)
         if m:
@@ -169,17 +150,8 @@ class SparseLp:
             starts = np.searchsorted(rows, np.arange(m)).astype(np.int32)
             index = np.asarray(self.c, dtype=np.int32)[order]
             value = np.asarray(self.v, dtype=np.float64)[order]
-            h.addRows(m, lo, hi, len(order), starts, index, value)
-        run_interruptibly(h.run, h.cancelSolve)
-        status = h.getModelStatus().name
-        if status != "kOptimal":
-            return None, status, None
-        solution = h.getSolution()
-        # HiGHS minimised -cost: the maximisation's multipliers are the negated row duals
-        y = -np.asarray(solution.row_dual, dtype=np.float64) if solution.dual_valid \
-            else np.zeros(m)
-        return dual_bound(cost, lb, ub, lo, hi, starts, index, value, y), status, \
-            list(solution.col_value)
+        return highs_max(self.cost, self.lb, self.ub, self.rows_lo, self.rows_hi, starts,
+                         index, value, time_limit_s)
 
 
 class Columns:

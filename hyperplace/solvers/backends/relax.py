@@ -28,7 +28,7 @@ import numpy as np
 
 from hyperplace.formulations.linear import LinearModel
 from hyperplace.formulations.placement import PlacementModel
-from hyperplace.solvers.backends.safebound import dual_bound, integer_bound
+from hyperplace.solvers.backends.safebound import highs_max, integer_bound
 
 __all__ = ["admitted_jobs_bound", "objective1_terms", "relaxation_bound", "tighten_bound"]
 
@@ -47,9 +47,9 @@ def objective1_terms(pm: PlacementModel) -> list[tuple[int, int]]:
 
 def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float,
            at_least: tuple[list[tuple[int, int]], float] | None = None) -> float | None:
-    """A proven upper bound on ``max sum(terms)`` over the LP relaxation of ``lm``: the dual
-    bound of HiGHS's row duals at its optimum (:func:`.safebound.dual_bound`); None if HiGHS
-    did not solve it or the bound is not finite.
+    """A proven upper bound on ``max sum(terms)`` over the LP relaxation of ``lm``, by
+    :func:`.safebound.highs_max` (its one rule: None unless HiGHS solved the LP to
+    optimality or when the bound is infinite; zero multipliers when HiGHS gives no duals).
 
     Parameters
     ----------
@@ -62,43 +62,22 @@ def lp_max(lm: LinearModel, terms: list[tuple[int, int]], time_limit_s: float,
     at_least : (terms, value), optional
         One more row, ``sum(terms) >= value``.
     """
-    import highspy
-
-    from hyperplace.solvers.backends.backend import run_interruptibly
-    from hyperplace.solvers.backends.milp import quiet_stdout, highs_rows
+    from hyperplace.solvers.backends.milp import highs_rows
 
     n = lm.num_vars
-    if n == 0:
-        return 0.0
-    with quiet_stdout():
-        h = highspy.Highs()  # type: ignore[no-untyped-call]
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
-    h.setOptionValue("time_limit", max(0.01, time_limit_s))
     cost = np.zeros(n)
     for i, a in terms:
-        cost[i] -= a  # maximise by minimising the negation
-    lbs, ubs = np.asarray(lm.lbs, dtype=np.float64), np.asarray(lm.ubs, dtype=np.float64)
-    h.addVars(n, lbs, ubs)
-    h.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
+        cost[i] += a
     rows = [(c.terms, c.lo, c.hi) for c in lm.constraints]
     if at_least is not None:
         rows.append((at_least[0], at_least[1], math.inf))
     arrays = highs_rows(rows)
-    if arrays is not None:
-        h.addRows(*arrays)
-    run_interruptibly(h.run, h.cancelSolve)
-    if h.getModelStatus().name != "kOptimal":
-        return None
-    if arrays is None:  # no row: each column at its better bound
-        return dual_bound(-cost, lbs, ubs, [], [], [], [], [], [])
-    _, lower, upper, _, starts, index, value = arrays
-    solution = h.getSolution()
-    if not solution.dual_valid:
-        return None
-    # HiGHS minimised -c: the maximisation's multipliers are the negated row duals
-    return dual_bound(-cost, lbs, ubs, lower, upper, starts, index, value,
-                      -np.asarray(solution.row_dual, dtype=np.float64))
+    _, lower, upper, _, starts, index, value = arrays if arrays is not None else (
+        0, np.zeros(0), np.zeros(0), 0, np.zeros(0, dtype=np.int32),
+        np.zeros(0, dtype=np.int32), np.zeros(0))
+    bound, _, _ = highs_max(cost, lm.lbs, lm.ubs, lower, upper, starts, index, value,
+                            time_limit_s)
+    return bound
 
 
 def relaxation_bound(pm: PlacementModel, deadline: float) -> float | None:

@@ -47,7 +47,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["dual_bound", "integer_bound"]
+__all__ = ["dual_bound", "highs_max", "integer_bound"]
 
 #: Half the float64 machine epsilon: the relative error of one rounding.
 UNIT = float(np.finfo(np.float64).eps) / 2
@@ -122,6 +122,54 @@ def dual_bound(cost: ArrayLike, lb: ArrayLike, ub: ArrayLike, row_lo: ArrayLike,
     margin = 16.0 * UNIT * float(np.sum(np.abs(terms))) * (1.0 + 1e-9)
     bound = float(np.nextafter(total + margin, math.inf))
     return bound if math.isfinite(bound) else None
+
+
+def highs_max(cost: ArrayLike, lb: ArrayLike, ub: ArrayLike, row_lo: ArrayLike,
+              row_hi: ArrayLike, starts: ArrayLike, index: ArrayLike, value: ArrayLike,
+              time_limit_s: float) -> tuple[float | None, str, list[float] | None]:
+    """``max cost'x`` over ``row_lo <= Ax <= row_hi``, ``lb <= x <= ub`` (the arrays as
+    :func:`dual_bound` takes them) with HiGHS, one thread, within ``time_limit_s``: (the
+    proven bound, HiGHS's model status, its solution). The one LP-to-bound path of every LP
+    bound (:func:`.relax.lp_max`, :meth:`.aggregate.SparseLp.maximise`).
+
+    The one rule: a bound only from an LP HiGHS solved to optimality (else bound and
+    solution are None); its multipliers are HiGHS's duals (negated: HiGHS minimises
+    ``-cost``), or zero when HiGHS reports no valid duals, which is another choice of ``y``
+    (the column bounds' bound: valid, looser); None when :func:`dual_bound` is infinite.
+    No column: the bound is 0, status ``empty``."""
+    import highspy
+
+    from hyperplace.solvers.backends.backend import run_interruptibly
+    from hyperplace.solvers.backends.milp import quiet_stdout
+
+    c = np.asarray(cost, dtype=np.float64)
+    lo_x, hi_x = np.asarray(lb, dtype=np.float64), np.asarray(ub, dtype=np.float64)
+    lo_r, hi_r = np.asarray(row_lo, dtype=np.float64), np.asarray(row_hi, dtype=np.float64)
+    st = np.asarray(starts, dtype=np.int32)
+    cols, a = np.asarray(index, dtype=np.int32), np.asarray(value, dtype=np.float64)
+    n, m = len(c), len(lo_r)
+    if n == 0:
+        return 0.0, "empty", []
+    with quiet_stdout():
+        h = highspy.Highs()  # type: ignore[no-untyped-call]
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("time_limit", max(0.01, time_limit_s))
+    h.addVars(n, lo_x, hi_x)
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), -c)
+    if m:
+        inf = highspy.kHighsInf
+        h.addRows(m, np.where(np.isneginf(lo_r), -inf, lo_r),
+                  np.where(np.isposinf(hi_r), inf, hi_r), len(cols), st, cols, a)
+    run_interruptibly(h.run, h.cancelSolve)
+    status = h.getModelStatus().name
+    if status != "kOptimal":
+        return None, status, None
+    solution = h.getSolution()
+    y = -np.asarray(solution.row_dual, dtype=np.float64) if solution.dual_valid \
+        else np.zeros(m)
+    return dual_bound(c, lo_x, hi_x, lo_r, hi_r, st, cols, a, y), status, \
+        list(solution.col_value)
 
 
 def integer_bound(bound: float) -> float:
