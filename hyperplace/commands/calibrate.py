@@ -25,7 +25,7 @@ from hyperplace.costmodel.observations import (
     MAX_LOO_ROWS,
     fit_step_scales,
     held_out_step_errors,
-    memory_misfits,
+    misfits_and_errors,
     read_observations,
     step_errors,
 )
@@ -99,7 +99,7 @@ def _calibrate(profiles: list[str], observations: str | None, calibration: str |
     # bad file fails at once, in one line)
     before = load_calibration(calibration)
     obs = read_observations(observations) if observations else []
-    misfits = memory_misfits(before, obs, observations or "")
+    misfits, errors_before = misfits_and_errors(before, obs, observations or "")
     if obs and len(misfits) == len(obs):
         raise InputError(f"no row's configuration fits in its GPUs' memory, so none can be "
                          f"fitted on (first: {misfits[0][1]}); give the runs' zero, "
@@ -109,7 +109,6 @@ def _calibrate(profiles: list[str], observations: str | None, calibration: str |
               "sequence_parallel and recompute columns)", file=sys.stderr)
     left_out = {id(o) for o, _ in misfits}
     obs = [o for o in obs if id(o) not in left_out]
-    errors_before = step_errors(before, obs, observations or "") if obs else {}
     if profiles:
         read_profile_rows(profiles)
     from hyperplace.costmodel.scale_fit import fit_scale, read_fit_set

@@ -153,15 +153,35 @@ def memory_misfits(calibration: Calibration, observations: list[Observation],
     """The rows whose configuration does not fit in its GPUs' memory, each with one line
     saying so (``row N: job: needs X GB per GPU of the type's Y``): a fit on them would
     learn the step time of a run that cannot happen as written."""
-    out = []
+    return misfits_and_errors(calibration, observations, source)[0]
+
+
+def misfits_and_errors(calibration: Calibration, observations: list[Observation],
+                       source: str = "") -> tuple[list[tuple[Observation, str]],
+                                                  dict[tuple[str, str], float]]:
+    """:func:`memory_misfits` and the :func:`step_errors` of the rows that fit, each row
+    predicted once (``calibrate`` reads both before its fits; it predicted every row twice)."""
+    misfits: list[tuple[Observation, str]] = []
+    steps: list[tuple[Observation, float]] = []
     for obs in observations:
         pred = _predicted(calibration, obs, source)
-        if not pred.fits:
-            out.append((obs, f"row {obs.line}: job {obs.job!r}: {obs.model} at TP {obs.tp} x "
-                        f"PP {obs.pp} x DP {obs.dp} needs {pred.memory_per_gpu_gb:.1f} GB per "
-                        f"GPU, more than {obs.gpu}'s {pred.memory_capacity_gb:g} GB "
-                        f"(zero {obs.zero}, recompute {obs.recompute})"))
-    return out
+        if pred.fits:
+            steps.append((obs, pred.step_time_s))
+        else:
+            misfits.append((obs, f"row {obs.line}: job {obs.job!r}: {obs.model} at TP "
+                            f"{obs.tp} x PP {obs.pp} x DP {obs.dp} needs "
+                            f"{pred.memory_per_gpu_gb:.1f} GB per GPU, more than {obs.gpu}'s "
+                            f"{pred.memory_capacity_gb:g} GB (zero {obs.zero}, recompute "
+                            f"{obs.recompute})"))
+    return misfits, _median_errors(steps)
+
+
+def _median_errors(steps: list[tuple[Observation, float]]) -> dict[tuple[str, str], float]:
+    """Median absolute relative error of predicted step times per (model, GPU type)."""
+    errors: dict[tuple[str, str], list[float]] = {}
+    for obs, pred in steps:
+        errors.setdefault((obs.model, obs.gpu), []).append(abs(pred / obs.step_time_s - 1))
+    return {k: statistics.median(v) for k, v in sorted(errors.items())}
 
 
 def fit_step_scales(calibration: Calibration, observations: list[Observation],
@@ -184,11 +204,8 @@ def fit_step_scales(calibration: Calibration, observations: list[Observation],
 def step_errors(calibration: Calibration, observations: list[Observation],
                 source: str = "") -> dict[tuple[str, str], float]:
     """Median absolute relative step-time error per (model, GPU type)."""
-    errors: dict[tuple[str, str], list[float]] = {}
-    for obs in observations:
-        pred = predicted_step(calibration, obs, source)
-        errors.setdefault((obs.model, obs.gpu), []).append(abs(pred / obs.step_time_s - 1))
-    return {k: statistics.median(v) for k, v in sorted(errors.items())}
+    return _median_errors([(obs, predicted_step(calibration, obs, source))
+                           for obs in observations])
 
 
 #: Most observations the leave-one-out errors are computed for (one step-scale fit per row:
@@ -201,13 +218,11 @@ def held_out_step_errors(calibration: Calibration, observations: list[Observatio
     """Median absolute relative step-time error per (model, GPU type), each row predicted by
     step scales fitted on the other rows only (leave one out): the fit's error on data held
     out of it. A row that is the only one has no other to fit on and is not counted."""
-    errors: dict[tuple[str, str], list[float]] = {}
+    steps: list[tuple[Observation, float]] = []
     for i, held in enumerate(observations):
         rest = observations[:i] + observations[i + 1:]
-        if not rest:
-            continue
-        tuned = fit_step_scales(calibration, rest, source)
-        pred = predicted_step(tuned, held, source)
-        errors.setdefault((held.model, held.gpu), []).append(abs(pred / held.step_time_s - 1))
-    return {k: statistics.median(v) for k, v in sorted(errors.items())}
+        if rest:
+            tuned = fit_step_scales(calibration, rest, source)
+            steps.append((held, predicted_step(tuned, held, source)))
+    return _median_errors(steps)
 

@@ -156,7 +156,8 @@ def test_calibrate_says_where_it_is_on_stderr(tmp_path: Path) -> None:
     assert all(ln.endswith(" s)") for ln in lines) and "calibrate:" not in res.stdout
 
 
-def test_a_row_that_does_not_fit_in_memory_is_left_out_and_named(tmp_path: Path) -> None:
+def test_a_row_that_does_not_fit_in_memory_is_left_out_and_named(tmp_path: Path,
+                                                                 monkeypatch) -> None:
     """The Llama 3 405B runs fit in 80 GB only with ZeRO-1, sequence parallelism and
     selective recomputation: a row without them is a run that cannot happen as written, so
     the fit leaves it out and says so; with no row left the file is refused."""
@@ -180,6 +181,16 @@ def test_a_row_that_does_not_fit_in_memory_is_left_out_and_named(tmp_path: Path)
     assert rows[0].settings() == {"zero": 1, "sequence_parallel": True, "recompute": False,
                                   "selective_recompute": True}
     assert [o.job for o, _ in memory_misfits(load_calibration(None), rows)] == ["b"]
+    from hyperplace.costmodel import observations as obs_module
+
+    calls: list[str] = []
+    real = obs_module.predict
+    monkeypatch.setattr(obs_module, "predict", lambda *a, **k: calls.append("p") or real(*a, **k))
+    misfits, errors = obs_module.misfits_and_errors(load_calibration(None), rows)
+    assert len(calls) == len(rows)  # each row predicted once for both answers
+    assert [o.job for o, _ in misfits] == ["b"]
+    kept = [o for o in rows if o.job != "b"]
+    assert errors == obs_module.step_errors(load_calibration(None), kept)
     only_bare = write(tmp_path / "bare.csv", header + bare)
     res = runner.invoke(app, ["calibrate", "--observations", only_bare, "-o", str(out) + "2"])
     assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1
