@@ -1,6 +1,8 @@
 """A model's formula layers (``ModelSpec.build_layers``): each kind of layer is computed and
 validated once and copied for the others (#20: the forecast's planner builds thousands).
-The oracle is the layer-by-layer construction, every layer validated on its own."""
+The oracle is the layer-by-layer construction, every layer validated on its own; the count
+of formula evaluations and validations pins the "once" (review R5: the equality alone holds
+for the layer-by-layer construction too)."""
 
 from __future__ import annotations
 
@@ -62,3 +64,33 @@ def test_an_moe_model_keeps_its_dense_layers_apart():
     first = spec.first_dense_layers
     assert layers[first - 1].params != layers[first + 1].params  # dense vs MoE
     assert layers == _one_by_one(spec)
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_each_kind_of_layer_is_computed_and_validated_once(name, monkeypatch):
+    """The first and the last layer (embedding, head) and one middle layer per kind (dense,
+    MoE) are computed by the formulas and validated; every other layer is a copy."""
+    from hyperplace.models import model_spec, transformer
+
+    spec = model_preset(name)
+    if spec.layers is not None:
+        pytest.skip("a preset with measured layers has no formula layers")
+    counts = {"flops": 0, "validated": 0}
+
+    def flops(*args, **kwargs):
+        counts["flops"] += 1
+        return transformer.layer_flops(*args, **kwargs)
+
+    def validated(**fields):
+        counts["validated"] += 1
+        return Layer(**fields)
+
+    monkeypatch.setattr(model_spec, "layer_flops", flops)
+    monkeypatch.setattr(model_spec, "Layer", validated)
+    layers = spec.build_layers()
+    last = spec.num_layers - 1
+    kinds = {transformer.is_moe_layer(spec, i) for i in range(1, last)}
+    expected = min(spec.num_layers, 2) + len(kinds)
+    assert counts == {"flops": expected, "validated": expected}
+    assert expected < spec.num_layers or spec.num_layers <= 3
+    assert len(layers) == spec.num_layers and all(isinstance(x, Layer) for x in layers)
