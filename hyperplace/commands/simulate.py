@@ -56,6 +56,11 @@ def _fmt(v: float | None, scale: float = 1.0, digits: int = 2) -> str:
     return "-" if v is None else f"{v / scale:,.{digits}f}"
 
 
+def _pct(v: float | None) -> str:
+    """A share as ``79.3%``; ``-`` when there is none (no arrival window), not ``-%``."""
+    return "-" if v is None else f"{v * 100:,.1f}%"
+
+
 def headline(summary: dict) -> str:
     """What was replayed, in one sentence: jobs, their shape, window, load, GPUs."""
     from hyperplace.commands.render import count, plural
@@ -129,7 +134,7 @@ def print_summary(summary: dict, console: Console) -> None:
     for row in summary["policies"]:
         rows.append([row["policy"], f"{row['finished']:,}/{row['jobs']:,}",
                      _fmt(row["jct_mean_s"], 3600), _fmt(row["wait_mean_s"], 3600),
-                     _fmt(row["utilisation_in_window"], 0.01, 1) + "%",
+                     _pct(row["utilisation_in_window"]),
                      _fmt(row.get("waiting_jobs_mean"), 1, 1),
                      _fmt(row["jct_p99_s"], 3600), _fmt(row["wait_p99_s"], 3600),
                      _fmt(row["bounded_slowdown_mean"]), _fmt(row["makespan_s"], 3600),
@@ -141,7 +146,7 @@ def print_summary(summary: dict, console: Console) -> None:
     r.print_table(console, cols, rows, "policies (times in hours)",
                   hint="-o DIR writes every metric to summary.json and CSVs")
     r.print_line(console, "reached within the arrival window: " + "; ".join(
-        f"{row['policy']} utilisation {_fmt(row['utilisation_in_window'], 0.01, 1)}%, "
+        f"{row['policy']} utilisation {_pct(row['utilisation_in_window'])}, "
         f"{_fmt(row.get('waiting_jobs_mean'), 1, 1)} jobs waiting on average"
         for row in summary["policies"]))
     for lines in (summary.get("notes") or {}).values():
@@ -161,7 +166,7 @@ def print_summary(summary: dict, console: Console) -> None:
 
 
 def simulate_command(
-    trace: Annotated[str, typer.Option(help="philly | alibaba-2023 | a CSV file (submit_time_s, duration_s, num_gpus[, gpu_type, name, queue])")] = "philly",
+    trace: Annotated[str, typer.Option(help="philly | alibaba-2023 | a CSV file (submit_time_s, duration_s, num_gpus[, gpu_type, name, queue, model]; columns in any order)")] = "philly",
     instance: Annotated[str, typer.Option("--instance", "-i", help="bundled instance name or Instance file")] = "mixed-a100-h100",
     policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="engine, engine-rounds, engine-wait, fifo (first fit), kueue (BestEffortFIFO), kueue-strict (StrictFIFO), volcano, volcano-proportion, slurm (backfill as a site configures it), slurm-default (backfill as shipped: a weaker variant); on a federation (2+ member clusters): engine-federated (one global queue, the federation engine splits jobs across clusters when that finishes them sooner), karmada-aggregated, karmada-dynamic, karmada-static (Karmada's division into per-cluster queues, Kueue in each member), each also as NAME-whole (splits off); also spelled fifo-firstfit, kueue-style, kueue-besteffort, kueue-strictfifo, volcano-style, proportion, slurm-style, slurm-backfill; repeat for several (default: all but engine-wait and volcano-proportion)")] = None,
     round_s: Annotated[float, typer.Option("--round", help="seconds between scheduling rounds (0: a round at every event: an arrival, an end, a failure)")] = 60.0,
@@ -237,6 +242,12 @@ def simulate_command(
     if jobs is not None and jobs < 1:
         raise InputError(f"must be >= 1, got {jobs}", path="--jobs")
     inst = with_queue_files(load_instance(instance), queues or [])
+    federated = [p for p in names if p in FEDERATION_POLICIES]
+    if federated and len(inst.clusters) < 2:  # named by the file given, not its metadata
+        raise InputError(f"a federation policy needs at least 2 member clusters (--policy "
+                         f"{federated[0]}); this instance has {len(inst.clusters)} (use a "
+                         "single-cluster policy, or an instance such as seed-beijing-shanghai)",
+                         source=instance, path="spec.clusters")
     req = SimRequest(trace=trace, start_s=lo, end_s=hi, limit=jobs, repeat=repeat,
                      workload=workload,
                      load=parse_load(load), policies=names, prediction_error=prediction_error,

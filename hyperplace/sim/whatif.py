@@ -222,7 +222,8 @@ def _check_federation(base: dict[str, Any], axes: list[tuple[str, list[Any]]],
     if any(n in extra for n in names) and len(instance.clusters) < 2:
         path = "base.policy" if str(base["policy"]) in extra else "grid.policy"
         raise InputError(f"a federation policy needs at least 2 member clusters; "
-                         f"{instance.name} has {len(instance.clusters)} (spec.clusters)",
+                         f"base.instance {base['instance']} has {len(instance.clusters)} "
+                         "(spec.clusters)",
                          source=src, path=path)
 
 

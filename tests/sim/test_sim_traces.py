@@ -277,3 +277,30 @@ def test_repeat_beyond_its_limits_is_refused_naming_repeat(monkeypatch):
     with pytest.raises(InputError, match="100 rows|more than 99 rows"):
         load_trace("philly", limit=50, repeat=2)
     assert len(load_trace("philly", limit=33, repeat=3).rows) == 99
+
+
+def test_a_one_cluster_federation_file_is_named_by_its_path(tmp_path: Path, capsys):
+    """seed-beijing-shanghai cut to one member and saved as fed1.yaml: the error named
+    'seed-beijing-shanghai' (its metadata.name), not the file the user gave."""
+    import yaml
+
+    doc = load_instance("seed-beijing-shanghai").model_dump(mode="json", by_alias=True,
+                                                            exclude_none=True)
+    doc["spec"]["clusters"] = doc["spec"]["clusters"][:1]
+    doc["spec"]["interClusterLinks"] = []
+    fed1 = tmp_path / "fed1.yaml"
+    fed1.write_text(yaml.safe_dump(doc))
+    code, _, err = run_cli(["simulate", "-i", str(fed1), "-p", "engine-federated", "--jobs",
+                            "5", "--no-progress"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: {fed1}: spec.clusters: a federation policy needs at least 2 "
+                          "member clusters (--policy engine-federated); this instance has 1")
+
+
+def test_no_utilisation_is_a_dash_not_dash_percent(tmp_path: Path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_time_s,duration_s,num_gpus\n0,100,8\n")
+    code, out, err = run_cli(["simulate", "--trace", str(trace), "--load", "trace",
+                              "--policy", "fifo", "--no-progress"], capsys)
+    assert code == 0, err
+    assert "-%" not in out and "fifo utilisation -, - jobs waiting" in " ".join(out.split())

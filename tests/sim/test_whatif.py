@@ -177,3 +177,23 @@ def test_jobs_a_sweep_leaves_out_are_said_and_its_results_are_strict_json(tmp_pa
     result = json.loads(text, parse_constant=refuse)
     assert result["workload"]["dropped_too_large"] == 1
     assert result["workload"]["offered_load"] is None
+
+
+def test_a_federation_sweep_on_one_cluster_names_the_instance_as_given(tmp_path: Path):
+    """The message named the instance's metadata.name (seed-beijing-shanghai for a file cut
+    to one member), not base.instance as the sweep file gives it."""
+    from hyperplace.fedsim import POLICIES
+    from hyperplace.instances import load_instance
+
+    doc = load_instance("seed-beijing-shanghai").model_dump(mode="json", by_alias=True,
+                                                            exclude_none=True)
+    doc["spec"]["clusters"] = doc["spec"]["clusters"][:1]
+    doc["spec"]["interClusterLinks"] = []
+    fed1 = write(tmp_path, doc, "fed1.yaml")
+    path = write(tmp_path, {"base": {**SMALL, "instance": str(fed1)},
+                            "grid": {"policy": ["karmada-aggregated"]}})
+    with pytest.raises(InputError) as err:
+        load_sweep(path, extra=POLICIES)
+    assert err.value.one_line() == (f"{path}: grid.policy: a federation policy needs at least 2 "
+                                    f"member clusters; base.instance {fed1} has 1 "
+                                    "(spec.clusters)")
