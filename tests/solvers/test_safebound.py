@@ -154,6 +154,16 @@ def sparse_lp(lp: dict) -> SparseLp:
     return out
 
 
+def linear_model(lp: dict) -> LinearModel:
+    """The LP as the relaxation's LinearModel (lp_max's input)."""
+    lm = LinearModel()
+    for j in range(lp["n"]):
+        lm.var(f"x{j}", lp["lb"][j], lp["ub"][j])
+    for i, row in enumerate(lp["a"]):
+        lm.add([(j, c) for j, c in enumerate(row) if c], lp["lo"][i], lp["hi"][i], f"r{i}")
+    return lm
+
+
 @pytest.mark.parametrize("scale", [1, 1000, 100_000])
 def test_the_bound_is_valid_and_tight_with_highs_duals(scale):
     """Against the exact optimum (fractions) and every integer point; both wrappers (the
@@ -169,12 +179,7 @@ def test_the_bound_is_valid_and_tight_with_highs_duals(scale):
         assert integer_bound(bound) >= best_integer(lp)
         via, status, _ = sparse_lp(lp).maximise(10.0)
         assert status == "kOptimal" and via is not None and Fraction(via) >= exact
-        lm = LinearModel()
-        for j in range(lp["n"]):
-            lm.var(f"x{j}", lp["lb"][j], lp["ub"][j])
-        for i, row in enumerate(lp["a"]):
-            lm.add([(j, c) for j, c in enumerate(row) if c], lp["lo"][i], lp["hi"][i], f"r{i}")
-        got = lp_max(lm, [(j, c) for j, c in enumerate(lp["cost"]) if c], 10.0)
+        got = lp_max(linear_model(lp), [(j, c) for j, c in enumerate(lp["cost"]) if c], 10.0)
         assert got is not None and Fraction(got) >= exact
 
 
@@ -196,12 +201,7 @@ def test_one_rule_without_duals_for_both_lp_paths(monkeypatch):
         exact = exact_lp_max(lp)
         zero = dual_bound(*arrays(lp), np.zeros(lp["m"]))
         via, status, _ = sparse_lp(lp).maximise(10.0)
-        lm = LinearModel()
-        for j in range(lp["n"]):
-            lm.var(f"x{j}", lp["lb"][j], lp["ub"][j])
-        for i, row in enumerate(lp["a"]):
-            lm.add([(j, c) for j, c in enumerate(row) if c], lp["lo"][i], lp["hi"][i], f"r{i}")
-        got = lp_max(lm, [(j, c) for j, c in enumerate(lp["cost"]) if c], 10.0)
+        got = lp_max(linear_model(lp), [(j, c) for j, c in enumerate(lp["cost"]) if c], 10.0)
         assert status == "kOptimal" and zero is not None and Fraction(zero) >= exact
         assert via == got == zero
 
