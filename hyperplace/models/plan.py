@@ -87,7 +87,9 @@ class Forecast(HPModel):
     :mod:`hyperplace.solvers.schedule`), refreshed every round.
 
     ``earliest_s``/``latest_s``: the planned start window, seconds from the plan's time
-    (one schedule step wide); both None when no start falls inside the schedule's reach.
+    (one schedule step wide; in a replay the planning engine's calibrated window,
+    :class:`hyperplace.sim.forecast.StartCalibration`); both None when no start falls
+    inside the schedule's reach.
     ``pool``: the GPU type and fabric domain it is planned on ("16 H100-80 in leaf t1:leaf-3").
     """
 

@@ -77,8 +77,11 @@ from hyperplace.sim.forecast import (  # noqa: F401 - the forecast's names, as b
     DEFAULT_RUN_S,
     DEFAULT_STEPS,
     DURATION_ANNOTATION,
+    FORECAST_CALIBRATION,
     FORECAST_S_PER_JOB,
+    StartCalibration,
     StartCorrection,
+    calibrated_forecast,
     forecast_plan,
     parse_duration,
 )
@@ -273,7 +276,8 @@ class PlanningEngine(Policy):
                  reserve_nodes: int | None = RESERVE_NODES, clock: str = "work",
                  ceiling_s: float | None = None, work_units: float | None = None,
                  fill: float | None = FILL_MARGIN, forecast_correction: bool = False,
-                 fill_reserved: bool = FILL_RESERVED):
+                 fill_reserved: bool = FILL_RESERVED,
+                 forecast_calibration: bool = FORECAST_CALIBRATION):
         for name, v in (("horizon", horizon_s), ("window", window)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: must be positive, got {v!r}")
@@ -329,6 +333,13 @@ class PlanningEngine(Policy):
         self.correction = StartCorrection() if forecast_correction else None
         self._first: dict[str, tuple[float, float, int, float]] = {}
         self._started: tuple[float, list[str]] = (0.0, [])
+        # the forecasts calibrated on the replay's realised starts (default; not with the
+        # correction): :class:`~hyperplace.sim.forecast.StartCalibration`; the last round's
+        # shown forecasts and their start windows (what the plan says, what forecasts() gives)
+        self.calibration = (StartCalibration() if forecast_calibration and not
+                            forecast_correction else None)
+        self._shown: dict[str, tuple[float | None, str]] = {}
+        self._windows: dict[str, tuple[float, float]] = {}
 
     # ---- the schedule ------------------------------------------------------------------
     def problem(self, view: RoundView) -> ScheduleProblem:
@@ -396,7 +407,7 @@ class PlanningEngine(Policy):
     @property
     def corrects_forecasts(self) -> bool:
         """Whether :meth:`forecasts` corrects the schedule's planned starts."""
-        return self.correction is not None
+        return self.correction is not None or self.calibration is not None
 
     def raw_forecasts(self) -> dict[str, tuple[float | None, str]]:
         """Job -> (the schedule's planned start, absolute seconds, or None; pool) from the
@@ -413,6 +424,8 @@ class PlanningEngine(Policy):
         replay's earlier starts showed (:class:`~hyperplace.sim.forecast.StartCorrection`;
         ``forecast_correction=False``: the planned start as it is). Decisions never read
         it."""
+        if self.calibration is not None:
+            return dict(self._shown)
         raw = self.raw_forecasts()
         if self.correction is None or self.last is None:
             return raw
@@ -420,6 +433,17 @@ class PlanningEngine(Policy):
         gpus = {j.name: j.gpus for j in self.last.problem.jobs}
         return {n: (s if s is None else now + self.correction.wait(gpus.get(n, 1), s - now),
                     pool) for n, (s, pool) in raw.items()}
+
+    def forecast_windows(self) -> dict[str, tuple[float, float]]:
+        """Job -> (earliest, latest start, absolute seconds) of the last round's start
+        windows (the calibrated forecast's; the schedule step's otherwise)."""
+        if self.calibration is not None:
+            return dict(self._windows)
+        if self.last is None:
+            return {}
+        now = self.last.problem.now
+        return {f.job: (now + f.earliest_s, now + f.latest_s) for f in forecasts(self.last)
+                if f.earliest_s is not None and f.latest_s is not None}
 
     def _learn_starts(self, view: RoundView) -> None:
         """The jobs the last round started, into the forecasts' correction (their first
@@ -594,6 +618,11 @@ class PlanningEngine(Policy):
                                          for u, gs in units.items()})
                     for n, units in starts.items()}
         fc = {f.job: f for f in forecasts(result)}
+        if self.calibration is not None:  # the forecasts shown: calibrated (past starts only)
+            fc, self._shown, self._windows = calibrated_forecast(
+                self.calibration, fc, view.now, set(starts))
+            self.calibration.record(view.now, {n: result.start_s(n) for n in fc
+                                               if n not in starts}, list(starts))
         for j in view.queue:
             if j.name not in outcomes:
                 f = fc.get(j.name)

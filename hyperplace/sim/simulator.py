@@ -79,6 +79,10 @@ class SimConfig:
     # (hyperplace.sim.forecast.StartCorrection; False, the default: the schedule's planned
     # starts)
     engine_forecast_correction: bool = False
+    # the planning engine's forecasts are calibrated on the replay's realised starts, with a
+    # start window (hyperplace.sim.forecast.StartCalibration; False: the schedule's planned
+    # starts as they are; the correction above, when on, replaces it)
+    engine_forecast_calibration: bool = True
     # the planning engine's fill may start reserved jobs now (hyperplace.sim.planning.
     # FILL_RESERVED; False: reserved jobs wait for their reservation)
     engine_fill_reserved: bool = True
@@ -142,6 +146,7 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
                   "round_s": config.round_s, "prediction_sigma": config.prediction_sigma,
                   "clock": config.engine_clock,
                   "forecast_correction": config.engine_forecast_correction,
+                  "forecast_calibration": config.engine_forecast_calibration,
                   "fill_reserved": config.engine_fill_reserved})
     loop = RoundLoop(instance, pol, check=config.check, half_life_s=config.half_life_s)
     own_speed = getattr(pol, "speed_model", None)

@@ -96,3 +96,93 @@ def test_the_simulator_keeps_every_changed_forecast_of_a_waiting_job():
         # a new entry only when the answer changed
         assert all(x[1:] != y[1:] for x, y in zip(r.forecasts, r.forecasts[1:]))
     assert any(len(r.forecasts) > 1 for r in run.records)
+
+
+# ---- the calibrated forecast (hyperplace.sim.forecast.StartCalibration) ---------------------
+
+def test_the_calibration_learns_a_start_only_at_the_round_after_it(monkeypatch):
+    from hyperplace.sim import forecast
+    from hyperplace.sim.forecast import StartCalibration
+
+    monkeypatch.setattr(forecast, "CALIBRATION_MIN", 2)
+    c = StartCalibration()
+    c.record(0.0, {"a": 600.0, "b": 600.0, "c": None}, [])
+    c.record(60.0, {"a": 600.0, "b": 600.0}, [])
+    assert c.window(540.0) is None  # nothing started yet
+    # a starts at 1,200 (planned 600 from 0 and 540 from 60): learnt at the next round only
+    c.record(1200.0, {"b": 1500.0}, ["a"])
+    assert c.samples == 0 and c.window(540.0) is None
+    c.record(1260.0, {"b": 1500.0}, [])
+    assert c.samples == 2
+    # ratios (1,200 + 60) / (600 + 60) and (1,140 + 60) / (540 + 60), both in the 300-900 bin
+    r = sorted([1260 / 660, 1200 / 600])
+    lo, mid, hi = c.window(600.0)
+    assert mid == pytest.approx(660 * (r[0] + r[1]) / 2 - 60)
+    assert lo == pytest.approx(660 * (r[0] + 0.1 * (r[1] - r[0])) - 60)
+    assert hi == pytest.approx(660 * (r[0] + 0.9 * (r[1] - r[0])) - 60)
+    assert c.window(60.0) is None  # another bin: no observations
+    # a job that leaves the queue without a start is forgotten, never learnt
+    c.record(1320.0, {}, [])
+    c.record(1380.0, {}, ["b"])
+    c.record(1440.0, {}, [])
+    assert c.samples == 2
+
+
+def test_the_engine_shows_the_calibrated_forecast_it_is_scored_on_and_decides_the_same(
+        monkeypatch):
+    import copy
+    import random
+
+    from hyperplace.sim import forecast
+    from hyperplace.sim.policies import make_policy
+    from hyperplace.sim.simulator import SimConfig, simulate
+    from tests.solvers.test_schedule import sim_job
+
+    monkeypatch.setattr(forecast, "CALIBRATION_MIN", 3)
+    inst = instance(h_leaves=1, a_leaves=1)
+    rng = random.Random(3)
+    jobs = [sim_job(f"j{i}", rng.choice([4, 8, 16]), 150.0 * i, rng.uniform(900, 4000))
+            for i in range(18)]
+    shown_rounds = []
+
+    def replay(calibrate: bool):
+        pol = make_policy("engine", inst, budget_s=1.0, schedule={
+            "forecast_calibration": calibrate, "work_units": 0.004})
+        if calibrate:
+            decide = pol._decide
+
+            def spy(view):
+                d = decide(view)
+                fc, win = pol.forecasts(), pol.forecast_windows()
+                plan = {f.job: f for f in d.plan.forecasts}
+                for n, (s, _) in fc.items():  # the plan says what forecasts() gives
+                    f = plan[n]
+                    if s is None:
+                        assert f.earliest_s is None
+                        continue
+                    lo, hi = win[n]
+                    assert (lo, hi) == (view.now + f.earliest_s, view.now + f.latest_s)
+                    assert lo - 1e-6 <= s <= hi + 1e-6
+                    if "of such starts" in f.text:
+                        shown_rounds.append(view.now)
+                return d
+            pol._decide = spy
+        run = simulate(inst, copy.deepcopy(jobs), pol, SimConfig(round_s=60, check=True))
+        assert run.unfinished == 0
+        return run
+
+    on, off = replay(True), replay(False)
+    # decisions never read the forecasts: the same starts either way
+    assert [(r.job.name, r.first_start_s) for r in on.records] == \
+        [(r.job.name, r.first_start_s) for r in off.records]
+    assert shown_rounds  # the calibration was used
+    # the point shown is the schedule's planned start (CALIBRATION_POINT off), the window
+    # the calibration's: wider than the schedule's 5-minute step somewhere
+    assert all(r.forecast_start_s == r.raw_forecast_start_s for r in on.records)
+    assert any(h[3] - h[2] > 300.0 for r in on.records for h in r.forecasts
+               if h[2] is not None)
+    from hyperplace.sim.metrics import summarize
+
+    f = summarize(on)["forecast"]
+    assert "raw" in f and f["window"]["jobs"] > 0
+    assert "raw" not in summarize(off)["forecast"]

@@ -822,7 +822,8 @@ def test_the_engines_forecast_correction_learns_only_from_starts_before_the_roun
 
     def replay(correct: bool):
         pol = make_policy("engine", inst, budget_s=1.0, schedule={
-            "forecast_correction": correct, "work_units": 0.004})
+            "forecast_correction": correct, "work_units": 0.004,
+            "forecast_calibration": False})
         if correct:
             decide = pol._decide
 
