@@ -31,10 +31,13 @@ Each round :class:`PlanningEngine` (policy ``engine``):
    more and of gangs of ``reserve_nodes`` whole nodes or more (``reserve_after_s`` None: every
    planned start), at most the ``reserve_head`` first in list order.
 
-A job's forecast (:meth:`PlanningEngine.forecasts`) is its planned start; with
-``forecast_correction`` (off by default) its wait is corrected by what the replay's earlier
-starts showed (:class:`~hyperplace.sim.forecast.StartCorrection`, learnt only from jobs
-started in earlier rounds). Decisions never read forecasts.
+A job's forecast (:meth:`PlanningEngine.forecasts`) is its planned start, with a start
+window (:meth:`PlanningEngine.forecast_windows`, the plan's ``forecasts``) calibrated on the
+replay's realised starts (``forecast_calibration``, on by default:
+:class:`~hyperplace.sim.forecast.StartCalibration`); with ``forecast_correction`` (off by
+default; it replaces the calibration) its wait is corrected by what the replay's earlier
+starts showed (:class:`~hyperplace.sim.forecast.StartCorrection`). Both learn only from
+jobs started in earlier rounds. Decisions never read forecasts.
 
 Running jobs end, as the schedule expects, at the median of their run time given that they
 still run (:func:`residual_s`, with the predictions' lognormal error ``prediction_sigma``).
