@@ -305,6 +305,9 @@ def _forecast_cell(f) -> str:
     when = "now" if f.starts_now else f"in {duration_words(f.earliest_s)}"
     if not f.starts_now and f.latest_s is not None and f.latest_s > f.earliest_s:
         when += f"-{duration_words(f.latest_s)}"  # the window, as forecasts[].text gives it
+    at = re.match(r"about (\d\d:\d\d UTC)", f.text)  # the wall clock, when solve gave it
+    if at and not f.starts_now:
+        when = f"~{at.group(1)} ({when})"
     where = f"{f.gpus} {f.gpu_type or 'mixed'}"
     if f.domain:
         where += " " + f.domain.split(":")[-1]
@@ -492,7 +495,9 @@ def solve_command(
 
         need = forecast.forecast_cost_s(inst, plan)
         if need <= deadline - time.perf_counter():
-            plan = plan.model_copy(update={"forecasts": forecast.forecast_plan(inst, plan)})
+            # the plan's now is the wall clock: each text also says "about 14:20 UTC"
+            plan = plan.model_copy(update={"forecasts": forecast.forecast_plan(
+                inst, plan, clock=time.time())})
         else:
             plan = plan.model_copy(update={"message": "; ".join(filter(None, [
                 plan.message, f"no forecasts: the budget had no time left for them (about "

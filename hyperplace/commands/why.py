@@ -8,6 +8,7 @@ type, preempting, a higher priority), each a checked solve of the same round.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -82,7 +83,10 @@ def why_command(
     with interruptible():
         from hyperplace.sim.forecast import forecast_plan
 
-        answer = why_job(inst, job, budget_s=budget, solver=solver, forecaster=forecast_plan)
+        def forecaster(instance, plan):  # the wall clock: "about 14:20 UTC", as solve says
+            return forecast_plan(instance, plan, clock=time.time())
+
+        answer = why_job(inst, job, budget_s=budget, solver=solver, forecaster=forecaster)
     if fmt == Format.table:
         render_answer(answer, console())
     else:

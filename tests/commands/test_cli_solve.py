@@ -304,3 +304,28 @@ def test_the_tables_forecasts_give_their_window_and_what_they_rest_on(tmp_path: 
     text = " ".join(told.output.split())
     assert ("forecasts assume: running jobs end as predicted and no later arrival goes first"
             in text) and "queued jobs run" not in text
+
+
+def test_a_solves_forecast_says_the_wall_clock_time():
+    """Issue #21 asks for "about 14:20, 16 H100 in leaf-3": solve gave only "in 25m-30m"
+    (the schedule's forecasts take the clock, solve passed none). The plan's now is the
+    solve's wall clock, so the time is the window's start after it, in UTC."""
+    import datetime as dt
+    import re
+
+    before = dt.datetime.now(dt.timezone.utc)
+    result = runner.invoke(app, ["solve", "--budget", "10", "-f", "json"])
+    after = dt.datetime.now(dt.timezone.utc)
+    assert result.exit_code == 0, result.output
+    plan = PlacementPlan.model_validate(json.loads(result.stdout))
+    later = [f for f in plan.forecasts if f.earliest_s]
+    assert later
+    for f in later:
+        m = re.match(r"about (\d\d):(\d\d) UTC \(in ", f.text)
+        assert m, f.text
+        lo = (before + dt.timedelta(seconds=f.earliest_s)).replace(second=0, microsecond=0)
+        hi = after + dt.timedelta(seconds=f.earliest_s)
+        minutes = {(lo + dt.timedelta(minutes=k)).strftime("%H:%M")
+                   for k in range(int((hi - lo).total_seconds() // 60) + 1)}
+        assert f"{m.group(1)}:{m.group(2)}" in minutes
+    assert all(f.text.startswith("now") for f in plan.forecasts if f.starts_now)
