@@ -368,24 +368,29 @@ def _free_room(instance: Instance) -> _Room:
     room = _Room(defaultdict(int), defaultdict(int), defaultdict(int), {})
     type_of: dict[str, GPUType] = {}
     for cl in instance.clusters:
+        # nodes counted by (type, GPUs, free GPUs): one step per node, the room per kind
+        # (131,072 nodes: 0.39 -> 0.1 s of CPU)
+        kinds: dict[tuple[str, int, int], int] = defaultdict(int)
         for n in cl.nodes:
-            gt = type_of.get(n.gpu_type)
-            if gt is None:
-                gt = type_of[n.gpu_type] = catalog.get(n.gpu_type)
-                room.types[gt.name] = gt
-            at = (cl.name, gt.name)
             # no faulty GPU: the allocated ones (a dict, validated in range) are the busy
             # ones; free_gpus' tuple (what a part's build reads) is left to the parts built
-            k = n.gpu_count - len(n.allocated) if not n.faulty else n.free_count
-            room.free[at] += k
-            room.per_node[at] = max(room.per_node[at], n.gpu_count)
-            room.largest = max(room.largest, n.gpu_count)
-            if k == n.gpu_count:
-                room.whole[at] += k
+            kinds[(n.gpu_type, n.gpu_count, n.gpu_count - len(n.allocated) if not n.faulty
+                   else n.free_count)] += 1
+        for (type_name, count, k), nodes in kinds.items():
+            gt = type_of.get(type_name)
+            if gt is None:
+                gt = type_of[type_name] = catalog.get(type_name)
+                room.types[gt.name] = gt
+            at = (cl.name, gt.name)
+            room.free[at] += k * nodes
+            room.per_node[at] = max(room.per_node[at], count)
+            room.largest = max(room.largest, count)
+            if k == count:
+                room.whole[at] += k * nodes
             hist = room.hist.get(at)
             if hist is None:
                 hist = room.hist[at] = defaultdict(int)
-            hist[k] += 1
+            hist[k] += nodes
     return room
 
 
@@ -423,12 +428,17 @@ def _read_shapes(instance: Instance, types: dict[str, GPUType], deadline: float 
     by_spec: dict[tuple[str, str], tuple[UKey, int, tuple[int, ...]]] = {}
     kind_of: dict[tuple[str, str], int] = {}
     jobs = instance.jobs
-    order = sorted(range(len(jobs)), key=lambda j: -jobs[j].priority)
+    # each job's priority read once, through its spec's value (the property's lookup
+    # once per distinct value: 100,000 jobs, 0.15 -> 0.03 s of CPU)
+    level: dict[object, int] = {}
+    prios = [level[raw] if (raw := job.spec.priority) in level else
+             level.setdefault(raw, job.priority) for job in jobs]
+    order = sorted(range(len(jobs)), key=prios.__getitem__, reverse=True)  # stable
     for k, j in enumerate(order):
         if k % 1000 == 999 and deadline is not None and time.perf_counter() > deadline:
             sh.unrouted = order[k:]  # no time to read them: pending
             break
-        job = jobs[j]
+        job, prio = jobs[j], prios[j]
         # 7x cheaper than units(); 146 distinct in 12,500 generated jobs
         annotations = job.metadata.annotations
         spec = (job.spec.model_dump_json(), repr(sorted(annotations.items())) if annotations
@@ -450,8 +460,8 @@ def _read_shapes(instance: Instance, types: dict[str, GPUType], deadline: float 
                 if any((not sel or gt.matches(sel)) and gt.hbm_gb + 1e-9 >= mem
                        for _, sel, mem in ukey))
             sh.big_gpus[ukey] = sum(size for size, _, _ in ukey if size % 8 == 0)
-        sh.info[j] = (job.priority, gpus, sh.types_of[ukey])
-        sh.shapes[(job.priority, gpus, ukey)].append(j)
+        sh.info[j] = (prio, gpus, sh.types_of[ukey])
+        sh.shapes[(prio, gpus, ukey)].append(j)
     return sh
 
 
@@ -468,7 +478,10 @@ def _routing_lp(sh: _Shapes, room: _Room, weights: dict[float, int], clusters: l
         eligible = sh.types_of[ukey]
         runs: dict[str, int] = {}
         for name in clusters:
-            mine = [tn for tn in eligible if free.get((name, tn), 0) > 0]
+            # in sorted order, not the frozenset's (it changes with the process's hash
+            # seed, and with it the LP's columns and its vertex: 4 clusters x 1,024 GPUs
+            # routed 500 jobs two ways under 4 seeds)
+            mine = [tn for tn in sorted(eligible) if free.get((name, tn), 0) > 0]
             if not mine or sum(free[(name, tn)] for tn in mine) < gpus or gpus == 0:
                 continue
             run = lp.col(0, len(members), float(weights.get(prio, 1)) * gpus)
@@ -588,10 +601,14 @@ def _by_priority(assignment: dict[int, str], routed: dict[UKey, list[int]],
 
 def _demand_bound(info: dict[int, tuple[int, int, frozenset[str]]], weights: dict[float, int],
                   free: int) -> float:
-    """Free GPUs filled best weight first: a valid bound on objective 1."""
+    """Free GPUs filled best weight first: a valid bound on objective 1 (jobs counted per
+    (priority, GPUs): within one weight the order of the jobs does not change the sum)."""
+    counts: dict[tuple[int, int], int] = defaultdict(int)
+    for prio, gpus, _ in info.values():
+        counts[(prio, gpus)] += 1
     total, left = 0.0, free
-    for prio, gpus, _ in sorted(info.values(), key=lambda t: -weights.get(t[0], 1)):
-        take = min(left, gpus)
+    for (prio, gpus), jobs in sorted(counts.items(), key=lambda t: -weights.get(t[0][0], 1)):
+        take = min(left, gpus * jobs)
         total += weights.get(prio, 1) * take
         left -= take
         if left <= 0:
