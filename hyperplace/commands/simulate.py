@@ -204,28 +204,18 @@ def simulate_command(
     from hyperplace.sim.metrics import write_outputs
     from hyperplace.sim.policies import canonical_policy
     from hyperplace.sim.run import SimRequest, run_simulation
+    from hyperplace.sim.options import engine_config
     from hyperplace.sim.simulator import SimConfig
 
     _finite("--round", round_s)
     _finite("--budget", budget, 0.01)
     _finite("--failures", failures)
-    _finite("--half-life", half_life)
-    if not (math.isfinite(horizon) and horizon > 0):
-        raise InputError(f"must be a positive number of hours, got {horizon:g}", path="--horizon")
-    if schedule_window < 1:
-        raise InputError(f"must be >= 1, got {schedule_window}", path="--schedule-window")
-    if schedule_objective not in ("slowdown", "completion"):
-        raise InputError(f"use slowdown or completion, got {schedule_objective!r}",
-                         path="--schedule-objective")
     _finite("--prediction-error", prediction_error)
-    if engine_clock not in ("work", "wall"):
-        raise InputError(f"use work or wall, got {engine_clock!r}", path="--engine-clock")
-    if preemption not in ("never", "reclaim-within-cohort"):
-        raise InputError(f"use never or reclaim-within-cohort, got {preemption!r}",
-                         path="--preemption")
-    if not 0 <= fair_share_levels <= 1000:
-        raise InputError(f"must be within 0..1000, got {fair_share_levels}",
-                         path="--fair-share-levels")
+    engine = engine_config({"--horizon": horizon, "--schedule-window": schedule_window,
+                            "--schedule-objective": schedule_objective,
+                            "--engine-clock": engine_clock, "--preemption": preemption,
+                            "--defrag": defrag, "--half-life": half_life,
+                            "--fair-share-levels": fair_share_levels})
     if solver not in ("auto", "cpsat", "milp", "greedy"):
         raise InputError(f"unknown solver {solver!r}; use auto, cpsat, milp or greedy",
                          path="--solver")
@@ -255,11 +245,7 @@ def simulate_command(
     config = SimConfig(round_s=round_s, budget_s=budget, failures=failures, seed=seed,
                        prediction_sigma=prediction_error,
                        network=network, solver=solver,
-                       half_life_s=half_life * 3600.0 if half_life > 0 else None,
-                       fair_share_levels=fair_share_levels, preemption=preemption,
-                       defrag=defrag, horizon_s=horizon * 3600.0,
-                       schedule_window=schedule_window, schedule_objective=schedule_objective,
-                       federation_split=federation_split, engine_clock=engine_clock)
+                       federation_split=federation_split, **engine)
     if out is not None:
         output_dir(out)
     console = Console(stderr=True)

@@ -3,7 +3,7 @@
 A sweep file (YAML)::
 
     base:                       # one simulation: the same keys as `hyperplace simulate`
-      instance: mixed-a100-h100
+      instance: mixed-a100-h100 # a bundled name or an Instance file (relative to the file)
       trace: philly             # philly | alibaba-2023 | a CSV path (relative to the file)
       window: [0, 7200]         # seconds of the trace (optional)
       workload: trace           # trace | fm
@@ -16,6 +16,16 @@ A sweep file (YAML)::
       failures: 0
       seed: 0
       federationSplit: true     # federation policies: jobs may split across member clusters
+      jobs: 2000                # at most this many jobs of the window
+      repeat: 1                 # the kept jobs replayed this many times back to back (1-100)
+      horizon: 24               # engine options, as simulate's --horizon, --schedule-window,
+      scheduleWindow: 200       #   --schedule-objective, --engine-clock, --preemption,
+      scheduleObjective: completion  # --defrag, --half-life, --fair-share-levels
+      engineClock: work
+      preemption: never
+      defrag: false
+      halfLife: 0
+      fairShareLevels: 4
     grid:                       # every combination is one scenario; the base always runs
       addNodes: [{type: H100-80, count: 4}, {type: A100-80, count: -4}]  # add / remove nodes
       failSwitch: [leaf001]     # a switch down for the whole run
@@ -65,12 +75,16 @@ from typing import Any, Callable, Mapping
 from hyperplace.errors import InputError
 from hyperplace.models import Instance, Node
 from hyperplace.io import write_atomic
+from hyperplace.sim.options import KEYS as ENGINE_KEYS
+from hyperplace.sim.options import engine_config
 
 MAX_SCENARIOS = 2000
 MIN_BUDGET_S = 0.01  # an engine round's least budget, as `simulate --budget`
+#: the base's keys: simulate's options (the engine's, :data:`hyperplace.sim.options.KEYS`,
+#: by their camelCase names)
 BASE_KEYS = {"instance", "trace", "window", "workload", "load", "policy", "round", "budget",
              "failures", "seed", "jobs", "repeat", "network", "solver", "capacityChange",
-             "predictionError", "federationSplit"}
+             "predictionError", "federationSplit"} | ENGINE_KEYS
 GRID_KEYS = {"addNodes", "failSwitch", "oversubscription", "budget", "policy", "load",
              "failures", "seed", "round", "federationSplit"}
 TIMING_KEYS = {"solve_p50_s", "solve_p99_s", "solve_max_s", "wall_s", "fallback_rounds",
@@ -134,6 +148,9 @@ def load_sweep(path: str | Path, extra: Mapping[str, Callable] | None = None) ->
     trace = str(base["trace"])
     if trace not in ("philly", "alibaba-2023") and not Path(trace).is_absolute():
         base["trace"] = str(Path(src).resolve().parent / trace)
+    inst = Path(str(base["instance"]))  # a file (not a bundled name): relative to the sweep
+    if not inst.is_absolute() and (inst.suffix or len(inst.parts) > 1):
+        base["instance"] = str(Path(src).resolve().parent / inst)
     instance = _instance(base["instance"], src, "base.instance")
     grid = doc.get("grid") or {}
     if not isinstance(grid, dict):
@@ -157,6 +174,7 @@ def load_sweep(path: str | Path, extra: Mapping[str, Callable] | None = None) ->
     for key in ("budget", "load", "failures", "round"):
         if key in base:
             _check_value(key, base[key], instance, src, f"base.{key}", canonical_policy)
+    engine_config(base, by="key", source=src)
     _check_trace(base, src, instance)
     scenarios = [{"id": "base", "changes": {}}]
     names = [k for k, _ in axes]
@@ -197,13 +215,12 @@ def _check_trace(base: dict[str, Any], src: str, instance: Instance) -> None:
         raise InputError(f"must be a whole number >= 1, got {jobs!r}", source=src,
                          path="base.jobs")
     repeat = base.get("repeat", 1)
-    if not (isinstance(repeat, int) and not isinstance(repeat, bool) and repeat >= 1):
-        raise InputError(f"must be a whole number >= 1, got {repeat!r}", source=src,
-                         path="base.repeat")
     lo, hi = window if window is not None else (None, None)
     try:
         trace = load_trace(str(base["trace"]), start_s=lo, end_s=hi, limit=jobs, repeat=repeat)
     except InputError as exc:
+        if exc.path == "--repeat":  # the copies asked (load_trace's limits)
+            raise InputError(exc.message, source=src, path="base.repeat") from None
         raise InputError(exc.one_line(), source=src, path="base.trace") from None
     if str(base.get("workload", "trace")) == "trace":  # fm draws sizes that fit
         from hyperplace.sim.workload import trace_jobs
@@ -378,7 +395,8 @@ def run_scenario(base: dict[str, Any], changes: dict[str, Any],
                        prediction_sigma=float(p.get("predictionError", 0.5)),
                        network=bool(p.get("network", True)), solver=str(p.get("solver", "auto")),
                        fail_switches=(str(changes["failSwitch"]),) if "failSwitch" in changes
-                       else (), federation_split=bool(p.get("federationSplit", True)))
+                       else (), federation_split=bool(p.get("federationSplit", True)),
+                       **engine_config(p, by="key"))
     summary, _ = run_simulation(instance, req, config, extra=extra)
     row = dict(summary["policies"][0])
     row["workload"] = summary["workload"]

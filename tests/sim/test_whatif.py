@@ -122,6 +122,18 @@ def test_ray_backend_equals_local(tmp_path: Path):
     # as simulate --budget (0.001 was taken here and refused there)
     ({"base": {"budget": 0.001}}, "base.budget: must be a finite number >= 0.01"),
     ({"base": {}, "grid": {"budget": [0.5, 0.001]}}, "grid.budget[1]: must be a finite"),
+    # simulate's options, by their sweep keys (a horizon of 0 was an unknown field)
+    ({"base": {"repeat": 101}}, "base.repeat: must be a whole number from 1 to 100"),
+    ({"base": {"repeat": 0}}, "base.repeat: must be a whole number from 1 to 100"),
+    ({"base": {"horizon": 0}}, "base.horizon: must be a positive number of hours"),
+    ({"base": {"horizon": float("nan")}}, "base.horizon: must be a positive number"),
+    ({"base": {"scheduleWindow": 0}}, "base.scheduleWindow: must be a whole number"),
+    ({"base": {"scheduleObjective": "fast"}}, "base.scheduleObjective: use completion or"),
+    ({"base": {"engineClock": "cpu"}}, "base.engineClock: use work or wall"),
+    ({"base": {"preemption": "always"}}, "base.preemption: use never or"),
+    ({"base": {"defrag": "yes"}}, "base.defrag: must be true or false"),
+    ({"base": {"halfLife": -2}}, "base.halfLife: must be a finite, >= 0 number of hours"),
+    ({"base": {"fairShareLevels": 5000}}, "base.fairShareLevels: must be a whole number"),
 ])
 def test_bad_sweep_file_names_file_and_field(tmp_path: Path, doc: dict, where: str):
     path = write(tmp_path, doc)
@@ -197,3 +209,46 @@ def test_a_federation_sweep_on_one_cluster_names_the_instance_as_given(tmp_path:
     assert err.value.one_line() == (f"{path}: grid.policy: a federation policy needs at least 2 "
                                     f"member clusters; base.instance {fed1} has 1 "
                                     "(spec.clusters)")
+
+
+def test_a_sweeps_engine_options_reach_the_replay_as_simulates_flags_do(tmp_path, monkeypatch):
+    """base.horizon, scheduleWindow, ... set the same SimConfig fields as simulate's flags
+    (hyperplace.sim.options, one check for both), and base.repeat the replayed copies."""
+    import hyperplace.sim.run as run
+    from hyperplace.sim.options import engine_config
+    from hyperplace.sim.whatif import run_scenario
+
+    given = {"horizon": 6, "scheduleWindow": 50, "scheduleObjective": "slowdown",
+             "engineClock": "wall", "preemption": "reclaim-within-cohort", "defrag": True,
+             "halfLife": 2, "fairShareLevels": 3}
+    sweep = load_sweep(write(tmp_path, {"base": {**SMALL, **given, "repeat": 2}}))
+    seen = {}
+
+    def fake(instance, req, config, extra=None):
+        seen["req"], seen["config"] = req, config
+        return {"policies": [{"policy": "fifo"}], "workload": {}}, []
+
+    monkeypatch.setattr(run, "run_simulation", fake)
+    run_scenario(sweep.base, {})
+    cfg = seen["config"]
+    assert (cfg.horizon_s, cfg.schedule_window, cfg.schedule_objective, cfg.engine_clock,
+            cfg.preemption, cfg.defrag, cfg.half_life_s, cfg.fair_share_levels) == (
+        6 * 3600.0, 50, "slowdown", "wall", "reclaim-within-cohort", True, 7200.0, 3)
+    assert seen["req"].repeat == 2
+    flags = engine_config({"--horizon": 6, "--schedule-window": 50,
+                           "--schedule-objective": "slowdown", "--engine-clock": "wall",
+                           "--preemption": "reclaim-within-cohort", "--defrag": True,
+                           "--half-life": 2, "--fair-share-levels": 3})
+    assert flags == engine_config(given, by="key")
+
+
+def test_a_sweeps_instance_file_is_read_relative_to_the_sweep_file(tmp_path: Path):
+    """Like its trace: a sweep in another directory finds the instance file beside it."""
+    from hyperplace.instances import load_instance
+
+    sub = tmp_path / "sweeps"
+    sub.mkdir()
+    inst = load_instance("dgx1-v100")
+    (sub / "mine.json").write_text(inst.model_dump_json(by_alias=True))
+    sweep = load_sweep(write(sub, {"base": {**SMALL, "instance": "mine.json"}}))
+    assert sweep.base["instance"] == str(sub / "mine.json")
