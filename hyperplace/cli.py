@@ -200,6 +200,9 @@ def main() -> None:
     deadline.started_as_command()  # budgets run from process start (reading counts)
     warnings.showwarning = _show_warning
     try:
+        from hyperplace.commands.common import check_repeated_options
+
+        check_repeated_options(_command(), sys.argv[1:])
         code = _command()(standalone_mode=False)
     except InputError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)

@@ -183,3 +183,49 @@ CLUSTER_HELP = "Cluster or Instance file (with --jobs)"
 JOBS_HELP = "jobs file (multi-document YAML) or directory of them (with --cluster)"
 TOP_HELP = "rows of each long list to show (a line says how many more there are)"
 ALL_HELP = "show every row of the long lists (as -o FILE or --format json/yaml keep them)"
+
+
+def check_repeated_options(root: Any, args: list[str]) -> None:
+    """Refuse an option that takes one value given more than once (``solve --jobs a.yaml
+    --jobs b.yaml``): click keeps the last and drops the others without a word, so a
+    job file was silently left out of the round. Options declared repeatable (``--queues``,
+    ``--policy``) and flags are not checked. ``root``: the click command tree; ``args``:
+    the command line after the program name.
+
+    Raises InputError naming the option and the values given."""
+    # duck-typed: typer vendors its own click (typer._click), not the click package
+    cmd, i = root, 0
+    while hasattr(cmd, "commands") and i < len(args):
+        sub = cmd.commands.get(args[i]) if not args[i].startswith("-") else None
+        i += 1
+        if sub is not None:
+            cmd = sub
+    if hasattr(cmd, "commands") or not hasattr(cmd, "params"):
+        return
+    single = {name: p for p in cmd.params if getattr(p, "param_type_name", "") == "option"
+              and not p.multiple and not p.is_flag and not p.count and p.nargs == 1
+              for name in p.opts}
+    seen: dict[str, list[str]] = {}
+    params: dict[str, Any] = {}
+    while i < len(args):
+        token = args[i]
+        if token == "--":
+            break
+        name, _, value = token.partition("=") if token.startswith("--") else (token, "", "")
+        param = single.get(name)
+        if param is not None:
+            if not value and i + 1 < len(args):
+                value = args[i + 1]
+                i += 1
+            seen.setdefault(max(param.opts, key=len), []).append(value)
+            params[max(param.opts, key=len)] = param
+        i += 1
+    for name, values in seen.items():
+        if len(values) > 1:
+            files = getattr(getattr(params[name], "type_descriptor", None), "annotation",
+                            None) is Path
+            hint = " (several job files: put them in one directory)" if (
+                name == "--jobs" and files) else ""
+            raise InputError(f"given {len(values)} times ({', '.join(values)}), but it takes "
+                             f"one value: the last would be used and the others ignored{hint}",
+                             path=name)
