@@ -419,7 +419,8 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
     if need <= remaining(deadline):
         start = time.monotonic()
         try:
-            forecasts = forecast.forecast_plan(inst, plan)
+            # the plan's now is the wall clock, as in solve: texts say "about 14:20 UTC"
+            forecasts = forecast.forecast_plan(inst, plan, clock=time.time())
         except InputError as exc:
             raise input_problem(exc) from None
         if len(inst.jobs) >= FORECAST_RATE_MIN_JOBS:

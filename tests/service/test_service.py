@@ -83,6 +83,9 @@ def test_placement_on_every_bundled_instance(http: httpx.Client, name: str) -> N
     # every job has a forecast: admitted ones now, pending ones a start window and pool (#21)
     assert {f.job for f in plan.forecasts} == {j.name for j in load_instance(name).jobs}
     assert all(f.starts_now for f in plan.forecasts if f.job in plan.admitted)
+    # as solve's: a planned start is also given as a wall-clock time ("about 14:20 UTC")
+    assert all(" UTC" in f.text for f in plan.forecasts
+               if not f.starts_now and f.earliest_s is not None)
 
 
 def test_placement_inline_instance_and_own_queue(http: httpx.Client) -> None:
