@@ -80,6 +80,31 @@ def headline(summary: dict) -> str:
             f"{count(w['instance_gpus'])} GPUs")
 
 
+def forecast_lines(summary: dict) -> list[str]:
+    """How good each policy's forecasts were (the engine's: its planned start of each job,
+    from the round after its submission, against the actual start), one line a policy that
+    made any: the table had no word of it, only summary.json."""
+    from hyperplace.solvers.schedule import duration_words
+
+    out = []
+    for row in summary["policies"]:
+        f = row.get("forecast")
+        if not f or not f.get("jobs"):
+            continue
+        err = ", ".join(f"{k} {duration_words(f[key])}" for k, key in (
+            ("median", "median_abs_error_s"), ("p90", "p90_abs_error_s"))
+            if f.get(key) is not None)
+        line = (f"{row['policy']} forecasts of {f['jobs']:,} jobs, scored on the "
+                f"{f.get('forecast_scored', 'first forecast')}: |planned - actual start| "
+                f"{err}")
+        if f.get("long_wait_jobs") and f.get("long_wait_median_error_over_wait") is not None:
+            line += (f"; the {f['long_wait_jobs']:,} that waited 10 min or more: median error "
+                     f"{f['long_wait_median_error_over_wait']:.2f} of their wait")
+        out.append(line + " (planned starts assume running jobs end as predicted and no "
+                   "later arrival goes first)")
+    return out
+
+
 def workload_notes(summary: dict) -> list[str]:
     """What the mapping left out of the replay (jobs that cannot fit, dropped GPU-type
     constraints), one line each, with the first case."""
@@ -153,6 +178,8 @@ def print_summary(summary: dict, console: Console) -> None:
         for line in lines:
             r.print_line(console, line)
     for line in workload_notes(summary):
+        r.print_line(console, line)
+    for line in forecast_lines(summary):
         r.print_line(console, line)
     if summary["workload"].get("load_note"):
         r.print_line(console, "--load: " + summary["workload"]["load_note"])

@@ -122,6 +122,15 @@ def test_simulate_cli_writes_outputs(tmp_path: Path, capsys):
     for name in ("policies.csv", "jobs.csv", "timeline.csv", "rounds.csv"):
         assert (tmp_path / name).stat().st_size > 0
     assert "engine vs best peer" in out
+    # the engine's forecast accuracy is said, not only written to summary.json (newuser)
+    from hyperplace.solvers.schedule import duration_words
+
+    f = summary["policies"][0]["forecast"]
+    flat = " ".join(out.split())
+    assert (f"engine forecasts of {f['jobs']:,} jobs, scored on the {f['forecast_scored']}: "
+            f"|planned - actual start| median {duration_words(f['median_abs_error_s'])}, p90 "
+            f"{duration_words(f['p90_abs_error_s'])}") in flat
+    assert "fifo forecasts" not in flat and summary["policies"][1].get("forecast") is None
 
 
 OK_TRACE = "submit_time_s,duration_s,num_gpus\n0,100,8\n10,100,8\n"
