@@ -548,8 +548,12 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
                        f"{platform.python_version()}",
             "commit": head_commit(), "load1_start": load1(), "workers": args.workers,
             "engine_sim": args.engine_sim}
+    old = earlier_cell(args.peers_from_cells, cell) if args.peers_from_cells else None
+    if old is not None and old.get("load") is None:
+        return old  # unreachable when it was searched; not searched again
     try:
-        load, reached, facts = find_load(runner, base, target, probes)
+        load, reached, facts = ((old["load"], old["probe_reached"], old["facts"]) if old
+                                else find_load(runner, base, target, probes))
     except LookupError as exc:  # --from-cache: the search did not finish
         print(f"{label}@{inst} {target:g}: {exc}", flush=True)
         return cell
@@ -562,7 +566,7 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
         if args.prefetch:  # the peers' replays into the cache only; no cell
             plan = [p for p in plan if p["policy"] not in ENGINES]
         with ThreadPoolExecutor(len(plan)) as threads:
-            got = list(threads.map(runner.run, plan))
+            got = list(threads.map(earlier_rows(runner, old), plan))
         if args.prefetch:
             return cell
         missing = [p["policy"] + ("" if p["order"] == "as-is" else f"/{p['order']}")
@@ -584,6 +588,34 @@ def run_cell(runner: Runner, entry, target: float, args, budget: float, probes: 
     save_cell(cell, cell_dir)
     print(summary_row(cell), flush=True)
     return cell
+
+
+def earlier_cell(cell_dir: Path, cell: dict) -> dict | None:
+    """``--peers-from-cells DIR``: the cell of the same workload, instance and target as
+    ``cell`` in ``DIR``, if it has a load and rows (or was unreachable)."""
+    path = Path(cell_dir) / f"{tag_of(cell)}.json"
+    if not path.exists():
+        return None
+    old = json.loads(path.read_text())
+    return old if old.get("load") is None or old.get("rows") else None
+
+
+def earlier_rows(runner: Runner, old: dict | None):
+    """What a cell's replay is: through the runner, or with ``--peers-from-cells`` for a
+    peer the earlier cell's row (kept with its own commit and marked ``from_cell``); the
+    engines' rows are always replayed."""
+    by_policy = {r["policy"]: r for r in (old or {}).get("rows", [])}
+
+    def run(spec: dict) -> dict | None:
+        name = spec["policy"] + ("" if spec["order"] == "as-is" else f"/{spec['order']}")
+        if old is None or spec["policy"] in ENGINES:
+            return runner.run(spec)
+        row = by_policy.get(name)
+        if row is None:
+            return None
+        return {"row": {**row, "from_cell": old["date"]}, "facts": old["facts"],
+                "lower_bound": old.get("lower_bound")}
+    return run
 
 
 def finish(cell: dict) -> None:
@@ -708,7 +740,8 @@ def table(rows, lb) -> list[str]:
             f"| {fmt(r.get('util_work'), 0.01, 1)}% | "
             f"{forecast_ratio(r)} | {fmt(r['solve_p50_s'], 1, 3)}/{fmt(r['solve_p99_s'], 1, 3)} "
             f"| {cuts(r)} | {r['wall_s']:.0f} / {fmt(r.get('cpu_s'), 1, 0)} ({r['load1']}) "
-            f"| {r.get('commit', '?')}{'*' if r.get('stale_files') else ''} |")
+            f"| {r.get('commit', '?')}{'*' if r.get('stale_files') else ''}"
+            f"{'+' if r.get('from_cell') else ''} |")
     out.append(f"| lower bound (fastest type, no wait) | | {fmt(lb['jct_mean_s'], 3600)} | "
                f"{fmt(lb['jct_median_s'], 3600)} | {fmt(lb['jct_p99_s'], 3600)} | 0.00 | 1.00 "
                "| | | | | | | | |")
@@ -931,6 +964,14 @@ def cell_section(cell: dict, cell_dir: Path, out: Path) -> list[str]:
         out_lines += ["Rows not finished when the cell was assembled (`--from-cache`; not "
                       "compared): " + ", ".join(cell["missing_rows"]) + ".", ""]
     out_lines += stale_note(cell)
+    earlier = sorted({(r["from_cell"], r.get("commit", "?")) for r in cell["rows"]
+                      if r.get("from_cell")})
+    if earlier:
+        out_lines += ["\\+ taken from this cell as it was computed earlier "
+                      "(`--peers-from-cells`; load and probe as then, only the engine rows "
+                      "replayed): " + "; ".join(f"computed {d}, commit {c}" for d, c in earlier)
+                      + ". The files these rows imported may differ at the cell's commit "
+                      "(not recorded in a cell).", ""]
     rel = os.path.relpath(cell_dir, out.parent)
     out_lines += [f"![{Path(c).stem}]({rel}/{c})" for c in cell.get("charts", [])]
     return [*out_lines, ""]
@@ -1008,6 +1049,9 @@ def main(argv: list[str] | None = None) -> None:
                     "rows only, as KEY=VALUE,... (values as JSON, e.g. a deterministic "
                     "budget); they are part of the engine rows' cache key and the cell says "
                     "them")
+    ap.add_argument("--peers-from-cells", type=Path, default=None, help="take each cell's load "
+                    "and peer rows from the cell of the same tag in this directory (rows keep "
+                    "their commit, marked +) and replay only the engine rows")
     ap.add_argument("--assemble", action="store_true", help="only rebuild the report from "
                     "the cells present")
     ap.add_argument("--out", type=Path, default=None)

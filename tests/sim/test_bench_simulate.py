@@ -288,3 +288,30 @@ def test_fedsims_cells_take_the_grids_ratios(bench, monkeypatch, tmp_path):
                                             "utilisation_in_window": 0.5 / 0.6})
     assert cell["ratios_by_engine"]["engine (one global queue, a reference) (vs best Karmada "
                                     "row)"]["jct_mean_s"] == pytest.approx(30 / 80)
+
+
+def test_peers_from_cells_replays_only_the_engine_rows(bench, tmp_path):
+    """``--peers-from-cells``: a peer's row is the earlier cell's (its commit kept, marked),
+    a peer the earlier cell lacks is missing, and the engine rows go to the runner."""
+    old = {"label": "fm", "instance": "mixed-a100-h100", "target": 0.8, "load": 3.38,
+           "date": "2026-12-02 13:00 UTC", "facts": {"jobs": 3}, "lower_bound": {},
+           "rows": [{"policy": "engine", "commit": "old"},
+                    {"policy": "slurm/fast-first", "commit": "c63"}]}
+    (tmp_path / "fm-mixed-a100-h100-0.8.json").write_text(bench.json.dumps(old))
+    got = bench.earlier_cell(tmp_path, {"label": "fm", "instance": "mixed-a100-h100",
+                                        "target": 0.8})
+    assert got["load"] == 3.38
+    assert bench.earlier_cell(tmp_path, {"label": "fm", "instance": "mixed-a100-h100",
+                                         "target": 0.9}) is None
+    ran = []
+
+    class Runner:
+        def run(self, spec):
+            ran.append(spec["policy"])
+            return {"row": {"policy": spec["policy"], "commit": "new"}}
+    run = bench.earlier_rows(Runner(), got)
+    assert run({"policy": "engine", "order": "as-is"})["row"]["commit"] == "new"
+    peer = run({"policy": "slurm", "order": "fast-first"})["row"]
+    assert peer["commit"] == "c63" and peer["from_cell"] == old["date"]
+    assert run({"policy": "slurm", "order": "fast-last"}) is None
+    assert ran == ["engine"]
