@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -103,6 +104,26 @@ def forecast_lines(summary: dict) -> list[str]:
         out.append(line + " (planned starts assume running jobs end as predicted and no "
                    "later arrival goes first)")
     return out
+
+
+#: a trace whose median job runs longer than this (work at reference speed) is probably not
+#: in seconds: the longest Philly jobs run weeks, their median minutes
+UNITS_MEDIAN_S = 30 * 86400.0
+
+
+def units_note(runs: list) -> str:
+    """A line when the replayed jobs' median run time (the trace's ``duration_s``) is over
+    :data:`UNITS_MEDIAN_S`: a trace in milliseconds replays as jobs of months, and nothing
+    said so (200 jobs of 10 min to 10 h read as 'over 12,369.5 h', mean JCT 4,438 h)."""
+    import statistics
+
+    work = [r.job.work_s for r in runs[0].records] if runs and runs[0].records else []
+    if not work or statistics.median(work) <= UNITS_MEDIAN_S:
+        return ""
+    med = statistics.median(work)
+    return (f"duration_s: the median job runs {med / 3600:,.0f} h ({med / 86400:,.0f} days), "
+            "read as seconds; if the trace is in milliseconds, divide its duration_s and "
+            "submit_time_s by 1,000")
 
 
 def workload_notes(summary: dict) -> list[str]:
@@ -291,6 +312,9 @@ def simulate_command(
     from hyperplace.commands.render import console as out_console
 
     print_summary(summary, out_console())
+    note = units_note(runs)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     if out is not None:
         written = write_outputs(out, summary, runs, charts=charts)
         console.print(f"wrote {len(written)} files to {out}")

@@ -313,3 +313,21 @@ def test_no_utilisation_is_a_dash_not_dash_percent(tmp_path: Path, capsys):
                               "--policy", "fifo", "--no-progress"], capsys)
     assert code == 0, err
     assert "-%" not in out and "fifo utilisation -, - jobs waiting" in " ".join(out.split())
+
+
+def test_a_trace_in_milliseconds_gets_a_warning(tmp_path: Path, capsys):
+    """Durations of 10 min to 10 h written in milliseconds replayed as jobs of months
+    ('over 12,369.5 h', mean JCT 4,438 h) without a word; seconds get no warning."""
+    ms = tmp_path / "ms.csv"
+    ms.write_text("submit_time_s,duration_s,num_gpus\n0,600000,1\n60000,3600000,2\n"
+                  "120000,36000000,4\n")
+    code, _, err = run_cli(["simulate", "--trace", str(ms), "--load", "trace", "--policy",
+                            "fifo", "--no-progress"], capsys)
+    assert code == 0
+    assert ("warning: duration_s: the median job runs 1,000 h (42 days), read as seconds; if "
+            "the trace is in milliseconds") in err
+    s = tmp_path / "s.csv"
+    s.write_text("submit_time_s,duration_s,num_gpus\n0,600,1\n60,3600,2\n120,36000,4\n")
+    code, _, err = run_cli(["simulate", "--trace", str(s), "--load", "trace", "--policy",
+                            "fifo", "--no-progress"], capsys)
+    assert code == 0 and "warning" not in err
