@@ -42,11 +42,17 @@ def _one_of(*names: str) -> Callable[[Any], str | None]:
     return check
 
 
+#: hours: the most a horizon or a half-life may be (a year: the schedule's steps are a 288th
+#: of its horizon, so a longer one plans in steps of more than a day)
+MAX_HOURS = 8760.0
+
+
 def _hours(positive: bool) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
-        if _number(v) and (v > 0 if positive else v >= 0):
+        if _number(v) and (v > 0 if positive else v >= 0) and v <= MAX_HOURS:
             return None
-        return f"must be a {'positive' if positive else 'finite, >= 0'} number of hours, got {v!r}"
+        return (f"must be a {'positive' if positive else 'finite, >= 0'} number of hours, at "
+                f"most {MAX_HOURS:,.0f}, got {v!r}")
     return check
 
 

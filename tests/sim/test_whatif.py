@@ -127,6 +127,7 @@ def test_ray_backend_equals_local(tmp_path: Path):
     ({"base": {"repeat": 0}}, "base.repeat: must be a whole number from 1 to 100"),
     ({"base": {"horizon": 0}}, "base.horizon: must be a positive number of hours"),
     ({"base": {"horizon": float("nan")}}, "base.horizon: must be a positive number"),
+    ({"base": {"horizon": 1e9}}, "base.horizon: must be a positive number of hours, at most"),
     ({"base": {"scheduleWindow": 0}}, "base.scheduleWindow: must be a whole number"),
     ({"base": {"scheduleObjective": "fast"}}, "base.scheduleObjective: use completion or"),
     ({"base": {"engineClock": "cpu"}}, "base.engineClock: use work or wall"),
