@@ -74,3 +74,32 @@ def test_withdrawn_jobs_leave_the_queue():
     assert [j.name for j in s.pending] == ["a", "b"]
     plan = s.solve(budget_s=5)
     assert check(plan, s.instance) == []
+
+
+def test_a_session_rounds_budget_covers_building_its_instance(monkeypatch):
+    """The round's budget runs from the call: the instance the state builds for it (0.9 s at
+    131,072 GPUs) is inside the budget, so solve_placement gets the call's deadline (a round
+    at 131k ended 2.3 s past a 10 s budget before), and an earlier deadline given still wins."""
+    import time
+
+    import hyperplace.solvers.driver as driver
+
+    s = _session("greedy")
+    seen = []
+    real = driver.solve_placement
+
+    def spy(instance, **kw):
+        seen.append((kw["deadline"], kw["budget_s"]))
+        return real(instance, **kw)
+
+    monkeypatch.setattr(driver, "solve_placement", spy)
+    t0 = time.perf_counter()
+    plan = s.solve(budget_s=10)
+    t1 = time.perf_counter()
+    assert check(plan, s.instance) == []
+    deadline, budget = seen[-1]  # the call's time + 10 s
+    assert deadline is not None and t0 + 10 <= deadline <= t1 + 10 and budget == 10
+    soon = time.perf_counter() + 2
+    s.solve(budget_s=10, deadline=soon)
+    deadline, budget = seen[-1]
+    assert deadline == soon and budget <= 2

@@ -803,12 +803,16 @@ class PlacementSession:
         """
         from hyperplace.solvers.driver import solve_placement
 
+        # the budget runs from this call: building the round's instance from the state
+        # (0.9 s of wall at 131,072 GPUs under load) is inside it, not before it
+        end = time.perf_counter() + max(0.0, budget_s)
+        if deadline is not None:
+            budget_s = max(0.0, min(budget_s, deadline - time.perf_counter()))
+        deadline = end if deadline is None else min(deadline, end)
         if self.usage.enabled:
             base = self.state.base
             self.state.set_queue_usage(known_queue_usage(
                 base.queue_set if base is not None else None, self.accrue(now_s)))
-        if deadline is not None:
-            budget_s = max(0.0, min(budget_s, deadline - time.perf_counter()))
         # the round's time is a budget: Python's cyclic collector, passing over the whole
         # fleet's heap (every node, view and link), runs after it, not inside it (as the
         # ``solve`` command's, ``solve_decomposed``'s and ``sim.planning``'s rounds): at
@@ -818,7 +822,7 @@ class PlacementSession:
         try:
             plan = solve_placement(self.instance, solver=self.solver, budget_s=budget_s,
                                    policy=self.policy, seed=self.seed, workers=self.workers,
-                                   warm=self.warm)
+                                   warm=self.warm, deadline=deadline)
         finally:
             if enabled:
                 gc.enable()
