@@ -971,7 +971,8 @@ def cell_section(cell: dict, cell_dir: Path, out: Path) -> list[str]:
                       "(`--peers-from-cells`; load and probe as then, only the engine rows "
                       "replayed): " + "; ".join(f"computed {d}, commit {c}" for d, c in earlier)
                       + ". The files these rows imported may differ at the cell's commit "
-                      "(not recorded in a cell).", ""]
+                      "(not recorded in a cell); a file list above for such a row (*) is the "
+                      "earlier cell's, against that cell's commit.", ""]
     rel = os.path.relpath(cell_dir, out.parent)
     out_lines += [f"![{Path(c).stem}]({rel}/{c})" for c in cell.get("charts", [])]
     return [*out_lines, ""]
