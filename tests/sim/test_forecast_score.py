@@ -54,8 +54,14 @@ def test_the_metric_scores_the_first_forecast_and_the_later_ones_by_lead():
     assert f["by_lead"]["1h"]["jobs"] == 2  # a's first forecast was made 1 h before
     # windows of the first forecasts: a inside [1,200, 4,000], b outside, c inside
     w = f["window"]
-    assert w["jobs"] == 3 and w["coverage"] == pytest.approx(2 / 3)
+    assert w["jobs"] == 3 and w["coverage"] == pytest.approx(2 / 3) and w["now_jobs"] == 0
     assert w["long_wait_coverage"] == pytest.approx(0.5)
+    # a job started at once has the zero-width window [t, t]: inside by construction, so it
+    # is not counted in the coverage of planned windows (review R24), only beside it
+    d = record("d", 0.0, 0.0, [(0.0, 0.0, 0.0, 0.0)], gpus=1)
+    w = forecast_metrics(SimpleNamespace(records=[a, b, c, d]))["window"]
+    assert w["now_jobs"] == 1 and w["coverage"] == pytest.approx(2 / 3)
+    assert w["coverage_with_now"] == pytest.approx(3 / 4)
     # selected on the forecast (first forecast 10 min or more ahead): a and b
     assert f["planned_long"]["jobs"] == 2
     ta = f["time_averaged_error_over_wait"]
