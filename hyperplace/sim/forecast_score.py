@@ -28,8 +28,9 @@ with forecasts), so a change here does not touch what the peers' replays import.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
+
+from hyperplace.sim.metrics import mean_or_none, percentile
 
 #: The metric's job-size classes (GPUs) and long-wait threshold (the issue's: 10 minutes);
 #: the forecast correction learns on the same (hyperplace.sim.forecast imports these).
@@ -38,20 +39,6 @@ LONG_WAIT_S = 600.0
 #: Lead times (seconds before the actual start) at which :func:`forecast_metrics` scores
 #: the forecast then in force.
 LEADS_S = (600.0, 1800.0, 3600.0, 3 * 3600.0, 12 * 3600.0)
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    k = (len(s) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
-def _mean(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
 
 
 def _size_name(lo: int, hi: int) -> str:
@@ -92,8 +79,8 @@ def forecast_metrics(run) -> dict[str, Any] | None:
 
     def stats(rs: list) -> dict[str, Any]:
         err = [abs(r.first_start_s - r.forecast_start_s) for r in rs]
-        return {"jobs": len(rs), "median_abs_error_s": _pct(err, 0.5),
-                "mean_abs_error_s": _mean(err), "p90_abs_error_s": _pct(err, 0.9)}
+        return {"jobs": len(rs), "median_abs_error_s": percentile(err, 0.5),
+                "mean_abs_error_s": mean_or_none(err), "p90_abs_error_s": percentile(err, 0.9)}
 
     def wait(r) -> float:
         return r.first_start_s - r.job.submit_s
@@ -106,31 +93,31 @@ def forecast_metrics(run) -> dict[str, Any] | None:
     out["by_size"] = {_size_name(lo, hi): {
         **stats([r for r in rows if lo <= r.job.gpus <= hi]),
         "long_wait_jobs": sum(1 for r in long if lo <= r.job.gpus <= hi),
-        "long_wait_median_error_over_wait": _pct(
+        "long_wait_median_error_over_wait": percentile(
             [ratio(r) for r in long if lo <= r.job.gpus <= hi], 0.5)}
         for lo, hi in FORECAST_SIZES}
     out["long_wait_jobs"] = len(long)
-    out["long_wait_median_error_over_wait"] = _pct([ratio(r) for r in long], 0.5)
+    out["long_wait_median_error_over_wait"] = percentile([ratio(r) for r in long], 0.5)
     out["forecast_scored"] = "first forecast (the round after submission)"
     out["unplanned"] = sum(1 for r in run.records if r.forecast_at_s is not None
                            and r.forecast_start_s is None)
     tavg = [e / wait(r) for r in long
             if (e := time_averaged_error(r.forecasts, r.first_start_s)) is not None]
-    out["time_averaged_error_over_wait"] = _pct(tavg, 0.5)
+    out["time_averaged_error_over_wait"] = percentile(tavg, 0.5)
     out["by_lead"] = lead_errors(rows)
     out["window"] = window_stats(rows, long)
     planned = [r for r in rows if r.forecast_at_s is not None
                and r.forecast_start_s - r.forecast_at_s >= LONG_WAIT_S]
-    out["planned_long"] = {"jobs": len(planned), "median_error_over_wait": _pct(
+    out["planned_long"] = {"jobs": len(planned), "median_error_over_wait": percentile(
         [abs(r.first_start_s - r.forecast_start_s) / max(wait(r), 60.0) for r in planned],
         0.5)}
     raw = [r for r in rows if r.raw_forecast_start_s is not None]
     if raw:  # the policy corrected its planned starts: the same figures before the correction
         out["raw"] = {
             "jobs": len(raw),
-            "median_abs_error_s": _pct([abs(r.first_start_s - r.raw_forecast_start_s)
+            "median_abs_error_s": percentile([abs(r.first_start_s - r.raw_forecast_start_s)
                                         for r in raw], 0.5),
-            "long_wait_median_error_over_wait": _pct(
+            "long_wait_median_error_over_wait": percentile(
                 [abs(r.first_start_s - r.raw_forecast_start_s) / wait(r)
                  for r in raw if wait(r) >= LONG_WAIT_S], 0.5)}
     return out
@@ -150,8 +137,8 @@ def lead_errors(rows: list) -> dict[str, Any]:
             err.append(e)
             rel.append(e / lead)
         key = f"{lead / 3600:g}h" if lead >= 3600 else f"{lead / 60:g}m"
-        out[key] = {"jobs": len(err), "median_abs_error_s": _pct(err, 0.5),
-                    "median_error_over_lead": _pct(rel, 0.5)}
+        out[key] = {"jobs": len(err), "median_abs_error_s": percentile(err, 0.5),
+                    "median_error_over_lead": percentile(rel, 0.5)}
     return out
 
 
@@ -182,6 +169,6 @@ def window_stats(rows: list, long: list) -> dict[str, Any] | None:
             "coverage_with_now": sum(map(inside, with_w)) / len(with_w),
             "long_wait_jobs": len(lw),
             "long_wait_coverage": sum(map(inside, lw)) / len(lw) if lw else None,
-            "long_wait_median_width_over_wait": _pct(
+            "long_wait_median_width_over_wait": percentile(
                 [(first(r)[3] - first(r)[2]) / (r.first_start_s - r.job.submit_s)
                  for r in lw], 0.5)}

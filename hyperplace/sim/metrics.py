@@ -52,7 +52,8 @@ from hyperplace.sim.simulator import PolicyRun
 SLOWDOWN_FLOOR_S = 10.0
 
 
-def _pct(values: list[float], q: float) -> float | None:
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile of ``values`` (linear between order statistics); None if empty."""
     if not values:
         return None
     s = sorted(values)
@@ -61,7 +62,7 @@ def _pct(values: list[float], q: float) -> float | None:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def _mean(values: list[float]) -> float | None:
+def mean_or_none(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
@@ -125,10 +126,10 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
         "jobs": len(run.records),
         "finished": len(done),
         "unfinished": run.unfinished,
-        "jct_mean_s": _mean(jct), "jct_median_s": _pct(jct, 0.5), "jct_p99_s": _pct(jct, 0.99),
-        "wait_mean_s": _mean(wait), "wait_median_s": _pct(wait, 0.5),
-        "wait_p99_s": _pct(wait, 0.99),
-        "bounded_slowdown_mean": _mean(slow), "bounded_slowdown_p99": _pct(slow, 0.99),
+        "jct_mean_s": mean_or_none(jct), "jct_median_s": percentile(jct, 0.5), "jct_p99_s": percentile(jct, 0.99),
+        "wait_mean_s": mean_or_none(wait), "wait_median_s": percentile(wait, 0.5),
+        "wait_p99_s": percentile(wait, 0.99),
+        "bounded_slowdown_mean": mean_or_none(slow), "bounded_slowdown_p99": percentile(slow, 0.99),
         "makespan_s": end - t0 if done else None,
         "utilisation_in_window": busy / (run.total_gpus * window) if t1 > t0 else None,
         "free_unusable_gpus_mean": idle / window if t1 > t0 else None,
@@ -144,11 +145,11 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
         "jobs_hit_by_failures": sum(len(h) for _, h in run.failures),
         "restarts": sum(r.restarts for r in run.records),
         "rounds": len(run.rounds),
-        "solve_p50_s": _pct(solve, 0.5), "solve_p99_s": _pct(solve, 0.99),
+        "solve_p50_s": percentile(solve, 0.5), "solve_p99_s": percentile(solve, 0.99),
         "solve_max_s": max(solve, default=None),
         "fallback_rounds": sum(1 for r in run.rounds if r.fallback),
         "held_decisions": sum(r.held for r in run.rounds),
-        "mean_speed": _mean([r.speeds[-1] for r in done if r.speeds]),
+        "mean_speed": mean_or_none([r.speeds[-1] for r in done if r.speeds]),
         "forecast": forecast_metrics(run),
         **queue_metrics(run),
     }
@@ -204,7 +205,7 @@ def queue_metrics(run: PolicyRun) -> dict[str, Any]:
             "gpu_hours": run.queue_gpu_s.get(q, 0.0) / 3600,
             "gpu_hours_in_window": run.queue_gpu_s_in_window.get(q, 0.0) / 3600,
             "wait_max_s": max(waits, default=None),
-            "jct_mean_s": _mean([r.jct_s for r in done]),
+            "jct_mean_s": mean_or_none([r.jct_s for r in done]),
             "gpu_hours_lost_to_failures": sum(r.lost_gpu_s for r in recs) / 3600,
             "gpu_hours_lost_to_preemption": sum(r.lost_preempted_gpu_s for r in recs) / 3600,
             "preemptions": sum(r.preemptions for r in recs),
