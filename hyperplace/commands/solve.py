@@ -320,14 +320,13 @@ def forecast_basis(instance: Instance, plan: PlacementPlan) -> str:
     (admitted ones hold their GPUs that long) without a ``hyperplace.io/duration`` annotation, ends assumed for running jobs without
     ``spec.runningJobs[].remainingS``, and that no later arrival goes first."""
     from hyperplace.commands.render import count
-    from hyperplace.sim.forecast import DEFAULT_RUN_S, DURATION_ANNOTATION
+    from hyperplace.sim.forecast import DEFAULT_RUN_S, DURATION_ANNOTATION, forecast_inputs
 
     hours = f"{DEFAULT_RUN_S / 3600:g} h"
+    # what the forecast itself read (one reading: the line cannot drift from the forecast);
     # the queue's jobs, admitted ones too: a job started now holds its GPUs for its run time
-    unsized = sum(1 for j in instance.jobs if DURATION_ANNOTATION not in j.metadata.annotations)
-    told = {r.name for r in instance.spec.running_jobs if r.remaining_s is not None}
-    running = {job for c in instance.clusters for n in c.nodes for job in n.allocated.values()}
-    untold = len(running - told)
+    inputs = forecast_inputs(instance)
+    unsized, untold, running = len(inputs.assumed), inputs.run_assumed, inputs.running
     parts = []
     if unsized:
         parts.append(f"{count(unsized)} of {count(len(instance.jobs))} queued jobs run "

@@ -9,6 +9,7 @@ what the forecast uses; :mod:`hyperplace.sim.planning` re-exports these names.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from hyperplace.formulations.schedule import PendingJob, RunningSlot, build_schedule_problem
 from hyperplace.models import Instance, TrainingJob
@@ -71,28 +72,25 @@ def forecast_cost_s(instance: Instance, plan) -> float:
     return FORECAST_S_PER_JOB * len(instance.jobs) + FORECAST_S_PER_SHAPE * len(shapes)
 
 
-def forecast_plan(instance: Instance, plan, *, horizon_s: float = DEFAULT_HORIZON_S,
-                  step_s: float | None = None, budget_s: float = 0.5, solver: str = "greedy",
-                  clock: float | None = None) -> list:
-    """Per job of ``instance`` its :class:`~hyperplace.models.plan.Forecast` after ``plan``:
-    admitted jobs start now where the plan puts them; pending jobs get the over-time
-    schedule's planned start window and pool, with the plan's admissions and the running
-    jobs as busy until their predicted ends.
+@dataclass
+class ForecastInputs:
+    """What a forecast of ``instance`` rests on: each queued job's run time at reference
+    speed (``work``; ``assumed``: the jobs without a duration annotation, given
+    :data:`DEFAULT_RUN_S`), the running jobs' GPUs and ends (``running``; ``run_assumed``
+    of them without ``remainingS``). One reading, for the forecast and for what the solve
+    table says it assumed."""
 
-    A job's run time at reference speed (A100-80 on one leaf) is its
-    ``hyperplace.io/duration`` annotation (``2h``, ``90m``, ...), else :data:`DEFAULT_RUN_S`;
-    a running job ends after its ``spec.runningJobs[].remainingS``, else after
-    :data:`DEFAULT_RUN_S`. Either assumption is said in the forecast's text. Durations on
-    each GPU type come from the one speed model (:class:`~hyperplace.sim.speed.SpeedModel`).
-    ``solver``: ``greedy`` (the list schedule, milliseconds; the default, so that the
-    forecast does not eat the round's budget) or ``cpsat`` within ``budget_s``.
+    work: dict[str, float]
+    assumed: set[str]
+    running: list
+    run_assumed: int
 
-    Raises InputError naming the annotation of a job whose duration does not parse."""
+
+def forecast_inputs(instance: Instance) -> ForecastInputs:
+    """:class:`ForecastInputs` of ``instance``; raises InputError naming the annotation of a
+    job whose duration does not parse."""
     from hyperplace.errors import InputError
-    from hyperplace.models.plan import Forecast
-    from hyperplace.sim.speed import SpeedModel
 
-    speed = SpeedModel(instance)
     work: dict[str, float] = {}
     assumed: set[str] = set()
     for i, j in enumerate(instance.jobs):
@@ -122,6 +120,33 @@ def forecast_plan(instance: Instance, plan, *, horizon_s: float = DEFAULT_HORIZO
         else:
             end = r.remaining_s
         running.append(RunningSlot(job, tuple(gpus), end))
+    return ForecastInputs(work, assumed, running, run_assumed)
+
+
+def forecast_plan(instance: Instance, plan, *, horizon_s: float = DEFAULT_HORIZON_S,
+                  step_s: float | None = None, budget_s: float = 0.5, solver: str = "greedy",
+                  clock: float | None = None) -> list:
+    """Per job of ``instance`` its :class:`~hyperplace.models.plan.Forecast` after ``plan``:
+    admitted jobs start now where the plan puts them; pending jobs get the over-time
+    schedule's planned start window and pool, with the plan's admissions and the running
+    jobs as busy until their predicted ends.
+
+    A job's run time at reference speed (A100-80 on one leaf) is its
+    ``hyperplace.io/duration`` annotation (``2h``, ``90m``, ...), else :data:`DEFAULT_RUN_S`;
+    a running job ends after its ``spec.runningJobs[].remainingS``, else after
+    :data:`DEFAULT_RUN_S`. Either assumption is said in the forecast's text. Durations on
+    each GPU type come from the one speed model (:class:`~hyperplace.sim.speed.SpeedModel`).
+    ``solver``: ``greedy`` (the list schedule, milliseconds; the default, so that the
+    forecast does not eat the round's budget) or ``cpsat`` within ``budget_s``.
+
+    Raises InputError naming the annotation of a job whose duration does not parse."""
+    from hyperplace.models.plan import Forecast
+    from hyperplace.sim.speed import SpeedModel
+
+    speed = SpeedModel(instance)
+    inputs = forecast_inputs(instance)
+    work, assumed, running, run_assumed = (inputs.work, inputs.assumed, inputs.running,
+                                           inputs.run_assumed)
     by_name = {j.name: j for j in instance.jobs}
     units: dict[str, dict[str, list[tuple[str, int]]]] = {}
     for p in plan.placements:
