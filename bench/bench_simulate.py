@@ -103,13 +103,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import datetime as dt
 import functools
 import hashlib
 import importlib.metadata
 import inspect
-import io
 import json
 import math
 import multiprocessing
@@ -134,7 +132,6 @@ from hyperplace.sim.run import SimRequest, build_workload  # noqa: E402
 from hyperplace.sim.simulator import SimConfig, simulate  # noqa: E402
 from hyperplace.sim.speed import SpeedModel  # noqa: E402
 from hyperplace.sim.state import reorder_nodes  # noqa: E402
-from hyperplace.sim.traces import load_trace  # noqa: E402
 
 # (label, trace, workload, instance, jobs, repeat): jobs = the first N jobs of the trace
 # (None: all), repeat = the sample replayed K times back to back (module docstring: why).
@@ -207,33 +204,12 @@ def on_main(commit: str) -> bool:
 
 # ---- the workload ------------------------------------------------------------------------
 
-def repeated_trace(trace: str, jobs: int | None, repeat: int, cache_dir: Path) -> str:
-    """The trace (its first ``jobs``) replayed ``repeat`` times back to back, as a CSV in
-    the generic trace format (module docstring); the trace itself when ``repeat`` is 1."""
-    if repeat <= 1:
-        return trace
-    t = load_trace(trace, limit=jobs)
-    gap = t.span_s / max(len(t.rows) - 1, 1)
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["name", "submit_time_s", "duration_s", "num_gpus", "gpu_type", "model"])
-    for c in range(repeat):
-        for r in t.rows:
-            w.writerow([r.name if c == 0 else f"{r.name}~{c}", repr(r.submit_s + c * (t.span_s + gap)),
-                        repr(r.duration_s), r.gpus, "|".join(r.gpu_types), r.model])
-    path = cache_dir / "traces" / f"{trace}-{jobs or 'all'}-x{repeat}.csv"
-    text = buf.getvalue()
-    if not path.exists() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, text)
-    return str(path)
-
-
-def workload(spec: dict, cache_dir: Path):
+def workload(spec: dict):
     instance = load_instance(spec["instance"])
-    src = repeated_trace(spec["trace"], spec["jobs"], spec["repeat"], cache_dir)
-    req = SimRequest(trace=src, workload=spec["workload"], load=spec["load"],
-                     limit=spec["jobs"] if spec["repeat"] <= 1 else None)
+    # the sample (its first ``jobs``) replayed ``repeat`` times back to back: the library's
+    # --repeat (hyperplace.sim.traces.repeat_rows)
+    req = SimRequest(trace=spec["trace"], workload=spec["workload"], load=spec["load"],
+                     limit=spec["jobs"], repeat=spec["repeat"])
     wl, facts = build_workload(req, instance, spec["seed"])
     facts["trace"] = spec["trace"] + (f" x{spec['repeat']}" if spec["repeat"] > 1 else "")
     return instance, wl, facts
@@ -316,7 +292,7 @@ def replay(spec: dict, cache_dir: str) -> dict:
     order: ``as-is`` | ``fast-first`` | ``fast-last``, budget, until: ``end`` | ``arrivals``):
     its row, the workload's facts, the lower bound, and the code it ran."""
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    instance, wl, facts = workload(spec, Path(cache_dir))
+    instance, wl, facts = workload(spec)
     inst = instance if spec["order"] == "as-is" else reorder_nodes(
         instance, spec["order"] == "fast-first")
     cfg = SimConfig(round_s=60, budget_s=spec["budget"], seed=spec["seed"],
@@ -377,7 +353,7 @@ def code_hashes(files: list[str]) -> dict[str, str]:
 
 
 HARNESS = hashlib.sha256("".join(inspect.getsource(f) for f in (
-    repeated_trace, workload, work_utilisation, lower_bound, series, ceiling_cuts, replay))
+    workload, work_utilisation, lower_bound, series, ceiling_cuts, replay))
     .encode()
 ).hexdigest()[:16]
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -64,7 +63,7 @@ def main(argv: list[str]) -> None:
     d = json.loads((ROOT / "bench" / "results" / "simulate" / f"{cell}.json").read_text())
     spec = {"trace": d["trace"], "workload": d["workload"], "instance": d["instance"],
             "jobs": d["jobs_limit"], "repeat": d["repeat"], "seed": d["seed"], "load": d["load"]}
-    instance, wl, _ = B.workload(spec, Path(tempfile.gettempdir()) / "bubble-split")
+    instance, wl, _ = B.workload(spec)
     name, _, order = policy.partition("/")
     inst = instance if not order else B.reorder_nodes(instance, order == "fast-first")
     cfg = SimConfig(round_s=60, budget_s=d["budget_s"], seed=d["seed"])

@@ -16,7 +16,6 @@ from hyperplace.sim.metrics import summarize
 from hyperplace.sim.run import SimRequest, build_workload
 from hyperplace.sim.simulator import SimConfig, simulate
 from hyperplace.sim.speed import SpeedModel
-from hyperplace.sim.traces import load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,21 +78,17 @@ def test_work_utilisation_refuses_a_job_run_in_pieces(bench):
     assert bench.work_utilisation(_run([rec], 256, wl.jobs[-1].submit_s + 1e4), inst) is None
 
 
-def test_a_repeated_sample_is_the_sample_k_times_back_to_back(bench, tmp_path):
-    one = load_trace("alibaba-2023")
-    path = bench.repeated_trace("alibaba-2023", None, 3, tmp_path)
-    three = load_trace(path)
-    n = len(one.rows)
-    assert len(three.rows) == 3 * n
-    assert len({r.name for r in three.rows}) == 3 * n
-    gap = one.span_s / (n - 1)
-    for c in range(3):
-        part = three.rows[c * n:(c + 1) * n]
-        assert [(r.duration_s, r.gpus, r.gpu_types) for r in part] == \
-            [(r.duration_s, r.gpus, r.gpu_types) for r in one.rows]
-        assert [r.submit_s for r in part] == pytest.approx(
-            [r.submit_s + c * (one.span_s + gap) for r in one.rows])
-    assert bench.repeated_trace("alibaba-2023", None, 1, tmp_path) == "alibaba-2023"
+def test_a_cells_repeated_sample_is_the_librarys_repeat(bench):
+    """A cell with ``repeat = K`` replays the sample K times back to back through the
+    library's --repeat (hyperplace.sim.traces.repeat_rows, tested there): K times the jobs,
+    every name its own, the facts saying which."""
+    spec = {"trace": "alibaba-2023", "jobs": None, "workload": "trace",
+            "instance": "mixed-a100-h100", "load": 0.8, "seed": 0}
+    _, one, _ = bench.workload({**spec, "repeat": 1})
+    _, three, facts = bench.workload({**spec, "repeat": 3})
+    assert len(three.jobs) == 3 * len(one.jobs)
+    assert len({j.manifest.name for j in three.jobs}) == 3 * len(one.jobs)
+    assert facts["trace"] == "alibaba-2023 x3"
 
 
 def test_stale_rows_list_their_changed_files_once_per_group(bench):
