@@ -7,6 +7,7 @@ round must be valid now (checker on every plan).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -296,3 +297,74 @@ def test_a_state_without_usage_history_does_not_count_the_running_jobs(monkeypat
     with pytest.raises(AssertionError, match="scanned"):
         with_history.apply(RoundDelta(completions=[sorted(with_history.running)[0]]),
                            now_s=100.0)
+
+
+def _greedy_tables(state) -> tuple:
+    """Greedy's free-GPU index without its empty entries (a state that took and gave back
+    keeps zero bit sets; what best fit reads is the same)."""
+    index = {leaf: {t: {k: m for k, m in by.items() if m} for t, by in types.items()}
+             for leaf, types in state.index.items()}
+    index = {leaf: {t: by for t, by in types.items() if by} for leaf, types in index.items()}
+    return ({leaf: types for leaf, types in index.items() if types},
+            {k: dict(v) for k, v in state.leaves_with.items() if v},
+            {k: m for k, m in state.masks.items() if m},
+            {leaf: {t: c for t, c in v.items() if c} for leaf, v in state.leaf_free.items()
+             if any(v.values())},
+            state.free, state.slot, state.rank, state.rack_gpus)
+
+
+def test_a_warm_round_indexes_again_only_the_nodes_that_changed(monkeypatch):
+    """A warm round on the same nodes keeps the views of the nodes nothing touched (the very
+    objects) and builds greedy's free-GPU index from the previous round's, over the nodes
+    that changed: the same index, and the same greedy plan, as a cold build."""
+    from hyperplace.solvers.heuristics import greedy
+
+    session = PlacementSession(generate(512, 60, TYPES, 0.6, 8, size_scale=2), solver="greedy")
+    session.commit(session.solve(budget_s=5))
+    for seed in (8, 9):
+        prev = session.warm.problem
+        delta = _small_changes(session, seed)
+        session.apply(dataclasses.replace(delta, arrivals=_renamed(delta.arrivals, f"r{seed}")))
+        built: list[object] = []
+        real_build = greedy.State._build
+        monkeypatch.setattr(greedy.State, "_build",
+                            lambda self, p: (built.append(p), real_build(self, p))[1])
+        session.solve(budget_s=5)
+        monkeypatch.undo()
+        warm = session.warm.problem
+        assert warm is not None and prev is not None
+        carried = warm.carried_layout()
+        assert carried is not None and carried[0] is prev
+        moved = {new.name for _, new in carried[1]}
+        # the nodes the round's state changed (the others are the previous round's objects)
+        assert moved == {n.name for n in warm.nodes if n.node is not prev.node_by_name[n.name].node}
+        assert 0 < len(moved) < len(warm.nodes)
+        for old, new in zip(prev.nodes, warm.nodes):
+            assert (new is old) == (new.name not in moved)
+        assert warm not in built  # no index built from every view
+        fresh = PlacementProblem(session.instance)
+        assert _greedy_tables(greedy.State(warm)) == _greedy_tables(greedy.State(fresh))
+        assert warm.free_gpus == fresh.free_gpus
+        assert {k: v.name for k, v in warm.node_by_name.items()} == \
+            {k: v.name for k, v in fresh.node_by_name.items()}
+        assert [[n.name for n in ns] for ns in warm.nodes_by_leaf.values()] == \
+            [[n.name for n in ns] for ns in fresh.nodes_by_leaf.values()]
+        assert all(warm.node_by_name[n.name] is n for n in warm.nodes)
+        assert _node_facts(warm) == _node_facts(fresh)
+        ours, theirs = greedy.solve_greedy(warm), greedy.solve_greedy(fresh)
+        assert ours.units == theirs.units and ours.units
+        session.commit(session.last_plan)
+
+
+def test_a_warm_round_on_other_nodes_builds_its_index_whole():
+    """A node removed: the views do not keep their places, so nothing is carried."""
+    inst = generate(256, 30, TYPES, 0.6, 4, size_scale=2)
+    first = PlacementProblem(inst)
+    cluster = inst.clusters[0]
+    fewer = cluster.model_copy(update={"nodes": cluster.nodes[1:]})
+    fewer.__dict__["network"] = cluster.network
+    fewer.__dict__.pop("node_by_name", None)
+    again = PlacementProblem(inst.model_copy(update={"spec": inst.spec.model_copy(
+        update={"clusters": [fewer, *inst.clusters[1:]]})}), previous=first)
+    assert again.carried_layout() is None
+    assert not any(a is b for a, b in zip(first.nodes, again.nodes))

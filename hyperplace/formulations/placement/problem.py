@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections import defaultdict
 from collections.abc import Iterable
 from functools import cached_property
@@ -180,10 +181,18 @@ class PlacementProblem:
         prev = previous if previous is not None and _compatible(previous, self) and \
             not previous.preempting and not previous.stoppable and preemption == "never" and \
             migration is None else None
+        #: the previous round's problem and the (previous, this round's) views of the nodes
+        #: whose state changed, when every other node keeps its view and its place
+        #: (:meth:`carried_layout`); None otherwise
+        self._layout: tuple[weakref.ref[PlacementProblem], list[tuple[NodeView, NodeView]]] \
+            | None = None
         self.nodes: list[NodeView] = self._build_nodes(prev)
-        self.node_by_name = {n.name: n for n in self.nodes}
-        self.max_gpus_per_node = max((n.node.gpu_count for n in self.nodes), default=0)
-        self.free_gpus = sum(len(n.free) for n in self.nodes)
+        if prev is not None and self._layout is not None:
+            self._carry_node_tables(prev, self._layout[1])
+        else:
+            self.node_by_name = {n.name: n for n in self.nodes}
+            self.max_gpus_per_node = max((n.node.gpu_count for n in self.nodes), default=0)
+            self.free_gpus = sum(len(n.free) for n in self.nodes)
         #: the round's multi-node NVLink domains (NVL72 racks), :mod:`.nvlink`
         self.nvlink = NVLinkRound(self)
         self.jobs: list[JobView] = []
@@ -342,20 +351,34 @@ class PlacementProblem:
         # nodes of one GPU type and NVLink layout share one (read-only) pair table: at
         # 16,384 nodes building 28 pairs per node was a third of the problem's set-up
         tables: dict[tuple[object, ...], tuple[dict[tuple[int, int], float], float | None]] = {}
+        #: (previous, new) views of reused nodes whose state changed; whether every node
+        #: kept its view's place
+        moved: list[tuple[NodeView, NodeView]] = []
+        in_place = prev is not None
         for cluster in self.instance.clusters:
             net = cluster.network
             for node in cluster.nodes:
                 old = prev.node_by_name.get(node.name) if prev is not None else None
                 if old is not None and old.cluster.network is net and \
                         same_hardware(old.node, node):
-                    view = _clone(old)  # shares the clique cache (same hardware)
-                    view.index, view.node, view.cluster = len(nodes), node, cluster
-                    view.free = node.free_gpus
+                    if old.node is node and old.index == len(nodes):
+                        # the same node object in the same place: the very view (its fields
+                        # are the node's and the fabric's; the cluster it names is this
+                        # round's copy of the same one): a round costs what changed
+                        view = old
+                        view.cluster = cluster
+                    else:
+                        view = _clone(old)  # shares the clique cache (same hardware)
+                        in_place = in_place and old.index == len(nodes)
+                        view.index, view.node, view.cluster = len(nodes), node, cluster
+                        view.free = node.free_gpus
+                        moved.append((old, view))
                     if len(view.clique_cache) > 512:
                         view.clique_cache = {}
                     nodes.append(view)
                     self.reused_nodes.add(node.name)
                     continue
+                in_place = False
                 t = self.catalog.get(node.gpu_type)
                 shared = None if node.nvlink_pairs else \
                     (t.name, node.gpu_count, node.nvlink, node.nvlink_gbps)
@@ -387,7 +410,42 @@ class PlacementProblem:
                           else DomainKey.single_node(cluster.name, node.name)),
                     max_cliques=self.params.max_clique_enum,
                 ))
+        if prev is not None and in_place and len(nodes) == len(prev.nodes):
+            self._layout = (weakref.ref(prev), moved)
         return nodes
+
+    def _carry_node_tables(self, prev: PlacementProblem,
+                           moved: list[tuple[NodeView, NodeView]]) -> None:
+        """The node tables of a round whose nodes all kept their views' places
+        (:meth:`carried_layout`): the previous round's, with the views of the nodes that
+        changed put in (16,384 nodes: each table was a pass over every view a round)."""
+        by_name = dict(prev.node_by_name)
+        for _, view in moved:
+            by_name[view.name] = view
+        self.node_by_name = by_name
+        self.max_gpus_per_node = prev.max_gpus_per_node  # same hardware
+        self.free_gpus = prev.free_gpus + sum(len(new.free) - len(old.free) for old, new in moved)
+        for name in ("types_present", "max_gpus_by_type"):  # hardware only
+            if name in prev.__dict__:
+                self.__dict__[name] = prev.__dict__[name]
+        old_leaves = prev.__dict__.get("nodes_by_leaf")
+        if old_leaves is not None:
+            leaves = dict(old_leaves)
+            for leaf in {new.leaf for _, new in moved}:
+                leaves[leaf] = [by_name[n.name] for n in leaves[leaf]]
+            self.__dict__["nodes_by_leaf"] = leaves
+
+    def carried_layout(self) -> tuple[PlacementProblem, list[tuple[NodeView, NodeView]]] | None:
+        """The previous round's problem and the (its, this round's) views of the nodes whose
+        state changed, when every other node kept its view, in the same place (same nodes,
+        same order, same hardware on the same fabric): what was derived from the previous
+        round's views holds for all but those (greedy's free-GPU index,
+        :class:`~hyperplace.solvers.heuristics.greedy.State`). None otherwise, or when the
+        previous problem is gone."""
+        if self._layout is None:
+            return None
+        prev = self._layout[0]()
+        return None if prev is None else (prev, self._layout[1])
 
     # ---- jobs ---------------------------------------------------------------------
     def _add_job(self, job: TrainingJob, like_earlier: bool = False) -> None:

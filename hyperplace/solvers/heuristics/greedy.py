@@ -83,7 +83,8 @@ class State:
         if fresh is not None:
             self._copy(fresh)
             return
-        self._build(problem)
+        if not self._advance(problem):
+            self._build(problem)
         _FRESH[problem] = _Fresh(self)
 
     def _build(self, problem: PlacementProblem) -> None:
@@ -137,6 +138,29 @@ class State:
         self._domain_free = {}
         for k, v in fresh.shared.items():
             setattr(self, k, v)
+
+    def _advance(self, problem: PlacementProblem) -> bool:
+        """The round's fresh state from the previous round's, when the problem carried every
+        node's view in place (:meth:`PlacementProblem.carried_layout`) and that round indexed
+        its free GPUs: only the nodes whose state changed are indexed again (16,384 nodes: the
+        whole index was rebuilt from every view each warm round). The state is a function of
+        the nodes' free GPUs alone, so it is the one :meth:`_build` gives. False: not carried."""
+        carried = problem.carried_layout()
+        before = _FRESH.get(carried[0]) if carried is not None else None
+        if carried is None or before is None:
+            return False
+        self._copy(before)  # the nodes' places, leaves and racks hold; what the round's
+        # domain lists and types give is made anew
+        self._domain_masks, self._policy_types, self._fast_enough, self._positions = {}, {}, {}, {}
+        for old, new in carried[1]:
+            if old.free:
+                self._leave(old, old.free)
+                self.leaf_free[old.leaf][old.gpu_type.name] -= len(old.free)
+            if new.free:
+                self._enter(new, new.free)
+                self.leaf_free[new.leaf][new.gpu_type.name] += len(new.free)
+            self.free[new.name] = new.free
+        return True
 
     @staticmethod
     def _key(n: NodeView, free: tuple[int, ...]) -> tuple[int, bool]:
@@ -324,6 +348,7 @@ class _Fresh:
 
 #: each round's fresh state (:class:`_Fresh`), while the round's problem lives
 _FRESH: weakref.WeakKeyDictionary[PlacementProblem, _Fresh] = weakref.WeakKeyDictionary()
+
 
 
 def _pick_gpus(n: NodeView, size: int, min_gbps: float, free: tuple[int, ...],
