@@ -421,8 +421,9 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
         try:
             # the plan's now is the wall clock, as in solve: texts say "about 14:20 UTC"
             forecasts = forecast.forecast_plan(inst, plan, clock=time.time())
-        except InputError as exc:
-            raise input_problem(exc) from None
+        except InputError as exc:  # a job's duration annotation: its field in the request
+            raise input_problem(exc, "instance" if payload.get("instance") is not None
+                                else "") from None
         if len(inst.jobs) >= FORECAST_RATE_MIN_JOBS:
             ctx.forecast_s_per_job = (time.monotonic() - start) / len(inst.jobs)
     else:

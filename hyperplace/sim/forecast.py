@@ -9,6 +9,7 @@ what the forecast uses; :mod:`hyperplace.sim.planning` re-exports these names.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from hyperplace.formulations.schedule import PendingJob, RunningSlot, build_schedule_problem
@@ -22,17 +23,54 @@ DEFAULT_STEPS = 288  # 5-minute steps over a day
 
 DURATION_ANNOTATION = "hyperplace.io/duration"
 DEFAULT_RUN_S = 3600.0  # assumed run time (reference speed) of a job that gives none
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: Seconds per unit of a duration: Go's ``time.ParseDuration`` units (what a Kubernetes
+#: annotation usually holds: ``90m``, ``1h30m``, ``1.5h``, ``300ms``) and ``d`` for days
+_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0,
+          "m": 60.0, "h": 3600.0, "d": 86400.0}
+_GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h|d)")
+# ISO 8601 durations without years or months (their length varies): P1D, PT2H, P1DT2H30M,
+# PT1.5H, PT90S
+_ISO = re.compile(r"P(?:(?P<w>\d+(?:\.\d+)?)W)?(?:(?P<d>\d+(?:\.\d+)?)D)?"
+                  r"(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?"
+                  r"(?:(?P<s>\d+(?:\.\d+)?)S)?)?")
+_ISO_S = {"w": 604800.0, "d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def _duration_s(t: str) -> float | None:
+    """Seconds of ``t`` (stripped) or None when it is no duration form."""
+    try:
+        return float(t)  # a bare number: seconds
+    except ValueError:
+        pass
+    if t[:1] in ("P", "p"):
+        m = _ISO.fullmatch(t.upper())
+        if m is None or not any(m.groupdict().values()) or t.upper().endswith("T"):
+            return None
+        return sum(float(v) * _ISO_S[k] for k, v in m.groupdict().items() if v)
+    t = t.lower()  # Go is case-sensitive; 2H was taken before (kept)
+    pos, total = 0, 0.0
+    for m in _GO_PART.finditer(t):
+        if m.start() != pos:
+            return None
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    return total if pos == len(t) and pos > 0 else None
 
 
 def parse_duration(text: str) -> float:
-    """Seconds from ``"90"``, ``"90s"``, ``"30m"``, ``"2h"``, ``"1.5d"``; ValueError else."""
-    t = text.strip().lower()
-    unit = _UNITS.get(t[-1:]) if t else None
-    num = t[:-1] if unit is not None else t
-    value = float(num) * (unit or 1.0)
-    if not math.isfinite(value) or value <= 0 or value > 10**9:
-        raise ValueError(f"must be a positive duration (s, m, h or d), got {text!r}")
+    """Seconds from a run time as people write it in an annotation: a number of seconds
+    (``"90"``), Go's ``time.ParseDuration`` forms (``"90s"``, ``"30m"``, ``"2h"``,
+    ``"1h30m"``, ``"1.5h"``, ``"500ms"``: what Kubernetes tools write) with ``d`` for days
+    (``"1.5d"``), or ISO 8601 (``"PT2H"``, ``"P1DT2H30M"``, no years or months); ValueError
+    naming the forms else (``"1w"``, ``"90 min"``), or for a duration not positive or over
+    10^9 s."""
+    t = text.strip() if isinstance(text, str) else ""
+    value = _duration_s(t) if t else None
+    if value is None or not math.isfinite(value):
+        raise ValueError(f"must be a duration such as 90m, 2h, 1h30m, got {text!r}")
+    if value <= 0 or value > 10**9:
+        raise ValueError(f"must be a positive duration of at most 10^9 s (such as 90m, 2h, "
+                         f"1h30m), got {text!r}")
     return value
 
 
@@ -102,8 +140,8 @@ def forecast_inputs(instance: Instance) -> ForecastInputs:
         try:
             work[j.name] = parse_duration(text)
         except ValueError as exc:
-            raise InputError(str(exc), path=f"jobs[{i}].metadata.annotations."
-                                            f"{DURATION_ANNOTATION}") from None
+            raise InputError(f"{exc} (job {j.name})", path=f"spec.jobs[{i}].metadata."
+                             f"annotations.{DURATION_ANNOTATION}") from None
     info = {r.name: r for r in instance.spec.running_jobs}
     held: dict[str, list[tuple[str, int]]] = {}
     for c in instance.clusters:

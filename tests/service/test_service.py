@@ -177,6 +177,14 @@ def _instance_with_unknown_gpu() -> dict:
     return doc
 
 
+def _instance_with_a_week_long_job() -> dict:
+    """A run time Go's time.ParseDuration has no unit for (1w): the forecast refuses it."""
+    doc = instance_document(load_instance("seed-beijing-shanghai"))
+    meta = doc["spec"]["jobs"][0].setdefault("metadata", {})
+    meta.setdefault("annotations", {})["hyperplace.io/duration"] = "1w"
+    return doc
+
+
 BAD = [
     # (endpoint, raw body or JSON, status, path)
     ("/v1/placement", b'{"bundled": "mixed-a100-h100",', 400, None),
@@ -197,6 +205,8 @@ BAD = [
     ("/v1/placement", {"cluster": "never-stored"}, 404, "cluster"),
     ("/v1/placement", {"instance": "_unknown_gpu"}, 422,
      "instance.spec.clusters[0].nodes[0].gpuType"),
+    ("/v1/placement", {"instance": "_week_long_job"}, 422,
+     "instance.spec.jobs[0].metadata.annotations.hyperplace.io/duration"),
     ("/v1/placement", {"instance": [1, 2]}, 422, "instance"),
     ("/v1/placement", {"bundled": SMALL, "jobs": [{"metadata": {"name": "j"}}]}, 422,
      "jobs[0].spec"),
@@ -271,6 +281,8 @@ def test_bad_input_gets_documented_4xx(http: httpx.Client, endpoint: str, body, 
                                        path: str | None) -> None:
     if isinstance(body, dict) and body.get("instance") == "_unknown_gpu":
         body = {**body, "instance": _instance_with_unknown_gpu()}
+    if isinstance(body, dict) and body.get("instance") == "_week_long_job":
+        body = {**body, "instance": _instance_with_a_week_long_job()}
     if isinstance(body, dict) and body.get("queues"):
         body = {**body, "queues": [_QUEUE_FIXTURES[q]() if isinstance(q, str) else q
                                    for q in body["queues"]]}
@@ -287,6 +299,8 @@ def test_bad_input_gets_documented_4xx(http: httpx.Client, endpoint: str, body, 
         assert data["path"] == path, data
     if path == "instance.spec.clusters[0].nodes[0].gpuType":
         assert "Z9000" in data["error"]
+    if path and path.endswith("hyperplace.io/duration"):
+        assert "must be a duration such as 90m, 2h, 1h30m, got '1w'" in data["error"]
     _still_serving(http)
 
 

@@ -79,3 +79,44 @@ def test_the_forecast_cost_counts_every_shape_it_prices(make):
     assert priced > 0
     assert need >= (forecast.FORECAST_S_PER_JOB * len(inst.jobs)
                     + forecast.FORECAST_S_PER_SHAPE * priced)
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("90", 90.0), ("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0), ("2H", 7200.0),
+    ("1h30m", 5400.0), ("1.5h", 5400.0), ("2h45m30.5s", 9930.5), ("1500ms", 1.5),
+    ("1.5d", 129600.0), ("PT2H", 7200.0), ("P1DT2H30M", 95400.0), ("PT90S", 90.0),
+    (" 90m ", 5400.0)])
+def test_a_run_time_reads_go_and_iso_8601_durations(text, seconds):
+    from hyperplace.sim.forecast import parse_duration
+
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["1w", "90 min", "1h30", "PT", "P1Y", "-1h", "nan", "m30",
+                                  "1h-30m", ""])
+def test_a_run_time_that_is_no_duration_is_refused_with_the_forms(text):
+    from hyperplace.sim.forecast import parse_duration
+
+    with pytest.raises(ValueError, match="must be a duration such as 90m, 2h, 1h30m, got"):
+        parse_duration(text)
+
+
+def test_solve_names_the_job_field_of_a_duration_it_cannot_read(tmp_path, capsys):
+    import yaml
+
+    from cli_run import run_main
+
+    inst = load_instance("mixed-a100-h100")
+    jobs = list(inst.spec.jobs)
+    for i, text in ((0, "1h30m"), (1, "1w")):
+        meta = jobs[i].metadata
+        jobs[i] = jobs[i].model_copy(update={"metadata": meta.model_copy(update={
+            "annotations": {**meta.annotations, "hyperplace.io/duration": text}})})
+    doc = inst.model_copy(update={"spec": inst.spec.model_copy(update={"jobs": jobs})})
+    path = tmp_path / "inst.yaml"
+    path.write_text(yaml.safe_dump(doc.model_dump(mode="json", by_alias=True)))
+    code = run_main(["solve", "-i", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0] == (f"error: spec.jobs[1].metadata.annotations.hyperplace.io/duration: must "
+                      f"be a duration such as 90m, 2h, 1h30m, got '1w' (job {jobs[1].name})")
