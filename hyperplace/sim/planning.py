@@ -31,8 +31,12 @@ Each round :class:`PlanningEngine` (policy ``engine``):
    more and of gangs of ``reserve_nodes`` whole nodes or more (``reserve_after_s`` None: every
    planned start), at most the ``reserve_head`` first in list order.
 
-A job's forecast (:meth:`PlanningEngine.forecasts`) is its planned start, with a start
-window (:meth:`PlanningEngine.forecast_windows`, the plan's ``forecasts``) calibrated on the
+A job's forecast (:meth:`PlanningEngine.forecasts`) is its start in a plain list schedule
+of the round's problem (:func:`~hyperplace.solvers.schedule.forecast_result`, the round's
+starts fixed now: the engine re-plans unreserved jobs every round, and the list schedule
+of the same queue measured a better guess of their starts than the engine's own schedule,
+:data:`~hyperplace.sim.forecast.FORECAST_LIST`; ``forecast_list=False``: the engine's
+planned start), with a start window (:meth:`PlanningEngine.forecast_windows`, the plan's ``forecasts``) calibrated on the
 replay's realised starts (``forecast_calibration``, on by default:
 :class:`~hyperplace.sim.forecast.StartCalibration`); with ``forecast_correction`` (off by
 default; it replaces the calibration) its wait is corrected by what the replay's earlier
@@ -81,6 +85,7 @@ from hyperplace.sim.forecast import (  # noqa: F401 - the forecast's names, as b
     DEFAULT_STEPS,
     DURATION_ANNOTATION,
     FORECAST_CALIBRATION,
+    FORECAST_LIST,
     FORECAST_S_PER_JOB,
     StartCalibration,
     StartCorrection,
@@ -92,7 +97,12 @@ from hyperplace.sim.policies import Decision, Policy, RoundView
 from hyperplace.sim.state import fresh_node
 from hyperplace.sim.workload import PREDICTION_SIGMA
 from hyperplace.solvers.driver import solve_placement
-from hyperplace.solvers.schedule import ScheduleResult, forecasts, solve_schedule
+from hyperplace.solvers.schedule import (
+    ScheduleResult,
+    forecast_result,
+    forecasts,
+    solve_schedule,
+)
 
 #: The engine's schedule objective, list order and reservations, chosen by measurement.
 #: Earlier (replays of the fm workload, 150 jobs at --load 2.53, and the Alibaba 2023 sample,
@@ -292,7 +302,8 @@ class PlanningEngine(Policy):
                  ceiling_s: float | None = None, work_units: float | None = None,
                  fill: float | None = FILL_MARGIN, forecast_correction: bool = False,
                  fill_reserved: bool = FILL_RESERVED,
-                 forecast_calibration: bool = FORECAST_CALIBRATION):
+                 forecast_calibration: bool = FORECAST_CALIBRATION,
+                 forecast_list: bool = FORECAST_LIST):
         for name, v in (("horizon", horizon_s), ("window", window)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: must be positive, got {v!r}")
@@ -333,6 +344,10 @@ class PlanningEngine(Policy):
                              f"{prediction_sigma!r}")
         self.prediction_sigma = float(prediction_sigma)
         self.last: ScheduleResult | None = None
+        # the forecast's schedule of the last round (forecast_list: a list schedule of the
+        # same problem, sim.forecast.FORECAST_LIST; else the engine's schedule itself)
+        self.forecast_list = forecast_list
+        self.last_forecast: ScheduleResult | None = None
         self.last_instance: Instance | None = None
         self.last_running: dict[str, tuple[list[tuple[str, int]], float]] = {}
         self._reserved: dict[str, Reservation] = {}
@@ -427,11 +442,12 @@ class PlanningEngine(Policy):
     def raw_forecasts(self) -> dict[str, tuple[float | None, str]]:
         """Job -> (the schedule's planned start, absolute seconds, or None; pool) from the
         last round."""
-        if self.last is None:
+        fres = self.last_forecast or self.last
+        if fres is None:
             return {}
-        now = self.last.problem.now
+        now = fres.problem.now
         return {f.job: (None if f.earliest_s is None else now + f.earliest_s, f.pool)
-                for f in forecasts(self.last)}
+                for f in forecasts(fres)}
 
     def forecasts(self) -> dict[str, tuple[float | None, str]]:
         """Job -> (forecast start, absolute seconds, or None; pool) from the last round: the
@@ -454,10 +470,11 @@ class PlanningEngine(Policy):
         windows (the calibrated forecast's; the schedule step's otherwise)."""
         if self.calibration is not None:
             return dict(self._windows)
-        if self.last is None:
+        fres = self.last_forecast or self.last
+        if fres is None:
             return {}
-        now = self.last.problem.now
-        return {f.job: (now + f.earliest_s, now + f.latest_s) for f in forecasts(self.last)
+        now = fres.problem.now
+        return {f.job: (now + f.earliest_s, now + f.latest_s) for f in forecasts(fres)
                 if f.earliest_s is not None and f.latest_s is not None}
 
     def _learn_starts(self, view: RoundView) -> None:
@@ -632,11 +649,15 @@ class PlanningEngine(Policy):
         outcomes = {n: JobOutcome(units={u: [GPURef(node=a, gpu=b) for a, b in gs]
                                          for u, gs in units.items()})
                     for n, units in starts.items()}
-        fc = {f.job: f for f in forecasts(result)}
+        # the forecast: a list schedule of the same queue (FORECAST_LIST), the round's
+        # starts fixed now; decisions above never read it
+        fres = forecast_result(result, starts) if self.forecast_list else result
+        self.last_forecast = fres
+        fc = {f.job: f for f in forecasts(fres)}
         if self.calibration is not None:  # the forecasts shown: calibrated (past starts only)
             fc, self._shown, self._windows = calibrated_forecast(
                 self.calibration, fc, view.now, set(starts))
-            self.calibration.record(view.now, {n: result.start_s(n) for n in fc
+            self.calibration.record(view.now, {n: fres.start_s(n) for n in fc
                                                if n not in starts}, list(starts))
         for j in view.queue:
             if j.name not in outcomes:

@@ -120,3 +120,10 @@ def test_solve_names_the_job_field_of_a_duration_it_cannot_read(tmp_path, capsys
     assert code == 2 and len(err) == 1
     assert err[0] == (f"error: spec.jobs[1].metadata.annotations.hyperplace.io/duration: must "
                       f"be a duration such as 90m, 2h, 1h30m, got '1w' (job {jobs[1].name})")
+
+
+def test_solve_forecasts_with_the_engines_list_order_and_wait_weight():
+    from hyperplace.sim import forecast, planning
+
+    assert (forecast.ENGINE_ORDER, forecast.ENGINE_AGING_S, forecast.ENGINE_WAIT_WEIGHT) == \
+        (planning.ORDER, planning.AGING_S, planning.WAIT_WEIGHT)

@@ -192,3 +192,55 @@ def test_the_engine_shows_the_calibrated_forecast_it_is_scored_on_and_decides_th
     f = summarize(on)["forecast"]
     assert "raw" in f and f["window"]["jobs"] > 0
     assert "raw" not in summarize(off)["forecast"]
+
+
+def test_the_forecast_is_a_list_schedule_of_the_round_that_the_checker_passes_and_decides_the_same():
+    """FORECAST_LIST: the engine's forecast is a plain list schedule of the round's problem
+    (no kept reservations), the round's starts fixed now; decisions are the same with it
+    off, the forecast differs from the engine's schedule somewhere, and every round's
+    forecast schedule passes the independent schedule checker."""
+    import copy
+    import random
+
+    from hyperplace.check.schedule import check_schedule
+    from hyperplace.sim.policies import make_policy
+    from hyperplace.sim.simulator import SimConfig, simulate
+    from hyperplace.solvers.schedule import slots
+    from tests.solvers.test_schedule import sim_job
+
+    inst = instance(h_leaves=1, a_leaves=1)
+    rng = random.Random(5)
+    jobs = [sim_job(f"j{i}", rng.choice([4, 8, 16]), 120.0 * i, rng.uniform(900, 6000))
+            for i in range(24)]
+    differs, checked = [], []
+
+    def replay(listed: bool):
+        pol = make_policy("engine", inst, budget_s=1.0, schedule={
+            "forecast_list": listed, "work_units": 0.004})
+        decide = pol._decide
+
+        def spy(view):
+            d = decide(view)
+            fres = pol.last_forecast
+            assert fres.problem is pol.last.problem  # the same round's problem
+            started = set(d.starts)
+            for n in started:  # the round's starts are fixed now in the forecast
+                assert fres.entries[n].start_step == 0
+            if listed:
+                bad = check_schedule(pol.last_instance, list(pol.last_instance.jobs),
+                                     slots(fres), pol.last_running, view.now)
+                assert bad == []
+                checked.append(view.now)
+                raw = pol.raw_forecasts()
+                if any(raw[n][0] != pol.last.start_s(n) for n in raw if n not in started):
+                    differs.append(view.now)
+            return d
+        pol._decide = spy
+        run = simulate(inst, copy.deepcopy(jobs), pol, SimConfig(round_s=60, check=True))
+        assert run.unfinished == 0
+        return run
+
+    on, off = replay(True), replay(False)
+    assert [(r.job.name, r.first_start_s) for r in on.records] == \
+        [(r.job.name, r.first_start_s) for r in off.records]
+    assert checked and differs
