@@ -151,12 +151,17 @@ class Cluster(HPModel):
         return sum(n.gpu_count for n in self.nodes)
 
 
+MAX_LINK_GBPS = 1e6
+
+
 class InterClusterLink(HPModel):
     """A WAN (or campus) link between two clusters of a federation."""
 
     a: str
     b: str
-    gbps: float = Field(gt=0)
+    #: 1 Pb/s, far above any WAN; the federation's CP-SAT rows hold a link's capacity in
+    #: Mb/s as a 64-bit integer (1e18 Gb/s overflowed it: a traceback, a 500 in the service)
+    gbps: float = Field(gt=0, le=MAX_LINK_GBPS)
     latency_ms: float = Field(default=20.0, ge=0)
 
 

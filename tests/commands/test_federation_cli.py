@@ -189,3 +189,16 @@ def test_a_federation_of_one_cluster_is_refused_in_one_line():
         assert r.stderr.startswith(f"error: {source}: spec.clusters: a federation needs at "
                                    "least 2 member clusters; this one has 1 ("), r.stderr
         assert "hyperplace solve places one cluster's queue" in r.stderr
+
+
+def test_a_link_faster_than_any_wan_is_refused_in_one_line(tmp_path):
+    """gbps 1e18 overflowed the federation's 64-bit CP-SAT rows (a traceback, exit 1); the
+    bound (1 Pb/s) is named with the field path; the largest allowed rate still solves."""
+    fed, jobs = _fed_files(tmp_path, [{"a": "a", "b": "b", "gbps": 1e18}])
+    r = _run("--cluster", fed, "--jobs", jobs, "--budget", "5")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "spec.interClusterLinks[0].gbps" in r.stderr and "1000000" in r.stderr
+    fed, jobs = _fed_files(tmp_path, [{"a": "a", "b": "b", "gbps": 1e6}])
+    r = _run("--cluster", fed, "--jobs", jobs, "--budget", "5")
+    assert r.returncode == 0, r.stderr
