@@ -312,7 +312,7 @@ def _check_claims(ctx: _Context, plan: PlacementPlan,
             f"objectiveTerms.admittedJobs is {jobs:g}; {len(admitted)} jobs are placed")))
     if plan.objective is None:
         return out
-    if plan.bound is not None and plan.bound < objective - tol:
+    if plan.bound is not None and plan.bound - objective < -tol:  # exact for ints
         out.append(Violation(code="claim-bound", message=(
             f"bound {plan.bound:g} is below the objective {objective:g} (a maximisation "
             "bound is never below a valid plan's value)")))

@@ -143,8 +143,11 @@ class PlacementPlan(HPModel):
     metadata: PlanMeta = Field(default_factory=PlanMeta)
     status: SolveStatus
     solver: str
-    objective: float | None = None
-    bound: float | None = None
+    objective: int | float | None = Field(default=None, description=(
+        "objective 1, the priority-weighted admitted GPUs; hyperplace writes it as an exact "
+        "integer (with many priority levels it passes 2**53, beyond a double's exact "
+        "integers)"))
+    bound: int | float | None = None
     gap: float | None = None
     objective_gaps: dict[str, float | None] = Field(default_factory=dict)
     runtime_s: float = 0.0
@@ -156,7 +159,7 @@ class PlacementPlan(HPModel):
     skipped: list[SkippedJob] = Field(default_factory=list, description=(
         "jobs of the input hyperplace does not place, with the reason (a workload none of "
         "whose pods asks for a GPU): neither admitted nor pending"))
-    objective_terms: dict[str, float] = Field(default_factory=dict)
+    objective_terms: dict[str, int | float] = Field(default_factory=dict)
     preemptions: list[Preemption] = Field(default_factory=list)
     preemption_policy: str | None = Field(
         default=None, description="set when the round could preempt (lower-priority | "

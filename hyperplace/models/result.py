@@ -32,8 +32,8 @@ class SolveStats(HPModel):
 
     status: SolveStatus
     solver: str
-    objective: float | None = None
-    bound: float | None = Field(default=None, description="best proven bound on the objective")
+    objective: int | float | None = None
+    bound: int | float | None = Field(default=None, description="best proven bound on the objective")
     gap: float | None = Field(default=None, description="|objective - bound| / max(1, |objective|)")
     objective_gaps: dict[str, float | None] = Field(
         default_factory=dict,

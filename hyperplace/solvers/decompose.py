@@ -988,7 +988,7 @@ class _Run:
         self._not_solved(pending, left_out, unbuilt)
         b.pending = [pj for name, pj in pending.items() if name not in placed]
         weights = self.found.weights
-        objective = float(sum(weights.get(job.priority, 1) * job.gpus for job in b.jobs))
+        objective = sum(weights.get(job.priority, 1) * job.gpus for job in b.jobs)  # exact int
         bound = self.found.bound
         if agg is not None and (bound is None or agg < bound):
             bound = agg

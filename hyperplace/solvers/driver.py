@@ -623,7 +623,7 @@ def _weighted_bound(p: PlacementProblem, raw: RawSolution) -> float | None:
 
 
 def _terms(p: PlacementProblem, pm: PlacementModel | None, a: Assignment) -> dict[str, float]:
-    out: dict[str, float] = {"admitted_priority_demand": float(_weighted(p, a))}
+    out: dict[str, float] = {"admitted_priority_demand": _weighted(p, a)}  # exact int
     if pm is not None:
         out.update({k: v for k, v in objective_terms(pm, encode(pm, a)).items()
                     if not k.startswith("demand_phase")})
