@@ -50,6 +50,7 @@ import gc
 import math
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
@@ -114,6 +115,11 @@ BUILD_JOB_S = 2e-5
 #: (:meth:`_Run._cut_share`) is built only if this and MIN_GREEDY_S of greedy fit
 BUILD_NODE_S = 4e-5
 MIN_GREEDY_S = 0.5
+#: Seconds per job read that the parts then take, idle (:class:`Fill`): its view 0.01-0.02
+#: ms, greedy's pass over it 0.09-0.13 ms, its plan 0.03-0.05 ms (the figures above). With
+#: JOB_S + PLAN_S_PER_ADMITTED (0.26 ms, the parts' cautious first estimate) the routing
+#: read too few at load 3.5: the rounds ended 2.7-3.3 s before their 10 s budget.
+READ_JOB_S = 1.7e-4
 #: Seconds per job kind and cluster of the whole round's aggregated bound's LP (the merged
 #: plan's bound, :meth:`_Run.aggregated_bound`): 1M GPUs, 201 kinds x 16 clusters, 16,272
 #: columns: 0.18 s (2026-12-02, load 1.4; its views and columns 1.38 s); kept with margin.
@@ -187,6 +193,42 @@ class Route:
     kinds: dict[int, int] = field(default_factory=dict)
 
 
+@dataclass
+class Fill:
+    """What the jobs the routing reads will cost after it, so that it reads only what the
+    parts can place in the budget (:func:`route`): idle seconds, scaled by the round's
+    measured slowdown. Without it the routing read jobs until its own deadline: 1M GPUs
+    at budget 10 under load read 75,000-88,000 of 100,000 jobs in 4-5 s of wall, and no
+    part was left the time to be built (0 admitted, 2026-12-02).
+
+    Attributes
+    ----------
+    end : float
+        A ``time.perf_counter()`` value the parts and the merge must be done by.
+    merge_s : float
+        The merge's idle seconds (every job of the round: its plan or its pending entry).
+    fixed_s : float
+        The first part's idle seconds before its first job: building its node views.
+    per_job_s : float
+        Idle seconds per job read: its view, greedy's pass over it and its plan.
+    slowdown : callable
+        The round's measured slowdown (:meth:`Budget.slowdown`).
+    """
+
+    end: float
+    merge_s: float
+    fixed_s: float
+    per_job_s: float
+    slowdown: Callable[[], float]
+
+    def full(self, jobs: int, slow: float) -> bool:
+        """``jobs`` read would take the parts past :attr:`end` at ``slow`` (or the round's
+        slowdown when larger)."""
+        slow = max(slow, self.slowdown())
+        return time.perf_counter() + slow * (self.merge_s + self.fixed_s +
+                                             jobs * self.per_job_s) > self.end
+
+
 def solve_decomposed(instance: Instance, *, solver: str = "auto", budget_s: float = 10.0,
                      policy: str = "performance", seed: int = 0, workers: int = 2,
                      params: SolveParams | None = None, deadline: float | None = None,
@@ -241,9 +283,14 @@ def _solve_decomposed(instance: Instance, *, solver: str, budget_s: float, polic
     # left after ROUTE_SHARE of the budget: on a loaded machine it stops early, and the
     # parts place the priorities it read (1M GPUs at load 13: routing alone took 5 s of a
     # 10 s budget and no part was solved)
+    # and it reads no more jobs than the parts can then place in the budget at the
+    # measured slowdown (:class:`Fill`): under load, fewer jobs routed, and a part built
+    fill = Fill(end=budget.deadline - base, merge_s=MERGE_S_PER_JOB * len(instance.jobs),
+                fixed_s=BUILD_NODE_S * max(len(c.nodes) for c in instance.clusters),
+                per_job_s=READ_JOB_S, slowdown=budget.slowdown)
     found = route(instance, min(budget.deadline - base - MERGE_S_PER_JOB * len(instance.jobs),
                                 time.perf_counter() + ROUTE_SHARE * budget.left()),
-                  after_s=MERGE_S_PER_JOB * len(instance.jobs))
+                  after_s=MERGE_S_PER_JOB * len(instance.jobs), fill=fill)
     slowdown = max(1.0, found.seconds / (ROUTE_FIXED_S + ROUTE_S_PER_JOB * len(instance.jobs)))
     tail = base + MERGE_S_PER_JOB * len(instance.jobs) * slowdown
     parts = {c.name: Part(c.name, [], nodes=len(c.nodes)) for c in instance.clusters}
@@ -306,26 +353,36 @@ class _Shapes:
     #: job -> its kind: jobs of one kind have the same spec and annotations (all but their
     #: names), so one view of each kind per cluster is what the aggregated bound reads
     kinds: dict[int, int] = field(default_factory=dict)
+    #: every job's priority (read or not), by instance.jobs index
+    prios: list[int] = field(default_factory=list)
 
 
-def route(instance: Instance, deadline: float | None = None, after_s: float = 0.0) -> Route:
+def route(instance: Instance, deadline: float | None = None, after_s: float = 0.0,
+          fill: Fill | None = None) -> Route:
     """Each pending job of ``instance`` to one cluster, from the routing LP (see the module
     docstring), and that LP's valid bound on objective 1; without time for the LP (by
     ``deadline``, a ``time.perf_counter()`` value), by free room alone (bound: the demand
     bound). ``after_s``: what the caller needs after it on an idle machine; the jobs are
-    read until ``deadline`` less that much more as the node count took longer than idle."""
+    read until ``deadline`` less that much more as the node count took longer than idle,
+    and (``fill``) until the jobs read are what the parts can place in the budget."""
     t0 = time.perf_counter()
     room = _free_room(instance)
     slow = max(1.0, (time.perf_counter() - t0) /
                max(1e-9, ROUTE_S_PER_NODE * sum(len(c.nodes) for c in instance.clusters)))
     if deadline is not None:
         deadline -= after_s * (slow - 1.0)
-    sh = _read_shapes(instance, room.types, deadline, room.largest)
+    filled = False
+
+    def stop(k: int) -> bool:
+        nonlocal filled
+        if deadline is not None and time.perf_counter() > deadline:
+            return True
+        filled = fill is not None and fill.full(k, slow)
+        return filled
+
+    sh = _read_shapes(instance, room.types, stop, room.largest)
     total_free = sum(room.free.values())
-    # the whole round's weights: the jobs not read count too (the checker's weights)
-    weights = priority_weights([(p, g) for p, g, _ in sh.info.values()] +
-                               [(instance.jobs[j].priority, spec_gpus(instance.jobs[j]))
-                                for j in sh.unrouted], total_free)
+    weights = _round_weights(instance, sh, total_free)
     clusters = [c.name for c in instance.clusters]
     lp_route, cols = _routing_lp(sh, room, weights, clusters, rows=True)
     lp_bound, _ = _routing_lp(sh, room, weights, clusters, rows=False)
@@ -342,11 +399,31 @@ def route(instance: Instance, deadline: float | None = None, after_s: float = 0.
     bound = demand if bound is None else min(bound, demand)
     assignment = _assign(cols, x, sh.info, room.free, clusters)
     if sh.unrouted:  # no bound: the jobs not read are part of the round (nothing is admitted)
-        status = f"no time left after reading {len(sh.info):,} of {len(instance.jobs):,} jobs"
+        status = (f"read the {len(sh.info):,} highest-priority of {len(instance.jobs):,} jobs: "
+                  "what the parts can place in the budget at the measured slowdown "
+                  f"({max(slow, fill.slowdown()):.1f}x)" if filled and fill is not None else
+                  f"no time left after reading {len(sh.info):,} of {len(instance.jobs):,} jobs")
         bound = None
     return Route(assignment, bound, weights, len(sh.shapes), time.perf_counter() - t0,
                  status if x is not None else f"by free room ({status})", sh.info,
                  dict(room.free), sh.unrouted, sh.units, room.hist, room.largest, sh.kinds)
+
+
+def _round_weights(instance: Instance, sh: _Shapes, free: int) -> dict[float, int]:
+    """The whole round's weights (the checker's): the jobs not read count too. A level's
+    weight reads its demand only up to the free GPUs (:func:`priority_weights`), so the jobs
+    not read are counted until their level's demand reaches them, their priorities as read
+    (1M GPUs under load: each job's GPUs and priority read again for 98,000 jobs not routed
+    took 2-3 s of a 10 s round's wall)."""
+    per_level: dict[float, int] = defaultdict(int)
+    for p, g, _ in sh.info.values():
+        per_level[p] += g
+    jobs, prios = instance.jobs, sh.prios
+    for j in sh.unrouted:
+        level = prios[j]
+        if per_level[level] < free:
+            per_level[level] += spec_gpus(jobs[j])
+    return priority_weights(per_level.items(), free)
 
 
 def spec_gpus(job: TrainingJob) -> int:
@@ -418,11 +495,12 @@ def might_fit(units: tuple[int, ...], gpus: int, hists: list[dict[int, int]],
     return True
 
 
-def _read_shapes(instance: Instance, types: dict[str, GPUType], deadline: float | None,
-                 largest: int = 8) -> _Shapes:
-    """The jobs by shape, highest priority first, read until ``deadline`` (checked every
-    1,000 jobs): the jobs not read are of the lowest priorities, which the round may still
-    leave pending (no job of lower priority than one not read is admitted)."""
+def _read_shapes(instance: Instance, types: dict[str, GPUType],
+                 stop: Callable[[int], bool] | None, largest: int = 8) -> _Shapes:
+    """The jobs by shape, highest priority first, read until ``stop`` (given the jobs read,
+    asked every 1,000 jobs) says so: the jobs not read are of the lowest priorities, which
+    the round may still leave pending (no job of lower priority than one not read is
+    admitted)."""
     sh = _Shapes(defaultdict(list), {}, {}, {}, [])
     # a job's units follow from its spec and annotations (a slice size) alone
     by_spec: dict[tuple[str, str], tuple[UKey, int, tuple[int, ...]]] = {}
@@ -433,9 +511,10 @@ def _read_shapes(instance: Instance, types: dict[str, GPUType], deadline: float 
     level: dict[object, int] = {}
     prios = [level[raw] if (raw := job.spec.priority) in level else
              level.setdefault(raw, job.priority) for job in jobs]
+    sh.prios = prios
     order = sorted(range(len(jobs)), key=prios.__getitem__, reverse=True)  # stable
     for k, j in enumerate(order):
-        if k % 1000 == 999 and deadline is not None and time.perf_counter() > deadline:
+        if k % 1000 == 999 and stop is not None and stop(k):
             sh.unrouted = order[k:]  # no time to read them: pending
             break
         job, prio = jobs[j], prios[j]

@@ -502,3 +502,56 @@ def test_the_routing_reads_each_jobs_priority_once(monkeypatch):
     got = route(inst)
     assert len(reads) <= len({j.spec.priority for j in inst.jobs})
     assert got.assignment == expected.assignment and got.bound == expected.bound
+
+
+def test_the_routing_reads_no_more_jobs_than_the_parts_can_place(monkeypatch):
+    """With what the jobs read will cost the parts (a Fill), the routing stops reading,
+    highest priority first, where the parts could not place more by the round's end at the
+    measured slowdown (1M GPUs under load read 88,000 jobs in 4 s and built no part), and
+    says so; a slower machine reads fewer. Without it, every job is read."""
+    import time
+
+    from hyperplace.solvers import decompose
+
+    # the slowdown is the Fill's alone (the routing's own reading of the node count: 1x)
+    monkeypatch.setattr(decompose, "ROUTE_S_PER_NODE", 1.0)
+    inst = generate_federation(2, 256, 3000, None, 0.5, 4)
+    assert not decompose.route(inst).unrouted
+
+    def fill(slow: float) -> decompose.Fill:
+        # 1,000 s to the end, 0.67 s a job: 999 jobs fit, 1,999 do not (at 1x)
+        return decompose.Fill(end=time.perf_counter() + 1000.0, merge_s=0.0, fixed_s=0.0,
+                              per_job_s=0.67, slowdown=lambda: slow)
+
+    found = decompose.route(inst, fill=fill(1.0))
+    assert len(found.unrouted) == 3000 - 1999
+    assert "what the parts can place in the budget at the measured slowdown (1.0x)" in \
+        found.status and found.bound is None
+    prio = [j.priority for j in inst.jobs]
+    assert min(prio[j] for j in found.assignment) >= max(prio[j] for j in found.unrouted)
+    assert len(found.assignment) == 1999
+    slower = decompose.route(inst, fill=fill(2.0))
+    assert len(slower.assignment) == 999 and "(2.0x)" in slower.status
+
+
+def test_the_routing_weights_read_jobs_not_routed_only_up_to_the_free_gpus(monkeypatch):
+    """The whole round's weights (the checker's) from a routing cut short equal those of
+    every job, while the jobs not read are counted only until their level's demand reaches
+    the free GPUs (its weight reads no more): not every one of them again."""
+    from hyperplace.models.priority import priority_weights
+    from hyperplace.solvers import decompose
+
+    inst = generate_federation(2, 64, 3000, None, 0.5, 3)
+    monkeypatch.setattr(decompose, "ROUTE_SHARE", 0.0)
+    calls = []
+    real = decompose.spec_gpus
+    monkeypatch.setattr(decompose, "spec_gpus", lambda job: (calls.append(job), real(job))[1])
+    import time
+
+    found = decompose.route(inst, deadline=time.perf_counter())
+    assert len(found.unrouted) == 3000 - 999
+    free = sum(found.free.values())
+    assert found.weights == priority_weights(
+        [(j.priority, j.total_gpus) for j in inst.jobs], free)
+    assert len(found.weights) >= 2
+    assert len(calls) < len(found.unrouted) // 2
