@@ -257,9 +257,16 @@ def generate_command(
         text = render_instance(instance, out_fmt)
     write_atomic(out, text)
     nodes = [n for c in instance.clusters for n in c.nodes]
-    print(f"wrote {out}: {len(nodes):,} nodes, {sum(n.gpu_count for n in nodes):,} GPUs "
-          f"({sum(n.free_count for n in nodes):,} free, fragmentation "
-          f"{free_fragmentation(nodes):.2f}), {len(instance.jobs):,} pending jobs")
+    total_gpus = sum(n.gpu_count for n in nodes)
+    held = sum(len(n.allocated) for n in nodes)
+    # two different measures: --load is the share of GPUs held by running jobs (what the
+    # scale bench and the README call "fragmentation 0.6"); instances show's fragmentation
+    # is the share of the free GPUs not on a whole free node (1.00: no node is wholly free)
+    print(f"wrote {out}: {len(nodes):,} nodes, {total_gpus:,} GPUs "
+          f"({held / max(1, total_gpus):.2f} held by running jobs (--load), "
+          f"{sum(n.free_count for n in nodes):,} free, of them "
+          f"{free_fragmentation(nodes):.2f} off whole free nodes (instances show's "
+          f"fragmentation)), {len(instance.jobs):,} pending jobs")
 
 
 @instances_app.command("import")

@@ -200,6 +200,21 @@ def test_generate_writes_the_same_file_for_the_same_seed(tmp_path: Path) -> None
     assert sum(len(n.allocated) for c in inst.clusters for n in c.nodes) == round(0.4 * 128)
 
 
+def test_generate_names_the_held_share_apart_from_the_fragmentation(tmp_path: Path) -> None:
+    """--load is the share held by running jobs (the README's "fragmentation 0.6" rows);
+    the printed fragmentation is instances show's (free GPUs off whole free nodes): both
+    printed and named, so that --load 0.6 no longer reads as "fragmentation 1.00"."""
+    for share, held, off in (("0.6", "0.60", "1.00"), ("0.1", "0.10", "0.12")):
+        result = runner.invoke(app, ["instances", "generate", "--gpus", "4096", "--jobs", "4",
+                                     "--load", share, "--seed", "1",
+                                     "-o", str(tmp_path / "g.json")])
+        assert result.exit_code == 0, result.output
+        assert f"({held} held by running jobs (--load)," in result.stdout
+        assert f"of them {off} off whole free nodes (instances show's fragmentation)" in \
+            result.stdout
+        assert "fragmentation 1.00" not in result.stdout
+
+
 def test_generate_rejects_an_unknown_gpu_type(tmp_path: Path) -> None:
     result = runner.invoke(app, ["instances", "generate", "--gpus", "64", "--jobs", "1",
                                  "--gpu-types", "H100,TPUv5", "-o", str(tmp_path / "x.yaml")])
