@@ -212,13 +212,16 @@ class RoundLoop:
                          remaining_work={n: self.predicted_remaining(n, now)
                                          for n in self.queue})
 
-    def run_round(self, now: float) -> RoundResult:
-        """Ask the policy, check its plan if asked to, start the jobs it chose."""
+    def run_round(self, now: float, *, fill: bool = False) -> RoundResult:
+        """Ask the policy, check its plan if asked to, start the jobs it chose.
+
+        ``fill``: ask a policy that fills between its rounds (``fills_between_rounds``, its
+        ``fill_between(view)``: the planning engine) for that fill instead of a round."""
         self.rounds += 1
         self.accrue(now)
         self.state.set_queue_usage(self.usage.snapshot())
         view = self.view(now)
-        decision = self.policy.decide(view)
+        decision = self.policy.fill_between(view) if fill else self.policy.decide(view)
         violations: list[Violation] = []
         if self.check:
             violations = check(decision.plan, decision.instance)

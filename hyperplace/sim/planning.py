@@ -31,6 +31,10 @@ Each round :class:`PlanningEngine` (policy ``engine``):
    more and of gangs of ``reserve_nodes`` whole nodes or more (``reserve_after_s`` None: every
    planned start), at most the ``reserve_head`` first in list order.
 
+Between rounds (:data:`FILL_EVENTS`), at every arrival, end or repair, :meth:`PlanningEngine.
+fill_between` starts what fits now around the last round's plan (list schedule and fill, no
+CP-SAT search, no new reservations) and places it as step 3 does.
+
 A job's forecast (:meth:`PlanningEngine.forecasts`) is its start in a plain list schedule
 of the round's problem (:func:`~hyperplace.solvers.schedule.forecast_result`, the round's
 starts fixed now: the engine re-plans unreserved jobs every round, and the list schedule
@@ -164,6 +168,35 @@ FILL_MARGIN = 0.5
 #: at load 3.38: wait 20,856 -> 14,915 s, JCT 34,679 -> 27,802 s, slowdown 57.5 -> 35.6,
 #: bubbles 170.7 -> 173.6 GPU-h, utilisation 0.809 -> 0.806.
 FILL_RESERVED = True
+#: Between its rounds (every ``round_s``) the engine fills at every event that leaves jobs
+#: waiting (an arrival, an end, a repair: the simulator asks a policy with
+#: ``fills_between_rounds`` at the event's time): the round's plan stays (:data:`FILL_KEEPS`),
+#: the queue is list scheduled around it and the running jobs' predicted ends (the same predictions as
+#: every round), and what that and the fill (:data:`FILL_MARGIN`) start now is placed as in a
+#: round; no CP-SAT search, no new reservations, forecasts as the last round made them. So
+#: capacity freed, or a job that fits arriving, between two rounds is not left idle until the
+#: next round (the "undecided" bubbles every 60 s-round policy pays: sched's note on #21).
+#: Measured 2026-12-02 21:32-22:00 UTC (main 40f12b7 + this change, clock "work", 0 rounds cut
+#: by the wall ceiling in every run, machine load 0.8-3.9 on 2 cores; engine / best peer row
+#: of the cell's JSON, peers at 63b497a; tuned on Alibaba 2023 x2 at load 0.816, held out
+#: Philly at 1.107 and fm at 3.375, all on mixed-a100-h100), off -> on (FILL_KEEPS "plan"):
+#: Alibaba JCT 0.808 -> 0.809, p99 0.933 -> 0.933, wait 0.767 -> 0.509, slowdown 0.908 ->
+#: 0.820, bubbles 1.718 -> 0.415, util 0.887 -> 0.895; fm (off re-run today: 0 cuts) JCT
+#: 0.437 -> 0.529, p99 0.341 -> 0.332, wait 0.278 -> 0.409, slowdown 0.168 -> 0.316, bubbles
+#: 1.373 -> 1.268, util 0.943 -> 0.942; Philly JCT 0.840 -> 0.791, p99 0.966 -> 0.859, wait 0.578
+#: -> 0.565, slowdown 0.284 -> 0.215, bubbles 2.527 -> 1.414, util 0.890 -> 0.891. fm gives back
+#: JCT and wait (goals still met there); every other figure gains or holds.
+FILL_EVENTS = True
+#: What a fill between rounds keeps: ``"reservations"`` (the round's reservations only; the
+#: other planned starts are re-planned by the list schedule), ``"plan"`` (every start the
+#: last round planned later, at its pool and time, is kept like a reservation: the fill only
+#: backfills around the round's whole plan) or ``"gangs"`` (the reservations and the planned
+#: starts of whole-node gangs; not measured yet). Measured as above, "reservations" against "plan": Alibaba JCT
+#: 0.791, wait 0.460, slowdown 0.818, bubbles 0.416 (better), but held-out fm bubbles 2.100,
+#: util 0.827, util_work 0.847 (off: 1.373, 0.943, 0.925; likely because the list schedule at
+#: events re-plans the round's later starts: not broken down); Philly 0.815 JCT, 0.842 p99,
+#: 0.544 wait, 0.247 slowdown, 1.364 bubbles, 0.894 util.
+FILL_KEEPS = "plan"
 #: ``clock="work"`` (replays: ``simulate``'s default, the bench's): the schedule's CP-SAT
 #: search gets ``WORK_PER_S`` deterministic-time units (OR-Tools' ``max_deterministic_time``)
 #: per second of its share of the budget, in place of a wall-clock limit, so that a replay's
@@ -303,7 +336,8 @@ class PlanningEngine(Policy):
                  fill: float | None = FILL_MARGIN, forecast_correction: bool = False,
                  fill_reserved: bool = FILL_RESERVED,
                  forecast_calibration: bool = FORECAST_CALIBRATION,
-                 forecast_list: bool = FORECAST_LIST):
+                 forecast_list: bool = FORECAST_LIST,
+                 fill_events: bool = FILL_EVENTS, fill_keeps: str = FILL_KEEPS):
         for name, v in (("horizon", horizon_s), ("window", window)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: must be positive, got {v!r}")
@@ -312,6 +346,16 @@ class PlanningEngine(Policy):
         self.clock = clock
         self.fill = fill  # the fill's margin (None: no fill)
         self.fill_reserved = fill_reserved  # the fill may start reserved jobs now too
+        # asked at every event between the rounds too (FILL_EVENTS; the simulator reads it)
+        self.fills_between_rounds = bool(fill_events) and fill is not None and round_s > 0
+        self.fill_rounds = 0  # the asks between rounds that ran the fill
+        if fill_keeps not in ("plan", "gangs", "reservations"):
+            raise ValueError(f"fill_keeps: use plan, gangs or reservations, got "
+                             f"{fill_keeps!r}")
+        self.fill_keeps = fill_keeps
+        self._plan: dict[str, Reservation] = {}  # the last round's planned later starts
+        self._fill_started: list[tuple[float, str]] = []  # (time, job) fills started since
+        # the last round
         # work clock: the wall ceiling of a round (None: CEILING_BUDGETS budgets) and the
         # CP-SAT work units of its schedule search (None: WORK_PER_S per second of its share)
         self.ceiling_s = ceiling_s if ceiling_s is not None else CEILING_BUDGETS * budget_s
@@ -372,7 +416,7 @@ class PlanningEngine(Policy):
         self._windows: dict[str, tuple[float, float]] = {}
 
     # ---- the schedule ------------------------------------------------------------------
-    def problem(self, view: RoundView) -> ScheduleProblem:
+    def problem(self, view: RoundView, between: bool = False) -> ScheduleProblem:
         state = view.state
         instance = state.instance([j.manifest for j in view.queue])
         cluster_of = state.cluster_of
@@ -411,6 +455,8 @@ class PlanningEngine(Policy):
             self._facts.clear()
         queued = {j.name for j in view.queue}
         res = {n: r for n, r in self._reserved.items() if n in queued}
+        if between and self.fill_keeps != "reservations":  # a fill keeps the round's plan
+            res = {**{n: r for n, r in self._plan.items() if n in queued}, **res}
         prob = build_schedule_problem(
             instance, pending, running, view.now, duration, horizon_s=self.horizon_s,
             step_s=self.step_s, objective=self.objective, max_options=self.max_options,
@@ -458,10 +504,11 @@ class PlanningEngine(Policy):
         if self.calibration is not None:
             return dict(self._shown)
         raw = self.raw_forecasts()
-        if self.correction is None or self.last is None:
+        base = self.last_forecast or self.last  # the round's (a fill between keeps it)
+        if self.correction is None or base is None:
             return raw
-        now = self.last.problem.now
-        gpus = {j.name: j.gpus for j in self.last.problem.jobs}
+        now = base.problem.now
+        gpus = {j.name: j.gpus for j in base.problem.jobs}
         return {n: (s if s is None else now + self.correction.wait(gpus.get(n, 1), s - now),
                     pool) for n, (s, pool) in raw.items()}
 
@@ -484,7 +531,8 @@ class PlanningEngine(Policy):
         if self.correction is None:  # off (the default): no first plans are kept
             return
         at, names = self._started
-        for n in names:
+        # and the jobs the fills between rounds started since, each at its own start
+        for at, n in [*((at, n) for n in names), *self._fill_started]:
             first = self._first.pop(n, None)
             if first is not None:
                 made, planned, gpus, submit = first
@@ -506,6 +554,35 @@ class PlanningEngine(Policy):
             if s is not None:
                 self._first[j.name] = (view.now, s - view.now, gpus.get(j.name, 1), j.submit_s)
 
+    def _filled(self, view: RoundView, result: ScheduleResult, instance: Instance,
+                starts: dict, held: list[str], outcomes: dict, fc: dict, statuses: list[str],
+                t0: float, t_build: float, t_sched: float) -> Decision:
+        """The end of a fill between rounds: its plan; the round's reservations stay (but
+        for the jobs started), held jobs may not start in that pool again before the next
+        round, forecasts stay the round's."""
+        self.fill_rounds += 1
+        for j in view.queue:
+            if j.name not in outcomes:
+                f = fc.get(j.name)
+                outcomes[j.name] = JobOutcome(reasons=[
+                    f"schedule: {f.text}" if f is not None else "schedule: not planned"])
+        solve_s = time.perf_counter() - t0
+        self.last_timing = {"build_s": t_build, "schedule_s": t_sched,
+                            "placement_s": solve_s - t_build - t_sched}
+        plan = build_plan(instance, "fill+" + self.solver, outcomes, solve_s)
+        plan = plan.model_copy(update={"forecasts": list(fc.values())})
+        queued = {j.name for j in view.queue}
+        self._not_now = {**{n: p for n, p in self._not_now.items() if n in queued},
+                         **{n: {result.entries[n].pool} for n in held}}
+        for n in starts:
+            self._reserved.pop(n, None)
+            self._plan.pop(n, None)
+        self._fill_started.extend((view.now, n) for n in starts)
+        self.last_instance = instance
+        fallback = "fallback" in statuses[1:]
+        return Decision(starts, instance, plan, solve_s, fallback=fallback, held=held,
+                        status="fill")
+
     def schedule_violations(self, now: float) -> list:
         """The independent schedule checker (:mod:`hyperplace.check.schedule`) on the last
         round's schedule: capacity of every pool at every time, an entry per pending job."""
@@ -514,16 +591,22 @@ class PlanningEngine(Policy):
 
         if self.last is None or self.last_instance is None:
             return []
+        # at the time the schedule was made: ``now`` but after a fill between rounds that
+        # found nothing fitting (it keeps the last schedule, checked when it was made)
         return check_schedule(self.last_instance, list(self.last_instance.jobs),
-                              slots(self.last), self.last_running, now)
+                              slots(self.last), self.last_running, self.last.problem.now)
 
     def notes(self) -> list[str]:
-        """What a replay's report says of this engine (the budget's clock and its ceiling)."""
+        """What a replay's report says of this engine (the budget's clock and its ceiling,
+        its fills between rounds)."""
+        fills = ([f"engine fills between rounds (at events): {self.fill_rounds} ran"]
+                 if self.fills_between_rounds else [])
         if self.clock != "work":
-            return ["engine budget: wall clock (decisions depend on the machine's load)"]
+            return ["engine budget: wall clock (decisions depend on the machine's load)",
+                    *fills]
         return [f"engine budget: deterministic work ({self.work_units:g} CP-SAT work units "
                 f"a round), wall ceiling {self.ceiling_s:g} s, hit in {self.ceiling_hits} "
-                "rounds"]
+                "rounds", *fills]
 
     # ---- a round ------------------------------------------------------------------------
     def decide(self, view: RoundView) -> Decision:
@@ -537,10 +620,32 @@ class PlanningEngine(Policy):
             if enabled:
                 gc.enable()
 
-    def _decide(self, view: RoundView) -> Decision:
+    def fill_between(self, view: RoundView) -> Decision:
+        """The fill between rounds (:data:`FILL_EVENTS`): what fits now around the last
+        round's reservations starts now; no search, no new reservations, forecasts stay."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._decide(view, between=True)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _nothing_fits(self, view: RoundView, t0: float) -> Decision:
+        """A fill between rounds when no waiting job fits in the free GPUs by count."""
+        instance = view.state.instance([j.manifest for j in view.queue])
+        outcomes = {j.name: JobOutcome(reasons=["schedule: no free capacity it fits in "
+                                                "before the next round"]) for j in view.queue}
+        plan = build_plan(instance, "fill+" + self.solver, outcomes, time.perf_counter() - t0)
+        return Decision({}, instance, plan, time.perf_counter() - t0, status="fill")
+
+    def _decide(self, view: RoundView, between: bool = False) -> Decision:
         t0 = time.perf_counter()
-        self._learn_starts(view)
-        problem = self.problem(view)
+        if between and view.state.free_count() < min(j.gpus for j in view.queue):
+            return self._nothing_fits(view, t0)
+        if not between:
+            self._learn_starts(view)
+        problem = self.problem(view, between)
         t_build = time.perf_counter() - t0
         work = self.clock == "work"
         if work:  # deterministic work limit; the round's wall budget is the ceiling
@@ -556,7 +661,8 @@ class PlanningEngine(Policy):
             window = min(window, max(MIN_WINDOW, int(0.5 * self.budget_s * self.schedule_share
                                                      / BUILD_S_PER_JOB)))
         result = solve_schedule(problem, budget_s=sched_budget, window=window,
-                                solver="greedy" if self.solver == "greedy" else "cpsat",
+                                solver="greedy" if self.solver == "greedy" or between
+                                else "cpsat",
                                 seed=self.seed, work_s=work_s, fill=self.fill,
                                 fill_reserved=self.fill_reserved)
         if any("wall ceiling" in n for n in result.notes):
@@ -567,7 +673,7 @@ class PlanningEngine(Policy):
         # default: replays then do not depend on the machine's load through it) a round whose
         # schedule ran over its share halves the next round's window; one well within it
         # grows it back
-        if not self.adapt_window:
+        if not self.adapt_window or between:
             pass
         elif t_sched > 1.1 * sched_budget:
             self.window_now = max(MIN_WINDOW, self.window_now // 2)
@@ -649,6 +755,10 @@ class PlanningEngine(Policy):
         outcomes = {n: JobOutcome(units={u: [GPURef(node=a, gpu=b) for a, b in gs]
                                          for u, gs in units.items()})
                     for n, units in starts.items()}
+        if between:  # the forecasts shown stay the last round's
+            fc = {f.job: f for f in forecasts(result)}
+            return self._filled(view, result, instance, starts, held, outcomes, fc, statuses,
+                                t0, t_build, t_sched)
         # the forecast: a list schedule of the same queue (FORECAST_LIST), the round's
         # starts fixed now; decisions above never read it
         fres = forecast_result(result, starts) if self.forecast_list else result
@@ -657,8 +767,11 @@ class PlanningEngine(Policy):
         if self.calibration is not None:  # the forecasts shown: calibrated (past starts only)
             fc, self._shown, self._windows = calibrated_forecast(
                 self.calibration, fc, view.now, set(starts))
+            # jobs the fills started since the last round are learnt as started now
             self.calibration.record(view.now, {n: fres.start_s(n) for n in fc
-                                               if n not in starts}, list(starts))
+                                               if n not in starts},
+                                    [*starts, *(n for _, n in self._fill_started)])
+        self._fill_started = []
         for j in view.queue:
             if j.name not in outcomes:
                 f = fc.get(j.name)
@@ -685,6 +798,11 @@ class PlanningEngine(Policy):
         for n in planned[:self.reserve_head]:  # None: all; else the head of the list order
             e = result.entries[n]
             self._reserved[n] = Reservation(n, e.pool, result.start_s(n))
+        gangs = self.fill_keeps == "gangs"
+        self._plan = {n: Reservation(n, e.pool, result.start_s(n))
+                      for n, e in result.entries.items()
+                      if e.start_step and e.pool is not None and n not in starts
+                      and (not gangs or jobs_of[n].node_demand.get(e.pool, 0))}
         self.last_instance = instance
         self._keep_first_plans(view, result, list(starts))
         fallback = result.status == "fallback" or "fallback" in statuses[1:]

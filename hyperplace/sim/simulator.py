@@ -153,6 +153,12 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
     loop.speed = (own_speed(loop.state.base, config.network) if own_speed is not None
                   else SpeedModel(loop.state.base, network=config.network))
     wake = getattr(pol, "wake_s", None)
+    # a policy that fills between its rounds (``fills_between_rounds``: the planning engine,
+    # hyperplace.sim.planning.FILL_EVENTS) is also asked to fill (RoundLoop.run_round's
+    # ``fill``) at every event that leaves jobs waiting, at the event's time. No other
+    # policy is: their replays are as before.
+    between = bool(getattr(pol, "fills_between_rounds", False)) and config.round_s > 0
+    fill_due: float | None = None
     if jobs:
         loop.window = (min(j.submit_s for j in jobs), max(j.submit_s for j in jobs))
     for sw in config.fail_switches:
@@ -230,11 +236,13 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
             repairs_left -= 1
             dirty = True
         elif kind == ROUND:
-            if t == round_due:
+            fill = payload == "fill"
+            if t == round_due and not fill:
                 round_due = None
-            wakes.discard(t)
+            if not fill:
+                wakes.discard(t)
             if loop.queue:
-                result = loop.run_round(t)
+                result = loop.run_round(t, fill=fill)
                 d = result.decision
                 rounds.append(RoundStat(t, d.solve_s, len(result.started), len(loop.queue),
                                         d.fallback, d.status, len(d.held)))
@@ -258,6 +266,10 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
             round_due = math.ceil(t / config.round_s) * config.round_s if config.round_s > 0 else t
             if round_due not in wakes:  # else the round a policy asked for serves
                 push(round_due, ROUND, None)
+        if between and dirty and loop.queue and kind != ROUND and round_due != t \
+                and fill_due != t:
+            fill_due = t  # the fill between rounds, after every event at this instant
+            push(t, ROUND, "fill")
         if (not loop.running and loop.queue and arrivals_left == 0 and repairs_left == 0
                 and round_due is None and not wakes and not last_round_started):
             break  # nothing can change any more

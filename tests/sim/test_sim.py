@@ -164,6 +164,34 @@ def test_backfill_respects_the_reservation(policy):
     assert rec["long"].first_start_s >= rec["head"].first_start_s  # would delay the head
 
 
+def test_engine_fills_between_rounds_around_the_reservations():
+    from hyperplace.sim.planning import PlanningEngine
+
+    inst = tiny_instance()
+    # rounds every 600 s; a running 24-GPU job, a 32-GPU head that waits for it, a short
+    # small job that fits now and a long one that would delay the head
+    jobs = [job("run", 24, 0, 1000), job("head", 32, 1, 1000), job("short", 8, 2, 100),
+            job("long", 8, 3, 100_000)]
+
+    def replay(fill_events: bool):
+        pol = PlanningEngine(round_s=600, fill_events=fill_events)
+        run = simulate(inst, jobs, pol, SimConfig(round_s=600, check=True))
+        return {r.job.name: r for r in run.records}, run
+
+    rec, run = replay(True)
+    assert rec["short"].first_start_s == 2  # at its arrival, not at the round at 600 s
+    assert rec["head"].first_start_s == rec["run"].end_s  # when the capacity freed
+    assert rec["long"].first_start_s >= rec["head"].first_start_s  # never ahead of it
+    assert any(r.status == "fill" and r.started for r in run.rounds)
+    assert any("fills between rounds" in n for n in run.notes)
+    rounds, plain = replay(False)  # rounds only: both wait for a round
+    assert rounds["short"].first_start_s == 600 and rounds["head"].first_start_s == 1200
+    assert all(r.time_s % 600 == 0 for r in plain.rounds)
+    # a peer is never asked between its rounds
+    peer = simulate(inst, jobs, "kueue", SimConfig(round_s=600))
+    assert all(r.time_s % 600 == 0 for r in peer.rounds)
+
+
 # ---- placement-dependent speed ------------------------------------------------------------
 
 def test_speed_depends_on_gpu_type_and_network():

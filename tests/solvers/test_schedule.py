@@ -820,15 +820,19 @@ def test_the_engines_forecast_correction_learns_only_from_starts_before_the_roun
             for i in range(16)]
     seen: list[tuple[float, int]] = []  # (round, samples the correction held at its end)
 
-    def replay(correct: bool):
+    def replay(correct: bool, fill_events: bool = False):
+        # rounds only (the scenario's waits are the rounds'); with the fills between rounds
+        # the starts they make are learnt too (checked below)
         pol = make_policy("engine", inst, budget_s=1.0, schedule={
             "forecast_correction": correct, "work_units": 0.004,
-            "forecast_calibration": False})
+            "forecast_calibration": False, "fill_events": fill_events})
         if correct:
             decide = pol._decide
 
-            def spy(view):
-                d = decide(view)
+            def spy(view, between=False):
+                d = decide(view, between)
+                if between:  # a fill between rounds: forecasts stay the round's
+                    return d
                 seen.append((view.now, sum(len(s) for s in pol.correction.samples)))
                 fc, raw = pol.forecasts(), pol.raw_forecasts()
                 gpus = {j.name: j.gpus for j in pol.last.problem.jobs}
@@ -859,6 +863,16 @@ def test_the_engines_forecast_correction_learns_only_from_starts_before_the_roun
 
     f = summarize(run)["forecast"]
     assert f["raw"]["jobs"] == f["jobs"] and "raw" not in summarize(plain)["forecast"]
+    # with the fills between rounds: a job a fill started is learnt at the next round, at
+    # the time it started (fails if fill starts are dropped or learnt before they happen)
+    seen.clear()
+    filled = replay(True, fill_events=True)
+    learnable = [r for r in filled.records if r.first_start_s - r.job.submit_s >= 600
+                 and r.raw_forecast_start_s is not None
+                 and r.raw_forecast_start_s > r.forecast_at_s]
+    assert any(r.first_start_s % 60 for r in learnable)  # some started between rounds
+    for t, held in seen:
+        assert held == sum(1 for r in learnable if r.first_start_s < t)
 
 
 
