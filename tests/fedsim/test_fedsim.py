@@ -63,8 +63,8 @@ class Spy:
         self.starts: dict[str, tuple[list, float]] = {}
         orig = loop.RoundLoop.run_round
 
-        def run_round(lp, now):
-            result = orig(lp, now)
+        def run_round(lp, now, **kw):
+            result = orig(lp, now, **kw)
             for s in result.started:
                 self.starts[s.job.name] = (list(s.gpus), s.speed)
             return result
