@@ -217,7 +217,8 @@ def simulate_command(
     trace: Annotated[str, typer.Option(help="philly | alibaba-2023 | a CSV file (submit_time_s, duration_s, num_gpus[, gpu_type, name, queue, model]; columns in any order)")] = "philly",
     instance: Annotated[str, typer.Option("--instance", "-i", help="bundled instance name or Instance file")] = "mixed-a100-h100",
     policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="engine, engine-rounds, engine-wait, fifo (first fit), kueue (BestEffortFIFO), kueue-strict (StrictFIFO), volcano, volcano-proportion, slurm (backfill as a site configures it), slurm-default (backfill as shipped: a weaker variant); on a federation (2+ member clusters): engine-federated (one global queue, the federation engine splits jobs across clusters when that finishes them sooner), karmada-aggregated, karmada-dynamic, karmada-static (Karmada's division into per-cluster queues, Kueue in each member), each also as NAME-whole (splits off); also spelled fifo-firstfit, kueue-style, kueue-besteffort, kueue-strictfifo, volcano-style, proportion, slurm-style, slurm-backfill; repeat for several (default: all but engine-wait and volcano-proportion)")] = None,
-    round_s: Annotated[float, typer.Option("--round", help="seconds between scheduling rounds (0: a round at every event: an arrival, an end, a failure)")] = 60.0,
+    round_s: Annotated[float, typer.Option("--round", help="seconds between the engine's scheduling rounds (0: a round at every event: an arrival, an end, a failure); the peers decide at their upstream cadence unless --peer-cadence uniform")] = 60.0,
+    peer_cadence: Annotated[str, typer.Option("--peer-cadence", help="upstream (the default: Kueue at every event, Volcano every 1 s, Slurm's backfill every 30 s and its main scheduler at every submission and end, as each ships) or uniform (every policy every --round seconds)")] = "upstream",
     budget: Annotated[float, typer.Option(help="engine time budget per round, seconds")] = 1.0,
     load: Annotated[str, typer.Option(help="offered work over the instance's capacity at each GPU type's speed for that work (1.0 saturates any instance), or 'trace' for the trace's own rate")] = "1.0",
     prediction_error: Annotated[float, typer.Option("--prediction-error", help="sigma of the lognormal error of the run-time predictions every policy sees (predicted = work x exp(N(0, sigma))); 0 = exact")] = 0.5,
@@ -253,7 +254,7 @@ def simulate_command(
     from hyperplace.sim.policies import canonical_policy
     from hyperplace.sim.run import SimRequest, run_simulation
     from hyperplace.sim.options import engine_config
-    from hyperplace.sim.simulator import SimConfig
+    from hyperplace.sim.simulator import CADENCES, SimConfig
 
     _finite("--round", round_s)
     _finite("--budget", budget, 0.01)
@@ -264,6 +265,9 @@ def simulate_command(
                             "--engine-clock": engine_clock, "--preemption": preemption,
                             "--defrag": defrag, "--half-life": half_life,
                             "--fair-share-levels": fair_share_levels})
+    if peer_cadence not in CADENCES:
+        raise InputError(f"use {' or '.join(CADENCES)}, got {peer_cadence!r}",
+                         path="--peer-cadence")
     if solver not in ("auto", "cpsat", "milp", "greedy"):
         raise InputError(f"unknown solver {solver!r}; use auto, cpsat, milp or greedy",
                          path="--solver")
@@ -290,7 +294,8 @@ def simulate_command(
                      workload=workload,
                      load=parse_load(load), policies=names, prediction_error=prediction_error,
                      drop_unfit=drop_unfit)
-    config = SimConfig(round_s=round_s, budget_s=budget, failures=failures, seed=seed,
+    config = SimConfig(round_s=round_s, cadence=peer_cadence, budget_s=budget,
+                       failures=failures, seed=seed,
                        prediction_sigma=prediction_error,
                        network=network, solver=solver,
                        federation_split=federation_split, **engine)

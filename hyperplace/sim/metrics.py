@@ -123,6 +123,7 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
     solve = [r.solve_s for r in run.rounds]
     return {
         "policy": run.policy,
+        "cadence_s": run.cadence_s, "fills_at_events": run.between,
         "jobs": len(run.records),
         "finished": len(done),
         "unfinished": run.unfinished,

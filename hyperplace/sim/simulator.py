@@ -1,7 +1,8 @@
 """Event-driven replay: arrivals, rounds, completions, failures and repairs over time.
 
 The simulator owns the clock and drives a :class:`~hyperplace.sim.loop.RoundLoop`. Rounds
-run at multiples of ``round_s`` after something changed (a job arrived or ended, hardware
+run at multiples of the policy's cadence (``SimConfig.cadence``: a peer's upstream one, the
+engine's ``round_s``; 0: at the event) after something changed (a job arrived or ended, hardware
 failed or came back) while jobs wait; a round with nothing new to decide is skipped (every
 policy here decides the same on the same state). Events at the same instant apply in the
 order repair, completion, failure, arrival, round.
@@ -26,6 +27,7 @@ from hyperplace.sim.policies import Policy, make_policy
 from hyperplace.sim.speed import SpeedModel
 
 REPAIR, FINISH, FAIL, ARRIVE, ROUND = range(5)
+CADENCES = ("upstream", "uniform")
 
 
 @dataclass
@@ -33,6 +35,12 @@ class SimConfig:
     """Knobs of one replay (every policy of a run shares them)."""
 
     round_s: float = 60.0
+    # how often each policy decides: ``upstream`` (the default) each peer at its upstream
+    # cadence (``Policy.cadence_s``: Kueue at every event, Volcano every second, Slurm's
+    # backfill every 30 s with its main scheduler at every event; hyperplace.sim.policies)
+    # and the engine every ``round_s``; ``uniform``: every policy every ``round_s`` (the
+    # replays before 2026-12-03)
+    cadence: str = "upstream"
     budget_s: float = 1.0
     failures: float = 0.0
     seed: int = 0
@@ -125,6 +133,8 @@ class PolicyRun:
     queue_gpu_s: dict[str, float] = field(default_factory=dict)  # GPU-seconds held per queue
     queue_gpu_s_in_window: dict[str, float] = field(default_factory=dict)  # ... while arriving
     queue_weights: dict[str, float] = field(default_factory=dict)  # declared fair-share weights
+    cadence_s: float | None = None  # seconds between its rounds (0: at every event)
+    between: bool = False  # also asked to fill at every event between its rounds
 
 
 def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, config: SimConfig,
@@ -148,6 +158,10 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
                   "forecast_correction": config.engine_forecast_correction,
                   "forecast_calibration": config.engine_forecast_calibration,
                   "fill_reserved": config.engine_fill_reserved})
+    if config.cadence not in CADENCES:
+        raise ValueError(f"cadence: use {' or '.join(CADENCES)}, got {config.cadence!r}")
+    own = getattr(pol, "cadence_s", None)
+    round_s = own if config.cadence == "upstream" and own is not None else config.round_s
     loop = RoundLoop(instance, pol, check=config.check, half_life_s=config.half_life_s)
     own_speed = getattr(pol, "speed_model", None)
     loop.speed = (own_speed(loop.state.base, config.network) if own_speed is not None
@@ -155,9 +169,12 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
     wake = getattr(pol, "wake_s", None)
     # a policy that fills between its rounds (``fills_between_rounds``: the planning engine,
     # hyperplace.sim.planning.FILL_EVENTS) is also asked to fill (RoundLoop.run_round's
-    # ``fill``) at every event that leaves jobs waiting, at the event's time. No other
-    # policy is: their replays are as before.
-    between = bool(getattr(pol, "fills_between_rounds", False)) and config.round_s > 0
+    # ``fill``) at every event that leaves jobs waiting, at the event's time; so is Slurm
+    # (its main scheduler, hyperplace.sim.policies.SlurmBackfill.fill_between). No other
+    # policy is: their replays are as before. A peer's fill (Slurm's main scheduler) is part
+    # of its upstream cadence: ``uniform`` replays it at round_s only.
+    between = (bool(getattr(pol, "fills_between_rounds", False)) and round_s > 0
+               and (own is None or config.cadence == "upstream"))
     fill_due: float | None = None
     if jobs:
         loop.window = (min(j.submit_s for j in jobs), max(j.submit_s for j in jobs))
@@ -255,15 +272,14 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
                 last_round_started = bool(result.started)
                 due = wake(t) if wake is not None else None
                 if due is not None and due > t:
-                    due = math.ceil(due / config.round_s) * config.round_s if config.round_s \
-                        > 0 else due
+                    due = math.ceil(due / round_s) * round_s if round_s > 0 else due
                     if due not in wakes and due != round_due:
                         wakes.add(due)
                         push(due, ROUND, None)
             dirty = False
         sample(t)
         if dirty and loop.queue and round_due is None:
-            round_due = math.ceil(t / config.round_s) * config.round_s if config.round_s > 0 else t
+            round_due = math.ceil(t / round_s) * round_s if round_s > 0 else t
             if round_due not in wakes:  # else the round a policy asked for serves
                 push(round_due, ROUND, None)
         if between and dirty and loop.queue and kind != ROUND and round_due != t \
@@ -288,7 +304,7 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
                      notes=list(getattr(pol, "notes", lambda: [])()),
                      queue_gpu_s=dict(loop.gpu_seconds),
                      queue_gpu_s_in_window=dict(loop.gpu_seconds_in_window),
-                     queue_weights=weights)
+                     queue_weights=weights, cadence_s=round_s, between=between)
 
 
 def _record_forecasts(loop: RoundLoop, result, t: float) -> None:

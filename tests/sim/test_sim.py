@@ -187,8 +187,9 @@ def test_engine_fills_between_rounds_around_the_reservations():
     rounds, plain = replay(False)  # rounds only: both wait for a round
     assert rounds["short"].first_start_s == 600 and rounds["head"].first_start_s == 1200
     assert all(r.time_s % 600 == 0 for r in plain.rounds)
-    # a peer is never asked between its rounds
-    peer = simulate(inst, jobs, "kueue", SimConfig(round_s=600))
+    # a peer is never asked between its rounds (on the replay's cadence; the peers' own
+    # cadences: tests/sim/test_sim_cadence.py)
+    peer = simulate(inst, jobs, "kueue", SimConfig(round_s=600, cadence="uniform"))
     assert all(r.time_s % 600 == 0 for r in peer.rounds)
 
 
