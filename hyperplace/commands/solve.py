@@ -459,6 +459,9 @@ def solve_command(
         raise InputError(f"pictures are SVG: give a .svg file name, got {str(draw)!r}",
                          path="--draw")
     inst = with_queue_files(resolve_instance(instance, cluster, jobs), queues or [])
+    from hyperplace.sim.forecast import run_times
+
+    run_times(inst)  # a bad duration annotation is refused whatever the budget leaves
     fitted = None
     if calibration is not None:
         from hyperplace.costmodel.calibration import load_calibration

@@ -399,6 +399,13 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
     from hyperplace.solvers.driver import solve_placement
 
     inst, label = resolve_instance(payload, ctx)
+    from hyperplace.sim import forecast  # (#21) when and where, every job
+
+    try:  # a bad duration annotation is refused whatever the budget leaves for forecasts
+        forecast.run_times(inst)
+    except InputError as exc:
+        raise input_problem(exc, "instance" if payload.get("instance") is not None
+                            else "") from None
     # the request body was validated as the library's round request; its budget is what
     # the service's deadline leaves, less SOLVE_RESERVE_FRACTION of it
     request = RoundRequest.of(
@@ -409,7 +416,6 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
     # rounds on a stored cluster are not cold starts (an inline instance has no history)
     warm = ctx.warm_start(label, inst) if payload.get("cluster") is not None else None
     plan = solve_placement(inst, **request.solve_kwargs(), warm=warm)
-    from hyperplace.sim import forecast  # (#21) when and where, every job
 
     forecasts: list[Any] = []
     # after the solve: only in what its budget left, at this worker's measured rate (the

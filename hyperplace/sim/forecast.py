@@ -131,9 +131,11 @@ class ForecastInputs:
     run_assumed: int
 
 
-def forecast_inputs(instance: Instance) -> ForecastInputs:
-    """:class:`ForecastInputs` of ``instance``; raises InputError naming the annotation of a
-    job whose duration does not parse."""
+def run_times(instance: Instance) -> tuple[dict[str, float], set[str]]:
+    """Each job's run time (its ``hyperplace.io/duration``, else :data:`DEFAULT_RUN_S`) and
+    the jobs whose run time is assumed; raises InputError naming the annotation of a job
+    whose duration does not parse. The shells call it as soon as they have read the
+    instance, so a bad annotation is refused whatever the budget leaves for forecasts."""
     from hyperplace.errors import InputError
 
     work: dict[str, float] = {}
@@ -149,6 +151,13 @@ def forecast_inputs(instance: Instance) -> ForecastInputs:
         except ValueError as exc:
             raise InputError(f"{exc} (job {j.name})", path=f"spec.jobs[{i}].metadata."
                              f"annotations.{DURATION_ANNOTATION}") from None
+    return work, assumed
+
+
+def forecast_inputs(instance: Instance) -> ForecastInputs:
+    """:class:`ForecastInputs` of ``instance``; raises InputError naming the annotation of a
+    job whose duration does not parse (:func:`run_times`)."""
+    work, assumed = run_times(instance)
     info = {r.name: r for r in instance.spec.running_jobs}
     held: dict[str, list[tuple[str, int]]] = {}
     for c in instance.clusters:

@@ -207,6 +207,9 @@ BAD = [
      "instance.spec.clusters[0].nodes[0].gpuType"),
     ("/v1/placement", {"instance": "_week_long_job"}, 422,
      "instance.spec.jobs[0].metadata.annotations.hyperplace.io/duration"),
+    # whatever the budget: at 1 ms no forecast runs, and the annotation was accepted there
+    ("/v1/placement", {"instance": "_week_long_job", "budgetS": 0.001}, 422,
+     "instance.spec.jobs[0].metadata.annotations.hyperplace.io/duration"),
     ("/v1/placement", {"instance": [1, 2]}, 422, "instance"),
     ("/v1/placement", {"bundled": SMALL, "jobs": [{"metadata": {"name": "j"}}]}, 422,
      "jobs[0].spec"),

@@ -101,8 +101,13 @@ def test_a_run_time_that_is_no_duration_is_refused_with_the_forms(text):
         parse_duration(text)
 
 
-def test_solve_names_the_job_field_of_a_duration_it_cannot_read(tmp_path, capsys):
+@pytest.mark.parametrize("budget", [None, "MIN"])
+def test_solve_names_the_job_field_of_a_duration_it_cannot_read(tmp_path, capsys, budget):
+    """Whatever the budget: at the least budget solve takes the forecasts are left out
+    (no time for them), and a bad annotation was accepted there (review of 4808926)."""
     import yaml
+
+    from hyperplace.commands.solve import MIN_BUDGET_S
 
     from cli_run import run_main
 
@@ -115,9 +120,10 @@ def test_solve_names_the_job_field_of_a_duration_it_cannot_read(tmp_path, capsys
     doc = inst.model_copy(update={"spec": inst.spec.model_copy(update={"jobs": jobs})})
     path = tmp_path / "inst.yaml"
     path.write_text(yaml.safe_dump(doc.model_dump(mode="json", by_alias=True)))
-    code = run_main(["solve", "-i", str(path)])
+    extra = [] if budget is None else ["--budget", str(MIN_BUDGET_S)]
+    code = run_main(["solve", "-i", str(path), *extra])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1
+    assert code == 2 and len(err) == 1, err
     assert err[0] == (f"error: spec.jobs[1].metadata.annotations.hyperplace.io/duration: must "
                       f"be a duration such as 90m, 2h, 1h30m, got '1w' (job {jobs[1].name})")
 
