@@ -59,6 +59,14 @@ peer (``slurm`` backfill as a site configures it, ``kueue`` BestEffortFIFO, ``ku
 ratio row compares the engine with the best peer run per metric (the best faithful peer:
 the weaker named variants such as ``slurm-default`` are not in the grid).
 
+**Cadence** (review R32; ``SimConfig.cadence = "upstream"``, :mod:`hyperplace.sim.policies`):
+every peer decides as often as it does upstream, cited there: Kueue, ``kueue-strict`` and
+``fifo`` at every event, Volcano every second, Slurm's backfill every 30 s with its main
+scheduler at every submission and job end; the engine every 60 s (``round_s``) with its fill
+at every event between rounds. Each row says its ``cadence_s`` and ``fills_at_events``.
+Cells before 2026-12-03 replayed every peer every 60 s (their rows have no ``cadence_s``);
+that cost Kueue 265 -> 13 bubble GPU-hours on Alibaba x2 at 0.8 (R32's measurement).
+
 **Metrics** (:func:`hyperplace.sim.metrics.summarize`): mean, p50 and p99 JCT; mean wait;
 mean bounded slowdown; bubble GPU-hours (free GPUs while a job that fits by count waits,
 within the arrival window); utilisation within the arrival window (busy GPU-seconds over
@@ -807,14 +815,14 @@ def summary_row(cell: dict) -> str:
     facts = cell.get("facts") or {}
     if cell.get("load") is None:
         return (head + f"- | {facts.get('jobs', '-')} | unreachable (the probe peers reach "
-                f"at most {cell['probe_reached']:.2f}) | | | | | | | | | | |")
+                f"at most {cell['probe_reached']:.2f}) | | | | | | | | | | | |")
     eng = cell["rows"][0]  # the cell's engine: engine, on a federation engine-federated
     peers = faithful_peers(cell)
     best_util = max((r["utilisation_in_window"] or 0 for r in peers), default=None)
     best_work = max((r.get("util_work") or 0 for r in peers), default=None)
     lead = head + f"{cell['load']:.3g} | {facts['jobs']} | "
     tail = (f" | {fmt(best_util)} / {fmt(best_work)} | {forecast_ratio(eng)} | "
-            f"{cuts(eng)} |")
+            f"{cuts(eng)} | {peer_cadence(cell)} |")
     if not peers:
         tail += " no peer row |"
     if cell.get("missing_rows"):
@@ -823,6 +831,17 @@ def summary_row(cell: dict) -> str:
         return lead + f"engine finished {eng['finished']}/{eng['jobs']} | | | | | | |" + tail
     r = cell["ratios"]
     return lead + " | ".join(f"{r[k]:.3f}" if k in r else "-" for k in RATIO_KEYS) + tail
+
+
+def peer_cadence(cell: dict) -> str:
+    """How often the cell's peers decided: ``upstream`` (each its own, every row says its
+    ``cadence_s``), ``60 s`` (cells before 2026-12-03: every policy every round_s) or
+    ``mixed``."""
+    peers = [r for r in cell.get("rows", []) if not r["policy"].startswith("engine")]
+    own = [r.get("cadence_s") for r in peers]
+    if own and all(c is not None for c in own):
+        return "upstream"
+    return "60 s" if all(c is None for c in own) else "mixed"
 
 
 def commits_of(cell: dict) -> set[str]:
@@ -856,7 +875,11 @@ def assemble(cells: list[dict], grid, targets, out: Path, cell_dir: Path, comman
         f"{' and '.join(PROBES)} (fast-first) reaches each target utilisation within the "
         f"arrival window (bisection; on the federation the better of {' and '.join(FED_PROBES)}"
         ", and the engine there is engine-federated against the best Karmada row: the rows "
-        "on one global queue are references); round 60 s; predictions with the default lognormal "
+        "on one global queue are references); the engine's round 60 s with its fill at every "
+        "event; peers at their upstream cadence where the last column says `upstream` (Kueue "
+        "at every event, Volcano every 1 s, Slurm's backfill every 30 s and its main scheduler "
+        "at every submission and end; `60 s`: every peer every 60 s, the cells before "
+        "2026-12-03, review R32); predictions with the default lognormal "
         "error (sigma 0.5); times in hours; slowdown = mean bounded slowdown (10 s floor); "
         "bubble = GPU-hours free while a job that fits by count waits (arrival window); "
         "util = busy GPU-seconds / (GPUs x window), the issue's metric; util (work) = work "
@@ -868,8 +891,8 @@ def assemble(cells: list[dict], grid, targets, out: Path, cell_dir: Path, comman
         "utilisation above 1)", "",
         "| workload | instance | target util | load | jobs | mean JCT | p99 JCT | mean wait | "
         "slowdown | bubbles | util | util (work) | best peer util / util (work) | "
-        "engine forecast err/wait | engine rounds cut by the ceiling |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "engine forecast err/wait | engine rounds cut by the ceiling | peers decide |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     body: list[str] = []
     missing = []
     goal_lines = []
