@@ -5,7 +5,8 @@ Re-implemented from karmada-io/karmada at commit f8fdd02 (read, not copied):
 
 * **When.** A job arriving at the federation is a ResourceBinding the karmada-scheduler
   schedules once (priority, then arrival: its scheduling queue); a division that fails
-  (``UnschedulableError``) is retried, here every round, until it succeeds. A scheduled
+  (``UnschedulableError``) is retried, here at every event (the members' Kueue cadence,
+  ``SimConfig.cadence`` upstream; every ``round_s`` with ``uniform``), until it succeeds. A scheduled
   binding is not re-divided when the member's part then waits in its local queue.
 * **Unit.** Karmada divides *replicas*; here one replica is one data-parallel replica of the
   job (its whole pipeline, ``stages`` pods of ``gpusPerGroup`` GPUs: a component set, kept
@@ -84,7 +85,7 @@ from hyperplace.models import Instance, TrainingJob
 from hyperplace.models.plan import GPURef
 from hyperplace.sim.jobs import SimJob
 from hyperplace.sim.peers import PeerPlacer
-from hyperplace.sim.policies import Decision, Policy, RoundView
+from hyperplace.sim.policies import KUEUE_CADENCE_S, Decision, Policy, RoundView
 
 RULES = ("aggregated", "dynamic", "static")
 HOLD_TIMEOUT_S = 600.0
@@ -119,6 +120,10 @@ class PartState:
 
 class KarmadaDivision(Policy):
     """``karmada-<rule>`` (``-whole`` with splits off); see the module docstring."""
+
+    # each member's local Kueue decides at every event (hyperplace.sim.policies.
+    # KUEUE_CADENCE_S, cited there), and a division that failed is retried at those events
+    cadence_s = KUEUE_CADENCE_S
 
     def __init__(self, instance: Instance, rule: str = "aggregated", *, split: bool = True,
                  seed: int = 0, hold_timeout_s: float = HOLD_TIMEOUT_S):

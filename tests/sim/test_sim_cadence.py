@@ -91,3 +91,15 @@ def test_simulate_refuses_an_unknown_peer_cadence_in_one_line(capsys):
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1 and "--peer-cadence" in lines[0], err
     assert "upstream or uniform" in lines[0]
+
+
+def test_karmada_divisions_decide_at_every_event_as_their_members_kueue():
+    from hyperplace.fedsim.karmada import KarmadaDivision
+    from hyperplace.instances import load_instance
+
+    fed = load_instance("seed-beijing-shanghai")
+    assert KarmadaDivision(fed, "aggregated").cadence_s == KUEUE_CADENCE_S
+    run = simulate(fed, [], KarmadaDivision(fed, "dynamic"), SimConfig())
+    assert run.cadence_s == 0.0
+    assert simulate(fed, [], KarmadaDivision(fed, "dynamic"),
+                    SimConfig(cadence="uniform")).cadence_s == 60.0
