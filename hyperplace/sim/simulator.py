@@ -94,6 +94,9 @@ class SimConfig:
     # the planning engine's fill may start reserved jobs now (hyperplace.sim.planning.
     # FILL_RESERVED; False: reserved jobs wait for their reservation)
     engine_fill_reserved: bool = True
+    # what the planning engine's fill between rounds keeps of the last round's plan
+    # (hyperplace.sim.planning.FILL_KEEPS: plan | gangs | reservations; None: that default)
+    engine_fill_keeps: str | None = None
 
 
 @dataclass
@@ -157,7 +160,9 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
                   "clock": config.engine_clock,
                   "forecast_correction": config.engine_forecast_correction,
                   "forecast_calibration": config.engine_forecast_calibration,
-                  "fill_reserved": config.engine_fill_reserved})
+                  "fill_reserved": config.engine_fill_reserved,
+                  **({"fill_keeps": config.engine_fill_keeps}
+                     if config.engine_fill_keeps is not None else {})})
     if config.cadence not in CADENCES:
         raise ValueError(f"cadence: use {' or '.join(CADENCES)}, got {config.cadence!r}")
     own = getattr(pol, "cadence_s", None)
