@@ -196,6 +196,17 @@ FILL_EVENTS = True
 #: util 0.827, util_work 0.847 (off: 1.373, 0.943, 0.925; likely because the list schedule at
 #: events re-plans the round's later starts: not broken down); Philly 0.815 JCT, 0.842 p99,
 #: 0.544 wait, 0.247 slowdown, 1.364 bubbles, 0.894 util.
+#: Re-measured 2026-12-03 against the peers at their upstream cadence (main 79b5547's cells,
+#: clock "work", 0 rounds cut, load 1-3; engine / best peer, JCT, p99, wait, slowdown,
+#: bubbles, util): "plan" Alibaba 0.837, 1.004, 0.589, 0.823, 253, 0.894; Philly 0.810,
+#: 0.884, 0.682, 0.200, 10.8, 0.900; fm 0.612, 0.368, 0.491, 0.535, 1.149, 0.944.
+#: "reservations": Alibaba 0.818, 1.004, 0.533, 0.821, 254, 0.894; held out Philly 0.835,
+#: 0.867, 0.656, 0.230, 10.4, 0.903; fm 0.552, 0.337, 0.426, 0.431, 1.678, 0.886: better waits
+#: on all three, but Philly's JCT and slowdown and fm's bubbles and utilisation worse, so
+#: "plan" stays. The engine's round (SimConfig.round_s, ``simulate --round``) at 30 s
+#: instead of 60: Alibaba 0.795, 1.004, 0.574, 0.826, 253, 0.894; fm 0.544, 0.322, 0.415,
+#: 0.426, 1.173, 0.940; Philly 0.849, 0.990, 0.739, 0.266, 9.7, 0.908: Philly worse on every
+#: figure but bubbles and utilisation; the round stays 60 s.
 FILL_KEEPS = "plan"
 #: ``clock="work"`` (replays: ``simulate``'s default, the bench's): the schedule's CP-SAT
 #: search gets ``WORK_PER_S`` deterministic-time units (OR-Tools' ``max_deterministic_time``)
