@@ -310,3 +310,26 @@ def test_peers_from_cells_replays_only_the_engine_rows(bench, tmp_path):
     assert peer["commit"] == "c63" and peer["from_cell"] == old["date"]
     assert run({"policy": "slurm", "order": "fast-last"}) is None
     assert ran == ["engine"]
+
+
+def test_bubble_causes_add_up_to_the_bench_measure_and_a_peer_holds_nothing():
+    import copy
+
+    from bench import bubble_causes as bc
+    from hyperplace.instances import load_instance
+    from hyperplace.sim.run import SimRequest, build_workload
+    from hyperplace.sim.simulator import SimConfig
+
+    inst = load_instance("mixed-a100-h100")
+    wl, _ = build_workload(SimRequest(trace="philly", workload="trace", load=1.5, limit=150),
+                           inst, 0)
+    for policy in ("engine", "kueue"):
+        got, total = bc.causes(inst, copy.deepcopy(wl.jobs), policy, SimConfig(budget_s=0.2))
+        assert set(got) == set(bc.CAUSES)
+        assert sum(got.values()) == pytest.approx(total, rel=1e-9, abs=1e-6)
+        if policy == "kueue":  # a peer has neither reservations nor a plan
+            assert got["reserved"] == got["planned"] == 0.0
+    # the loop is itself again
+    from hyperplace.sim import loop
+    assert loop.RoundLoop.run_round.__name__ == "run_round"
+    assert loop.RoundLoop.run_round.__qualname__ == "RoundLoop.run_round"
