@@ -401,11 +401,7 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
     inst, label = resolve_instance(payload, ctx)
     from hyperplace.sim import forecast  # (#21) when and where, every job
 
-    try:  # a bad duration annotation is refused whatever the budget leaves for forecasts
-        forecast.run_times(inst)
-    except InputError as exc:
-        raise input_problem(exc, "instance" if payload.get("instance") is not None
-                            else "") from None
+    read_run_times(inst, "instance" if payload.get("instance") is not None else "")
     # the request body was validated as the library's round request; its budget is what
     # the service's deadline leaves, less SOLVE_RESERVE_FRACTION of it
     request = RoundRequest.of(
@@ -462,6 +458,18 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
     return Reply(200, dumps(plan.to_doc()), info)
 
 
+def read_run_times(inst: Any, prefix: str) -> None:
+    """Every job's run time read (``hyperplace.io/duration``): a bad annotation is a 422 at
+    its field whatever the budget leaves for forecasts, and before a run is accepted or a
+    cluster stored (a stored bad one would fail every later placement on it)."""
+    from hyperplace.sim.forecast import run_times
+
+    try:
+        run_times(inst)
+    except InputError as exc:
+        raise input_problem(exc, prefix) from None
+
+
 @handler("validate-placement")
 def validate_placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> Reply:
     """A background run's documents, validated before the run is accepted (202). A stored
@@ -469,6 +477,7 @@ def validate_placement(payload: dict[str, Any], deadline: float, ctx: WorkerCont
     if payload.get("cluster") is not None and not (payload.get("jobs") or payload.get("queues")):
         return Reply(200, dumps({}), {})
     inst, _ = resolve_instance(payload, ctx)
+    read_run_times(inst, "instance" if payload.get("instance") is not None else "")
     return Reply(200, dumps({"jobs": len(inst.jobs)}), {})
 
 
@@ -612,6 +621,7 @@ def validate_instance(payload: dict[str, Any], deadline: float, ctx: WorkerConte
         with old_keys_noted(ctx):
             renamed_keys(payload["instance"], payload.get("prefix") or "body")
         inst = validate(Instance, payload["instance"], payload.get("prefix", ""))
+        read_run_times(inst, payload.get("prefix", ""))
     except RequestProblem as exc:
         first = payload.get("arrivals_from")
         if first is not None:  # a PATCH: name the arrival, not its place in the queue

@@ -412,6 +412,23 @@ def _pod(job: str) -> dict:
                          "labels": {"volcano.sh/job-name": job}}}
 
 
+def test_a_bad_duration_is_refused_before_a_run_is_accepted_or_a_cluster_stored(
+        http: httpx.Client) -> None:
+    # found in review: a background run was accepted (202) and then failed, and PUT stored
+    # the cluster, after which every placement on it answered 422
+    annotation = "spec.jobs[0].metadata.annotations.hyperplace.io/duration"
+    r = http.post("/v1/runs", json={"kind": "placement",
+                                    "request": {"instance": _instance_with_a_week_long_job()}})
+    assert r.status_code == 422, r.text
+    assert r.json()["path"].endswith("instance." + annotation), r.json()
+    r = http.put("/v1/clusters/week-long", json=_instance_with_a_week_long_job())
+    assert r.status_code == 422, r.text
+    assert r.json()["path"] == annotation, r.json()
+    assert "got '1w'" in r.json()["error"]
+    assert http.get("/v1/clusters/week-long").status_code == 404
+    _still_serving(http)
+
+
 def test_stored_cluster_rounds_and_extenders(http: httpx.Client) -> None:
     inst = load_instance(SMALL)
     doc = instance_document(inst)
