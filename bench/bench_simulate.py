@@ -839,10 +839,13 @@ def peer_cadence(cell: dict) -> str:
     ``cadence_s``), ``60 s`` (cells before 2026-12-03: every policy every round_s) or
     ``mixed``."""
     peers = [r for r in cell.get("rows", []) if not r["policy"].startswith("engine")]
-    own = [r.get("cadence_s") for r in peers]
-    if own and all(c is not None for c in own):
+    # a row at its own cadence: one the replay's 60 s round did not set (before 2026-12-03
+    # rows had no cadence_s; a uniform replay gives every peer 60 and no fill)
+    own = [r.get("cadence_s") not in (None, 60.0) or bool(r.get("fills_at_events"))
+           for r in peers]
+    if own and all(own):
         return "upstream"
-    return "60 s" if all(c is None for c in own) else "mixed"
+    return "60 s" if not any(own) else "mixed"
 
 
 def commits_of(cell: dict) -> set[str]:

@@ -329,6 +329,13 @@ def user_time_limit(job: SimJob, speed: SpeedModel, factor: float = SLURM_OVERES
     return factor * job.predicted_s / max(speed.slowest_speed(job.manifest), 1e-9)
 
 
+def _switch_limited(job: TrainingJob) -> bool:
+    """Whether a hop limit of the job may become a ``--switches=1`` constraint (a superset of
+    :func:`hyperplace.baselines.slurm.job_switch_limit` at most 1)."""
+    hops = [job.between_replicas.max_hop_count, *(u.max_hop_count for u in job.units())]
+    return any(h is not None and h <= 1 for h in hops)
+
+
 class SlurmBackfill(Policy):
     """Slurm's backfill scheduler over node-level GPU counts (see the module docstring)."""
 
@@ -349,6 +356,7 @@ class SlurmBackfill(Policy):
         self.whole_nodes = whole_nodes
         self._limits: dict[str, float] = {}
         self._eligible: dict[str, tuple[str, ...]] = {}
+        self._switch_due: list[float] = []  # when waiting --switches jobs may cross leaves
 
     def eligible(self, job: SimJob) -> tuple[str, ...]:
         """Nodes of a GPU type the job accepts (its placement depends on their counts only)."""
@@ -391,6 +399,21 @@ class SlurmBackfill(Policy):
         return sorted(view.queue, key=lambda j: (-j.manifest.priority,
                                                  -self.priority(view, j), j.submit_s))
 
+    def wake_s(self, now: float) -> float | None:
+        """When a waiting ``--switches`` job's ``max_switch_wait`` runs out (it may then run
+        across leaves): Slurm's backfill cycle runs every 30 s whatever happens, so it starts
+        the job at the next cycle after that, with no event to trigger a round here (the
+        simulator rounds the time up to the cadence). None: no such job waits."""
+        due = [t for t in self._switch_due if t > now]
+        return min(due) if due else None
+
+    def _note_switch_waits(self, view: RoundView) -> None:
+        from hyperplace.baselines.slurm import MAX_SWITCH_WAIT_S
+
+        self._switch_due = [j.submit_s + MAX_SWITCH_WAIT_S for j in view.queue
+                            if view.now - j.submit_s < MAX_SWITCH_WAIT_S
+                            and _switch_limited(j.manifest)]
+
     def fill_between(self, view: RoundView) -> Decision:
         """Slurm's main scheduler between backfill cycles: ``schedule()`` is queued at every
         submission and job end (SchedMD/slurm at 284c3b9 ``src/slurmctld/proc_req.c`` L3987
@@ -400,6 +423,7 @@ class SlurmBackfill(Policy):
         partition starts (``src/slurmctld/job_scheduler.c`` L2075-2087; one partition here).
         It makes no reservations: the backfill cycle makes them afresh."""
         t0 = time.perf_counter()
+        self._note_switch_waits(view)
         fs = self.placer.state(view.state.instance([j.manifest for j in view.queue]))
         fs.waited_s = {j.name: view.now - j.submit_s for j in view.queue}
         starts: dict[str, dict[str, list[GPURef]]] = {}
@@ -420,6 +444,7 @@ class SlurmBackfill(Policy):
 
     def decide(self, view: RoundView) -> Decision:
         t0 = time.perf_counter()
+        self._note_switch_waits(view)
         now = view.now
         state = view.state
         round_instance = state.instance([j.manifest for j in view.queue])

@@ -16,6 +16,7 @@ A sweep file (YAML)::
       failures: 0
       seed: 0
       federationSplit: true     # federation policies: jobs may split across member clusters
+      peerCadence: upstream     # upstream (each peer as it ships) | uniform (every `round` s)
       jobs: 2000                # at most this many jobs of the window
       repeat: 1                 # the kept jobs replayed this many times back to back (1-100)
       horizon: 24               # engine options, as simulate's --horizon, --schedule-window,
@@ -84,9 +85,9 @@ MIN_BUDGET_S = 0.01  # an engine round's least budget, as `simulate --budget`
 #: by their camelCase names)
 BASE_KEYS = {"instance", "trace", "window", "workload", "load", "policy", "round", "budget",
              "failures", "seed", "jobs", "repeat", "network", "solver", "capacityChange",
-             "predictionError", "federationSplit"} | ENGINE_KEYS
+             "predictionError", "federationSplit", "peerCadence"} | ENGINE_KEYS
 GRID_KEYS = {"addNodes", "failSwitch", "oversubscription", "budget", "policy", "load",
-             "failures", "seed", "round", "federationSplit"}
+             "failures", "seed", "round", "federationSplit", "peerCadence"}
 TIMING_KEYS = {"solve_p50_s", "solve_p99_s", "solve_max_s", "wall_s", "fallback_rounds",
                "seconds"}
 
@@ -101,7 +102,10 @@ class Sweep:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps([self.base, self.scenarios], sort_keys=True)
+        # the peers' cadence is part of what a stored result means: a sweep written before
+        # it existed (every peer every `round` s) does not resume as an upstream one
+        base = {"peerCadence": "upstream", **self.base}
+        return hashlib.sha256(json.dumps([base, self.scenarios], sort_keys=True)
                               .encode()).hexdigest()[:16]
 
 
@@ -171,7 +175,7 @@ def load_sweep(path: str | Path, extra: Mapping[str, Callable] | None = None) ->
     pe = base.get("predictionError", 0.5)
     if not (_is_num(pe) and 0 <= float(pe) < math.inf):
         raise InputError("must be a finite number >= 0", source=src, path="base.predictionError")
-    for key in ("budget", "load", "failures", "round"):
+    for key in ("budget", "load", "failures", "round", "peerCadence"):
         if key in base:
             _check_value(key, base[key], instance, src, f"base.{key}", canonical_policy)
     engine_config(base, by="key", source=src)
@@ -304,6 +308,9 @@ def _check_value(key: str, v: Any, instance: Instance, src: str, path: str,
     elif key == "federationSplit":
         if not isinstance(v, bool):
             raise bad("must be true or false")
+    elif key == "peerCadence":
+        if v not in ("upstream", "uniform"):
+            raise bad(f"must be upstream or uniform, got {v!r}")
 
 
 def _is_num(v: Any) -> bool:
@@ -391,6 +398,7 @@ def run_scenario(base: dict[str, Any], changes: dict[str, Any],
                      drop_unfit=True,  # a scenario's capacity change may leave a job no room
                      load_reference=base_instance if keep_rate else None)
     config = SimConfig(round_s=float(p.get("round", 60)), budget_s=float(p.get("budget", 1.0)),
+                       cadence=str(p.get("peerCadence", "upstream")),
                        failures=float(p.get("failures", 0.0)), seed=int(p.get("seed", 0)),
                        prediction_sigma=float(p.get("predictionError", 0.5)),
                        network=bool(p.get("network", True)), solver=str(p.get("solver", "auto")),

@@ -112,3 +112,20 @@ def test_engine_fill_keeps_reaches_the_planning_engine():
     run = simulate(fat_tree(), [sim_job("a", 8, 0.0, 60.0)], "engine",
                    SimConfig(engine_fill_keeps="reservations", check=True))
     assert run.unfinished == 0
+
+
+def test_slurm_runs_a_switches_job_across_leaves_at_the_cycle_after_max_switch_wait():
+    # review: with nothing else happening no round came, and the replay ended with the job
+    # unfinished; Slurm's backfill cycle (every 30 s) starts it once max_switch_wait (300 s)
+    # has run out: submitted at 10 s, due at 310 s, started at the 330 s cycle
+    from hyperplace.baselines.slurm import MAX_SWITCH_WAIT_S
+    from hyperplace.instances.generator import model_parallel_job
+    from hyperplace.sim.jobs import SimJob
+
+    m = model_parallel_job("big", "llama3-70b", replicas=3, memory_gb=None, dp_ib_gbps=None,
+                           dp_max_hops=1)  # 24 GPUs on one leaf of 16: only across leaves
+    job = SimJob(name="big", submit_s=10.0, work_s=600.0, gpus=24, manifest=m)
+    run = simulate(fat_tree(), [job], "slurm", SimConfig(check=False))
+    assert run.unfinished == 0
+    start = run.records[0].first_start_s
+    assert start == SLURM_BACKFILL_S * -(-(10.0 + MAX_SWITCH_WAIT_S) // SLURM_BACKFILL_S) == 330

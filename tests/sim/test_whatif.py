@@ -135,6 +135,9 @@ def test_ray_backend_equals_local(tmp_path: Path):
     ({"base": {"defrag": "yes"}}, "base.defrag: must be true or false"),
     ({"base": {"halfLife": -2}}, "base.halfLife: must be a finite, >= 0 number of hours"),
     ({"base": {"fairShareLevels": 5000}}, "base.fairShareLevels: must be a whole number"),
+    ({"base": {"peerCadence": "60s"}}, "base.peerCadence: must be upstream or uniform"),
+    ({"base": {}, "grid": {"peerCadence": ["upstream", "1s"]}},
+     "grid.peerCadence[1]: must be upstream or uniform"),
 ])
 def test_bad_sweep_file_names_file_and_field(tmp_path: Path, doc: dict, where: str):
     path = write(tmp_path, doc)
@@ -253,3 +256,30 @@ def test_a_sweeps_instance_file_is_read_relative_to_the_sweep_file(tmp_path: Pat
     (sub / "mine.json").write_text(inst.model_dump_json(by_alias=True))
     sweep = load_sweep(write(sub, {"base": {**SMALL, "instance": "mine.json"}}))
     assert sweep.base["instance"] == str(sub / "mine.json")
+
+
+def test_a_sweeps_peer_cadence_reaches_the_replay_and_names_its_results(tmp_path, monkeypatch):
+    """review of R32: a sweep says how often the peers decide (default upstream, as
+    simulate), and a sweep that does not say so is not the same sweep as before the
+    cadence existed (its results are not resumed as upstream ones)."""
+    import hashlib
+    import json
+
+    import hyperplace.sim.run as run
+    from hyperplace.sim.whatif import run_scenario
+
+    seen = []
+
+    def fake(instance, req, config, extra=None):
+        seen.append(config.cadence)
+        return {"policies": [{"policy": "fifo"}], "workload": {}}, []
+
+    monkeypatch.setattr(run, "run_simulation", fake)
+    sweep = load_sweep(write(tmp_path, {"base": dict(SMALL),
+                                        "grid": {"peerCadence": ["uniform"]}}))
+    for sc in sweep.scenarios:
+        run_scenario(sweep.base, sc["changes"])
+    assert seen == ["upstream", "uniform"]
+    old = hashlib.sha256(json.dumps([sweep.base, sweep.scenarios], sort_keys=True)
+                         .encode()).hexdigest()[:16]
+    assert sweep.digest != old
