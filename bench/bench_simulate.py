@@ -303,10 +303,11 @@ def replay(spec: dict, cache_dir: str) -> dict:
     instance, wl, facts = workload(spec)
     inst = instance if spec["order"] == "as-is" else reorder_nodes(
         instance, spec["order"] == "fast-first")
-    # the engine's round 60 s unless --engine-sim says round_s
-    cfg = SimConfig(**{"round_s": 60, **spec.get("sim", {})}, budget_s=spec["budget"],
-                    seed=spec["seed"],
-                    until_s=wl.jobs[-1].submit_s if spec["until"] == "arrivals" else None)
+    # the engine's round 60 s unless --engine-sim says round_s (--engine-sim may set any
+    # SimConfig field, these included)
+    cfg = SimConfig(**{"round_s": 60, "budget_s": spec["budget"], "seed": spec["seed"],
+                       "until_s": wl.jobs[-1].submit_s if spec["until"] == "arrivals" else None,
+                       **spec.get("sim", {})})
     fed = federation_policies() if spec["policy"] not in PEERS + ("engine",) else {}
     pol = fed[spec["policy"]](inst, cfg) if spec["policy"] in fed else spec["policy"]
     run = simulate(inst, copy.deepcopy(wl.jobs), pol, cfg)

@@ -333,3 +333,15 @@ def test_bubble_causes_add_up_to_the_bench_measure_and_a_peer_holds_nothing():
     from hyperplace.sim import loop
     assert loop.RoundLoop.run_round.__name__ == "run_round"
     assert loop.RoundLoop.run_round.__qualname__ == "RoundLoop.run_round"
+
+
+def test_engine_sim_sets_the_engines_round_and_any_simconfig_field(tmp_path):
+    # review: --engine-sim round_s=30 was a TypeError (the replay passed round_s itself)
+    from bench import bench_simulate as b
+
+    spec = {"label": "philly", "trace": "philly", "workload": "trace",
+            "instance": "mixed-a100-h100", "jobs": 20, "repeat": 1, "seed": 0, "budget": 0.2,
+            "load": 1.0, "policy": "engine", "order": "as-is", "until": "arrivals",
+            "sim": {"round_s": 30, "seed": 1}}
+    row = b.replay(spec, str(tmp_path))["row"]
+    assert row["cadence_s"] == 30 and row["finished"] <= 20
