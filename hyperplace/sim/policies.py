@@ -415,11 +415,12 @@ class SlurmBackfill(Policy):
                             and _switch_limited(j.manifest)]
 
     def fill_between(self, view: RoundView) -> Decision:
-        """Slurm's main scheduler between backfill cycles: ``schedule()`` is queued at every
+        """Slurm's main scheduler between backfill cycles: ``schedule()`` runs at every
         submission and job end (SchedMD/slurm at 284c3b9 ``src/slurmctld/proc_req.c`` L3987
-        in ``_slurm_rpc_submit_batch_job``, L2051 in ``_slurm_rpc_epilog_complete``); it
-        starts jobs in priority order on what is free now until the first that cannot start,
-        which marks its partition ``PART_FLAG_SCHED_FAILED`` so that no later job of the
+        ``queue_job_scheduler()`` in ``_slurm_rpc_submit_batch_job``; L2049 ``schedule(false)``
+        in ``_slurm_rpc_epilog_complete``, L2051 queued instead in defer mode); it starts
+        jobs in priority order on what is free now until the first that cannot start, which
+        marks its partition ``PART_FLAG_SCHED_FAILED`` so that no later job of the
         partition starts (``src/slurmctld/job_scheduler.c`` L2075-2087; one partition here).
         It makes no reservations: the backfill cycle makes them afresh."""
         t0 = time.perf_counter()
