@@ -75,7 +75,8 @@ Volcano every second (:data:`VOLCANO_CADENCE_S`), Slurm's backfill cycle every 3
 (:data:`SLURM_BACKFILL_S`) with its main scheduler at every submission and job end
 (:meth:`SlurmBackfill.fill_between`: priority order, stopping at the first job that cannot
 start). ``uniform`` puts every policy on the replay's ``round_s`` (60 s), as every replay
-before 2026-12-03 did (review R32: that cost Kueue 265 -> 13 bubble GPU-hours on Alibaba x2).
+before 2026-12-03 did (but for :meth:`SlurmBackfill.wake_s`; review R32: 60 s rounds gave
+Kueue 265 bubble GPU-hours on Alibaba x2 at 0.8, 13 at 1 s, 0.4 at every event).
 
 The queue policies (``fifo``, ``kueue``, ``kueue-strict``, ``volcano``) walk the queue in
 priority order, then submit time: Kueue's ``baseCompareFunc`` (kubernetes-sigs/kueue at

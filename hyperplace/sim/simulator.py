@@ -39,7 +39,8 @@ class SimConfig:
     # cadence (``Policy.cadence_s``: Kueue at every event, Volcano every second, Slurm's
     # backfill every 30 s with its main scheduler at every event; hyperplace.sim.policies)
     # and the engine every ``round_s``; ``uniform``: every policy every ``round_s`` (the
-    # replays before 2026-12-03)
+    # replays before 2026-12-03, but for the round a waiting ``--switches`` job now gets
+    # when its ``max_switch_wait`` runs out: SlurmBackfill.wake_s)
     cadence: str = "upstream"
     budget_s: float = 1.0
     failures: float = 0.0
