@@ -30,6 +30,28 @@ class PeerPlacer:
         self.peer = RULES[key]
         self.views = cluster_views(instance)
         self.rng = random.Random(f"{key}-{seed}")
+        self._accepted: dict[str, tuple[str, ...]] = {}
+        # Kueue's and Slurm's rules draw nothing at random: a job they cannot place by count
+        # may be skipped without asking them (Volcano's draws would shift)
+        self.deterministic = key in ("kueue-tas-style", "slurm-tree-style")
+
+    def accepted_nodes(self, name: str, job: TrainingJob) -> tuple[str, ...]:
+        """Nodes of a GPU type the job accepts (cached per job name)."""
+        got = self._accepted.get(name)
+        if got is None:
+            from hyperplace.baselines.common import eligible_nodes
+
+            units = job.units()
+            got = self._accepted[name] = tuple(sorted(
+                {n for view in self.views for n in eligible_nodes(view, units)}))
+        return got
+
+    def cannot_fit(self, name: str, job: TrainingJob, state: FreeState, gpus: int) -> bool:
+        """True when this rule surely cannot place the job now: it draws nothing at random
+        and fewer than ``gpus`` GPUs of the types it accepts are free (no rule places a
+        job on fewer GPUs than it asks). False: ask :meth:`place`."""
+        return self.deterministic and sum(
+            len(state.free[n]) for n in self.accepted_nodes(name, job)) < gpus
 
     def state(self, round_instance: Instance,
               free: dict[str, list[int]] | None = None) -> FreeState:

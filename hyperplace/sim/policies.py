@@ -103,7 +103,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hyperplace.baselines.common import JobOutcome, build_plan, eligible_nodes
+from hyperplace.baselines.common import JobOutcome, build_plan
 from hyperplace.models import Instance, PlacementPlan, TrainingJob
 from hyperplace.models.plan import GPURef
 from hyperplace.sim.jobs import SimJob
@@ -243,7 +243,10 @@ class QueuePolicy(Policy):
         # priority, then creation (submit) time: Kueue's queue order
         # (pkg/cache/queue/cluster_queue.go queueOrderingFunc), Volcano's JobOrderFn
         for job in sorted(view.queue, key=lambda j: (-j.manifest.priority, j.submit_s)):
-            got = self.placer.place(job.manifest, fs)
+            # a job that cannot fit by count is not asked (Kueue's rule: 255,687 place calls,
+            # 40 of 44 s, of a 2,469-round replay at every event; decisions identical)
+            got = (None if self.placer.cannot_fit(job.name, job.manifest, fs, job.gpus)
+                   else self.placer.place(job.manifest, fs))
             if got is not None:
                 starts[job.name] = got
             elif self.blocking:
@@ -356,16 +359,11 @@ class SlurmBackfill(Policy):
         self.multifactor = multifactor
         self.whole_nodes = whole_nodes
         self._limits: dict[str, float] = {}
-        self._eligible: dict[str, tuple[str, ...]] = {}
         self._switch_due: list[float] = []  # when waiting --switches jobs may cross leaves
 
     def eligible(self, job: SimJob) -> tuple[str, ...]:
         """Nodes of a GPU type the job accepts (its placement depends on their counts only)."""
-        if job.name not in self._eligible:
-            units = job.manifest.units()
-            self._eligible[job.name] = tuple(sorted(
-                {n for view in self.placer.views for n in eligible_nodes(view, units)}))
-        return self._eligible[job.name]
+        return self.placer.accepted_nodes(job.name, job.manifest)
 
     def priority(self, view: RoundView, job: SimJob) -> float:
         """Slurm's multifactor priority (``priority_multifactor.c`` L2151-2215, weights
@@ -430,7 +428,8 @@ class SlurmBackfill(Policy):
         fs.waited_s = {j.name: view.now - j.submit_s for j in view.queue}
         starts: dict[str, dict[str, list[GPURef]]] = {}
         for job in self.ordered(view):
-            got = self.placer.place(job.manifest, fs)
+            got = (None if self.placer.cannot_fit(job.name, job.manifest, fs, job.gpus)
+                   else self.placer.place(job.manifest, fs))
             if got is None:
                 break
             starts[job.name] = got

@@ -129,3 +129,31 @@ def test_slurm_runs_a_switches_job_across_leaves_at_the_cycle_after_max_switch_w
     assert run.unfinished == 0
     start = run.records[0].first_start_s
     assert start == SLURM_BACKFILL_S * -(-(10.0 + MAX_SWITCH_WAIT_S) // SLURM_BACKFILL_S) == 330
+
+
+@pytest.mark.parametrize("rule", ["kueue", "slurm", "volcano"])
+def test_a_job_skipped_by_count_is_one_the_rule_cannot_place(rule):
+    # QueuePolicy and Slurm's main scheduler skip place() for a job with fewer free GPUs of
+    # its accepted types than it asks (Kueue at every event: 44 -> 7 s of a replay); a skip
+    # must be a job the rule would refuse, and Volcano (random tie-breaks) is never skipped
+    import random
+
+    from hyperplace.sim.peers import PeerPlacer
+
+    inst = fat_tree(nodes_per_leaf=2, leaves=2)
+    rnd = random.Random(7)
+    skipped = 0
+    for trial in range(60):
+        placer = PeerPlacer(inst, rule, seed=trial)
+        fs = placer.state(inst)
+        for n in fs.free:  # a random share of each node's GPUs taken
+            fs.free[n] = sorted(rnd.sample(fs.free[n], rnd.randint(0, len(fs.free[n]))))
+        gpus = rnd.choice([1, 2, 4, 8, 16, 24, 32])
+        job = sim_job(f"j{trial}", gpus, 0.0, 60.0)
+        skip = placer.cannot_fit(job.name, job.manifest, fs, job.gpus)
+        free = sum(len(v) for v in fs.free.values())
+        assert skip == (rule != "volcano" and free < gpus)
+        if skip:
+            skipped += 1
+            assert placer.place(job.manifest, fs.copy()) is None
+    assert rule == "volcano" or skipped > 5
