@@ -40,7 +40,7 @@ import bench_simulate as B  # noqa: E402
 
 from hyperplace.sim import loop as L  # noqa: E402
 from hyperplace.sim.metrics import bubble_gpu_s  # noqa: E402
-from hyperplace.sim.policies import SlurmBackfill  # noqa: E402
+from hyperplace.sim.peers import PeerPlacer  # noqa: E402
 from hyperplace.sim.simulator import SimConfig, simulate  # noqa: E402
 
 CAUSES = ("type", "reserved", "planned", "other")
@@ -49,7 +49,7 @@ CAUSES = ("type", "reserved", "planned", "other")
 def causes(instance, jobs, policy: str, config: SimConfig) -> tuple[dict[str, float], float]:
     """GPU-seconds of bubbles by cause (:data:`CAUSES`) and the bench's total for one replay
     (the causes add up to the total)."""
-    elig = SlurmBackfill(instance)  # nodes of the types a job accepts (SlurmBackfill.eligible)
+    elig = PeerPlacer(instance, "kueue")  # nodes of the types a job accepts
     records: list[tuple[float, list[tuple[str, bool]], set[str], set[str]]] = []
     orig = L.RoundLoop.run_round
 
@@ -63,8 +63,8 @@ def causes(instance, jobs, policy: str, config: SimConfig) -> tuple[dict[str, fl
         last = getattr(pol, "last", None)
         if last is not None:
             planned |= {n for n, e in last.entries.items() if e.start_step}
-        waiting = [(j.name, sum(free.get(n, 0) for n in elig.eligible(j)) >= j.gpus)
-                   for j in lp.queue.values()]
+        waiting = [(j.name, sum(free.get(n, 0) for n in elig.accepted_nodes(j.name, j.manifest))
+                    >= j.gpus) for j in lp.queue.values()]
         records.append((now, waiting, reserved, planned))
         return res
 

@@ -360,6 +360,7 @@ class SlurmBackfill(Policy):
         self.whole_nodes = whole_nodes
         self._limits: dict[str, float] = {}
         self._switch_due: list[float] = []  # when waiting --switches jobs may cross leaves
+        self._switch_limited: dict[str, bool] = {}  # job name -> _switch_limited
 
     def eligible(self, job: SimJob) -> tuple[str, ...]:
         """Nodes of a GPU type the job accepts (its placement depends on their counts only)."""
@@ -409,9 +410,12 @@ class SlurmBackfill(Policy):
     def _note_switch_waits(self, view: RoundView) -> None:
         from hyperplace.baselines.slurm import MAX_SWITCH_WAIT_S
 
+        limited = self._switch_limited
+        for j in view.queue:  # once per job: this runs at every event
+            if j.name not in limited:
+                limited[j.name] = _switch_limited(j.manifest)
         self._switch_due = [j.submit_s + MAX_SWITCH_WAIT_S for j in view.queue
-                            if view.now - j.submit_s < MAX_SWITCH_WAIT_S
-                            and _switch_limited(j.manifest)]
+                            if view.now - j.submit_s < MAX_SWITCH_WAIT_S and limited[j.name]]
 
     def fill_between(self, view: RoundView) -> Decision:
         """Slurm's main scheduler between backfill cycles: ``schedule()`` runs at every
