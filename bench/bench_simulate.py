@@ -14,11 +14,12 @@ and one federation (``seed-beijing-shanghai``).
 **Federation cells** (run only with ``--federation``) are fedsim's
 (``bench/bench_fedsim.py``, which can also write them): the load is the one at which the
 better of Karmada's aggregated and dynamic divisions (nodes as listed) reaches the target,
-and the cell replays ``engine-federated`` (the global queue, splits when they finish a job
-sooner) and ``engine-federated-whole`` (splits off), Karmada's divisions (``aggregated``,
-``dynamic``, ``static``, ``aggregated-whole``: per-cluster queues, the faithful peers of a
-federated deployment) and, as references only, the planning engine, Slurm, Kueue and
-Volcano on one global queue over every member (:func:`federation_plan`). Its ratios are
+and the cell replays ``engine-federated`` (the planning engine's schedule of the global
+queue, splits when they finish a job sooner) and ``engine-federated-whole`` (splits off),
+Karmada's divisions (``aggregated``, ``dynamic``, ``static``, ``aggregated-whole``:
+per-cluster queues, the faithful peers of a federated deployment), the round federation
+engine it replaced (``engine-federated-rounds``, a baseline) and, as references only, Slurm,
+Kueue and Volcano on one global queue over every member (:func:`federation_plan`). Its ratios are
 ``engine-federated`` over the best Karmada row; ``ratios_by_engine`` also gives them
 against every other row, references included. Each replay is cached like every other.
 
@@ -157,7 +158,7 @@ QUICK = [("alibaba-2023", "alibaba-2023", "trace", "mixed-a100-h100", None, 1)]
 PEERS = ("slurm", "kueue", "kueue-strict", "volcano", "fifo")
 PROBES = ("kueue", "volcano")
 ORDERS = ("fast-first", "fast-last")
-ENGINES = ("engine", "engine-federated", "engine-federated-whole")
+ENGINES = ("engine", "engine-federated", "engine-federated-whole", "engine-federated-rounds")
 # A federation cell (module docstring, "Federation cells"): fedsim's rows and probes, one
 # definition (bench/bench_fedsim.py's RUNS, PROBES and REFERENCES are these), each replay
 # cached like every other. Not imported from bench_fedsim: a replay's process imports this
@@ -166,7 +167,11 @@ FED_ENGINES = ("engine-federated", "engine-federated-whole")
 FED_PEERS = ("karmada-aggregated", "karmada-dynamic", "karmada-static",
              "karmada-aggregated-whole")
 FED_PROBES = ("karmada-aggregated", "karmada-dynamic")
-FED_REFERENCES = ("slurm", "kueue", "volcano")  # and the planning engine, as listed
+FED_REFERENCES = ("slurm", "kueue", "volcano")
+# the round federation engine that engine-federated replaced (a baseline row, not a peer;
+# the planning engine on one global queue, the reference row before, is
+# engine-federated-whole itself)
+FED_BASELINE = "engine-federated-rounds"
 REFERENCE = "one global queue over every member (not a federated deployment)"
 LOWER = ("jct_mean_s", "jct_median_s", "jct_p99_s", "wait_mean_s", "bounded_slowdown_mean",
          "bubble_gpu_hours")
@@ -509,12 +514,12 @@ def cell_plan(base: dict, load: float, peers, federation: bool,
 def federation_plan(full: dict, eng: dict, peers) -> list[dict]:
     """A federation cell's replays, fedsim's set (bench/bench_fedsim.py): the federated
     engine with and without splits first, then the faithful peers (Karmada's divisions,
-    each member its own queue, as listed), then the references on one global queue over
-    every member: the planning engine (as listed) and ``peers`` (default Slurm, Kueue and
-    Volcano) with fast GPUs first."""
+    each member its own queue, as listed), the round federation engine it replaced
+    (:data:`FED_BASELINE`), then the references on one global queue over every member:
+    ``peers`` (default Slurm, Kueue and Volcano) with fast GPUs first."""
     plan = [{**eng, "policy": name, "order": "as-is"} for name in FED_ENGINES]
     plan += [{**full, "policy": name, "order": "as-is"} for name in FED_PEERS]
-    plan.append({**eng, "policy": "engine", "order": "as-is"})
+    plan.append({**eng, "policy": FED_BASELINE, "order": "as-is"})
     plan += [{**full, "policy": p, "order": "fast-first"} for p in (peers or FED_REFERENCES)]
     return plan
 

@@ -3,10 +3,14 @@
 The simulator (:mod:`hyperplace.sim.simulator`) replays a federation instance (two or more
 member clusters joined by WAN links) under a policy of this package, by name:
 
-* ``engine-federated`` (:mod:`~hyperplace.fedsim.engine`): one global queue; each round
-  :func:`hyperplace.federation.federate` decides where waiting jobs go and splits a job
-  across member clusters (pipeline stages or data-parallel replicas) when that finishes it
-  sooner than waiting for one cluster;
+* ``engine-federated`` (:mod:`~hyperplace.fedsim.planned`): one global queue planned by
+  the planning engine's schedule over every member (which member and when, reservations,
+  the fill between rounds), and a split across member clusters (pipeline stages or
+  data-parallel replicas, by :func:`hyperplace.federation.federate`) of a job the schedule
+  leaves waiting when that finishes it sooner, on the GPUs the schedule leaves free;
+* ``engine-federated-rounds`` (:mod:`~hyperplace.fedsim.engine`, a baseline): the round
+  engine it replaced, each round :func:`~hyperplace.federation.federate` on the window of
+  the global queue, one EASY-style reservation;
 * ``karmada-aggregated``, ``karmada-dynamic``, ``karmada-static``
   (:mod:`~hyperplace.fedsim.karmada`): Karmada's replica division into per-cluster queues,
   each member running its own local scheduler (Kueue BestEffortFIFO with TAS's rule).
@@ -28,7 +32,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hyperplace.fedsim.common import require_federation
-from hyperplace.fedsim.engine import FederatedEngine
+from hyperplace.fedsim.engine import RoundFederatedEngine
+from hyperplace.fedsim.planned import FederatedEngine
 from hyperplace.fedsim.karmada import KarmadaDivision
 
 if TYPE_CHECKING:
@@ -38,8 +43,17 @@ if TYPE_CHECKING:
 
 
 def engine_federated(instance: Instance, config: SimConfig) -> Policy:
+    from hyperplace.sim.simulator import planning_settings
+
     return FederatedEngine(instance, budget_s=config.budget_s, split=config.federation_split,
-                           aging_s=config.aging_s, solver=config.solver, seed=config.seed)
+                           solver=config.solver, seed=config.seed,
+                           planning=planning_settings(config))
+
+
+def engine_federated_rounds(instance: Instance, config: SimConfig) -> Policy:
+    return RoundFederatedEngine(instance, budget_s=config.budget_s,
+                                split=config.federation_split, aging_s=config.aging_s,
+                                solver=config.solver, seed=config.seed)
 
 
 def karmada_aggregated(instance: Instance, config: SimConfig) -> Policy:
@@ -71,8 +85,11 @@ class _Whole:
 
 #: Policy name -> factory(instance, config), for ``run_simulation(extra=...)``; the
 #: ``-whole`` names are the same policies with splits off, so one run can replay both.
-POLICIES = {"engine-federated": engine_federated, "karmada-aggregated": karmada_aggregated,
+POLICIES = {"engine-federated": engine_federated,
+            "engine-federated-rounds": engine_federated_rounds,
+            "karmada-aggregated": karmada_aggregated,
             "karmada-dynamic": karmada_dynamic, "karmada-static": karmada_static}
 POLICIES.update({f"{name}-whole": _Whole(f) for name, f in list(POLICIES.items())})
 
-__all__ = ["POLICIES", "FederatedEngine", "KarmadaDivision", "require_federation"]
+__all__ = ["POLICIES", "FederatedEngine", "KarmadaDivision", "RoundFederatedEngine",
+           "require_federation"]

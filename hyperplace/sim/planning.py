@@ -285,17 +285,20 @@ def _masked(instance: Instance, allowed: dict[str, set[int] | None]) -> Instance
 
 def pool_allowance(problem: ScheduleProblem, result: ScheduleResult, names: list[str],
                    pool_id: int, gangs: bool, free: dict[str, list[int]],
-                   node_gpus: dict[str, int]) -> dict[str, set[int] | None]:
+                   node_gpus: dict[str, int], length: int | None = None
+                   ) -> dict[str, set[int] | None]:
     """The GPUs a group of jobs the schedule starts now in one pool may take: only the
     pool's nodes, and in each pool directly inside it no more than what the rest of the
     schedule leaves there over the group's run (whole nodes for gangs, GPUs for smaller jobs,
     partly used nodes first), so that a job placed anywhere in a wide pool cannot take the
     capacity of a reservation in a narrower one. The pool tree is laminar, so the schedule's
-    counts guarantee the group fits in what is left."""
+    counts guarantee the group fits in what is left. ``length``: the group's run in steps
+    (None: the longest of its entries' in the schedule)."""
     from hyperplace.solvers.schedule import Profile
 
     group = set(names)
-    length = max(result.entries[n].duration_steps for n in names)
+    if length is None:
+        length = max(result.entries[n].duration_steps for n in names)
     prof = Profile(problem, length + 1)
     jobs = {j.name: j for j in problem.jobs}
     for n, e in result.entries.items():

@@ -141,6 +141,20 @@ class PolicyRun:
     between: bool = False  # also asked to fill at every event between its rounds
 
 
+def planning_settings(config: SimConfig) -> dict:
+    """The :class:`~hyperplace.sim.planning.PlanningEngine` keywords a replay's config sets
+    (``engine``'s, and ``engine-federated``'s schedule)."""
+    return {"horizon_s": config.horizon_s, "window": config.schedule_window,
+            "objective": config.schedule_objective, "step_s": config.step_s,
+            "round_s": config.round_s, "prediction_sigma": config.prediction_sigma,
+            "clock": config.engine_clock,
+            "forecast_correction": config.engine_forecast_correction,
+            "forecast_calibration": config.engine_forecast_calibration,
+            "fill_reserved": config.engine_fill_reserved,
+            **({"fill_keeps": config.engine_fill_keeps}
+               if config.engine_fill_keeps is not None else {})}
+
+
 def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, config: SimConfig,
              progress: Callable[[int, int], None] | None = None) -> PolicyRun:
     """Replay ``jobs`` on ``instance`` under ``policy`` (see the module docstring).
@@ -155,15 +169,7 @@ def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, confi
         window=config.window, aging_s=config.aging_s, seed=config.seed,
         slurm_factor=config.slurm_factor, fair_share_levels=config.fair_share_levels,
         preemption=config.preemption, defrag=config.defrag,
-        schedule={"horizon_s": config.horizon_s, "window": config.schedule_window,
-                  "objective": config.schedule_objective, "step_s": config.step_s,
-                  "round_s": config.round_s, "prediction_sigma": config.prediction_sigma,
-                  "clock": config.engine_clock,
-                  "forecast_correction": config.engine_forecast_correction,
-                  "forecast_calibration": config.engine_forecast_calibration,
-                  "fill_reserved": config.engine_fill_reserved,
-                  **({"fill_keeps": config.engine_fill_keeps}
-                     if config.engine_fill_keeps is not None else {})})
+        schedule=planning_settings(config))
     if config.cadence not in CADENCES:
         raise ValueError(f"cadence: use {' or '.join(CADENCES)}, got {config.cadence!r}")
     own = getattr(pol, "cadence_s", None)

@@ -251,7 +251,7 @@ def test_a_federation_cell_plans_fedsims_rows(bench):
     names = [(p["policy"], p["order"]) for p in plan]
     assert names[:2] == [("engine-federated", "as-is"), ("engine-federated-whole", "as-is")]
     assert {n for n, _ in names} >= {"karmada-aggregated", "karmada-dynamic", "karmada-static",
-                                     "engine", "slurm", "kueue", "volcano"}
+                                     "engine-federated-rounds", "slurm", "kueue", "volcano"}
     assert all(p["until"] == "end" and p["load"] == 1.0 for p in plan)
 
 
