@@ -173,6 +173,7 @@ class FederatedEngine(PlanningEngine):
                 if sum(len(g) for g in free.values()) < job.gpus:
                     continue
                 tried += 1
+                self.stats["splits_tried"] += 1
                 got = self._try_split(view, job, sj, rem, whole_end, e, free)
                 if got is not None:
                     return self._with_split(view, decision, job.name, got)

@@ -144,6 +144,9 @@ class PolicyRun:
 def planning_settings(config: SimConfig) -> dict:
     """The :class:`~hyperplace.sim.planning.PlanningEngine` keywords a replay's config sets
     (``engine``'s, and ``engine-federated``'s schedule)."""
+    keeps = config.engine_fill_keeps
+    if keeps is not None and keeps not in ("plan", "gangs", "reservations"):
+        raise ValueError(f"engine_fill_keeps: use plan, gangs or reservations, got {keeps!r}")
     return {"horizon_s": config.horizon_s, "window": config.schedule_window,
             "objective": config.schedule_objective, "step_s": config.step_s,
             "round_s": config.round_s, "prediction_sigma": config.prediction_sigma,

@@ -435,3 +435,40 @@ def test_readme_federation_example_splits_and_gains_as_predicted(tmp_path, monke
     assert jct["karmada-aggregated", "wide-30b"] > off  # divided by replicas: WAN all-reduce
     # the job that arrives later is not delayed by the split (it ends before the late job)
     assert jct["engine-federated", "late-8b"] == jct["engine-federated-whole", "late-8b"]
+
+
+# ---- the planning engine under the federation -------------------------------------------
+
+def test_whole_is_the_planning_engine_on_the_global_queue(fed):
+    """engine-federated-whole is the planning engine's schedule of the global queue: the same
+    starts as ``engine`` replayed on the federation instance."""
+    jobs = [job(f"j{k}", 300 * k, g, w, "b200|h100") for k, (g, w) in enumerate(
+        [(8, 7200), (16, 5400), (24, 3600), (8, 1800), (32, 9000), (16, 3000), (8, 600)])]
+    run, _ = replay(fed, jobs, "engine-federated", split=False)
+    config = SimConfig(check=True, round_s=60)
+    ref = simulate(fed, jobs, "engine", config)
+    assert run.unfinished == ref.unfinished == 0
+    assert {r.job.name: (r.first_start_s, r.end_s) for r in run.records} == \
+        {r.job.name: (r.first_start_s, r.end_s) for r in ref.records}
+
+
+def test_a_split_never_takes_gpus_the_schedule_reserved(fed, monkeypatch):
+    """shanghai's 32 H100 are reserved for a whole-cluster gang from when its blocker ends
+    (2 h); a 16-GPU job that would wait 40 h for beijing may not split onto shanghai's free
+    H100 for its 10 h run, since the gang would then wait: the gang starts when the
+    blocker ends, and nothing split runs on shanghai before it ends."""
+    spy = Spy(monkeypatch)
+    jobs = [job("hold-bj", 0, 24, 40 * 3600, "b200"), job("hold-sh", 0, 24, 2 * 3600, "h100"),
+            job("gang-sh", 30, 32, 3 * 3600, "h100"),
+            job("wide", 60, 16, 10 * 3600, "b200|h100")]
+    run, pol = replay(fed, jobs, "engine-federated")
+    assert run.unfinished == 0
+    rec = {r.job.name: r for r in run.records}
+    assert rec["gang-sh"].first_start_s <= rec["hold-sh"].end_s + 120
+    gpus, _ = spy.starts["wide"]
+    if len(clusters_of(fed, gpus)) > 1:  # split: only after the gang's start
+        assert rec["wide"].first_start_s >= rec["gang-sh"].first_start_s
+    # the same job without the gang splits at once onto the free B200 + H100
+    run2, pol2 = replay(fed, [j for j in jobs if j.name != "gang-sh"], "engine-federated")
+    assert pol2.stats["splits_started"] == 1
+    assert {r.job.name: r for r in run2.records}["wide"].first_start_s <= 120

@@ -106,7 +106,7 @@ def test_karmada_divisions_decide_at_every_event_as_their_members_kueue():
 
 
 def test_engine_fill_keeps_reaches_the_planning_engine():
-    with pytest.raises(ValueError, match="fill_keeps: use plan, gangs or reservations"):
+    with pytest.raises(ValueError, match="^engine_fill_keeps: use plan, gangs or reservations"):
         simulate(fat_tree(), [sim_job("a", 8, 0.0, 60.0)], "engine",
                  SimConfig(engine_fill_keeps="everything"))
     run = simulate(fat_tree(), [sim_job("a", 8, 0.0, 60.0)], "engine",
