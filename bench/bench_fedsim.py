@@ -14,12 +14,14 @@ arrival) until the **strongest federated peer** (the better of ``karmada-aggrega
 an operator would switch it) reaches the target utilisation within the arrival window; the
 load found is replayed to the end under
 
-* ``engine-federated`` (global queue, :func:`hyperplace.federation.federate` each round,
-  splits when they finish sooner) and ``engine-federated-whole`` (splits off);
+* ``engine-federated`` (the planning engine's schedule of the global queue, a split when it
+  finishes a waiting job sooner) and ``engine-federated-whole`` (splits off: the planning
+  engine alone);
 * the **faithful peers**: ``karmada-aggregated``, ``karmada-dynamic``, ``karmada-static``
   (per-cluster queues, Kueue in each member) and ``karmada-aggregated-whole`` (spread
   constraint maxGroups 1);
-* **non-federated references** (``--references``, on by default): ``engine``, ``slurm``,
+* ``engine-federated-rounds``, the round federation engine it replaced (a baseline);
+* **non-federated references** (``--references``, on by default): ``slurm``,
   ``kueue`` and ``volcano`` on ONE global queue over both member clusters (nodes fast-first),
   as if the two sites were one scheduler's partitions. No multi-cluster deployment
   runs that way (each member has its own control plane; Karmada is what joins them), so
@@ -56,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_simulate import (  # noqa: E402
+    FED_BASELINE,
     FED_ENGINES,
     FED_PEERS,
     FED_PROBES,
@@ -75,8 +78,8 @@ INSTANCE = "seed-beijing-shanghai"
 # the over-time grid's federation cells replay the same (one definition: bench_simulate's)
 PROBES = FED_PROBES
 RUNS = tuple((name.removesuffix("-whole"), not name.endswith("-whole"))
-             for name in (*FED_ENGINES, *FED_PEERS))
-REFERENCES = ("engine", *FED_REFERENCES)  # one global queue, not federated
+             for name in (*FED_ENGINES, *FED_PEERS, FED_BASELINE))
+REFERENCES = FED_REFERENCES  # one global queue, not federated
 METRICS = ("jct_mean_s", "jct_p99_s", "wait_mean_s", "bounded_slowdown_mean")
 
 
@@ -196,7 +199,7 @@ def bench_row(trace: str = "philly", shape: str = "fm", jobs: int | None = 300,
     from bench.bench_simulate import OTHERS
 
     karmada = [r for r in rows if r["policy"].startswith("karmada")]
-    others = [r for r in rows if not r["policy"].startswith("engine-federated")]
+    others = [r for r in rows if r["policy"] not in FED_ENGINES]
     ratios: dict[str, dict[str, float]] = {}
     for r in rows:
         if r["policy"].startswith("engine-federated"):

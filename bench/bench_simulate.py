@@ -639,7 +639,8 @@ def finish(cell: dict) -> None:
     cell["ratios_by_engine"] = by
 
 
-OTHERS = "Karmada's and the one-global-queue references, the planning engine among them"
+OTHERS = ("Karmada's, the round federation engine's (engine-federated-rounds) and the "
+          "one-global-queue references")
 
 
 def faithful_peers(cell: dict) -> list[dict]:

@@ -262,7 +262,7 @@ def test_fedsims_cells_take_the_grids_ratios(bench, monkeypatch, tmp_path):
     import bench.bench_simulate as grid
 
     assert [n + ("" if split else "-whole") for n, split in fedsim.RUNS] == [
-        *grid.FED_ENGINES, *grid.FED_PEERS]
+        *grid.FED_ENGINES, *grid.FED_PEERS, grid.FED_BASELINE]
     assert fedsim.PROBES == grid.FED_PROBES
     saved = []
     monkeypatch.setattr(fedsim, "ROOT", tmp_path)
