@@ -54,11 +54,11 @@ with ``w_j`` from ``objective``:
   duration: the sum of bounded slowdowns ``(end_j - submit_j) / max(best_j, 10 s)`` up to a
   constant (submit times and ``now`` are constants).
 
-Chosen by measurement (``simulate`` of 400 Philly jobs at ``--load 8`` on
-``mixed-a100-h100``, 2026-12-01, machine load ~8 on 2 cores): ``completion`` gave mean JCT
-3.22 h and p99 54.7 h against 4.56 h and 91.3 h with ``slowdown``, at the same mean bounded
-slowdown (1.18): weighting short jobs up makes long ones wait for the fast type for longer
-than the short ones gain.
+The problem's default is ``completion``; the planning engine's replays use ``slowdown``
+(:data:`hyperplace.sim.planning.OBJECTIVE`, measured on the bench's cells 2026-12-03 with
+the engine's fill, wait weight and reservations: better mean JCT, wait and slowdown on
+three of four cells). An earlier measurement (400 Philly jobs at ``--load 8``, 2026-12-01,
+before those) had favoured ``completion`` on mean and p99 JCT.
 
 ``wait_weight`` adds the job's waiting to its term: ``w_j * (end_j + wait_weight * start_j)``
 (rounded to quarters: ``WAIT_DEN * end + round(WAIT_DEN * wait_weight) * start``; an

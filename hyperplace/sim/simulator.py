@@ -67,7 +67,7 @@ class SimConfig:
     # model per round, objective (slowdown | completion), time step (None: horizon / 288)
     horizon_s: float = 24 * 3600.0
     schedule_window: int = 200
-    schedule_objective: str = "completion"
+    schedule_objective: str = "slowdown"  # hyperplace.sim.planning.OBJECTIVE (measured)
     step_s: float | None = None
     # the planning engine's belief about its run-time predictions: the sigma of their
     # lognormal error (the workload's ``prediction_error``; 0: exact), for the expected end

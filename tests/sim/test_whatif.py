@@ -222,7 +222,7 @@ def test_a_sweeps_engine_options_reach_the_replay_as_simulates_flags_do(tmp_path
     from hyperplace.sim.options import engine_config
     from hyperplace.sim.whatif import run_scenario
 
-    given = {"horizon": 6, "scheduleWindow": 50, "scheduleObjective": "slowdown",
+    given = {"horizon": 6, "scheduleWindow": 50, "scheduleObjective": "completion",
              "engineClock": "wall", "preemption": "reclaim-within-cohort", "defrag": True,
              "halfLife": 2, "fairShareLevels": 3}
     sweep = load_sweep(write(tmp_path, {"base": {**SMALL, **given, "repeat": 2}}))
@@ -237,10 +237,10 @@ def test_a_sweeps_engine_options_reach_the_replay_as_simulates_flags_do(tmp_path
     cfg = seen["config"]
     assert (cfg.horizon_s, cfg.schedule_window, cfg.schedule_objective, cfg.engine_clock,
             cfg.preemption, cfg.defrag, cfg.half_life_s, cfg.fair_share_levels) == (
-        6 * 3600.0, 50, "slowdown", "wall", "reclaim-within-cohort", True, 7200.0, 3)
+        6 * 3600.0, 50, "completion", "wall", "reclaim-within-cohort", True, 7200.0, 3)
     assert seen["req"].repeat == 2
     flags = engine_config({"--horizon": 6, "--schedule-window": 50,
-                           "--schedule-objective": "slowdown", "--engine-clock": "wall",
+                           "--schedule-objective": "completion", "--engine-clock": "wall",
                            "--preemption": "reclaim-within-cohort", "--defrag": True,
                            "--half-life": 2, "--fair-share-levels": 3})
     assert flags == engine_config(given, by="key")
