@@ -204,7 +204,8 @@ def bench_row(trace: str = "philly", shape: str = "fm", jobs: int | None = 300,
     for r in rows:
         if r["policy"].startswith("engine-federated"):
             ratios[r["policy"]] = _ratios(r, karmada)
-            ratios[f"{r['policy']} / best of every other row ({OTHERS})"] = _ratios(r, others)
+            ratios[f"{r['policy']} / best of every other row ({OTHERS})"] = _ratios(
+                r, [o for o in others if o is not r])
     return {"target": target, "reached": True, "load": load, "probe_utilisation": util,
             "instance": INSTANCE, "trace": trace, "workload": shape, "jobs": len(wl.jobs),
             "jobs_limit": jobs, "offered_load": facts["offered_load"], "facts": facts,

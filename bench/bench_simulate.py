@@ -635,7 +635,7 @@ def finish(cell: dict) -> None:
             by[f"{name} (vs best Karmada row)"] = ratios(rows, r["policy"], karmada)
             if not r.get("reference"):
                 by[f"{name} (vs best of every other row: {OTHERS})"] = ratios(
-                    rows, r["policy"], others)
+                    rows, r["policy"], [o for o in others if o is not r])
     cell["ratios_by_engine"] = by
 
 

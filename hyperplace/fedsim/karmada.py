@@ -1,5 +1,5 @@
 """Karmada's division over time: per-cluster queues, each member cluster with its own local
-scheduler, the peer of :mod:`hyperplace.fedsim.engine`.
+scheduler, the faithful peer of ``engine-federated`` (:mod:`hyperplace.fedsim.planned`).
 
 Re-implemented from karmada-io/karmada at commit f8fdd02 (read, not copied):
 

@@ -22,9 +22,16 @@ Each round:
    remaining / split speed`` (:func:`~hyperplace.fedsim.common.split_speed`), is earlier
    than the schedule's own planned completion of the job whole (its planned start plus its
    planned run on that option; never when it is not planned), and only if the split's GPUs
-   are within the allowance over the split's own run (priced after the round: a split is
-   slower than the whole job on its best type). At most one split starts a round, so the
-   allowance (one schedule, one split) is exact.
+   keep every other entry of the schedule feasible at its pool and time over the split's
+   own run (priced after the round: a split is slower than the whole job on its best
+   type): the GPUs and whole nodes of every pool of the laminar tree at every step,
+   :meth:`FederatedEngine._fits_schedule`; the allowance above only narrows what the round
+   is offered. At most one split starts a round.
+
+   Under the work clock (the replays' default) the pass tries its :data:`SPLIT_TRIES` jobs
+   whatever the wall time; the federation round itself has wall-clock deadlines (its
+   budget, the round's), which a one-job round meets by proof on the bench's instances, so
+   a replay depends on the machine's load only if one of them runs out.
 
 ``split=False`` (``engine-federated-whole``, ``simulate --no-federation-split``) is step 1
 alone: the planning engine on the global queue.
@@ -47,6 +54,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import Counter
+
+import numpy as np
 
 from hyperplace.check import Violation
 from hyperplace.federation import federate
@@ -65,7 +75,7 @@ from hyperplace.fedsim.common import (
 from hyperplace.fedsim.engine import MAX_SLOWDOWN, MAX_SPLIT_NOTES, SplitRecord, checked_part, \
     split_parts
 from hyperplace.models import Instance
-from hyperplace.sim.planning import PlanningEngine, _masked, pool_allowance
+from hyperplace.sim.planning import PlanningEngine, masked_instance, pool_allowance
 from hyperplace.sim.policies import Decision, RoundView
 
 #: Jobs offered to the split pass a round (each is one federation round of one job).
@@ -157,7 +167,8 @@ class FederatedEngine(PlanningEngine):
                 state.allocate(n, [g for u in units.values() for g in u])
                 taken.append(n)
             for sj in list_order(problem):
-                if tried >= SPLIT_TRIES or time.perf_counter() - t0 > self.budget_s:
+                if tried >= SPLIT_TRIES or (self.clock != "work" and
+                                            time.perf_counter() - t0 > self.budget_s):
                     break
                 e = result.entries.get(sj.name)
                 if sj.name in decision.starts or sj.gpus <= self.node_max or e is None \
@@ -174,13 +185,70 @@ class FederatedEngine(PlanningEngine):
                     continue
                 tried += 1
                 self.stats["splits_tried"] += 1
-                got = self._try_split(view, job, sj, rem, whole_end, e, free)
+                got = self._try_split(view, job, sj, rem, whole_end, e, free, decision)
                 if got is not None:
-                    return self._with_split(view, decision, job.name, got)
+                    decision = self._with_split(view, decision, job.name, got)
+                    break
         finally:
             for n in taken:
                 state.release(n)
-        return decision
+        return dataclasses.replace(decision,
+                                   solve_s=decision.solve_s + time.perf_counter() - t0)
+
+    def _fits_schedule(self, name: str, gpus: list[GPU], length: int, decision: Decision
+                       ) -> bool:
+        """Whether every other entry of the round's schedule still fits at its pool and
+        time with the split holding ``gpus`` over steps ``[0, length)``: the GPUs and whole
+        nodes of every pool, checked on the laminar pool tree at every step (the exact test;
+        :meth:`_allowed` only narrows what the federation round is offered). Jobs the round
+        started outside the schedule (the idle-cluster placement) hold their GPUs over the
+        whole span. A pool the schedule already over-fills (a job the placement held, counted
+        by the schedule) may not be over-filled more."""
+        from hyperplace.formulations.schedule import leaf_pool_of
+        from hyperplace.solvers.schedule import Profile
+
+        result = self.last
+        problem = result.problem
+        leaf = leaf_pool_of(problem.pools)
+        jobs = {j.name: j for j in problem.jobs}
+        scheduled_now = set(result.starts_now())
+        extra: dict[int, list[int]] = {}
+        for n, units in decision.starts.items():
+            if n in scheduled_now:
+                continue
+            held = [g for u in units.values() for g in u]
+            for pid, k in Counter(leaf[nd] for nd, _ in held).items():
+                e = extra.setdefault(pid, [0, 0])
+                e[0] += k
+            for pid, k in Counter(leaf[nd] for nd in {nd for nd, _ in held}).items():
+                extra[pid][1] += k
+
+        def profile(with_split: bool) -> Profile:
+            prof = Profile(problem, length + 1)
+            add = {pid: list(v) for pid, v in extra.items()}
+            if with_split:
+                for pid, k in Counter(leaf[nd] for nd, _ in gpus).items():
+                    add.setdefault(pid, [0, 0])[0] += k
+                for pid, k in Counter(leaf[nd] for nd in {nd for nd, _ in gpus}).items():
+                    add[pid][1] += k
+            for pid, (g, k) in add.items():
+                prof.take(pid, g, 0, length, k)
+            for n, e in result.entries.items():
+                if n == name or e.start_step is None or e.start_step >= length:
+                    continue
+                j = jobs[n]
+                o = j.options[e.option]
+                prof.take(o.pool, j.demand[o.pool], e.start_step,
+                          min(e.duration_steps, length - e.start_step),
+                          j.node_demand.get(o.pool, 0))
+            return prof
+
+        def over(prof: Profile):
+            return (np.maximum(0, prof.used - prof.cap[:, None]),
+                    np.maximum(0, prof.nused - prof.ncap[:, None]))
+
+        (bu, bn), (wu, wn) = over(profile(False)), over(profile(True))
+        return bool((wu <= bu).all() and (wn <= bn).all())
 
     def _allowed(self, problem, name: str, length: int, free: dict[str, list[int]]
                  ) -> dict[str, set[int] | None]:
@@ -200,7 +268,7 @@ class FederatedEngine(PlanningEngine):
         return allowed
 
     def _try_split(self, view: RoundView, job, sj, rem: float, whole_end: float,
-                   entry, free: dict[str, list[int]]):
+                   entry, free: dict[str, list[int]], decision: Decision):
         """One federation round of ``job`` on what the schedule leaves free: (unit -> GPUs,
         speed, record, checks) of a split that finishes sooner than the schedule's plan, or
         None."""
@@ -214,7 +282,7 @@ class FederatedEngine(PlanningEngine):
         allowed = self._allowed(problem, name, guess, free)
         if sum(len(v or ()) for v in allowed.values()) < job.gpus:
             return None
-        inst = _masked(view.state.instance([job.manifest]), allowed)
+        inst = masked_instance(view.state.instance([job.manifest]), allowed)
         placements: dict = {}
         fjob = dataclasses.replace(fj, max_domains=None)
         plan = federate(FederationProblem(instance=inst, jobs=[fjob], max_slowdown=MAX_SLOWDOWN),
@@ -236,12 +304,10 @@ class FederatedEngine(PlanningEngine):
             self.stats["splits_refused"] += 1
             return None
         length = max(1, math.ceil((t_split + view.now - problem.origin) / problem.step_s))
-        if length > guess:
-            wide = self._allowed(problem, name, length, free)
-            if any(i not in (wide.get(nd) or ()) for units in by_cluster.values()
-                   for gs in units.values() for nd, i in gs):
-                self.stats["splits_outside_allowance"] += 1
-                return None
+        gpus = [g for units in by_cluster.values() for gs in units.values() for g in gs]
+        if not self._fits_schedule(name, gpus, length, decision):
+            self.stats["splits_outside_allowance"] += 1
+            return None
         started = {sub_job_name(fjob, cl) for cl in by_cluster}
         checks = [checked_part(self.name, cl, cp, started) for cl, cp in
                   sorted(placements.items()) if cl in by_cluster]
@@ -261,6 +327,8 @@ class FederatedEngine(PlanningEngine):
         self._reserved.pop(name, None)
         self._plan.pop(name, None)
         self._fill_started.append((view.now, name))  # the calibration learns it next round
+        self._shown.pop(name, None)  # it has started: no forecast is shown for it
+        self._windows.pop(name, None)
         plan = decision.plan
         pending = [p.model_copy(update={"reasons": [
             "started across the member clusters: see the per-cluster plans"]})

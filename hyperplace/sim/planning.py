@@ -50,7 +50,7 @@ jobs started in earlier rounds. Decisions never read forecasts.
 Running jobs end, as the schedule expects, at the median of their run time given that they
 still run (:func:`residual_s`, with the predictions' lognormal error ``prediction_sigma``).
 
-The schedule's objective is completion plus waiting (``wait_weight``: a planned later start
+The schedule's objective is bounded slowdown (:data:`OBJECTIVE`) plus waiting (``wait_weight``: a planned later start
 rests on predicted ends, idle capacity now is lost for sure) and its list order (the warm
 start, the fallback and the jobs beyond the CP-SAT window) is ``srpt``: least predicted
 GPU-seconds first, aged by ``aging_s`` (see ``WAIT_WEIGHT`` for the measurements).
@@ -277,7 +277,7 @@ def _pin_type(job: TrainingJob, gpu_type: str | None) -> TrainingJob:
     return job.model_copy(update={"spec": job.spec.model_copy(update={"tolerations": tol})})
 
 
-def _masked(instance: Instance, allowed: dict[str, set[int] | None]) -> Instance:
+def masked_instance(instance: Instance, allowed: dict[str, set[int] | None]) -> Instance:
     """``instance`` with only the ``allowed`` GPUs usable (node -> GPU indices; None: the
     whole node as it is; a node not listed: none of it)."""
     clusters = []
@@ -748,7 +748,7 @@ class PlanningEngine(Policy):
                 if pool.parent is not None or any(p.parent == pid for p in problem.pools):
                     free = {nd: state.free_gpus(nd) for nd in pool.nodes}
                     sizes = {nd: state.nodes[nd].gpu_count for nd in pool.nodes}
-                    inst = _masked(inst, pool_allowance(problem, result, names, pid,
+                    inst = masked_instance(inst, pool_allowance(problem, result, names, pid,
                                                         not key[0], free, sizes))
                 if work:  # the round's budget for each group, whatever the schedule took
                     # (a placement of a pool's starts is proven optimal well within it)

@@ -21,7 +21,7 @@ A sweep file (YAML)::
       repeat: 1                 # the kept jobs replayed this many times back to back (1-100)
       horizon: 24               # engine options, as simulate's --horizon, --schedule-window,
       scheduleWindow: 200       #   --schedule-objective, --engine-clock, --preemption,
-      scheduleObjective: completion  # --defrag, --half-life, --fair-share-levels
+      scheduleObjective: slowdown  # --defrag, --half-life, --fair-share-levels
       engineClock: work
       preemption: never
       defrag: false

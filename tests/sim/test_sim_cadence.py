@@ -157,3 +157,20 @@ def test_a_job_skipped_by_count_is_one_the_rule_cannot_place(rule):
             skipped += 1
             assert placer.place(job.manifest, fs.copy()) is None
     assert rule == "volcano" or skipped > 5
+
+
+def test_the_schedule_objective_has_one_default():
+    """The planning engine's measured objective (sim.planning.OBJECTIVE) is the default of
+    SimConfig and of simulate --schedule-objective, not three literals that can drift."""
+    import inspect
+
+    from hyperplace.commands import simulate as cmd
+    from hyperplace.sim import planning
+
+    assert SimConfig().schedule_objective == planning.OBJECTIVE
+    assert inspect.signature(planning.PlanningEngine).parameters["objective"].default == \
+        planning.OBJECTIVE
+    fn = next(f for name, f in vars(cmd).items() if callable(f) and
+              "schedule_objective" in getattr(inspect.signature(f), "parameters", {})
+              if inspect.isfunction(f))
+    assert inspect.signature(fn).parameters["schedule_objective"].default == planning.OBJECTIVE
