@@ -182,3 +182,39 @@ def violations(checks: list[ClusterCheck]) -> list[Violation]:
 
 def as_refs(gpus: list[GPU]) -> list[GPURef]:
     return [GPURef(node=n, gpu=i) for n, i in gpus]
+
+
+class SplitPricing:
+    """What both federation engines keep over a replay: one :class:`Pricer` (layer splits
+    priced once per job and locations), the speed model that carries split speeds, each
+    job's priced form and pipeline form, the member-cluster plans of the round for the
+    checker and the split starts. A mixin: the engine calls :meth:`init_pricing` and keeps
+    a ``stats`` dict with ``priced_as_default``."""
+
+    instance: Instance
+    stats: dict
+
+    def init_pricing(self, instance: Instance) -> None:
+        self.pricer = Pricer(instance.federation, instance.catalog)
+        self.fs: FederatedSpeed | None = None
+        self._fjobs: dict[str, FederatedJob] = {}
+        self._pforms: dict[str, FederatedJob | None] = {}
+        self._checks: list[ClusterCheck] = []
+        self.splits: list = []  # SplitRecord (hyperplace.fedsim.engine)
+
+    def speed_model(self, instance: Instance, network: bool) -> FederatedSpeed:
+        self.fs = FederatedSpeed(instance, network=network)
+        return self.fs
+
+    def priced_form(self, manifest: TrainingJob, split: bool = True) -> FederatedJob:
+        """The job as a federation round prices it: its :func:`pipeline_form` when it may
+        split and has one, else its own form (priced as the default model when its drawn
+        model does not fit its memory: :func:`priced_job`)."""
+        name = manifest.name
+        fj = self._fjobs.get(name)
+        if fj is None:
+            fj, default = priced_job(manifest, self.pricer, self.instance)
+            self._fjobs[name] = fj
+            self.stats["priced_as_default"] += int(default)
+            self._pforms[name] = pipeline_form(fj)
+        return (self._pforms.get(name) if split else None) or fj

@@ -60,14 +60,11 @@ from hyperplace.baselines.common import build_plan
 from hyperplace.check import Violation
 from hyperplace.federation import federate
 from hyperplace.federation.asplaced import ClusterPlacement, sub_job_name
-from hyperplace.federation.pricing import Pricer
-from hyperplace.federation.problem import FederatedJob, FederationProblem
+from hyperplace.federation.problem import FederationProblem
 from hyperplace.fedsim.common import (
+    SplitPricing,
     ClusterCheck,
-    FederatedSpeed,
     cluster_plan,
-    pipeline_form,
-    priced_job,
     require_federation,
     split_speed,
     violations,
@@ -114,7 +111,7 @@ def _span(s: float) -> str:
     return f"{s / 60:.0f} min" if s < 3600 else f"{s / 3600:.1f} h"
 
 
-class RoundFederatedEngine(Policy):
+class RoundFederatedEngine(SplitPricing, Policy):
     """``engine-federated-rounds`` (``engine-federated-rounds-whole`` with splits off):
     the baseline the planning engine replaced (module docstring)."""
 
@@ -130,20 +127,11 @@ class RoundFederatedEngine(Policy):
         self.aging_s = aging_s
         self.solver = solver if solver in ("auto", "cpsat", "greedy") else "auto"
         self.seed = seed
-        self.pricer = Pricer(instance.federation, instance.catalog)
-        self.fs: FederatedSpeed | None = None
-        self._fjobs: dict[str, FederatedJob] = {}
-        self._pforms: dict[str, FederatedJob | None] = {}
-        self._checks: list[ClusterCheck] = []
-        self.splits: list[SplitRecord] = []
+        self.init_pricing(instance)
         self.stats = {"priced_as_default": 0, "rounds": 0, "splits_started": 0, "splits_refused": 0, "fallbacks": 0,
                       "reservations": 0}
 
     # ---- hooks the simulator reads -----------------------------------------------------
-    def speed_model(self, instance: Instance, network: bool) -> FederatedSpeed:
-        self.fs = FederatedSpeed(instance, network=network)
-        return self.fs
-
     def schedule_violations(self, now: float) -> list[Violation]:
         return violations(self._checks)
 
@@ -160,18 +148,6 @@ class RoundFederatedEngine(Policy):
                   if len(self.splits) > MAX_SPLIT_NOTES else [])]
 
     # ---- a round ----------------------------------------------------------------------
-    def _fjob(self, job: SimJob, priority: int, split: bool = False) -> FederatedJob:
-        """The job as the round federates it: its :func:`pipeline_form` when it may split
-        and has one, else its own form."""
-        fj = self._fjobs.get(job.name)
-        if fj is None:
-            fj, default = priced_job(job.manifest, self.pricer, self.instance)
-            self._fjobs[job.name] = fj
-            self.stats["priced_as_default"] += int(default)
-            self._pforms[job.name] = pipeline_form(fj)
-        pf = self._pforms.get(job.name) if split else None
-        return dataclasses.replace(pf or fj, priority=priority)
-
     def _priority(self, view: RoundView, job: SimJob) -> int:
         waited = max(0.0, view.now - job.submit_s)
         aging = min(MAX_AGING_LEVELS, int(waited // self.aging_s)) if self.aging_s > 0 else 0
@@ -196,7 +172,8 @@ class RoundFederatedEngine(Policy):
         fallback = False
         status = ""
         for attempt in range(2):
-            jobs = [dataclasses.replace(self._fjob(j, prio[j.name], j.name not in whole),
+            jobs = [dataclasses.replace(self.priced_form(j.manifest, j.name not in whole),
+                                        priority=prio[j.name],
                                         max_domains=1 if j.name in whole else None,
                                         cluster_names=tuple(c for c in clusters[j.name]
                                                             if c != keep_off.get(j.name)))

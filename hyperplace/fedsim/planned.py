@@ -61,13 +61,9 @@ import numpy as np
 from hyperplace.check import Violation
 from hyperplace.federation import federate
 from hyperplace.federation.asplaced import sub_job_name
-from hyperplace.federation.pricing import Pricer
-from hyperplace.federation.problem import FederatedJob, FederationProblem
+from hyperplace.federation.problem import FederationProblem
 from hyperplace.fedsim.common import (
-    ClusterCheck,
-    FederatedSpeed,
-    pipeline_form,
-    priced_job,
+    SplitPricing,
     require_federation,
     split_speed,
     violations,
@@ -83,7 +79,7 @@ SPLIT_TRIES = 2
 GPU = tuple[str, int]
 
 
-class FederatedEngine(PlanningEngine):
+class FederatedEngine(SplitPricing, PlanningEngine):
     """``engine-federated`` (``engine-federated-whole`` with splits off); module docstring.
     ``planning``: the :class:`~hyperplace.sim.planning.PlanningEngine` keywords (the
     replay's schedule settings, as for ``engine``)."""
@@ -96,21 +92,12 @@ class FederatedEngine(PlanningEngine):
         self.name = "engine-federated" if split else "engine-federated-whole"
         self.split_on = split
         self.fed_solver = solver if solver in ("auto", "cpsat", "greedy") else "auto"
-        self.pricer = Pricer(instance.federation, instance.catalog)
-        self.fs: FederatedSpeed | None = None
-        self._fjobs: dict[str, FederatedJob] = {}
-        self._pforms: dict[str, FederatedJob | None] = {}
-        self._checks: list[ClusterCheck] = []
-        self.splits: list[SplitRecord] = []
+        self.init_pricing(instance)
         self.node_max = max(n.gpu_count for c in instance.clusters for n in c.nodes)
         self.stats = {"priced_as_default": 0, "rounds": 0, "splits_started": 0,
                       "splits_refused": 0, "splits_tried": 0, "splits_outside_allowance": 0}
 
     # ---- hooks the simulator reads -----------------------------------------------------
-    def speed_model(self, instance: Instance, network: bool) -> FederatedSpeed:
-        self.fs = FederatedSpeed(instance, network=network)
-        return self.fs
-
     def schedule_violations(self, now: float) -> list[Violation]:
         return [*super().schedule_violations(now), *violations(self._checks)]
 
@@ -139,17 +126,6 @@ class FederatedEngine(PlanningEngine):
         if not self.split_on or self.last is None:
             return decision
         return self._split_pass(view, decision)
-
-    def _fjob(self, manifest, name: str) -> FederatedJob:
-        """The job as the federation round prices it: its :func:`pipeline_form` when it has
-        one, else its own form."""
-        fj = self._fjobs.get(name)
-        if fj is None:
-            fj, default = priced_job(manifest, self.pricer, self.instance)
-            self._fjobs[name] = fj
-            self.stats["priced_as_default"] += int(default)
-            self._pforms[name] = pipeline_form(fj)
-        return self._pforms.get(name) or fj
 
     def _split_pass(self, view: RoundView, decision: Decision) -> Decision:
         from hyperplace.solvers.schedule import list_order
@@ -274,7 +250,7 @@ class FederatedEngine(PlanningEngine):
         None."""
         problem = self.last.problem
         name = sj.name
-        fj = self._fjob(job.manifest, name)
+        fj = self.priced_form(job.manifest)
         # the allowance over the job's planned run (a split runs at most as fast): checked
         # again over the split's own run once it is priced
         guess = max(entry.duration_steps, 1) if entry.start_step is not None else \
