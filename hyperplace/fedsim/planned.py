@@ -250,29 +250,18 @@ class FederatedEngine(SplitPricing, PlanningEngine):
         None."""
         problem = self.last.problem
         name = sj.name
-        fj = self.priced_form(job.manifest)
         # the allowance over the job's planned run (a split runs at most as fast): checked
-        # again over the split's own run once it is priced
+        # exactly over the split's own run once it is priced (_fits_schedule)
         guess = max(entry.duration_steps, 1) if entry.start_step is not None else \
             (max(1, math.ceil(sj.best_s / problem.step_s)) if math.isfinite(sj.best_s) else 1)
         allowed = self._allowed(problem, name, guess, free)
         if sum(len(v or ()) for v in allowed.values()) < job.gpus:
             return None
-        inst = masked_instance(view.state.instance([job.manifest]), allowed)
-        placements: dict = {}
-        fjob = dataclasses.replace(fj, max_domains=None)
-        plan = federate(FederationProblem(instance=inst, jobs=[fjob], max_slowdown=MAX_SLOWDOWN),
-                        budget_s=self.budget_s, solver=self.fed_solver, seed=self.seed,
-                        placements_out=placements, pricer=self.pricer, compare=False)
-        jp = next((p for p in plan.jobs if p.job == name), None)
-        if jp is None or len(jp.clusters) < 2:
+        fjob = dataclasses.replace(self.priced_form(job.manifest), max_domains=None)
+        got = self._federated(view, job, fjob, allowed)
+        if got is None:
             return None
-        by_cluster: dict[str, dict[str, list[GPU]]] = {}
-        for cl in jp.clusters:
-            sub = sub_job_name(fjob, cl)
-            for p in placements[cl].plan.placements:
-                if p.job == sub:
-                    by_cluster.setdefault(cl, {})[p.unit] = [(g.node, g.gpu) for g in p.gpus]
+        jp, placements, by_cluster = got
         speed, _ = split_speed(self.fs, self.pricer, fjob, job.manifest, by_cluster,
                                jp.predicted.step_time_s)
         t_split = rem / speed if speed > 0 else math.inf
@@ -292,6 +281,25 @@ class FederatedEngine(SplitPricing, PlanningEngine):
                              predicted_whole_s=whole_end - view.now)
         units = {f"{cl}:{u}": g for cl, us in by_cluster.items() for u, g in us.items()}
         return units, speed, record, checks
+
+    def _federated(self, view: RoundView, job, fjob, allowed: dict[str, set[int] | None]):
+        """One federation round of ``job`` alone on the ``allowed`` GPUs: (its planned job,
+        the members' placements, cluster -> unit -> GPUs) when it splits, else None."""
+        inst = masked_instance(view.state.instance([job.manifest]), allowed)
+        placements: dict = {}
+        plan = federate(FederationProblem(instance=inst, jobs=[fjob], max_slowdown=MAX_SLOWDOWN),
+                        budget_s=self.budget_s, solver=self.fed_solver, seed=self.seed,
+                        placements_out=placements, pricer=self.pricer, compare=False)
+        jp = next((p for p in plan.jobs if p.job == fjob.name), None)
+        if jp is None or len(jp.clusters) < 2:
+            return None
+        by_cluster: dict[str, dict[str, list[GPU]]] = {}
+        for cl in jp.clusters:
+            sub = sub_job_name(fjob, cl)
+            for p in placements[cl].plan.placements:
+                if p.job == sub:
+                    by_cluster.setdefault(cl, {})[p.unit] = [(g.node, g.gpu) for g in p.gpus]
+        return jp, placements, by_cluster
 
     def _with_split(self, view: RoundView, decision: Decision, name: str, got) -> Decision:
         """``decision`` with the split start of ``name`` added."""
