@@ -188,25 +188,32 @@ class FederatedEngine(SplitPricing, PlanningEngine):
         leaf = leaf_pool_of(problem.pools)
         jobs = {j.name: j for j in problem.jobs}
         scheduled_now = set(result.starts_now())
+
+        def per_pool(held: list[GPU]) -> tuple[Counter, Counter]:
+            # GPUs and nodes per leaf pool (a node in no pool has no usable GPU the
+            # schedule plans on: nothing to count)
+            on = [(leaf[nd], nd) for nd, _ in held if nd in leaf]
+            return Counter(p for p, _ in on), Counter(p for p, _ in set(on))
+
         extra: dict[int, list[int]] = {}
         for n, units in decision.starts.items():
             if n in scheduled_now:
                 continue
-            held = [g for u in units.values() for g in u]
-            for pid, k in Counter(leaf[nd] for nd, _ in held).items():
+            g_by, n_by = per_pool([g for u in units.values() for g in u])
+            for pid in g_by:
                 e = extra.setdefault(pid, [0, 0])
-                e[0] += k
-            for pid, k in Counter(leaf[nd] for nd in {nd for nd, _ in held}).items():
-                extra[pid][1] += k
+                e[0] += g_by[pid]
+                e[1] += n_by[pid]
 
         def profile(with_split: bool) -> Profile:
             prof = Profile(problem, length + 1)
             add = {pid: list(v) for pid, v in extra.items()}
             if with_split:
-                for pid, k in Counter(leaf[nd] for nd, _ in gpus).items():
-                    add.setdefault(pid, [0, 0])[0] += k
-                for pid, k in Counter(leaf[nd] for nd in {nd for nd, _ in gpus}).items():
-                    add[pid][1] += k
+                g_by, n_by = per_pool(gpus)
+                for pid in g_by:
+                    e = add.setdefault(pid, [0, 0])
+                    e[0] += g_by[pid]
+                    e[1] += n_by[pid]
             for pid, (g, k) in add.items():
                 prof.take(pid, g, 0, length, k)
             for n, e in result.entries.items():
