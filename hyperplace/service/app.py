@@ -311,6 +311,30 @@ def too_many_jobs(doc: Any, path: str) -> RequestProblem | None:
     return None
 
 
+def bad_duration(doc: Any, path: str) -> RequestProblem | None:
+    """An instance document with a job whose ``hyperplace.io/duration`` does not parse,
+    refused before admission (the worker refuses it too, but a request queued behind busy
+    workers with a tiny budget would otherwise get 429 for what is bad input)."""
+    from hyperplace.sim.forecast import DURATION_ANNOTATION, parse_duration
+
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    jobs = spec.get("jobs") if isinstance(spec, dict) else None
+    for i, job in enumerate(jobs if isinstance(jobs, list) else []):
+        meta = job.get("metadata") if isinstance(job, dict) else None
+        notes = meta.get("annotations") if isinstance(meta, dict) else None
+        text = notes.get(DURATION_ANNOTATION) if isinstance(notes, dict) else None
+        if not isinstance(text, str):
+            continue  # absent, or not a string: the worker's validation names it
+        try:
+            parse_duration(text)
+        except ValueError as exc:
+            name = meta.get("name") if isinstance(meta.get("name"), str) else f"#{i}"
+            return RequestProblem(422, [{"path": f"{path}spec.jobs[{i}].metadata.annotations."
+                                                 f"{DURATION_ANNOTATION}",
+                                         "message": f"{exc} (job {name})"}])
+    return None
+
+
 def json_error(status: int, message: str, path: str | None = None,
                problems: list[dict[str, Any]] | None = None,
                headers: dict[str, str] | None = None) -> Response:
@@ -415,7 +439,8 @@ class Service:
         return min(b, self.config.max_budget_s)
 
     def instance_payload(self, body: Any) -> dict[str, Any]:
-        problem = too_many_jobs(body.instance, "instance.")
+        problem = too_many_jobs(body.instance, "instance.") or bad_duration(body.instance,
+                                                                            "instance.")
         if problem is not None:
             raise problem
         payload = body.source_payload()
@@ -1129,7 +1154,7 @@ def _add_clusters(app: FastAPI, service: Service) -> None:
     async def put_cluster(name: ClusterName, request: Request,
                           instance: Annotated[Annotated[Instance, SkipValidation],
                                               BodyParam()]) -> Response:
-        problem = too_many_jobs(instance, "")
+        problem = too_many_jobs(instance, "") or bad_duration(instance, "")
         if problem is not None:
             raise problem
         async with service.cluster_lock(name):

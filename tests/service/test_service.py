@@ -935,3 +935,19 @@ def test_a_federation_of_one_cluster_is_a_422_naming_its_source(http: httpx.Clie
                                           "budgetS": 5})
     assert r.status_code == 422 and r.json()["path"] == "instance.spec.clusters", r.text
     _still_serving(http)
+
+
+def test_a_bad_duration_is_refused_before_admission() -> None:
+    """The week-long annotation is found in the raw document before the request is queued:
+    behind busy workers a 1 ms budget would otherwise be refused 429 (retry) for what is
+    bad input (it happened in a fresh clone's run: the test above got 429)."""
+    from hyperplace.service.app import bad_duration
+
+    problem = bad_duration(_instance_with_a_week_long_job(), "instance.")
+    assert problem is not None and problem.status == 422
+    assert problem.problems[0]["path"] == (
+        "instance.spec.jobs[0].metadata.annotations.hyperplace.io/duration")
+    assert "1w" in problem.problems[0]["message"]
+    assert bad_duration(instance_document(load_instance("seed-beijing-shanghai")), "") is None
+    assert bad_duration({"spec": {"jobs": [{"metadata": {"annotations": {
+        "hyperplace.io/duration": 7}}}]}}, "") is None  # not a string: the worker names it
