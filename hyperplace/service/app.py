@@ -116,6 +116,7 @@ from hyperplace.service.store import (
 )
 from hyperplace.service.worker import (
     RequestProblem,
+    input_problem,
     WorkerContext,
     error_body,
     gc_paused,
@@ -313,9 +314,11 @@ def too_many_jobs(doc: Any, path: str) -> RequestProblem | None:
 
 def bad_duration(doc: Any, path: str) -> RequestProblem | None:
     """An instance document with a job whose ``hyperplace.io/duration`` does not parse,
-    refused before admission (the worker refuses it too, but a request queued behind busy
-    workers with a tiny budget would otherwise get 429 for what is bad input)."""
-    from hyperplace.sim.forecast import DURATION_ANNOTATION, parse_duration
+    refused before admission (:func:`hyperplace.sim.forecast.job_duration`, the rule the
+    worker applies to the parsed instance): a request queued behind busy workers with a
+    tiny budget would otherwise get 429 for what is bad input."""
+    from hyperplace.errors import InputError
+    from hyperplace.sim.forecast import DURATION_ANNOTATION, job_duration
 
     spec = doc.get("spec") if isinstance(doc, dict) else None
     jobs = spec.get("jobs") if isinstance(spec, dict) else None
@@ -326,12 +329,10 @@ def bad_duration(doc: Any, path: str) -> RequestProblem | None:
         if not isinstance(text, str):
             continue  # absent, or not a string: the worker's validation names it
         try:
-            parse_duration(text)
-        except ValueError as exc:
-            name = meta.get("name") if isinstance(meta.get("name"), str) else f"#{i}"
-            return RequestProblem(422, [{"path": f"{path}spec.jobs[{i}].metadata.annotations."
-                                                 f"{DURATION_ANNOTATION}",
-                                         "message": f"{exc} (job {name})"}])
+            job_duration(text, i, meta.get("name") if isinstance(meta.get("name"), str)
+                         else f"#{i}")
+        except InputError as exc:
+            return input_problem(exc, path.rstrip("."))
     return None
 
 

@@ -136,8 +136,6 @@ def run_times(instance: Instance) -> tuple[dict[str, float], set[str]]:
     the jobs whose run time is assumed; raises InputError naming the annotation of a job
     whose duration does not parse. The shells call it as soon as they have read the
     instance, so a bad annotation is refused whatever the budget leaves for forecasts."""
-    from hyperplace.errors import InputError
-
     work: dict[str, float] = {}
     assumed: set[str] = set()
     for i, j in enumerate(instance.jobs):
@@ -146,12 +144,22 @@ def run_times(instance: Instance) -> tuple[dict[str, float], set[str]]:
             work[j.name] = DEFAULT_RUN_S
             assumed.add(j.name)
             continue
-        try:
-            work[j.name] = parse_duration(text)
-        except ValueError as exc:
-            raise InputError(f"{exc} (job {j.name})", path=f"spec.jobs[{i}].metadata."
-                             f"annotations.{DURATION_ANNOTATION}") from None
+        work[j.name] = job_duration(text, i, j.name)
     return work, assumed
+
+
+def job_duration(text: str, index: int, name: str) -> float:
+    """Seconds of the ``hyperplace.io/duration`` of job ``index`` (``name``) of an
+    instance's ``spec.jobs``; InputError at that field when it does not parse
+    (:func:`parse_duration`). One rule for the parsed instance (:func:`run_times`) and for
+    a raw document read before a worker parses it (the service's admission)."""
+    from hyperplace.errors import InputError
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise InputError(f"{exc} (job {name})", path=f"spec.jobs[{index}].metadata."
+                         f"annotations.{DURATION_ANNOTATION}") from None
 
 
 def forecast_inputs(instance: Instance) -> ForecastInputs:
