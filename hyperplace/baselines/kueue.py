@@ -5,7 +5,8 @@ Re-implemented from kubernetes-sigs/kueue at commit ff69552,
 ``pkg/features/kube_features.go``:
 
 What a PodSet asks
-    A job's PodSets are its resource groups (all units of one group, as pods). The request
+    A job's PodSets are its units grouped by pod template (:func:`podsets`: resource
+    groups whose pods are the same are one PodSet, as a user writes them). The request
     is what the user would write for the job's hop limits: ``required`` at the level of the
     limit that binds the whole PodSet (the DataParallel ``maxHopCount`` when the PodSet has
     several units, the unit's own when it is one multi-pod unit; 0 -> hostname, 1 -> rack,
@@ -76,11 +77,27 @@ def kueue_tas_style(instance: Instance, seed: int = 0) -> PlacementPlan:
     return run_baseline(instance, SOLVER, place_job, seed)
 
 
+def pod_template(unit: GangUnit) -> tuple:
+    """What a unit's pods ask of a node: GPUs, type selector, memory and link floors, hop
+    limit, slice shape (not its role: a tensor-parallel rank and a pipeline stage of the
+    same size run the same pod)."""
+    return (unit.gpus, unit.gpu_types, unit.min_memory_gb, unit.min_nvlink_gbps,
+            unit.min_ib_gbps, unit.max_hop_count, unit.slice_pods)
+
+
 def podsets(units: list[GangUnit]) -> list[list[GangUnit]]:
-    """Units grouped by resource group, in manifest order: Kueue's PodSets."""
-    groups: dict[str, list[GangUnit]] = {}
+    """Kueue's PodSets: the job's units grouped by pod template, in manifest order.
+
+    A training job's pods are written as one replicated template whatever role each rank
+    plays (a PyTorchJob's ``Worker`` replicas, a JobSet's one ``replicatedJob``: Megatron
+    assigns tensor and pipeline ranks at run time), so resource groups whose pods are the
+    same are one PodSet, which TAS keeps in one domain and one flavor; groups that differ
+    (another GPU type, size or floor) are PodSets of their own, each assigned its own
+    domain (``podset-group-name`` cannot join them: it takes exactly two PodSets, one of a
+    single pod, ``pkg/controller/jobframework/tas_validation.go`` L213-262)."""
+    groups: dict[tuple, list[GangUnit]] = {}
     for u in units:
-        groups.setdefault(u.group, []).append(u)
+        groups.setdefault(pod_template(u), []).append(u)
     return list(groups.values())
 
 

@@ -229,3 +229,31 @@ def test_run_peer_plans_pass_the_checker(rule):
     # Kueue without TAS cannot ask for a topology; every other rule keeps hop limits
     checked(plan, inst, {"replica-hop-count"} if rule == "kueue-quota-style" else set())
     assert set(plan.admitted) | {p.job for p in plan.pending} == {j.name for j in jobs}
+
+
+def _pp(size: int, accelerator: str = "H100", memory: float = 80) -> dict:
+    """A pipeline stage whose pods ask what ``_tp(size, accelerator, 0, memory)``'s do."""
+    return {"name": "pp", "type": "PipelineParallel", "gpusPerGroup": size,
+            "gpuRequirements": {"minMemoryGB": memory, "acceleratorType": accelerator}}
+
+
+def test_kueue_one_pod_template_is_one_podset_in_one_rack():
+    """A job's tensor-parallel ranks and pipeline stages of the same pod are one PodSet
+    (as a PyTorchJob's Worker replicas are): TAS keeps all four pods in one rack, as the
+    job's DataParallel maxHopCount 1 asks. As two PodSets, BestFit put one on the two-node
+    rack and the other on the four-node rack, 3 hops apart."""
+    nodes = [_node(f"n{i}", "H100-80", {}) for i in range(6)]  # racks n0-n3 and n4-n5
+    job = _job("tp-pp", "m", "normal", 2, [_tp(8, "H100", 0, 80), _pp(8), _dp(max_hops=1)])
+    inst = instance(nodes, [job], 4)
+    plan = BASELINES["kueue-tas-style"](inst)
+    assert nodes_of(plan, "tp-pp") == ["n0", "n1", "n2", "n3"]
+    checked(plan, inst)
+
+
+def test_kueue_pods_of_different_templates_stay_separate_podsets():
+    from hyperplace.baselines.kueue import podsets
+
+    same = _job("a", "m", "normal", 2, [_tp(8, "H100", 0, 80), _pp(8), _dp(max_hops=1)])
+    other = _job("b", "m", "normal", 2, [_tp(8, "H100", 0, 80), _pp(4), _dp(max_hops=1)])
+    assert [len(ps) for ps in podsets(same.units())] == [4]
+    assert [[u.group for u in ps] for ps in podsets(other.units())] == [["tp", "tp"], ["pp", "pp"]]
