@@ -136,7 +136,7 @@ sys.path.insert(0, str(ROOT))
 from hyperplace.benchkit.loads import bracket_load  # noqa: E402
 from hyperplace.instances import load_instance  # noqa: E402
 from hyperplace.io import write_atomic  # noqa: E402
-from hyperplace.sim.metrics import bubble_series, save_figure, summarize  # noqa: E402
+from hyperplace.sim.metrics import bubble_series, rule_break_line, save_figure, summarize  # noqa: E402
 from hyperplace.sim.run import SimRequest, build_workload  # noqa: E402
 from hyperplace.sim.simulator import SimConfig, simulate  # noqa: E402
 from hyperplace.sim.speed import SpeedModel  # noqa: E402
@@ -970,6 +970,9 @@ def cell_section(cell: dict, cell_dir: Path, out: Path) -> list[str]:
         for name, r in (cell.get("ratios_by_engine") or {"engine": cell["ratios"]}).items():
             out_lines += [f"{name}{'' if ' (vs ' in name else ' / best peer'}: " + ", ".join(
                 f"{k} {v:.3f}" for k, v in r.items()), ""]
+    breaks = rule_break_line(cell["rows"])
+    if breaks:
+        out_lines += [breaks[0].upper() + breaks[1:] + ".", ""]
     if cell.get("missing_rows"):
         out_lines += ["Rows not finished when the cell was assembled (`--from-cache`; not "
                       "compared): " + ", ".join(cell["missing_rows"]) + ".", ""]

@@ -4,7 +4,7 @@ Both recompute every rule from the domain models instead of sharing code with th
 formulations that produced the answers, so a bug there cannot vouch for itself.
 """
 
-from hyperplace.check.placement import Violation, check, format_violations
+from hyperplace.check.placement import JobRules, Violation, check, format_violations
 from hyperplace.check.split import check_split
 
-__all__ = ["Violation", "check", "check_split", "format_violations"]
+__all__ = ["JobRules", "Violation", "check", "check_split", "format_violations"]

@@ -144,6 +144,15 @@ class _Context:
         #: (selector, memory floor) -> GPUs of the largest node suiting it
         self._largest: dict[tuple[str | None, float], int] = {}
 
+    def set_job(self, job: TrainingJob | None, name: str = "") -> None:
+        """Add ``job`` to the jobs checked (None: drop the job ``name``)."""
+        name = job.name if job is not None else name
+        self._units.pop(name, None)
+        if job is None:
+            self.jobs.pop(name, None)
+        else:
+            self.jobs[name] = job
+
     def units(self, job: str) -> dict[str, GangUnit]:
         if job not in self._units:
             self._units[job] = {u.name: u for u in self.jobs[job].units()}
@@ -492,6 +501,31 @@ def _check_job(ctx: _Context, job: str, placed: dict[str, list[GPU]]) -> list[Vi
         out += _pairwise(ctx, nodes, between.max_hop_count, between.min_infiniband_bandwidth_gbps,
                          job, None, "replica-hop-count", "replica-ib-bandwidth")
     return out
+
+
+class JobRules:
+    """The per-job rules of :func:`check` (each unit's size, type, memory, NVLink, hop and
+    bandwidth rules; the between-replica hop and bandwidth rules; one cluster) for jobs
+    placed one at a time on an instance's hardware, whatever else runs: what a replay asks
+    of every start, so that a peer whose upstream rule cannot express a job's limit is
+    counted when it breaks it (:attr:`hyperplace.sim.policies.Policy.tolerated`)."""
+
+    def __init__(self, instance: Instance):
+        self._ctx = _Context(instance.model_copy(update={"jobs": []}))
+
+    def whole(self, job: TrainingJob, placed: dict[str, list[GPU]]) -> bool:
+        """True when ``placed`` names the job's own units (not a federation's parts,
+        ``cluster:unit``, which the federation's checker judges per member)."""
+        names = {u.name for u in job.units()}
+        return all(u in names for u in placed)
+
+    def violations(self, job: TrainingJob, placed: dict[str, list[GPU]]) -> list[Violation]:
+        ctx = self._ctx
+        ctx.set_job(job)
+        try:
+            return _check_job(ctx, job.name, placed)
+        finally:
+            ctx.set_job(None, job.name)
 
 
 # ---- bookkeeping ---------------------------------------------------------------------------

@@ -163,6 +163,7 @@ def failure_note(summary: dict) -> str | None:
 def print_summary(summary: dict, console: Console) -> None:
     from hyperplace.commands import render as r
     from hyperplace.commands.render import Column
+    from hyperplace.sim.metrics import rule_break_line
 
     r.print_line(console, headline(summary))
     cols = [Column("policy"), Column("done", justify="right"),
@@ -195,6 +196,9 @@ def print_summary(summary: dict, console: Console) -> None:
         f"{row['policy']} utilisation {_pct(row['utilisation_in_window'])}, "
         f"{_fmt(row.get('waiting_jobs_mean'), 1, 1)} jobs waiting on average"
         for row in summary["policies"]))
+    breaks = rule_break_line(summary["policies"])
+    if breaks:
+        r.print_line(console, breaks)
     for lines in (summary.get("notes") or {}).values():
         for line in lines:
             r.print_line(console, line)

@@ -61,6 +61,9 @@ class JobRecord:
     lost_migrated_gpu_s: float = 0.0  # GPU-seconds of work lost to migrations (defrag)
     migrations: int = 0
     speeds: list[float] = field(default_factory=list)
+    #: checker codes of the job's own placement rules a start of it broke (a peer's
+    #: ``tolerated`` rules; hyperplace.check.JobRules)
+    rule_breaks: set[str] = field(default_factory=set)
     queued_since: float | None = None
     # the first forecast of its start (policies with a schedule: the round after it arrived)
     forecast_start_s: float | None = None

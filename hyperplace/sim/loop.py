@@ -15,7 +15,13 @@ checkpoints, speed and record).
 A round builds the current :class:`~hyperplace.models.Instance` (running jobs hold their
 GPUs, failed hardware is ``faulty``), asks the policy, optionally runs the independent
 checker on the plan (``check=True``: every round's state and plan are checked, as the tests
-do), and starts the chosen jobs. Running jobs keep their GPUs.
+do), and starts the chosen jobs. Running jobs keep their GPUs. Every start is also held to
+the job's own placement rules (:class:`~hyperplace.check.JobRules`: hop and bandwidth
+limits, types, memory), checked or not: a rule it breaks is recorded on the job
+(``JobRecord.rule_breaks``, the metrics' ``rule_breaks``). A peer whose upstream cannot
+express a rule (:attr:`~hyperplace.sim.policies.Policy.tolerated`: Slurm's ``--switches``
+after ``max_switch_wait``) breaks it in a checked replay without failing it; any other
+violation fails it.
 
 With declared queues (the instance's ``spec.queues``), every round's instance lists the
 running jobs with their queues (``spec.runningJobs``: quotas and fair share count them) and,
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hyperplace.check import Violation, check
+from hyperplace.check import JobRules, Violation, check
 from hyperplace.models.usage import QueueUsage
 from hyperplace.models import Instance
 from hyperplace.sim.jobs import JobRecord, SimJob
@@ -77,6 +83,7 @@ class RoundLoop:
         self.running: dict[str, Running] = {}
         self.records: dict[str, JobRecord] = {}
         self.rounds = 0
+        self.rules = JobRules(self.state.base)  # every start's own rules (rule_breaks)
 
     @property
     def queue(self) -> dict[str, SimJob]:
@@ -228,6 +235,8 @@ class RoundLoop:
             sched = getattr(self.policy, "schedule_violations", None)
             if sched is not None:  # the over-time schedule's own checker (sim.planning)
                 violations = [*violations, *sched(now)]
+            # a rule the peer's upstream cannot express is counted below, not a failure
+            violations = [v for v in violations if v.code not in self.policy.tolerated]
             if violations:
                 raise CheckFailed(f"round at t={now:g} ({self.policy.name}): "
                                   + "; ".join(str(v) for v in violations[:5]))
@@ -252,6 +261,8 @@ class RoundLoop:
                 rec.queued_s += now - rec.queued_since
                 rec.queued_since = None
             rec.speeds.append(speed)
+            if self.rules.whole(job.manifest, units):  # a federation's parts: its own checker
+                rec.rule_breaks.update(v.code for v in self.rules.violations(job.manifest, units))
             work = self.remaining_work(name, now)
             end = now + work / speed  # the true end (the replay's clock; no policy sees it)
             guess = self.predicted_remaining(name, now) / speed

@@ -20,6 +20,10 @@
   type or topology mismatch, or a policy that chose to wait).
 * GPU-hours lost to failures (work since the last checkpoint) and GPU-hours down.
 * Per-round solve time p50 / p99 / max, rounds, and rounds that fell back to greedy.
+* Rule breaks: jobs a start of which broke one of the job's own placement rules
+  (``rule_break_jobs``; ``rule_breaks`` per checker code): a peer whose upstream cannot
+  express a hop limit (Slurm's ``--switches`` after ``max_switch_wait``, no spine limit)
+  starts such jobs earlier and runs them at their spread's speed; the engine never does.
 
 Per queue (``queues``, when jobs name queues; :func:`queue_metrics`): jobs, finished, GPU-hours
 held (in all, and within the arrival window, while every queue's jobs were still coming),
@@ -37,6 +41,7 @@ share lowers it without anything being unfair.
 from __future__ import annotations
 
 import csv
+from collections import Counter
 import io
 import json
 import math
@@ -151,9 +156,24 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
         "fallback_rounds": sum(1 for r in run.rounds if r.fallback),
         "held_decisions": sum(r.held for r in run.rounds),
         "mean_speed": mean_or_none([r.speeds[-1] for r in done if r.speeds]),
+        "rule_break_jobs": sum(1 for r in run.records if r.rule_breaks),
+        "rule_breaks": dict(sorted(Counter(c for r in run.records for c in r.rule_breaks).items())),
         "forecast": forecast_metrics(run),
         **queue_metrics(run),
     }
+
+
+def rule_break_line(rows: list[dict[str, Any]]) -> str | None:
+    """One line naming the policies that started jobs breaking the jobs' own placement
+    rules (summaries' ``rule_break_jobs``), or None when none did."""
+    hits = [f"{r['policy']} {r['rule_break_jobs']} ("
+            + ", ".join(f"{c} {n}" for c, n in r.get("rule_breaks", {}).items()) + ")"
+            for r in rows if r.get("rule_break_jobs")]
+    if not hits:
+        return None
+    return ("jobs started breaking their own hop limits (Slurm's --switches gives way after "
+            "max_switch_wait and has no spine limit; such a job runs at its spread's speed): "
+            + "; ".join(hits))
 
 
 # The forecast metric (hyperplace.sim.forecast_score, which holds the size classes and

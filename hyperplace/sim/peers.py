@@ -18,6 +18,14 @@ from hyperplace.models.plan import GPURef
 RULE_NAMES = {"volcano": "volcano-style", "kueue": "kueue-tas-style",
               "slurm": "slurm-tree-style"}
 
+#: checker codes of job rules a peer's upstream cannot express (its starts may break them;
+#: a replay counts them as the job's ``rule_breaks``): Slurm's ``--switches`` is one limit
+#: on the whole allocation that gives way after ``max_switch_wait`` and its tree plugin has
+#: no constraint for a spine (:mod:`hyperplace.baselines.slurm`), so a unit's and the
+#: replicas' hop limits may be broken. Kueue TAS (one domain per PodSet, PodSets of one
+#: template merged) and Volcano (hard network-topology mode) express every hop limit here.
+TOLERATED = {"slurm-tree-style": frozenset({"hop-count", "replica-hop-count"})}
+
 
 class PeerPlacer:
     """One peer's placement rule over an instance's topology (views built once)."""
@@ -28,6 +36,7 @@ class PeerPlacer:
             raise ValueError(f"unknown peer rule {rule!r}; use one of {', '.join(RULE_NAMES)}")
         self.rule = key
         self.peer = RULES[key]
+        self.tolerated = TOLERATED.get(key, frozenset())
         self.views = cluster_views(instance)
         self.rng = random.Random(f"{key}-{seed}")
         self._accepted: dict[str, tuple[str, ...]] = {}

@@ -205,6 +205,10 @@ class Policy:
     cadence_s: float | None = None
     #: also asked ``fill_between(view)`` at every event between its rounds
     fills_between_rounds = False
+    #: checker codes of job rules this policy's upstream cannot express, so its starts may
+    #: break them: a checked replay counts them (``JobRecord.rule_breaks``) instead of
+    #: failing; every other rule still fails it
+    tolerated: frozenset[str] = frozenset()
 
     def decide(self, view: RoundView) -> Decision:  # pragma: no cover - interface
         raise NotImplementedError
@@ -231,6 +235,7 @@ class QueuePolicy(Policy):
     def __init__(self, name: str, instance: Instance, rule: str, blocking: bool, seed: int = 0):
         self.name = name
         self.placer = PeerPlacer(instance, rule, seed)
+        self.tolerated = self.placer.tolerated
         self.blocking = blocking
         # fifo, kueue and kueue-strict decide at every event, volcano every second
         self.cadence_s = VOLCANO_CADENCE_S if rule == "volcano" else KUEUE_CADENCE_S
@@ -264,6 +269,7 @@ class ProportionPolicy(Policy):
 
     def __init__(self, instance: Instance, seed: int = 0):
         self.placer = PeerPlacer(instance, "volcano", seed)
+        self.tolerated = self.placer.tolerated
 
     def decide(self, view: RoundView) -> Decision:
         from hyperplace.formulations.placement.quotas import build_quota_book, water_fill
@@ -353,6 +359,7 @@ class SlurmBackfill(Policy):
                  name: str = "slurm"):
         self.name = name
         self.placer = PeerPlacer(instance, "slurm", seed)
+        self.tolerated = self.placer.tolerated
         self.factor = factor
         self.window_s = window_s  # None: at least the longest time limit (Slurm's advice)
         self.max_job_test = max_job_test

@@ -153,3 +153,47 @@ def test_backfill_board_counts_equal_the_reference(data):
                    if m == n or data.draw(st.booleans())}
             reservations.append((t0, t1, per))
             board.reserve(t0, t1, per)
+
+
+def test_slurm_breaks_a_hop_limit_only_as_upstream_does_and_the_replay_counts_it():
+    """A 3-replica job asking for one leaf (maxHopCount 1) on leaves of two nodes: Slurm's
+    ``--switches=1`` gives way after max_switch_wait and runs it across leaves. The checked
+    replay counts the break on the job (the only rule Slurm's tree plugin cannot keep);
+    with nothing tolerated the same replay fails the checker."""
+    from hyperplace.sim.loop import CheckFailed
+
+    inst = fat_tree(nodes_per_leaf=2, leaves=2)
+    big = model_parallel_job("big", "m", replicas=3, memory_gb=None, dp_ib_gbps=None,
+                             dp_max_hops=1)
+    jobs = [sim_job("small", 8, 0.0, 600.0),
+            SimJob(name="big", submit_s=10.0, work_s=900.0, gpus=24, manifest=big)]
+    run = simulate(inst, jobs, "slurm", SimConfig(check=True, round_s=60))
+    breaks = {r.job.name: r.rule_breaks for r in run.records}
+    assert breaks == {"small": set(), "big": {"replica-hop-count"}}
+    first = next(r for r in run.records if r.job.name == "big").first_start_s
+    assert first is not None and first >= 10.0 + MAX_SWITCH_WAIT_S
+    strict = SlurmBackfill(inst)
+    strict.tolerated = frozenset()
+    with pytest.raises(CheckFailed, match="replica-hop-count"):
+        simulate(inst, [SimJob(name=j.name, submit_s=j.submit_s, work_s=j.work_s, gpus=j.gpus,
+                               manifest=j.manifest) for j in jobs], strict,
+                 SimConfig(check=True, round_s=60))
+
+
+@pytest.mark.parametrize("policy", ["kueue", "kueue-strict", "volcano"])
+def test_kubernetes_peers_keep_every_hop_limit_of_the_fm_workload(policy: str):
+    """200 foundation-model jobs (tensor-parallel groups and pipeline stages of one pod
+    template, DataParallel maxHopCount 1) on mixed-a100-h100, every round checked: Kueue
+    (one PodSet per template) and Volcano (hard mode) break no rule of any job. Kueue with
+    one PodSet per resource group put a job's stages on racks 3 hops apart."""
+    from hyperplace.instances import load_instance
+    from hyperplace.sim.metrics import summarize
+    from hyperplace.sim.run import SimRequest, build_workload
+
+    inst = load_instance("mixed-a100-h100")
+    wl, _ = build_workload(SimRequest(trace="philly", workload="fm", load=2.0, limit=200,
+                                      repeat=1), inst, 0)
+    run = simulate(inst, wl.jobs, policy, SimConfig(check=True, round_s=60))
+    s = summarize(run)
+    assert run.unfinished == 0 and s["finished"] == 200
+    assert s["rule_break_jobs"] == 0 and s["rule_breaks"] == {}
