@@ -317,11 +317,18 @@ def bad_duration(doc: Any, path: str) -> RequestProblem | None:
     refused before admission (:func:`hyperplace.sim.forecast.job_duration`, the rule the
     worker applies to the parsed instance): a request queued behind busy workers with a
     tiny budget would otherwise get 429 for what is bad input."""
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    jobs = spec.get("jobs") if isinstance(spec, dict) else None
+    return bad_job_durations(jobs, path.rstrip("."))
+
+
+def bad_job_durations(jobs: Any, prefix: str, *, listed: bool = False) -> RequestProblem | None:
+    """:func:`bad_duration` over a list of raw job documents: an instance's ``spec.jobs``
+    (the error at ``prefix.spec.jobs[i]...``) or, ``listed``, a request's ``jobs`` that
+    replace a stored cluster's queue (at ``jobs[i]...``, as the worker names them)."""
     from hyperplace.errors import InputError
     from hyperplace.sim.forecast import DURATION_ANNOTATION, job_duration
 
-    spec = doc.get("spec") if isinstance(doc, dict) else None
-    jobs = spec.get("jobs") if isinstance(spec, dict) else None
     for i, job in enumerate(jobs if isinstance(jobs, list) else []):
         meta = job.get("metadata") if isinstance(job, dict) else None
         notes = meta.get("annotations") if isinstance(meta, dict) else None
@@ -332,7 +339,9 @@ def bad_duration(doc: Any, path: str) -> RequestProblem | None:
             job_duration(text, i, meta.get("name") if isinstance(meta.get("name"), str)
                          else f"#{i}")
         except InputError as exc:
-            return input_problem(exc, path.rstrip("."))
+            if listed:
+                exc = InputError(exc.message, path=(exc.path or "").removeprefix("spec."))
+            return input_problem(exc, prefix)
     return None
 
 
@@ -440,8 +449,9 @@ class Service:
         return min(b, self.config.max_budget_s)
 
     def instance_payload(self, body: Any) -> dict[str, Any]:
-        problem = too_many_jobs(body.instance, "instance.") or bad_duration(body.instance,
-                                                                            "instance.")
+        problem = (too_many_jobs(body.instance, "instance.")
+                   or bad_duration(body.instance, "instance.")
+                   or bad_job_durations(body.jobs, "", listed=True))
         if problem is not None:
             raise problem
         payload = body.source_payload()

@@ -941,7 +941,7 @@ def test_a_bad_duration_is_refused_before_admission() -> None:
     """The week-long annotation is found in the raw document before the request is queued:
     behind busy workers a 1 ms budget would otherwise be refused 429 (retry) for what is
     bad input (it happened in a fresh clone's run: the test above got 429)."""
-    from hyperplace.service.app import bad_duration
+    from hyperplace.service.app import bad_duration, bad_job_durations
 
     problem = bad_duration(_instance_with_a_week_long_job(), "instance.")
     assert problem is not None and problem.status == 422
@@ -951,3 +951,29 @@ def test_a_bad_duration_is_refused_before_admission() -> None:
     assert bad_duration(instance_document(load_instance("seed-beijing-shanghai")), "") is None
     assert bad_duration({"spec": {"jobs": [{"metadata": {"annotations": {
         "hyperplace.io/duration": 7}}}]}}, "") is None  # not a string: the worker names it
+    listed = bad_job_durations([{"metadata": {"name": "a"}},
+                                _instance_with_a_week_long_job()["spec"]["jobs"][0]], "",
+                               listed=True)  # a request's jobs for a stored cluster
+    assert listed is not None and listed.status == 422
+    assert listed.problems[0]["path"] == "jobs[1].metadata.annotations.hyperplace.io/duration"
+
+
+@pytest.mark.parametrize("budget", [None, 0.001])
+def test_a_bad_duration_in_a_jobs_list_on_a_stored_cluster_is_422_at_its_field(
+        http: httpx.Client, budget: float | None) -> None:
+    """A ``jobs`` list sent against a stored cluster is read before admission too: the
+    same 422 at ``jobs[i]...`` whatever the budget (at 1 ms behind busy workers it was
+    429) and whoever finds it (the worker, at a budget it can run)."""
+    doc = instance_document(load_instance("seed-beijing-shanghai"))
+    assert http.put("/v1/clusters/jobs-list", json=doc).status_code in (200, 201)
+    good = json.loads(json.dumps(doc["spec"]["jobs"][0]))
+    good["metadata"]["name"] = "good"
+    job = _instance_with_a_week_long_job()["spec"]["jobs"][0]
+    body: dict = {"cluster": "jobs-list", "jobs": [good, job]}
+    if budget is not None:
+        body["budgetS"] = budget
+    r = http.post("/v1/placement", json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["path"] == "jobs[1].metadata.annotations.hyperplace.io/duration", r.json()
+    assert "got '1w'" in r.json()["error"]
+    _still_serving(http)
