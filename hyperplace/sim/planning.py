@@ -164,6 +164,13 @@ OBJECTIVE = "slowdown"
 AGING_S = 4 * 3600.0
 RESERVE_AFTER_S = 1800.0
 RESERVE_NODES = 4
+#: The round's horizon stretches past ``horizon_s`` to the forecast start of a job that has
+#: waited ``reserve_after_s`` when the last round's forecast (its list schedule looks
+#: ``GREEDY_SPAN`` horizons ahead) put it beyond the horizon, up to ``GREEDY_SPAN`` horizons
+#: (:meth:`PlanningEngine.round_horizon`): a job no start inside the horizon can hold is
+#: never reserved, so the jobs started before it keep it waiting (Slurm's competent
+#: ``bf_window`` covers the longest time limit for the same reason).
+STRETCH_HORIZON = True
 MIN_WINDOW = 10  # the CP-SAT window never shrinks below this many jobs
 #: The work-conserving fill after the schedule (:func:`hyperplace.solvers.schedule.fill_now`):
 #: a job without a reservation starts now, around the reservations and what starts now, on
@@ -372,7 +379,8 @@ class PlanningEngine(Policy):
                  fill_reserved: bool = FILL_RESERVED,
                  forecast_calibration: bool = FORECAST_CALIBRATION,
                  forecast_list: bool = FORECAST_LIST,
-                 fill_events: bool = FILL_EVENTS, fill_keeps: str = FILL_KEEPS):
+                 fill_events: bool = FILL_EVENTS, fill_keeps: str = FILL_KEEPS,
+                 stretch_horizon: bool = STRETCH_HORIZON):
         for name, v in (("horizon", horizon_s), ("window", window)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: must be positive, got {v!r}")
@@ -404,6 +412,9 @@ class PlanningEngine(Policy):
         self.adapt_window = adapt_window
         self.horizon_s = float(horizon_s)
         self.step_s = float(step_s) if step_s else max(round_s, self.horizon_s / DEFAULT_STEPS)
+        self.stretch_horizon = stretch_horizon
+        self.stretched_rounds = 0  # rounds whose horizon was stretched (round_horizon)
+        self._round_horizon = self.horizon_s  # the last round's (a fill between keeps it)
         self.objective = objective
         self.seed = seed
         self.schedule_share = schedule_share
@@ -493,12 +504,41 @@ class PlanningEngine(Policy):
         if between and self.fill_keeps != "reservations":  # a fill keeps the round's plan
             res = {**{n: r for n, r in self._plan.items() if n in queued}, **res}
         prob = build_schedule_problem(
-            instance, pending, running, view.now, duration, horizon_s=self.horizon_s,
+            instance, pending, running, view.now, duration,
+            horizon_s=self.round_horizon(view, between),
             step_s=self.step_s, objective=self.objective, max_options=self.max_options,
             reservations=res, not_now=self._not_now, pools=self._pools[1],
             facts_cache=self._facts, wait_weight=self.wait_weight)
         prob.order, prob.aging_s = self.order, self.aging_s
         return prob
+
+    def round_horizon(self, view: RoundView, between: bool = False) -> float:
+        """This round's horizon: ``horizon_s``, or, with ``stretch_horizon``
+        (:data:`STRETCH_HORIZON`), to two steps past the latest forecast start (the last
+        round's) of the jobs that have waited ``reserve_after_s`` (any job when None) and
+        were forecast past the horizon, at most ``GREEDY_SPAN`` horizons (a job the forecast
+        could not place within them counts at that cap). A fill between rounds keeps the
+        last round's horizon."""
+        from hyperplace.solvers.schedule import GREEDY_SPAN
+
+        base = self.horizon_s
+        if not self.stretch_horizon:
+            return base
+        if between:
+            return self._round_horizon
+        cap, now = GREEDY_SPAN * base, view.now
+        aged = self.reserve_after_s
+        fc = self.raw_forecasts()
+        late = [fc[j.name][0] for j in view.queue if j.name in fc
+                and (aged is None or now - j.submit_s >= aged)
+                and (fc[j.name][0] is None or fc[j.name][0] > now + base)]
+        horizon = base
+        if late:
+            latest = max(cap if t is None else t - now for t in late)
+            horizon = min(cap, max(base, latest + 2 * self.step_s))
+            self.stretched_rounds += 1
+        self._round_horizon = horizon
+        return horizon
 
     def expected_end(self, start_s: float, predicted_end_s: float, now: float) -> float:
         """When a running job is expected to end, given that it still runs at ``now``

@@ -98,6 +98,9 @@ class SimConfig:
     # what the planning engine's fill between rounds keeps of the last round's plan
     # (hyperplace.sim.planning.FILL_KEEPS: plan | gangs | reservations; None: that default)
     engine_fill_keeps: str | None = None
+    # the planning engine's horizon stretches to the forecast start of a job that has
+    # waited and was forecast past it (hyperplace.sim.planning.STRETCH_HORIZON)
+    engine_stretch_horizon: bool = True
 
 
 @dataclass
@@ -154,6 +157,7 @@ def planning_settings(config: SimConfig) -> dict:
             "forecast_correction": config.engine_forecast_correction,
             "forecast_calibration": config.engine_forecast_calibration,
             "fill_reserved": config.engine_fill_reserved,
+            "stretch_horizon": config.engine_stretch_horizon,
             **({"fill_keeps": config.engine_fill_keeps}
                if config.engine_fill_keeps is not None else {})}
 

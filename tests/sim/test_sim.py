@@ -255,3 +255,32 @@ def test_engine_wait_holds_for_faster_gpus_when_they_free_up_soon():
     # the planning engine makes the same choice as a decision of its schedule: wait for H100
     assert math.isclose(max(p["long"].speeds), SpeedModel(inst).best_speed(jobs[1].manifest))
     assert p["long"].end_s < n["long"].end_s
+
+
+@pytest.mark.parametrize("stretch", [True, False])
+def test_a_gang_the_horizon_cannot_hold_is_reserved_once_it_has_waited(stretch):
+    """A whole-cluster gang arrives behind a job running past the 2 h horizon; half-cluster
+    jobs of 8 h of work keep arriving. With the stretched horizon (sim.planning.
+    STRETCH_HORIZON) the gang, forecast past the horizon once it has waited
+    reserve_after_s, is planned and reserved: it starts as soon as the jobs that started
+    before then have ended (later ones only backfill, ending before it). Without, it is
+    never reserved: later long jobs keep taking the GPUs it needs."""
+    from hyperplace.sim.planning import RESERVE_AFTER_S
+
+    inst = tiny_instance()
+    work = 8 * 3600.0
+    jobs = [job("first", 16, 0, work), job("whole", 32, 60, 600)]
+    jobs += [job(f"next{i}", 16, 120 + i * 2400.0, work) for i in range(8)]
+    cfg = SimConfig(round_s=60, horizon_s=2 * 3600.0, prediction_sigma=0.0, check=True,
+                    engine_stretch_horizon=stretch)
+    run = simulate(inst, jobs, "engine", cfg)
+    assert run.unfinished == 0
+    rec = {r.job.name: r for r in run.records}
+    whole = rec["whole"].first_start_s
+    waited = jobs[1].submit_s + RESERVE_AFTER_S
+    before = max(r.end_s for r in rec.values() if r.first_start_s < waited)
+    assert before > jobs[1].submit_s + cfg.horizon_s  # the horizon cannot hold the gang
+    if stretch:
+        assert whole <= before + cfg.round_s, (whole, before)
+    else:
+        assert whole > before + 4 * 3600.0, (whole, before)

@@ -168,6 +168,9 @@ def test_the_schedule_objective_has_one_default():
     from hyperplace.sim import planning
 
     assert SimConfig().schedule_objective == planning.OBJECTIVE
+    assert SimConfig().engine_stretch_horizon == planning.STRETCH_HORIZON  # and this one
+    assert inspect.signature(planning.PlanningEngine).parameters["stretch_horizon"].default \
+        == planning.STRETCH_HORIZON
     assert inspect.signature(planning.PlanningEngine).parameters["objective"].default == \
         planning.OBJECTIVE
     fn = next(f for name, f in vars(cmd).items() if callable(f) and
