@@ -99,8 +99,8 @@ class SimConfig:
     # (hyperplace.sim.planning.FILL_KEEPS: plan | gangs | reservations; None: that default)
     engine_fill_keeps: str | None = None
     # the planning engine's horizon stretches to the forecast start of a job that has
-    # waited and was forecast past it (hyperplace.sim.planning.STRETCH_HORIZON)
-    engine_stretch_horizon: bool = True
+    # waited and was forecast past it (hyperplace.sim.planning.STRETCH_HORIZON, off: measured)
+    engine_stretch_horizon: bool = False
 
 
 @dataclass
