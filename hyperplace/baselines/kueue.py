@@ -77,27 +77,31 @@ def kueue_tas_style(instance: Instance, seed: int = 0) -> PlacementPlan:
     return run_baseline(instance, SOLVER, place_job, seed)
 
 
-def pod_template(unit: GangUnit) -> tuple:
-    """What a unit's pods ask of a node: GPUs, type selector, memory and link floors, hop
-    limit, slice shape (not its role: a tensor-parallel rank and a pipeline stage of the
-    same size run the same pod)."""
-    return (unit.gpus, unit.gpu_types, unit.min_memory_gb, unit.min_nvlink_gbps,
-            unit.min_ib_gbps, unit.max_hop_count, unit.slice_pods)
+def pod_template(unit: GangUnit, view: ClusterView) -> tuple:
+    """What a unit's pods ask that a pod can say: GPUs, type selector and memory (its node
+    selector and requests, :func:`hyperplace.baselines.common.suits`) and, for a unit of
+    several pods, its own topology request (hop limit, slice). Not its role (a
+    tensor-parallel rank and a pipeline stage of the same size run the same pod) nor its
+    NVLink or InfiniBand floors, which no pod spec expresses."""
+    multi = unit.gpus > view.node_size(unit)
+    return (unit.gpus, unit.gpu_types, unit.min_memory_gb, unit.slice_pods,
+            view.unit_hops(unit) if multi else None)
 
 
-def podsets(units: list[GangUnit]) -> list[list[GangUnit]]:
+def podsets(units: list[GangUnit], view: ClusterView) -> list[list[GangUnit]]:
     """Kueue's PodSets: the job's units grouped by pod template, in manifest order.
 
     A training job's pods are written as one replicated template whatever role each rank
     plays (a PyTorchJob's ``Worker`` replicas, a JobSet's one ``replicatedJob``: Megatron
     assigns tensor and pipeline ranks at run time), so resource groups whose pods are the
     same are one PodSet, which TAS keeps in one domain and one flavor; groups that differ
-    (another GPU type, size or floor) are PodSets of their own, each assigned its own
+    (another GPU type, size or memory floor) are PodSets of their own, each assigned its own
     domain (``podset-group-name`` cannot join them: it takes exactly two PodSets, one of a
-    single pod, ``pkg/controller/jobframework/tas_validation.go`` L213-262)."""
+    single pod, ``pkg/controller/jobframework/tas_validation.go`` L214-262), so such a job
+    may break its between-replica hop limit (``sim.peers.TOLERATED``)."""
     groups: dict[tuple, list[GangUnit]] = {}
     for u in units:
-        groups.setdefault(pod_template(u), []).append(u)
+        groups.setdefault(pod_template(u, view), []).append(u)
     return list(groups.values())
 
 
@@ -337,7 +341,7 @@ def place_job(job: TrainingJob, state: FreeState, views: list[ClusterView],
     reasons: list[str] = []
     for view in views:
         placed: dict[str, list[GPURef]] = {}
-        for ps in podsets(units):  # each PodSet sees the ones before it (assumed usage)
+        for ps in podsets(units, view):  # each PodSet sees the ones before it (assumed usage)
             got = _assign_podset(job, ps, view, state)
             if isinstance(got, str):
                 reasons.append(f"kueue: {view.cluster.name}: {got}")

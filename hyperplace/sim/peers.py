@@ -22,9 +22,12 @@ RULE_NAMES = {"volcano": "volcano-style", "kueue": "kueue-tas-style",
 #: a replay counts them as the job's ``rule_breaks``): Slurm's ``--switches`` is one limit
 #: on the whole allocation that gives way after ``max_switch_wait`` and its tree plugin has
 #: no constraint for a spine (:mod:`hyperplace.baselines.slurm`), so a unit's and the
-#: replicas' hop limits may be broken. Kueue TAS (one domain per PodSet, PodSets of one
-#: template merged) and Volcano (hard network-topology mode) express every hop limit here.
-TOLERATED = {"slurm-tree-style": frozenset({"hop-count", "replica-hop-count"})}
+#: replicas' hop limits may be broken; Kueue TAS keeps each PodSet in its domain, but a
+#: job whose resource groups are pods of different templates is several PodSets, each in
+#: its own domain (:func:`hyperplace.baselines.kueue.podsets`), so its between-replica
+#: limit may be broken. Volcano (hard network-topology mode) keeps every hop limit here.
+TOLERATED = {"slurm-tree-style": frozenset({"hop-count", "replica-hop-count"}),
+             "kueue-tas-style": frozenset({"replica-hop-count"})}
 
 
 class PeerPlacer:

@@ -253,7 +253,12 @@ def test_kueue_one_pod_template_is_one_podset_in_one_rack():
 def test_kueue_pods_of_different_templates_stay_separate_podsets():
     from hyperplace.baselines.kueue import podsets
 
+    view = cluster_views(instance([_node(f"n{i}", "H100-80", {}) for i in range(4)], [], 2))[0]
     same = _job("a", "m", "normal", 2, [_tp(8, "H100", 0, 80), _pp(8), _dp(max_hops=1)])
+    # an NVLink floor is no part of a pod spec: still one template
+    floor = _job("f", "m", "normal", 2, [_tp(8, "H100", 300, 80), _pp(8), _dp(max_hops=1)])
     other = _job("b", "m", "normal", 2, [_tp(8, "H100", 0, 80), _pp(4), _dp(max_hops=1)])
-    assert [len(ps) for ps in podsets(same.units())] == [4]
-    assert [[u.group for u in ps] for ps in podsets(other.units())] == [["tp", "tp"], ["pp", "pp"]]
+    assert [len(ps) for ps in podsets(same.units(), view)] == [4]
+    assert [len(ps) for ps in podsets(floor.units(), view)] == [4]
+    assert [[u.group for u in ps] for ps in podsets(other.units(), view)] == [
+        ["tp", "tp"], ["pp", "pp"]]
