@@ -450,8 +450,9 @@ class Service:
 
     def instance_payload(self, body: Any) -> dict[str, Any]:
         problem = (too_many_jobs(body.instance, "instance.")
-                   or bad_duration(body.instance, "instance.")
-                   or bad_job_durations(body.jobs, "", listed=True))
+                   # a jobs list replaces the instance's own queue: its durations are read
+                   or (bad_job_durations(body.jobs, "", listed=True) if body.jobs is not None
+                       else bad_duration(body.instance, "instance.")))
         if problem is not None:
             raise problem
         payload = body.source_payload()

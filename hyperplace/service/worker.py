@@ -401,7 +401,7 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
     inst, label = resolve_instance(payload, ctx)
     from hyperplace.sim import forecast  # (#21) when and where, every job
 
-    read_run_times(inst, "instance" if payload.get("instance") is not None else "")
+    _run_times_of(payload, inst)
     # the request body was validated as the library's round request; its budget is what
     # the service's deadline leaves, less SOLVE_RESERVE_FRACTION of it
     request = RoundRequest.of(
@@ -458,16 +458,27 @@ def placement(payload: dict[str, Any], deadline: float, ctx: WorkerContext) -> R
     return Reply(200, dumps(plan.to_doc()), info)
 
 
-def read_run_times(inst: Any, prefix: str) -> None:
+def read_run_times(inst: Any, prefix: str, *, jobs_given: bool = False) -> None:
     """Every job's run time read (``hyperplace.io/duration``): a bad annotation is a 422 at
     its field whatever the budget leaves for forecasts, and before a run is accepted or a
-    cluster stored (a stored bad one would fail every later placement on it)."""
+    cluster stored (a stored bad one would fail every later placement on it). With a
+    request's ``jobs`` list (``jobs_given``: it replaced the queue) the field is that list's,
+    ``jobs[i]...``, as the service's pre-admission check names it."""
     from hyperplace.sim.forecast import run_times
 
     try:
         run_times(inst)
     except InputError as exc:
+        if jobs_given and (exc.path or "").startswith("spec.jobs["):
+            raise input_problem(InputError(exc.message, path=exc.path.removeprefix("spec.")),
+                                "") from None
         raise input_problem(exc, prefix) from None
+
+
+def _run_times_of(payload: dict[str, Any], inst: Any) -> None:
+    """:func:`read_run_times` with the request's field names."""
+    read_run_times(inst, "instance" if payload.get("instance") is not None else "",
+                   jobs_given=payload.get("jobs") is not None)
 
 
 @handler("validate-placement")
@@ -477,7 +488,7 @@ def validate_placement(payload: dict[str, Any], deadline: float, ctx: WorkerCont
     if payload.get("cluster") is not None and not (payload.get("jobs") or payload.get("queues")):
         return Reply(200, dumps({}), {})
     inst, _ = resolve_instance(payload, ctx)
-    read_run_times(inst, "instance" if payload.get("instance") is not None else "")
+    _run_times_of(payload, inst)
     return Reply(200, dumps({"jobs": len(inst.jobs)}), {})
 
 

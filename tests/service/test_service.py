@@ -977,3 +977,20 @@ def test_a_bad_duration_in_a_jobs_list_on_a_stored_cluster_is_422_at_its_field(
     assert r.json()["path"] == "jobs[1].metadata.annotations.hyperplace.io/duration", r.json()
     assert "got '1w'" in r.json()["error"]
     _still_serving(http)
+
+
+def test_the_worker_names_a_jobs_list_field_as_the_pre_check_does() -> None:
+    """Behind the pre-admission check the worker reads the run times too: a bad duration of
+    a request's jobs list (which replaced the queue) is at ``jobs[i]...`` there as well, an
+    inline instance's own at ``instance.spec.jobs[i]...``."""
+    from hyperplace.models import Instance
+    from hyperplace.service.worker import RequestProblem, read_run_times
+
+    inst = Instance.model_validate(_instance_with_a_week_long_job())
+    field = "spec.jobs[0].metadata.annotations.hyperplace.io/duration"
+    with pytest.raises(RequestProblem) as listed:
+        read_run_times(inst, "", jobs_given=True)
+    assert listed.value.problems[0]["path"] == field.removeprefix("spec.")
+    with pytest.raises(RequestProblem) as inline:
+        read_run_times(inst, "instance")
+    assert inline.value.problems[0]["path"] == "instance." + field
