@@ -511,13 +511,21 @@ class JobRules:
     counted when it breaks it (:attr:`hyperplace.sim.policies.Policy.tolerated`)."""
 
     def __init__(self, instance: Instance):
-        self._ctx = _Context(instance.model_copy(update={"jobs": []}))
+        self._ctx = _Context(instance.with_jobs([]))
 
-    def whole(self, job: TrainingJob, placed: dict[str, list[GPU]]) -> bool:
-        """True when ``placed`` names the job's own units (not a federation's parts,
-        ``cluster:unit``, which the federation's checker judges per member)."""
+    def own_units(self, job: TrainingJob, placed: dict[str, list[GPU]]
+                  ) -> dict[str, list[GPU]] | None:
+        """``placed`` by the job's own unit names: as given, or without the ``cluster:``
+        prefix a federation's policies give a job placed whole in one member; None for a
+        job split over members (the federation's checker judges each part)."""
         names = {u.name for u in job.units()}
-        return all(u in names for u in placed)
+        if all(u in names for u in placed):
+            return placed
+        parts = [u.partition(":") for u in placed]
+        if len({c for c, _, _ in parts}) == 1 and all(sep and rest in names
+                                                       for _, sep, rest in parts):
+            return {rest: gpus for (_, _, rest), gpus in zip(parts, placed.values())}
+        return None
 
     def violations(self, job: TrainingJob, placed: dict[str, list[GPU]]) -> list[Violation]:
         ctx = self._ctx

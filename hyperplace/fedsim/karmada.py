@@ -139,6 +139,7 @@ class KarmadaDivision(Policy):
         self.pricer = Pricer(instance.federation, instance.catalog)
         self.placers = {c: PeerPlacer(cluster_instance(instance, c, []), LOCAL_RULE, seed)
                         for c in self.clusters}
+        self.tolerated = self.placers[self.clusters[0]].tolerated  # the members' rule's
         self.fs: FederatedSpeed | None = None
         self.parts: dict[str, list[PartState]] = {}  # job -> its parts (bound jobs)
         self._fjobs: dict[str, FederatedJob] = {}

@@ -22,8 +22,9 @@
 * Per-round solve time p50 / p99 / max, rounds, and rounds that fell back to greedy.
 * Rule breaks: jobs a start of which broke one of the job's own placement rules
   (``rule_break_jobs``; ``rule_breaks`` per checker code): a peer whose upstream cannot
-  express a hop limit (Slurm's ``--switches`` after ``max_switch_wait``, no spine limit)
-  starts such jobs earlier and runs them at their spread's speed; the engine never does.
+  express a hop limit (Slurm's ``--switches`` after ``max_switch_wait``, no spine limit;
+  Kueue for a job whose pods are of several templates) starts such jobs earlier and runs
+  them at their spread's speed; the engine never does.
 
 Per queue (``queues``, when jobs name queues; :func:`queue_metrics`): jobs, finished, GPU-hours
 held (in all, and within the arrival window, while every queue's jobs were still coming),
@@ -171,8 +172,10 @@ def rule_break_line(rows: list[dict[str, Any]]) -> str | None:
             for r in rows if r.get("rule_break_jobs")]
     if not hits:
         return None
-    return ("jobs started breaking their own hop limits (Slurm's --switches gives way after "
-            "max_switch_wait and has no spine limit; such a job runs at its spread's speed): "
+    return ("jobs started breaking their own placement rules, which the peer's upstream "
+            "cannot express (Slurm's tree rule, slurm and fifo: --switches gives way after "
+            "max_switch_wait, no spine limit; Kueue: pods of different templates are "
+            "PodSets each in its own domain); such a job runs at its spread's speed: "
             + "; ".join(hits))
 
 

@@ -197,3 +197,23 @@ def test_kubernetes_peers_keep_every_hop_limit_of_the_fm_workload(policy: str):
     s = summarize(run)
     assert run.unfinished == 0 and s["finished"] == 200
     assert s["rule_break_jobs"] == 0 and s["rule_breaks"] == {}
+
+
+def test_job_rules_read_a_federations_whole_job_and_leave_its_splits_to_it():
+    """A federation's policies name units ``cluster:unit``: a job placed whole in one
+    member is held to its rules like any other (its hop limit broken here across leaves);
+    a job split over members is not (the federation's checker judges each part)."""
+    from hyperplace.check import JobRules
+
+    inst = fat_tree(nodes_per_leaf=2, leaves=2)
+    job = model_parallel_job("j", "m", replicas=2, memory_gb=None, dp_ib_gbps=None,
+                             dp_max_hops=1)
+    names = [u.name for u in job.units()]
+    spread = {names[0]: [("n0", g) for g in range(8)], names[1]: [("n2", g) for g in range(8)]}
+    rules = JobRules(inst)
+    assert rules.own_units(job, spread) == spread
+    whole = rules.own_units(job, {f"c:{u}": g for u, g in spread.items()})
+    assert whole == spread
+    assert {v.code for v in rules.violations(job, whole)} == {"replica-hop-count"}
+    split = {f"a:{names[0]}": spread[names[0]], f"b:{names[1]}": spread[names[1]]}
+    assert rules.own_units(job, split) is None
