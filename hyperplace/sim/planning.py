@@ -530,8 +530,9 @@ class PlanningEngine(Policy):
         (:data:`STRETCH_HORIZON`), to two steps past the forecast start (the last round's) of
         the longest-waiting job of those that have waited ``reserve_after_s`` (any job when
         None) and were forecast past the horizon, at most ``GREEDY_SPAN`` horizons (a job
-        the forecast could not place within them counts at that cap). That job is the
-        round's only reservation past ``horizon_s`` (:attr:`stretch_target`; measured: with
+        the forecast could not place within them is no target: one that never fits would
+        hold the stretch for good). That job is the round's only reservation (and the fill's
+        only kept plan) past ``horizon_s`` (:attr:`stretch_target`; measured: with
         every planned start of the stretched horizon reserved, fm at 0.9 lost 0.11-0.12 of
         mean JCT to the holds). A fill between rounds keeps the last round's horizon."""
         from hyperplace.solvers.schedule import GREEDY_SPAN
@@ -544,14 +545,12 @@ class PlanningEngine(Policy):
         cap, now = GREEDY_SPAN * base, view.now
         aged = self.reserve_after_s
         fc = self.raw_forecasts()
-        late = [j for j in view.queue if j.name in fc
-                and (aged is None or now - j.submit_s >= aged)
-                and (fc[j.name][0] is None or fc[j.name][0] > now + base)]
+        late = [j for j in view.queue if j.name in fc and fc[j.name][0] is not None
+                and (aged is None or now - j.submit_s >= aged) and fc[j.name][0] > now + base]
         horizon, self.stretch_target = base, None
         if late:
             oldest = min(late, key=lambda j: (j.submit_s, j.name))
-            at = fc[oldest.name][0]
-            horizon = min(cap, max(base, (cap if at is None else at - now) + 2 * self.step_s))
+            horizon = min(cap, max(base, fc[oldest.name][0] - now + 2 * self.step_s))
             self.stretch_target = oldest.name
             self.stretched_rounds += 1
         self._round_horizon = horizon
@@ -693,6 +692,9 @@ class PlanningEngine(Policy):
         its fills between rounds)."""
         fills = ([f"engine fills between rounds (at events): {self.fill_rounds} ran"]
                  if self.fills_between_rounds else [])
+        if self.stretch_horizon:
+            fills.append(f"engine horizon stretched past {self.horizon_s / 3600:g} h for a "
+                         f"waiting job in {self.stretched_rounds} rounds")
         if self.clock != "work":
             return ["engine budget: wall clock (decisions depend on the machine's load)",
                     *fills]
@@ -897,7 +899,8 @@ class PlanningEngine(Policy):
         self._plan = {n: Reservation(n, e.pool, result.start_s(n))
                       for n, e in result.entries.items()
                       if e.start_step and e.pool is not None and n not in starts
-                      and (not gangs or jobs_of[n].node_demand.get(e.pool, 0))}
+                      and (not gangs or jobs_of[n].node_demand.get(e.pool, 0))
+                      and (result.start_s(n) <= within or n == self.stretch_target)}
         self.last_instance = instance
         self._keep_first_plans(view, result, list(starts))
         fallback = result.status == "fallback" or "fallback" in statuses[1:]
