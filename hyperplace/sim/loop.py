@@ -236,7 +236,8 @@ class RoundLoop:
             if sched is not None:  # the over-time schedule's own checker (sim.planning)
                 violations = [*violations, *sched(now)]
             # a rule the peer's upstream cannot express is counted below, not a failure
-            violations = [v for v in violations if v.code not in self.policy.tolerated]
+            violations = [v for v in violations if not self.policy.tolerates(
+                v.code, self.queue.get(v.job or ""), now)]
             if violations:
                 raise CheckFailed(f"round at t={now:g} ({self.policy.name}): "
                                   + "; ".join(str(v) for v in violations[:5]))

@@ -47,6 +47,20 @@ class PeerPlacer:
         # may be skipped without asking them (Volcano's draws would shift)
         self.deterministic = key in ("kueue-tas-style", "slurm-tree-style")
 
+    def tolerates(self, code: str, job: TrainingJob, waited_s: float) -> bool:
+        """Whether this rule's upstream may break the checker rule ``code`` for ``job``,
+        which has waited ``waited_s`` (:data:`TOLERATED`): Slurm keeps a ``--switches=1``
+        job (a between-replica limit of 1) to one leaf until ``max_switch_wait``, so a
+        break before then is a fault of the rule, not Slurm's behaviour."""
+        if code not in self.tolerated:
+            return False
+        if self.rule == "slurm-tree-style" and code == "replica-hop-count":
+            from hyperplace.baselines.slurm import MAX_SWITCH_WAIT_S
+
+            limit = job.between_replicas.max_hop_count
+            return limit is None or limit >= 2 or waited_s >= MAX_SWITCH_WAIT_S
+        return True
+
     def accepted_nodes(self, name: str, job: TrainingJob) -> tuple[str, ...]:
         """Nodes of a GPU type the job accepts (cached per job name)."""
         got = self._accepted.get(name)

@@ -210,6 +210,16 @@ class Policy:
     #: failing; every other rule still fails it
     tolerated: frozenset[str] = frozenset()
 
+    def tolerates(self, code: str, job: SimJob | None, now: float) -> bool:
+        """Whether a checked replay lets this policy's start of ``job`` break the checker
+        rule ``code`` (a peer: its placement rule's :meth:`PeerPlacer.tolerates`)."""
+        if code not in self.tolerated:
+            return False
+        placer = getattr(self, "placer", None)
+        if isinstance(placer, PeerPlacer) and job is not None:
+            return placer.tolerates(code, job.manifest, now - job.submit_s)
+        return True
+
     def decide(self, view: RoundView) -> Decision:  # pragma: no cover - interface
         raise NotImplementedError
 

@@ -217,3 +217,22 @@ def test_job_rules_read_a_federations_whole_job_and_leave_its_splits_to_it():
     assert {v.code for v in rules.violations(job, whole)} == {"replica-hop-count"}
     split = {f"a:{names[0]}": spread[names[0]], f"b:{names[1]}": spread[names[1]]}
     assert rules.own_units(job, split) is None
+
+
+def test_slurm_may_break_a_one_leaf_limit_only_after_max_switch_wait():
+    """A checked replay forgives Slurm's rule a between-replica break of a limit of 1
+    (``--switches=1``) only once the job has waited max_switch_wait; a spine limit (3: the
+    tree plugin has none) at once; Volcano's rule none."""
+    from hyperplace.sim.peers import PeerPlacer
+
+    inst = fat_tree()
+    slurm, volcano = PeerPlacer(inst, "slurm"), PeerPlacer(inst, "volcano")
+    leaf = model_parallel_job("a", "m", replicas=3, memory_gb=None, dp_ib_gbps=None,
+                              dp_max_hops=1)
+    spine = model_parallel_job("b", "m", replicas=3, memory_gb=None, dp_ib_gbps=None,
+                               dp_max_hops=3)
+    assert not slurm.tolerates("replica-hop-count", leaf, MAX_SWITCH_WAIT_S - 1)
+    assert slurm.tolerates("replica-hop-count", leaf, MAX_SWITCH_WAIT_S)
+    assert slurm.tolerates("replica-hop-count", spine, 0.0)
+    assert not slurm.tolerates("gpu-reused", spine, 1e9)
+    assert not volcano.tolerates("replica-hop-count", spine, 1e9)
