@@ -175,10 +175,11 @@ RESERVE_NODES = 4
 #: JCT 0.562 -> 0.501, wait 0.444 -> 0.344, slowdown 0.440 -> 0.371, p99 0.326 -> 0.396,
 #: but at 0.9 JCT 0.572 -> 0.683, p99 1.039 -> 1.134, wait 0.431 -> 0.565, and the fm
 #: federation at 0.9 JCT 0.308 -> 0.432, p99 0.750 -> 1.076 (the goal lost), slowdown
-#: 0.113 -> 0.348; with only the stretch target reserved past ``horizon_s`` (as now; that
-#: run also dropped the reservations the list schedule past the CP window made beyond
-#: ``horizon_s``, which off keeps), the fm federation at 0.8 JCT 0.252 -> 0.523, slowdown
-#: 0.026 -> 0.562. The SuperPOD's
+#: 0.113 -> 0.348; with only the stretch target reserved past ``horizon_s`` (as now, and
+#: the fill's kept plan likewise; main d479326, 16:42-16:55 UTC), fm at 0.8 JCT 0.562 ->
+#: 0.714, wait 0.444 -> 0.652 (a goal lost), the fm federation at 0.8 JCT 0.252 -> 0.523,
+#: slowdown 0.026 -> 0.562; Philly at 0.8 wait 0.733 -> 0.676 for p99 0.812 -> 0.913. The
+#: SuperPOD's
 #: whole-cluster job (OBJECTIVE's note above) waits as before either way: what holds it
 #: is a job started before it arrived. tests/sim/test_sim.py has the starvation the
 #: option prevents.
