@@ -185,7 +185,7 @@ def as_refs(gpus: list[GPU]) -> list[GPURef]:
 
 
 class SplitPricing:
-    """What both federation engines keep over a replay: one :class:`Pricer` (layer splits
+    """What the federation policies keep over a replay: one :class:`Pricer` (layer splits
     priced once per job and locations), the speed model that carries split speeds, each
     job's priced form and pipeline form, the member-cluster plans of the round for the
     checker and the split starts. A mixin: the engine calls :meth:`init_pricing` and keeps

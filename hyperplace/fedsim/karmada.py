@@ -69,13 +69,10 @@ from hyperplace.baselines.common import JobOutcome, build_plan
 from hyperplace.check import Violation
 from hyperplace.federation import karmada as division
 from hyperplace.federation.asplaced import Location, cluster_instance
-from hyperplace.federation.pricing import Pricer
 from hyperplace.federation.problem import FederatedJob
 from hyperplace.fedsim.common import (
-    ClusterCheck,
-    FederatedSpeed,
+    SplitPricing,
     cluster_plan,
-    priced_job,
     part_manifest,
     require_federation,
     split_speed,
@@ -118,7 +115,7 @@ class PartState:
         return self._shape
 
 
-class KarmadaDivision(Policy):
+class KarmadaDivision(SplitPricing, Policy):
     """``karmada-<rule>`` (``-whole`` with splits off); see the module docstring."""
 
     # each member's local Kueue decides at every event (hyperplace.sim.policies.
@@ -136,23 +133,16 @@ class KarmadaDivision(Policy):
         self.name = f"karmada-{rule}" + ("" if split else "-whole")
         self.hold_timeout_s = hold_timeout_s
         self.clusters = [c.name for c in instance.clusters]
-        self.pricer = Pricer(instance.federation, instance.catalog)
+        self.init_pricing(instance)
         self.placers = {c: PeerPlacer(cluster_instance(instance, c, []), LOCAL_RULE, seed)
                         for c in self.clusters}
         self.tolerated = self.placers[self.clusters[0]].tolerated  # the members' rule's
-        self.fs: FederatedSpeed | None = None
         self.parts: dict[str, list[PartState]] = {}  # job -> its parts (bound jobs)
-        self._fjobs: dict[str, FederatedJob] = {}
-        self._checks: list[ClusterCheck] = []
         self.stats = {"priced_as_default": 0, "divisions": 0, "split": 0, "unschedulable": 0,
                       "timeouts": 0, "held_gpu_s": 0.0, "failed_parts": 0}
         self._last_now: float | None = None
 
     # ---- hooks the simulator reads -----------------------------------------------------
-    def speed_model(self, instance: Instance, network: bool) -> FederatedSpeed:
-        self.fs = FederatedSpeed(instance, network=network)
-        return self.fs
-
     def schedule_violations(self, now: float) -> list[Violation]:
         return violations(self._checks)
 
@@ -173,12 +163,8 @@ class KarmadaDivision(Policy):
 
     # ---- estimates and division --------------------------------------------------------
     def priced(self, job: SimJob) -> FederatedJob:
-        fj = self._fjobs.get(job.name)
-        if fj is None:
-            fj, default = priced_job(job.manifest, self.pricer, self.instance)
-            self._fjobs[job.name] = fj
-            self.stats["priced_as_default"] += int(default)
-        return fj
+        """The job as Karmada's estimator and the pricing see it: its own form."""
+        return self.priced_form(job.manifest, split=False)
 
     def available(self, view: RoundView, fj: FederatedJob) -> dict[str, int]:
         """Available replicas of ``fj`` per member (module docstring)."""
