@@ -513,24 +513,22 @@ class JobRules:
     def __init__(self, instance: Instance):
         self._ctx = _Context(instance.with_jobs([]))
 
-    def own_units(self, job: TrainingJob, placed: dict[str, list[GPU]]
-                  ) -> dict[str, list[GPU]] | None:
-        """``placed`` by the job's own unit names: as given, or without the ``cluster:``
-        prefix a federation's policies give a job placed whole in one member; None for a
-        job split over members (the federation's checker judges each part)."""
-        names = {u.name for u in job.units()}
-        if all(u in names for u in placed):
-            return placed
-        parts = [u.partition(":") for u in placed]
-        if len({c for c, _, _ in parts}) == 1 and all(sep and rest in names
-                                                       for _, sep, rest in parts):
-            return {rest: gpus for (_, _, rest), gpus in zip(parts, placed.values())}
-        return None
-
-    def violations(self, job: TrainingJob, placed: dict[str, list[GPU]]) -> list[Violation]:
+    def start_violations(self, job: TrainingJob, placed: dict[str, list[GPU]]
+                         ) -> list[Violation]:
+        """The job's own rules ``placed`` breaks. Unit names are the job's own, or carry
+        the ``cluster:`` prefix a federation's policies give a job placed whole in one
+        member; a job split over members gets [] here (the federation's checker judges
+        each part)."""
         ctx = self._ctx
         ctx.set_job(job)
         try:
+            names = ctx.units(job.name)
+            if not all(u in names for u in placed):
+                parts = [u.partition(":") for u in placed]
+                if len({c for c, _, _ in parts}) != 1 or not all(
+                        sep and rest in names for _, sep, rest in parts):
+                    return []
+                placed = {rest: g for (_, _, rest), g in zip(parts, placed.values())}
             return _check_job(ctx, job.name, placed)
         finally:
             ctx.set_job(None, job.name)

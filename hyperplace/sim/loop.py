@@ -262,9 +262,8 @@ class RoundLoop:
                 rec.queued_s += now - rec.queued_since
                 rec.queued_since = None
             rec.speeds.append(speed)
-            own = self.rules.own_units(job.manifest, units)  # None: split over members
-            if own is not None:  # (each part is judged by the federation's own checker)
-                rec.rule_breaks.update(v.code for v in self.rules.violations(job.manifest, own))
+            rec.rule_breaks.update(v.code for v in self.rules.start_violations(job.manifest,
+                                                                                units))
             work = self.remaining_work(name, now)
             end = now + work / speed  # the true end (the replay's clock; no policy sees it)
             guess = self.predicted_remaining(name, now) / speed

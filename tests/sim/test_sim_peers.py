@@ -211,12 +211,13 @@ def test_job_rules_read_a_federations_whole_job_and_leave_its_splits_to_it():
     names = [u.name for u in job.units()]
     spread = {names[0]: [("n0", g) for g in range(8)], names[1]: [("n2", g) for g in range(8)]}
     rules = JobRules(inst)
-    assert rules.own_units(job, spread) == spread
-    whole = rules.own_units(job, {f"c:{u}": g for u, g in spread.items()})
-    assert whole == spread
-    assert {v.code for v in rules.violations(job, whole)} == {"replica-hop-count"}
+    assert {v.code for v in rules.start_violations(job, spread)} == {"replica-hop-count"}
+    whole = {f"c:{u}": g for u, g in spread.items()}
+    assert {v.code for v in rules.start_violations(job, whole)} == {"replica-hop-count"}
     split = {f"a:{names[0]}": spread[names[0]], f"b:{names[1]}": spread[names[1]]}
-    assert rules.own_units(job, split) is None
+    assert rules.start_violations(job, split) == []
+    packed = {names[0]: [("n0", g) for g in range(8)], names[1]: [("n1", g) for g in range(8)]}
+    assert rules.start_violations(job, packed) == []  # one leaf: within the limit
 
 
 def test_slurm_may_break_a_one_leaf_limit_only_after_max_switch_wait():
