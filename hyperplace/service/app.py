@@ -339,9 +339,7 @@ def bad_job_durations(jobs: Any, prefix: str, *, listed: bool = False) -> Reques
             job_duration(text, i, meta.get("name") if isinstance(meta.get("name"), str)
                          else f"#{i}")
         except InputError as exc:
-            if listed:
-                exc = InputError(exc.message, path=(exc.path or "").removeprefix("spec."))
-            return input_problem(exc, prefix)
+            return input_problem(exc, prefix, jobs_given=listed)
     return None
 
 

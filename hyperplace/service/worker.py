@@ -214,11 +214,21 @@ def validate(model: Any, data: Any, prefix: str) -> Any:
         raise RequestProblem(422, [{"path": prefix or None, "message": str(exc)}]) from None
 
 
-def input_problem(exc: InputError, prefix: str = "") -> RequestProblem:
+def request_field(path: str, prefix: str, *, jobs_given: bool = False) -> str | None:
+    """The request's field for ``path`` of the instance the library read: a job of a
+    request's ``jobs`` list (``jobs_given``: it replaced the queue) at ``jobs[i]...``
+    whatever the instance came from, anything else under ``prefix``."""
+    if jobs_given and path.startswith("spec.jobs["):
+        return path.removeprefix("spec.")
+    return _join(prefix, path) or prefix or None
+
+
+def input_problem(exc: InputError, prefix: str = "", *, jobs_given: bool = False
+                  ) -> RequestProblem:
     path = exc.path or ""
     if path.startswith("--"):  # a CLI option name from the library: the request field instead
         path = ""
-    return RequestProblem(422, [{"path": _join(prefix, path) or prefix or None,
+    return RequestProblem(422, [{"path": request_field(path, prefix, jobs_given=jobs_given),
                                  "message": exc.message}])
 
 
@@ -369,10 +379,8 @@ def with_queue_payload(inst: Any, docs: list[Any], *, jobs_given: bool) -> Any:
         msg = str(exc)
         match = _PATH_PREFIX.match(msg)
         path, message = (match.group(1), match.group(2)) if match else (None, msg)
-        if path and path.startswith("spec.jobs[") and jobs_given:
-            path = path.removeprefix("spec.")
-        elif path:
-            path = f"instance.{path}"
+        if path:
+            path = request_field(path, "instance", jobs_given=jobs_given)
         raise RequestProblem(422, [{"path": path, "message": message.splitlines()[0]}]) from None
 
 
@@ -469,10 +477,7 @@ def read_run_times(inst: Any, prefix: str, *, jobs_given: bool = False) -> None:
     try:
         run_times(inst)
     except InputError as exc:
-        if jobs_given and (exc.path or "").startswith("spec.jobs["):
-            raise input_problem(InputError(exc.message, path=exc.path.removeprefix("spec.")),
-                                "") from None
-        raise input_problem(exc, prefix) from None
+        raise input_problem(exc, prefix, jobs_given=jobs_given) from None
 
 
 def _run_times_of(payload: dict[str, Any], inst: Any) -> None:
