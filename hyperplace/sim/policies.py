@@ -99,11 +99,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from hyperplace.baselines.common import JobOutcome, build_plan
+from hyperplace.baselines.common import FreeState, JobOutcome, build_plan
 from hyperplace.models import Instance, PlacementPlan, TrainingJob
 from hyperplace.models.plan import GPURef
 from hyperplace.sim.jobs import SimJob
@@ -118,6 +119,9 @@ SLURM_OVERESTIMATE = 2.0
 BF_RESOLUTION_S = 60.0
 BF_WINDOW_S = 24 * 3600.0
 BF_MAX_JOB_TEST = 500
+#: entries of :meth:`SlurmBackfill._outcome`'s memo before it starts afresh (each a job
+#: shape and a free-count vector: about 1 KB on 128 nodes)
+OUTCOME_CACHE = 200_000
 # Slurm multifactor priority as a site configures it (priority/multifactor): age, job size
 # and fair share, equal weights; PriorityMaxAge is Slurm's default, 7 days
 PRIORITY_WEIGHT_AGE = 1000
@@ -378,6 +382,9 @@ class SlurmBackfill(Policy):
         self._limits: dict[str, float] = {}
         self._switch_due: list[float] = []  # when waiting --switches jobs may cross leaves
         self._switch_limited: dict[str, bool] = {}  # job name -> _switch_limited
+        # the tree rule's outcome on given free counts (:meth:`_outcome`), kept across cycles
+        self._shapes: dict[str, tuple] = {}
+        self._outcomes: dict[tuple, dict[str, int] | None] = {}
 
     def eligible(self, job: SimJob) -> tuple[str, ...]:
         """Nodes of a GPU type the job accepts (its placement depends on their counts only)."""
@@ -459,6 +466,58 @@ class SlurmBackfill(Policy):
         return Decision({k: _as_gpus(v) for k, v in starts.items()}, inst, plan, solve_s,
                         status="main")
 
+    def _shape(self, job: SimJob, waited_s: float) -> tuple:
+        """What the tree rule reads of a job besides the free counts
+        (:func:`hyperplace.baselines.slurm.place_job`): its units' sizes, type selectors,
+        memory and hop limits in order, the between-replica limit, and whether
+        ``max_switch_wait`` has run out."""
+        from hyperplace.baselines.slurm import MAX_SWITCH_WAIT_S
+
+        shape = self._shapes.get(job.name)
+        if shape is None:
+            m = job.manifest
+            shape = self._shapes[job.name] = (
+                tuple((u.gpus, u.gpu_types, u.min_memory_gb, u.min_nvlink_gbps,
+                       u.min_ib_gbps, u.max_hop_count, u.slice_pods) for u in m.units()),
+                m.between_replicas.max_hop_count)
+        return (*shape, waited_s >= MAX_SWITCH_WAIT_S)
+
+    def _outcome(self, key: tuple, got: dict[str, list[GPURef]] | None
+                 ) -> dict[str, int] | None:
+        """The nodes (node -> GPUs) the tree rule gives a job of this shape on these free
+        counts of the nodes it accepts (``key``: :meth:`_shape` and the counts), or None if
+        it cannot place the job; ``got`` is the rule's answer when the pair is new. The rule
+        draws nothing at random and reads only the counts (its choice of leaves and nodes,
+        :mod:`hyperplace.baselines.slurm`), so the answer is the same in every cycle: 80 %
+        of a backfill cycle's placements on 8,000 Philly jobs on the SuperPOD were pairs
+        seen before, 90 % of them failures."""
+        if key in self._outcomes:
+            return self._outcomes[key]
+        if len(self._outcomes) >= OUTCOME_CACHE:
+            self._outcomes.clear()
+        per: dict[str, int] | None = None
+        if got is not None:
+            per = {}
+            for gpus in got.values():
+                for g in gpus:
+                    per[g.node] = per.get(g.node, 0) + 1
+        self._outcomes[key] = per
+        return per
+
+    def _place_at(self, job: SimJob, now: bool, counts: np.ndarray, nodes: list[str],
+                  free_now: dict[str, list[int]], base: FreeState, waited: dict[str, float]
+                  ) -> dict[str, list[GPURef]] | None:
+        """The tree rule on ``counts`` GPUs per node (in ``nodes`` order): now, the lowest
+        of the GPUs free now; later, any as many."""
+        have = dict(zip(nodes, counts.tolist()))
+        if now:
+            free = {n: free_now[n][:have[n]] for n in free_now}
+        else:
+            free = {n: list(range(have[n])) for n in free_now}
+        fs = self.placer.state_from(base, free)
+        fs.waited_s = waited
+        return self.placer.place(job.manifest, fs)
+
     def limit(self, job: SimJob, speed: SpeedModel) -> float:
         if job.name not in self._limits:
             self._limits[job.name] = job.limit_s or user_time_limit(job, speed, self.factor)
@@ -495,44 +554,40 @@ class SlurmBackfill(Policy):
         waited = {j.name: now - j.submit_s for j in queue}
         base = self.placer.state(round_instance)
         board = _Board(list(free_now), free_now, releases)
+        tries: np.ndarray | None = None  # now, then the sorted start times; None after a change
         for job in queue:
             if tried >= self.max_job_test:
                 break
             tried += 1
             limit = self.limit(job, view.speed)
-            candidates = sorted(t for t in times | {e for _, e, _ in reservations}
-                                if now < t <= now + window_s)
+            if tries is None:
+                tries = np.array([now, *sorted(t for t in times | {e for _, e, _ in reservations}
+                                               if now < t <= now + window_s)],
+                                 dtype=np.float64)
             elig = board.rows(self.eligible(job))
-            failed: set[tuple[int, ...]] = set()
-            tries = [now, *candidates]
+            shape = self._shape(job, waited[job.name])
             # a time whose upper bound on the accepted nodes' counts cannot hold the job
-            # cannot by its counts either (_Board.upper_sums): skipped without them
-            upper = board.upper_sums(np.array(tries, dtype=np.float64), elig).tolist()
-            for t, most in zip(tries, upper):
-                if most < job.gpus:
-                    continue
-                counts = board.counts(t, t + limit)
+            # cannot by its counts either (_Board.may_hold): skipped without them
+            for t in board.may_hold(tries, elig, job.gpus):
+                counts = np.maximum(board.counts(t, t + limit), 0)
                 # the tree rule's choice depends only on the counts of the nodes the job
-                # accepts: skip a time whose counts cannot hold it or already failed
-                key = tuple(np.maximum(counts[elig], 0).tolist())
-                if sum(key) < job.gpus or key in failed:
+                # accepts (_outcome): skip a time whose counts cannot hold it
+                mine = counts[elig]
+                if int(mine.sum()) < job.gpus:
                     continue
-                have = dict(zip(board.nodes, np.maximum(counts, 0).tolist()))
-                if t == now:
-                    free = {n: free_now[n][:have[n]] for n in free_now}
-                else:
-                    free = {n: list(range(have[n])) for n in free_now}
-                fs = self.placer.state_from(base, free)
-                fs.waited_s = waited
-                got = self.placer.place(job.manifest, fs)
-                if got is None:
-                    failed.add(key)
+                key = (shape, mine.tobytes())
+                got = None
+                if key not in self._outcomes:
+                    got = self._place_at(job, t == now, counts, board.nodes, free_now, base,
+                                         waited)
+                per = self._outcome(key, got)
+                if per is None:
                     continue
-                per: dict[str, int] = {}
-                for gpus in got.values():
-                    for g in gpus:
-                        per[g.node] = per.get(g.node, 0) + 1
+                tries = None
                 if t == now:
+                    if got is None:  # the outcome was known: the GPUs it takes now
+                        got = self._place_at(job, True, counts, board.nodes, free_now, base,
+                                             waited)
                     starts[job.name] = got
                     for n in per:
                         taken = {g.gpu for gpus in got.values() for g in gpus if g.node == n}
@@ -649,14 +704,28 @@ class _Board:
         time whose bound is below the job's GPUs: its exact counts could not hold the job
         either (the counts of 1M candidate times were 60 % of a Slurm replay's CPU on fm)."""
         times, released = self._releases()
-        out = self.free[rows][:, None] + released[rows][
-            :, np.searchsorted(times, starts, side="right")]
+        # gathered at (rows, columns) at once: released[rows] would copy every column
+        out = self.free[rows][:, None] + released[
+            rows[:, None], np.searchsorted(times, starts, side="right")[None, :]]
         if self._res[0]:
             points, held = self._reservations()
             lo = np.searchsorted(points, starts, side="right") - 1  # the step holding t0
-            at = held[rows][:, np.maximum(lo, 0)]
+            at = held[rows[:, None], np.maximum(lo, 0)[None, :]]
             out = out - np.where(lo >= 0, at, 0)
         return np.maximum(out, 0).sum(axis=0)
+
+    def may_hold(self, starts: np.ndarray, rows: np.ndarray, gpus: int,
+                 first: int = 64) -> Iterator[float]:
+        """The times of ``starts``, in order, whose :meth:`upper_sums` over ``rows`` is at
+        least ``gpus``: bounded in chunks that double from ``first``, so a job whose time is
+        among the first pays for few of them (the board must not change while it is read:
+        the backfill loop stops at a job's first start or reservation)."""
+        i, step = 0, first
+        while i < len(starts):
+            chunk = starts[i:i + step]
+            yield from chunk[self.upper_sums(chunk, rows) >= gpus].tolist()
+            i += step
+            step *= 2
 
     def counts(self, t0: float, t1: float) -> np.ndarray:
         """Per node (in ``nodes`` order): GPUs free and unreserved over all of [t0, t1)."""

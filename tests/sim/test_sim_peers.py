@@ -142,6 +142,10 @@ def test_backfill_board_counts_equal_the_reference(data):
             for span in (0.5, 30.0, 600.0, 5000.0):
                 got = SlurmBackfill._free_over(t, t + span, free_now, releases, reservations)
                 assert most >= sum(max(got[nodes[i]], 0) for i in rows)
+        # the chunked screen yields exactly the times whose bound holds the job, in order
+        gpus = data.draw(st.integers(1, 12))
+        screened = list(board.may_hold(np.array(starts), np.array(rows), gpus, first=1))
+        assert screened == [t for t, most in zip(starts, upper) if most >= gpus]
         n = data.draw(st.sampled_from(nodes))
         k = data.draw(st.integers(1, 8))
         if data.draw(st.booleans()) and free_now[n]:  # a start now on n
@@ -153,6 +157,42 @@ def test_backfill_board_counts_equal_the_reference(data):
                    if m == n or data.draw(st.booleans())}
             reservations.append((t0, t1, per))
             board.reserve(t0, t1, per)
+
+
+class _Unmemoised(SlurmBackfill):
+    """Slurm's backfill asking the tree rule at every (job, time), as before the memo."""
+
+    def _outcome(self, key, got):
+        per = super()._outcome(key, got)
+        self._outcomes.clear()
+        return per
+
+
+def test_backfill_outcome_memo_changes_no_decision():
+    """The backfill cycle's memo of the tree rule's outcome per job shape and free counts
+    (``SlurmBackfill._outcome``, kept across cycles) starts every job where, when and on
+    the speed the rule asked afresh at every time gives: a fragmented fat-tree, gangs of
+    whole nodes, a one-leaf ``--switches`` job, small jobs."""
+    import random
+
+    rng = random.Random(7)
+    inst = fat_tree(nodes_per_leaf=2, leaves=3)
+    jobs = [sim_job(f"j{i}", rng.choice([1, 2, 3, 4, 8, 16, 24]), 40.0 * i,
+                    rng.choice([300.0, 900.0, 2400.0, 7200.0])) for i in range(60)]
+    leaf = model_parallel_job("leaf", "m", replicas=2, memory_gb=None, dp_ib_gbps=None,
+                              dp_max_hops=1)
+    jobs.append(SimJob(name="leaf", submit_s=500.0, work_s=1200.0, gpus=16, manifest=leaf))
+    cfg = SimConfig(round_s=60, seed=3)
+    runs = []
+    for pol in (SlurmBackfill(inst), _Unmemoised(inst)):
+        run = simulate(inst, [*map(_copy, jobs)], pol, cfg)
+        runs.append({r.job.name: (r.first_start_s, r.end_s, tuple(r.speeds))
+                     for r in run.records})
+    assert runs[0] == runs[1]
+    starts = {name: got[0] for name, got in runs[0].items()}
+    assert None not in starts.values()  # every job ran
+    # and many after waiting: the memo was asked under contention
+    assert sum(starts[j.name] > j.submit_s + 60 for j in jobs) > 10
 
 
 def test_slurm_breaks_a_hop_limit_only_as_upstream_does_and_the_replay_counts_it():
