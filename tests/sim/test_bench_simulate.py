@@ -164,6 +164,39 @@ def test_a_summary_row_without_peer_rows_says_so(bench):
     assert "3 of 40 (load-dependent)" in line and "no peer row" not in line
 
 
+def test_a_missed_goal_below_the_floor_says_no_policy_can_meet_it(bench):
+    """A goal no policy can meet (the lower bound over the best peer's figure is above the
+    goal's ratio) is reported as such: a mean bounded slowdown is at least 1, so against a
+    peer at 1.3 the 0.7x goal is out of reach; at 3.0 it is not."""
+    def cell(peer_slowdown, engine_slowdown):
+        eng, peer = _row("engine", 10.0, 0.8), _row("kueue/fast-first", 20.0, 0.9)
+        eng["bounded_slowdown_mean"], peer["bounded_slowdown_mean"] = (
+            engine_slowdown, peer_slowdown)
+        c = _cell(bench, [eng, peer])
+        c["lower_bound"] = {"jct_mean_s": 5.0, "jct_p99_s": 5.0, "bounded_slowdown_mean": 1.0}
+        return c
+
+    _, missed = bench.goals(cell(1.3, 1.1))
+    assert "slowdown <= 0.7x (0.85; below the floor 0.77: no policy can)" in missed
+    _, missed = bench.goals(cell(3.0, 2.4))
+    assert "slowdown <= 0.7x (0.80)" in missed  # reachable: a plain miss
+    met, _ = bench.goals(cell(3.0, 1.5))
+    assert "slowdown <= 0.7x (0.50)" in met
+
+
+def test_the_slowdown_floor_is_the_metrics_own_rule(bench):
+    """The floor is the replay's bounded slowdown of every job at its fastest speed with no
+    wait (a replay on an empty cluster whose jobs never meet reaches it)."""
+    inst = load_instance("mixed-a100-h100")
+    wl, _ = build_workload(SimRequest(trace="philly", limit=30, load=1.0), inst, 0)
+    floor = bench.slowdown_floor(inst, wl.jobs)
+    assert floor >= 1.0
+    for j in wl.jobs:  # far apart: nothing waits, each job on its fastest type
+        j.submit_s = float(wl.jobs.index(j)) * 10 ** 7
+    run = simulate(inst, wl.jobs, "kueue", SimConfig(round_s=60, prediction_sigma=0.0))
+    assert summarize(run)["bounded_slowdown_mean"] >= floor - 1e-9
+
+
 def test_charts_are_drawn_in_the_main_thread_only(bench, tmp_path):
     """pyplot from the cells' worker threads crashed report assembly: draw_charts refuses
     off the main thread, and in it writes the three charts beside the cell."""
