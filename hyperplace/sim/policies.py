@@ -99,7 +99,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -119,9 +119,9 @@ SLURM_OVERESTIMATE = 2.0
 BF_RESOLUTION_S = 60.0
 BF_WINDOW_S = 24 * 3600.0
 BF_MAX_JOB_TEST = 500
-#: entries of :meth:`SlurmBackfill._outcome`'s memo before it starts afresh (each a job
-#: shape and a free-count vector: about 1 KB on 128 nodes)
-OUTCOME_CACHE = 200_000
+#: bytes of free-count keys :meth:`SlurmBackfill._outcome`'s memo holds before it starts
+#: afresh (two bytes per node a job accepts: 256 B a key on 128 nodes, 32 KB on 16,384)
+OUTCOME_CACHE_BYTES = 64 * 2 ** 20
 # Slurm multifactor priority as a site configures it (priority/multifactor): age, job size
 # and fair share, equal weights; PriorityMaxAge is Slurm's default, 7 days
 PRIORITY_WEIGHT_AGE = 1000
@@ -385,6 +385,7 @@ class SlurmBackfill(Policy):
         # the tree rule's outcome on given free counts (:meth:`_outcome`), kept across cycles
         self._shapes: dict[str, tuple] = {}
         self._outcomes: dict[tuple, dict[str, int] | None] = {}
+        self._outcome_bytes = 0
 
     def eligible(self, job: SimJob) -> tuple[str, ...]:
         """Nodes of a GPU type the job accepts (its placement depends on their counts only)."""
@@ -470,7 +471,9 @@ class SlurmBackfill(Policy):
         """What the tree rule reads of a job besides the free counts
         (:func:`hyperplace.baselines.slurm.place_job`): its units' sizes, type selectors,
         memory and hop limits in order, the between-replica limit, and whether
-        ``max_switch_wait`` has run out."""
+        ``max_switch_wait`` has run out; the units' NVLink, IB and slice requests too, which
+        the rule does not read (kept so that the key never depends on what it reads today).
+        Per job name: a job's units do not change while it waits."""
         from hyperplace.baselines.slurm import MAX_SWITCH_WAIT_S
 
         shape = self._shapes.get(job.name)
@@ -482,27 +485,26 @@ class SlurmBackfill(Policy):
                 m.between_replicas.max_hop_count)
         return (*shape, waited_s >= MAX_SWITCH_WAIT_S)
 
-    def _outcome(self, key: tuple, got: dict[str, list[GPURef]] | None
-                 ) -> dict[str, int] | None:
+    def _outcome(self, key: tuple[tuple, bytes],
+                 place: Callable[[], dict[str, list[GPURef]] | None]
+                 ) -> tuple[dict[str, int] | None, dict[str, list[GPURef]] | None]:
         """The nodes (node -> GPUs) the tree rule gives a job of this shape on these free
         counts of the nodes it accepts (``key``: :meth:`_shape` and the counts), or None if
-        it cannot place the job; ``got`` is the rule's answer when the pair is new. The rule
-        draws nothing at random and reads only the counts (its choice of leaves and nodes,
-        :mod:`hyperplace.baselines.slurm`), so the answer is the same in every cycle: 80 %
-        of a backfill cycle's placements on 8,000 Philly jobs on the SuperPOD were pairs
-        seen before, 90 % of them failures."""
+        it cannot place the job, and the rule's answer when ``place()`` had to be asked (the
+        pair was new; else None). The rule draws nothing at random and reads only the
+        counts (its choice of leaves and nodes, :mod:`hyperplace.baselines.slurm`), so the
+        answer is the same in every cycle: 80 % of a backfill cycle's placements on 8,000
+        Philly jobs on the SuperPOD were pairs seen before, 90 % of them failures."""
         if key in self._outcomes:
-            return self._outcomes[key]
-        if len(self._outcomes) >= OUTCOME_CACHE:
+            return self._outcomes[key], None
+        got = place()
+        per = _per_node(got) if got is not None else None
+        if self._outcome_bytes + len(key[1]) > OUTCOME_CACHE_BYTES:
             self._outcomes.clear()
-        per: dict[str, int] | None = None
-        if got is not None:
-            per = {}
-            for gpus in got.values():
-                for g in gpus:
-                    per[g.node] = per.get(g.node, 0) + 1
+            self._outcome_bytes = 0
         self._outcomes[key] = per
-        return per
+        self._outcome_bytes += len(key[1])
+        return per, got
 
     def _place_at(self, job: SimJob, now: bool, counts: np.ndarray, nodes: list[str],
                   free_now: dict[str, list[int]], base: FreeState, waited: dict[str, float]
@@ -575,12 +577,10 @@ class SlurmBackfill(Policy):
                 mine = counts[elig]
                 if int(mine.sum()) < job.gpus:
                     continue
-                key = (shape, mine.tobytes())
-                got = None
-                if key not in self._outcomes:
-                    got = self._place_at(job, t == now, counts, board.nodes, free_now, base,
-                                         waited)
-                per = self._outcome(key, got)
+                per, got = self._outcome(
+                    (shape, mine.astype(np.uint16).tobytes()),
+                    lambda: self._place_at(job, t == now, counts, board.nodes, free_now,
+                                           base, waited))
                 if per is None:
                     continue
                 tries = None
@@ -588,6 +588,10 @@ class SlurmBackfill(Policy):
                     if got is None:  # the outcome was known: the GPUs it takes now
                         got = self._place_at(job, True, counts, board.nodes, free_now, base,
                                              waited)
+                        if got is None or _per_node(got) != per:
+                            raise AssertionError(
+                                f"slurm backfill: {job.name}'s remembered placement on "
+                                f"these counts is not the tree rule's now")
                     starts[job.name] = got
                     for n in per:
                         taken = {g.gpu for gpus in got.values() for g in gpus if g.node == n}
@@ -628,6 +632,15 @@ class SlurmBackfill(Policy):
             points = {t0, *(r0 for r0, _, _ in mine if r0 > t0)}
             out[n] = base - max(sum(k for r0, r1, k in mine if r0 <= p < r1) for p in points)
         return out
+
+
+def _per_node(got: dict[str, list[GPURef]]) -> dict[str, int]:
+    """GPUs per node of a placement (unit -> GPUs)."""
+    per: dict[str, int] = {}
+    for gpus in got.values():
+        for g in gpus:
+            per[g.node] = per.get(g.node, 0) + 1
+    return per
 
 
 class _Board:

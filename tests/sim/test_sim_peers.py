@@ -162,32 +162,108 @@ def test_backfill_board_counts_equal_the_reference(data):
 class _Unmemoised(SlurmBackfill):
     """Slurm's backfill asking the tree rule at every (job, time), as before the memo."""
 
-    def _outcome(self, key, got):
-        per = super()._outcome(key, got)
+    def _outcome(self, key, place):
+        got = super()._outcome(key, place)
         self._outcomes.clear()
-        return per
+        return got
+
+
+def two_types(leaves: int = 4, per_leaf: int = 2) -> Instance:
+    """A fat-tree whose leaves alternate A100 and H100 nodes (8 GPUs each)."""
+    from hyperplace.models import Cluster, FabricGenerator, FabricSpec, InstanceSpec, Node
+    from hyperplace.models.job import ObjectMeta
+
+    nodes = [Node(name=f"n{i}", gpu_type="H100-80" if (i // per_leaf) % 2 else "A100-80",
+                  gpu_count=8) for i in range(leaves * per_leaf)]
+    gen = FabricGenerator(type="fat-tree-2", nodes_per_leaf=per_leaf, spines=2,
+                          uplink_gbps=400.0)
+    return Instance(metadata=ObjectMeta(name="t"), spec=InstanceSpec(clusters=[
+        Cluster(name="c", nodes=nodes, fabric=FabricSpec(generator=gen))]))
+
+
+def _variants(rng, name: str) -> list[tuple[int, object]]:
+    """One drawn job in each of its hop-limit variants (same GPUs and type selector)."""
+    acc = rng.choice([None, "H100", "A100"])
+    if rng.random() < 0.5:
+        g, reps = rng.choice([2, 4, 6, 8]), rng.choice([1, 2, 3])
+        return [(g * reps, small_job(f"{name}-{h}", "m", g, accelerator=acc, replicas=reps,
+                                     max_hops=h)) for h in (None, 0, 1)]
+    if rng.random() < 0.5:  # a unit of two nodes: its own hop limit is the job's
+        return [(16, model_parallel_job(f"{name}-{h}", "m", replicas=1, tp=16,
+                                        memory_gb=None, dp_ib_gbps=None, accelerator=acc,
+                                        tp_max_hops=h)) for h in (None, 1)]
+    reps = rng.choice([2, 3])
+    return [(8 * reps, model_parallel_job(f"{name}-{h}", "m", replicas=reps, memory_gb=None,
+                                          dp_ib_gbps=None, accelerator=acc, dp_max_hops=h))
+            for h in (None, 1)]
+
+
+def test_jobs_of_one_memo_key_get_the_same_nodes():
+    """The memo's invariant itself: two jobs whose shape (``SlurmBackfill._shape``) and
+    free counts on the nodes they accept are equal get the same nodes from the tree rule,
+    whichever GPU indices are free (``range(k)`` as for a later time, a random subset as
+    now), on a fat-tree of two types, with and without ``max_switch_wait`` run out. A key
+    that leaves out anything the rule reads (a hop limit, the between-replica limit, the
+    wait, the GPUs) makes some pair disagree."""
+    import itertools
+    import random
+
+    from hyperplace.sim.policies import _per_node
+
+    rng = random.Random(5)
+    inst = two_types()
+    pol = SlurmBackfill(inst)
+    base = pol.placer.state(inst)
+    nodes = [n.name for c in inst.clusters for n in c.nodes]
+    seen: dict = {}
+    for trial in range(400):
+        counts = {n: rng.choice([0, 0, 2, 4, 6, 8]) for n in nodes}
+        for (gpus, m), waited, now in itertools.product(
+                _variants(rng, f"x{trial}"), (0.0, MAX_SWITCH_WAIT_S), (False, True)):
+            job = SimJob(name=m.name, submit_s=0.0, work_s=1.0, gpus=gpus, manifest=m)
+            key = (pol._shape(job, waited), tuple(counts[n] for n in pol.eligible(job)))
+            free = {n: sorted(rng.sample(range(8), counts[n])) if now
+                    else list(range(counts[n])) for n in nodes}
+            fs = pol.placer.state_from(base, free)
+            fs.waited_s = {job.name: waited}
+            got = pol.placer.place(m, fs)
+            per = _per_node(got) if got else None
+            assert seen.setdefault(key, per) == per, (key, per, seen[key])
+    assert len(seen) > 1000 and sum(v is None for v in seen.values()) > 100
 
 
 def test_backfill_outcome_memo_changes_no_decision():
     """The backfill cycle's memo of the tree rule's outcome per job shape and free counts
-    (``SlurmBackfill._outcome``, kept across cycles) starts every job where, when and on
-    the speed the rule asked afresh at every time gives: a fragmented fat-tree, gangs of
-    whole nodes, a one-leaf ``--switches`` job, small jobs."""
+    (``SlurmBackfill._outcome``, kept across cycles) starts every job where, when and at
+    the speed the rule asked afresh at every time gives: two GPU types and type selectors,
+    gangs of whole nodes, one-node and one-leaf (``--switches``) jobs, small jobs, and GPU,
+    node and switch failures with their repairs."""
     import random
 
     rng = random.Random(7)
-    inst = fat_tree(nodes_per_leaf=2, leaves=3)
-    jobs = [sim_job(f"j{i}", rng.choice([1, 2, 3, 4, 8, 16, 24]), 40.0 * i,
-                    rng.choice([300.0, 900.0, 2400.0, 7200.0])) for i in range(60)]
-    leaf = model_parallel_job("leaf", "m", replicas=2, memory_gb=None, dp_ib_gbps=None,
-                              dp_max_hops=1)
-    jobs.append(SimJob(name="leaf", submit_s=500.0, work_s=1200.0, gpus=16, manifest=leaf))
-    cfg = SimConfig(round_s=60, seed=3)
+    inst = two_types()
+    jobs = []
+    for i in range(90):
+        acc = rng.choice([None, None, "H100", "A100"])
+        if rng.random() < 0.5:  # one unit: one node (-N 1), one leaf or anywhere
+            gpus = rng.choice([1, 2, 4, 6, 8])
+            m = small_job(f"j{i}", "llama3-8b", gpus, accelerator=acc,
+                          max_hops=rng.choice([None, 0, 1]))
+        else:  # gangs of whole nodes, most asking for one leaf (--switches=1)
+            gpus = 8 * rng.choice([2, 3])
+            m = model_parallel_job(f"j{i}", "llama3-70b", replicas=gpus // 8,
+                                   memory_gb=None, dp_ib_gbps=None, accelerator=acc,
+                                   dp_max_hops=rng.choice([None, 1, 1]))
+        jobs.append(SimJob(name=f"j{i}", submit_s=rng.uniform(0, 6 * 3600), gpus=gpus,
+                           manifest=m, work_s=rng.choice([300.0, 900.0, 2400.0, 7200.0])))
+    jobs.sort(key=lambda j: j.submit_s)
+    cfg = SimConfig(round_s=60, seed=3, failures=3000.0)
     runs = []
     for pol in (SlurmBackfill(inst), _Unmemoised(inst)):
         run = simulate(inst, [*map(_copy, jobs)], pol, cfg)
-        runs.append({r.job.name: (r.first_start_s, r.end_s, tuple(r.speeds))
+        runs.append({r.job.name: (r.first_start_s, r.end_s, r.restarts, tuple(r.speeds))
                      for r in run.records})
+        assert run.failures  # the hardware failed and came back while jobs waited
     assert runs[0] == runs[1]
     starts = {name: got[0] for name, got in runs[0].items()}
     assert None not in starts.values()  # every job ran
