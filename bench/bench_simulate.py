@@ -280,8 +280,8 @@ def lower_bound(instance, jobs) -> dict:
 def slowdown_floor(instance, jobs) -> float:
     """The mean bounded slowdown no policy can go below on these jobs: each at its fastest
     speed, no wait, by the metric's own rule (:func:`hyperplace.sim.metrics.summarize`:
-    ``max(1, JCT / max(work, 10 s))``). A job any GPU type runs faster than the reference
-    speed is at 1 whatever it waits in that time, so the floor is about 1."""
+    ``max(1, JCT / max(work, 10 s))``). A job that some GPU type runs faster than the
+    reference speed scores 1 at that speed with no wait, so the floor is about 1."""
     sm = SpeedModel(instance)
     return sum(max(1.0, j.work_s / max(sm.best_speed(j.manifest), 1e-9)
                    / max(j.work_s, SLOWDOWN_FLOOR_S)) for j in jobs) / len(jobs)
@@ -723,13 +723,21 @@ def ratios(rows, engine: str = "engine", peers: list[dict] | None = None
         peers = [r for r in rows if r["policy"] not in ENGINES]
     out = {}
     for key in (*LOWER, *HIGHER):
-        vals = [p.get(key) for p in peers if p.get(key) is not None]
-        if not vals or eng.get(key) is None:
+        best = best_peer(peers, key)
+        if best is None or eng.get(key) is None:
             continue
-        best = max(vals) if key in HIGHER else min(vals)
         if best > 0:
             out[key] = eng[key] / best
     return out
+
+
+def best_peer(peers: list[dict], key: str) -> float | None:
+    """The best of the peers' figures for ``key`` (the highest for utilisation, else the
+    lowest): what a ratio divides by; None when no peer has it."""
+    vals = [p[key] for p in peers if p.get(key) is not None]
+    if not vals:
+        return None
+    return max(vals) if key in HIGHER else min(vals)
 
 
 # ---- report --------------------------------------------------------------------------------
@@ -851,11 +859,12 @@ def goals(cell: dict) -> tuple[list[str], list[str]]:
             continue
         ok = r[key] >= limit if key == "utilisation_in_window" else r[key] <= limit
         text = f"{GOAL_NAMES[key]} ({r[key]:.2f})"
-        best = min((p[key] for p in peers if p.get(key) is not None), default=None)
-        if not ok and lb.get(key) is not None and best:
+        best = best_peer(peers, key)
+        if not ok and key not in HIGHER and lb.get(key) is not None and best:
             floor = lb[key] / best
             if floor > limit:
-                text = f"{GOAL_NAMES[key]} ({r[key]:.2f}; below the floor {floor:.2f}: no policy can)"
+                text = (f"{GOAL_NAMES[key]} ({r[key]:.2f}; the goal is below the floor "
+                        f"{floor:.2f}: out of reach of any policy)")
         (met if ok else missed).append(text)
     f = (cell["rows"][0].get("forecast") or {}).get("long_wait_median_error_over_wait")
     if f is not None:

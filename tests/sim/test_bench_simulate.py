@@ -177,7 +177,8 @@ def test_a_missed_goal_below_the_floor_says_no_policy_can_meet_it(bench):
         return c
 
     _, missed = bench.goals(cell(1.3, 1.1))
-    assert "slowdown <= 0.7x (0.85; below the floor 0.77: no policy can)" in missed
+    assert ("slowdown <= 0.7x (0.85; the goal is below the floor 0.77: out of reach of any "
+            "policy)") in missed
     _, missed = bench.goals(cell(3.0, 2.4))
     assert "slowdown <= 0.7x (0.80)" in missed  # reachable: a plain miss
     met, _ = bench.goals(cell(3.0, 1.5))
