@@ -56,7 +56,9 @@ table gives the utilisation each really reached.
 **Policies.** ``engine`` (the planning engine, :mod:`hyperplace.sim.planning`), and every
 peer (``slurm`` backfill as a site configures it, ``kueue`` BestEffortFIFO, ``kueue-strict``,
 ``volcano``, ``fifo``) in both node orders (fastest GPU type listed first and last: suffix
-``/fast-first``, ``/fast-last``), so no gain comes from a peer's unlucky node order. The
+``/fast-first``, ``/fast-last``), so no gain comes from a peer's unlucky node order (on an
+instance of one GPU type both orders list the nodes alike: the two rows are one replay,
+the second marked ``same_replay_as``). The
 ratio row compares the engine with the best peer run per metric (the best faithful peer:
 the weaker named variants such as ``slurm-default`` are not in the grid).
 
@@ -627,19 +629,42 @@ def earlier_cell(cell_dir: Path, cell: dict) -> dict | None:
     return old if old.get("load") is None or old.get("rows") else None
 
 
+@functools.lru_cache(maxsize=None)
+def orders_alike(instance: str) -> bool:
+    """Whether both node orders of the bundled instance ``instance`` list every cluster's
+    nodes alike (one GPU type: :func:`~hyperplace.sim.state.reorder_nodes` sorts stably by
+    speed), so that a peer's two rows are one replay."""
+    inst = load_instance(instance)
+    first, last = reorder_nodes(inst, True), reorder_nodes(inst, False)
+    return all([n.name for n in a.nodes] == [n.name for n in b.nodes]
+               for a, b in zip(first.clusters, last.clusters))
+
+
+def one_replay(runner: Runner, spec: dict) -> dict | None:
+    """``runner.run(spec)``; a ``fast-last`` spec on an instance whose two orders are alike
+    (:func:`orders_alike`) is the ``fast-first`` replay, its row relabelled and marked
+    ``same_replay_as`` (the two specs share one cache entry and one process)."""
+    if spec["order"] != "fast-last" or not orders_alike(spec["instance"]):
+        return runner.run(spec)
+    got = runner.run({**spec, "order": "fast-first"})
+    if got is None:
+        return None
+    return {**got, "row": {**got["row"], "policy": f"{spec['policy']}/fast-last",
+                           "same_replay_as": f"{spec['policy']}/fast-first"}}
+
+
 def earlier_rows(runner: Runner, old: dict | None):
-    """What a cell's replay is: through the runner, or with ``--peers-from-cells`` for a
-    peer the earlier cell's row (kept with its own commit and marked ``from_cell``); the
-    engines' rows are always replayed."""
+    """What a cell's replay is: through the runner (:func:`one_replay`), or with
+    ``--peers-from-cells`` for a peer the earlier cell's row (kept with its own commit and
+    marked ``from_cell``) when it has one; the engines' rows and the peer rows the earlier
+    cell lacks (its ``missing_rows``) are replayed."""
     by_policy = {r["policy"]: r for r in (old or {}).get("rows", [])}
 
     def run(spec: dict) -> dict | None:
         name = spec["policy"] + ("" if spec["order"] == "as-is" else f"/{spec['order']}")
-        if old is None or spec["policy"] in ENGINES:
-            return runner.run(spec)
         row = by_policy.get(name)
-        if row is None:
-            return None
+        if old is None or spec["policy"] in ENGINES or row is None:
+            return one_replay(runner, spec)
         return {"row": {**row, "from_cell": old["date"]}, "facts": old["facts"],
                 "lower_bound": old.get("lower_bound")}
     return run
@@ -1039,7 +1064,7 @@ def cell_section(cell: dict, cell_dir: Path, out: Path) -> list[str]:
     if earlier:
         out_lines += ["\\+ taken from this cell as it was computed earlier "
                       "(`--peers-from-cells`; load and probe as then, only the engine rows "
-                      "replayed): " + "; ".join(f"computed {d}, commit {c}" for d, c in earlier)
+                      "and the rows the earlier cell lacked replayed): " + "; ".join(f"computed {d}, commit {c}" for d, c in earlier)
                       + ". The files these rows imported may differ at the cell's commit "
                       "(not recorded in a cell); a file list above for such a row (*) is the "
                       "earlier cell's, against that cell's commit.", ""]
@@ -1122,7 +1147,8 @@ def main(argv: list[str] | None = None) -> None:
                     "them")
     ap.add_argument("--peers-from-cells", type=Path, default=None, help="take each cell's load "
                     "and peer rows from the cell of the same tag in this directory (rows keep "
-                    "their commit, marked +) and replay only the engine rows")
+                    "their commit, marked +) and replay only the engine rows and the peer "
+                    "rows that cell lacks")
     ap.add_argument("--assemble", action="store_true", help="only rebuild the report from "
                     "the cells present")
     ap.add_argument("--out", type=Path, default=None)

@@ -319,9 +319,9 @@ def test_fedsims_cells_take_the_grids_ratios(bench, monkeypatch, tmp_path):
                                     "row)"]["jct_mean_s"] == pytest.approx(30 / 80)
 
 
-def test_peers_from_cells_replays_only_the_engine_rows(bench, tmp_path):
+def test_peers_from_cells_replays_the_engine_rows_and_the_missing_peers(bench, tmp_path):
     """``--peers-from-cells``: a peer's row is the earlier cell's (its commit kept, marked),
-    a peer the earlier cell lacks is missing, and the engine rows go to the runner."""
+    a peer row the earlier cell lacks is replayed, and so are the engine rows."""
     old = {"label": "fm", "instance": "mixed-a100-h100", "target": 0.8, "load": 3.38,
            "date": "2026-12-02 13:00 UTC", "facts": {"jobs": 3}, "lower_bound": {},
            "rows": [{"policy": "engine", "commit": "old"},
@@ -336,14 +336,37 @@ def test_peers_from_cells_replays_only_the_engine_rows(bench, tmp_path):
 
     class Runner:
         def run(self, spec):
-            ran.append(spec["policy"])
-            return {"row": {"policy": spec["policy"], "commit": "new"}}
+            ran.append((spec["policy"], spec["order"]))
+            return {"row": {"policy": f"{spec['policy']}/{spec['order']}", "commit": "new"}}
     run = bench.earlier_rows(Runner(), got)
-    assert run({"policy": "engine", "order": "as-is"})["row"]["commit"] == "new"
-    peer = run({"policy": "slurm", "order": "fast-first"})["row"]
+    base = {"instance": "mixed-a100-h100"}
+    assert run({**base, "policy": "engine", "order": "as-is"})["row"]["commit"] == "new"
+    peer = run({**base, "policy": "slurm", "order": "fast-first"})["row"]
     assert peer["commit"] == "c63" and peer["from_cell"] == old["date"]
-    assert run({"policy": "slurm", "order": "fast-last"}) is None
-    assert ran == ["engine"]
+    lacked = run({**base, "policy": "slurm", "order": "fast-last"})["row"]
+    assert lacked == {"policy": "slurm/fast-last", "commit": "new"}
+    assert ran == [("engine", "as-is"), ("slurm", "fast-last")]
+
+
+def test_alike_node_orders_are_one_replay(bench):
+    """On one GPU type both node orders list the nodes alike: a peer's fast-last row is its
+    fast-first replay, relabelled and marked; on mixed types both are replayed."""
+    assert bench.orders_alike("superpod-h100-4su")
+    assert not bench.orders_alike("mixed-a100-h100")
+    ran = []
+
+    class Runner:
+        def run(self, spec):
+            ran.append((spec["instance"], spec["order"]))
+            return {"row": {"policy": f"kueue/{spec['order']}", "jobs": 5}}
+    last = bench.one_replay(Runner(), {"instance": "superpod-h100-4su", "policy": "kueue",
+                                       "order": "fast-last"})["row"]
+    assert last == {"policy": "kueue/fast-last", "jobs": 5,
+                    "same_replay_as": "kueue/fast-first"}
+    mixed = bench.one_replay(Runner(), {"instance": "mixed-a100-h100", "policy": "kueue",
+                                        "order": "fast-last"})["row"]
+    assert mixed == {"policy": "kueue/fast-last", "jobs": 5}
+    assert ran == [("superpod-h100-4su", "fast-first"), ("mixed-a100-h100", "fast-last")]
 
 
 def test_bubble_causes_add_up_to_the_bench_measure_and_a_peer_holds_nothing():
