@@ -97,6 +97,7 @@ predicted completion is earlier by waiting for faster GPUs (:func:`hold_for_fast
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -556,6 +557,15 @@ class SlurmBackfill(Policy):
         waited = {j.name: now - j.submit_s for j in queue}
         base = self.placer.state(round_instance)
         board = _Board(list(free_now), free_now, releases)
+        # the candidate start times after now: running jobs' and started jobs' expected
+        # ends and reservations' ends within the window, sorted (kept as they come)
+        later = sorted(t for t in times if now < t <= now + window_s)
+        seen = set(later)
+
+        def add_time(t: float) -> None:
+            if now < t <= now + window_s and t not in seen:
+                seen.add(t)
+                bisect.insort(later, t)
         tries: np.ndarray | None = None  # now, then the sorted start times; None after a change
         for job in queue:
             if tried >= self.max_job_test:
@@ -563,9 +573,7 @@ class SlurmBackfill(Policy):
             tried += 1
             limit = self.limit(job, view.speed)
             if tries is None:
-                tries = np.array([now, *sorted(t for t in times | {e for _, e, _ in reservations}
-                                               if now < t <= now + window_s)],
-                                 dtype=np.float64)
+                tries = np.array([now, *later], dtype=np.float64)
             elig = board.rows(self.eligible(job))
             shape = self._shape(job, waited[job.name])
             # a time whose upper bound on the accepted nodes' counts cannot hold the job
@@ -599,12 +607,13 @@ class SlurmBackfill(Policy):
                     for n, k in per.items():
                         releases[n].append((now + limit, k))
                         board.take_now(n, len(free_now[n]), now + limit, k)
-                    times.add(now + limit)
+                    add_time(now + limit)
                 else:
                     if self.whole_nodes:  # backfill reserves nodes (backfill.c L4233-4236)
                         per = {n: state.nodes[n].gpu_count for n in per}
                     reservations.append((t, t + limit, per))
                     board.reserve(t, t + limit, per)
+                    add_time(t + limit)
                 break
         solve_s = time.perf_counter() - t0
         inst, plan = _plan(view, self.name, view.queue, starts, solve_s)
@@ -667,6 +676,9 @@ class _Board:
         self._res: tuple[list[float], list[float], list[int], list[int]] = ([], [], [], [])
         self._rel_table: tuple[np.ndarray, np.ndarray] | None = None
         self._res_table: tuple[np.ndarray, np.ndarray] | None = None
+        # per set of rows: the start times it was asked about and their upper sums, a prefix
+        # (:meth:`may_hold`; cleared when the board changes)
+        self._sums: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
 
     def rows(self, names: tuple[str, ...]) -> np.ndarray:
         return np.array([self.index[n] for n in names], dtype=np.int64)
@@ -677,12 +689,14 @@ class _Board:
         self.free[i] = free_left
         self._rel.append((end, i, k))
         self._rel_table = None
+        self._sums.clear()
 
     def reserve(self, t0: float, t1: float, per: dict[str, int]) -> None:
         for n, k in per.items():
             for col, v in zip(self._res, (t0, t1, self.index[n], k)):
                 col.append(v)
         self._res_table = None
+        self._sums.clear()
 
     def _releases(self) -> tuple[np.ndarray, np.ndarray]:
         if self._rel_table is None:
@@ -732,12 +746,24 @@ class _Board:
         """The times of ``starts``, in order, whose :meth:`upper_sums` over ``rows`` is at
         least ``gpus``: bounded in chunks that double from ``first``, so a job whose time is
         among the first pays for few of them (the board must not change while it is read:
-        the backfill loop stops at a job's first start or reservation)."""
+        the backfill loop stops at a job's first start or reservation). The bounds do not
+        depend on the job: they are kept per set of ``rows`` until the board changes, so the
+        next job that accepts the same nodes reads them (on one GPU type every job does:
+        the bounds were 40 % of a Slurm replay's CPU on 8,000 Philly jobs on the SuperPOD)."""
+        key = rows.tobytes()
+        kept = self._sums.get(key)
+        if kept is None or kept[0] is not starts:
+            kept = self._sums[key] = (starts, np.zeros(0, dtype=np.int64))
         i, step = 0, first
         while i < len(starts):
-            chunk = starts[i:i + step]
-            yield from chunk[self.upper_sums(chunk, rows) >= gpus].tolist()
-            i += step
+            end = min(len(starts), i + step)
+            sums = kept[1]
+            if len(sums) < end:  # the bounds of the next times, appended to the prefix
+                sums = np.concatenate([sums, self.upper_sums(starts[len(sums):end], rows)])
+                kept = self._sums[key] = (starts, sums)
+            chunk = starts[i:end]
+            yield from chunk[sums[i:end] >= gpus].tolist()
+            i = end
             step *= 2
 
     def counts(self, t0: float, t1: float) -> np.ndarray:
