@@ -1059,6 +1059,11 @@ def cell_section(cell: dict, cell_dir: Path, out: Path) -> list[str]:
         out_lines += ["Rows not finished when the cell was assembled (`--from-cache`; not "
                       "compared): " + ", ".join(cell["missing_rows"]) + ".", ""]
     out_lines += stale_note(cell)
+    alike = [f"{r['policy']} is {r['same_replay_as']}'s" for r in cell["rows"]
+             if r.get("same_replay_as")]
+    if alike:
+        out_lines += ["One replay, two rows (one GPU type: both node orders list the nodes "
+                      "alike): " + "; ".join(alike) + ".", ""]
     earlier = sorted({(r["from_cell"], r.get("commit", "?")) for r in cell["rows"]
                       if r.get("from_cell")})
     if earlier:
