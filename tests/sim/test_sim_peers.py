@@ -128,7 +128,14 @@ def test_backfill_board_counts_equal_the_reference(data):
                     for _ in range(data.draw(st.integers(0, 3)))] for n in nodes}
     reservations: list = []
     board = _Board(list(free_now), free_now, {n: list(v) for n, v in releases.items()})
+    before = None  # the last step's start times and rows, asked again after the change
     for _ in range(data.draw(st.integers(1, 12))):
+        if before is not None:  # the kept bounds went with the change: these are today's
+            arr, rows = before
+            gpus = data.draw(st.integers(1, 12))
+            fresh = board.upper_sums(arr, rows).tolist()
+            assert list(board.may_hold(arr, rows, gpus, first=1)) == [
+                t for t, most in zip(arr.tolist(), fresh) if most >= gpus]
         t0 = data.draw(times)
         t1 = t0 + data.draw(st.sampled_from([0.5, 30.0, 60.0, 600.0, 5000.0]))
         want = SlurmBackfill._free_over(t0, t1, free_now, releases, reservations)
@@ -142,10 +149,18 @@ def test_backfill_board_counts_equal_the_reference(data):
             for span in (0.5, 30.0, 600.0, 5000.0):
                 got = SlurmBackfill._free_over(t, t + span, free_now, releases, reservations)
                 assert most >= sum(max(got[nodes[i]], 0) for i in rows)
-        # the chunked screen yields exactly the times whose bound holds the job, in order
+        # the chunked screen yields exactly the times whose bound holds the job, in order;
+        # a second job on the same times and rows reads the kept bounds (a first job that
+        # stopped early left only a prefix of them)
+        arr, rows_arr = np.array(starts), np.array(rows)
         gpus = data.draw(st.integers(1, 12))
-        screened = list(board.may_hold(np.array(starts), np.array(rows), gpus, first=1))
-        assert screened == [t for t, most in zip(starts, upper) if most >= gpus]
+        if data.draw(st.booleans()):
+            next(iter(board.may_hold(arr, rows_arr, gpus, first=1)), None)
+        for first in (1, 2):
+            gpus = data.draw(st.integers(1, 12))
+            screened = list(board.may_hold(arr, rows_arr, gpus, first=first))
+            assert screened == [t for t, most in zip(starts, upper) if most >= gpus]
+        before = (arr, rows_arr)
         n = data.draw(st.sampled_from(nodes))
         k = data.draw(st.integers(1, 8))
         if data.draw(st.booleans()) and free_now[n]:  # a start now on n
