@@ -1041,8 +1041,11 @@ def cell_section(cell: dict, cell_dir: Path, out: Path) -> list[str]:
                  f"commit {cell['commit']}, engine budget {cell['budget_s']:g} s"
                  + "".join(f", engine {k}={v}" for k, v in (cell.get("engine_sim") or {})
                            .items())
-                 + ", cell wall "
-                 f"{cell['wall_s']:.0f} s ({cell.get('workers', 1)} worker(s))",
+                 + (", cell wall "
+                    f"{cell['wall_s']:.0f} s ({cell.get('workers', 1)} worker(s))"
+                    if cell.get("cpu_s_run_here", 1) else
+                    ", assembled from cached replays (each row's own wall and CPU time "
+                    "below)"),
                  "", *table(cell["rows"], cell["lower_bound"]), ""]
     eng = cell["rows"][0]
     if eng["finished"] < eng["jobs"]:

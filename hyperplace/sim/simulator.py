@@ -95,6 +95,12 @@ class SimConfig:
     # the planning engine's fill may start reserved jobs now (hyperplace.sim.planning.
     # FILL_RESERVED; False: reserved jobs wait for their reservation)
     engine_fill_reserved: bool = True
+    # jobs smaller than a node leave whole the free nodes the schedule's gangs need
+    # (hyperplace.sim.planning.WHOLE_NODES_KEPT; None: that default)
+    engine_keep_whole: bool | None = None
+    # the quantile of running jobs' remaining run time the planning engine expects them to
+    # end at (hyperplace.sim.planning.END_QUANTILE; None: that default)
+    engine_end_quantile: float | None = None
     # what the planning engine's fill between rounds keeps of the last round's plan
     # (hyperplace.sim.planning.FILL_KEEPS: plan | gangs | reservations; None: that default)
     engine_fill_keeps: str | None = None
@@ -158,6 +164,10 @@ def planning_settings(config: SimConfig) -> dict:
             "forecast_calibration": config.engine_forecast_calibration,
             "fill_reserved": config.engine_fill_reserved,
             "stretch_horizon": config.engine_stretch_horizon,
+            **({"keep_whole": config.engine_keep_whole}
+               if config.engine_keep_whole is not None else {}),
+            **({"end_quantile": config.engine_end_quantile}
+               if config.engine_end_quantile is not None else {}),
             **({"fill_keeps": config.engine_fill_keeps}
                if config.engine_fill_keeps is not None else {})}
 

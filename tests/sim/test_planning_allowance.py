@@ -1,0 +1,63 @@
+"""The placement allowance of what the planning engine starts now (``pool_allowance``):
+jobs smaller than a node leave whole the free nodes a planned gang needs."""
+
+from __future__ import annotations
+
+from hyperplace.formulations.schedule import PendingJob, RunningSlot, build_schedule_problem
+from hyperplace.instances.generator import model_parallel_job, small_job
+from hyperplace.models import Cluster, FabricGenerator, FabricSpec, Instance, InstanceSpec, Node
+from hyperplace.models.job import ObjectMeta
+from hyperplace.sim.planning import pool_allowance
+from hyperplace.solvers.schedule import Planned, ScheduleResult
+
+
+def _setting():
+    """Two leaves of two H100 nodes: h0 whole and free, h1 full until step 2, h2 and h3
+    with one free GPU each for long; a 16-GPU gang planned at step 2 in the type's pool
+    (any two whole nodes) and a 2-GPU job starting now."""
+    nodes = [Node(name=f"h{i}", gpu_type="H100-80", gpu_count=8) for i in range(4)]
+    gen = FabricGenerator(type="fat-tree-2", nodes_per_leaf=2, spines=2, uplink_gbps=400.0)
+    inst = Instance(metadata=ObjectMeta(name="t"), spec=InstanceSpec(clusters=[
+        Cluster(name="c", nodes=nodes, fabric=FabricSpec(generator=gen))]))
+    running = [RunningSlot("r1", tuple(("h1", g) for g in range(8)), 600.0),
+               RunningSlot("r2", tuple(("h2", g) for g in range(7)), 36000.0),
+               RunningSlot("r3", tuple(("h3", g) for g in range(7)), 36000.0)]
+    gang = model_parallel_job("gang", "m", replicas=2, memory_gb=None, dp_ib_gbps=None)
+    small = small_job("small", "m", 2)
+    problem = build_schedule_problem(
+        inst, [PendingJob(gang, 0.0), PendingJob(small, 0.0)], running, 0.0,
+        lambda job, t, c: 3000.0, horizon_s=3600.0, step_s=300.0)
+    jobs = {j.name: j for j in problem.jobs}
+    type_pool = next(p for p in problem.pools if p.gpu_type and p.domain is None)
+    k_gang = next(k for k, o in enumerate(jobs["gang"].options) if o.pool == type_pool.id)
+    k_small = next(k for k, o in enumerate(jobs["small"].options) if o.pool == type_pool.id)
+    d = problem.dur_steps(jobs["gang"].options[k_gang], 2)
+    entries = {"gang": Planned("gang", k_gang, 2, type_pool.id, d),
+               "small": Planned("small", k_small, 0, type_pool.id,
+                                problem.dur_steps(jobs["small"].options[k_small], 0))}
+    result = ScheduleResult(problem=problem, entries=entries, status="feasible", objective=0,
+                            bound=None, solve_s=0.0, modelled=2, greedy_objective=0)
+    free = {"h0": list(range(8)), "h1": [], "h2": [7], "h3": [7]}
+    return problem, result, type_pool, free
+
+
+def test_a_small_job_leaves_the_whole_node_a_planned_gang_needs():
+    problem, result, pool, free = _setting()
+    assert any(p.parent == pool.id for p in problem.pools)  # the leaves are its children
+    sizes = {n: 8 for n in free}
+    kept = pool_allowance(problem, result, ["small"], pool.id, False, free, sizes)
+    # h0 is one of the two whole nodes the gang needs at step 2 (h1 frees then): the
+    # 2-GPU job may take only the single free GPUs of h2 and h3 (where it does not fit)
+    assert not kept["h0"] and all(len(kept[n] or ()) <= 1 for n in ("h2", "h3"))
+    # counted by GPUs only (as before), it could break h0 and keep the gang waiting
+    loose = pool_allowance(problem, result, ["small"], pool.id, False, free, sizes,
+                           keep_whole=False)
+    assert loose["h0"] and len(loose["h0"]) >= 2
+
+
+def test_a_small_job_may_break_a_whole_node_no_gang_needs():
+    problem, result, pool, free = _setting()
+    del result.entries["gang"]  # no gang planned: h0 is spare
+    kept = pool_allowance(problem, result, ["small"], pool.id, False, free,
+                          {n: 8 for n in free})
+    assert kept["h0"] and len(kept["h0"]) >= 2
