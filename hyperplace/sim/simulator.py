@@ -97,7 +97,7 @@ class SimConfig:
     engine_fill_reserved: bool = True
     # jobs smaller than a node leave whole the free nodes the schedule's gangs need
     # (hyperplace.sim.planning.WHOLE_NODES_KEPT; None: that default)
-    engine_keep_whole: bool | None = None
+    engine_keep_whole: bool | str | None = None
     # the quantile of running jobs' remaining run time the planning engine expects them to
     # end at (hyperplace.sim.planning.END_QUANTILE; None: that default)
     engine_end_quantile: float | None = None

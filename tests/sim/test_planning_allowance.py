@@ -1,5 +1,6 @@
 """The placement allowance of what the planning engine starts now (``pool_allowance``):
-jobs smaller than a node leave whole the free nodes a planned gang needs."""
+with ``keep_whole`` jobs smaller than a node leave whole the free nodes a planned gang
+needs (``"reserved"``: a reserved gang)."""
 
 from __future__ import annotations
 
@@ -45,13 +46,14 @@ def test_a_small_job_leaves_the_whole_node_a_planned_gang_needs():
     problem, result, pool, free = _setting()
     assert any(p.parent == pool.id for p in problem.pools)  # the leaves are its children
     sizes = {n: 8 for n in free}
-    kept = pool_allowance(problem, result, ["small"], pool.id, False, free, sizes)
+    kept = pool_allowance(problem, result, ["small"], pool.id, False, free, sizes,
+                          keep_whole=True)
     # h0 is one of the two whole nodes the gang needs at step 2 (h1 frees then): the
     # 2-GPU job may take only the single free GPUs of h2 and h3 (where it does not fit)
     assert not kept["h0"] and all(len(kept[n] or ()) <= 1 for n in ("h2", "h3"))
-    # counted by GPUs only (as before), it could break h0 and keep the gang waiting
-    loose = pool_allowance(problem, result, ["small"], pool.id, False, free, sizes,
-                           keep_whole=False)
+    # counted by GPUs only (the default, WHOLE_NODES_KEPT off), it may break h0 and keep the
+    # gang waiting
+    loose = pool_allowance(problem, result, ["small"], pool.id, False, free, sizes)
     assert loose["h0"] and len(loose["h0"]) >= 2
 
 
@@ -59,5 +61,21 @@ def test_a_small_job_may_break_a_whole_node_no_gang_needs():
     problem, result, pool, free = _setting()
     del result.entries["gang"]  # no gang planned: h0 is spare
     kept = pool_allowance(problem, result, ["small"], pool.id, False, free,
-                          {n: 8 for n in free})
+                          {n: 8 for n in free}, keep_whole=True)
     assert kept["h0"] and len(kept["h0"]) >= 2
+
+
+def test_reserved_keeps_only_the_whole_nodes_of_reserved_gangs():
+    from hyperplace.formulations.schedule import Reservation
+
+    problem, result, pool, free = _setting()
+    sizes = {n: 8 for n in free}
+    # the gang only planned: "reserved" lets the small job break h0
+    loose = pool_allowance(problem, result, ["small"], pool.id, False, free, sizes,
+                           keep_whole="reserved")
+    assert loose["h0"] and len(loose["h0"]) >= 2
+    # the gang reserved there: h0 is kept whole for it
+    problem.reservations["gang"] = Reservation("gang", pool.id, problem.time_of(2))
+    kept = pool_allowance(problem, result, ["small"], pool.id, False, free, sizes,
+                          keep_whole="reserved")
+    assert not kept["h0"]
