@@ -186,7 +186,6 @@ class FederatedEngine(SplitPricing, PlanningEngine):
         result = self.last
         problem = result.problem
         leaf = leaf_pool_of(problem.pools)
-        jobs = {j.name: j for j in problem.jobs}
         scheduled_now = set(result.starts_now())
 
         def per_pool(held: list[GPU]) -> tuple[Counter, Counter]:
@@ -216,15 +215,7 @@ class FederatedEngine(SplitPricing, PlanningEngine):
                     e[1] += n_by[pid]
             for pid, (g, k) in add.items():
                 prof.take(pid, g, 0, length, k)
-            for n, e in result.entries.items():
-                if n == name or e.start_step is None or e.start_step >= length:
-                    continue
-                j = jobs[n]
-                o = j.options[e.option]
-                prof.take(o.pool, j.demand[o.pool], e.start_step,
-                          min(e.duration_steps, length - e.start_step),
-                          j.node_demand.get(o.pool, 0))
-            return prof
+            return prof.book(result, lambda n: n == name, length)
 
         def over(prof: Profile):
             return (np.maximum(0, prof.used - prof.cap[:, None]),

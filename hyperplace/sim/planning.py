@@ -377,16 +377,8 @@ def pool_allowance(problem: ScheduleProblem, result: ScheduleResult, names: list
     group = set(names)
     if length is None:
         length = max(result.entries[n].duration_steps for n in names)
-    prof = Profile(problem, length + 1)
-    jobs = {j.name: j for j in problem.jobs}
-    for n, e in result.entries.items():
-        if n in group or e.start_step is None or e.start_step >= length:
-            continue
-        j = jobs[n]
-        o = j.options[e.option]
-        prof.take(o.pool, j.demand[o.pool], e.start_step, min(e.duration_steps,
-                                                              length - e.start_step),
-                  j.node_demand.get(o.pool, 0))
+    # what the rest of the schedule books over the group's run (its starts before the end)
+    prof = Profile(problem, length + 1).book(result, group.__contains__, length)
     pool = problem.pools[pool_id]
     children = [p for p in problem.pools if p.parent == pool_id]
     allowed: dict[str, set[int] | None] = {n: None for n in pool.nodes}
@@ -396,16 +388,8 @@ def pool_allowance(problem: ScheduleProblem, result: ScheduleResult, names: list
     holds = {q.id: mine.intersection(q.nodes) for q in problem.pools} if keep_whole else {}
     nprof = prof
     if keep_whole == "reserved" and holds:
-        nprof = Profile(problem, length + 1)
-        for n, e in result.entries.items():
-            if (n in group or n not in problem.reservations or e.start_step is None
-                    or e.start_step >= length):
-                continue
-            j = jobs[n]
-            o = j.options[e.option]
-            nprof.take(o.pool, j.demand[o.pool], e.start_step,
-                       min(e.duration_steps, length - e.start_step),
-                       j.node_demand.get(o.pool, 0))
+        nprof = Profile(problem, length + 1).book(
+            result, lambda n: n in group or n not in problem.reservations, length)
     spare = {q: int((nprof.ncap[q] - nprof.nused[q][:length]).min())
              for q, ns in holds.items() if ns}
     within = {n: [q for q in spare if n in holds[q]] for n in pool.nodes}
@@ -456,7 +440,8 @@ class PlanningEngine(Policy):
                  forecast_list: bool = FORECAST_LIST,
                  fill_events: bool = FILL_EVENTS, fill_keeps: str = FILL_KEEPS,
                  stretch_horizon: bool = STRETCH_HORIZON,
-                 keep_whole: bool = WHOLE_NODES_KEPT, end_quantile: float = END_QUANTILE):
+                 keep_whole: bool | str = WHOLE_NODES_KEPT,
+                 end_quantile: float = END_QUANTILE):
         for name, v in (("horizon", horizon_s), ("window", window)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: must be positive, got {v!r}")
@@ -465,8 +450,10 @@ class PlanningEngine(Policy):
         self.clock = clock
         self.fill = fill  # the fill's margin (None: no fill)
         self.fill_reserved = fill_reserved  # the fill may start reserved jobs now too
+        if keep_whole not in (True, False, "reserved"):
+            raise ValueError(f"keep_whole: use true, false or 'reserved', got {keep_whole!r}")
         self.keep_whole = keep_whole  # small jobs leave gangs' whole nodes (WHOLE_NODES_KEPT)
-        if not 0.0 < end_quantile < 1.0:
+        if not (isinstance(end_quantile, (int, float)) and 0.0 < end_quantile < 1.0):
             raise ValueError(f"end_quantile: must be in (0, 1), got {end_quantile!r}")
         self.end_quantile = end_quantile  # running jobs' expected ends (END_QUANTILE)
         # asked at every event between the rounds too (FILL_EVENTS; the simulator reads it)

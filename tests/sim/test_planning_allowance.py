@@ -79,3 +79,20 @@ def test_reserved_keeps_only_the_whole_nodes_of_reserved_gangs():
     kept = pool_allowance(problem, result, ["small"], pool.id, False, free, sizes,
                           keep_whole="reserved")
     assert not kept["h0"]
+
+
+def test_the_engine_refuses_a_bad_keep_whole_or_end_quantile():
+    import math
+
+    import pytest
+
+    from hyperplace.sim.planning import PlanningEngine, residual_s
+
+    with pytest.raises(ValueError, match="keep_whole"):
+        PlanningEngine(keep_whole="gangs")
+    for q in (0.0, 1.0, math.nan):
+        with pytest.raises(ValueError, match="end_quantile"):
+            PlanningEngine(end_quantile=q)
+    # the median is the default, and a later quantile expects a later end
+    assert residual_s(100.0, 0.0, 0.5) == pytest.approx(100.0)
+    assert residual_s(100.0, 50.0, 0.5, 0.7) > residual_s(100.0, 50.0, 0.5)

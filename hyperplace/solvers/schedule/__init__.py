@@ -167,6 +167,21 @@ class Profile:
         if nodes:
             self.nused[self.anc[pool], start:start + dur] += nodes
 
+    def book(self, result: ScheduleResult, skip: Callable[[str], bool], until: int
+             ) -> Profile:
+        """Books every entry of ``result`` that starts before step ``until`` (and is not
+        ``skip``ped), its run cut at ``until``; returns the profile."""
+        jobs = {j.name: j for j in self.p.jobs}
+        for n, e in result.entries.items():
+            if skip(n) or e.start_step is None or e.start_step >= until:
+                continue
+            j = jobs[n]
+            o = j.options[e.option]
+            self.take(o.pool, j.demand[o.pool], e.start_step,
+                      min(e.duration_steps, until - e.start_step),
+                      j.node_demand.get(o.pool, 0))
+        return self
+
 
 def _take(prof: Profile, problem: ScheduleProblem, j: ScheduleJob, k: int,
           s: int) -> Planned:
