@@ -50,7 +50,7 @@ def test_a_small_job_leaves_the_whole_node_a_planned_gang_needs():
                           keep_whole=True)
     # h0 is one of the two whole nodes the gang needs at step 2 (h1 frees then): the
     # 2-GPU job may take only the single free GPUs of h2 and h3 (where it does not fit)
-    assert not kept["h0"] and all(len(kept[n] or ()) <= 1 for n in ("h2", "h3"))
+    assert kept["h0"] == set() and all(len(kept[n]) <= 1 for n in ("h2", "h3"))
     # counted by GPUs only (the default, WHOLE_NODES_KEPT off), it may break h0 and keep the
     # gang waiting
     loose = pool_allowance(problem, result, ["small"], pool.id, False, free, sizes)
@@ -78,7 +78,7 @@ def test_reserved_keeps_only_the_whole_nodes_of_reserved_gangs():
     problem.reservations["gang"] = Reservation("gang", pool.id, problem.time_of(2))
     kept = pool_allowance(problem, result, ["small"], pool.id, False, free, sizes,
                           keep_whole="reserved")
-    assert not kept["h0"]
+    assert kept["h0"] == set()
 
 
 def test_the_engine_refuses_a_bad_keep_whole_or_end_quantile():
@@ -88,11 +88,37 @@ def test_the_engine_refuses_a_bad_keep_whole_or_end_quantile():
 
     from hyperplace.sim.planning import PlanningEngine, residual_s
 
-    with pytest.raises(ValueError, match="keep_whole"):
-        PlanningEngine(keep_whole="gangs")
+    for bad in ("gangs", 1, 0.0):
+        with pytest.raises(ValueError, match="keep_whole"):
+            PlanningEngine(keep_whole=bad)
     for q in (0.0, 1.0, math.nan):
         with pytest.raises(ValueError, match="end_quantile"):
             PlanningEngine(end_quantile=q)
     # the median is the default, and a later quantile expects a later end
     assert residual_s(100.0, 0.0, 0.5) == pytest.approx(100.0)
     assert residual_s(100.0, 50.0, 0.5, 0.7) > residual_s(100.0, 50.0, 0.5)
+
+
+def test_the_median_residual_is_the_formula_before_the_quantile():
+    """``residual_s`` at its default quantile is the median it gave before the quantile
+    was an argument (the replays' decisions stay what the committed cells show)."""
+    import math
+    import random
+    from statistics import NormalDist
+
+    from hyperplace.sim.planning import residual_s
+
+    def before(predicted, elapsed, sigma):
+        m = max(predicted, 1e-9)
+        if elapsed <= 0 or sigma <= 0:
+            return max(0.0, m - max(elapsed, 0.0))
+        nd = NormalDist()
+        survive = 1.0 - nd.cdf(math.log(elapsed / m) / sigma)
+        z = nd.inv_cdf(min(1.0 - 1e-15, 1.0 - max(survive, 1e-300) / 2.0))
+        return max(0.0, m * math.exp(sigma * min(z, 8.0)) - elapsed)
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        p, e = rng.uniform(1, 1e6), rng.choice([0.0, -5.0, rng.uniform(0, 3e6)])
+        sigma = rng.choice([0.0, 0.1, 0.5, 1.5])
+        assert residual_s(p, e, sigma) == before(p, e, sigma)
