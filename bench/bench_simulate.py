@@ -1112,13 +1112,26 @@ def engine_sim_arg(text: str | None) -> dict:
             continue
         key, sep, value = part.partition("=")
         if not sep or key.strip() not in SimConfig.__dataclass_fields__:
-            raise SystemExit(f"--engine-sim: {part!r} is not KEY=VALUE with KEY a SimConfig "
-                             "field")
+            _bad_input(f"--engine-sim: {part!r} is not KEY=VALUE with KEY a SimConfig field")
         try:
             out[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
             out[key.strip()] = value
+    # a value the engine refuses is refused here, before any replay (not in a worker later)
+    from hyperplace.sim.planning import PlanningEngine
+    from hyperplace.sim.simulator import planning_settings
+
+    try:
+        PlanningEngine(**planning_settings(SimConfig(**out)))
+    except (TypeError, ValueError) as exc:
+        _bad_input(f"--engine-sim: {exc}")
     return out
+
+
+def _bad_input(message: str) -> None:
+    """One line on stderr and exit 2 (the CLI's rule for bad input)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -402,3 +402,16 @@ def test_engine_sim_sets_the_engines_round_and_any_simconfig_field(tmp_path):
             "sim": {"round_s": 30, "seed": 1}}
     row = b.replay(spec, str(tmp_path))["row"]
     assert row["cadence_s"] == 30 and row["finished"] <= 20
+
+
+def test_engine_sim_refuses_a_value_the_engine_refuses_before_any_replay(bench, capsys):
+    """``--engine-sim``: an unknown field or a value the planning engine refuses is one line
+    and exit 2 at parse time, not a worker's traceback after the probes."""
+    assert bench.engine_sim_arg("engine_end_quantile=0.7") == {"engine_end_quantile": 0.7}
+    for bad, word in (("engine_end_quantile=2", "end_quantile"),
+                      ('engine_keep_whole="gangs"', "keep_whole"), ("nofield=1", "nofield")):
+        with pytest.raises(SystemExit) as exc:
+            bench.engine_sim_arg(bad)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("--engine-sim:") and word in err and "\n" not in err
