@@ -694,11 +694,15 @@ class RunningSlot:
 
 
 def _running_busy(instance: Instance, pools: list[Pool], running: list[RunningSlot],
-                  now: float) -> tuple[list[Busy], list[Busy]]:
+                  now: float, node_free_s: dict[str, float] | None = None
+                  ) -> tuple[list[Busy], list[Busy]]:
     """Running jobs' GPUs per leaf pool, and the whole nodes they keep busy, to their ends.
 
-    Only nodes a gang could take count as busy whole nodes (a node with a failed GPU is
-    never whole: it is in no pool's whole nodes either)."""
+    A busy node is whole again at the latest of its jobs' ends, or at ``node_free_s[node]``
+    (absolute) when the caller gives a later one (the expected end of the *last* of its jobs
+    is later than the latest of their expected ends). Only nodes a gang could take count as
+    busy whole nodes (a node with a failed GPU is never whole: it is in no pool's whole
+    nodes either)."""
     leaf = leaf_pool_of(pools)
     whole = {n.name for c in instance.clusters for n in c.nodes if not n.faulty}
     busy: list[Busy] = []
@@ -712,6 +716,9 @@ def _running_busy(instance: Instance, pools: list[Pool], running: list[RunningSl
             if n in leaf:
                 per[leaf[n]] = per.get(leaf[n], 0) + 1
         busy += [Busy(r.job, pid, g, end) for pid, g in sorted(per.items())]
+    for n, t in (node_free_s or {}).items():
+        if n in node_end:
+            node_end[n] = max(node_end[n], t - now)
     per_leaf_end: dict[tuple[int, float], int] = {}
     for n, e in node_end.items():
         if n in leaf:
@@ -749,13 +756,16 @@ def build_schedule_problem(instance: Instance, pending: list[PendingJob],
                            not_now: dict[str, set[int]] | None = None,
                            pools: list[Pool] | None = None,
                            facts_cache: dict | None = None,
-                           wait_weight: float = 0.0) -> ScheduleProblem:
+                           wait_weight: float = 0.0,
+                           node_free_s: dict[str, float] | None = None) -> ScheduleProblem:
     """The schedule problem of one round (module docstring).
 
     ``pools``: :func:`build_pools` of the instance when the caller keeps them between rounds;
     ``facts_cache``: job name -> :func:`job_facts`, kept by the caller between rounds.
     ``not_now``: job -> pools it may not start in at step 0 (the placement model could not
     place it there in the last round: the pool counts are a relaxation of exact GPUs).
+    ``node_free_s``: busy node -> when it is expected whole again (absolute), where later than
+    the latest of its running jobs' ends (:func:`_running_busy`).
 
     Raises ValueError naming the argument for a horizon or step that is not positive."""
     for name, v in (("horizon_s", horizon_s), ("step_s", step_s)):
@@ -765,7 +775,7 @@ def build_schedule_problem(instance: Instance, pending: list[PendingJob],
         raise ValueError(f"objective: use one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if pools is None:
         pools = build_pools(instance, usable)
-    busy, node_busy = _running_busy(instance, pools, running, now)
+    busy, node_busy = _running_busy(instance, pools, running, now, node_free_s)
     used0 = {p.id: 0 for p in pools}
     for b in busy:
         p: int | None = b.pool

@@ -101,6 +101,10 @@ class SimConfig:
     # the quantile of running jobs' remaining run time the planning engine expects them to
     # end at (hyperplace.sim.planning.END_QUANTILE; None: that default)
     engine_end_quantile: float | None = None
+    # when the planning engine expects a busy node whole again: the latest of its jobs'
+    # expected ends, or the expected end of the last of them (hyperplace.sim.planning.
+    # NODE_END: latest | last; None: that default)
+    engine_node_end: str | None = None
     # what the planning engine's fill between rounds keeps of the last round's plan
     # (hyperplace.sim.planning.FILL_KEEPS: plan | gangs | reservations; None: that default)
     engine_fill_keeps: str | None = None
@@ -168,6 +172,8 @@ def planning_settings(config: SimConfig) -> dict:
                if config.engine_keep_whole is not None else {}),
             **({"end_quantile": config.engine_end_quantile}
                if config.engine_end_quantile is not None else {}),
+            **({"node_end": config.engine_node_end}
+               if config.engine_node_end is not None else {}),
             **({"fill_keeps": config.engine_fill_keeps}
                if config.engine_fill_keeps is not None else {})}
 
