@@ -140,7 +140,10 @@ class FederatedEngine(SplitPricing, PlanningEngine):
         taken = []
         try:
             for n, units in decision.starts.items():
-                state.allocate(n, [g for u in units.values() for g in u])
+                # a start on stopped jobs' GPUs (make_room) holds only its free ones here:
+                # the stopped jobs' GPUs are still theirs in the state until the round ends
+                state.allocate(n, [g for u in units.values() for g in u
+                                   if g[1] in state.free_gpus(g[0])])
                 taken.append(n)
             for sj in list_order(problem):
                 if tried >= SPLIT_TRIES or (self.clock != "work" and

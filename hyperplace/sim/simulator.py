@@ -105,6 +105,9 @@ class SimConfig:
     # expected ends, or the expected end of the last of them (hyperplace.sim.planning.
     # NODE_END: latest | last; None: that default)
     engine_node_end: str | None = None
+    # a waiting job whose run is short against its planned wait may stop running jobs to
+    # start now (hyperplace.sim.planning.MAKE_ROOM; None: that default)
+    engine_make_room: bool | None = None
     # what the planning engine's fill between rounds keeps of the last round's plan
     # (hyperplace.sim.planning.FILL_KEEPS: plan | gangs | reservations; None: that default)
     engine_fill_keeps: str | None = None
@@ -172,6 +175,8 @@ def planning_settings(config: SimConfig) -> dict:
                if config.engine_keep_whole is not None else {}),
             **({"end_quantile": config.engine_end_quantile}
                if config.engine_end_quantile is not None else {}),
+            **({"make_room": config.engine_make_room}
+               if config.engine_make_room is not None else {}),
             **({"node_end": config.engine_node_end}
                if config.engine_node_end is not None else {}),
             **({"fill_keeps": config.engine_fill_keeps}
