@@ -321,7 +321,10 @@ NODE_ENDS = ("latest", "last")
 #: seed 2 0.774 / 1.408 / 0.767 / 0.856 -> 0.614 / 0.733 / 0.560 / 0.526 (all four goals met,
 #: none before); fm at 0.9 0.572 / 1.039 / 0.431 / 0.236 -> 0.499 / 0.686 / 0.296 / 0.023
 #: (p99 met); Philly at 0.8 0.839 / 0.812 / 0.733 / 0.162 -> 0.821 / 0.827 / 0.593 / 0.148
-#: (wait met), forecast err/wait 0.79 -> 0.52; but fm on the SuperPOD at 0.8 0.820 / 1.001 /
+#: (wait met), forecast err/wait 0.79 -> 0.52; fm at 0.8 0.562 / 0.326 / 0.444 / 0.440 ->
+#: 0.427 / 0.325 / 0.271 / 0.125, seed 1 0.707 / 1.947 / 0.589 / 12.49 -> 0.394 / 0.972 /
+#: 0.214 / 0.318 (all four met); Alibaba x2 at 0.8 0.819 / 1.004 / 0.561 / 0.822 -> 0.819 /
+#: 1.004 / 0.523 / 0.786; but fm on the SuperPOD at 0.8 0.820 / 1.001 /
 #: 0.503 / 1.744 -> 0.795 / 1.009 / 0.410 / 1.700, and the forecast on fm 0.45 -> 0.76 (0.9)
 #: and 0.30 -> 0.84 (seed 2). Without guards (exempt 0, stops unlimited) the SuperPOD
 #: went 0.741 / 0.609 / 0.246 / 0.073 and fm seed 2 0.153 / 0.818 / 0.056 / 0.004, but there a
