@@ -306,7 +306,8 @@ NODE_ENDS = ("latest", "last")
 #: ``make_room``: a waiting job whose run is short against the wait the schedule gives it
 #: (planned start at least :data:`ROOM_WAIT_RATIO` of its shortest predicted run away, or
 #: not planned within the horizon; it has waited ``reserve_after_s``; its run at most
-#: :data:`ROOM_MAX_RUN_S`) may stop running jobs to start now: the placement model chooses
+#: :data:`ROOM_MAX_RUN_S`; no waiting job outranks it, and it stops none that does) may
+#: stop running jobs to start now: the placement model chooses
 #: the victims (``lower-priority`` for that job alone: the least work lost since their
 #: checkpoints, then the fewest), and the round takes them only when the job's GPUs x the
 #: wait it saves exceed :data:`ROOM_GAIN` x the victims' GPUs x (their work lost since
@@ -753,11 +754,14 @@ class PlanningEngine(Policy):
         best: tuple[float, str, float, float] | None = None
         self._room_jobs = {}
         due = []  # when jobs that would qualify but have not waited long enough will have
+        # a job a waiting job outranks stops no one: that job could take the GPUs it frees
+        # (the checker's priority order), and would wait behind a lower one
+        top_wait = max((q.manifest.priority for q in view.queue), default=0)
         for j in problem.jobs:
             sj = by_name.get(j.name)
             run = j.best_s
             if sj is None or j.name in now_jobs or not math.isfinite(run) \
-                    or run > ROOM_MAX_RUN_S:
+                    or run > ROOM_MAX_RUN_S or sj.manifest.priority < top_wait:
                 continue
             start = result.start_s(j.name)
             wait = problem.horizon_s if start is None else start - now
@@ -778,27 +782,32 @@ class PlanningEngine(Policy):
 
         base = state.instance([])
         info = base.running_job_info
+        listed = {e.name for e in base.spec.running_jobs}  # else the default priority there
         entries = []
         for n, r in view.running.items():
             ckpt = r.job.checkpoint_s
             elapsed = max(0.0, now - r.start_s)
             age = elapsed - (elapsed // ckpt) * ckpt if ckpt > 0 else elapsed
-            prio = info[n].priority if n in info else 2
+            prio = (info[n].priority if n in listed
+                    else min(max(r.job.manifest.priority, 0), 1_000_000))
             entries.append(RunningJob(name=n, queue=info[n].queue if n in info else "default",
                                       priority=prio, checkpoint_age_s=round(age, 6)))
-        # the protected (ROOM_EXEMPT_S, ROOM_MAX_STOPS) rank with the job: it may not stop
+        # the protected (ROOM_EXEMPT_S, ROOM_MAX_STOPS, a higher priority than the job's)
+        # rank with the job: it may not stop them
+        real = by_name[name].manifest.priority
         top = max((e.priority for e in entries), default=0)
+        lvl = min(max(top + 1, real), 1_000_000)
         later = []  # when protected jobs become stoppable: a round then
         for k, (n, r) in enumerate(view.running.items()):
-            if self._stops.get(n, 0) >= ROOM_MAX_STOPS:
-                entries[k] = entries[k].model_copy(update={"priority": top + 1})
+            if self._stops.get(n, 0) >= ROOM_MAX_STOPS or entries[k].priority > real:
+                entries[k] = entries[k].model_copy(update={"priority": lvl})
             elif now - r.start_s < ROOM_EXEMPT_S:
-                entries[k] = entries[k].model_copy(update={"priority": top + 1})
+                entries[k] = entries[k].model_copy(update={"priority": lvl})
                 later.append(r.start_s + ROOM_EXEMPT_S)
         self._room_due = min([*due, *later], default=None)
         job = by_name[name].manifest  # outranks every other running job for this placement
         manifest = job.model_copy(update={"spec": job.spec.model_copy(
-            update={"priority": top + 1})})
+            update={"priority": lvl})})
         inst = _with_running(state.instance([manifest]), entries)
         plan = solve_placement(inst, solver=self.solver, budget_s=self.budget_s,
                                seed=self.seed, workers=1, preemption="lower-priority")

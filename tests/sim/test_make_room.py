@@ -5,6 +5,8 @@ the independent checker (``check=True``: the preemptions' rule, lost work and ne
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hyperplace.sim.planning import (
@@ -83,3 +85,47 @@ def test_a_job_is_stopped_at_most_room_max_stops_times(monkeypatch):
 def test_make_room_is_a_bool():
     with pytest.raises(ValueError, match="make_room"):
         PlanningEngine(make_room="yes")
+
+
+def _with_priority(j, priority):
+    m = j.manifest
+    return dataclasses.replace(j, manifest=m.model_copy(update={"spec": m.spec.model_copy(
+        update={"priority": priority})}))
+
+
+def _rooms(jobs):
+    cfg = SimConfig(round_s=60, prediction_sigma=0.0, check=True, engine_make_room=True)
+    run = simulate(tiny_instance(), jobs, "engine", cfg)  # the checker on every round
+    assert run.unfinished == 0
+    return {r.job.name: r for r in run.records}
+
+
+def test_a_job_a_waiting_job_outranks_stops_no_one():
+    # "big" (critical, 3 h: too long to stop others itself) waits for the cluster too: the
+    # short job may not stop the long ones (big could take their GPUs: the checker's
+    # priority order; it failed the round before)
+    jobs = [job("long0", 16, 0, LONG, ckpt=1800.0), job("long1", 16, 0, LONG, ckpt=1800.0),
+            _with_priority(job("big", 32, 3000, 3 * 3600.0), "critical"),
+            job("whole", 32, 4000, 300.0)]
+    rec = _rooms(jobs)
+    assert all(rec[n].preemptions == 0 for n in ("long0", "long1"))
+
+
+def test_a_critical_short_job_stops_lower_ones_while_an_equal_one_waits():
+    # the job stops the normal jobs at its own priority (not one above the running jobs',
+    # which "big" would outrank)
+    jobs = [job("long0", 16, 0, LONG, ckpt=1800.0), job("long1", 16, 0, LONG, ckpt=1800.0),
+            _with_priority(job("big", 32, 3000, 3 * 3600.0), "critical"),
+            _with_priority(job("whole", 32, 4000, 300.0), "critical")]
+    rec = _rooms(jobs)
+    assert all(rec[n].preemptions == 1 for n in ("long0", "long1"))
+    assert rec["whole"].first_start_s - rec["whole"].job.submit_s <= RESERVE_AFTER_S + 120.0
+
+
+def test_a_running_job_of_a_higher_priority_is_not_stopped():
+    # long0 (high) has the least work lost since its checkpoint, but outranks the job
+    jobs = [_with_priority(job("long0", 16, 0, LONG, ckpt=60.0), "high"),
+            job("long1", 16, 0, LONG, ckpt=1800.0), job("half", 16, 4000, 300.0)]
+    rec = _rooms(jobs)
+    assert rec["long0"].preemptions == 0
+    assert rec["long1"].preemptions == 1
