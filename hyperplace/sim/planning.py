@@ -775,9 +775,8 @@ class PlanningEngine(Policy):
                 best = (ratio, j.name, wait, run)
         # a round when the first of them has waited enough (nothing else may trigger one)
         self._room_due = min(due, default=None)
-        if best is None:
+        if not self._room_jobs:
             return None
-        _, name, wait, run = best
         from hyperplace.models.instance import RunningJob
 
         base = state.instance([])
@@ -792,6 +791,19 @@ class PlanningEngine(Policy):
                     else min(max(r.job.manifest.priority, 0), 1_000_000))
             entries.append(RunningJob(name=n, queue=info[n].queue if n in info else "default",
                                       priority=prio, checkpoint_age_s=round(age, 6)))
+        # forecast a start on stopped jobs' GPUs only where the free GPUs and those of the
+        # jobs it may stop (ROOM_MAX_STOPS, priorities; ROOM_EXEMPT_S ends) are enough
+        free = state.free_count()
+        stoppable = [(e.priority, len(r.gpus)) for e, (n, r) in zip(entries,
+                                                                     view.running.items())
+                     if self._stops.get(n, 0) < ROOM_MAX_STOPS]
+        for n in list(self._room_jobs):
+            sj = by_name[n]
+            if sj.gpus > free + sum(g for p, g in stoppable if p <= sj.manifest.priority):
+                del self._room_jobs[n]
+        if best is None:
+            return None
+        _, name, wait, run = best
         # the protected (ROOM_EXEMPT_S, ROOM_MAX_STOPS, a higher priority than the job's)
         # rank with the job: it may not stop them
         real = by_name[name].manifest.priority
@@ -812,11 +824,10 @@ class PlanningEngine(Policy):
         plan = solve_placement(inst, solver=self.solver, budget_s=self.budget_s,
                                seed=self.seed, workers=1, preemption="lower-priority")
         got = [p for p in plan.placements if p.job == name]
-        if not got or not plan.preemptions:
-            return None
         gpus = by_name[name].gpus
         cost = sum(p.gpus * run + p.lost_gpu_seconds for p in plan.preemptions)
-        if gpus * wait < ROOM_GAIN * cost:
+        if not got or not plan.preemptions or gpus * wait < ROOM_GAIN * cost:
+            self._room_jobs.pop(name, None)  # refused: its forecast is the list schedule's
             return None
         units = {p.unit: [(g.node, g.gpu) for g in p.gpus] for p in got}
         for p in plan.preemptions:

@@ -80,6 +80,9 @@ def test_a_job_is_stopped_at_most_room_max_stops_times(monkeypatch):
     rec = {r.job.name: r for r in run.records}
     assert all(rec[n].preemptions == 1 for n in ("long0", "long1"))
     assert rec["again"].first_start_s >= min(rec[n].end_s for n in ("long0", "long1"))
+    # and its forecast never said it would stop them (it said "in 30 min" before)
+    assert all(point >= rec["again"].first_start_s - 600.0
+               for _, point, _, _ in rec["again"].forecasts)
 
 
 def test_make_room_is_a_bool():
@@ -129,3 +132,17 @@ def test_a_running_job_of_a_higher_priority_is_not_stopped():
     rec = _rooms(jobs)
     assert rec["long0"].preemptions == 0
     assert rec["long1"].preemptions == 1
+
+
+def test_a_refused_room_is_not_forecast():
+    # no checkpoints: stopping the long jobs after 30 h loses more than the wait it saves
+    jobs = [job("long0", 16, 0, LONG, ckpt=0.0), job("long1", 16, 0, LONG, ckpt=0.0),
+            job("whole", 32, 30 * 3600.0, 300.0)]
+    rec = _rooms(jobs)
+    whole = rec["whole"]
+    assert all(rec[n].preemptions == 0 for n in ("long0", "long1"))
+    # it qualifies when it has waited RESERVE_AFTER_S, and is refused: from then on its
+    # forecast is the list schedule's (it said "in 1 min" at every round before)
+    after = [point for at, point, _, _ in whole.forecasts
+             if at >= whole.job.submit_s + RESERVE_AFTER_S]
+    assert after and all(point >= whole.first_start_s - 600.0 for point in after)
