@@ -74,3 +74,25 @@ def test_a_later_node_end_holds_the_node_busy_and_an_earlier_one_does_not():
     assert _node_ends(_problem({"h0": 900.0, "h9": 5000.0})) == [(600.0, 1), (1800.0, 1)]
     # the GPU counts keep the jobs' own ends
     assert sorted(b.end_s for b in _problem({"h0": 2700.0}).busy) == [600.0, 1200.0, 1800.0]
+
+
+def test_the_engine_gives_a_node_shared_by_several_jobs_the_end_of_the_last():
+    from types import SimpleNamespace as NS
+
+    def running(start, end, gpus):
+        return NS(start_s=start, predicted_end_s=end, gpus=gpus)
+
+    # a and b share h0 (b's gang also holds h1, alone there); c is alone on a0
+    view = NS(now=1000.0, running={
+        "a": running(0.0, 3600.0, [("h0", g) for g in range(4)]),
+        "b": running(500.0, 4100.0, [("h0", g) for g in range(4, 8)]
+                     + [("h1", g) for g in range(8)]),
+        "c": running(0.0, 2000.0, [("a0", 0)])})
+    got = PlanningEngine(node_end="last", prediction_sigma=0.5).node_free_s(view)
+    assert set(got) == {"h0"}
+    assert got["h0"] == pytest.approx(
+        1000.0 + last_residual_s([(3600.0, 1000.0), (3600.0, 500.0)], 0.5))
+    assert got["h0"] > 1000.0 + max(residual_s(3600.0, e, 0.5) for e in (1000.0, 500.0))
+    # "latest" (the default) and exact predictions: the jobs' own ends
+    assert PlanningEngine().node_free_s(view) is None
+    assert PlanningEngine(node_end="last", prediction_sigma=0.0).node_free_s(view) is None
