@@ -745,9 +745,11 @@ class PlanningEngine(Policy):
         return horizon
 
     def _room(self, view: RoundView, problem: ScheduleProblem, result: ScheduleResult,
-              now_jobs: list[str], state) -> tuple | None:
+              now_jobs: list[str], state, budget_s: float) -> tuple | None:
         """The job this round starts by stopping running jobs (:data:`MAKE_ROOM`), or None:
-        ``(job, units, victims, (its manifest as placed, running entries, preemptions))``."""
+        ``(job, units, victims, (its manifest as placed, running entries, preemptions))``;
+        its placement solve gets ``budget_s`` (what is left of the round's budget, or with
+        ``clock="work"`` the budget each of the round's placement solves gets)."""
         now = view.now
         by_name = {j.name: j for j in view.queue}
         aged = self.reserve_after_s or 0.0
@@ -821,7 +823,7 @@ class PlanningEngine(Policy):
         manifest = job.model_copy(update={"spec": job.spec.model_copy(
             update={"priority": lvl})})
         inst = _with_running(state.instance([manifest]), entries)
-        plan = solve_placement(inst, solver=self.solver, budget_s=self.budget_s,
+        plan = solve_placement(inst, solver=self.solver, budget_s=budget_s,
                                seed=self.seed, workers=1, preemption="lower-priority")
         got = [p for p in plan.placements if p.job == name]
         gpus = by_name[name].gpus
@@ -1120,7 +1122,8 @@ class PlanningEngine(Policy):
         state = view.state
         taken: list[str] = []
         left = max(0.05, self.budget_s - (time.perf_counter() - t0))
-        room = (self._room(view, problem, result, now_jobs, state)
+        room = (self._room(view, problem, result, now_jobs, state,
+                           self.budget_s if work else left)
                 if self.make_room and not between else None)
         preempted: list[str] = []
         if room is not None:  # the job starts on the stopped jobs' GPUs and free ones

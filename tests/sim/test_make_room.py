@@ -146,3 +146,32 @@ def test_a_refused_room_is_not_forecast():
     after = [point for at, point, _, _ in whole.forecasts
              if at >= whole.job.submit_s + RESERVE_AFTER_S]
     assert after and all(point >= whole.first_start_s - 600.0 for point in after)
+
+
+@pytest.mark.parametrize("clock", ["wall", "work"])
+def test_the_room_solve_gets_what_is_left_of_the_round_budget(monkeypatch, clock):
+    """With ``clock="wall"`` (the service's) the room's placement solve is inside the round's
+    budget (what is left of it), as the pools' solves are; with ``"work"`` it gets the budget
+    each of the round's placement solves gets."""
+    import hyperplace.sim.planning as planning
+
+    seen = []
+    real = planning.solve_placement
+
+    def spy(inst, **kw):
+        if kw.get("preemption") == "lower-priority":
+            seen.append(kw["budget_s"])
+        return real(inst, **kw)
+
+    monkeypatch.setattr(planning, "solve_placement", spy)
+    jobs = [job("long0", 16, 0, LONG, ckpt=1800.0), job("long1", 16, 0, LONG, ckpt=1800.0),
+            job("whole", 32, 4000, 300.0)]
+    cfg = SimConfig(round_s=60, prediction_sigma=0.0, check=True, engine_make_room=True,
+                    engine_clock=clock, budget_s=2.0)
+    run = simulate(tiny_instance(), jobs, "engine", cfg)
+    assert {r.job.name: r.preemptions for r in run.records}["long0"] == 1
+    assert seen
+    if clock == "wall":
+        assert all(b < 2.0 for b in seen)  # the schedule took part of the round before it
+    else:
+        assert all(b == 2.0 for b in seen)
