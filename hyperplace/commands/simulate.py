@@ -242,6 +242,7 @@ def simulate_command(
     queues: Annotated[list[Path] | None, typer.Option("--queues", help="Kueue ClusterQueue/LocalQueue/ResourceFlavor/Cohort or Volcano Queue documents (as solve --queues); a trace's queue column names them")] = None,
     half_life: Annotated[float, typer.Option("--half-life", help="fair-share history: hours for a queue's past GPU-hours to count half (Slurm's PriorityDecayHalfLife); 0 = per-round fair share only")] = 0.0,
     preemption: Annotated[str, typer.Option("--preemption", help="engine (not engine-federated, whose schedule models no stops): never, or reclaim-within-cohort (stop jobs of queues borrowing beyond their nominal quota so a queue under its own gets it back; victims lose the work since their checkpoint)")] = "never",
+    make_room: Annotated[bool | None, typer.Option("--make-room/--no-make-room", help="engine: a waiting job whose run is short against its planned wait (20x, at most 1 h, after 30 min) may stop running jobs of no higher priority to start now, each at most twice; the victims lose the work since their checkpoint and queue again (hyperplace.sim.planning.MAKE_ROOM). Default: on for engine, off for engine-federated (measured worse there); --preemption is the queues' reclaim, a separate rule")] = None,
     defrag: Annotated[bool, typer.Option("--defrag/--no-defrag", help="engine (not engine-federated, whose schedule models no stops): running jobs may migrate (checkpoint, restart elsewhere), decided in the round's one solve: only when that admits more pending demand, least lost work first; migrated jobs lose the work since their checkpoint")] = False,
     horizon: Annotated[float, typer.Option("--horizon", help="engine and engine-federated: hours the over-time schedule plans ahead each round (5-minute steps over a day by default: horizon / 288)")] = 24.0,
     schedule_window: Annotated[int, typer.Option("--schedule-window", help="engine and engine-federated: pending jobs in each round's CP-SAT schedule model (priority, then reservation, then submit order); the rest are list scheduled around them")] = 200,
@@ -268,7 +269,8 @@ def simulate_command(
                             "--schedule-objective": schedule_objective,
                             "--engine-clock": engine_clock, "--preemption": preemption,
                             "--defrag": defrag, "--half-life": half_life,
-                            "--fair-share-levels": fair_share_levels})
+                            "--fair-share-levels": fair_share_levels,
+                            **({"--make-room": make_room} if make_room is not None else {})})
     if peer_cadence not in CADENCES:
         raise InputError(f"use {' or '.join(CADENCES)}, got {peer_cadence!r}",
                          path="--peer-cadence")

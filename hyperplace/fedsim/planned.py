@@ -79,6 +79,12 @@ SPLIT_TRIES = 2
 GPU = tuple[str, int]
 
 
+#: ``make_room`` (hyperplace.sim.planning.MAKE_ROOM, on for ``engine``) is off here unless the
+#: replay sets it (``SimConfig.engine_make_room``): measured on the federation's cells it
+#: loses (figures beside MAKE_ROOM).
+FEDERATED_MAKE_ROOM = False
+
+
 class FederatedEngine(SplitPricing, PlanningEngine):
     """``engine-federated`` (``engine-federated-whole`` with splits off); module docstring.
     ``planning``: the :class:`~hyperplace.sim.planning.PlanningEngine` keywords (the
@@ -87,7 +93,8 @@ class FederatedEngine(SplitPricing, PlanningEngine):
     def __init__(self, instance: Instance, *, budget_s: float = 1.0, split: bool = True,
                  solver: str = "auto", seed: int = 0, planning: dict | None = None):
         require_federation(instance)
-        super().__init__(solver=solver, budget_s=budget_s, seed=seed, **(planning or {}))
+        super().__init__(solver=solver, budget_s=budget_s, seed=seed,
+                         **{"make_room": FEDERATED_MAKE_ROOM, **(planning or {})})
         self.instance = instance
         self.name = "engine-federated" if split else "engine-federated-whole"
         self.split_on = split

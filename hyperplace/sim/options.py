@@ -68,6 +68,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--engine-clock", "engineClock", "engine_clock", _one_of("work", "wall")),
     Option("--preemption", "preemption", "preemption", _one_of("never", "reclaim-within-cohort")),
     Option("--defrag", "defrag", "defrag", _flag),
+    Option("--make-room", "makeRoom", "engine_make_room", _flag),
     Option("--half-life", "halfLife", "half_life_s", _hours(False),
            lambda h: float(h) * 3600.0 if h > 0 else None),
     Option("--fair-share-levels", "fairShareLevels", "fair_share_levels", _whole(0, 1000)),

@@ -21,10 +21,12 @@ A sweep file (YAML)::
       repeat: 1                 # the kept jobs replayed this many times back to back (1-100)
       horizon: 24               # engine options, as simulate's --horizon, --schedule-window,
       scheduleWindow: 200       #   --schedule-objective, --engine-clock, --preemption,
-      scheduleObjective: slowdown  # --defrag, --half-life, --fair-share-levels
+      scheduleObjective: slowdown  # --defrag, --half-life, --fair-share-levels, --make-room
       engineClock: work
       preemption: never
       defrag: false
+      # makeRoom: false        # short jobs stop running ones (unset: on for engine, off for
+                                #   engine-federated; true or false sets both)
       halfLife: 0
       fairShareLevels: 4
     grid:                       # every combination is one scenario; the base always runs

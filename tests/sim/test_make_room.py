@@ -175,3 +175,33 @@ def test_the_room_solve_gets_what_is_left_of_the_round_budget(monkeypatch, clock
         assert all(b < 2.0 for b in seen)  # the schedule took part of the round before it
     else:
         assert all(b == 2.0 for b in seen)
+
+
+@pytest.mark.parametrize("args,want", [([], None), (["--make-room"], True),
+                                       (["--no-make-room"], False)])
+def test_simulate_s_make_room_flag_reaches_the_replay(monkeypatch, args, want):
+    """``simulate --no-make-room`` turns it off, ``--make-room`` on for every engine (the
+    federated one too); without either the config leaves each engine its own default."""
+    import hyperplace.sim.run as run
+    from cli_run import run_main
+
+    seen = {}
+
+    def fake(instance, req, config, **kw):
+        seen["config"] = config
+        raise SystemExit(0)
+
+    monkeypatch.setattr(run, "run_simulation", fake)
+    assert run_main(["simulate", "--jobs", "3", "--no-progress", "--policy", "engine",
+                     *args]) == 0
+    assert seen["config"].engine_make_room is want
+
+
+def test_the_federated_engine_keeps_make_room_off_unless_the_replay_sets_it():
+    from hyperplace.fedsim.planned import FederatedEngine
+    from hyperplace.instances import load_instance
+
+    inst = load_instance("seed-beijing-shanghai")
+    assert PlanningEngine().make_room is True
+    assert FederatedEngine(inst).make_room is False
+    assert FederatedEngine(inst, planning={"make_room": True}).make_room is True

@@ -264,7 +264,9 @@ def test_a_gang_the_horizon_cannot_hold_is_reserved_once_it_has_waited(stretch):
     STRETCH_HORIZON) the gang, forecast past the horizon once it has waited
     reserve_after_s, is planned and reserved: it starts as soon as the jobs that started
     before then have ended (later ones only backfill, ending before it). Without, it is
-    never reserved: later long jobs keep taking the GPUs it needs."""
+    never reserved: later long jobs keep taking the GPUs it needs. (With ``make_room``,
+    on by default, the 10-minute gang would stop the long jobs instead: off here, the
+    horizon's rule alone.)"""
     from hyperplace.sim.planning import RESERVE_AFTER_S
 
     inst = tiny_instance()
@@ -272,7 +274,7 @@ def test_a_gang_the_horizon_cannot_hold_is_reserved_once_it_has_waited(stretch):
     jobs = [job("first", 16, 0, work), job("whole", 32, 60, 600)]
     jobs += [job(f"next{i}", 16, 120 + i * 2400.0, work) for i in range(8)]
     cfg = SimConfig(round_s=60, horizon_s=2 * 3600.0, prediction_sigma=0.0, check=True,
-                    engine_stretch_horizon=stretch)
+                    engine_stretch_horizon=stretch, engine_make_room=False)
     run = simulate(inst, jobs, "engine", cfg)
     assert run.unfinished == 0
     rec = {r.job.name: r for r in run.records}

@@ -133,6 +133,7 @@ def test_ray_backend_equals_local(tmp_path: Path):
     ({"base": {"engineClock": "cpu"}}, "base.engineClock: use work or wall"),
     ({"base": {"preemption": "always"}}, "base.preemption: use never or"),
     ({"base": {"defrag": "yes"}}, "base.defrag: must be true or false"),
+    ({"base": {"makeRoom": 1}}, "base.makeRoom: must be true or false"),
     ({"base": {"halfLife": -2}}, "base.halfLife: must be a finite, >= 0 number of hours"),
     ({"base": {"fairShareLevels": 5000}}, "base.fairShareLevels: must be a whole number"),
     ({"base": {"peerCadence": "60s"}}, "base.peerCadence: must be upstream or uniform"),
@@ -224,7 +225,7 @@ def test_a_sweeps_engine_options_reach_the_replay_as_simulates_flags_do(tmp_path
 
     given = {"horizon": 6, "scheduleWindow": 50, "scheduleObjective": "completion",
              "engineClock": "wall", "preemption": "reclaim-within-cohort", "defrag": True,
-             "halfLife": 2, "fairShareLevels": 3}
+             "halfLife": 2, "fairShareLevels": 3, "makeRoom": False}
     sweep = load_sweep(write(tmp_path, {"base": {**SMALL, **given, "repeat": 2}}))
     seen = {}
 
@@ -236,13 +237,15 @@ def test_a_sweeps_engine_options_reach_the_replay_as_simulates_flags_do(tmp_path
     run_scenario(sweep.base, {})
     cfg = seen["config"]
     assert (cfg.horizon_s, cfg.schedule_window, cfg.schedule_objective, cfg.engine_clock,
-            cfg.preemption, cfg.defrag, cfg.half_life_s, cfg.fair_share_levels) == (
-        6 * 3600.0, 50, "completion", "wall", "reclaim-within-cohort", True, 7200.0, 3)
+            cfg.preemption, cfg.defrag, cfg.half_life_s, cfg.fair_share_levels,
+            cfg.engine_make_room) == (
+        6 * 3600.0, 50, "completion", "wall", "reclaim-within-cohort", True, 7200.0, 3, False)
     assert seen["req"].repeat == 2
     flags = engine_config({"--horizon": 6, "--schedule-window": 50,
                            "--schedule-objective": "completion", "--engine-clock": "wall",
                            "--preemption": "reclaim-within-cohort", "--defrag": True,
-                           "--half-life": 2, "--fair-share-levels": 3})
+                           "--half-life": 2, "--fair-share-levels": 3,
+                           "--make-room": False})
     assert flags == engine_config(given, by="key")
 
 
