@@ -333,19 +333,22 @@ NODE_ENDS = ("latest", "last")
 #: came (1,078 GPU-h lost to stops); with exempt 1 h and one stop a job, Philly's p99 went
 #: to 1.044 and fm seed 2's to 1.855.
 #: The whole grid's engine rows replayed with it on (2026-12-04 18:05-18:38 UTC at cd72f00,
-#: peers from the committed cells, load 1.7-2.5, 0 rounds cut; engine / best peer): on the
+#: peers from the committed cells, load 0.8-2.5, 0 rounds cut; engine / best peer): on the
 #: 8 cells of one cluster at 0.8 and 0.9 every JCT / p99 / wait / slowdown goal met before
 #: is met, and Philly's wait at 0.8 (0.733 -> 0.593) and fm's p99 at 0.9 (1.039 -> 0.686)
-#: become met (35 -> 37 of the 44 such goals of the grid's 11 cells at 0.8 and 0.9); at 0.7 fm 0.817 / 1.072 / 0.767 / 3.169 -> 0.561 /
+#: become met (35 -> 37 of the 44 such goals of the grid's 11 cells at 0.8 and 0.9); at
+#: 0.7 fm 0.817 / 1.072 / 0.767 / 3.169 -> 0.561 /
 #: 0.601 / 0.361 / 0.207, fm on the SuperPOD 0.966 / 1.001 / 0.843 / 0.941 -> 0.873 / 0.598 /
 #: 0.388 / 0.156, Philly 0.935 / 1.124 / 0.982 / 0.766 -> 0.886 / 1.008 / 0.724 / 0.433.
 #: Worse: Alibaba x8 on the SuperPOD at 0.8 p99 1.004 -> 1.038 (already missed), fm on it
 #: at 0.8 p99 1.001 -> 1.010 (missed) and its slowdown stays 1.70; the forecast (err/wait)
 #: 0.45 -> 0.76 on fm at 0.9, 0.34 -> 0.51 on fm on the SuperPOD at 0.8, better on Philly
 #: (0.79 -> 0.52) and Alibaba at 0.8 (0.53 -> 0.45). On the federation (engine-federated)
-#: it loses: fm at 0.7 0.385 / 0.809 / 0.228 / 0.188 -> 0.889 / 0.936 / 0.892 / 0.885 (its
-#: victims' GPUs beyond the short job's went to 345 h jobs that then held them for days:
-#: 1-GPU-minute jobs waited 20 h), Philly at 0.8 p99 0.962 -> 1.088 (a goal lost); so it is
+#: it loses: fm at 0.7 0.385 / 0.809 / 0.228 / 0.188 -> 0.889 / 0.936 / 0.892 / 0.885 (42
+#: stops in 12 rooms; fm's 345 h jobs started at 10.6 h where they started at 19 h, and
+#: jobs of a GPU-minute then waited 20 h against 3 h; refusing a room whose victims free
+#: more GPUs than the job needs moved it only to 0.836 / 0.640 / 0.825 / 0.761: the cause is
+#: not found), Philly at 0.8 p99 0.962 -> 1.088 (a goal lost); so it is
 #: on for ``engine`` and off for ``engine-federated``
 #: (hyperplace.fedsim.planned.FEDERATED_MAKE_ROOM). Seeds 1-2: bench/results/simulate-seeds.md.
 MAKE_ROOM = True
