@@ -241,9 +241,9 @@ def simulate_command(
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="show a progress bar on stderr")] = True,
     queues: Annotated[list[Path] | None, typer.Option("--queues", help="Kueue ClusterQueue/LocalQueue/ResourceFlavor/Cohort or Volcano Queue documents (as solve --queues); a trace's queue column names them")] = None,
     half_life: Annotated[float, typer.Option("--half-life", help="fair-share history: hours for a queue's past GPU-hours to count half (Slurm's PriorityDecayHalfLife); 0 = per-round fair share only")] = 0.0,
-    preemption: Annotated[str, typer.Option("--preemption", help="engine (not engine-federated, whose schedule models no stops): never, or reclaim-within-cohort (stop jobs of queues borrowing beyond their nominal quota so a queue under its own gets it back; victims lose the work since their checkpoint)")] = "never",
-    make_room: Annotated[bool | None, typer.Option("--make-room/--no-make-room", help="engine: a waiting job whose run is short against its planned wait (20x, at most 1 h, after 30 min) may stop running jobs of no higher priority to start now, each at most twice; the victims lose the work since their checkpoint and queue again (hyperplace.sim.planning.MAKE_ROOM). Default: on for engine, off for engine-federated (measured worse there); --preemption is the queues' reclaim, a separate rule")] = None,
-    defrag: Annotated[bool, typer.Option("--defrag/--no-defrag", help="engine (not engine-federated, whose schedule models no stops): running jobs may migrate (checkpoint, restart elsewhere), decided in the round's one solve: only when that admits more pending demand, least lost work first; migrated jobs lose the work since their checkpoint")] = False,
+    preemption: Annotated[str, typer.Option("--preemption", help="engine (not engine-federated, whose schedule models no reclaim): never, or reclaim-within-cohort (stop jobs of queues borrowing beyond their nominal quota so a queue under its own gets it back; victims lose the work since their checkpoint; engine is then the round engine, which never makes room: see --make-room). never is about reclaim only: the planning engine still stops jobs for short ones unless --no-make-room")] = "never",
+    make_room: Annotated[bool | None, typer.Option("--make-room/--no-make-room", help="engine: a waiting job whose run is short against its planned wait (20x, at most 1 h, after 30 min) may stop running jobs of no higher priority to start now, each at most twice; the victims lose the work since their checkpoint and queue again (hyperplace.sim.planning.MAKE_ROOM). Default: on for engine, off for engine-federated (measured worse there); --make-room or --no-make-room sets both. Only the planning engine makes room: with declared queues, --preemption reclaim-within-cohort or --defrag, engine is the round engine, which never does (--make-room is then ignored, with a warning)")] = None,
+    defrag: Annotated[bool, typer.Option("--defrag/--no-defrag", help="engine (not engine-federated, whose schedule models no migrations; engine is then the round engine: no --make-room): running jobs may migrate (checkpoint, restart elsewhere), decided in the round's one solve: only when that admits more pending demand, least lost work first; migrated jobs lose the work since their checkpoint")] = False,
     horizon: Annotated[float, typer.Option("--horizon", help="engine and engine-federated: hours the over-time schedule plans ahead each round (5-minute steps over a day by default: horizon / 288)")] = 24.0,
     schedule_window: Annotated[int, typer.Option("--schedule-window", help="engine and engine-federated: pending jobs in each round's CP-SAT schedule model (priority, then reservation, then submit order); the rest are list scheduled around them")] = 200,
     schedule_objective: Annotated[str, typer.Option("--schedule-objective", help="engine and engine-federated: slowdown (sum of bounded slowdowns, the default: measured better on mean JCT, wait and slowdown on three of four bench cells, hyperplace.sim.planning.OBJECTIVE) or completion (sum of completion times) within each priority class")] = "slowdown",
@@ -290,6 +290,13 @@ def simulate_command(
     if jobs is not None and jobs < 1:
         raise InputError(f"must be >= 1, got {jobs}", path="--jobs")
     inst = with_queue_files(load_instance(instance), queues or [])
+    round_engine = bool(inst.spec.queues) or preemption != "never" or defrag
+    if make_room and round_engine and any(canonical_policy(p) == "engine" for p in names
+                                          if p not in FEDERATION_POLICIES):
+        # make_policy's rule: with these, ``engine`` is the round engine (no make_room)
+        print("warning: --make-room: with declared queues, --preemption or --defrag engine "
+              "is the round engine, which never stops jobs for short ones: ignored for "
+              "engine", file=sys.stderr)
     federated = [p for p in names if p in FEDERATION_POLICIES]
     if federated and len(inst.clusters) < 2:  # named by the file given, not its metadata
         raise InputError(f"a federation policy needs at least 2 member clusters (--policy "

@@ -205,3 +205,25 @@ def test_the_federated_engine_keeps_make_room_off_unless_the_replay_sets_it():
     assert PlanningEngine().make_room is True
     assert FederatedEngine(inst).make_room is False
     assert FederatedEngine(inst, planning={"make_room": True}).make_room is True
+
+
+@pytest.mark.parametrize("args,warned", [
+    (["--make-room", "--preemption", "reclaim-within-cohort"], True),
+    (["--make-room", "--defrag"], True),
+    (["--no-make-room", "--defrag"], False),  # the round engine makes no room anyway
+    (["--make-room"], False),
+])
+def test_simulate_warns_when_make_room_cannot_reach_the_round_engine(monkeypatch, capsys, args,
+                                                                     warned):
+    """With ``--preemption``, ``--defrag`` or declared queues ``engine`` is the round engine
+    (make_policy), which never makes room: an explicit ``--make-room`` says it is ignored."""
+    import hyperplace.sim.run as run
+    from cli_run import run_main
+
+    def fake(instance, req, config, **kw):
+        raise SystemExit(0)
+
+    monkeypatch.setattr(run, "run_simulation", fake)
+    assert run_main(["simulate", "--jobs", "3", "--no-progress", "--policy", "engine",
+                     *args]) == 0
+    assert ("--make-room: with declared queues" in capsys.readouterr().err) is warned
