@@ -35,6 +35,10 @@ Between rounds (:data:`FILL_EVENTS`), at every arrival, end or repair, :meth:`Pl
 fill_between` starts what fits now around the last round's plan (list schedule and fill, no
 CP-SAT search, no new reservations) and places it as step 3 does.
 
+Before step 3 a round may stop running jobs so that one short waiting job starts now
+(``make_room``, :data:`MAKE_ROOM`: on by default; ``engine-federated`` keeps it off unless
+the replay sets it, ``hyperplace.fedsim.planned.FEDERATED_MAKE_ROOM``); not between rounds.
+
 A job's forecast (:meth:`PlanningEngine.forecasts`) is its start in a plain list schedule
 of the round's problem (:func:`~hyperplace.solvers.schedule.forecast_result`, the round's
 starts fixed now: the engine re-plans unreserved jobs every round, and the list schedule

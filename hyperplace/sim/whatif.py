@@ -26,7 +26,8 @@ A sweep file (YAML)::
       preemption: never
       defrag: false
       # makeRoom: false        # short jobs stop running ones (unset: on for engine, off for
-                                #   engine-federated; true or false sets both)
+                                #   engine-federated; true or false sets both; not with
+                                #   queues, preemption or defrag: the round engine)
       halfLife: 0
       fairShareLevels: 4
     grid:                       # every combination is one scenario; the base always runs
