@@ -364,6 +364,13 @@ ROOM_GAIN = 2.0
 #: fewer than ``ROOM_MAX_STOPS`` times (the measured figures above).
 ROOM_EXEMPT_S = 0.0
 ROOM_MAX_STOPS = 2
+#: ``room_share`` (None: the count rule, :data:`ROOM_MAX_STOPS`): a job ``make_room`` may stop
+#: is one whose cost of its earlier stops (the work each lost since its checkpoint plus the
+#: wait before it ran again, seconds) is at most this share of its predicted work, however
+#: often it was stopped: a long job on a few GPUs that restarts at once may be stopped again,
+#: a whole-cluster job that waited hours to run again may not. Off until measured on the
+#: whole grid (SimConfig ``engine_room_share``; figures in the README's make_room bullet).
+ROOM_SHARE: float | None = None
 #: ``clock="work"`` (replays: ``simulate``'s default, the bench's): the schedule's CP-SAT
 #: search gets ``WORK_PER_S`` deterministic-time units (OR-Tools' ``max_deterministic_time``)
 #: per second of its share of the budget, in place of a wall-clock limit, so that a replay's
@@ -585,7 +592,7 @@ class PlanningEngine(Policy):
                  stretch_horizon: bool = STRETCH_HORIZON,
                  keep_whole: bool | str = WHOLE_NODES_KEPT,
                  end_quantile: float = END_QUANTILE, node_end: str = NODE_END,
-                 make_room: bool = MAKE_ROOM):
+                 make_room: bool = MAKE_ROOM, room_share: float | None = ROOM_SHARE):
         for name, v in (("horizon", horizon_s), ("window", window)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: must be positive, got {v!r}")
@@ -610,6 +617,14 @@ class PlanningEngine(Policy):
         self._room_due: float | None = None  # the round make_room asks for (wake_s)
         self._room_jobs: dict[str, float] = {}  # jobs it would start -> from when
         self._stops: dict[str, int] = {}  # running jobs it stopped -> how often
+        if room_share is not None and not (isinstance(room_share, (int, float))
+                                           and not isinstance(room_share, bool)
+                                           and math.isfinite(room_share) and room_share > 0):
+            raise ValueError(f"room_share: must be a positive number or null, got "
+                             f"{room_share!r}")
+        self.room_share = room_share  # the victims' guard (ROOM_SHARE; None: ROOM_MAX_STOPS)
+        self._stopped_at: dict[str, tuple[float, float]] = {}  # stopped -> (when, lost s)
+        self._stop_cost: dict[str, float] = {}  # job -> seconds its stops cost it so far
         # asked at every event between the rounds too (FILL_EVENTS; the simulator reads it)
         self.fills_between_rounds = bool(fill_events) and fill is not None and round_s > 0
         self.fill_rounds = 0  # the asks between rounds that ran the fill
@@ -803,6 +818,10 @@ class PlanningEngine(Policy):
             return None
         from hyperplace.models.instance import RunningJob
 
+        for n, r in view.running.items():  # the stopped jobs that run again: their cost
+            if n in self._stopped_at:
+                t, lost = self._stopped_at.pop(n)
+                self._stop_cost[n] = self._stop_cost.get(n, 0.0) + (r.start_s - t) + lost
         base = state.instance([])
         info = base.running_job_info
         listed = {e.name for e in base.spec.running_jobs}  # else the default priority there
@@ -820,7 +839,7 @@ class PlanningEngine(Policy):
         free = state.free_count()
         stoppable = [(e.priority, len(r.gpus)) for e, (n, r) in zip(entries,
                                                                      view.running.items())
-                     if self._stops.get(n, 0) < ROOM_MAX_STOPS]
+                     if not self._protected(n, r)]
         for n in list(self._room_jobs):
             sj = by_name[n]
             if sj.gpus > free + sum(g for p, g in stoppable if p <= sj.manifest.priority):
@@ -835,7 +854,7 @@ class PlanningEngine(Policy):
         lvl = min(max(top + 1, real), 1_000_000)
         later = []  # when protected jobs become stoppable: a round then
         for k, (n, r) in enumerate(view.running.items()):
-            if self._stops.get(n, 0) >= ROOM_MAX_STOPS or entries[k].priority > real:
+            if self._protected(n, r) or entries[k].priority > real:
                 entries[k] = entries[k].model_copy(update={"priority": lvl})
             elif now - r.start_s < ROOM_EXEMPT_S:
                 entries[k] = entries[k].model_copy(update={"priority": lvl})
@@ -856,8 +875,17 @@ class PlanningEngine(Policy):
         units = {p.unit: [(g.node, g.gpu) for g in p.gpus] for p in got}
         for p in plan.preemptions:
             self._stops[p.job] = self._stops.get(p.job, 0) + 1
+            self._stopped_at[p.job] = (now, p.lost_gpu_seconds / max(1, p.gpus))
         return (name, units, [p.job for p in plan.preemptions],
                 (manifest, entries, list(plan.preemptions)))
+
+    def _protected(self, name: str, running) -> bool:
+        """Whether ``make_room`` may not stop the running job ``name``: stopped
+        :data:`ROOM_MAX_STOPS` times, or with ``room_share`` its stops' cost above that share
+        of its predicted work."""
+        if self.room_share is None:
+            return self._stops.get(name, 0) >= ROOM_MAX_STOPS
+        return self._stop_cost.get(name, 0.0) > self.room_share * running.job.predicted_s
 
     def _room_forecasts(self, view: RoundView, fc: dict, step_s: float, started: set[str]
                         ) -> dict:

@@ -108,6 +108,9 @@ class SimConfig:
     # a waiting job whose run is short against its planned wait may stop running jobs to
     # start now (hyperplace.sim.planning.MAKE_ROOM; None: that default)
     engine_make_room: bool | None = None
+    # make_room's guard on whom it stops: their stops' cost at most this share of their
+    # predicted work (hyperplace.sim.planning.ROOM_SHARE; None: that default, the count rule)
+    engine_room_share: float | None = None
     # what the planning engine's fill between rounds keeps of the last round's plan
     # (hyperplace.sim.planning.FILL_KEEPS: plan | gangs | reservations; None: that default)
     engine_fill_keeps: str | None = None
@@ -177,6 +180,8 @@ def planning_settings(config: SimConfig) -> dict:
                if config.engine_end_quantile is not None else {}),
             **({"make_room": config.engine_make_room}
                if config.engine_make_room is not None else {}),
+            **({"room_share": config.engine_room_share}
+               if config.engine_room_share is not None else {}),
             **({"node_end": config.engine_node_end}
                if config.engine_node_end is not None else {}),
             **({"fill_keeps": config.engine_fill_keeps}
