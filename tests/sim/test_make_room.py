@@ -227,3 +227,32 @@ def test_simulate_warns_when_make_room_cannot_reach_the_round_engine(monkeypatch
     assert run_main(["simulate", "--jobs", "3", "--no-progress", "--policy", "engine",
                      *args]) == 0
     assert ("--make-room: with declared queues" in capsys.readouterr().err) is warned
+
+
+@pytest.mark.parametrize("share,stops", [(0.05, 2), (1e-4, 1)])
+def test_room_share_lets_a_job_be_stopped_again_while_its_stops_cost_it_little(
+        monkeypatch, share, stops):
+    """With ``room_share`` the count rule (here one stop) gives way to a cost rule: the long
+    jobs, which ran again at once after their first stop and lost at most a checkpoint's
+    30 min of 40 h, may be stopped for the second short gang at 5 % (2 stops); at 0.01 %
+    their first stop's cost already protects them (1 stop), as the count rule would."""
+    monkeypatch.setattr("hyperplace.sim.planning.ROOM_MAX_STOPS", 1)
+    jobs = [job("long0", 16, 0, LONG, ckpt=1800.0), job("long1", 16, 0, LONG, ckpt=1800.0),
+            job("whole", 32, 4000, 300.0), job("again", 32, 4000 + 3 * 3600.0, 300.0)]
+    cfg = SimConfig(round_s=60, prediction_sigma=0.0, check=True, engine_make_room=True,
+                    engine_room_share=share)
+    run = simulate(tiny_instance(), jobs, "engine", cfg)
+    rec = {r.job.name: r for r in run.records}
+    assert run.unfinished == 0
+    assert all(rec[n].preemptions == stops for n in ("long0", "long1"))
+    started_again = rec["again"].first_start_s - rec["again"].job.submit_s
+    if stops == 2:  # it stopped them too: it waited its 30 min, not their 40 h
+        assert started_again <= RESERVE_AFTER_S + 2 * 60.0
+    else:
+        assert rec["again"].first_start_s >= min(rec[n].end_s for n in ("long0", "long1"))
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), True, "0.1"])
+def test_room_share_must_be_a_positive_number(bad):
+    with pytest.raises(ValueError, match="room_share"):
+        PlanningEngine(room_share=bad)
