@@ -368,8 +368,15 @@ ROOM_MAX_STOPS = 2
 #: is one whose cost of its earlier stops (the work each lost since its checkpoint plus the
 #: wait before it ran again, seconds) is at most this share of its predicted work, however
 #: often it was stopped: a long job on a few GPUs that restarts at once may be stopped again,
-#: a whole-cluster job that waited hours to run again may not. Off until measured on the
-#: whole grid (SimConfig ``engine_room_share``; figures in the README's make_room bullet).
+#: a whole-cluster job that waited hours to run again may not. Measured at 0.1 (2026-12-04
+#: 19:27-20:05 UTC at e286416, the single-cluster cells' engine rows against their peers,
+#: load 1.2-2.5; JCT / p99 / wait / slowdown, count rule -> share): fm on the SuperPOD at
+#: 0.8 0.791 / 1.010 / 0.395 / 1.697 -> 0.685 / 0.611 / 0.099 / 0.067 (all four goals met:
+#: its 1,024-GPU job of 29 s no longer waits 166 h behind an 8-GPU 350 h job the count rule
+#: protected after two stops; one replay outside the bench, same code), fm at 0.8 0.427 /
+#: 0.325 / 0.271 / 0.125 -> 0.401 / 0.364 / 0.237 / 0.041, at 0.7 fm's SuperPOD wait 0.388
+#: -> 0.265; but fm at 0.9 p99 0.686 -> 1.012 (a goal lost) and fm at 0.7 p99 0.601 ->
+#: 0.972; Philly and Alibaba (both instances) identical or within 0.03. Mixed, so off.
 ROOM_SHARE: float | None = None
 #: ``clock="work"`` (replays: ``simulate``'s default, the bench's): the schedule's CP-SAT
 #: search gets ``WORK_PER_S`` deterministic-time units (OR-Tools' ``max_deterministic_time``)
