@@ -373,10 +373,11 @@ ROOM_MAX_STOPS = 2
 #: load 1.2-2.5; JCT / p99 / wait / slowdown, count rule -> share): fm on the SuperPOD at
 #: 0.8 0.791 / 1.010 / 0.395 / 1.697 -> 0.685 / 0.611 / 0.099 / 0.067 (all four goals met:
 #: its 1,024-GPU job of 29 s no longer waits 166 h behind an 8-GPU 350 h job the count rule
-#: protected after two stops; one replay outside the bench, same code), fm at 0.8 0.427 /
+#: protected after two stops), fm at 0.8 0.427 /
 #: 0.325 / 0.271 / 0.125 -> 0.401 / 0.364 / 0.237 / 0.041, at 0.7 fm's SuperPOD wait 0.388
 #: -> 0.265; but fm at 0.9 p99 0.686 -> 1.012 (a goal lost) and fm at 0.7 p99 0.601 ->
-#: 0.972; Philly and Alibaba (both instances) identical or within 0.03. Mixed, so off.
+#: 0.972; Philly and Alibaba (both instances, Philly x4 on the SuperPOD at 0.8 too)
+#: identical or within 0.03. Mixed, so off.
 ROOM_SHARE: float | None = None
 #: ``clock="work"`` (replays: ``simulate``'s default, the bench's): the schedule's CP-SAT
 #: search gets ``WORK_PER_S`` deterministic-time units (OR-Tools' ``max_deterministic_time``)
@@ -469,15 +470,20 @@ def last_residual_s(runs: list[tuple[float, float]], sigma: float,
     return hi
 
 
-def _with_running(instance: Instance, running: list) -> Instance:
-    """``instance`` with ``running`` (RunningJob entries: priorities and checkpoint ages)
-    as its running jobs' facts."""
-    out = instance.model_copy(update={"spec": instance.spec.model_copy(
-        update={"running_jobs": running})})
+def _with_spec(instance: Instance, **update) -> Instance:
+    """``instance`` with its spec's fields ``update`` d: the catalog kept, the views cached
+    from the old spec dropped."""
+    out = instance.model_copy(update={"spec": instance.spec.model_copy(update=update)})
     out.__dict__["catalog"] = instance.catalog
     for k in ("node_index", "federation", "running_job_info"):
         out.__dict__.pop(k, None)
     return out
+
+
+def _with_running(instance: Instance, running: list) -> Instance:
+    """``instance`` with ``running`` (RunningJob entries: priorities and checkpoint ages)
+    as its running jobs' facts."""
+    return _with_spec(instance, running_jobs=running)
 
 
 def _pin_type(job: TrainingJob, gpu_type: str | None) -> TrainingJob:
@@ -505,12 +511,7 @@ def masked_instance(instance: Instance, allowed: dict[str, set[int] | None]) -> 
         copy.__dict__["network"] = c.network
         copy.__dict__.pop("node_by_name", None)
         clusters.append(copy)
-    out = instance.model_copy(update={"spec": instance.spec.model_copy(
-        update={"clusters": clusters})})
-    out.__dict__["catalog"] = instance.catalog
-    for k in ("node_index", "federation", "running_job_info"):
-        out.__dict__.pop(k, None)
-    return out
+    return _with_spec(instance, clusters=clusters)
 
 
 def pool_allowance(problem: ScheduleProblem, result: ScheduleResult, names: list[str],
