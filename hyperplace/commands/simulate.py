@@ -256,7 +256,7 @@ def simulate_command(
     from hyperplace.fedsim import POLICIES as FEDERATION_POLICIES
     from hyperplace.instances import load_instance
     from hyperplace.sim.metrics import write_outputs
-    from hyperplace.sim.policies import canonical_policy
+    from hyperplace.sim.policies import canonical_policy, engine_plans_ahead
     from hyperplace.sim.run import SimRequest, run_simulation
     from hyperplace.sim.options import engine_config
     from hyperplace.sim.simulator import CADENCES, SimConfig
@@ -290,10 +290,8 @@ def simulate_command(
     if jobs is not None and jobs < 1:
         raise InputError(f"must be >= 1, got {jobs}", path="--jobs")
     inst = with_queue_files(load_instance(instance), queues or [])
-    round_engine = bool(inst.spec.queues) or preemption != "never" or defrag
-    if make_room and round_engine and any(canonical_policy(p) == "engine" for p in names
+    if make_room and not engine_plans_ahead(inst, preemption, defrag) and any(canonical_policy(p) == "engine" for p in names
                                           if p not in FEDERATION_POLICIES):
-        # make_policy's rule: with these, ``engine`` is the round engine (no make_room)
         print("warning: --make-room: with declared queues, --preemption or --defrag engine "
               "is the round engine, which never stops jobs for short ones: ignored for "
               "engine", file=sys.stderr)

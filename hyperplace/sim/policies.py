@@ -1066,6 +1066,13 @@ def hold_for_faster(view: RoundView, starts: dict[str, dict[str, list[GPU]]],
     return held
 
 
+def engine_plans_ahead(instance: Instance, preemption: str = "never",
+                       defrag: bool = False) -> bool:
+    """Whether ``engine`` is the planning engine here (else the round engine: declared
+    queues, reclaim preemption or migrations are the round engine's alone)."""
+    return not (instance.spec.queues or preemption != "never" or defrag)
+
+
 def make_policy(name: str, instance: Instance, *, budget_s: float = 1.0, solver: str = "auto",
                 window: int = 64, aging_s: float = 3600.0, seed: int = 0,
                 slurm_factor: float = SLURM_OVERESTIMATE, fair_share_levels: int = 0,
@@ -1073,7 +1080,7 @@ def make_policy(name: str, instance: Instance, *, budget_s: float = 1.0, solver:
                 schedule: dict | None = None) -> Policy:
     """A policy by name (aliases accepted: ``fifo-firstfit``, ``kueue-style``, ...)."""
     key = canonical_policy(name)
-    if key == "engine" and not (instance.spec.queues or preemption != "never" or defrag):
+    if key == "engine" and engine_plans_ahead(instance, preemption, defrag):
         from hyperplace.sim.planning import PlanningEngine
 
         return PlanningEngine(solver=solver, budget_s=budget_s, seed=seed, **(schedule or {}))
