@@ -245,9 +245,10 @@ def work_utilisation(run, instance) -> float | None:
     gives the same figure wherever it ran (the issue's ``utilisation_in_window`` counts
     busy GPU-seconds: the same work on faster GPUs shows less of it). It equals the
     busy-GPU utilisation when every type runs the job at one speed (a placement the network
-    slows counts as less work). None when a job ran in
-    more than one piece (failures, preemption, migration: the replay keeps only the last
-    piece's speed)."""
+    slows counts as less work). A job that ran in pieces (failures, preemption, migration:
+    :attr:`~hyperplace.sim.jobs.JobRecord.pieces`) counts each piece at its own speed, work
+    later lost to a stop included (those GPUs were busy with it, as the busy-GPU figure
+    counts them)."""
     sm = SpeedModel(instance)
     t0 = min((r.job.submit_s for r in run.records), default=0.0)
     t1 = run.arrival_end_s
@@ -256,15 +257,11 @@ def work_utilisation(run, instance) -> float | None:
     gpus = sum(sm.type_counts.values())
     done = 0.0
     for r in run.records:
-        if r.first_start_s is None or not r.speeds:
-            continue
-        if r.restarts or r.preemptions or r.migrations or len(r.speeds) > 1:
-            return None
-        end = r.end_s if r.end_s is not None else t1
-        lo, hi = max(r.first_start_s, t0), min(end, t1)
-        if hi > lo:
-            done += r.job.gpus * (hi - lo) * r.speeds[-1] * gpus / max(
-                sm.capacity(r.job.manifest), 1e-9)
+        per_speed = r.job.gpus * gpus / max(sm.capacity(r.job.manifest), 1e-9)
+        for start, end, speed in r.pieces:
+            lo, hi = max(start, t0), min(t1 if end is None else end, t1)
+            if hi > lo:
+                done += (hi - lo) * speed * per_speed
     return done / (run.total_gpus * (t1 - t0))
 
 

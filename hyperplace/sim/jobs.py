@@ -61,6 +61,9 @@ class JobRecord:
     lost_migrated_gpu_s: float = 0.0  # GPU-seconds of work lost to migrations (defrag)
     migrations: int = 0
     speeds: list[float] = field(default_factory=list)
+    #: each piece it ran in, oldest first: (start, end or None while it runs, speed): a job
+    #: stopped by a failure, a preemption or a migration runs in more than one
+    pieces: list[tuple[float, float | None, float]] = field(default_factory=list)
     #: checker codes of the job's own placement rules a start of it broke (a peer's
     #: ``tolerated`` rules; hyperplace.check.JobRules)
     rule_breaks: set[str] = field(default_factory=set)

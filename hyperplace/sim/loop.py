@@ -61,6 +61,13 @@ class RoundResult:
     violations: list[Violation] = field(default_factory=list)
 
 
+def _close_piece(rec: JobRecord, now: float) -> None:
+    """The job's running piece (:attr:`JobRecord.pieces`) ends ``now``."""
+    if rec.pieces and rec.pieces[-1][1] is None:
+        start, _, speed = rec.pieces[-1]
+        rec.pieces[-1] = (start, now, speed)
+
+
 class CheckFailed(AssertionError):
     """A round's plan broke a rule of the independent checker (``check=True``)."""
 
@@ -151,6 +158,7 @@ class RoundLoop:
         rec.run_s += now - r.start_s
         rec.done_work_s = rec.job.work_s
         rec.end_s = now
+        _close_piece(rec, now)
 
     def interrupt(self, name: str, now: float, *, cause: str = "failure") -> float:
         """A failure (``cause``: or a ``preemption``, a ``migration``) stopped the job: keep
@@ -181,6 +189,7 @@ class RoundLoop:
             rec.restarts += 1
         rec.run_s += elapsed
         rec.queued_since = now
+        _close_piece(rec, now)
         return lost
 
     def _hit(self, delta: RoundDelta, now: float) -> list[str]:
@@ -262,6 +271,7 @@ class RoundLoop:
                 rec.queued_s += now - rec.queued_since
                 rec.queued_since = None
             rec.speeds.append(speed)
+            rec.pieces.append((now, None, speed))
             rec.rule_breaks.update(v.code for v in self.rules.start_violations(job.manifest,
                                                                                 units))
             work = self.remaining_work(name, now)

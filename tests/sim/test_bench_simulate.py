@@ -34,8 +34,9 @@ def _run(records, gpus, t1):
 
 
 def _record(job, start, speed, work):
-    return SimpleNamespace(job=job, first_start_s=start, end_s=start + work / speed,
-                           speeds=[speed], restarts=0, preemptions=0, migrations=0)
+    end = start + work / speed
+    return SimpleNamespace(job=job, first_start_s=start, end_s=end, speeds=[speed],
+                           pieces=[(start, end, speed)])
 
 
 def test_the_same_work_counts_the_same_on_any_gpu_type(bench):
@@ -70,12 +71,25 @@ def test_work_utilisation_is_the_busy_utilisation_on_one_gpu_type(bench):
                                                               rel=1e-6)
 
 
-def test_work_utilisation_refuses_a_job_run_in_pieces(bench):
+def test_a_job_run_in_pieces_counts_each_piece_at_its_own_speed(bench):
+    """A job stopped and run again elsewhere (make_room's victims, a failure) counts each
+    piece at the speed it ran at; a piece still running counts to the window's end."""
     inst = load_instance("mixed-a100-h100")
-    wl, _ = build_workload(SimRequest(trace="philly", limit=5, load=1.0), inst, 0)
-    rec = _record(wl.jobs[0], wl.jobs[0].submit_s, 1.0, 100.0)
-    rec.restarts = 1
-    assert bench.work_utilisation(_run([rec], 256, wl.jobs[-1].submit_s + 1e4), inst) is None
+    wl, _ = build_workload(SimRequest(trace="philly", limit=40, load=1.0), inst, 0)
+    job = next(j for j in wl.jobs if j.gpus == 8)
+    sm = SpeedModel(inst)
+    fast, slow = sm.best_speed(job.manifest), sm.slowest_speed(job.manifest)
+    job.submit_s, t1 = 0.0, 10_000.0
+    total = sum(sm.type_counts.values())
+    rec = _record(job, 0.0, slow, 100.0 * slow)
+    rec.pieces = [(0.0, 100.0, slow), (400.0, 900.0, fast), (9_000.0, None, slow)]
+    mean = sm.capacity(job.manifest) / total
+    want = job.gpus * (100.0 * slow + 500.0 * fast + 1_000.0 * slow) / mean / (total * t1)
+    assert bench.work_utilisation(_run([rec], total, t1), inst) == pytest.approx(want)
+    # one piece's figure is what the same job run whole at that speed gives
+    one = _record(job, 400.0, fast, 500.0 * fast)
+    assert bench.work_utilisation(_run([one], total, t1), inst) == pytest.approx(
+        job.gpus * 500.0 * fast / mean / (total * t1))
 
 
 def test_a_cells_repeated_sample_is_the_librarys_repeat(bench):

@@ -46,6 +46,11 @@ def test_a_short_whole_cluster_job_stops_the_long_ones_and_they_run_again():
         # the victims lost what they ran since their last checkpoint (30 min), no more
         assert 0 < r.lost_preempted_gpu_s <= 1800.0 * 16
         assert r.end_s > whole.end_s  # and finished after it
+        # two pieces: to the stop, then from the restart to the end, each closed
+        (s0, e0, _), (s1, e1, _) = r.pieces
+        assert s0 == r.first_start_s and s0 < e0 <= s1 < e1 == r.end_s
+        assert (e0 - s0) + (e1 - s1) == pytest.approx(r.run_s)
+    assert [(s, e) for s, e, _ in whole.pieces] == [(whole.first_start_s, whole.end_s)]
     without = _replay(False, 300.0)
     assert without["whole"].first_start_s >= min(without[n].end_s for n in ("long0", "long1"))
     assert without["whole"].forecast_start_s > whole.first_start_s + 10 * 3600.0
