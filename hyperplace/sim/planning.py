@@ -673,6 +673,11 @@ class PlanningEngine(Policy):
         # this long (the others are re-planned freely each round)
         self.reserve_after_s = reserve_after_s
         # with reserve_after_s: jobs of at least this many whole nodes are reserved at once
+        if reserve_nodes is not None and not (isinstance(reserve_nodes, int)
+                                              and not isinstance(reserve_nodes, bool)
+                                              and reserve_nodes >= 1):
+            raise ValueError(f"reserve_nodes: must be a whole number of nodes >= 1 or null, "
+                             f"got {reserve_nodes!r}")
         self.reserve_nodes = reserve_nodes
         if not (math.isfinite(prediction_sigma) and prediction_sigma >= 0):
             raise ValueError(f"prediction_sigma: must be finite and >= 0, got "

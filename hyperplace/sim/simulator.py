@@ -114,6 +114,10 @@ class SimConfig:
     # what the planning engine's fill between rounds keeps of the last round's plan
     # (hyperplace.sim.planning.FILL_KEEPS: plan | gangs | reservations; None: that default)
     engine_fill_keeps: str | None = None
+    # the planning engine reserves at once the planned starts of gangs of at least this many
+    # whole nodes (the others once they have waited; hyperplace.sim.planning.RESERVE_NODES;
+    # None: that default)
+    engine_reserve_nodes: int | None = None
     # the planning engine's horizon stretches to the forecast start of a job that has
     # waited and was forecast past it (hyperplace.sim.planning.STRETCH_HORIZON, off: measured)
     engine_stretch_horizon: bool = False
@@ -182,6 +186,8 @@ def planning_settings(config: SimConfig) -> dict:
                if config.engine_make_room is not None else {}),
             **({"room_share": config.engine_room_share}
                if config.engine_room_share is not None else {}),
+            **({"reserve_nodes": config.engine_reserve_nodes}
+               if config.engine_reserve_nodes is not None else {}),
             **({"node_end": config.engine_node_end}
                if config.engine_node_end is not None else {}),
             **({"fill_keeps": config.engine_fill_keeps}

@@ -625,6 +625,36 @@ def test_reservations_go_to_jobs_that_waited_and_to_large_gangs_only():
     assert set(every.reservations) == {"young"}  # conservative: every planned start
 
 
+def test_reserve_nodes_one_reserves_every_whole_node_job_at_once():
+    """``reserve_nodes=1`` (SimConfig ``engine_reserve_nodes``): a job of one whole node is
+    reserved in the round it is planned; a job smaller than a node waits reserve_after_s."""
+    from hyperplace.sim.planning import RESERVE_NODES, PlanningEngine
+    from hyperplace.sim.simulator import planning_settings
+
+    inst = instance(h_leaves=1, a_leaves=1)
+    pol = PlanningEngine(budget_s=1.0, reserve_after_s=1800.0,
+                         **planning_settings(SimConfig(engine_reserve_nodes=1)))
+    assert pol.reserve_nodes == 1
+    loop = RoundLoop(inst, pol, check=True)
+    for j in (sim_job("fill-h", 16, 0.0, 2e4, "h100"), sim_job("fill-a", 16, 0.0, 2e4, "a100")):
+        loop.submit(j, 0.0)
+    loop.run_round(0.0)
+    for j in (sim_job("node", 8, 60.0, 3000.0), sim_job("part", 4, 60.0, 3000.0)):
+        loop.submit(j, 60.0)
+    loop.run_round(60.0)
+    assert "node" in loop.queue and "part" in loop.queue
+    assert set(pol.reservations) == {"node"}
+    assert PlanningEngine(**planning_settings(SimConfig())).reserve_nodes == RESERVE_NODES
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "4"])
+def test_reserve_nodes_must_be_a_whole_number_of_nodes(bad):
+    from hyperplace.sim.planning import PlanningEngine
+
+    with pytest.raises(ValueError, match="reserve_nodes"):
+        PlanningEngine(reserve_nodes=bad)
+
+
 # ---- the budget's clock: replays that do not depend on the machine's load ------------------
 
 def _replay_under_clock(clock: str, slow: float, monkeypatch) -> tuple[list, list[str]]:
