@@ -506,3 +506,55 @@ def calibrated_forecast(calibration: StartCalibration, fc: dict, now: float,
         shown[n] = (now + point, f.pool)
         windows[n] = (now + lo, now + hi)
     return out, shown, windows
+
+
+#: :class:`RoomPromises`' rule: ``make_room``'s forecast ("in 30 min, stopping running
+#: jobs") is shown only while at least :data:`ROOM_PROMISE_RATE` of the last
+#: :data:`ROOM_PROMISE_KEEP` such forecasts whose job has since started (or whose window
+#: has passed) were kept: the job started by the window's end. With fewer than
+#: :data:`ROOM_PROMISE_MIN` resolved it is shown (the rule's own test case keeps it). A
+#: point forecast should be the likelier outcome: when most rooms forecast are refused
+#: (the gain test, the stop guards, another job chosen first), the list schedule's start
+#: is. Measured: :data:`hyperplace.sim.planning.MAKE_ROOM`'s notes.
+ROOM_PROMISE_RATE = 0.5
+ROOM_PROMISE_KEEP = 30
+ROOM_PROMISE_MIN = 5
+
+
+class RoomPromises:
+    """Whether ``make_room``'s forecasts have been kept (:data:`ROOM_PROMISE_RATE`): each
+    round's room forecasts are recorded (shown or not, so the rate keeps learning), and a
+    forecast is resolved when its job starts (kept: by the window's end) or when its window
+    ends with the job still waiting (broken). Learns only from what has happened by the
+    round it is asked in."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, float] = {}  # job -> end of its room forecast's window (abs)
+        self.resolved: list[bool] = []  # kept?, oldest first (the last ROOM_PROMISE_KEEP)
+
+    def _resolve(self, kept: bool) -> None:
+        self.resolved.append(kept)
+        if len(self.resolved) > ROOM_PROMISE_KEEP:
+            del self.resolved[0]
+
+    def record(self, now: float, started: dict[str, float], forecast: dict[str, float]
+               ) -> None:
+        """A round at ``now``: the jobs started since the last round (job -> start) resolve
+        their open forecasts, windows that ended before ``now`` are broken, and this round's
+        room forecasts (job -> its window's end, absolute) are opened (a job with an open
+        one keeps the first)."""
+        for n, at in started.items():
+            end = self.open.pop(n, None)
+            if end is not None:
+                self._resolve(at <= end)
+        for n in [n for n, end in self.open.items() if end < now]:
+            del self.open[n]
+            self._resolve(False)
+        for n, end in forecast.items():
+            self.open.setdefault(n, end)
+
+    def shown(self) -> bool:
+        """Whether room forecasts are shown now (too few resolved yet: yes)."""
+        if len(self.resolved) < ROOM_PROMISE_MIN:
+            return True
+        return sum(self.resolved) >= ROOM_PROMISE_RATE * len(self.resolved)

@@ -95,6 +95,7 @@ from hyperplace.sim.forecast import (  # noqa: F401 - the forecast's names, as b
     FORECAST_CALIBRATION,
     FORECAST_LIST,
     FORECAST_S_PER_JOB,
+    RoomPromises,
     StartCalibration,
     StartCorrection,
     calibrated_forecast,
@@ -709,6 +710,7 @@ class PlanningEngine(Policy):
         self.calibration = (StartCalibration() if forecast_calibration and not
                             forecast_correction else None)
         self._shown: dict[str, tuple[float | None, str]] = {}
+        self.promises = RoomPromises()  # whether make_room's forecasts have been kept
         self._windows: dict[str, tuple[float, float]] = {}
 
     # ---- the schedule ------------------------------------------------------------------
@@ -1271,6 +1273,12 @@ class PlanningEngine(Policy):
         # a job make_room will start when it has waited enough: that is its forecast, and
         # the calibration neither shifts it nor learns from it (it did not wait for the list)
         roomed = self._room_forecasts(view, fc, problem.step_s, set(starts))
+        # shown while such forecasts have mostly been kept (RoomPromises: past rounds only)
+        self.promises.record(view.now, {**{n: view.now for n in starts},
+                                        **{n: t for t, n in self._fill_started}},
+                             {n: view.now + f.latest_s for n, f in roomed.items()})
+        if not self.promises.shown():
+            roomed = {}
         if self.calibration is not None:  # the forecasts shown: calibrated (past starts only)
             rest = {n: f for n, f in fc.items() if n not in roomed}
             rest, self._shown, self._windows = calibrated_forecast(

@@ -133,3 +133,28 @@ def test_solve_forecasts_with_the_engines_list_order_and_wait_weight():
 
     assert (forecast.ENGINE_ORDER, forecast.ENGINE_AGING_S, forecast.ENGINE_WAIT_WEIGHT) == \
         (planning.ORDER, planning.AGING_S, planning.WAIT_WEIGHT)
+
+
+def test_room_promises_are_shown_while_mostly_kept():
+    from hyperplace.sim.forecast import (
+        ROOM_PROMISE_KEEP,
+        ROOM_PROMISE_MIN,
+        RoomPromises,
+    )
+
+    p = RoomPromises()
+    assert p.shown()  # nothing resolved yet
+    p.record(0.0, {}, {"a": 100.0, "b": 100.0})
+    p.record(60.0, {"a": 90.0}, {"b": 500.0})  # a kept; b keeps its first window
+    assert p.open == {"b": 100.0} and p.resolved == [True]
+    p.record(120.0, {}, {})  # b's window passed with b waiting: broken
+    assert p.resolved == [True, False] and not p.open
+    p.record(180.0, {"c": 180.0}, {})  # a start with no forecast open resolves nothing
+    assert p.resolved == [True, False]
+    for k in range(ROOM_PROMISE_MIN):
+        p.record(200.0 + k, {}, {f"x{k}": 150.0})  # opened, already past at the next round
+    p.record(300.0, {}, {})
+    assert p.resolved.count(False) == 1 + ROOM_PROMISE_MIN and not p.shown()
+    for k in range(ROOM_PROMISE_KEEP):  # the old ones drop out of the rate
+        p.record(400.0 + k, {f"y{k - 1}": 400.0 + k} if k else {}, {f"y{k}": 1e9})
+    assert p.shown() and len(p.resolved) == ROOM_PROMISE_KEEP

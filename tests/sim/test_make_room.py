@@ -261,3 +261,30 @@ def test_room_share_lets_a_job_be_stopped_again_while_its_stops_cost_it_little(
 def test_room_share_must_be_a_positive_number(bad):
     with pytest.raises(ValueError, match="room_share"):
         PlanningEngine(room_share=bad)
+
+
+def test_room_forecasts_stop_once_most_were_broken(monkeypatch):
+    """Every room refused (a gain no room reaches): the first job is forecast "in 30 min,
+    stopping running jobs" (too few forecasts resolved to know better); each such forecast
+    (a refused job waiting is forecast a room again at the next rounds) is broken when its
+    window passes, and once ROOM_PROMISE_MIN are, a new job's first forecast is the list
+    schedule's (behind the long jobs), which is about when it starts."""
+    import hyperplace.sim.planning as planning
+    from hyperplace.sim.forecast import ROOM_PROMISE_MIN
+
+    monkeypatch.setattr(planning, "ROOM_GAIN", 1e12)
+    hold = 8 * 3600.0
+    jobs = [job("long0", 16, 0, hold), job("long1", 16, 0, hold)]
+    jobs += [job(f"whole{k}", 32, 4000.0 + k * 2400.0, 300.0) for k in range(8)]
+    cfg = SimConfig(round_s=60, prediction_sigma=0.0, check=True, engine_make_room=True)
+    run = simulate(tiny_instance(), jobs, "engine", cfg)
+    assert run.unfinished == 0
+    rec = {r.job.name: r for r in run.records}
+    assert all(rec[n].preemptions == 0 for n in ("long0", "long1"))
+    first = rec["whole0"]  # promised a room, never given one
+    assert first.forecast_start_s - first.job.submit_s <= RESERVE_AFTER_S + 600.0
+    assert first.first_start_s >= hold
+    for r in (rec[f"whole{k}"] for k in range(ROOM_PROMISE_MIN, 8)):
+        assert r.first_start_s >= hold
+        assert r.forecast_start_s >= hold - 600.0  # not "in 30 min"
+        assert abs(r.forecast_start_s - r.first_start_s) <= 3600.0
