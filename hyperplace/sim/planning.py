@@ -106,6 +106,7 @@ from hyperplace.sim.policies import Decision, Policy, RoundView
 from hyperplace.sim.state import fresh_node
 from hyperplace.sim.workload import PREDICTION_SIGMA
 from hyperplace.solvers.driver import solve_placement
+from hyperplace.solvers.params import CpSatParams, SolveParams
 from hyperplace.solvers.schedule import (
     ScheduleResult,
     forecast_result,
@@ -403,6 +404,17 @@ CEILING_BUDGETS = 4.0
 #: (:data:`CEILING_BUDGETS`) still stops a search, which then falls back to the list
 #: schedule and is counted (:meth:`PlanningEngine.notes`).
 CLOCKS = ("work", "wall")
+#: ``clock="work"``: the deterministic time (CP-SAT's work units) of each search phase of a
+#: round's placement solves (the pools' starts, make_room's victims, an idle cluster's
+#: queue), their wall limit the ceiling (:data:`CEILING_BUDGETS`) instead of the budget.
+#: Before (2026-12-04, fm on superpod-h100-4su at 0.8) they had the budget's wall clock:
+#: make_room's solves on the 1,024 GPUs sometimes stopped at it unproven (2 or 3 of ~530
+#: solves a replay, which ones with the machine's load), and the same replay gave mean JCT
+#: 10,549 s, 10,949 s and 11,063 s at loads 2-3 (and 11,854 s with a 4 s budget for those
+#: solves). Measured there: the placement phases' deterministic time, p99 0.0005 units,
+#: the largest 0.19 (0.4 s of wall); this limit lets such a phase run to 0.25.
+PLACE_WORK = 0.25
+_WORK_PARAMS = SolveParams(cpsat=CpSatParams(max_deterministic_time=PLACE_WORK))
 
 
 def residual_s(predicted_s: float, elapsed_s: float, sigma: float,
@@ -879,8 +891,7 @@ class PlanningEngine(Policy):
         manifest = job.model_copy(update={"spec": job.spec.model_copy(
             update={"priority": lvl})})
         inst = _with_running(state.instance([manifest]), entries)
-        plan = solve_placement(inst, solver=self.solver, budget_s=budget_s,
-                               seed=self.seed, workers=1, preemption="lower-priority")
+        plan = self._place(inst, budget_s, preemption="lower-priority")
         got = [p for p in plan.placements if p.job == name]
         gpus = by_name[name].gpus
         cost = sum(p.gpus * run + p.lost_gpu_seconds for p in plan.preemptions)
@@ -893,6 +904,18 @@ class PlanningEngine(Policy):
             self._stopped_at[p.job] = (now, p.lost_gpu_seconds / max(1, p.gpus))
         return (name, units, [p.job for p in plan.preemptions],
                 (manifest, entries, list(plan.preemptions)))
+
+    def _place(self, inst: Instance, budget_s: float, **kw):
+        """One placement solve of the round (one worker, the engine's seed): with
+        ``clock="work"`` its CP-SAT phases are limited by deterministic time
+        (:data:`PLACE_WORK`) and the wall clock by the ceiling, so that a replay's placements
+        do not depend on the machine's load; with ``"wall"`` by ``budget_s``."""
+        if self.clock == "work":
+            return solve_placement(inst, solver=self.solver,
+                                   budget_s=max(budget_s, self.ceiling_s), seed=self.seed,
+                                   workers=1, params=_WORK_PARAMS, **kw)
+        return solve_placement(inst, solver=self.solver, budget_s=budget_s, seed=self.seed,
+                               workers=1, **kw)
 
     def _protected(self, name: str, running) -> bool:
         """Whether ``make_room`` may not stop the running job ``name``: stopped
@@ -1226,8 +1249,7 @@ class PlanningEngine(Policy):
                 else:
                     share = max(0.05, (self.budget_s - (time.perf_counter() - t0))
                                 / max(1, len(order) - i))
-                plan = solve_placement(inst, solver=self.solver, budget_s=min(share, left),
-                                       seed=self.seed, workers=1)
+                plan = self._place(inst, min(share, left))
                 statuses.append(plan.status.value)
                 got: dict[str, dict[str, list[tuple[str, int]]]] = {}
                 for p in plan.placements:
@@ -1246,10 +1268,9 @@ class PlanningEngine(Policy):
             # an idle cluster with jobs waiting and nothing the schedule starts placeable
             # (its pool counts are a relaxation of the placement model's rules): place the
             # queue as the round engine would, so the replay never stalls on an idle cluster
-            plan = solve_placement(state.instance([j.manifest for j in view.queue]),
-                                   solver=self.solver, budget_s=self.budget_s if work else
-                                   max(0.05, self.budget_s - (time.perf_counter() - t0)),
-                                   seed=self.seed, workers=1)
+            plan = self._place(state.instance([j.manifest for j in view.queue]),
+                               self.budget_s if work else
+                               max(0.05, self.budget_s - (time.perf_counter() - t0)))
             statuses.append(plan.status.value)
             for p in plan.placements:
                 starts.setdefault(p.job, {})[p.unit] = [(g.node, g.gpu) for g in p.gpus]

@@ -15,6 +15,7 @@ The defaults were set when the driver was written and are what
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from hyperplace.formulations.placement.params import ModelParams
@@ -159,12 +160,24 @@ class CpSatParams:
         Above this many variables presolve is cut short (no symmetry, no probing, one
         presolve pass): on large rounds presolve alone could eat the budget, and the greedy
         hint already gives a solution (default 20,000).
+    max_deterministic_time : float, optional
+        A limit of each search phase in CP-SAT's deterministic time (its work units, which
+        do not depend on the machine's load; with one worker the search is then
+        reproducible) beside the wall-clock budget: a replay whose decisions must not depend
+        on the load sets it and gives the wall clock a ceiling instead of the budget
+        (:data:`hyperplace.sim.planning.PLACE_WORK`). None: the wall clock only.
     """
 
     large_model_vars: int = 20_000
+    max_deterministic_time: float | None = None
 
     def __post_init__(self) -> None:
         _positive_int("large_model_vars", self.large_model_vars)
+        d = self.max_deterministic_time
+        if d is not None and not (isinstance(d, (int, float)) and not isinstance(d, bool)
+                                  and math.isfinite(d) and d > 0):
+            raise ValueError(f"max_deterministic_time: must be a positive number or None, "
+                             f"got {d!r}")
 
 
 @dataclass(frozen=True)

@@ -81,3 +81,30 @@ def test_a_variable_repeated_in_a_row_counts_each_time(exact_solver):
     lm.objectives = [Objective([(x, 3), (y, 1)], "value", "max")]
     raw = make_backend(exact_solver).solve(lm, 10.0, BackendOptions(workers=1))
     assert raw.status == SolveStatus.OPTIMAL and raw.values == [0, 1]
+
+
+def test_cpsat_s_deterministic_limit_reaches_every_phase(monkeypatch):
+    """``CpSatParams.max_deterministic_time`` is set on each phase's solver (a replay's
+    placements then do not depend on the machine's load); bad values are refused."""
+    from ortools.sat.python import cp_model
+
+    from hyperplace.solvers.backends.cpsat import CpSatBackend
+
+    seen = []
+    real = cp_model.CpSolver.solve
+
+    def spy(self, model, *a, **k):
+        seen.append(self.parameters.max_deterministic_time)
+        return real(self, model, *a, **k)
+
+    monkeypatch.setattr(cp_model.CpSolver, "solve", spy)
+    raw = CpSatBackend(CpSatParams(max_deterministic_time=0.5)).solve(
+        _knapsack(), 10.0, BackendOptions(workers=1))
+    assert raw.status == SolveStatus.OPTIMAL and raw.values == [1, 0, 1]
+    assert seen == [0.5, 0.5]  # both lexicographic phases
+    seen.clear()
+    CpSatBackend().solve(_knapsack(), 10.0, BackendOptions(workers=1))
+    assert seen and all(v > 1e9 for v in seen)  # CP-SAT's default: no such limit
+    for bad in (0, -1.0, float("inf"), True, "1"):
+        with pytest.raises(ValueError, match="max_deterministic_time"):
+            CpSatParams(max_deterministic_time=bad)

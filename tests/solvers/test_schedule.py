@@ -950,3 +950,23 @@ def test_the_fill_may_start_a_reserved_job_now_never_later_than_its_reservation(
             assert b.start_step in (0, a.start_step)
             if b.start_step == 0 and a.start_step:
                 assert p.job_cost(0, b.end_step) <= 1.5 * p.job_cost(a.start_step, a.end_step)
+
+
+@pytest.mark.parametrize("clock", ["work", "wall"])
+def test_the_engine_s_placements_under_the_work_clock_are_limited_by_work(monkeypatch, clock):
+    """``clock="work"``: every placement solve of a round gets CP-SAT's deterministic limit
+    (PLACE_WORK) and the ceiling as its wall budget; ``"wall"``: the budget it is given."""
+    import hyperplace.sim.planning as planning
+
+    calls = []
+    monkeypatch.setattr(planning, "solve_placement",
+                        lambda inst, **kw: calls.append(kw) or "plan")
+    pol = planning.PlanningEngine(budget_s=1.0, clock=clock)
+    assert pol._place("inst", 0.3, preemption="lower-priority") == "plan"
+    kw = calls[0]
+    assert kw["preemption"] == "lower-priority" and kw["workers"] == 1
+    if clock == "work":
+        assert kw["budget_s"] == pol.ceiling_s > 1.0
+        assert kw["params"].cpsat.max_deterministic_time == planning.PLACE_WORK
+    else:
+        assert kw["budget_s"] == 0.3 and "params" not in kw

@@ -86,6 +86,8 @@ class CpSatBackend(Backend):
                 cp.minimize(expr)
             solver = cp_model.CpSolver()
             solver.parameters.max_time_in_seconds = max(0.01, limit)
+            if self.params.max_deterministic_time is not None:
+                solver.parameters.max_deterministic_time = self.params.max_deterministic_time
             solver.parameters.num_workers = options.workers
             solver.parameters.random_seed = options.seed
             # Ctrl-C is Python's to handle (run_interruptibly stops the search); CP-SAT's own
