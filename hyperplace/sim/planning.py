@@ -169,6 +169,26 @@ ORDER = "srpt"
 OBJECTIVE = "slowdown"
 AGING_S = 4 * 3600.0
 RESERVE_AFTER_S = 1800.0
+#: Gangs of ``RESERVE_NODES`` whole nodes or more are reserved in the round they are first
+#: planned (the others once they have waited ``RESERVE_AFTER_S``; SimConfig
+#: ``engine_reserve_nodes``). Measured again 2026-12-04 21:40-23:05 UTC with ``make_room`` on
+#: (engine rows of the bench's cells against their peers, load 1-3, 0 rounds cut; JCT / p99 /
+#: wait / slowdown over the best peer), 4 -> 2: fm on mixed-a100-h100 at 0.8 0.427 / 0.325 /
+#: 0.271 / 0.125 -> 0.382 / 0.225 / 0.205 / 0.125, at 0.9 0.499 / 0.686 / 0.296 / 0.023 ->
+#: 0.488 / 0.727 / 0.268 / 0.024, at 0.7 0.561 / 0.601 / 0.361 / 0.207 -> 0.498 / 0.588 /
+#: 0.269 / 0.767; Philly at 0.8 0.821 / 0.827 / 0.593 / 0.148 -> 0.822 / 0.997 / 0.559 /
+#: 0.144 (p99 to the edge of its goal); Alibaba (both instances) identical, none of its jobs
+#: spans 2 nodes; on the SuperPOD (placements on the work clock's deterministic limit,
+#: :data:`PLACE_WORK`) fm at 0.8 0.728 / 0.611 / 0.213 / 0.476 -> 0.783 / 1.009 / 0.369 /
+#: 1.433 (two goals lost: its whole-cluster job of 29 s waits again), at 0.7 0.873 / 0.598 /
+#: 0.388 / 0.156 -> 0.836 / 0.598 / 0.205 / 0.064, Philly x4 at 0.7 0.997 / 1.008 / 0.806 /
+#: 0.679 -> 0.996 / 1.000 / 0.731 / 0.680. With 1 (before :data:`PLACE_WORK`): fm at 0.8
+#: 0.384 / 0.213 / 0.222 / 0.067, at 0.9 0.481 / 0.602 / 0.287 / 0.093, Philly at 0.8 0.833 /
+#: 0.925 / 0.576 / 0.151, Alibaba x2 at 0.8 0.841 / 1.004 / 0.500 / 0.783 (JCT to the edge
+#: of its goal). Every planned start reserved (``reserve_after_s`` None): fm at 0.8 0.368 /
+#: 0.206 / 0.170 / 0.056, but Philly at 0.8 p99 1.002 (a goal lost) and Alibaba x2 at 0.9
+#: wait 0.458 -> 0.495. fm's mean figures gain on one instance and lose on the other, by
+#: single jobs: it stays 4.
 RESERVE_NODES = 4
 #: The round's horizon stretches past ``horizon_s`` to the forecast start of a job that has
 #: waited ``reserve_after_s`` when the last round's forecast (its list schedule looks
@@ -381,6 +401,16 @@ ROOM_MAX_STOPS = 2
 #: 0.972; Philly and Alibaba (both instances, Philly x4 on the SuperPOD at 0.8 too)
 #: identical or within 0.03. Mixed, so off.
 ROOM_SHARE: float | None = None
+#: ``room_promises``: make_room's forecasts are shown only while they have mostly been kept
+#: (:class:`~hyperplace.sim.forecast.RoomPromises`; False: always, as the rule qualifies
+#: the job). Measured 2026-12-04 22:57-23:25 UTC (main ddce4be, the bench's engine rows with
+#: it on against the committed cells, decisions identical; first forecast's error / wait,
+#: ``planned_long``, time-averaged): fm on mixed-a100-h100 at 0.8 0.596 / 0.661 / 0.400 ->
+#: 0.510 / 0.578 / 0.352 (49 of its 168 long-wait jobs had been forecast a room, 7 got one),
+#: but at 0.7 0.501 / 0.501 / 0.342 -> 0.658 / 0.716 / 0.417; at 0.9 the headline the same,
+#: time-averaged 0.449 -> 0.424; every other cell's figures identical. Better on one cell
+#: by every figure and worse on another by every figure: off.
+ROOM_PROMISES = False
 #: ``clock="work"`` (replays: ``simulate``'s default, the bench's): the schedule's CP-SAT
 #: search gets ``WORK_PER_S`` deterministic-time units (OR-Tools' ``max_deterministic_time``)
 #: per second of its share of the budget, in place of a wall-clock limit, so that a replay's
@@ -613,7 +643,8 @@ class PlanningEngine(Policy):
                  stretch_horizon: bool = STRETCH_HORIZON,
                  keep_whole: bool | str = WHOLE_NODES_KEPT,
                  end_quantile: float = END_QUANTILE, node_end: str = NODE_END,
-                 make_room: bool = MAKE_ROOM, room_share: float | None = ROOM_SHARE):
+                 make_room: bool = MAKE_ROOM, room_share: float | None = ROOM_SHARE,
+                 room_promises: bool = ROOM_PROMISES):
         for name, v in (("horizon", horizon_s), ("window", window)):
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name}: must be positive, got {v!r}")
@@ -722,7 +753,8 @@ class PlanningEngine(Policy):
         self.calibration = (StartCalibration() if forecast_calibration and not
                             forecast_correction else None)
         self._shown: dict[str, tuple[float | None, str]] = {}
-        self.promises = RoomPromises()  # whether make_room's forecasts have been kept
+        # whether make_room's forecasts are shown only while mostly kept (ROOM_PROMISES)
+        self.promises = RoomPromises() if room_promises else None
         self._windows: dict[str, tuple[float, float]] = {}
 
     # ---- the schedule ------------------------------------------------------------------
@@ -1295,11 +1327,12 @@ class PlanningEngine(Policy):
         # the calibration neither shifts it nor learns from it (it did not wait for the list)
         roomed = self._room_forecasts(view, fc, problem.step_s, set(starts))
         # shown while such forecasts have mostly been kept (RoomPromises: past rounds only)
-        self.promises.record(view.now, {**{n: view.now for n in starts},
-                                        **{n: t for t, n in self._fill_started}},
-                             {n: view.now + f.latest_s for n, f in roomed.items()})
-        if not self.promises.shown():
-            roomed = {}
+        if self.promises is not None:
+            self.promises.record(view.now, {**{n: view.now for n in starts},
+                                            **{n: t for t, n in self._fill_started}},
+                                 {n: view.now + f.latest_s for n, f in roomed.items()})
+            if not self.promises.shown():
+                roomed = {}
         if self.calibration is not None:  # the forecasts shown: calibrated (past starts only)
             rest = {n: f for n, f in fc.items() if n not in roomed}
             rest, self._shown, self._windows = calibrated_forecast(

@@ -111,6 +111,9 @@ class SimConfig:
     # make_room's guard on whom it stops: their stops' cost at most this share of their
     # predicted work (hyperplace.sim.planning.ROOM_SHARE; None: that default, the count rule)
     engine_room_share: float | None = None
+    # make_room's forecasts shown only while they have mostly been kept
+    # (hyperplace.sim.planning.ROOM_PROMISES; None: that default, off)
+    engine_room_promises: bool | None = None
     # what the planning engine's fill between rounds keeps of the last round's plan
     # (hyperplace.sim.planning.FILL_KEEPS: plan | gangs | reservations; None: that default)
     engine_fill_keeps: str | None = None
@@ -184,6 +187,8 @@ def planning_settings(config: SimConfig) -> dict:
                if config.engine_end_quantile is not None else {}),
             **({"make_room": config.engine_make_room}
                if config.engine_make_room is not None else {}),
+            **({"room_promises": config.engine_room_promises}
+               if config.engine_room_promises is not None else {}),
             **({"room_share": config.engine_room_share}
                if config.engine_room_share is not None else {}),
             **({"reserve_nodes": config.engine_reserve_nodes}

@@ -157,7 +157,8 @@ def test_a_refused_room_is_not_forecast():
 def test_the_room_solve_gets_what_is_left_of_the_round_budget(monkeypatch, clock):
     """With ``clock="wall"`` (the service's) the room's placement solve is inside the round's
     budget (what is left of it), as the pools' solves are; with ``"work"`` it gets the budget
-    each of the round's placement solves gets."""
+    each of the round's placement solves gets: the ceiling, its search limited by work
+    (PLACE_WORK)."""
     import hyperplace.sim.planning as planning
 
     seen = []
@@ -178,8 +179,8 @@ def test_the_room_solve_gets_what_is_left_of_the_round_budget(monkeypatch, clock
     assert seen
     if clock == "wall":
         assert all(b < 2.0 for b in seen)  # the schedule took part of the round before it
-    else:
-        assert all(b == 2.0 for b in seen)
+    else:  # work: the wall ceiling (CEILING_BUDGETS budgets), CP-SAT's work limit inside
+        assert all(b == planning.CEILING_BUDGETS * 2.0 for b in seen)
 
 
 @pytest.mark.parametrize("args,want", [([], None), (["--make-room"], True),
@@ -264,7 +265,7 @@ def test_room_share_must_be_a_positive_number(bad):
 
 
 def test_room_forecasts_stop_once_most_were_broken(monkeypatch):
-    """Every room refused (a gain no room reaches): the first job is forecast "in 30 min,
+    """``room_promises`` (off by default, ROOM_PROMISES). Every room refused (a gain no room reaches): the first job is forecast "in 30 min,
     stopping running jobs" (too few forecasts resolved to know better); each such forecast
     (a refused job waiting is forecast a room again at the next rounds) is broken when its
     window passes, and once ROOM_PROMISE_MIN are, a new job's first forecast is the list
@@ -276,11 +277,17 @@ def test_room_forecasts_stop_once_most_were_broken(monkeypatch):
     hold = 8 * 3600.0
     jobs = [job("long0", 16, 0, hold), job("long1", 16, 0, hold)]
     jobs += [job(f"whole{k}", 32, 4000.0 + k * 2400.0, 300.0) for k in range(8)]
-    cfg = SimConfig(round_s=60, prediction_sigma=0.0, check=True, engine_make_room=True)
+    cfg = SimConfig(round_s=60, prediction_sigma=0.0, check=True, engine_make_room=True,
+                    engine_room_promises=True)
     run = simulate(tiny_instance(), jobs, "engine", cfg)
     assert run.unfinished == 0
     rec = {r.job.name: r for r in run.records}
     assert all(rec[n].preemptions == 0 for n in ("long0", "long1"))
+    # off (the default): every one of them is forecast a room it never gets
+    off = simulate(tiny_instance(), jobs, "engine", dataclasses.replace(
+        cfg, engine_room_promises=None))
+    assert all(r.forecast_start_s - r.job.submit_s <= RESERVE_AFTER_S + 600.0
+               for r in off.records if r.job.name.startswith("whole"))
     first = rec["whole0"]  # promised a room, never given one
     assert first.forecast_start_s - first.job.submit_s <= RESERVE_AFTER_S + 600.0
     assert first.first_start_s >= hold
