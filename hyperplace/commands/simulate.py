@@ -290,8 +290,8 @@ def simulate_command(
     if jobs is not None and jobs < 1:
         raise InputError(f"must be >= 1, got {jobs}", path="--jobs")
     inst = with_queue_files(load_instance(instance), queues or [])
-    if make_room and not engine_plans_ahead(inst, preemption, defrag) and any(canonical_policy(p) == "engine" for p in names
-                                          if p not in FEDERATION_POLICIES):
+    if make_room and not engine_plans_ahead(inst, preemption, defrag) and any(
+            canonical_policy(p) == "engine" for p in names if p not in FEDERATION_POLICIES):
         print("warning: --make-room: with declared queues, --preemption or --defrag engine "
               "is the round engine, which never stops jobs for short ones: ignored for "
               "engine", file=sys.stderr)

@@ -512,10 +512,10 @@ def calibrated_forecast(calibration: StartCalibration, fc: dict, now: float,
 #: jobs") is shown only while at least :data:`ROOM_PROMISE_RATE` of the last
 #: :data:`ROOM_PROMISE_KEEP` such forecasts whose job has since started (or whose window
 #: has passed) were kept: the job started by the window's end. With fewer than
-#: :data:`ROOM_PROMISE_MIN` resolved it is shown (the rule's own test case keeps it). A
-#: point forecast should be the likelier outcome: when most rooms forecast are refused
-#: (the gain test, the stop guards, another job chosen first), the list schedule's start
-#: is. Measured: :data:`hyperplace.sim.planning.MAKE_ROOM`'s notes.
+#: :data:`ROOM_PROMISE_MIN` resolved it is shown. A point forecast should be the likelier
+#: outcome: when most rooms forecast are refused (the gain test, the stop guards, another
+#: job chosen first), the list schedule's start is. Off by default, measured:
+#: :data:`hyperplace.sim.planning.ROOM_PROMISES`.
 ROOM_PROMISE_RATE = 0.5
 ROOM_PROMISE_KEEP = 30
 ROOM_PROMISE_MIN = 5

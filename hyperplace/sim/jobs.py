@@ -60,7 +60,6 @@ class JobRecord:
     preemptions: int = 0
     lost_migrated_gpu_s: float = 0.0  # GPU-seconds of work lost to migrations (defrag)
     migrations: int = 0
-    speeds: list[float] = field(default_factory=list)
     #: each piece it ran in, oldest first: (start, end or None while it runs, speed): a job
     #: stopped by a failure, a preemption or a migration runs in more than one
     pieces: list[tuple[float, float | None, float]] = field(default_factory=list)
@@ -80,6 +79,11 @@ class JobRecord:
     # changed (hyperplace.sim.forecast_score scores them)
     forecasts: list[tuple[float, float | None, float | None, float | None]] = field(
         default_factory=list)
+
+    @property
+    def speeds(self) -> list[float]:
+        """The speed of each piece it ran in, oldest first (:attr:`pieces`)."""
+        return [speed for _, _, speed in self.pieces]
 
     @property
     def jct_s(self) -> float | None:

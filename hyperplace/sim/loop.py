@@ -270,7 +270,6 @@ class RoundLoop:
             if rec.queued_since is not None:
                 rec.queued_s += now - rec.queued_since
                 rec.queued_since = None
-            rec.speeds.append(speed)
             rec.pieces.append((now, None, speed))
             rec.rule_breaks.update(v.code for v in self.rules.start_violations(job.manifest,
                                                                                 units))

@@ -156,7 +156,7 @@ def summarize(run: PolicyRun) -> dict[str, Any]:
         "solve_max_s": max(solve, default=None),
         "fallback_rounds": sum(1 for r in run.rounds if r.fallback),
         "held_decisions": sum(r.held for r in run.rounds),
-        "mean_speed": mean_or_none([r.speeds[-1] for r in done if r.speeds]),
+        "mean_speed": mean_or_none([r.pieces[-1][2] for r in done if r.pieces]),
         "rule_break_jobs": sum(1 for r in run.records if r.rule_breaks),
         "rule_breaks": dict(sorted(Counter(c for r in run.records for c in r.rule_breaks).items())),
         "forecast": forecast_metrics(run),
@@ -260,7 +260,7 @@ def job_rows(run: PolicyRun) -> list[dict[str, Any]]:
              "jct_s": None if r.jct_s is None else round(r.jct_s, 3),
              "queued_s": round(r.queued_s, 3), "restarts": r.restarts,
              "lost_gpu_s": round(r.lost_gpu_s, 3), "queue": r.job.queue,
-             "speed": round(r.speeds[-1], 4) if r.speeds else None}
+             "speed": round(r.pieces[-1][2], 4) if r.pieces else None}
             for r in run.records]
 
 

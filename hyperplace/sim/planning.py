@@ -1275,8 +1275,7 @@ class PlanningEngine(Policy):
                     inst = masked_instance(inst, pool_allowance(
                         problem, result, names, pid, not key[0], free, sizes,
                         keep_whole=self.keep_whole))
-                if work:  # the round's budget for each group, whatever the schedule took
-                    # (a placement of a pool's starts is proven optimal well within it)
+                if work:  # _place: the ceiling and PLACE_WORK, whatever the schedule took
                     share = left = self.budget_s
                 else:
                     share = max(0.05, (self.budget_s - (time.perf_counter() - t0))

@@ -35,7 +35,7 @@ def _run(records, gpus, t1):
 
 def _record(job, start, speed, work):
     end = start + work / speed
-    return SimpleNamespace(job=job, first_start_s=start, end_s=end, speeds=[speed],
+    return SimpleNamespace(job=job, first_start_s=start, end_s=end,
                            pieces=[(start, end, speed)])
 
 
