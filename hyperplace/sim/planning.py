@@ -754,6 +754,8 @@ class PlanningEngine(Policy):
                             forecast_correction else None)
         self._shown: dict[str, tuple[float | None, str]] = {}
         # whether make_room's forecasts are shown only while mostly kept (ROOM_PROMISES)
+        if not isinstance(room_promises, bool):
+            raise ValueError(f"room_promises: use true or false, got {room_promises!r}")
         self.promises = RoomPromises() if room_promises else None
         self._windows: dict[str, tuple[float, float]] = {}
 

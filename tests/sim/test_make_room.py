@@ -93,6 +93,8 @@ def test_a_job_is_stopped_at_most_room_max_stops_times(monkeypatch):
 def test_make_room_is_a_bool():
     with pytest.raises(ValueError, match="make_room"):
         PlanningEngine(make_room="yes")
+    with pytest.raises(ValueError, match="room_promises"):
+        PlanningEngine(room_promises="yes")
 
 
 def _with_priority(j, priority):
