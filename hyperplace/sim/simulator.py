@@ -167,36 +167,34 @@ class PolicyRun:
     between: bool = False  # also asked to fill at every event between its rounds
 
 
+#: PlanningEngine keyword -> the SimConfig field that sets it, passed always (the field's
+#: default is the replay's) ...
+_PLANNING_ALWAYS = {"horizon_s": "horizon_s", "window": "schedule_window",
+                    "objective": "schedule_objective", "step_s": "step_s",
+                    "round_s": "round_s", "prediction_sigma": "prediction_sigma",
+                    "clock": "engine_clock",
+                    "forecast_correction": "engine_forecast_correction",
+                    "forecast_calibration": "engine_forecast_calibration",
+                    "fill_reserved": "engine_fill_reserved",
+                    "stretch_horizon": "engine_stretch_horizon"}
+#: ... and only when set (None: the engine's own default, defined once, in planning.py)
+_PLANNING_IF_SET = {"keep_whole": "engine_keep_whole", "end_quantile": "engine_end_quantile",
+                    "make_room": "engine_make_room", "room_promises": "engine_room_promises",
+                    "room_share": "engine_room_share", "reserve_nodes": "engine_reserve_nodes",
+                    "node_end": "engine_node_end", "fill_keeps": "engine_fill_keeps"}
+
+
 def planning_settings(config: SimConfig) -> dict:
     """The :class:`~hyperplace.sim.planning.PlanningEngine` keywords a replay's config sets
-    (``engine``'s, and ``engine-federated``'s schedule)."""
+    (``engine``'s, and ``engine-federated``'s schedule): :data:`_PLANNING_ALWAYS`, and the
+    fields of :data:`_PLANNING_IF_SET` that are not None."""
     keeps = config.engine_fill_keeps
     if keeps is not None and keeps not in ("plan", "gangs", "reservations"):
         raise ValueError(f"engine_fill_keeps: use plan, gangs or reservations, got {keeps!r}")
-    return {"horizon_s": config.horizon_s, "window": config.schedule_window,
-            "objective": config.schedule_objective, "step_s": config.step_s,
-            "round_s": config.round_s, "prediction_sigma": config.prediction_sigma,
-            "clock": config.engine_clock,
-            "forecast_correction": config.engine_forecast_correction,
-            "forecast_calibration": config.engine_forecast_calibration,
-            "fill_reserved": config.engine_fill_reserved,
-            "stretch_horizon": config.engine_stretch_horizon,
-            **({"keep_whole": config.engine_keep_whole}
-               if config.engine_keep_whole is not None else {}),
-            **({"end_quantile": config.engine_end_quantile}
-               if config.engine_end_quantile is not None else {}),
-            **({"make_room": config.engine_make_room}
-               if config.engine_make_room is not None else {}),
-            **({"room_promises": config.engine_room_promises}
-               if config.engine_room_promises is not None else {}),
-            **({"room_share": config.engine_room_share}
-               if config.engine_room_share is not None else {}),
-            **({"reserve_nodes": config.engine_reserve_nodes}
-               if config.engine_reserve_nodes is not None else {}),
-            **({"node_end": config.engine_node_end}
-               if config.engine_node_end is not None else {}),
-            **({"fill_keeps": config.engine_fill_keeps}
-               if config.engine_fill_keeps is not None else {})}
+    out = {kw: getattr(config, f) for kw, f in _PLANNING_ALWAYS.items()}
+    out.update({kw: v for kw, f in _PLANNING_IF_SET.items()
+                if (v := getattr(config, f)) is not None})
+    return out
 
 
 def simulate(instance: Instance, jobs: list[SimJob], policy: str | Policy, config: SimConfig,

@@ -286,3 +286,25 @@ def test_a_gang_the_horizon_cannot_hold_is_reserved_once_it_has_waited(stretch):
         assert whole <= before + cfg.round_s, (whole, before)
     else:
         assert whole > before + 4 * 3600.0, (whole, before)
+
+
+def test_every_engine_field_of_simconfig_reaches_the_planning_engine():
+    """planning_settings' tables (hyperplace.sim.simulator): every ``engine_*`` field of
+    SimConfig is mapped, each to a keyword PlanningEngine takes, and a field left None is
+    not passed (the engine keeps its own default) while a set one is."""
+    import dataclasses
+    import inspect
+
+    from hyperplace.sim import simulator
+    from hyperplace.sim.planning import PlanningEngine
+    from hyperplace.sim.simulator import SimConfig, planning_settings
+
+    fields = {f.name for f in dataclasses.fields(SimConfig)}
+    mapped = {**simulator._PLANNING_ALWAYS, **simulator._PLANNING_IF_SET}
+    assert {f for f in fields if f.startswith("engine_")} <= set(mapped.values())
+    assert set(mapped) <= set(inspect.signature(PlanningEngine).parameters)
+    assert set(mapped.values()) <= fields
+    base = planning_settings(SimConfig())
+    assert not set(simulator._PLANNING_IF_SET) & set(base)
+    assert planning_settings(SimConfig(engine_room_share=0.25))["room_share"] == 0.25
+    assert base["clock"] == SimConfig().engine_clock
