@@ -355,6 +355,7 @@ def replay(spec: dict, cache_dir: str) -> dict:
     row["policy"] = spec["policy"] + ("" if spec["order"] == "as-is" else f"/{spec['order']}")
     row["util_work"] = work_utilisation(run, instance)
     row["ceiling_cuts"] = ceiling_cuts(run.notes)
+    row["place_cuts"] = place_cuts(run.notes)
     if spec["until"] == "end":
         row["series"] = series(run)
     row["cpu_s"] = time.process_time() - cpu0
@@ -367,6 +368,7 @@ def replay(spec: dict, cache_dir: str) -> dict:
 
 
 CEILING_NOTE = re.compile(r"wall ceiling [0-9.e+-]+ s, hit in (\d+) rounds")
+PLACE_CUT_NOTE = re.compile(r"placement solves cut by the wall clock: (\d+)")
 
 
 def ceiling_cuts(notes: list[str]) -> int | None:
@@ -375,6 +377,14 @@ def ceiling_cuts(notes: list[str]) -> int | None:
     deterministic (those rounds fell back to the list schedule at this machine's load).
     None: no such count (a peer, or the engine on the wall clock)."""
     hits = [int(m.group(1)) for n in notes if (m := CEILING_NOTE.search(n))]
+    return sum(hits) if hits else None
+
+
+def place_cuts(notes: list[str]) -> int | None:
+    """The engine's placement solves the wall clock cut before their deterministic limit
+    (``PLACE_CEILING_S``, the same notes): a row with any is not deterministic either. None:
+    not recorded (a peer, the wall clock, or a row from before 2026-12-06)."""
+    hits = [int(m.group(1)) for n in notes if (m := PLACE_CUT_NOTE.search(n))]
     return sum(hits) if hits else None
 
 
@@ -403,7 +413,7 @@ def code_hashes(files: list[str]) -> dict[str, str]:
 
 
 HARNESS = hashlib.sha256("".join(inspect.getsource(f) for f in (
-    workload, work_utilisation, lower_bound, series, ceiling_cuts, replay))
+    workload, work_utilisation, lower_bound, series, ceiling_cuts, place_cuts, replay))
     .encode()
 ).hexdigest()[:16]
 
@@ -769,13 +779,16 @@ def fmt(v, scale=1.0, digits=2) -> str:
 
 
 def cuts(row) -> str:
-    """A row's rounds cut by the work clock's wall ceiling (``ceiling_cuts``): ``0`` is a
-    deterministic row; more is not (``load-dependent``); ``-`` not recorded."""
+    """A row's rounds cut by the work clock's wall ceiling (``ceiling_cuts``), and its
+    placement solves the wall cut when any (``place_cuts``): ``0`` is a deterministic row;
+    more is not (``load-dependent``); ``-`` not recorded."""
     n = row.get("ceiling_cuts")
     if n is None:
         return "-"
     of = f"{n} of {row.get('rounds', '?')}"
-    return f"{of} (load-dependent)" if n else of
+    if row.get("place_cuts"):
+        of += f" (+{row['place_cuts']} placement solves)"
+    return f"{of} (load-dependent)" if n or row.get("place_cuts") else of
 
 
 def forecast_ratio(row) -> str:
@@ -1010,7 +1023,10 @@ def assemble(cells: list[dict], grid, targets, out: Path, cell_dir: Path, comman
                                       + (f"; the engine row is load-dependent: the wall "
                                          f"ceiling cut {eng['ceiling_cuts']} of "
                                          f"{eng.get('rounds', '?')} rounds"
-                                         if eng.get("ceiling_cuts") else ""))
+                                         if eng.get("ceiling_cuts") else "")
+                                      + (f"; {eng['place_cuts']} placement solves of the "
+                                         "engine row were cut by the wall clock (load-"
+                                         "dependent)" if eng.get("place_cuts") else ""))
     if missing:
         lines += ["", "Not run (no result in the cell directory): " + "; ".join(missing) + "."]
     if goal_lines:

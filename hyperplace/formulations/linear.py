@@ -106,6 +106,9 @@ class RawSolution:
     objective_values: list[float] = field(default_factory=list)
     objective_bounds: list[float | None] = field(default_factory=list)
     message: str = ""
+    #: phases the wall clock cut (:attr:`PhaseResult.wall_cut`) or left no time to run: a
+    #: solve with a deterministic limit that has any is not reproducible
+    wall_cuts: int = 0
 
 
 def phase_limits(n: int, shares: list[float] | None = None) -> list[float]:
@@ -130,6 +133,9 @@ class PhaseResult:
     value: float | None = None
     bound: float | None = None
     message: str = ""
+    #: stopped by its wall-clock limit before its deterministic one (set only by a backend
+    #: given a deterministic limit: CP-SAT's ``max_deterministic_time``)
+    wall_cut: bool = False
 
 
 def solve_lexicographic(model: LinearModel, time_limit_s: float, start: float,
@@ -144,12 +150,15 @@ def solve_lexicographic(model: LinearModel, time_limit_s: float, start: float,
     obj_values: list[float] = []
     obj_bounds: list[float | None] = []
     overall = SolveStatus.OPTIMAL
+    cuts = 0
     for k, obj in enumerate(model.objectives):
         remaining = time_limit_s - (time.perf_counter() - start)
         if remaining <= min_phase_s:
             overall = SolveStatus.FEASIBLE if values is not None else SolveStatus.NO_SOLUTION
+            cuts += len(model.objectives) - k
             break
         result = phase(k, obj, phase_time(k, shares, remaining))
+        cuts += result.wall_cut
         if result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) and result.values is not None:
             values = result.values
             obj_values.append(float(result.value or 0.0))
@@ -158,8 +167,8 @@ def solve_lexicographic(model: LinearModel, time_limit_s: float, start: float,
                 overall = SolveStatus.FEASIBLE
             fix(k, obj, float(result.value or 0.0), result.status == SolveStatus.OPTIMAL)
         elif values is None:
-            return RawSolution(None, result.status, message=result.message)
+            return RawSolution(None, result.status, message=result.message, wall_cuts=cuts)
         else:
             overall = SolveStatus.FEASIBLE
             break
-    return RawSolution(values, overall, obj_values, obj_bounds)
+    return RawSolution(values, overall, obj_values, obj_bounds, wall_cuts=cuts)

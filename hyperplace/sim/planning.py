@@ -105,7 +105,7 @@ from hyperplace.sim.forecast import (  # noqa: F401 - the forecast's names, as b
 from hyperplace.sim.policies import Decision, Policy, RoundView
 from hyperplace.sim.state import fresh_node
 from hyperplace.sim.workload import PREDICTION_SIGMA
-from hyperplace.solvers.driver import solve_placement
+from hyperplace.solvers.driver import WALL_CUT_NOTE, solve_placement
 from hyperplace.solvers.params import CpSatParams, SolveParams
 from hyperplace.solvers.schedule import (
     ScheduleResult,
@@ -436,7 +436,7 @@ CEILING_BUDGETS = 4.0
 CLOCKS = ("work", "wall")
 #: ``clock="work"``: the deterministic time (CP-SAT's work units) of each search phase of a
 #: round's placement solves (the pools' starts, make_room's victims, an idle cluster's
-#: queue), their wall limit the ceiling (:data:`CEILING_BUDGETS`) instead of the budget.
+#: queue), their wall limit :data:`PLACE_CEILING_S` instead of the budget.
 #: Before (2026-12-04, fm on superpod-h100-4su at 0.8) they had the budget's wall clock:
 #: make_room's solves on the 1,024 GPUs sometimes stopped at it unproven (2 or 3 of ~530
 #: solves a replay, which ones with the machine's load), and the same replay gave mean JCT
@@ -444,6 +444,16 @@ CLOCKS = ("work", "wall")
 #: solves). Measured there: the placement phases' deterministic time, p99 0.0005 units,
 #: the largest 0.19 (0.4 s of wall); this limit lets such a phase run to 0.25.
 PLACE_WORK = 0.25
+#: ``clock="work"``: the wall budget of each placement solve, in seconds (the round's ceiling
+#: when that is longer). With the ceiling (4 s at a 1 s budget) a solve's later lexicographic
+#: phases got about 0.4 s of wall each (a sixth of what was left), which 0.25 units of
+#: deterministic time can outlast: measured 2026-12-06 on the 1,024-GPU SuperPOD (fm at 0.8),
+#: one make_room solve chose a different victim set alone (2 of 6 runs) and under six CPU hogs
+#: (another entirely), and the replay's mean JCT went 10,844 s -> 11,979 s with the load; with
+#: 60 s it chose the same set in every run (1.3-1.5 s of wall alone, 5.5-6.3 s at load 8). A
+#: solve the wall clock still cuts says so in its plan (``driver.WALL_CUT_NOTE``) and is
+#: counted in the notes (:meth:`PlanningEngine.notes`).
+PLACE_CEILING_S = 60.0
 _WORK_PARAMS = SolveParams(cpsat=CpSatParams(max_deterministic_time=PLACE_WORK))
 
 
@@ -693,6 +703,7 @@ class PlanningEngine(Policy):
         self.work_units = work_units if work_units is not None else \
             WORK_PER_S * budget_s * schedule_share
         self.ceiling_hits = 0  # rounds whose schedule search the wall ceiling cut (work)
+        self.place_cuts = 0  # placement solves the wall clock cut (work: PLACE_CEILING_S)
         self.solver = solver
         self.budget_s = budget_s
         self.window = int(window)
@@ -942,12 +953,16 @@ class PlanningEngine(Policy):
     def _place(self, inst: Instance, budget_s: float, **kw):
         """One placement solve of the round (one worker, the engine's seed): with
         ``clock="work"`` its CP-SAT phases are limited by deterministic time
-        (:data:`PLACE_WORK`) and the wall clock by the ceiling, so that a replay's placements
-        do not depend on the machine's load; with ``"wall"`` by ``budget_s``."""
+        (:data:`PLACE_WORK`) and the wall clock by :data:`PLACE_CEILING_S` (or the ceiling if
+        longer), so that a replay's placements do not depend on the machine's load (a solve
+        the wall clock cuts all the same is counted: ``place_cuts``); with ``"wall"`` by
+        ``budget_s``."""
         if self.clock == "work":
-            return solve_placement(inst, solver=self.solver,
-                                   budget_s=max(budget_s, self.ceiling_s), seed=self.seed,
-                                   workers=1, params=_WORK_PARAMS, **kw)
+            plan = solve_placement(inst, solver=self.solver,
+                                   budget_s=max(budget_s, self.ceiling_s, PLACE_CEILING_S),
+                                   seed=self.seed, workers=1, params=_WORK_PARAMS, **kw)
+            self.place_cuts += WALL_CUT_NOTE in plan.message
+            return plan
         return solve_placement(inst, solver=self.solver, budget_s=budget_s, seed=self.seed,
                                workers=1, **kw)
 
@@ -1149,7 +1164,7 @@ class PlanningEngine(Policy):
                     *fills]
         return [f"engine budget: deterministic work ({self.work_units:g} CP-SAT work units "
                 f"a round), wall ceiling {self.ceiling_s:g} s, hit in {self.ceiling_hits} "
-                "rounds", *fills]
+                f"rounds; placement solves cut by the wall clock: {self.place_cuts}", *fills]
 
     # ---- a round ------------------------------------------------------------------------
     def decide(self, view: RoundView) -> Decision:

@@ -369,11 +369,19 @@ def _hint(r: SolveRound, pm: PlacementModel) -> list[int] | None:
     return hint
 
 
+#: what a plan's message says when the wall clock cut phases of a solve that has a
+#: deterministic limit (``RawSolution.wall_cuts``; the simulator's planning engine counts
+#: such plans: they are not reproducible)
+WALL_CUT_NOTE = "phase(s) cut by the wall clock before their deterministic limit"
+
+
 def _take_exact(r: SolveRound, backend: Backend, raw: RawSolution) -> None:
     """The backend's solution mapped back to GPUs, repaired for priority when not proven,
     kept when it scores at least as well as greedy's plan."""
     p, pm = r.problem, r.pm
     assert pm is not None
+    if raw.wall_cuts:
+        r.message += f"{raw.wall_cuts} {WALL_CUT_NOTE}; "
     if raw.values is None:
         r.status = SolveStatus.FALLBACK
         r.message += f"{backend.name}: {raw.status} within the budget; greedy's plan. {raw.message}"

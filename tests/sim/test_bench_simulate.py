@@ -153,6 +153,14 @@ def test_the_ceiling_cut_count_is_the_engines_own(bench):
     assert bench.ceiling_cuts(run.notes) == pol.ceiling_hits
     peer = simulate(inst, wl.jobs, "kueue", SimConfig())
     assert bench.ceiling_cuts(peer.notes) is None
+    # the placement solves the wall clock cut: counted apart, shown beside the rounds
+    assert bench.place_cuts(run.notes) == pol.place_cuts
+    assert bench.place_cuts(peer.notes) is None
+    eng.place_cuts = 2
+    assert bench.place_cuts(eng.notes()) == 2
+    assert bench.cuts({"ceiling_cuts": 0, "rounds": 9, "place_cuts": 2}) == \
+        "0 of 9 (+2 placement solves) (load-dependent)"
+    assert bench.cuts({"ceiling_cuts": 0, "rounds": 9, "place_cuts": 0}) == "0 of 9"
 
 
 def _cell(bench, rows):

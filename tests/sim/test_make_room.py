@@ -159,7 +159,7 @@ def test_a_refused_room_is_not_forecast():
 def test_the_room_solve_gets_what_is_left_of_the_round_budget(monkeypatch, clock):
     """With ``clock="wall"`` (the service's) the room's placement solve is inside the round's
     budget (what is left of it), as the pools' solves are; with ``"work"`` it gets the budget
-    each of the round's placement solves gets: the ceiling, its search limited by work
+    each of the round's placement solves gets: PLACE_CEILING_S, its search limited by work
     (PLACE_WORK)."""
     import hyperplace.sim.planning as planning
 
@@ -181,8 +181,9 @@ def test_the_room_solve_gets_what_is_left_of_the_round_budget(monkeypatch, clock
     assert seen
     if clock == "wall":
         assert all(b < 2.0 for b in seen)  # the schedule took part of the round before it
-    else:  # work: the wall ceiling (CEILING_BUDGETS budgets), CP-SAT's work limit inside
-        assert all(b == planning.CEILING_BUDGETS * 2.0 for b in seen)
+    else:  # work: PLACE_CEILING_S of wall (above the round's ceiling), CP-SAT's work limit
+        assert all(b == planning.PLACE_CEILING_S > planning.CEILING_BUDGETS * 2.0
+                   for b in seen)
 
 
 @pytest.mark.parametrize("args,want", [([], None), (["--make-room"], True),

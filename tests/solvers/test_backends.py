@@ -108,3 +108,47 @@ def test_cpsat_s_deterministic_limit_reaches_every_phase(monkeypatch):
     for bad in (0, -1.0, float("inf"), True, "1"):
         with pytest.raises(ValueError, match="max_deterministic_time"):
             CpSatParams(max_deterministic_time=bad)
+
+
+def test_a_phase_the_wall_clock_cuts_is_counted_and_one_stopped_by_work_is_not():
+    """``RawSolution.wall_cuts`` (a replay's placements are reproducible only without any):
+    CP-SAT with a deterministic limit marks a phase its wall-clock limit stopped unproven
+    (``PhaseResult.wall_cut``), not one stopped by that limit or proven; the phase loop counts
+    those and the phases it had no time left to run."""
+    import time
+
+    from hyperplace.formulations.linear import PhaseResult, solve_lexicographic
+    from hyperplace.solvers.backends.cpsat import CpSatBackend
+
+    # the knapsack is proven at once: no cut, whatever the limit
+    raw = CpSatBackend(CpSatParams(max_deterministic_time=0.5)).solve(
+        _knapsack(), 10.0, BackendOptions(workers=1))
+    assert raw.status == SolveStatus.OPTIMAL and raw.wall_cuts == 0
+    # a model far too large for 10 ms of wall (20,000 variables; proven in about 5 s on a
+    # 2-core machine): cut by the wall clock with deterministic time to spare; a smaller one
+    # with a tiny deterministic limit and a minute of wall: stopped by work, not cut
+    def chain(n: int) -> LinearModel:
+        m = LinearModel()
+        xs = [m.var(f"x{i}", 0, 50) for i in range(n)]
+        for i in range(0, n - 2, 2):
+            m.add([(xs[i], 3), (xs[i + 1], 5), (xs[i + 2], 7)], hi=101, name=f"c{i}")
+        m.objectives = [Objective([(x, 1 + i % 7) for i, x in enumerate(xs)], "v", "max")]
+        return m
+
+    raw = CpSatBackend(CpSatParams(max_deterministic_time=1e6)).solve(
+        chain(20_000), 0.01, BackendOptions(workers=1))
+    assert raw.status != SolveStatus.OPTIMAL and raw.wall_cuts == 1
+    raw = CpSatBackend(CpSatParams(max_deterministic_time=1e-9)).solve(
+        chain(2_000), 60.0, BackendOptions(workers=1))
+    assert raw.status != SolveStatus.OPTIMAL and raw.wall_cuts == 0
+    # the loop: phase 0 cut, phase 1 fine, then no time left for phases 2 and 3
+    lm = _knapsack()
+    lm.objectives = [lm.objectives[0]] * 4
+
+    def phase(k, obj, limit):
+        if k == 1:
+            time.sleep(0.05)
+        return PhaseResult(SolveStatus.FEASIBLE, [1, 0, 1], 1.0, 2.0, wall_cut=k == 0)
+
+    raw = solve_lexicographic(lm, 0.05, time.perf_counter(), phase, lambda *a: None, 0.01)
+    assert raw.values == [1, 0, 1] and raw.wall_cuts == 3

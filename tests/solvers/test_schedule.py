@@ -955,18 +955,34 @@ def test_the_fill_may_start_a_reserved_job_now_never_later_than_its_reservation(
 @pytest.mark.parametrize("clock", ["work", "wall"])
 def test_the_engine_s_placements_under_the_work_clock_are_limited_by_work(monkeypatch, clock):
     """``clock="work"``: every placement solve of a round gets CP-SAT's deterministic limit
-    (PLACE_WORK) and the ceiling as its wall budget; ``"wall"``: the budget it is given."""
+    (PLACE_WORK) and PLACE_CEILING_S (or the ceiling if longer) as its wall budget, and a
+    plan whose phases the wall clock cut is counted in the notes; ``"wall"``: the budget it
+    is given, nothing counted."""
     import hyperplace.sim.planning as planning
 
+    from types import SimpleNamespace
+
+    from hyperplace.solvers.driver import WALL_CUT_NOTE
+
     calls = []
+    cut = SimpleNamespace(message=f"2 {WALL_CUT_NOTE}; cpsat: phases feasible")
+    whole = SimpleNamespace(message="cpsat: phases optimal")
+    plans = iter([cut, whole, whole])
     monkeypatch.setattr(planning, "solve_placement",
-                        lambda inst, **kw: calls.append(kw) or "plan")
+                        lambda inst, **kw: calls.append(kw) or next(plans))
     pol = planning.PlanningEngine(budget_s=1.0, clock=clock)
-    assert pol._place("inst", 0.3, preemption="lower-priority") == "plan"
+    assert pol._place("inst", 0.3, preemption="lower-priority") is cut
+    assert pol._place("inst", 0.3) is whole
     kw = calls[0]
     assert kw["preemption"] == "lower-priority" and kw["workers"] == 1
     if clock == "work":
-        assert kw["budget_s"] == pol.ceiling_s > 1.0
+        assert kw["budget_s"] == planning.PLACE_CEILING_S > pol.ceiling_s > 1.0
         assert kw["params"].cpsat.max_deterministic_time == planning.PLACE_WORK
+        assert pol.place_cuts == 1
+        assert any("placement solves cut by the wall clock: 1" in n for n in pol.notes())
+        long = planning.PlanningEngine(budget_s=20.0, clock=clock)
+        long._place("inst", 0.3)
+        assert calls[-1]["budget_s"] == long.ceiling_s == 80.0  # the longer of the two
     else:
         assert kw["budget_s"] == 0.3 and "params" not in kw
+        assert pol.place_cuts == 0

@@ -101,13 +101,19 @@ class CpSatBackend(Backend):
                 solver.parameters.max_presolve_iterations = 1
             code = run_interruptibly(lambda: solver.solve(cp), solver.stop_search)
             status = self.status_map.get(code, SolveStatus.ERROR)
+            work = self.params.max_deterministic_time
+            # unproven with deterministic time to spare: the wall clock (or a stop) ended it
+            cut = (work is not None and status != SolveStatus.OPTIMAL
+                   and solver.response_proto.deterministic_time < work)
             if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
-                return PhaseResult(status, message=f"CP-SAT: {solver.status_name(code)}")
+                return PhaseResult(status, message=f"CP-SAT: {solver.status_name(code)}",
+                                   wall_cut=cut and status == SolveStatus.NO_SOLUTION)
             values = [int(solver.value(x)) for x in xs]
             cp.clear_hints()  # type: ignore[no-untyped-call]  # next phase starts here
             for x, v in zip(xs, values):
                 cp.add_hint(x, v)
-            return PhaseResult(status, values, solver.objective_value, solver.best_objective_bound)
+            return PhaseResult(status, values, solver.objective_value, solver.best_objective_bound,
+                               wall_cut=cut)
 
         def fix(k: int, obj: Objective, value: float, proven: bool) -> None:
             expr = _expr(xs, obj.terms)
