@@ -386,10 +386,9 @@ class _Model:
         self.vars: dict[str, tuple[object, list[object], object]] = {}
         self.obj: list = []
 
-    def _interval(self, j: ScheduleJob, k: int, start, now, end, x, at: int | None):
+    def _interval(self, j: ScheduleJob, k: int, start, now, end, x):
         """Option ``k``'s optional interval; its length is the longer one when it starts now
-        (step 0 is short) and ``now`` says so. ``at``: the hinted start (its auxiliary
-        variables are hinted to match, so that the hint is complete)."""
+        (step 0 is short) and ``now`` says so."""
         m, o = self.m, j.options[k]
         d, d1 = self.p.dur_steps(o), self.p.dur_steps(o, 1)
         if d == d1:
@@ -400,9 +399,6 @@ class _Model:
         ends = m.NewIntVar(0, self.H + d, f"f_{j.name}_{k}")
         m.Add(ends == start + size)
         m.Add(end >= ends).OnlyEnforceIf(x)
-        if at is not None:
-            m.AddHint(size, d if at == 0 else d1)
-            m.AddHint(ends, at + (d if at == 0 else d1))
         return m.NewOptionalIntervalVar(start, size, ends, x, f"i_{j.name}_{k}")
 
     def job(self, j: ScheduleJob, hint: Planned | None) -> None:
@@ -414,15 +410,12 @@ class _Model:
         now = m.NewBoolVar(f"now_{j.name}")  # starts at step 0 (the short one)
         m.Add(start == 0).OnlyEnforceIf(now)
         m.Add(start >= 1).OnlyEnforceIf(now.Not())
-        # the hinted start (an unscheduled job's is 0 in the model)
-        inside = hint is not None and hint.start_step is not None and hint.start_step < H
-        at = None if hint is None else hint.start_step if inside else 0
         xs = []
         for k, o in enumerate(j.options):
             x = m.NewBoolVar(f"x_{j.name}_{k}")
             if o.pool in j.not_now:
                 m.Add(start >= 1).OnlyEnforceIf(x)
-            iv = self._interval(j, k, start, now, end, x, at)
+            iv = self._interval(j, k, start, now, end, x)
             for a in self.anc[o.pool]:
                 self.gpus[a].append((iv, j.demand[o.pool]))
                 if j.node_demand.get(o.pool, 0):
@@ -436,7 +429,6 @@ class _Model:
         if ds:  # an unscheduled job waits the whole horizon (its start is 0 in the model)
             self.obj.append(self.w[j.name] * ds * (start + H * out))
         r = self.p.reserved_step(j)
-        late = None
         if r is not None:
             rtype, rend = self.p.reserved_type(j) or (None, 0)
             late = m.NewIntVar(0, H + max(durs), f"l_{j.name}")
@@ -446,30 +438,12 @@ class _Model:
             m.Add(late >= H - r).OnlyEnforceIf(out)
             self.obj.append(self.lw[j.name] * late)
         self.vars[j.name] = (start, xs, out)
-        if hint is not None and at is not None:
-            # a complete hint (every variable of the job, at its least value the hinted
-            # choice allows): CP-SAT then starts from the list schedule itself. A partial
-            # one (start and option only) it had to complete by search, which the round's
-            # small work limit sometimes did not reach: it returned a solution worse than
-            # the list schedule's (fallback; 4 of 153 searched rounds of fm on the SuperPOD
-            # at 0.8, 2026-12-06), once where the list schedule was proven optimal
+        if hint is not None:
+            inside = hint.start_step is not None and hint.start_step < H
             m.AddHint(out, not inside)
-            m.AddHint(start, at)
-            m.AddHint(now, at == 0)  # an unscheduled job's start is 0 too
+            m.AddHint(start, hint.start_step if inside else 0)
             for k, x in enumerate(xs):
                 m.AddHint(x, inside and hint.option == k)
-            if inside:
-                o = j.options[hint.option]
-                fin = at + self.p.dur_steps(o, at)
-            else:
-                fin = H + min(durs)
-            m.AddHint(end, fin)
-            if late is not None:
-                if not inside:
-                    m.AddHint(late, max(0, H - r))
-                else:
-                    same = j.options[hint.option].gpu_type == rtype
-                    m.AddHint(late, max(0, at - r if same else fin - rend))
 
     def capacity(self, users: dict[int, list[tuple[object, int]]], busy: list,
                  cap_of, tag: str) -> None:
