@@ -106,8 +106,9 @@ class RawSolution:
     objective_values: list[float] = field(default_factory=list)
     objective_bounds: list[float | None] = field(default_factory=list)
     message: str = ""
-    #: phases the wall clock cut (:attr:`PhaseResult.wall_cut`) or left no time to run: a
-    #: solve with a deterministic limit that has any is not reproducible
+    #: phases the wall clock cut (:attr:`PhaseResult.wall_cut`) or left no time to run
+    #: (counted for every backend; for one given a deterministic limit, a solve with any is
+    #: not reproducible: the driver says so in the plan only then)
     wall_cuts: int = 0
 
 

@@ -380,7 +380,8 @@ def _take_exact(r: SolveRound, backend: Backend, raw: RawSolution) -> None:
     kept when it scores at least as well as greedy's plan."""
     p, pm = r.problem, r.pm
     assert pm is not None
-    if raw.wall_cuts:
+    if raw.wall_cuts and backend.name == "cpsat" and \
+            r.params.cpsat.max_deterministic_time is not None:  # else the wall is the limit
         r.message += f"{raw.wall_cuts} {WALL_CUT_NOTE}; "
     if raw.values is None:
         r.status = SolveStatus.FALLBACK

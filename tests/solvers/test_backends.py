@@ -152,3 +152,23 @@ def test_a_phase_the_wall_clock_cuts_is_counted_and_one_stopped_by_work_is_not()
 
     raw = solve_lexicographic(lm, 0.05, time.perf_counter(), phase, lambda *a: None, 0.01)
     assert raw.values == [1, 0, 1] and raw.wall_cuts == 3
+
+
+def test_the_plan_names_wall_cuts_only_for_a_solve_with_a_deterministic_limit():
+    """The driver's plan message counts the phases the wall clock cut when CP-SAT had a
+    deterministic limit (the replay engine's placements), and says nothing of the kind for a
+    solve whose limit is the wall clock itself (the CLI's and the service's)."""
+    from types import SimpleNamespace
+
+    from hyperplace.formulations.linear import RawSolution
+    from hyperplace.solvers import driver
+
+    def message(work):
+        r = SimpleNamespace(problem=None, pm=object(), message="", status=None,
+                            params=SolveParams(cpsat=CpSatParams(max_deterministic_time=work)))
+        raw = RawSolution(None, SolveStatus.NO_SOLUTION, wall_cuts=2)
+        driver._take_exact(r, SimpleNamespace(name="cpsat"), raw)
+        return r.message
+
+    assert message(0.25).startswith(f"2 {driver.WALL_CUT_NOTE}; ")
+    assert driver.WALL_CUT_NOTE not in message(None)
