@@ -194,10 +194,7 @@ def _take(prof: Profile, problem: ScheduleProblem, j: ScheduleJob, k: int,
 
 def _keep_reservation(prof: Profile, problem: ScheduleProblem, j: ScheduleJob
                       ) -> Planned | None:
-    """``j`` at its reservation's pool and start when it still fits there (booked); a
-    reservation due now in a pool the placement just failed in (``not_now``) at the next
-    step, as the model has it (it let the list schedule start such a job now, a start the
-    model forbids: CP-SAT's hint was infeasible in the rounds that had one)."""
+    """``j`` at its reservation's pool and start when it still fits there (booked)."""
     r = problem.reservations.get(j.name)
     if r is None:
         return None
@@ -205,8 +202,6 @@ def _keep_reservation(prof: Profile, problem: ScheduleProblem, j: ScheduleJob
     if k is None:
         return None
     o, s = j.options[k], problem.reserved_step(j)
-    if s == 0 and o.pool in j.not_now:
-        s = 1
     if s >= problem.steps:
         return None
     d = problem.dur_steps(o, s)
