@@ -21,7 +21,7 @@ from hyperplace.formulations.linear import (
 )
 from hyperplace.models.result import SolveStatus
 from hyperplace.solvers.backends.backend import Backend, BackendOptions, run_interruptibly
-from hyperplace.solvers.params import CpSatParams
+from hyperplace.solvers.params import CpSatParams, cut_by_wall
 
 STATUS_MAP: dict[Any, SolveStatus] = {
     cp_model.OPTIMAL: SolveStatus.OPTIMAL,
@@ -102,9 +102,10 @@ class CpSatBackend(Backend):
             code = run_interruptibly(lambda: solver.solve(cp), solver.stop_search)
             status = self.status_map.get(code, SolveStatus.ERROR)
             work = self.params.max_deterministic_time
-            # unproven with deterministic time to spare: the wall clock (or a stop) ended it
+            # unproven, and the wall clock (or a stop) ended it before its work limit
             cut = (work is not None and status != SolveStatus.OPTIMAL
-                   and solver.response_proto.deterministic_time < work)
+                   and cut_by_wall(solver.wall_time, solver.deterministic_time,
+                                   solver.parameters.max_time_in_seconds, work))
             if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
                 return PhaseResult(status, message=f"CP-SAT: {solver.status_name(code)}",
                                    wall_cut=cut and status == SolveStatus.NO_SOLUTION)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hyperplace.formulations.schedule import ScheduleJob, ScheduleProblem
+from hyperplace.solvers.params import cut_by_wall
 
 GREEDY_SPAN = 4  # the list schedule's profile covers this many horizons (forecasts past H)
 #: Seconds the CP-SAT model takes to build per job of the window: measured 2-6 ms on a
@@ -472,16 +473,6 @@ class _Model:
         return got
 
 
-def _cut_by_ceiling(wall_s: float, work_done: float, limit_s: float, work_s: float) -> bool:
-    """Whether a CP-SAT search that proved nothing, given ``limit_s`` seconds and ``work_s``
-    deterministic time, was stopped by the wall ceiling rather than by its work limit: it
-    did less work than its limit (a search the work limit stops has done at least that
-    much: measured 1.0-1.05 x with one worker, about 2 x with two), or it used (nearly) all
-    its seconds. Its own ``wall_time`` alone undercounts: a 0.1 s limit stopped it at
-    0.096 s and a 10 ms one at 7 ms (OR-Tools 9.15, load 7, #20)."""
-    return work_done < 0.99 * work_s or wall_s >= 0.98 * limit_s
-
-
 def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Planned],
            deadline: float, seed: int, workers: int, work_s: float | None,
            clock: Callable[[], float]):
@@ -507,7 +498,7 @@ def _cpsat(problem: ScheduleProblem, jobs: list[ScheduleJob], hint: dict[str, Pl
         work_s = max(1e-3, work_s)
         solver.parameters.max_deterministic_time = work_s
     st = solver.Solve(model.m)
-    if work_s is not None and st != cp_model.OPTIMAL and _cut_by_ceiling(
+    if work_s is not None and st != cp_model.OPTIMAL and cut_by_wall(
             solver.wall_time, solver.deterministic_time, left, work_s):
         return None, None, "ceiling"  # cut by the wall ceiling, not by its work limit
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
